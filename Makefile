@@ -1,0 +1,37 @@
+# Two commands on a fresh machine:  `make demo` (main job on the embedded default)
+# and `make test` (the suite). Both create .venv if missing and skip work already done.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup demo test bench chromium clean-runs
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q -U pip
+	$(PY) -m pip install -q torch==2.13.0          # the CPU wheel; an unpinned torch pulls a multi-GB CUDA build
+	$(PY) -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# Chromium is kaleido's renderer for PNG export; installed from Debian when we may, skipped otherwise.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) ; } || \
+	  echo "chromium not installed: PNG export tests will be skipped"
+
+demo: setup
+	$(VENV)/bin/probe run --capability multi_turn
+
+test: setup chromium
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) benchmarks/run_all.py
+
+clean-runs:
+	rm -rf runs

@@ -1,0 +1,98 @@
+"""The three RoleMRC row kinds, as plain typed records.
+
+The published files are the schema: test rows ``{question, reference, task}``,
+SFT rows ``{conversations}``, DPO rows ``{prompt, chosen, rejected}``, each turn
+``{role, content}``. Roles are lowercased on read (the published test file writes
+``System``/``User``/``Assistant``; chat templates only know lowercase roles). Any
+other field of a row (our ``expect`` block, an ``id``) is kept in ``extra`` and
+written back unchanged, so a published file round-trips.
+
+Validation lives in :func:`validate_conversation` so that every reader, and every
+synthesizer, checks conversations the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant"]
+ROLES: tuple[str, ...] = ("system", "user", "assistant")
+
+
+@dataclass(frozen=True)
+class Turn:
+    role: Role
+    content: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass
+class TestRow:
+    """A prompt (ending with a user turn), its reference answer, and its task name."""
+
+    question: list[Turn]
+    reference: str
+    task: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    __test__ = False  # not a pytest class
+
+    @property
+    def expect(self) -> dict[str, Any] | None:
+        """Machine-checkable expectations written by the offline synthesizer (absent in published files)."""
+        return self.extra.get("expect")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"question": [t.to_dict() for t in self.question], "reference": self.reference, "task": self.task, **self.extra}
+
+
+@dataclass
+class SFTRow:
+    """A whole conversation; loss is taken on the assistant turns."""
+
+    conversations: list[Turn]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"conversations": [t.to_dict() for t in self.conversations], **self.extra}
+
+
+@dataclass
+class DPORow:
+    """A prompt (ending with a user turn) with a preferred and a dispreferred reply."""
+
+    prompt: list[Turn]
+    chosen: str
+    rejected: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"prompt": [t.to_dict() for t in self.prompt], "chosen": self.chosen, "rejected": self.rejected, **self.extra}
+
+
+def validate_conversation(turns: list[Turn], *, must_end_with: Role | None) -> str | None:
+    """Return what is wrong with a conversation, or None if it is well formed.
+
+    Rules: not empty; at most one system turn and only first; after it, user and
+    assistant alternate (either may speak first, as in RoleMRC's role-first
+    dialogues); no empty content; and the last turn is ``must_end_with`` if given.
+    """
+    if not turns:
+        return "expected a non-empty list of turns"
+    for i, turn in enumerate(turns):
+        if turn.role == "system" and i != 0:
+            return f"turn {i}: a system turn may only come first"
+        if not turn.content.strip():
+            return f"turn {i} ({turn.role}): content is empty"
+    dialogue = turns[1:] if turns[0].role == "system" else turns
+    if not dialogue:
+        return "expected at least one user or assistant turn after the system turn"
+    for i in range(1, len(dialogue)):
+        if dialogue[i].role == dialogue[i - 1].role:
+            return f"turns out of order: two {dialogue[i].role} turns in a row; user and assistant must alternate"
+    if must_end_with is not None and turns[-1].role != must_end_with:
+        return f"expected the last turn to be {must_end_with}, got {turns[-1].role}"
+    return None

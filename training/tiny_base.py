@@ -1,0 +1,104 @@
+"""Build the tiny base model locally: a byte-level BPE tokenizer and a random Llama.
+
+No weights can be downloaded here, so the embedded default pair starts from a model
+the toolkit makes itself. The tokenizer uses Llama-3's special tokens and a chat
+template with ``{% generation %}`` markers around assistant text, which TRL's
+``assistant_only_loss`` needs. The template emits ``{{ bos_token }}`` and the
+tokenizer does *not* add BOS again, so every rendering has exactly one BOS whether it
+is tokenized by ``apply_chat_template`` or by ``tokenizer(text)``.
+
+Example:
+    >>> spec = TinySpec(n_layers=4, hidden_size=32)
+    >>> path = build_tiny_base(["some corpus line", ...], "out/tiny", spec)   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+BOS, EOT, PAD = "<|begin_of_text|>", "<|eot_id|>", "<|pad|>"
+SPECIAL_TOKENS = [BOS, "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", EOT, PAD]
+
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if message['role'] == 'assistant' %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
+    "{% generation %}{{ message['content'] | trim }}{{ '<|eot_id|>' }}{% endgeneration %}"
+    "{% else %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + (message['content'] | trim) + '<|eot_id|>' }}"
+    "{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Shape of the tiny Llama. 32 layers by default, so the paper's window 12-31 exists."""
+
+    n_layers: int = 32
+    hidden_size: int = 64
+    intermediate_size: int = 256
+    n_heads: int = 4
+    n_kv_heads: int = 2
+    vocab_size: int = 2048
+    max_positions: int = 1024
+    seed: int = 0
+
+
+def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        min_frequency=2,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(corpus, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token=BOS,
+        eos_token=EOT,
+        pad_token=PAD,
+        chat_template=CHAT_TEMPLATE,
+        padding_side="left",
+        model_max_length=1024,
+    )
+
+
+def build_tiny_base(corpus: Iterable[str], out_dir: str | os.PathLike[str], spec: TinySpec = TinySpec()) -> Path:
+    """Train the tokenizer on ``corpus``, initialise a Llama from ``spec.seed``, save both to ``out_dir``."""
+    tokenizer = train_tokenizer(corpus, spec.vocab_size)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.n_layers,
+        num_attention_heads=spec.n_heads,
+        num_key_value_heads=spec.n_kv_heads,
+        max_position_embeddings=spec.max_positions,
+        rope_theta=500000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(spec.seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "tiny_spec.json").write_text(__import__("json").dumps(asdict(spec), indent=1))
+    return out
