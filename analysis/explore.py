@@ -1,0 +1,70 @@
+"""Helpers for interactive exploration (the heatmap explorer notebook): tables and drill-down.
+
+A map says *which* unit moved; the drill-down says *on what*: the prompts on which a
+chosen unit is most active, with both models' values side by side, read straight
+from the run (one unit's column, not the whole tensor).
+
+Example:
+    >>> with RunReader("runs/demo") as run:                                             # doctest: +SKIP
+    ...     top_prompts(run, "multi_turn", "mlp_out", layer=19, unit=7, n=5)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.maps import MetricMaps
+from analysis.profile import layer_profile, top_units
+from data_synthesis.errors import ProbeError
+from probes.store import MODELS, RunReader
+
+
+def unit_activations(run: RunReader, capability: str, hook: str, layer: int, unit: int, model: str) -> np.ndarray:
+    """(N,) float32 activations of one unit over the capability's samples."""
+    if model not in MODELS:
+        raise ProbeError(f"model {model!r}: expected one of {', '.join(MODELS)}")
+    stored = run.layers(capability, hook, model)
+    if layer not in stored:
+        raise ProbeError(f"layer {layer} of {hook} was not recorded (recorded: {stored[0]}-{stored[-1]})")
+    dataset = run.dataset(model, capability, hook)
+    if not 0 <= unit < dataset.shape[2]:
+        raise ProbeError(f"unit {unit} is outside {hook}, which has units 0-{dataset.shape[2] - 1}")
+    n = run.n_samples(capability)
+    return np.asarray(dataset[:n, stored.index(layer), unit], dtype=np.float32)
+
+
+def top_prompts(
+    run: RunReader, capability: str, hook: str, layer: int, unit: int, model: str = "dpo", n: int = 10, width: int = 160
+) -> pd.DataFrame:
+    """The ``n`` prompts on which ``unit`` is most active in ``model`` (signed, descending; ties by row)."""
+    values = {m: unit_activations(run, capability, hook, layer, unit, m) for m in MODELS}
+    samples = run.samples(capability)
+    order = np.lexsort((np.arange(values[model].size), -values[model]))[:n]
+    return pd.DataFrame(
+        {
+            "row": order,
+            "sample_id": samples.sample_ids[order],
+            "task": [samples.tasks[i] for i in order],
+            "sft": values["sft"][order],
+            "dpo": values["dpo"][order],
+            "dpo_minus_sft": values["dpo"][order] - values["sft"][order],
+            "prompt_tail": [_tail(samples.prompts[i], width) for i in order],
+        }
+    )
+
+
+def _tail(text: str, width: int) -> str:
+    """The end of a prompt (where the last-token activation was taken), on one line."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else "…" + flat[-width:]
+
+
+def top_units_frame(maps: MetricMaps, n: int = 20) -> pd.DataFrame:
+    """The ``n`` units of largest |Δ| as a table (layer, unit, Δ, per-model values, p, q)."""
+    return pd.DataFrame(top_units(maps, n))
+
+
+def profile_frame(maps: MetricMaps, alpha: float = 0.05) -> pd.DataFrame:
+    """The ranked per-layer profile as a table."""
+    return pd.DataFrame(layer_profile(maps, alpha))

@@ -1,0 +1,170 @@
+"""Layers × units maps for one capability and hook point: per model, their difference, and its significance.
+
+Three metrics, all signed DPO − SFT:
+
+``topk_count``
+    The paper's method. ``sft``/``dpo`` are membership counts (0..N) of each unit in
+    a sample's top k% (:mod:`analysis.topk`); ``delta = (count_dpo - count_sft) / N``
+    (``normalize="samples"``, the share of prompts that moved) or ``/ width``
+    (``normalize="width"``, the authors' script, to reproduce their figures);
+    p-values from the exact McNemar test on membership flips.
+``mean_diff``
+    ``sft``/``dpo`` are mean activations; ``delta`` is the mean paired difference;
+    p-values from the paired t-test (or Wilcoxon).
+``effect_size``
+    As ``mean_diff`` but ``delta`` is Cohen's d_z, comparable across units and layers
+    of different scale.
+
+q-values are Benjamini–Hochberg over all layers × units of the map. Activations are
+read layer window only, straight from HDF5, and processed one layer at a time on a
+thread pool, so memory is two float16 copies of the window plus a few float32 rows.
+
+Example:
+    >>> with RunReader(run_dir) as run:                                        # doctest: +SKIP
+    ...     maps = compute_maps(run, "multi_turn", "mlp_out", [12, 13], AnalysisConfig())
+    >>> maps.delta.shape                                                       # doctest: +SKIP
+    (2, 4096)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from analysis.config import AnalysisConfig
+from analysis.stats import bh_qvalues, effect_size_dz, mcnemar_exact, paired_pvalues
+from analysis.topk import k_for, map_layers, topk_mask
+from data_synthesis.errors import ProbeError
+from probes.store import RunReader
+
+_ARRAYS = ("sft", "dpo", "delta", "pvalues", "qvalues")
+
+
+@dataclass
+class MetricMaps:
+    """All maps of one capability × hook; arrays are (n_layers, width), rows follow ``layers``."""
+
+    capability: str
+    hook: str
+    metric: str
+    layers: list[int]
+    sft: np.ndarray
+    dpo: np.ndarray
+    delta: np.ndarray
+    pvalues: np.ndarray
+    qvalues: np.ndarray
+    n_samples: int
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def width(self) -> int:
+        return int(self.delta.shape[1])
+
+    def significant(self, alpha: float) -> np.ndarray:
+        """(n_layers, width) bool: BH-significant at level ``alpha``."""
+        return self.qvalues <= alpha
+
+    def row(self, layer: int) -> int:
+        """Row index of a model layer; :class:`ProbeError` if the layer is not in the map."""
+        if layer not in self.layers:
+            raise ProbeError(f"layer {layer} is not in this map (layers {self.layers[0]}-{self.layers[-1]})")
+        return self.layers.index(layer)
+
+
+def read_window(run: RunReader, model: str, capability: str, hook: str, layers: list[int]) -> np.ndarray:
+    """(N, len(layers), width) in the stored dtype, reading only the requested layers."""
+    stored = run.layers(capability, hook, model)
+    missing = [i for i in layers if i not in stored]
+    if missing:
+        raise ProbeError(f"{run.path}: layer {missing[0]} of {hook} was not recorded for {model}/{capability}")
+    n = run.n_samples(capability)
+    positions = [stored.index(i) for i in layers]
+    dataset = run.dataset(model, capability, hook)
+    if positions == list(range(positions[0], positions[-1] + 1)):
+        return dataset[:n, positions[0] : positions[-1] + 1, :]
+    return dataset[:n, positions, :]
+
+
+def compute_maps(run: RunReader, capability: str, hook: str, layers: list[int], config: AnalysisConfig) -> MetricMaps:
+    """The maps of ``config.metric`` for one capability and hook over ``layers``."""
+    n = run.n_samples(capability)
+    if n == 0:
+        raise ProbeError(f"{run.path}: capability {capability!r} has no complete samples; nothing to analyse")
+    sft = read_window(run, "sft", capability, hook, layers)
+    dpo = read_window(run, "dpo", capability, hook, layers)
+    if sft.shape != dpo.shape:
+        raise ProbeError(f"{run.path}: sft and dpo activations of {capability}/{hook} differ in shape: {sft.shape} vs {dpo.shape}")
+    per_layer = _topk_layer if config.metric == "topk_count" else _paired_layer
+    rows = map_layers(lambda i: per_layer(sft[:, i, :], dpo[:, i, :], config), len(layers))
+    sft_map, dpo_map, delta, pvalues = (np.stack([r[j] for r in rows]) for j in range(4))
+    settings: dict[str, Any] = {"fdr_alpha": config.fdr_alpha}
+    if config.metric == "topk_count":
+        width = sft.shape[2]
+        delta = delta / (n if config.normalize == "samples" else width)
+        settings.update(top_percent=config.top_percent, k=k_for(width, config.top_percent), normalize=config.normalize, test="mcnemar_exact")
+    else:
+        settings.update(test=config.test)
+    return MetricMaps(capability, hook, config.metric, list(layers), sft_map, dpo_map, delta, pvalues, bh_qvalues(pvalues), n, settings)
+
+
+def _topk_layer(sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig) -> tuple[np.ndarray, ...]:
+    """Counts per model, raw count difference, McNemar p-values for one layer."""
+    k = k_for(sft.shape[1], config.top_percent)
+    in_sft, in_dpo = topk_mask(sft, k), topk_mask(dpo, k)
+    count_sft = in_sft.sum(axis=0, dtype=np.int64)
+    count_dpo = in_dpo.sum(axis=0, dtype=np.int64)
+    both = (in_sft & in_dpo).sum(axis=0, dtype=np.int64)
+    pvalues = mcnemar_exact(count_dpo - both, count_sft - both)
+    return count_sft, count_dpo, (count_dpo - count_sft).astype(np.float64), pvalues
+
+
+def _paired_layer(sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig) -> tuple[np.ndarray, ...]:
+    """Mean per model, mean difference or d_z, paired p-values for one layer."""
+    sft64 = np.asarray(sft, dtype=np.float64)
+    dpo64 = np.asarray(dpo, dtype=np.float64)
+    mean_sft, mean_dpo = sft64.mean(axis=0), dpo64.mean(axis=0)
+    delta = mean_dpo - mean_sft if config.metric == "mean_diff" else effect_size_dz(sft64, dpo64)
+    return mean_sft, mean_dpo, delta, paired_pvalues(sft64, dpo64, config.test)
+
+
+def save_maps(maps: list[MetricMaps], path: str | Path) -> Path:
+    """Write maps to one HDF5 file, ``/{capability}/{hook}/{sft,dpo,delta,pvalues,qvalues,layers}``, atomically."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    with h5py.File(tmp, "w") as f:
+        for m in maps:
+            group = f.create_group(f"{m.capability}/{m.hook}")
+            for name in _ARRAYS:
+                group.create_dataset(name, data=getattr(m, name), compression="gzip", compression_opts=4)
+            group.create_dataset("layers", data=np.asarray(m.layers, dtype=np.int32))
+            group.attrs["metric"] = m.metric
+            group.attrs["n_samples"] = m.n_samples
+            group.attrs["settings"] = json.dumps(m.settings, sort_keys=True)
+    tmp.replace(target)
+    return target
+
+
+def load_maps(path: str | Path) -> list[MetricMaps]:
+    """Read back what :func:`save_maps` wrote."""
+    p = Path(path)
+    if not p.is_file():
+        raise ProbeError(f"{p}: no maps file here; run `probe analyze` first")
+    out: list[MetricMaps] = []
+    with h5py.File(p, "r") as f:
+        for capability in f:
+            for hook in f[capability]:
+                g = f[f"{capability}/{hook}"]
+                arrays = {name: np.asarray(g[name]) for name in _ARRAYS}
+                out.append(
+                    MetricMaps(
+                        capability, hook, str(g.attrs["metric"]), [int(i) for i in g["layers"]], n_samples=int(g.attrs["n_samples"]),
+                        settings=json.loads(g.attrs["settings"]), **arrays,
+                    )
+                )
+    return out

@@ -1,0 +1,199 @@
+"""``analyze_run``: from a run directory to maps, neuron sets, plots and ``summary.json``.
+
+This is the one entry point the CLI (``probe analyze``), ``probe run`` and the
+interventions' ranking fallback call. It reads ``RUN_DIR/activations.h5`` through
+:class:`probes.store.RunReader` (read-only; nothing already written is touched) and
+writes into ``RUN_DIR/analysis/`` (or ``out_dir``)::
+
+    summary.json                          top layers and units per capability × hook, settings, warnings
+    maps_<metric>.h5                      /{capability}/{hook}/{sft,dpo,delta,pvalues,qvalues,layers}
+    neurons_<capability>_<hook>.json      the selected neuron set (analysis.neuron_sets format)
+    plots/<capability>_<hook>_<metric>_maps.html|png, ..._profile.html|png, all_<hook>_<metric>.html|png
+    plots/plotly.min.js                   shared by the HTML files (offline)
+
+Every file is written atomically; the results are deterministic (no timestamps,
+stable tie rules), so two analyses of one run give byte-identical ``summary.json``.
+
+Example:
+    >>> result = analyze_run("runs/demo", capabilities=["multi_turn"], plots=False)    # doctest: +SKIP
+    >>> result.summary["capabilities"]["multi_turn"]["mlp_out"]["top_layers"][0]       # doctest: +SKIP
+    {'rank': 1, 'layer': 19, 'mean_abs_delta': 0.031, 'share_significant': 0.12, 'n_significant': 491}
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from analysis.config import AnalysisConfig
+from analysis.maps import MetricMaps, compute_maps, save_maps
+from analysis.plots import faceted_figure, maps_figure, profile_figure, write_figures
+from analysis.profile import layer_profile, top_units
+from analysis.select import select_neurons
+from analysis.window import format_layers, resolve_window
+from data_synthesis.capabilities import parse_capabilities
+from data_synthesis.errors import ProbeError
+from probes.hook_points import validate_hook
+from probes.store import MODELS, RunReader
+
+SUMMARY_FORMAT = "rolemrc-probe/analysis-summary"
+
+
+@dataclass
+class AnalysisResult:
+    """What an analysis produced: the summary (as in ``summary.json``) and every path written."""
+
+    summary: dict[str, Any]
+    out_dir: Path
+    summary_path: Path
+    maps_path: Path
+    maps: dict[tuple[str, str], MetricMaps] = field(default_factory=dict)
+    neuron_sets: dict[tuple[str, str], Path] = field(default_factory=dict)
+    plots: list[Path] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def analyze_run(
+    run_dir: str | Path,
+    *,
+    metric: str = "topk_count",
+    top_percent: float = 20.0,
+    layers: str | None = "12-31",
+    capabilities: str | list[str] | tuple[str, ...] | None = None,
+    hooks: str | list[str] | tuple[str, ...] | None = None,
+    normalize: str = "samples",
+    top_k: int = 64,
+    fdr_alpha: float = 0.05,
+    out_dir: str | Path | None = None,
+    plots: bool = True,
+    png: bool | None = None,
+    rule: str = "top_k_abs",
+    threshold: float = 0.0,
+    test: str = "t",
+    reorder: bool = False,
+) -> AnalysisResult:
+    """Analyse a recorded run; see the module docstring for the files written.
+
+    ``capabilities``/``hooks``: None = everything recorded. ``png``: None = when Chromium
+    exists. ``rule``/``threshold``: neuron selection (:func:`analysis.select.select_neurons`).
+    """
+    config = AnalysisConfig(metric, top_percent, layers, normalize, top_k, fdr_alpha, rule, threshold, test, reorder)
+    run_path = Path(run_dir)
+    target = Path(out_dir) if out_dir is not None else run_path / "analysis"
+    with RunReader(run_path) as run:
+        selected = _capabilities(run, capabilities)
+        hashes = {m: str(run.model_info(m).get("weights_sha256", "")) for m in MODELS}
+        n_model = _model_layers(run, selected)
+        warnings: list[str] = []
+        all_maps: dict[tuple[str, str], MetricMaps] = {}
+        for cap in selected:
+            for hook in _hooks(run, cap, hooks):
+                window, notes = resolve_window(config.layers, n_model, run.layers(cap, hook))
+                warnings.extend(n for n in notes if n not in warnings)
+                all_maps[(cap, hook)] = compute_maps(run, cap, hook, window, config)
+    result = AnalysisResult({}, target, target / "summary.json", target / f"maps_{config.metric}.h5", all_maps, warnings=warnings)
+    save_maps(list(all_maps.values()), result.maps_path)
+    _write_neuron_sets(result, config, str(run_path), hashes)
+    if plots:
+        _write_plots(result, config, png)
+    result.summary = _summary(result, config, str(run_path), hashes)
+    _write_json(result.summary_path, result.summary)
+    return result
+
+
+def _capabilities(run: RunReader, names: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    recorded = run.capabilities()
+    if not recorded:
+        raise ProbeError(f"{run.path}: no recorded samples in this run; record activations first with `probe run`")
+    if names is None:
+        return recorded
+    wanted = [c.value for c in parse_capabilities(names)]
+    missing = [c for c in wanted if c not in recorded]
+    if missing and not (isinstance(names, str) and names.strip().lower() == "all"):
+        raise ProbeError(f"capability {missing[0]!r} was not recorded in {run.run_dir} (recorded: {', '.join(recorded)})")
+    return [c for c in wanted if c in recorded]
+
+
+def _hooks(run: RunReader, capability: str, names: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    recorded = [h for h in run.hooks(capability, "sft") if h in run.hooks(capability, "dpo")]
+    if not recorded:
+        raise ProbeError(f"{run.path}: capability {capability!r} has no activations recorded for both models")
+    if names is None:
+        return recorded
+    items = names.split(",") if isinstance(names, str) else [p for n in names for p in n.split(",")]
+    wanted = [validate_hook(h.strip()) for h in items if h.strip()]
+    for hook in wanted:
+        if hook not in recorded:
+            raise ProbeError(f"--hook {hook}: not recorded for capability {capability!r} in {run.run_dir} (recorded: {', '.join(recorded)})")
+    return wanted
+
+
+def _model_layers(run: RunReader, capabilities: list[str]) -> int:
+    """The model's depth from the recorded model info, else the highest stored layer + 1."""
+    declared = run.model_info("sft").get("n_layers")
+    if isinstance(declared, int) and declared > 0:
+        return declared
+    stored = [max(run.layers(c, h)) for c in capabilities for h in run.hooks(c) if run.layers(c, h)]
+    return max(stored) + 1 if stored else 0
+
+
+def _write_neuron_sets(result: AnalysisResult, config: AnalysisConfig, run_dir: str, hashes: dict[str, str]) -> None:
+    for (cap, hook), maps in result.maps.items():
+        chosen = select_neurons(maps, config.rule, config.top_k, config.threshold, config.fdr_alpha, run_dir, hashes)
+        if len(chosen) == 0:
+            result.warnings.append(f"{cap}/{hook}: no unit qualifies under --rule {config.rule}; no neuron set written")
+            continue
+        result.neuron_sets[(cap, hook)] = chosen.save(result.out_dir / f"neurons_{cap}_{hook}.json")
+
+
+def _write_plots(result: AnalysisResult, config: AnalysisConfig, png: bool | None) -> None:
+    figures = {}
+    for (cap, hook), maps in result.maps.items():
+        stem = f"{cap}_{hook}_{config.metric}"
+        figures[f"{stem}_maps"] = maps_figure(maps, config.reorder)
+        figures[f"{stem}_profile"] = profile_figure(maps, config.fdr_alpha)
+    for hook in dict.fromkeys(h for _, h in result.maps):
+        figures[f"all_{hook}_{config.metric}"] = faceted_figure([m for (_, h), m in result.maps.items() if h == hook], config.reorder)
+    paths, notes = write_figures(figures, result.out_dir / "plots", png)
+    result.plots.extend(paths)
+    result.warnings.extend(notes)
+
+
+def _summary(result: AnalysisResult, config: AnalysisConfig, run_dir: str, hashes: dict[str, str]) -> dict[str, Any]:
+    per_cap: dict[str, dict[str, Any]] = {}
+    for (cap, hook), maps in result.maps.items():
+        significant = maps.significant(config.fdr_alpha)
+        neuron_set = result.neuron_sets.get((cap, hook))
+        per_cap.setdefault(cap, {})[hook] = {
+            "n_samples": maps.n_samples,
+            "width": maps.width,
+            "layers": format_layers(maps.layers),
+            "n_units": int(maps.delta.size),
+            "n_significant": int(significant.sum()),
+            "share_significant": float(significant.mean()),
+            "top_layers": layer_profile(maps, config.fdr_alpha),
+            "top_units": top_units(maps, config.top_units),
+            "neuron_set": neuron_set.name if neuron_set else None,
+            "plots": sorted(p.name for p in result.plots if p.name.startswith(f"{cap}_{hook}_")),
+            "settings": maps.settings,
+        }
+    return {
+        "format": SUMMARY_FORMAT,
+        "version": 1,
+        "run_dir": run_dir,
+        "metric": config.metric,
+        "settings": asdict(config),
+        "model_hashes": hashes,
+        "maps": result.maps_path.name,
+        "warnings": list(result.warnings),
+        "capabilities": per_cap,
+    }
+
+
+def _write_json(path: Path, body: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(body, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    tmp.replace(path)

@@ -1,0 +1,70 @@
+"""From a map to a neuron set: the units an intervention should act on.
+
+Two rules, both within the analysed layer window:
+
+``top_k_abs``
+    The ``k`` units of largest |Δ| (ties by layer, then unit) — the paper's choice of
+    "most changed" units. Units with Δ = 0 are never selected, and ``threshold``
+    (a minimum |Δ|) applies if given.
+``fdr``
+    The units that survive Benjamini–Hochberg at ``alpha`` *and* have |Δ| ≥
+    ``threshold``, ranked the same way; at most ``k`` of them (``k=None``: all).
+
+The result is an :class:`analysis.neuron_sets.NeuronSet` carrying the metric,
+capability, hook, the rule and its parameters, the run directory and the model hashes.
+
+Example:
+    >>> ns = select_neurons(maps, rule="top_k_abs", k=64)                 # doctest: +SKIP
+    >>> ns.save(run_dir / "analysis" / "neurons_multi_turn_mlp_out.json")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from analysis.config import RULES
+from analysis.maps import MetricMaps
+from analysis.neuron_sets import Neuron, NeuronSet
+from analysis.profile import ranked_units
+from analysis.window import format_layers
+from data_synthesis.errors import ProbeError
+
+
+def select_neurons(
+    maps: MetricMaps,
+    rule: str = "top_k_abs",
+    k: int | None = 64,
+    threshold: float = 0.0,
+    alpha: float = 0.05,
+    run_dir: str = "",
+    model_hashes: dict[str, str] | None = None,
+) -> NeuronSet:
+    """Select units from ``maps`` by ``rule``; may be empty when nothing qualifies (check ``len``)."""
+    if rule not in RULES:
+        raise ProbeError(f"--rule {rule!r}: expected one of {', '.join(RULES)}")
+    if k is not None and k < 1:
+        raise ProbeError(f"--top-k {k}: expected a positive integer")
+    if rule == "top_k_abs" and k is None:
+        raise ProbeError("--rule top_k_abs needs --top-k")
+    magnitude = np.abs(maps.delta)
+    mask = (magnitude > 0) & (magnitude >= threshold)
+    if rule == "fdr":
+        mask &= maps.significant(alpha)
+    ranked = ranked_units(maps, mask)
+    chosen = ranked if k is None else ranked[:k]
+    neurons = [Neuron(maps.layers[row], int(unit), float(maps.delta[row, unit])) for row, unit in chosen]
+    selection: dict[str, Any] = {
+        "rule": rule,
+        "k": k,
+        "threshold": threshold,
+        "layers": [maps.layers[0], maps.layers[-1]],
+        "window": format_layers(maps.layers),
+        "n_candidates": int(len(ranked)),
+        "n_samples": maps.n_samples,
+        **maps.settings,
+    }
+    if rule == "fdr":
+        selection["alpha"] = alpha
+    return NeuronSet(neurons, maps.hook, maps.metric, maps.capability, selection, run_dir, dict(model_hashes or {}))

@@ -1,0 +1,81 @@
+"""Paired per-unit tests between the two models, and Benjamini–Hochberg across layers × units.
+
+Both models see the same prompts, so every test is *paired* on the prompt:
+
+- ``mean_diff`` / ``effect_size``: per unit, the differences ``d = dpo - sft`` over the
+  N prompts; Student's paired t-test (``scipy.stats.ttest_rel``) or Wilcoxon's
+  signed-rank test (``scipy.stats.wilcoxon``); the standardised effect is Cohen's
+  ``d_z = mean(d) / sd(d)``.
+- ``topk_count``: per unit, membership in the top k% is a 0/1 outcome per prompt and
+  model. Only discordant prompts carry information: ``n01`` (in DPO's top k%, not
+  SFT's) and ``n10`` (the reverse); ``count_dpo - count_sft = n01 - n10``. The exact
+  McNemar test is the two-sided binomial test of ``n01`` out of ``n01 + n10`` at 1/2.
+
+A unit whose test cannot be computed (no variance, no discordant prompts, fewer than
+two prompts) gets p = 1: no evidence, never a spurious discovery.
+
+Example:
+    >>> mcnemar_exact(np.array([10, 0]), np.array([0, 0])).round(4).tolist()
+    [0.002, 1.0]
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from scipy import stats
+
+TESTS: tuple[str, ...] = ("t", "wilcoxon")
+
+
+def mcnemar_exact(n01: np.ndarray, n10: np.ndarray) -> np.ndarray:
+    """Two-sided exact McNemar p-values, elementwise over integer arrays of discordant counts."""
+    n01 = np.asarray(n01, dtype=np.int64)
+    n10 = np.asarray(n10, dtype=np.int64)
+    total = n01 + n10
+    p = 2.0 * stats.binom.cdf(np.minimum(n01, n10), total, 0.5)
+    return np.clip(np.where(total == 0, 1.0, p), 0.0, 1.0)
+
+
+def paired_pvalues(sft: np.ndarray, dpo: np.ndarray, test: str = "t") -> np.ndarray:
+    """(N, W) and (N, W) paired samples -> (W,) two-sided p-values of ``dpo - sft``."""
+    if sft.shape[0] < 2:
+        return np.ones(sft.shape[1:], dtype=np.float64)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        if test == "t":
+            p = stats.ttest_rel(dpo, sft, axis=0).pvalue
+        elif test == "wilcoxon":
+            diff = np.asarray(dpo, dtype=np.float64) - np.asarray(sft, dtype=np.float64)
+            p = np.ones(diff.shape[1], dtype=np.float64)
+            varying = np.any(diff != 0, axis=0)
+            if varying.any():
+                p[varying] = stats.wilcoxon(diff[:, varying], axis=0, zero_method="wilcox").pvalue
+        else:
+            raise ValueError(f"unknown test {test!r}")
+    return np.nan_to_num(np.asarray(p, dtype=np.float64), nan=1.0)
+
+
+def effect_size_dz(sft: np.ndarray, dpo: np.ndarray) -> np.ndarray:
+    """(N, W) pairs -> (W,) Cohen's d_z = mean(d) / sd(d, ddof=1); 0 where sd is 0 or N < 2."""
+    diff = np.asarray(dpo, dtype=np.float64) - np.asarray(sft, dtype=np.float64)
+    if diff.shape[0] < 2:
+        return np.zeros(diff.shape[1:], dtype=np.float64)
+    mean = diff.mean(axis=0)
+    sd = diff.std(axis=0, ddof=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dz = np.where(sd > 0, mean / np.where(sd > 0, sd, 1.0), 0.0)
+    return dz
+
+
+def bh_qvalues(pvalues: np.ndarray) -> np.ndarray:
+    """Benjamini–Hochberg adjusted p-values over *all* entries (layers × units), same shape.
+
+    >>> bh_qvalues(np.array([[0.01, 0.04], [0.03, 0.5]])).round(3).tolist()
+    [[0.04, 0.053], [0.053, 0.5]]
+    """
+    flat = np.asarray(pvalues, dtype=np.float64).ravel()
+    if flat.size == 0:
+        return np.asarray(pvalues, dtype=np.float64)
+    return stats.false_discovery_control(flat, method="bh").reshape(np.shape(pvalues))

@@ -1,0 +1,118 @@
+"""``ClientConfig``: one validated record that drives both the CLI and the library.
+
+Endpoint and key follow the ``openai`` conventions (``OPENAI_BASE_URL``,
+``OPENAI_API_KEY``), so the same command points at OpenAI, vLLM or ``transformers
+serve``. The config stores the NAME of the environment variable that holds the key,
+never the key itself: a config can then be printed, logged, pickled or saved next to
+a run without leaking a secret. The key is read from the environment only when the
+HTTP client is built.
+
+Example:
+    >>> cfg = ClientConfig(base_url="http://127.0.0.1:8000/v1", model="/models/tiny", cache_dir=None)
+    >>> cfg.is_local, cfg.temperature
+    (True, 0.0)
+    >>> ClientConfig(base_url="ftp://x", model="m")
+    Traceback (most recent call last):
+    ...
+    data_synthesis.errors.ProbeError: --base-url must start with http:// or https://, got 'ftp://x'
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from data_synthesis.errors import ProbeError
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_CACHE_DIR = Path(".cache") / "llm"
+_LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Where to send chat requests and how hard to try.
+
+    ``concurrency`` bounds requests in flight; ``max_retries`` counts retries after the
+    first attempt (on 429, 5xx, timeouts, connection errors, malformed replies);
+    ``backoff_base`` seconds doubles per retry (+ jitter); ``cache_dir=None`` disables
+    the reply cache.
+    """
+
+    base_url: str = DEFAULT_BASE_URL
+    model: str = ""
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float = 0.0
+    max_tokens: int = 512
+    concurrency: int = 4
+    max_retries: int = 4
+    timeout: float = 60.0
+    cache_dir: Path | None = DEFAULT_CACHE_DIR
+    backoff_base: float = 1.0
+    backoff_max: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not re.match(r"^https?://[^/\s]+", self.base_url or ""):
+            raise ProbeError(f"--base-url must start with http:// or https://, got {self.base_url!r}")
+        if not self.model.strip():
+            raise ProbeError("no model given; pass --model (for `transformers serve`, the exact path it serves) or set OPENAI_MODEL")
+        if not _ENV_NAME.match(self.api_key_env):
+            # Never echo the value: users sometimes paste the key itself here.
+            raise ProbeError("--api-key-env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), not a key")
+        _check_range("--temperature", self.temperature, 0.0, 2.0)
+        _check_range("--max-tokens", self.max_tokens, 1, 1_000_000)
+        _check_range("--concurrency", self.concurrency, 1, 256)
+        _check_range("--max-retries", self.max_retries, 0, 100)
+        _check_range("--timeout", self.timeout, 0.001, 3600.0)
+        _check_range("backoff_base", self.backoff_base, 0.0, 600.0)
+        _check_range("backoff_max", self.backoff_max, 0.0, 3600.0)
+        if self.cache_dir is not None and not isinstance(self.cache_dir, Path):
+            object.__setattr__(self, "cache_dir", Path(self.cache_dir))
+
+    @property
+    def is_local(self) -> bool:
+        """True for endpoints on this machine, which need no key (vLLM, ``transformers serve``)."""
+        return (urlparse(self.base_url).hostname or "") in _LOCAL_HOSTS
+
+    def api_key(self) -> str:
+        """The key from the environment; a placeholder for local servers; a clear error otherwise."""
+        key = os.environ.get(self.api_key_env, "").strip()
+        if key:
+            return key
+        if self.is_local or urlparse(self.base_url).hostname not in ("api.openai.com",):
+            return "EMPTY"  # vLLM / transformers serve / most proxies accept any non-empty key
+        raise ProbeError(f"no API key for {self.base_url}: set the environment variable {self.api_key_env}")
+
+    def with_overrides(self, **changes: Any) -> ClientConfig:
+        """A copy with some fields changed (``None`` values are ignored)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @classmethod
+    def from_env(cls, base_url: str | None = None, model: str | None = None, **overrides: Any) -> ClientConfig:
+        """Flags win over ``OPENAI_BASE_URL`` / ``OPENAI_MODEL``, which win over the defaults.
+
+        ``overrides`` set any other field; ``None`` values are ignored, so CLI options can be
+        passed straight through.
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ProbeError(f"unknown client setting(s): {', '.join(unknown)}")
+        values = {k: v for k, v in overrides.items() if v is not None}
+        values["base_url"] = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        values["model"] = model or os.environ.get("OPENAI_MODEL") or ""
+        return cls(**values)
+
+    def describe(self) -> str:
+        """One line safe to print or log (no key)."""
+        return f"{self.base_url} model={self.model} temperature={self.temperature} concurrency={self.concurrency}"
+
+
+def _check_range(name: str, value: float, low: float, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ProbeError(f"{name} must be a number in [{low}, {high}], got {value!r}")

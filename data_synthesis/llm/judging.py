@@ -1,0 +1,140 @@
+"""Judge a responses file against a test file with the rule judge, the LLM judge, or both.
+
+This is the library side of ``probe judge``: read and align the two files (with
+line-precise errors), run the chosen judges, and return per-capability scores, the
+count of undecided (unparseable) verdicts, and rules-vs-LLM agreement with Cohen's
+kappa. The per-row verdicts can be written as JSON lines for auditing a judge.
+
+Responses file: one JSON value per line, aligned with the test rows, either a string or
+an object with a ``response`` field (``generation``/``output``/``completion`` are
+accepted too) and optionally an ``index`` giving the test row it answers.
+
+Example:
+    >>> report = judge_files("test.jsonl", "responses.jsonl", "both", ClientConfig.from_env(model="gpt-4o"))  # doctest: +SKIP
+    >>> report.agreement[Capability.MULTI_TURN].kappa                                                         # doctest: +SKIP
+    0.81
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from data_synthesis.capabilities import Capability
+from data_synthesis.errors import DataError, ProbeError
+from data_synthesis.io import iter_jsonl, read_test_rows, write_jsonl
+from data_synthesis.judge.agreement import Agreement, CapabilityScore, agreement, score_table
+from data_synthesis.judge.base import Verdict
+from data_synthesis.llm.config import ClientConfig
+from data_synthesis.schema import TestRow
+
+JUDGES = ("rules", "llm", "both")
+_RESPONSE_FIELDS = ("response", "generation", "output", "completion")
+
+
+@dataclass
+class JudgeReport:
+    rows: int
+    scores: dict[str, dict[Capability, CapabilityScore]]
+    agreement: dict[Capability, Agreement] = field(default_factory=dict)
+    verdicts: dict[str, list[Verdict]] = field(default_factory=dict)
+    client_stats: dict[str, int] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rows": self.rows,
+            "scores": {j: {c.value: s.as_dict() for c, s in t.items()} for j, t in self.scores.items()},
+            "agreement": {c.value: a.as_dict() for c, a in self.agreement.items()},
+            "client_stats": self.client_stats,
+        }
+
+
+def read_responses(path: str | os.PathLike[str], n_rows: int) -> list[str]:
+    """Responses aligned with ``n_rows`` test rows (by ``index`` when given, else by line order)."""
+    items: list[tuple[int | None, str]] = []
+    for number, obj in iter_jsonl(path):
+        items.append(_response_item(str(path), number, obj))
+    indexed = [i for i, _ in items if i is not None]
+    if indexed and len(indexed) != len(items):
+        raise DataError(str(path), None, "either every line or no line may carry an 'index'")
+    if len(items) != n_rows:
+        raise DataError(str(path), None, f"has {len(items)} responses for {n_rows} test rows; expected exactly one per row")
+    if not indexed:
+        return [text for _, text in items]
+    out: dict[int, str] = {}
+    for index, text in items:
+        assert index is not None
+        if not 0 <= index < n_rows or index in out:
+            raise DataError(str(path), None, f"index {index} is out of range or repeated; expected each of 0..{n_rows - 1} once")
+        out[index] = text
+    return [out[i] for i in range(n_rows)]
+
+
+def _response_item(path: str, number: int, obj: Any) -> tuple[int | None, str]:
+    if isinstance(obj, str):
+        return None, obj
+    if isinstance(obj, dict):
+        for name in _RESPONSE_FIELDS:
+            if isinstance(obj.get(name), str):
+                index = obj.get("index")
+                if index is not None and (isinstance(index, bool) or not isinstance(index, int)):
+                    raise DataError(path, number, f"'index' must be an integer, got {index!r}")
+                return index, obj[name]
+    raise DataError(path, number, "expected a JSON string or an object with a string 'response' field")
+
+
+def run_judges(rows: list[TestRow], responses: list[str], judge: str, client_config: ClientConfig | None = None) -> JudgeReport:
+    """Score ``responses`` with 'rules', 'llm' or 'both' (then with agreement)."""
+    if judge not in JUDGES:
+        raise ProbeError(f"--judge must be one of {', '.join(JUDGES)}, got {judge!r}")
+    report = JudgeReport(rows=len(rows), scores={})
+    if judge in ("rules", "both"):
+        report.verdicts["rules"] = _rule_judge().judge(rows, responses)
+    if judge in ("llm", "both"):
+        if client_config is None:
+            raise ProbeError("--judge llm needs an endpoint and model: pass --model (and --base-url) or set OPENAI_BASE_URL/OPENAI_MODEL")
+        from data_synthesis.judge.llm import LLMJudge
+
+        llm = LLMJudge(client_config)
+        report.verdicts["llm"] = llm.judge(rows, responses)
+        report.client_stats = llm.client.stats.as_dict()
+    report.scores = {name: score_table(v) for name, v in report.verdicts.items()}
+    if judge == "both":
+        report.agreement = agreement(report.verdicts["rules"], report.verdicts["llm"])
+    return report
+
+
+def judge_files(data: str | os.PathLike[str], responses: str | os.PathLike[str], judge: str = "rules",
+                client_config: ClientConfig | None = None, *, limit: int | None = None,
+                verdicts_out: str | os.PathLike[str] | None = None) -> JudgeReport:
+    """Read both files, judge (the first ``limit`` rows if given), optionally write per-row verdicts."""
+    rows = read_test_rows(data)
+    texts = read_responses(responses, len(rows))
+    if limit is not None:
+        if limit < 1:
+            raise ProbeError(f"--limit must be at least 1, got {limit}")
+        rows, texts = rows[:limit], texts[:limit]
+    report = run_judges(rows, texts, judge, client_config)
+    if verdicts_out is not None:
+        write_jsonl(verdicts_out, _verdict_rows(rows, report.verdicts))
+    return report
+
+
+def _verdict_rows(rows: list[TestRow], verdicts: dict[str, list[Verdict]]) -> list[dict[str, Any]]:
+    out = []
+    for i, row in enumerate(rows):
+        entry: dict[str, Any] = {"index": i, "task": row.task}
+        for name, items in verdicts.items():
+            entry[name] = {c.value: s for c, s in items[i].scores.items()}
+            entry[f"{name}_reasons"] = {c.value: r for c, r in items[i].reasons.items()}
+        out.append(entry)
+    return out
+
+
+def _rule_judge() -> Any:
+    try:
+        from data_synthesis.judge.rules import RuleJudge
+    except ImportError as exc:
+        raise ProbeError(f"the rule judge is not available in this installation ({exc})") from None
+    return RuleJudge()

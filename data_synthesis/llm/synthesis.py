@@ -1,0 +1,245 @@
+"""``synthesize_llm``: the paper's three-stage synthesis with an LLM writing the text.
+
+Stages (RoleMRC §3; the paper used GPT-4o):
+
+1. **Profiles.** Seed personas (the offline generator's seeded names, occupations and
+   towns) are expanded by the LLM into standardised profile cards; personality,
+   catchphrase, gesture and knowledge domains are chosen from the offline closed
+   vocabularies (validated with pydantic), so system prompts and cues stay learnable.
+2. **Matching.** Each role is paired with its most relevant passage inside its domains
+   and its least relevant passage outside them, by TF-IDF retrieval over the passage
+   pool (:mod:`data_synthesis.llm.retrieval`); test roles only see test passages.
+3. **Dialogues.** For every episode (free chats, on-scene passage dialogues, ruled chats:
+   nested, multi-turn, prioritised) the offline task builder lays out the prompt and the
+   ``expect`` block; the LLM writes the character's reply, which must parse
+   (:mod:`data_synthesis.llm.replies`) AND pass the rule judge on every capability of the
+   task plus knowledge boundary and role style (a reference must keep behaviour and style). Failing replies are repaired with the judge's reasons; what still fails is
+   dropped and counted per stage in the summary, never silently.
+
+Output: exactly the offline generator's files, schemas, allocation and seeding rules
+(``profiles.jsonl``, ``passages.jsonl``, ``sft.jsonl``, ``dpo.jsonl``, ``test.jsonl``), so
+training and probing cannot tell the backends apart; DPO ``rejected`` replies are the
+offline builders' realistic violations of the same episode. A ``synthesis_report.json``
+next to them records failures, repairs and request counts.
+
+Example:
+    >>> cfg = ClientConfig.from_env(model="gpt-4o")                      # doctest: +SKIP
+    >>> summary = synthesize_llm("data/llm", n_roles=40, seed=0, client_config=cfg)  # doctest: +SKIP
+    >>> summary.failures["total_failed"]                                   # doctest: +SKIP
+    3
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from data_synthesis.capabilities import TASKS, Capability, capabilities_of
+from data_synthesis.io import write_jsonl
+from data_synthesis.llm import prompts
+from data_synthesis.llm.client import ClientConfig, LLMClient
+from data_synthesis.llm.replies import FailureLog, ask_validated
+from data_synthesis.llm.retrieval import match_passages
+from data_synthesis.offline import vocab
+from data_synthesis.offline.chats import free_chat
+from data_synthesis.offline.passages import Passage, build_pool
+from data_synthesis.offline.profiles import RoleProfile, build_profiles
+from data_synthesis.offline.synthesize import (
+    SynthesisConfig,
+    SynthesisSummary,
+    _dpo_row,
+    _prepare,
+    _rng,
+    _sft_row,
+    _split_pool,
+    _summary,
+    _test_row,
+)
+from data_synthesis.offline.tasks import Episode, build_episode, shape_of
+from data_synthesis.schema import DPORow, SFTRow, TestRow, Turn
+
+REPORT_FILE = "synthesis_report.json"
+# Every reference must keep behaviour and style, besides the capabilities its task is judged on.
+_CHECKED: tuple[Capability, ...] = (Capability.KNOWLEDGE_BOUNDARY, Capability.ROLE_STYLE)
+
+
+@dataclass
+class LLMSynthesisSummary(SynthesisSummary):
+    """The offline summary plus what the LLM cost and what failed (per stage)."""
+
+    failures: dict[str, Any] = field(default_factory=dict)
+    requests: dict[str, int] = field(default_factory=dict)
+    matches: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass
+class _Run:
+    client: LLMClient
+    failures: FailureLog
+    repairs: int
+
+
+def synthesize_llm(out_dir: str | Path, n_roles: int, seed: int, client_config: ClientConfig, *, repairs: int = 2,
+                   **options: Any) -> LLMSynthesisSummary:
+    """Write the offline file set under ``out_dir`` with LLM-written profiles and replies.
+
+    ``options`` are :class:`~data_synthesis.offline.SynthesisConfig` size fields (e.g.
+    ``sft_base=1`` for a small run); ``repairs`` is the number of repair rounds per reply.
+    """
+    cfg = SynthesisConfig(n_roles=n_roles, seed=seed, **options)
+    out = _prepare(out_dir)
+    run = _Run(LLMClient(client_config), FailureLog(), repairs)
+    pool = build_pool(_rng(seed, "passages"), cfg.passages_per_domain)
+    train_pool, test_pool = _split_pool(cfg, pool)
+    roles = _profiles(run, build_profiles(_rng(seed, "profiles"), cfg.n_roles, cfg.n_test_roles))
+    train_roles = [r for r in roles if r.split == "train"]
+    test_roles = [r for r in roles if r.split == "test"]
+    pools, matches = _match(train_roles, train_pool)
+    test_pools, test_matches = _match(test_roles, test_pool)
+    pools.update(test_pools)
+    matches.update(test_matches)
+    test = _build_test(run, cfg, test_roles, pools)
+    sft, dpo = _build_train(run, cfg, train_roles, pools)
+    test_ids = {p.id for p in test_pool}
+    counts = {
+        "profiles.jsonl": write_jsonl(out / "profiles.jsonl", [{**r.to_dict(), "match": matches[r.id]} for r in roles]),
+        "passages.jsonl": write_jsonl(out / "passages.jsonl", [{**p.to_dict(), "split": "test" if p.id in test_ids else "train"} for p in pool]),
+        "sft.jsonl": write_jsonl(out / "sft.jsonl", sft),
+        "dpo.jsonl": write_jsonl(out / "dpo.jsonl", dpo),
+        "test.jsonl": write_jsonl(out / "test.jsonl", test),
+    }
+    base = _summary(out, counts, sft, dpo, test, (len(train_roles), len(test_roles)), (len(train_pool), len(test_pool)))
+    summary = LLMSynthesisSummary(**base.as_dict(), failures=run.failures.as_dict(), requests=run.client.stats.as_dict(), matches=matches)
+    (out / REPORT_FILE).write_text(json.dumps({"failures": summary.failures, "requests": summary.requests,
+                                               "endpoint": client_config.describe()}, indent=2) + "\n", encoding="utf-8")
+    return summary
+
+
+# ---------------------------------------------------------------- stage 1
+def _profiles(run: _Run, seeds: list[RoleProfile]) -> list[RoleProfile]:
+    """LLM-filled profile cards; a persona whose every repair failed is dropped (and counted)."""
+    requests = [prompts.profile_request(s.description, s.name) for s in seeds]
+    outcomes = ask_validated(run.client, requests, prompts.ProfileReply, stage="profiles", failures=run.failures, repairs=run.repairs)
+    roles = []
+    for seed, outcome in zip(seeds, outcomes):
+        card = outcome.value
+        if card is not None:
+            roles.append(RoleProfile(seed.id, seed.name, card.description, card.personality, card.catchphrase, card.gesture,
+                                     (card.domains[0], card.domains[1]), seed.split))
+    return roles
+
+
+# ---------------------------------------------------------------- stage 2
+def _profile_text(role: RoleProfile) -> str:
+    return f"{role.description}. Knows {role.domains[0]} and {role.domains[1]}. {role.personality}."
+
+
+def _match(roles: list[RoleProfile], pool: list[Passage]) -> tuple[dict[str, list[Passage]], dict[str, dict[str, Any]]]:
+    """role id -> [most relevant passage, least relevant passage] (and the scores, for profiles.jsonl)."""
+    if not roles:
+        return {}, {}
+    found = match_passages([_profile_text(r) for r in roles], [p.text for p in pool],
+                           passage_domains=[p.domain for p in pool], role_domains=[r.domains for r in roles])
+    pools = {r.id: [pool[m.relevant], pool[m.irrelevant]] for r, m in zip(roles, found)}
+    scores = {r.id: {"relevant": pool[m.relevant].id, "relevant_score": round(m.relevant_score, 4),
+                     "irrelevant": pool[m.irrelevant].id, "irrelevant_score": round(m.irrelevant_score, 4)}
+              for r, m in zip(roles, found)}
+    return pools, scores
+
+
+# ---------------------------------------------------------------- stage 3
+def _refusals(ep: Episode) -> dict[str, str]:
+    """The fixed refusal / attempt wording of the offline policy for this episode's shape."""
+    shape = shape_of(ep.task)
+    if shape.suffix == "refused":
+        return {"refusal": vocab.REFUSE_RULE}
+    if shape.suffix == "2ndrefused":
+        return {"refusal": f"{vocab.REFUSE_AGAIN_PREFIX} {vocab.REFUSE_UNANSWERABLE}"}
+    if shape.suffix == "2ndanswer" or (not shape.related and shape.answer and not shape.suffix):
+        return {"attempt": vocab.ATTEMPT_PREFIX}
+    return {"refusal": vocab.REFUSE_UNANSWERABLE if shape.related else vocab.REFUSE_OUTSIDE}
+
+
+def _write_replies(run: _Run, episodes: list[Episode], stage: str) -> list[Episode]:
+    """Episodes whose ``chosen`` is the LLM's reply, checked by the rule judge; failures dropped and counted."""
+    from data_synthesis.judge.rules import RuleJudge
+
+    judge = RuleJudge()
+
+    def check(value: prompts.ReplyText, index: int) -> str | None:
+        ep = episodes[index]
+        row = TestRow(ep.prompt, ep.chosen, ep.task, {"expect": ep.expect})
+        problems = []
+        for cap in _CHECKED + tuple(c for c in capabilities_of(ep.task) if c not in _CHECKED):
+            score, reason = judge.check(row, value.reply, cap)
+            if score != 1:
+                problems.append(f"{cap.value}: {reason}")
+        return "; ".join(problems) or None
+
+    requests = [prompts.reply_request(ep.prompt, ep.expect, _refusals(ep)) for ep in episodes]
+    outcomes = ask_validated(run.client, requests, prompts.ReplyText, stage=stage, failures=run.failures,
+                             repairs=run.repairs, check=check)
+    return [replace(ep, chosen=o.value.reply.strip()) for ep, o in zip(episodes, outcomes) if o.value is not None]
+
+
+def _build_test(run: _Run, cfg: SynthesisConfig, roles: list[RoleProfile], pools: dict[str, list[Passage]]) -> list[TestRow]:
+    rng = _rng(cfg.seed, "test")
+    episodes = [build_episode(spec.name, roles[i % len(roles)], pools[roles[i % len(roles)].id], rng)
+                for spec in TASKS for i in range(cfg.test_count(spec.published_count))] if roles else []
+    return [_test_row(ep) for ep in _write_replies(run, episodes, "test")]
+
+
+def _build_train(run: _Run, cfg: SynthesisConfig, roles: list[RoleProfile], pools: dict[str, list[Passage]]) -> tuple[list[SFTRow], list[DPORow]]:
+    sft_rng, dpo_rng, pick_rng, chat_rng = (_rng(cfg.seed, p) for p in ("sft", "dpo", "dpo-pick", "chat"))
+    sft_eps: list[Episode] = []
+    dpo_eps: list[Episode] = []
+    chats: list[SFTRow] = []
+    for role in roles:
+        for spec in TASKS:
+            sft_eps += [build_episode(spec.name, role, pools[role.id], sft_rng) for _ in range(cfg.sft_count(spec.name))]
+            dpo_eps += [build_episode(spec.name, role, pools[role.id], dpo_rng) for _ in range(cfg.dpo_per_task)]
+        chats += [free_chat(role, chat_rng) for _ in range(cfg.free_chats)]
+    sft = [_sft_row(ep) for ep in _write_replies(run, sft_eps, "sft")] + _write_chats(run, chats, {r.id: r for r in roles})
+    dpo = [_dpo_row(ep, pick_rng, cfg.style_violation_rate) for ep in _write_replies(run, dpo_eps, "dpo")]
+    _rng(cfg.seed, "shuffle-sft").shuffle(sft)
+    _rng(cfg.seed, "shuffle-dpo").shuffle(dpo)
+    return sft, dpo
+
+
+def _write_chats(run: _Run, chats: Sequence[SFTRow], roles: dict[str, RoleProfile]) -> list[SFTRow]:
+    """Free chats whose assistant turns the LLM rewrote in character (style checked)."""
+    def shape(row: SFTRow) -> tuple[RoleProfile, bool, str]:
+        role = roles[str(row.extra["role"])]
+        narration = "with_narration" in str(row.extra.get("category", ""))
+        return role, narration, (f"*{role.gesture}* {role.catchphrase}" if narration else role.catchphrase)
+
+    def check(value: prompts.ChatReplies, index: int) -> str | None:
+        row = chats[index]
+        role, narration, _ = shape(row)
+        wanted = sum(1 for t in row.conversations if t.role == "assistant")
+        if len(value.replies) != wanted:
+            return f"expected exactly {wanted} replies, got {len(value.replies)}"
+        for i, reply in enumerate(value.replies, 1):
+            if role.catchphrase not in reply:
+                return f"reply {i} lacks the catchphrase {role.catchphrase!r}"
+            if narration != (f"*{role.gesture}*" in reply) or (not narration and "*" in reply):
+                return f"reply {i} must {'' if narration else 'not '}describe actions between asterisks"
+        return None
+
+    requests = []
+    for row in chats:
+        role, narration, start = shape(row)
+        requests.append(prompts.chat_request(row.conversations, sum(1 for t in row.conversations if t.role == "assistant"), start, narration))
+    outcomes = ask_validated(run.client, requests, prompts.ChatReplies, stage="free_chat", failures=run.failures,
+                             repairs=run.repairs, check=check)
+    rewritten = []
+    for row, outcome in zip(chats, outcomes):
+        if outcome.value is None:
+            continue
+        replies = iter(r.strip() for r in outcome.value.replies)
+        turns = [Turn("assistant", next(replies)) if t.role == "assistant" else t for t in row.conversations]
+        rewritten.append(SFTRow(turns, dict(row.extra)))
+    return rewritten

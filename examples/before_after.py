@@ -1,0 +1,86 @@
+"""Scripted before/after constraint evaluation of a neuron intervention, in one library call.
+
+Scale the units a run ranked highest for a capability (or any units you name) in the DPO
+model, generate on the same prompts with and without the intervention, and print
+compliance before -> after per capability with the 95% CI, the McNemar p, the placebo
+percentile, plus a few prompts whose response changed.
+
+    # after `probe run --capability multi_turn` (which also ranks units):
+    python examples/before_after.py runs/<run> --factor 0 --limit 40 --placebo 5
+    # or on any model and data file, with explicit units:
+    python examples/before_after.py --model-dir DIR --data test.jsonl --units 14:3,14:9,20:0 --factor 0
+
+With no RUN_DIR and no --model-dir the newest run under ./runs is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from data_synthesis.errors import ProbeError
+from interventions import PAPER_FACTOR, ABConfig, run_ab
+from interventions.report import fmt_delta, fmt_p, fmt_pct
+
+
+def newest_run(root: Path = Path("runs")) -> Path:
+    runs = sorted((p.parent for p in root.glob("*/activations.h5")), key=lambda p: p.stat().st_mtime)
+    if not runs:
+        raise ProbeError(f"no run under {root}/: record one first with `probe run --capability multi_turn`, or pass --model-dir/--data/--units")
+    return runs[-1]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run_dir", nargs="?", type=Path)
+    parser.add_argument("--capability", default="multi_turn")
+    parser.add_argument("--factor", type=float, default=PAPER_FACTOR)
+    parser.add_argument("--top-k", type=int, default=None)
+    parser.add_argument("--units", default=None)
+    parser.add_argument("--hook", default="mlp_out", help="hook point of --units / --top-k")
+    parser.add_argument("--model-dir", type=Path, default=None)
+    parser.add_argument("--data", type=Path, default=None)
+    parser.add_argument("--limit", type=int, default=40, help="rows per capability")
+    parser.add_argument("--placebo", type=int, default=5)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--out", type=Path, default=Path("runs/examples/before_after"))
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    run_dir = args.run_dir or (None if args.model_dir else newest_run())
+    config = ABConfig(run_dir=run_dir, capability=args.capability, factor=args.factor, top_k=args.top_k, units=args.units, hook=args.hook,
+                      model_dir=args.model_dir, data_file=args.data, limit=args.limit, placebo=args.placebo,
+                      max_new_tokens=args.max_new_tokens, out_dir=args.out)
+    report = run_ab(config, progress=lambda line: print(f"  .. {line}", file=sys.stderr))
+
+    arm = report.main
+    print(f"\nScaling {report.neurons['size']} units of {report.neurons['hook']} by {arm.factor!r} in the {report.model} model ({report.dtype})")
+    print(f"{'capability':<20} {'before':>7} {'after':>7} {'delta':>7}  {'95% CI':<16} {'p':>7} {'placebo':>8} {'changed':>8}")
+    for c in arm.capabilities:
+        placebo = f"{c.placebo['percentile']:.0f}th" if c.placebo else "-"
+        print(f"{c.capability:<20} {fmt_pct(c.before):>7} {fmt_pct(c.after):>7} {fmt_delta(c.delta):>7}  "
+              f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]{'':<2} {fmt_p(c.p_value):>7} {placebo:>8} {c.rows_changed:>4}/{c.n_rows}")
+    for flag in arm.guard.flags:
+        print(f"NO-OP WARNING: {flag}")
+
+    shown = 0
+    with open(report.paths["generations"], encoding="utf-8") as handle:
+        for line in handle:
+            record = json.loads(line)
+            if record["changed"].get(repr(arm.factor)) and shown < 3:
+                shown += 1
+                print(f"\n[{record['task']}]\n  before: {record['baseline'][:120]!r}\n  after:  {record['intervened'][repr(arm.factor)][:120]!r}")
+    print(f"\nreport: {report.paths['markdown']}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except ProbeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)

@@ -1,0 +1,237 @@
+"""``run_ab``: baseline vs intervened generations on the same prompts, judged, with controls.
+
+The pipeline, in order:
+
+1. resolve the model dir and data file (from the run, or explicit overrides), pick the
+   rows (target capability first, then the others as collateral; ``limit`` rows per
+   capability, interleaved by task so a small limit still covers every task);
+2. resolve the neuron set (file, top K of the run's ranking, or an explicit list) and
+   check it against the model;
+3. generate the baseline once, then one arm per factor (main, dose sweep, and factor 0
+   as the positive control unless disabled), then one arm per placebo set at the main
+   factor; every arm uses the same batches and decoding;
+4. judge every arm, compute per capability the paired statistics
+   (:mod:`interventions.stats`), place the real Δ among the placebo Δs, fill the no-op
+   guard; write ``ab_report.json``, ``ab_report.md`` and ``generations.jsonl``.
+
+Example:
+    >>> report = run_ab(ABConfig(run_dir="runs/x", capability="multi_turn", placebo=20))   # doctest: +SKIP
+    >>> report.main.capability("multi_turn").delta                                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import zip_longest
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analysis.neuron_sets import NeuronSet
+from data_synthesis.capabilities import Capability
+from data_synthesis.errors import ProbeError
+from data_synthesis.judge.base import Judge
+from data_synthesis.io import group_by_capability, read_test_rows
+from data_synthesis.schema import TestRow
+from interventions.config import ABConfig
+from interventions.generation import ABGenerator, Generations, Intervention
+from interventions.placebo import placebo_sets
+from interventions.results import ABReport, ArmResult, CapabilityResult, build_guard
+from interventions.scaling import dtype_noop_fraction
+from interventions.scoring import ArmScores, corpus_bleu, make_judge, score_arm
+from interventions.selection import check_against_model, describe, load_neuron_file, parse_units, ranking_from_run
+from interventions.stats import paired_delta, placebo_compare
+from probes.hook_points import width
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def resolve_sources(config: ABConfig) -> tuple[Path, Path]:
+    """(model_dir, data_file): explicit overrides win, otherwise what the run recorded."""
+    model_dir, data_file = config.model_dir, config.data_file
+    if config.run_dir is not None and (model_dir is None or data_file is None):
+        from probes.store import RunReader
+
+        with RunReader(config.run_dir) as run:
+            info, settings = run.model_info(config.model), run.settings
+        model_dir = model_dir or info.get("model_dir") or settings.get(f"{config.model}_dir")
+        data_file = data_file or next((settings[k] for k in ("data_file", "data", "data_path") if settings.get(k)), None)
+        if not model_dir:
+            raise ProbeError(f"{config.run_dir}: the run does not record a model dir for {config.model!r}; pass --model-dir")
+        if not data_file:
+            raise ProbeError(f"{config.run_dir}: the run does not record its data file; pass --data")
+    assert model_dir is not None and data_file is not None
+    if not Path(model_dir).is_dir():
+        raise ProbeError(f"{model_dir}: model directory not found (model {config.model!r}); pass --model-dir")
+    return Path(model_dir), Path(data_file)
+
+
+def resolve_neurons(config: ABConfig) -> NeuronSet:
+    """The neuron set the config names (before checking it against a model)."""
+    if config.units is not None:
+        return parse_units(config.units, config.hook)
+    if config.neurons is not None:
+        return load_neuron_file(config.neurons, config.top_k)
+    assert config.run_dir is not None
+    if config.top_k is not None:
+        return ranking_from_run(config.run_dir, config.capability, config.hook, config.top_k)
+    default = Path(config.run_dir) / "analysis" / f"neurons_{config.capability}_{config.hook}.json"
+    if not default.is_file():
+        raise ProbeError(f"{default}: no neuron set for capability={config.capability} hook={config.hook}; run `probe analyze {config.run_dir}` or pass --top-k/--neurons/--units")
+    return NeuronSet.load(default)
+
+
+def select_rows(rows: list[TestRow], config: ABConfig) -> tuple[list[int], dict[Capability, list[int]]]:
+    """Row indices to generate, and per capability the indices (into that list) it is scored on."""
+    wanted = [config.target] + ([c for c in Capability if c != config.target] if config.collateral else [])
+    groups = group_by_capability(rows, wanted)
+    chosen: dict[Capability, list[int]] = {}
+    for cap in wanted:
+        by_task: dict[str, list[int]] = {}
+        for index, row in groups[cap]:
+            by_task.setdefault(row.task, []).append(index)
+        interleaved = [i for group in zip_longest(*by_task.values()) for i in group if i is not None]
+        chosen[cap] = interleaved[: config.limit] if config.limit else interleaved
+    if not chosen[config.target]:
+        raise ProbeError(f"{config.data_file or 'the data file'}: no rows for capability {config.capability!r}")
+    unique = sorted({i for indices in chosen.values() for i in indices})
+    position = {row: k for k, row in enumerate(unique)}
+    return unique, {cap: [position[i] for i in idx] for cap, idx in chosen.items() if idx}
+
+
+def load_model(model_dir: Path, dtype: str, device: str) -> tuple[Any, Any]:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
+    except (OSError, ValueError) as exc:
+        raise ProbeError(f"{model_dir}: cannot load a causal LM and tokenizer ({str(exc).splitlines()[0]})") from None
+    model.to(device).eval()
+    return model, tokenizer
+
+
+def _scores(arm: ArmScores, cap: Capability, idx: list[int]) -> list[int | None]:
+    return [arm.verdicts[i].scores.get(cap) for i in idx]
+
+
+def capability_result(cap: Capability, target: bool, idx: list[int], base: tuple[Generations, ArmScores],
+                      arm: tuple[Generations, ArmScores], n_bootstrap: int, seed: int) -> CapabilityResult:
+    """Paired statistics of one capability for one arm against the baseline."""
+    before_all, after_all = _scores(base[1], cap, idx), _scores(arm[1], cap, idx)
+    pairs = [(b, a) for b, a in zip(before_all, after_all) if b is not None and a is not None]
+    stats = paired_delta([b for b, _ in pairs], [a for _, a in pairs], n_resamples=n_bootstrap, seed=seed)
+    return CapabilityResult(
+        capability=cap.value, target=target, n_rows=len(idx), n_scored=len(pairs), undecided=len(idx) - len(pairs),
+        before=stats.before, after=stats.after, delta=stats.delta, ci_low=stats.ci_low, ci_high=stats.ci_high,
+        p_value=stats.mcnemar.p_value, discordant_lost=stats.mcnemar.b, discordant_gained=stats.mcnemar.c,
+        rows_changed=sum(base[0].ids[i] != arm[0].ids[i] for i in idx),
+        rouge_l_before=float(np.mean([base[1].rouge_l[i] for i in idx])), rouge_l_after=float(np.mean([arm[1].rouge_l[i] for i in idx])),
+        bleu_before=float("nan"), bleu_after=float("nan"),
+    )
+
+
+def _with_bleu(result: CapabilityResult, rows: list[TestRow], idx: list[int], base: Generations, arm: Generations) -> CapabilityResult:
+    refs = [rows[i].reference for i in idx]
+    result.bleu_before = corpus_bleu([base.texts[i] for i in idx], refs)
+    result.bleu_after = corpus_bleu([arm.texts[i] for i in idx], refs)
+    return result
+
+
+class _Runner:
+    """Holds what every arm shares: model, generator, rows, judge, baseline."""
+
+    def __init__(self, config: ABConfig, progress: Progress, judge: Judge | None) -> None:
+        self.config, self.progress = config, progress
+        self.model_dir, self.data_file = resolve_sources(config)
+        self.neurons = resolve_neurons(config)
+        all_rows = read_test_rows(self.data_file)
+        unique, self.groups = select_rows(all_rows, config)
+        self.rows = [all_rows[i] for i in unique]
+        self.row_ids = unique
+        self.model, self.tokenizer = load_model(self.model_dir, config.dtype, config.device)
+        source = f"--units {config.units}" if config.units else str(config.neurons or "the run's neuron set")
+        check_against_model(self.neurons, self.model, source)
+        self.judge = judge or make_judge(config.judge, base_url=config.judge_base_url, model=config.judge_model)
+        from training.generation import GenerationConfig
+
+        gen_config = GenerationConfig(max_new_tokens=config.max_new_tokens, batch_size=config.batch_size, do_sample=config.do_sample,
+                                      temperature=config.temperature, top_p=config.top_p, seed=config.seed)
+        self.generator = ABGenerator(self.model, self.tokenizer, self.rows, gen_config, config.backend)
+        progress(f"baseline: {len(self.rows)} prompts")
+        generations = self.generator.run()
+        self.base = (generations, score_arm(self.judge, self.rows, generations.texts))
+
+    def arm(self, neurons: NeuronSet, factor: float) -> tuple[Generations, ArmScores]:
+        generations = self.generator.run(Intervention(neurons, factor))
+        return generations, score_arm(self.judge, self.rows, generations.texts)
+
+    def results(self, arm: tuple[Generations, ArmScores], bleu: bool = True) -> list[CapabilityResult]:
+        out = []
+        for cap, idx in self.groups.items():
+            result = capability_result(cap, cap == self.config.target, idx, self.base, arm, self.config.n_bootstrap, self.config.seed)
+            out.append(_with_bleu(result, self.rows, idx, self.base[0], arm[0]) if bleu else result)
+        return out
+
+    def arm_result(self, factor: float, role: str) -> tuple[ArmResult, tuple[Generations, ArmScores]]:
+        self.progress(f"{role} arm: factor {factor!r} on {len(self.neurons)} units")
+        arm = self.arm(self.neurons, factor)
+        rows_changed = sum(a != b for a, b in zip(arm[0].ids, self.base[0].ids))
+        import torch
+
+        guard = build_guard(factor, self.config.dtype, dtype_noop_fraction(factor, getattr(torch, self.config.dtype)),
+                            arm[0].hook_stats, len(self.rows), rows_changed)
+        return ArmResult(factor, role, self.results(arm), guard, arm[0].seconds, arm[0].n_tokens), arm
+
+    def placebo(self, main: ArmResult) -> dict[str, Any]:
+        cfg = self.config
+        sets = placebo_sets(self.neurons, width(self.model, self.neurons.hook), cfg.placebo, cfg.seed)
+        deltas: dict[str, list[float]] = {cap.value: [] for cap in self.groups}
+        changed: dict[str, list[int]] = {cap.value: [] for cap in self.groups}
+        for k, neurons in enumerate(sets):
+            self.progress(f"placebo {k + 1}/{len(sets)}")
+            for result in self.results(self.arm(neurons, cfg.factor), bleu=False):
+                deltas[result.capability].append(result.delta)
+                changed[result.capability].append(result.rows_changed)
+        for result in main.capabilities:
+            if sets:
+                cmp = placebo_compare(result.delta, deltas[result.capability])
+                result.placebo = {"percentile": cmp.percentile, "p_empirical": cmp.p_empirical, "deltas": cmp.placebo,
+                                  "rows_changed_mean": float(np.mean(changed[result.capability]))}
+        return {"n_sets": len(sets), "seed": cfg.seed, "factor": cfg.factor, "sets": [[[n.layer, n.unit] for n in s.neurons] for s in sets]}
+
+
+def run_ab(config: ABConfig, progress: Progress | None = None, judge: Judge | None = None) -> ABReport:
+    """Run the whole A/B evaluation described by ``config``; write files if ``config.out_dir``.
+
+    ``progress`` receives one line per stage; ``judge`` replaces the judge named in the
+    config (any object with the :class:`~data_synthesis.judge.base.Judge` protocol).
+    """
+    say = progress or _quiet
+    runner = _Runner(config, say, judge)
+    arms: list[ArmResult] = []
+    generations: dict[float, Generations] = {}
+    for k, factor in enumerate(config.factors):
+        role = "main" if k == 0 else ("control" if factor == 0.0 and factor not in config.doses else "dose")
+        result, arm = runner.arm_result(factor, role)
+        arms.append(result)
+        generations[factor] = arm[0]
+    placebo = runner.placebo(arms[0])
+    report = ABReport(
+        capability=config.capability, model=config.model, model_dir=str(runner.model_dir), data_file=str(runner.data_file),
+        dtype=config.dtype, backend=config.backend, judge=runner.judge.name, neurons=describe(runner.neurons),
+        baseline={"seconds": runner.base[0].seconds, "tokens": runner.base[0].n_tokens, "rows": len(runner.rows)},
+        main=arms[0], doses=arms[1:], placebo=placebo, config=config.to_dict(),
+        warnings=[flag for arm in arms[:1] for flag in arm.guard.flags],
+    )
+    if config.out_dir is not None:
+        from interventions.report import write_report
+
+        write_report(report, runner.rows, runner.row_ids, runner.base, generations, Path(config.out_dir))
+    return report

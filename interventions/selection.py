@@ -1,0 +1,120 @@
+"""Which units to scale: a neuron-set file, the top K of a run's ranking, or a ``layer:unit`` list.
+
+Every route ends in the same object, :class:`analysis.neuron_sets.NeuronSet`, so the
+intervention code never cares where a selection came from, and the report can always
+say. Selections are checked against the model *before* any forward: a layer or unit
+outside the hook point is a user mistake (:class:`ProbeError` naming the argument),
+never an ``IndexError`` in the middle of generation.
+
+Example:
+    >>> ns = parse_units("14:3,14:9,20:0", hook="mlp_out")
+    >>> ns.by_layer()
+    {14: [3, 9], 20: [0]}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from torch import nn
+
+from analysis.neuron_sets import Neuron, NeuronSet
+from data_synthesis.errors import ProbeError
+from probes.hook_points import n_layers, validate_hook, width
+
+
+def parse_units(spec: str, hook: str = "mlp_out") -> NeuronSet:
+    """Parse ``"14:3,14:9,20:0"`` (also ``"14:3-7"`` for a unit range) into a manual neuron set."""
+    validate_hook(hook)
+    neurons: list[Neuron] = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        layer_s, sep, unit_s = part.partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            layer = int(layer_s)
+            lo_s, dash, hi_s = unit_s.partition("-")
+            lo, hi = int(lo_s), int(hi_s) if dash else int(lo_s)
+            if lo > hi or layer < 0 or lo < 0:
+                raise ValueError
+        except ValueError:
+            raise ProbeError(f"--units {spec!r}: bad entry {part!r}; expected LAYER:UNIT pairs like 14:3,14:9,20:0 (or 14:3-7)") from None
+        neurons.extend(Neuron(layer, unit) for unit in range(lo, hi + 1))
+    if not neurons:
+        raise ProbeError(f"--units {spec!r}: no units given; expected LAYER:UNIT pairs like 14:3,14:9,20:0")
+    seen: set[tuple[int, int]] = set()
+    for n in neurons:
+        if (n.layer, n.unit) in seen:
+            raise ProbeError(f"--units {spec!r}: layer {n.layer} unit {n.unit} is listed twice")
+        seen.add((n.layer, n.unit))
+    return NeuronSet(neurons=neurons, hook=hook, metric="manual", selection={"rule": "units", "spec": spec})
+
+
+def load_neuron_file(path: str | Path, top_k: int | None = None) -> NeuronSet:
+    """Load a neuron-set file; with ``top_k``, keep the K units of largest |delta|."""
+    neurons = NeuronSet.load(path)
+    validate_hook(neurons.hook)
+    return top_k_of(neurons, top_k) if top_k is not None else neurons
+
+
+def top_k_of(neurons: NeuronSet, k: int) -> NeuronSet:
+    """The ``k`` units of largest |delta| (ties broken by layer, then unit)."""
+    if k < 1:
+        raise ProbeError(f"--top-k must be at least 1, got {k}")
+    if k > len(neurons):
+        raise ProbeError(f"--top-k {k}: the ranking has only {len(neurons)} units; ask for fewer or re-run `probe analyze --top-k {k}`")
+    ranked = sorted(neurons.neurons, key=lambda n: (-abs(n.delta), n.layer, n.unit))[:k]
+    selection = {**neurons.selection, "top_k": k}
+    return NeuronSet(ranked, neurons.hook, neurons.metric, neurons.capability, selection, neurons.run_dir, dict(neurons.model_hashes))
+
+
+def ranking_from_run(run_dir: str | Path, capability: str, hook: str, k: int) -> NeuronSet:
+    """Top ``k`` units of the run's discrepancy ranking for one capability and hook point.
+
+    Uses ``RUN_DIR/analysis/neurons_<capability>_<hook>.json`` when it holds at least
+    ``k`` units; otherwise ranks afresh through :func:`analysis.analyze_run` into
+    ``RUN_DIR/analysis/top<k>/`` (so an existing analysis is never overwritten).
+    """
+    if k < 1:
+        raise ProbeError(f"--top-k must be at least 1, got {k}")
+    existing = Path(run_dir) / "analysis" / f"neurons_{capability}_{hook}.json"
+    if existing.is_file():
+        ranked = NeuronSet.load(existing)
+        if len(ranked) >= k:
+            return top_k_of(ranked, k)
+    out_dir = Path(run_dir) / "analysis" / f"top{k}"
+    target = out_dir / f"neurons_{capability}_{hook}.json"
+    if not target.is_file():
+        from analysis import analyze_run  # analysis is upstream of interventions
+
+        analyze_run(run_dir, capabilities=[capability], hooks=[hook], top_k=k, out_dir=out_dir, plots=False)
+    if not target.is_file():
+        raise ProbeError(f"{run_dir}: analysis wrote no ranking for capability={capability} hook={hook}; was it recorded?")
+    return top_k_of(NeuronSet.load(target), k)
+
+
+def check_against_model(neurons: NeuronSet, model: nn.Module, source: str = "neuron set") -> None:
+    """Raise :class:`ProbeError` if a layer or unit lies outside the model's hook point."""
+    validate_hook(neurons.hook)
+    total, units = n_layers(model), width(model, neurons.hook)
+    for n in neurons.neurons:
+        if not 0 <= n.layer < total:
+            raise ProbeError(f"{source}: layer {n.layer} (unit {n.unit}) is outside the model, which has layers 0-{total - 1}")
+        if not 0 <= n.unit < units:
+            raise ProbeError(f"{source}: unit {n.unit} of layer {n.layer} is outside {neurons.hook}, which has units 0-{units - 1}")
+
+
+def describe(neurons: NeuronSet) -> dict[str, object]:
+    """A small JSON-ready summary: size, per-layer counts, provenance."""
+    return {
+        "hook": neurons.hook,
+        "size": len(neurons),
+        "per_layer": {str(layer): len(units) for layer, units in sorted(neurons.by_layer().items())},
+        "metric": neurons.metric,
+        "capability": neurons.capability,
+        "selection": neurons.selection,
+        "run_dir": neurons.run_dir,
+        "units": [[n.layer, n.unit] for n in neurons.neurons],
+    }

@@ -1,0 +1,116 @@
+"""Paired statistics for before/after compliance, and where a real effect sits among placebos.
+
+Compliance is a 0/1 outcome per prompt, measured twice on the *same* prompts, so the
+right tools are paired ones:
+
+* Δ = mean(after) − mean(before), with a 95% bootstrap CI that resamples *prompts*
+  (both arms together), via :func:`scipy.stats.bootstrap` on the per-prompt differences;
+* the exact McNemar test: only discordant prompts carry information, and under the null
+  each is equally likely to flip either way, so p = two-sided binomial test of
+  ``b`` (1→0) among ``b + c`` (:func:`scipy.stats.binomtest`);
+* a placebo comparison: the real Δ against the Δs of R random neuron sets, as a
+  percentile and an empirical p-value with the +1 correction, (1 + #{|Δ_placebo| ≥ |Δ|}) / (R + 1).
+
+Example:
+    >>> mcnemar_exact([1, 1, 0, 1], [0, 1, 1, 1]).p_value
+    1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats
+
+
+@dataclass(frozen=True)
+class McNemar:
+    b: int  # complied before, not after
+    c: int  # complied after, not before
+    p_value: float
+
+
+@dataclass(frozen=True)
+class PairedDelta:
+    n: int
+    before: float
+    after: float
+    delta: float
+    ci_low: float
+    ci_high: float
+    mcnemar: McNemar
+
+    def as_dict(self) -> dict[str, float | int]:
+        out = asdict(self)
+        mc = out.pop("mcnemar")
+        return {**out, "discordant_lost": mc["b"], "discordant_gained": mc["c"], "p_value": mc["p_value"]}
+
+
+def _pairs(before: Sequence[float], after: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    b, a = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
+    if b.shape != a.shape or b.ndim != 1:
+        raise ValueError(f"paired outcomes must be two 1-D arrays of equal length, got {b.shape} and {a.shape}")
+    return b, a
+
+
+def mcnemar_exact(before: Sequence[int], after: Sequence[int]) -> McNemar:
+    """Exact (binomial) McNemar test on paired 0/1 outcomes."""
+    b_arr, a_arr = _pairs(before, after)
+    b = int(np.sum((b_arr == 1) & (a_arr == 0)))
+    c = int(np.sum((b_arr == 0) & (a_arr == 1)))
+    p = 1.0 if b + c == 0 else float(stats.binomtest(b, b + c, 0.5, alternative="two-sided").pvalue)
+    return McNemar(b, c, p)
+
+
+def bootstrap_delta_ci(before: Sequence[float], after: Sequence[float], *, confidence: float = 0.95,
+                       n_resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap CI of mean(after − before), resampling prompts with replacement."""
+    b, a = _pairs(before, after)
+    diff = a - b
+    if diff.size == 0:
+        return float("nan"), float("nan")
+    if np.all(diff == diff[0]):
+        return float(diff[0]), float(diff[0])  # no variation: every resample gives the same mean
+    result = stats.bootstrap((diff,), np.mean, confidence_level=confidence, n_resamples=n_resamples,
+                             method="percentile", vectorized=True, rng=np.random.default_rng(seed))
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def paired_delta(before: Sequence[int], after: Sequence[int], *, n_resamples: int = 10_000, seed: int = 0) -> PairedDelta:
+    """Compliance before/after, Δ with its 95% paired bootstrap CI, and the exact McNemar test."""
+    b, a = _pairs(before, after)
+    n = int(b.size)
+    if n == 0:
+        nan = float("nan")
+        return PairedDelta(0, nan, nan, nan, nan, nan, McNemar(0, 0, 1.0))
+    low, high = bootstrap_delta_ci(b, a, n_resamples=n_resamples, seed=seed)
+    return PairedDelta(n, float(b.mean()), float(a.mean()), float(a.mean() - b.mean()), low, high, mcnemar_exact(b, a))
+
+
+@dataclass(frozen=True)
+class PlaceboComparison:
+    real: float
+    placebo: list[float]
+    percentile: float  # % of placebo Δ below the real Δ (ties count half)
+    p_empirical: float  # two-sided, +1 corrected
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def placebo_compare(real: float, placebo: Sequence[float]) -> PlaceboComparison:
+    """Place ``real`` in the placebo distribution.
+
+    >>> placebo_compare(0.1, [0.0, 0.0, 0.2, -0.1]).p_empirical
+    0.6
+    """
+    values = np.asarray([p for p in placebo if np.isfinite(p)], dtype=float)
+    if values.size == 0 or not np.isfinite(real):
+        return PlaceboComparison(float(real), [float(p) for p in placebo], float("nan"), float("nan"))
+    below, ties = float(np.sum(values < real)), float(np.sum(values == real))
+    percentile = 100.0 * (below + 0.5 * ties) / values.size
+    extreme = int(np.sum(np.abs(values) >= abs(real) - 1e-12))
+    p = (1 + extreme) / (values.size + 1)
+    return PlaceboComparison(float(real), [float(p) for p in placebo], percentile, p)

@@ -1,0 +1,91 @@
+"""``probe analyze RUN_DIR``: discrepancy maps, neuron sets, plots and the top-layers table.
+
+Thin wrapper over :func:`analysis.analyze_run`; prints, per capability and hook, the
+layers ranked by mean |Δ| with the share of FDR-significant units, then any warnings
+(clipped layer window, skipped PNG export) and where the files went.
+``print_report`` is reused by ``probe run`` to end a recording with the same table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import typer
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from analysis.run import AnalysisResult
+
+
+def register(app: typer.Typer) -> None:
+    app.command("analyze")(analyze)
+
+
+def analyze(
+    run_dir: Path = typer.Argument(..., help="A run directory holding activations.h5 (from `probe run`)."),
+    metric: str = typer.Option("topk_count", "--metric", help="topk_count (the paper's top-k% membership counts), mean_diff, or effect_size (paired d_z)."),
+    top_percent: float = typer.Option(20.0, "--top-percent", help="topk_count: share of units kept per sample and layer, in percent."),
+    layers: str = typer.Option("12-31", "--layers", help="Layer window, e.g. 12-31, 12-, 3,5,7 or all; clipped (with a warning) to the model."),
+    capability: Optional[list[str]] = typer.Option(None, "--capability", "-c", help="Capability (repeatable, or comma-separated, or 'all') [default: all recorded]."),
+    hook: Optional[list[str]] = typer.Option(None, "--hook", help="Hook point (repeatable): mlp_out, attn_out, resid_post, mlp_post [default: all recorded]."),
+    normalize: str = typer.Option("samples", "--normalize", help="topk_count: divide count differences by the number of samples, or by the width (the authors' script)."),
+    top_k: int = typer.Option(64, "--top-k", help="Units in each neuron set (the cap, for --rule fdr)."),
+    rule: str = typer.Option("top_k_abs", "--rule", help="Neuron selection: top_k_abs (largest |Δ|) or fdr (BH-significant, |Δ| >= --threshold)."),
+    threshold: float = typer.Option(0.0, "--threshold", help="Minimum |Δ| for a selected unit."),
+    fdr_alpha: float = typer.Option(0.05, "--fdr-alpha", help="Benjamini-Hochberg level across layers x units."),
+    test: str = typer.Option("t", "--test", help="mean_diff/effect_size: paired t-test (t) or Wilcoxon signed-rank (wilcoxon)."),
+    reorder: bool = typer.Option(False, "--reorder", help="Plot units sorted by summed |Δ| (as the authors' lin_heat_map intended)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output directory [default: RUN_DIR/analysis]."),
+    plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plotly figures."),
+    png: Optional[bool] = typer.Option(None, "--png/--no-png", help="PNG export through kaleido [default: when Chromium is installed]."),
+    show: int = typer.Option(5, "--show", min=1, help="Layers shown per capability and hook."),
+) -> None:
+    """Compare SFT and DPO activations of a run: maps, per-layer profile, neuron sets, plots."""
+    from rich.console import Console
+
+    from analysis import analyze_run
+
+    result = analyze_run(
+        run_dir, metric=metric, top_percent=top_percent, layers=layers, capabilities=capability, hooks=hook,
+        normalize=normalize, top_k=top_k, fdr_alpha=fdr_alpha, out_dir=out, plots=plots, png=png,
+        rule=rule, threshold=threshold, test=test, reorder=reorder,
+    )
+    print_report(result, Console(), show)
+
+
+def print_report(result: AnalysisResult, console: Console, show: int = 5) -> None:
+    """The top-layers table per capability × hook, then warnings and output paths."""
+    from rich.table import Table
+
+    summary = result.summary
+    alpha = summary["settings"]["fdr_alpha"]
+    for cap, by_hook in summary["capabilities"].items():
+        for hook, body in by_hook.items():
+            table = Table(title=f"{cap} · {hook} · {summary['metric']} · N={body['n_samples']} · layers {body['layers']}")
+            for name in ("rank", "layer", "mean |Δ|", f"share q≤{alpha:g}", "top unit", "its Δ"):
+                table.add_column(name, justify="right")
+            best = _best_unit_by_layer(body["top_units"])
+            for row in body["top_layers"][:show]:
+                unit = best.get(row["layer"])
+                table.add_row(
+                    str(row["rank"]), str(row["layer"]), f"{row['mean_abs_delta']:.4g}", f"{row['share_significant']:.1%}",
+                    str(unit["unit"]) if unit else "-", f"{unit['delta']:+.4g}" if unit else "-",
+                )
+            console.print(table)
+    for note in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {note}")
+    console.print(f"summary: {result.summary_path}")
+    console.print(f"maps: {result.maps_path}")
+    for path in result.neuron_sets.values():
+        console.print(f"neuron set: {path}")
+    if result.plots:
+        console.print(f"plots: {len(result.plots)} files in {result.plots[0].parent}")
+
+
+def _best_unit_by_layer(units: list[dict]) -> dict[int, dict]:
+    best: dict[int, dict] = {}
+    for unit in units:  # already ranked by |Δ|
+        best.setdefault(unit["layer"], unit)
+    return best

@@ -1,0 +1,89 @@
+"""``probe judge``: score a responses file with the rule judge, an LLM judge, or both.
+
+Thin wrapper over :func:`data_synthesis.llm.judging.judge_files`; prints one table of
+per-capability compliance, undecided (unparseable) counts and, for ``--judge both``,
+agreement and Cohen's kappa between the two judges.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional
+
+import typer
+
+if TYPE_CHECKING:
+    from data_synthesis.llm.judging import JudgeReport
+
+JUDGE_HELP = "rules (offline, needs the test rows' expect blocks), llm (an OpenAI-compatible endpoint), or both (adds agreement)."
+
+
+def register(app: typer.Typer) -> None:
+    app.command("judge")(judge)
+
+
+def judge(
+    data: Path = typer.Option(..., "--data", help="Test rows (JSONL: question, reference, task[, expect])."),
+    responses: Path = typer.Option(..., "--responses", help="One response per test row (JSONL strings or {response[, index]})."),
+    judge_name: str = typer.Option("rules", "--judge", help=JUDGE_HELP),
+    model: Optional[str] = typer.Option(None, "--model", help="Judge model (for `transformers serve`: the exact served path). Env: OPENAI_MODEL."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1. Env: OPENAI_BASE_URL."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="NAME of the variable holding the key [default: OPENAI_API_KEY]."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0, max=2.0, help="Judge temperature [default: 0]."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, max=256, help="Requests in flight [default: 4]."),
+    max_retries: Optional[int] = typer.Option(None, "--max-retries", min=0, max=100, help="Retries on 429/5xx/timeouts [default: 4]."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="Seconds per request [default: 60]."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Reply cache [default: .cache/llm]."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Judge only the first N rows."),
+    verdicts_out: Optional[Path] = typer.Option(None, "--verdicts-out", help="Write per-row verdicts (JSONL) here."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of a table."),
+) -> None:
+    """Score responses per capability; with --judge both, report rules-vs-LLM agreement and kappa."""
+    from data_synthesis.llm.config import ClientConfig
+    from data_synthesis.llm.judging import JUDGES, judge_files
+
+    if judge_name not in JUDGES:
+        raise typer.BadParameter(f"expected one of {', '.join(JUDGES)}", param_hint="--judge")
+    config = None
+    if judge_name in ("llm", "both"):
+        config = ClientConfig.from_env(base_url, model, api_key_env=api_key_env, temperature=temperature, concurrency=concurrency,
+                                       max_retries=max_retries, timeout=timeout, cache_dir=cache_dir)
+    report = judge_files(data, responses, judge_name, config, limit=limit, verdicts_out=verdicts_out)
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), indent=2))
+        return
+    _print(report)
+
+
+def _print(report: JudgeReport) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from data_synthesis.capabilities import ALL_CAPABILITIES
+
+    judges = list(report.scores)
+    table = Table(title=f"Judged {report.rows} rows")
+    table.add_column("capability")
+    for name in judges:
+        table.add_column(f"{name}: compliant", justify="right")
+        table.add_column(f"{name}: undecided", justify="right")
+    if report.agreement:
+        table.add_column("agreement", justify="right")
+        table.add_column("kappa", justify="right")
+    for cap in ALL_CAPABILITIES:
+        cells = [report.scores[j][cap] for j in judges]
+        if not any(c.total for c in cells):
+            continue
+        row = [cap.value]
+        for c in cells:
+            row += [f"{c.rate:.1%} ({c.compliant}/{c.scored})" if c.rate is not None else "-", str(c.undecided)]
+        if report.agreement:
+            a = report.agreement.get(cap)
+            row += [f"{a.rate:.1%} (n={a.n})" if a and a.rate is not None else "-", f"{a.kappa:.2f}" if a and a.kappa is not None else "-"]
+        table.add_row(*row)
+    console = Console()
+    console.print(table)
+    if report.client_stats:
+        s = report.client_stats
+        console.print(f"LLM requests: {s['requests']} sent, {s['cache_hits']} from cache, {s['retries']} retried")

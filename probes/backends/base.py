@@ -1,0 +1,151 @@
+"""The one small interface every recording backend implements, and what they share.
+
+A backend wraps one loaded Hugging Face model and turns a left-padded batch into
+``{hook: [batch, n_stored_layers, width]}`` float32 tensors on the CPU, already reduced
+to one vector per prompt by the position policy. Reducing inside the hook, on the
+model's device, is what keeps memory at one batch of *vectors* rather than one batch
+of full sequences.
+
+Two invariants are checked on every forward, whatever the backend:
+
+* every requested hook point fires **exactly once** (a module reused across layers, or
+  an MLP that bypasses its down-projection, would otherwise record garbage silently);
+* every captured tensor has the width the architecture table promises; in particular
+  ``mlp_post`` is ``intermediate_size`` wide (TransformerLens adapters have returned
+  d_model-wide tensors under that name).
+
+Example:
+    >>> backend = make_backend("torch", model, hooks=("mlp_out",), layers=[12, 13], position="last")  # doctest: +SKIP
+    >>> out = backend.record(batch)                          # {"mlp_out": [B, 2, d_model]}          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+
+from data_synthesis.errors import ProbeError
+from probes.hook_points import HOOK_POINTS, width
+from probes.prompts import Batch
+
+# Order in which the hook points of one block fire during a forward pass.
+EXECUTION_ORDER: tuple[str, ...] = ("attn_out", "mlp_post", "mlp_out", "resid_post")
+assert sorted(EXECUTION_ORDER) == sorted(HOOK_POINTS)
+
+
+class HookFiringError(ProbeError):
+    """A hook point fired zero or several times in one forward: the model does not fit the architecture table."""
+
+
+class Backend(Protocol):
+    name: str
+    hooks: tuple[str, ...]
+    layers: list[int]
+    position: str
+
+    def record(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """{hook: [B, len(layers), width]} float32 on the CPU."""
+        ...
+
+
+def reduce_positions(x: torch.Tensor, attention_mask: torch.Tensor, position: str) -> torch.Tensor:
+    """[B, T, W] -> [B, W] float32: the last real token, or the mean over real tokens after BOS.
+
+    Batches are left-padded, so the last real token is always at index -1. The mean skips
+    the BOS position: under causal attention its activation is the same for every prompt
+    (it sees only itself), so it carries no information about the prompt, and in most
+    LLMs it is an attention sink with outsized values that would swamp the mean.
+
+    >>> x = torch.arange(12.).reshape(1, 4, 3); m = torch.tensor([[0, 1, 1, 1]])
+    >>> reduce_positions(x, m, "last").tolist(), reduce_positions(x, m, "mean").tolist()
+    ([[9.0, 10.0, 11.0]], [[7.5, 8.5, 9.5]])
+    """
+    if position == "last":
+        return x[:, -1].float()
+    mask = attention_mask.to(x.device).clone()
+    first = mask.argmax(dim=1)  # index of BOS (first real token) in each row
+    rows = torch.arange(mask.shape[0], device=mask.device)
+    lengths = mask.sum(dim=1)
+    mask[rows[lengths > 1], first[lengths > 1]] = 0  # keep BOS only for a prompt that is BOS alone
+    weights = mask.to(torch.float32)
+    weights = (weights / weights.sum(dim=1, keepdim=True)).unsqueeze(1).to(x.dtype)  # [B, 1, T], rows sum to 1
+    return torch.bmm(weights, x).squeeze(1).float()  # a GEMM: no fp32 copy of the whole [B, T, W] tensor
+
+
+class Collector:
+    """Receives hook tensors, reduces them, counts firings, checks widths, assembles the result."""
+
+    def __init__(self, model: Any, hooks: Sequence[str], layers: Sequence[int], position: str) -> None:
+        self.hooks, self.layers, self.position = tuple(hooks), list(layers), position
+        self.widths = {hook: width(model, hook) for hook in self.hooks}
+        self._slot = {layer: j for j, layer in enumerate(self.layers)}
+        self.reset(None)
+
+    def reset(self, attention_mask: torch.Tensor | None) -> None:
+        self.mask = attention_mask
+        self.counts = {(h, layer): 0 for h in self.hooks for layer in self.layers}
+        self.values: dict[tuple[str, int], torch.Tensor] = {}
+
+    @property
+    def complete(self) -> bool:
+        return len(self.values) == len(self.counts)
+
+    def take(self, hook: str, layer: int, x: torch.Tensor) -> None:
+        """Record one hook point's [B, T, W] tensor (called from inside the forward)."""
+        self._check(hook, layer, self.counts[(hook, layer)] + 1, x.shape[-1])
+        assert self.mask is not None
+        self.values[(hook, layer)] = reduce_positions(x.detach(), self.mask, self.position).to("cpu")
+
+    def take_reduced(self, hook: str, layer: int, fired: int, full_width: int, value: torch.Tensor) -> None:
+        """Record an already reduced [B, W] value, with the firing count observed for it."""
+        self._check(hook, layer, fired, full_width)
+        self.values[(hook, layer)] = value.detach().float().to("cpu")
+
+    def _check(self, hook: str, layer: int, fired: int, full_width: int) -> None:
+        self.counts[(hook, layer)] = fired
+        if fired != 1:
+            raise HookFiringError(f"hook point {hook} at layer {layer} fired {fired} times in one forward pass, expected exactly once; "
+                                  "the model's modules do not match the architecture table (a module used twice, or bypassed)")
+        if full_width != self.widths[hook]:
+            what = "intermediate_size" if hook == "mlp_post" else "hidden_size"
+            raise HookFiringError(f"hook point {hook} at layer {layer} has width {full_width}, expected {self.widths[hook]} ({what})")
+
+    def result(self) -> dict[str, torch.Tensor]:
+        missing = [f"{h}@{layer}" for (h, layer), n in self.counts.items() if n == 0]
+        if missing:
+            raise HookFiringError(f"hook points never fired in the forward pass: {', '.join(missing[:6])}; "
+                                  "the model's modules do not match the architecture table")
+        return {h: torch.stack([self.values[(h, layer)] for layer in self.layers], dim=1) for h in self.hooks}
+
+
+def make_backend(name: str, model: Any, *, hooks: Sequence[str], layers: Sequence[int], position: str, tokenizer: Any = None, model_dir: Any = None) -> Backend:
+    """Build the named backend around one loaded model."""
+    if name == "torch":
+        from probes.backends.torch_hooks import TorchBackend
+
+        return TorchBackend(model, hooks, layers, position)
+    if name == "transformer_lens":
+        from probes.backends.tl_bridge import TransformerLensBackend
+
+        return TransformerLensBackend(model, hooks, layers, position, tokenizer=tokenizer, model_dir=model_dir)
+    if name == "nnsight":
+        from probes.backends.nnsight_trace import NNsightBackend
+
+        return NNsightBackend(model, hooks, layers, position, tokenizer=tokenizer)
+    raise ProbeError(f"unknown backend {name!r}; expected torch, transformer_lens or nnsight")
+
+
+def check_distinct_modules(model: Any, hooks: Sequence[str], layers: Sequence[int]) -> None:
+    """Refuse a model whose blocks share module objects: one hook would then stand for several layers."""
+    from probes.hook_points import module_for
+
+    for hook in hooks:
+        seen: dict[int, int] = {}
+        for layer in layers:
+            module_id = id(module_for(model, hook, layer)[0])
+            if module_id in seen:
+                raise HookFiringError(f"hook point {hook}: layers {seen[module_id]} and {layer} are the same module object, "
+                                      "so its hook would fire once per use; the recorder does not support shared blocks")
+            seen[module_id] = layer

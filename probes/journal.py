@@ -1,0 +1,236 @@
+"""Crash safety: a journal of per-batch shards, consolidated atomically into the HDF5 file.
+
+HDF5 is not crash-safe: a process killed (``kill -9``, OOM killer, power loss) while
+h5py is updating metadata can leave a file that no longer opens, taking every batch
+already recorded with it. So a recording never writes into ``activations.h5`` in place:
+
+1. each finished batch (both models, all hooks, its sample metadata) is written to
+   ``journal/<capability>/<start>.npz`` as a temporary file, fsynced, then renamed into
+   place: a shard either exists complete or not at all;
+2. at the end of the run the shards are appended, in order, to a *copy* of the current
+   ``activations.h5`` (through :class:`probes.store.RunWriter`, one shard in memory at a
+   time); the copy is fsynced and renamed over the original, and only then are the
+   shards deleted.
+
+Killed at any moment, the directory holds the last consolidated file plus whole shards.
+The next run counts both as done (a shard whose samples are already in the file is a
+leftover of step 2 and is dropped), records the rest with the same batch boundaries,
+and consolidates: the result is identical to an uninterrupted run. ``run.json`` (written
+atomically before the first shard) keeps the settings, so a mismatched rerun is refused
+even before anything was consolidated.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from data_synthesis.errors import ProbeError
+from probes.store import ACTIVATIONS_FILE, MODELS, RunWriter
+
+JOURNAL_DIR = "journal"
+RUN_JSON = "run.json"
+_STAGING = ".consolidate"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, write: Any) -> None:
+    """Write through ``write(handle)`` to a temp file, fsync, rename into place, fsync the folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as handle:
+        write(handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+@contextmanager
+def run_lock(run_dir: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the run dir; a second recorder into it is refused, not interleaved."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handle = (run_dir / ".lock").open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ProbeError(f"{run_dir}: another `probe run` is recording into this directory; wait for it or use another --out") from None
+    try:
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def read_run_json(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / RUN_JSON
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except ValueError as exc:
+        raise ProbeError(f"{path}: not valid JSON ({exc}); was it edited by hand?") from None
+
+
+def write_run_json(run_dir: Path, content: dict[str, Any]) -> None:
+    data = json.dumps(content, indent=2, sort_keys=True).encode()
+    atomic_write_bytes(run_dir / RUN_JSON, lambda handle: handle.write(data))
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One recorded batch: metadata and {(model, hook): [B, layers, width]} in the store dtype."""
+
+    capability: str
+    start: int
+    sample_ids: np.ndarray
+    tasks: list[str]
+    prompt_lengths: np.ndarray
+    prompts: list[str]
+    activations: dict[tuple[str, str], np.ndarray]
+
+
+def shard_path(run_dir: Path, capability: str, start: int) -> Path:
+    return run_dir / JOURNAL_DIR / capability / f"{start:09d}.npz"
+
+
+def write_shard(run_dir: Path, shard: Shard) -> Path:
+    arrays: dict[str, np.ndarray] = {
+        "sample_ids": np.asarray(shard.sample_ids, dtype=np.int64),
+        "tasks": np.asarray(shard.tasks, dtype=str),
+        "prompt_lengths": np.asarray(shard.prompt_lengths, dtype=np.int32),
+        "prompts": np.asarray(shard.prompts, dtype=str),
+    }
+    for (model, hook), values in shard.activations.items():
+        arrays[f"act__{model}__{hook}"] = values
+    path = shard_path(run_dir, shard.capability, shard.start)
+    atomic_write_bytes(path, lambda handle: np.savez(handle, **arrays))
+    return path
+
+
+def read_shard(path: Path, capability: str) -> Shard:
+    with np.load(path, allow_pickle=False) as data:
+        acts = {tuple(k.split("__")[1:3]): data[k] for k in data.files if k.startswith("act__")}
+        return Shard(capability, int(path.stem), data["sample_ids"], [str(t) for t in data["tasks"]], data["prompt_lengths"],
+                     [str(p) for p in data["prompts"]], acts)  # type: ignore[arg-type]
+
+
+def list_shards(run_dir: Path, capability: str) -> list[Path]:
+    """Complete shards of a capability in batch order; leftover temp files are removed."""
+    folder = run_dir / JOURNAL_DIR / capability
+    if not folder.is_dir():
+        return []
+    for tmp in folder.glob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
+    return sorted(folder.glob("*.npz"), key=lambda p: int(p.stem))
+
+
+def shard_sample_ids(path: Path) -> np.ndarray:
+    with np.load(path, allow_pickle=False) as data:
+        return np.asarray(data["sample_ids"], dtype=np.int64)
+
+
+def committed_ids(run_dir: Path, capability: str) -> np.ndarray:
+    """Sample ids of a capability already in the consolidated file (rows complete for every dataset)."""
+    path = run_dir / ACTIVATIONS_FILE
+    if not path.is_file():
+        return np.zeros(0, dtype=np.int64)
+    from probes.store import RunReader
+
+    with RunReader(run_dir) as run:
+        if f"samples/{capability}/sample_ids" not in run._file:
+            return np.zeros(0, dtype=np.int64)
+        return run.samples(capability).sample_ids
+
+
+@dataclass(frozen=True)
+class ConsolidationPlan:
+    """What goes into the file: settings (created once) and per-model provenance."""
+
+    settings: dict[str, Any]
+    model_info: dict[str, dict[str, Any]]
+    layers: list[int]
+    tl_names: dict[str, str]
+    toolkit_version: str
+    provenance: dict[str, Any]
+
+
+def consolidate(run_dir: Path, capabilities: list[str], plan: ConsolidationPlan) -> dict[str, int]:
+    """Append every pending shard to a copy of activations.h5 and swap it in atomically.
+
+    Returns rows appended per capability. Shards whose samples are already in the file are
+    dropped without appending (leftovers of a consolidation killed after its rename).
+    """
+    pending = {cap: list_shards(run_dir, cap) for cap in capabilities}
+    target = run_dir / ACTIVATIONS_FILE
+    if target.is_file() and not any(pending.values()):
+        return {cap: 0 for cap in capabilities}
+    staging = run_dir / _STAGING
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    if target.is_file():
+        shutil.copyfile(target, staging / ACTIVATIONS_FILE)
+    appended = {cap: 0 for cap in capabilities}
+    with RunWriter(staging, plan.settings, toolkit_version=plan.toolkit_version) as writer:
+        writer.file.attrs["provenance"] = json.dumps(plan.provenance, sort_keys=True)
+        for model in MODELS:
+            writer.set_model_info(model, plan.model_info[model])
+        for cap in capabilities:
+            appended[cap] = _append_capability(writer, cap, pending[cap], plan)
+    with (staging / ACTIVATIONS_FILE).open("rb+") as handle:
+        os.fsync(handle.fileno())
+    os.replace(staging / ACTIVATIONS_FILE, target)
+    _fsync_dir(run_dir)
+    for paths in pending.values():
+        for path in paths:
+            path.unlink(missing_ok=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    return appended
+
+
+def _append_capability(writer: RunWriter, capability: str, shards: list[Path], plan: ConsolidationPlan) -> int:
+    existing = writer.file.get(f"samples/{capability}/sample_ids")
+    done = set(np.asarray(existing[:], dtype=np.int64).tolist()) if existing is not None else set()
+    appended = 0
+    for path in shards:
+        shard = read_shard(path, capability)
+        keep = np.array([int(i) not in done for i in shard.sample_ids], dtype=bool)
+        if not keep.any():
+            continue
+        idx = np.flatnonzero(keep)
+        writer.append_samples(capability, shard.sample_ids[idx], [shard.tasks[i] for i in idx], shard.prompt_lengths[idx],
+                              [shard.prompts[i] for i in idx])
+        for (model, hook), values in sorted(shard.activations.items()):
+            writer.append_activations(model, capability, hook, values[idx], plan.layers, plan.tl_names[hook])
+        done.update(int(i) for i in shard.sample_ids[idx])
+        appended += len(idx)
+    return appended
+
+
+def h5_settings(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / ACTIVATIONS_FILE
+    if not path.is_file():
+        return None
+    try:
+        with h5py.File(path, "r") as handle:
+            return json.loads(handle.attrs.get("settings", "{}"))
+    except OSError as exc:
+        raise ProbeError(f"{path}: not a readable HDF5 file ({exc}); move it away to record afresh") from None

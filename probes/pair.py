@@ -1,0 +1,207 @@
+"""Load an SFT/DPO pair and refuse one whose activations could not be compared.
+
+Comparing "neuron 1234 of layer 19" across two models only means something if both
+have the same architecture, the same widths, the same module layout and see the same
+token ids for the same prompt. :func:`load_pair` checks this in three steps, each
+before any forward pass, and names every difference it finds:
+
+1. the two ``config.json`` files (architecture, layer count, widths, heads, vocab size),
+   which costs nothing;
+2. the two tokenizers (vocabulary, special tokens) and chat templates;
+3. after loading, the module layout (every parameter's name and shape).
+
+Example:
+    >>> pair = load_pair("models/sft", "models/dpo", device="cpu", dtype="float32")   # doctest: +SKIP
+    >>> pair.shape.n_layers, pair.shape.d_mlp                                          # doctest: +SKIP
+    (32, 14336)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from data_synthesis.errors import ProbeError
+from probes.hook_points import ARCHITECTURES
+
+_CONFIG_KEYS: tuple[str, ...] = (
+    "model_type", "architectures", "num_hidden_layers", "hidden_size", "intermediate_size",
+    "num_attention_heads", "num_key_value_heads", "vocab_size", "head_dim",
+)
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The shape facts of a model, read from its config.json."""
+
+    model_type: str
+    n_layers: int
+    d_model: int
+    d_mlp: int
+
+
+def read_config(model_dir: str | Path) -> Any:
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(str(model_dir))
+    except (OSError, ValueError, KeyError) as exc:
+        raise ProbeError(f"{model_dir}: cannot read config.json ({str(exc).splitlines()[0]})") from None
+
+
+def shape_of(config: Any, model_dir: str | Path = "") -> ModelShape:
+    model_type = getattr(config, "model_type", None)
+    if model_type not in ARCHITECTURES:
+        raise ProbeError(f"{model_dir}: unsupported architecture {model_type!r}; supported: {', '.join(sorted(ARCHITECTURES))}")
+    arch = ARCHITECTURES[model_type]
+    d_model = int(config.hidden_size)
+    d_mlp = getattr(config, arch.intermediate_size_attr, None) or 4 * d_model
+    return ModelShape(model_type, int(config.num_hidden_layers), d_model, int(d_mlp))
+
+
+def _diff(label: str, a: Any, b: Any) -> str | None:
+    return None if a == b else f"{label}: sft {a!r} vs dpo {b!r}"
+
+
+def compare_configs(sft: Any, dpo: Any) -> list[str]:
+    """Differences between two configs on the keys that fix the activation layout."""
+    problems = [_diff(key, getattr(sft, key, None), getattr(dpo, key, None)) for key in _CONFIG_KEYS]
+    return [p for p in problems if p]
+
+
+def compare_tokenizers(sft: Any, dpo: Any) -> list[str]:
+    """Differences in vocabulary, special tokens and chat template."""
+    problems: list[str] = []
+    vocab_a, vocab_b = sft.get_vocab(), dpo.get_vocab()
+    if vocab_a != vocab_b:
+        only_a = sorted(set(vocab_a) - set(vocab_b))[:3]
+        only_b = sorted(set(vocab_b) - set(vocab_a))[:3]
+        moved = sum(1 for t in set(vocab_a) & set(vocab_b) if vocab_a[t] != vocab_b[t])
+        problems.append(f"tokenizer vocabulary: {len(vocab_a)} vs {len(vocab_b)} tokens, {moved} with different ids, "
+                        f"only in sft e.g. {only_a}, only in dpo e.g. {only_b}")
+    for attr in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        problem = _diff(f"tokenizer {attr}", getattr(sft, attr), getattr(dpo, attr))
+        if problem:
+            problems.append(problem)
+    if (sft.chat_template or "") != (dpo.chat_template or ""):
+        problems.append("chat template differs (the two tokenizers would render the same conversation differently)")
+    return problems
+
+
+def compare_layouts(sft: Any, dpo: Any) -> list[str]:
+    """Differences in parameter names and shapes (the module layout)."""
+    a = {name: tuple(p.shape) for name, p in sft.named_parameters()}
+    b = {name: tuple(p.shape) for name, p in dpo.named_parameters()}
+    problems = [f"parameter {n} only in sft" for n in sorted(set(a) - set(b))[:3]]
+    problems += [f"parameter {n} only in dpo" for n in sorted(set(b) - set(a))[:3]]
+    problems += [f"parameter {n}: shape {a[n]} vs {b[n]}" for n in sorted(set(a) & set(b)) if a[n] != b[n]][:3]
+    return problems
+
+
+def _refuse(problems: list[str], sft_dir: Path, dpo_dir: Path) -> None:
+    if problems:
+        raise ProbeError(f"the pair {sft_dir} / {dpo_dir} is not comparable: " + "; ".join(problems))
+
+
+def resolve_device(device: str | None) -> str:
+    """None -> cuda if available else cpu; anything else as given ("auto" = device_map auto)."""
+    import torch
+
+    if device is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ProbeError(f"--device {device}: CUDA is not available on this machine; use --device cpu")
+    return device
+
+
+def resolve_dtype(dtype: str, device: str) -> Any:
+    import torch
+
+    if dtype == "auto":
+        return torch.float32 if device == "cpu" else torch.bfloat16
+    return getattr(torch, dtype)
+
+
+@dataclass
+class ModelPair:
+    """Both models (eval mode, no grad needed), the shared tokenizer and provenance."""
+
+    sft: Any
+    dpo: Any
+    tokenizer: Any
+    sft_dir: Path
+    dpo_dir: Path
+    shape: ModelShape
+    device: str
+    dtype: Any
+    info: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def models(self) -> dict[str, Any]:
+        return {"sft": self.sft, "dpo": self.dpo}
+
+    @property
+    def input_device(self) -> Any:
+        return self.sft.get_input_embeddings().weight.device
+
+
+def check_pair_configs(sft_dir: str | Path, dpo_dir: str | Path) -> ModelShape:
+    """Step 1 only (configs): cheap, so the CLI can validate --layers before loading weights."""
+    sft_dir, dpo_dir = Path(sft_dir), Path(dpo_dir)
+    config_a, config_b = read_config(sft_dir), read_config(dpo_dir)
+    _refuse(compare_configs(config_a, config_b), sft_dir, dpo_dir)
+    return shape_of(config_a, sft_dir)
+
+
+def load_tokenizer(model_dir: str | Path) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(model_dir))
+    except (OSError, ValueError) as exc:
+        raise ProbeError(f"{model_dir}: cannot load the tokenizer ({str(exc).splitlines()[0]})") from None
+
+
+def _load_model(model_dir: Path, device: str, dtype: Any) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {"dtype": dtype}
+    if device == "auto":
+        kwargs["device_map"] = "auto"
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs)
+    if device != "auto":
+        model.to(device)
+    model.eval()
+    model.requires_grad_(False)
+    return model
+
+
+def model_info(model_dir: Path, shape: ModelShape, tokenizer: Any) -> dict[str, Any]:
+    from probes.provenance import chat_template_sha256, tokenizer_sha256, weights_sha256
+
+    return {
+        "model_dir": str(model_dir.resolve()),
+        "weights_sha256": weights_sha256(model_dir),
+        "tokenizer_sha256": tokenizer_sha256(tokenizer),
+        "chat_template_sha256": chat_template_sha256(tokenizer),
+        "model_type": shape.model_type,
+        "n_layers": shape.n_layers,
+        "d_model": shape.d_model,
+        "d_mlp": shape.d_mlp,
+    }
+
+
+def load_pair(sft_dir: str | Path, dpo_dir: str | Path, device: str | None = None, dtype: str = "auto") -> ModelPair:
+    """Load both models after checking they are comparable; raises ProbeError naming what differs."""
+    sft_dir, dpo_dir = Path(sft_dir), Path(dpo_dir)
+    shape = check_pair_configs(sft_dir, dpo_dir)
+    tok_a, tok_b = load_tokenizer(sft_dir), load_tokenizer(dpo_dir)
+    _refuse(compare_tokenizers(tok_a, tok_b), sft_dir, dpo_dir)
+    if not tok_a.chat_template:
+        raise ProbeError(f"{sft_dir}: the tokenizer has no chat template; prompts cannot be rendered as the model was trained")
+    device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, device)
+    sft, dpo = _load_model(sft_dir, device, torch_dtype), _load_model(dpo_dir, device, torch_dtype)
+    _refuse(compare_layouts(sft, dpo), sft_dir, dpo_dir)
+    info = {"sft": model_info(sft_dir, shape, tok_a), "dpo": model_info(dpo_dir, shape, tok_b)}
+    return ModelPair(sft, dpo, tok_a, sft_dir, dpo_dir, shape, device, torch_dtype, info)

@@ -1,0 +1,113 @@
+"""Turn a capability's test rows into token ids, exactly as the models saw them in training.
+
+Rendering reuses :func:`training.generation.encode_prompts`: roles lowercased (the
+published RoleMRC test file writes ``System``/``User``), the model's own chat template,
+exactly one BOS, and no generation prompt unless asked (the paper recorded the prompt
+as is, so the last token is the final user turn's end-of-turn token).
+
+Prompts are ordered by token length (stable, ties keep file order) before batching:
+left padding then wastes almost nothing, and the order is a pure function of the data
+and tokenizer, which is what makes resuming deterministic. ``sample_ids`` keep each
+row's index in the data file, so nothing is lost by the reordering.
+
+Example:
+    >>> prompts = build_prompts(tokenizer, rows, Capability.MULTI_TURN, add_generation_prompt=False)  # doctest: +SKIP
+    >>> prompts.ids[0][:1] == [tokenizer.bos_token_id]                                                 # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from data_synthesis.capabilities import Capability
+from data_synthesis.errors import ProbeError
+from data_synthesis.io import group_by_capability
+from data_synthesis.schema import TestRow
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """One capability's prompts in recording order."""
+
+    capability: str
+    sample_ids: list[int]  # row index in the data file
+    tasks: list[str]
+    ids: list[list[int]]  # token ids, one BOS each
+    texts: list[str]  # rendered prompt text
+
+    def __len__(self) -> int:
+        return len(self.sample_ids)
+
+
+def build_prompts(tokenizer: Any, rows: Sequence[TestRow], capability: Capability, *, add_generation_prompt: bool) -> PromptSet:
+    from training.generation import encode_prompts
+
+    members = group_by_capability(rows, [capability])[capability]
+    ids = encode_prompts(tokenizer, [row.question for _, row in members], add_generation_prompt=add_generation_prompt)
+    bos = tokenizer.bos_token_id
+    for (index, _), tokens in zip(members, ids):
+        if bos is not None and tokens.count(bos) != 1:
+            raise ProbeError(f"data row {index}: the rendered prompt has {tokens.count(bos)} BOS tokens; expected exactly one "
+                             "(does a message contain the BOS text itself?)")
+    order = sorted(range(len(members)), key=lambda i: len(ids[i]))
+    return PromptSet(
+        capability=capability.value,
+        sample_ids=[members[i][0] for i in order],
+        tasks=[members[i][1].task for i in order],
+        ids=[ids[i] for i in order],
+        texts=[tokenizer.decode(ids[i], skip_special_tokens=False) for i in order],
+    )
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A left-padded batch: positions ``start..start+len`` of one PromptSet."""
+
+    capability: str
+    start: int
+    sample_ids: list[int]
+    tasks: list[str]
+    texts: list[str]
+    lengths: list[int]
+    input_ids: torch.Tensor  # [B, T] long
+    attention_mask: torch.Tensor  # [B, T] long, 0 on left padding
+    position_ids: torch.Tensor  # [B, T] long, 0 at the first real token
+
+    def __len__(self) -> int:
+        return len(self.sample_ids)
+
+
+def position_ids_for(attention_mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] position of each real token counted from the row's first real token; 0 on padding.
+
+    >>> position_ids_for(torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])).tolist()
+    [[0, 0, 0, 1], [0, 1, 2, 3]]
+    """
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def make_batch(prompts: PromptSet, start: int, stop: int, pad_id: int) -> Batch:
+    from training.generation import left_pad
+
+    ids = prompts.ids[start:stop]
+    input_ids, mask = left_pad(ids, pad_id)
+    return Batch(prompts.capability, start, prompts.sample_ids[start:stop], prompts.tasks[start:stop], prompts.texts[start:stop],
+                 [len(i) for i in ids], input_ids, mask, position_ids_for(mask))
+
+
+def iter_batches(prompts: PromptSet, first: int, batch_size: int, pad_id: int) -> Iterator[Batch]:
+    """Batches of ``batch_size`` from position ``first`` on; boundaries are ``first + k * batch_size``."""
+    for start in range(first, len(prompts), batch_size):
+        yield make_batch(prompts, start, min(start + batch_size, len(prompts)), pad_id)
+
+
+def pad_id_of(tokenizer: Any) -> int:
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad is None:
+        raise ProbeError("the tokenizer has neither a pad nor an eos token; cannot left-pad batches")
+    return int(pad)

@@ -1,0 +1,152 @@
+"""analyze_run end to end on real HDF5 runs with planted signal: maps, windows, FDR, neuron sets, files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis import analyze_run, load_maps, select_neurons
+from analysis.neuron_sets import NeuronSet
+from analysis.synthetic import SyntheticSpec, write_synthetic_run
+from analysis.topk import reference_topk_counts
+from data_synthesis.errors import ProbeError
+from probes.store import RunReader
+
+SPEC = SyntheticSpec(n_samples=60, n_layers=16, width=32, stored_layers=tuple(range(8, 16)), n_planted=3)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, list[tuple[int, int]]]]:
+    run_dir = tmp_path_factory.mktemp("analysis") / "run"
+    return run_dir, write_synthetic_run(run_dir, SPEC)
+
+
+def _maps(result, cap="multi_turn", hook="mlp_out"):
+    return result.maps[(cap, hook)]
+
+
+@pytest.mark.parametrize("metric", ["topk_count", "mean_diff", "effect_size"])
+def test_fdr_finds_the_planted_units_and_few_others(run, tmp_path: Path, metric: str) -> None:
+    run_dir, planted = run
+    result = analyze_run(run_dir, metric=metric, layers="8-15", out_dir=tmp_path, plots=False)
+    for cap, units in planted.items():
+        maps = _maps(result, cap)
+        found = {(maps.layers[r], int(u)) for r, u in zip(*np.nonzero(maps.significant(0.05)))}
+        assert set(units) <= found, (metric, cap, units, found)
+        assert len(found - set(units)) <= 3
+        top = result.summary["capabilities"][cap]["mlp_out"]["top_units"][: len(units)]
+        assert {(t["layer"], t["unit"]) for t in top} == set(units)
+        assert result.summary["capabilities"][cap]["mlp_out"]["top_layers"][0]["layer"] in {layer for layer, _ in units}
+
+
+def test_topk_count_maps_equal_reference_and_both_normalisations(run, tmp_path: Path) -> None:
+    run_dir, _ = run
+    by_samples = _maps(analyze_run(run_dir, layers="10-15", out_dir=tmp_path / "s", plots=False))
+    by_width = _maps(analyze_run(run_dir, layers="10-15", normalize="width", out_dir=tmp_path / "w", plots=False))
+    with RunReader(run_dir) as reader:
+        stored = reader.layers("multi_turn", "mlp_out")
+        rows = [stored.index(i) for i in range(10, 16)]
+        sft = reader.activations("sft", "multi_turn", "mlp_out")[:, rows]
+        dpo = reader.activations("dpo", "multi_turn", "mlp_out")[:, rows]
+    count_sft, count_dpo = reference_topk_counts(sft), reference_topk_counts(dpo)
+    assert np.array_equal(by_samples.sft, count_sft) and np.array_equal(by_samples.dpo, count_dpo)
+    assert np.allclose(by_samples.delta, (count_dpo - count_sft) / SPEC.n_samples)
+    assert np.allclose(by_width.delta, (count_dpo - count_sft) / SPEC.width)  # the authors' /d_model
+    assert by_width.settings["normalize"] == "width" and by_samples.settings["k"] == 6
+
+
+def test_layer_window_clipped_to_model_and_recording_with_warnings(run, tmp_path: Path) -> None:
+    run_dir, _ = run
+    result = analyze_run(run_dir, layers="12-31", out_dir=tmp_path, plots=False)
+    assert _maps(result).layers == [12, 13, 14, 15]
+    assert any("clipped to 12-15" in w for w in result.summary["warnings"])
+    result = analyze_run(run_dir, layers="4-11", out_dir=tmp_path, plots=False)
+    assert _maps(result).layers == [8, 9, 10, 11]
+    assert any("only layers 8-11" in w for w in result.warnings)
+    with pytest.raises(ProbeError, match="outside the model, which has layers 0-15"):
+        analyze_run(run_dir, layers="40-50", out_dir=tmp_path, plots=False)
+    with pytest.raises(ProbeError, match="none of layers 0-3 was recorded"):
+        analyze_run(run_dir, layers="0-3", out_dir=tmp_path, plots=False)
+
+
+def test_default_window_scales_for_a_shallow_model(tmp_path: Path) -> None:
+    write_synthetic_run(tmp_path / "r", SyntheticSpec(n_samples=12, n_layers=4, width=8, capabilities=("nested",)))
+    result = analyze_run(tmp_path / "r", plots=False)
+    assert _maps(result, "nested").layers == [2, 3]
+    assert "same fraction of depth" in result.summary["warnings"][0]
+
+
+def test_neuron_set_round_trip_and_provenance(run, tmp_path: Path) -> None:
+    run_dir, _ = run
+    result = analyze_run(run_dir, layers="8-15", top_k=10, out_dir=tmp_path, plots=False)
+    path = result.neuron_sets[("multi_turn", "mlp_out")]
+    assert path == tmp_path / "neurons_multi_turn_mlp_out.json"
+    loaded = NeuronSet.load(path)
+    expected = select_neurons(_maps(result), "top_k_abs", 10, run_dir=str(run_dir), model_hashes=loaded.model_hashes)
+    assert loaded.to_dict() == expected.to_dict()
+    assert NeuronSet.from_dict(json.loads(path.read_text())).to_dict() == loaded.to_dict()
+    assert len(loaded) == 10 and loaded.metric == "topk_count" and loaded.capability == "multi_turn"
+    assert loaded.run_dir == str(run_dir) and loaded.model_hashes == {"sft": "synthetic-sft-0", "dpo": "synthetic-dpo-0"}
+    deltas = [abs(n.delta) for n in loaded.neurons]
+    assert deltas == sorted(deltas, reverse=True)
+    assert loaded.selection["rule"] == "top_k_abs" and loaded.selection["layers"] == [8, 15]
+
+
+def test_fdr_rule_keeps_only_significant_units_above_threshold(run, tmp_path: Path) -> None:
+    run_dir, planted = run
+    result = analyze_run(run_dir, metric="effect_size", layers="8-15", rule="fdr", threshold=1.0, top_k=50, out_dir=tmp_path, plots=False)
+    loaded = NeuronSet.load(result.neuron_sets[("role_style", "mlp_out")])
+    maps = _maps(result, "role_style")
+    for n in loaded.neurons:
+        row = maps.layers.index(n.layer)
+        assert maps.qvalues[row, n.unit] <= 0.05 and abs(n.delta) >= 1.0
+    assert {(n.layer, n.unit) for n in loaded.neurons} == set(planted["role_style"])
+
+
+def test_outputs_are_deterministic_and_maps_round_trip(run, tmp_path: Path) -> None:
+    run_dir, _ = run
+    first = analyze_run(run_dir, layers="8-15", out_dir=tmp_path / "a", plots=False)
+    second = analyze_run(run_dir, layers="8-15", out_dir=tmp_path / "b", plots=False)
+    assert first.summary_path.read_bytes() == second.summary_path.read_bytes()
+    assert json.loads(first.summary_path.read_text()) == first.summary
+    for loaded in load_maps(first.maps_path):
+        original = first.maps[(loaded.capability, loaded.hook)]
+        assert loaded.layers == original.layers and loaded.settings == original.settings
+        for name in ("sft", "dpo", "delta", "pvalues", "qvalues"):
+            assert np.array_equal(getattr(loaded, name), getattr(original, name))
+
+
+def test_default_output_dir_is_inside_the_run(tmp_path: Path) -> None:
+    write_synthetic_run(tmp_path / "r", SyntheticSpec(n_samples=10, n_layers=16, width=8, capabilities=("priority",)))
+    result = analyze_run(tmp_path / "r", plots=False)
+    assert result.out_dir == tmp_path / "r" / "analysis" and (tmp_path / "r" / "analysis" / "summary.json").is_file()
+    assert result.summary["capabilities"]["priority"]["mlp_out"]["layers"] == "12-15"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"capabilities": ["bogus"]}, "unknown capability 'bogus'"),
+        ({"capabilities": ""}, "no capability given"),
+        ({"capabilities": ["nested"]}, "capability 'nested' was not recorded"),
+        ({"hooks": ["attn_out"]}, "--hook attn_out: not recorded"),
+        ({"hooks": ["mlp_in"]}, "unknown hook point 'mlp_in'"),
+        ({"metric": "mean_diff", "normalize": "width"}, "--normalize width only applies"),
+        ({"metric": "median"}, "--metric 'median'"),
+        ({"top_percent": 0}, "--top-percent"),
+        ({"layers": "a-b"}, "expected a range like 12-31"),
+    ],
+)
+def test_user_mistakes_are_clear_errors(run, tmp_path: Path, kwargs: dict, message: str) -> None:
+    run_dir, _ = run
+    with pytest.raises(ProbeError, match=message):
+        analyze_run(run_dir, out_dir=tmp_path, plots=False, **kwargs)
+    assert not (tmp_path / "summary.json").exists()
+
+
+def test_run_dir_without_activations_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ProbeError, match="no activations.h5 here"):
+        analyze_run(tmp_path, plots=False)

@@ -1,0 +1,142 @@
+"""End-to-end A/B evaluation on the tiny pair with synthetic data and the rule judge."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from interventions.ab import run_ab
+from interventions.config import ABConfig
+from interventions.results import ABReport
+from interventions.scaling import PAPER_FACTOR
+
+REPO = Path(__file__).resolve().parents[1]
+UNITS = "1:0-15"  # half of the residual stream after block 1: ablating it must move even a random tiny model
+HOOK = "resid_post"
+
+
+@pytest.fixture(scope="module")
+def test_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from data_synthesis.offline import synthesize
+
+    out = tmp_path_factory.mktemp("synth")
+    synthesize(out, n_roles=10, seed=0)
+    return out / "test.jsonl"
+
+
+@pytest.fixture(scope="module")
+def ab_run(tiny_pair, test_file: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[ABReport, Path]:
+    out = tmp_path_factory.mktemp("ab")
+    config = ABConfig(model_dir=tiny_pair[1], data_file=test_file, units=UNITS, hook=HOOK, capability="multi_turn", placebo=3, limit=4,
+                      max_new_tokens=8, batch_size=8, doses=[0.5], n_bootstrap=500, out_dir=out)
+    return run_ab(config), out
+
+
+def test_report_files_and_round_trip(ab_run):
+    report, out = ab_run
+    for name in ("ab_report.json", "ab_report.md", "generations.jsonl"):
+        assert (out / name).is_file()
+    loaded = ABReport.load(out / "ab_report.json")
+    assert loaded.capability == "multi_turn" and loaded.model == "dpo" and loaded.judge == "rules"
+    assert [a.factor for a in loaded.arms] == [0.0, 0.5, PAPER_FACTOR]
+    assert {a.role for a in loaded.arms} == {"main", "dose", "control"}
+    assert loaded.main.capability("multi_turn").delta == report.main.capability("multi_turn").delta
+    records = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
+    assert len(records) == report.baseline["rows"]
+    assert set(records[0]["intervened"]) == {repr(PAPER_FACTOR), "0.5", "0.0"}
+
+
+def test_every_capability_is_scored_with_paired_statistics(ab_run):
+    report, _ = ab_run
+    caps = [c.capability for c in report.main.capabilities]
+    assert caps[0] == "multi_turn" and report.main.capabilities[0].target
+    assert set(caps) == {"multi_turn", "knowledge_boundary", "role_style", "nested", "priority"}  # collateral
+    for c in report.main.capabilities:
+        assert 0 < c.n_rows <= 4
+        assert c.n_scored + c.undecided == c.n_rows
+        if c.n_scored:
+            assert c.delta == pytest.approx(c.after - c.before)
+            assert c.ci_low <= c.delta + 1e-12 and c.delta - 1e-12 <= c.ci_high
+            assert 0 < c.p_value <= 1
+        assert 0 <= c.rouge_l_before <= 1 and math.isfinite(c.bleu_before)
+
+
+def test_placebo_results_are_attached_to_the_main_arm(ab_run):
+    report, _ = ab_run
+    assert report.placebo["n_sets"] == 3 and len(report.placebo["sets"]) == 3
+    real = {tuple(u) for u in report.neurons["units"]}
+    for units in report.placebo["sets"]:
+        assert len(units) == report.neurons["size"] and not real & {tuple(u) for u in units}
+    for c in report.main.capabilities:
+        assert c.placebo is not None and len(c.placebo["deltas"]) == 3
+        assert 0 <= c.placebo["percentile"] <= 100 and 0.25 <= c.placebo["p_empirical"] <= 1
+    assert all(c.placebo is None for arm in report.doses for c in arm.capabilities)
+
+
+def test_guards_in_float32(ab_run):
+    report, _ = ab_run
+    main = report.main.guard
+    assert main.changed_fraction_in_dtype == 1.0 and not main.factor_rounds_to_one
+    assert main.values_changed and main.values_changed > 0  # the paper factor does move float32 values
+    control = next(a for a in report.doses if a.role == "control")
+    assert control.factor == 0.0 and control.guard.rows_changed > 0, "effect-size guard: ablation must change generations"
+    assert not control.guard.is_noop
+
+
+def test_markdown_table(ab_run):
+    report, out = ab_run
+    text = (out / "ab_report.md").read_text()
+    assert "| capability | n | before | after | Δ (pts) | 95% CI | McNemar p | placebo pct | generations changed |" in text
+    assert "## Dose sweep (multi_turn)" in text and "| **multi_turn** |" in text
+    for flag in report.main.guard.flags:
+        assert flag in text
+
+
+def test_bfloat16_paper_factor_is_flagged_as_noop(tiny_pair, test_file: Path, tmp_path: Path):
+    config = ABConfig(model_dir=tiny_pair[1], data_file=test_file, units=UNITS, hook=HOOK, capability="multi_turn", dtype="bfloat16", placebo=0,
+                      positive_control=False, collateral=False, limit=3, max_new_tokens=6, n_bootstrap=200, out_dir=tmp_path)
+    report = run_ab(config)
+    guard = report.main.guard
+    assert guard.factor_rounds_to_one and guard.is_noop and guard.values_changed == 0
+    assert guard.rows_changed == 0 and report.main.capability("multi_turn").delta == 0
+    assert report.warnings and "rounds to exactly 1 in bfloat16" in report.warnings[0]
+    assert "NO-OP WARNING" in (tmp_path / "ab_report.md").read_text()
+
+
+def test_example_script_runs(tiny_pair, test_file: Path, tmp_path: Path, capsys):
+    spec = importlib.util.spec_from_file_location("before_after", REPO / "examples" / "before_after.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    code = module.main(["--model-dir", str(tiny_pair[1]), "--data", str(test_file), "--units", UNITS, "--hook", HOOK, "--factor", "0",
+                        "--limit", "2", "--placebo", "1", "--max-new-tokens", "6", "--out", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert code == 0 and "multi_turn" in printed and "report:" in printed
+    assert (tmp_path / "ab_report.md").is_file()
+
+
+def test_notebook_is_saved_without_outputs():
+    import nbformat
+
+    nb = nbformat.read(REPO / "notebooks" / "dose_sweep.ipynb", as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None
+
+
+@pytest.mark.slow
+def test_notebook_plots_the_dose_sweep(ab_run, monkeypatch):
+    import nbformat
+    from nbclient import NotebookClient
+
+    _, out = ab_run
+    monkeypatch.setenv("AB_REPORT", str(out / "ab_report.json"))
+    nb = nbformat.read(REPO / "notebooks" / "dose_sweep.ipynb", as_version=4)
+    NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(REPO)}}).execute()
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    plots = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(plots) == 2

@@ -1,0 +1,181 @@
+"""LLM-backed synthesis against a scripted OpenAI-compatible server.
+
+The scripted "LLM" follows the prompts the way a capable model would (it reads the
+persona and the reply requirements), but some of its replies are chatty, fenced, or
+wrong, so the repair path runs; one persona is never answered validly, so a failure
+must be counted and its role dropped. The written files must load through the same
+readers as offline output, with the same file set, schemas and ``expect`` blocks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from data_synthesis.capabilities import Capability, capabilities_of
+from data_synthesis.io import read_dpo_rows, read_sft_rows, read_test_rows
+from data_synthesis.judge.rules import RuleJudge
+from data_synthesis.llm.client import ClientConfig
+from data_synthesis.llm.scripted_server import ScriptedServer
+from data_synthesis.llm.synthesis import REPORT_FILE, synthesize_llm
+from data_synthesis.offline import FILES, synthesize
+from data_synthesis.offline import vocab
+from data_synthesis.offline.replies import apply_requirement, requirement_for
+
+SMALL = dict(sft_base=1, sft_nested=1, sft_priority=1, sft_multi_turn=1, free_chats=1, dpo_per_task=1)
+OCCUPATIONS = {d.occupation: d.name for d in vocab.DOMAINS}
+BROKEN_PERSONA = "role-0001"
+
+
+def _line(text: str, lead: str) -> str | None:
+    found = re.search(rf"^- {re.escape(lead)}(.*)$", text, re.M)
+    return found.group(1).strip() if found else None
+
+
+def _requirement(sentence: str | None) -> Any:
+    if not sentence:
+        return None
+    sentence = sentence.rstrip(".")
+    for kind, text in vocab.FORMAT_SENTENCES.items():
+        if sentence == text:
+            return requirement_for(kind)
+    found = re.search(r"include the phrase '(.+)' in every reply", sentence)
+    if found:
+        return requirement_for("include_phrase", found.group(1))
+    found = re.search(r"end every reply with the word '(.+)'", sentence)
+    return requirement_for("end_with_word", found.group(1)) if found else None
+
+
+class GoodLLM:
+    """Answers like a capable instruction-following model, with a few realistic slips."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, request: dict[str, Any]) -> str:
+        self.calls += 1
+        text = request["messages"][-1]["content"]
+        first = request["messages"][1]["content"]
+        if "Seed persona:" in first:
+            return self._profile(first, repairing=len(request["messages"]) > 2)
+        if "missing CHARACTER replies" in first:
+            n = int(re.search(r"Write the (\d+) missing", first).group(1))  # type: ignore[union-attr]
+            start = _line(first, "Start every reply with exactly: ")
+            return json.dumps({"replies": [f"{start} Glad to talk with you." for _ in range(n)]})
+        if "Write the CHARACTER's next reply" in first:
+            reply = self._reply(first)
+            if self.calls % 7 == 0 and len(request["messages"]) == 2:
+                return f"Sure! Here it is:\n```json\n{json.dumps({'reply': 'I would rather not.'})}\n```"  # wrong: repaired
+            return f"```json\n{json.dumps({'reply': reply})}\n```"
+        raise AssertionError(f"unexpected request: {text[:80]}")
+
+    def _profile(self, text: str, repairing: bool) -> str:
+        persona = re.search(r"Seed persona: ([^,]+), (.+)\.\n", text)
+        assert persona is not None
+        name, description = persona.group(1), persona.group(2)
+        if name.startswith("_never_"):
+            return "{}"
+        domains = [OCCUPATIONS[w] for w in re.findall(r"[a-z]+", description) if w in OCCUPATIONS][:2]
+        card = {"description": description, "personality": vocab.PERSONALITIES[0], "catchphrase": vocab.CATCHPHRASES[self.calls % 5],
+                "gesture": vocab.GESTURES[self.calls % 4], "domains": domains}
+        if self.calls == 1 and not repairing:
+            card["catchphrase"] = "Yo!"  # not in the closed list: must be repaired
+        return "Here is the profile: " + json.dumps(card)
+
+    def _reply(self, text: str) -> str:
+        start = _line(text, "Start the reply with exactly: ") or ""
+        refusal = _line(text, "Then refuse with this sentence: ")
+        answer = re.search(r'contains the exact words "(.+)"', text)
+        attempt = _line(text, "Begin that sentence with: ")
+        if refusal:
+            body = refusal
+        else:
+            assert answer is not None
+            body = f"{attempt + ' ' if attempt else ''}It is {answer.group(1)}."
+        req = _requirement(_line(text, "The whole reply must obey this system instruction: "))
+        return apply_requirement(f"{start} {body}", req, prefix=start)
+
+
+@pytest.fixture()
+def broken_persona(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One seed persona whose name makes the scripted LLM reply '{}' forever."""
+    from data_synthesis.llm import synthesis
+    from data_synthesis.offline.profiles import build_profiles
+
+    def seeds(rng: Any, n: int, n_test: int = 0) -> list[Any]:
+        import dataclasses
+
+        made = build_profiles(rng, n, n_test)
+        return [dataclasses.replace(p, name="_never_ " + p.name) if p.id == BROKEN_PERSONA else p for p in made]
+
+    monkeypatch.setattr(synthesis, "build_profiles", seeds)
+
+
+def test_llm_synthesis_writes_the_offline_file_set_and_counts_failures(tmp_path: Path, broken_persona: None) -> None:
+    llm = GoodLLM()
+    with ScriptedServer(responder=llm) as server:
+        cfg = ClientConfig(base_url=server.base_url, model="scripted", cache_dir=tmp_path / "cache", concurrency=4, backoff_base=0.01)
+        summary = synthesize_llm(tmp_path / "llm", n_roles=5, seed=3, client_config=cfg, **SMALL)
+        sent = len(server.chat_requests)
+    offline = synthesize(tmp_path / "offline", n_roles=5, seed=3, **SMALL)
+
+    # Same files (plus the report), same schemas, loaded by the same readers.
+    names = {p.name for p in (tmp_path / "llm").iterdir()}
+    assert names == set(FILES) | {REPORT_FILE}
+    test = read_test_rows(tmp_path / "llm" / "test.jsonl")
+    sft = read_sft_rows(tmp_path / "llm" / "sft.jsonl")
+    dpo = read_dpo_rows(tmp_path / "llm" / "dpo.jsonl")
+    off_test = read_test_rows(tmp_path / "offline" / "test.jsonl")
+    assert set(test[0].extra) == set(off_test[0].extra) and set(test[0].expect) == set(off_test[0].expect)  # type: ignore[arg-type]
+    assert set(dpo[0].extra) == set(read_dpo_rows(tmp_path / "offline" / "dpo.jsonl")[0].extra)
+    profiles = [json.loads(line) for line in (tmp_path / "llm" / "profiles.jsonl").read_text().splitlines()]
+    off_profile = json.loads((tmp_path / "offline" / "profiles.jsonl").read_text().splitlines()[0])
+    assert set(profiles[0]) == set(off_profile) | {"match"}
+
+    # The broken persona is dropped and counted; the repaired replies are counted too.
+    assert BROKEN_PERSONA not in {p["id"] for p in profiles} and len(profiles) == 4
+    assert summary.failures["failed"] == {"profiles": 1} and summary.failures["total_failed"] == 1
+    assert summary.failures["repaired"].get("profiles") == 1 and sum(summary.failures["repaired"].values()) >= 2
+    report = json.loads((tmp_path / "llm" / REPORT_FILE).read_text())
+    assert report["failures"] == summary.failures and report["requests"]["requests"] == sent
+
+    # Every test row and every test task is there; every reference passes the rule judge.
+    assert summary.files["test.jsonl"] == len(test) == offline.files["test.jsonl"]
+    assert {r.task for r in test} == {r.task for r in off_test}
+    judge = RuleJudge()
+    for row in test:
+        assert all(s == 1 for s in judge.judge_one(row, row.reference).scores.values()), row.task
+    # Matching: relevant passage inside the role's domains, irrelevant outside; test roles only see test passages.
+    split = {json.loads(l)["id"]: json.loads(l)["split"] for l in (tmp_path / "llm" / "passages.jsonl").read_text().splitlines()}
+    for p in profiles:
+        m = p["match"]
+        assert m["relevant"].split("-")[0] in p["domains"] and m["irrelevant"].split("-")[0] not in p["domains"]
+        assert split[m["relevant"]] == split[m["irrelevant"]] == p["split"]
+    assert {r.extra["role"] for r in test} <= {p["id"] for p in profiles if p["split"] == "test"}
+    # DPO chosen passes the capability the rejected violates.
+    for row in dpo:
+        cap = Capability(row.extra["violated"])
+        probe = type(test[0])(row.prompt, row.chosen, row.extra["task"], {"expect": row.extra["expect"]})
+        assert judge.check(probe, row.chosen, cap)[0] == 1 and judge.check(probe, row.rejected, cap)[0] == 0
+    assert any(r.extra.get("task") == "free_chat" for r in sft)
+
+    # A rerun is answered entirely from the cache: zero requests, identical bytes.
+    with ScriptedServer(responder=llm, port=server.port) as again:
+        cfg2 = ClientConfig(base_url=again.base_url, model="scripted", cache_dir=tmp_path / "cache")
+        rerun = synthesize_llm(tmp_path / "llm2", n_roles=5, seed=3, client_config=cfg2, **SMALL)
+        assert len(again.chat_requests) == 0 and rerun.requests["requests"] == 0
+    for name in FILES:
+        assert (tmp_path / "llm" / name).read_bytes() == (tmp_path / "llm2" / name).read_bytes(), name
+
+
+def test_capabilities_cover_the_test_split(tmp_path: Path) -> None:
+    with ScriptedServer(responder=GoodLLM()) as server:
+        cfg = ClientConfig(base_url=server.base_url, model="scripted", cache_dir=None, concurrency=4)
+        summary = synthesize_llm(tmp_path / "out", n_roles=3, seed=0, client_config=cfg, **SMALL)
+    rows = read_test_rows(tmp_path / "out" / "test.jsonl")
+    caps = {c.value for r in rows for c in capabilities_of(r.task)}
+    assert caps == {c.value for c in Capability} and summary.failures["total_failed"] == 0

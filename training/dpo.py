@@ -1,0 +1,97 @@
+"""Direct preference optimisation of an SFT model with TRL's ``DPOTrainer``.
+
+The policy starts from the SFT directory and the frozen reference is the same SFT model
+(TRL keeps an internal copy), exactly as the paper's ``dpo_tuning_demo.py``; ``--ref``
+names a different reference, which must share the tokenizer. Rows are conversational
+``prompt``/``chosen``/``rejected``, so the prompt is rendered with the model's own chat
+template and generation prompt, the same rendering that evaluation and probing use.
+
+Example:
+    >>> cfg = DPORunConfig(sft="runs/sft", data="data/", out="runs/dpo", max_steps=10)   # doctest: +SKIP
+    >>> train_dpo(cfg)                                                                  # doctest: +SKIP
+    PosixPath('runs/dpo')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from data_synthesis.errors import ProbeError
+from training.config import DPORunConfig
+from training.data import dpo_records, file_sha256, resolve_data_file, to_dataset
+from training.models import check_model_dir, check_same_tokenizer, load_causal_lm
+from training.provenance import LossRecorder, read_provenance, weights_digest, write_provenance
+from training.runner import StepProgress, finish_output, quiet_environment, silence_printer, start_output, trainer_kwargs
+
+ProgressFn = Callable[[int, int, float | None], None]
+
+
+@dataclass
+class DPOSession:
+    config: DPORunConfig
+    trainer: Any
+    work: Path
+    data_file: Path
+    parent: dict[str, Any]
+    recorder: LossRecorder
+
+
+def _load_ref(config: DPORunConfig, tokenizer: Any) -> Any:
+    if config.ref is None:
+        return None
+    ref_model, ref_tokenizer = load_causal_lm(config.ref, "--ref")
+    check_same_tokenizer(tokenizer, ref_tokenizer, f"--sft {config.sft} and --ref {config.ref}")
+    return ref_model
+
+
+def prepare_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> DPOSession:
+    """Validate everything and build the trainer; nothing is trained yet."""
+    quiet_environment()
+    from accelerate import PartialState
+    from trl import DPOConfig, DPOTrainer
+
+    data_file = resolve_data_file(config.data, "dpo")
+    records = dpo_records(data_file, config.max_rows)
+    check_model_dir(config.sft, "--sft")
+    if config.ref is not None:
+        check_model_dir(config.ref, "--ref")
+    model, tokenizer = load_causal_lm(config.sft, "--sft")
+    if not tokenizer.chat_template:
+        raise ProbeError(f"--sft {config.sft}: the tokenizer has no chat template; train it with `probe train sft` first")
+    ref_model = _load_ref(config, tokenizer)
+    work = start_output(config.out, config.overwrite, PartialState().is_main_process)
+    args = DPOConfig(**trainer_kwargs(config, work), beta=config.beta, loss_type=[config.loss_type],
+                     precompute_ref_log_probs=config.precompute_ref)
+    recorder = LossRecorder()
+    callbacks = [recorder] + ([StepProgress(progress)] if progress else [])
+    trainer = DPOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=to_dataset(records),
+                         processing_class=tokenizer, callbacks=callbacks)
+    silence_printer(trainer)
+    parent = {"sft": str(config.sft), "weights_sha256": weights_digest(config.sft),
+              "ref": str(config.ref or config.sft), "sft_provenance": _brief(read_provenance(config.sft))}
+    return DPOSession(config, trainer, work, data_file, parent, recorder)
+
+
+def _brief(provenance: dict[str, Any] | None) -> dict[str, Any] | None:
+    if provenance is None:
+        return None
+    return {k: provenance.get(k) for k in ("stage", "data", "parent", "final_loss", "created")}
+
+
+def train_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> Path:
+    """Train, save model + tokenizer + provenance into ``config.out``; returns that path."""
+    session = prepare_dpo(config, progress)
+    trainer = session.trainer
+    trainer.train()
+    if trainer.is_world_process_zero():
+        trainer.save_model(str(session.work))
+        write_provenance(session.work, stage="dpo", config=config.to_dict(), parent=session.parent, recorder=session.recorder,
+                         data={"file": str(session.data_file), "sha256": file_sha256(session.data_file),
+                               "rows": len(trainer.train_dataset)},
+                         extra={"world_size": trainer.args.world_size})
+        finish_output(session.work, config.out)
+    trainer.accelerator.wait_for_everyone()
+    return config.out

@@ -1,0 +1,107 @@
+"""``provenance.json``: what produced a model directory, so a probe result can be traced back.
+
+Written last into every SFT/DPO output: the data files and their SHA-256, the seeds, the
+fully resolved run configuration, the parent model (its path and weight hashes), the
+library versions and device, and every logged loss with the final one. A reader of an
+activation store can then tell whether two runs used the same models and data.
+
+Example:
+    >>> losses = LossRecorder()                                   # doctest: +SKIP
+    >>> trainer.add_callback(losses)                              # doctest: +SKIP
+    >>> write_provenance(out, stage="sft", config=cfg.to_dict(), losses=losses.records, ...)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+FILE_NAME = "provenance.json"
+LIBRARIES = ("torch", "transformers", "trl", "accelerate", "datasets", "tokenizers", "deepspeed", "rolemrc-probe")
+
+
+class LossRecorder(TrainerCallback):
+    """Keeps every ``on_log`` record that has a training loss (and the final summary)."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.summary: dict[str, Any] = {}
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if not logs:
+            return
+        if "loss" in logs:
+            keep = {k: v for k, v in logs.items() if isinstance(v, (int, float))}
+            self.records.append({"step": state.global_step, **keep})
+        elif "train_loss" in logs:
+            self.summary = {k: v for k, v in logs.items() if isinstance(v, (int, float))}
+
+    @property
+    def final_loss(self) -> float | None:
+        return self.records[-1]["loss"] if self.records else None
+
+
+def library_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def weights_digest(model_dir: Path) -> str:
+    """SHA-256 over the weight files of a model directory (names and bytes, sorted)."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(model_dir).glob("*.safetensors")) + sorted(Path(model_dir).glob("*.bin")):
+        digest.update(path.name.encode())
+        with path.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def device_info() -> dict[str, Any]:
+    import torch
+
+    info: dict[str, Any] = {"cuda": torch.cuda.is_available(), "threads": torch.get_num_threads()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpus"] = torch.cuda.device_count()
+    return info
+
+
+def write_provenance(out_dir: Path, *, stage: str, config: dict[str, Any], data: dict[str, Any],
+                     parent: dict[str, Any], recorder: LossRecorder, extra: dict[str, Any] | None = None) -> Path:
+    record = {
+        "stage": stage,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "config": config,
+        "seeds": {"seed": config.get("seed"), "data_seed": config.get("seed")},
+        "data": data,
+        "parent": parent,
+        "versions": library_versions(),
+        "device": device_info(),
+        "losses": recorder.records,
+        "final_loss": recorder.final_loss,
+        "train_summary": recorder.summary,
+        **(extra or {}),
+    }
+    path = Path(out_dir) / FILE_NAME
+    path.write_text(json.dumps(record, indent=1, default=str), encoding="utf-8")
+    return path
+
+
+def read_provenance(model_dir: Path) -> dict[str, Any] | None:
+    path = Path(model_dir) / FILE_NAME
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))

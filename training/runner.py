@@ -1,0 +1,137 @@
+"""What SFT and DPO runs share: trainer arguments, the output directory's life cycle, progress.
+
+Output directories are written atomically: training saves into a sibling
+``.<name>.partial`` directory and only a finished run (weights, tokenizer, provenance)
+is renamed to ``--out``. An interrupted run therefore never leaves something that looks
+like a model, and an existing ``--out`` is replaced only with ``--overwrite``, after
+the new one is complete. Under ``accelerate launch`` every process trains, the main
+process saves and renames, and the others wait for it.
+
+Example:
+    >>> args = trainer_kwargs(cfg, Path("out/.sft.partial"))      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from data_synthesis.errors import ProbeError
+
+def quiet_environment() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    from datasets.utils.logging import disable_progress_bars
+
+    disable_progress_bars()
+
+
+def silence_printer(trainer: Any) -> None:
+    """Drop the callback that prints every log dict to stdout (losses go to provenance and progress bars)."""
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+
+
+def resolve_bf16(requested: bool | None) -> bool:
+    """bf16 only on a GPU that supports it; an explicit request on CPU is an error (6x slower in TRL)."""
+    import torch
+
+    capable = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if requested and not capable:
+        raise ProbeError("--bf16 needs a CUDA GPU with bf16 support; on CPU training stays in fp32 (bf16 is ~6x slower there)")
+    return capable if requested is None else bool(requested)
+
+
+def trainer_kwargs(cfg: Any, output_dir: Path) -> dict[str, Any]:
+    """Keyword arguments shared by ``SFTConfig`` and ``DPOConfig``."""
+    import torch
+
+    return dict(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=cfg.batch_size,
+        gradient_accumulation_steps=cfg.grad_accum,
+        learning_rate=cfg.learning_rate,
+        lr_scheduler_type=cfg.lr_scheduler,
+        warmup_steps=cfg.warmup_ratio,  # a float < 1 is a fraction of the total steps in transformers 5
+        num_train_epochs=cfg.epochs,
+        max_steps=cfg.max_steps,
+        weight_decay=cfg.weight_decay,
+        seed=cfg.seed,
+        data_seed=cfg.seed,
+        logging_steps=cfg.logging_steps,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=not torch.cuda.is_available(),
+        bf16=resolve_bf16(cfg.bf16),
+        fp16=False,
+        max_length=cfg.max_length,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+    )
+
+
+def partial_dir(out: Path) -> Path:
+    return out.parent / f".{out.name}.partial"
+
+
+def check_output(out: Path, overwrite: bool) -> None:
+    """Refuse to train into an existing non-empty ``--out`` unless asked to replace it."""
+    if out.exists() and not out.is_dir():
+        raise ProbeError(f"--out {out}: exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise ProbeError(f"--out {out}: already exists and is not empty; pass --overwrite to replace it when the new run finishes")
+
+
+def start_output(out: Path, overwrite: bool, is_main: bool) -> Path:
+    """Check ``out`` and (on the main process) create a fresh partial directory; returns it."""
+    check_output(out, overwrite)
+    work = partial_dir(out)
+    if is_main:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+    return work
+
+
+def finish_output(work: Path, out: Path) -> Path:
+    """Move the finished partial directory into place (replacing an old ``out``)."""
+    for leftover in ("checkpoint-*", "runs"):
+        for path in work.glob(leftover):
+            shutil.rmtree(path, ignore_errors=True)
+    if out.exists():
+        trash = out.parent / f".{out.name}.old"
+        shutil.rmtree(trash, ignore_errors=True)
+        os.replace(out, trash)
+        os.replace(work, out)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(work, out)
+    return out
+
+
+class StepProgress(TrainerCallback):
+    """Calls ``report(step, total, loss)`` after every optimizer step (drives rich progress bars)."""
+
+    def __init__(self, report: Callable[[int, int, float | None], None]) -> None:
+        self.report = report
+        self.loss: float | None = None
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if logs and "loss" in logs:
+            self.loss = float(logs["loss"])
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.report(state.global_step, state.max_steps, self.loss)

@@ -1,0 +1,124 @@
+"""Supervised fine-tuning with TRL's ``SFTTrainer``, loss on assistant turns only.
+
+The base is ``"tiny"`` (a 32-layer Llama with a byte-level BPE tokenizer trained on the
+training data itself, built here, see :mod:`training.tiny_base`) or a local Hugging
+Face causal-LM directory. Conversations are fed as ``messages``; the chat template's
+``{% generation %}`` markers let TRL mask every system/user token (labels -100), as the
+paper's ``train_sft.py`` does by hand. All checks (data, base directory, tokenizer,
+output directory) run before the first step, and the output is written atomically
+with a ``provenance.json``.
+
+Example:
+    >>> cfg = SFTRunConfig(base="tiny", data="data/", out="runs/sft", max_steps=20)   # doctest: +SKIP
+    >>> train_sft(cfg)                                                               # doctest: +SKIP
+    PosixPath('runs/sft')
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from data_synthesis.errors import ProbeError
+from training.config import SFTRunConfig
+from training.data import file_sha256, resolve_data_file, sft_records, to_dataset
+from training.models import apply_chat_template_choice, check_model_dir, load_causal_lm
+from training.provenance import LossRecorder, weights_digest, write_provenance
+from training.runner import StepProgress, finish_output, quiet_environment, silence_printer, start_output, trainer_kwargs
+
+ProgressFn = Callable[[int, int, float | None], None]
+
+
+@dataclass
+class SFTSession:
+    """A ready-to-train SFT run (exposed so tests and notebooks can inspect batches before training)."""
+
+    config: SFTRunConfig
+    trainer: Any
+    work: Path
+    data_file: Path
+    parent: dict[str, Any]
+    recorder: LossRecorder
+
+
+def tiny_corpus(records: list[dict[str, Any]], extra_files: list[Path]) -> list[str]:
+    """Texts the tiny tokenizer is trained on: every turn of the SFT data (and DPO replies if present)."""
+    texts = [m["content"] for r in records for m in r["messages"]]
+    for path in extra_files:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                row = json.loads(line)
+                texts += [row.get("chosen", ""), row.get("rejected", "")]
+    return [t for t in texts if t]
+
+
+def _build_tiny(cfg: SFTRunConfig, records: list[dict[str, Any]], work: Path, is_main: bool) -> Path:
+    from accelerate import PartialState
+
+    from training.tiny_base import TinySpec, build_tiny_base
+
+    target = work / "_tiny_base"
+    with PartialState().main_process_first():
+        if is_main:
+            dpo = [p for p in [cfg.data / "dpo.jsonl"] if cfg.data.is_dir() and p.is_file()]
+            spec = TinySpec(**{"seed": cfg.seed, **cfg.tiny_spec})
+            build_tiny_base(tiny_corpus(records, dpo), target, spec)
+    return target
+
+
+def prepare_sft(config: SFTRunConfig, progress: ProgressFn | None = None) -> SFTSession:
+    """Validate everything, build the trainer; nothing is trained yet."""
+    quiet_environment()
+    from accelerate import PartialState
+    from trl import SFTConfig, SFTTrainer
+
+    is_main = PartialState().is_main_process
+    data_file = resolve_data_file(config.data, "sft")
+    records = sft_records(data_file, config.max_rows)
+    if config.base != "tiny":
+        check_model_dir(Path(config.base), "--base")
+    work = start_output(config.out, config.overwrite, is_main)
+    base = _build_tiny(config, records, work, is_main) if config.base == "tiny" else Path(config.base)
+    model, tokenizer = load_causal_lm(base, "--base")
+    template = apply_chat_template_choice(tokenizer, config.chat_template, model.config.model_type)
+    args = SFTConfig(**trainer_kwargs(config, work), assistant_only_loss=config.assistant_only_loss, packing=False)
+    recorder = LossRecorder()
+    callbacks = [recorder] + ([StepProgress(progress)] if progress else [])
+    try:
+        trainer = SFTTrainer(model=model, args=args, train_dataset=to_dataset(records), processing_class=tokenizer, callbacks=callbacks)
+    except ValueError as exc:
+        raise ProbeError(f"--base {config.base}: cannot set up SFT ({str(exc).splitlines()[0]}); "
+                         "try --chat-template llama3 or chatml") from None
+    silence_printer(trainer)
+    parent = _parent_info(config, base, template)
+    return SFTSession(config, trainer, work, data_file, parent, recorder)
+
+
+def _parent_info(config: SFTRunConfig, base: Path, template: str) -> dict[str, Any]:
+    info: dict[str, Any] = {"base": config.base, "chat_template": template, "weights_sha256": weights_digest(base)}
+    spec_file = base / "tiny_spec.json"
+    if spec_file.is_file():
+        info["tiny_spec"] = json.loads(spec_file.read_text())
+    return info
+
+
+def train_sft(config: SFTRunConfig, progress: ProgressFn | None = None) -> Path:
+    """Train, save model + tokenizer + provenance into ``config.out``; returns that path."""
+    session = prepare_sft(config, progress)
+    trainer = session.trainer
+    trainer.train()
+    if trainer.is_world_process_zero():
+        trainer.save_model(str(session.work))
+        shutil.rmtree(session.work / "_tiny_base", ignore_errors=True)
+        write_provenance(session.work, stage="sft", config=config.to_dict(), parent=session.parent, recorder=session.recorder,
+                         data={"file": str(session.data_file), "sha256": file_sha256(session.data_file),
+                               "rows": len(trainer.train_dataset)},
+                         extra={"world_size": trainer.args.world_size})
+        finish_output(session.work, config.out)
+    trainer.accelerator.wait_for_everyone()
+    return config.out
+
