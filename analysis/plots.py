@@ -115,7 +115,10 @@ def profile_figure(maps: MetricMaps, alpha: float) -> go.Figure:
     )
     fig.update_xaxes(title_text="layer", dtick=1)
     fig.update_yaxes(title_text=f"mean |{delta_label(maps)}|", secondary_y=False)
-    fig.update_yaxes(title_text="share of units FDR-significant", range=[0, 1], secondary_y=True)
+    fig.update_yaxes(
+        title_text="share of units FDR-significant", range=[0, 1], tickmode="linear", tick0=0, dtick=0.2, tickformat=".0%",
+        showgrid=False, secondary_y=True,
+    )
     fig.update_layout(title=f"Layer profile · {_title(maps)}", height=450, width=1000)
     return fig
 

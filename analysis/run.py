@@ -79,7 +79,10 @@ def analyze_run(
     ``capabilities``/``hooks``: None = everything recorded. ``png``: None = when Chromium
     exists. ``rule``/``threshold``: neuron selection (:func:`analysis.select.select_neurons`).
     """
-    config = AnalysisConfig(metric, top_percent, layers, normalize, top_k, fdr_alpha, rule, threshold, test, reorder)
+    config = AnalysisConfig(
+        metric=metric, top_percent=top_percent, layers=layers, normalize=normalize, top_k=top_k,
+        fdr_alpha=fdr_alpha, rule=rule, threshold=threshold, test=test, reorder=reorder,
+    )
     run_path = Path(run_dir)
     target = Path(out_dir) if out_dir is not None else run_path / "analysis"
     with RunReader(run_path) as run:

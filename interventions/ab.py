@@ -86,6 +86,20 @@ def resolve_neurons(config: ABConfig) -> NeuronSet:
     return NeuronSet.load(default)
 
 
+def provenance_warnings(neurons: NeuronSet, model: str, model_dir: Path) -> list[str]:
+    """A warning when the neuron set was ranked on other weights than the model intervened on."""
+    expected = neurons.model_hashes.get(model)
+    if not expected:
+        return []
+    from probes.provenance import weights_sha256
+
+    actual = weights_sha256(model_dir)
+    if actual == expected:
+        return []
+    return [f"the neuron set was ranked on {model} weights {expected[:12]}..., but {model_dir} has weights {actual[:12]}...: "
+            "the selected units may not mean the same thing in this model"]
+
+
 def select_rows(rows: list[TestRow], config: ABConfig) -> tuple[list[int], dict[Capability, list[int]]]:
     """Row indices to generate, and per capability the indices (into that list) it is scored on."""
     wanted = [config.target] + ([c for c in Capability if c != config.target] if config.collateral else [])
@@ -228,7 +242,7 @@ def run_ab(config: ABConfig, progress: Progress | None = None, judge: Judge | No
         dtype=config.dtype, backend=config.backend, judge=runner.judge.name, neurons=describe(runner.neurons),
         baseline={"seconds": runner.base[0].seconds, "tokens": runner.base[0].n_tokens, "rows": len(runner.rows)},
         main=arms[0], doses=arms[1:], placebo=placebo, config=config.to_dict(),
-        warnings=[flag for arm in arms[:1] for flag in arm.guard.flags],
+        warnings=provenance_warnings(runner.neurons, config.model, runner.model_dir) + list(arms[0].guard.flags),
     )
     if config.out_dir is not None:
         from interventions.report import write_report

@@ -67,6 +67,11 @@ def markdown(report: ABReport) -> str:
            f"- neurons: {n['size']} units of `{n['hook']}` (layer:count {layers}); selection: {n['selection'] or n['metric']}",
            f"- baseline: {report.baseline['rows']} prompts, {report.baseline['tokens']} generated tokens",
            f"- placebo: {report.placebo['n_sets']} random sets, same size and per-layer counts, seed {report.placebo['seed']}", ""]
+    guard_flags = {flag for arm in report.arms for flag in arm.guard.flags}
+    other = [w for w in report.warnings if w not in guard_flags]
+    out.extend(f"> **WARNING:** {w}" for w in other)
+    if other:
+        out.append("")
     for arm in [report.main, *report.doses]:
         out.append(f"## Factor {arm.factor!r} ({arm.role})")
         out.append("")

@@ -54,6 +54,7 @@ def test_analyze_user_mistakes_exit_2_with_one_line(run_dir: Path, tmp_path: Pat
     assert err.strip().startswith(message) and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_analyze_without_activations_exits_2_in_a_real_process(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "probe_cli.main", "analyze", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2

@@ -28,10 +28,10 @@ def _maps(result, cap="multi_turn", hook="mlp_out"):
     return result.maps[(cap, hook)]
 
 
-@pytest.mark.parametrize("metric", ["topk_count", "mean_diff", "effect_size"])
-def test_fdr_finds_the_planted_units_and_few_others(run, tmp_path: Path, metric: str) -> None:
+@pytest.mark.parametrize(("metric", "test"), [("topk_count", "t"), ("mean_diff", "t"), ("effect_size", "t"), ("mean_diff", "wilcoxon")])
+def test_fdr_finds_the_planted_units_and_few_others(run, tmp_path: Path, metric: str, test: str) -> None:
     run_dir, planted = run
-    result = analyze_run(run_dir, metric=metric, layers="8-15", out_dir=tmp_path, plots=False)
+    result = analyze_run(run_dir, metric=metric, test=test, layers="8-15", out_dir=tmp_path, plots=False)
     for cap, units in planted.items():
         maps = _maps(result, cap)
         found = {(maps.layers[r], int(u)) for r, u in zip(*np.nonzero(maps.significant(0.05)))}

@@ -43,7 +43,7 @@ def test_intervene_on_a_recorded_run(analysed_run: Path, tmp_path: Path, capsys)
     assert target["capability"] == "multi_turn" and len(target["placebo"]["deltas"]) == 2
     assert "placebo pct" in (out / "ab_report.md").read_text()
     printed = capsys.readouterr().out
-    assert "multi_turn" in printed and "ab_report.md" in printed
+    assert "factor 0.0 (main)" in printed and "multi_turn" in printed and str(out / "ab_report.md") in printed
 
 
 def test_intervene_defaults_to_the_runs_neuron_set(analysed_run: Path, tmp_path: Path, capsys):

@@ -127,3 +127,15 @@ def test_cli_bad_neuron_file(tiny_model_dir: Path, rows_file: Path, tmp_path: Pa
     assert code == 2 and "unit 999 of layer 1 is outside mlp_out" in err and str(bad) in err
     code, err = _cli(["intervene", "--model-dir", str(tiny_model_dir), "--data", str(rows_file), "--neurons", str(tmp_path / "missing.json")], capsys)
     assert code == 2 and "no such neuron-set file" in err
+
+
+def test_provenance_warning_when_ranked_on_other_weights(tiny_model_dir: Path):
+    from interventions.ab import provenance_warnings
+    from probes.provenance import weights_sha256
+
+    ns = NeuronSet([Neuron(1, 2)], "mlp_out", model_hashes={"dpo": "0" * 64})
+    warnings = provenance_warnings(ns, "dpo", tiny_model_dir)
+    assert len(warnings) == 1 and "may not mean the same thing" in warnings[0]
+    ns.model_hashes["dpo"] = weights_sha256(tiny_model_dir)
+    assert provenance_warnings(ns, "dpo", tiny_model_dir) == []
+    assert provenance_warnings(NeuronSet([Neuron(1, 2)], "mlp_out"), "dpo", tiny_model_dir) == []

@@ -219,3 +219,27 @@ def test_config_validation_and_environment() -> None:
         assert cfg.api_key() == "EMPTY"  # local servers need no key
         with pytest.raises(ProbeError, match="set the environment variable OPENAI_API_KEY"):
             ClientConfig(base_url="https://api.openai.com/v1", model="gpt-4o").api_key()
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_sending_and_keeps_the_answers(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+
+    def responder(request: dict) -> str:
+        time.sleep(0.3)
+        return "a" + request["messages"][-1]["content"][1:]
+
+    with ScriptedServer(responder=responder) as server:
+        proc = subprocess.Popen([sys.executable, "-c", CRASHING_RUN, server.base_url, str(cache)], cwd=Path(__file__).parents[1],
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while len(server.chat_requests) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+        sent_before_stop = len(server.chat_requests)
+        time.sleep(0.5)
+        assert len(server.chat_requests) == sent_before_stop  # nothing more is sent after the interrupt
+    assert proc.returncode != 0 and "KeyboardInterrupt" in stderr
+    assert sent_before_stop <= 4 < 10  # the queued requests were dropped, not sent
+    assert len(list(cache.glob("??/*.json"))) >= sent_before_stop - 1  # every answered request is cached

@@ -40,8 +40,8 @@ def test_parse_score_is_tolerant_but_never_guesses(reply: str, score: int | None
 def test_prompts_carry_the_rubric_parameters_and_the_quoted_conversation() -> None:
     within = judge_prompt(row("role_related_mrc_answer_no_narration"), "It opened in 1902.", K)
     outside = judge_prompt(row("role_unrelated_mrc_answer_with_narration"), "No idea.", K)
-    assert "is within the character" in within and "is outside the character" in outside
-    assert "insists on getting an answer" in outside and "insists on getting an answer" not in within
+    assert "is WITHIN the character" in within and "is OUTSIDE the character" in outside
+    assert "insists on getting an answer" in outside and "OUTSIDE" not in within
     assert 'System Instruction: """You are Mara' in within and 'LLM Response: """It opened in 1902."""' in within
     nested = judge_prompt(row("role_related_mrc_answer_no_narration-special-format"), "x", N)
     assert "The requirement is: end every reply with the word 'ahoy'" in nested  # the authors' 2nd-sentence extraction
@@ -49,12 +49,15 @@ def test_prompts_carry_the_rubric_parameters_and_the_quoted_conversation() -> No
     assert "The requirement is: Use ALL CAPS." in explicit
     turns = [("user", "Who built it?"), ("assistant", "I cannot say."), ("user", "Please, try anyway.")]
     multi = judge_prompt(row("role_unrelated_mrc_refused_no_narration-2ndanswer", turns), "Engineers did.", M)
-    assert "the correct last reply is answerable" in multi and 'Assistant (earlier turn): """I cannot say."""' in multi
+    assert "the last user turn is ANSWERABLE" in multi and 'Assistant (earlier turn): """I cannot say."""' in multi
     assert "{" not in multi.replace("{conversation}", "")  # every placeholder filled
 
 
 def test_llm_judge_scores_each_capability_and_counts_unparseable(tmp_path: Path) -> None:
     answers = {"KNOWLEDGE BOUNDARY": "Score: 1", "ROLE STYLE": "**0**", "MULTI-TURN": "Hmm, hard to say.", "INSTRUCTION PRIORITY": "1."}
+    # The rule is shown once, without its "Rule:" lead.
+    ruled = row("role_related_mrc_answer_no_narration-refused", rule="Rule: never talk about the bridge.")
+    assert "The rule is: never talk about the bridge." in judge_prompt(ruled, "No.", P)
 
     def responder(request: dict) -> str:
         text = request["messages"][0]["content"]

@@ -115,7 +115,8 @@ def broken_persona(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(synthesis, "build_profiles", seeds)
 
 
-def test_llm_synthesis_writes_the_offline_file_set_and_counts_failures(tmp_path: Path, broken_persona: None) -> None:
+def test_llm_synthesis_writes_the_offline_file_set_and_counts_failures(tmp_path: Path, broken_persona: None,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
     llm = GoodLLM()
     with ScriptedServer(responder=llm) as server:
         cfg = ClientConfig(base_url=server.base_url, model="scripted", cache_dir=tmp_path / "cache", concurrency=4, backoff_base=0.01)
@@ -140,6 +141,7 @@ def test_llm_synthesis_writes_the_offline_file_set_and_counts_failures(tmp_path:
     assert BROKEN_PERSONA not in {p["id"] for p in profiles} and len(profiles) == 4
     assert summary.failures["failed"] == {"profiles": 1} and summary.failures["total_failed"] == 1
     assert summary.failures["repaired"].get("profiles") == 1 and sum(summary.failures["repaired"].values()) >= 2
+    assert "1 replies still invalid after 2 repair round(s) were dropped (profiles: 1)" in caplog.text
     report = json.loads((tmp_path / "llm" / REPORT_FILE).read_text())
     assert report["failures"] == summary.failures and report["requests"]["requests"] == sent
 
@@ -153,8 +155,9 @@ def test_llm_synthesis_writes_the_offline_file_set_and_counts_failures(tmp_path:
     split = {json.loads(l)["id"]: json.loads(l)["split"] for l in (tmp_path / "llm" / "passages.jsonl").read_text().splitlines()}
     for p in profiles:
         m = p["match"]
-        assert m["relevant"].split("-")[0] in p["domains"] and m["irrelevant"].split("-")[0] not in p["domains"]
-        assert split[m["relevant"]] == split[m["irrelevant"]] == p["split"]
+        assert len(m["relevant"]) == len(m["irrelevant"]) == 3 and m["relevant_scores"] == sorted(m["relevant_scores"], reverse=True)
+        assert all(i.split("-")[0] in p["domains"] for i in m["relevant"]) and all(i.split("-")[0] not in p["domains"] for i in m["irrelevant"])
+        assert {split[i] for i in m["relevant"] + m["irrelevant"]} == {p["split"]}
     assert {r.extra["role"] for r in test} <= {p["id"] for p in profiles if p["split"] == "test"}
     # DPO chosen passes the capability the rejected violates.
     for row in dpo:
@@ -179,3 +182,33 @@ def test_capabilities_cover_the_test_split(tmp_path: Path) -> None:
     rows = read_test_rows(tmp_path / "out" / "test.jsonl")
     caps = {c.value for r in rows for c in capabilities_of(r.task)}
     assert caps == {c.value for c in Capability} and summary.failures["total_failed"] == 0
+
+
+def test_retrieval_respects_domains_and_is_deterministic() -> None:
+    from data_synthesis.errors import ProbeError
+    from data_synthesis.llm.retrieval import match_passages
+
+    passages = ["ships sail on tides and ships carry crew", "the tide and the ship", "bread needs yeast", "the ship of bread"]
+    domains = ["sea", "sea", "food", "food"]
+    m = match_passages(["a sailor on a ship"], passages, passage_domains=domains, role_domains=[["food"]], k=2)[0]
+    # The most similar passages overall are about ships, but the role knows food: relevant stays inside its domains.
+    assert set(m.relevant) == {2, 3} and m.relevant[0] == 3 and set(m.irrelevant) == {0, 1}
+    again = match_passages(["a sailor on a ship"], passages, passage_domains=domains, role_domains=[["food"]], k=2)[0]
+    assert again == m
+    with pytest.raises(ProbeError, match="both inside and outside"):
+        match_passages(["x"], passages, passage_domains=domains, role_domains=[["sea", "food"]])
+
+
+def test_reply_extraction_and_repair_prompt() -> None:
+    from pydantic import BaseModel
+
+    from data_synthesis.llm.replies import InvalidReply, parse_reply, repair_messages
+
+    class Reply(BaseModel):
+        reply: str
+
+    assert parse_reply('Use {braces} freely. {"reply": "ok"} trailing', Reply).reply == "ok"
+    with pytest.raises(InvalidReply, match="reply: Field required"):
+        parse_reply('{"answer": "x"}', Reply)
+    fixed = repair_messages([{"role": "user", "content": "q"}], "bad", "reply: Field required")
+    assert [m["role"] for m in fixed] == ["user", "assistant", "user"] and "reply: Field required" in fixed[-1]["content"]

@@ -31,7 +31,7 @@ def quiet_environment() -> None:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
-    from datasets.utils.logging import disable_progress_bars
+    from datasets import disable_progress_bars
 
     disable_progress_bars()
 
@@ -79,7 +79,7 @@ def trainer_kwargs(cfg: Any, output_dir: Path) -> dict[str, Any]:
         max_length=cfg.max_length,
         dataloader_num_workers=0,
         disable_tqdm=True,
-        gradient_checkpointing=cfg.gradient_checkpointing,
+        activation_checkpointing=cfg.gradient_checkpointing,  # the new name of gradient_checkpointing (TRL defaults it on)
     )
 
 

@@ -19,17 +19,22 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from data_synthesis.capabilities import Capability, capabilities_of, task_spec
 from data_synthesis.errors import ProbeError
 from data_synthesis.judge.base import Verdict
 from data_synthesis.schema import TestRow
 
+if TYPE_CHECKING:
+    from data_synthesis.llm.client import ClientConfig, LLMClient
+
+log = logging.getLogger("data_synthesis.judge")
 RUBRIC_DIR = Path(__file__).parent / "rubrics"
 _LEADS = ("You love to", "You will", "You must", "You prefer to", "You would like to", "You are used to", "You should", "You are in the habit of")
 
@@ -67,8 +72,9 @@ def parse_score(reply: str) -> int | None:
 
 
 @cache
-def rubric(capability: Capability) -> str:
-    path = RUBRIC_DIR / f"{capability.value}.txt"
+def rubric(capability: Capability, variant: str | None = None) -> str:
+    """The rubric text; knowledge boundary has within/outside and multi-turn answerable/unanswerable variants."""
+    path = RUBRIC_DIR / (f"{capability.value}_{variant}.txt" if variant else f"{capability.value}.txt")
     try:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -87,7 +93,8 @@ def judge_prompt(row: TestRow, response: str, capability: Capability) -> str:
     """The full judge message for one row, response and capability."""
     values = _fields(row, capability)
     values["conversation"] = render_conversation(row, response)
-    text = rubric(capability)
+    variant = {Capability.KNOWLEDGE_BOUNDARY: values["range"], Capability.MULTI_TURN: values["type"]}.get(capability)
+    text = rubric(capability, variant)
     for name, value in values.items():
         text = text.replace("{" + name + "}", value)
     return re.sub(r"\n{3,}", "\n\n", text)
@@ -96,9 +103,13 @@ def judge_prompt(row: TestRow, response: str, capability: Capability) -> str:
 def _fields(row: TestRow, capability: Capability) -> dict[str, str]:
     spec = task_spec(row.task)
     expect: dict[str, Any] = row.expect or {}
+    rng = str(expect.get("knowledge_range") or spec.knowledge_range or "within")
+    kind = str(expect.get("multi_turn_type") or spec.multi_turn_type or "answerable")
+    if rng not in ("within", "outside") or kind not in ("answerable", "unanswerable"):
+        raise ProbeError(f"row of task {row.task}: expect.knowledge_range must be within|outside and multi_turn_type answerable|unanswerable")
     return {
-        "range": str(expect.get("knowledge_range") or spec.knowledge_range or "within"),
-        "type": str(expect.get("multi_turn_type") or spec.multi_turn_type or "answerable"),
+        "range": rng,
+        "type": kind,
         "task_note": _task_note(row.task),
         "style_note": _style_note(expect),
         "requirement": _requirement(row, expect),
@@ -149,7 +160,9 @@ def _paper_requirement(row: TestRow) -> str:
 
 def _rule_note(expect: dict[str, Any]) -> str:
     rule = expect.get("rule") or expect.get("priority_rule")
-    return f"The rule is: {rule}" if isinstance(rule, str) and rule.strip() else ""
+    if not isinstance(rule, str) or not rule.strip():
+        return ""
+    return "The rule is: " + re.sub(r"^\s*rule\s*:\s*", "", rule.strip(), flags=re.I)
 
 
 class LLMJudge:
@@ -161,7 +174,7 @@ class LLMJudge:
 
     name = "llm"
 
-    def __init__(self, config: Any, *, max_tokens: int = 16, client: Any = None) -> None:
+    def __init__(self, config: ClientConfig, *, max_tokens: int = 16, client: LLMClient | None = None) -> None:
         from data_synthesis.llm.client import LLMClient
 
         if max_tokens < 1:
@@ -183,6 +196,9 @@ class LLMJudge:
             scores[i][cap] = score
             shown = " ".join(reply.content.split())[:120]
             reasons[i][cap] = f"judge replied {shown!r}" if score is not None else f"unparseable judge reply {shown!r}"
+        undecided = sum(1 for s in scores for v in s.values() if v is None)
+        if undecided:
+            log.warning("LLM judge: %d of %d replies could not be parsed as 0/1; they are undecided (None), not 0", undecided, len(jobs))
         return [Verdict(s, r) for s, r in zip(scores, reasons)]
 
     def judge_one(self, row: TestRow, response: str) -> Verdict:

@@ -117,16 +117,17 @@ class LLMClient:
         """
         if not batch:
             return []
-        with ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(batch)), thread_name_prefix="llm") as pool:
+        pool = ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(batch)), thread_name_prefix="llm")
+        try:
             futures = [pool.submit(self.chat, messages, **params) for messages in batch]
-            done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
             failed = [f for f in futures if f in done and f.exception() is not None]
             if failed:
-                for future in pending:
-                    future.cancel()
-                wait(pending)
                 raise failed[0].exception()  # type: ignore[misc]
-        return [f.result() for f in futures]
+            return [f.result() for f in futures]
+        finally:
+            # On an error or Ctrl-C: drop the queued requests, let the running ones finish (and be cached).
+            pool.shutdown(wait=True, cancel_futures=True)
 
     # ----------------------------------------------------------------- private
     def _ask_with_retries(self, key: str, messages: Messages, params: dict[str, Any]) -> ChatReply:
@@ -162,7 +163,7 @@ class LLMClient:
         except openai.APITimeoutError:
             raise _Retryable(f"timed out after {self.config.timeout:g}s") from None
         except openai.APIConnectionError as exc:
-            raise _Retryable(f"connection failed ({_cause(exc)})") from None
+            raise _Retryable(f"connection failed ({_cause(exc)}; is a server listening there?)") from None
         except openai.APIStatusError as exc:
             what = f"HTTP {exc.status_code}{_server_message(exc)}"
             if exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500:

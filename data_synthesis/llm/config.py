@@ -9,8 +9,9 @@ HTTP client is built.
 
 Example:
     >>> cfg = ClientConfig(base_url="http://127.0.0.1:8000/v1", model="/models/tiny", cache_dir=None)
-    >>> cfg.is_local, cfg.temperature
-    (True, 0.0)
+    >>> cfg.describe()
+    'http://127.0.0.1:8000/v1 model=/models/tiny temperature=0.0 concurrency=4'
+
     >>> ClientConfig(base_url="ftp://x", model="m")
     Traceback (most recent call last):
     ...
@@ -30,7 +31,6 @@ from data_synthesis.errors import ProbeError
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_CACHE_DIR = Path(".cache") / "llm"
-_LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -74,19 +74,14 @@ class ClientConfig:
         if self.cache_dir is not None and not isinstance(self.cache_dir, Path):
             object.__setattr__(self, "cache_dir", Path(self.cache_dir))
 
-    @property
-    def is_local(self) -> bool:
-        """True for endpoints on this machine, which need no key (vLLM, ``transformers serve``)."""
-        return (urlparse(self.base_url).hostname or "") in _LOCAL_HOSTS
-
     def api_key(self) -> str:
-        """The key from the environment; a placeholder for local servers; a clear error otherwise."""
+        """The key from the environment; a placeholder for self-hosted servers; a clear error for OpenAI."""
         key = os.environ.get(self.api_key_env, "").strip()
         if key:
             return key
-        if self.is_local or urlparse(self.base_url).hostname not in ("api.openai.com",):
-            return "EMPTY"  # vLLM / transformers serve / most proxies accept any non-empty key
-        raise ProbeError(f"no API key for {self.base_url}: set the environment variable {self.api_key_env}")
+        if urlparse(self.base_url).hostname == "api.openai.com":
+            raise ProbeError(f"no API key for {self.base_url}: set the environment variable {self.api_key_env}")
+        return "EMPTY"  # vLLM, transformers serve and most self-hosted servers accept any non-empty key
 
     def with_overrides(self, **changes: Any) -> ClientConfig:
         """A copy with some fields changed (``None`` values are ignored)."""

@@ -6,9 +6,10 @@ Stages (RoleMRC §3; the paper used GPT-4o):
    towns) are expanded by the LLM into standardised profile cards; personality,
    catchphrase, gesture and knowledge domains are chosen from the offline closed
    vocabularies (validated with pydantic), so system prompts and cues stay learnable.
-2. **Matching.** Each role is paired with its most relevant passage inside its domains
-   and its least relevant passage outside them, by TF-IDF retrieval over the passage
-   pool (:mod:`data_synthesis.llm.retrieval`); test roles only see test passages.
+2. **Matching.** Each role is paired with its most relevant passages inside its domains
+   and its least relevant passages outside them (3 of each by default), by TF-IDF
+   retrieval over the passage pool (:mod:`data_synthesis.llm.retrieval`); test roles only
+   see test passages.
 3. **Dialogues.** For every episode (free chats, on-scene passage dialogues, ruled chats:
    nested, multi-turn, prioritised) the offline task builder lays out the prompt and the
    ``expect`` block; the LLM writes the character's reply, which must parse
@@ -32,12 +33,14 @@ Example:
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from data_synthesis.capabilities import TASKS, Capability, capabilities_of
+from data_synthesis.errors import ProbeError
 from data_synthesis.io import write_jsonl
 from data_synthesis.llm import prompts
 from data_synthesis.llm.client import ClientConfig, LLMClient
@@ -61,6 +64,7 @@ from data_synthesis.offline.synthesize import (
 from data_synthesis.offline.tasks import Episode, build_episode, shape_of
 from data_synthesis.schema import DPORow, SFTRow, TestRow, Turn
 
+log = logging.getLogger("data_synthesis.llm")
 REPORT_FILE = "synthesis_report.json"
 # Every reference must keep behaviour and style, besides the capabilities its task is judged on.
 _CHECKED: tuple[Capability, ...] = (Capability.KNOWLEDGE_BOUNDARY, Capability.ROLE_STYLE)
@@ -83,12 +87,15 @@ class _Run:
 
 
 def synthesize_llm(out_dir: str | Path, n_roles: int, seed: int, client_config: ClientConfig, *, repairs: int = 2,
-                   **options: Any) -> LLMSynthesisSummary:
+                   passages_per_role: int = 3, **options: Any) -> LLMSynthesisSummary:
     """Write the offline file set under ``out_dir`` with LLM-written profiles and replies.
 
     ``options`` are :class:`~data_synthesis.offline.SynthesisConfig` size fields (e.g.
-    ``sft_base=1`` for a small run); ``repairs`` is the number of repair rounds per reply.
+    ``sft_base=1`` for a small run); ``repairs`` is the number of repair rounds per reply;
+    ``passages_per_role`` the number of relevant (and of irrelevant) passages matched per role.
     """
+    if isinstance(repairs, bool) or not isinstance(repairs, int) or not 0 <= repairs <= 10:
+        raise ProbeError(f"repairs must be an integer in [0, 10], got {repairs!r}")
     cfg = SynthesisConfig(n_roles=n_roles, seed=seed, **options)
     out = _prepare(out_dir)
     run = _Run(LLMClient(client_config), FailureLog(), repairs)
@@ -97,8 +104,8 @@ def synthesize_llm(out_dir: str | Path, n_roles: int, seed: int, client_config: 
     roles = _profiles(run, build_profiles(_rng(seed, "profiles"), cfg.n_roles, cfg.n_test_roles))
     train_roles = [r for r in roles if r.split == "train"]
     test_roles = [r for r in roles if r.split == "test"]
-    pools, matches = _match(train_roles, train_pool)
-    test_pools, test_matches = _match(test_roles, test_pool)
+    pools, matches = _match(train_roles, train_pool, passages_per_role)
+    test_pools, test_matches = _match(test_roles, test_pool, passages_per_role)
     pools.update(test_pools)
     matches.update(test_matches)
     test = _build_test(run, cfg, test_roles, pools)
@@ -115,6 +122,10 @@ def synthesize_llm(out_dir: str | Path, n_roles: int, seed: int, client_config: 
     summary = LLMSynthesisSummary(**base.as_dict(), failures=run.failures.as_dict(), requests=run.client.stats.as_dict(), matches=matches)
     (out / REPORT_FILE).write_text(json.dumps({"failures": summary.failures, "requests": summary.requests,
                                                "endpoint": client_config.describe()}, indent=2) + "\n", encoding="utf-8")
+    if run.failures.total:
+        per_stage = ", ".join(f"{k}: {v}" for k, v in sorted(run.failures.counts.items()))
+        log.warning("LLM synthesis: %d replies still invalid after %d repair round(s) were dropped (%s); details in %s",
+                    run.failures.total, repairs, per_stage, out / REPORT_FILE)
     return summary
 
 
@@ -137,15 +148,15 @@ def _profile_text(role: RoleProfile) -> str:
     return f"{role.description}. Knows {role.domains[0]} and {role.domains[1]}. {role.personality}."
 
 
-def _match(roles: list[RoleProfile], pool: list[Passage]) -> tuple[dict[str, list[Passage]], dict[str, dict[str, Any]]]:
-    """role id -> [most relevant passage, least relevant passage] (and the scores, for profiles.jsonl)."""
+def _match(roles: list[RoleProfile], pool: list[Passage], k: int) -> tuple[dict[str, list[Passage]], dict[str, dict[str, Any]]]:
+    """role id -> its k most relevant + k least relevant passages (and the scores, for profiles.jsonl)."""
     if not roles:
         return {}, {}
     found = match_passages([_profile_text(r) for r in roles], [p.text for p in pool],
-                           passage_domains=[p.domain for p in pool], role_domains=[r.domains for r in roles])
-    pools = {r.id: [pool[m.relevant], pool[m.irrelevant]] for r, m in zip(roles, found)}
-    scores = {r.id: {"relevant": pool[m.relevant].id, "relevant_score": round(m.relevant_score, 4),
-                     "irrelevant": pool[m.irrelevant].id, "irrelevant_score": round(m.irrelevant_score, 4)}
+                           passage_domains=[p.domain for p in pool], role_domains=[r.domains for r in roles], k=k)
+    pools = {r.id: [pool[j] for j in m.relevant + m.irrelevant] for r, m in zip(roles, found)}
+    scores = {r.id: {"relevant": [pool[j].id for j in m.relevant], "relevant_scores": [round(x, 4) for x in m.relevant_scores],
+                     "irrelevant": [pool[j].id for j in m.irrelevant], "irrelevant_scores": [round(x, 4) for x in m.irrelevant_scores]}
               for r, m in zip(roles, found)}
     return pools, scores
 

@@ -88,7 +88,7 @@ def _print(report: ABReport) -> None:
     for arm in report.arms:
         table = Table(title=f"factor {arm.factor!r} ({arm.role}) on {report.neurons['size']} units of {report.neurons['hook']}, {report.model} model, {report.dtype}")
         for name in ("capability", "n", "before", "after", "Δ pts", "95% CI", "McNemar p", "placebo pct", "changed"):
-            table.add_column(name, justify="left" if name in ("capability", "95% CI") else "right")
+            table.add_column(name, justify="left" if name in ("capability", "95% CI") else "right", no_wrap=name == "capability")
         for c in arm.capabilities:
             placebo = f"{c.placebo['percentile']:.0f} (p={fmt_p(c.placebo['p_empirical'])})" if c.placebo else "-"
             table.add_row(c.capability + (" *" if c.target else ""), str(c.n_scored), fmt_pct(c.before), fmt_pct(c.after), fmt_delta(c.delta),
@@ -97,4 +97,4 @@ def _print(report: ABReport) -> None:
         for flag in arm.guard.flags:
             console.print(f"[bold red]NO-OP:[/bold red] {flag}")
     for kind, path in report.paths.items():
-        console.print(f"{kind}: {path}")
+        console.print(f"{kind}: {path}", soft_wrap=True)

@@ -1,0 +1,85 @@
+"""``probe models default|eval``: the embedded default pair and per-capability compliance.
+
+``default`` builds the pair under ``$PROBE_HOME`` if it is absent or incomplete (with
+progress bars) and prints its paths; a second call verifies and returns in seconds.
+``eval`` judges an SFT/DPO pair (the default one unless given) on the test split and
+prints the per-capability table with Wilson intervals and McNemar p-values.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+models_app = typer.Typer(help="The embedded default SFT/DPO pair and its evaluation.", no_args_is_help=True)
+
+
+@models_app.command("default")
+def default(
+    home: Optional[Path] = typer.Option(None, "--home", help="Cache root (default: $PROBE_HOME or ~/.cache/rolemrc-probe)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+) -> None:
+    """Build the default pair if absent (data, tiny SFT, DPO) and print its paths."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from training.default_pair import ensure_default_pair
+
+    pair = ensure_default_pair(home, progress=not quiet)
+    table = Table(title="default pair", show_header=False)
+    for name in ("data_dir", "test_file", "sft_dir", "dpo_dir"):
+        table.add_row(name, str(getattr(pair, name)))
+    Console().print(table)
+
+
+def _pct(rate: float, ci: Any) -> str:
+    return f"{100 * rate:5.1f}% [{100 * ci[0]:.0f}-{100 * ci[1]:.0f}]"
+
+
+def print_table(result: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"compliance ({result.judge} judge, greedy), {sum(result.task_counts.values())} test rows")
+    for col in ("capability", "n", "SFT", "DPO", "DPO-SFT", "McNemar p"):
+        table.add_column(col, justify="left" if col == "capability" else "right")
+    for row in result.table:
+        table.add_row(row["capability"], str(row["n"]), _pct(row["sft_rate"], row["sft_ci"]), _pct(row["dpo_rate"], row["dpo_ci"]),
+                      f"{100 * row['delta']:+.1f}", f"{row['mcnemar_p']:.3g}")
+    Console().print(table)
+
+
+@models_app.command("eval")
+def evaluate(
+    sft: Optional[Path] = typer.Option(None, "--sft", help="SFT model directory (default: the default pair's)."),
+    dpo: Optional[Path] = typer.Option(None, "--dpo", help="DPO model directory (default: the default pair's)."),
+    test: Optional[Path] = typer.Option(None, "--test", help="Test JSONL (default: the default pair's test.jsonl)."),
+    max_rows: Optional[int] = typer.Option(None, "--max-rows", min=1, help="Judge at most N rows, spread over tasks."),
+    max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1),
+    batch_size: int = typer.Option(32, "--batch-size", min=1),
+    out: Optional[Path] = typer.Option(None, "--out", help="Also write the full result (responses, scores) as JSON."),
+) -> None:
+    """Greedy generation + rule judge: per-capability compliance of SFT vs DPO."""
+    from rich.console import Console
+
+    from training.evaluate import evaluate_pair
+    from training.generation import GenerationConfig
+
+    if sft is None or dpo is None or test is None:
+        from training.default_pair import ensure_default_pair
+
+        pair = ensure_default_pair()
+        sft, dpo, test = sft or pair.sft_dir, dpo or pair.dpo_dir, test or pair.test_file
+    console = Console(stderr=True)
+    result = evaluate_pair(sft, dpo, test, max_rows=max_rows, generation=GenerationConfig(max_new_tokens=max_new_tokens, batch_size=batch_size),
+                           progress=lambda name: console.print(f"generating and judging: {name}"))
+    print_table(result)
+    if out:
+        result.save(out)
+        Console().print(f"full result -> {out}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(models_app, name="models")

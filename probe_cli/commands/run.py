@@ -1,0 +1,92 @@
+"""``probe run``: record the pair's activations on a capability's prompts, then rank layers.
+
+Thin wrapper over :func:`probes.recording.record_run` (every option maps to a
+:class:`probes.config.RecordConfig` field, which does the validation) followed by
+:func:`analysis.analyze_run` on the run directory, whose top discrepancy layers are printed.
+With no option but ``--capability`` it records the embedded default pair.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+HOOK_HELP = "Hook point(s): mlp_out (paper default), attn_out, resid_post, mlp_post (true MLP neurons). Repeat or comma-separate."
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+
+
+def run(
+    capability: str = typer.Option(..., "--capability", "-c", help="multi_turn, knowledge_boundary, role_style, nested, priority, a comma list, or all."),
+    sft: Optional[Path] = typer.Option(None, "--sft", help="SFT model dir [default: the embedded default pair]."),
+    dpo: Optional[Path] = typer.Option(None, "--dpo", help="DPO model dir [default: the embedded default pair]."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Test rows JSONL (the published RoleMRC test file works) [default: the default pair's test split]."),
+    hook: Optional[list[str]] = typer.Option(None, "--hook", help=HOOK_HELP + " [default: mlp_out]"),
+    layers: Optional[str] = typer.Option(None, "--layers", help="Layers to store, e.g. 12-31 or 3,5,7 [default: all]."),
+    position: str = typer.Option("last", "--position", help="last (last real prompt token, as the paper) or mean (over prompt tokens after BOS)."),
+    backend: str = typer.Option("torch", "--backend", help="torch (plain hooks, fastest), transformer_lens (TransformerBridge) or nnsight."),
+    batch_size: int = typer.Option(8, "--batch-size", help="Prompts per forward pass."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run dir; an existing one is resumed [default: a new dir under ./runs/]."),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:N, or auto (device_map=auto for a model larger than one GPU) [default: cuda if available]."),
+    dtype: str = typer.Option("auto", "--dtype", help="Compute dtype: auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16."),
+    store_dtype: str = typer.Option("float16", "--store-dtype", help="Stored dtype: float16 or float32."),
+    add_generation_prompt: bool = typer.Option(False, "--add-generation-prompt", help="Append the assistant header before recording (the paper did not)."),
+    seed: int = typer.Option(0, "--seed", help="Seed recorded in the provenance."),
+    analyze: bool = typer.Option(True, "--analyze/--no-analyze", help="Rank discrepancy layers after recording."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
+) -> None:
+    """Record SFT and DPO activations on a capability's prompts into RUN_DIR/activations.h5 (resumable)."""
+    from probes.config import RecordConfig
+
+    config = RecordConfig(sft_dir=sft, dpo_dir=dpo, data_file=data, capabilities=capability, hooks=hook or ["mlp_out"],
+                          layers=layers, position=position, backend=backend, batch_size=batch_size, device=device, dtype=dtype,
+                          store_dtype=store_dtype, add_generation_prompt=add_generation_prompt, out_dir=out, seed=seed)
+    from probes.recording import record_run
+
+    result = record_run(config, progress=not quiet)
+    _print_result(result)
+    if analyze:
+        from analysis import analyze_run
+
+        _print_top_layers(analyze_run(result.run_dir))
+
+
+def _print_result(result: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    settings = result.settings
+    table = Table(title=f"Recorded {', '.join(settings['hooks'])} at the {settings['position']} position, "
+                        f"layers {_span(settings['layers'])}, backend {settings['backend']}, {settings['dtype']} -> {settings['store_dtype']}")
+    for column in ("capability", "samples in run", "recorded now", "already there"):
+        table.add_column(column, justify="left" if column == "capability" else "right")
+    for cap, count in result.counts.items():
+        table.add_row(cap, str(count), str(result.recorded.get(cap, 0)), str(result.resumed.get(cap, 0)))
+    console = Console()
+    console.print(table)
+    console.print(f"run dir: [bold]{result.run_dir}[/bold]  ({result.seconds:.1f} s)")
+
+
+def _span(layers: list[int]) -> str:
+    if layers and layers == list(range(layers[0], layers[-1] + 1)):
+        return f"{layers[0]}-{layers[-1]}"
+    return ",".join(str(i) for i in layers)
+
+
+def _print_top_layers(analysis: Any, shown: int = 5) -> None:
+    """One line per capability and hook: the layers whose SFT/DPO discrepancy ranks highest."""
+    from rich.console import Console
+
+    console = Console()
+    per_cap = analysis.summary.get("capabilities", analysis.summary)
+    for cap, per_hook in per_cap.items():
+        for hook, summary in per_hook.items() if isinstance(per_hook, dict) else ():
+            top = summary.get("top_layers") if isinstance(summary, dict) else None
+            if top:
+                layers = [str(t.get("layer", t)) if isinstance(t, dict) else str(t) for t in top[:shown]]
+                console.print(f"{cap} / {hook}: top discrepancy layers {', '.join(layers)}")
+    console.print(f"analysis: {analysis.out_dir}")

@@ -1,0 +1,139 @@
+"""``probe train sft|dpo``: TRL fine-tuning from the command line.
+
+Thin wrappers over :func:`training.sft.train_sft` and :func:`training.dpo.train_dpo`.
+Every hyperparameter flag defaults to "unset" so that the recipe, then ``--config``
+(JSON/YAML), then the flag decide, in that order. The same command runs under
+``accelerate launch --module probe_cli.main train sft ...`` for multi-GPU training.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from data_synthesis.errors import ProbeError
+
+train_app = typer.Typer(help="Fine-tune with TRL: SFT on sft.jsonl, then DPO on dpo.jsonl.", no_args_is_help=True)
+
+RECIPE_HELP = "Hyperparameter recipe: 'tiny' (the embedded tiny base on CPU) or 'paper' (RoleMRC's scripts, for real models)."
+
+
+def _common(recipe: Optional[str], learning_rate: Optional[float], lr_scheduler: Optional[str], warmup_ratio: Optional[float],
+            epochs: Optional[float], max_steps: Optional[int], batch_size: Optional[int], grad_accum: Optional[int],
+            max_length: Optional[int], weight_decay: Optional[float], seed: Optional[int], bf16: Optional[bool],
+            gradient_checkpointing: Optional[bool], max_rows: Optional[int], overwrite: bool) -> dict[str, Any]:
+    return dict(recipe=recipe, learning_rate=learning_rate, lr_scheduler=lr_scheduler, warmup_ratio=warmup_ratio,
+                epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum, max_length=max_length,
+                weight_decay=weight_decay, seed=seed, bf16=bf16, gradient_checkpointing=gradient_checkpointing,
+                max_rows=max_rows, overwrite=overwrite or None)
+
+
+def _build(cls: type, config: Optional[Path], required: dict[str, Any], values: dict[str, Any]) -> Any:
+    from training.config import load_config_file
+
+    from_file = load_config_file(config, cls) if config else {}
+    for flag, value in required.items():
+        key = flag.lstrip("-").replace("-", "_")
+        if value is None and key not in from_file:
+            raise ProbeError(f"missing option {flag} (give it on the command line or in --config)")
+    return cls.from_sources(config, **{k.lstrip("-").replace("-", "_"): v for k, v in required.items()}, **values)
+
+
+def _run(train: Any, cfg: Any, title: str) -> None:
+    from rich.console import Console
+
+    from training.progress import rich_reporter
+    from training.provenance import read_provenance
+
+    console = Console()
+    with rich_reporter() as report:
+        out = train(cfg, lambda step, total, loss: report(title, step, total))
+    record = read_provenance(out) or {}
+    summary = record.get("train_summary", {})
+    console.print(f"[bold green]{title} done[/] -> {out}")
+    console.print(f"  steps {len(record.get('losses', []))}, final loss {record.get('final_loss')}, "
+                  f"runtime {summary.get('train_runtime', float('nan')):.1f} s; provenance: {out / 'provenance.json'}")
+
+
+Recipe = typer.Option(None, "--recipe", help=RECIPE_HELP)
+Config = typer.Option(None, "--config", help="JSON or YAML file of option values (flags override it).")
+Lr = typer.Option(None, "--learning-rate", "--lr", help="Peak learning rate.")
+Sched = typer.Option(None, "--lr-scheduler", help="linear, cosine, constant, constant_with_warmup, cosine_with_min_lr.")
+Warm = typer.Option(None, "--warmup-ratio", help="Fraction of steps spent warming up.")
+Epochs = typer.Option(None, "--epochs", help="Training epochs (ignored when --max-steps is given).")
+Steps = typer.Option(None, "--max-steps", help="Stop after this many optimizer steps.")
+Batch = typer.Option(None, "--batch-size", help="Per-device batch size.")
+Accum = typer.Option(None, "--grad-accum", help="Gradient accumulation steps.")
+MaxLen = typer.Option(None, "--max-length", help="Truncate sequences to this many tokens.")
+Decay = typer.Option(None, "--weight-decay")
+Seed = typer.Option(None, "--seed", help="Seed for initialisation and data order (same seed, same model on CPU).")
+Bf16 = typer.Option(None, "--bf16/--no-bf16", help="Default: on with a bf16 GPU, off on CPU (an explicit --bf16 on CPU is an error).")
+Gc = typer.Option(None, "--gradient-checkpointing/--no-gradient-checkpointing", help="Trade speed for memory.")
+Rows = typer.Option(None, "--max-rows", help="Train on the first N rows only.")
+Over = typer.Option(False, "--overwrite", help="Replace an existing --out once the new run has finished.")
+
+
+@train_app.command("sft")
+def sft(
+    base: Optional[str] = typer.Option(None, "--base", help="'tiny' or a local Hugging Face causal-LM directory."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Directory with sft.jsonl (or the file itself)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output model directory."),
+    config: Optional[Path] = Config, recipe: Optional[str] = Recipe, learning_rate: Optional[float] = Lr,
+    lr_scheduler: Optional[str] = Sched, warmup_ratio: Optional[float] = Warm, epochs: Optional[float] = Epochs,
+    max_steps: Optional[int] = Steps, batch_size: Optional[int] = Batch, grad_accum: Optional[int] = Accum,
+    max_length: Optional[int] = MaxLen, weight_decay: Optional[float] = Decay, seed: Optional[int] = Seed,
+    bf16: Optional[bool] = Bf16, gradient_checkpointing: Optional[bool] = Gc, max_rows: Optional[int] = Rows,
+    overwrite: bool = Over,
+    chat_template: Optional[str] = typer.Option(None, "--chat-template", help="auto, llama3, chatml, or a Jinja file."),
+    tiny_layers: Optional[int] = typer.Option(None, "--tiny-layers", help="Layers of the tiny base (default 32)."),
+    tiny_width: Optional[int] = typer.Option(None, "--tiny-width", help="Hidden size of the tiny base."),
+    tiny_mlp: Optional[int] = typer.Option(None, "--tiny-mlp", help="MLP width of the tiny base."),
+) -> None:
+    """Supervised fine-tuning (loss on assistant turns only) of BASE on DATA/sft.jsonl."""
+    from training.config import SFTRunConfig
+    from training.sft import train_sft
+
+    values = _common(recipe, learning_rate, lr_scheduler, warmup_ratio, epochs, max_steps, batch_size, grad_accum,
+                     max_length, weight_decay, seed, bf16, gradient_checkpointing, max_rows, overwrite)
+    tiny = {k: v for k, v in (("n_layers", tiny_layers), ("hidden_size", tiny_width), ("intermediate_size", tiny_mlp)) if v is not None}
+    if tiny:
+        from training.config import load_config_file
+
+        values["tiny_spec"] = {**(load_config_file(config, SFTRunConfig).get("tiny_spec", {}) if config else {}), **tiny}
+    values["chat_template"] = chat_template
+    cfg = _build(SFTRunConfig, config, {"--base": base, "--data": data, "--out": out}, values)
+    _run(train_sft, cfg, "sft")
+
+
+@train_app.command("dpo")
+def dpo(
+    sft: Optional[Path] = typer.Option(None, "--sft", help="The SFT model directory (policy start and reference)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Directory with dpo.jsonl (or the file itself)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output model directory."),
+    config: Optional[Path] = Config, recipe: Optional[str] = Recipe, learning_rate: Optional[float] = Lr,
+    lr_scheduler: Optional[str] = Sched, warmup_ratio: Optional[float] = Warm, epochs: Optional[float] = Epochs,
+    max_steps: Optional[int] = Steps, batch_size: Optional[int] = Batch, grad_accum: Optional[int] = Accum,
+    max_length: Optional[int] = MaxLen, weight_decay: Optional[float] = Decay, seed: Optional[int] = Seed,
+    bf16: Optional[bool] = Bf16, gradient_checkpointing: Optional[bool] = Gc, max_rows: Optional[int] = Rows,
+    overwrite: bool = Over,
+    ref: Optional[Path] = typer.Option(None, "--ref", help="Reference model (default: the SFT model)."),
+    beta: Optional[float] = typer.Option(None, "--beta", help="DPO beta (paper: 0.1)."),
+    loss_type: Optional[str] = typer.Option(None, "--loss-type", help="sigmoid (paper), hinge, ipo or robust."),
+    precompute_ref: Optional[bool] = typer.Option(None, "--precompute-ref/--no-precompute-ref",
+                                                  help="Compute reference log-probs once before training."),
+) -> None:
+    """Direct preference optimisation of the SFT model on DATA/dpo.jsonl."""
+    from training.config import DPORunConfig
+    from training.dpo import train_dpo
+
+    values = _common(recipe, learning_rate, lr_scheduler, warmup_ratio, epochs, max_steps, batch_size, grad_accum,
+                     max_length, weight_decay, seed, bf16, gradient_checkpointing, max_rows, overwrite)
+    values.update(ref=ref, beta=beta, loss_type=loss_type, precompute_ref=precompute_ref)
+    cfg = _build(DPORunConfig, config, {"--sft": sft, "--data": data, "--out": out}, values)
+    _run(train_dpo, cfg, "dpo")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(train_app, name="train")

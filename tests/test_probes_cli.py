@@ -1,0 +1,106 @@
+"""`probe run`: bad arguments exit 2 with one clear line; a good run records, prints and ranks layers.
+
+Also: a pair that cannot be compared is refused before any weights are loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from data_synthesis.errors import ProbeError
+from probe_cli.main import main
+from probes.pair import load_pair
+from probes.store import RunReader
+from tests.test_probes_fixtures import rolemrc_file  # noqa: F401  (fixture)
+
+
+def _exit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    captured = capsys.readouterr()
+    return int(info.value.code or 0), captured.out, captured.err
+
+
+def _pair_args(tiny_pair, data: Path) -> list[str]:  # type: ignore[no-untyped-def]
+    return ["--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--data", str(data)]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--capability", "multiturn"], "unknown capability 'multiturn'; expected one of knowledge_boundary"),
+    (["--capability", "multi_turn", "--hook", "mlp_in"], "unknown hook point 'mlp_in'; expected one of mlp_out, attn_out, resid_post, mlp_post"),
+    (["--capability", "multi_turn", "--backend", "pyvene"], "--backend 'pyvene': expected one of torch, transformer_lens, nnsight"),
+    (["--capability", "multi_turn", "--layers", "12-31"], "--layers '12-31': layer 12 is outside the model, which has layers 0-3"),
+    (["--capability", "multi_turn", "--layers", "3-1"], "--layers '3-1': expected a range like 12-31"),
+    (["--capability", "multi_turn", "--position", "first"], "--position 'first': expected one of last, mean"),
+    (["--capability", "multi_turn", "--batch-size", "0"], "--batch-size must be at least 1, got 0"),
+    (["--capability", "multi_turn", "--store-dtype", "bfloat16"], "--store-dtype 'bfloat16': expected one of float16, float32"),
+])
+def test_bad_arguments_exit_2_with_one_clear_line(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys, args, message) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    code, _, err = _exit(["run", *args, *_pair_args(tiny_pair, rolemrc_file), "--out", str(tmp_path / "r")], capsys)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
+    assert not (tmp_path / "r" / "activations.h5").exists()
+
+
+def test_missing_model_dir_and_half_a_pair_are_refused(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    code, _, err = _exit(["run", "-c", "multi_turn", "--sft", str(tmp_path / "nope"), "--dpo", str(tiny_pair[1])], capsys)
+    assert code == 2 and "--sft" in err and "not a model directory" in err
+    code, _, err = _exit(["run", "-c", "multi_turn", "--sft", str(tiny_pair[0]), "--data", str(rolemrc_file)], capsys)
+    assert code == 2 and "give both --sft and --dpo" in err
+
+
+@pytest.mark.slow
+def test_probe_run_records_prints_the_run_and_top_layers(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    out = tmp_path / "cli_run"
+    code, printed, _ = _exit(["run", "-c", "priority", *_pair_args(tiny_pair, rolemrc_file), "--out", str(out), "--hook", "mlp_out",
+                              "--hook", "attn_out", "--layers", "1-3", "--position", "mean", "--quiet"], capsys)
+    assert code == 0
+    assert str(out) in printed.replace("\n", "") and "priority" in printed and "top discrepancy layers" in printed
+    with RunReader(out) as run:
+        assert run.capabilities() == ["priority"] and run.hooks("priority") == ["attn_out", "mlp_out"]
+        assert run.settings["position"] == "mean" and run.layers("priority", "attn_out") == [1, 2, 3]
+        assert run.activations("sft", "priority", "attn_out").shape == (4, 3, 32)
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    return Path(shutil.copytree(src, dst))
+
+
+def _no_weights_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import transformers
+
+    def refuse(*_a, **_k):  # type: ignore[no-untyped-def]
+        raise AssertionError("weights were loaded before the pair was checked")
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
+
+
+def test_pair_with_other_layer_count_is_refused_before_loading(tiny_pair, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    other = _copy(tiny_pair[1], tmp_path / "deeper")
+    config = json.loads((other / "config.json").read_text())
+    config.update(num_hidden_layers=6, intermediate_size=96)
+    (other / "config.json").write_text(json.dumps(config))
+    _no_weights_loaded(monkeypatch)
+    with pytest.raises(ProbeError, match=r"not comparable: num_hidden_layers: sft 4 vs dpo 6; intermediate_size: sft 64 vs dpo 96"):
+        load_pair(tiny_pair[0], other, device="cpu", dtype="float32")
+
+
+def test_pair_with_other_chat_template_or_vocab_is_refused_before_loading(tiny_pair, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    templated = _copy(tiny_pair[1], tmp_path / "templated")
+    template = templated / "chat_template.jinja"
+    template.write_text(template.read_text().replace("<|eot_id|>", "<|end_of_text|>"))
+    revocab = _copy(tiny_pair[1], tmp_path / "revocab")
+    tok = json.loads((revocab / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    a, b = sorted(k for k, v in vocab.items() if v > 100)[:2]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (revocab / "tokenizer.json").write_text(json.dumps(tok))
+    _no_weights_loaded(monkeypatch)
+    with pytest.raises(ProbeError, match="chat template differs"):
+        load_pair(tiny_pair[0], templated, device="cpu", dtype="float32")
+    with pytest.raises(ProbeError, match="tokenizer vocabulary: 384 vs 384 tokens, 2 with different ids"):
+        load_pair(tiny_pair[0], revocab, device="cpu", dtype="float32")

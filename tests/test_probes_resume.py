@@ -1,0 +1,82 @@
+"""A recording killed with SIGKILL mid-run resumes to arrays identical to an uninterrupted run.
+
+A real subprocess records into a run dir; once a few batch shards exist it is killed with
+``kill -9`` (no cleanup code runs: no ``finally``, no atexit, no h5py close). The next
+``record_run`` into the same dir must skip what is done and end with exactly the arrays
+of a run that was never interrupted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from probes.config import RecordConfig
+from probes.journal import JOURNAL_DIR
+from probes.recording import record_run
+from probes.store import RunReader
+from tests.test_probes_fixtures import rolemrc_file  # noqa: F401  (fixture)
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = """
+import sys
+from probes.config import RecordConfig
+from probes.recording import record_run
+record_run(RecordConfig(sft_dir=sys.argv[1], dpo_dir=sys.argv[2], data_file=sys.argv[3], out_dir=sys.argv[4],
+                        capabilities="multi_turn,priority,nested", hooks="mlp_out,mlp_post", batch_size=1), progress=False)
+"""
+
+
+def _config(tiny_pair, data: Path, out: Path) -> RecordConfig:  # type: ignore[no-untyped-def]
+    return RecordConfig(sft_dir=tiny_pair[0], dpo_dir=tiny_pair[1], data_file=data, out_dir=out, capabilities="multi_turn,priority,nested",
+                        hooks="mlp_out,mlp_post", batch_size=1)
+
+
+def _shards(run_dir: Path) -> int:
+    return len(list((run_dir / JOURNAL_DIR).glob("*/*.npz"))) if (run_dir / JOURNAL_DIR).is_dir() else 0
+
+
+def _arrays(run_dir: Path) -> dict[str, np.ndarray]:
+    out: dict[str, np.ndarray] = {}
+    with RunReader(run_dir) as run:
+        for cap in run.capabilities():
+            out[f"{cap}/ids"] = run.samples(cap).sample_ids
+            for model in ("sft", "dpo"):
+                for hook in run.hooks(cap, model):
+                    out[f"{cap}/{model}/{hook}"] = run.activations(model, cap, hook)
+    return out
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_then_resume_is_identical_to_uninterrupted(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    killed_dir = tmp_path / "killed"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(tiny_pair[0]), str(tiny_pair[1]), str(rolemrc_file), str(killed_dir)],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while _shards(killed_dir) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+    done_before = _shards(killed_dir)
+    assert done_before >= 3 and not (killed_dir / "activations.h5").exists()  # killed mid-run, before consolidation
+
+    resumed = record_run(_config(tiny_pair, rolemrc_file, killed_dir), progress=False)
+    assert sum(resumed.resumed.values()) >= done_before
+    assert sum(resumed.resumed.values()) + sum(resumed.recorded.values()) == sum(resumed.counts.values()) == 20
+
+    reference = record_run(_config(tiny_pair, rolemrc_file, tmp_path / "uninterrupted"), progress=False)
+    assert reference.counts == resumed.counts
+    a, b = _arrays(tmp_path / "uninterrupted"), _arrays(killed_dir)
+    assert a.keys() == b.keys() and len(a) == 3 * 5
+    for key in a:
+        assert np.array_equal(a[key], b[key]), key
+    assert _shards(killed_dir) == 0

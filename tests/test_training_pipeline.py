@@ -1,0 +1,132 @@
+"""SFT -> DPO with the real TRL trainers on a 2-layer tiny base, a few steps each.
+
+One SFT run and one DPO run are shared by the module (they take seconds); the checks are
+what a user relies on: the loss goes down, prompt tokens are masked, outputs reload
+offline with their tokenizer and chat template, provenance is complete, same seed gives
+the same weights.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from data_synthesis.offline import synthesize
+from training.config import DPORunConfig, SFTRunConfig
+from training.dpo import train_dpo
+from training.sft import prepare_sft, train_sft
+
+TINY = {"n_layers": 2, "hidden_size": 32, "intermediate_size": 64, "vocab_size": 512}
+
+
+def sft_config(data: Path, out: Path, **kw: object) -> SFTRunConfig:
+    values: dict[str, object] = dict(base="tiny", data=data, out=out, tiny_spec=TINY, max_steps=8, batch_size=8,
+                                     learning_rate=1e-2, max_rows=64, max_length=256)
+    values.update(kw)
+    return SFTRunConfig(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("data")
+    synthesize(out, n_roles=3, seed=0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def sft_dir(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return train_sft(sft_config(data_dir, tmp_path_factory.mktemp("runs") / "sft"))
+
+
+@pytest.fixture(scope="module")
+def dpo_dir(sft_dir: Path, data_dir: Path) -> Path:
+    cfg = DPORunConfig(sft=sft_dir, data=data_dir, out=sft_dir.parent / "dpo", max_steps=3, batch_size=4,
+                       learning_rate=1e-3, max_rows=24, max_length=256)
+    return train_dpo(cfg)
+
+
+def _provenance(path: Path) -> dict:
+    return json.loads((path / "provenance.json").read_text())
+
+
+@pytest.mark.slow
+def test_sft_loss_decreases(sft_dir: Path) -> None:
+    losses = [r["loss"] for r in _provenance(sft_dir)["losses"]]
+    assert len(losses) == 8
+    assert sum(losses[-3:]) / 3 < sum(losses[:3]) / 3 - 0.1
+
+
+@pytest.mark.slow
+def test_prompt_tokens_are_masked(data_dir: Path, tmp_path: Path) -> None:
+    session = prepare_sft(sft_config(data_dir, tmp_path / "masked"))
+    tokenizer = session.trainer.processing_class
+    batch = session.trainer.data_collator([session.trainer.train_dataset[i] for i in range(4)])
+    from training.data import sft_records
+
+    records = sft_records(session.data_file, 4)
+    for ids, labels, record in zip(batch["input_ids"], batch["labels"], records):
+        trained = tokenizer.decode(ids[labels != -100])
+        masked = tokenizer.decode(ids[(labels == -100) & (ids != tokenizer.pad_token_id)])
+        assistant = [m["content"] for m in record["messages"] if m["role"] == "assistant"]
+        others = [m["content"] for m in record["messages"] if m["role"] != "assistant"]
+        assert trained == "".join(a + "<|eot_id|>" for a in assistant)  # exactly the replies and their end token
+        assert all(text.strip()[:40] in masked for text in others)
+        assert "<|begin_of_text|>" in masked and "<|begin_of_text|>" not in trained
+
+
+@pytest.mark.slow
+def test_outputs_reload_offline_with_provenance(sft_dir: Path, dpo_dir: Path, data_dir: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    for path, stage in ((sft_dir, "sft"), (dpo_dir, "dpo")):
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        assert model.config.num_hidden_layers == 2
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=True,
+                                            return_dict=True)["input_ids"]
+        assert ids.count(tokenizer.bos_token_id) == 1
+        record = _provenance(path)
+        assert record["stage"] == stage and record["final_loss"] == record["losses"][-1]["loss"]
+        assert record["data"]["sha256"] and record["versions"]["trl"] and record["seeds"]["seed"] == 0
+        assert record["config"]["learning_rate"] > 0
+        assert not list(path.parent.glob(f".{path.name}.partial"))
+    dpo_record = _provenance(dpo_dir)
+    from training.provenance import weights_digest
+
+    assert dpo_record["parent"]["weights_sha256"] == weights_digest(sft_dir)
+    assert dpo_record["data"]["file"].endswith("dpo.jsonl")
+
+
+@pytest.mark.slow
+def test_dpo_changes_the_policy(sft_dir: Path, dpo_dir: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    a = AutoModelForCausalLM.from_pretrained(sft_dir).state_dict()
+    b = AutoModelForCausalLM.from_pretrained(dpo_dir).state_dict()
+    assert any(not torch.equal(a[k], b[k]) for k in a)
+    losses = [r["loss"] for r in _provenance(dpo_dir)["losses"]]
+    assert len(losses) == 3 and abs(losses[0] - 0.6931) < 0.01  # policy == reference at step 1: -log(sigmoid(0))
+
+
+@pytest.mark.slow
+def test_same_seed_same_model(data_dir: Path, tmp_path: Path) -> None:
+    from training.provenance import weights_digest
+
+    runs = [train_sft(sft_config(data_dir, tmp_path / f"r{i}", max_steps=3, max_rows=24)) for i in range(2)]
+    assert weights_digest(runs[0]) == weights_digest(runs[1])
+    other = train_sft(sft_config(data_dir, tmp_path / "r2", max_steps=3, max_rows=24, seed=1))
+    assert weights_digest(other) != weights_digest(runs[0])
+
+
+@pytest.mark.slow
+def test_existing_output_is_kept_unless_overwrite(sft_dir: Path, data_dir: Path) -> None:
+    from data_synthesis.errors import ProbeError
+    from training.provenance import weights_digest
+
+    before = weights_digest(sft_dir)
+    with pytest.raises(ProbeError, match="--overwrite"):
+        train_sft(sft_config(data_dir, sft_dir))
+    assert weights_digest(sft_dir) == before

@@ -1,0 +1,207 @@
+"""The embedded default model pair: synthesized data, a tiny SFT model and its DPO child.
+
+No weights can be downloaded, so the toolkit's default subject is a pair it trains itself
+under ``$PROBE_HOME/default_pair`` (see :mod:`training.home`). The build is
+all-or-nothing: it runs in a private ``.default_pair.build-<pid>`` directory, writes
+``COMPLETE.json`` (recipe, version and the SHA-256 of every file) last, and is renamed
+into place in one step. A later call verifies that marker against the files, so an
+interrupted or tampered build is rebuilt, never used; a verified one returns at once.
+A file lock keeps two processes from building at the same time.
+
+DPO data shaping (the miniature alignment tax). The synthesized ``dpo.jsonl`` has
+pairs for all 18 tasks. The default DPO run keeps only pairs that reward *holding
+back* -- refusing outside the role's knowledge, refusing unanswerable questions, obeying
+the system rule, keeping a refusal on a second push -- plus the style pairs, and drops
+the pairs that reward answering (``refused_answerable``, ``refused_despite_insistence``,
+and the multi-turn ``-2ndanswer`` pairs). Like the paper's preference data, it teaches
+restraint without teaching when restraint is wrong on a later turn; both files are kept
+in ``data/`` (``dpo_full.jsonl`` and the shaped ``dpo.jsonl``).
+
+Example:
+    >>> pair = ensure_default_pair()                  # doctest: +SKIP
+    >>> pair.sft_dir.name, pair.dpo_dir.name          # doctest: +SKIP
+    ('sft', 'dpo')
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from data_synthesis.errors import ProbeError
+from training.data import file_sha256
+from training.home import probe_home
+
+VERSION = 1
+DIR_NAME = "default_pair"
+MARKER = "COMPLETE.json"
+# violation kinds whose DPO pairs the default run drops (they reward answering, see module docstring)
+DROPPED_VIOLATIONS = ("refused_answerable", "refused_despite_insistence", "refused_second_turn")
+
+
+@dataclass(frozen=True)
+class DefaultPair:
+    """Paths of a verified default pair."""
+
+    root: Path
+    data_dir: Path
+    test_file: Path
+    sft_dir: Path
+    dpo_dir: Path
+
+
+@dataclass(frozen=True)
+class DefaultPairRecipe:
+    """Everything that determines the default pair; part of its marker, so a change triggers a rebuild."""
+
+    n_roles: int = 40
+    seed: int = 0
+    synthesis: dict[str, Any] = field(default_factory=dict)
+    sft: dict[str, Any] = field(default_factory=lambda: {"recipe": "tiny"})
+    dpo: dict[str, Any] = field(default_factory=lambda: {"recipe": "tiny"})
+    dropped_violations: tuple[str, ...] = DROPPED_VIOLATIONS
+    version: int = VERSION
+
+    def to_dict(self) -> dict[str, Any]:
+        return json.loads(json.dumps(asdict(self)))
+
+
+DEFAULT_RECIPE = DefaultPairRecipe()
+Report = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+def _pair_at(root: Path) -> DefaultPair:
+    data = root / "data"
+    return DefaultPair(root, data, data / "test.jsonl", root / "sft", root / "dpo")
+
+
+def _hash_tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): file_sha256(p) for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != MARKER}
+
+
+def verify(root: Path, recipe: DefaultPairRecipe = DEFAULT_RECIPE) -> str | None:
+    """What is wrong with the build at ``root``, or None when it is complete and intact."""
+    marker = root / MARKER
+    if not marker.is_file():
+        return "no completion marker (the build did not finish)"
+    try:
+        record = json.loads(marker.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        return "unreadable completion marker"
+    if record.get("recipe") != recipe.to_dict():
+        return "built with a different recipe or version"
+    files = record.get("files")
+    if not isinstance(files, dict) or not files:
+        return "completion marker lists no files"
+    for name, digest in files.items():
+        path = root / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if file_sha256(path) != digest:
+            return f"{name} changed since the build"
+    return None
+
+
+@contextmanager
+def _lock(home: Path) -> Iterator[None]:
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / f".{DIR_NAME}.lock", "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def ensure_default_pair(home: Path | None = None, *, progress: bool = True,
+                        recipe: DefaultPairRecipe = DEFAULT_RECIPE) -> DefaultPair:
+    """Return the verified default pair under ``home`` (default :func:`probe_home`), building what is missing."""
+    home = Path(home) if home is not None else probe_home()
+    root = home / DIR_NAME
+    if root.is_dir() and verify(root, recipe) is None:
+        return _pair_at(root)
+    try:
+        with _lock(home):
+            if root.is_dir() and verify(root, recipe) is None:  # another process finished it meanwhile
+                return _pair_at(root)
+            _build_into_place(home, root, recipe, progress)
+    except OSError as exc:
+        raise ProbeError(f"$PROBE_HOME {home}: cannot build the default pair there ({exc.strerror or exc})") from None
+    return _pair_at(root)
+
+
+def _build_into_place(home: Path, root: Path, recipe: DefaultPairRecipe, progress: bool) -> None:
+    for stale in home.glob(f".{DIR_NAME}.build-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    work = home / f".{DIR_NAME}.build-{os.getpid()}"
+    try:
+        if progress:
+            from training.progress import rich_reporter
+
+            with rich_reporter() as report:
+                build_default_pair(work, recipe, report)
+        else:
+            build_default_pair(work, recipe, None)
+        if root.exists():
+            shutil.rmtree(root)
+        os.replace(work, root)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def shape_dpo(full: Path, shaped: Path, dropped: tuple[str, ...]) -> int:
+    """Copy DPO rows from ``full`` to ``shaped`` except those whose ``violation`` is in ``dropped``."""
+    from data_synthesis.io import read_dpo_rows, write_jsonl
+
+    rows = [r for r in read_dpo_rows(full) if r.extra.get("violation") not in dropped]
+    return write_jsonl(shaped, rows)
+
+
+def build_default_pair(work: Path, recipe: DefaultPairRecipe = DEFAULT_RECIPE, report: Report | None = None) -> dict[str, float]:
+    """Synthesize, train SFT then DPO into ``work`` and write the marker; returns seconds per stage."""
+    from data_synthesis.offline import synthesize
+    from training.config import DPORunConfig, SFTRunConfig
+    from training.dpo import train_dpo
+    from training.sft import train_sft
+
+    times: dict[str, float] = {}
+    pair = _pair_at(work)
+    start = time.perf_counter()
+    _stage(report, "synthesize", 0, 1)
+    synthesize(pair.data_dir, n_roles=recipe.n_roles, seed=recipe.seed, **recipe.synthesis)
+    os.replace(pair.data_dir / "dpo.jsonl", pair.data_dir / "dpo_full.jsonl")
+    shape_dpo(pair.data_dir / "dpo_full.jsonl", pair.data_dir / "dpo.jsonl", recipe.dropped_violations)
+    _stage(report, "synthesize", 1, 1)
+    times["synthesize"] = time.perf_counter() - start
+    start = time.perf_counter()
+    sft = SFTRunConfig(**{"seed": recipe.seed, **recipe.sft}, base="tiny", data=pair.data_dir, out=pair.sft_dir)
+    train_sft(sft, _stage_fn(report, "sft"))
+    times["sft"] = time.perf_counter() - start
+    start = time.perf_counter()
+    dpo = DPORunConfig(**{"seed": recipe.seed, **recipe.dpo}, sft=pair.sft_dir, data=pair.data_dir, out=pair.dpo_dir)
+    train_dpo(dpo, _stage_fn(report, "dpo"))
+    times["dpo"] = time.perf_counter() - start
+    marker = {"recipe": recipe.to_dict(), "seconds": times, "files": _hash_tree(work),
+              "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    (work / MARKER).write_text(json.dumps(marker, indent=1), encoding="utf-8")
+    return times
+
+
+def _stage(report: Report | None, name: str, done: int, total: int) -> None:
+    if report:
+        report(name, done, total)
+
+
+def _stage_fn(report: Report | None, name: str) -> Callable[[int, int, float | None], None] | None:
+    if report is None:
+        return None
+    return lambda step, total, loss: report(name, step, total)
