@@ -22,8 +22,7 @@ from probes.store import MODELS, RunReader
 
 def unit_activations(run: RunReader, capability: str, hook: str, layer: int, unit: int, model: str) -> np.ndarray:
     """(N,) float32 activations of one unit over the capability's samples."""
-    if model not in MODELS:
-        raise ProbeError(f"model {model!r}: expected one of {', '.join(MODELS)}")
+    _check_model(model)
     stored = run.layers(capability, hook, model)
     if layer not in stored:
         raise ProbeError(f"layer {layer} of {hook} was not recorded (recorded: {stored[0]}-{stored[-1]})")
@@ -34,10 +33,16 @@ def unit_activations(run: RunReader, capability: str, hook: str, layer: int, uni
     return np.asarray(dataset[:n, stored.index(layer), unit], dtype=np.float32)
 
 
+def _check_model(model: str) -> None:
+    if model not in MODELS:
+        raise ProbeError(f"model {model!r}: expected one of {', '.join(MODELS)}")
+
+
 def top_prompts(
     run: RunReader, capability: str, hook: str, layer: int, unit: int, model: str = "dpo", n: int = 10, width: int = 160
 ) -> pd.DataFrame:
     """The ``n`` prompts on which ``unit`` is most active in ``model`` (signed, descending; ties by row)."""
+    _check_model(model)
     values = {m: unit_activations(run, capability, hook, layer, unit, m) for m in MODELS}
     samples = run.samples(capability)
     order = np.lexsort((np.arange(values[model].size), -values[model]))[:n]

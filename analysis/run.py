@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import analysis.plots as plots_module
 from analysis.config import AnalysisConfig
 from analysis.maps import MetricMaps, compute_maps, save_maps
 from analysis.plots import faceted_figure, maps_figure, profile_figure, write_figures
@@ -83,6 +84,8 @@ def analyze_run(
         metric=metric, top_percent=top_percent, layers=layers, normalize=normalize, top_k=top_k,
         fdr_alpha=fdr_alpha, rule=rule, threshold=threshold, test=test, reorder=reorder,
     )
+    if plots and png is True and not plots_module.chromium_available():
+        raise ProbeError("--png: PNG export needs Chromium (kaleido renders with it); install it (`make chromium`) or pass --no-png")
     run_path = Path(run_dir)
     target = Path(out_dir) if out_dir is not None else run_path / "analysis"
     with RunReader(run_path) as run:
@@ -110,13 +113,14 @@ def _capabilities(run: RunReader, names: str | list[str] | tuple[str, ...] | Non
     recorded = run.capabilities()
     if not recorded:
         raise ProbeError(f"{run.path}: no recorded samples in this run; record activations first with `probe run`")
-    if names is None:
-        return recorded
-    wanted = [c.value for c in parse_capabilities(names)]
+    wanted = [c.value for c in parse_capabilities(names)] if names is not None else []
+    items = names.split(",") if isinstance(names, str) else list(names or [])
+    if names is None or any(i.strip().lower() == "all" for n in items for i in n.split(",")):
+        return recorded  # "all" means all that were recorded
     missing = [c for c in wanted if c not in recorded]
-    if missing and not (isinstance(names, str) and names.strip().lower() == "all"):
+    if missing:
         raise ProbeError(f"capability {missing[0]!r} was not recorded in {run.run_dir} (recorded: {', '.join(recorded)})")
-    return [c for c in wanted if c in recorded]
+    return wanted
 
 
 def _hooks(run: RunReader, capability: str, names: str | list[str] | tuple[str, ...] | None) -> list[str]:

@@ -52,8 +52,14 @@ def _quiet(_: str) -> None:
 
 
 def resolve_sources(config: ABConfig) -> tuple[Path, Path]:
-    """(model_dir, data_file): explicit overrides win, otherwise what the run recorded."""
+    """(model_dir, data_file): explicit overrides win, then what the run recorded, then the default pair."""
     model_dir, data_file = config.model_dir, config.data_file
+    if config.run_dir is None and (model_dir is None or data_file is None):
+        from training.default_pair import ensure_default_pair
+
+        pair = ensure_default_pair(progress=False)
+        model_dir = model_dir or (pair.dpo_dir if config.model == "dpo" else pair.sft_dir)
+        data_file = data_file or pair.test_file
     if config.run_dir is not None and (model_dir is None or data_file is None):
         from probes.store import RunReader
 
@@ -136,11 +142,11 @@ def _scores(arm: ArmScores, cap: Capability, idx: list[int]) -> list[int | None]
 
 
 def capability_result(cap: Capability, target: bool, idx: list[int], base: tuple[Generations, ArmScores],
-                      arm: tuple[Generations, ArmScores], n_bootstrap: int, seed: int) -> CapabilityResult:
-    """Paired statistics of one capability for one arm against the baseline."""
+                      arm: tuple[Generations, ArmScores], n_bootstrap: int, seed: int, with_ci: bool = True) -> CapabilityResult:
+    """Paired statistics of one capability for one arm against the baseline (``with_ci=False``: no bootstrap)."""
     before_all, after_all = _scores(base[1], cap, idx), _scores(arm[1], cap, idx)
     pairs = [(b, a) for b, a in zip(before_all, after_all) if b is not None and a is not None]
-    stats = paired_delta([b for b, _ in pairs], [a for _, a in pairs], n_resamples=n_bootstrap, seed=seed)
+    stats = paired_delta([b for b, _ in pairs], [a for _, a in pairs], n_resamples=n_bootstrap, seed=seed, with_ci=with_ci)
     return CapabilityResult(
         capability=cap.value, target=target, n_rows=len(idx), n_scored=len(pairs), undecided=len(idx) - len(pairs),
         before=stats.before, after=stats.after, delta=stats.delta, ci_low=stats.ci_low, ci_high=stats.ci_high,
@@ -186,11 +192,12 @@ class _Runner:
         generations = self.generator.run(Intervention(neurons, factor))
         return generations, score_arm(self.judge, self.rows, generations.texts)
 
-    def results(self, arm: tuple[Generations, ArmScores], bleu: bool = True) -> list[CapabilityResult]:
+    def results(self, arm: tuple[Generations, ArmScores], full: bool = True) -> list[CapabilityResult]:
+        """Per-capability results; ``full=False`` (placebo arms) skips the bootstrap CI and BLEU."""
         out = []
         for cap, idx in self.groups.items():
-            result = capability_result(cap, cap == self.config.target, idx, self.base, arm, self.config.n_bootstrap, self.config.seed)
-            out.append(_with_bleu(result, self.rows, idx, self.base[0], arm[0]) if bleu else result)
+            result = capability_result(cap, cap == self.config.target, idx, self.base, arm, self.config.n_bootstrap, self.config.seed, full)
+            out.append(_with_bleu(result, self.rows, idx, self.base[0], arm[0]) if full else result)
         return out
 
     def arm_result(self, factor: float, role: str) -> tuple[ArmResult, tuple[Generations, ArmScores]]:
@@ -205,12 +212,15 @@ class _Runner:
 
     def placebo(self, main: ArmResult) -> dict[str, Any]:
         cfg = self.config
+        if main.guard.factor_rounds_to_one:
+            self.progress(f"placebo skipped: factor {cfg.factor!r} is a no-op in {cfg.dtype}")
+            return {"n_sets": 0, "seed": cfg.seed, "factor": cfg.factor, "sets": [], "skipped": f"factor is a no-op in {cfg.dtype}"}
         sets = placebo_sets(self.neurons, width(self.model, self.neurons.hook), cfg.placebo, cfg.seed)
         deltas: dict[str, list[float]] = {cap.value: [] for cap in self.groups}
         changed: dict[str, list[int]] = {cap.value: [] for cap in self.groups}
         for k, neurons in enumerate(sets):
             self.progress(f"placebo {k + 1}/{len(sets)}")
-            for result in self.results(self.arm(neurons, cfg.factor), bleu=False):
+            for result in self.results(self.arm(neurons, cfg.factor), full=False):
                 deltas[result.capability].append(result.delta)
                 changed[result.capability].append(result.rows_changed)
         for result in main.capabilities:

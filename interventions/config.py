@@ -57,8 +57,8 @@ class ABConfig:
     limit: int | None = None  # rows per capability
     collateral: bool = True  # score the other capabilities too
     n_bootstrap: int = 10_000
-    model_dir: str | Path | None = None  # overrides the run's model dir
-    data_file: str | Path | None = None  # overrides the run's data file
+    model_dir: str | Path | None = None  # overrides the run's model dir (no run: default pair)
+    data_file: str | Path | None = None  # overrides the run's data file (no run: default pair's test split)
     out_dir: str | Path | None = None
 
     def __post_init__(self) -> None:
@@ -77,8 +77,6 @@ class ABConfig:
             raise ProbeError(f"--top-k must be at least 1, got {self.top_k}")
         if self.run_dir is None and self.units is None and self.neurons is None:
             raise ProbeError("no neurons to intervene on: give a RUN_DIR (its ranking), --neurons FILE or --units LAYER:UNIT,...")
-        if self.run_dir is None and (self.model_dir is None or self.data_file is None):
-            raise ProbeError("without a RUN_DIR, give both --model-dir and --data")
         for name, value, low in (("--placebo", self.placebo, 0), ("--max-new-tokens", self.max_new_tokens, 1),
                                  ("--batch-size", self.batch_size, 1), ("--limit", self.limit, 1), ("--bootstrap", self.n_bootstrap, 100)):
             if value is not None and value < low:

@@ -66,7 +66,8 @@ def markdown(report: ABReport) -> str:
            f"- model: `{report.model_dir}` ({report.dtype}, backend {report.backend}); data: `{report.data_file}`; judge: {report.judge}",
            f"- neurons: {n['size']} units of `{n['hook']}` (layer:count {layers}); selection: {n['selection'] or n['metric']}",
            f"- baseline: {report.baseline['rows']} prompts, {report.baseline['tokens']} generated tokens",
-           f"- placebo: {report.placebo['n_sets']} random sets, same size and per-layer counts, seed {report.placebo['seed']}", ""]
+           f"- placebo: {report.placebo['n_sets']} random sets, same size and per-layer counts, seed {report.placebo['seed']}"
+           + (f" (skipped: {report.placebo['skipped']})" if report.placebo.get("skipped") else ""), ""]
     guard_flags = {flag for arm in report.arms for flag in arm.guard.flags}
     other = [w for w in report.warnings if w not in guard_flags]
     out.extend(f"> **WARNING:** {w}" for w in other)

@@ -78,14 +78,17 @@ def bootstrap_delta_ci(before: Sequence[float], after: Sequence[float], *, confi
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
-def paired_delta(before: Sequence[int], after: Sequence[int], *, n_resamples: int = 10_000, seed: int = 0) -> PairedDelta:
-    """Compliance before/after, Δ with its 95% paired bootstrap CI, and the exact McNemar test."""
+def paired_delta(before: Sequence[int], after: Sequence[int], *, n_resamples: int = 10_000, seed: int = 0, with_ci: bool = True) -> PairedDelta:
+    """Compliance before/after, Δ with its 95% paired bootstrap CI, and the exact McNemar test.
+
+    ``with_ci=False`` skips the bootstrap (CI reported as NaN), e.g. for placebo arms.
+    """
     b, a = _pairs(before, after)
     n = int(b.size)
     if n == 0:
         nan = float("nan")
         return PairedDelta(0, nan, nan, nan, nan, nan, McNemar(0, 0, 1.0))
-    low, high = bootstrap_delta_ci(b, a, n_resamples=n_resamples, seed=seed)
+    low, high = bootstrap_delta_ci(b, a, n_resamples=n_resamples, seed=seed) if with_ci else (float("nan"), float("nan"))
     return PairedDelta(n, float(b.mean()), float(a.mean()), float(a.mean() - b.mean()), low, high, mcnemar_exact(b, a))
 
 

@@ -6,8 +6,8 @@ overwritten. So every run records sha256 hashes of the weight files, of the toke
 vocabulary and special tokens, of the chat template, and of the data file.
 
 Hashing a 16 GB checkpoint takes a while, so file hashes are cached per
-(real path, size, mtime) in ``~/.cache/rolemrc-probe/file_hashes.json``
-(``ROLEMRC_PROBE_CACHE`` overrides the folder); a changed file is re-hashed.
+(real path, size, mtime) in ``$PROBE_HOME/file_hashes.json`` (see :mod:`training.home`);
+a changed file is re-hashed.
 
 Example:
     >>> weights_sha256("runs/../models/sft")          # doctest: +SKIP
@@ -28,8 +28,9 @@ _BLOCK = 1 << 22
 
 
 def _cache_file() -> Path:
-    root = Path(os.environ.get("ROLEMRC_PROBE_CACHE", Path.home() / ".cache" / "rolemrc-probe"))
-    return root / "file_hashes.json"
+    from training.home import probe_home
+
+    return probe_home() / "file_hashes.json"
 
 
 def _load_cache() -> dict[str, Any]:

@@ -147,6 +147,13 @@ def test_user_mistakes_are_clear_errors(run, tmp_path: Path, kwargs: dict, messa
     assert not (tmp_path / "summary.json").exists()
 
 
+@pytest.mark.parametrize("names", ["all", ["all"], ["multi_turn,ALL"]])
+def test_all_means_every_recorded_capability(run, tmp_path: Path, names) -> None:
+    run_dir, planted = run
+    result = analyze_run(run_dir, capabilities=names, layers="14-15", out_dir=tmp_path, plots=False)
+    assert sorted(result.summary["capabilities"]) == sorted(planted)
+
+
 def test_run_dir_without_activations_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ProbeError, match="no activations.h5 here"):
         analyze_run(tmp_path, plots=False)

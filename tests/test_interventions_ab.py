@@ -97,7 +97,7 @@ def test_markdown_table(ab_run):
 
 
 def test_bfloat16_paper_factor_is_flagged_as_noop(tiny_pair, test_file: Path, tmp_path: Path):
-    config = ABConfig(model_dir=tiny_pair[1], data_file=test_file, units=UNITS, hook=HOOK, capability="multi_turn", dtype="bfloat16", placebo=0,
+    config = ABConfig(model_dir=tiny_pair[1], data_file=test_file, units=UNITS, hook=HOOK, capability="multi_turn", dtype="bfloat16", placebo=2,
                       positive_control=False, collateral=False, limit=3, max_new_tokens=6, n_bootstrap=200, out_dir=tmp_path)
     report = run_ab(config)
     guard = report.main.guard
@@ -105,6 +105,7 @@ def test_bfloat16_paper_factor_is_flagged_as_noop(tiny_pair, test_file: Path, tm
     assert guard.rows_changed == 0 and report.main.capability("multi_turn").delta == 0
     assert any("rounds to exactly 1 in bfloat16" in w for w in report.warnings)
     assert "NO-OP WARNING" in (tmp_path / "ab_report.md").read_text()
+    assert report.placebo["n_sets"] == 0 and "no-op in bfloat16" in report.placebo["skipped"]  # placebos of a no-op are no-ops
 
 
 def test_example_script_runs(tiny_pair, test_file: Path, tmp_path: Path, capsys):
@@ -112,7 +113,7 @@ def test_example_script_runs(tiny_pair, test_file: Path, tmp_path: Path, capsys)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     code = module.main(["--model-dir", str(tiny_pair[1]), "--data", str(test_file), "--units", UNITS, "--hook", HOOK, "--factor", "0",
-                        "--limit", "2", "--placebo", "1", "--max-new-tokens", "6", "--out", str(tmp_path)])
+                        "--limit", "1", "--placebo", "1", "--max-new-tokens", "4", "--out", str(tmp_path)])
     printed = capsys.readouterr().out
     assert code == 0 and "multi_turn" in printed and "report:" in printed
     assert (tmp_path / "ab_report.md").is_file()

@@ -142,16 +142,21 @@ def test_kv_cache_generation_equals_recomputation_without_cache(tiny, batch):
     assert not torch.equal(plain, cached)  # the intervention did something
 
 
-def test_nnsight_backend_gives_the_same_generations(tiny):
+@pytest.fixture(scope="module")
+def generators(tiny):
     model, tok = tiny
-    config = GenerationConfig(max_new_tokens=10, batch_size=3)
-    torch_gen = ABGenerator(model, tok, _rows(), config, "torch")
-    nn_gen = ABGenerator(model, tok, _rows(), config, "nnsight")
-    for hook in ("mlp_out", "mlp_post"):
-        intervention = Intervention(parse_units("1:0-15,2:5,3:7-20", hook), 0.0)
-        assert nn_gen.run(intervention).ids == torch_gen.run(intervention).ids
-    assert nn_gen.run().ids == torch_gen.run().ids
-    assert _no_hooks_left(model)
+    config = GenerationConfig(max_new_tokens=6, batch_size=3)
+    return ABGenerator(model, tok, _rows(), config, "torch"), ABGenerator(model, tok, _rows(), config, "nnsight")
+
+
+@pytest.mark.parametrize("hook", HOOK_POINTS)
+def test_nnsight_backend_gives_the_same_generations(tiny, generators, hook):
+    torch_gen, nn_gen = generators
+    intervention = Intervention(parse_units("1:0-15,2:5,3:7-20", hook), 0.0)
+    assert nn_gen.run(intervention).ids == torch_gen.run(intervention).ids
+    if hook == "mlp_out":
+        assert nn_gen.run().ids == torch_gen.run().ids
+    assert _no_hooks_left(tiny[0])
 
 
 def test_ablation_changes_generations(tiny):
@@ -187,3 +192,15 @@ def test_module_for_mlp_post_is_a_pre_hook(tiny):
     model, _ = tiny
     module, is_input = module_for(model, "mlp_post", 0)
     assert is_input and module is model.model.layers[0].mlp.down_proj
+
+
+def test_seeded_sampling_is_paired_across_arms(tiny):
+    model, tok = tiny
+    gen = ABGenerator(model, tok, _rows(), GenerationConfig(max_new_tokens=8, batch_size=2, do_sample=True, temperature=1.5, seed=7))
+    first, again = gen.run(), gen.run()
+    same = gen.run(Intervention(parse_units("1:0-31", "mlp_out"), 1.0))
+    assert first.ids == again.ids == same.ids  # every arm draws from the same seeded stream
+    other = ABGenerator(model, tok, _rows(), GenerationConfig(max_new_tokens=8, batch_size=2, do_sample=True, temperature=1.5, seed=8)).run()
+    assert other.ids != first.ids
+    with pytest.raises(ProbeError, match="greedily"):
+        ABGenerator(model, tok, _rows(), GenerationConfig(do_sample=True), backend="nnsight")

@@ -77,8 +77,7 @@ def test_config_validation():
                           (dict(units="1:2", backend="nnsight", do_sample=True), "--sample")]:
         with pytest.raises(ProbeError, match=match):
             ABConfig(**{**base, **kwargs})
-    with pytest.raises(ProbeError, match="--model-dir and --data"):
-        ABConfig(units="1:2")
+    assert ABConfig(units="1:2").run_dir is None  # no run: the embedded default pair is used
 
 
 def _cli(argv: list[str], capsys) -> tuple[int, str]:

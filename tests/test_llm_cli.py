@@ -24,6 +24,21 @@ def probe(*args: str, env: dict[str, str] | None = None) -> subprocess.Completed
                           capture_output=True, text=True, timeout=120)
 
 
+def probe_here(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str,
+               env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """The same command in this process (no interpreter start-up): exit code, stdout, stderr."""
+    from probe_cli.main import main
+
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    for key, value in {"OPENAI_API_KEY": SECRET, **(env or {})}.items():
+        monkeypatch.setenv(key, value)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        main(["judge", *args])
+    out, err = capsys.readouterr()
+    return int(info.value.code or 0), out, err
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("judgecli")
@@ -60,22 +75,29 @@ def test_judge_both_reports_scores_undecided_and_agreement(files: tuple[Path, Pa
     assert not any(SECRET.encode() in p.read_bytes() for p in (tmp_path / "cache").rglob("*") if p.is_file())
 
 
-@pytest.mark.slow
-def test_judge_table_and_errors(files: tuple[Path, Path], tmp_path: Path) -> None:
+def test_judge_table_and_errors(files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                monkeypatch: pytest.MonkeyPatch) -> None:
     data, responses = files
-    table = probe("--data", str(data), "--responses", str(responses), "--judge", "rules")
-    assert table.returncode == 0, table.stderr
-    assert "knowledge_boundary" in table.stdout and "undecided" in table.stdout
+
+    def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+        return probe_here(capsys, monkeypatch, "--data", str(data), *args, env=env)
+
+    code, out, _ = run("--responses", str(responses), "--judge", "rules")
+    assert code == 0 and "knowledge_boundary" in out and "undecided" in out
     short = tmp_path / "short.jsonl"
     short.write_text('"only one"\n', encoding="utf-8")
-    bad = probe("--data", str(data), "--responses", str(short))
-    assert bad.returncode == 2 and bad.stderr.startswith("error: ") and "1 responses for" in bad.stderr
-    assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
-    down = probe("--data", str(data), "--responses", str(responses), "--judge", "llm", "--model", "m",
-                 "--base-url", "http://127.0.0.1:9/v1", "--max-retries", "0", "--cache-dir", str(tmp_path / "c"))
-    assert down.returncode == 2 and "Traceback" not in down.stderr
-    assert "LLM endpoint http://127.0.0.1:9/v1" in down.stderr and "connection failed" in down.stderr
-    wrong = probe("--data", str(data), "--responses", str(responses), "--judge", "gpt")
-    assert wrong.returncode == 2 and "--judge" in wrong.stderr
-    no_model = probe("--data", str(data), "--responses", str(responses), "--judge", "llm", env={"OPENAI_MODEL": ""})
-    assert no_model.returncode == 2 and "no model given" in no_model.stderr
+    code, _, err = run("--responses", str(short))
+    assert code == 2 and err.startswith("error: ") and "1 responses for" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run("--responses", str(responses), "--judge", "llm", "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
+                       "--max-retries", "0", "--cache-dir", str(tmp_path / "c"))
+    assert code == 2 and "LLM endpoint http://127.0.0.1:9/v1" in err and "connection failed" in err and "Traceback" not in err
+    code, _, err = run("--responses", str(responses), "--judge", "gpt")
+    assert code == 2 and "--judge" in err
+    code, _, err = run("--responses", str(responses), "--judge", "llm", env={"OPENAI_MODEL": ""})
+    assert code == 2 and "no model given" in err
+    uncached = tmp_path / "uncached"
+    with ScriptedServer(responder=lambda request: "1") as server:
+        code, out, err = run("--responses", str(responses), "--judge", "llm", "--model", "m", "--limit", "2",
+                             "--base-url", server.base_url, "--no-cache", "--cache-dir", str(uncached), "--json")
+    assert code == 0, err
+    assert not uncached.exists() and len(server.chat_requests) == json.loads(out)["client_stats"]["requests"] >= 2

@@ -79,6 +79,16 @@ def test_client_errors_are_not_retried(status: int) -> None:
         assert len(server.chat_requests) == 1
 
 
+def test_switches_to_max_completion_tokens_when_the_endpoint_asks() -> None:
+    hint = "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead."
+    with ScriptedServer([Step(400, message=hint)]) as server:
+        client = LLMClient(config(server, None, max_tokens=33))
+        assert client.chat(MSG).content == "ok" and client.chat([{"role": "user", "content": "2"}]).content == "ok"
+        bodies = [r.body or {} for r in server.chat_requests]
+    assert bodies[0]["max_tokens"] == 33
+    assert [("max_tokens" in b, b.get("max_completion_tokens")) for b in bodies[1:]] == [(False, 33), (False, 33)]
+
+
 def test_timeouts_and_refused_connections_end_in_clear_errors() -> None:
     with ScriptedServer([Step(delay=1.0, content="slow")] * 3) as server:
         client = LLMClient(config(server, None, timeout=0.2, max_retries=1))
@@ -99,10 +109,13 @@ def test_cache_makes_a_rerun_free_and_is_keyed_by_request(tmp_path: Path) -> Non
         assert len(server.chat_requests) == 5
         assert [r.content for r in first] == [r.content for r in second] == [f"answer to question {i}" for i in range(5)]
         assert all(r.cached for r in second) and again.stats.requests == 0 and again.stats.cache_hits == 5
+        # Identical requests within one batch are sent once.
+        LLMClient(config(server, None)).chat_many([[{"role": "user", "content": "same"}]] * 4)
+        assert len(server.chat_requests) == 6
         # Different sampling parameters or model are different requests.
         again.chat(prompts[0], temperature=0.7)
         LLMClient(config(server, tmp_path, model="other-model")).chat(prompts[0])
-        assert len(server.chat_requests) == 7
+        assert len(server.chat_requests) == 8
 
 
 def test_concurrency_is_bounded(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,8 @@ class GoodLLM:
 
     def __init__(self) -> None:
         self.calls = 0
+        self.slipped = False
+        self.lock = threading.Lock()
 
     def __call__(self, request: dict[str, Any]) -> str:
         self.calls += 1
@@ -82,8 +85,10 @@ class GoodLLM:
         domains = [OCCUPATIONS[w] for w in re.findall(r"[a-z]+", description) if w in OCCUPATIONS][:2]
         card = {"description": description, "personality": vocab.PERSONALITIES[0], "catchphrase": vocab.CATCHPHRASES[self.calls % 5],
                 "gesture": vocab.GESTURES[self.calls % 4], "domains": domains}
-        if self.calls == 1 and not repairing:
-            card["catchphrase"] = "Yo!"  # not in the closed list: must be repaired
+        with self.lock:
+            slip, self.slipped = not self.slipped and not repairing, self.slipped or not repairing
+        if slip:
+            card["catchphrase"] = "Yo!"  # not in the closed list: must be repaired (once, for one persona)
         return "Here is the profile: " + json.dumps(card)
 
     def _reply(self, text: str) -> str:

@@ -61,7 +61,7 @@ def test_sft_loss_decreases(sft_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_prompt_tokens_are_masked(data_dir: Path, tmp_path: Path) -> None:
-    session = prepare_sft(sft_config(data_dir, tmp_path / "masked"))
+    session = prepare_sft(sft_config(data_dir, tmp_path / "masked", max_length=1024))
     tokenizer = session.trainer.processing_class
     batch = session.trainer.data_collator([session.trainer.train_dataset[i] for i in range(4)])
     from training.data import sft_records

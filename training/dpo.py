@@ -23,8 +23,8 @@ from data_synthesis.errors import ProbeError
 from training.config import DPORunConfig
 from training.data import dpo_records, file_sha256, resolve_data_file, to_dataset
 from training.models import check_model_dir, check_same_tokenizer, load_causal_lm
-from training.provenance import LossRecorder, read_provenance, weights_digest, write_provenance
-from training.runner import StepProgress, finish_output, quiet_environment, silence_printer, start_output, trainer_kwargs
+from training.provenance import read_provenance, weights_digest, write_provenance
+from training.runner import check_output, finish_output, quiet_environment, silence_printer, start_output, trainer_kwargs
 
 ProgressFn = Callable[[int, int, float | None], None]
 
@@ -36,7 +36,7 @@ class DPOSession:
     work: Path
     data_file: Path
     parent: dict[str, Any]
-    recorder: LossRecorder
+    recorder: Any  # training.callbacks.LossRecorder
 
 
 def _load_ref(config: DPORunConfig, tokenizer: Any) -> Any:
@@ -49,15 +49,18 @@ def _load_ref(config: DPORunConfig, tokenizer: Any) -> Any:
 
 def prepare_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> DPOSession:
     """Validate everything and build the trainer; nothing is trained yet."""
-    quiet_environment()
-    from accelerate import PartialState
-    from trl import DPOConfig, DPOTrainer
-
-    data_file = resolve_data_file(config.data, "dpo")
+    data_file = resolve_data_file(config.data, "dpo")  # cheap checks first: no torch import before they pass
     records = dpo_records(data_file, config.max_rows)
     check_model_dir(config.sft, "--sft")
     if config.ref is not None:
         check_model_dir(config.ref, "--ref")
+    check_output(config.out, config.overwrite)
+    quiet_environment()
+    from accelerate import PartialState
+    from trl import DPOConfig, DPOTrainer
+
+    from training.callbacks import LossRecorder, StepProgress
+
     model, tokenizer = load_causal_lm(config.sft, "--sft")
     if not tokenizer.chat_template:
         raise ProbeError(f"--sft {config.sft}: the tokenizer has no chat template; train it with `probe train sft` first")

@@ -6,9 +6,9 @@ library versions and device, and every logged loss with the final one. A reader 
 activation store can then tell whether two runs used the same models and data.
 
 Example:
-    >>> losses = LossRecorder()                                   # doctest: +SKIP
-    >>> trainer.add_callback(losses)                              # doctest: +SKIP
-    >>> write_provenance(out, stage="sft", config=cfg.to_dict(), losses=losses.records, ...)  # doctest: +SKIP
+    >>> write_provenance(out, stage="sft", config=cfg.to_dict(), recorder=losses, ...)   # doctest: +SKIP
+    >>> read_provenance(out)["final_loss"]                                                # doctest: +SKIP
+    0.41
 """
 
 from __future__ import annotations
@@ -21,31 +21,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
-
 FILE_NAME = "provenance.json"
 LIBRARIES = ("torch", "transformers", "trl", "accelerate", "datasets", "tokenizers", "deepspeed", "rolemrc-probe")
-
-
-class LossRecorder(TrainerCallback):
-    """Keeps every ``on_log`` record that has a training loss (and the final summary)."""
-
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
-        self.summary: dict[str, Any] = {}
-
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        if not logs:
-            return
-        if "loss" in logs:
-            keep = {k: v for k, v in logs.items() if isinstance(v, (int, float))}
-            self.records.append({"step": state.global_step, **keep})
-        elif "train_loss" in logs:
-            self.summary = {k: v for k, v in logs.items() if isinstance(v, (int, float))}
-
-    @property
-    def final_loss(self) -> float | None:
-        return self.records[-1]["loss"] if self.records else None
 
 
 def library_versions() -> dict[str, str]:
@@ -80,7 +57,7 @@ def device_info() -> dict[str, Any]:
 
 
 def write_provenance(out_dir: Path, *, stage: str, config: dict[str, Any], data: dict[str, Any],
-                     parent: dict[str, Any], recorder: LossRecorder, extra: dict[str, Any] | None = None) -> Path:
+                     parent: dict[str, Any], recorder: Any, extra: dict[str, Any] | None = None) -> Path:
     record = {
         "stage": stage,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

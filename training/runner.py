@@ -15,11 +15,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-from transformers import TrainerCallback
 
 from data_synthesis.errors import ProbeError
 
@@ -120,18 +117,3 @@ def finish_output(work: Path, out: Path) -> Path:
         out.parent.mkdir(parents=True, exist_ok=True)
         os.replace(work, out)
     return out
-
-
-class StepProgress(TrainerCallback):
-    """Calls ``report(step, total, loss)`` after every optimizer step (drives rich progress bars)."""
-
-    def __init__(self, report: Callable[[int, int, float | None], None]) -> None:
-        self.report = report
-        self.loss: float | None = None
-
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        if logs and "loss" in logs:
-            self.loss = float(logs["loss"])
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.report(state.global_step, state.max_steps, self.loss)

@@ -27,8 +27,8 @@ from data_synthesis.errors import ProbeError
 from training.config import SFTRunConfig
 from training.data import file_sha256, resolve_data_file, sft_records, to_dataset
 from training.models import apply_chat_template_choice, check_model_dir, load_causal_lm
-from training.provenance import LossRecorder, weights_digest, write_provenance
-from training.runner import StepProgress, finish_output, quiet_environment, silence_printer, start_output, trainer_kwargs
+from training.provenance import weights_digest, write_provenance
+from training.runner import check_output, finish_output, quiet_environment, silence_printer, start_output, trainer_kwargs
 
 ProgressFn = Callable[[int, int, float | None], None]
 
@@ -42,7 +42,7 @@ class SFTSession:
     work: Path
     data_file: Path
     parent: dict[str, Any]
-    recorder: LossRecorder
+    recorder: Any  # training.callbacks.LossRecorder
 
 
 def tiny_corpus(records: list[dict[str, Any]], extra_files: list[Path]) -> list[str]:
@@ -72,15 +72,18 @@ def _build_tiny(cfg: SFTRunConfig, records: list[dict[str, Any]], work: Path, is
 
 def prepare_sft(config: SFTRunConfig, progress: ProgressFn | None = None) -> SFTSession:
     """Validate everything, build the trainer; nothing is trained yet."""
+    data_file = resolve_data_file(config.data, "sft")  # cheap checks first: no torch import before they pass
+    records = sft_records(data_file, config.max_rows)
+    if config.base != "tiny":
+        check_model_dir(Path(config.base), "--base")
+    check_output(config.out, config.overwrite)
     quiet_environment()
     from accelerate import PartialState
     from trl import SFTConfig, SFTTrainer
 
+    from training.callbacks import LossRecorder, StepProgress
+
     is_main = PartialState().is_main_process
-    data_file = resolve_data_file(config.data, "sft")
-    records = sft_records(data_file, config.max_rows)
-    if config.base != "tiny":
-        check_model_dir(Path(config.base), "--base")
     work = start_output(config.out, config.overwrite, is_main)
     base = _build_tiny(config, records, work, is_main) if config.base == "tiny" else Path(config.base)
     model, tokenizer = load_causal_lm(base, "--base")
@@ -94,8 +97,7 @@ def prepare_sft(config: SFTRunConfig, progress: ProgressFn | None = None) -> SFT
         raise ProbeError(f"--base {config.base}: cannot set up SFT ({str(exc).splitlines()[0]}); "
                          "try --chat-template llama3 or chatml") from None
     silence_printer(trainer)
-    parent = _parent_info(config, base, template)
-    return SFTSession(config, trainer, work, data_file, parent, recorder)
+    return SFTSession(config, trainer, work, data_file, _parent_info(config, base, template), recorder)
 
 
 def _parent_info(config: SFTRunConfig, base: Path, template: str) -> dict[str, Any]:

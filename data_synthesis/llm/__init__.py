@@ -6,11 +6,14 @@ same with OpenAI, vLLM or ``transformers serve``. Everything here talks through 
 retries with backoff and an on-disk reply cache so that a rerun never pays twice.
 
 Modules:
-    client     ``ClientConfig`` and ``LLMClient`` (retries, concurrency, cache, key hygiene)
-    cache      one atomically written JSON file per answered request
-    backoff    exponential backoff with jitter, honouring ``Retry-After``
-    replies    JSON extraction from chatty replies + pydantic validation + repair prompts
-    retrieval  TF-IDF matching of role profiles to relevant / irrelevant passages
-    prompts    the synthesis prompts (profile, dialogue, reply) and their reply schemas
-    synthesis  ``synthesize_llm``: the paper's three stages, offline files and schemas
+    config          ``ClientConfig``: endpoint, model, key variable, limits (flags or OPENAI_* env)
+    client          ``LLMClient``: retries, bounded concurrency, cache, key hygiene
+    cache           one atomically written JSON file per answered request
+    backoff         exponential backoff with jitter, honouring ``Retry-After``
+    replies         JSON extraction from chatty replies + pydantic validation + repair rounds
+    retrieval       TF-IDF matching of role profiles to relevant / irrelevant passages
+    prompts         the synthesis prompts (profile, reply, free chat) and their reply schemas
+    synthesis       ``synthesize_llm``: the paper's three stages, offline files and schemas
+    judging         ``judge_files``: rules / LLM / both over a test file and a responses file
+    scripted_server a scripted OpenAI-compatible endpoint on 127.0.0.1 (faults, tests, demos)
 """

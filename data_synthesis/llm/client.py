@@ -88,6 +88,7 @@ class LLMClient:
         self._key = config.api_key()
         self._openai = openai.OpenAI(base_url=config.base_url, api_key=self._key, max_retries=0, timeout=config.timeout)
         self._log_path: Path | None = config.cache_dir / "requests.log" if config.cache_dir is not None else None
+        self._token_param = "max_tokens"
 
     # ------------------------------------------------------------------ public
     def params(self, **overrides: Any) -> dict[str, Any]:
@@ -112,19 +113,22 @@ class LLMClient:
     def chat_many(self, batch: Sequence[Messages], **params: Any) -> list[ChatReply]:
         """Replies in input order, at most ``concurrency`` requests in flight.
 
-        The first fatal error cancels what has not started, waits for what is running
-        (their replies are cached) and is raised.
+        Identical requests in one batch are sent once. The first fatal error cancels what
+        has not started, waits for what is running (their replies are cached) and is raised.
         """
         if not batch:
             return []
-        pool = ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(batch)), thread_name_prefix="llm")
+        full = self.params(**params)
+        keys = [request_key(self.config.base_url, self.config.model, messages, full) for messages in batch]
+        first = {key: i for i, key in reversed(list(enumerate(keys)))}  # key -> first position
+        pool = ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(first)), thread_name_prefix="llm")
         try:
-            futures = [pool.submit(self.chat, messages, **params) for messages in batch]
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-            failed = [f for f in futures if f in done and f.exception() is not None]
+            futures = {key: pool.submit(self.chat, batch[i], **params) for key, i in sorted(first.items(), key=lambda kv: kv[1])}
+            done, _ = wait(futures.values(), return_when=FIRST_EXCEPTION)
+            failed = [f for f in futures.values() if f in done and f.exception() is not None]
             if failed:
                 raise failed[0].exception()  # type: ignore[misc]
-            return [f.result() for f in futures]
+            return [futures[key].result() for key in keys]
         finally:
             # On an error or Ctrl-C: drop the queued requests, let the running ones finish (and be cached).
             pool.shutdown(wait=True, cancel_futures=True)
@@ -158,8 +162,16 @@ class LLMClient:
         import openai
 
         self._bump("requests")
+        sent = self._wire_params(params)
         try:
-            response = self._openai.chat.completions.create(model=self.config.model, messages=messages, **params)  # type: ignore[arg-type]
+            response = self._openai.chat.completions.create(model=self.config.model, messages=messages, **sent)  # type: ignore[arg-type]
+        except openai.BadRequestError as exc:
+            if "max_tokens" in sent and "max_completion_tokens" in str(exc.message):
+                # Newer OpenAI models reject max_tokens; switch once for this client and ask again.
+                log.info("endpoint wants max_completion_tokens instead of max_tokens; switching")
+                self._token_param = "max_completion_tokens"
+                return self._ask_once(messages, params)
+            raise self._final(f"HTTP {exc.status_code}{_server_message(exc)}") from None
         except openai.APITimeoutError:
             raise _Retryable(f"timed out after {self.config.timeout:g}s") from None
         except openai.APIConnectionError as exc:
@@ -172,6 +184,14 @@ class LLMClient:
         except openai.APIError as exc:  # e.g. a JSON body that is not a chat completion
             raise _Retryable(f"malformed reply ({_one_line(str(exc), 120)})") from None
         return _parse_completion(response)
+
+    def _wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Parameters as this endpoint wants them (the cache key always uses ``max_tokens``)."""
+        if self._token_param == "max_tokens" or "max_tokens" not in params:
+            return params
+        renamed = dict(params)
+        renamed[self._token_param] = renamed.pop("max_tokens")
+        return renamed
 
     def _final(self, what: str) -> ProbeError:
         return ProbeError(self._mask(f"LLM endpoint {self.config.base_url} (model {self.config.model!r}): {what}"))

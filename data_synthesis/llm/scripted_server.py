@@ -40,6 +40,7 @@ class Step:
     body: str | None = None
     retry_after: str | None = None
     delay: float = 0.0
+    message: str | None = None  # error message of an error status (default: "scripted status N")
 
 
 @dataclass
@@ -143,7 +144,8 @@ class ScriptedServer:
                 elif step.status == 200:
                     self._send(200, json.dumps(completion(step.content or "", (body or {}).get("model", "scripted"))))
                 else:
-                    error = {"error": {"message": f"scripted status {step.status}", "type": "scripted", "code": step.status}}
+                    message = step.message or f"scripted status {step.status}"
+                    error = {"error": {"message": message, "type": "scripted", "code": step.status}}
                     self._send(step.status, json.dumps(error), retry_after=step.retry_after)
 
             def _send(self, status: int, text: str, ctype: str = "application/json", retry_after: str | None = None) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -76,7 +77,6 @@ class LLMSynthesisSummary(SynthesisSummary):
 
     failures: dict[str, Any] = field(default_factory=dict)
     requests: dict[str, int] = field(default_factory=dict)
-    matches: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -110,23 +110,34 @@ def synthesize_llm(out_dir: str | Path, n_roles: int, seed: int, client_config: 
     matches.update(test_matches)
     test = _build_test(run, cfg, test_roles, pools)
     sft, dpo = _build_train(run, cfg, train_roles, pools)
+    counts = _write(out, roles, matches, pool, test_pool, sft, dpo, test)
+    base = _summary(out, counts, sft, dpo, test, (len(train_roles), len(test_roles)), (len(train_pool), len(test_pool)))
+    summary = LLMSynthesisSummary(**base.as_dict(), failures=run.failures.as_dict(), requests=run.client.stats.as_dict())
+    _write_report(out / REPORT_FILE, {"failures": summary.failures, "requests": summary.requests, "endpoint": client_config.describe()})
+    if run.failures.total:
+        per_stage = ", ".join(f"{k}: {v}" for k, v in sorted(run.failures.counts.items()))
+        log.warning("LLM synthesis: %d replies still invalid after %d repair round(s) were dropped (%s); details in %s",
+                    run.failures.total, repairs, per_stage, out / REPORT_FILE)
+    return summary
+
+
+def _write(out: Path, roles: list[RoleProfile], matches: dict[str, dict[str, Any]], pool: list[Passage], test_pool: list[Passage],
+           sft: list[SFTRow], dpo: list[DPORow], test: list[TestRow]) -> dict[str, int]:
+    """The offline file set, each file written atomically; returns rows per file."""
     test_ids = {p.id for p in test_pool}
-    counts = {
+    return {
         "profiles.jsonl": write_jsonl(out / "profiles.jsonl", [{**r.to_dict(), "match": matches[r.id]} for r in roles]),
         "passages.jsonl": write_jsonl(out / "passages.jsonl", [{**p.to_dict(), "split": "test" if p.id in test_ids else "train"} for p in pool]),
         "sft.jsonl": write_jsonl(out / "sft.jsonl", sft),
         "dpo.jsonl": write_jsonl(out / "dpo.jsonl", dpo),
         "test.jsonl": write_jsonl(out / "test.jsonl", test),
     }
-    base = _summary(out, counts, sft, dpo, test, (len(train_roles), len(test_roles)), (len(train_pool), len(test_pool)))
-    summary = LLMSynthesisSummary(**base.as_dict(), failures=run.failures.as_dict(), requests=run.client.stats.as_dict(), matches=matches)
-    (out / REPORT_FILE).write_text(json.dumps({"failures": summary.failures, "requests": summary.requests,
-                                               "endpoint": client_config.describe()}, indent=2) + "\n", encoding="utf-8")
-    if run.failures.total:
-        per_stage = ", ".join(f"{k}: {v}" for k, v in sorted(run.failures.counts.items()))
-        log.warning("LLM synthesis: %d replies still invalid after %d repair round(s) were dropped (%s); details in %s",
-                    run.failures.total, repairs, per_stage, out / REPORT_FILE)
-    return summary
+
+
+def _write_report(path: Path, report: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------- stage 1

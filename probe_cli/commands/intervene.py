@@ -55,8 +55,8 @@ def intervene(
     backend: str = typer.Option("torch", "--backend", help="torch (hooks) or nnsight."),
     limit: Optional[int] = typer.Option(None, "--limit", help="At most N rows per capability (interleaved across tasks)."),
     collateral: bool = typer.Option(True, "--collateral/--no-collateral", help="Score the other capabilities too."),
-    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Model to intervene on (overrides the run's)."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Test rows JSONL (overrides the run's data file)."),
+    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Model to intervene on [default: the run's --model, or the embedded default pair's]."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Test rows JSONL [default: the run's data file, or the default pair's test split]."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output dir [default: RUN_DIR/interventions/<capability>_<model>_<time>]."),
 ) -> None:
     """Scale neurons during generation and compare with the baseline, placebo sets and a dose sweep."""

@@ -8,6 +8,7 @@ agreement and Cohen's kappa between the two judges.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -35,6 +36,7 @@ def judge(
     max_retries: Optional[int] = typer.Option(None, "--max-retries", min=0, max=100, help="Retries on 429/5xx/timeouts [default: 4]."),
     timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="Seconds per request [default: 60]."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Reply cache [default: .cache/llm]."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the reply cache (every call is paid)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Judge only the first N rows."),
     verdicts_out: Optional[Path] = typer.Option(None, "--verdicts-out", help="Write per-row verdicts (JSONL) here."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of a table."),
@@ -49,6 +51,8 @@ def judge(
     if judge_name in ("llm", "both"):
         config = ClientConfig.from_env(base_url, model, api_key_env=api_key_env, temperature=temperature, concurrency=concurrency,
                                        max_retries=max_retries, timeout=timeout, cache_dir=cache_dir)
+        if no_cache:
+            config = replace(config, cache_dir=None)
     report = judge_files(data, responses, judge_name, config, limit=limit, verdicts_out=verdicts_out)
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2))

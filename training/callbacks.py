@@ -1,0 +1,48 @@
+"""Trainer callbacks: loss recording for provenance, step reports for progress bars.
+
+Kept apart from the rest of :mod:`training` because importing ``transformers`` is slow:
+argument and data checks run (and fail) before this module is imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from transformers import TrainerCallback
+
+
+class LossRecorder(TrainerCallback):
+    """Keeps every ``on_log`` record that has a training loss (and the final summary)."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.summary: dict[str, Any] = {}
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if not logs:
+            return
+        if "loss" in logs:
+            keep = {k: v for k, v in logs.items() if isinstance(v, (int, float))}
+            self.records.append({"step": state.global_step, **keep})
+        elif "train_loss" in logs:
+            self.summary = {k: v for k, v in logs.items() if isinstance(v, (int, float))}
+
+    @property
+    def final_loss(self) -> float | None:
+        return self.records[-1]["loss"] if self.records else None
+
+
+class StepProgress(TrainerCallback):
+    """Calls ``report(step, total, loss)`` after every optimizer step (drives rich progress bars)."""
+
+    def __init__(self, report: Callable[[int, int, float | None], None]) -> None:
+        self.report = report
+        self.loss: float | None = None
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if logs and "loss" in logs:
+            self.loss = float(logs["loss"])
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.report(state.global_step, state.max_steps, self.loss)
