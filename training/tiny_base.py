@@ -19,9 +19,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # heavy imports stay inside the functions: TinySpec is read by config validation
+    from transformers import PreTrainedTokenizerFast
 
 BOS, EOT, PAD = "<|begin_of_text|>", "<|eot_id|>", "<|pad|>"
 SPECIAL_TOKENS = [BOS, "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", EOT, PAD]
@@ -51,6 +52,9 @@ class TinySpec:
 
 
 def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -75,6 +79,9 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokeniz
 
 def build_tiny_base(corpus: Iterable[str], out_dir: str | os.PathLike[str], spec: TinySpec = TinySpec()) -> Path:
     """Train the tokenizer on ``corpus``, initialise a Llama from ``spec.seed``, save both to ``out_dir``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     tokenizer = train_tokenizer(corpus, spec.vocab_size)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
