@@ -10,7 +10,7 @@
 Without ``--sft/--dpo`` it builds a tiny random 32-layer Llama pair (hidden 64, MLP 256) in a
 temp dir; the prompts are synthetic RoleMRC-shaped multi-turn rows of about 200 tokens.
 
-    .venv/bin/python benchmarks/bench_probes.py [--sft DIR --dpo DIR] [--prompts 256] [--quick]
+    .venv/bin/python benchmarks/bench_probes.py [--sft DIR --dpo DIR] [--prompts 128] [--quick]
 """
 
 from __future__ import annotations
@@ -182,11 +182,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sft", type=Path)
     parser.add_argument("--dpo", type=Path)
-    parser.add_argument("--prompts", type=int, default=256)
+    parser.add_argument("--prompts", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--reference-prompts", type=int, default=32)
+    parser.add_argument("--reference-prompts", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="64 prompts, 1 repeat, 8 reference prompts, RSS at 20/200 prompts")
+    parser.add_argument("--quick", action="store_true", help="64 prompts, 1 repeat, 8 reference prompts, RSS at 16/160 prompts")
     args = parser.parse_args()
     if args.quick:
         args.prompts, args.repeats, args.reference_prompts = 64, 1, 8
@@ -201,7 +201,7 @@ def main() -> int:
         print("== 2. vs the reference approach")
         bench_reference(sft, data, args.reference_prompts, ours)
         print("== 3. peak memory")
-        bench_rss(sft, dpo, tmp, 20 if args.quick else 64, args.batch_size)
+        bench_rss(sft, dpo, tmp, 16 if args.quick else 32, args.batch_size)
     return 0
 
 

@@ -85,6 +85,12 @@ def _row(expect: dict, task: str = "role_related_mrc_answer_with_narration") -> 
     ("*nods* Quite so!", None, "empty"),
     ("*nods* Quite so! I don't know.", None, "refuse"),
     ("", None, "empty"),
+    ("The passage doesn't mention when it was built.", None, "refuse"),
+    ("I'm afraid I can't share that; the rules forbid it.", "1712", "refuse"),
+    ("I have no idea, friend.", None, "refuse"),
+    ("I can\u2019t say.", None, "refuse"),
+    ("Not my area, but I think it was 1712.", "1712", "answer"),
+    ("I think the answer is twelve.", None, "answer"),
 ])
 def test_behaviour_classification(reply: str, answer: str | None, want: str) -> None:
     assert behaviour(reply, answer, "Quite so!") == want

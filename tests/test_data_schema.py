@@ -101,3 +101,13 @@ def test_task_table_matches_the_authors_mapping() -> None:
         "role_related_mrc_answer_with_narration", "role_related_mrc_refused_no_narration",
         "role_unrelated_mrc_refused_no_narration", "role_unrelated_mrc_answer_no_narration"}
     assert capabilities_of("role_related_mrc_refused_with_narration") == (Capability.KNOWLEDGE_BOUNDARY,)
+
+
+def test_cli_validate_reports_the_published_grouping(published_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from probe_cli.main import main
+
+    with pytest.raises(SystemExit) as done:  # click's standalone mode always exits
+        main(["validate", str(published_file), "--json"])
+    assert done.value.code == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["kind"] == "test" and report["rows"] == 1400 and report["capabilities"] == PUBLISHED_GROUPS

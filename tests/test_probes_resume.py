@@ -30,12 +30,12 @@ import sys
 from probes.config import RecordConfig
 from probes.recording import record_run
 record_run(RecordConfig(sft_dir=sys.argv[1], dpo_dir=sys.argv[2], data_file=sys.argv[3], out_dir=sys.argv[4],
-                        capabilities="multi_turn,priority,nested", hooks="mlp_out,mlp_post", batch_size=1), progress=False)
+                        capabilities="multi_turn,priority", hooks="mlp_out,mlp_post", batch_size=1), progress=False)
 """
 
 
 def _config(tiny_pair, data: Path, out: Path) -> RecordConfig:  # type: ignore[no-untyped-def]
-    return RecordConfig(sft_dir=tiny_pair[0], dpo_dir=tiny_pair[1], data_file=data, out_dir=out, capabilities="multi_turn,priority,nested",
+    return RecordConfig(sft_dir=tiny_pair[0], dpo_dir=tiny_pair[1], data_file=data, out_dir=out, capabilities="multi_turn,priority",
                         hooks="mlp_out,mlp_post", batch_size=1)
 
 
@@ -61,22 +61,22 @@ def test_sigkill_mid_run_then_resume_is_identical_to_uninterrupted(tiny_pair, ro
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(tiny_pair[0]), str(tiny_pair[1]), str(rolemrc_file), str(killed_dir)],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 240
-    while _shards(killed_dir) < 3 and proc.poll() is None and time.monotonic() < deadline:
+    while _shards(killed_dir) < 2 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
     done_before = _shards(killed_dir)
-    assert done_before >= 3 and not (killed_dir / "activations.h5").exists()  # killed mid-run, before consolidation
+    assert done_before >= 2 and not (killed_dir / "activations.h5").exists()  # killed mid-run, before consolidation
 
     resumed = record_run(_config(tiny_pair, rolemrc_file, killed_dir), progress=False)
     assert sum(resumed.resumed.values()) >= done_before
-    assert sum(resumed.resumed.values()) + sum(resumed.recorded.values()) == sum(resumed.counts.values()) == 20
+    assert sum(resumed.resumed.values()) + sum(resumed.recorded.values()) == sum(resumed.counts.values()) == 12
 
     reference = record_run(_config(tiny_pair, rolemrc_file, tmp_path / "uninterrupted"), progress=False)
     assert reference.counts == resumed.counts
     a, b = _arrays(tmp_path / "uninterrupted"), _arrays(killed_dir)
-    assert a.keys() == b.keys() and len(a) == 3 * 5
+    assert a.keys() == b.keys() and len(a) == 2 * 5
     for key in a:
         assert np.array_equal(a[key], b[key]), key
     assert _shards(killed_dir) == 0

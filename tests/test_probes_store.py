@@ -91,11 +91,15 @@ def test_default_store_is_float16_and_rerun_skips_everything(tiny_pair, rolemrc_
     assert before.keys() == after.keys() and all(np.array_equal(before[k], after[k]) for k in before)
 
 
-def test_a_new_capability_can_be_added_to_a_run(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
-    out = tmp_path / "grow"
-    record_run(_config(tiny_pair, rolemrc_file, out, capabilities="priority"), progress=False)
+def test_a_new_capability_can_be_added_to_a_run(tiny_pair, rolemrc_file: Path, full_run: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    import shutil
+
+    out = Path(shutil.copytree(full_run, tmp_path / "grow"))
+    before = _arrays(out)
     result = record_run(_config(tiny_pair, rolemrc_file, out, capabilities="priority,nested"), progress=False)
     assert result.recorded == {"priority": 0, "nested": 8} and result.counts == {"priority": 4, "nested": 8}
+    after = _arrays(out)
+    assert all(np.array_equal(before[k], after[k]) for k in before) and after["nested/dpo/mlp_post"].shape == (8, 3, 64)
 
 
 @pytest.mark.parametrize("change", [dict(position="mean"), dict(hooks="mlp_out"), dict(layers="0-3"), dict(store_dtype="float32")])

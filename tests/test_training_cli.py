@@ -119,3 +119,24 @@ def test_cli_trains_sft_then_dpo(small_data: Path, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     record = json.loads((tmp_path / "dpo" / "provenance.json").read_text())
     assert record["config"]["beta"] == 0.2 and len(record["losses"]) == 2
+
+
+@pytest.mark.slow
+def test_two_process_cpu_run_under_accelerate(small_data: Path, tmp_path: Path) -> None:
+    """The same command under `accelerate launch` (2 CPU processes, gloo): one model, world size 2 recorded."""
+    out = tmp_path / "sft-ddp"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    # `--cpu` would pick accelerate's single-process launcher; `--multi_gpu` picks torchrun, and the toolkit
+    # creates its process state with cpu=True when there is no CUDA, so the 2 processes join over gloo.
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29517",
+           "--module", "probe_cli.main", "train", "sft", "--base", "tiny", "--tiny-layers", "2", "--tiny-width", "32",
+           "--tiny-mlp", "64", "--data", str(small_data), "--out", str(out), "--max-steps", "2", "--batch-size", "2"]
+    result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    record = json.loads((out / "provenance.json").read_text())
+    assert record["world_size"] == 2 and len(record["losses"]) == 2
+    assert not (tmp_path / ".sft-ddp.partial").exists() and not (out / "_tiny_base").exists()
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(out).config.num_hidden_layers == 2

@@ -24,7 +24,7 @@ from training.config import DPORunConfig
 from training.data import dpo_records, file_sha256, resolve_data_file, to_dataset
 from training.models import check_model_dir, check_same_tokenizer, load_causal_lm
 from training.provenance import read_provenance, weights_digest, write_provenance
-from training.runner import check_output, finish_output, quiet_environment, silence_printer, start_output, trainer_kwargs
+from training.runner import check_output, dist_state, finish_output, quiet_environment, silence_printer, start_output, trainer_kwargs
 
 ProgressFn = Callable[[int, int, float | None], None]
 
@@ -56,7 +56,6 @@ def prepare_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> DPO
         check_model_dir(config.ref, "--ref")
     check_output(config.out, config.overwrite)
     quiet_environment()
-    from accelerate import PartialState
     from trl import DPOConfig, DPOTrainer
 
     from training.callbacks import LossRecorder, StepProgress
@@ -65,7 +64,7 @@ def prepare_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> DPO
     if not tokenizer.chat_template:
         raise ProbeError(f"--sft {config.sft}: the tokenizer has no chat template; train it with `probe train sft` first")
     ref_model = _load_ref(config, tokenizer)
-    work = start_output(config.out, config.overwrite, PartialState().is_main_process)
+    work = start_output(config.out, config.overwrite, dist_state().is_main_process)
     args = DPOConfig(**trainer_kwargs(config, work), beta=config.beta, loss_type=[config.loss_type],
                      precompute_ref_log_probs=config.precompute_ref)
     recorder = LossRecorder()
@@ -89,8 +88,8 @@ def train_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> Path:
     session = prepare_dpo(config, progress)
     trainer = session.trainer
     trainer.train()
+    trainer.save_model(str(session.work))  # every rank calls it: ZeRO-3 gathers the shards; only rank 0 writes
     if trainer.is_world_process_zero():
-        trainer.save_model(str(session.work))
         write_provenance(session.work, stage="dpo", config=config.to_dict(), parent=session.parent, recorder=session.recorder,
                          data={"file": str(session.data_file), "sha256": file_sha256(session.data_file),
                                "rows": len(trainer.train_dataset)},

@@ -41,6 +41,15 @@ def silence_printer(trainer: Any) -> None:
     trainer.remove_callback(ProgressCallback)
 
 
+def dist_state() -> Any:
+    """Accelerate's process state. On a machine without CUDA it must be created with ``cpu=True``,
+    or a 2-process launch (torchrun / ``accelerate launch --multi_gpu``) would run as 2 single processes."""
+    import torch
+    from accelerate import PartialState
+
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
 def resolve_bf16(requested: bool | None) -> bool:
     """bf16 only on a GPU that supports it; an explicit request on CPU is an error (6x slower in TRL)."""
     import torch

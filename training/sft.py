@@ -28,7 +28,7 @@ from training.config import SFTRunConfig
 from training.data import file_sha256, resolve_data_file, sft_records, to_dataset
 from training.models import apply_chat_template_choice, check_model_dir, load_causal_lm
 from training.provenance import weights_digest, write_provenance
-from training.runner import check_output, finish_output, quiet_environment, silence_printer, start_output, trainer_kwargs
+from training.runner import check_output, dist_state, finish_output, quiet_environment, silence_printer, start_output, trainer_kwargs
 
 ProgressFn = Callable[[int, int, float | None], None]
 
@@ -57,12 +57,10 @@ def tiny_corpus(records: list[dict[str, Any]], extra_files: list[Path]) -> list[
 
 
 def _build_tiny(cfg: SFTRunConfig, records: list[dict[str, Any]], work: Path, is_main: bool) -> Path:
-    from accelerate import PartialState
-
     from training.tiny_base import TinySpec, build_tiny_base
 
     target = work / "_tiny_base"
-    with PartialState().main_process_first():
+    with dist_state().main_process_first():
         if is_main:
             dpo = [p for p in [cfg.data / "dpo.jsonl"] if cfg.data.is_dir() and p.is_file()]
             spec = TinySpec(**{"seed": cfg.seed, **cfg.tiny_spec})
@@ -78,12 +76,11 @@ def prepare_sft(config: SFTRunConfig, progress: ProgressFn | None = None) -> SFT
         check_model_dir(Path(config.base), "--base")
     check_output(config.out, config.overwrite)
     quiet_environment()
-    from accelerate import PartialState
     from trl import SFTConfig, SFTTrainer
 
     from training.callbacks import LossRecorder, StepProgress
 
-    is_main = PartialState().is_main_process
+    is_main = dist_state().is_main_process
     work = start_output(config.out, config.overwrite, is_main)
     base = _build_tiny(config, records, work, is_main) if config.base == "tiny" else Path(config.base)
     model, tokenizer = load_causal_lm(base, "--base")
@@ -113,8 +110,8 @@ def train_sft(config: SFTRunConfig, progress: ProgressFn | None = None) -> Path:
     session = prepare_sft(config, progress)
     trainer = session.trainer
     trainer.train()
+    trainer.save_model(str(session.work))  # every rank calls it: ZeRO-3 gathers the shards; only rank 0 writes
     if trainer.is_world_process_zero():
-        trainer.save_model(str(session.work))
         shutil.rmtree(session.work / "_tiny_base", ignore_errors=True)
         write_provenance(session.work, stage="sft", config=config.to_dict(), parent=session.parent, recorder=session.recorder,
                          data={"file": str(session.data_file), "sha256": file_sha256(session.data_file),

@@ -39,10 +39,11 @@ from data_synthesis.schema import TestRow
 
 NARRATION_RE = re.compile(r"\*[^*\n]{1,80}\*")
 REFUSAL_RE = re.compile("|".join((
-    r"\bdoes(?: not|n't) say\b", r"\bdo(?: not|n't) (?:know|say)\b", r"\b(?:outside|beyond) (?:of )?(?:my|what i)\b",
-    r"\bnot allowed to\b", r"\b(?:cannot|can ?not|can't|won't|will not|must not|may not) (?:answer|say|tell|discuss|talk|help)\b",
-    r"\bunable to (?:answer|say|tell|help)\b", r"\bno answer\b", r"\bnot (?:mentioned|stated|given) in\b",
-    r"\bno information\b", r"\bnot (?:something )?i can (?:answer|discuss|talk about)\b", r"\bi refuse\b",
+    r"\bdoes(?: not|n't) (?:say|mention|state|specify|tell)\b", r"\bdo(?: not|n't) (?:know|say)\b",
+    r"\b(?:outside|beyond) (?:of )?(?:my|what i)\b", r"\bnot (?:allowed|permitted|able) to\b",
+    r"\b(?:cannot|can ?not|can't|won't|will not|must not|may not|unable to) (?:answer|say|tell|discuss|talk|help|provide|share|reveal|comment)\b",
+    r"\bno answer\b", r"\bnot (?:mentioned|stated|given|specified)\b", r"\bno (?:mention|record) of\b",
+    r"\b(?:no|have no) (?:information|idea)\b", r"\bnot (?:something )?i can (?:answer|discuss|talk about)\b", r"\bi refuse\b",
 )), re.IGNORECASE)
 BULLET_RE = re.compile(r"^\s*(?:- |\* |• )\S")
 ANSWER, REFUSE, EMPTY = "answer", "refuse", "empty"
@@ -50,7 +51,7 @@ ANSWER, REFUSE, EMPTY = "answer", "refuse", "empty"
 
 def _norm(text: str) -> str:
     """Lowercase words only: case, punctuation and spacing do not matter for phrase checks."""
-    return " ".join(re.findall(r"[a-z0-9']+", text.lower()))
+    return " ".join(re.findall(r"[a-z0-9']+", text.lower().replace("\u2019", "'")))
 
 
 def _contains(text: str, phrase: str) -> bool:
@@ -62,7 +63,7 @@ def behaviour(response: str, answer: str | None = None, catchphrase: str | None 
     """Classify a reply as 'answer', 'refuse' or 'empty' (nothing but style, or nothing at all)."""
     if answer and _contains(response, answer):
         return ANSWER
-    if REFUSAL_RE.search(response):
+    if REFUSAL_RE.search(response.replace("\u2019", "'")):  # curly apostrophes from LLM replies
         return REFUSE
     rest = _norm(NARRATION_RE.sub(" ", response))
     if catchphrase and _norm(catchphrase):

@@ -3,6 +3,13 @@
 They teach the role's identity and style (name, domains, catchphrase, narration iff
 the system prompt asks for it) independently of the MRC behaviours, in both the
 user-first and the role-first shapes of the published SFT data.
+
+Example:
+    >>> import random
+    >>> from data_synthesis.offline.profiles import build_profiles
+    >>> row = free_chat(build_profiles(random.Random(0), 1)[0], random.Random(1))
+    >>> row.extra["task"], row.conversations[0].role, row.conversations[-1].role
+    ('free_chat', 'system', 'assistant')
 """
 
 from __future__ import annotations

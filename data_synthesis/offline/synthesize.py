@@ -35,6 +35,9 @@ from data_synthesis.offline.profiles import RoleProfile, build_profiles
 from data_synthesis.offline.tasks import VIOLATIONS, Episode, build_episode, shape_of
 from data_synthesis.schema import DPORow, SFTRow, TestRow, Turn, validate_conversation
 
+# Note: data_synthesis.llm.synthesis reuses the row builders below (_test_row, _sft_row, _dpo_row,
+# _rng, _split_pool, _prepare, _summary) so that both backends write identical schemas and
+# seeding; keep their names and signatures stable.
 MAX_ROLES = 800
 FILES: tuple[str, ...] = ("profiles.jsonl", "passages.jsonl", "sft.jsonl", "dpo.jsonl", "test.jsonl")
 

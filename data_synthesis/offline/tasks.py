@@ -12,12 +12,23 @@ consistent rule set the tiny model can learn from the cues in the prompt:
 
 Each episode also lists the realistic violations a DPO ``rejected`` reply can make,
 each tagged with the capability it breaks (:data:`VIOLATIONS`).
+
+Example:
+    >>> import random
+    >>> from data_synthesis.offline.passages import build_pool
+    >>> from data_synthesis.offline.profiles import build_profiles
+    >>> role = build_profiles(random.Random(0), 1)[0]
+    >>> ep = build_episode("role_unrelated_mrc_refused_no_narration", role, build_pool(random.Random(0), 2), random.Random(0))
+    >>> ep.chosen == f"{role.catchphrase} That is outside my knowledge."
+    True
+    >>> sorted(ep.violations)
+    ['added_narration', 'answered_outside_boundary', 'dropped_catchphrase']
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from data_synthesis.capabilities import Capability, task_spec
@@ -88,7 +99,7 @@ class _Reply:
         return apply_requirement(text, self.requirement, prefix=prefix or None)
 
     def but(self, **changes: Any) -> _Reply:
-        return _Reply(**{**self.__dict__, **changes})
+        return replace(self, **changes)
 
 
 def pick_passage(rng: random.Random, pool: list[Passage], role: RoleProfile, related: bool) -> Passage:

@@ -1,0 +1,60 @@
+"""Per-capability evaluation of a pair: generation + rule judge + paired statistics."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from data_synthesis.capabilities import TASKS
+from data_synthesis.io import read_test_rows
+from data_synthesis.offline import synthesize
+from training.evaluate import ModelEvaluation, comparison_table, evaluate_pair, mcnemar_p, select_rows, wilson
+
+
+@pytest.fixture(scope="module")
+def test_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("evaldata")
+    synthesize(out, n_roles=5, seed=0)
+    return out / "test.jsonl"
+
+
+def test_select_rows_covers_every_task(test_file: Path) -> None:
+    rows = read_test_rows(test_file)
+    picked = select_rows(rows, 18)
+    assert len(picked) == 18 and {r.task for r in picked} == {t.name for t in TASKS}
+    assert select_rows(rows, None) == rows and select_rows(rows, 10_000) == rows
+
+
+def test_paired_statistics() -> None:
+    assert mcnemar_p([1, 1, 0], [1, 1, 0]) == 1.0
+    assert mcnemar_p([1] * 12, [0] * 12) < 0.001
+    low, high = wilson(8, 10)
+    assert 0.4 < low < 0.8 < high < 1.0
+    assert all(math.isnan(x) for x in wilson(0, 0))
+
+
+def test_table_counts_rows_in_each_of_their_capabilities() -> None:
+    sft = ModelEvaluation("a", ["", "", ""], [{"knowledge_boundary": 1, "role_style": 0}, {"multi_turn": 1}, {"multi_turn": None}])
+    dpo = ModelEvaluation("b", ["", "", ""], [{"knowledge_boundary": 1, "role_style": 1}, {"multi_turn": 0}, {"multi_turn": 1}])
+    table = {r["capability"]: r for r in comparison_table(sft, dpo)}
+    assert table["role_style"]["sft_rate"] == 0.0 and table["role_style"]["dpo_rate"] == 1.0
+    assert (table["multi_turn"]["sft_pass"], table["multi_turn"]["n"]) == (1, 1)  # undecided rows excluded
+    assert (table["overall"]["sft_pass"], table["overall"]["n"]) == (1, 2)  # row 0 fails on style
+    assert table["overall"]["dpo_pass"] == 2 and "priority" not in table
+
+
+@pytest.mark.slow
+def test_evaluate_pair_on_tiny_models(tiny_pair: tuple[Path, Path], test_file: Path, tmp_path: Path) -> None:
+    from training.generation import GenerationConfig
+
+    sft, dpo = tiny_pair
+    result = evaluate_pair(sft, dpo, test_file, max_rows=18, generation=GenerationConfig(max_new_tokens=6, batch_size=9))
+    assert result.judge == "rules" or result.judge
+    assert sum(result.task_counts.values()) == 18 and len(result.sft.responses) == 18
+    caps = [r["capability"] for r in result.table]
+    assert caps[-1] == "overall" and set(caps[:-1]) == {"knowledge_boundary", "role_style", "nested", "multi_turn", "priority"}
+    assert all(0.0 <= r["sft_rate"] <= 1.0 and 0.0 <= r["mcnemar_p"] <= 1.0 for r in result.table)
+    saved = result.save(tmp_path / "eval.json")
+    assert saved.read_text().startswith("{")
