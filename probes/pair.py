@@ -119,7 +119,8 @@ def resolve_dtype(dtype: str, device: str) -> Any:
     import torch
 
     if dtype == "auto":
-        return torch.float32 if device == "cpu" else torch.bfloat16
+        on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+        return torch.float32 if on_cpu else torch.bfloat16
     return getattr(torch, dtype)
 
 

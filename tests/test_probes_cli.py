@@ -54,15 +54,23 @@ def test_missing_model_dir_and_half_a_pair_are_refused(tiny_pair, rolemrc_file: 
 
 
 @pytest.mark.slow
-def test_probe_run_records_prints_the_run_and_top_layers(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
-    out = tmp_path / "cli_run"
-    code, printed, _ = _exit(["run", "-c", "priority", *_pair_args(tiny_pair, rolemrc_file), "--out", str(out), "--hook", "mlp_out",
-                              "--hook", "attn_out", "--layers", "1-3", "--position", "mean", "--quiet"], capsys)
+def test_probe_run_with_no_paths_uses_the_default_pair_and_a_new_runs_dir(tiny_pair, rolemrc_file: Path, tmp_path: Path,  # type: ignore[no-untyped-def]  # noqa: F811
+                                                                        capsys, monkeypatch) -> None:
+    import training.default_pair as default_pair
+
+    fake = default_pair.DefaultPair(tmp_path, tmp_path, rolemrc_file, tiny_pair[0], tiny_pair[1])
+    monkeypatch.setattr(default_pair, "ensure_default_pair", lambda *a, **k: fake)  # the real one trains a pair: minutes
+    monkeypatch.chdir(tmp_path)
+    code, printed, _ = _exit(["run", "-c", "priority", "--hook", "mlp_out", "--hook", "attn_out", "--layers", "1-3",
+                              "--position", "mean", "--quiet"], capsys)
     assert code == 0
-    assert str(out) in printed.replace("\n", "") and "priority" in printed and "top discrepancy layers" in printed
-    with RunReader(out) as run:
+    runs = list((tmp_path / "runs").iterdir())
+    assert len(runs) == 1 and runs[0].name.endswith("_priority")
+    assert runs[0].name in printed.replace("\n", "") and "priority" in printed and "top discrepancy layers" in printed
+    with RunReader(runs[0]) as run:
         assert run.capabilities() == ["priority"] and run.hooks("priority") == ["attn_out", "mlp_out"]
         assert run.settings["position"] == "mean" and run.layers("priority", "attn_out") == [1, 2, 3]
+        assert run.settings["data_file"] == str(rolemrc_file.resolve())
         assert run.activations("sft", "priority", "attn_out").shape == (4, 3, 32)
 
 
