@@ -165,6 +165,7 @@ def record_run(config: RecordConfig, progress: bool = True) -> RunResult:
     device = resolve_device(config.device)
     dtype = str(resolve_dtype(config.dtype, device)).removeprefix("torch.")
     rows = read_test_rows(sources[2])
+    _check_rows(rows, config, sources[2])
     settings = _settings(config, sources, layers, dtype)
     run_dir = config.out_dir or default_run_dir(config)
     with run_lock(run_dir):
@@ -190,6 +191,16 @@ def record_run(config: RecordConfig, progress: bool = True) -> RunResult:
         consolidate(run_dir, [p.capability for p in prompt_sets], plan)
         counts = {p.capability: int(len(committed_ids(run_dir, p.capability))) for p in prompt_sets}
     return RunResult(run_dir, counts, recorded, firsts, existing or settings, time.perf_counter() - started)
+
+
+def _check_rows(rows: list[Any], config: RecordConfig, data_file: Path) -> None:
+    """Refuse a data file with no row for any requested capability (nothing would be recorded)."""
+    from data_synthesis.io import group_by_capability
+
+    groups = group_by_capability(rows, config.capabilities)  # type: ignore[arg-type]
+    if not any(groups.values()):
+        raise ProbeError(f"--data {data_file}: no row belongs to {', '.join(config.capability_names)} "
+                         f"({len(rows)} rows in the file); check the task names or pick another --capability")
 
 
 def _progress_bar(total: int, enabled: bool) -> Any:

@@ -59,8 +59,11 @@ class RunReader:
 
     Example:
         >>> run = RunReader("runs/2026-11-22_multi_turn")           # doctest: +SKIP
-        >>> x = run.activations("dpo", "multi_turn", "mlp_out")     # (N, layers, width) float32
-        >>> run.layers("multi_turn", "mlp_out")                     # e.g. [0, 1, ..., 31]
+        >>> x = run.activations("dpo", "multi_turn", "mlp_out")     # doctest: +SKIP
+        >>> x.shape, x.dtype                                        # doctest: +SKIP
+        ((400, 32, 4096), dtype('float32'))
+        >>> run.layers("multi_turn", "mlp_out")                     # doctest: +SKIP
+        [0, 1, 2, ..., 31]
     """
 
     def __init__(self, run_dir: str | Path) -> None:

@@ -46,6 +46,14 @@ def test_bad_arguments_exit_2_with_one_clear_line(tiny_pair, rolemrc_file: Path,
     assert not (tmp_path / "r" / "activations.h5").exists()
 
 
+def test_a_data_file_without_the_capability_is_refused(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    only_priority = tmp_path / "priority_only.jsonl"
+    only_priority.write_text("".join(l + "\n" for l in rolemrc_file.read_text().splitlines() if "-refused\"" in l))
+    code, _, err = _exit(["run", "-c", "multi_turn", "--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--data", str(only_priority),
+                          "--out", str(tmp_path / "r")], capsys)
+    assert code == 2 and "no row belongs to multi_turn (4 rows in the file)" in err
+
+
 def test_missing_model_dir_and_half_a_pair_are_refused(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     code, _, err = _exit(["run", "-c", "multi_turn", "--sft", str(tmp_path / "nope"), "--dpo", str(tiny_pair[1])], capsys)
     assert code == 2 and "--sft" in err and "not a model directory" in err

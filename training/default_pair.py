@@ -184,7 +184,7 @@ def build_default_pair(work: Path, recipe: DefaultPairRecipe = DEFAULT_RECIPE, r
     times["synthesize"] = time.perf_counter() - start
     start = time.perf_counter()
     sft = SFTRunConfig(**{"seed": recipe.seed, **recipe.sft}, base="tiny", data=pair.data_dir, out=pair.sft_dir)
-    train_sft(sft, _stage_fn(report, "sft"))
+    train_sft(sft, _stage_fn(report, "sft"), (lambda step, total: report("base", step, total)) if report else None)
     times["sft"] = time.perf_counter() - start
     start = time.perf_counter()
     dpo = DPORunConfig(**{"seed": recipe.seed, **recipe.dpo}, sft=pair.sft_dir, data=pair.data_dir, out=pair.dpo_dir)

@@ -46,17 +46,20 @@ class SFTSession:
 
 
 def tiny_corpus(records: list[dict[str, Any]], extra_files: list[Path]) -> list[str]:
-    """Texts the tiny tokenizer is trained on: every turn of the SFT data (and DPO replies if present)."""
-    texts = [m["content"] for r in records for m in r["messages"]]
+    """Documents for the tiny tokenizer (and its optional pretraining): each SFT conversation as plain
+    text, one turn per line, plus each DPO pair's prompt with its chosen and rejected replies."""
+    texts = ["\n".join(m["content"] for m in r["messages"]) for r in records]
     for path in extra_files:
         for line in path.read_text(encoding="utf-8").splitlines():
             if line.strip():
                 row = json.loads(line)
-                texts += [row.get("chosen", ""), row.get("rejected", "")]
-    return [t for t in texts if t]
+                prompt = "\n".join(t.get("content", "") for t in row.get("prompt", []))
+                texts += [f"{prompt}\n{row.get('chosen', '')}", f"{prompt}\n{row.get('rejected', '')}"]
+    return [t for t in texts if t.strip()]
 
 
-def _build_tiny(cfg: SFTRunConfig, records: list[dict[str, Any]], work: Path, is_main: bool) -> Path:
+def _build_tiny(cfg: SFTRunConfig, records: list[dict[str, Any]], work: Path, is_main: bool,
+                base_progress: Callable[[int, int], None] | None) -> Path:
     from training.tiny_base import TinySpec, build_tiny_base
 
     target = work / "_tiny_base"
@@ -64,12 +67,14 @@ def _build_tiny(cfg: SFTRunConfig, records: list[dict[str, Any]], work: Path, is
         if is_main:
             dpo = [p for p in [cfg.data / "dpo.jsonl"] if cfg.data.is_dir() and p.is_file()]
             spec = TinySpec(**{"seed": cfg.seed, **cfg.tiny_spec})
-            build_tiny_base(tiny_corpus(records, dpo), target, spec)
+            build_tiny_base(tiny_corpus(records, dpo), target, spec, base_progress)
     return target
 
 
-def prepare_sft(config: SFTRunConfig, progress: ProgressFn | None = None) -> SFTSession:
-    """Validate everything, build the trainer; nothing is trained yet."""
+def prepare_sft(config: SFTRunConfig, progress: ProgressFn | None = None,
+                base_progress: Callable[[int, int], None] | None = None) -> SFTSession:
+    """Validate everything, build the tiny base if asked (``base_progress(step, total)`` follows its
+    pretraining), build the trainer; nothing is SFT-trained yet."""
     data_file = resolve_data_file(config.data, "sft")  # cheap checks first: no torch import before they pass
     records = sft_records(data_file, config.max_rows)
     if config.base != "tiny":
@@ -82,7 +87,7 @@ def prepare_sft(config: SFTRunConfig, progress: ProgressFn | None = None) -> SFT
 
     is_main = dist_state().is_main_process
     work = start_output(config.out, config.overwrite, is_main)
-    base = _build_tiny(config, records, work, is_main) if config.base == "tiny" else Path(config.base)
+    base = _build_tiny(config, records, work, is_main, base_progress) if config.base == "tiny" else Path(config.base)
     model, tokenizer = load_causal_lm(base, "--base")
     template = apply_chat_template_choice(tokenizer, config.chat_template, model.config.model_type)
     args = SFTConfig(**trainer_kwargs(config, work), assistant_only_loss=config.assistant_only_loss, packing=False)
@@ -105,9 +110,10 @@ def _parent_info(config: SFTRunConfig, base: Path, template: str) -> dict[str, A
     return info
 
 
-def train_sft(config: SFTRunConfig, progress: ProgressFn | None = None) -> Path:
+def train_sft(config: SFTRunConfig, progress: ProgressFn | None = None,
+              base_progress: Callable[[int, int], None] | None = None) -> Path:
     """Train, save model + tokenizer + provenance into ``config.out``; returns that path."""
-    session = prepare_sft(config, progress)
+    session = prepare_sft(config, progress, base_progress)
     trainer = session.trainer
     trainer.train()
     trainer.save_model(str(session.work))  # every rank calls it: ZeRO-3 gathers the shards; only rank 0 writes

@@ -15,10 +15,9 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # heavy imports stay inside the functions: TinySpec is read by config validation
@@ -49,6 +48,12 @@ class TinySpec:
     vocab_size: int = 2048
     max_positions: int = 1024
     seed: int = 0
+    # Optional pretraining on the corpus itself (plain causal LM, every token in the loss), so the
+    # base knows the language of the domain before SFT teaches the chat format; 0 = random base.
+    pretrain_steps: int = 0
+    pretrain_lr: float = 2e-3
+    pretrain_batch_size: int = 16
+    pretrain_max_length: int = 256
 
 
 def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -77,11 +82,14 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokeniz
     )
 
 
-def build_tiny_base(corpus: Iterable[str], out_dir: str | os.PathLike[str], spec: TinySpec = TinySpec()) -> Path:
-    """Train the tokenizer on ``corpus``, initialise a Llama from ``spec.seed``, save both to ``out_dir``."""
+def build_tiny_base(corpus: Iterable[str], out_dir: str | os.PathLike[str], spec: TinySpec = TinySpec(),
+                    report: Callable[[int, int], None] | None = None) -> Path:
+    """Train the tokenizer on ``corpus``, initialise a Llama from ``spec.seed`` (and pretrain it on ``corpus``
+    when ``spec.pretrain_steps > 0``; ``report(step, total)`` follows that), save both to ``out_dir``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    corpus = list(corpus)
     tokenizer = train_tokenizer(corpus, spec.vocab_size)
     config = LlamaConfig(
         vocab_size=len(tokenizer),
@@ -103,6 +111,11 @@ def build_tiny_base(corpus: Iterable[str], out_dir: str | os.PathLike[str], spec
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
+    if spec.pretrain_steps > 0:
+        from training.pretrain import pretrain_causal_lm
+
+        pretrain_causal_lm(model, tokenizer, corpus, steps=spec.pretrain_steps, learning_rate=spec.pretrain_lr,
+                           batch_size=spec.pretrain_batch_size, max_length=spec.pretrain_max_length, seed=spec.seed, report=report)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
