@@ -34,7 +34,9 @@ def build_model(model_dir: Path | None) -> tuple[object, object]:
     if model_dir is None:
         from training.tiny_base import TinySpec, build_tiny_base
 
-        model_dir = build_tiny_base(CORPUS, Path(tempfile.mkdtemp(prefix="bench_interventions_")) / "tiny", TinySpec(vocab_size=512))
+        with tempfile.TemporaryDirectory(prefix="bench_interventions_") as tmp:  # loaded into memory, then removed
+            model_dir = build_tiny_base(CORPUS, Path(tmp) / "tiny", TinySpec(vocab_size=512))
+            return AutoModelForCausalLM.from_pretrained(model_dir).eval(), AutoTokenizer.from_pretrained(model_dir)
     return AutoModelForCausalLM.from_pretrained(model_dir).eval(), AutoTokenizer.from_pretrained(model_dir)
 
 

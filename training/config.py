@@ -14,7 +14,7 @@ asking for it explicitly on CPU is an error.
 Example:
     >>> cfg = SFTRunConfig(base="tiny", data="data/", out="out/sft")
     >>> cfg.learning_rate, cfg.lr_scheduler
-    (0.003, 'cosine')
+    (0.001, 'cosine')
     >>> SFTRunConfig(base="tiny", data="d", out="o", recipe="paper").learning_rate
     2e-05
 """
@@ -35,7 +35,7 @@ SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_wi
 _SFT_RECIPES: dict[str, dict[str, Any]] = {
     "paper": dict(learning_rate=2e-5, lr_scheduler="cosine", warmup_ratio=0.04, epochs=1.0, batch_size=8,
                   grad_accum=2, max_length=4096, weight_decay=0.0, seed=42, gradient_checkpointing=True),
-    "tiny": dict(learning_rate=3e-3, lr_scheduler="cosine", warmup_ratio=0.05, epochs=3.0, batch_size=16,
+    "tiny": dict(learning_rate=1e-3, lr_scheduler="cosine", warmup_ratio=0.05, epochs=1.0, batch_size=16,
                  grad_accum=1, max_length=320, weight_decay=0.0, seed=0, gradient_checkpointing=False),
 }
 _DPO_RECIPES: dict[str, dict[str, Any]] = {

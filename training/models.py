@@ -56,8 +56,8 @@ def check_model_dir(path: Path, flag: str) -> dict[str, Any]:
         data = json.loads(config.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise ProbeError(f"{flag} {config}: malformed JSON ({exc.msg}, line {exc.lineno})") from None
-    if not any(p.glob("*.safetensors")) and not any(p.glob("*.bin")):
-        raise ProbeError(f"{flag} {p}: no weights (*.safetensors or *.bin) found")
+    if not any(p.glob("*.safetensors")) and not any(p.glob("pytorch_model*.bin")):
+        raise ProbeError(f"{flag} {p}: no weights (*.safetensors or pytorch_model*.bin) found")
     if not (p / "tokenizer_config.json").is_file():
         raise ProbeError(f"{flag} {p}: no tokenizer (tokenizer_config.json) found; save the tokenizer next to the model")
     return data

@@ -70,8 +70,43 @@ def pretrain_causal_lm(model: Any, tokenizer: Any, documents: Sequence[str], *, 
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if report:
             report(step + 1, steps)
     model.eval()
     return losses
+
+
+def trained_positions(n_trained: int, n_layers: int) -> list[int]:
+    """Where the pretrained blocks go in the grown stack: evenly spread, first block first.
+
+    >>> trained_positions(4, 32)
+    [0, 8, 16, 24]
+    """
+    return [i * n_layers // n_trained for i in range(n_trained)]
+
+
+def grow_depth(shallow: Any, config: Any, *, seed: int = 0) -> Any:
+    """A ``config.num_hidden_layers``-deep copy of ``shallow`` that computes the same function.
+
+    The shallow model's blocks keep their order at :func:`trained_positions`; every other
+    block is freshly initialised with its attention ``o_proj`` and MLP ``down_proj`` set to
+    zero, so it adds nothing to the residual stream until fine-tuning trains it.
+    """
+    import torch
+
+    torch.manual_seed(seed + 1)
+    grown = type(shallow)(config)
+    grown.model.embed_tokens.load_state_dict(shallow.model.embed_tokens.state_dict())
+    grown.model.norm.load_state_dict(shallow.model.norm.state_dict())
+    grown.lm_head.load_state_dict(shallow.lm_head.state_dict())
+    placed = dict(zip(trained_positions(len(shallow.model.layers), config.num_hidden_layers), shallow.model.layers))
+    with torch.no_grad():
+        for index, layer in enumerate(grown.model.layers):
+            if index in placed:
+                layer.load_state_dict(placed[index].state_dict())
+            else:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
+    grown.generation_config = shallow.generation_config
+    return grown.eval()

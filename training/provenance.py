@@ -36,13 +36,23 @@ def library_versions() -> dict[str, str]:
 
 
 def weights_digest(model_dir: Path) -> str:
-    """SHA-256 over the weight files of a model directory (names and bytes, sorted)."""
+    """SHA-256 over a model directory's tensors (name, dtype, shape, bytes; sorted by name).
+
+    Hashes tensors, not files: two saves of identical weights can differ in their bytes
+    (safetensors header order), and equal seeds must give equal digests.
+    """
+    from safetensors import safe_open
+
     digest = hashlib.sha256()
-    for path in sorted(Path(model_dir).glob("*.safetensors")) + sorted(Path(model_dir).glob("*.bin")):
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        with safe_open(str(path), framework="np") as handle:
+            for name in sorted(handle.keys()):
+                array = handle.get_tensor(name)
+                digest.update(f"{name}:{array.dtype}:{array.shape}".encode())
+                digest.update(array.tobytes())
+    for path in sorted(Path(model_dir).glob("pytorch_model*.bin")):  # not training_args.bin (it holds paths)
         digest.update(path.name.encode())
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 

@@ -54,6 +54,10 @@ class TinySpec:
     pretrain_lr: float = 2e-3
     pretrain_batch_size: int = 16
     pretrain_max_length: int = 256
+    # Depth up-scaling: pretrain a shallow model of this many layers (cheap steps), then grow it to
+    # n_layers by inserting blocks whose output projections are zero (exact identities at first,
+    # trained by SFT/DPO afterwards). 0 = pretrain at full depth.
+    pretrain_layers: int = 0
 
 
 def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -106,8 +110,9 @@ def build_tiny_base(corpus: Iterable[str], out_dir: str | os.PathLike[str], spec
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
+    shallow = 0 < spec.pretrain_layers < spec.n_layers and spec.pretrain_steps > 0
     torch.manual_seed(spec.seed)
-    model = LlamaForCausalLM(config)
+    model = LlamaForCausalLM(config.__class__(**{**config.to_dict(), "num_hidden_layers": spec.pretrain_layers}) if shallow else config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
@@ -116,6 +121,10 @@ def build_tiny_base(corpus: Iterable[str], out_dir: str | os.PathLike[str], spec
 
         pretrain_causal_lm(model, tokenizer, corpus, steps=spec.pretrain_steps, learning_rate=spec.pretrain_lr,
                            batch_size=spec.pretrain_batch_size, max_length=spec.pretrain_max_length, seed=spec.seed, report=report)
+    if shallow:
+        from training.pretrain import grow_depth
+
+        model = grow_depth(model, config, seed=spec.seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)

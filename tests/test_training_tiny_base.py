@@ -1,0 +1,42 @@
+"""The tiny base: shallow pretraining then depth up-scaling keeps the function exactly."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from training.pretrain import grow_depth, pretrain_causal_lm, trained_positions
+from training.tiny_base import TinySpec, build_tiny_base
+
+CORPUS = ["The Vinul beetle is blue. The Vinul beetle lives in the Iron Coast.", "Onward! The passage does not say."] * 40
+
+
+def test_grown_model_computes_what_the_shallow_one_did(tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = build_tiny_base(CORPUS, tmp_path / "b", TinySpec(n_layers=2, hidden_size=32, intermediate_size=64, vocab_size=300))
+    shallow = AutoModelForCausalLM.from_pretrained(base)
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    losses = pretrain_causal_lm(shallow, tokenizer, CORPUS, steps=12, learning_rate=1e-2, batch_size=8)
+    assert losses[-1] < losses[0]
+    config = shallow.config.__class__(**{**shallow.config.to_dict(), "num_hidden_layers": 8})
+    grown = grow_depth(shallow, config)
+    ids = torch.tensor([tokenizer("The Vinul beetle is blue.")["input_ids"]])
+    with torch.no_grad():
+        assert torch.allclose(shallow(ids).logits, grown(ids).logits, atol=1e-5)
+    assert trained_positions(2, 8) == [0, 4]
+    assert grown.model.layers[1].mlp.down_proj.weight.abs().sum() == 0
+
+
+def test_build_with_depth_upscaling_is_seeded(tmp_path: Path) -> None:
+    from training.provenance import weights_digest
+
+    spec = TinySpec(n_layers=4, hidden_size=32, intermediate_size=64, vocab_size=300, pretrain_steps=3,
+                    pretrain_layers=2, pretrain_batch_size=4)
+    a = build_tiny_base(CORPUS, tmp_path / "a", spec)
+    b = build_tiny_base(CORPUS, tmp_path / "b", spec)
+    assert weights_digest(a) == weights_digest(b)
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(a).config.num_hidden_layers == 4
