@@ -72,8 +72,9 @@ def test_probe_run_with_no_paths_uses_the_default_pair_and_a_new_runs_dir(tiny_p
     code, printed, _ = _exit(["run", "-c", "priority", "--hook", "mlp_out", "--hook", "attn_out", "--layers", "1-3",
                               "--position", "mean", "--quiet"], capsys)
     assert code == 0
-    runs = list((tmp_path / "runs").iterdir())
+    runs = [p for p in (tmp_path / "runs").iterdir() if not p.is_symlink()]
     assert len(runs) == 1 and runs[0].name.endswith("_priority")
+    assert (tmp_path / "runs" / "latest").resolve() == runs[0].resolve()  # what the notebooks open by default
     assert runs[0].name in printed.replace("\n", "") and "priority" in printed and "top discrepancy layers" in printed
     with RunReader(runs[0]) as run:
         assert run.capabilities() == ["priority"] and run.hooks("priority") == ["attn_out", "mlp_out"]

@@ -82,3 +82,15 @@ def test_probe_home_follows_the_environment(monkeypatch: pytest.MonkeyPatch, tmp
     assert probe_home() == tmp_path / "h"
     monkeypatch.setenv("PROBE_HOME", "")
     assert probe_home() == Path.home() / ".cache" / "rolemrc-probe"
+
+
+def test_recipe_follows_the_model_when_not_named(tmp_path: Path) -> None:
+    assert SFTRunConfig(base="tiny", data="d", out="o").recipe == "tiny"
+    assert SFTRunConfig(base=str(tmp_path / "Llama-3.1-8B"), data="d", out="o").learning_rate == 2e-5
+    real_sft, tiny_sft = tmp_path / "real", tmp_path / "tinysft"
+    for path, base in ((real_sft, "/models/llama"), (tiny_sft, "tiny")):
+        path.mkdir()
+        (path / "provenance.json").write_text(json.dumps({"parent": {"base": base}}))
+    assert DPORunConfig(sft=real_sft, data="d", out="o").learning_rate == 4e-7
+    assert DPORunConfig(sft=tiny_sft, data="d", out="o").recipe == "tiny"
+    assert DPORunConfig(sft=real_sft, data="d", out="o", recipe="tiny").recipe == "tiny"

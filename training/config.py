@@ -5,7 +5,9 @@ same way everywhere and its full, resolved form goes into ``provenance.json``. V
 come from three layers, later ones winning: the named *recipe* (``paper`` = the
 RoleMRC scripts' hyperparameters, for real models; ``tiny`` = tuned for the embedded
 tiny base on CPU), an optional JSON/YAML config file, and explicit arguments (CLI
-flags). A field left ``None`` takes the recipe's value in ``__post_init__``.
+flags). A field left ``None`` takes the recipe's value in ``__post_init__``. With no
+recipe named, a run on the tiny base (or DPO of an SFT model trained from it) uses
+``tiny`` and any other model the paper's recipe.
 
 bf16 is ``None`` = automatic: on with a bf16-capable GPU, off otherwise. TRL's own
 default (bf16 on) makes CPU training about 6x slower, so a CPU run never uses it and
@@ -17,6 +19,8 @@ Example:
     (0.001, 'cosine')
     >>> SFTRunConfig(base="tiny", data="d", out="o", recipe="paper").learning_rate
     2e-05
+    >>> SFTRunConfig(base="models/Llama-3.1-8B", data="d", out="o").recipe
+    'paper'
 """
 
 from __future__ import annotations
@@ -53,7 +57,7 @@ class _RunConfig:
 
     data: Path
     out: Path
-    recipe: str = "tiny"
+    recipe: str | None = None  # None: "tiny" for the tiny base (and its children), "paper" for a real model
     learning_rate: float | None = None
     lr_scheduler: str | None = None
     warmup_ratio: float | None = None
@@ -74,12 +78,17 @@ class _RunConfig:
     def __post_init__(self) -> None:
         self.data, self.out = Path(self.data), Path(self.out)
         recipes = RECIPES[self._stage]
+        if self.recipe is None:
+            self.recipe = "tiny" if self._is_tiny() else "paper"
         if self.recipe not in recipes:
             raise ProbeError(f"--recipe: unknown recipe {self.recipe!r}; expected one of {', '.join(recipes)}")
         for name, value in recipes[self.recipe].items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
         self._validate()
+
+    def _is_tiny(self) -> bool:
+        raise NotImplementedError
 
     def _validate(self) -> None:
         _positive("--learning-rate", self.learning_rate)
@@ -135,6 +144,9 @@ class SFTRunConfig(_RunConfig):
     assistant_only_loss: bool = True
     _stage: str = field(default="sft", init=False, repr=False)
 
+    def _is_tiny(self) -> bool:
+        return str(self.base) == "tiny"
+
     def _validate(self) -> None:
         super()._validate()
         if not str(self.base).strip():
@@ -157,6 +169,16 @@ class DPORunConfig(_RunConfig):
     loss_type: str = "sigmoid"
     precompute_ref: bool = False
     _stage: str = field(default="dpo", init=False, repr=False)
+
+    def _is_tiny(self) -> bool:
+        """The SFT model descends from the tiny base (its provenance says so)."""
+        from training.provenance import read_provenance
+
+        try:
+            record = read_provenance(Path(self.sft)) or {}
+        except (OSError, ValueError):
+            return False
+        return record.get("parent", {}).get("base") == "tiny"
 
     def _validate(self) -> None:
         super()._validate()

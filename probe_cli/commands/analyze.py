@@ -37,9 +37,9 @@ def analyze(
     fdr_alpha: float = typer.Option(0.05, "--fdr-alpha", help="Benjamini-Hochberg level across layers x units."),
     test: str = typer.Option("t", "--test", help="mean_diff/effect_size: paired t-test (t) or Wilcoxon signed-rank (wilcoxon)."),
     reorder: bool = typer.Option(False, "--reorder", help="Plot units sorted by summed |Δ| (as the authors' lin_heat_map intended)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Output directory [default: RUN_DIR/analysis]."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: RUN_DIR/analysis)."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plotly figures."),
-    png: Optional[bool] = typer.Option(None, "--png/--no-png", help="PNG export through kaleido [default: when Chromium is installed]."),
+    png: Optional[bool] = typer.Option(None, "--png/--no-png", help="PNG export through kaleido (default: when Chromium is installed)."),
     show: int = typer.Option(5, "--show", min=1, help="Layers shown per capability and hook."),
 ) -> None:
     """Compare SFT and DPO activations of a run: maps, per-layer profile, neuron sets, plots."""

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from probe_cli.latest import point_latest
+
 if TYPE_CHECKING:
     from interventions.results import ABReport
 
@@ -55,9 +57,9 @@ def intervene(
     backend: str = typer.Option("torch", "--backend", help="torch (hooks) or nnsight."),
     limit: Optional[int] = typer.Option(None, "--limit", help="At most N rows per capability (interleaved across tasks)."),
     collateral: bool = typer.Option(True, "--collateral/--no-collateral", help="Score the other capabilities too."),
-    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Model to intervene on [default: the run's --model, or the embedded default pair's]."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Test rows JSONL [default: the run's data file, or the default pair's test split]."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Output dir [default: RUN_DIR/interventions/<capability>_<model>_<time>]."),
+    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Model to intervene on (default: the run's --model, or the embedded default pair's)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Test rows JSONL (default: the run's data file, or the default pair's test split)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output dir (default: RUN_DIR/interventions/<capability>_<model>_<time>)."),
 ) -> None:
     """Scale neurons during generation and compare with the baseline, placebo sets and a dose sweep."""
     from rich.console import Console
@@ -75,6 +77,7 @@ def intervene(
         model_dir=model_dir, data_file=data, out_dir=out or _default_out(run_dir, capability, model),
     )
     report = run_ab(config, progress=lambda line: console.print(f"[dim]{line}[/dim]"))
+    point_latest(Path(config.out_dir))
     _print(report)
 
 

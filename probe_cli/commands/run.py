@@ -13,6 +13,8 @@ from typing import Any, Optional
 
 import typer
 
+from probe_cli.latest import point_latest
+
 HOOK_HELP = "Hook point(s): mlp_out (paper default), attn_out, resid_post, mlp_post (true MLP neurons). Repeat or comma-separate."
 
 
@@ -48,6 +50,7 @@ def run(
     from probes.recording import record_run
 
     result = record_run(config, progress=not quiet)
+    point_latest(Path(result.run_dir))
     _print_result(result)
     if analyze:
         from analysis import analyze_run

@@ -17,7 +17,8 @@ from data_synthesis.errors import ProbeError
 
 train_app = typer.Typer(help="Fine-tune with TRL: SFT on sft.jsonl, then DPO on dpo.jsonl.", no_args_is_help=True)
 
-RECIPE_HELP = "Hyperparameter recipe: 'tiny' (the embedded tiny base on CPU) or 'paper' (RoleMRC's scripts, for real models)."
+RECIPE_HELP = ("Hyperparameter recipe: 'paper' (RoleMRC's scripts; the default for a real model) or 'tiny' "
+               "(the default for the embedded tiny base and its children).")
 
 
 def _common(recipe: Optional[str], learning_rate: Optional[float], lr_scheduler: Optional[str], warmup_ratio: Optional[float],
