@@ -132,3 +132,11 @@ def test_cli_synthesize_200_roles_and_json_summary(tmp_path: Path) -> None:
     assert len(read_test_rows(tmp_path / "test.jsonl")) == 2800
     table = CliRunner().invoke(app, ["synthesize", "--out", str(tmp_path / "small"), "--roles", "5"])
     assert table.exit_code == 0 and "Test rows per capability" in table.output and "free_chat" in table.output
+
+
+def test_test_split_can_be_sized_apart_from_the_training_roles(tmp_path: Path) -> None:
+    summary = synthesize(tmp_path, n_roles=20, seed=3, test_histogram_roles=10)
+    assert sum(1 for _ in open(tmp_path / "test.jsonl")) == 140  # the published 1,400-row histogram at 10 roles
+    assert summary is not None
+    with pytest.raises(ProbeError, match="test_histogram_roles"):
+        synthesize(tmp_path / "bad", n_roles=20, test_histogram_roles=0)

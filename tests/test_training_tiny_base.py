@@ -40,3 +40,34 @@ def test_build_with_depth_upscaling_is_seeded(tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
     assert AutoModelForCausalLM.from_pretrained(a).config.num_hidden_layers == 4
+
+
+def test_chat_warm_start_trains_on_assistant_spans_only(tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from training.pretrain import encode_chat
+
+    conversation = [{"role": "system", "content": "You are Ada."}, {"role": "user", "content": "Who are you?"},
+                    {"role": "assistant", "content": "Onward! I am Ada."}]
+    base = build_tiny_base(CORPUS + ["You are Ada. Who are you? Onward! I am Ada."] * 20, tmp_path / "b",
+                           TinySpec(n_layers=2, hidden_size=32, intermediate_size=64, vocab_size=300))
+    tokenizer = AutoTokenizer.from_pretrained(base)
+    [(ids, mask)] = encode_chat(tokenizer, [conversation], max_length=256)
+    trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+    assert trained == "Onward! I am Ada.<|eot_id|>" and ids.count(tokenizer.bos_token_id) == 1
+    spec = TinySpec(n_layers=4, hidden_size=32, intermediate_size=64, vocab_size=300, pretrain_steps=4,
+                    pretrain_layers=2, pretrain_batch_size=2, pretrain_format="chat")
+    grown = build_tiny_base(CORPUS, tmp_path / "c", spec, conversations=[conversation] * 4)
+    from transformers import AutoModelForCausalLM
+
+    assert AutoModelForCausalLM.from_pretrained(grown).config.num_hidden_layers == 4
+
+
+def test_unknown_warm_start_format_is_a_clear_error() -> None:
+    import pytest
+
+    from data_synthesis.errors import ProbeError
+    from training.config import SFTRunConfig
+
+    with pytest.raises(ProbeError, match="pretrain_format"):
+        SFTRunConfig(base="tiny", data="d", out="o", tiny_spec={"pretrain_format": "poems"})

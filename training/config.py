@@ -157,6 +157,10 @@ class SFTRunConfig(_RunConfig):
         unknown = sorted(set(self.tiny_spec) - known)
         if unknown:
             raise ProbeError(f"tiny_spec: unknown field(s) {', '.join(unknown)}; expected some of {', '.join(sorted(known))}")
+        try:
+            TinySpec(**self.tiny_spec)
+        except (TypeError, ValueError) as exc:
+            raise ProbeError(str(exc)) from None
 
 
 @dataclass(kw_only=True)

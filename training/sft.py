@@ -67,7 +67,7 @@ def _build_tiny(cfg: SFTRunConfig, records: list[dict[str, Any]], work: Path, is
         if is_main:
             dpo = [p for p in [cfg.data / "dpo.jsonl"] if cfg.data.is_dir() and p.is_file()]
             spec = TinySpec(**{"seed": cfg.seed, **cfg.tiny_spec})
-            build_tiny_base(tiny_corpus(records, dpo), target, spec, base_progress)
+            build_tiny_base(tiny_corpus(records, dpo), target, spec, base_progress, [r["messages"] for r in records])
     return target
 
 

@@ -15,7 +15,7 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,6 +58,15 @@ class TinySpec:
     # n_layers by inserting blocks whose output projections are zero (exact identities at first,
     # trained by SFT/DPO afterwards). 0 = pretrain at full depth.
     pretrain_layers: int = 0
+    # What the warm start trains on (training.pretrain): "plain" documents, every token in the loss, or
+    # "chat" -- the SFT conversations through the chat template, loss on assistant spans only.
+    pretrain_format: str = "plain"
+
+    def __post_init__(self) -> None:
+        from training.pretrain import PRETRAIN_FORMATS
+
+        if self.pretrain_format not in PRETRAIN_FORMATS:
+            raise ValueError(f"tiny_spec.pretrain_format: expected one of {', '.join(PRETRAIN_FORMATS)}, got {self.pretrain_format!r}")
 
 
 def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -87,9 +96,11 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokeniz
 
 
 def build_tiny_base(corpus: Iterable[str], out_dir: str | os.PathLike[str], spec: TinySpec = TinySpec(),
-                    report: Callable[[int, int], None] | None = None) -> Path:
-    """Train the tokenizer on ``corpus``, initialise a Llama from ``spec.seed`` (and pretrain it on ``corpus``
-    when ``spec.pretrain_steps > 0``; ``report(step, total)`` follows that), save both to ``out_dir``."""
+                    report: Callable[[int, int], None] | None = None,
+                    conversations: Sequence[list[dict[str, str]]] | None = None) -> Path:
+    """Train the tokenizer on ``corpus``, initialise a Llama from ``spec.seed``, warm it up when
+    ``spec.pretrain_steps > 0`` (on ``corpus``, or on ``conversations`` when ``spec.pretrain_format == "chat"``;
+    ``report(step, total)`` follows it), save both to ``out_dir``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -117,9 +128,12 @@ def build_tiny_base(corpus: Iterable[str], out_dir: str | os.PathLike[str], spec
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     if spec.pretrain_steps > 0:
-        from training.pretrain import pretrain_causal_lm
+        from training.pretrain import encode_chat, pretrain_causal_lm
 
-        pretrain_causal_lm(model, tokenizer, corpus, steps=spec.pretrain_steps, learning_rate=spec.pretrain_lr,
+        if spec.pretrain_format == "chat" and not conversations:
+            raise ValueError("tiny_spec.pretrain_format 'chat' needs the SFT conversations")
+        documents = encode_chat(tokenizer, conversations, spec.pretrain_max_length) if spec.pretrain_format == "chat" else corpus
+        pretrain_causal_lm(model, tokenizer, documents, steps=spec.pretrain_steps, learning_rate=spec.pretrain_lr,
                            batch_size=spec.pretrain_batch_size, max_length=spec.pretrain_max_length, seed=spec.seed, report=report)
     if shallow:
         from training.pretrain import grow_depth

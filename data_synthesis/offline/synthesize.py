@@ -58,6 +58,7 @@ class SynthesisConfig:
     free_chats: int = 6
     dpo_per_task: int = 2
     style_violation_rate: float = 0.4  # share of DPO rejects that break style rather than behaviour
+    test_histogram_roles: int | None = None  # size the test split as for this many roles (default: n_roles)
 
     def __post_init__(self) -> None:
         if isinstance(self.n_roles, bool) or not isinstance(self.n_roles, int) or not 2 <= self.n_roles <= MAX_ROLES:
@@ -68,6 +69,9 @@ class SynthesisConfig:
             raise ProbeError("test_fraction must be in (0, 1) and style_violation_rate in [0, 1]")
         if not 1 <= self.test_passages_per_domain < self.passages_per_domain:
             raise ProbeError("need 1 <= test_passages_per_domain < passages_per_domain")
+        scale = self.test_histogram_roles
+        if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int) or scale < 1):
+            raise ProbeError(f"test_histogram_roles must be a positive integer, got {scale!r}")
         counts = (self.sft_base, self.sft_nested, self.sft_priority, self.sft_multi_turn, self.free_chats, self.dpo_per_task)
         if any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in counts):
             raise ProbeError("per-task counts must be non-negative integers")
@@ -85,7 +89,7 @@ class SynthesisConfig:
         return self.sft_multi_turn if suffix.startswith("2nd") else self.sft_base
 
     def test_count(self, published: int) -> int:
-        return max(1, round(published * self.n_roles / 100))
+        return max(1, round(published * (self.test_histogram_roles or self.n_roles) / 100))
 
 
 @dataclass
