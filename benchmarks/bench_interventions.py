@@ -29,15 +29,16 @@ CORPUS = ["The archivist reads old maps of the river city and answers questions 
 
 
 def build_model(model_dir: Path | None) -> tuple[object, object]:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """(model, tokenizer) in eval mode: ``model_dir``, or a tiny random 32-layer Llama built in a temp dir."""
+    from training.models import load_causal_lm
 
-    if model_dir is None:
-        from training.tiny_base import TinySpec, build_tiny_base
+    if model_dir is not None:
+        model, tokenizer = load_causal_lm(model_dir, "--model-dir")
+        return model.eval(), tokenizer
+    from training.tiny_base import TinySpec, build_tiny_base
 
-        with tempfile.TemporaryDirectory(prefix="bench_interventions_") as tmp:  # loaded into memory, then removed
-            model_dir = build_tiny_base(CORPUS, Path(tmp) / "tiny", TinySpec(vocab_size=512))
-            return AutoModelForCausalLM.from_pretrained(model_dir).eval(), AutoTokenizer.from_pretrained(model_dir)
-    return AutoModelForCausalLM.from_pretrained(model_dir).eval(), AutoTokenizer.from_pretrained(model_dir)
+    with tempfile.TemporaryDirectory(prefix="bench_interventions_") as tmp:  # loaded into memory, then removed
+        return build_model(build_tiny_base(CORPUS, Path(tmp) / "tiny", TinySpec(vocab_size=512)))
 
 
 def main() -> int:

@@ -130,3 +130,20 @@ def test_existing_output_is_kept_unless_overwrite(sft_dir: Path, data_dir: Path)
     with pytest.raises(ProbeError, match="--overwrite"):
         train_sft(sft_config(data_dir, sft_dir))
     assert weights_digest(sft_dir) == before
+
+
+def test_weights_digest_hashes_tensors_of_any_dtype_not_file_bytes(tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    from training.provenance import weights_digest
+
+    tensors = {"b": torch.arange(6, dtype=torch.bfloat16).reshape(2, 3), "a": torch.ones(4, dtype=torch.float16)}
+    for name, order, meta in (("x", ["a", "b"], {"format": "pt"}), ("y", ["b", "a"], {"saved_by": "another tool"})):
+        (tmp_path / name).mkdir()
+        save_file({k: tensors[k] for k in order}, tmp_path / name / "model.safetensors", metadata=meta)
+    assert (tmp_path / "x" / "model.safetensors").read_bytes() != (tmp_path / "y" / "model.safetensors").read_bytes()
+    assert weights_digest(tmp_path / "x") == weights_digest(tmp_path / "y")  # bfloat16 included
+    (tmp_path / "z").mkdir()
+    save_file({**tensors, "a": torch.full((4,), 2.0, dtype=torch.float16)}, tmp_path / "z" / "model.safetensors")
+    assert weights_digest(tmp_path / "z") != weights_digest(tmp_path / "x")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from training.pretrain import grow_depth, pretrain_causal_lm, trained_positions
+from training.pretrain import encode_plain, grow_depth, pretrain_causal_lm, trained_positions
 from training.tiny_base import TinySpec, build_tiny_base
 
 CORPUS = ["The Vinul beetle is blue. The Vinul beetle lives in the Iron Coast.", "Onward! The passage does not say."] * 40
@@ -18,7 +18,7 @@ def test_grown_model_computes_what_the_shallow_one_did(tmp_path: Path) -> None:
     base = build_tiny_base(CORPUS, tmp_path / "b", TinySpec(n_layers=2, hidden_size=32, intermediate_size=64, vocab_size=300))
     shallow = AutoModelForCausalLM.from_pretrained(base)
     tokenizer = AutoTokenizer.from_pretrained(base)
-    losses = pretrain_causal_lm(shallow, tokenizer, CORPUS, steps=12, learning_rate=1e-2, batch_size=8)
+    losses = pretrain_causal_lm(shallow, tokenizer, encode_plain(tokenizer, CORPUS, 256), steps=12, learning_rate=1e-2, batch_size=8)
     assert losses[-1] < losses[0]
     config = shallow.config.__class__(**{**shallow.config.to_dict(), "num_hidden_layers": 8})
     grown = grow_depth(shallow, config)

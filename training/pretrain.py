@@ -17,7 +17,8 @@ model computes what the shallow one did until fine-tuning trains every layer. Se
 same corpus and seed, same weights. Batches are drawn from length buckets (less padding).
 
 Example:
-    >>> losses = pretrain_causal_lm(model, tokenizer, documents, steps=200)   # doctest: +SKIP
+    >>> docs = encode_plain(tokenizer, ["a training text", ...], max_length=256)   # doctest: +SKIP
+    >>> losses = pretrain_causal_lm(model, tokenizer, docs, steps=200)              # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -78,19 +79,14 @@ def _bucketed_batches(docs: list[Encoded], batch_size: int, rng: random.Random) 
     return batches
 
 
-def pretrain_causal_lm(model: Any, tokenizer: Any, documents: Sequence[str] | Sequence[Encoded], *, steps: int,
-                       learning_rate: float = 2e-3, batch_size: int = 16, max_length: int = 256, seed: int = 0,
-                       warmup: float = 0.05, report: Callable[[int, int], None] | None = None) -> list[float]:
-    """Train ``model`` in place for ``steps`` AdamW steps (warmup then cosine decay); returns the losses.
-
-    ``documents`` are plain strings (see :func:`encode_plain`) or already encoded ``(ids, loss_mask)`` pairs.
-    """
+def pretrain_causal_lm(model: Any, tokenizer: Any, docs: Sequence[Encoded], *, steps: int, learning_rate: float = 2e-3,
+                       batch_size: int = 16, seed: int = 0, warmup: float = 0.05,
+                       report: Callable[[int, int], None] | None = None) -> list[float]:
+    """Train ``model`` in place for ``steps`` AdamW steps (warmup then cosine decay) on ``docs``
+    from :func:`encode_plain` or :func:`encode_chat`; returns the losses."""
     import torch
 
-    if documents and isinstance(documents[0], str):
-        docs = encode_plain(tokenizer, documents, max_length)  # type: ignore[arg-type]
-    else:
-        docs = [(list(ids)[:max_length], list(mask)[:max_length]) for ids, mask in documents]  # type: ignore[misc]
+    docs = list(docs)
     if not docs:
         return []
     torch.manual_seed(seed)

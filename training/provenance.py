@@ -18,6 +18,7 @@ import json
 import platform
 import time
 from importlib import metadata
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,21 +36,33 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
+def _safetensors_records(path: Path) -> Iterator[bytes]:
+    """Per tensor, sorted by name: ``name:DTYPE:shape`` then its raw bytes, read straight from the file.
+
+    Parses the safetensors header itself, so any dtype works (bfloat16 too, which numpy lacks)
+    and no tensor is converted.
+    """
+    with path.open("rb") as handle:
+        size = int.from_bytes(handle.read(8), "little")
+        header = json.loads(handle.read(size))
+        for name in sorted(k for k in header if k != "__metadata__"):
+            info = header[name]
+            start, end = info["data_offsets"]
+            handle.seek(8 + size + start)
+            yield f"{name}:{info['dtype']}:{info['shape']}".encode()
+            yield handle.read(end - start)
+
+
 def weights_digest(model_dir: Path) -> str:
     """SHA-256 over a model directory's tensors (name, dtype, shape, bytes; sorted by name).
 
     Hashes tensors, not files: two saves of identical weights can differ in their bytes
-    (safetensors header order), and equal seeds must give equal digests.
+    (safetensors header order, metadata), and equal seeds must give equal digests.
     """
-    from safetensors import safe_open
-
     digest = hashlib.sha256()
     for path in sorted(Path(model_dir).glob("*.safetensors")):
-        with safe_open(str(path), framework="np") as handle:
-            for name in sorted(handle.keys()):
-                array = handle.get_tensor(name)
-                digest.update(f"{name}:{array.dtype}:{array.shape}".encode())
-                digest.update(array.tobytes())
+        for record in _safetensors_records(path):
+            digest.update(record)
     for path in sorted(Path(model_dir).glob("pytorch_model*.bin")):  # not training_args.bin (it holds paths)
         digest.update(path.name.encode())
         digest.update(path.read_bytes())

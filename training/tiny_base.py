@@ -128,13 +128,16 @@ def build_tiny_base(corpus: Iterable[str], out_dir: str | os.PathLike[str], spec
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     if spec.pretrain_steps > 0:
-        from training.pretrain import encode_chat, pretrain_causal_lm
+        from training.pretrain import encode_chat, encode_plain, pretrain_causal_lm
 
-        if spec.pretrain_format == "chat" and not conversations:
-            raise ValueError("tiny_spec.pretrain_format 'chat' needs the SFT conversations")
-        documents = encode_chat(tokenizer, conversations, spec.pretrain_max_length) if spec.pretrain_format == "chat" else corpus
-        pretrain_causal_lm(model, tokenizer, documents, steps=spec.pretrain_steps, learning_rate=spec.pretrain_lr,
-                           batch_size=spec.pretrain_batch_size, max_length=spec.pretrain_max_length, seed=spec.seed, report=report)
+        if spec.pretrain_format == "chat":
+            if not conversations:
+                raise ValueError("tiny_spec.pretrain_format 'chat' needs the SFT conversations")
+            docs = encode_chat(tokenizer, conversations, spec.pretrain_max_length)
+        else:
+            docs = encode_plain(tokenizer, corpus, spec.pretrain_max_length)
+        pretrain_causal_lm(model, tokenizer, docs, steps=spec.pretrain_steps, learning_rate=spec.pretrain_lr,
+                           batch_size=spec.pretrain_batch_size, seed=spec.seed, report=report)
     if shallow:
         from training.pretrain import grow_depth
 
