@@ -38,7 +38,7 @@ import numpy as np
 
 from analysis.config import AnalysisConfig
 from analysis.stats import bh_qvalues, effect_size_dz, mcnemar_exact, paired_pvalues
-from analysis.topk import k_for, map_layers, topk_mask
+from analysis.topk import column_counts, k_for, map_layers, topk_mask
 from data_synthesis.errors import ProbeError
 from probes.store import RunReader
 
@@ -116,9 +116,9 @@ def _topk_layer(sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig) -> tup
     """Counts per model, raw count difference, McNemar p-values for one layer."""
     k = k_for(sft.shape[1], config.top_percent)
     in_sft, in_dpo = topk_mask(sft, k), topk_mask(dpo, k)
-    count_sft = in_sft.sum(axis=0, dtype=np.int64)
-    count_dpo = in_dpo.sum(axis=0, dtype=np.int64)
-    both = (in_sft & in_dpo).sum(axis=0, dtype=np.int64)
+    count_sft = column_counts(in_sft)
+    count_dpo = column_counts(in_dpo)
+    both = column_counts(in_sft & in_dpo)
     pvalues = mcnemar_exact(count_dpo - both, count_sft - both)
     return count_sft, count_dpo, (count_dpo - count_sft).astype(np.float64), pvalues
 

@@ -14,9 +14,11 @@ are kept. That is ``np.argsort(-row, kind="stable")[:k]``. (The authors' unstabl
 quicksort leaves ties unspecified, and their ``count_nonzero`` would miss a kept unit
 whose value is exactly 0; membership is counted here, so zeros count.)
 
-float16 rows are widened with torch's vectorised ``copy_`` (≈10× faster than numpy's
-``astype`` for halves); layers run on a small thread pool (numpy's partition and
-torch's copy release the GIL).
+float16 rows are never widened: their bit patterns map to int16 keys that order exactly
+as the values do (-0 and +0 share a key), and numpy's partition of int16 runs on
+AVX-512 sorting networks, twice as fast as float32 and without the conversion. Other
+dtypes are ranked as float32. Layers run on a small thread pool (numpy's partition
+releases the GIL).
 
 Example:
     >>> x = np.array([[[3.0, 1.0, 2.0, 2.0]]])      # one sample, one layer, 4 units
@@ -49,20 +51,42 @@ def k_for(width: int, top_percent: float) -> int:
     return max(1, int(width * top_percent / 100.0))
 
 
-def _as_float32(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """(N, W) any float -> contiguous float32, using torch's SIMD half->float copy."""
+def _as_float32(x: np.ndarray) -> np.ndarray:
+    """(N, W) any float -> contiguous float32."""
     if x.dtype == np.float32 and x.flags.c_contiguous:
         return x
-    if out is None:
-        out = np.empty(x.shape, dtype=np.float32)
-    if x.dtype == np.float16:
-        import torch
+    return np.ascontiguousarray(x, dtype=np.float32)
 
-        # torch's half->float copy is SIMD only on contiguous input; a memcpy first is cheaper than a strided copy
-        torch.from_numpy(out).copy_(torch.from_numpy(np.ascontiguousarray(x)))
-    else:
-        np.copyto(out, x, casting="unsafe")
-    return out
+
+def float16_order_keys(x: np.ndarray) -> np.ndarray:
+    """(N, W) float16 -> (N, W) int16 keys with ``key(a) < key(b)`` iff ``a < b`` (and equal iff equal).
+
+    IEEE half is sign-magnitude: non-negative values already order as int16; a negative
+    one becomes minus its magnitude bits, so -0 maps to 0 like +0. NaNs land outside
+    ``[-0x7C00, 0x7C00]`` (the keys of -inf and +inf).
+
+    >>> float16_order_keys(np.array([[-2.0, -0.0, 0.0, 1.0, np.inf]], dtype=np.float16)).tolist()
+    [[-16384, 0, 0, 15360, 31744]]
+    """
+    bits = np.ascontiguousarray(x, dtype=np.float16).view(np.int16)
+    sign = bits >> 15  # 0 or -1
+    keys = sign & 0x7FFF
+    np.bitwise_xor(keys, bits, out=keys)  # negatives: -1 - magnitude
+    np.subtract(keys, sign, out=keys)  # negatives: -magnitude
+    return keys
+
+
+def _rank_values(x: np.ndarray) -> np.ndarray:
+    """Values whose order and equalities are those of ``x``: int16 keys for float16, float32 otherwise."""
+    if x.dtype == np.float16:
+        keys = float16_order_keys(x)
+        if keys.size and (keys.max() > 0x7C00 or keys.min() < -0x7C00):
+            raise ProbeError(_NAN_MESSAGE)
+        return keys
+    return _as_float32(x)
+
+
+_NAN_MESSAGE = "activations contain NaN; re-record them (NaN cannot be ranked)"
 
 
 def topk_mask(x: np.ndarray, k: int) -> np.ndarray:
@@ -74,10 +98,10 @@ def topk_mask(x: np.ndarray, k: int) -> np.ndarray:
     n, w = x.shape
     if not 1 <= k <= w:
         raise ProbeError(f"top-k: k={k} must be between 1 and the width {w}")
-    values = _as_float32(x)
+    values = _rank_values(x)
     if k == w:
-        if np.isnan(values).any():
-            raise ProbeError("activations contain NaN; re-record them (NaN cannot be ranked)")
+        if values.dtype.kind == "f" and np.isnan(values).any():
+            raise ProbeError(_NAN_MESSAGE)
         return np.ones((n, w), dtype=bool)
     # After one partition, t = the k-th largest value and everything left of it is <= t. Where the largest
     # of those equals t, ``x >= t`` keeps more than k units (ties at t) and the row needs the tie rule.
@@ -92,7 +116,7 @@ def topk_mask(x: np.ndarray, k: int) -> np.ndarray:
         excess = mask[tied].sum(axis=1) - k
         _drop_extra_ties(mask, values, threshold, tied, excess)
     if np.count_nonzero(mask) != n * k:  # NaN sorts last in partition and never compares >=
-        raise ProbeError("activations contain NaN; re-record them (NaN cannot be ranked)")
+        raise ProbeError(_NAN_MESSAGE)
     return mask
 
 
@@ -117,8 +141,8 @@ def _workers(n_tasks: int) -> int:
 def map_layers(fn: Callable[[int], T], n_layers: int) -> list[T]:
     """Run ``fn(layer_position)`` over layers on a thread pool, results in layer order.
 
-    The pool already uses every core, so torch's own intra-op threads (used by the
-    half->float copy) are set to 1 meanwhile and restored after: ~15% less CPU.
+    The pool already uses every core, so torch's own intra-op threads (which a
+    per-layer function may use) are set to 1 meanwhile and restored after.
     """
     workers = _workers(n_layers)
     if workers == 1:
@@ -142,8 +166,13 @@ def topk_counts(acts: np.ndarray, top_percent: float = 20.0) -> np.ndarray:
     if acts.ndim != 3:
         raise ProbeError(f"activations must be (samples, layers, width), got shape {acts.shape}")
     k = k_for(acts.shape[2], top_percent)
-    rows = map_layers(lambda i: topk_mask(acts[:, i, :], k).sum(axis=0, dtype=np.int64), acts.shape[1])
+    rows = map_layers(lambda i: column_counts(topk_mask(acts[:, i, :], k)), acts.shape[1])
     return np.stack(rows) if rows else np.zeros((0, acts.shape[2]), dtype=np.int64)
+
+
+def column_counts(mask: np.ndarray) -> np.ndarray:
+    """(N, W) bool -> (W,) int64 column counts (summing the bytes as uint8 -> int32 is 2x faster than bool -> int64)."""
+    return mask.view(np.uint8).sum(axis=0, dtype=np.int32).astype(np.int64)
 
 
 def reference_topk_counts(acts: np.ndarray, top_percent: float = 20.0) -> np.ndarray:

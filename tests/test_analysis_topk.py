@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.topk import authors_topk_counts, k_for, reference_topk_counts, topk_counts, topk_mask
+from analysis.topk import authors_topk_counts, float16_order_keys, k_for, reference_topk_counts, topk_counts, topk_mask
 from data_synthesis.errors import ProbeError
 
 
@@ -60,3 +60,30 @@ def test_nan_is_a_clear_error() -> None:
     acts[2, 0, :] = np.nan
     with pytest.raises(ProbeError, match="NaN"):
         topk_counts(acts, 20.0)
+
+
+def test_float16_keys_order_every_half_exactly_like_its_value() -> None:
+    halves = np.arange(-(2**15), 2**15, dtype=np.int32).astype(np.int16).view(np.float16)
+    finite = halves[np.isfinite(halves)]
+    keys = float16_order_keys(finite[None, :])[0].astype(np.int64)
+    a, b = np.random.default_rng(6).integers(0, finite.size, size=(2, 200_000))
+    values = finite.astype(np.float64)
+    assert np.array_equal(np.sign(keys[a] - keys[b]), np.sign(values[a] - values[b]))  # <, == (-0 == +0), >
+
+
+def test_signed_zeros_tie_and_nan_is_an_error_in_float16() -> None:
+    row = np.array([[-0.0, 0.0, -1.0, 0.0]], dtype=np.float16)
+    assert topk_mask(row, 2).tolist() == [[True, True, False, False]]  # -0 == +0: the lower index wins
+    acts = np.zeros((2, 1, 8), dtype=np.float16)
+    acts[1, 0, 3] = np.nan
+    with pytest.raises(ProbeError, match="NaN"):
+        topk_counts(acts, 50.0)
+
+
+def test_docstring_examples_hold() -> None:
+    import doctest
+
+    import analysis.topk
+
+    result = doctest.testmod(analysis.topk)
+    assert result.attempted >= 4 and result.failed == 0
