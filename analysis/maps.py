@@ -15,6 +15,11 @@ Three metrics, all signed DPO − SFT:
     As ``mean_diff`` but ``delta`` is Cohen's d_z, comparable across units and layers
     of different scale.
 
+Every map also keeps each layer's activation scale (root mean square over samples and
+units, per model): the three metrics above are blind to it (counts are ranks, d_z is
+standardised), and a unit can top a ranking in a layer whose output is a thousandth of
+its neighbours', where scaling it can change nothing downstream.
+
 q-values are Benjamini–Hochberg over all layers × units of the map. Activations are
 read layer window only, straight from HDF5, and processed one layer at a time on a
 thread pool, so memory is two float16 copies of the window plus a few float32 rows.
@@ -60,6 +65,14 @@ class MetricMaps:
     qvalues: np.ndarray
     n_samples: int
     settings: dict[str, Any] = field(default_factory=dict)
+    layer_rms: np.ndarray | None = None  # (2, n_layers): RMS activation per layer, rows sft and dpo
+
+    def quiet_layers(self, ratio: float = 0.01) -> list[int]:
+        """Layers whose RMS activation (larger of the two models) is below ``ratio`` × the loudest layer's."""
+        if self.layer_rms is None or self.layer_rms.size == 0:
+            return []
+        loudness = self.layer_rms.max(axis=0)
+        return [layer for layer, rms in zip(self.layers, loudness) if rms < ratio * loudness.max()]
 
     @property
     def width(self) -> int:
@@ -101,7 +114,7 @@ def compute_maps(run: RunReader, capability: str, hook: str, layers: list[int], 
         raise ProbeError(f"{run.path}: sft and dpo activations of {capability}/{hook} differ in shape: {sft.shape} vs {dpo.shape}")
     per_layer = _topk_layer if config.metric == "topk_count" else _paired_layer
     rows = map_layers(lambda i: per_layer(sft[:, i, :], dpo[:, i, :], config), len(layers))
-    sft_map, dpo_map, delta, pvalues = (np.stack([r[j] for r in rows]) for j in range(4))
+    sft_map, dpo_map, delta, pvalues, layer_rms = (np.stack([r[j] for r in rows], axis=-1 if j == 4 else 0) for j in range(5))
     settings: dict[str, Any] = {"fdr_alpha": config.fdr_alpha}
     if config.metric == "topk_count":
         width = sft.shape[2]
@@ -109,27 +122,33 @@ def compute_maps(run: RunReader, capability: str, hook: str, layers: list[int], 
         settings.update(top_percent=config.top_percent, k=k_for(width, config.top_percent), normalize=config.normalize, test="mcnemar_exact")
     else:
         settings.update(test=config.test)
-    return MetricMaps(capability, hook, config.metric, list(layers), sft_map, dpo_map, delta, pvalues, bh_qvalues(pvalues), n, settings)
+    return MetricMaps(capability, hook, config.metric, list(layers), sft_map, dpo_map, delta, pvalues, bh_qvalues(pvalues), n, settings,
+                      layer_rms)
+
+
+def _rms(x: np.ndarray) -> float:
+    """Root mean square of an (N, W) block, accumulated in float64."""
+    return float(np.sqrt(np.mean(np.square(x, dtype=np.float64))))
 
 
 def _topk_layer(sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig) -> tuple[np.ndarray, ...]:
-    """Counts per model, raw count difference, McNemar p-values for one layer."""
+    """Counts per model, raw count difference, McNemar p-values, (RMS sft, RMS dpo) for one layer."""
     k = k_for(sft.shape[1], config.top_percent)
     in_sft, in_dpo = topk_mask(sft, k), topk_mask(dpo, k)
     count_sft = column_counts(in_sft)
     count_dpo = column_counts(in_dpo)
     both = column_counts(in_sft & in_dpo)
     pvalues = mcnemar_exact(count_dpo - both, count_sft - both)
-    return count_sft, count_dpo, (count_dpo - count_sft).astype(np.float64), pvalues
+    return count_sft, count_dpo, (count_dpo - count_sft).astype(np.float64), pvalues, np.array([_rms(sft), _rms(dpo)])
 
 
 def _paired_layer(sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig) -> tuple[np.ndarray, ...]:
-    """Mean per model, mean difference or d_z, paired p-values for one layer."""
+    """Mean per model, mean difference or d_z, paired p-values, (RMS sft, RMS dpo) for one layer."""
     sft64 = np.asarray(sft, dtype=np.float64)
     dpo64 = np.asarray(dpo, dtype=np.float64)
     mean_sft, mean_dpo = sft64.mean(axis=0), dpo64.mean(axis=0)
     delta = mean_dpo - mean_sft if config.metric == "mean_diff" else effect_size_dz(sft64, dpo64)
-    return mean_sft, mean_dpo, delta, paired_pvalues(sft64, dpo64, config.test)
+    return mean_sft, mean_dpo, delta, paired_pvalues(sft64, dpo64, config.test), np.array([_rms(sft64), _rms(dpo64)])
 
 
 def save_maps(maps: list[MetricMaps], path: str | Path) -> Path:
@@ -143,6 +162,8 @@ def save_maps(maps: list[MetricMaps], path: str | Path) -> Path:
             for name in _ARRAYS:
                 group.create_dataset(name, data=getattr(m, name), compression="gzip", compression_opts=4)
             group.create_dataset("layers", data=np.asarray(m.layers, dtype=np.int32))
+            if m.layer_rms is not None:
+                group.create_dataset("layer_rms", data=m.layer_rms)
             group.attrs["metric"] = m.metric
             group.attrs["n_samples"] = m.n_samples
             group.attrs["settings"] = json.dumps(m.settings, sort_keys=True)
@@ -164,7 +185,8 @@ def load_maps(path: str | Path) -> list[MetricMaps]:
                 out.append(
                     MetricMaps(
                         capability, hook, str(g.attrs["metric"]), [int(i) for i in g["layers"]], n_samples=int(g.attrs["n_samples"]),
-                        settings=json.loads(g.attrs["settings"]), **arrays,
+                        settings=json.loads(g.attrs["settings"]), layer_rms=np.asarray(g["layer_rms"]) if "layer_rms" in g else None,
+                        **arrays,
                     )
                 )
     return out

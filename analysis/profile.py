@@ -1,15 +1,17 @@
 """Rankings read off a map: which layers differ most, and which units.
 
 The per-layer profile is what the paper's "layers 12–31, layer 19 most" claim rests
-on, so it carries both the size of the difference (mean |Δ| over the layer's units)
-and the evidence for it (share of units that survive Benjamini–Hochberg). Layers are
+on, so it carries the size of the difference (mean |Δ| over the layer's units), the
+evidence for it (share of units that survive Benjamini–Hochberg) and the layer's
+activation scale (RMS per model), without which a rank-based Δ in a near-silent layer
+looks as important as one in a layer that drives the output. Layers are
 ranked by mean |Δ|, ties by layer index; units by |Δ|, ties by layer then unit, so
 rankings are deterministic.
 
 Example:
     >>> profile = layer_profile(maps, alpha=0.05)                  # doctest: +SKIP
     >>> profile[0]                                                 # doctest: +SKIP
-    {'rank': 1, 'layer': 19, 'mean_abs_delta': 0.031, 'share_significant': 0.12, 'n_significant': 491}
+    {'rank': 1, 'layer': 19, 'mean_abs_delta': 0.031, 'share_significant': 0.12, 'n_significant': 491, 'rms_sft': 0.41, 'rms_dpo': 0.43}
 """
 
 from __future__ import annotations
@@ -31,11 +33,18 @@ def layer_profile(maps: MetricMaps, alpha: float) -> list[dict[str, Any]]:
             "mean_abs_delta": float(mean_abs[i]),
             "share_significant": float(significant[i].mean()),
             "n_significant": int(significant[i].sum()),
+            **_scale(maps, i),
         }
         for i, layer in enumerate(maps.layers)
     ]
     rows.sort(key=lambda r: (-r["mean_abs_delta"], r["layer"]))
     return [{"rank": rank, **row} for rank, row in enumerate(rows, start=1)]
+
+
+def _scale(maps: MetricMaps, row: int) -> dict[str, float]:
+    if maps.layer_rms is None:
+        return {}
+    return {"rms_sft": float(maps.layer_rms[0, row]), "rms_dpo": float(maps.layer_rms[1, row])}
 
 
 def ranked_units(maps: MetricMaps, mask: np.ndarray | None = None) -> np.ndarray:

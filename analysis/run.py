@@ -153,6 +153,22 @@ def _write_neuron_sets(result: AnalysisResult, config: AnalysisConfig, run_dir: 
             result.warnings.append(f"{cap}/{hook}: no unit qualifies under --rule {config.rule}; no neuron set written")
             continue
         result.neuron_sets[(cap, hook)] = chosen.save(result.out_dir / f"neurons_{cap}_{hook}.json")
+        quiet_note = _quiet_units_note(maps, [n.layer for n in chosen.neurons], config.metric)
+        if quiet_note:
+            result.warnings.append(f"{cap}/{hook}: {quiet_note}")
+
+
+def _quiet_units_note(maps: MetricMaps, unit_layers: list[int], metric: str, ratio: float = 0.01) -> str | None:
+    """A warning when most selected units sit in layers whose activations are < ``ratio`` of the loudest layer's."""
+    quiet = set(maps.quiet_layers(ratio))
+    n_quiet = sum(layer in quiet for layer in unit_layers)
+    if not unit_layers or n_quiet * 2 <= len(unit_layers):
+        return None
+    assert maps.layer_rms is not None
+    loudest = maps.layers[int(maps.layer_rms.max(axis=0).argmax())]
+    advice = " (scale-blind metric; --metric mean_diff ranks by size)" if metric != "mean_diff" else ""
+    return (f"{n_quiet} of {len(unit_layers)} selected units sit in layers {format_layers(sorted(quiet))}, whose RMS activation "
+            f"is below {ratio:.0%} of layer {loudest}'s: scaling them may change nothing downstream{advice}")
 
 
 def _write_plots(result: AnalysisResult, config: AnalysisConfig, png: bool | None) -> None:

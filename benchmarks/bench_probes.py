@@ -8,9 +8,17 @@
 3. peak RSS of ``record_run`` in a fresh subprocess for N and 10N prompts (target <= +20%).
 
 Without ``--sft/--dpo`` it builds a tiny random 32-layer Llama pair (hidden 64, MLP 256) in a
-temp dir; the prompts are synthetic RoleMRC-shaped multi-turn rows of about 200 tokens.
+temp dir; the prompts are synthetic RoleMRC-shaped multi-turn rows of about 200 tokens
+(``--passage-words 480-860`` makes them about 500-900).
+
+``--shape llama-1b|llama-8b`` instead initialises one random model of that size directly on
+``--device`` (Llama-3.2-1B / Llama-3.1-8B widths, the real 128,256-row vocabulary unless
+``--tokenizer-vocab``; the tiny base's tokenizer). Only parts 1 and 2 run then: the end-to-end
+run and part 3 need saved weights. On a GPU, e.g.:
 
     .venv/bin/python benchmarks/bench_probes.py [--sft DIR --dpo DIR] [--prompts 128] [--quick]
+    python3 benchmarks/bench_probes.py --shape llama-8b --device cuda --dtype bfloat16 \
+        --batch-size 8,16,32 --passage-words 480-860 --reference-prompts 32
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -34,20 +43,29 @@ sys.path.insert(0, str(ROOT))
 WORDS = ("the archivist reads old maps of the river city and answers questions about its bridges granite flood "
          "northern valley kingdom capital treasury refuse narration profile passage question").split()
 MT_TASKS = ("role_related_mrc_refused_with_narration-2ndrefused", "role_unrelated_mrc_refused_no_narration-2ndanswer")
+LLAMA3_VOCAB = 128_256
+SHAPES: dict[str, dict[str, int]] = {  # widths of the public checkpoints; "tiny" is training.tiny_base.TinySpec
+    "llama-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8),
+    "llama-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8),
+}
 
 
-def write_rows(path: Path, n: int, seed: int = 0) -> Path:
-    """n multi-turn rows in the published format (capitalised roles), passages of ~150-200 words."""
+def write_rows(path: Path, n: int, seed: int = 0, words: tuple[int, int] = (150, 200)) -> Path:
+    """n multi-turn rows in the published format (capitalised roles), passages of ``words`` (150-200) words."""
     rng = random.Random(seed)
     with path.open("w", encoding="utf-8") as handle:
         for i in range(n):
-            passage = " ".join(rng.choices(WORDS, k=rng.randint(150, 200)))
+            passage = " ".join(rng.choices(WORDS, k=rng.randint(*words)))
             question = [{"role": "System", "content": f"You are the archivist. Passage: {passage}"},
                         {"role": "User", "content": "What does the passage say about the bridge?"},
                         {"role": "Assistant", "content": "I cannot answer that."},
                         {"role": "User", "content": "Please, try again."}]
             handle.write(json.dumps({"question": question, "reference": "r", "task": MT_TASKS[i % 2]}) + "\n")
     return path
+
+
+def _corpus() -> list[str]:
+    return [" ".join(random.Random(i).choices(WORDS, k=30)) for i in range(400)]
 
 
 def build_pair(root: Path) -> tuple[Path, Path]:
@@ -58,8 +76,7 @@ def build_pair(root: Path) -> tuple[Path, Path]:
 
     from training.tiny_base import TinySpec, build_tiny_base
 
-    corpus = [" ".join(random.Random(i).choices(WORDS, k=30)) for i in range(400)]
-    sft = build_tiny_base(corpus, root / "sft", TinySpec())
+    sft = build_tiny_base(_corpus(), root / "sft", TinySpec())
     dpo = Path(shutil.copytree(sft, root / "dpo", dirs_exist_ok=True))
     model = AutoModelForCausalLM.from_pretrained(dpo)
     with torch.no_grad():
@@ -69,72 +86,126 @@ def build_pair(root: Path) -> tuple[Path, Path]:
     return sft, dpo
 
 
+def build_random(shape: str, root: Path, device: str, dtype: str, tokenizer_vocab: bool) -> tuple[Any, Any, Path]:
+    """One random Llama of a public checkpoint's widths, built on ``device``; its dir holds config and tokenizer only."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
+
+    from training.tiny_base import train_tokenizer
+
+    tokenizer = train_tokenizer(_corpus(), 2048)
+    config = LlamaConfig(vocab_size=len(tokenizer) if tokenizer_vocab else LLAMA3_VOCAB, **SHAPES[shape],
+                         max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    out = root / shape
+    config.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    tokenizer = AutoTokenizer.from_pretrained(out)  # as loaded from disk (TransformerLens reads its name_or_path)
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    return model.eval().requires_grad_(False), tokenizer, out
+
+
+def _sync() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def _best(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
     times = []
     for _ in range(repeats):
+        _sync()
         start = time.perf_counter()
         fn()
+        _sync()
         times.append(time.perf_counter() - start)
     return min(times)
 
 
-def bench_throughput(sft: Path, dpo: Path, data: Path, batch_size: int, repeats: int, tmp: Path) -> float:
+def _gpu_peak() -> str:
     import torch
 
+    if not torch.cuda.is_available():
+        return ""
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    torch.cuda.reset_peak_memory_stats()
+    return f", GPU peak {peak:.1f} GiB"
+
+
+def load_prompts(tokenizer: Any, data: Path) -> Any:
     from data_synthesis.capabilities import Capability
     from data_synthesis.io import read_test_rows
-    from probes.backends import make_backend
-    from probes.config import RecordConfig
-    from probes.pair import load_pair
-    from probes.prompts import build_prompts, iter_batches, pad_id_of
-    from probes.recording import record_run
+    from probes.prompts import build_prompts
 
-    pair = load_pair(sft, dpo, device="cpu", dtype="float32")
-    prompts = build_prompts(pair.tokenizer, read_test_rows(data), Capability.MULTI_TURN, add_generation_prompt=False)
-    batches = list(iter_batches(prompts, 0, batch_size, pad_id_of(pair.tokenizer)))
-    n = len(prompts)
+    return build_prompts(tokenizer, read_test_rows(data), Capability.MULTI_TURN, add_generation_prompt=False)
+
+
+def bench_throughput(model: Any, tokenizer: Any, prompts: Any, batch_size: int, repeats: int) -> tuple[float, float, Any]:
+    """(plain seconds, recording seconds, the first batch's recorded mlp_out) for one batch size."""
+    import torch
+
+    from probes.backends import make_backend
+    from probes.prompts import iter_batches, pad_id_of
+
+    batches = list(iter_batches(prompts, 0, batch_size, pad_id_of(tokenizer)))
+    n, n_layers = len(prompts), model.config.num_hidden_layers
     tokens = sum(len(i) for i in prompts.ids)
-    backend = make_backend("torch", pair.sft, hooks=("mlp_out",), layers=list(range(pair.shape.n_layers)), position="last")
+    backend = make_backend("torch", model, hooks=("mlp_out",), layers=list(range(n_layers)), position="last")
+    device = model.get_input_embeddings().weight.device
 
     @torch.inference_mode()
     def plain() -> None:
         for b in batches:
-            pair.sft(input_ids=b.input_ids, attention_mask=b.attention_mask, position_ids=b.position_ids, use_cache=False)
+            model(input_ids=b.input_ids.to(device), attention_mask=b.attention_mask.to(device),
+                  position_ids=b.position_ids.to(device), use_cache=False)
 
     def record() -> None:
         for b in batches:
             backend.record(b)
 
     plain()  # warm-up
+    _gpu_peak()
     t_plain, t_rec = 1e9, 1e9
     for _ in range(repeats):  # interleaved, best of each: the machine is shared
         t_plain = min(t_plain, _best(plain, 1))
         t_rec = min(t_rec, _best(record, 1))
-    print(f"prompts: {n} ({tokens / n:.0f} tokens on average), batch {batch_size}, {pair.shape.n_layers} layers, "
-          f"d_model {pair.shape.d_model}, torch threads {torch.get_num_threads()}")
+    print(f"prompts: {n} ({tokens / n:.0f} tokens on average), batch {batch_size}, {n_layers} layers, "
+          f"d_model {model.config.hidden_size}, torch threads {torch.get_num_threads()}"
+          + ("" if device.type == "cpu" else f", {device} {model.dtype}{_gpu_peak()}"))
     print(f"plain batched forward (CausalLM, logits):   {t_plain:7.2f} s  {n / t_plain:8.1f} prompts/s")
     print(f"torch backend, mlp_out x all layers, last:  {t_rec:7.2f} s  {n / t_rec:8.1f} prompts/s  "
           f"ratio {t_plain / t_rec:.2f}x  [target >= 0.95x: {'PASS' if t_plain / t_rec >= 0.95 else 'FAIL'}]")
+    return t_plain, t_rec, backend.record(batches[0])["mlp_out"]
+
+
+def bench_e2e(sft: Path, dpo: Path, data: Path, batch_size: int, tmp: Path, t_plain: float, device: str, dtype: str) -> None:
+    from probes.config import RecordConfig
+    from probes.recording import record_run
+
+    n = sum(1 for _ in data.open(encoding="utf-8"))
     start = time.perf_counter()
     record_run(RecordConfig(sft_dir=sft, dpo_dir=dpo, data_file=data, capabilities="multi_turn", out_dir=tmp / "e2e",
-                            batch_size=batch_size), progress=False)
+                            batch_size=batch_size, device=device, dtype=dtype), progress=False)
     t_e2e = time.perf_counter() - start
     print(f"record_run end to end (both models, load, hash, shards, HDF5): {t_e2e:.2f} s, "
           f"{2 * n / t_e2e:.1f} model-prompts/s ({t_e2e / (2 * t_plain):.2f}x the time of two plain forwards)")
-    return n / t_rec
 
 
-def bench_reference(sft: Path, data: Path, n_prompts: int, ours: float) -> None:
-    """interpret.py: HookedTransformer(...).run_with_cache(rendered_string) per prompt, every position kept."""
+def bench_reference(model: Any, tok: Any, model_dir: Path, data: Path, n_prompts: int, ours: float) -> Any:
+    """interpret.py: HookedTransformer(...).run_with_cache(rendered_string) per prompt, every position kept.
+
+    The bridge wraps ``model`` itself and switches it to eager attention in place, so run this after
+    the throughput measurements. Returns the bridge and the hook names, for :func:`check_values`."""
     import torch
     from transformer_lens.model_bridge import TransformerBridge
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from data_synthesis.io import read_test_rows
 
-    tok = AutoTokenizer.from_pretrained(sft)
-    hf = AutoModelForCausalLM.from_pretrained(sft, dtype=torch.float32)
-    bridge = TransformerBridge.boot_transformers(str(sft), hf_model=hf, tokenizer=tok, device="cpu")
+    device = model.get_input_embeddings().weight.device
+    bridge = TransformerBridge.boot_transformers(str(model_dir), hf_model=model, tokenizer=tok, device=str(device), dtype=model.dtype)
     names = [f"blocks.{i}.hook_mlp_out" for i in range(bridge.cfg.n_layers)]
     rows = read_test_rows(data)[:n_prompts]
     # the reference renders without lowercasing and passes the string, so TL prepends a second BOS
@@ -151,8 +222,26 @@ def bench_reference(sft: Path, data: Path, n_prompts: int, ours: float) -> None:
     run()
     seconds = _best(run, 1)
     rate = len(texts) / seconds
-    print(f"reference (TL run_with_cache, 1 prompt/forward, all positions): {seconds:.2f} s for {len(texts)} prompts, {rate:.1f} prompts/s")
+    print(f"reference (TL run_with_cache, 1 prompt/forward, all positions): {seconds:.2f} s for {len(texts)} prompts, "
+          f"{rate:.1f} prompts/s (about {sum(len(tok(t).input_ids) for t in texts) / len(texts):.0f} tokens each)")
     print(f"ours vs reference: {ours / rate:.1f}x  [target >= 10x: {'PASS' if ours / rate >= 10 else 'FAIL'}]")
+    return bridge, names
+
+
+def check_values(bridge: Any, names: list[str], prompts: Any, ours: Any, n: int = 4) -> None:
+    """Our batched, left-padded last-token mlp_out vs the bridge's on the same ids, one prompt at a time."""
+    import torch
+
+    worst_rel, worst_cos = 0.0, 1.0
+    with torch.no_grad():
+        for i in range(min(n, len(ours))):
+            ids = torch.tensor([prompts.ids[i]], device=bridge.cfg.device)
+            _, cache = bridge.run_with_cache(ids, names_filter=names)
+            ref = torch.stack([cache[name][0, -1] for name in names]).float().cpu()
+            worst_rel = max(worst_rel, float((ours[i] - ref).abs().max() / ref.abs().max()))
+            worst_cos = min(worst_cos, float(torch.nn.functional.cosine_similarity(ours[i], ref, dim=-1).min()))
+    print(f"values vs reference on {min(n, len(ours))} prompts (same ids): max |diff| / max |ref| {worst_rel:.2e}, "
+          f"min cosine per layer {worst_cos:.5f}")
 
 
 RSS_SCRIPT = """
@@ -178,30 +267,71 @@ def bench_rss(sft: Path, dpo: Path, tmp: Path, n_small: int, batch_size: int) ->
     print(f"peak RSS growth for 10x prompts: {growth:+.1%}  [target <= +20%: {'PASS' if growth <= 0.20 else 'FAIL'}]")
 
 
-def main() -> int:
+def _ints(text: str, sep: str = ",") -> list[int]:
+    return [int(part) for part in text.split(sep)]
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sft", type=Path)
     parser.add_argument("--dpo", type=Path)
+    parser.add_argument("--shape", choices=("tiny", *SHAPES), default="tiny", help="random model built when --sft/--dpo are not given")
+    parser.add_argument("--tokenizer-vocab", action="store_true", help="--shape llama-*: embedding rows = tokenizer size, not 128,256")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
     parser.add_argument("--prompts", type=int, default=128)
-    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--passage-words", type=lambda t: tuple(_ints(t, "-")), default=(150, 200), help="LO-HI words per passage")
+    parser.add_argument("--batch-size", type=_ints, default=[16], help="one or more, comma-separated (the first for record_run and RSS)")
     parser.add_argument("--reference-prompts", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip-e2e", action="store_true", help="no end-to-end record_run")
+    parser.add_argument("--skip-reference", action="store_true")
+    parser.add_argument("--skip-rss", action="store_true")
     parser.add_argument("--quick", action="store_true", help="64 prompts, 1 repeat, 8 reference prompts, RSS at 16/160 prompts")
     args = parser.parse_args()
     if args.quick:
         args.prompts, args.repeats, args.reference_prompts = 64, 1, 8
+    if (args.sft is None) != (args.dpo is None):
+        parser.error("give both --sft and --dpo, or neither")
+    if args.sft and args.shape != "tiny":
+        parser.error("--shape builds a random model; it cannot be combined with --sft/--dpo")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
     with tempfile.TemporaryDirectory(prefix="bench_probes_") as tmp_name:
         tmp = Path(tmp_name)
-        if (args.sft is None) != (args.dpo is None):
-            parser.error("give both --sft and --dpo, or neither")
-        sft, dpo = (args.sft, args.dpo) if args.sft else build_pair(tmp)
-        data = write_rows(tmp / "rows.jsonl", args.prompts)
+        sft = dpo = None
+        if args.shape == "tiny":
+            from probes.pair import load_pair
+
+            sft, dpo = (args.sft, args.dpo) if args.sft else build_pair(tmp)
+            pair = load_pair(sft, dpo, device=args.device, dtype=args.dtype)
+            model, tokenizer, model_dir = pair.sft, pair.tokenizer, sft
+        else:
+            model, tokenizer, model_dir = build_random(args.shape, tmp, args.device, args.dtype, args.tokenizer_vocab)
+        data = write_rows(tmp / "rows.jsonl", args.prompts, words=args.passage_words)
+        prompts = load_prompts(tokenizer, data)
         print("== 1. throughput")
-        ours = bench_throughput(sft, dpo, data, args.batch_size, args.repeats, tmp)
-        print("== 2. vs the reference approach")
-        bench_reference(sft, data, args.reference_prompts, ours)
-        print("== 3. peak memory")
-        bench_rss(sft, dpo, tmp, 16 if args.quick else 32, args.batch_size)
+        rates = {}
+        for batch_size in args.batch_size:
+            t_plain, t_rec, first = bench_throughput(model, tokenizer, prompts, batch_size, args.repeats)
+            rates[batch_size] = len(prompts) / t_rec
+            if batch_size == args.batch_size[0]:
+                t_plain0, first0 = t_plain, first
+        if sft and dpo and not args.skip_e2e:
+            bench_e2e(sft, dpo, data, args.batch_size[0], tmp, t_plain0, args.device, args.dtype)
+        if not args.skip_reference:
+            print("== 2. vs the reference approach")
+            best = max(rates, key=rates.__getitem__)
+            if len(rates) > 1:
+                print(f"ours at its best batch size, {best}: {rates[best]:.1f} prompts/s")
+            bridge, names = bench_reference(model, tokenizer, model_dir, data, args.reference_prompts, rates[best])
+            check_values(bridge, names, prompts, first0)
+        if sft and dpo and not args.skip_rss:
+            print("== 3. peak memory")
+            bench_rss(sft, dpo, tmp, 16 if args.quick else 32, args.batch_size[0])
     return 0
 
 

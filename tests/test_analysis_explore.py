@@ -46,7 +46,7 @@ def test_drill_down_rejects_bad_targets(run_dir: Path, layer: int, unit: int, mo
 def test_tables_and_strict_fdr_selection(run_dir: Path, tmp_path: Path) -> None:
     result = analyze_run(run_dir, metric="effect_size", out_dir=tmp_path, plots=False)
     maps = result.maps[("multi_turn", "mlp_out")]
-    assert list(profile_frame(maps).columns) == ["rank", "layer", "mean_abs_delta", "share_significant", "n_significant"]
+    assert list(profile_frame(maps).columns) == ["rank", "layer", "mean_abs_delta", "share_significant", "n_significant", "rms_sft", "rms_dpo"]
     assert len(top_units_frame(maps, 7)) == 7
     everything = select_neurons(maps, rule="fdr", k=None, alpha=0.05)
     assert len(everything) == int(maps.significant(0.05).sum()) and everything.selection["k"] is None

@@ -157,3 +157,36 @@ def test_all_means_every_recorded_capability(run, tmp_path: Path, names) -> None
 def test_run_dir_without_activations_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ProbeError, match="no activations.h5 here"):
         analyze_run(tmp_path, plots=False)
+
+
+def _quiet_layer_run(run_dir: Path) -> None:
+    """Layers 0-3: loud (RMS ~1), SFT and DPO alike. Layers 4-7: near-silent (RMS ~1e-4), every unit reshuffled by DPO."""
+    from probes.store import RunWriter
+
+    rng = np.random.default_rng(7)
+    n, layers, width = 80, 8, 16
+    scale = np.array([1.0] * 4 + [1e-4] * 4)[None, :, None]
+    sft = rng.standard_normal((n, layers, width)) * scale
+    dpo = sft + 0.05 * rng.standard_normal((n, layers, width)) * scale
+    dpo[:, 4:] = rng.standard_normal((n, 4, width)) * 1e-4 + np.linspace(-3e-4, 3e-4, width)  # ranks move, sizes do not
+    with RunWriter(run_dir, {"test": True}, chunk_rows=16) as writer:
+        for model in ("sft", "dpo"):
+            writer.set_model_info(model, {"weights_sha256": model, "n_layers": layers})
+        writer.append_samples("multi_turn", np.arange(n), ["t"] * n, np.full(n, 10), [""] * n)
+        for model, acts in (("sft", sft), ("dpo", dpo)):
+            writer.append_activations(model, "multi_turn", "mlp_out", acts.astype(np.float32), list(range(layers)))
+
+
+def test_layer_scale_is_kept_and_a_neuron_set_in_silent_layers_is_flagged(tmp_path: Path) -> None:
+    _quiet_layer_run(tmp_path / "run")
+    counts = analyze_run(tmp_path / "run", layers="all", top_k=8, out_dir=tmp_path / "counts", plots=False)
+    maps = _maps(counts)
+    assert maps.layer_rms is not None and maps.layer_rms.shape == (2, 8)
+    assert np.all(maps.layer_rms[:, :4] > 0.5) and np.all(maps.layer_rms[:, 4:] < 1e-3)
+    assert maps.quiet_layers() == [4, 5, 6, 7]
+    profile = {row["layer"]: row for row in counts.summary["capabilities"]["multi_turn"]["mlp_out"]["top_layers"]}
+    assert profile[5]["rms_sft"] < 1e-3 < 0.5 < profile[1]["rms_dpo"]
+    assert any("selected units sit in layers 4-7" in w and "mean_diff" in w for w in counts.warnings)
+    assert np.array_equal(load_maps(counts.maps_path)[0].layer_rms, maps.layer_rms)
+    by_size = analyze_run(tmp_path / "run", metric="mean_diff", layers="all", top_k=8, out_dir=tmp_path / "means", plots=False)
+    assert not any("selected units" in w for w in by_size.warnings)

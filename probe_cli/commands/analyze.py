@@ -1,8 +1,8 @@
 """``probe analyze RUN_DIR``: discrepancy maps, neuron sets, plots and the top-layers table.
 
 Thin wrapper over :func:`analysis.analyze_run`; prints, per capability and hook, the
-layers ranked by mean |Δ| with the share of FDR-significant units, then any warnings
-(clipped layer window, skipped PNG export) and where the files went.
+layers ranked by mean |Δ| with the share of FDR-significant units and each layer's RMS activation per model, then any warnings
+(clipped layer window, skipped PNG export, a neuron set in near-silent layers) and where the files went.
 ``print_report`` is reused by ``probe run`` to end a recording with the same table.
 """
 
@@ -64,13 +64,14 @@ def print_report(result: AnalysisResult, console: Console, show: int = 5) -> Non
     for cap, by_hook in summary["capabilities"].items():
         for hook, body in by_hook.items():
             table = Table(title=f"{cap} · {hook} · {summary['metric']} · N={body['n_samples']} · layers {body['layers']}")
-            for name in ("rank", "layer", "mean |Δ|", f"share q≤{alpha:g}", "top unit", "its Δ"):
+            for name in ("rank", "layer", "mean |Δ|", f"share q≤{alpha:g}", "RMS sft", "RMS dpo", "top unit", "its Δ"):
                 table.add_column(name, justify="right")
             best = _best_unit_by_layer(body["top_units"])
             for row in body["top_layers"][:show]:
                 unit = best.get(row["layer"])
                 table.add_row(
                     str(row["rank"]), str(row["layer"]), f"{row['mean_abs_delta']:.4g}", f"{row['share_significant']:.1%}",
+                    f"{row['rms_sft']:.3g}" if "rms_sft" in row else "-", f"{row['rms_dpo']:.3g}" if "rms_dpo" in row else "-",
                     str(unit["unit"]) if unit else "-", f"{unit['delta']:+.4g}" if unit else "-",
                 )
             console.print(table)

@@ -92,4 +92,6 @@ def _print_top_layers(analysis: Any, shown: int = 5) -> None:
             if top:
                 layers = [str(t.get("layer", t)) if isinstance(t, dict) else str(t) for t in top[:shown]]
                 console.print(f"{cap} / {hook}: top discrepancy layers {', '.join(layers)}")
+    for note in getattr(analysis, "warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {note}")
     console.print(f"analysis: {analysis.out_dir}")
