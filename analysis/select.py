@@ -55,7 +55,11 @@ def select_neurons(
     ranked = ranked_units(maps, mask)
     chosen = ranked if k is None else ranked[:k]
     neurons = [Neuron(maps.layers[row], int(unit), float(maps.delta[row, unit])) for row, unit in chosen]
+    metric_settings = dict(maps.settings)
+    if "k" in metric_settings:  # topk_count's units kept per sample, not the selection's k
+        metric_settings["kept_per_sample"] = metric_settings.pop("k")
     selection: dict[str, Any] = {
+        **metric_settings,
         "rule": rule,
         "k": k,
         "threshold": threshold,
@@ -63,7 +67,6 @@ def select_neurons(
         "window": format_layers(maps.layers),
         "n_candidates": int(len(ranked)),
         "n_samples": maps.n_samples,
-        **maps.settings,
     }
     if rule == "fdr":
         selection["alpha"] = alpha

@@ -184,6 +184,8 @@ def test_layer_scale_is_kept_and_a_neuron_set_in_silent_layers_is_flagged(tmp_pa
     assert maps.layer_rms is not None and maps.layer_rms.shape == (2, 8)
     assert np.all(maps.layer_rms[:, :4] > 0.5) and np.all(maps.layer_rms[:, 4:] < 1e-3)
     assert maps.quiet_layers() == [4, 5, 6, 7]
+    chosen = NeuronSet.load(counts.neuron_sets[("multi_turn", "mlp_out")])
+    assert chosen.selection["k"] == 8 and chosen.selection["kept_per_sample"] == 3  # the set's k, not top-20% of 16
     profile = {row["layer"]: row for row in counts.summary["capabilities"]["multi_turn"]["mlp_out"]["top_layers"]}
     assert profile[5]["rms_sft"] < 1e-3 < 0.5 < profile[1]["rms_dpo"]
     assert any("selected units sit in layers 4-7" in w and "mean_diff" in w for w in counts.warnings)
