@@ -178,6 +178,8 @@ class _Runner:
         self.model, self.tokenizer = load_model(self.model_dir, config.dtype, config.device)
         source = f"--units {config.units}" if config.units else str(config.neurons or "the run's neuron set")
         check_against_model(self.neurons, self.model, source)
+        # drawn before any generation, so an impossible placebo fails in seconds, not after every arm
+        self.placebo_sets = placebo_sets(self.neurons, width(self.model, self.neurons.hook), config.placebo, config.seed)
         self.judge = judge or make_judge(config.judge, base_url=config.judge_base_url, model=config.judge_model)
         from training.generation import GenerationConfig
 
@@ -215,7 +217,7 @@ class _Runner:
         if main.guard.factor_rounds_to_one:
             self.progress(f"placebo skipped: factor {cfg.factor!r} is a no-op in {cfg.dtype}")
             return {"n_sets": 0, "seed": cfg.seed, "factor": cfg.factor, "sets": [], "skipped": f"factor is a no-op in {cfg.dtype}"}
-        sets = placebo_sets(self.neurons, width(self.model, self.neurons.hook), cfg.placebo, cfg.seed)
+        sets = self.placebo_sets
         deltas: dict[str, list[float]] = {cap.value: [] for cap in self.groups}
         changed: dict[str, list[int]] = {cap.value: [] for cap in self.groups}
         for k, neurons in enumerate(sets):

@@ -108,6 +108,20 @@ def test_bfloat16_paper_factor_is_flagged_as_noop(tiny_pair, test_file: Path, tm
     assert report.placebo["n_sets"] == 0 and "no-op in bfloat16" in report.placebo["skipped"]  # placebos of a no-op are no-ops
 
 
+def test_an_impossible_placebo_fails_before_any_generation(tiny_pair, test_file: Path, tmp_path: Path, monkeypatch):
+    from data_synthesis.errors import ProbeError
+    from interventions.generation import ABGenerator
+
+    def no_generation(*_args, **_kwargs):
+        raise AssertionError("generation started before the placebo sets were checked")
+
+    monkeypatch.setattr(ABGenerator, "run", no_generation)
+    config = ABConfig(model_dir=tiny_pair[1], data_file=test_file, units="1:0-19", hook=HOOK, placebo=1, limit=1, out_dir=tmp_path)
+    with pytest.raises(ProbeError, match="layer 1 has 20 of 32 units selected.*--placebo 0"):
+        run_ab(config)
+    assert not (tmp_path / "ab_report.json").exists()
+
+
 def test_example_script_runs(tiny_pair, test_file: Path, tmp_path: Path, capsys):
     spec = importlib.util.spec_from_file_location("before_after", REPO / "examples" / "before_after.py")
     module = importlib.util.module_from_spec(spec)
