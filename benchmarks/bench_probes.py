@@ -8,8 +8,8 @@
 3. peak RSS of ``record_run`` in a fresh subprocess for N and 10N prompts (target <= +20%).
 
 Without ``--sft/--dpo`` it builds a tiny random 32-layer Llama pair (hidden 64, MLP 256) in a
-temp dir; the prompts are synthetic RoleMRC-shaped multi-turn rows of about 200 tokens
-(``--passage-words 480-860`` makes them about 500-900).
+temp dir; the prompts are synthetic RoleMRC-shaped multi-turn rows of 250-300 tokens
+(``--passage-words 480-860`` makes them 580-960, about 780 on average).
 
 ``--shape llama-1b|llama-8b`` instead initialises one random model of that size directly on
 ``--device`` (Llama-3.2-1B / Llama-3.1-8B widths, the real 128,256-row vocabulary unless
