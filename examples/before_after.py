@@ -7,6 +7,9 @@ percentile, plus a few prompts whose response changed.
 
     # after `probe run --capability multi_turn` (which also ranks units):
     python examples/before_after.py runs/<run> --factor 0 --limit 40 --placebo 5
+    # units ranked by the size of the change rather than by rank counts:
+    probe analyze runs/<run> --metric mean_diff --out runs/<run>/analysis_mean_diff
+    python examples/before_after.py runs/<run> --neurons runs/<run>/analysis_mean_diff/neurons_multi_turn_mlp_out.json --top-k 32 --factor 0
     # or on any model and data file, with explicit units:
     python examples/before_after.py --model-dir DIR --data test.jsonl --units 14:3,14:9,20:0 --factor 0
 
@@ -22,7 +25,7 @@ from pathlib import Path
 
 from data_synthesis.errors import ProbeError
 from interventions import PAPER_FACTOR, ABConfig, run_ab
-from interventions.report import fmt_delta, fmt_p, fmt_pct
+from interventions.report import fmt_delta, fmt_p, fmt_pct, fmt_percentile
 
 
 def newest_run(root: Path = Path("runs")) -> Path:
@@ -37,6 +40,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("run_dir", nargs="?", type=Path)
     parser.add_argument("--capability", default="multi_turn")
     parser.add_argument("--factor", type=float, default=PAPER_FACTOR)
+    parser.add_argument("--neurons", type=Path, default=None, help="a neuron-set file, e.g. from `probe analyze --metric mean_diff`")
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--units", default=None)
     parser.add_argument("--hook", default="mlp_out", help="hook point of --units / --top-k")
@@ -52,7 +56,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     run_dir = args.run_dir or (None if args.model_dir else newest_run())
-    config = ABConfig(run_dir=run_dir, capability=args.capability, factor=args.factor, top_k=args.top_k, units=args.units, hook=args.hook,
+    config = ABConfig(run_dir=run_dir, capability=args.capability, factor=args.factor, neurons=args.neurons, top_k=args.top_k,
+                      units=args.units, hook=args.hook,
                       model_dir=args.model_dir, data_file=args.data, limit=args.limit, placebo=args.placebo,
                       max_new_tokens=args.max_new_tokens, out_dir=args.out)
     report = run_ab(config, progress=lambda line: print(f"  .. {line}", file=sys.stderr))
@@ -61,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nScaling {report.neurons['size']} units of {report.neurons['hook']} by {arm.factor!r} in the {report.model} model ({report.dtype})")
     print(f"{'capability':<20} {'before':>7} {'after':>7} {'delta':>7}  {'95% CI':<16} {'p':>7} {'placebo':>8} {'changed':>8}")
     for c in arm.capabilities:
-        placebo = f"{c.placebo['percentile']:.0f}th" if c.placebo else "-"
+        placebo = fmt_percentile(c.placebo["percentile"]) if c.placebo else "-"
         print(f"{c.capability:<20} {fmt_pct(c.before):>7} {fmt_pct(c.after):>7} {fmt_delta(c.delta):>7}  "
               f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]{'':<2} {fmt_p(c.p_value):>7} {placebo:>8} {c.rows_changed:>4}/{c.n_rows}")
     for flag in arm.guard.flags:

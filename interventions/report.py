@@ -41,10 +41,21 @@ def fmt_p(p: float) -> str:
     return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
 
 
+def fmt_percentile(x: float) -> str:
+    """A percentile as an ordinal: 1st, 2nd, 3rd, 11th, 72nd, 100th.
+
+    >>> [fmt_percentile(x) for x in (0.4, 2.5, 11, 72.5, 100)]
+    ['0th', '2nd', '11th', '72nd', '100th']
+    """
+    n = int(round(x))  # half to even, as the former "{:.0f}th"
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def _placebo_cell(placebo: dict[str, Any] | None) -> str:
     if not placebo:
         return "—"
-    return f"{placebo['percentile']:.0f}th (p={fmt_p(placebo['p_empirical'])})"
+    return f"{fmt_percentile(placebo['percentile'])} (p={fmt_p(placebo['p_empirical'])})"
 
 
 def arm_table(arm: ArmResult) -> list[str]:
