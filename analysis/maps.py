@@ -67,6 +67,12 @@ class MetricMaps:
     settings: dict[str, Any] = field(default_factory=dict)
     layer_rms: np.ndarray | None = None  # (2, n_layers): RMS activation per layer, rows sft and dpo
 
+    def loudest_layer(self) -> int | None:
+        """The layer of largest RMS activation (larger of the two models); None without ``layer_rms``."""
+        if self.layer_rms is None or self.layer_rms.size == 0:
+            return None
+        return self.layers[int(self.layer_rms.max(axis=0).argmax())]
+
     def quiet_layers(self, ratio: float = 0.01) -> list[int]:
         """Layers whose RMS activation (larger of the two models) is below ``ratio`` × the loudest layer's."""
         if self.layer_rms is None or self.layer_rms.size == 0:
@@ -114,7 +120,7 @@ def compute_maps(run: RunReader, capability: str, hook: str, layers: list[int], 
         raise ProbeError(f"{run.path}: sft and dpo activations of {capability}/{hook} differ in shape: {sft.shape} vs {dpo.shape}")
     per_layer = _topk_layer if config.metric == "topk_count" else _paired_layer
     rows = map_layers(lambda i: per_layer(sft[:, i, :], dpo[:, i, :], config), len(layers))
-    sft_map, dpo_map, delta, pvalues, layer_rms = (np.stack([r[j] for r in rows], axis=-1 if j == 4 else 0) for j in range(5))
+    sft_map, dpo_map, delta, pvalues, rms = (np.stack([r[j] for r in rows]) for j in range(5))
     settings: dict[str, Any] = {"fdr_alpha": config.fdr_alpha}
     if config.metric == "topk_count":
         width = sft.shape[2]
@@ -123,7 +129,7 @@ def compute_maps(run: RunReader, capability: str, hook: str, layers: list[int], 
     else:
         settings.update(test=config.test)
     return MetricMaps(capability, hook, config.metric, list(layers), sft_map, dpo_map, delta, pvalues, bh_qvalues(pvalues), n, settings,
-                      layer_rms)
+                      layer_rms=rms.T)
 
 
 def _rms(x: np.ndarray) -> float:

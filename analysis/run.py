@@ -164,11 +164,9 @@ def _quiet_units_note(maps: MetricMaps, unit_layers: list[int], metric: str, rat
     n_quiet = sum(layer in quiet for layer in unit_layers)
     if not unit_layers or n_quiet * 2 <= len(unit_layers):
         return None
-    assert maps.layer_rms is not None
-    loudest = maps.layers[int(maps.layer_rms.max(axis=0).argmax())]
     advice = " (scale-blind metric; --metric mean_diff ranks by size)" if metric != "mean_diff" else ""
     return (f"{n_quiet} of {len(unit_layers)} selected units sit in layers {format_layers(sorted(quiet))}, whose RMS activation "
-            f"is below {ratio:.0%} of layer {loudest}'s: scaling them may change nothing downstream{advice}")
+            f"is below {ratio:.0%} of layer {maps.loudest_layer()}'s: scaling them may change nothing downstream{advice}")
 
 
 def _write_plots(result: AnalysisResult, config: AnalysisConfig, png: bool | None) -> None:

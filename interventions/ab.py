@@ -178,8 +178,12 @@ class _Runner:
         self.model, self.tokenizer = load_model(self.model_dir, config.dtype, config.device)
         source = f"--units {config.units}" if config.units else str(config.neurons or "the run's neuron set")
         check_against_model(self.neurons, self.model, source)
-        # drawn before any generation, so an impossible placebo fails in seconds, not after every arm
-        self.placebo_sets = placebo_sets(self.neurons, width(self.model, self.neurons.hook), config.placebo, config.seed)
+        # drawn before any generation, so an impossible placebo fails in seconds, not after every arm;
+        # none for a factor that is a no-op in the dtype (the placebo arm is skipped, see placebo())
+        import torch
+
+        wanted = config.placebo if dtype_noop_fraction(config.factor, getattr(torch, config.dtype)) > 0.0 else 0
+        self.placebo_sets = placebo_sets(self.neurons, width(self.model, self.neurons.hook), wanted, config.seed)
         self.judge = judge or make_judge(config.judge, base_url=config.judge_base_url, model=config.judge_model)
         from training.generation import GenerationConfig
 

@@ -27,6 +27,8 @@ def placebo_sets(real: NeuronSet, width: int, n_sets: int = 20, seed: int = 0) -
     """``n_sets`` random sets matching ``real`` layer by layer, excluding its units."""
     if n_sets < 0:
         raise ProbeError(f"--placebo must be 0 or more, got {n_sets}")
+    if n_sets == 0:
+        return []
     by_layer = real.by_layer()
     for layer, units in by_layer.items():
         if width - len(units) < len(units):

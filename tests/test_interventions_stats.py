@@ -100,5 +100,6 @@ def test_placebo_refuses_layers_without_room():
     real = NeuronSet([Neuron(0, u) for u in range(5)], "mlp_out")
     with pytest.raises(ProbeError, match="too few others"):
         placebo_sets(real, width=8, n_sets=2)
+    assert placebo_sets(real, width=8, n_sets=0) == []  # --placebo 0, the advice of that message, must work
     with pytest.raises(ProbeError, match="--placebo"):
         placebo_sets(_real(), 64, -1)

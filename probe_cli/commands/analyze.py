@@ -3,7 +3,8 @@
 Thin wrapper over :func:`analysis.analyze_run`; prints, per capability and hook, the
 layers ranked by mean |Δ| with the share of FDR-significant units and each layer's RMS activation per model, then any warnings
 (clipped layer window, skipped PNG export, a neuron set in near-silent layers) and where the files went.
-``print_report`` is reused by ``probe run`` to end a recording with the same table.
+``probe run`` ends a recording with a one-line summary per capability and the same
+warnings (:func:`print_warnings`).
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ def analyze(
     print_report(result, Console(), show)
 
 
+def print_warnings(result: AnalysisResult, console: Console) -> None:
+    for note in result.warnings:
+        console.print(f"[yellow]warning:[/yellow] {note}")
+
+
 def print_report(result: AnalysisResult, console: Console, show: int = 5) -> None:
     """The top-layers table per capability × hook, then warnings and output paths."""
     from rich.table import Table
@@ -75,8 +81,7 @@ def print_report(result: AnalysisResult, console: Console, show: int = 5) -> Non
                     str(unit["unit"]) if unit else "-", f"{unit['delta']:+.4g}" if unit else "-",
                 )
             console.print(table)
-    for note in result.warnings:
-        console.print(f"[yellow]warning:[/yellow] {note}")
+    print_warnings(result, console)
     console.print(f"summary: {result.summary_path}")
     console.print(f"maps: {result.maps_path}")
     for path in result.neuron_sets.values():

@@ -81,8 +81,10 @@ def _span(layers: list[int]) -> str:
 
 
 def _print_top_layers(analysis: Any, shown: int = 5) -> None:
-    """One line per capability and hook: the layers whose SFT/DPO discrepancy ranks highest."""
+    """One line per capability and hook: the layers whose SFT/DPO discrepancy ranks highest, then warnings."""
     from rich.console import Console
+
+    from probe_cli.commands.analyze import print_warnings
 
     console = Console()
     per_cap = analysis.summary.get("capabilities", analysis.summary)
@@ -92,6 +94,5 @@ def _print_top_layers(analysis: Any, shown: int = 5) -> None:
             if top:
                 layers = [str(t.get("layer", t)) if isinstance(t, dict) else str(t) for t in top[:shown]]
                 console.print(f"{cap} / {hook}: top discrepancy layers {', '.join(layers)}")
-    for note in getattr(analysis, "warnings", []):
-        console.print(f"[yellow]warning:[/yellow] {note}")
+    print_warnings(analysis, console)
     console.print(f"analysis: {analysis.out_dir}")
