@@ -9,7 +9,12 @@
 
 Without ``--sft/--dpo`` it builds a tiny random 32-layer Llama pair (hidden 64, MLP 256) in a
 temp dir; the prompts are synthetic RoleMRC-shaped multi-turn rows of 250-300 tokens
-(``--passage-words 480-860`` makes them 580-960, about 780 on average).
+(``--passage-words 480-860`` makes them 580-960, about 780 on average). ``--data FILE
+--capability CAP`` records that file's prompts of one capability instead, e.g. the default
+pair on its own test split (the main job's setting):
+
+    .venv/bin/python benchmarks/bench_probes.py --sft $PROBE_HOME/default_pair/sft \
+        --dpo $PROBE_HOME/default_pair/dpo --data $PROBE_HOME/default_pair/data/test.jsonl
 
 ``--shape llama-1b|llama-8b`` instead initialises one random model of that size directly on
 ``--device`` (Llama-3.2-1B / Llama-3.1-8B widths, the real 128,256-row vocabulary unless
@@ -135,12 +140,15 @@ def _gpu_peak() -> str:
     return f", GPU peak {peak:.1f} GiB"
 
 
-def load_prompts(tokenizer: Any, data: Path) -> Any:
+def load_prompts(tokenizer: Any, data: Path, capability: str = "multi_turn") -> Any:
     from data_synthesis.capabilities import Capability
     from data_synthesis.io import read_test_rows
     from probes.prompts import build_prompts
 
-    return build_prompts(tokenizer, read_test_rows(data), Capability.MULTI_TURN, add_generation_prompt=False)
+    prompts = build_prompts(tokenizer, read_test_rows(data), Capability(capability), add_generation_prompt=False)
+    if not prompts.sample_ids:
+        raise SystemExit(f"--data {data}: no row of capability {capability}")
+    return prompts
 
 
 def bench_throughput(model: Any, tokenizer: Any, prompts: Any, batch_size: int, repeats: int) -> tuple[float, float, Any]:
@@ -181,24 +189,36 @@ def bench_throughput(model: Any, tokenizer: Any, prompts: Any, batch_size: int, 
     return t_plain, t_rec, backend.record(batches[0])["mlp_out"]
 
 
-def bench_e2e(sft: Path, dpo: Path, data: Path, batch_size: int, tmp: Path, t_plain: float, device: str, dtype: str) -> None:
+def bench_e2e(sft: Path, dpo: Path, data: Path, prompts: Any, batch_size: int, tmp: Path, t_plain: float, device: str, dtype: str) -> None:
     from probes.config import RecordConfig
     from probes.recording import record_run
 
-    n = sum(1 for _ in data.open(encoding="utf-8"))
+    n = len(prompts)
     start = time.perf_counter()
-    record_run(RecordConfig(sft_dir=sft, dpo_dir=dpo, data_file=data, capabilities="multi_turn", out_dir=tmp / "e2e",
+    record_run(RecordConfig(sft_dir=sft, dpo_dir=dpo, data_file=data, capabilities=prompts.capability, out_dir=tmp / "e2e",
                             batch_size=batch_size, device=device, dtype=dtype), progress=False)
     t_e2e = time.perf_counter() - start
     print(f"record_run end to end (both models, load, hash, shards, HDF5): {t_e2e:.2f} s, "
           f"{2 * n / t_e2e:.1f} model-prompts/s ({t_e2e / (2 * t_plain):.2f}x the time of two plain forwards)")
 
 
-def bench_reference(model: Any, tok: Any, model_dir: Path, data: Path, n_prompts: int, ours: float) -> Any:
+def reference_sample(prompts: Any, n: int) -> list[int]:
+    """Indices of ``n`` prompts evenly spaced through the length-sorted set (its length quantiles).
+
+    >>> reference_sample(list(range(10)), 4)
+    [0, 3, 6, 9]
+    """
+    n = min(n, len(prompts))
+    return [round(i * (len(prompts) - 1) / max(n - 1, 1)) for i in range(n)]
+
+
+def bench_reference(model: Any, tok: Any, model_dir: Path, data: Path, prompts: Any, n_prompts: int, ours: float) -> Any:
     """interpret.py: HookedTransformer(...).run_with_cache(rendered_string) per prompt, every position kept.
 
-    The bridge wraps ``model`` itself and switches it to eager attention in place, so run this after
-    the throughput measurements. Returns the bridge and the hook names, for :func:`check_values`."""
+    It runs on a length-stratified subset of the same prompts (:func:`reference_sample`), so the
+    two rates are per prompt of the same length distribution. The bridge wraps ``model`` itself and
+    switches it to eager attention in place, so run this after the throughput measurements.
+    Returns the bridge and the hook names, for :func:`check_values`."""
     import torch
     from transformer_lens.model_bridge import TransformerBridge
 
@@ -207,7 +227,8 @@ def bench_reference(model: Any, tok: Any, model_dir: Path, data: Path, n_prompts
     device = model.get_input_embeddings().weight.device
     bridge = TransformerBridge.boot_transformers(str(model_dir), hf_model=model, tokenizer=tok, device=str(device), dtype=model.dtype)
     names = [f"blocks.{i}.hook_mlp_out" for i in range(bridge.cfg.n_layers)]
-    rows = read_test_rows(data)[:n_prompts]
+    all_rows = read_test_rows(data)
+    rows = [all_rows[prompts.sample_ids[i]] for i in reference_sample(prompts, n_prompts)]
     # the reference renders without lowercasing and passes the string, so TL prepends a second BOS
     texts = [tok.apply_chat_template([{"role": t.role.capitalize(), "content": t.content} for t in r.question], tokenize=False) for r in rows]
     kept: list[torch.Tensor] = []
@@ -254,15 +275,22 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
-def bench_rss(sft: Path, dpo: Path, tmp: Path, n_small: int, batch_size: int) -> None:
+def bench_rss(sft: Path, dpo: Path, tmp: Path, n_small: int, batch_size: int, repeats: int) -> None:
+    """Median over ``repeats`` fresh subprocesses: glibc's heap layout varies run to run by ~5%."""
+    import statistics
+
     peaks = {}
     for n in (n_small, 10 * n_small):
         data = write_rows(tmp / f"rss_{n}.jsonl", n, seed=1)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        out = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(sft), str(dpo), str(data), str(tmp / f"rss_run_{n}"), str(batch_size)],
-                             env=env, cwd=ROOT, capture_output=True, text=True, check=True)
-        peaks[n] = int(out.stdout.strip().splitlines()[-1]) / 1024
-        print(f"peak RSS recording {n:5d} prompts (mlp_out + mlp_post, all layers): {peaks[n]:7.1f} MiB")
+        runs = []
+        for r in range(repeats):
+            out = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(sft), str(dpo), str(data), str(tmp / f"rss_run_{n}_{r}"), str(batch_size)],
+                                 env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+            runs.append(int(out.stdout.strip().splitlines()[-1]) / 1024)
+        peaks[n] = statistics.median(runs)
+        print(f"peak RSS recording {n:5d} prompts (mlp_out + mlp_post, all layers): {peaks[n]:7.1f} MiB "
+              f"(median of {repeats}: {', '.join(f'{x:.0f}' for x in runs)})")
     growth = peaks[10 * n_small] / peaks[n_small] - 1
     print(f"peak RSS growth for 10x prompts: {growth:+.1%}  [target <= +20%: {'PASS' if growth <= 0.20 else 'FAIL'}]")
 
@@ -272,6 +300,8 @@ def _ints(text: str, sep: str = ",") -> list[int]:
 
 
 def parse_args() -> argparse.Namespace:
+    from data_synthesis.capabilities import Capability
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sft", type=Path)
     parser.add_argument("--dpo", type=Path)
@@ -279,7 +309,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tokenizer-vocab", action="store_true", help="--shape llama-*: embedding rows = tokenizer size, not 128,256")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
-    parser.add_argument("--prompts", type=int, default=128)
+    parser.add_argument("--data", type=Path, help="a test file (e.g. the default pair's data/test.jsonl) instead of synthetic rows")
+    parser.add_argument("--capability", default="multi_turn", choices=[c.value for c in Capability], help="whose prompts of --data to record (default multi_turn)")
+    parser.add_argument("--prompts", type=int, default=128, help="synthetic rows to write when --data is not given")
     parser.add_argument("--passage-words", type=lambda t: tuple(_ints(t, "-")), default=(150, 200), help="LO-HI words per passage")
     parser.add_argument("--batch-size", type=_ints, default=[16], help="one or more, comma-separated (the first for record_run and RSS)")
     parser.add_argument("--reference-prompts", type=int, default=16)
@@ -311,8 +343,8 @@ def main() -> int:
             model, tokenizer, model_dir = pair.sft, pair.tokenizer, sft
         else:
             model, tokenizer, model_dir = build_random(args.shape, tmp, args.device, args.dtype, args.tokenizer_vocab)
-        data = write_rows(tmp / "rows.jsonl", args.prompts, words=args.passage_words)
-        prompts = load_prompts(tokenizer, data)
+        data = args.data or write_rows(tmp / "rows.jsonl", args.prompts, words=args.passage_words)
+        prompts = load_prompts(tokenizer, data, args.capability)
         print("== 1. throughput")
         rates = {}
         for batch_size in args.batch_size:
@@ -321,17 +353,17 @@ def main() -> int:
             if batch_size == args.batch_size[0]:
                 t_plain0, first0 = t_plain, first
         if sft and dpo and not args.skip_e2e:
-            bench_e2e(sft, dpo, data, args.batch_size[0], tmp, t_plain0, args.device, args.dtype)
+            bench_e2e(sft, dpo, data, prompts, args.batch_size[0], tmp, t_plain0, args.device, args.dtype)
         if not args.skip_reference:
             print("== 2. vs the reference approach")
             best = max(rates, key=rates.__getitem__)
             if len(rates) > 1:
                 print(f"ours at its best batch size, {best}: {rates[best]:.1f} prompts/s")
-            bridge, names = bench_reference(model, tokenizer, model_dir, data, args.reference_prompts, rates[best])
+            bridge, names = bench_reference(model, tokenizer, model_dir, data, prompts, args.reference_prompts, rates[best])
             check_values(bridge, names, prompts, first0)
         if sft and dpo and not args.skip_rss:
             print("== 3. peak memory")
-            bench_rss(sft, dpo, tmp, 16 if args.quick else 32, args.batch_size[0])
+            bench_rss(sft, dpo, tmp, 16 if args.quick else 32, args.batch_size[0], args.repeats)
     return 0
 
 
