@@ -67,17 +67,20 @@ class MetricMaps:
     settings: dict[str, Any] = field(default_factory=dict)
     layer_rms: np.ndarray | None = None  # (2, n_layers): RMS activation per layer, rows sft and dpo
 
+    def loudness(self) -> np.ndarray | None:
+        """(n_layers,) RMS activation per layer, the larger of the two models'; None without ``layer_rms``."""
+        return None if self.layer_rms is None or self.layer_rms.size == 0 else self.layer_rms.max(axis=0)
+
     def loudest_layer(self) -> int | None:
         """The layer of largest RMS activation (larger of the two models); None without ``layer_rms``."""
-        if self.layer_rms is None or self.layer_rms.size == 0:
-            return None
-        return self.layers[int(self.layer_rms.max(axis=0).argmax())]
+        loudness = self.loudness()
+        return None if loudness is None else self.layers[int(loudness.argmax())]
 
     def quiet_layers(self, ratio: float = 0.01) -> list[int]:
         """Layers whose RMS activation (larger of the two models) is below ``ratio`` × the loudest layer's."""
-        if self.layer_rms is None or self.layer_rms.size == 0:
+        loudness = self.loudness()
+        if loudness is None:
             return []
-        loudness = self.layer_rms.max(axis=0)
         return [layer for layer, rms in zip(self.layers, loudness) if rms < ratio * loudness.max()]
 
     @property

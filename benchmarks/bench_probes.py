@@ -140,12 +140,11 @@ def _gpu_peak() -> str:
     return f", GPU peak {peak:.1f} GiB"
 
 
-def load_prompts(tokenizer: Any, data: Path, capability: str = "multi_turn") -> Any:
+def load_prompts(tokenizer: Any, rows: list[Any], data: Path, capability: str = "multi_turn") -> Any:
     from data_synthesis.capabilities import Capability
-    from data_synthesis.io import read_test_rows
     from probes.prompts import build_prompts
 
-    prompts = build_prompts(tokenizer, read_test_rows(data), Capability(capability), add_generation_prompt=False)
+    prompts = build_prompts(tokenizer, rows, Capability(capability), add_generation_prompt=False)
     if not prompts.sample_ids:
         raise SystemExit(f"--data {data}: no row of capability {capability}")
     return prompts
@@ -212,7 +211,7 @@ def reference_sample(prompts: Any, n: int) -> list[int]:
     return [round(i * (len(prompts) - 1) / max(n - 1, 1)) for i in range(n)]
 
 
-def bench_reference(model: Any, tok: Any, model_dir: Path, data: Path, prompts: Any, n_prompts: int, ours: float) -> Any:
+def bench_reference(model: Any, tok: Any, model_dir: Path, all_rows: list[Any], prompts: Any, n_prompts: int, ours: float) -> Any:
     """interpret.py: HookedTransformer(...).run_with_cache(rendered_string) per prompt, every position kept.
 
     It runs on a length-stratified subset of the same prompts (:func:`reference_sample`), so the
@@ -222,12 +221,9 @@ def bench_reference(model: Any, tok: Any, model_dir: Path, data: Path, prompts: 
     import torch
     from transformer_lens.model_bridge import TransformerBridge
 
-    from data_synthesis.io import read_test_rows
-
     device = model.get_input_embeddings().weight.device
     bridge = TransformerBridge.boot_transformers(str(model_dir), hf_model=model, tokenizer=tok, device=str(device), dtype=model.dtype)
     names = [f"blocks.{i}.hook_mlp_out" for i in range(bridge.cfg.n_layers)]
-    all_rows = read_test_rows(data)
     rows = [all_rows[prompts.sample_ids[i]] for i in reference_sample(prompts, n_prompts)]
     # the reference renders without lowercasing and passes the string, so TL prepends a second BOS
     texts = [tok.apply_chat_template([{"role": t.role.capitalize(), "content": t.content} for t in r.question], tokenize=False) for r in rows]
@@ -344,7 +340,10 @@ def main() -> int:
         else:
             model, tokenizer, model_dir = build_random(args.shape, tmp, args.device, args.dtype, args.tokenizer_vocab)
         data = args.data or write_rows(tmp / "rows.jsonl", args.prompts, words=args.passage_words)
-        prompts = load_prompts(tokenizer, data, args.capability)
+        from data_synthesis.io import read_test_rows
+
+        rows = read_test_rows(data)
+        prompts = load_prompts(tokenizer, rows, data, args.capability)
         print("== 1. throughput")
         rates = {}
         for batch_size in args.batch_size:
@@ -359,7 +358,7 @@ def main() -> int:
             best = max(rates, key=rates.__getitem__)
             if len(rates) > 1:
                 print(f"ours at its best batch size, {best}: {rates[best]:.1f} prompts/s")
-            bridge, names = bench_reference(model, tokenizer, model_dir, data, prompts, args.reference_prompts, rates[best])
+            bridge, names = bench_reference(model, tokenizer, model_dir, rows, prompts, args.reference_prompts, rates[best])
             check_values(bridge, names, prompts, first0)
         if sft and dpo and not args.skip_rss:
             print("== 3. peak memory")

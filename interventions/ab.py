@@ -178,11 +178,10 @@ class _Runner:
         self.model, self.tokenizer = load_model(self.model_dir, config.dtype, config.device)
         source = f"--units {config.units}" if config.units else str(config.neurons or "the run's neuron set")
         check_against_model(self.neurons, self.model, source)
+        self.torch_dtype = self.model.dtype
         # drawn before any generation, so an impossible placebo fails in seconds, not after every arm;
         # none for a factor that is a no-op in the dtype (the placebo arm is skipped, see placebo())
-        import torch
-
-        wanted = config.placebo if dtype_noop_fraction(config.factor, getattr(torch, config.dtype)) > 0.0 else 0
+        wanted = config.placebo if dtype_noop_fraction(config.factor, self.torch_dtype) > 0.0 else 0
         self.placebo_sets = placebo_sets(self.neurons, width(self.model, self.neurons.hook), wanted, config.seed)
         self.judge = judge or make_judge(config.judge, base_url=config.judge_base_url, model=config.judge_model)
         from training.generation import GenerationConfig
@@ -210,9 +209,7 @@ class _Runner:
         self.progress(f"{role} arm: factor {factor!r} on {len(self.neurons)} units")
         arm = self.arm(self.neurons, factor)
         rows_changed = sum(a != b for a, b in zip(arm[0].ids, self.base[0].ids))
-        import torch
-
-        guard = build_guard(factor, self.config.dtype, dtype_noop_fraction(factor, getattr(torch, self.config.dtype)),
+        guard = build_guard(factor, self.config.dtype, dtype_noop_fraction(factor, self.torch_dtype),
                             arm[0].hook_stats, len(self.rows), rows_changed)
         return ArmResult(factor, role, self.results(arm), guard, arm[0].seconds, arm[0].n_tokens), arm
 

@@ -50,7 +50,18 @@ def _safetensors_records(path: Path) -> Iterator[bytes]:
             start, end = info["data_offsets"]
             handle.seek(8 + size + start)
             yield f"{name}:{info['dtype']}:{info['shape']}".encode()
-            yield handle.read(end - start)
+            yield from _blocks(handle, end - start)
+
+
+def _blocks(handle: Any, n_bytes: int | None = None, block: int = 1 << 20) -> Iterator[bytes]:
+    """The next ``n_bytes`` of ``handle`` (all of it when None) in blocks of at most ``block`` bytes."""
+    while n_bytes is None or n_bytes > 0:
+        chunk = handle.read(block if n_bytes is None else min(block, n_bytes))
+        if not chunk:
+            return
+        if n_bytes is not None:
+            n_bytes -= len(chunk)
+        yield chunk
 
 
 def weights_digest(model_dir: Path) -> str:
@@ -65,7 +76,9 @@ def weights_digest(model_dir: Path) -> str:
             digest.update(record)
     for path in sorted(Path(model_dir).glob("pytorch_model*.bin")):  # not training_args.bin (it holds paths)
         digest.update(path.name.encode())
-        digest.update(path.read_bytes())
+        with path.open("rb") as handle:
+            for chunk in _blocks(handle):
+                digest.update(chunk)
     return digest.hexdigest()
 
 

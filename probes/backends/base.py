@@ -97,13 +97,13 @@ class Collector:
     def reset(self, attention_mask: torch.Tensor | None) -> None:
         self.mask = attention_mask
         self.counts = {(h, layer): 0 for h in self.hooks for layer in self.layers}
-        self.filled: set[tuple[str, int]] = set()
+        self.n_stored = 0
         n = 0 if attention_mask is None else attention_mask.shape[0]
         self.buffers = {h: torch.empty(n, len(self.layers), self.widths[h], device=self.device) for h in self.hooks}
 
     @property
     def complete(self) -> bool:
-        return len(self.filled) == len(self.counts)
+        return self.n_stored == len(self.counts)
 
     def take(self, hook: str, layer: int, x: torch.Tensor) -> None:
         """Record one hook point's [B, T, W] tensor (called from inside the forward)."""
@@ -118,7 +118,7 @@ class Collector:
 
     def _store(self, hook: str, layer: int, value: torch.Tensor) -> None:
         self.buffers[hook][:, self._slot[layer]].copy_(value)  # casts, and crosses devices under device_map="auto"
-        self.filled.add((hook, layer))
+        self.n_stored += 1  # _check has refused a second firing, so each (hook, layer) counts once
 
     def _check(self, hook: str, layer: int, fired: int, full_width: int) -> None:
         self.counts[(hook, layer)] = fired
