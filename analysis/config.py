@@ -9,7 +9,7 @@ Example:
     >>> AnalysisConfig(metric="mean_diff", normalize="width")
     Traceback (most recent call last):
     ...
-    data_synthesis.errors.ProbeError: --normalize width only applies to --metric topk_count (the authors' /d_model scaling of count differences)
+    core.errors.ProbeError: --normalize width only applies to --metric topk_count (the authors' /d_model scaling of count differences)
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from analysis.stats import TESTS
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 
 METRICS: tuple[str, ...] = ("topk_count", "mean_diff", "effect_size")
 NORMALIZATIONS: tuple[str, ...] = ("samples", "width")

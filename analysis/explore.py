@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis.maps import MetricMaps
 from analysis.profile import layer_profile, top_units
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from probes.store import MODELS, RunReader
 
 

@@ -44,7 +44,7 @@ import numpy as np
 from analysis.config import AnalysisConfig
 from analysis.stats import bh_qvalues, effect_size_dz, mcnemar_exact, paired_pvalues
 from analysis.topk import column_counts, k_for, map_layers, topk_mask
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from probes.store import RunReader
 
 _ARRAYS = ("sft", "dpo", "delta", "pvalues", "qvalues")

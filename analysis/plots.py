@@ -28,7 +28,7 @@ from plotly.subplots import make_subplots
 from analysis.maps import MetricMaps
 from analysis.profile import layer_profile, unit_order
 from data_synthesis.capabilities import parse_capability
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 
 _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 _VALUE_LABEL = {"topk_count": "count in top k%", "mean_diff": "mean activation", "effect_size": "mean activation"}

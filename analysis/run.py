@@ -35,7 +35,7 @@ from analysis.profile import layer_profile, top_units
 from analysis.select import select_neurons
 from analysis.window import format_layers, resolve_window
 from data_synthesis.capabilities import parse_capabilities
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from probes.hook_points import validate_hook
 from probes.store import MODELS, RunReader
 

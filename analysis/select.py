@@ -29,7 +29,7 @@ from analysis.maps import MetricMaps
 from analysis.neuron_sets import Neuron, NeuronSet
 from analysis.profile import ranked_units
 from analysis.window import format_layers
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 
 
 def select_neurons(

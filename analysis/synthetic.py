@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from probes.store import RunWriter
 
 Planted = dict[str, list[tuple[int, int]]]

@@ -35,7 +35,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 
 T = TypeVar("T")
 

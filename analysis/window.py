@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 from analysis.config import DEFAULT_LAYERS
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from probes.hook_points import parse_layers
 
 _DEFAULT_START_FRACTION = 12 / 32

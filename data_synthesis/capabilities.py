@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 
 
 class Capability(str, Enum):

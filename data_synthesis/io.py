@@ -1,7 +1,7 @@
 """Read and write RoleMRC JSONL files with line-precise validation.
 
 Readers never drop a row silently: the first malformed line raises
-:class:`~data_synthesis.errors.DataError` naming the file, the 1-based line and
+:class:`~core.errors.DataError` naming the file, the 1-based line and
 what was expected. Writers are atomic (a temporary file renamed into place), so an
 interrupted write never leaves a half file where a good one was.
 
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from data_synthesis.capabilities import ALL_CAPABILITIES, TASKS_BY_NAME, Capability, capabilities_of
-from data_synthesis.errors import DataError
+from core.errors import DataError
 from data_synthesis.schema import ROLES, DPORow, Role, SFTRow, TestRow, Turn, validate_conversation
 
 RowT = TypeVar("RowT")

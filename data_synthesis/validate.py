@@ -4,7 +4,7 @@ Users bring the published files, their own synthesized ones, or hand-edited ones
 answers "does it load, what kind is it, and how does it group" before a long run
 starts. The kind is detected from the first row's fields (``question`` -> test,
 ``conversations`` -> SFT, ``prompt`` -> DPO) unless given. Errors are the readers' own
-line-precise :class:`~data_synthesis.errors.DataError`.
+line-precise :class:`~core.errors.DataError`.
 
 Example:
     >>> report = validate_file("roleMRC_test.jsonl")                  # doctest: +SKIP
@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from data_synthesis.errors import DataError, ProbeError
+from core.errors import DataError, ProbeError
 from data_synthesis.io import group_by_capability, iter_jsonl, read_dpo_rows, read_sft_rows, read_test_rows
 
 KINDS = ("auto", "test", "sft", "dpo")

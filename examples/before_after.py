@@ -23,7 +23,7 @@ import json
 import sys
 from pathlib import Path
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from interventions import PAPER_FACTOR, ABConfig, run_ab
 from interventions.report import fmt_delta, fmt_p, fmt_pct, fmt_percentile
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from analysis.neuron_sets import NeuronSet
 from data_synthesis.capabilities import Capability
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from data_synthesis.judge.base import Judge
 from data_synthesis.io import group_by_capability, read_test_rows
 from data_synthesis.schema import TestRow

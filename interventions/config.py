@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from data_synthesis.capabilities import Capability, parse_capability
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from interventions.generation import BACKENDS
 from interventions.scaling import PAPER_FACTOR, validate_factor
 from interventions.scoring import JUDGES

@@ -31,7 +31,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from analysis.neuron_sets import NeuronSet
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from data_synthesis.schema import TestRow
 from interventions.scaling import scaled_units, validate_factor
 from interventions.selection import check_against_model

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 
 if TYPE_CHECKING:
     from interventions.generation import Intervention

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from analysis.neuron_sets import Neuron, NeuronSet
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 
 
 def placebo_sets(real: NeuronSet, width: int, n_sets: int = 20, seed: int = 0) -> list[NeuronSet]:

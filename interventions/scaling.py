@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from analysis.neuron_sets import NeuronSet
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from interventions.selection import check_against_model
 from probes.hook_points import attach
 

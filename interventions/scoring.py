@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from data_synthesis.judge.base import Judge, Verdict
 from data_synthesis.schema import TestRow
 

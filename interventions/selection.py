@@ -19,7 +19,7 @@ from pathlib import Path
 from torch import nn
 
 from analysis.neuron_sets import Neuron, NeuronSet
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from probes.hook_points import n_layers, validate_hook, width
 
 

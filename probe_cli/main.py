@@ -2,7 +2,7 @@
 
 Each module in :mod:`probe_cli.commands` defines ``register(app)`` and adds its
 commands; each command parses arguments, calls one library function and prints.
-Library code raises :class:`~data_synthesis.errors.ProbeError` for user mistakes;
+Library code raises :class:`~core.errors.ProbeError` for user mistakes;
 here that becomes one line on stderr and exit status 2, with no traceback.
 Heavy libraries (torch, transformers) are imported inside commands, so
 ``probe --help`` stays fast.
@@ -17,7 +17,7 @@ import sys
 
 import typer
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from probe_cli import commands
 
 app = typer.Typer(

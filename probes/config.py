@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from data_synthesis.capabilities import Capability, parse_capabilities
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from probes.hook_points import HOOK_POINTS, validate_hook
 
 POSITIONS: tuple[str, ...] = ("last", "mean")

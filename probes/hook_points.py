@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 
 HOOK_POINTS: tuple[str, ...] = ("mlp_out", "attn_out", "resid_post", "mlp_post")
 TL_NAMES: dict[str, str] = {

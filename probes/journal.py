@@ -35,7 +35,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from probes.store import ACTIVATIONS_FILE, MODELS, RunWriter
 
 JOURNAL_DIR = "journal"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from probes.hook_points import ARCHITECTURES
 
 _CONFIG_KEYS: tuple[str, ...] = (

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from data_synthesis.capabilities import Capability
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from data_synthesis.io import group_by_capability
 from data_synthesis.schema import TestRow
 

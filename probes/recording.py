@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from probes.config import RecordConfig
 from probes.hook_points import TL_NAMES, parse_layers
 from probes.journal import (ConsolidationPlan, Shard, committed_ids, consolidate, h5_settings, list_shards, read_run_json,

@@ -32,7 +32,7 @@ from typing import Any
 import h5py
 import numpy as np
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 
 ACTIVATIONS_FILE = "activations.h5"
 SCHEMA_VERSION = 1

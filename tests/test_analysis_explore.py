@@ -11,7 +11,7 @@ import analysis.plots as plots
 from analysis import analyze_run, select_neurons
 from analysis.explore import profile_frame, top_prompts, top_units_frame, unit_activations
 from analysis.synthetic import SyntheticSpec, write_synthetic_run
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from probes.store import RunReader
 
 

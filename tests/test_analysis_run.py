@@ -12,7 +12,7 @@ from analysis import analyze_run, load_maps, select_neurons
 from analysis.neuron_sets import NeuronSet
 from analysis.synthetic import SyntheticSpec, write_synthetic_run
 from analysis.topk import reference_topk_counts
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from probes.store import RunReader
 
 SPEC = SyntheticSpec(n_samples=60, n_layers=16, width=32, stored_layers=tuple(range(8, 16)), n_planted=3)

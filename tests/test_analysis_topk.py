@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from analysis.topk import authors_topk_counts, float16_order_keys, k_for, reference_topk_counts, topk_counts, topk_mask
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 
 
 @pytest.mark.parametrize("top_percent", [20.0, 1.0, 50.0, 99.0, 100.0])

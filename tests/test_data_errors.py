@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from data_synthesis.errors import DataError
+from core.errors import DataError
 from data_synthesis.io import read_dpo_rows, read_sft_rows, read_test_rows, write_jsonl
 from data_synthesis.validate import validate_file
 from probe_cli.main import main

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from data_synthesis.capabilities import Capability, capabilities_of
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from data_synthesis.io import read_dpo_rows, read_test_rows
 from data_synthesis.judge import Judge
 from data_synthesis.judge.rules import RuleJudge, behaviour, requirement_met

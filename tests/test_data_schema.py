@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from data_synthesis.capabilities import ALL_CAPABILITIES, TASKS, Capability, capabilities_of, parse_capabilities, tasks_of
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from data_synthesis.io import group_by_capability, read_dpo_rows, read_sft_rows, read_test_rows, write_jsonl
 from data_synthesis.schema import DPORow, SFTRow, TestRow, Turn
 from data_synthesis.validate import validate_file

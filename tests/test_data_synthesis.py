@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from data_synthesis.capabilities import TASKS
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from data_synthesis.io import group_by_capability, read_dpo_rows, read_sft_rows, read_test_rows
 from data_synthesis.offline import FILES, VIOLATIONS, SynthesisConfig, synthesize
 from data_synthesis.offline.passages import build_pool

@@ -109,7 +109,7 @@ def test_bfloat16_paper_factor_is_flagged_as_noop(tiny_pair, test_file: Path, tm
 
 
 def test_an_impossible_placebo_fails_before_any_generation(tiny_pair, test_file: Path, tmp_path: Path, monkeypatch):
-    from data_synthesis.errors import ProbeError
+    from core.errors import ProbeError
     from interventions.generation import ABGenerator
 
     def no_generation(*_args, **_kwargs):

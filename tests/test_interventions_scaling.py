@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from analysis.neuron_sets import Neuron, NeuronSet
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from data_synthesis.schema import TestRow, Turn
 from interventions.generation import ABGenerator, Intervention
 from interventions.results import build_guard

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from analysis.neuron_sets import Neuron, NeuronSet
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from interventions.config import ABConfig
 from interventions.scaling import PAPER_FACTOR, parse_factors, validate_factor
 from interventions.selection import load_neuron_file, parse_units, top_k_of

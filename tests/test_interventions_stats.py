@@ -7,7 +7,7 @@ import pytest
 from scipy import stats
 
 from analysis.neuron_sets import Neuron, NeuronSet
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from interventions.placebo import placebo_sets
 from interventions.stats import bootstrap_delta_ci, mcnemar_exact, paired_delta, placebo_compare
 

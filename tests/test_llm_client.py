@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from data_synthesis.llm.client import ClientConfig, LLMClient
 from data_synthesis.llm.scripted_server import ScriptedServer, Step
 

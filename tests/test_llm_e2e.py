@@ -115,7 +115,7 @@ def test_judging_pass_through_a_real_server(served: Served, tmp_path: Path) -> N
 
 
 def test_wrong_model_name_is_a_clear_error(served: Served, tmp_path: Path) -> None:
-    from data_synthesis.errors import ProbeError
+    from core.errors import ProbeError
     from data_synthesis.llm.client import LLMClient
 
     client = LLMClient(_config(served, tmp_path / "c", model="not-the-served-path"))

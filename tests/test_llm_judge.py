@@ -9,7 +9,7 @@ import pytest
 from sklearn.metrics import cohen_kappa_score
 
 from data_synthesis.capabilities import Capability
-from data_synthesis.errors import DataError, ProbeError
+from core.errors import DataError, ProbeError
 from data_synthesis.judge.agreement import agreement, score_table
 from data_synthesis.judge.base import Verdict
 from data_synthesis.judge.llm import LLMJudge, judge_prompt, parse_score

@@ -190,7 +190,7 @@ def test_capabilities_cover_the_test_split(tmp_path: Path) -> None:
 
 
 def test_retrieval_respects_domains_and_is_deterministic() -> None:
-    from data_synthesis.errors import ProbeError
+    from core.errors import ProbeError
     from data_synthesis.llm.retrieval import match_passages
 
     passages = ["ships sail on tides and ships carry crew", "the tide and the ship", "bread needs yeast", "the ship of bread"]

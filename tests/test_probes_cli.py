@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from probe_cli.main import main
 from probes.pair import load_pair
 from probes.store import RunReader

@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from probes.config import RecordConfig
 from probes.journal import JOURNAL_DIR, RUN_JSON
 from probes.provenance import file_sha256, weights_sha256

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from training.config import DPORunConfig, SFTRunConfig
 from training.home import probe_home
 

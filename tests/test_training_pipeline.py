@@ -123,7 +123,7 @@ def test_same_seed_same_model(data_dir: Path, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_existing_output_is_kept_unless_overwrite(sft_dir: Path, data_dir: Path) -> None:
-    from data_synthesis.errors import ProbeError
+    from core.errors import ProbeError
     from training.provenance import weights_digest
 
     before = weights_digest(sft_dir)

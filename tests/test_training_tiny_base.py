@@ -66,7 +66,7 @@ def test_chat_warm_start_trains_on_assistant_spans_only(tmp_path: Path) -> None:
 def test_unknown_warm_start_format_is_a_clear_error() -> None:
     import pytest
 
-    from data_synthesis.errors import ProbeError
+    from core.errors import ProbeError
     from training.config import SFTRunConfig
 
     with pytest.raises(ProbeError, match="pretrain_format"):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_min_lr")
 

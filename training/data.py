@@ -21,7 +21,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from data_synthesis.io import read_dpo_rows, read_sft_rows
 from data_synthesis.schema import Turn
 

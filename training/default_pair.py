@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from training.data import file_sha256
 from training.home import probe_home
 

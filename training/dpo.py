@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from training.config import DPORunConfig
 from training.data import dpo_records, file_sha256, resolve_data_file, to_dataset
 from training.models import check_model_dir, check_same_tokenizer, load_causal_lm

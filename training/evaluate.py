@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from data_synthesis.capabilities import ALL_CAPABILITIES, capabilities_of
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from data_synthesis.io import read_test_rows
 from data_synthesis.judge.base import Judge, Verdict
 from data_synthesis.schema import TestRow

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from data_synthesis.schema import TestRow, Turn
 
 

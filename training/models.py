@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 
 # Architectures the toolkit is tested with (training, hooks); others are attempted with a note.
 KNOWN_TYPES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gpt2")

@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 
 def quiet_environment() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from training.config import SFTRunConfig
 from training.data import file_sha256, resolve_data_file, sft_records, to_dataset
 from training.models import apply_chat_template_choice, check_model_dir, load_causal_lm

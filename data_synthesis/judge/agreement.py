@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from data_synthesis.capabilities import ALL_CAPABILITIES, Capability
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from data_synthesis.judge.base import Verdict
 
 

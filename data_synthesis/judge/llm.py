@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from data_synthesis.capabilities import Capability, capabilities_of, task_spec
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from data_synthesis.judge.base import Verdict
 from data_synthesis.schema import TestRow
 

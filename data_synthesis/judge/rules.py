@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from data_synthesis.capabilities import Capability, capabilities_of
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from data_synthesis.judge.base import Verdict
 from data_synthesis.schema import TestRow
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from data_synthesis.llm.backoff import BackoffPolicy
 from data_synthesis.llm.cache import ReplyCache, normalise_base_url, request_key
 from data_synthesis.llm.config import ClientConfig

@@ -15,7 +15,7 @@ Example:
     >>> ClientConfig(base_url="ftp://x", model="m")
     Traceback (most recent call last):
     ...
-    data_synthesis.errors.ProbeError: --base-url must start with http:// or https://, got 'ftp://x'
+    core.errors.ProbeError: --base-url must start with http:// or https://, got 'ftp://x'
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_CACHE_DIR = Path(".cache") / "llm"

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from data_synthesis.capabilities import Capability
-from data_synthesis.errors import DataError, ProbeError
+from core.errors import DataError, ProbeError
 from data_synthesis.io import iter_jsonl, read_test_rows, write_jsonl
 from data_synthesis.judge.agreement import Agreement, CapabilityScore, agreement, score_table
 from data_synthesis.judge.base import Verdict

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 
 
 @dataclass(frozen=True)

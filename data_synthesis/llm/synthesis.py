@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from data_synthesis.capabilities import TASKS, Capability, capabilities_of
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from data_synthesis.io import write_jsonl
 from data_synthesis.llm import prompts
 from data_synthesis.llm.client import ClientConfig, LLMClient

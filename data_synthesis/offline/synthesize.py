@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from data_synthesis.capabilities import TASKS, capabilities_of
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from data_synthesis.io import write_jsonl
 from data_synthesis.offline.chats import free_chat
 from data_synthesis.offline.passages import Passage, build_pool

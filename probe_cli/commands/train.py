@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 import typer
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 
 train_app = typer.Typer(help="Fine-tune with TRL: SFT on sft.jsonl, then DPO on dpo.jsonl.", no_args_is_help=True)
 

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import torch
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from probes.hook_points import HOOK_POINTS, width
 from probes.prompts import Batch
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from data_synthesis.errors import ProbeError
+from core.errors import ProbeError
 from probes.backends.base import Collector, check_distinct_modules
 from probes.hook_points import TL_NAMES
 from probes.prompts import Batch

@@ -3,8 +3,8 @@
 Every stage (data_synthesis → training → probes → analysis → interventions) raises
 :class:`ProbeError` (or a subclass) for bad input: a malformed file, an unknown
 name, an argument out of range. The CLI turns exactly these into a one-line message
-and exit status 2; anything else is a bug and keeps its traceback. It lives here,
-in the root package of the pipeline, so that imports only ever flow downstream.
+and exit status 2; anything else is a bug and keeps its traceback. It lives in
+:mod:`core`, below the five stages, so that imports only ever flow downstream.
 """
 
 from __future__ import annotations
