@@ -30,7 +30,7 @@ CORPUS = ["The archivist reads old maps of the river city and answers questions 
 
 def build_model(model_dir: Path | None) -> tuple[object, object]:
     """(model, tokenizer) in eval mode: ``model_dir``, or a tiny random 32-layer Llama built in a temp dir."""
-    from training.models import load_causal_lm
+    from core.models import load_causal_lm
 
     if model_dir is not None:
         model, tokenizer = load_causal_lm(model_dir, "--model-dir")
@@ -56,7 +56,7 @@ def main() -> int:
     from interventions.generation import ABGenerator, Intervention
     from interventions.scaling import PAPER_FACTOR
     from probes.hook_points import n_layers, width
-    from training.generation import GenerationConfig
+    from core.generation import GenerationConfig
 
     torch.manual_seed(0)
     model, tokenizer = build_model(args.model_dir)

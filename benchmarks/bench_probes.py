@@ -155,7 +155,8 @@ def bench_throughput(model: Any, tokenizer: Any, prompts: Any, batch_size: int, 
     import torch
 
     from probes.backends import make_backend
-    from probes.prompts import iter_batches, pad_id_of
+    from core.chat import pad_id_of
+    from probes.prompts import iter_batches
 
     batches = list(iter_batches(prompts, 0, batch_size, pad_id_of(tokenizer)))
     n, n_layers = len(prompts), model.config.num_hidden_layers

@@ -21,7 +21,7 @@ from typing import Any
 
 _EXPORTS = {
     "run_ab": "interventions.ab", "ABConfig": "interventions.config", "ABGenerator": "interventions.generation",
-    "Generations": "interventions.generation", "Intervention": "interventions.generation", "ABReport": "interventions.results",
+    "Generations": "core.generation", "Intervention": "interventions.generation", "ABReport": "interventions.results",
     "ArmResult": "interventions.results", "CapabilityResult": "interventions.results", "NoOpGuard": "interventions.results",
     "PAPER_FACTOR": "interventions.scaling", "dtype_noop_fraction": "interventions.scaling", "scaled_units": "interventions.scaling",
 }

@@ -27,15 +27,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from analysis.neuron_sets import NeuronSet
-from data_synthesis.capabilities import Capability
 from core.errors import ProbeError
+from core.generation import GenerationConfig, Generations
+from core.models import load_causal_lm
+from data_synthesis.capabilities import Capability
 from data_synthesis.judge.base import Judge
 from data_synthesis.io import group_by_capability, read_test_rows
 from data_synthesis.schema import TestRow
 from interventions.config import ABConfig
-from interventions.generation import ABGenerator, Generations, Intervention
+from interventions.generation import ABGenerator, Intervention
 from interventions.placebo import placebo_sets
 from interventions.results import ABReport, ArmResult, CapabilityResult, build_guard
 from interventions.scaling import dtype_noop_fraction
@@ -124,19 +127,6 @@ def select_rows(rows: list[TestRow], config: ABConfig) -> tuple[list[int], dict[
     return unique, {cap: [position[i] for i in idx] for cap, idx in chosen.items() if idx}
 
 
-def load_model(model_dir: Path, dtype: str, device: str) -> tuple[Any, Any]:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
-    except (OSError, ValueError) as exc:
-        raise ProbeError(f"{model_dir}: cannot load a causal LM and tokenizer ({str(exc).splitlines()[0]})") from None
-    model.to(device).eval()
-    return model, tokenizer
-
-
 def _scores(arm: ArmScores, cap: Capability, idx: list[int]) -> list[int | None]:
     return [arm.verdicts[i].scores.get(cap) for i in idx]
 
@@ -175,7 +165,7 @@ class _Runner:
         unique, self.groups = select_rows(all_rows, config)
         self.rows = [all_rows[i] for i in unique]
         self.row_ids = unique
-        self.model, self.tokenizer = load_model(self.model_dir, config.dtype, config.device)
+        self.model, self.tokenizer = load_causal_lm(self.model_dir, "--model-dir", dtype=getattr(torch, config.dtype), device=config.device, eval_mode=True)
         source = f"--units {config.units}" if config.units else str(config.neurons or "the run's neuron set")
         check_against_model(self.neurons, self.model, source)
         self.torch_dtype = self.model.dtype
@@ -184,8 +174,6 @@ class _Runner:
         wanted = config.placebo if dtype_noop_fraction(config.factor, self.torch_dtype) > 0.0 else 0
         self.placebo_sets = placebo_sets(self.neurons, width(self.model, self.neurons.hook), wanted, config.seed)
         self.judge = judge or make_judge(config.judge, base_url=config.judge_base_url, model=config.judge_model)
-        from training.generation import GenerationConfig
-
         gen_config = GenerationConfig(max_new_tokens=config.max_new_tokens, batch_size=config.batch_size, do_sample=config.do_sample,
                                       temperature=config.temperature, top_p=config.top_p, seed=config.seed)
         self.generator = ABGenerator(self.model, self.tokenizer, self.rows, gen_config, config.backend)

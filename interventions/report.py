@@ -21,7 +21,7 @@ from typing import Any
 
 from data_synthesis.capabilities import capabilities_of
 from data_synthesis.schema import TestRow
-from interventions.generation import Generations
+from core.generation import Generations
 from interventions.results import ABReport, ArmResult
 from interventions.scoring import ArmScores
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ProbeError
+from core.models import check_model_dir, load_model, load_tokenizer
 from probes.hook_points import ARCHITECTURES
 
 _CONFIG_KEYS: tuple[str, ...] = (
@@ -141,40 +142,15 @@ class ModelPair:
     def models(self) -> dict[str, Any]:
         return {"sft": self.sft, "dpo": self.dpo}
 
-    @property
-    def input_device(self) -> Any:
-        return self.sft.get_input_embeddings().weight.device
-
 
 def check_pair_configs(sft_dir: str | Path, dpo_dir: str | Path) -> ModelShape:
     """Step 1 only (configs): cheap, so the CLI can validate --layers before loading weights."""
     sft_dir, dpo_dir = Path(sft_dir), Path(dpo_dir)
+    check_model_dir(sft_dir, "--sft")
+    check_model_dir(dpo_dir, "--dpo")
     config_a, config_b = read_config(sft_dir), read_config(dpo_dir)
     _refuse(compare_configs(config_a, config_b), sft_dir, dpo_dir)
     return shape_of(config_a, sft_dir)
-
-
-def load_tokenizer(model_dir: str | Path) -> Any:
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(str(model_dir))
-    except (OSError, ValueError) as exc:
-        raise ProbeError(f"{model_dir}: cannot load the tokenizer ({str(exc).splitlines()[0]})") from None
-
-
-def _load_model(model_dir: Path, device: str, dtype: Any) -> Any:
-    from transformers import AutoModelForCausalLM
-
-    kwargs: dict[str, Any] = {"dtype": dtype}
-    if device == "auto":
-        kwargs["device_map"] = "auto"
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), **kwargs)
-    if device != "auto":
-        model.to(device)
-    model.eval()
-    model.requires_grad_(False)
-    return model
 
 
 def model_info(model_dir: Path, shape: ModelShape, tokenizer: Any) -> dict[str, Any]:
@@ -196,13 +172,14 @@ def load_pair(sft_dir: str | Path, dpo_dir: str | Path, device: str | None = Non
     """Load both models after checking they are comparable; raises ProbeError naming what differs."""
     sft_dir, dpo_dir = Path(sft_dir), Path(dpo_dir)
     shape = check_pair_configs(sft_dir, dpo_dir)
-    tok_a, tok_b = load_tokenizer(sft_dir), load_tokenizer(dpo_dir)
+    tok_a, tok_b = load_tokenizer(sft_dir, "--sft"), load_tokenizer(dpo_dir, "--dpo")
     _refuse(compare_tokenizers(tok_a, tok_b), sft_dir, dpo_dir)
     if not tok_a.chat_template:
         raise ProbeError(f"{sft_dir}: the tokenizer has no chat template; prompts cannot be rendered as the model was trained")
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
-    sft, dpo = _load_model(sft_dir, device, torch_dtype), _load_model(dpo_dir, device, torch_dtype)
+    sft = load_model(sft_dir, "--sft", dtype=torch_dtype, device=device, eval_mode=True)
+    dpo = load_model(dpo_dir, "--dpo", dtype=torch_dtype, device=device, eval_mode=True)
     _refuse(compare_layouts(sft, dpo), sft_dir, dpo_dir)
     info = {"sft": model_info(sft_dir, shape, tok_a), "dpo": model_info(dpo_dir, shape, tok_b)}
     return ModelPair(sft, dpo, tok_a, sft_dir, dpo_dir, shape, device, torch_dtype, info)

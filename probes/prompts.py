@@ -1,9 +1,10 @@
 """Turn a capability's test rows into token ids, exactly as the models saw them in training.
 
-Rendering reuses :func:`training.generation.encode_prompts`: roles lowercased (the
-published RoleMRC test file writes ``System``/``User``), the model's own chat template,
-exactly one BOS, and no generation prompt unless asked (the paper recorded the prompt
-as is, so the last token is the final user turn's end-of-turn token).
+Rendering is :func:`core.chat.encode_conversations`, the one every stage uses: roles
+lowercased (the published RoleMRC test file writes ``System``/``User``), the model's own
+chat template with nothing added in front of its first token, and no generation prompt
+unless asked (the paper recorded the prompt as is, so the last token is the final user
+turn's end-of-turn token).
 
 Prompts are ordered by token length (stable, ties keep file order) before batching:
 left padding then wastes almost nothing, and the order is a pure function of the data
@@ -12,7 +13,7 @@ row's index in the data file, so nothing is lost by the reordering.
 
 Example:
     >>> prompts = build_prompts(tokenizer, rows, Capability.MULTI_TURN, add_generation_prompt=False)  # doctest: +SKIP
-    >>> prompts.ids[0][:1] == [tokenizer.bos_token_id]                                                 # doctest: +SKIP
+    >>> prompts.texts[0].startswith("<|im_start|>system")                                            # doctest: +SKIP
     True
 """
 
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 
 from data_synthesis.capabilities import Capability
-from core.errors import ProbeError
+from core.chat import encode_conversations, left_pad, pad_id_of
 from data_synthesis.io import group_by_capability
 from data_synthesis.schema import TestRow
 
@@ -37,7 +38,7 @@ class PromptSet:
     capability: str
     sample_ids: list[int]  # row index in the data file
     tasks: list[str]
-    ids: list[list[int]]  # token ids, one BOS each
+    ids: list[list[int]]  # token ids as the chat template renders them
     texts: list[str]  # rendered prompt text
 
     def __len__(self) -> int:
@@ -45,15 +46,9 @@ class PromptSet:
 
 
 def build_prompts(tokenizer: Any, rows: Sequence[TestRow], capability: Capability, *, add_generation_prompt: bool) -> PromptSet:
-    from training.generation import encode_prompts
-
     members = group_by_capability(rows, [capability])[capability]
-    ids = encode_prompts(tokenizer, [row.question for _, row in members], add_generation_prompt=add_generation_prompt)
-    bos = tokenizer.bos_token_id
-    for (index, _), tokens in zip(members, ids):
-        if bos is not None and tokens.count(bos) != 1:
-            raise ProbeError(f"data row {index}: the rendered prompt has {tokens.count(bos)} BOS tokens; expected exactly one "
-                             "(does a message contain the BOS text itself?)")
+    ids = encode_conversations(tokenizer, [row.question for _, row in members], add_generation_prompt=add_generation_prompt,
+                               where=lambda i: f"data row {members[i][0]}")
     order = sorted(range(len(members)), key=lambda i: len(ids[i]))
     return PromptSet(
         capability=capability.value,
@@ -92,8 +87,6 @@ def position_ids_for(attention_mask: torch.Tensor) -> torch.Tensor:
 
 
 def make_batch(prompts: PromptSet, start: int, stop: int, pad_id: int) -> Batch:
-    from training.generation import left_pad
-
     ids = prompts.ids[start:stop]
     input_ids, mask = left_pad(ids, pad_id)
     return Batch(prompts.capability, start, prompts.sample_ids[start:stop], prompts.tasks[start:stop], prompts.texts[start:stop],
@@ -104,10 +97,3 @@ def iter_batches(prompts: PromptSet, first: int, batch_size: int, pad_id: int) -
     """Batches of ``batch_size`` from position ``first`` on; boundaries are ``first + k * batch_size``."""
     for start in range(first, len(prompts), batch_size):
         yield make_batch(prompts, start, min(start + batch_size, len(prompts)), pad_id)
-
-
-def pad_id_of(tokenizer: Any) -> int:
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    if pad is None:
-        raise ProbeError("the tokenizer has neither a pad nor an eos token; cannot left-pad batches")
-    return int(pad)

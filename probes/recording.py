@@ -31,7 +31,8 @@ from probes.config import RecordConfig
 from probes.hook_points import TL_NAMES, parse_layers
 from probes.journal import (ConsolidationPlan, Shard, committed_ids, consolidate, h5_settings, list_shards, read_run_json,
                             run_lock, shard_sample_ids, write_run_json, write_shard)
-from probes.prompts import PromptSet, build_prompts, iter_batches, pad_id_of
+from core.chat import pad_id_of
+from probes.prompts import PromptSet, build_prompts, iter_batches
 
 # Settings that must be equal for two recordings to share one run dir.
 COMPAT_KEYS: tuple[str, ...] = (
@@ -82,7 +83,7 @@ def default_run_dir(config: RecordConfig) -> Path:
 
 
 def _settings(config: RecordConfig, sources: tuple[Path, Path, Path], layers: list[int], dtype: str) -> dict[str, Any]:
-    from probes.pair import load_tokenizer
+    from core.models import load_tokenizer
     from probes.provenance import chat_template_sha256, file_sha256, tokenizer_sha256, toolkit_version, weights_sha256
 
     sft_dir, dpo_dir, data_file = sources
@@ -95,7 +96,7 @@ def _settings(config: RecordConfig, sources: tuple[Path, Path, Path], layers: li
         "hooks": list(config.hooks), "layers": layers, "position": config.position, "backend": config.backend,
         "dtype": dtype, "store_dtype": config.store_dtype, "add_generation_prompt": config.add_generation_prompt,
         "seed": config.seed, "toolkit_version": toolkit_version(),
-        "position_policy": "last real prompt token" if config.position == "last" else "mean over real prompt tokens after BOS",
+        "position_policy": "last real prompt token" if config.position == "last" else "mean over real prompt tokens after the first",
     }
 
 

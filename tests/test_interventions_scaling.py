@@ -15,7 +15,8 @@ from interventions.results import build_guard
 from interventions.scaling import PAPER_FACTOR, dtype_noop_fraction, scaled_units
 from interventions.selection import parse_units
 from probes.hook_points import HOOK_POINTS, attach, module_for
-from training.generation import GenerationConfig, encode_prompts, left_pad
+from core.chat import encode_conversations, left_pad
+from core.generation import GenerationConfig
 
 QUESTIONS = ["What is the capital of the valley kingdom?", "Tell me about the northern bridge.",
              "Please answer in exactly three bullet points.", "Who built the granite bridge?"]
@@ -37,7 +38,7 @@ def tiny(tiny_model_dir: Path):
 @pytest.fixture(scope="module")
 def batch(tiny):
     model, tok = tiny
-    prompts = encode_prompts(tok, [r.question for r in _rows()], add_generation_prompt=True)
+    prompts = encode_conversations(tok, [r.question for r in _rows()], add_generation_prompt=True)
     return left_pad(prompts, tok.pad_token_id)
 
 

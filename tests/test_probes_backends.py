@@ -13,7 +13,8 @@ from data_synthesis.io import read_test_rows
 from probes.backends import HookFiringError, make_backend
 from probes.hook_points import HOOK_POINTS
 from probes.pair import load_pair
-from probes.prompts import build_prompts, make_batch, pad_id_of
+from core.chat import pad_id_of
+from probes.prompts import build_prompts, make_batch
 from tests.test_probes_fixtures import rolemrc_file  # noqa: F401  (fixture)
 
 LAYERS = [0, 1, 2, 3]

@@ -109,7 +109,7 @@ def test_pair_with_other_layer_count_is_refused_before_loading(tiny_pair, tmp_pa
 def test_pair_with_other_chat_template_or_vocab_is_refused_before_loading(tiny_pair, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     templated = _copy(tiny_pair[1], tmp_path / "templated")
     template = templated / "chat_template.jinja"
-    template.write_text(template.read_text().replace("<|eot_id|>", "<|end_of_text|>"))
+    template.write_text(template.read_text().replace("eos_token", "'<|end_of_text|>'"))
     revocab = _copy(tiny_pair[1], tmp_path / "revocab")
     tok = json.loads((revocab / "tokenizer.json").read_text())
     vocab = tok["model"]["vocab"]

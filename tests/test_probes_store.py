@@ -52,7 +52,8 @@ def test_round_trip_matches_a_direct_forward_and_keeps_provenance(tiny_pair, rol
     from data_synthesis.io import read_test_rows
     from probes.backends import make_backend
     from probes.pair import load_pair
-    from probes.prompts import build_prompts, make_batch, pad_id_of
+    from core.chat import pad_id_of
+    from probes.prompts import build_prompts, make_batch
 
     result = record_run(_config(tiny_pair, rolemrc_file, tmp_path / "r", store_dtype="float32", capabilities="multi_turn"), progress=False)
     pair = load_pair(*tiny_pair, device="cpu", dtype="float32")

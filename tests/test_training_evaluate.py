@@ -47,7 +47,7 @@ def test_table_counts_rows_in_each_of_their_capabilities() -> None:
 
 @pytest.mark.slow
 def test_evaluate_pair_on_tiny_models(tiny_pair: tuple[Path, Path], test_file: Path, tmp_path: Path) -> None:
-    from training.generation import GenerationConfig
+    from core.generation import GenerationConfig
 
     sft, dpo = tiny_pair
     result = evaluate_pair(sft, dpo, test_file, max_rows=18, generation=GenerationConfig(max_new_tokens=6, batch_size=9))

@@ -22,7 +22,7 @@ from typing import Any
 from core.errors import ProbeError
 from training.config import DPORunConfig
 from training.data import dpo_records, file_sha256, resolve_data_file, to_dataset
-from training.models import check_model_dir, check_same_tokenizer, load_causal_lm
+from core.models import check_model_dir, check_same_tokenizer, load_causal_lm
 from training.provenance import read_provenance, weights_digest, write_provenance
 from training.runner import check_output, dist_state, finish_output, quiet_environment, silence_printer, start_output, trainer_kwargs
 

@@ -1,7 +1,7 @@
 """Per-capability compliance of an SFT/DPO pair: greedy generation + a judge.
 
 This is how the toolkit checks that a pair is worth probing: both models answer the
-test split with :func:`training.generation.generate_responses` (the same rendering the
+test split with :func:`core.generation.generate_responses` (the same rendering the
 probes and interventions use), the rule judge scores each answer on the row's
 capabilities, and the two models are compared per capability with paired counts.
 Uncertainty is reported rather than hidden: each rate carries a Wilson 95% interval,
@@ -29,7 +29,7 @@ from core.errors import ProbeError
 from data_synthesis.io import read_test_rows
 from data_synthesis.judge.base import Judge, Verdict
 from data_synthesis.schema import TestRow
-from training.generation import GenerationConfig, generate_responses
+from core.generation import GenerationConfig, generate_responses
 
 EVAL_GENERATION = GenerationConfig(max_new_tokens=64, batch_size=32)
 
@@ -152,11 +152,10 @@ def _verdict_scores(verdict: Verdict, row: TestRow) -> dict[str, int | None]:
 def evaluate_model(model_dir: str | Path, rows: Sequence[TestRow], judge: Judge,
                    generation: GenerationConfig = EVAL_GENERATION) -> ModelEvaluation:
     """Greedy responses of one model directory to ``rows``, judged."""
-    from training.models import load_causal_lm
+    from core.models import load_causal_lm
 
-    model, tokenizer = load_causal_lm(Path(model_dir), "--model")
-    model.eval()
-    responses = generate_responses(model, tokenizer, rows, generation)
+    model, tokenizer = load_causal_lm(Path(model_dir), "--model", eval_mode=True)
+    responses = generate_responses(model, tokenizer, [row.question for row in rows], generation)
     verdicts = judge.judge(rows, responses)
     return ModelEvaluation(str(model_dir), responses, [_verdict_scores(v, r) for v, r in zip(verdicts, rows)])
 

@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ProbeError
+from core.models import check_model_dir, load_causal_lm
+from core.templates import TrainingTemplate, choose_chat_template, training_template
 from training.config import SFTRunConfig
 from training.data import file_sha256, resolve_data_file, sft_records, to_dataset
-from training.models import apply_chat_template_choice, check_model_dir, load_causal_lm
 from training.provenance import weights_digest, write_provenance
 from training.runner import check_output, dist_state, finish_output, quiet_environment, silence_printer, start_output, trainer_kwargs
 
@@ -43,6 +44,7 @@ class SFTSession:
     data_file: Path
     parent: dict[str, Any]
     recorder: Any  # training.callbacks.LossRecorder
+    own_template: str  # the model's own chat template, restored before saving
 
 
 def tiny_corpus(records: list[dict[str, Any]], extra_files: list[Path]) -> list[str]:
@@ -89,7 +91,11 @@ def prepare_sft(config: SFTRunConfig, progress: ProgressFn | None = None,
     work = start_output(config.out, config.overwrite, is_main)
     base = _build_tiny(config, records, work, is_main, base_progress) if config.base == "tiny" else Path(config.base)
     model, tokenizer = load_causal_lm(base, "--base")
-    template = apply_chat_template_choice(tokenizer, config.chat_template, model.config.model_type)
+    template = choose_chat_template(tokenizer, config.chat_template)
+    own_template = tokenizer.chat_template
+    train_template = training_template(tokenizer, [r["messages"] for r in records]) if config.assistant_only_loss else None
+    if train_template is not None:
+        tokenizer.chat_template = train_template.template  # the training copy; the model is saved with its own
     args = SFTConfig(**trainer_kwargs(config, work), assistant_only_loss=config.assistant_only_loss, packing=False)
     recorder = LossRecorder()
     callbacks = [recorder] + ([StepProgress(progress)] if progress else [])
@@ -99,11 +105,13 @@ def prepare_sft(config: SFTRunConfig, progress: ProgressFn | None = None,
         raise ProbeError(f"--base {config.base}: cannot set up SFT ({str(exc).splitlines()[0]}); "
                          "try --chat-template llama3 or chatml") from None
     silence_printer(trainer)
-    return SFTSession(config, trainer, work, data_file, _parent_info(config, base, template), recorder)
+    parent = _parent_info(config, base, template, train_template)
+    return SFTSession(config, trainer, work, data_file, parent, recorder, own_template)
 
 
-def _parent_info(config: SFTRunConfig, base: Path, template: str) -> dict[str, Any]:
-    info: dict[str, Any] = {"base": config.base, "chat_template": template, "weights_sha256": weights_digest(base)}
+def _parent_info(config: SFTRunConfig, base: Path, template: str, train_template: TrainingTemplate | None) -> dict[str, Any]:
+    info: dict[str, Any] = {"base": config.base, "chat_template": template, "weights_sha256": weights_digest(base),
+                            "training_template": train_template.source if train_template else None}
     spec_file = base / "tiny_spec.json"
     if spec_file.is_file():
         info["tiny_spec"] = json.loads(spec_file.read_text())
@@ -116,6 +124,7 @@ def train_sft(config: SFTRunConfig, progress: ProgressFn | None = None,
     session = prepare_sft(config, progress, base_progress)
     trainer = session.trainer
     trainer.train()
+    trainer.processing_class.chat_template = session.own_template
     trainer.save_model(str(session.work))  # every rank calls it: ZeRO-3 gathers the shards; only rank 0 writes
     if trainer.is_world_process_zero():
         shutil.rmtree(session.work / "_tiny_base", ignore_errors=True)

@@ -20,21 +20,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from core.templates import LLAMA3_TEMPLATE
+
 if TYPE_CHECKING:  # heavy imports stay inside the functions: TinySpec is read by config validation
     from transformers import PreTrainedTokenizerFast
 
 BOS, EOT, PAD = "<|begin_of_text|>", "<|eot_id|>", "<|pad|>"
 SPECIAL_TOKENS = [BOS, "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", EOT, PAD]
-
-CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for message in messages %}"
-    "{% if message['role'] == 'assistant' %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
-    "{% generation %}{{ message['content'] | trim }}{{ '<|eot_id|>' }}{% endgeneration %}"
-    "{% else %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + (message['content'] | trim) + '<|eot_id|>' }}"
-    "{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
-)
-
 
 @dataclass(frozen=True)
 class TinySpec:
@@ -89,7 +81,7 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokeniz
         bos_token=BOS,
         eos_token=EOT,
         pad_token=PAD,
-        chat_template=CHAT_TEMPLATE,
+        chat_template=LLAMA3_TEMPLATE,
         padding_side="left",
         model_max_length=1024,
     )

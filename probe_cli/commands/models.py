@@ -65,7 +65,7 @@ def evaluate(
     from rich.console import Console
 
     from training.evaluate import evaluate_pair
-    from training.generation import GenerationConfig
+    from core.generation import GenerationConfig
 
     if sft is None or dpo is None or test is None:
         from training.default_pair import ensure_default_pair

@@ -51,14 +51,15 @@ class Backend(Protocol):
 
 
 def reduce_positions(x: torch.Tensor, attention_mask: torch.Tensor, position: str) -> torch.Tensor:
-    """[B, T, W] -> [B, W] float32: the last real token, or the mean over real tokens after BOS.
+    """[B, T, W] -> [B, W] float32: the last real token, or the mean over real tokens after the first.
 
     For ``last`` on a float32 ``x`` the result is a view of ``x``; copy it to keep it.
 
     Batches are left-padded, so the last real token is always at index -1. The mean skips
-    the BOS position: under causal attention its activation is the same for every prompt
-    (it sees only itself), so it carries no information about the prompt, and in most
-    LLMs it is an attention sink with outsized values that would swamp the mean.
+    the first real token (a BOS, or a ChatML ``<|im_start|>``): under causal attention its
+    activation depends on that token alone, the same in every prompt, so it carries no
+    information about the prompt, and in most LLMs it is an attention sink with outsized
+    values that would swamp the mean.
 
     >>> x = torch.arange(12.).reshape(1, 4, 3); m = torch.tensor([[0, 1, 1, 1]])
     >>> reduce_positions(x, m, "last").tolist(), reduce_positions(x, m, "mean").tolist()
@@ -67,10 +68,10 @@ def reduce_positions(x: torch.Tensor, attention_mask: torch.Tensor, position: st
     if position == "last":
         return x[:, -1].float()
     mask = attention_mask.to(x.device).clone()
-    first = mask.argmax(dim=1)  # index of BOS (first real token) in each row
+    first = mask.argmax(dim=1)  # index of the first real token in each row
     rows = torch.arange(mask.shape[0], device=mask.device)
     lengths = mask.sum(dim=1)
-    mask[rows[lengths > 1], first[lengths > 1]] = 0  # keep BOS only for a prompt that is BOS alone
+    mask[rows[lengths > 1], first[lengths > 1]] = 0  # keep it only for a one-token prompt
     weights = mask.to(torch.float32)
     weights = (weights / weights.sum(dim=1, keepdim=True)).unsqueeze(1).to(x.dtype)  # [B, 1, T], rows sum to 1
     return torch.bmm(weights, x).squeeze(1).float()  # a GEMM: no fp32 copy of the whole [B, T, W] tensor

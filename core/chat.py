@@ -1,0 +1,117 @@
+"""Chat rendering: one way to turn a conversation into token ids, for every stage.
+
+Training, recording, evaluation and interventions all render through
+:func:`encode_conversations`, so a prompt is the same token sequence wherever it is used.
+The rules, and why:
+
+* Roles are lowercased: the published RoleMRC files write ``System``/``User``/``Assistant``
+  and chat templates compare roles to lowercase names.
+* The model's own chat template is the whole truth about the sequence. Its text is
+  tokenized with ``add_special_tokens=False``, so **no token is added in front of the
+  template's own first token**. Counting BOS tokens would be wrong in general: a Llama-3
+  template emits one ``<|begin_of_text|>``; a ChatML template (SmolLM2) whose "BOS" is
+  ``<|im_start|>`` repeats it at every turn; Qwen2's tokenizer has no BOS at all. This is
+  what ``apply_chat_template(tokenize=True)``, TRL and ``transformers serve`` do.
+* A message may not contain the text of a control token (``<|im_start|>``, ``<|eot_id|>``,
+  ...): the tokenizer would read it as the real token and the prompt would have a turn
+  structure the data never had. Such a row is refused with its index, message and token.
+
+Example:
+    >>> to_messages([{"role": "System", "content": "Be brief."}, {"role": "User", "content": "Hi"}])
+    [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'Hi'}]
+    >>> left_pad([[5, 6, 7], [8]], pad_id=0)[0].tolist()
+    [[5, 6, 7], [0, 0, 8]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import torch
+
+from core.errors import ProbeError
+
+Messages = list[dict[str, str]]
+
+
+class Turn(Protocol):
+    """Anything with a role and a content (``data_synthesis.schema.Turn``)."""
+
+    role: str
+    content: str
+
+
+def to_messages(turns: Sequence[Turn] | Messages) -> Messages:
+    """``[{"role", "content"}]`` with lowercased roles, from schema turns or message dicts."""
+    return [{"role": str(_get(t, "role")).lower(), "content": str(_get(t, "content"))} for t in turns]
+
+
+def _get(turn: Any, key: str) -> Any:
+    return turn[key] if isinstance(turn, dict) else getattr(turn, key)
+
+
+def control_token_texts(tokenizer: Any) -> list[str]:
+    """The text of every special token the tokenizer knows (longest first)."""
+    texts = set(tokenizer.all_special_tokens)
+    for token in getattr(tokenizer, "added_tokens_decoder", {}).values():
+        if getattr(token, "special", False):
+            texts.add(str(token.content))
+    return sorted((t for t in texts if t), key=len, reverse=True)
+
+
+def check_no_control_text(messages: Messages, controls: Sequence[str], where: str) -> None:
+    """Refuse a message that contains control-token text (see the module docstring)."""
+    for number, message in enumerate(messages, start=1):
+        for text in controls:
+            if text in message["content"]:
+                raise ProbeError(f"{where}: message {number} ({message['role']}) contains the text of the control token "
+                                 f"{text!r}, which would be read as that token and change the turn structure; remove it from the data")
+
+
+def render_text(tokenizer: Any, messages: Messages, *, add_generation_prompt: bool, template: str | None = None) -> str:
+    """The template's text for ``messages`` (``template`` overrides the tokenizer's own)."""
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False,
+                                         chat_template=template)
+
+
+def encode_text(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of rendered text, with nothing added in front or behind."""
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def encode_conversations(tokenizer: Any, conversations: Sequence[Sequence[Turn] | Messages], *, add_generation_prompt: bool,
+                         where: Callable[[int], str] = lambda i: f"conversation {i}") -> list[list[int]]:
+    """Token ids of each conversation rendered by the tokenizer's chat template (see module docstring).
+
+    ``where(i)`` names conversation ``i`` in errors (e.g. ``"data row 383"``).
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        raise ProbeError("the tokenizer has no chat template; prompts cannot be rendered as the model was trained "
+                         "(save the template with the tokenizer)")
+    controls = control_token_texts(tokenizer)
+    encoded: list[list[int]] = []
+    for index, turns in enumerate(conversations):
+        messages = to_messages(turns)
+        check_no_control_text(messages, controls, where(index))
+        encoded.append(encode_text(tokenizer, render_text(tokenizer, messages, add_generation_prompt=add_generation_prompt)))
+    return encoded
+
+
+def pad_id_of(tokenizer: Any) -> int:
+    """The id used for left padding: the pad token, else EOS."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    if pad is None:
+        raise ProbeError("the tokenizer has neither a pad nor an eos token; cannot left-pad batches")
+    return int(pad)
+
+
+def left_pad(batch: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """input_ids [B, T] and attention_mask [B, T], padded on the left."""
+    width = max(len(ids) for ids in batch)
+    input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)
+    for i, ids in enumerate(batch):
+        input_ids[i, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
+        mask[i, width - len(ids):] = 1
+    return input_ids.to(device), mask.to(device)
