@@ -55,14 +55,10 @@ def _quiet(_: str) -> None:
 
 
 def resolve_sources(config: ABConfig) -> tuple[Path, Path]:
-    """(model_dir, data_file): explicit overrides win, then what the run recorded, then the default pair."""
+    """(model_dir, data_file): explicit overrides win, then what the run recorded (the CLI's ``--pair`` fills the rest)."""
     model_dir, data_file = config.model_dir, config.data_file
     if config.run_dir is None and (model_dir is None or data_file is None):
-        from training.default_pair import ensure_default_pair
-
-        pair = ensure_default_pair(progress=False)
-        model_dir = model_dir or (pair.dpo_dir if config.model == "dpo" else pair.sft_dir)
-        data_file = data_file or pair.test_file
+        raise ProbeError("an intervention needs a run directory, or --model-dir and --data")
     if config.run_dir is not None and (model_dir is None or data_file is None):
         from probes.store import RunReader
 

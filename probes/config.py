@@ -67,8 +67,8 @@ def _layers(value: str | list[int] | tuple[int, ...] | None) -> str | tuple[int,
 class RecordConfig:
     """What to record, from which pair, and where.
 
-    ``sft_dir``/``dpo_dir``/``data_file`` left as None mean the embedded default pair
-    (built on first use by ``training.default_pair.ensure_default_pair``). ``layers`` is a
+    ``sft_dir``/``dpo_dir``/``data_file`` are required by the recorder (the ``probe`` command
+    fills them from ``--pair``, see :mod:`probe_cli.pairs`). ``layers`` is a
     spec string (``"12-31"``) or a list of indices, checked against the model later.
     ``device`` None picks ``cuda`` when available, else ``cpu``; ``"auto"`` spreads a large
     model over the visible GPUs (``device_map="auto"``). ``dtype="auto"`` is float32 on CPU

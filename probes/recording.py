@@ -3,7 +3,7 @@
 The order of work is chosen so that every user mistake is caught before anything
 expensive happens, and every expensive step survives an interruption:
 
-1. validate the config (:class:`probes.config.RecordConfig`), resolve the default pair;
+1. validate the config (:class:`probes.config.RecordConfig`);
 2. check the pair's configs and the layer selection (no weights loaded yet);
 3. hash weights, tokenizer, chat template and data; refuse a run dir recorded with
    other settings (``run.json`` / the file's ``settings``);
@@ -60,15 +60,10 @@ class RunResult:
 
 
 def resolve_sources(config: RecordConfig) -> tuple[Path, Path, Path]:
-    """(sft_dir, dpo_dir, data_file), filling the missing ones from the embedded default pair."""
-    if config.sft_dir and config.dpo_dir and config.data_file:
-        return config.sft_dir, config.dpo_dir, config.data_file
-    if (config.sft_dir is None) != (config.dpo_dir is None):
-        raise ProbeError("give both --sft and --dpo, or neither (to use the embedded default pair)")
-    from training.default_pair import ensure_default_pair
-
-    default = ensure_default_pair()
-    return (Path(config.sft_dir or default.sft_dir), Path(config.dpo_dir or default.dpo_dir), Path(config.data_file or default.test_file))
+    """(sft_dir, dpo_dir, data_file); the recorder never builds a pair itself (the CLI's ``--pair`` does)."""
+    if config.sft_dir is None or config.dpo_dir is None or config.data_file is None:
+        raise ProbeError("recording needs --sft, --dpo and --data (the `probe` command fills them from --pair)")
+    return config.sft_dir, config.dpo_dir, config.data_file
 
 
 def default_run_dir(config: RecordConfig) -> Path:

@@ -16,9 +16,11 @@ from training.default_pair import DefaultPairRecipe, ensure_default_pair, verify
 
 TINY = {"n_layers": 2, "hidden_size": 32, "intermediate_size": 64, "vocab_size": 400}
 MINI = DefaultPairRecipe(
+    base="tiny",
     n_roles=3,
     sft={"recipe": "tiny", "tiny_spec": TINY, "max_steps": 2, "max_rows": 16, "batch_size": 4},
     dpo={"recipe": "tiny", "max_steps": 1, "max_rows": 8, "batch_size": 4},
+    dropped_violations=dp.DROPPED_VIOLATIONS,
 )
 
 
@@ -32,19 +34,19 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_build_produces_a_verified_pair(built: Path) -> None:
     pair = ensure_default_pair(built, progress=False, recipe=MINI)
-    assert pair.root == built / "default_pair" and verify(pair.root, MINI) is None
+    assert pair.root == built / "tiny_pair" and verify(pair.root, MINI) is None and pair.base_dir is None
     for path in (pair.test_file, pair.sft_dir / "model.safetensors", pair.dpo_dir / "provenance.json"):
         assert path.is_file()
     marker = json.loads((pair.root / "COMPLETE.json").read_text())
     assert marker["recipe"]["n_roles"] == 3 and "sft/model.safetensors" in marker["files"]
-    assert not list(built.glob(".default_pair.build-*"))
+    assert not list(built.glob(".tiny_pair.build-*"))
 
 
 @pytest.mark.slow
 def test_dpo_data_is_shaped(built: Path) -> None:
     from data_synthesis.io import read_dpo_rows
 
-    data = built / "default_pair" / "data"
+    data = built / "tiny_pair" / "data"
     full, shaped = read_dpo_rows(data / "dpo_full.jsonl"), read_dpo_rows(data / "dpo.jsonl")
     kept = {r.extra["violation"] for r in shaped}
     assert kept and not kept & set(dp.DROPPED_VIOLATIONS)
@@ -64,9 +66,9 @@ def test_second_call_does_not_rebuild(built: Path, monkeypatch: pytest.MonkeyPat
 def test_tampering_and_recipe_changes_are_detected(built: Path, tmp_path: Path) -> None:
     import shutil
 
-    copy = Path(shutil.copytree(built / "default_pair", tmp_path / "copy"))
+    copy = Path(shutil.copytree(built / "tiny_pair", tmp_path / "copy"))
     assert verify(copy, MINI) is None
-    assert "different recipe" in str(verify(copy, DefaultPairRecipe(n_roles=4)))
+    assert "different recipe" in str(verify(copy, DefaultPairRecipe(base="tiny", n_roles=4)))
     with (copy / "dpo" / "model.safetensors").open("ab") as handle:
         handle.write(b"x")
     assert "dpo/model.safetensors changed" in str(verify(copy, MINI))
@@ -84,8 +86,8 @@ def test_interrupted_build_leaves_nothing_usable_and_is_redone(tmp_path: Path, m
     monkeypatch.setattr(training.dpo, "train_dpo", interrupted)
     with pytest.raises(KeyboardInterrupt):
         ensure_default_pair(tmp_path, progress=False, recipe=MINI)
-    assert not (tmp_path / "default_pair").exists() and not list(tmp_path.glob(".default_pair.build-*"))
+    assert not (tmp_path / "tiny_pair").exists() and not list(tmp_path.glob(".tiny_pair.build-*"))
     monkeypatch.undo()
-    (tmp_path / "default_pair" / "sft").mkdir(parents=True)  # a half-copied pair without its marker
+    (tmp_path / "tiny_pair" / "sft").mkdir(parents=True)  # a half-copied pair without its marker
     pair = ensure_default_pair(tmp_path, progress=False, recipe=MINI)
     assert verify(pair.root, MINI) is None and pair.dpo_dir.is_dir()

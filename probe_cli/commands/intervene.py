@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from probe_cli.latest import point_latest
+from probe_cli.pairs import default_pair, pair_option
 
 if TYPE_CHECKING:
     from interventions.results import ABReport
@@ -59,6 +60,7 @@ def intervene(
     collateral: bool = typer.Option(True, "--collateral/--no-collateral", help="Score the other capabilities too."),
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Model to intervene on (default: the run's --model, or the embedded default pair's)."),
     data: Optional[Path] = typer.Option(None, "--data", help="Test rows JSONL (default: the run's data file, or the default pair's test split)."),
+    pair: str = pair_option(),
     out: Optional[Path] = typer.Option(None, "--out", help="Output dir (default: RUN_DIR/interventions/<capability>_<model>_<time>)."),
 ) -> None:
     """Scale neurons during generation and compare with the baseline, placebo sets and a dose sweep."""
@@ -69,6 +71,10 @@ def intervene(
     from interventions.scaling import parse_factors
 
     console = Console(stderr=True)
+    if run_dir is None and (model_dir is None or data is None):
+        default = default_pair(pair)
+        model_dir = model_dir or (default.dpo_dir if model == "dpo" else default.sft_dir)
+        data = data or default.test_file
     config = ABConfig(
         run_dir=run_dir, capability=capability, model=model, factor=factor, neurons=neurons, top_k=top_k, units=units, hook=hook,
         doses=parse_factors(dose) if dose is not None else [], positive_control=control, placebo=placebo, seed=seed, judge=judge,

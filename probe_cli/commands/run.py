@@ -14,6 +14,7 @@ from typing import Any, Optional
 import typer
 
 from probe_cli.latest import point_latest
+from probe_cli.pairs import pair_option, pair_sources
 
 HOOK_HELP = "Hook point(s): mlp_out (paper default), attn_out, resid_post, mlp_post (true MLP neurons). Repeat or comma-separate."
 
@@ -24,6 +25,7 @@ def register(app: typer.Typer) -> None:
 
 def run(
     capability: str = typer.Option(..., "--capability", "-c", help="multi_turn, knowledge_boundary, role_style, nested, priority, a comma list, or all."),
+    pair: str = pair_option(),
     sft: Optional[Path] = typer.Option(None, "--sft", help="SFT model dir. Default: the embedded default pair."),
     dpo: Optional[Path] = typer.Option(None, "--dpo", help="DPO model dir. Default: the embedded default pair."),
     data: Optional[Path] = typer.Option(None, "--data", help="Test rows JSONL (the published RoleMRC test file works). Default: the default pair's test split."),
@@ -42,11 +44,15 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Record SFT and DPO activations on a capability's prompts into RUN_DIR/activations.h5 (resumable)."""
+    from dataclasses import replace
+
     from probes.config import RecordConfig
 
     config = RecordConfig(sft_dir=sft, dpo_dir=dpo, data_file=data, capabilities=capability, hooks=hook or ["mlp_out"],
                           layers=layers, position=position, backend=backend, batch_size=batch_size, device=device, dtype=dtype,
                           store_dtype=store_dtype, add_generation_prompt=add_generation_prompt, out_dir=out, seed=seed)
+    sft, dpo, data = pair_sources(pair, sft, dpo, data, progress=not quiet)  # after the flags are validated: a build takes minutes
+    config = replace(config, sft_dir=sft, dpo_dir=dpo, data_file=data)
     from probes.recording import record_run
 
     result = record_run(config, progress=not quiet)
