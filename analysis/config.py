@@ -17,22 +17,27 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from analysis.stats import TESTS
 from core.errors import ProbeError
 
 METRICS: tuple[str, ...] = ("topk_count", "mean_diff", "effect_size")
 NORMALIZATIONS: tuple[str, ...] = ("samples", "width")
 RULES: tuple[str, ...] = ("top_k_abs", "fdr")
-DEFAULT_LAYERS = "12-31"
+TESTS: tuple[str, ...] = ("t", "wilcoxon")  # paired tests of mean_diff/effect_size (analysis.stats)
 
 
 @dataclass(frozen=True)
 class AnalysisConfig:
-    """Settings of one analysis (see ``docs/analysis.md`` for what each means)."""
+    """Settings of one analysis (see ``docs/analysis.md`` for what each means).
+
+    ``layers=None`` is the default window: the paper's 12-31 scaled by depth
+    (:func:`analysis.window.resolve_window`). ``stability_resamples`` bootstrap
+    resamples of the prompts measure how stable the layer ranking is
+    (:mod:`analysis.stability`); 0 disables it.
+    """
 
     metric: str = "topk_count"
     top_percent: float = 20.0
-    layers: str | None = DEFAULT_LAYERS
+    layers: str | None = None
     normalize: str = "samples"
     top_k: int = 64
     fdr_alpha: float = 0.05
@@ -41,6 +46,8 @@ class AnalysisConfig:
     test: str = "t"
     reorder: bool = False
     top_units: int = 20
+    stability_resamples: int = 20
+    stability_seed: int = 0
 
     def __post_init__(self) -> None:
         _choice("--metric", self.metric, METRICS)
@@ -57,6 +64,8 @@ class AnalysisConfig:
             raise ProbeError(f"--fdr-alpha {self.fdr_alpha}: expected a number in (0, 1)")
         if not math.isfinite(self.threshold) or self.threshold < 0:
             raise ProbeError(f"--threshold {self.threshold}: expected a finite number >= 0 (a minimum |delta|)")
+        if isinstance(self.stability_resamples, bool) or not isinstance(self.stability_resamples, int) or self.stability_resamples < 0:
+            raise ProbeError(f"--stability-resamples {self.stability_resamples}: expected an integer >= 0 (0 disables the bootstrap)")
         if self.top_units < 1:
             raise ProbeError(f"top_units {self.top_units}: expected a positive integer")
 

@@ -20,13 +20,17 @@ units, per model): the three metrics above are blind to it (counts are ranks, d_
 standardised), and a unit can top a ranking in a layer whose output is a thousandth of
 its neighbours', where scaling it can change nothing downstream.
 
+With ``config.stability_resamples`` > 0 each layer also yields the ranking score
+(mean |Δ|) of every bootstrap resample of the prompts, from the same per-prompt values
+(:mod:`analysis.stability`), so the ranking's stability costs no second pass.
+
 q-values are Benjamini–Hochberg over all layers × units of the map. Activations are
 read layer window only, straight from HDF5, and processed one layer at a time on a
 thread pool, so memory is two float16 copies of the window plus a few float32 rows.
 
 Example:
     >>> with RunReader(run_dir) as run:                                        # doctest: +SKIP
-    ...     maps = compute_maps(run, "multi_turn", "mlp_out", [12, 13], AnalysisConfig())
+    ...     maps = compute_maps(run, "multi_turn", "mlp_out", resolve_window(None, 32, list(range(32))), AnalysisConfig())
     >>> maps.delta.shape                                                       # doctest: +SKIP
     (2, 4096)
 """
@@ -42,9 +46,13 @@ import h5py
 import numpy as np
 
 from analysis.config import AnalysisConfig
-from analysis.stats import bh_qvalues, effect_size_dz, mcnemar_exact, paired_pvalues
+from analysis.profile import layer_scores
+from analysis.stability import Resamples
+from analysis.stats import bh_qvalues, effect_size_dz, paired_pvalues
 from analysis.topk import column_counts, k_for, map_layers, topk_mask
+from analysis.window import Window
 from core.errors import ProbeError
+from core.stats import mcnemar_p
 from probes.store import RunReader
 
 _ARRAYS = ("sft", "dpo", "delta", "pvalues", "qvalues")
@@ -66,6 +74,8 @@ class MetricMaps:
     n_samples: int
     settings: dict[str, Any] = field(default_factory=dict)
     layer_rms: np.ndarray | None = None  # (2, n_layers): RMS activation per layer, rows sft and dpo
+    window: Window | None = None  # which layers and why (None: computed for a bare list of layers)
+    resampled_scores: np.ndarray | None = None  # (n_layers, n_resamples): each bootstrap resample's mean |Δ| per layer
 
     def loudness(self) -> np.ndarray | None:
         """(n_layers,) RMS activation per layer, the larger of the two models'; None without ``layer_rms``."""
@@ -112,8 +122,10 @@ def read_window(run: RunReader, model: str, capability: str, hook: str, layers: 
     return dataset[:n, positions, :]
 
 
-def compute_maps(run: RunReader, capability: str, hook: str, layers: list[int], config: AnalysisConfig) -> MetricMaps:
-    """The maps of ``config.metric`` for one capability and hook over ``layers``."""
+def compute_maps(run: RunReader, capability: str, hook: str, layers: Window | list[int], config: AnalysisConfig) -> MetricMaps:
+    """The maps of ``config.metric`` for one capability and hook over ``layers`` (a :class:`Window` is kept on the maps)."""
+    window = layers if isinstance(layers, Window) else None
+    layers = list(window.layers) if window is not None else list(layers)
     n = run.n_samples(capability)
     if n == 0:
         raise ProbeError(f"{run.path}: capability {capability!r} has no complete samples; nothing to analyse")
@@ -121,18 +133,24 @@ def compute_maps(run: RunReader, capability: str, hook: str, layers: list[int], 
     dpo = read_window(run, "dpo", capability, hook, layers)
     if sft.shape != dpo.shape:
         raise ProbeError(f"{run.path}: sft and dpo activations of {capability}/{hook} differ in shape: {sft.shape} vs {dpo.shape}")
+    resamples = Resamples.draw(n, config.stability_resamples, config.stability_seed)
     per_layer = _topk_layer if config.metric == "topk_count" else _paired_layer
-    rows = map_layers(lambda i: per_layer(sft[:, i, :], dpo[:, i, :], config), len(layers))
-    sft_map, dpo_map, delta, pvalues, rms = (np.stack([r[j] for r in rows]) for j in range(5))
+    rows = map_layers(lambda i: per_layer(sft[:, i, :], dpo[:, i, :], config, resamples), len(layers))
+    sft_map, dpo_map, delta, pvalues, rms, resampled = (np.stack([r[j] for r in rows]) for j in range(6))
     settings: dict[str, Any] = {"fdr_alpha": config.fdr_alpha}
     if config.metric == "topk_count":
         width = sft.shape[2]
-        delta = delta / (n if config.normalize == "samples" else width)
+        delta = delta / _count_divisor(config, n, width)
         settings.update(top_percent=config.top_percent, k=k_for(width, config.top_percent), normalize=config.normalize, test="mcnemar_exact")
     else:
         settings.update(test=config.test)
-    return MetricMaps(capability, hook, config.metric, list(layers), sft_map, dpo_map, delta, pvalues, bh_qvalues(pvalues), n, settings,
-                      layer_rms=rms.T)
+    return MetricMaps(capability, hook, config.metric, layers, sft_map, dpo_map, delta, pvalues, bh_qvalues(pvalues), n, settings,
+                      layer_rms=rms.T, window=window, resampled_scores=resampled if resamples.n_resamples else None)
+
+
+def _count_divisor(config: AnalysisConfig, n_samples: int, width: int) -> int:
+    """topk_count's normalisation: Δ count / N (``samples``) or / width (``width``, the authors' script)."""
+    return n_samples if config.normalize == "samples" else width
 
 
 def _rms(x: np.ndarray) -> float:
@@ -140,24 +158,31 @@ def _rms(x: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(x, dtype=np.float64))))
 
 
-def _topk_layer(sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig) -> tuple[np.ndarray, ...]:
-    """Counts per model, raw count difference, McNemar p-values, (RMS sft, RMS dpo) for one layer."""
+def _topk_layer(sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig, resamples: Resamples) -> tuple[np.ndarray, ...]:
+    """Counts per model, raw count difference, McNemar p-values, (RMS sft, RMS dpo), resamples' scores for one layer."""
     k = k_for(sft.shape[1], config.top_percent)
     in_sft, in_dpo = topk_mask(sft, k), topk_mask(dpo, k)
     count_sft = column_counts(in_sft)
     count_dpo = column_counts(in_dpo)
     both = column_counts(in_sft & in_dpo)
-    pvalues = mcnemar_exact(count_dpo - both, count_sft - both)
-    return count_sft, count_dpo, (count_dpo - count_sft).astype(np.float64), pvalues, np.array([_rms(sft), _rms(dpo)])
+    pvalues = mcnemar_p(count_dpo - both, count_sft - both)
+    resampled = np.zeros(0)
+    if resamples.n_resamples:
+        resampled = layer_scores(resamples.count_differences(in_sft, in_dpo) / _count_divisor(config, *sft.shape))
+    return count_sft, count_dpo, (count_dpo - count_sft).astype(np.float64), pvalues, np.array([_rms(sft), _rms(dpo)]), resampled
 
 
-def _paired_layer(sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig) -> tuple[np.ndarray, ...]:
-    """Mean per model, mean difference or d_z, paired p-values, (RMS sft, RMS dpo) for one layer."""
+def _paired_layer(sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig, resamples: Resamples) -> tuple[np.ndarray, ...]:
+    """Mean per model, mean difference or d_z, paired p-values, (RMS sft, RMS dpo), resamples' scores for one layer."""
     sft64 = np.asarray(sft, dtype=np.float64)
     dpo64 = np.asarray(dpo, dtype=np.float64)
     mean_sft, mean_dpo = sft64.mean(axis=0), dpo64.mean(axis=0)
     delta = mean_dpo - mean_sft if config.metric == "mean_diff" else effect_size_dz(sft64, dpo64)
-    return mean_sft, mean_dpo, delta, paired_pvalues(sft64, dpo64, config.test), np.array([_rms(sft64), _rms(dpo64)])
+    resampled = np.zeros(0)
+    if resamples.n_resamples:
+        diff = dpo64 - sft64
+        resampled = layer_scores(resamples.mean_differences(diff) if config.metric == "mean_diff" else resamples.effect_sizes(diff))
+    return mean_sft, mean_dpo, delta, paired_pvalues(sft64, dpo64, config.test), np.array([_rms(sft64), _rms(dpo64)]), resampled
 
 
 def save_maps(maps: list[MetricMaps], path: str | Path) -> Path:
@@ -173,6 +198,8 @@ def save_maps(maps: list[MetricMaps], path: str | Path) -> Path:
             group.create_dataset("layers", data=np.asarray(m.layers, dtype=np.int32))
             if m.layer_rms is not None:
                 group.create_dataset("layer_rms", data=m.layer_rms)
+            if m.window is not None:
+                group.attrs["window"] = json.dumps(m.window.to_dict())
             group.attrs["metric"] = m.metric
             group.attrs["n_samples"] = m.n_samples
             group.attrs["settings"] = json.dumps(m.settings, sort_keys=True)
@@ -195,6 +222,7 @@ def load_maps(path: str | Path) -> list[MetricMaps]:
                     MetricMaps(
                         capability, hook, str(g.attrs["metric"]), [int(i) for i in g["layers"]], n_samples=int(g.attrs["n_samples"]),
                         settings=json.loads(g.attrs["settings"]), layer_rms=np.asarray(g["layer_rms"]) if "layer_rms" in g else None,
+                        window=Window.from_dict(json.loads(g.attrs["window"])) if "window" in g.attrs else None,
                         **arrays,
                     )
                 )

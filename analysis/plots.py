@@ -4,7 +4,8 @@ Per capability × hook: the SFT map, the DPO map and the discrepancy (layers × 
 Δ on a diverging scale centred at 0, optionally units reordered by summed |Δ| as the
 authors' ``lin_heat_map`` meant to), and the per-layer profile (mean |Δ| bars, share of
 FDR-significant units as a line). Per hook: one faceted view of every capability's
-discrepancy on a *shared* symmetric colour scale, so panels compare.
+discrepancy on a *shared* symmetric colour scale, so panels compare. Every title names
+the layer window, and a subtitle says why it is that window (``MetricMaps.window``).
 
 HTML is written with ``include_plotlyjs="directory"``: one ``plotly.min.js`` next to
 the files, no CDN, so the plots open on an offline machine. PNG goes through kaleido,
@@ -27,12 +28,14 @@ from plotly.subplots import make_subplots
 
 from analysis.maps import MetricMaps
 from analysis.profile import layer_profile, unit_order
+from analysis.window import format_layers
 from data_synthesis.capabilities import parse_capability
 from core.errors import ProbeError
 
 _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 _VALUE_LABEL = {"topk_count": "count in top k%", "mean_diff": "mean activation", "effect_size": "mean activation"}
 _DELTA_LABEL = {"topk_count": "Δ count", "mean_diff": "Δ mean", "effect_size": "d_z"}
+_TITLE_ROOM = {"t": 120}  # a title and its window subtitle above the first panel's own title
 
 
 def delta_label(maps: MetricMaps) -> str:
@@ -95,12 +98,20 @@ def maps_figure(maps: MetricMaps, reorder: bool = False) -> go.Figure:
     if reorder:
         fig.update_xaxes(type="category", showticklabels=False)
     fig.update_xaxes(title_text=x_title, row=3, col=1)
-    fig.update_layout(title=_title(maps), height=900, width=1200)
+    fig.update_layout(title=_title(maps), height=900, width=1200, margin=_TITLE_ROOM)
     return fig
 
 
 def _title(maps: MetricMaps) -> str:
-    return f"{title_of(maps.capability)} · {maps.hook} · {maps.metric} (N={maps.n_samples})"
+    """Capability, hook, metric, N and layers, then a subtitle with why these layers (when known)."""
+    head = f"{title_of(maps.capability)} · {maps.hook} · {maps.metric} (N={maps.n_samples}) · layers {format_layers(maps.layers)}"
+    return head + _window_subtitle([maps])
+
+
+def _window_subtitle(all_maps: list[MetricMaps]) -> str:
+    """'<br><sup>window: …</sup>' from the maps' windows (each distinct reason once); '' when none is known."""
+    reasons = list(dict.fromkeys(m.window.reason for m in all_maps if m.window is not None))
+    return f"<br><sup>window: {'; '.join(reasons)}</sup>" if reasons else ""
 
 
 def profile_figure(maps: MetricMaps, alpha: float) -> go.Figure:
@@ -119,7 +130,7 @@ def profile_figure(maps: MetricMaps, alpha: float) -> go.Figure:
         title_text="share of units FDR-significant", range=[0, 1], tickmode="linear", tick0=0, dtick=0.2, tickformat=".0%",
         showgrid=False, secondary_y=True,
     )
-    fig.update_layout(title=f"Layer profile · {_title(maps)}", height=450, width=1000)
+    fig.update_layout(title=f"Layer profile · {_title(maps)}", height=450, width=1000, margin=_TITLE_ROOM)
     return fig
 
 
@@ -146,7 +157,11 @@ def faceted_figure(all_maps: list[MetricMaps], reorder: bool = False) -> go.Figu
     if reorder:
         fig.update_xaxes(type="category", showticklabels=False)
     first = all_maps[0]
-    fig.update_layout(title=f"DPO − SFT by capability · {first.hook} · {first.metric}", height=260 * len(all_maps) + 120, width=1200)
+    spans = ", ".join(dict.fromkeys(format_layers(m.layers) for m in all_maps))
+    fig.update_layout(
+        title=f"DPO − SFT by capability · {first.hook} · {first.metric} · layers {spans}{_window_subtitle(all_maps)}",
+        height=260 * len(all_maps) + 120, width=1200, margin=_TITLE_ROOM,
+    )
     return fig
 
 

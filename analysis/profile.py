@@ -16,16 +16,36 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from analysis.maps import MetricMaps
+if TYPE_CHECKING:
+    from analysis.maps import MetricMaps
+
+
+def layer_scores(delta: np.ndarray) -> np.ndarray:
+    """What layers are ranked by: mean |Δ| over the units (the last axis), for a (layers, units) map or (…, units) rows.
+
+    >>> layer_scores(np.array([[0.5, -0.5], [0.0, 0.25]])).tolist()
+    [0.5, 0.125]
+    """
+    return np.abs(delta).mean(axis=-1)
+
+
+def rank_layers(scores: np.ndarray, layers: list[int]) -> list[int]:
+    """Layers ordered by score, descending, ties by layer index: the one ranking rule (profile, tables, bootstrap).
+
+    >>> rank_layers(np.array([0.1, 0.3, 0.3]), [12, 13, 14])
+    [13, 14, 12]
+    """
+    order = np.lexsort((np.asarray(layers), -np.asarray(scores, dtype=np.float64)))
+    return [layers[i] for i in order]
 
 
 def layer_profile(maps: MetricMaps, alpha: float) -> list[dict[str, Any]]:
-    """One entry per layer in the map, ranked by mean |Δ| (descending)."""
-    mean_abs = np.abs(maps.delta).mean(axis=1)
+    """One entry per layer in the map, ranked by mean |Δ| (:func:`layer_scores`, :func:`rank_layers`)."""
+    mean_abs = layer_scores(maps.delta)
     significant = maps.significant(alpha)
     rows = [
         {
@@ -37,8 +57,8 @@ def layer_profile(maps: MetricMaps, alpha: float) -> list[dict[str, Any]]:
         }
         for i, layer in enumerate(maps.layers)
     ]
-    rows.sort(key=lambda r: (-r["mean_abs_delta"], r["layer"]))
-    return [{"rank": rank, **row} for rank, row in enumerate(rows, start=1)]
+    by_layer = {row["layer"]: row for row in rows}
+    return [{"rank": rank, **by_layer[layer]} for rank, layer in enumerate(rank_layers(mean_abs, maps.layers), start=1)]
 
 
 def _scale(maps: MetricMaps, row: int) -> dict[str, float]:

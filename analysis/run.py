@@ -5,7 +5,8 @@ interventions' ranking fallback call. It reads ``RUN_DIR/activations.h5`` throug
 :class:`probes.store.RunReader` (read-only; nothing already written is touched) and
 writes into ``RUN_DIR/analysis/`` (or ``out_dir``)::
 
-    summary.json                          top layers and units per capability × hook, settings, warnings
+    summary.json                          per capability × hook: the window used and why, top layers (and how stable
+                                          their ranking is under a bootstrap of the prompts) and units; settings, warnings
     maps_<metric>.h5                      /{capability}/{hook}/{sft,dpo,delta,pvalues,qvalues,layers}
     neurons_<capability>_<hook>.json      the selected neuron set (analysis.neuron_sets format)
     plots/<capability>_<hook>_<metric>_maps.html|png, ..._profile.html|png, all_<hook>_<metric>.html|png
@@ -31,8 +32,9 @@ import analysis.plots as plots_module
 from analysis.config import AnalysisConfig
 from analysis.maps import MetricMaps, compute_maps, save_maps
 from analysis.plots import faceted_figure, maps_figure, profile_figure, write_figures
-from analysis.profile import layer_profile, top_units
+from analysis.profile import layer_profile, layer_scores, top_units
 from analysis.select import select_neurons
+from analysis.stability import LayerStability, layer_stability
 from analysis.window import format_layers, resolve_window
 from data_synthesis.capabilities import parse_capabilities
 from core.errors import ProbeError
@@ -54,6 +56,7 @@ class AnalysisResult:
     neuron_sets: dict[tuple[str, str], Path] = field(default_factory=dict)
     plots: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    stability: dict[tuple[str, str], LayerStability] = field(default_factory=dict)
 
 
 def analyze_run(
@@ -61,7 +64,7 @@ def analyze_run(
     *,
     metric: str = "topk_count",
     top_percent: float = 20.0,
-    layers: str | None = "12-31",
+    layers: str | None = AnalysisConfig.layers,
     capabilities: str | list[str] | tuple[str, ...] | None = None,
     hooks: str | list[str] | tuple[str, ...] | None = None,
     normalize: str = "samples",
@@ -74,15 +77,21 @@ def analyze_run(
     threshold: float = 0.0,
     test: str = "t",
     reorder: bool = False,
+    stability_resamples: int = AnalysisConfig.stability_resamples,
+    stability_seed: int = AnalysisConfig.stability_seed,
 ) -> AnalysisResult:
     """Analyse a recorded run; see the module docstring for the files written.
 
-    ``capabilities``/``hooks``: None = everything recorded. ``png``: None = when Chromium
-    exists. ``rule``/``threshold``: neuron selection (:func:`analysis.select.select_neurons`).
+    ``layers``: None = the default window (the paper's 12-31 scaled by depth,
+    :func:`analysis.window.resolve_window`). ``capabilities``/``hooks``: None = everything
+    recorded. ``png``: None = when Chromium exists. ``rule``/``threshold``: neuron selection
+    (:func:`analysis.select.select_neurons`). ``stability_resamples``: bootstrap resamples of
+    the prompts for the layer ranking's stability (:mod:`analysis.stability`; 0: none).
     """
     config = AnalysisConfig(
         metric=metric, top_percent=top_percent, layers=layers, normalize=normalize, top_k=top_k,
         fdr_alpha=fdr_alpha, rule=rule, threshold=threshold, test=test, reorder=reorder,
+        stability_resamples=stability_resamples, stability_seed=stability_seed,
     )
     if plots and png is True and not plots_module.chromium_available():
         raise ProbeError("--png: PNG export needs Chromium (kaleido renders with it); install it (`make chromium`) or pass --no-png")
@@ -96,10 +105,12 @@ def analyze_run(
         all_maps: dict[tuple[str, str], MetricMaps] = {}
         for cap in selected:
             for hook in _hooks(run, cap, hooks):
-                window, notes = resolve_window(config.layers, n_model, run.layers(cap, hook))
-                warnings.extend(n for n in notes if n not in warnings)
+                window = resolve_window(config.layers, n_model, run.layers(cap, hook))
+                warnings.extend(n for n in window.warnings if n not in warnings)
                 all_maps[(cap, hook)] = compute_maps(run, cap, hook, window, config)
     result = AnalysisResult({}, target, target / "summary.json", target / f"maps_{config.metric}.h5", all_maps, warnings=warnings)
+    if config.stability_resamples:
+        result.stability = {key: _stability(maps, config) for key, maps in all_maps.items()}
     save_maps(list(all_maps.values()), result.maps_path)
     _write_neuron_sets(result, config, str(run_path), hashes)
     if plots:
@@ -144,6 +155,11 @@ def _model_layers(run: RunReader, capabilities: list[str]) -> int:
         return declared
     stored = [max(run.layers(c, h)) for c in capabilities for h in run.hooks(c) if run.layers(c, h)]
     return max(stored) + 1 if stored else 0
+
+
+def _stability(maps: MetricMaps, config: AnalysisConfig) -> LayerStability:
+    assert maps.resampled_scores is not None  # compute_maps scores every resample when stability_resamples > 0
+    return layer_stability(maps.layers, layer_scores(maps.delta), maps.resampled_scores, config.stability_seed)
 
 
 def _write_neuron_sets(result: AnalysisResult, config: AnalysisConfig, run_dir: str, hashes: dict[str, str]) -> None:
@@ -191,10 +207,12 @@ def _summary(result: AnalysisResult, config: AnalysisConfig, run_dir: str, hashe
             "n_samples": maps.n_samples,
             "width": maps.width,
             "layers": format_layers(maps.layers),
+            "window": maps.window.to_dict() if maps.window else None,
             "n_units": int(maps.delta.size),
             "n_significant": int(significant.sum()),
             "share_significant": float(significant.mean()),
             "top_layers": layer_profile(maps, config.fdr_alpha),
+            "stability": result.stability[(cap, hook)].to_dict() if (cap, hook) in result.stability else None,
             "top_units": top_units(maps, config.top_units),
             "neuron_set": neuron_set.name if neuron_set else None,
             "plots": sorted(p.name for p in result.plots if p.name.startswith(f"{cap}_{hook}_")),
@@ -202,7 +220,7 @@ def _summary(result: AnalysisResult, config: AnalysisConfig, run_dir: str, hashe
         }
     return {
         "format": SUMMARY_FORMAT,
-        "version": 1,
+        "version": 2,
         "run_dir": run_dir,
         "metric": config.metric,
         "settings": asdict(config),

@@ -9,14 +9,15 @@ Both models see the same prompts, so every test is *paired* on the prompt:
 - ``topk_count``: per unit, membership in the top k% is a 0/1 outcome per prompt and
   model. Only discordant prompts carry information: ``n01`` (in DPO's top k%, not
   SFT's) and ``n10`` (the reverse); ``count_dpo - count_sft = n01 - n10``. The exact
-  McNemar test is the two-sided binomial test of ``n01`` out of ``n01 + n10`` at 1/2.
+  McNemar test is the two-sided binomial test of ``n01`` out of ``n01 + n10`` at 1/2
+  (:func:`core.stats.mcnemar_p`, the one every stage uses).
 
 A unit whose test cannot be computed (no variance, no discordant prompts, fewer than
 two prompts) gets p = 1: no evidence, never a spurious discovery.
 
 Example:
-    >>> mcnemar_exact(np.array([10, 0]), np.array([0, 0])).round(4).tolist()
-    [0.002, 1.0]
+    >>> bh_qvalues(np.array([0.01, 0.04, 0.03])).round(3).tolist()
+    [0.03, 0.04, 0.04]
 """
 
 from __future__ import annotations
@@ -25,17 +26,6 @@ import warnings
 
 import numpy as np
 from scipy import stats
-
-TESTS: tuple[str, ...] = ("t", "wilcoxon")
-
-
-def mcnemar_exact(n01: np.ndarray, n10: np.ndarray) -> np.ndarray:
-    """Two-sided exact McNemar p-values, elementwise over integer arrays of discordant counts."""
-    n01 = np.asarray(n01, dtype=np.int64)
-    n10 = np.asarray(n10, dtype=np.int64)
-    total = n01 + n10
-    p = 2.0 * stats.binom.cdf(np.minimum(n01, n10), total, 0.5)
-    return np.clip(np.where(total == 0, 1.0, p), 0.0, 1.0)
 
 
 def paired_pvalues(sft: np.ndarray, dpo: np.ndarray, test: str = "t") -> np.ndarray:
@@ -59,7 +49,15 @@ def paired_pvalues(sft: np.ndarray, dpo: np.ndarray, test: str = "t") -> np.ndar
 
 def effect_size_dz(sft: np.ndarray, dpo: np.ndarray) -> np.ndarray:
     """(N, W) pairs -> (W,) Cohen's d_z = mean(d) / sd(d, ddof=1); 0 where sd is 0 or N < 2."""
-    diff = np.asarray(dpo, dtype=np.float64) - np.asarray(sft, dtype=np.float64)
+    return dz_of_differences(np.asarray(dpo, dtype=np.float64) - np.asarray(sft, dtype=np.float64))
+
+
+def dz_of_differences(diff: np.ndarray) -> np.ndarray:
+    """(N, W) paired differences (float64) -> (W,) d_z; what :func:`effect_size_dz` computes after the subtraction.
+
+    >>> dz_of_differences(np.array([[1.0, 2.0], [3.0, 2.0]])).tolist()
+    [1.414213562373095, 0.0]
+    """
     if diff.shape[0] < 2:
         return np.zeros(diff.shape[1:], dtype=np.float64)
     mean = diff.mean(axis=0)

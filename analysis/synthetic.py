@@ -5,6 +5,9 @@ needed). Both models share a per-prompt base activation; DPO adds small independ
 noise everywhere and a fixed shift on the *planted* units, so a correct analysis
 must find exactly those (and, at a 5% FDR, few others).
 
+:func:`write_arrays_run` stores given (N, layers, width) arrays instead, for a test
+that needs a particular shape of difference.
+
 Example:
     >>> spec = SyntheticSpec(n_samples=40, n_layers=8, width=16)            # doctest: +SKIP
     >>> planted = write_synthetic_run("/tmp/run", spec)                    # doctest: +SKIP
@@ -91,3 +94,17 @@ def _pair(rng: np.random.Generator, layers: list[int], targets: list[tuple[int, 
     for layer, unit in targets:
         dpo[:, layers.index(layer), unit] += spec.shift
     return base.astype(spec.dtype), dpo.astype(spec.dtype)
+
+
+def write_arrays_run(run_dir: str | Path, sft: np.ndarray, dpo: np.ndarray, capability: str = "multi_turn", hook: str = "mlp_out") -> Path:
+    """A run holding exactly ``sft`` and ``dpo`` ((N, layers, width), stored in their dtype) for one capability and hook."""
+    if sft.shape != dpo.shape or sft.ndim != 3:
+        raise ProbeError(f"synthetic run: sft and dpo must share an (N, layers, width) shape, got {sft.shape} and {dpo.shape}")
+    n, n_layers, _ = sft.shape
+    with RunWriter(run_dir, {"synthetic": True, "hooks": [hook]}) as writer:
+        for model in ("sft", "dpo"):
+            writer.set_model_info(model, {"weights_sha256": f"arrays-{model}", "n_layers": n_layers, "model_type": "llama"})
+        writer.append_samples(capability, np.arange(n), [f"synthetic-{capability}"] * n, np.full(n, 12), [f"prompt #{i}" for i in range(n)])
+        writer.append_activations("sft", capability, hook, sft, list(range(n_layers)))
+        writer.append_activations("dpo", capability, hook, dpo, list(range(n_layers)))
+    return Path(run_dir)

@@ -1,29 +1,39 @@
-"""Which layers an analysis looks at: the requested window, clipped to the model and the recording.
+"""Which layers an analysis looks at, and why: the :class:`Window` every output reports.
 
 The paper reports the SFT/DPO difference concentrated in layers 12–31 of a 32-layer
-model, so that is the default window. Three things can shrink it, and each is said
-out loud (a warning in ``summary.json`` and on the terminal), never done silently:
+model, i.e. the last 20/32 of its depth. Three cases:
 
-1. the model has fewer layers than the window reaches: the window is clipped;
-2. the model ends before the *default* window starts (a small demo model): the
-   default is scaled to the same fraction of depth (12/32 onwards, i.e. the last
-   62.5% of layers);
-3. the recording stored only some layers: the window is cut to those.
-
-A window entirely outside the model (other than the default) is a user mistake.
+1. no ``--layers`` (``spec=None``): the *default window*, the paper's window scaled by
+   depth: layers ``floor(12·L/32 + 0.5)`` to ``L-1`` of an L-layer model (12/32 of
+   depth rounded half *up*, not Python's half-to-even ``round``): 12-31 for L=32,
+   11-29 for L=30, 11-27 for L=28, 2-3 for L=4;
+2. an explicit ``--layers``: used as given; a layer outside the model is a
+   :class:`ProbeError` naming the model's depth (nothing is clipped silently);
+3. either way, when the recording stored only some of those layers, the window is
+   cut to them, and the cut is a warning (``summary.json`` and the terminal) and part
+   of the reason.
 
 Example:
-    >>> resolve_window("12-31", n_model_layers=16, stored=list(range(16)))
-    ([12, 13, 14, 15], ['--layers 12-31: the model has 16 layers (0-15); clipped to 12-15'])
+    >>> window = resolve_window(None, n_model_layers=30, stored=list(range(30)))
+    >>> print(window.describe())
+    layers 11-29 — default window: the last 20/32 of depth, layers 11-29 of a 30-layer model (the paper's 12-31 scaled by depth)
+    >>> resolve_window("12-20", n_model_layers=30, stored=list(range(30))).reason
+    '--layers 12-20 (given)'
+    >>> resolve_window("12-31", n_model_layers=30, stored=list(range(30)))
+    Traceback (most recent call last):
+    ...
+    core.errors.ProbeError: --layers 12-31: the model has 30 layers (0-29); layer 30 is outside it (leave --layers out for the default window 11-29, the paper's 12-31 scaled by depth)
 """
 
 from __future__ import annotations
 
-from analysis.config import DEFAULT_LAYERS
+from dataclasses import dataclass
+from typing import Any
+
 from core.errors import ProbeError
 from probes.hook_points import parse_layers
 
-_DEFAULT_START_FRACTION = 12 / 32
+_PARSE_LIMIT = 1 << 16  # parses any sane spec without a depth check, to name the first layer outside the model
 
 
 def format_layers(layers: list[int]) -> str:
@@ -47,35 +57,80 @@ def format_layers(layers: list[int]) -> str:
     return ",".join(parts)
 
 
-def resolve_window(spec: str | None, n_model_layers: int, stored: list[int]) -> tuple[list[int], list[str]]:
-    """The layers to analyse and the warnings to show; :class:`ProbeError` if none remain."""
-    warnings: list[str] = []
-    label = spec if spec is not None else "all"
-    model = set(range(n_model_layers))
-    if spec is None or spec.strip().lower() in ("", "all"):
-        requested = sorted(model)
+def default_window(n_model_layers: int) -> list[int]:
+    """The paper's 12-31 of 32 scaled by depth: ``(12·L + 16) // 32`` (= floor(12·L/32 + 0.5)) to ``L-1``.
+
+    >>> [format_layers(default_window(n)) for n in (4, 12, 28, 30, 32, 80)]
+    ['2-3', '5-11', '11-27', '11-29', '12-31', '30-79']
+    """
+    return list(range((12 * n_model_layers + 16) // 32, n_model_layers))
+
+
+@dataclass(frozen=True)
+class Window:
+    """The analysed layers, the ``--layers`` given (None: the default), why these layers, and the model's depth.
+
+    ``warnings`` (not part of the record) are the cuts to say out loud.
+
+    >>> Window.from_dict(Window([3, 4], "3-4", "--layers 3-4 (given)", 8).to_dict())
+    Window(layers=[3, 4], spec='3-4', reason='--layers 3-4 (given)', n_model_layers=8, warnings=())
+    """
+
+    layers: list[int]
+    spec: str | None
+    reason: str
+    n_model_layers: int
+    warnings: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """One line: the layers, then why."""
+        return f"layers {format_layers(self.layers)} — {self.reason}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``window`` record of ``summary.json``."""
+        return {"layers": list(self.layers), "spec": self.spec, "reason": self.reason, "n_model_layers": self.n_model_layers}
+
+    @classmethod
+    def from_dict(cls, body: dict[str, Any]) -> Window:
+        return cls([int(i) for i in body["layers"]], body["spec"], str(body["reason"]), int(body["n_model_layers"]))
+
+
+def resolve_window(spec: str | None, n_model_layers: int, stored: list[int]) -> Window:
+    """The window for ``--layers spec`` (None or blank: the default) on this model and recording; see the module doc."""
+    if n_model_layers < 1:
+        raise ProbeError("the model's depth is unknown (no n_layers in the run and no stored layer); cannot choose a layer window")
+    text = (spec or "").strip()
+    if text:
+        requested = _explicit(text, n_model_layers)
+        reason, label = f"--layers {text} (given)", f"--layers {text}"
     else:
-        requested = parse_layers(spec, max(n_model_layers, 4096))
-    inside = [i for i in requested if i in model]
-    if not inside:
-        if spec == DEFAULT_LAYERS and n_model_layers > 0:
-            start = min(n_model_layers - 1, round(_DEFAULT_START_FRACTION * n_model_layers))
-            inside = list(range(start, n_model_layers))
-            warnings.append(
-                f"--layers {spec} (default): the model has only {n_model_layers} layers; "
-                f"using the same fraction of depth instead: {format_layers(inside)}"
-            )
-        else:
-            raise ProbeError(f"--layers {label}: outside the model, which has layers 0-{n_model_layers - 1}")
-    elif len(inside) < len(requested):
-        warnings.append(
-            f"--layers {label}: the model has {n_model_layers} layers (0-{n_model_layers - 1}); clipped to {format_layers(inside)}"
-        )
-    recorded = [i for i in inside if i in set(stored)]
+        requested = default_window(n_model_layers)
+        span = format_layers(requested)
+        reason = f"default window: the last 20/32 of depth, layers {span} of a {n_model_layers}-layer model (the paper's 12-31 scaled by depth)"
+        label = f"default window {span}"
+    in_run = set(stored)
+    recorded = [i for i in requested if i in in_run]
     if not recorded:
         raise ProbeError(
-            f"--layers {label}: none of layers {format_layers(inside)} was recorded in this run (recorded: {format_layers(stored) or 'none'})"
+            f"{label}: none of layers {format_layers(requested)} was recorded in this run (recorded: {format_layers(stored) or 'none'})"
         )
-    if len(recorded) < len(inside):
-        warnings.append(f"--layers {label}: only layers {format_layers(recorded)} of {format_layers(inside)} were recorded; analysing those")
-    return recorded, warnings
+    warnings: tuple[str, ...] = ()
+    if len(recorded) < len(requested):
+        warnings = (f"{label}: only layers {format_layers(recorded)} of {format_layers(requested)} were recorded; analysing those",)
+        reason += f"; cut to {format_layers(recorded)}, the layers recorded"
+    return Window(recorded, text or None, reason, n_model_layers, warnings)
+
+
+def _explicit(spec: str, n_model_layers: int) -> list[int]:
+    """``parse_layers`` against the model; a layer outside it is an error that names the model's depth."""
+    try:
+        return parse_layers(spec, n_model_layers)
+    except ProbeError as inside_error:
+        requested = parse_layers(spec, _PARSE_LIMIT)  # a malformed spec fails here, in parse_layers' words
+        outside = [i for i in requested if i >= n_model_layers]
+        if not outside:
+            raise inside_error from None
+    raise ProbeError(
+        f"--layers {spec}: the model has {n_model_layers} layers (0-{n_model_layers - 1}); layer {outside[0]} is outside it "
+        f"(leave --layers out for the default window {format_layers(default_window(n_model_layers))}, the paper's 12-31 scaled by depth)"
+    )

@@ -23,7 +23,7 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -75,10 +75,15 @@ class Generations:
 
 
 def stop_ids(model: Any, tokenizer: Any) -> list[int]:
-    """Every token that ends a response: the tokenizer's EOS and the generation config's."""
+    """Every token that ends a response: the tokenizer's EOS, the generation config's, and the chat template's
+    end-of-turn token (Qwen2-base-style tokenizers end turns with ``<|im_end|>`` while their EOS is ``<|endoftext|>``)."""
+    from core.templates import turn_end_token
+
     ids: list[int] = []
     configured = getattr(model.generation_config, "eos_token_id", None)
-    for value in (tokenizer.eos_token_id, *(configured if isinstance(configured, list) else [configured])):
+    end = turn_end_token(tokenizer)
+    turn_end = tokenizer.convert_tokens_to_ids(end) if end else None
+    for value in (tokenizer.eos_token_id, *(configured if isinstance(configured, list) else [configured]), turn_end):
         if value is not None and int(value) not in ids:
             ids.append(int(value))
     if not ids:
@@ -100,11 +105,12 @@ class Generator:
     """Generate responses to fixed conversations, repeatably, with or without a hook context."""
 
     def __init__(self, model: Any, tokenizer: Any, conversations: Sequence[Sequence[Turn] | Messages],
-                 config: GenerationConfig = GenerationConfig()) -> None:
+                 config: GenerationConfig = GenerationConfig(), where: Callable[[int], str] | None = None) -> None:
+        """``where(i)`` names conversation ``i`` in rendering errors (default ``"row i"``, its index in ``conversations``)."""
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.pad_id = pad_id_of(tokenizer)
         self.stop = stop_ids(model, tokenizer)
-        self.prompts = encode_conversations(tokenizer, conversations, add_generation_prompt=True, where=lambda i: f"row {i}")
+        self.prompts = encode_conversations(tokenizer, conversations, add_generation_prompt=True, where=where or (lambda i: f"row {i}"))
         order = sorted(range(len(self.prompts)), key=lambda i: len(self.prompts[i]))
         self.batches = [order[s:s + config.batch_size] for s in range(0, len(order), config.batch_size)]
 
@@ -144,6 +150,6 @@ class Generator:
 
 
 def generate_responses(model: Any, tokenizer: Any, conversations: Sequence[Sequence[Turn] | Messages],
-                       config: GenerationConfig = GenerationConfig()) -> list[str]:
+                       config: GenerationConfig = GenerationConfig(), where: Callable[[int], str] | None = None) -> list[str]:
     """Responses to each conversation, in input order (a :class:`Generator` run once)."""
-    return Generator(model, tokenizer, conversations, config).run().texts
+    return Generator(model, tokenizer, conversations, config, where).run().texts

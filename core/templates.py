@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.chat import Messages, encode_text, render_text, to_messages
+from core.chat import Messages, control_token_texts, encode_text, render_text, to_messages
 from core.errors import ProbeError
 
 LLAMA3_TEMPLATE = (
@@ -97,9 +97,21 @@ def _measure_assistant_turn(tokenizer: Any, template: str) -> tuple[str, bool, s
     trimmed = f"  {_SENTINEL}  " not in turn
     content = _SENTINEL if trimmed else f"  {_SENTINEL}  "
     header, trailer = turn.split(content, 1)
-    end = next((t for t in (tokenizer.eos_token, *sorted(tokenizer.all_special_tokens, key=len, reverse=True))
-                if t and trailer.startswith(t)), "")
+    # every special token the tokenizer knows, not only ``all_special_tokens``: a Qwen2-base-style tokenizer (eos
+    # <|endoftext|>) closes turns with <|im_end|>, an added special token it does not list there
+    end = next((t for t in (tokenizer.eos_token, *control_token_texts(tokenizer)) if t and trailer.startswith(t)), "")
     return header, trimmed, end, trailer[len(end):]
+
+
+def turn_end_token(tokenizer: Any) -> str | None:
+    """The special token that ends an assistant turn in the tokenizer's own template (``<|eot_id|>``,
+    ``<|im_end|>``), or None when the template has none or cannot be measured."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    try:
+        return _measure_assistant_turn(tokenizer, tokenizer.chat_template)[2] or None
+    except Exception:  # noqa: BLE001 - a template that cannot render the probe simply has no measurable end token
+        return None
 
 
 def _jinja_string(text: str) -> str:

@@ -96,7 +96,7 @@ def provenance_warnings(neurons: NeuronSet, model: str, model_dir: Path) -> list
     expected = neurons.model_hashes.get(model)
     if not expected:
         return []
-    from probes.provenance import weights_sha256
+    from core.provenance import weights_sha256
 
     actual = weights_sha256(model_dir)
     if actual == expected:
@@ -172,10 +172,18 @@ class _Runner:
         self.judge = judge or make_judge(config.judge, base_url=config.judge_base_url, model=config.judge_model)
         gen_config = GenerationConfig(max_new_tokens=config.max_new_tokens, batch_size=config.batch_size, do_sample=config.do_sample,
                                       temperature=config.temperature, top_p=config.top_p, seed=config.seed)
-        self.generator = ABGenerator(self.model, self.tokenizer, self.rows, gen_config, config.backend)
+        self.generator = ABGenerator(self.model, self.tokenizer, self.rows, gen_config, config.backend, where=self._row_name)
         progress(f"baseline: {len(self.rows)} prompts")
         generations = self.generator.run()
         self.base = (generations, score_arm(self.judge, self.rows, generations.texts))
+
+    def _row_name(self, i: int) -> str:
+        """Row ``i`` of the generated rows by its data file and line."""
+        from data_synthesis.io import iter_jsonl
+
+        k = self.row_ids[i]
+        line = next((number for j, (number, _) in enumerate(iter_jsonl(self.data_file)) if j == k), "?")
+        return f"{self.data_file}:{line} (data row {k})"
 
     def arm(self, neurons: NeuronSet, factor: float) -> tuple[Generations, ArmScores]:
         generations = self.generator.run(Intervention(neurons, factor))

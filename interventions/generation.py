@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,13 +53,15 @@ class ABGenerator:
     """Generate responses for fixed rows, repeatably, with or without an intervention."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, rows: Sequence[TestRow],
-                 config: GenerationConfig = GenerationConfig(), backend: str = "torch") -> None:
+                 config: GenerationConfig = GenerationConfig(), backend: str = "torch",
+                 where: Callable[[int], str] | None = None) -> None:
+        """``where(i)`` names row ``i`` in rendering errors (default: its index in ``rows``)."""
         if backend not in BACKENDS:
             raise ProbeError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
         if backend == "nnsight" and config.do_sample:
             raise ProbeError("the nnsight backend decodes greedily only; use --backend torch for seeded sampling")
         self.model, self.backend = model, backend
-        self.generator = Generator(model, tokenizer, [r.question for r in rows], config)
+        self.generator = Generator(model, tokenizer, [r.question for r in rows], config, where)
         self._lm: Any = None
 
     def run(self, intervention: Intervention | None = None) -> Generations:

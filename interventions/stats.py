@@ -7,7 +7,7 @@ right tools are paired ones:
   (both arms together), via :func:`scipy.stats.bootstrap` on the per-prompt differences;
 * the exact McNemar test: only discordant prompts carry information, and under the null
   each is equally likely to flip either way, so p = two-sided binomial test of
-  ``b`` (1→0) among ``b + c`` (:func:`scipy.stats.binomtest`);
+  ``b`` (1→0) among ``b + c`` (:func:`core.stats.mcnemar_p`);
 * a placebo comparison: the real Δ against the Δs of R random neuron sets, as a
   percentile and an empirical p-value with the +1 correction, (1 + #{|Δ_placebo| ≥ |Δ|}) / (R + 1).
 
@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from scipy import stats
+
+from core.stats import discordant, mcnemar_p
 
 
 @dataclass(frozen=True)
@@ -57,11 +59,8 @@ def _pairs(before: Sequence[float], after: Sequence[float]) -> tuple[np.ndarray,
 
 def mcnemar_exact(before: Sequence[int], after: Sequence[int]) -> McNemar:
     """Exact (binomial) McNemar test on paired 0/1 outcomes."""
-    b_arr, a_arr = _pairs(before, after)
-    b = int(np.sum((b_arr == 1) & (a_arr == 0)))
-    c = int(np.sum((b_arr == 0) & (a_arr == 1)))
-    p = 1.0 if b + c == 0 else float(stats.binomtest(b, b + c, 0.5, alternative="two-sided").pvalue)
-    return McNemar(b, c, p)
+    b, c = discordant(*_pairs(before, after))
+    return McNemar(b, c, float(mcnemar_p(b, c)))
 
 
 def bootstrap_delta_ci(before: Sequence[float], after: Sequence[float], *, confidence: float = 0.95,

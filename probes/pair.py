@@ -154,7 +154,7 @@ def check_pair_configs(sft_dir: str | Path, dpo_dir: str | Path) -> ModelShape:
 
 
 def model_info(model_dir: Path, shape: ModelShape, tokenizer: Any) -> dict[str, Any]:
-    from probes.provenance import chat_template_sha256, tokenizer_sha256, weights_sha256
+    from core.provenance import chat_template_sha256, tokenizer_sha256, weights_sha256
 
     return {
         "model_dir": str(model_dir.resolve()),

@@ -5,9 +5,11 @@ expensive happens, and every expensive step survives an interruption:
 
 1. validate the config (:class:`probes.config.RecordConfig`);
 2. check the pair's configs and the layer selection (no weights loaded yet);
-3. hash weights, tokenizer, chat template and data; refuse a run dir recorded with
-   other settings (``run.json`` / the file's ``settings``);
-4. load the pair (module layouts compared), render prompts, skip what is done;
+3. render every prompt with the SFT tokenizer (a row carrying control-token text is
+   refused here, named by file and line, before the run dir exists);
+4. hash weights, tokenizer, chat template and data; refuse a run dir recorded with
+   other settings (``run.json`` / the file's ``settings``); load the pair (tokenizers and
+   module layouts compared), skip what is done; only then write ``run.json``;
 5. per batch: both models through the backend, one shard written atomically;
 6. consolidate the shards into ``activations.h5`` (see :mod:`probes.journal`).
 
@@ -77,12 +79,10 @@ def default_run_dir(config: RecordConfig) -> Path:
     return path
 
 
-def _settings(config: RecordConfig, sources: tuple[Path, Path, Path], layers: list[int], dtype: str) -> dict[str, Any]:
-    from core.models import load_tokenizer
-    from probes.provenance import chat_template_sha256, file_sha256, tokenizer_sha256, toolkit_version, weights_sha256
+def _settings(config: RecordConfig, sources: tuple[Path, Path, Path], layers: list[int], dtype: str, tokenizer: Any) -> dict[str, Any]:
+    from core.provenance import chat_template_sha256, file_sha256, tokenizer_sha256, toolkit_version, weights_sha256
 
     sft_dir, dpo_dir, data_file = sources
-    tokenizer = load_tokenizer(sft_dir)
     return {
         "sft_dir": str(sft_dir.resolve()), "dpo_dir": str(dpo_dir.resolve()), "data_file": str(data_file.resolve()),
         "sft_weights_sha256": weights_sha256(sft_dir), "dpo_weights_sha256": weights_sha256(dpo_dir),
@@ -149,10 +149,11 @@ def record_run(config: RecordConfig, progress: bool = True) -> RunResult:
     """Record (or resume recording) the config's capabilities into a run dir; see the module docstring."""
     import torch
 
+    from core.models import load_tokenizer
     from data_synthesis.io import read_test_rows
     from probes.backends import make_backend
     from probes.pair import check_pair_configs, load_pair, resolve_device, resolve_dtype
-    from probes.provenance import library_versions, toolkit_version
+    from core.provenance import library_versions, toolkit_version
 
     started = time.perf_counter()
     sources = resolve_sources(config)
@@ -162,21 +163,26 @@ def record_run(config: RecordConfig, progress: bool = True) -> RunResult:
     dtype = str(resolve_dtype(config.dtype, device)).removeprefix("torch.")
     rows = read_test_rows(sources[2])
     _check_rows(rows, config, sources[2])
-    settings = _settings(config, sources, layers, dtype)
+    tokenizer = load_tokenizer(sources[0], "--sft")
+    if not tokenizer.chat_template:
+        raise ProbeError(f"--sft {sources[0]}: the tokenizer has no chat template; prompts cannot be rendered as the model was trained")
+    # rendered before the run dir is touched: a refused row (control-token text) leaves no run.json
+    # behind that would then refuse the corrected data file as "other settings"
+    prompt_sets = [build_prompts(tokenizer, rows, cap, add_generation_prompt=config.add_generation_prompt, source=sources[2])
+                   for cap in config.capabilities]  # type: ignore[union-attr]
+    settings = _settings(config, sources, layers, dtype, tokenizer)
     run_dir = config.out_dir or default_run_dir(config)
     with run_lock(run_dir):
         existing = check_compatible(run_dir, settings)
-        if read_run_json(run_dir) is None:
-            write_run_json(run_dir, {"settings": existing or settings})
         torch.manual_seed(config.seed)
-        pair = load_pair(sources[0], sources[1], device=config.device, dtype=config.dtype)
+        pair = load_pair(sources[0], sources[1], device=config.device, dtype=config.dtype)  # same tokenizer (load_pair compares them)
         pad_id = pad_id_of(pair.tokenizer)
-        prompt_sets = [build_prompts(pair.tokenizer, rows, cap, add_generation_prompt=config.add_generation_prompt)
-                       for cap in config.capabilities]  # type: ignore[union-attr]
         firsts = {p.capability: _done_prefix(run_dir, p) for p in prompt_sets}
         backends = {name: make_backend(config.backend, model, hooks=config.hooks, layers=layers, position=config.position,
                                        tokenizer=pair.tokenizer, model_dir=sources[0] if name == "sft" else sources[1])
                     for name, model in pair.models().items()}
+        if read_run_json(run_dir) is None:  # only once the pair and the prompts are accepted: a refused call leaves no settings behind
+            write_run_json(run_dir, {"settings": existing or settings})
         bar = _progress_bar(sum(len(p) - firsts[p.capability] for p in prompt_sets), progress)
         recorded = {p.capability: _record_capability(run_dir, p, firsts[p.capability], backends, config, pad_id, bar) for p in prompt_sets}
         if bar is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -63,3 +64,34 @@ def tiny_pair(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     sft = Path(shutil.copytree(tiny_model_dir, root / "sft"))
     dpo = _perturb(tiny_model_dir, root / "dpo", seed=1, scale=0.2)
     return sft, dpo
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """One torch thread for the module (restored afterwards): tiny models gain nothing from a second one, and on
+    a shared 2-core machine two spinning threads make every small matmul several times slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def chat_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Offline-synthesized RoleMRC data (2 roles: 72 SFT rows, 36 DPO pairs, 30 test rows), every task present."""
+    from data_synthesis.offline import synthesize
+
+    out = tmp_path_factory.mktemp("chat-data")
+    synthesize(out, n_roles=2, seed=0)
+    return out
+
+
+@pytest.fixture(scope="session")
+def chat_bases(chat_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Tiny random chat models shaped like the ones users bring (see tests/chat_models.py):
+    ``chatml`` (SmolLM2-style) and ``nobos`` (Qwen2-style), each a saved model + tokenizer directory."""
+    from tests.chat_models import SPECS, build_chat_model, corpus_from_data
+
+    corpus = corpus_from_data(chat_data)
+    root = tmp_path_factory.mktemp("chat-models")
+    return {name: build_chat_model(name, corpus, root / name) for name in SPECS}

@@ -31,10 +31,11 @@ def _probe(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, st
 
 
 def test_analyze_prints_top_layers_and_writes_outputs(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _probe(["analyze", str(run_dir), "--capability", "multi_turn", "--no-png", "--out", str(tmp_path), "--layers", "12-31"], capsys)
+    code, out, _ = _probe(["analyze", str(run_dir), "--capability", "multi_turn", "--no-png", "--out", str(tmp_path)], capsys)
     assert code == 0
     assert "multi_turn · mlp_out · topk_count" in out and "mean |Δ|" in out
-    assert "clipped to 12-15" in out  # the clipped window is said out loud
+    assert "window: layers 6-15 — default window: the last 20/32 of depth, layers 6-15 of a 16-layer model" in out.replace("\n", " ")
+    assert "— stable in " in out and "resamples (≥4 of 5 kept)" in out
     assert (tmp_path / "summary.json").is_file() and (tmp_path / "neurons_multi_turn_mlp_out.json").is_file()
     assert not (tmp_path / "neurons_nested_mlp_out.json").exists()
 
@@ -42,7 +43,9 @@ def test_analyze_prints_top_layers_and_writes_outputs(run_dir: Path, tmp_path: P
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--layers", "40-50"], "error: --layers 40-50: outside the model, which has layers 0-15"),
+        (["--layers", "40-50"], "error: --layers 40-50: the model has 16 layers (0-15); layer 40 is outside it"),
+        (["--layers", "12-31"], "error: --layers 12-31: the model has 16 layers (0-15); layer 16 is outside it (leave --layers out"),
+        (["--stability-resamples", "-1"], "error: --stability-resamples -1: expected an integer >= 0"),
         (["--capability", "bogus"], "error: unknown capability 'bogus'"),
         (["--capability", "priority"], "error: capability 'priority' was not recorded"),
         (["--metric", "median"], "error: --metric 'median': expected one of topk_count, mean_diff, effect_size"),
@@ -85,3 +88,17 @@ def test_png_export_with_chromium(run_dir: Path, tmp_path: Path) -> None:
     assert len(pngs) == 3 and result.warnings == []
     for png in pngs:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5_000
+
+
+def test_probe_run_summary_prints_the_window_once_and_the_stability_per_capability(run_dir: Path, tmp_path: Path,
+                                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from probe_cli.commands.run import _print_top_layers
+
+    _print_top_layers(analyze_run(run_dir, out_dir=tmp_path, plots=False))
+    lines = capsys.readouterr().out.splitlines()
+    window = [line for line in lines if line.startswith("window: ")]
+    assert window == ["window: layers 6-15 — default window: the last 20/32 of depth, layers 6-15 of a 16-layer model "
+                      "(the paper's 12-31 scaled by depth)"]
+    for cap in ("multi_turn", "nested"):
+        line = next(line for line in lines if line.startswith(f"{cap} / mlp_out: top discrepancy layers "))
+        assert " — stable in " in line and line.endswith(("resamples (≥4 of 5 kept)", "target"))

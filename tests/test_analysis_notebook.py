@@ -7,6 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from analysis import analyze_run
 from analysis.synthetic import SyntheticSpec, write_synthetic_run
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "heatmap_explorer.ipynb"
@@ -29,6 +30,7 @@ def test_notebook_executes_top_to_bottom(tmp_path: Path, monkeypatch: pytest.Mon
 
     run_dir = tmp_path / "run"
     planted = write_synthetic_run(run_dir, SyntheticSpec(n_samples=24, n_layers=16, width=16, capabilities=("multi_turn", "priority")))
+    analyze_run(run_dir, plots=False)  # the summary.json whose window and stability the notebook shows
     monkeypatch.setenv("PROBE_RUN_DIR", str(run_dir))
     monkeypatch.setenv("PROBE_CAPABILITY", "priority")
     nb = nbformat.read(NOTEBOOK, as_version=4)
@@ -36,7 +38,10 @@ def test_notebook_executes_top_to_bottom(tmp_path: Path, monkeypatch: pytest.Mon
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
-    assert "showing priority / mlp_out / topk_count over layers 12-15" in text
+    assert "showing priority / mlp_out / topk_count over layers 6-15" in text
+    default = "window: layers 6-15 — default window: the last 20/32 of depth, layers 6-15 of a 16-layer model (the paper's 12-31 scaled by depth)"
+    assert text.count(default) == 2  # the notebook's own window and the saved analysis' (summary.json)
+    assert "— stable in " in text and "resamples (≥4 of 5 kept)" in text
     figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
     assert len(figures) == 3  # maps, profile, faceted
     drill = next(o for c in nb.cells if "Drill down" in c.source for o in c.outputs if o.output_type == "stream")

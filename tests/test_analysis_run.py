@@ -58,25 +58,29 @@ def test_topk_count_maps_equal_reference_and_both_normalisations(run, tmp_path: 
     assert by_width.settings["normalize"] == "width" and by_samples.settings["k"] == 6
 
 
-def test_layer_window_clipped_to_model_and_recording_with_warnings(run, tmp_path: Path) -> None:
+def test_layer_window_must_lie_in_the_model_and_is_cut_to_the_recording_with_a_warning(run, tmp_path: Path) -> None:
     run_dir, _ = run
-    result = analyze_run(run_dir, layers="12-31", out_dir=tmp_path, plots=False)
-    assert _maps(result).layers == [12, 13, 14, 15]
-    assert any("clipped to 12-15" in w for w in result.summary["warnings"])
+    with pytest.raises(ProbeError, match=r"--layers 12-31: the model has 16 layers \(0-15\); layer 16 is outside it"):
+        analyze_run(run_dir, layers="12-31", out_dir=tmp_path, plots=False)
     result = analyze_run(run_dir, layers="4-11", out_dir=tmp_path, plots=False)
     assert _maps(result).layers == [8, 9, 10, 11]
     assert any("only layers 8-11" in w for w in result.warnings)
-    with pytest.raises(ProbeError, match="outside the model, which has layers 0-15"):
+    window = result.summary["capabilities"]["multi_turn"]["mlp_out"]["window"]
+    assert window == {"layers": [8, 9, 10, 11], "spec": "4-11", "reason": "--layers 4-11 (given); cut to 8-11, the layers recorded",
+                      "n_model_layers": 16}
+    with pytest.raises(ProbeError, match=r"the model has 16 layers \(0-15\); layer 40 is outside it"):
         analyze_run(run_dir, layers="40-50", out_dir=tmp_path, plots=False)
     with pytest.raises(ProbeError, match="none of layers 0-3 was recorded"):
         analyze_run(run_dir, layers="0-3", out_dir=tmp_path, plots=False)
 
 
-def test_default_window_scales_for_a_shallow_model(tmp_path: Path) -> None:
+def test_default_window_scales_with_depth_and_says_so(tmp_path: Path) -> None:
     write_synthetic_run(tmp_path / "r", SyntheticSpec(n_samples=12, n_layers=4, width=8, capabilities=("nested",)))
     result = analyze_run(tmp_path / "r", plots=False)
-    assert _maps(result, "nested").layers == [2, 3]
-    assert "same fraction of depth" in result.summary["warnings"][0]
+    assert _maps(result, "nested").layers == [2, 3] and result.warnings == []  # 12*4/32 = 1.5 rounds up
+    window = result.summary["capabilities"]["nested"]["mlp_out"]["window"]
+    assert window["spec"] is None and window["n_model_layers"] == 4
+    assert window["reason"] == "default window: the last 20/32 of depth, layers 2-3 of a 4-layer model (the paper's 12-31 scaled by depth)"
 
 
 def test_neuron_set_round_trip_and_provenance(run, tmp_path: Path) -> None:
@@ -123,7 +127,7 @@ def test_default_output_dir_is_inside_the_run(tmp_path: Path) -> None:
     write_synthetic_run(tmp_path / "r", SyntheticSpec(n_samples=10, n_layers=16, width=8, capabilities=("priority",)))
     result = analyze_run(tmp_path / "r", plots=False)
     assert result.out_dir == tmp_path / "r" / "analysis" and (tmp_path / "r" / "analysis" / "summary.json").is_file()
-    assert result.summary["capabilities"]["priority"]["mlp_out"]["layers"] == "12-15"
+    assert result.summary["capabilities"]["priority"]["mlp_out"]["layers"] == "6-15"  # 12*16/32 = 6
 
 
 @pytest.mark.parametrize(

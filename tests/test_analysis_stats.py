@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from analysis.stats import bh_qvalues, effect_size_dz, mcnemar_exact, paired_pvalues
+from analysis.stats import bh_qvalues, effect_size_dz, paired_pvalues
+from core.stats import mcnemar_p as mcnemar_exact
 
 
 def test_mcnemar_equals_binomtest() -> None:

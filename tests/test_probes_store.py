@@ -13,7 +13,7 @@ import pytest
 from core.errors import ProbeError
 from probes.config import RecordConfig
 from probes.journal import JOURNAL_DIR, RUN_JSON
-from probes.provenance import file_sha256, weights_sha256
+from core.provenance import file_sha256, weights_sha256
 from probes.recording import record_run
 from probes.store import RunReader
 from tests.test_probes_fixtures import rolemrc_file  # noqa: F401  (fixture)

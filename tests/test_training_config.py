@@ -9,7 +9,7 @@ import pytest
 
 from core.errors import ProbeError
 from training.config import DPORunConfig, SFTRunConfig
-from training.home import probe_home
+from core.home import probe_home
 
 
 def test_paper_recipe_matches_the_roleMRC_scripts() -> None:

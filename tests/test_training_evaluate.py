@@ -10,7 +10,8 @@ import pytest
 from data_synthesis.capabilities import TASKS
 from data_synthesis.io import read_test_rows
 from data_synthesis.offline import synthesize
-from training.evaluate import ModelEvaluation, comparison_table, evaluate_pair, mcnemar_p, select_rows, wilson
+from core.stats import wilson
+from training.evaluate import ModelEvaluation, comparison_table, evaluate_pair, mcnemar_from_scores, select_rows
 
 
 @pytest.fixture(scope="module")
@@ -28,8 +29,8 @@ def test_select_rows_covers_every_task(test_file: Path) -> None:
 
 
 def test_paired_statistics() -> None:
-    assert mcnemar_p([1, 1, 0], [1, 1, 0]) == 1.0
-    assert mcnemar_p([1] * 12, [0] * 12) < 0.001
+    assert mcnemar_from_scores([1, 1, 0], [1, 1, 0]) == 1.0
+    assert mcnemar_from_scores([1] * 12, [0] * 12) < 0.001
     low, high = wilson(8, 10)
     assert 0.4 < low < 0.8 < high < 1.0
     assert all(math.isnan(x) for x in wilson(0, 0))

@@ -94,9 +94,9 @@ def test_outputs_reload_offline_with_provenance(sft_dir: Path, dpo_dir: Path, da
         assert record["config"]["learning_rate"] > 0
         assert not list(path.parent.glob(f".{path.name}.partial"))
     dpo_record = _provenance(dpo_dir)
-    from training.provenance import weights_digest
+    from core.provenance import weights_sha256
 
-    assert dpo_record["parent"]["weights_sha256"] == weights_digest(sft_dir)
+    assert dpo_record["parent"]["weights_sha256"] == weights_sha256(sft_dir)
     assert dpo_record["data"]["file"].endswith("dpo.jsonl")
 
 
@@ -113,37 +113,57 @@ def test_dpo_changes_the_policy(sft_dir: Path, dpo_dir: Path) -> None:
 
 @pytest.mark.slow
 def test_same_seed_same_model(data_dir: Path, tmp_path: Path) -> None:
-    from training.provenance import weights_digest
+    from core.provenance import weights_sha256
 
     runs = [train_sft(sft_config(data_dir, tmp_path / f"r{i}", max_steps=3, max_rows=24)) for i in range(2)]
-    assert weights_digest(runs[0]) == weights_digest(runs[1])
+    assert weights_sha256(runs[0]) == weights_sha256(runs[1])
     other = train_sft(sft_config(data_dir, tmp_path / "r2", max_steps=3, max_rows=24, seed=1))
-    assert weights_digest(other) != weights_digest(runs[0])
+    assert weights_sha256(other) != weights_sha256(runs[0])
 
 
 @pytest.mark.slow
 def test_existing_output_is_kept_unless_overwrite(sft_dir: Path, data_dir: Path) -> None:
     from core.errors import ProbeError
-    from training.provenance import weights_digest
+    from core.provenance import weights_sha256
 
-    before = weights_digest(sft_dir)
+    before = weights_sha256(sft_dir)
     with pytest.raises(ProbeError, match="--overwrite"):
         train_sft(sft_config(data_dir, sft_dir))
-    assert weights_digest(sft_dir) == before
+    assert weights_sha256(sft_dir) == before
 
 
-def test_weights_digest_hashes_tensors_of_any_dtype_not_file_bytes(tmp_path: Path) -> None:
+def test_weights_fingerprint_hashes_tensors_of_any_dtype_not_file_bytes(tmp_path: Path) -> None:
     import torch
     from safetensors.torch import save_file
 
-    from training.provenance import weights_digest
+    from core.provenance import weights_sha256
 
     tensors = {"b": torch.arange(6, dtype=torch.bfloat16).reshape(2, 3), "a": torch.ones(4, dtype=torch.float16)}
     for name, order, meta in (("x", ["a", "b"], {"format": "pt"}), ("y", ["b", "a"], {"saved_by": "another tool"})):
         (tmp_path / name).mkdir()
         save_file({k: tensors[k] for k in order}, tmp_path / name / "model.safetensors", metadata=meta)
     assert (tmp_path / "x" / "model.safetensors").read_bytes() != (tmp_path / "y" / "model.safetensors").read_bytes()
-    assert weights_digest(tmp_path / "x") == weights_digest(tmp_path / "y")  # bfloat16 included
+    assert weights_sha256(tmp_path / "x") == weights_sha256(tmp_path / "y")  # bfloat16 included
     (tmp_path / "z").mkdir()
     save_file({**tensors, "a": torch.full((4,), 2.0, dtype=torch.float16)}, tmp_path / "z" / "model.safetensors")
-    assert weights_digest(tmp_path / "z") != weights_digest(tmp_path / "x")
+    assert weights_sha256(tmp_path / "z") != weights_sha256(tmp_path / "x")
+
+
+@pytest.mark.slow
+def test_one_weights_fingerprint_links_provenance_to_the_run_that_recorded_it(sft_dir: Path, dpo_dir: Path, data_dir: Path,
+                                                                             tmp_path: Path) -> None:
+    from analysis.neuron_sets import NeuronSet
+    from probes.config import RecordConfig
+    from probes.recording import record_run
+
+    result = record_run(RecordConfig(sft_dir=sft_dir, dpo_dir=dpo_dir, data_file=data_dir / "test.jsonl", capabilities="priority",
+                                     out_dir=tmp_path / "run"), progress=False)
+    settings = result.settings
+    assert settings["sft_weights_sha256"] == _provenance(sft_dir)["weights_sha256"]
+    assert settings["dpo_weights_sha256"] == _provenance(dpo_dir)["weights_sha256"]
+    assert _provenance(dpo_dir)["parent"]["weights_sha256"] == settings["sft_weights_sha256"]
+    from analysis import analyze_run
+
+    analysis = analyze_run(result.run_dir, plots=False, metric="mean_diff")  # two prompts: top-k counts rarely differ
+    neurons = NeuronSet.load(analysis.neuron_sets[("priority", "mlp_out")])
+    assert neurons.model_hashes["dpo"] == _provenance(dpo_dir)["weights_sha256"]

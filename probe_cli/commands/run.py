@@ -87,18 +87,33 @@ def _span(layers: list[int]) -> str:
 
 
 def _print_top_layers(analysis: Any, shown: int = 5) -> None:
-    """One line per capability and hook: the layers whose SFT/DPO discrepancy ranks highest, then warnings."""
+    """The layer window and why (one line per distinct window), then one line per capability and hook: the layers
+    whose SFT/DPO discrepancy ranks highest and how stable that top set is under a bootstrap of the prompts; then warnings."""
     from rich.console import Console
 
-    from probe_cli.commands.analyze import print_warnings
+    from probe_cli.commands.analyze import print_warnings, window_line
 
     console = Console()
     per_cap = analysis.summary.get("capabilities", analysis.summary)
-    for cap, per_hook in per_cap.items():
-        for hook, summary in per_hook.items() if isinstance(per_hook, dict) else ():
-            top = summary.get("top_layers") if isinstance(summary, dict) else None
-            if top:
-                layers = [str(t.get("layer", t)) if isinstance(t, dict) else str(t) for t in top[:shown]]
-                console.print(f"{cap} / {hook}: top discrepancy layers {', '.join(layers)}")
+    bodies = [(cap, hook, body) for cap, per_hook in per_cap.items() if isinstance(per_hook, dict) for hook, body in per_hook.items()
+              if isinstance(body, dict)]
+    windows = {(cap, hook): window_line(body) for cap, hook, body in bodies}
+    shared = len(set(windows.values())) == 1
+    for (cap, hook), line in windows.items() if not shared else list(windows.items())[:1]:
+        if line:
+            console.print(line if shared else f"{cap} / {hook} {line}", markup=False, highlight=False, soft_wrap=True)
+    for cap, hook, body in bodies:
+        top = body.get("top_layers")
+        if top:
+            layers = [str(t.get("layer", t)) if isinstance(t, dict) else str(t) for t in top[:shown]]
+            stability = body.get("stability")
+            verdict = f" — {_verdict(stability)}" if stability else ""
+            console.print(f"{cap} / {hook}: top discrepancy layers {', '.join(layers)}{verdict}", markup=False, highlight=False, soft_wrap=True)
     print_warnings(analysis, console)
     console.print(f"analysis: {analysis.out_dir}")
+
+
+def _verdict(stability: dict) -> str:
+    from analysis.stability import LayerStability
+
+    return LayerStability.from_dict(stability).verdict()

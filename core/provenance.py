@@ -1,0 +1,189 @@
+"""Content hashes and versions that tie every artefact to exactly the bytes it came from.
+
+A model directory's ``provenance.json``, a run's settings and a neuron set all name
+weights by one fingerprint, :func:`weights_sha256`, so a model can be matched with every
+run that recorded it and every neuron set ranked on it, whatever the paths were
+(directories get moved, checkpoints get overwritten). The fingerprint hashes *tensors*
+(name, dtype, shape, bytes; sorted by name), not files: two saves of identical weights
+can differ in their bytes (safetensors header order, metadata), and equal seeds must give
+equal fingerprints. Runs also record hashes of the tokenizer vocabulary and special tokens,
+of the chat template, and of the data file.
+
+Hashing a 16 GB checkpoint takes a while, so fingerprints are cached per (real path,
+size, mtime) of the weight files in ``$PROBE_HOME/file_hashes.json`` (see :mod:`core.home`);
+a changed file is re-hashed.
+
+Example:
+    >>> weights_sha256("runs/../models/sft")          # doctest: +SKIP
+    '3f1c...'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".bin", ".pt", ".pth")
+_BLOCK = 1 << 22
+
+
+def _cache_file() -> Path:
+    from core.home import probe_home
+
+    return probe_home() / "file_hashes.json"
+
+
+def _load_cache() -> dict[str, Any]:
+    try:
+        return json.loads(_cache_file().read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save_cache(cache: dict[str, Any]) -> None:
+    target = _cache_file()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".hashes.", suffix=".tmp")
+        with os.fdopen(fd, "w") as handle:
+            json.dump(cache, handle)
+        os.replace(tmp, target)
+    except OSError:
+        pass  # a cache we cannot write only costs time
+
+
+def file_sha256(path: str | os.PathLike[str], cache: dict[str, Any] | None = None) -> str:
+    """sha256 of a file's bytes; uses ``cache`` keyed by real path, size and mtime when given."""
+    p = Path(path).resolve()
+    stat = p.stat()
+    key = f"{p}|{stat.st_size}|{stat.st_mtime_ns}"
+    if cache is not None and key in cache:
+        return str(cache[key])
+    digest = hashlib.sha256()
+    with p.open("rb") as handle:
+        for block in iter(lambda: handle.read(_BLOCK), b""):
+            digest.update(block)
+    value = digest.hexdigest()
+    if cache is not None:
+        cache[key] = value
+    return value
+
+
+def _safetensors_records(path: Path) -> Iterator[bytes]:
+    """Per tensor, sorted by name: ``name:DTYPE:shape`` then its raw bytes, read straight from the file.
+
+    Parses the safetensors header itself, so any dtype works (bfloat16 too, which numpy lacks)
+    and no tensor is converted.
+    """
+    with path.open("rb") as handle:
+        size = int.from_bytes(handle.read(8), "little")
+        header = json.loads(handle.read(size))
+        for name in sorted(k for k in header if k != "__metadata__"):
+            info = header[name]
+            start, end = info["data_offsets"]
+            handle.seek(8 + size + start)
+            yield f"{name}:{info['dtype']}:{info['shape']}".encode()
+            yield from _blocks(handle, end - start)
+
+
+def _blocks(handle: Any, n_bytes: int | None = None, block: int = 1 << 20) -> Iterator[bytes]:
+    """The next ``n_bytes`` of ``handle`` (all of it when None) in blocks of at most ``block`` bytes."""
+    while n_bytes is None or n_bytes > 0:
+        chunk = handle.read(block if n_bytes is None else min(block, n_bytes))
+        if not chunk:
+            return
+        if n_bytes is not None:
+            n_bytes -= len(chunk)
+        yield chunk
+
+
+def _tensor_digest(model_dir: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(model_dir.glob("*.safetensors")):
+        for record in _safetensors_records(path):
+            digest.update(record)
+    for path in sorted(model_dir.glob("pytorch_model*.bin")):  # not training_args.bin (it holds paths)
+        digest.update(path.name.encode())
+        with path.open("rb") as handle:
+            for chunk in _blocks(handle):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def weight_files(model_dir: str | os.PathLike[str]) -> list[Path]:
+    return sorted(p for p in Path(model_dir).iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
+
+
+def weights_sha256(model_dir: str | os.PathLike[str]) -> str:
+    """The one weights fingerprint: SHA-256 over the directory's tensors (see the module docstring), cached."""
+    directory = Path(model_dir).resolve()
+    files = weight_files(directory)
+    stats = [f.stat() for f in files]
+    key = "tensors|" + "|".join(f"{f}:{s.st_size}:{s.st_mtime_ns}" for f, s in zip(files, stats))
+    cache = _load_cache()
+    if key not in cache:
+        cache[key] = _tensor_digest(directory)
+        _save_cache(cache)
+    return str(cache[key])
+
+
+def text_sha256(value: Any) -> str:
+    """sha256 of a string, or of the canonical JSON of anything else."""
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> dict[str, Any]:
+    """What must match for two tokenizers to turn the same text into the same ids."""
+    return {
+        "vocab": sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1]),
+        "special": {k: str(v) for k, v in sorted(tokenizer.special_tokens_map.items())},
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+
+
+def tokenizer_sha256(tokenizer: Any) -> str:
+    return text_sha256(tokenizer_fingerprint(tokenizer))
+
+
+def chat_template_sha256(tokenizer: Any) -> str:
+    return text_sha256(tokenizer.chat_template or "")
+
+
+LIBRARIES = ("rolemrc-probe", "torch", "transformers", "trl", "accelerate", "datasets", "tokenizers", "transformer-lens",
+             "nnsight", "h5py", "numpy", "gguf", "deepspeed")
+
+
+def library_versions() -> dict[str, str]:
+    """Python and the versions of the libraries that shape results (absent ones are left out)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str] = {"python": platform.python_version()}
+    for name in LIBRARIES:
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            continue
+    return out
+
+
+def device_info() -> dict[str, object]:
+    import torch
+
+    info: dict[str, object] = {"cuda": torch.cuda.is_available(), "threads": torch.get_num_threads()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+        info["gpus"] = torch.cuda.device_count()
+    return info
+
+
+def toolkit_version() -> str:
+    return library_versions().get("rolemrc-probe", "unknown")

@@ -1,0 +1,43 @@
+"""The statistics every stage reports with: one exact McNemar test, one Wilson interval.
+
+Evaluation (SFT vs DPO compliance), analysis (per-unit top-k membership) and interventions
+(before vs after compliance) all compare *paired* 0/1 outcomes, so all three use the same
+exact McNemar test: only discordant pairs carry information, and the p-value is the
+two-sided binomial test of one discordant count out of both at 1/2. It is vectorised
+because the analysis runs it on every unit of every layer at once.
+
+Example:
+    >>> mcnemar_p(np.array([10, 0]), np.array([0, 0])).round(4).tolist()
+    [0.002, 1.0]
+    >>> float(mcnemar_p(3, 3))
+    1.0
+    >>> [round(x, 3) for x in wilson(8, 10)]
+    [0.49, 0.943]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+
+def mcnemar_p(n01: np.ndarray | int, n10: np.ndarray | int) -> np.ndarray:
+    """Two-sided exact McNemar p-values from discordant counts (elementwise; 1.0 where there are none)."""
+    n01 = np.asarray(n01, dtype=np.int64)
+    n10 = np.asarray(n10, dtype=np.int64)
+    total = n01 + n10
+    p = 2.0 * stats.binom.cdf(np.minimum(n01, n10), total, 0.5)
+    return np.clip(np.where(total == 0, 1.0, p), 0.0, 1.0)
+
+
+def discordant(before: np.ndarray, after: np.ndarray) -> tuple[int, int]:
+    """(1→0, 0→1) counts of paired 0/1 outcomes."""
+    return int(np.sum((before == 1) & (after == 0))), int(np.sum((before == 0) & (after == 1)))
+
+
+def wilson(passed: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson interval of a proportion; (nan, nan) when n == 0."""
+    if n == 0:
+        return float("nan"), float("nan")
+    ci = stats.binomtest(passed, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
