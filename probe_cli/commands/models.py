@@ -16,24 +16,27 @@ from typing import Any, Optional
 
 import typer
 
+from probe_cli.pairs import default_pair, pair_option, pair_sources
+
 models_app = typer.Typer(help="The embedded default SFT/DPO pair, its pretrained base and its evaluation.", no_args_is_help=True)
 
 
 @models_app.command("default")
 def default(
     home: Optional[Path] = typer.Option(None, "--home", help="Cache root (default: $PROBE_HOME or ~/.cache/rolemrc-probe)."),
+    pair_name: str = pair_option(),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
-    """Build the default pair if absent (data, tiny SFT, DPO) and print its paths."""
+    """Build a default pair if absent (base, data, SFT, DPO) and print its paths."""
     from rich.console import Console
     from rich.table import Table
 
     from training.default_pair import ensure_default_pair
 
-    pair = ensure_default_pair(home, progress=not quiet)
-    table = Table(title="default pair", show_header=False)
-    for name in ("data_dir", "test_file", "sft_dir", "dpo_dir"):
-        table.add_row(name, str(getattr(pair, name)))
+    pair = ensure_default_pair(home, pair=pair_name, progress=not quiet)
+    table = Table(title=f"default pair ({pair_name})", show_header=False)
+    for name in ("data_dir", "test_file", "base_dir", "sft_dir", "dpo_dir"):
+        table.add_row(name, str(getattr(pair, name) or "-"))
     Console().print(table)
 
 
@@ -55,12 +58,16 @@ def print_table(result: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    base = result.base is not None
     table = Table(title=f"compliance ({result.judge} judge, greedy), {sum(result.task_counts.values())} test rows")
-    for col in ("capability", "n", "SFT", "DPO", "DPO-SFT", "McNemar p"):
+    columns = ["capability", "n"] + (["base", "SFT-base", "McNemar p (base/SFT)"] if base else []) + ["SFT", "DPO", "DPO-SFT", "McNemar p"]
+    for col in columns:
         table.add_column(col, justify="left" if col == "capability" else "right")
     for row in result.table:
-        table.add_row(row["capability"], str(row["n"]), _pct(row["sft_rate"], row["sft_ci"]), _pct(row["dpo_rate"], row["dpo_ci"]),
-                      f"{100 * row['delta']:+.1f}", f"{row['mcnemar_p']:.3g}")
+        base_cells = [_pct(row["base_rate"], row["base_ci"]), f"{100 * row['sft_minus_base']:+.1f}",
+                      f"{row['base_mcnemar_p']:.3g}"] if base else []
+        table.add_row(row["capability"], str(row["n"]), *base_cells, _pct(row["sft_rate"], row["sft_ci"]),
+                      _pct(row["dpo_rate"], row["dpo_ci"]), f"{100 * row['delta']:+.1f}", f"{row['mcnemar_p']:.3g}")
     Console().print(table)
 
 
@@ -69,6 +76,8 @@ def evaluate(
     sft: Optional[Path] = typer.Option(None, "--sft", help="SFT model directory (default: the default pair's)."),
     dpo: Optional[Path] = typer.Option(None, "--dpo", help="DPO model directory (default: the default pair's)."),
     test: Optional[Path] = typer.Option(None, "--test", help="Test JSONL (default: the default pair's test.jsonl)."),
+    base: Optional[Path] = typer.Option(None, "--base", help="Also judge this untouched model (default with the default pair: its pretrained base)."),
+    pair_name: str = pair_option(),
     max_rows: Optional[int] = typer.Option(None, "--max-rows", min=1, help="Judge at most N rows, spread over tasks."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1),
     batch_size: int = typer.Option(32, "--batch-size", min=1),
@@ -80,14 +89,13 @@ def evaluate(
     from training.evaluate import evaluate_pair
     from core.generation import GenerationConfig
 
-    if sft is None or dpo is None or test is None:
-        from training.default_pair import ensure_default_pair
-
-        pair = ensure_default_pair()
-        sft, dpo, test = sft or pair.sft_dir, dpo or pair.dpo_dir, test or pair.test_file
+    if sft is None and dpo is None:
+        pair = default_pair(pair_name)
+        base = base or pair.base_dir
+    sft, dpo, test = pair_sources(pair_name, sft, dpo, test)
     console = Console(stderr=True)
     result = evaluate_pair(sft, dpo, test, max_rows=max_rows, generation=GenerationConfig(max_new_tokens=max_new_tokens, batch_size=batch_size),
-                           progress=lambda name: console.print(f"generating and judging: {name}"))
+                           progress=lambda name: console.print(f"generating and judging: {name}"), base_dir=base)
     print_table(result)
     if out:
         result.save(out)
