@@ -68,7 +68,7 @@ def test_tampering_and_recipe_changes_are_detected(built: Path, tmp_path: Path) 
 
     copy = Path(shutil.copytree(built / "tiny_pair", tmp_path / "copy"))
     assert verify(copy, MINI) is None
-    assert "different recipe" in str(verify(copy, DefaultPairRecipe(base="tiny", n_roles=4)))
+    assert "another recipe" in str(verify(copy, DefaultPairRecipe(base="tiny", n_roles=4)))
     with (copy / "dpo" / "model.safetensors").open("ab") as handle:
         handle.write(b"x")
     assert "dpo/model.safetensors changed" in str(verify(copy, MINI))

@@ -28,23 +28,20 @@ Example:
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.builds import exclusive_lock, verify_marker, write_marker
 from core.errors import ProbeError
-from core.provenance import file_sha256
 from core.home import probe_home
 
 VERSION = 3
-MARKER = "COMPLETE.json"
 # violation kinds whose DPO pairs the tiny pair drops (they reward answering, see module docstring)
 DROPPED_VIOLATIONS = ("refused_answerable", "refused_despite_insistence", "refused_second_turn")
 PAIR_NAMES = ("smollm2", "tiny")
@@ -138,43 +135,9 @@ def _base_dir(home: Path, recipe: DefaultPairRecipe) -> Path | None:
     return base_dir(home)
 
 
-def _hash_tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): file_sha256(p) for p in sorted(root.rglob("*"))
-            if p.is_file() and p.name != MARKER}
-
-
 def verify(root: Path, recipe: DefaultPairRecipe = DEFAULT_RECIPE) -> str | None:
     """What is wrong with the build at ``root``, or None when it is complete and intact."""
-    marker = root / MARKER
-    if not marker.is_file():
-        return "no completion marker (the build did not finish)"
-    try:
-        record = json.loads(marker.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
-        return "unreadable completion marker"
-    if record.get("recipe") != recipe.to_dict():
-        return "built with a different recipe or version"
-    files = record.get("files")
-    if not isinstance(files, dict) or not files:
-        return "completion marker lists no files"
-    for name, digest in files.items():
-        path = root / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if file_sha256(path) != digest:
-            return f"{name} changed since the build"
-    return None
-
-
-@contextmanager
-def _lock(home: Path) -> Iterator[None]:
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / ".default_pair.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return verify_marker(root, {"recipe": recipe.to_dict()})
 
 
 def ensure_default_pair(home: Path | None = None, *, pair: str = DEFAULT_PAIR, progress: bool = True,
@@ -186,7 +149,7 @@ def ensure_default_pair(home: Path | None = None, *, pair: str = DEFAULT_PAIR, p
     if root.is_dir() and verify(root, recipe) is None:
         return _pair_at(root, recipe, home)
     try:
-        with _lock(home):
+        with exclusive_lock(home / ".default_pair.lock"):
             if root.is_dir() and verify(root, recipe) is None:  # another process finished it meanwhile
                 return _pair_at(root, recipe, home)
             _build_into_place(home, root, recipe, progress)
@@ -260,9 +223,7 @@ def build_default_pair(work: Path, recipe: DefaultPairRecipe = DEFAULT_RECIPE, r
     dpo = DPORunConfig(**{"seed": recipe.seed, **recipe.dpo}, sft=pair.sft_dir, data=pair.data_dir, out=pair.dpo_dir)
     train_dpo(dpo, _stage_fn(report, "dpo"))
     times["dpo"] = time.perf_counter() - start
-    marker = {"recipe": recipe.to_dict(), "seconds": times, "files": _hash_tree(work),
-              "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    (work / MARKER).write_text(json.dumps(marker, indent=1), encoding="utf-8")
+    write_marker(work, {"recipe": recipe.to_dict()}, seconds=times)
     return times
 
 

@@ -40,7 +40,6 @@ Example:
 from __future__ import annotations
 
 import copy
-import fcntl
 import hashlib
 import json
 import os
@@ -51,11 +50,10 @@ import tempfile
 import time
 import zipfile
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from core.builds import exclusive_lock, verify_marker, write_marker
 from core.errors import ProbeError
 from core.home import probe_home
 from core.provenance import file_sha256
@@ -69,7 +67,6 @@ GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 BASE_NAME = "smollm2-135m-instruct"
 BASE_FORMAT = 1  # bump when the conversion changes: a built base with another value is rebuilt
-MARKER = "COMPLETE.json"
 PROVENANCE = "provenance.json"
 # what the pinned GGUF converts to; checked after every build (tests point it at their tiny model)
 EXPECTED_CONFIG: dict[str, Any] = {"num_hidden_layers": 30, "hidden_size": 576, "num_attention_heads": 9,
@@ -161,7 +158,7 @@ def ensure_base(home: Path | None = None, *, progress: bool = True) -> Path:
     if verify_base(target) is None:
         return target
     try:
-        with _lock(home):
+        with exclusive_lock(home / ".smollm2_base.lock"):
             if verify_base(target) is None:  # another process finished it meanwhile
                 return target
             wheel = _present_wheel(home)
@@ -176,17 +173,6 @@ def _present_wheel(home: Path) -> Path:
     if not path.is_file():
         raise ProbeError(f"{path}: the SmolLM2 wheel ({PACKAGE} {PACKAGE_VERSION}) is missing; {FETCH_HINT}")
     return check_wheel(path)
-
-
-@contextmanager
-def _lock(home: Path) -> Iterator[None]:
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / ".smollm2_base.lock", "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _say(progress: bool, message: str) -> None:
@@ -213,7 +199,7 @@ def _build_into_place(wheel: Path, target: Path, progress: bool) -> None:
         shutil.rmtree(scratch)
         _check_smollm2(work)
         _write_provenance(work, time.perf_counter() - start)
-        _write_marker(work)
+        write_marker(work, _marker_source())
         if target.exists():
             shutil.rmtree(target)
         os.replace(work, target)
@@ -281,33 +267,9 @@ def _marker_source() -> dict[str, Any]:
     return {"format": BASE_FORMAT, "wheel_sha256": WHEEL_SHA256, "gguf_sha256": GGUF_SHA256}
 
 
-def _write_marker(root: Path) -> None:
-    files = {str(p.relative_to(root)): file_sha256(p) for p in sorted(root.rglob("*")) if p.is_file() and p.name != MARKER}
-    record = {**_marker_source(), "files": files, "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    (root / MARKER).write_text(json.dumps(record, indent=1), encoding="utf-8")
-
-
 def verify_base(root: Path) -> str | None:
     """What is wrong with the base at ``root``, or None when it is complete and intact."""
-    marker = root / MARKER
-    if not marker.is_file():
-        return "no completion marker (the build did not finish)"
-    try:
-        record = json.loads(marker.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
-        return "unreadable completion marker"
-    if any(record.get(key) != value for key, value in _marker_source().items()):
-        return "built from another source or by another version of the conversion"
-    files = record.get("files")
-    if not isinstance(files, dict) or not files:
-        return "completion marker lists no files"
-    for name, digest in files.items():
-        path = root / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if file_sha256(path) != digest:
-            return f"{name} changed since the build"
-    return None
+    return verify_marker(root, _marker_source())
 
 
 # ---------------------------------------------------------------- GGUF -> Hugging Face directory

@@ -1,0 +1,89 @@
+"""Verified, all-or-nothing builds of cached artefacts (the pretrained base, the default pairs).
+
+A cached directory that takes minutes to build must never be used half-finished or after
+someone changed a file in it. The pattern, shared by :mod:`training.smollm2` and
+:mod:`training.default_pair`:
+
+* build into a private ``.<name>.build-<pid>`` directory beside the target, under an
+  exclusive file lock (a second process waits, then finds the finished build);
+* write ``COMPLETE.json`` last: an *identity* (what was built: recipe, source hashes,
+  version) and the SHA-256 of every file;
+* rename into place in one step;
+* on every later call, :func:`verify_marker` re-hashes the files against the marker; any
+  difference (or another identity) means rebuild.
+
+Example:
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp()); (root / "a.txt").write_text("x")
+    1
+    >>> write_marker(root, {"recipe": 1}); verify_marker(root, {"recipe": 1}) is None
+    True
+    >>> verify_marker(root, {"recipe": 2})
+    'built from another recipe, source or version'
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from core.provenance import file_sha256
+
+MARKER = "COMPLETE.json"
+
+
+def hash_tree(root: Path) -> dict[str, str]:
+    """SHA-256 of every file below ``root`` but the marker, by relative path."""
+    return {str(p.relative_to(root)): file_sha256(p) for p in sorted(root.rglob("*")) if p.is_file() and p.name != MARKER}
+
+
+def write_marker(root: Path, identity: dict[str, Any], **extra: Any) -> None:
+    """Write ``COMPLETE.json``: ``identity``, ``extra`` fields, the file hashes and the time (call it last)."""
+    record = {**identity, **extra, "files": hash_tree(root), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    (root / MARKER).write_text(json.dumps(record, indent=1), encoding="utf-8")
+
+
+def read_marker(root: Path) -> dict[str, Any] | None:
+    try:
+        record = json.loads((root / MARKER).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def verify_marker(root: Path, identity: dict[str, Any]) -> str | None:
+    """What is wrong with the build at ``root``, or None when it is complete, intact and of ``identity``."""
+    if not (root / MARKER).is_file():
+        return "no completion marker (the build did not finish)"
+    record = read_marker(root)
+    if record is None:
+        return "unreadable completion marker"
+    if any(record.get(key) != value for key, value in identity.items()):
+        return "built from another recipe, source or version"
+    files = record.get("files")
+    if not isinstance(files, dict) or not files:
+        return "completion marker lists no files"
+    for name, digest in files.items():
+        path = root / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if file_sha256(path) != digest:
+            return f"{name} changed since the build"
+    return None
+
+
+@contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created with its parents) for the block."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
