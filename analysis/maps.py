@@ -101,11 +101,6 @@ class MetricMaps:
         """(n_layers, width) bool: BH-significant at level ``alpha``."""
         return self.qvalues <= alpha
 
-    def row(self, layer: int) -> int:
-        """Row index of a model layer; :class:`ProbeError` if the layer is not in the map."""
-        if layer not in self.layers:
-            raise ProbeError(f"layer {layer} is not in this map (layers {self.layers[0]}-{self.layers[-1]})")
-        return self.layers.index(layer)
 
 
 def read_window(run: RunReader, model: str, capability: str, hook: str, layers: list[int]) -> np.ndarray:

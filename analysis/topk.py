@@ -8,7 +8,7 @@ at 1,400 × 32 × 4,096. Here one ``np.partition`` per row finds the k-th larges
 ``t``; every unit above ``t`` is in, and only rows where several units *equal* ``t``
 need a tie break.
 
-Tie rule (explicit, and what :func:`reference_topk_counts` implements): units are
+Tie rule (explicit, and what the tests' plain reference implements): units are
 ranked by value, descending, and equal values by unit index, ascending; the first k
 are kept. That is ``np.argsort(-row, kind="stable")[:k]``. (The authors' unstable
 quicksort leaves ties unspecified, and their ``count_nonzero`` would miss a kept unit
@@ -176,33 +176,3 @@ def topk_counts(acts: np.ndarray, top_percent: float = 20.0) -> np.ndarray:
 def column_counts(mask: np.ndarray) -> np.ndarray:
     """(N, W) bool -> (W,) int64 column counts (summing the bytes as uint8 -> int32 is 2x faster than bool -> int64)."""
     return mask.view(np.uint8).sum(axis=0, dtype=np.int32).astype(np.int64)
-
-
-def reference_topk_counts(acts: np.ndarray, top_percent: float = 20.0) -> np.ndarray:
-    """The plain per-sample, per-layer implementation (slow; the yardstick for tests).
-
-    Same loop structure as the authors' ``keep_top_percentage`` + count, with the
-    explicit tie rule (value descending, then unit index ascending).
-    """
-    n, n_layers, width = acts.shape
-    k = k_for(width, top_percent)
-    counts = np.zeros((n_layers, width), dtype=np.int64)
-    for layer in range(n_layers):
-        for sample in range(n):
-            row = np.asarray(acts[sample, layer], dtype=np.float64)
-            counts[layer, np.argsort(-row, kind="stable")[:k]] += 1
-    return counts
-
-
-def authors_topk_counts(acts: np.ndarray, top_percent: float = 20.0) -> np.ndarray:
-    """The authors' vectorised-per-layer method (argsort of each layer), for the speed benchmark."""
-    _n, n_layers, width = acts.shape
-    k = k_for(width, top_percent)
-    out = np.zeros((n_layers, width), dtype=np.int64)
-    for layer in range(n_layers):
-        each_layer = acts[:, layer, :]
-        order = np.argsort(each_layer, axis=1)[:, ::-1][:, :k]
-        kept = np.zeros_like(each_layer)
-        np.put_along_axis(kept, order, np.take_along_axis(each_layer, order, axis=1), axis=1)
-        out[layer] = np.count_nonzero(kept, axis=0)
-    return out

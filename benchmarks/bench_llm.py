@@ -11,12 +11,15 @@ Usage: .venv/bin/python benchmarks/bench_llm.py [--n 200]
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: the scripted server lives in tests/support
+
 from data_synthesis.llm.client import ClientConfig, LLMClient
-from data_synthesis.llm.scripted_server import ScriptedServer
+from tests.support.scripted_server import ScriptedServer
 
 
 def _batch(n: int, tag: str) -> list[list[dict[str, str]]]:

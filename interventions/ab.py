@@ -65,7 +65,7 @@ def resolve_sources(config: ABConfig) -> tuple[Path, Path]:
         with RunReader(config.run_dir) as run:
             info, settings = run.model_info(config.model), run.settings
         model_dir = model_dir or info.get("model_dir") or settings.get(f"{config.model}_dir")
-        data_file = data_file or next((settings[k] for k in ("data_file", "data", "data_path") if settings.get(k)), None)
+        data_file = data_file or settings.get("data_file")
         if not model_dir:
             raise ProbeError(f"{config.run_dir}: the run does not record a model dir for {config.model!r}; pass --model-dir")
         if not data_file:

@@ -28,7 +28,7 @@ import functools
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -70,13 +70,12 @@ class ScaleStats:
     calls: int = 0
     values_seen: torch.Tensor | int = 0
     values_changed: torch.Tensor | int = 0
-    per_layer_calls: dict[int, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, int]:
         return {"calls": self.calls, "values_seen": int(self.values_seen), "values_changed": int(self.values_changed)}
 
 
-def _scale_fn(units: torch.Tensor, factor: float, stats: ScaleStats, layer: int, track: bool):
+def _scale_fn(units: torch.Tensor, factor: float, stats: ScaleStats, track: bool):
     """The hook body for one layer.
 
     The selected units are multiplied through a per-unit scale vector (1 elsewhere), so
@@ -103,7 +102,6 @@ def _scale_fn(units: torch.Tensor, factor: float, stats: ScaleStats, layer: int,
         else:
             out = (x.to(torch.float32) * scale).to(x.dtype)
         stats.calls += 1
-        stats.per_layer_calls[layer] = stats.per_layer_calls.get(layer, 0) + 1
         if old is not None:
             stats.values_seen = stats.values_seen + old.numel()
             stats.values_changed = stats.values_changed + (out.index_select(-1, idx) != old).sum()
@@ -122,7 +120,7 @@ def scaled_units(model: nn.Module, neurons: NeuronSet, factor: float = PAPER_FAC
     try:
         for layer, units in sorted(neurons.by_layer().items()):
             index = torch.tensor(sorted(units), dtype=torch.long)
-            handles.append(attach(model, neurons.hook, layer, _scale_fn(index, factor, stats, layer, track)))
+            handles.append(attach(model, neurons.hook, layer, _scale_fn(index, factor, stats, track)))
         yield stats
     finally:
         for handle in handles:

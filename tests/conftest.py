@@ -95,3 +95,11 @@ def chat_bases(chat_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dic
     corpus = corpus_from_data(chat_data)
     root = tmp_path_factory.mktemp("chat-models")
     return {name: build_chat_model(name, corpus, root / name) for name in SPECS}
+
+
+@pytest.fixture(scope="session")
+def rolemrc_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A 36-row test file in the published RoleMRC format (capitalised roles), see tests/support/rolemrc_file.py."""
+    from tests.support.rolemrc_file import write_rolemrc_file
+
+    return write_rolemrc_file(tmp_path_factory.mktemp("data") / "roleMRC_test.jsonl")

@@ -10,7 +10,7 @@ import pytest
 
 from analysis import analyze_run
 from analysis.plots import chromium_available
-from analysis.synthetic import SyntheticSpec, write_synthetic_run
+from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 from probe_cli.main import main
 
 SPEC = SyntheticSpec(n_samples=30, n_layers=16, width=24, capabilities=("multi_turn", "nested"))

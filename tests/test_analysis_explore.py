@@ -10,7 +10,7 @@ import pytest
 import analysis.plots as plots
 from analysis import analyze_run, select_neurons
 from analysis.explore import profile_frame, top_prompts, top_units_frame, unit_activations
-from analysis.synthetic import SyntheticSpec, write_synthetic_run
+from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 from core.errors import ProbeError
 from probes.store import RunReader
 

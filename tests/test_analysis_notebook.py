@@ -8,7 +8,7 @@ import nbformat
 import pytest
 
 from analysis import analyze_run
-from analysis.synthetic import SyntheticSpec, write_synthetic_run
+from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "heatmap_explorer.ipynb"
 

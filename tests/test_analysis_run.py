@@ -10,8 +10,8 @@ import pytest
 
 from analysis import analyze_run, load_maps, select_neurons
 from analysis.neuron_sets import NeuronSet
-from analysis.synthetic import SyntheticSpec, write_synthetic_run
-from analysis.topk import reference_topk_counts
+from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
+from tests.support.topk_reference import reference_topk_counts
 from core.errors import ProbeError
 from probes.store import RunReader
 

@@ -12,7 +12,7 @@ import analysis.maps as maps_module
 from analysis import AnalysisConfig, analyze_run
 from analysis.profile import layer_scores
 from analysis.stability import LayerStability, Resamples
-from analysis.synthetic import write_arrays_run
+from tests.support.synthetic_runs import write_arrays_run
 from core.errors import ProbeError
 
 N, LAYERS, WIDTH = 60, 24, 32

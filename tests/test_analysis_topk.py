@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.topk import authors_topk_counts, float16_order_keys, k_for, reference_topk_counts, topk_counts, topk_mask
+from analysis.topk import float16_order_keys, k_for, topk_counts, topk_mask
+from tests.support.topk_reference import authors_topk_counts, reference_topk_counts
 from core.errors import ProbeError
 
 

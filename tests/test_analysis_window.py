@@ -10,7 +10,7 @@ import pytest
 
 from analysis import analyze_run, load_maps
 from analysis.plots import faceted_figure, maps_figure, profile_figure
-from analysis.synthetic import SyntheticSpec, write_synthetic_run
+from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 from analysis.window import Window, default_window, format_layers, resolve_window
 from core.errors import ProbeError
 from probe_cli.main import main

@@ -73,7 +73,10 @@ def test_placebo_results_are_attached_to_the_main_arm(ab_run):
         assert len(units) == report.neurons["size"] and not real & {tuple(u) for u in units}
     for c in report.main.capabilities:
         assert c.placebo is not None and len(c.placebo["deltas"]) == 3
-        assert 0 <= c.placebo["percentile"] <= 100 and 0.25 <= c.placebo["p_empirical"] <= 1
+        deltas = c.placebo["deltas"]
+        below, ties = sum(d < c.delta for d in deltas), sum(d == c.delta for d in deltas)
+        assert c.placebo["percentile"] == pytest.approx(100 * (below + ties / 2) / 3)
+        assert c.placebo["p_empirical"] == pytest.approx((1 + sum(abs(d) >= abs(c.delta) - 1e-12 for d in deltas)) / 4)
     assert all(c.placebo is None for arm in report.doses for c in arm.capabilities)
 
 

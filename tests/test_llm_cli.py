@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from data_synthesis.llm.scripted_server import ScriptedServer
+from tests.support.scripted_server import ScriptedServer
 from data_synthesis.offline import synthesize
 
 ROOT = Path(__file__).parents[1]

@@ -21,7 +21,7 @@ import pytest
 
 from core.errors import ProbeError
 from data_synthesis.llm.client import ClientConfig, LLMClient
-from data_synthesis.llm.scripted_server import ScriptedServer, Step
+from tests.support.scripted_server import ScriptedServer, Step
 
 pytestmark = pytest.mark.server
 MSG = [{"role": "user", "content": "Say hi"}]

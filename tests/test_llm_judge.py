@@ -15,7 +15,7 @@ from data_synthesis.judge.base import Verdict
 from data_synthesis.judge.llm import LLMJudge, judge_prompt, parse_score
 from data_synthesis.llm.client import ClientConfig
 from data_synthesis.llm.judging import read_responses, run_judges
-from data_synthesis.llm.scripted_server import ScriptedServer
+from tests.support.scripted_server import ScriptedServer
 from data_synthesis.schema import TestRow, Turn
 
 K, S, N, M, P = Capability.KNOWLEDGE_BOUNDARY, Capability.ROLE_STYLE, Capability.NESTED, Capability.MULTI_TURN, Capability.PRIORITY

@@ -21,7 +21,7 @@ from data_synthesis.capabilities import Capability, capabilities_of
 from data_synthesis.io import read_dpo_rows, read_sft_rows, read_test_rows
 from data_synthesis.judge.rules import RuleJudge
 from data_synthesis.llm.client import ClientConfig
-from data_synthesis.llm.scripted_server import ScriptedServer
+from tests.support.scripted_server import ScriptedServer
 from data_synthesis.llm.synthesis import REPORT_FILE, synthesize_llm
 from data_synthesis.offline import FILES, synthesize
 from data_synthesis.offline import vocab

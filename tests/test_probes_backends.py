@@ -15,7 +15,6 @@ from probes.hook_points import HOOK_POINTS
 from probes.pair import load_pair
 from core.chat import pad_id_of
 from probes.prompts import build_prompts, make_batch
-from tests.test_probes_fixtures import rolemrc_file  # noqa: F401  (fixture)
 
 LAYERS = [0, 1, 2, 3]
 
@@ -26,7 +25,7 @@ def pair(tiny_pair: tuple[Path, Path]):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def prompts(pair, rolemrc_file: Path):  # type: ignore[no-untyped-def]  # noqa: F811
+def prompts(pair, rolemrc_file: Path):  # type: ignore[no-untyped-def]
     return build_prompts(pair.tokenizer, read_test_rows(rolemrc_file), Capability.KNOWLEDGE_BOUNDARY, add_generation_prompt=False)
 
 

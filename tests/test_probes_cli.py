@@ -15,7 +15,6 @@ from core.errors import ProbeError
 from probe_cli.main import main
 from probes.pair import load_pair
 from probes.store import RunReader
-from tests.test_probes_fixtures import rolemrc_file  # noqa: F401  (fixture)
 
 
 def _exit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -39,14 +38,14 @@ def _pair_args(tiny_pair, data: Path) -> list[str]:  # type: ignore[no-untyped-d
     (["--capability", "multi_turn", "--batch-size", "0"], "--batch-size must be at least 1, got 0"),
     (["--capability", "multi_turn", "--store-dtype", "bfloat16"], "--store-dtype 'bfloat16': expected one of float16, float32"),
 ])
-def test_bad_arguments_exit_2_with_one_clear_line(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys, args, message) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_bad_arguments_exit_2_with_one_clear_line(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys, args, message) -> None:  # type: ignore[no-untyped-def]
     code, _, err = _exit(["run", *args, *_pair_args(tiny_pair, rolemrc_file), "--out", str(tmp_path / "r")], capsys)
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
     assert not (tmp_path / "r" / "activations.h5").exists()
 
 
-def test_a_data_file_without_the_capability_is_refused(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_a_data_file_without_the_capability_is_refused(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     only_priority = tmp_path / "priority_only.jsonl"
     only_priority.write_text("".join(l + "\n" for l in rolemrc_file.read_text().splitlines() if "-refused\"" in l))
     code, _, err = _exit(["run", "-c", "multi_turn", "--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--data", str(only_priority),
@@ -54,7 +53,7 @@ def test_a_data_file_without_the_capability_is_refused(tiny_pair, rolemrc_file: 
     assert code == 2 and "no row belongs to multi_turn (4 rows in the file)" in err
 
 
-def test_missing_model_dir_and_half_a_pair_are_refused(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_missing_model_dir_and_half_a_pair_are_refused(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     code, _, err = _exit(["run", "-c", "multi_turn", "--sft", str(tmp_path / "nope"), "--dpo", str(tiny_pair[1])], capsys)
     assert code == 2 and "--sft" in err and "not a model directory" in err
     code, _, err = _exit(["run", "-c", "multi_turn", "--sft", str(tiny_pair[0]), "--data", str(rolemrc_file)], capsys)
@@ -62,7 +61,7 @@ def test_missing_model_dir_and_half_a_pair_are_refused(tiny_pair, rolemrc_file: 
 
 
 @pytest.mark.slow
-def test_probe_run_with_no_paths_uses_the_default_pair_and_a_new_runs_dir(tiny_pair, rolemrc_file: Path, tmp_path: Path,  # type: ignore[no-untyped-def]  # noqa: F811
+def test_probe_run_with_no_paths_uses_the_default_pair_and_a_new_runs_dir(tiny_pair, rolemrc_file: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                         capsys, monkeypatch) -> None:
     import training.default_pair as default_pair
 

@@ -1,41 +1,9 @@
-"""Shared data for the probes tests: a small test file in the *published* RoleMRC format.
-
-Roles are capitalised (``System``/``User``/``Assistant``) as in the released
-``roleMRC_test.jsonl``; every capability has rows, and prompt lengths vary so that
-batches need left padding. Imported by the other ``test_probes_*`` modules.
-"""
+"""The published-format fixture file is what the probes tests rely on."""
 
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
-
-import pytest
-
-from data_synthesis.capabilities import TASKS
-
-WORDS = "the archivist reads old maps of the river city and answers questions about its bridges granite flood".split()
-
-
-def write_rolemrc_file(path: Path, n_rows: int = 36, seed: int = 0) -> Path:
-    rng = random.Random(seed)
-    with path.open("w", encoding="utf-8") as handle:
-        for i in range(n_rows):
-            task = TASKS[i % len(TASKS)].name
-            question = [
-                {"role": "System", "content": "You are the archivist. " + " ".join(rng.choices(WORDS, k=rng.randint(2, 40)))},
-                {"role": "User", "content": " ".join(rng.choices(WORDS, k=rng.randint(2, 10)))},
-            ]
-            if "2nd" in task:
-                question += [{"role": "Assistant", "content": "I cannot answer that."}, {"role": "User", "content": "Tell me of the bridge."}]
-            handle.write(json.dumps({"question": question, "reference": "ref", "task": task}) + "\n")
-    return path
-
-
-@pytest.fixture(scope="session")
-def rolemrc_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_rolemrc_file(tmp_path_factory.mktemp("data") / "roleMRC_test.jsonl")
 
 
 def test_fixture_file_uses_published_capitalised_roles(rolemrc_file: Path) -> None:

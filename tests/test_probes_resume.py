@@ -22,7 +22,6 @@ from probes.config import RecordConfig
 from probes.journal import JOURNAL_DIR
 from probes.recording import record_run
 from probes.store import RunReader
-from tests.test_probes_fixtures import rolemrc_file  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = """
@@ -55,7 +54,7 @@ def _arrays(run_dir: Path) -> dict[str, np.ndarray]:
 
 
 @pytest.mark.slow
-def test_sigkill_mid_run_then_resume_is_identical_to_uninterrupted(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_sigkill_mid_run_then_resume_is_identical_to_uninterrupted(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     killed_dir = tmp_path / "killed"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(tiny_pair[0]), str(tiny_pair[1]), str(rolemrc_file), str(killed_dir)],

@@ -16,7 +16,6 @@ from probes.journal import JOURNAL_DIR, RUN_JSON
 from core.provenance import file_sha256, weights_sha256
 from probes.recording import record_run
 from probes.store import RunReader
-from tests.test_probes_fixtures import rolemrc_file  # noqa: F401  (fixture)
 
 HOOKS = ("mlp_out", "mlp_post")
 
@@ -40,14 +39,14 @@ def _arrays(run_dir: Path) -> dict[str, np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def full_run(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]  # noqa: F811
+def full_run(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
     out = tmp_path_factory.mktemp("runs") / "full"
     record_run(_config(tiny_pair, rolemrc_file, out), progress=False)
     return out
 
 
 @pytest.mark.slow
-def test_round_trip_matches_a_direct_forward_and_keeps_provenance(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_round_trip_matches_a_direct_forward_and_keeps_provenance(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from data_synthesis.capabilities import Capability
     from data_synthesis.io import read_test_rows
     from probes.backends import make_backend
@@ -81,7 +80,7 @@ def test_round_trip_matches_a_direct_forward_and_keeps_provenance(tiny_pair, rol
     assert not (result.run_dir / JOURNAL_DIR / "multi_turn").exists() or not any((result.run_dir / JOURNAL_DIR / "multi_turn").iterdir())
 
 
-def test_default_store_is_float16_and_rerun_skips_everything(tiny_pair, rolemrc_file: Path, full_run: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_default_store_is_float16_and_rerun_skips_everything(tiny_pair, rolemrc_file: Path, full_run: Path) -> None:  # type: ignore[no-untyped-def]
     before = _arrays(full_run)
     with RunReader(full_run) as run:
         assert run.dataset("sft", "priority", "mlp_out").dtype == np.float16
@@ -92,7 +91,7 @@ def test_default_store_is_float16_and_rerun_skips_everything(tiny_pair, rolemrc_
     assert before.keys() == after.keys() and all(np.array_equal(before[k], after[k]) for k in before)
 
 
-def test_a_new_capability_can_be_added_to_a_run(tiny_pair, rolemrc_file: Path, full_run: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_a_new_capability_can_be_added_to_a_run(tiny_pair, rolemrc_file: Path, full_run: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     import shutil
 
     out = Path(shutil.copytree(full_run, tmp_path / "grow"))
@@ -104,7 +103,7 @@ def test_a_new_capability_can_be_added_to_a_run(tiny_pair, rolemrc_file: Path, f
 
 
 @pytest.mark.parametrize("change", [dict(position="mean"), dict(hooks="mlp_out"), dict(layers="0-3"), dict(store_dtype="float32")])
-def test_mixing_incompatible_settings_is_refused(tiny_pair, rolemrc_file: Path, full_run: Path, change: dict) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_mixing_incompatible_settings_is_refused(tiny_pair, rolemrc_file: Path, full_run: Path, change: dict) -> None:  # type: ignore[no-untyped-def]
     before = _arrays(full_run)
     key = next(iter(change))
     with pytest.raises(ProbeError, match=f"recorded with other settings.*{key if key != 'hooks' else 'hooks'}"):
@@ -113,7 +112,7 @@ def test_mixing_incompatible_settings_is_refused(tiny_pair, rolemrc_file: Path, 
     assert all(np.array_equal(before[k], after[k]) for k in before)
 
 
-def test_other_data_or_swapped_models_are_refused(tiny_pair, rolemrc_file: Path, full_run: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_other_data_or_swapped_models_are_refused(tiny_pair, rolemrc_file: Path, full_run: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     other = tmp_path / "other.jsonl"
     other.write_text(rolemrc_file.read_text().replace("archivist", "librarian"))
     with pytest.raises(ProbeError, match="data_sha256"):
@@ -154,7 +153,7 @@ def _simulate_crash(monkeypatch: pytest.MonkeyPatch, target: str, after_calls: i
 
 
 @pytest.mark.parametrize("crash", ["replace_h5", "unlink_shards"])
-def test_crash_during_consolidation_resumes_to_identical_arrays(tiny_pair, rolemrc_file: Path, full_run: Path, tmp_path: Path,  # type: ignore[no-untyped-def]  # noqa: F811
+def test_crash_during_consolidation_resumes_to_identical_arrays(tiny_pair, rolemrc_file: Path, full_run: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                 monkeypatch: pytest.MonkeyPatch, crash: str) -> None:
     out = tmp_path / "crashy"
     with monkeypatch.context() as m:

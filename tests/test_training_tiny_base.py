@@ -60,7 +60,10 @@ def test_chat_warm_start_trains_on_assistant_spans_only(tmp_path: Path) -> None:
     grown = build_tiny_base(CORPUS, tmp_path / "c", spec, conversations=[conversation] * 4)
     from transformers import AutoModelForCausalLM
 
-    assert AutoModelForCausalLM.from_pretrained(grown).config.num_hidden_layers == 4
+    model = AutoModelForCausalLM.from_pretrained(grown)
+    inserted = [i for i, layer in enumerate(model.model.layers)
+                if not layer.mlp.down_proj.weight.any() and not layer.self_attn.o_proj.weight.any()]
+    assert model.config.num_hidden_layers == 4 and len(inserted) == 2  # 2 warm-started blocks, 2 exact identities
 
 
 def test_unknown_warm_start_format_is_a_clear_error() -> None:

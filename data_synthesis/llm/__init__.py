@@ -15,5 +15,4 @@ Modules:
     prompts         the synthesis prompts (profile, reply, free chat) and their reply schemas
     synthesis       ``synthesize_llm``: the paper's three stages, offline files and schemas
     judging         ``judge_files``: rules / LLM / both over a test file and a responses file
-    scripted_server a scripted OpenAI-compatible endpoint on 127.0.0.1 (faults, tests, demos)
 """

@@ -20,8 +20,6 @@ from probe_cli.pairs import default_pair, pair_option
 if TYPE_CHECKING:
     from interventions.results import ABReport
 
-PAPER_FACTOR = 1.0 - 1e-6
-
 
 def register(app: typer.Typer) -> None:
     app.command("intervene")(intervene)
@@ -37,7 +35,7 @@ def intervene(
     run_dir: Optional[Path] = typer.Argument(None, help="Run directory from `probe run` (model dirs, data file, ranking)."),
     capability: str = typer.Option("multi_turn", "--capability", "-c", help="Target capability (the others are scored as collateral)."),
     model: str = typer.Option("dpo", "--model", help="Which model of the pair to intervene on: sft or dpo."),
-    factor: float = typer.Option(PAPER_FACTOR, "--factor", help="Scale factor (0 ablates; default is the paper's 1 - 1e-6)."),
+    factor: Optional[float] = typer.Option(None, "--factor", help="Scale factor (0 ablates). Default: the paper's 1 - 1e-6 (ABConfig.factor)."),
     neurons: Optional[Path] = typer.Option(None, "--neurons", help="Neuron-set JSON file (from `probe analyze`)."),
     top_k: Optional[int] = typer.Option(None, "--top-k", help="Top K units by |delta| of the run's ranking (or of --neurons)."),
     units: Optional[str] = typer.Option(None, "--units", help="Explicit units LAYER:UNIT[,...], e.g. 14:3,14:9,20:0."),
@@ -76,7 +74,7 @@ def intervene(
         model_dir = model_dir or (default.dpo_dir if model == "dpo" else default.sft_dir)
         data = data or default.test_file
     config = ABConfig(
-        run_dir=run_dir, capability=capability, model=model, factor=factor, neurons=neurons, top_k=top_k, units=units, hook=hook,
+        **({"factor": factor} if factor is not None else {}), run_dir=run_dir, capability=capability, model=model, neurons=neurons, top_k=top_k, units=units, hook=hook,
         doses=parse_factors(dose) if dose is not None else [], positive_control=control, placebo=placebo, seed=seed, judge=judge,
         judge_base_url=judge_base_url, judge_model=judge_model, max_new_tokens=max_new_tokens, batch_size=batch_size,
         do_sample=sample, temperature=temperature, dtype=dtype, device=device, backend=backend, limit=limit, collateral=collateral,
