@@ -278,3 +278,25 @@ def test_analyze_intervene_eval_and_the_example(pipeline: Pipeline, tmp_path: Pa
             assert module["main"](args) == 0
         printed = out.getvalue()
     assert "Scaling" in printed and (tmp_path / "example" / "ab_report.json").is_file()
+
+
+@pytest.mark.slow
+def test_the_notebooks_open_the_run_and_the_ab_report(pipeline: Pipeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    out = tmp_path / "ab"
+    ok("intervene", pipeline.runs["torch"], "-c", "multi_turn", "--factor", "0", "--dose", "0,0.5", "--placebo", "2",
+       "--limit", "4", "--max-new-tokens", "3", "--out", out)
+    monkeypatch.setenv("PROBE_RUN_DIR", str(pipeline.runs["torch"]))
+    monkeypatch.setenv("PROBE_CAPABILITY", "multi_turn")
+    monkeypatch.setenv("AB_REPORT", str(out / "ab_report.json"))
+    for name in ("heatmap_explorer.ipynb", "dose_sweep.ipynb"):
+        nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+        NotebookClient(nb, kernel_name="python3", timeout=180, resources={"metadata": {"path": str(tmp_path)}}).execute()
+        outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+        assert not [o for o in outputs if o.output_type == "error"], name
+        assert any("application/vnd.plotly.v1+json" in o.get("data", {}) for o in outputs), name
+    text = "".join(o.get("text", "") for c in nbformat.read(ROOT / "notebooks" / "heatmap_explorer.ipynb", as_version=4).cells
+                   for o in getattr(c, "outputs", []))
+    assert text == ""  # the saved notebook stays clean: execution happened on a copy in memory
