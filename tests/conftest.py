@@ -18,6 +18,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest
 import torch
 
+from tests.chat_models import perturbed_copy
+
 CORPUS = [
     "The archivist reads old maps of the river city and answers questions about its bridges.",
     "I cannot answer that; it lies beyond what I know.",
@@ -27,20 +29,6 @@ CORPUS = [
     "What is the capital of the valley kingdom? The capital is Elmsworth.",
     "system user assistant role profile passage question answer refuse narration",
 ] * 40
-
-
-def _perturb(src: Path, dst: Path, seed: int, scale: float) -> Path:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    shutil.copytree(src, dst)
-    model = AutoModelForCausalLM.from_pretrained(dst)
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.parameters():
-            param.add_(torch.randn(param.shape, generator=generator) * scale * param.std().clamp_min(1e-3))
-    model.save_pretrained(dst)
-    AutoTokenizer.from_pretrained(src).save_pretrained(dst)
-    return dst
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +50,7 @@ def tiny_pair(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
     """(sft_dir, dpo_dir): the tiny base and a perturbed copy of it."""
     root = tmp_path_factory.mktemp("pair")
     sft = Path(shutil.copytree(tiny_model_dir, root / "sft"))
-    dpo = _perturb(tiny_model_dir, root / "dpo", seed=1, scale=0.2)
+    dpo = perturbed_copy(tiny_model_dir, root / "dpo", seed=1, scale=0.2)
     return sft, dpo
 
 
