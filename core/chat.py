@@ -60,12 +60,15 @@ def control_token_texts(tokenizer: Any) -> list[str]:
     return sorted((t for t in texts if t), key=len, reverse=True)
 
 
-def check_no_control_text(messages: Messages, controls: Sequence[str], where: str) -> None:
-    """Refuse a message that contains control-token text (see the module docstring)."""
+def check_no_control_text(messages: Messages, controls: Sequence[str], where: Callable[[], str]) -> None:
+    """Refuse a message that contains control-token text (see the module docstring).
+
+    ``where()`` names the conversation; it is called only when refusing (naming a row may read its file).
+    """
     for number, message in enumerate(messages, start=1):
         for text in controls:
             if text in message["content"]:
-                raise ProbeError(f"{where}: message {number} ({message['role']}) contains the text of the control token "
+                raise ProbeError(f"{where()}: message {number} ({message['role']}) contains the text of the control token "
                                  f"{text!r}, which would be read as that token and change the turn structure; remove it from the data")
 
 
@@ -93,7 +96,7 @@ def encode_conversations(tokenizer: Any, conversations: Sequence[Sequence[Turn] 
     encoded: list[list[int]] = []
     for index, turns in enumerate(conversations):
         messages = to_messages(turns)
-        check_no_control_text(messages, controls, where(index))
+        check_no_control_text(messages, controls, lambda: where(index))
         encoded.append(encode_text(tokenizer, render_text(tokenizer, messages, add_generation_prompt=add_generation_prompt)))
     return encoded
 

@@ -47,6 +47,17 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
                 raise DataError(str(p), number, f"malformed JSON ({exc.msg} at column {exc.colno}); expected one JSON object per line") from None
 
 
+def row_location(index: int, source: str | os.PathLike[str] | None = None) -> str:
+    """How errors name row ``index`` (0-based) of a data file: ``FILE:LINE (data row N)`` when the file is known.
+
+    Reads the file only when called, which is on the error path.
+    """
+    if source is None:
+        return f"data row {index}"
+    line = next((number for k, (number, _) in enumerate(iter_jsonl(source)) if k == index), None)
+    return f"{source}:{line} (data row {index})" if line is not None else f"{source} (data row {index})"
+
+
 def _read(path: str | os.PathLike[str], parse: Callable[[dict[str, Any]], RowT], kind: str) -> list[RowT]:
     rows: list[RowT] = []
     for number, obj in iter_jsonl(path):

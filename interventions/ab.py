@@ -35,7 +35,7 @@ from core.generation import GenerationConfig, Generations
 from core.models import load_causal_lm
 from data_synthesis.capabilities import Capability
 from data_synthesis.judge.base import Judge
-from data_synthesis.io import group_by_capability, read_test_rows
+from data_synthesis.io import group_by_capability, read_test_rows, row_location
 from data_synthesis.schema import TestRow
 from interventions.config import ABConfig
 from interventions.generation import ABGenerator, Intervention
@@ -179,11 +179,7 @@ class _Runner:
 
     def _row_name(self, i: int) -> str:
         """Row ``i`` of the generated rows by its data file and line."""
-        from data_synthesis.io import iter_jsonl
-
-        k = self.row_ids[i]
-        line = next((number for j, (number, _) in enumerate(iter_jsonl(self.data_file)) if j == k), "?")
-        return f"{self.data_file}:{line} (data row {k})"
+        return row_location(self.row_ids[i], self.data_file)
 
     def arm(self, neurons: NeuronSet, factor: float) -> tuple[Generations, ArmScores]:
         generations = self.generator.run(Intervention(neurons, factor))

@@ -26,9 +26,9 @@ from typing import Any
 
 import torch
 
+from core.chat import encode_conversations, left_pad
 from data_synthesis.capabilities import Capability
-from core.chat import encode_conversations, left_pad, pad_id_of
-from data_synthesis.io import group_by_capability, iter_jsonl
+from data_synthesis.io import group_by_capability, row_location
 from data_synthesis.schema import TestRow
 
 
@@ -46,20 +46,12 @@ class PromptSet:
         return len(self.sample_ids)
 
 
-def data_row_name(index: int, source: str | os.PathLike[str] | None = None) -> str:
-    """How errors name row ``index`` (0-based, as ``sample_ids``) of a data file: with its file and line when known."""
-    if source is None:
-        return f"data row {index}"
-    line = next((number for k, (number, _) in enumerate(iter_jsonl(source)) if k == index), None)
-    return f"{source}:{line} (data row {index})" if line is not None else f"{source} (data row {index})"
-
-
 def build_prompts(tokenizer: Any, rows: Sequence[TestRow], capability: Capability, *, add_generation_prompt: bool,
                   source: str | os.PathLike[str] | None = None) -> PromptSet:
     """``source``, the data file ``rows`` came from, lets a refused row be named by file and line."""
     members = group_by_capability(rows, [capability])[capability]
     ids = encode_conversations(tokenizer, [row.question for _, row in members], add_generation_prompt=add_generation_prompt,
-                               where=lambda i: data_row_name(members[i][0], source))
+                               where=lambda i: row_location(members[i][0], source))
     order = sorted(range(len(members)), key=lambda i: len(ids[i]))
     return PromptSet(
         capability=capability.value,

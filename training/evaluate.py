@@ -30,7 +30,7 @@ from core.errors import ProbeError
 from core.generation import GenerationConfig, generate_responses
 from core.stats import discordant, mcnemar_p, wilson
 from data_synthesis.capabilities import ALL_CAPABILITIES, capabilities_of
-from data_synthesis.io import read_test_rows
+from data_synthesis.io import read_test_rows, row_location
 from data_synthesis.judge.base import Judge, Verdict
 from data_synthesis.schema import TestRow
 
@@ -173,14 +173,7 @@ def _row_namer(test_file: str | Path, all_rows: Sequence[TestRow], rows: Sequenc
     """Names picked row ``i`` by its file and line (the picked rows are a subset of the file, in another order)."""
     index = {id(row): k for k, row in enumerate(all_rows)}
 
-    def where(i: int) -> str:
-        from data_synthesis.io import iter_jsonl
-
-        k = index[id(rows[i])]
-        line = next((number for j, (number, _) in enumerate(iter_jsonl(test_file)) if j == k), "?")
-        return f"{test_file}:{line} (data row {k})"
-
-    return where
+    return lambda i: row_location(index[id(rows[i])], test_file)
 
 
 def _check_rendering(model_dir: str | Path, rows: Sequence[TestRow], where: Callable[[int], str]) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 from core.errors import ProbeError
 from core.chat import check_no_control_text, control_token_texts, to_messages
 from core.models import check_model_dir, check_vocab_fits, load_model, load_tokenizer
-from data_synthesis.io import iter_jsonl
+from data_synthesis.io import row_location
 from core.templates import TrainingTemplate, choose_chat_template, training_template
 from training.config import SFTRunConfig
 from core.provenance import file_sha256, weights_sha256
@@ -146,11 +146,7 @@ def check_rows_render(tokenizer: Any, conversations: list[list[dict[str, str]]],
     :mod:`core.chat`), naming its file and line: the trainer would read it as a real turn boundary."""
     controls = control_token_texts(tokenizer)
     for index, messages in enumerate(conversations):
-        try:
-            check_no_control_text(messages, controls, "")
-        except ProbeError as exc:
-            line = next((number for k, (number, _) in enumerate(iter_jsonl(data_file)) if k == index), "?")
-            raise ProbeError(f"{data_file}:{line}{exc}") from None
+        check_no_control_text(messages, controls, lambda: row_location(index, data_file))
 
 
 def _parent_info(config: SFTRunConfig, base: Path, template: str, train_template: TrainingTemplate | None) -> dict[str, Any]:
