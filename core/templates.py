@@ -53,7 +53,7 @@ CHATML_TEMPLATE = (
 BUILTIN_TEMPLATES: dict[str, str] = {"llama3": LLAMA3_TEMPLATE, "chatml": CHATML_TEMPLATE}
 
 _MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
-_LOOP_TAG = re.compile(r"\{%-?\s*(for\s+(\w+)\s+in\s+messages\b[^%]*|endfor)\s*-?%\}")
+_LOOP_TAG = re.compile(r"\{%-?\s*(for\s+(\w+)\s+in\s+(\w+)[^%]*|endfor)\s*-?%\}")
 _SENTINEL = "Zq7SENTINELx"
 _PROBE: Messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
                     {"role": "assistant", "content": f"  {_SENTINEL}  "}]
@@ -71,18 +71,18 @@ class TrainingTemplate:
     source: str
 
 
-def _loop_span(template: str) -> tuple[int, int, int, int, str]:
-    """(loop tag start, body start, body end, endfor end, loop variable) of the messages loop."""
-    depth, start, body, var = 0, -1, -1, ""
+def _loop_span(template: str) -> tuple[int, int, str]:
+    """(body start, body end, loop variable) of the ``for ... in messages`` loop; nested loops are skipped over."""
+    depth, body, var = 0, -1, ""
     for match in _LOOP_TAG.finditer(template):
         is_for = match.group(1).startswith("for")
-        if start < 0:
-            if is_for:
-                start, body, var, depth = match.start(), match.end(), match.group(2), 1
+        if body < 0:
+            if is_for and match.group(3) == "messages":
+                body, var, depth = match.end(), match.group(2), 1
             continue
         depth += 1 if is_for else -1
         if depth == 0:
-            return start, body, match.start(), match.end(), var
+            return body, match.start(), var
     raise ProbeError("the chat template has no `for message in messages` loop the toolkit can mark for assistant-only loss")
 
 
@@ -120,7 +120,7 @@ def _jinja_string(text: str) -> str:
 
 def patch_generation_markers(tokenizer: Any, template: str) -> str:
     """A copy of ``template`` whose assistant content and end-of-turn token are in ``{% generation %}``."""
-    start, body_start, body_end, end, var = _loop_span(template)
+    body_start, body_end, var = _loop_span(template)
     header, trimmed, eot, trailer = _measure_assistant_turn(tokenizer, template)
     content = f"{var}['content']" + (" | trim" if trimmed else "")
     assistant = (f"{{{{ {_jinja_string(header)} }}}}{{% generation %}}{{{{ {content} }}}}"

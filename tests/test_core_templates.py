@@ -192,3 +192,11 @@ def test_probe_train_sft_refuses_a_tokenizer_without_a_template(chat_bases: dict
     line = one_error_line(err)  # refused before any weight loads: not even a loading bar
     assert code == 2 and f"--base {base}" in line and "no chat template" in line and "--chat-template" in line
     assert not out.exists() and not list(tmp_path.glob(".sft*"))  # no output and no partial directory left behind
+
+
+def test_the_messages_loop_is_found_past_nested_loops() -> None:
+    from core.templates import _loop_span
+
+    template = "{% for tool in tools %}T{% endfor %}{% for m in messages[1:] %}{% for x in m.parts %}X{% endfor %}B{% endfor %}Z"
+    start, stop, var = _loop_span(template)
+    assert template[start:stop] == "{% for x in m.parts %}X{% endfor %}B" and var == "m"
