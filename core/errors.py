@@ -25,3 +25,15 @@ class DataError(ProbeError):
         self.line = line
         where = f"{self.path}:{line}" if line is not None else self.path
         super().__init__(f"{where}: {message}")
+
+
+class Interrupted(ProbeError):
+    """Ctrl-C (SIGINT) during a long step, turned into what was kept and how to resume.
+
+    Long-running library functions catch :class:`KeyboardInterrupt` at the level that knows
+    what is on disk and re-raise this with that message; the CLI prints it and exits 130
+    (not 2: it is not a user mistake). It derives from :class:`ProbeError` so that code
+    which only knows "a clean one-line stop" still handles it.
+    """
+
+    exit_code = 130
