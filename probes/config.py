@@ -21,6 +21,7 @@ from typing import Any
 
 from data_synthesis.capabilities import Capability, parse_capabilities
 from core.errors import ProbeError
+from probes.batching import DEFAULT_BATCH_SIZE
 from probes.hook_points import HOOK_POINTS, validate_hook
 
 POSITIONS: tuple[str, ...] = ("last", "mean")
@@ -72,7 +73,8 @@ class RecordConfig:
     spec string (``"12-31"``) or a list of indices, checked against the model later.
     ``device`` None picks ``cuda`` when available, else ``cpu``; ``"auto"`` spreads a large
     model over the visible GPUs (``device_map="auto"``). ``dtype="auto"`` is float32 on CPU
-    and bfloat16 elsewhere. ``out_dir`` None makes a new ``runs/<timestamp>_<capabilities>``.
+    and bfloat16 elsewhere. A batch holds at most ``batch_size`` prompts and, padded, at most
+    ``max_batch_tokens`` tokens (None: derived from the device, see :mod:`probes.batching`). ``out_dir`` None makes a new ``runs/<timestamp>_<capabilities>``.
     """
 
     sft_dir: Path | None = None
@@ -83,7 +85,8 @@ class RecordConfig:
     layers: str | tuple[int, ...] | list[int] | None = None
     position: str = "last"
     backend: str = "torch"
-    batch_size: int = 8
+    batch_size: int = DEFAULT_BATCH_SIZE
+    max_batch_tokens: int | None = None
     device: str | None = None
     dtype: str = "auto"
     store_dtype: str = "float16"
@@ -103,6 +106,10 @@ class RecordConfig:
         if isinstance(self.batch_size, bool) or int(self.batch_size) < 1:
             raise ProbeError(f"--batch-size must be at least 1, got {self.batch_size}")
         self.batch_size = int(self.batch_size)
+        if self.max_batch_tokens is not None:
+            if isinstance(self.max_batch_tokens, bool) or int(self.max_batch_tokens) < 1:
+                raise ProbeError(f"--max-batch-tokens must be at least 1, got {self.max_batch_tokens}")
+            self.max_batch_tokens = int(self.max_batch_tokens)
         if self.device is not None:
             self.device = str(self.device).strip().lower()
             if not re.match(r"^(auto|cpu|cuda(:\d+)?|mps)$", self.device):
@@ -136,6 +143,7 @@ class RecordConfig:
             "position": self.position,
             "backend": self.backend,
             "batch_size": self.batch_size,
+            "max_batch_tokens": self.max_batch_tokens,
             "dtype": self.dtype,
             "store_dtype": self.store_dtype,
         }

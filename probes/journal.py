@@ -134,13 +134,22 @@ def read_shard(path: Path, capability: str) -> Shard:
 
 
 def list_shards(run_dir: Path, capability: str) -> list[Path]:
-    """Complete shards of a capability in batch order; leftover temp files are removed."""
+    """Complete shards of a capability in batch order."""
     folder = run_dir / JOURNAL_DIR / capability
     if not folder.is_dir():
         return []
-    for tmp in folder.glob(".*.tmp"):
-        tmp.unlink(missing_ok=True)
     return sorted(folder.glob("*.npz"), key=lambda p: int(p.stem))
+
+
+def remove_stale_temp(run_dir: Path) -> None:
+    """Delete half-written shards of a killed recorder; only when no recorder is writing (under the lock, before recording)."""
+    for tmp in (run_dir / JOURNAL_DIR).glob("*/.*.tmp"):
+        tmp.unlink(missing_ok=True)
+
+
+def has_recordings(run_dir: Path) -> bool:
+    """Whether anything was recorded here: a consolidated file or at least one shard."""
+    return (run_dir / ACTIVATIONS_FILE).is_file() or any((run_dir / JOURNAL_DIR).glob("*/*.npz"))
 
 
 def shard_sample_ids(path: Path) -> np.ndarray:
@@ -190,7 +199,7 @@ def consolidate(run_dir: Path, capabilities: list[str], plan: ConsolidationPlan)
         shutil.copyfile(target, staging / ACTIVATIONS_FILE)
     appended = {cap: 0 for cap in capabilities}
     with RunWriter(staging, plan.settings, toolkit_version=plan.toolkit_version) as writer:
-        writer.file.attrs["provenance"] = json.dumps(plan.provenance, sort_keys=True)
+        writer.file.attrs["provenance"] = json.dumps(_with_history(writer.file.attrs.get("provenance"), plan.provenance), sort_keys=True)
         for model in MODELS:
             writer.set_model_info(model, plan.model_info[model])
         for cap in capabilities:
@@ -204,6 +213,13 @@ def consolidate(run_dir: Path, capabilities: list[str], plan: ConsolidationPlan)
             path.unlink(missing_ok=True)
     shutil.rmtree(staging, ignore_errors=True)
     return appended
+
+
+def _with_history(previous: str | None, call: dict[str, Any]) -> dict[str, Any]:
+    """This call's provenance, with ``calls``: one entry per call that added rows (batch limits, device, counts)."""
+    earlier = json.loads(previous) if previous else {}
+    history = earlier.get("calls", [])
+    return {**call, "calls": [*history, {k: v for k, v in call.items() if k != "versions"}]}
 
 
 def _append_capability(writer: RunWriter, capability: str, shards: list[Path], plan: ConsolidationPlan) -> int:

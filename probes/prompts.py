@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,14 +89,9 @@ def position_ids_for(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def make_batch(prompts: PromptSet, start: int, stop: int, pad_id: int) -> Batch:
-    ids = prompts.ids[start:stop]
+def make_batch(prompts: PromptSet, positions: Sequence[int], pad_id: int) -> Batch:
+    """The prompts at ``positions`` (ascending), left-padded; ``start`` is the first position."""
+    ids = [prompts.ids[p] for p in positions]
     input_ids, mask = left_pad(ids, pad_id)
-    return Batch(prompts.capability, start, prompts.sample_ids[start:stop], prompts.tasks[start:stop], prompts.texts[start:stop],
-                 [len(i) for i in ids], input_ids, mask, position_ids_for(mask))
-
-
-def iter_batches(prompts: PromptSet, first: int, batch_size: int, pad_id: int) -> Iterator[Batch]:
-    """Batches of ``batch_size`` from position ``first`` on; boundaries are ``first + k * batch_size``."""
-    for start in range(first, len(prompts), batch_size):
-        yield make_batch(prompts, start, min(start + batch_size, len(prompts)), pad_id)
+    return Batch(prompts.capability, positions[0], [prompts.sample_ids[p] for p in positions], [prompts.tasks[p] for p in positions],
+                 [prompts.texts[p] for p in positions], [len(i) for i in ids], input_ids, mask, position_ids_for(mask))

@@ -8,10 +8,17 @@ expensive happens, and every expensive step survives an interruption:
 3. render every prompt with the SFT tokenizer (a row carrying control-token text is
    refused here, named by file and line, before the run dir exists);
 4. hash weights, tokenizer, chat template and data; refuse a run dir recorded with
-   other settings (``run.json`` / the file's ``settings``); load the pair (tokenizers and
-   module layouts compared), skip what is done; only then write ``run.json``;
-5. per batch: both models through the backend, one shard written atomically;
+   other settings (``run.json`` / the file's ``settings``; a start that recorded nothing
+   binds nothing); load the pair (tokenizers and module layouts compared), skip what is
+   done; only then write ``run.json``;
+5. plan the batches (:mod:`probes.batching`: up to ``--batch-size`` prompts and
+   ``--max-batch-tokens`` padded tokens each), then per batch: both models through the
+   backend, one shard written atomically;
 6. consolidate the shards into ``activations.h5`` (see :mod:`probes.journal`).
+
+Under torchrun / accelerate launch every process runs steps 1-5 on its own share of the
+batches and rank 0 alone holds the lock, writes ``run.json`` and consolidates
+(:mod:`probes.distributed`); the file is the one a single process would write.
 
 Example:
     >>> result = record_run(RecordConfig(capabilities="multi_turn", sft_dir="m/sft", dpo_dir="m/dpo"))   # doctest: +SKIP
@@ -22,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,10 +39,13 @@ import numpy as np
 from core.errors import ProbeError
 from probes.config import RecordConfig
 from probes.hook_points import TL_NAMES, parse_layers
-from probes.journal import (ConsolidationPlan, Shard, committed_ids, consolidate, h5_settings, list_shards, read_run_json,
-                            run_lock, shard_sample_ids, write_run_json, write_shard)
 from core.chat import pad_id_of
-from probes.prompts import PromptSet, build_prompts, iter_batches
+from core.errors import Interrupted
+from probes.batching import pending_batches, plan_batches
+from probes.distributed import World, joined, rank_device, world_from_env
+from probes.journal import (ConsolidationPlan, Shard, committed_ids, consolidate, h5_settings, has_recordings, list_shards,
+                            read_run_json, remove_stale_temp, run_lock, shard_path, shard_sample_ids, write_run_json, write_shard)
+from probes.prompts import PromptSet, build_prompts, make_batch
 
 # Settings that must be equal for two recordings to share one run dir.
 COMPAT_KEYS: tuple[str, ...] = (
@@ -54,6 +65,13 @@ class RunResult:
     resumed: dict[str, int]
     settings: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_main(self) -> bool:
+        """False in the helper processes of a data-parallel run: only rank 0 reports."""
+        return self.rank == 0
 
     @property
     def skipped(self) -> dict[str, int]:
@@ -96,7 +114,13 @@ def _settings(config: RecordConfig, sources: tuple[Path, Path, Path], layers: li
 
 
 def check_compatible(run_dir: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
-    """Refuse to mix settings into an existing run dir; returns the existing settings, if any."""
+    """Refuse to mix settings into an existing run dir; returns the existing settings, if any.
+
+    Settings left by a start that recorded nothing (it failed on its first batch, say) bind
+    nothing: the corrected call reuses the directory.
+    """
+    if not has_recordings(run_dir):
+        return None
     existing = read_run_json(run_dir)
     existing = existing["settings"] if existing else h5_settings(run_dir)
     if not existing:
@@ -108,16 +132,16 @@ def check_compatible(run_dir: Path, settings: dict[str, Any]) -> dict[str, Any] 
     return existing
 
 
-def _done_prefix(run_dir: Path, prompts: PromptSet) -> int:
-    """How many prompts (a prefix of the recording order) are already in the file or the journal."""
+def done_ids(run_dir: Path, prompts: PromptSet) -> set[int]:
+    """Sample ids of a capability already in the file or the journal; refuses ids this run's prompts do not have."""
     done = set(committed_ids(run_dir, prompts.capability).tolist())
     for path in list_shards(run_dir, prompts.capability):
         done.update(shard_sample_ids(path).tolist())
-    first = len(done)
-    if set(prompts.sample_ids[:first]) != done:
-        raise ProbeError(f"{run_dir}: the recorded samples of {prompts.capability} are not a prefix of this run's prompt order "
+    unknown = done - set(prompts.sample_ids)
+    if unknown:
+        raise ProbeError(f"{run_dir}: {len(unknown)} recorded samples of {prompts.capability} are not among this run's prompts "
                          "(was the data file or tokenizer changed?); record into another --out")
-    return first
+    return done
 
 
 def _to_store(values: Any, store_dtype: str, where: str) -> np.ndarray:
@@ -129,70 +153,174 @@ def _to_store(values: Any, store_dtype: str, where: str) -> np.ndarray:
     return array.astype(store_dtype)
 
 
-def _record_capability(run_dir: Path, prompts: PromptSet, first: int, backends: dict[str, Any], config: RecordConfig,
-                       pad_id: int, bar: Any) -> int:
-    recorded = 0
-    for batch in iter_batches(prompts, first, config.batch_size, pad_id):
+@dataclass(frozen=True)
+class Work:
+    """One batch still to record: a capability's prompts and the positions that go together."""
+
+    prompts: PromptSet
+    positions: list[int]
+
+
+def plan_work(prompt_sets: list[PromptSet], done: dict[str, set[int]], batch_size: int, max_batch_tokens: int) -> list[Work]:
+    """Every pending batch of every capability, in plan order (the same list in every process)."""
+    work: list[Work] = []
+    for prompts in prompt_sets:
+        spans = plan_batches([len(i) for i in prompts.ids], batch_size, max_batch_tokens)
+        work += [Work(prompts, positions) for positions in pending_batches(spans, prompts.sample_ids, done[prompts.capability])]
+    return work
+
+
+def _record_batches(run_dir: Path, work: list[Work], backends: dict[str, Any], store_dtype: str, pad_id: int, bar: Any) -> dict[str, int]:
+    recorded: dict[str, int] = {}
+    for item in work:
+        batch = make_batch(item.prompts, item.positions, pad_id)
         acts = {}
         for model, backend in backends.items():
             for hook, values in backend.record(batch).items():
-                acts[(model, hook)] = _to_store(values, config.store_dtype, f"{model} {prompts.capability} {hook} batch at {batch.start}")
-        write_shard(run_dir, Shard(prompts.capability, batch.start, np.asarray(batch.sample_ids), batch.tasks,
+                acts[(model, hook)] = _to_store(values, store_dtype, f"{model} {batch.capability} {hook} batch at {batch.start}")
+        write_shard(run_dir, Shard(batch.capability, batch.start, np.asarray(batch.sample_ids), batch.tasks,
                                    np.asarray(batch.lengths), batch.texts, acts))
-        recorded += len(batch)
+        recorded[batch.capability] = recorded.get(batch.capability, 0) + len(batch)
         if bar is not None:
             bar.update(len(batch))
     return recorded
 
 
 def record_run(config: RecordConfig, progress: bool = True) -> RunResult:
-    """Record (or resume recording) the config's capabilities into a run dir; see the module docstring."""
-    import torch
+    """Record (or resume recording) the config's capabilities into a run dir; see the module docstring.
 
+    Started by torchrun / accelerate launch with several processes, each records its share
+    of the batches and rank 0 consolidates (:mod:`probes.distributed`).
+    """
+    world = world_from_env()
+    with joined(world):
+        return _record(config, world, progress)
+
+
+@dataclass
+class _Inputs:
+    sources: tuple[Path, Path, Path]
+    layers: list[int]
+    dtype: str
+    tokenizer: Any
+    prompt_sets: list[PromptSet]
+
+
+def _prepare(config: RecordConfig) -> _Inputs:
+    """Everything checked before a model is loaded: configs, layers, rows, rendering."""
     from core.models import load_tokenizer
     from data_synthesis.io import read_test_rows
-    from probes.backends import make_backend
-    from probes.pair import check_pair_configs, load_pair, resolve_device, resolve_dtype
-    from core.provenance import library_versions, toolkit_version
+    from probes.pair import check_pair_configs, resolve_device, resolve_dtype
 
-    started = time.perf_counter()
     sources = resolve_sources(config)
     shape = check_pair_configs(sources[0], sources[1])
     layers = parse_layers(config.layer_spec(), shape.n_layers)
-    device = resolve_device(config.device)
-    dtype = str(resolve_dtype(config.dtype, device)).removeprefix("torch.")
+    dtype = str(resolve_dtype(config.dtype, resolve_device(config.device))).removeprefix("torch.")
     rows = read_test_rows(sources[2])
     _check_rows(rows, config, sources[2])
     tokenizer = load_tokenizer(sources[0], "--sft")
     if not tokenizer.chat_template:
         raise ProbeError(f"--sft {sources[0]}: the tokenizer has no chat template; prompts cannot be rendered as the model was trained")
-    # rendered before the run dir is touched: a refused row (control-token text) leaves no run.json
-    # behind that would then refuse the corrected data file as "other settings"
+    # rendered before the run dir is touched: a refused row (control-token text) leaves nothing behind
     prompt_sets = [build_prompts(tokenizer, rows, cap, add_generation_prompt=config.add_generation_prompt, source=sources[2])
                    for cap in config.capabilities]  # type: ignore[union-attr]
-    settings = _settings(config, sources, layers, dtype, tokenizer)
-    run_dir = config.out_dir or default_run_dir(config)
-    with run_lock(run_dir):
-        existing = check_compatible(run_dir, settings)
+    return _Inputs(sources, layers, dtype, tokenizer, prompt_sets)
+
+
+def _batch_budget(config: RecordConfig, pair: Any, world: World) -> int:
+    """``--max-batch-tokens``, or the device's default; the smallest over ranks, so that all plan the same batches."""
+    from probes.batching import default_max_batch_tokens
+    from probes.pair import read_config
+
+    if config.max_batch_tokens is not None:
+        return config.max_batch_tokens
+    import torch
+
+    dtype_bytes = torch.tensor([], dtype=pair.dtype).element_size()
+    return min(world.gather(default_max_batch_tokens(pair.device, read_config(pair.sft_dir), dtype_bytes)))
+
+
+def _start_on_main(run_dir: Path, settings: dict[str, Any], prompt_sets: list[PromptSet]) -> tuple[dict[str, Any], dict[str, set[int]]]:
+    """Rank 0, under the lock, once the pair is loaded: the settings to keep, and what is already recorded."""
+    existing = check_compatible(run_dir, settings)
+    remove_stale_temp(run_dir)
+    done = {p.capability: done_ids(run_dir, p) for p in prompt_sets}
+    write_run_json(run_dir, {"settings": existing or settings})
+    return existing or settings, done
+
+
+def _record(config: RecordConfig, world: World, progress: bool) -> RunResult:
+    import torch
+
+    from probes.backends import make_backend
+    from probes.pair import load_pair
+
+    started = time.perf_counter()
+    inputs = world.agree(lambda: _prepare(config))
+    device = world.agree(lambda: rank_device(config.device, world))
+    run_dir = world.on_main(lambda: config.out_dir or default_run_dir(config))
+    with ExitStack() as stack:
+        def lock_and_settings() -> dict[str, Any]:
+            stack.enter_context(run_lock(run_dir))
+            settings = _settings(config, inputs.sources, inputs.layers, inputs.dtype, inputs.tokenizer)
+            check_compatible(run_dir, settings)  # before the minutes a load takes
+            return settings
+
+        settings = world.on_main(lock_and_settings)
         torch.manual_seed(config.seed)
-        pair = load_pair(sources[0], sources[1], device=config.device, dtype=config.dtype)  # same tokenizer (load_pair compares them)
+        pair = world.agree(lambda: load_pair(inputs.sources[0], inputs.sources[1], device=device, dtype=config.dtype))
         pad_id = pad_id_of(pair.tokenizer)
-        firsts = {p.capability: _done_prefix(run_dir, p) for p in prompt_sets}
-        backends = {name: make_backend(config.backend, model, hooks=config.hooks, layers=layers, position=config.position,
-                                       tokenizer=pair.tokenizer, model_dir=sources[0] if name == "sft" else sources[1])
-                    for name, model in pair.models().items()}
-        if read_run_json(run_dir) is None:  # only once the pair and the prompts are accepted: a refused call leaves no settings behind
-            write_run_json(run_dir, {"settings": existing or settings})
-        bar = _progress_bar(sum(len(p) - firsts[p.capability] for p in prompt_sets), progress)
-        recorded = {p.capability: _record_capability(run_dir, p, firsts[p.capability], backends, config, pad_id, bar) for p in prompt_sets}
-        if bar is not None:
-            bar.close()
-        provenance = {"versions": library_versions(), "device": pair.device, "batch_size": config.batch_size,
-                      "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        plan = ConsolidationPlan(existing or settings, pair.info, layers, {h: TL_NAMES[h] for h in config.hooks}, toolkit_version(), provenance)
-        consolidate(run_dir, [p.capability for p in prompt_sets], plan)
-        counts = {p.capability: int(len(committed_ids(run_dir, p.capability))) for p in prompt_sets}
-    return RunResult(run_dir, counts, recorded, firsts, existing or settings, time.perf_counter() - started)
+        budget = _batch_budget(config, pair, world)
+        settings, done = world.on_main(lambda: _start_on_main(run_dir, settings, inputs.prompt_sets))
+        backends = world.agree(lambda: {name: make_backend(config.backend, model, hooks=config.hooks, layers=inputs.layers,
+                                                           position=config.position, tokenizer=pair.tokenizer,
+                                                           model_dir=inputs.sources[0] if name == "sft" else inputs.sources[1])
+                                        for name, model in pair.models().items()})
+        work = plan_work(inputs.prompt_sets, done, config.batch_size, budget)
+        mine = [item for k, item in enumerate(work) if world.owns(k)]
+        bar = _progress_bar(sum(len(w.positions) for w in mine), progress and world.is_main, world)
+        try:
+            recorded = world.agree(lambda: _record_batches(run_dir, mine, backends, config.store_dtype, pad_id, bar))
+        except KeyboardInterrupt:
+            raise _interrupted(run_dir) from None
+        finally:
+            if bar is not None:
+                bar.close()
+        recorded = _sum_counts(world.gather(recorded))
+        call = {"device": pair.device, "dtype": inputs.dtype, "batch_size": config.batch_size, "max_batch_tokens": budget,
+                "processes": world.size, "recorded": recorded, "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        world.on_main(lambda: _finish_on_main(run_dir, inputs, pair, settings, call, work))
+        counts = world.on_main(lambda: {p.capability: int(len(committed_ids(run_dir, p.capability))) for p in inputs.prompt_sets})
+    resumed = {p.capability: len(done[p.capability]) for p in inputs.prompt_sets}
+    recorded = {p.capability: recorded.get(p.capability, 0) for p in inputs.prompt_sets}
+    return RunResult(run_dir, counts, recorded, resumed, settings, time.perf_counter() - started, world.rank, world.size)
+
+
+def _finish_on_main(run_dir: Path, inputs: _Inputs, pair: Any, settings: dict[str, Any], call: dict[str, Any], work: list[Work]) -> None:
+    """Rank 0, after every rank's share: check the journal holds every planned batch, then consolidate."""
+    from core.provenance import library_versions, toolkit_version
+
+    missing = [w for w in work if not shard_path(run_dir, w.prompts.capability, w.positions[0]).is_file()]
+    if missing:
+        raise ProbeError(f"{len(missing)} batches recorded by other processes are not in {run_dir / 'journal'}: with several nodes, "
+                         "--out must be a directory every node sees (a shared filesystem); rerun the same command to resume")
+    provenance = {"versions": library_versions(), **call}
+    plan = ConsolidationPlan(settings, pair.info, inputs.layers, {h: TL_NAMES[h] for h in settings["hooks"]}, toolkit_version(), provenance)
+    consolidate(run_dir, [p.capability for p in inputs.prompt_sets], plan)
+
+
+def _sum_counts(per_rank: list[dict[str, int]]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for counts in per_rank:
+        for cap, n in counts.items():
+            total[cap] = total.get(cap, 0) + n
+    return total
+
+
+def _interrupted(run_dir: Path) -> Interrupted:
+    shards = sum(1 for _ in (run_dir / "journal").glob("*/*.npz"))
+    return Interrupted(f"recording stopped; {shards} recorded batches are kept in {run_dir / 'journal'} and the consolidated "
+                       f"file is unchanged; rerun the same command (with --out {run_dir}) to resume")
 
 
 def _check_rows(rows: list[Any], config: RecordConfig, data_file: Path) -> None:
@@ -205,9 +333,10 @@ def _check_rows(rows: list[Any], config: RecordConfig, data_file: Path) -> None:
                          f"({len(rows)} rows in the file); check the task names or pick another --capability")
 
 
-def _progress_bar(total: int, enabled: bool) -> Any:
+def _progress_bar(total: int, enabled: bool, world: World) -> Any:
     if not enabled or total == 0:
         return None
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="prompt", desc="recording sft+dpo", dynamic_ncols=True)
+    desc = "recording sft+dpo" if not world.distributed else f"recording sft+dpo, rank 0 of {world.size}"
+    return tqdm(total=total, unit="prompt", desc=desc, dynamic_ncols=True)

@@ -30,7 +30,7 @@ def prompts(pair, rolemrc_file: Path):  # type: ignore[no-untyped-def]
 
 
 def _batch(pair, prompts, start: int, stop: int):  # type: ignore[no-untyped-def]
-    return make_batch(prompts, start, stop, pad_id_of(pair.tokenizer))
+    return make_batch(prompts, range(start, stop), pad_id_of(pair.tokenizer))
 
 
 def _fresh_model(model_dir: Path) -> nn.Module:

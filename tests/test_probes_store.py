@@ -58,7 +58,7 @@ def test_round_trip_matches_a_direct_forward_and_keeps_provenance(tiny_pair, rol
     pair = load_pair(*tiny_pair, device="cpu", dtype="float32")
     prompts = build_prompts(pair.tokenizer, read_test_rows(rolemrc_file), Capability.MULTI_TURN, add_generation_prompt=False)
     direct = make_backend("torch", pair.dpo, hooks=HOOKS, layers=[1, 2, 3], position="last").record(
-        make_batch(prompts, 0, len(prompts), pad_id_of(pair.tokenizer)))
+        make_batch(prompts, range(len(prompts)), pad_id_of(pair.tokenizer)))
     with RunReader(result.run_dir) as run:
         assert run.dataset("dpo", "multi_turn", "mlp_post").dtype == np.float32
         np.testing.assert_allclose(run.activations("dpo", "multi_turn", "mlp_post"), direct["mlp_post"].numpy(), atol=1e-5)

@@ -3,7 +3,9 @@
 Thin wrapper over :func:`probes.recording.record_run` (every option maps to a
 :class:`probes.config.RecordConfig` field, which does the validation) followed by
 :func:`analysis.analyze_run` on the run directory, whose top discrepancy layers are printed.
-With no option but ``--capability`` it records the embedded default pair.
+With no option but ``--capability`` it records the embedded default pair. Started by
+``torchrun --nproc-per-node N -m probe_cli run ...`` it records data-parallel, and only
+rank 0 prints and analyses (:mod:`probes.distributed`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any, Optional
 import typer
 
 from probe_cli.latest import point_latest
+from probes.batching import CPU_MAX_BATCH_TOKENS, DEFAULT_BATCH_SIZE
 from probe_cli.pairs import pair_option, pair_sources
 
 HOOK_HELP = "Hook point(s): mlp_out (paper default), attn_out, resid_post, mlp_post (true MLP neurons). Repeat or comma-separate."
@@ -33,7 +36,12 @@ def run(
     layers: Optional[str] = typer.Option(None, "--layers", help="Layers to store, e.g. 12-31 or 3,5,7. Default: all."),
     position: str = typer.Option("last", "--position", help="last (last real prompt token, as the paper) or mean (over prompt tokens after BOS)."),
     backend: str = typer.Option("torch", "--backend", help="torch (plain hooks, fastest), transformer_lens (TransformerBridge) or nnsight."),
-    batch_size: int = typer.Option(8, "--batch-size", help="Prompts per forward pass."),
+    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", help="At most this many prompts per forward pass."),
+    max_batch_tokens: Optional[int] = typer.Option(
+        None, "--max-batch-tokens",
+        help=f"At most this many padded tokens per forward pass (prompts x longest prompt in the batch); a longer prompt gets "
+             f"a batch of its own. Default: {CPU_MAX_BATCH_TOKENS} on CPU; on a GPU, what half its free memory holds after "
+             "loading the pair."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run dir; an existing one is resumed. Default: a new dir under ./runs/."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:N, or auto (device_map=auto for a model larger than one GPU). Default: cuda if available."),
     dtype: str = typer.Option("auto", "--dtype", help="Compute dtype: auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16."),
@@ -49,13 +57,15 @@ def run(
     from probes.config import RecordConfig
 
     config = RecordConfig(sft_dir=sft, dpo_dir=dpo, data_file=data, capabilities=capability, hooks=hook or ["mlp_out"],
-                          layers=layers, position=position, backend=backend, batch_size=batch_size, device=device, dtype=dtype,
+                          layers=layers, position=position, backend=backend, batch_size=batch_size, max_batch_tokens=max_batch_tokens, device=device, dtype=dtype,
                           store_dtype=store_dtype, add_generation_prompt=add_generation_prompt, out_dir=out, seed=seed)
     sft, dpo, data = pair_sources(pair, sft, dpo, data, progress=not quiet)  # after the flags are validated: a build takes minutes
     config = replace(config, sft_dir=sft, dpo_dir=dpo, data_file=data)
     from probes.recording import record_run
 
     result = record_run(config, progress=not quiet)
+    if not result.is_main:
+        return  # a helper process of a data-parallel run: rank 0 reports and analyses
     point_latest(Path(result.run_dir))
     _print_result(result)
     if analyze:

@@ -1,0 +1,94 @@
+"""Data-parallel recording: two processes on the gloo backend write the file one process writes.
+
+Real ``torchrun`` launches (``python -m torch.distributed.run --standalone``) of the real
+``probe run`` command, two CPU processes of one thread each, against a one-process run of
+the same command with one thread. A second launch has rank 1 die after its first batch
+(torchrun then stops rank 0); the next launch records only what is missing and ends with
+the same arrays, bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from probes.journal import JOURNAL_DIR
+from tests.test_probes_resume import _arrays
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def _args(tiny_pair, data: Path, out: Path) -> list[str]:  # type: ignore[no-untyped-def]
+    return ["run", "--capability", "all", "--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--data", str(data),
+            "--out", str(out), "--hook", "mlp_out,mlp_post", "--store-dtype", "float32", "--batch-size", "2",
+            "--no-analyze", "--quiet"]
+
+
+def _launch(entry: list[str], args: list[str], nproc: int = 2) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *entry, *args]
+    return subprocess.run(command, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def one_process(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
+    out = tmp_path_factory.mktemp("dp") / "single"
+    done = subprocess.run([sys.executable, "-m", "probe_cli", *_args(tiny_pair, rolemrc_file, out)], env=_env(), cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def _assert_identical(a: Path, b: Path) -> None:
+    left, right = _arrays(a), _arrays(b)
+    assert left.keys() == right.keys()
+    for key in left:
+        np.testing.assert_array_equal(left[key], right[key], err_msg=key)
+
+
+def _calls(run_dir: Path) -> list[dict]:
+    import h5py
+
+    with h5py.File(run_dir / "activations.h5") as handle:
+        return json.loads(handle.attrs["provenance"])["calls"]
+
+
+def test_two_processes_write_the_one_process_file(tiny_pair, rolemrc_file: Path, one_process: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "dp"
+    done = _launch(["-m", "probe_cli"], _args(tiny_pair, rolemrc_file, out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("run dir:") == 1  # only rank 0 reports
+    _assert_identical(one_process, out)
+    assert [c["processes"] for c in _calls(out)] == [2]
+    assert not list((out / JOURNAL_DIR).glob("*/*.npz"))
+
+
+def test_a_killed_rank_resumes_on_the_next_launch(tiny_pair, rolemrc_file: Path, one_process: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "dp"
+    killed = _launch([str(ROOT / "tests" / "support" / "dp_kill_rank.py")], _args(tiny_pair, rolemrc_file, out))
+    assert killed.returncode != 0
+    kept = list((out / JOURNAL_DIR).glob("*/*.npz"))
+    assert kept and not (out / "activations.h5").exists()
+    resumed = _launch(["-m", "probe_cli"], _args(tiny_pair, rolemrc_file, out))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    _assert_identical(one_process, out)
+    recorded_now = _calls(out)[-1]["recorded"]
+    total = sum(len(v) for k, v in _arrays(out).items() if k.endswith("/ids"))
+    assert 0 < sum(recorded_now.values()) < total  # the kept batches were not recorded again
+
+
+def test_device_auto_is_refused_with_several_processes(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    done = _launch(["-m", "probe_cli"], [*_args(tiny_pair, rolemrc_file, tmp_path / "x"), "--device", "auto"])
+    assert done.returncode != 0
+    assert "error: --device auto: with 2 processes each rank picks cuda:LOCAL_RANK" in done.stderr
+    assert "probes/" not in done.stderr and "probe_cli/" not in done.stderr  # torchrun's own report follows, with its traceback
