@@ -1,29 +1,33 @@
-"""Recording speed and memory, against the targets of issue 4 (figures printed, nothing asserted).
+"""Recording speed and memory against the re-scoped targets of issue 14 (figures printed, PASS/FAIL, nothing asserted).
 
-1. throughput of the torch backend vs a plain batched forward of the same model on the same
-   batches (target >= 0.95x), and of the whole ``record_run`` (both models, shards, HDF5);
-2. vs the reference approach of the authors' ``interpret.py``: one prompt at a time through
-   TransformerLens ``run_with_cache`` keeping every position of every layer (target: we are
-   >= 10x faster);
-3. peak RSS of ``record_run`` in a fresh subprocess for N and 10N prompts (target <= +20%).
+1. **Overhead** (target >= 0.97x): the torch backend recording mlp_out at every layer vs a
+   plain *body* forward (``model.base_model``, no LM head) of the same batches; and the whole
+   ``record_run`` (both models, shards, HDF5) when a saved pair is given;
+2. **token-budget batches** on a wide-length set (250-1,000 tokens): prompts/s, the largest
+   padded batch and, on a GPU, peak memory, for fixed batch sizes and for ``--max-batch-tokens``
+   budgets (the device default included); the largest difference of the values between the
+   ways (float32 round-off expected), and the measured activation bytes per padded token
+   against the estimate that sets the default budget;
+3. **the authors' loop** (``interpret.py``: one prompt per TransformerLens ``run_with_cache``,
+   every position kept), a reported ratio, no target, at two prompt lengths (~270 and ~780
+   tokens);
+4. peak RSS of ``record_run`` in a fresh subprocess for N and 10N prompts (target <= +20%).
 
 Without ``--sft/--dpo`` it builds a tiny random 32-layer Llama pair (hidden 64, MLP 256) in a
-temp dir; the prompts are synthetic RoleMRC-shaped multi-turn rows of 250-300 tokens
-(``--passage-words 480-860`` makes them 580-960, about 780 on average). ``--data FILE
---capability CAP`` records that file's prompts of one capability instead, e.g. the default
+temp dir; the prompts are synthetic RoleMRC-shaped multi-turn rows. ``--data FILE
+--capability CAP`` measures part 1 on that file's prompts of one capability, e.g. the default
 pair on its own test split (the main job's setting):
 
-    .venv/bin/python benchmarks/bench_probes.py --sft $PROBE_HOME/default_pair/sft \
-        --dpo $PROBE_HOME/default_pair/dpo --data $PROBE_HOME/default_pair/data/test.jsonl
+    .venv/bin/python benchmarks/bench_probes.py --sft $PROBE_HOME/smollm2_pair/sft \
+        --dpo $PROBE_HOME/smollm2_pair/dpo --data $PROBE_HOME/smollm2_pair/data/test.jsonl
 
 ``--shape llama-1b|llama-8b`` instead initialises one random model of that size directly on
 ``--device`` (Llama-3.2-1B / Llama-3.1-8B widths, the real 128,256-row vocabulary unless
-``--tokenizer-vocab``; the tiny base's tokenizer). Only parts 1 and 2 run then: the end-to-end
-run and part 3 need saved weights. On a GPU, e.g.:
+``--tokenizer-vocab``; the tiny base's tokenizer). Parts 1-3 run then (the end-to-end run and
+part 4 need saved weights). On a GPU, e.g.:
 
-    .venv/bin/python benchmarks/bench_probes.py [--sft DIR --dpo DIR] [--prompts 128] [--quick]
     python3 benchmarks/bench_probes.py --shape llama-8b --device cuda --dtype bfloat16 \
-        --batch-size 8,16,32 --passage-words 480-860 --reference-prompts 32
+        --batch-size 8,16 --passage-words 480-860 --budgets 8192,16384,default
 """
 
 from __future__ import annotations
@@ -150,15 +154,25 @@ def load_prompts(tokenizer: Any, rows: list[Any], data: Path, capability: str = 
     return prompts
 
 
+def batches_of(prompts: Any, tokenizer: Any, batch_size: int, max_batch_tokens: int | None = None) -> list[Any]:
+    from core.chat import pad_id_of
+    from probes.batching import plan_batches
+    from probes.prompts import make_batch
+
+    spans = plan_batches([len(i) for i in prompts.ids], batch_size, max_batch_tokens)
+    return [make_batch(prompts, range(a, b), pad_id_of(tokenizer)) for a, b in spans]
+
+
+OVERHEAD_TARGET = 0.97
+
+
 def bench_throughput(model: Any, tokenizer: Any, prompts: Any, batch_size: int, repeats: int) -> tuple[float, float, Any]:
-    """(plain seconds, recording seconds, the first batch's recorded mlp_out) for one batch size."""
+    """(body-forward seconds, recording seconds, the first batch's recorded mlp_out) for one batch size."""
     import torch
 
     from probes.backends import make_backend
-    from core.chat import pad_id_of
-    from probes.prompts import iter_batches
 
-    batches = list(iter_batches(prompts, 0, batch_size, pad_id_of(tokenizer)))
+    batches = batches_of(prompts, tokenizer, batch_size)
     n, n_layers = len(prompts), model.config.num_hidden_layers
     tokens = sum(len(i) for i in prompts.ids)
     backend = make_backend("torch", model, hooks=("mlp_out",), layers=list(range(n_layers)), position="last")
@@ -167,8 +181,8 @@ def bench_throughput(model: Any, tokenizer: Any, prompts: Any, batch_size: int, 
     @torch.inference_mode()
     def plain() -> None:
         for b in batches:
-            model(input_ids=b.input_ids.to(device), attention_mask=b.attention_mask.to(device),
-                  position_ids=b.position_ids.to(device), use_cache=False)
+            model.base_model(input_ids=b.input_ids.to(device), attention_mask=b.attention_mask.to(device),
+                             position_ids=b.position_ids.to(device), use_cache=False)
 
     def record() -> None:
         for b in batches:
@@ -180,13 +194,74 @@ def bench_throughput(model: Any, tokenizer: Any, prompts: Any, batch_size: int, 
     for _ in range(repeats):  # interleaved, best of each: the machine is shared
         t_plain = min(t_plain, _best(plain, 1))
         t_rec = min(t_rec, _best(record, 1))
+    ratio = t_plain / t_rec
     print(f"prompts: {n} ({tokens / n:.0f} tokens on average), batch {batch_size}, {n_layers} layers, "
           f"d_model {model.config.hidden_size}, torch threads {torch.get_num_threads()}"
           + ("" if device.type == "cpu" else f", {device} {model.dtype}{_gpu_peak()}"))
-    print(f"plain batched forward (CausalLM, logits):   {t_plain:7.2f} s  {n / t_plain:8.1f} prompts/s")
+    print(f"plain body forward (no LM head):            {t_plain:7.2f} s  {n / t_plain:8.1f} prompts/s")
     print(f"torch backend, mlp_out x all layers, last:  {t_rec:7.2f} s  {n / t_rec:8.1f} prompts/s  "
-          f"ratio {t_plain / t_rec:.2f}x  [target >= 0.95x: {'PASS' if t_plain / t_rec >= 0.95 else 'FAIL'}]")
+          f"ratio {ratio:.3f}x  [target >= {OVERHEAD_TARGET}x: {'PASS' if ratio >= OVERHEAD_TARGET else 'FAIL'}]")
     return t_plain, t_rec, backend.record(batches[0])["mlp_out"]
+
+
+def bench_budgets(model: Any, tokenizer: Any, prompts: Any, batch_sizes: list[int], budgets: list[str], repeats: int) -> None:
+    """Fixed batch sizes vs token budgets on one wide-length prompt set: speed, memory, and equal values."""
+    import torch
+
+    from probes.backends import make_backend
+    from probes.batching import DEFAULT_BATCH_SIZE, activation_bytes_per_token, default_max_batch_tokens
+
+    device = model.get_input_embeddings().weight.device
+    dtype_bytes = torch.tensor([], dtype=model.dtype).element_size()
+    longest = max(len(i) for i in prompts.ids)
+    estimate = activation_bytes_per_token(model.config, dtype_bytes, longest)
+    backend = make_backend("torch", model, hooks=("mlp_out",), layers=list(range(model.config.num_hidden_layers)), position="last")
+    ways: list[tuple[str, int, int | None]] = [(f"batch {b}", b, None) for b in batch_sizes]
+    for budget in budgets:
+        tokens = default_max_batch_tokens(str(device), model.config, dtype_bytes, longest) if budget == "default" else int(budget)
+        ways.append((f"budget {tokens}" + (" (device default)" if budget == "default" else ""), DEFAULT_BATCH_SIZE, tokens))
+    lengths = [len(i) for i in prompts.ids]
+    print(f"prompts: {len(prompts)}, {min(lengths)}-{max(lengths)} tokens ({sum(lengths) / len(lengths):.0f} on average); "
+          f"activation estimate {estimate / 1024:.1f} KiB per padded token")
+    reference: dict[int, Any] = {}
+    for label, batch_size, budget in ways:
+        batches = batches_of(prompts, tokenizer, batch_size, budget)
+        values: dict[int, Any] = {}
+
+        def record() -> None:
+            for b in batches:
+                out = backend.record(b)["mlp_out"]
+                values.update({sid: out[i] for i, sid in enumerate(b.sample_ids)})
+
+        try:
+            base = _gpu_reset()
+            seconds = min(_best(record, 1) for _ in range(repeats))
+        except torch.OutOfMemoryError:
+            print(f"{label:34s} out of GPU memory")
+            torch.cuda.empty_cache()
+            continue
+        padded = max(len(b) * b.input_ids.shape[1] for b in batches)
+        memory = ""
+        if device.type == "cuda":
+            peak = torch.cuda.max_memory_allocated() - base
+            memory = f", GPU peak +{peak / 2**30:5.2f} GiB = {peak / padded / 1024:5.1f} KiB per padded token"
+        if not reference:
+            reference = dict(values)
+        diff = max(float((values[k].float() - reference[k].float()).abs().max()) for k in reference)
+        scale = max(float(reference[k].float().abs().max()) for k in reference)
+        print(f"{label:34s} {len(batches):4d} batches, largest {padded:6d} padded tokens, {len(prompts) / seconds:8.1f} prompts/s"
+              f"{memory}; largest difference vs {ways[0][0]}: {diff:.3g} ({diff / scale:.1e} of the largest value)")
+
+
+def _gpu_reset() -> int:
+    import torch
+
+    if not torch.cuda.is_available():
+        return 0
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    return torch.cuda.memory_allocated()
 
 
 def bench_e2e(sft: Path, dpo: Path, data: Path, prompts: Any, batch_size: int, tmp: Path, t_plain: float, device: str, dtype: str) -> None:
@@ -242,7 +317,7 @@ def bench_reference(model: Any, tok: Any, model_dir: Path, all_rows: list[Any], 
     rate = len(texts) / seconds
     print(f"reference (TL run_with_cache, 1 prompt/forward, all positions): {seconds:.2f} s for {len(texts)} prompts, "
           f"{rate:.1f} prompts/s (about {sum(len(tok(t).input_ids) for t in texts) / len(texts):.0f} tokens each)")
-    print(f"ours vs reference: {ours / rate:.1f}x  [target >= 10x: {'PASS' if ours / rate >= 10 else 'FAIL'}]")
+    print(f"ours vs reference: {ours / rate:.1f}x  (reported, no target: see docs/probes.md)")
     return bridge, names
 
 
@@ -315,11 +390,18 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-e2e", action="store_true", help="no end-to-end record_run")
     parser.add_argument("--skip-reference", action="store_true")
+    parser.add_argument("--skip-budgets", action="store_true")
+    parser.add_argument("--budgets", type=lambda t: t.split(","), default=["2048", "default"],
+                        help="token budgets for part 2, comma-separated; 'default' is the device's")
+    parser.add_argument("--wide-words", type=lambda t: tuple(_ints(t, "-")), default=(150, 900),
+                        help="LO-HI passage words of part 2's wide-length set (about 250-1,000 tokens)")
+    parser.add_argument("--reference-words", type=lambda t: [tuple(_ints(r, "-")) for r in t.split(",")],
+                        default=[(150, 200), (480, 860)], help="passage words of part 3's two prompt lengths")
     parser.add_argument("--skip-rss", action="store_true")
-    parser.add_argument("--quick", action="store_true", help="64 prompts, 1 repeat, 8 reference prompts, RSS at 16/160 prompts")
+    parser.add_argument("--quick", action="store_true", help="64 prompts, 1 repeat, 4 reference prompts, RSS at 16/160 prompts")
     args = parser.parse_args()
     if args.quick:
-        args.prompts, args.repeats, args.reference_prompts = 64, 1, 8
+        args.prompts, args.repeats, args.reference_prompts = 64, 1, 4
     if (args.sft is None) != (args.dpo is None):
         parser.error("give both --sft and --dpo, or neither")
     if args.sft and args.shape != "tiny":
@@ -340,29 +422,36 @@ def main() -> int:
             model, tokenizer, model_dir = pair.sft, pair.tokenizer, sft
         else:
             model, tokenizer, model_dir = build_random(args.shape, tmp, args.device, args.dtype, args.tokenizer_vocab)
-        data = args.data or write_rows(tmp / "rows.jsonl", args.prompts, words=args.passage_words)
         from data_synthesis.io import read_test_rows
 
-        rows = read_test_rows(data)
-        prompts = load_prompts(tokenizer, rows, data, args.capability)
-        print("== 1. throughput")
-        rates = {}
+        data = args.data or write_rows(tmp / "rows.jsonl", args.prompts, words=args.passage_words)
+        prompts = load_prompts(tokenizer, read_test_rows(data), data, args.capability)
+        print("== 1. overhead: recording vs a plain body forward")
         for batch_size in args.batch_size:
-            t_plain, t_rec, first = bench_throughput(model, tokenizer, prompts, batch_size, args.repeats)
-            rates[batch_size] = len(prompts) / t_rec
+            t_plain, _, _ = bench_throughput(model, tokenizer, prompts, batch_size, args.repeats)
             if batch_size == args.batch_size[0]:
-                t_plain0, first0 = t_plain, first
+                t_plain0 = t_plain
         if sft and dpo and not args.skip_e2e:
             bench_e2e(sft, dpo, data, prompts, args.batch_size[0], tmp, t_plain0, args.device, args.dtype)
+        if not args.skip_budgets:
+            print("== 2. token-budget batches vs fixed batch sizes (wide-length prompts)")
+            wide = write_rows(tmp / "wide.jsonl", args.prompts, seed=2, words=args.wide_words)
+            bench_budgets(model, tokenizer, load_prompts(tokenizer, read_test_rows(wide), wide), args.batch_size, args.budgets, args.repeats)
         if not args.skip_reference:
-            print("== 2. vs the reference approach")
-            best = max(rates, key=rates.__getitem__)
-            if len(rates) > 1:
-                print(f"ours at its best batch size, {best}: {rates[best]:.1f} prompts/s")
-            bridge, names = bench_reference(model, tokenizer, model_dir, rows, prompts, args.reference_prompts, rates[best])
-            check_values(bridge, names, prompts, first0)
+            print("== 3. the authors' loop (reported ratio, no target), at two prompt lengths")
+            sets = []
+            for k, words in enumerate(args.reference_words):  # ours first: the bridge switches the model to eager attention
+                path = write_rows(tmp / f"reference_{k}.jsonl", args.reference_prompts * 4, seed=3 + k, words=words)
+                rows = read_test_rows(path)
+                length_set = load_prompts(tokenizer, rows, path)
+                _, t_rec, first = bench_throughput(model, tokenizer, length_set, args.batch_size[0], args.repeats)
+                sets.append((rows, length_set, len(length_set) / t_rec, first))
+            for k, (rows, length_set, rate, first) in enumerate(sets):
+                bridge, names = bench_reference(model, tokenizer, model_dir, rows, length_set, args.reference_prompts, rate)
+                if k == 0:
+                    check_values(bridge, names, length_set, first)
         if sft and dpo and not args.skip_rss:
-            print("== 3. peak memory")
+            print("== 4. peak memory")
             bench_rss(sft, dpo, tmp, 16 if args.quick else 32, args.batch_size[0], args.repeats)
     return 0
 

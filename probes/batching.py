@@ -26,12 +26,13 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 DEFAULT_BATCH_SIZE = 64  # a cap: the token budget decides on long prompts
-# CPU: memory is rarely the limit, and past a few thousand tokens a batch is no faster.
-CPU_MAX_BATCH_TOKENS = 8192
+# Past about this many padded tokens a batch is no faster, on CPU or on an H100 with the 8B shape
+# (docs/probes.md), while a wider batch spans more prompt lengths and so pads more.
+MAX_USEFUL_BATCH_TOKENS = 8192
 # Fraction of the free GPU memory (after both models are loaded) a batch may use; the rest
 # covers the allocator's fragmentation, kernels' workspaces and the estimate's error.
 GPU_MEMORY_FRACTION = 0.5
-_ROUND = 1024  # budgets derived from free memory are rounded down, so that they are the same from call to call
+_ROUND = 256  # budgets derived from free memory are rounded down, so that they are the same from call to call
 
 
 def plan_batches(lengths: Sequence[int], batch_size: int, max_batch_tokens: int | None) -> list[tuple[int, int]]:
@@ -67,33 +68,35 @@ def pending_batches(spans: Sequence[tuple[int, int]], sample_ids: Sequence[int],
     return pending
 
 
-def activation_bytes_per_token(config: Any, dtype_bytes: int) -> int:
-    """Peak transient memory of one token inside one decoder block, with some margin.
+def activation_bytes_per_token(config: Any, dtype_bytes: int, longest: int) -> int:
+    """Peak transient memory of one padded token inside one decoder block.
 
     A block holds, at its peak, the residual stream and its normed copy, q/k/v and the
     attention output (about 6 hidden-size vectors) and the MLP's gate, up and activated
     products (3 intermediate-size vectors); blocks run one after another, so depth does not
-    add up. Checked against measured peaks in ``benchmarks/bench_probes.py``.
+    add up. The attention mask adds a float32 row of ``longest`` per token. Measured on an
+    H100 (``benchmarks/bench_probes.py``, part 2): 118 KiB per token for the 8B shape in bf16
+    against 136 KiB estimated; 10.7 against 8.4 for a tiny model, where small buffers the
+    estimate leaves out weigh more (the budget keeps half the free memory in reserve).
     """
     hidden = int(config.hidden_size)
     intermediate = int(getattr(config, "intermediate_size", None) or 4 * hidden)
-    return dtype_bytes * (6 * hidden + 3 * intermediate)
+    return dtype_bytes * (6 * hidden + 3 * intermediate) + 4 * longest
 
 
-def default_max_batch_tokens(device: str, config: Any, dtype_bytes: int, devices: Sequence[int] | None = None) -> int:
-    """The budget for a device: a fixed value on CPU; from free GPU memory on CUDA.
+def default_max_batch_tokens(device: str, config: Any, dtype_bytes: int, longest: int) -> int:
+    """The budget for a device: :data:`MAX_USEFUL_BATCH_TOKENS`, less where free GPU memory is short.
 
-    ``devices`` are the CUDA indices the model occupies (``device_map="auto"`` spreads it);
-    the budget then follows the one with least free memory.
+    Under ``device_map="auto"`` the model spans every visible GPU; the one with least free
+    memory decides.
     """
-    if not device.startswith("cuda") and device != "auto":
-        return CPU_MAX_BATCH_TOKENS
+    if not (device.startswith("cuda") or device == "auto"):
+        return MAX_USEFUL_BATCH_TOKENS
     import torch
 
     if not torch.cuda.is_available():
-        return CPU_MAX_BATCH_TOKENS
-    if devices is None:
-        devices = [torch.device(device).index or 0] if device.startswith("cuda") else list(range(torch.cuda.device_count()))
-    free = min(torch.cuda.mem_get_info(i)[0] for i in devices)
-    budget = int(GPU_MEMORY_FRACTION * free) // activation_bytes_per_token(config, dtype_bytes)
-    return max(_ROUND, budget // _ROUND * _ROUND)
+        return MAX_USEFUL_BATCH_TOKENS
+    indices = [torch.device(device).index or 0] if device.startswith("cuda") else list(range(torch.cuda.device_count()))
+    free = min(torch.cuda.mem_get_info(i)[0] for i in indices)
+    budget = int(GPU_MEMORY_FRACTION * free) // activation_bytes_per_token(config, dtype_bytes, longest)
+    return max(_ROUND, min(MAX_USEFUL_BATCH_TOKENS, budget // _ROUND * _ROUND))

@@ -227,7 +227,7 @@ def _prepare(config: RecordConfig) -> _Inputs:
     return _Inputs(sources, layers, dtype, tokenizer, prompt_sets)
 
 
-def _batch_budget(config: RecordConfig, pair: Any, world: World) -> int:
+def _batch_budget(config: RecordConfig, pair: Any, prompt_sets: list[PromptSet], world: World) -> int:
     """``--max-batch-tokens``, or the device's default; the smallest over ranks, so that all plan the same batches."""
     from probes.batching import default_max_batch_tokens
     from probes.pair import read_config
@@ -237,7 +237,8 @@ def _batch_budget(config: RecordConfig, pair: Any, world: World) -> int:
     import torch
 
     dtype_bytes = torch.tensor([], dtype=pair.dtype).element_size()
-    return min(world.gather(default_max_batch_tokens(pair.device, read_config(pair.sft_dir), dtype_bytes)))
+    longest = max(len(ids) for prompts in prompt_sets for ids in prompts.ids)
+    return min(world.gather(default_max_batch_tokens(pair.device, read_config(pair.sft_dir), dtype_bytes, longest)))
 
 
 def _start_on_main(run_dir: Path, settings: dict[str, Any], prompt_sets: list[PromptSet]) -> tuple[dict[str, Any], dict[str, set[int]]]:
@@ -270,7 +271,7 @@ def _record(config: RecordConfig, world: World, progress: bool) -> RunResult:
         torch.manual_seed(config.seed)
         pair = world.agree(lambda: load_pair(inputs.sources[0], inputs.sources[1], device=device, dtype=config.dtype))
         pad_id = pad_id_of(pair.tokenizer)
-        budget = _batch_budget(config, pair, world)
+        budget = _batch_budget(config, pair, inputs.prompt_sets, world)
         settings, done = world.on_main(lambda: _start_on_main(run_dir, settings, inputs.prompt_sets))
         backends = world.agree(lambda: {name: make_backend(config.backend, model, hooks=config.hooks, layers=inputs.layers,
                                                            position=config.position, tokenizer=pair.tokenizer,

@@ -15,8 +15,9 @@ from typing import Any, Optional
 
 import typer
 
+from probe_cli.console import console
 from probe_cli.latest import point_latest
-from probes.batching import CPU_MAX_BATCH_TOKENS, DEFAULT_BATCH_SIZE
+from probes.batching import DEFAULT_BATCH_SIZE, MAX_USEFUL_BATCH_TOKENS
 from probe_cli.pairs import pair_option, pair_sources
 
 HOOK_HELP = "Hook point(s): mlp_out (paper default), attn_out, resid_post, mlp_post (true MLP neurons). Repeat or comma-separate."
@@ -40,8 +41,8 @@ def run(
     max_batch_tokens: Optional[int] = typer.Option(
         None, "--max-batch-tokens",
         help=f"At most this many padded tokens per forward pass (prompts x longest prompt in the batch); a longer prompt gets "
-             f"a batch of its own. Default: {CPU_MAX_BATCH_TOKENS} on CPU; on a GPU, what half its free memory holds after "
-             "loading the pair."),
+             f"a batch of its own. Default: {MAX_USEFUL_BATCH_TOKENS}, or less on a GPU whose free memory (after "
+             "loading the pair) would not hold twice that batch."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run dir; an existing one is resumed. Default: a new dir under ./runs/."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:N, or auto (device_map=auto for a model larger than one GPU). Default: cuda if available."),
     dtype: str = typer.Option("auto", "--dtype", help="Compute dtype: auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16."),
@@ -75,7 +76,6 @@ def run(
 
 
 def _print_result(result: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     settings = result.settings
@@ -85,9 +85,9 @@ def _print_result(result: Any) -> None:
         table.add_column(column, justify="left" if column == "capability" else "right")
     for cap, count in result.counts.items():
         table.add_row(cap, str(count), str(result.recorded.get(cap, 0)), str(result.resumed.get(cap, 0)))
-    console = Console()
-    console.print(table)
-    console.print(f"run dir: [bold]{result.run_dir}[/bold]  ({result.seconds:.1f} s)")
+    out = console()
+    out.print(table)
+    out.print(f"run dir: [bold]{result.run_dir}[/bold]  ({result.seconds:.1f} s)")
 
 
 def _span(layers: list[int]) -> str:
@@ -99,11 +99,9 @@ def _span(layers: list[int]) -> str:
 def _print_top_layers(analysis: Any, shown: int = 5) -> None:
     """The layer window and why (one line per distinct window), then one line per capability and hook: the layers
     whose SFT/DPO discrepancy ranks highest and how stable that top set is under a bootstrap of the prompts; then warnings."""
-    from rich.console import Console
-
     from probe_cli.commands.analyze import print_warnings, window_line
 
-    console = Console()
+    out = console()
     per_cap = analysis.summary.get("capabilities", analysis.summary)
     bodies = [(cap, hook, body) for cap, per_hook in per_cap.items() if isinstance(per_hook, dict) for hook, body in per_hook.items()
               if isinstance(body, dict)]
@@ -111,16 +109,16 @@ def _print_top_layers(analysis: Any, shown: int = 5) -> None:
     shared = len(set(windows.values())) == 1
     for (cap, hook), line in windows.items() if not shared else list(windows.items())[:1]:
         if line:
-            console.print(line if shared else f"{cap} / {hook} {line}", markup=False, highlight=False, soft_wrap=True)
+            out.print(line if shared else f"{cap} / {hook} {line}", markup=False, highlight=False, soft_wrap=True)
     for cap, hook, body in bodies:
         top = body.get("top_layers")
         if top:
             layers = [str(t.get("layer", t)) if isinstance(t, dict) else str(t) for t in top[:shown]]
             stability = body.get("stability")
             verdict = f" — {_verdict(stability)}" if stability else ""
-            console.print(f"{cap} / {hook}: top discrepancy layers {', '.join(layers)}{verdict}", markup=False, highlight=False, soft_wrap=True)
-    print_warnings(analysis, console)
-    console.print(f"analysis: {analysis.out_dir}")
+            out.print(f"{cap} / {hook}: top discrepancy layers {', '.join(layers)}{verdict}", markup=False, highlight=False, soft_wrap=True)
+    print_warnings(analysis, out)
+    out.print(f"analysis: {analysis.out_dir}")
 
 
 def _verdict(stability: dict) -> str:
