@@ -30,7 +30,7 @@ def unit_activations(run: RunReader, capability: str, hook: str, layer: int, uni
     if not 0 <= unit < dataset.shape[2]:
         raise ProbeError(f"unit {unit} is outside {hook}, which has units 0-{dataset.shape[2] - 1}")
     n = run.n_samples(capability)
-    return np.asarray(dataset[:n, stored.index(layer), unit], dtype=np.float32)
+    return np.asarray(run.read(model, capability, hook, np.s_[:n, stored.index(layer), unit]), dtype=np.float32)
 
 
 def _check_model(model: str) -> None:

@@ -111,10 +111,9 @@ def read_window(run: RunReader, model: str, capability: str, hook: str, layers: 
         raise ProbeError(f"{run.path}: layer {missing[0]} of {hook} was not recorded for {model}/{capability}")
     n = run.n_samples(capability)
     positions = [stored.index(i) for i in layers]
-    dataset = run.dataset(model, capability, hook)
     if positions == list(range(positions[0], positions[-1] + 1)):
-        return dataset[:n, positions[0] : positions[-1] + 1, :]
-    return dataset[:n, positions, :]
+        return run.read(model, capability, hook, np.s_[:n, positions[0] : positions[-1] + 1, :])
+    return run.read(model, capability, hook, np.s_[:n, positions, :])
 
 
 def compute_maps(run: RunReader, capability: str, hook: str, layers: Window | list[int], config: AnalysisConfig) -> MetricMaps:

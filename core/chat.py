@@ -101,6 +101,32 @@ def encode_conversations(tokenizer: Any, conversations: Sequence[Sequence[Turn] 
     return encoded
 
 
+def context_length(config: Any) -> int | None:
+    """The longest sequence a model was built for (``max_position_embeddings``), if its config says."""
+    value = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return int(value) if value else None
+
+
+def check_context(ids: Sequence[Sequence[int]], limit: int | None, where: Callable[[int], str], extra: int = 0) -> None:
+    """Refuse, before any forward, a prompt that (with ``extra`` new tokens) does not fit the model's context.
+
+    A longer sequence is not an error in PyTorch: positions past the trained range give
+    activations the model never produced in training, silently, or run out of memory.
+
+    >>> check_context([[1] * 5], 4, lambda i: f"row {i + 1}")
+    Traceback (most recent call last):
+    ...
+    core.errors.ProbeError: row 1: the prompt is 5 tokens, longer than the model's context of 4 tokens (max_position_embeddings); shorten or drop the row
+    """
+    if limit is None:
+        return
+    for index, row in enumerate(ids):
+        if len(row) + extra > limit:
+            plus = f" plus {extra} new tokens" if extra else ""
+            raise ProbeError(f"{where(index)}: the prompt is {len(row)} tokens{plus}, longer than the model's context of {limit} "
+                             f"tokens (max_position_embeddings); shorten or drop the row{', or lower --max-new-tokens' if extra else ''}")
+
+
 def pad_id_of(tokenizer: Any) -> int:
     """The id used for left padding: the pad token, else EOS."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from core.chat import Messages, Turn, encode_conversations, left_pad, pad_id_of
+from core.chat import Messages, Turn, check_context, context_length, encode_conversations, left_pad, pad_id_of
 from core.errors import ProbeError
 
 
@@ -110,7 +110,9 @@ class Generator:
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.pad_id = pad_id_of(tokenizer)
         self.stop = stop_ids(model, tokenizer)
-        self.prompts = encode_conversations(tokenizer, conversations, add_generation_prompt=True, where=where or (lambda i: f"row {i}"))
+        where = where or (lambda i: f"row {i}")
+        self.prompts = encode_conversations(tokenizer, conversations, add_generation_prompt=True, where=where)
+        check_context(self.prompts, context_length(model.config), where, extra=config.max_new_tokens)
         order = sorted(range(len(self.prompts)), key=lambda i: len(self.prompts[i]))
         self.batches = [order[s:s + config.batch_size] for s in range(0, len(order), config.batch_size)]
 

@@ -9,8 +9,9 @@ already recorded with it. So a recording never writes into ``activations.h5`` in
    place: a shard either exists complete or not at all;
 2. at the end of the run the shards are appended, in order, to a *copy* of the current
    ``activations.h5`` (through :class:`probes.store.RunWriter`, one shard in memory at a
-   time); the copy is fsynced and renamed over the original, and only then are the
-   shards deleted.
+   time); the copy is fsynced and closed, then renamed over the original, and only then
+   are the shards deleted. A write that fails (a full disk, say) closes the copy without
+   another write, deletes it, and leaves the original and every shard as they were.
 
 Killed at any moment, the directory holds the last consolidated file plus whole shards.
 The next run counts both as done (a shard whose samples are already in the file is a
@@ -26,9 +27,10 @@ import fcntl
 import json
 import os
 import shutil
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +57,15 @@ def atomic_write_bytes(path: Path, write: Any) -> None:
     """Write through ``write(handle)`` to a temp file, fsync, rename into place, fsync the folder."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as handle:
-        write(handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     _fsync_dir(path.parent)
 
 
@@ -187,32 +193,107 @@ def consolidate(run_dir: Path, capabilities: list[str], plan: ConsolidationPlan)
 
     Returns rows appended per capability. Shards whose samples are already in the file are
     dropped without appending (leftovers of a consolidation killed after its rename).
+
+    The copy is written by a separate Python process (:func:`_write_staging`): when a write
+    fails (a full disk), HDF5 keeps dirty chunks in its caches and retries them on every
+    later close, and h5py has crashed the process doing so. The child reports the first
+    error and exits without closing anything; this process only deletes the copy, so the
+    original file and every shard stay as they were, and says how to resume.
     """
     pending = {cap: list_shards(run_dir, cap) for cap in capabilities}
     target = run_dir / ACTIVATIONS_FILE
     if target.is_file() and not any(pending.values()):
         return {cap: 0 for cap in capabilities}
     staging = run_dir / _STAGING
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    if target.is_file():
-        shutil.copyfile(target, staging / ACTIVATIONS_FILE)
-    appended = {cap: 0 for cap in capabilities}
-    with RunWriter(staging, plan.settings, toolkit_version=plan.toolkit_version) as writer:
-        writer.file.attrs["provenance"] = json.dumps(_with_history(writer.file.attrs.get("provenance"), plan.provenance), sort_keys=True)
-        for model in MODELS:
-            writer.set_model_info(model, plan.model_info[model])
-        for cap in capabilities:
-            appended[cap] = _append_capability(writer, cap, pending[cap], plan)
-    with (staging / ACTIVATIONS_FILE).open("rb+") as handle:
-        os.fsync(handle.fileno())
-    os.replace(staging / ACTIVATIONS_FILE, target)
-    _fsync_dir(run_dir)
+    try:
+        appended = _write_staging_in_child(run_dir, capabilities, pending, plan)
+        os.replace(staging / ACTIVATIONS_FILE, target)
+        _fsync_dir(run_dir)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise write_failure(run_dir, exc) from None
     for paths in pending.values():
         for path in paths:
             path.unlink(missing_ok=True)
     shutil.rmtree(staging, ignore_errors=True)
     return appended
+
+
+def _write_staging_in_child(run_dir: Path, capabilities: list[str], pending: dict[str, list[Path]], plan: ConsolidationPlan) -> dict[str, int]:
+    """Run :func:`_write_staging` in ``python -m probes.journal``; its failure comes back as an OSError."""
+    import subprocess
+    import sys
+
+    job = {"run_dir": str(run_dir), "capabilities": capabilities, "pending": {c: [str(p) for p in ps] for c, ps in pending.items()},
+           "plan": asdict(plan)}
+    done = subprocess.run([sys.executable, "-m", "probes.journal"], input=json.dumps(job), capture_output=True, text=True)
+    lines = done.stdout.strip().splitlines()
+    report = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+    if done.returncode == 0 and "appended" in report:
+        return report["appended"]
+    if "error" in report:
+        raise OSError(report.get("errno"), report["error"])
+    number = _errno_in(done.stderr)  # it crashed before reporting: HDF5's messages still name the errno
+    if number:
+        raise OSError(number, os.strerror(number))
+    how = f"stopped by signal {-done.returncode}" if done.returncode < 0 else f"exit status {done.returncode}"
+    raise OSError(None, f"the HDF5 writer process failed, {how}")
+
+
+def _write_staging(run_dir: Path, capabilities: list[str], pending: dict[str, list[Path]], plan: ConsolidationPlan) -> dict[str, int]:
+    """The new file, complete, fsynced and closed, beside the old one (in the child process)."""
+    staging, target = run_dir / _STAGING, run_dir / ACTIVATIONS_FILE
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    if target.is_file():
+        shutil.copyfile(target, staging / ACTIVATIONS_FILE)
+    appended = {cap: 0 for cap in capabilities}
+    writer = RunWriter(staging, plan.settings, toolkit_version=plan.toolkit_version)  # no `with`: a failed write must not be retried on close
+    writer.file.attrs["provenance"] = json.dumps(_with_history(writer.file.attrs.get("provenance"), plan.provenance), sort_keys=True)
+    for model in MODELS:
+        writer.set_model_info(model, plan.model_info[model])
+    for cap in capabilities:
+        appended[cap] = _append_capability(writer, cap, pending[cap], plan)
+    writer.close()
+    with (staging / ACTIVATIONS_FILE).open("rb+") as handle:
+        os.fsync(handle.fileno())
+    return appended
+
+
+def _errno_in(text: str) -> int | None:
+    """>>> _errno_in("file write failed: ..., errno = 28, error message = 'No space left on device'")
+    28
+    """
+    import re
+
+    found = re.search(r"errno = (\d+)", text)
+    return int(found.group(1)) if found else None
+
+
+def _child_main() -> None:
+    """``python -m probes.journal``: a consolidation job on stdin, one JSON line on stdout; no cleanup on failure."""
+    job = json.loads(sys.stdin.read())
+    try:
+        appended = _write_staging(Path(job["run_dir"]), job["capabilities"],
+                                  {c: [Path(p) for p in ps] for c, ps in job["pending"].items()}, ConsolidationPlan(**job["plan"]))
+        report: dict[str, Any] = {"appended": appended}
+    except (OSError, RuntimeError) as exc:
+        text = str(exc) or type(exc).__name__
+        number = getattr(exc, "errno", None) or _errno_in(text)  # h5py's OSError names the errno only in its text
+        report = {"errno": number, "error": os.strerror(number) if number else text.splitlines()[0][:300]}
+    sys.stdout.write(json.dumps(report) + "\n")
+    sys.stdout.flush()
+    os._exit(0 if "appended" in report else 3)
+
+
+def write_failure(run_dir: Path, exc: OSError) -> ProbeError:
+    """A failed write (disk full, read-only, no permission) as one line: what is kept, and how to resume."""
+    reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc)).splitlines()[0]
+    shards = sum(1 for _ in (run_dir / JOURNAL_DIR).glob("*/*.npz"))
+    kept = f"{shards} recorded batches are kept in {run_dir / JOURNAL_DIR}"
+    kept += f" and {run_dir / ACTIVATIONS_FILE} is unchanged" if (run_dir / ACTIVATIONS_FILE).is_file() else ""
+    return ProbeError(f"{run_dir}: writing failed ({reason}); {kept}; free space (or fix permissions) and rerun the same "
+                      "command to resume")
 
 
 def _with_history(previous: str | None, call: dict[str, Any]) -> dict[str, Any]:
@@ -250,3 +331,7 @@ def h5_settings(run_dir: Path) -> dict[str, Any] | None:
             return json.loads(handle.attrs.get("settings", "{}"))
     except OSError as exc:
         raise ProbeError(f"{path}: not a readable HDF5 file ({exc}); move it away to record afresh") from None
+
+
+if __name__ == "__main__":
+    _child_main()

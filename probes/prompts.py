@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from core.chat import encode_conversations, left_pad
+from core.chat import check_context, encode_conversations, left_pad
 from data_synthesis.capabilities import Capability
 from data_synthesis.io import group_by_capability, row_location
 from data_synthesis.schema import TestRow
@@ -47,11 +47,13 @@ class PromptSet:
 
 
 def build_prompts(tokenizer: Any, rows: Sequence[TestRow], capability: Capability, *, add_generation_prompt: bool,
-                  source: str | os.PathLike[str] | None = None) -> PromptSet:
-    """``source``, the data file ``rows`` came from, lets a refused row be named by file and line."""
+                  source: str | os.PathLike[str] | None = None, max_tokens: int | None = None) -> PromptSet:
+    """``source``, the data file ``rows`` came from, lets a refused row be named by file and line; a prompt longer
+    than ``max_tokens`` (the model's context) is refused."""
     members = group_by_capability(rows, [capability])[capability]
-    ids = encode_conversations(tokenizer, [row.question for _, row in members], add_generation_prompt=add_generation_prompt,
-                               where=lambda i: row_location(members[i][0], source))
+    where = lambda i: row_location(members[i][0], source)  # noqa: E731
+    ids = encode_conversations(tokenizer, [row.question for _, row in members], add_generation_prompt=add_generation_prompt, where=where)
+    check_context(ids, max_tokens, where)
     order = sorted(range(len(members)), key=lambda i: len(ids[i]))
     return PromptSet(
         capability=capability.value,

@@ -44,7 +44,8 @@ from core.errors import Interrupted
 from probes.batching import pending_batches, plan_batches
 from probes.distributed import World, joined, rank_device, world_from_env
 from probes.journal import (ConsolidationPlan, Shard, committed_ids, consolidate, h5_settings, has_recordings, list_shards,
-                            read_run_json, remove_stale_temp, run_lock, shard_path, shard_sample_ids, write_run_json, write_shard)
+                            read_run_json, remove_stale_temp, run_lock, shard_path, shard_sample_ids, write_failure, write_run_json,
+                            write_shard)
 from probes.prompts import PromptSet, build_prompts, make_batch
 
 # Settings that must be equal for two recordings to share one run dir.
@@ -67,6 +68,7 @@ class RunResult:
     seconds: float = 0.0
     rank: int = 0
     world_size: int = 1
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def is_main(self) -> bool:
@@ -178,8 +180,11 @@ def _record_batches(run_dir: Path, work: list[Work], backends: dict[str, Any], s
         for model, backend in backends.items():
             for hook, values in backend.record(batch).items():
                 acts[(model, hook)] = _to_store(values, store_dtype, f"{model} {batch.capability} {hook} batch at {batch.start}")
-        write_shard(run_dir, Shard(batch.capability, batch.start, np.asarray(batch.sample_ids), batch.tasks,
-                                   np.asarray(batch.lengths), batch.texts, acts))
+        try:
+            write_shard(run_dir, Shard(batch.capability, batch.start, np.asarray(batch.sample_ids), batch.tasks,
+                                       np.asarray(batch.lengths), batch.texts, acts))
+        except OSError as exc:
+            raise write_failure(run_dir, exc) from None
         recorded[batch.capability] = recorded.get(batch.capability, 0) + len(batch)
         if bar is not None:
             bar.update(len(batch))
@@ -208,13 +213,18 @@ class _Inputs:
 
 def _prepare(config: RecordConfig) -> _Inputs:
     """Everything checked before a model is loaded: configs, layers, rows, rendering."""
+    from core.chat import context_length
     from core.models import load_tokenizer
+    from core.paths import check_output_dir
     from data_synthesis.io import read_test_rows
-    from probes.pair import check_pair_configs, resolve_device, resolve_dtype
+    from probes.pair import check_pair_configs, read_config, resolve_device, resolve_dtype
 
     sources = resolve_sources(config)
+    if config.out_dir is not None:
+        check_output_dir(config.out_dir, "--out")
     shape = check_pair_configs(sources[0], sources[1])
     layers = parse_layers(config.layer_spec(), shape.n_layers)
+    limit = context_length(read_config(sources[0]))
     dtype = str(resolve_dtype(config.dtype, resolve_device(config.device))).removeprefix("torch.")
     rows = read_test_rows(sources[2])
     _check_rows(rows, config, sources[2])
@@ -222,8 +232,8 @@ def _prepare(config: RecordConfig) -> _Inputs:
     if not tokenizer.chat_template:
         raise ProbeError(f"--sft {sources[0]}: the tokenizer has no chat template; prompts cannot be rendered as the model was trained")
     # rendered before the run dir is touched: a refused row (control-token text) leaves nothing behind
-    prompt_sets = [build_prompts(tokenizer, rows, cap, add_generation_prompt=config.add_generation_prompt, source=sources[2])
-                   for cap in config.capabilities]  # type: ignore[union-attr]
+    prompt_sets = [build_prompts(tokenizer, rows, cap, add_generation_prompt=config.add_generation_prompt, source=sources[2],
+                                 max_tokens=limit) for cap in config.capabilities]  # type: ignore[union-attr]
     return _Inputs(sources, layers, dtype, tokenizer, prompt_sets)
 
 
@@ -246,7 +256,10 @@ def _start_on_main(run_dir: Path, settings: dict[str, Any], prompt_sets: list[Pr
     existing = check_compatible(run_dir, settings)
     remove_stale_temp(run_dir)
     done = {p.capability: done_ids(run_dir, p) for p in prompt_sets}
-    write_run_json(run_dir, {"settings": existing or settings})
+    try:
+        write_run_json(run_dir, {"settings": existing or settings})
+    except OSError as exc:
+        raise write_failure(run_dir, exc) from None
     return existing or settings, done
 
 
@@ -294,7 +307,15 @@ def _record(config: RecordConfig, world: World, progress: bool) -> RunResult:
         counts = world.on_main(lambda: {p.capability: int(len(committed_ids(run_dir, p.capability))) for p in inputs.prompt_sets})
     resumed = {p.capability: len(done[p.capability]) for p in inputs.prompt_sets}
     recorded = {p.capability: recorded.get(p.capability, 0) for p in inputs.prompt_sets}
-    return RunResult(run_dir, counts, recorded, resumed, settings, time.perf_counter() - started, world.rank, world.size)
+    return RunResult(run_dir, counts, recorded, resumed, settings, time.perf_counter() - started, world.rank, world.size,
+                     _warnings(settings))
+
+
+def _warnings(settings: dict[str, Any]) -> list[str]:
+    if settings.get("sft_weights_sha256") == settings.get("dpo_weights_sha256"):
+        return [f"--sft {settings['sft_dir']} and --dpo {settings['dpo_dir']} hold identical weights: every SFT/DPO "
+                "discrepancy is zero, and the layer ranking means nothing"]
+    return []
 
 
 def _finish_on_main(run_dir: Path, inputs: _Inputs, pair: Any, settings: dict[str, Any], call: dict[str, Any], work: list[Work]) -> None:

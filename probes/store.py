@@ -17,6 +17,9 @@ Layout of ``RUN_DIR/activations.h5`` (schema version 1)::
 ``settings`` holds everything that must match for two recordings to share a file
 (backend, position, hooks, layers, dtypes, data hash, ...). Datasets are chunked
 along N, gzip-compressed and grown batch by batch, so memory is bounded by one batch.
+Numeric datasets carry HDF5's fletcher32 checksum per chunk: a damaged chunk is reported
+by :class:`RunReader` as one line naming the capability, model and hook, never read as
+silently wrong numbers (files written before the checksum still open).
 Row *j* of every dataset under one capability is the same prompt.
 
 :class:`RunReader` is the read API that analysis and notebooks use.
@@ -25,6 +28,8 @@ Row *j* of every dataset under one capability is the same prompt.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -120,15 +125,36 @@ class RunReader:
     def activations(self, model: str, capability: str, hook: str, dtype: np.dtype | type = np.float32) -> np.ndarray:
         """All complete rows, shape (N, n_stored_layers, width)."""
         n = self.n_samples(capability)
-        return np.asarray(self._dataset(model, capability, hook)[:n], dtype=dtype)
+        with self._damage_named(f"activations of model {model}, capability {capability}, hook {hook}"):
+            return np.asarray(self._dataset(model, capability, hook)[:n], dtype=dtype)
+
+    @contextmanager
+    def _damage_named(self, what: str) -> Iterator[None]:
+        """A chunk whose checksum fails (or that does not decompress) becomes one line, not an h5py traceback."""
+        try:
+            yield
+        except OSError as exc:
+            raise ProbeError(f"{self.path}: the {what} are damaged on disk ({str(exc).splitlines()[0]}); the file cannot "
+                             "be repaired (its journal was consumed when it was written): record again into a new --out") from None
 
     def dataset(self, model: str, capability: str, hook: str) -> h5py.Dataset:
-        """The raw h5py dataset, for slicing without loading everything."""
+        """The raw h5py dataset, for slicing without loading everything (see :meth:`read` for a checked slice)."""
         return self._dataset(model, capability, hook)
+
+    def read(self, model: str, capability: str, hook: str, selection: Any) -> np.ndarray:
+        """``dataset[selection]`` without loading the rest; a damaged chunk is one line naming what it holds."""
+        dataset = self._dataset(model, capability, hook)
+        with self._damage_named(f"activations of model {model}, capability {capability}, hook {hook}"):
+            return dataset[selection]
 
     def samples(self, capability: str) -> SampleInfo:
         n = self.n_samples(capability)
         group = self._file[f"samples/{capability}"]
+        with self._damage_named(f"sample records of capability {capability}"):
+            return self._sample_info(group, n)
+
+    @staticmethod
+    def _sample_info(group: h5py.Group, n: int) -> SampleInfo:
         return SampleInfo(
             sample_ids=np.asarray(group["sample_ids"][:n], dtype=np.int64),
             tasks=[_plain(t) for t in group["tasks"][:n]],
@@ -148,7 +174,7 @@ def _plain(value: Any) -> Any:
 
 
 class RunWriter:
-    """Append-only writer for the layout above (resume and crash safety live in probes.recording).
+    """Append-only writer for the layout above (resume and crash safety live in :mod:`probes.journal`).
 
     Example:
         >>> with RunWriter(run_dir, settings) as w:                                 # doctest: +SKIP
@@ -173,14 +199,28 @@ class RunWriter:
 
     def close(self) -> None:
         if self._file.id.valid:
-            self._file.flush()
-            self._file.close()
+            try:
+                self._file.flush()
+            finally:
+                self._file.close()
+
+    def abandon(self) -> None:
+        """Close after a failed write without raising again: no h5py object outlives the error (HDF5 would
+        otherwise retry the failing flush at interpreter exit, and has crashed doing so)."""
+        try:
+            self.close()
+        except (OSError, RuntimeError, ValueError):
+            if self._file.id.valid:
+                self._file.id.close()
 
     def __enter__(self) -> RunWriter:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abandon()
 
     def set_model_info(self, model: str, info: dict[str, Any]) -> None:
         group = self._file.require_group(f"models/{model}")
@@ -192,7 +232,8 @@ class RunWriter:
             tail = values.shape[1:]
             chunks = (self.chunk_rows, *tail) if tail else (max(self.chunk_rows, 1024),)
             compress = dict(compression="gzip", compression_opts=4, shuffle=True) if tail else {}
-            self._file.create_dataset(name, shape=(0, *tail), maxshape=(None, *tail), dtype=dtype, chunks=chunks, **compress)
+            checksum = dict(fletcher32=True) if dtype is not _STR else {}
+            self._file.create_dataset(name, shape=(0, *tail), maxshape=(None, *tail), dtype=dtype, chunks=chunks, **compress, **checksum)
         ds = self._file[name]
         start = ds.shape[0]
         ds.resize(start + len(values), axis=0)

@@ -1,0 +1,138 @@
+"""Broken disks and files during `probe run`: one line, exit 2, nothing lost, and a resume to the identical file.
+
+A full disk is real here: the recording subprocess runs under a file-size limit
+(``RLIMIT_FSIZE``, with ``SIGXFSZ`` ignored, so a write past it fails with ``EFBIG`` as it
+would with ``ENOSPC``). The limit is placed at each step of a resumed recording: writing a
+batch shard, copying the existing ``activations.h5`` into the staging copy, appending
+shards to the copy, and finishing it. Each time the command must end in one ``error:`` line
+saying what was kept, leave the consolidated file byte for byte as it was and every shard
+in the journal, and the next call (no limit) must end with the arrays of a run that never
+failed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from probes.config import RecordConfig
+from probes.recording import record_run
+from tests.test_probes_resume import _arrays
+
+ROOT = Path(__file__).resolve().parents[1]
+LIMITED = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+from probe_cli.main import main
+main(sys.argv[2:])
+"""
+
+
+def _args(tiny_pair, data: Path, out: Path, capabilities: str) -> list[str]:  # type: ignore[no-untyped-def]
+    return ["run", "-c", capabilities, "--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--data", str(data), "--out", str(out),
+            "--hook", "mlp_out,mlp_post", "--store-dtype", "float32", "--batch-size", "2", "--no-analyze", "--quiet"]
+
+
+def _config(tiny_pair, data: Path, out: Path, capabilities: str) -> RecordConfig:  # type: ignore[no-untyped-def]
+    return RecordConfig(sft_dir=tiny_pair[0], dpo_dir=tiny_pair[1], data_file=data, out_dir=out, capabilities=capabilities,
+                        hooks="mlp_out,mlp_post", store_dtype="float32", batch_size=2)
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def stages(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:  # type: ignore[no-untyped-def]
+    """``first``: multi_turn recorded; ``reference``: multi_turn then priority, never interrupted."""
+    root = tmp_path_factory.mktemp("faults")
+    record_run(_config(tiny_pair, rolemrc_file, root / "first", "multi_turn"), progress=False)
+    shutil.copytree(root / "first", root / "reference")
+    record_run(_config(tiny_pair, rolemrc_file, root / "reference", "multi_turn,priority"), progress=False)
+    return {"first": root / "first", "reference": root / "reference"}
+
+
+def _limits(stages: dict[str, Path]) -> dict[str, int]:
+    first = (stages["first"] / "activations.h5").stat().st_size
+    final = (stages["reference"] / "activations.h5").stat().st_size
+    return {"shard": 4_000, "copy": first // 2, "append": (first + final) // 2, "finish": final - 2_000}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("step", ["shard", "copy", "append", "finish"])
+def test_a_full_disk_at_each_step_loses_nothing_and_resumes(step: str, stages: dict[str, Path], tiny_pair, rolemrc_file: Path,
+                                                            tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = Path(shutil.copytree(stages["first"], tmp_path / "run"))
+    before = _sha(out / "activations.h5")
+    limit = _limits(stages)[step]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    failed = subprocess.run([sys.executable, "-c", LIMITED, str(limit), *_args(tiny_pair, rolemrc_file, out, "multi_turn,priority")],
+                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
+    assert failed.returncode == 2, failed.stderr[-2000:]
+    assert len(errors) == 1 and "Traceback" not in failed.stderr
+    assert "writing failed (File too large)" in errors[0] and "rerun the same command to resume" in errors[0]
+    assert _sha(out / "activations.h5") == before  # the consolidated file is untouched
+    assert not (out / ".consolidate").exists()
+    shards = list((out / "journal").glob("*/*.npz"))
+    if step != "shard":
+        assert shards and f"{len(shards)} recorded batches are kept" in errors[0]
+    resumed = record_run(_config(tiny_pair, rolemrc_file, out, "multi_turn,priority"), progress=False)
+    assert resumed.recorded["priority"] == (resumed.counts["priority"] if step == "shard" else 0)
+    reference, result = _arrays(stages["reference"]), _arrays(out)
+    assert reference.keys() == result.keys()
+    for key in reference:
+        np.testing.assert_array_equal(reference[key], result[key], err_msg=key)
+
+
+def test_a_damaged_chunk_is_one_line_naming_what_it_holds(stages: dict[str, Path], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from probe_cli.main import main
+
+    out = Path(shutil.copytree(stages["reference"], tmp_path / "run"))
+    path = out / "activations.h5"
+    with h5py.File(path, "r") as handle:
+        dataset = handle["activations/dpo/priority/mlp_post"]
+        assert dataset.fletcher32
+        chunk = dataset.id.get_chunk_info(0)
+    raw = bytearray(path.read_bytes())
+    middle = chunk.byte_offset + chunk.size // 2
+    raw[middle:middle + 8] = bytes(255 - b for b in raw[middle:middle + 8])
+    path.write_bytes(bytes(raw))
+    with pytest.raises(SystemExit) as stop:
+        main(["analyze", str(out), "--capability", "priority", "--hook", "mlp_post"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "Traceback" not in err
+    message = err.strip().splitlines()[-1]
+    assert "activations of model dpo, capability priority, hook mlp_post are damaged" in message
+    assert "record again into a new --out" in message
+
+
+def test_a_prompt_longer_than_the_context_is_refused_by_file_and_line(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from core.errors import ProbeError
+
+    limit = json.loads((tiny_pair[0] / "config.json").read_text())["max_position_embeddings"]
+    rows = rolemrc_file.read_text().splitlines()
+    long_row = json.loads(next(r for r in rows if "2ndrefused" in r or "multi" in r.lower()))
+    long_row["question"][0]["content"] += " archive" * (2 * limit)
+    data = tmp_path / "long.jsonl"
+    data.write_text("\n".join([*rows[:3], json.dumps(long_row)]) + "\n")
+    with pytest.raises(ProbeError, match=rf"long.jsonl:4 \(data row 3\): the prompt is \d+ tokens, longer than the model's context of {limit}"):
+        record_run(_config(tiny_pair, data, tmp_path / "run", "all"), progress=False)
+    assert not (tmp_path / "run" / "run.json").exists()
+
+
+def test_one_model_twice_is_recorded_with_a_warning(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    result = record_run(RecordConfig(sft_dir=tiny_pair[0], dpo_dir=tiny_pair[0], data_file=rolemrc_file, out_dir=tmp_path / "run",
+                                     capabilities="priority"), progress=False)
+    assert result.warnings and "hold identical weights" in result.warnings[0]
