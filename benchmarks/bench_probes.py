@@ -11,7 +11,8 @@
 3. **the authors' loop** (``interpret.py``: one prompt per TransformerLens ``run_with_cache``,
    every position kept), a reported ratio, no target, at two prompt lengths (~270 and ~780
    tokens);
-4. peak RSS of ``record_run`` in a fresh subprocess for N and 10N prompts (target <= +20%).
+4. peak RSS of ``record_run`` in a fresh subprocess for N and 10N prompts (target <= +20%);
+5. the cost of HDF5's fletcher32 checksum on activation-shaped data (write, read, size).
 
 Without ``--sft/--dpo`` it builds a tiny random 32-layer Llama pair (hidden 64, MLP 256) in a
 temp dir; the prompts are synthetic RoleMRC-shaped multi-turn rows. ``--data FILE
@@ -367,6 +368,30 @@ def bench_rss(sft: Path, dpo: Path, tmp: Path, n_small: int, batch_size: int, re
     print(f"peak RSS growth for 10x prompts: {growth:+.1%}  [target <= +20%: {'PASS' if growth <= 0.20 else 'FAIL'}]")
 
 
+def bench_checksum(tmp: Path, rows: int = 512, layers: int = 20, width: int = 2048, repeats: int = 3) -> None:
+    """What HDF5's fletcher32 filter costs on activation-shaped data, with the store's gzip and shuffle."""
+    import h5py
+    import numpy as np
+
+    values = np.random.default_rng(0).standard_normal((rows, layers, width)).astype(np.float16)
+    for checksum in (False, True):
+        path = tmp / f"checksum_{checksum}.h5"
+        write = read = 1e9
+        for _ in range(repeats):
+            path.unlink(missing_ok=True)
+            start = time.perf_counter()
+            with h5py.File(path, "w") as handle:
+                handle.create_dataset("x", data=values, chunks=(64, layers, width), compression="gzip", compression_opts=4,
+                                      shuffle=True, fletcher32=checksum)
+            write = min(write, time.perf_counter() - start)
+            start = time.perf_counter()
+            with h5py.File(path, "r") as handle:
+                handle["x"][:]
+            read = min(read, time.perf_counter() - start)
+        print(f"fletcher32 {'on ' if checksum else 'off'}: write {write:.3f} s, read {read:.3f} s, "
+              f"{path.stat().st_size / 2**20:.1f} MiB for {values.nbytes / 2**20:.0f} MiB of float16")
+
+
 def _ints(text: str, sep: str = ",") -> list[int]:
     return [int(part) for part in text.split(sep)]
 
@@ -453,6 +478,8 @@ def main() -> int:
         if sft and dpo and not args.skip_rss:
             print("== 4. peak memory")
             bench_rss(sft, dpo, tmp, 16 if args.quick else 32, args.batch_size[0], args.repeats)
+        print("== 5. what the HDF5 checksum costs")
+        bench_checksum(tmp)
     return 0
 
 
