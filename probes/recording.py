@@ -303,7 +303,10 @@ def _record(config: RecordConfig, world: World, progress: bool) -> RunResult:
         recorded = _sum_counts(world.gather(recorded))
         call = {"device": pair.device, "dtype": inputs.dtype, "batch_size": config.batch_size, "max_batch_tokens": budget,
                 "processes": world.size, "recorded": recorded, "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        world.on_main(lambda: _finish_on_main(run_dir, inputs, pair, settings, call, work))
+        try:
+            world.on_main(lambda: _finish_on_main(run_dir, inputs, pair, settings, call, work))
+        except KeyboardInterrupt:
+            raise _interrupted(run_dir) from None
         counts = world.on_main(lambda: {p.capability: int(len(committed_ids(run_dir, p.capability))) for p in inputs.prompt_sets})
     resumed = {p.capability: len(done[p.capability]) for p in inputs.prompt_sets}
     recorded = {p.capability: recorded.get(p.capability, 0) for p in inputs.prompt_sets}
@@ -341,8 +344,9 @@ def _sum_counts(per_rank: list[dict[str, int]]) -> dict[str, int]:
 
 def _interrupted(run_dir: Path) -> Interrupted:
     shards = sum(1 for _ in (run_dir / "journal").glob("*/*.npz"))
-    return Interrupted(f"recording stopped; {shards} recorded batches are kept in {run_dir / 'journal'} and the consolidated "
-                       f"file is unchanged; rerun the same command (with --out {run_dir}) to resume")
+    consolidated = "the consolidated activations.h5 is whole" if (run_dir / "activations.h5").is_file() else "nothing was consolidated yet"
+    return Interrupted(f"recording stopped; {shards} recorded batches are kept in {run_dir / 'journal'} and {consolidated}; "
+                       f"rerun the same command (with --out {run_dir}) to resume")
 
 
 def _check_rows(rows: list[Any], config: RecordConfig, data_file: Path) -> None:

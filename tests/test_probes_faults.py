@@ -136,3 +136,34 @@ def test_one_model_twice_is_recorded_with_a_warning(tiny_pair, rolemrc_file: Pat
     result = record_run(RecordConfig(sft_dir=tiny_pair[0], dpo_dir=tiny_pair[0], data_file=rolemrc_file, out_dir=tmp_path / "run",
                                      capabilities="priority"), progress=False)
     assert result.warnings and "hold identical weights" in result.warnings[0]
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_recording_says_what_was_kept_and_resumes_identically(stages: dict[str, Path], tiny_pair, rolemrc_file: Path,
+                                                                             tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import signal
+    import time
+
+    out = tmp_path / "run"
+    args = [a if a != "2" else "1" for a in _args(tiny_pair, rolemrc_file, out, "multi_turn,priority")]  # batch size 1: many shards
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "probe_cli", *args], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(list((out / "journal").glob("*/*.npz"))) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the recording finished before it could be interrupted"
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    took = time.monotonic() - sent
+    print(f"probe run stopped {took:.2f} s after SIGINT")
+    assert proc.returncode == 130 and took < 10
+    lines = [line for line in err.splitlines() if line.strip() and "Loading weights" not in line]
+    assert lines[-1].startswith("interrupted: recording stopped;") and "recorded batches are kept in" in lines[-1]
+    assert "rerun the same command" in lines[-1] and "Traceback" not in err
+    resumed = record_run(_config(tiny_pair, rolemrc_file, out, "multi_turn,priority"), progress=False)
+    assert sum(resumed.resumed.values()) > 0
+    reference, result = _arrays(stages["reference"]), _arrays(out)
+    for key in reference:
+        np.testing.assert_allclose(reference[key], result[key], rtol=1e-5, atol=1e-6, err_msg=key)  # batch size 1 vs 2: round-off
