@@ -17,16 +17,14 @@ stable tie rules), so two analyses of one run give byte-identical ``summary.json
 
 Example:
     >>> result = analyze_run("runs/demo", capabilities=["multi_turn"], plots=False)    # doctest: +SKIP
-    >>> result.summary["capabilities"]["multi_turn"]["mlp_out"]["top_layers"][0]       # doctest: +SKIP
+    >>> result.summary.hook("multi_turn", "mlp_out").top_layers[0]                   # doctest: +SKIP
     {'rank': 1, 'layer': 19, 'mean_abs_delta': 0.031, 'share_significant': 0.12, 'n_significant': 491}
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import analysis.plots as plots_module
 from analysis.config import AnalysisConfig
@@ -39,16 +37,14 @@ from analysis.window import format_layers, resolve_window
 from data_synthesis.capabilities import parse_capabilities
 from core.errors import ProbeError
 from probes.hook_points import validate_hook
+from analysis.summary import AnalysisSummary, HookSummary
 from probes.store import MODELS, RunReader
-
-SUMMARY_FORMAT = "rolemrc-probe/analysis-summary"
-
 
 @dataclass
 class AnalysisResult:
     """What an analysis produced: the summary (as in ``summary.json``) and every path written."""
 
-    summary: dict[str, Any]
+    summary: AnalysisSummary | None
     out_dir: Path
     summary_path: Path
     maps_path: Path
@@ -108,7 +104,7 @@ def analyze_run(
                 window = resolve_window(config.layers, n_model, run.layers(cap, hook))
                 warnings.extend(n for n in window.warnings if n not in warnings)
                 all_maps[(cap, hook)] = compute_maps(run, cap, hook, window, config)
-    result = AnalysisResult({}, target, target / "summary.json", target / f"maps_{config.metric}.h5", all_maps, warnings=warnings)
+    result = AnalysisResult(None, target, target / "summary.json", target / f"maps_{config.metric}.h5", all_maps, warnings=warnings)
     if config.stability_resamples:
         result.stability = {key: _stability(maps, config) for key, maps in all_maps.items()}
     save_maps(list(all_maps.values()), result.maps_path)
@@ -116,7 +112,7 @@ def analyze_run(
     if plots:
         _write_plots(result, config, png)
     result.summary = _summary(result, config, str(run_path), hashes)
-    _write_json(result.summary_path, result.summary)
+    result.summary.save(result.summary_path)
     return result
 
 
@@ -198,41 +194,17 @@ def _write_plots(result: AnalysisResult, config: AnalysisConfig, png: bool | Non
     result.warnings.extend(notes)
 
 
-def _summary(result: AnalysisResult, config: AnalysisConfig, run_dir: str, hashes: dict[str, str]) -> dict[str, Any]:
-    per_cap: dict[str, dict[str, Any]] = {}
+def _summary(result: AnalysisResult, config: AnalysisConfig, run_dir: str, hashes: dict[str, str]) -> AnalysisSummary:
+    per_cap: dict[str, dict[str, HookSummary]] = {}
     for (cap, hook), maps in result.maps.items():
         significant = maps.significant(config.fdr_alpha)
         neuron_set = result.neuron_sets.get((cap, hook))
-        per_cap.setdefault(cap, {})[hook] = {
-            "n_samples": maps.n_samples,
-            "width": maps.width,
-            "layers": format_layers(maps.layers),
-            "window": maps.window.to_dict() if maps.window else None,
-            "n_units": int(maps.delta.size),
-            "n_significant": int(significant.sum()),
-            "share_significant": float(significant.mean()),
-            "top_layers": layer_profile(maps, config.fdr_alpha),
-            "stability": result.stability[(cap, hook)].to_dict() if (cap, hook) in result.stability else None,
-            "top_units": top_units(maps, config.top_units),
-            "neuron_set": neuron_set.name if neuron_set else None,
-            "plots": sorted(p.name for p in result.plots if p.name.startswith(f"{cap}_{hook}_")),
-            "settings": maps.settings,
-        }
-    return {
-        "format": SUMMARY_FORMAT,
-        "version": 2,
-        "run_dir": run_dir,
-        "metric": config.metric,
-        "settings": asdict(config),
-        "model_hashes": hashes,
-        "maps": result.maps_path.name,
-        "warnings": list(result.warnings),
-        "capabilities": per_cap,
-    }
-
-
-def _write_json(path: Path, body: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(body, indent=1, sort_keys=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+        per_cap.setdefault(cap, {})[hook] = HookSummary(
+            n_samples=maps.n_samples, width=maps.width, layers=format_layers(maps.layers), n_units=int(maps.delta.size),
+            n_significant=int(significant.sum()), share_significant=float(significant.mean()),
+            top_layers=layer_profile(maps, config.fdr_alpha), top_units=top_units(maps, config.top_units), settings=maps.settings,
+            window=maps.window, stability=result.stability.get((cap, hook)), neuron_set=neuron_set.name if neuron_set else None,
+            plots=sorted(p.name for p in result.plots if p.name.startswith(f"{cap}_{hook}_")),
+        )
+    return AnalysisSummary(run_dir=run_dir, metric=config.metric, settings=asdict(config), model_hashes=hashes,
+                           maps=result.maps_path.name, warnings=list(result.warnings), capabilities=per_cap)

@@ -74,7 +74,7 @@ def test_html_plots_are_offline_and_complete(run_dir: Path, tmp_path: Path) -> N
     page = (tmp_path / "plots" / "multi_turn_mlp_out_topk_count_maps.html").read_text()
     assert 'src="plotly.min.js"' in page and "cdn.plot.ly" not in page
     assert "DPO \\u2212 SFT" in page and '"zmid":0.0' in page  # JSON-escaped title; diverging scale centred at 0
-    assert result.summary["capabilities"]["multi_turn"]["mlp_out"]["plots"] == [
+    assert result.summary.to_dict()["capabilities"]["multi_turn"]["mlp_out"]["plots"] == [
         "multi_turn_mlp_out_topk_count_maps.html",
         "multi_turn_mlp_out_topk_count_profile.html",
     ]

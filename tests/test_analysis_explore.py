@@ -57,8 +57,8 @@ def test_tables_and_strict_fdr_selection(run_dir: Path, tmp_path: Path) -> None:
 def test_fdr_rule_with_nothing_significant_writes_no_set_and_says_so(run_dir: Path, tmp_path: Path) -> None:
     result = analyze_run(run_dir, metric="effect_size", rule="fdr", threshold=1e9, out_dir=tmp_path, plots=False)
     assert result.neuron_sets == {} and not list(tmp_path.glob("neurons_*.json"))
-    assert any("no unit qualifies under --rule fdr" in w for w in result.summary["warnings"])
-    assert result.summary["capabilities"]["multi_turn"]["mlp_out"]["neuron_set"] is None
+    assert any("no unit qualifies under --rule fdr" in w for w in result.summary.to_dict()["warnings"])
+    assert result.summary.to_dict()["capabilities"]["multi_turn"]["mlp_out"]["neuron_set"] is None
 
 
 def test_png_without_chromium(run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -37,9 +37,9 @@ def test_fdr_finds_the_planted_units_and_few_others(run, tmp_path: Path, metric:
         found = {(maps.layers[r], int(u)) for r, u in zip(*np.nonzero(maps.significant(0.05)))}
         assert set(units) <= found, (metric, cap, units, found)
         assert len(found - set(units)) <= 3
-        top = result.summary["capabilities"][cap]["mlp_out"]["top_units"][: len(units)]
+        top = result.summary.to_dict()["capabilities"][cap]["mlp_out"]["top_units"][: len(units)]
         assert {(t["layer"], t["unit"]) for t in top} == set(units)
-        assert result.summary["capabilities"][cap]["mlp_out"]["top_layers"][0]["layer"] in {layer for layer, _ in units}
+        assert result.summary.to_dict()["capabilities"][cap]["mlp_out"]["top_layers"][0]["layer"] in {layer for layer, _ in units}
 
 
 def test_topk_count_maps_equal_reference_and_both_normalisations(run, tmp_path: Path) -> None:
@@ -65,7 +65,7 @@ def test_layer_window_must_lie_in_the_model_and_is_cut_to_the_recording_with_a_w
     result = analyze_run(run_dir, layers="4-11", out_dir=tmp_path, plots=False)
     assert _maps(result).layers == [8, 9, 10, 11]
     assert any("only layers 8-11" in w for w in result.warnings)
-    window = result.summary["capabilities"]["multi_turn"]["mlp_out"]["window"]
+    window = result.summary.to_dict()["capabilities"]["multi_turn"]["mlp_out"]["window"]
     assert window == {"layers": [8, 9, 10, 11], "spec": "4-11", "reason": "--layers 4-11 (given); cut to 8-11, the layers recorded",
                       "n_model_layers": 16}
     with pytest.raises(ProbeError, match=r"the model has 16 layers \(0-15\); layer 40 is outside it"):
@@ -78,7 +78,7 @@ def test_default_window_scales_with_depth_and_says_so(tmp_path: Path) -> None:
     write_synthetic_run(tmp_path / "r", SyntheticSpec(n_samples=12, n_layers=4, width=8, capabilities=("nested",)))
     result = analyze_run(tmp_path / "r", plots=False)
     assert _maps(result, "nested").layers == [2, 3] and result.warnings == []  # 12*4/32 = 1.5 rounds up
-    window = result.summary["capabilities"]["nested"]["mlp_out"]["window"]
+    window = result.summary.to_dict()["capabilities"]["nested"]["mlp_out"]["window"]
     assert window["spec"] is None and window["n_model_layers"] == 4
     assert window["reason"] == "default window: the last 20/32 of depth, layers 2-3 of a 4-layer model (the paper's 12-31 scaled by depth)"
 
@@ -115,7 +115,7 @@ def test_outputs_are_deterministic_and_maps_round_trip(run, tmp_path: Path) -> N
     first = analyze_run(run_dir, layers="8-15", out_dir=tmp_path / "a", plots=False)
     second = analyze_run(run_dir, layers="8-15", out_dir=tmp_path / "b", plots=False)
     assert first.summary_path.read_bytes() == second.summary_path.read_bytes()
-    assert json.loads(first.summary_path.read_text()) == first.summary
+    assert json.loads(first.summary_path.read_text()) == json.loads(json.dumps(first.summary.to_dict()))
     for loaded in load_maps(first.maps_path):
         original = first.maps[(loaded.capability, loaded.hook)]
         assert loaded.layers == original.layers and loaded.settings == original.settings
@@ -127,7 +127,7 @@ def test_default_output_dir_is_inside_the_run(tmp_path: Path) -> None:
     write_synthetic_run(tmp_path / "r", SyntheticSpec(n_samples=10, n_layers=16, width=8, capabilities=("priority",)))
     result = analyze_run(tmp_path / "r", plots=False)
     assert result.out_dir == tmp_path / "r" / "analysis" and (tmp_path / "r" / "analysis" / "summary.json").is_file()
-    assert result.summary["capabilities"]["priority"]["mlp_out"]["layers"] == "6-15"  # 12*16/32 = 6
+    assert result.summary.to_dict()["capabilities"]["priority"]["mlp_out"]["layers"] == "6-15"  # 12*16/32 = 6
 
 
 @pytest.mark.parametrize(
@@ -155,7 +155,7 @@ def test_user_mistakes_are_clear_errors(run, tmp_path: Path, kwargs: dict, messa
 def test_all_means_every_recorded_capability(run, tmp_path: Path, names) -> None:
     run_dir, planted = run
     result = analyze_run(run_dir, capabilities=names, layers="14-15", out_dir=tmp_path, plots=False)
-    assert sorted(result.summary["capabilities"]) == sorted(planted)
+    assert sorted(result.summary.to_dict()["capabilities"]) == sorted(planted)
 
 
 def test_run_dir_without_activations_is_a_clear_error(tmp_path: Path) -> None:
@@ -190,9 +190,31 @@ def test_layer_scale_is_kept_and_a_neuron_set_in_silent_layers_is_flagged(tmp_pa
     assert maps.quiet_layers() == [4, 5, 6, 7]
     chosen = NeuronSet.load(counts.neuron_sets[("multi_turn", "mlp_out")])
     assert chosen.selection["k"] == 8 and chosen.selection["kept_per_sample"] == 3  # the set's k, not top-20% of 16
-    profile = {row["layer"]: row for row in counts.summary["capabilities"]["multi_turn"]["mlp_out"]["top_layers"]}
+    profile = {row["layer"]: row for row in counts.summary.to_dict()["capabilities"]["multi_turn"]["mlp_out"]["top_layers"]}
     assert profile[5]["rms_sft"] < 1e-3 < 0.5 < profile[1]["rms_dpo"]
     assert any("selected units sit in layers 4-7" in w and "mean_diff" in w for w in counts.warnings)
     assert np.array_equal(load_maps(counts.maps_path)[0].layer_rms, maps.layer_rms)
     by_size = analyze_run(tmp_path / "run", metric="mean_diff", layers="all", top_k=8, out_dir=tmp_path / "means", plots=False)
     assert not any("selected units" in w for w in by_size.warnings)
+
+
+def test_summary_json_is_read_back_through_one_type_and_old_versions_are_refused(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from analysis.summary import AnalysisSummary
+
+    result = analyze_run(run[0], out_dir=tmp_path, plots=False, capabilities=["multi_turn"])
+    on_disk = json.loads(result.summary_path.read_text())
+    loaded = AnalysisSummary.load(result.summary_path)
+    assert json.loads(json.dumps(loaded.to_dict())) == on_disk == json.loads(json.dumps(result.summary.to_dict()))
+    assert loaded.hook("multi_turn", "mlp_out").top_layer_numbers()[0] == on_disk["capabilities"]["multi_turn"]["mlp_out"]["top_layers"][0]["layer"]
+    with pytest.raises(ProbeError, match=r"no analysis of nested/mlp_out \(analysed: multi_turn/mlp_out\)"):
+        loaded.hook("nested", "mlp_out")
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({**on_disk, "version": 1}))
+    with pytest.raises(ProbeError, match=r"old.json: analysis summary version 1, this toolkit reads version 2; rerun `probe analyze"):
+        AnalysisSummary.load(old)
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({**on_disk, "capabilities": {"multi_turn": {"mlp_out": {"n_samples": 3}}}}))
+    with pytest.raises(ProbeError, match=r"broken.json: a malformed analysis summary"):
+        AnalysisSummary.load(broken)

@@ -89,7 +89,7 @@ def test_summary_json_round_trips_the_record(runs, tmp_path: Path) -> None:
 def test_zero_resamples_disables_it(runs, tmp_path: Path) -> None:
     result = analyze_run(runs["clear"], layers="all", out_dir=tmp_path, plots=False, stability_resamples=0)
     assert result.stability == {} and result.maps[KEY].resampled_scores is None
-    assert result.summary["capabilities"]["multi_turn"]["mlp_out"]["stability"] is None
+    assert result.summary.to_dict()["capabilities"]["multi_turn"]["mlp_out"]["stability"] is None
 
 
 @pytest.mark.parametrize(("metric", "normalize"), [("topk_count", "samples"), ("topk_count", "width"), ("mean_diff", "samples"), ("effect_size", "samples")])

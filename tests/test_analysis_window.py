@@ -80,9 +80,9 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_summary_maps_file_and_plots_name_the_window(run_dir: Path, tmp_path: Path) -> None:
     result = analyze_run(run_dir, out_dir=tmp_path, plots=False)
     for cap in ("multi_turn", "nested"):
-        body = result.summary["capabilities"][cap]["mlp_out"]
+        body = result.summary.to_dict()["capabilities"][cap]["mlp_out"]
         assert body["window"] == {"layers": list(range(6, 16)), "spec": None, "reason": DEFAULT_16, "n_model_layers": 16}
-    assert result.summary["settings"]["layers"] is None
+    assert result.summary.to_dict()["settings"]["layers"] is None
     assert all(loaded.window == result.maps[(loaded.capability, loaded.hook)].window for loaded in load_maps(result.maps_path))
     maps = result.maps[("multi_turn", "mlp_out")]
     for figure in (maps_figure(maps), profile_figure(maps, 0.05), faceted_figure(list(result.maps.values()))):

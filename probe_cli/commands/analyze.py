@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from analysis.config import AnalysisConfig
+from core.paths import check_output_dir
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from analysis.run import AnalysisResult
+    from analysis.summary import HookSummary
 
 
 def register(app: typer.Typer) -> None:
@@ -54,16 +56,17 @@ def analyze(
     ),
 ) -> None:
     """Compare SFT and DPO activations of a run: maps, per-layer profile, neuron sets, plots."""
-    from rich.console import Console
-
     from analysis import analyze_run
+    from probe_cli.console import console
 
+    if out is not None or run_dir.is_dir():
+        check_output_dir(out or run_dir / "analysis", "--out" if out is not None else "the default --out")
     result = analyze_run(
         run_dir, metric=metric, top_percent=top_percent, layers=layers, capabilities=capability, hooks=hook,
         normalize=normalize, top_k=top_k, fdr_alpha=fdr_alpha, out_dir=out, plots=plots, png=png,
         rule=rule, threshold=threshold, test=test, reorder=reorder, stability_resamples=stability_resamples,
     )
-    print_report(result, Console(), show)
+    print_report(result, console(), show)
 
 
 def print_warnings(result: AnalysisResult, console: Console) -> None:
@@ -71,18 +74,14 @@ def print_warnings(result: AnalysisResult, console: Console) -> None:
         console.print(f"[yellow]warning:[/yellow] {note}")
 
 
-def window_line(body: dict) -> str | None:
-    """'window: layers 11-29 — default window: …' from one capability × hook of ``summary.json``."""
-    from analysis.window import Window
-
-    return f"window: {Window.from_dict(body['window']).describe()}" if body.get("window") else None
+def window_line(body: HookSummary) -> str | None:
+    """'window: layers 11-29 — default window: …' for one capability × hook of the summary."""
+    return f"window: {body.window.describe()}" if body.window else None
 
 
-def stability_line(body: dict) -> str | None:
+def stability_line(body: HookSummary) -> str | None:
     """'top layers 25, 18, … — stable in 19/20 resamples (≥4 of 5 kept)', or None without a bootstrap."""
-    from analysis.stability import LayerStability
-
-    return LayerStability.from_dict(body["stability"]).describe() if body.get("stability") else None
+    return body.stability.describe() if body.stability else None
 
 
 def print_report(result: AnalysisResult, console: Console, show: int = 5) -> None:
@@ -90,24 +89,24 @@ def print_report(result: AnalysisResult, console: Console, show: int = 5) -> Non
     from rich.table import Table
 
     summary = result.summary
-    alpha = summary["settings"]["fdr_alpha"]
-    for cap, by_hook in summary["capabilities"].items():
-        for hook, body in by_hook.items():
-            table = Table(title=f"{cap} · {hook} · {summary['metric']} · N={body['n_samples']} · layers {body['layers']}")
-            for name in ("rank", "layer", "mean |Δ|", f"share q≤{alpha:g}", "RMS sft", "RMS dpo", "top unit", "its Δ"):
-                table.add_column(name, justify="right")
-            best = _best_unit_by_layer(body["top_units"])
-            for row in body["top_layers"][:show]:
-                unit = best.get(row["layer"])
-                table.add_row(
-                    str(row["rank"]), str(row["layer"]), f"{row['mean_abs_delta']:.4g}", f"{row['share_significant']:.1%}",
-                    f"{row['rms_sft']:.3g}" if "rms_sft" in row else "-", f"{row['rms_dpo']:.3g}" if "rms_dpo" in row else "-",
-                    str(unit["unit"]) if unit else "-", f"{unit['delta']:+.4g}" if unit else "-",
-                )
-            console.print(table)
-            for line in (window_line(body), stability_line(body)):
-                if line:
-                    console.print(line, markup=False, highlight=False, soft_wrap=True)
+    assert summary is not None
+    alpha = summary.settings["fdr_alpha"]
+    for cap, hook, body in summary.hooks():
+        table = Table(title=f"{cap} · {hook} · {summary.metric} · N={body.n_samples} · layers {body.layers}")
+        for name in ("rank", "layer", "mean |Δ|", f"share q≤{alpha:g}", "RMS sft", "RMS dpo", "top unit", "its Δ"):
+            table.add_column(name, justify="right")
+        best = _best_unit_by_layer(body.top_units)
+        for row in body.top_layers[:show]:
+            unit = best.get(row["layer"])
+            table.add_row(
+                str(row["rank"]), str(row["layer"]), f"{row['mean_abs_delta']:.4g}", f"{row['share_significant']:.1%}",
+                f"{row['rms_sft']:.3g}" if "rms_sft" in row else "-", f"{row['rms_dpo']:.3g}" if "rms_dpo" in row else "-",
+                str(unit["unit"]) if unit else "-", f"{unit['delta']:+.4g}" if unit else "-",
+            )
+        console.print(table)
+        for line in (window_line(body), stability_line(body)):
+            if line:
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
     print_warnings(result, console)
     console.print(f"summary: {result.summary_path}")
     console.print(f"maps: {result.maps_path}")
