@@ -58,23 +58,24 @@ class AnalysisResult:
 def analyze_run(
     run_dir: str | Path,
     *,
-    metric: str = "topk_count",
-    top_percent: float = 20.0,
+    metric: str = AnalysisConfig.metric,
+    top_percent: float = AnalysisConfig.top_percent,
     layers: str | None = AnalysisConfig.layers,
     capabilities: str | list[str] | tuple[str, ...] | None = None,
     hooks: str | list[str] | tuple[str, ...] | None = None,
-    normalize: str = "samples",
-    top_k: int = 64,
-    fdr_alpha: float = 0.05,
+    normalize: str = AnalysisConfig.normalize,
+    top_k: int = AnalysisConfig.top_k,
+    fdr_alpha: float = AnalysisConfig.fdr_alpha,
     out_dir: str | Path | None = None,
     plots: bool = True,
     png: bool | None = None,
-    rule: str = "top_k_abs",
-    threshold: float = 0.0,
-    test: str = "t",
-    reorder: bool = False,
+    rule: str = AnalysisConfig.rule,
+    threshold: float = AnalysisConfig.threshold,
+    test: str = AnalysisConfig.test,
+    reorder: bool = AnalysisConfig.reorder,
     stability_resamples: int = AnalysisConfig.stability_resamples,
     stability_seed: int = AnalysisConfig.stability_seed,
+    top_units: int = AnalysisConfig.top_units,
 ) -> AnalysisResult:
     """Analyse a recorded run; see the module docstring for the files written.
 
@@ -87,7 +88,7 @@ def analyze_run(
     config = AnalysisConfig(
         metric=metric, top_percent=top_percent, layers=layers, normalize=normalize, top_k=top_k,
         fdr_alpha=fdr_alpha, rule=rule, threshold=threshold, test=test, reorder=reorder,
-        stability_resamples=stability_resamples, stability_seed=stability_seed,
+        stability_resamples=stability_resamples, stability_seed=stability_seed, top_units=top_units,
     )
     if plots and png is True and not plots_module.chromium_available():
         raise ProbeError("--png: PNG export needs Chromium (kaleido renders with it); install it (`make chromium`) or pass --no-png")

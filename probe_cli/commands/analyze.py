@@ -30,22 +30,23 @@ def register(app: typer.Typer) -> None:
 
 
 def analyze(
+    ctx: typer.Context,
     run_dir: Path = typer.Argument(..., help="A run directory holding activations.h5 (from `probe run`)."),
-    metric: str = typer.Option("topk_count", "--metric", help="topk_count (the paper's top-k% membership counts), mean_diff, or effect_size (paired d_z)."),
-    top_percent: float = typer.Option(20.0, "--top-percent", help="topk_count: share of units kept per sample and layer, in percent."),
+    metric: str = typer.Option(AnalysisConfig.metric, "--metric", help="topk_count (the paper's top-k% membership counts), mean_diff, or effect_size (paired d_z)."),
+    top_percent: float = typer.Option(AnalysisConfig.top_percent, "--top-percent", help="topk_count: share of units kept per sample and layer, in percent."),
     layers: Optional[str] = typer.Option(
         AnalysisConfig.layers, "--layers",
         help="Layer window, e.g. 12-31, 12-, 3,5,7 or all; must lie in the model. Default: the paper's 12-31 scaled by depth (11-29 of 30 layers).",
     ),
     capability: Optional[list[str]] = typer.Option(None, "--capability", "-c", help="Capability (repeatable, or comma-separated, or 'all'); default: every recorded one."),
     hook: Optional[list[str]] = typer.Option(None, "--hook", help="Hook point (repeatable): mlp_out, attn_out, resid_post, mlp_post; default: every recorded one."),
-    normalize: str = typer.Option("samples", "--normalize", help="topk_count: divide count differences by the number of samples, or by the width (the authors' script)."),
-    top_k: int = typer.Option(64, "--top-k", help="Units in each neuron set (the cap, for --rule fdr)."),
-    rule: str = typer.Option("top_k_abs", "--rule", help="Neuron selection: top_k_abs (largest |Δ|) or fdr (BH-significant, |Δ| >= --threshold)."),
-    threshold: float = typer.Option(0.0, "--threshold", help="Minimum |Δ| for a selected unit."),
-    fdr_alpha: float = typer.Option(0.05, "--fdr-alpha", help="Benjamini-Hochberg level across layers x units."),
-    test: str = typer.Option("t", "--test", help="mean_diff/effect_size: paired t-test (t) or Wilcoxon signed-rank (wilcoxon)."),
-    reorder: bool = typer.Option(False, "--reorder", help="Plot units sorted by summed |Δ| (as the authors' lin_heat_map intended)."),
+    normalize: str = typer.Option(AnalysisConfig.normalize, "--normalize", help="topk_count: divide count differences by the number of samples, or by the width (the authors' script)."),
+    top_k: int = typer.Option(AnalysisConfig.top_k, "--top-k", help="Units in each neuron set (the cap, for --rule fdr)."),
+    rule: str = typer.Option(AnalysisConfig.rule, "--rule", help="Neuron selection: top_k_abs (largest |Δ|) or fdr (BH-significant, |Δ| >= --threshold)."),
+    threshold: float = typer.Option(AnalysisConfig.threshold, "--threshold", help="Minimum |Δ| for a selected unit."),
+    fdr_alpha: float = typer.Option(AnalysisConfig.fdr_alpha, "--fdr-alpha", help="Benjamini-Hochberg level across layers x units."),
+    test: str = typer.Option(AnalysisConfig.test, "--test", help="mean_diff/effect_size: paired t-test (t) or Wilcoxon signed-rank (wilcoxon)."),
+    reorder: bool = typer.Option(AnalysisConfig.reorder, "--reorder", help="Plot units sorted by summed |Δ| (as the authors' lin_heat_map intended)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: RUN_DIR/analysis)."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plotly figures."),
     png: Optional[bool] = typer.Option(None, "--png/--no-png", help="PNG export through kaleido (default: when Chromium is installed)."),
@@ -54,6 +55,7 @@ def analyze(
         AnalysisConfig.stability_resamples, "--stability-resamples",
         help="Bootstrap resamples of the prompts for the top layers' stability (0: off).",
     ),
+    config_file: Optional[Path] = typer.Option(None, "--config", help="JSON or YAML file of AnalysisConfig fields (flags override it)."),
 ) -> None:
     """Compare SFT and DPO activations of a run: maps, per-layer profile, neuron sets, plots."""
     from analysis import analyze_run
@@ -61,12 +63,21 @@ def analyze(
 
     if out is not None or run_dir.is_dir():
         check_output_dir(out or run_dir / "analysis", "--out" if out is not None else "the default --out")
-    result = analyze_run(
-        run_dir, metric=metric, top_percent=top_percent, layers=layers, capabilities=capability, hooks=hook,
-        normalize=normalize, top_k=top_k, fdr_alpha=fdr_alpha, out_dir=out, plots=plots, png=png,
-        rule=rule, threshold=threshold, test=test, reorder=reorder, stability_resamples=stability_resamples,
-    )
+    options = dict(metric=metric, top_percent=top_percent, layers=layers, normalize=normalize, top_k=top_k, fdr_alpha=fdr_alpha,
+                   rule=rule, threshold=threshold, test=test, reorder=reorder, stability_resamples=stability_resamples)
+    options.update(_from_config_file(ctx, config_file))
+    result = analyze_run(run_dir, capabilities=capability, hooks=hook, out_dir=out, plots=plots, png=png, **options)
     print_report(result, console(), show)
+
+
+def _from_config_file(ctx: typer.Context, path: Path | None) -> dict:
+    """The file's AnalysisConfig fields, except those also given as flags (flags win)."""
+    from core.config_file import read_config_file
+
+    if path is None:
+        return {}
+    return {key: value for key, value in read_config_file(path, AnalysisConfig).items()
+            if getattr(ctx.get_parameter_source(key), "name", None) != "COMMANDLINE"}  # typer's click, not necessarily `click`
 
 
 def print_warnings(result: AnalysisResult, console: Console) -> None:

@@ -28,16 +28,16 @@ def register(app: typer.Typer) -> None:
 
 
 def run(
-    capability: str = typer.Option(..., "--capability", "-c", help="multi_turn, knowledge_boundary, role_style, nested, priority, a comma list, or all."),
+    capability: Optional[str] = typer.Option(None, "--capability", "-c", help="multi_turn, knowledge_boundary, role_style, nested, priority, a comma list, or all."),
     pair: str = pair_option(),
     sft: Optional[Path] = typer.Option(None, "--sft", help="SFT model dir. Default: the embedded default pair."),
     dpo: Optional[Path] = typer.Option(None, "--dpo", help="DPO model dir. Default: the embedded default pair."),
     data: Optional[Path] = typer.Option(None, "--data", help="Test rows JSONL (the published RoleMRC test file works). Default: the default pair's test split."),
     hook: Optional[list[str]] = typer.Option(None, "--hook", help=HOOK_HELP + " Default: mlp_out."),
     layers: Optional[str] = typer.Option(None, "--layers", help="Layers to store, e.g. 12-31 or 3,5,7. Default: all."),
-    position: str = typer.Option("last", "--position", help="last (last real prompt token, as the paper) or mean (over prompt tokens after BOS)."),
-    backend: str = typer.Option("torch", "--backend", help="torch (plain hooks, fastest), transformer_lens (TransformerBridge) or nnsight."),
-    batch_size: int = typer.Option(DEFAULT_BATCH_SIZE, "--batch-size", help="At most this many prompts per forward pass."),
+    position: Optional[str] = typer.Option(None, "--position", help="last (default: the last real prompt token, as the paper) or mean (over prompt tokens after BOS)."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="torch (default: plain hooks, fastest), transformer_lens (TransformerBridge) or nnsight."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help=f"At most this many prompts per forward pass. Default: {DEFAULT_BATCH_SIZE}."),
     max_batch_tokens: Optional[int] = typer.Option(
         None, "--max-batch-tokens",
         help=f"At most this many padded tokens per forward pass (prompts x longest prompt in the batch); a longer prompt gets "
@@ -45,23 +45,31 @@ def run(
              "loading the pair) would not hold twice that batch."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run dir; an existing one is resumed. Default: a new dir under ./runs/."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:N, or auto (device_map=auto for a model larger than one GPU). Default: cuda if available."),
-    dtype: str = typer.Option("auto", "--dtype", help="Compute dtype: auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16."),
-    store_dtype: str = typer.Option("float16", "--store-dtype", help="Stored dtype: float16 or float32."),
-    add_generation_prompt: bool = typer.Option(False, "--add-generation-prompt", help="Append the assistant header before recording (the paper did not)."),
-    seed: int = typer.Option(0, "--seed", help="Seed recorded in the provenance."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Compute dtype: auto (default: float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16."),
+    store_dtype: Optional[str] = typer.Option(None, "--store-dtype", help="Stored dtype: float16 (default) or float32."),
+    add_generation_prompt: Optional[bool] = typer.Option(None, "--add-generation-prompt/--no-add-generation-prompt",
+                                                         help="Append the assistant header before recording (default: no, as the paper)."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed recorded in the provenance. Default: 0."),
+    config_file: Optional[Path] = typer.Option(None, "--config", help="JSON or YAML file of RecordConfig fields (flags override it)."),
     analyze: bool = typer.Option(True, "--analyze/--no-analyze", help="Rank discrepancy layers after recording."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Record SFT and DPO activations on a capability's prompts into RUN_DIR/activations.h5 (resumable)."""
     from dataclasses import replace
 
+    from core.config_file import merged_options, read_config_file
+    from core.errors import ProbeError
     from probes.config import RecordConfig
 
-    config = RecordConfig(sft_dir=sft, dpo_dir=dpo, data_file=data, capabilities=capability, hooks=hook or ["mlp_out"],
-                          layers=layers, position=position, backend=backend, batch_size=batch_size, max_batch_tokens=max_batch_tokens, device=device, dtype=dtype,
-                          store_dtype=store_dtype, add_generation_prompt=add_generation_prompt, out_dir=out, seed=seed)
-    sft, dpo, data = pair_sources(pair, sft, dpo, data, progress=not quiet)  # after the flags are validated: a build takes minutes
-    config = replace(config, sft_dir=sft, dpo_dir=dpo, data_file=data)
+    flags = dict(sft_dir=sft, dpo_dir=dpo, data_file=data, capabilities=capability, hooks=hook or None, layers=layers,
+                 position=position, backend=backend, batch_size=batch_size, max_batch_tokens=max_batch_tokens, device=device,
+                 dtype=dtype, store_dtype=store_dtype, add_generation_prompt=add_generation_prompt, out_dir=out, seed=seed)
+    options = merged_options(read_config_file(config_file, RecordConfig) if config_file else {}, flags)
+    if "capabilities" not in options:
+        raise ProbeError("missing option --capability (give it on the command line or in --config)")
+    config = RecordConfig(**options)
+    sources = pair_sources(pair, config.sft_dir, config.dpo_dir, config.data_file, progress=not quiet)  # after validation: a build takes minutes
+    config = replace(config, sft_dir=sources[0], dpo_dir=sources[1], data_file=sources[2])
     from probes.recording import record_run
 
     result = record_run(config, progress=not quiet)
@@ -88,6 +96,8 @@ def _print_result(result: Any) -> None:
     out = console()
     out.print(table)
     out.print(f"run dir: [bold]{result.run_dir}[/bold]  ({result.seconds:.1f} s)")
+    for warning in result.warnings:
+        console(stderr=True).print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _span(layers: list[int]) -> str:
@@ -102,26 +112,16 @@ def _print_top_layers(analysis: Any, shown: int = 5) -> None:
     from probe_cli.commands.analyze import print_warnings, window_line
 
     out = console()
-    per_cap = analysis.summary.get("capabilities", analysis.summary)
-    bodies = [(cap, hook, body) for cap, per_hook in per_cap.items() if isinstance(per_hook, dict) for hook, body in per_hook.items()
-              if isinstance(body, dict)]
+    bodies = list(analysis.summary.hooks())
     windows = {(cap, hook): window_line(body) for cap, hook, body in bodies}
     shared = len(set(windows.values())) == 1
     for (cap, hook), line in windows.items() if not shared else list(windows.items())[:1]:
         if line:
             out.print(line if shared else f"{cap} / {hook} {line}", markup=False, highlight=False, soft_wrap=True)
     for cap, hook, body in bodies:
-        top = body.get("top_layers")
-        if top:
-            layers = [str(t.get("layer", t)) if isinstance(t, dict) else str(t) for t in top[:shown]]
-            stability = body.get("stability")
-            verdict = f" — {_verdict(stability)}" if stability else ""
-            out.print(f"{cap} / {hook}: top discrepancy layers {', '.join(layers)}{verdict}", markup=False, highlight=False, soft_wrap=True)
+        if body.top_layers:
+            layers = ", ".join(str(layer) for layer in body.top_layer_numbers()[:shown])
+            verdict = f" — {body.stability.verdict()}" if body.stability else ""
+            out.print(f"{cap} / {hook}: top discrepancy layers {layers}{verdict}", markup=False, highlight=False, soft_wrap=True)
     print_warnings(analysis, out)
     out.print(f"analysis: {analysis.out_dir}")
-
-
-def _verdict(stability: dict) -> str:
-    from analysis.stability import LayerStability
-
-    return LayerStability.from_dict(stability).verdict()
