@@ -10,17 +10,20 @@ import os
 import sys
 
 import probes.recording as recording
+from probe_cli.main import main
 
-if os.environ.get("RANK") == "1":
-    _write_shard = recording.write_shard
 
-    def _write_then_die(*args, **kwargs):  # type: ignore[no-untyped-def]
-        path = _write_shard(*args, **kwargs)
+def _die_after_first_shard() -> None:
+    write_shard = recording.write_shard
+
+    def write_then_die(*args, **kwargs):  # type: ignore[no-untyped-def]
+        write_shard(*args, **kwargs)
         os._exit(9)
-        return path
 
-    recording.write_shard = _write_then_die
+    recording.write_shard = write_then_die
 
-from probe_cli.main import main  # noqa: E402
 
-main(sys.argv[1:])
+if __name__ == "__main__":
+    if os.environ.get("RANK") == "1":
+        _die_after_first_shard()
+    main(sys.argv[1:])
