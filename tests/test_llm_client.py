@@ -42,7 +42,7 @@ def test_every_fault_kind_is_retried_until_a_valid_reply(tmp_path: Path) -> None
         reply = client.chat(MSG)
         assert reply.content == "hi" and not reply.cached
         assert len(server.chat_requests) == 7
-        assert client.stats.as_dict() == {"requests": 7, "cache_hits": 0, "retries": 6, "failures": 0}
+        assert client.stats.as_dict() == {"requests": 7, "answered": 1, "cache_hits": 0, "retries": 6, "failures": 0}
         body = server.chat_requests[-1].body
         assert body is not None and body["model"] == "scripted-model" and body["temperature"] == 0.0 and body["messages"] == MSG
 

@@ -125,19 +125,15 @@ def test_wrong_model_name_is_a_clear_error(served: Served, tmp_path: Path) -> No
 
 
 def test_llm_synthesis_through_a_real_server_counts_every_failure(served: Served, tmp_path: Path) -> None:
-    from data_synthesis.io import read_dpo_rows, read_sft_rows, read_test_rows
-    from data_synthesis.llm.synthesis import REPORT_FILE, synthesize_llm
-    from data_synthesis.offline import FILES
+    from data_synthesis.llm.synthesis import SynthesisFailed, synthesize_llm
 
     before = served.chat_posts()
     small = dict(sft_base=1, sft_nested=1, sft_priority=1, sft_multi_turn=1, free_chats=1, dpo_per_task=1)
-    summary = synthesize_llm(tmp_path / "out", n_roles=2, seed=0, client_config=_config(served, tmp_path / "cache"), repairs=1, **small)
+    with pytest.raises(SynthesisFailed) as info:
+        synthesize_llm(tmp_path / "out", n_roles=2, seed=0, client_config=_config(served, tmp_path / "cache"), repairs=1, **small)
     # The tiny random model cannot write a JSON profile: every persona fails after one repair round,
     # and every failure is counted (2 personas x 2 attempts reached the server).
-    assert served.chat_posts() - before == 4 == summary.requests["requests"]
-    assert summary.failures["failed"] == {"profiles": 2} and summary.failures["examples"]["profiles"]
-    out = tmp_path / "out"
-    assert {p.name for p in out.iterdir()} == set(FILES) | {REPORT_FILE}
-    # Whatever was written (here: no rows) loads through the schema readers.
-    rows = read_test_rows(out / "test.jsonl"), read_sft_rows(out / "sft.jsonl"), read_dpo_rows(out / "dpo.jsonl")
-    assert [len(r) for r in rows] == [summary.files["test.jsonl"], summary.files["sft.jsonl"], summary.files["dpo.jsonl"]]
+    assert served.chat_posts() - before == 4 == info.value.requests["requests"]
+    assert info.value.failures["failed"] == {"profiles": 2} and info.value.failures["examples"]["profiles"]
+    # No row for any file: nothing is written (it used to write an empty dataset and succeed).
+    assert "no valid rows for profiles.jsonl" in str(info.value) and not (tmp_path / "out").exists()

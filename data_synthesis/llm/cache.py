@@ -1,8 +1,10 @@
 """On-disk cache of answered LLM requests: one atomically written JSON file per reply.
 
-Why one file per entry: a reply is written the moment it arrives (temp file + rename),
-so an interrupted run loses nothing already answered, concurrent workers never contend
-for a lock, and a half-written entry cannot exist. The key is a SHA-256 of the request
+Why one file per entry: a reply is written the moment it arrives (temp file + rename,
+:func:`core.atomic.write_atomic`), so an interrupted run loses nothing already answered,
+concurrent workers never contend for a lock, and a half-written entry cannot exist.
+Entries skip ``fsync``: one per reply would dominate a cached rerun, and an entry lost to
+a power cut is simply asked again. The key is a SHA-256 of the request
 that determines the reply: endpoint, model, messages and sampling parameters. The API
 key is deliberately NOT part of the key and never stored: rotating keys must not
 invalidate a cache, and a cache must be safe to share.
@@ -25,9 +27,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from core.atomic import write_atomic
+from core.errors import ProbeError
 
 
 def normalise_base_url(base_url: str) -> str:
@@ -52,7 +56,10 @@ class ReplyCache:
     def __init__(self, directory: str | os.PathLike[str] | None) -> None:
         self.directory = Path(directory) if directory is not None else None
         if self.directory is not None:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            try:
+                self.directory.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ProbeError(f"reply cache {self.directory}: cannot create it ({exc.strerror or exc}); pass another --cache-dir") from None
 
     def path(self, key: str) -> Path:
         assert self.directory is not None
@@ -73,16 +80,12 @@ class ReplyCache:
         """Write one entry atomically (temp file in the same folder, then rename)."""
         if self.directory is None:
             return
-        target = self.path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:8]}.", suffix=".tmp", dir=target.parent)
+        entry = json.dumps({"key": key, "request": request, "reply": reply}, ensure_ascii=False)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump({"key": key, "request": request, "reply": reply}, handle, ensure_ascii=False)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            write_atomic(self.path(key), entry, durable=False)
+        except OSError as exc:
+            raise ProbeError(f"reply cache {self.directory}: cannot write an entry ({exc.strerror or exc}); "
+                             "the entries written before are kept; free space or pass another --cache-dir") from None
 
     def __len__(self) -> int:
         if self.directory is None:

@@ -6,8 +6,22 @@ endpoint and the status. So the underlying client runs with ``max_retries=0`` an
 layer decides:
 
 * retried (exponential backoff + jitter, at least ``Retry-After``): HTTP 408/409/429/5xx,
-  timeouts, connection errors, and malformed replies (a body that is not a chat completion);
+  timeouts, refused or broken connections (reset, or closed before the body was complete),
+  and malformed replies (a body that is not JSON even when labelled so, JSON that is not a
+  chat completion, a completion with no choices);
 * fatal at once: other 4xx (bad model name, bad key, bad request), naming the status.
+
+:func:`_classify` is the one place that maps an exception of the transport or the
+protocol to one of those two outcomes; whatever the fault, the caller sees either a
+reply or one :class:`ProbeError` line, after at most ``max_retries + 1`` attempts of at
+most ``timeout`` seconds each (per read) plus the backoff between them.
+
+Why the requests run on daemon threads rather than a ``ThreadPoolExecutor``: the
+interpreter joins executor threads at exit, so a Ctrl-C during a request that the
+server holds would wait for that request to time out (57 s with the old pool). Here a
+Ctrl-C stops the batch at once: nothing queued is sent, nothing is retried, the request
+in flight is abandoned (its reply, if it comes while the process still lives, is cached),
+and ``KeyboardInterrupt`` reaches the caller, which knows what is on disk.
 
 Every answered request is written to the cache (:mod:`data_synthesis.llm.cache`) the
 moment it arrives, keyed by (endpoint, model, messages, params), so a rerun or resumed
@@ -24,15 +38,15 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from core.errors import ProbeError
 from data_synthesis.llm.backoff import BackoffPolicy
@@ -43,6 +57,7 @@ __all__ = ["ChatReply", "ClientConfig", "ClientStats", "LLMClient", "Messages"]
 
 log = logging.getLogger("data_synthesis.llm")
 Messages = list[dict[str, str]]
+T = TypeVar("T")
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 
 
@@ -55,15 +70,17 @@ class ChatReply:
 
 @dataclass
 class ClientStats:
-    """Counters over the client's life: HTTP attempts made, cache hits, retries, final failures."""
+    """Counters over the client's life: HTTP attempts made, replies received, cache hits, retries, final failures."""
 
     requests: int = 0
+    answered: int = 0
     cache_hits: int = 0
     retries: int = 0
     failures: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {"requests": self.requests, "cache_hits": self.cache_hits, "retries": self.retries, "failures": self.failures}
+        return {"requests": self.requests, "answered": self.answered, "cache_hits": self.cache_hits, "retries": self.retries,
+                "failures": self.failures}
 
 
 class _Retryable(Exception):
@@ -73,17 +90,20 @@ class _Retryable(Exception):
         self.retry_after = retry_after
 
 
+class _Stopped(Exception):
+    """The batch was stopped (a fatal error elsewhere, or Ctrl-C) before this request was answered."""
+
+
 class LLMClient:
     """Thread-safe chat client; one instance per endpoint/model."""
 
-    def __init__(self, config: ClientConfig, *, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, config: ClientConfig) -> None:
         import openai
 
         self.config = config
         self.stats = ClientStats()
         self.cache = ReplyCache(config.cache_dir)
         self.backoff = BackoffPolicy(base=config.backoff_base, max_delay=config.backoff_max)
-        self._sleep = sleep
         self._lock = threading.Lock()
         self._key = config.api_key()
         self._openai = openai.OpenAI(base_url=config.base_url, api_key=self._key, max_retries=0, timeout=config.timeout)
@@ -99,44 +119,44 @@ class LLMClient:
 
     def chat(self, messages: Messages, **params: Any) -> ChatReply:
         """One reply: from the cache if answered before, else from the endpoint (with retries)."""
-        full = self.params(**params)
-        key = request_key(self.config.base_url, self.config.model, messages, full)
-        cached = self.cache.get(key)
-        if cached is not None:
-            self._bump("cache_hits")
-            return ChatReply(str(cached.get("content", "")), cached.get("finish_reason"), cached=True)
-        reply = self._ask_with_retries(key, messages, full)
-        request = {"base_url": normalise_base_url(self.config.base_url), "model": self.config.model, "messages": messages, "params": full}
-        self.cache.put(key, request, {"content": reply.content, "finish_reason": reply.finish_reason})
-        return reply
+        return self._chat(messages, self.params(**params), threading.Event())
 
     def chat_many(self, batch: Sequence[Messages], **params: Any) -> list[ChatReply]:
         """Replies in input order, at most ``concurrency`` requests in flight.
 
-        Identical requests in one batch are sent once. The first fatal error cancels what
-        has not started, waits for what is running (their replies are cached) and is raised.
+        Identical requests in one batch are sent once. The first fatal error stops the batch:
+        nothing more is sent or retried, what is running is waited for (its reply is cached)
+        and the error is raised. A Ctrl-C stops it too, without waiting.
         """
         if not batch:
             return []
         full = self.params(**params)
         keys = [request_key(self.config.base_url, self.config.model, messages, full) for messages in batch]
         first = {key: i for i, key in reversed(list(enumerate(keys)))}  # key -> first position
-        pool = ThreadPoolExecutor(max_workers=min(self.config.concurrency, len(first)), thread_name_prefix="llm")
-        try:
-            futures = {key: pool.submit(self.chat, batch[i], **params) for key, i in sorted(first.items(), key=lambda kv: kv[1])}
-            done, _ = wait(futures.values(), return_when=FIRST_EXCEPTION)
-            failed = [f for f in futures.values() if f in done and f.exception() is not None]
-            if failed:
-                raise failed[0].exception()  # type: ignore[misc]
-            return [futures[key].result() for key in keys]
-        finally:
-            # On an error or Ctrl-C: drop the queued requests, let the running ones finish (and be cached).
-            pool.shutdown(wait=True, cancel_futures=True)
+        unique = sorted(first.items(), key=lambda kv: kv[1])
+        stop = threading.Event()
+        jobs = [lambda i=i: self._chat(batch[i], full, stop) for _, i in unique]
+        replies = dict(zip((key for key, _ in unique), _run_bounded(jobs, min(self.config.concurrency, len(jobs)), stop)))
+        return [replies[key] for key in keys]
 
     # ----------------------------------------------------------------- private
-    def _ask_with_retries(self, key: str, messages: Messages, params: dict[str, Any]) -> ChatReply:
+    def _chat(self, messages: Messages, full: dict[str, Any], stop: threading.Event) -> ChatReply:
+        key = request_key(self.config.base_url, self.config.model, messages, full)
+        cached = self.cache.get(key)
+        if cached is not None:
+            self._bump("cache_hits")
+            return ChatReply(str(cached.get("content", "")), cached.get("finish_reason"), cached=True)
+        reply = self._ask_with_retries(key, messages, full, stop)
+        request = {"base_url": normalise_base_url(self.config.base_url), "model": self.config.model, "messages": messages, "params": full}
+        self.cache.put(key, request, {"content": reply.content, "finish_reason": reply.finish_reason})
+        self._bump("answered")
+        return reply
+
+    def _ask_with_retries(self, key: str, messages: Messages, params: dict[str, Any], stop: threading.Event) -> ChatReply:
         attempts = self.config.max_retries + 1
         for attempt in range(attempts):
+            if stop.is_set():
+                raise _Stopped(key)
             started = time.monotonic()
             try:
                 reply = self._ask_once(messages, params)
@@ -148,7 +168,7 @@ class LLMClient:
                 self._bump("retries")
                 delay = self.backoff.delay(attempt, exc.retry_after)
                 log.info("retrying %s in %.2fs (%s)", key[:12], delay, self._mask(exc.what))
-                self._sleep(delay)
+                stop.wait(delay)
                 continue
             except ProbeError as exc:
                 self._record(key, attempt, str(exc), started)
@@ -172,17 +192,11 @@ class LLMClient:
                 self._token_param = "max_completion_tokens"
                 return self._ask_once(messages, params)
             raise self._final(f"HTTP {exc.status_code}{_server_message(exc)}") from None
-        except openai.APITimeoutError:
-            raise _Retryable(f"timed out after {self.config.timeout:g}s") from None
-        except openai.APIConnectionError as exc:
-            raise _Retryable(f"connection failed ({_cause(exc)}; is a server listening there?)") from None
-        except openai.APIStatusError as exc:
-            what = f"HTTP {exc.status_code}{_server_message(exc)}"
-            if exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500:
-                raise _Retryable(what, exc.response.headers.get("retry-after")) from None
-            raise self._final(what) from None
-        except openai.APIError as exc:  # e.g. a JSON body that is not a chat completion
-            raise _Retryable(f"malformed reply ({_one_line(str(exc), 120)})") from None
+        except (openai.OpenAIError, ValueError, OSError) as exc:
+            failure = _classify(exc, self.config.timeout)
+            if isinstance(failure, _Retryable):
+                raise failure from None
+            raise self._final(failure) from None
         return _parse_completion(response)
 
     def _wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -208,8 +222,95 @@ class LLMClient:
             return
         line = json.dumps({"time": round(time.time(), 3), "key": key[:16], "attempt": attempt, "outcome": self._mask(outcome),
                            "seconds": round(time.monotonic() - started, 3)})
-        with self._lock, self._log_path.open("a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
+        try:
+            with self._lock, self._log_path.open("a", encoding="utf-8") as handle:
+                handle.write(line + "\n")
+        except OSError:
+            pass  # a diagnostic log must not stop a run; the cache write that follows reports a full disk
+
+
+def _run_bounded(jobs: Sequence[Callable[[], T]], workers: int, stop: threading.Event) -> list[T]:
+    """Results of ``jobs`` in order, at most ``workers`` at a time, on daemon threads.
+
+    The first exception sets ``stop`` (no further job starts), waits for the running ones
+    and is raised. A ``KeyboardInterrupt`` in the waiting thread sets ``stop`` and is
+    raised at once: the running jobs are abandoned, not joined.
+    """
+    results: list[Any] = [None] * len(jobs)
+    errors: list[BaseException] = []
+    order = iter(range(len(jobs)))
+    lock = threading.Lock()
+    finished = threading.Semaphore(0)
+
+    def work() -> None:
+        try:
+            while not stop.is_set():
+                with lock:
+                    index = next(order, None)
+                if index is None:
+                    return
+                results[index] = jobs[index]()
+        except BaseException as exc:  # handed to the waiting thread
+            with lock:
+                errors.append(exc)
+            stop.set()
+        finally:
+            finished.release()
+
+    threads = [threading.Thread(target=work, name=f"llm-{n}", daemon=True) for n in range(workers)]
+    try:
+        for thread in threads:
+            thread.start()
+        for _ in threads:
+            finished.acquire()
+    except BaseException:
+        stop.set()
+        raise
+    if errors:
+        raise next((e for e in errors if not isinstance(e, _Stopped)), errors[0])
+    return results
+
+
+def _classify(exc: BaseException, timeout: float) -> _Retryable | str:
+    """The one mapping of a failed request: a retryable condition, or the text of a fatal one."""
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return _Retryable(f"timed out after {timeout:g}s")
+    if isinstance(exc, openai.APIStatusError):
+        what = f"HTTP {exc.status_code}{_server_message(exc)}"
+        if exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500:
+            return _Retryable(what, exc.response.headers.get("retry-after"))
+        return what
+    if isinstance(exc, (openai.APIConnectionError, OSError)):
+        return _Retryable(f"connection failed: {_connection_problem(exc)}")
+    if isinstance(exc, ValueError):  # a body labelled JSON that is not JSON, or not UTF-8
+        return _Retryable(f"malformed reply (the body is not valid JSON: {_one_line(str(exc), 80)})")
+    return _Retryable(f"malformed reply ({_one_line(str(exc), 120)})")  # e.g. JSON that is not a chat completion
+
+
+def _connection_problem(exc: BaseException) -> str:
+    """What went wrong on the wire, from the exception's chain of causes."""
+    chain = _causes(exc)
+    names = [type(e).__name__ for e in chain]
+    if any(isinstance(e, ConnectionRefusedError) or getattr(e, "errno", None) == errno.ECONNREFUSED for e in chain):
+        return "refused (is a server listening there?)"
+    if "ConnectError" in names or "ConnectTimeout" in names:
+        return f"could not connect ({_one_line(str(chain[-1]), 80)}; is a server listening there?)"
+    broken = next((e for e in chain if type(e).__name__ in ("RemoteProtocolError", "ReadError", "WriteError")
+                   or isinstance(e, (ConnectionResetError, BrokenPipeError))), None)
+    if broken is not None:
+        return f"the connection broke before the reply was complete ({type(broken).__name__}: {_one_line(str(broken), 80)})"
+    return f"{_one_line(str(chain[-1]) or names[-1], 80)} ({names[-1]})"
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
 
 
 def _parse_completion(response: Any) -> ChatReply:
@@ -234,11 +335,6 @@ def _server_message(exc: Any) -> str:
         message = message or body.get("detail")
     text = str(message) if message else getattr(exc.response, "reason_phrase", "")
     return f" {_one_line(text, 200)}" if text else ""
-
-
-def _cause(exc: BaseException) -> str:
-    inner = exc.__cause__ or exc.__context__
-    return _one_line(type(inner).__name__ if inner is not None else str(exc), 80)
 
 
 def _one_line(text: str, limit: int) -> str:

@@ -5,6 +5,11 @@ line-precise errors), run the chosen judges, and return per-capability scores, t
 count of undecided (unparseable) verdicts, and rules-vs-LLM agreement with Cohen's
 kappa. The per-row verdicts can be written as JSON lines for auditing a judge.
 
+Nothing is written until every verdict exists: a Ctrl-C (:class:`~core.errors.Interrupted`)
+or an endpoint that gives up leaves ``verdicts_out`` as it was, and says how many judge
+replies the reply cache kept, so that rerunning the same command resumes without paying
+for them again. The verdicts file is replaced atomically (:func:`core.atomic.write_atomic`).
+
 Responses file: one JSON value per line, aligned with the test rows, either a string or
 an object with a ``response`` field (``generation``/``output``/``completion`` are
 accepted too) and optionally an ``index`` giving the test row it answers.
@@ -17,17 +22,22 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
+from core.atomic import write_atomic
+from core.errors import DataError, Interrupted, ProbeError
 from data_synthesis.capabilities import Capability
-from core.errors import DataError, ProbeError
-from data_synthesis.io import iter_jsonl, read_test_rows, write_jsonl
+from data_synthesis.io import iter_jsonl, read_test_rows
 from data_synthesis.judge.agreement import Agreement, CapabilityScore, agreement, score_table
 from data_synthesis.judge.base import Verdict
 from data_synthesis.llm.config import ClientConfig
 from data_synthesis.schema import TestRow
+
+if TYPE_CHECKING:
+    from data_synthesis.llm.client import LLMClient
 
 JUDGES = ("rules", "llm", "both")
 _RESPONSE_FIELDS = ("response", "generation", "output", "completion")
@@ -97,7 +107,14 @@ def run_judges(rows: list[TestRow], responses: list[str], judge: str, client_con
         from data_synthesis.judge.llm import LLMJudge
 
         llm = LLMJudge(client_config)
-        report.verdicts["llm"] = llm.judge(rows, responses)
+        try:
+            report.verdicts["llm"] = llm.judge(rows, responses)
+        except KeyboardInterrupt:
+            raise Interrupted(f"LLM judging stopped before any verdict was written; {_kept(llm.client)}") from None
+        except ProbeError as exc:
+            if type(exc) is not ProbeError:
+                raise
+            raise ProbeError(f"{exc}; no verdict was written; {_kept(llm.client)}") from None
         report.client_stats = llm.client.stats.as_dict()
     report.scores = {name: score_table(v) for name, v in report.verdicts.items()}
     if judge == "both":
@@ -117,8 +134,30 @@ def judge_files(data: str | os.PathLike[str], responses: str | os.PathLike[str],
         rows, texts = rows[:limit], texts[:limit]
     report = run_judges(rows, texts, judge, client_config)
     if verdicts_out is not None:
-        write_jsonl(verdicts_out, _verdict_rows(rows, report.verdicts))
+        cache = client_config.cache_dir if client_config is not None and report.client_stats is not None else None
+        _write_verdicts(verdicts_out, _verdict_rows(rows, report.verdicts), cache)
     return report
+
+
+def _kept(client: LLMClient) -> str:
+    """What a stopped LLM judging run leaves behind, and how to go on."""
+    if client.cache.directory is None:
+        return "the reply cache is off (--no-cache), so nothing was kept; rerun the same command to start again"
+    kept = client.stats.answered + client.stats.cache_hits
+    return (f"{kept} judge replies are kept in the reply cache {client.cache.directory}; "
+            "rerun the same command to resume (cached replies are not asked again)")
+
+
+def _write_verdicts(path: str | os.PathLike[str], rows: list[dict[str, Any]], cache: os.PathLike[str] | None) -> None:
+    def lines(handle: IO[bytes]) -> None:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False).encode("utf-8") + b"\n")
+
+    try:
+        write_atomic(path, lines)
+    except OSError as exc:
+        kept = f"; the judge replies are kept in the reply cache {cache}, so a rerun asks nothing again" if cache is not None else ""
+        raise ProbeError(f"--verdicts-out {path}: cannot write ({exc.strerror or exc}); any old file there is as it was{kept}") from None
 
 
 def _verdict_rows(rows: list[TestRow], verdicts: dict[str, list[Verdict]]) -> list[dict[str, Any]]:

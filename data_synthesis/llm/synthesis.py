@@ -23,6 +23,15 @@ training and probing cannot tell the backends apart; DPO ``rejected`` replies ar
 offline builders' realistic violations of the same episode. A ``synthesis_report.json``
 next to them records failures, repairs and request counts.
 
+Never good data replaced by worse: the file set is written only once every row exists,
+all files to temporary names first and renamed together
+(:func:`core.atomic.replace_together`). A run that yields no row for a file it was asked
+to fill (every reply invalid: a wrong model, a broken endpoint) raises
+:class:`SynthesisFailed` and writes nothing, so an existing dataset in ``out_dir`` stays as
+it was. An endpoint that fails, or a Ctrl-C (:class:`~core.errors.Interrupted`), also
+leaves ``out_dir`` untouched; every reply received is already in the reply cache, so
+rerunning the same command resumes without asking again.
+
 Example:
     >>> cfg = ClientConfig.from_env(model="gpt-4o")                      # doctest: +SKIP
     >>> summary = synthesize_llm("data/llm", n_roles=40, seed=0, client_config=cfg)  # doctest: +SKIP
@@ -34,15 +43,14 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from core.atomic import replace_together
+from core.errors import Interrupted, ProbeError
 from data_synthesis.capabilities import TASKS, Capability, capabilities_of
-from core.errors import ProbeError
-from data_synthesis.io import write_jsonl
 from data_synthesis.llm import prompts
 from data_synthesis.llm.client import ClientConfig, LLMClient
 from data_synthesis.llm.replies import FailureLog, ask_validated
@@ -55,7 +63,6 @@ from data_synthesis.offline.synthesize import (
     SynthesisConfig,
     SynthesisSummary,
     _dpo_row,
-    _prepare,
     _rng,
     _sft_row,
     _split_pool,
@@ -79,11 +86,32 @@ class LLMSynthesisSummary(SynthesisSummary):
     requests: dict[str, int] = field(default_factory=dict)
 
 
+class SynthesisFailed(ProbeError):
+    """No row for a file the run was asked to fill; nothing was written. Carries the counts for callers."""
+
+    def __init__(self, message: str, failures: dict[str, Any], requests: dict[str, int]) -> None:
+        super().__init__(message)
+        self.failures = failures
+        self.requests = requests
+
+
 @dataclass
 class _Run:
     client: LLMClient
     failures: FailureLog
     repairs: int
+
+
+@dataclass
+class _Built:
+    roles: list[RoleProfile]
+    matches: dict[str, dict[str, Any]]
+    pool: list[Passage]
+    test_pool: list[Passage]
+    train_pool: list[Passage]
+    sft: list[SFTRow]
+    dpo: list[DPORow]
+    test: list[TestRow]
 
 
 def synthesize_llm(out_dir: str | Path, n_roles: int, seed: int, client_config: ClientConfig, *, repairs: int = 2,
@@ -93,15 +121,32 @@ def synthesize_llm(out_dir: str | Path, n_roles: int, seed: int, client_config: 
     ``options`` are :class:`~data_synthesis.offline.SynthesisConfig` size fields (e.g.
     ``sft_base=1`` for a small run); ``repairs`` is the number of repair rounds per reply;
     ``passages_per_role`` the number of relevant (and of irrelevant) passages matched per role.
+    Raises :class:`SynthesisFailed` (nothing written) when a requested file would be empty.
     """
     if isinstance(repairs, bool) or not isinstance(repairs, int) or not 0 <= repairs <= 10:
         raise ProbeError(f"repairs must be an integer in [0, 10], got {repairs!r}")
     cfg = SynthesisConfig(n_roles=n_roles, seed=seed, **options)
-    out = _prepare(out_dir)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise ProbeError(f"--out {out}: exists and is not a directory")
     run = _Run(LLMClient(client_config), FailureLog(), repairs)
-    pool = build_pool(_rng(seed, "passages"), cfg.passages_per_domain)
+    try:
+        built = _build(run, cfg, passages_per_role)
+    except KeyboardInterrupt:
+        raise Interrupted(f"LLM synthesis stopped before writing anything to {out}; {_kept(run)}") from None
+    except ProbeError as exc:
+        if type(exc) is not ProbeError:
+            raise
+        raise ProbeError(f"{exc}; nothing was written to {out}; {_kept(run)}") from None
+    _refuse_empty(out, run, _asked(cfg), built)
+    return _write(out, run, client_config, built)
+
+
+def _build(run: _Run, cfg: SynthesisConfig, passages_per_role: int) -> _Built:
+    """Every row of every file, in memory; nothing is written here."""
+    pool = build_pool(_rng(cfg.seed, "passages"), cfg.passages_per_domain)
     train_pool, test_pool = _split_pool(cfg, pool)
-    roles = _profiles(run, build_profiles(_rng(seed, "profiles"), cfg.n_roles, cfg.n_test_roles))
+    roles = _profiles(run, build_profiles(_rng(cfg.seed, "profiles"), cfg.n_roles, cfg.n_test_roles))
     train_roles = [r for r in roles if r.split == "train"]
     test_roles = [r for r in roles if r.split == "test"]
     pools, matches = _match(train_roles, train_pool, passages_per_role)
@@ -110,34 +155,81 @@ def synthesize_llm(out_dir: str | Path, n_roles: int, seed: int, client_config: 
     matches.update(test_matches)
     test = _build_test(run, cfg, test_roles, pools)
     sft, dpo = _build_train(run, cfg, train_roles, pools)
-    counts = _write(out, roles, matches, pool, test_pool, sft, dpo, test)
-    base = _summary(out, counts, sft, dpo, test, (len(train_roles), len(test_roles)), (len(train_pool), len(test_pool)))
-    summary = LLMSynthesisSummary(**base.as_dict(), failures=run.failures.as_dict(), requests=run.client.stats.as_dict())
-    _write_report(out / REPORT_FILE, {"failures": summary.failures, "requests": summary.requests, "endpoint": client_config.describe()})
-    if run.failures.total:
-        per_stage = ", ".join(f"{k}: {v}" for k, v in sorted(run.failures.counts.items()))
-        log.warning("LLM synthesis: %d replies still invalid after %d repair round(s) were dropped (%s); details in %s",
-                    run.failures.total, repairs, per_stage, out / REPORT_FILE)
-    return summary
+    return _Built(roles, matches, pool, test_pool, train_pool, sft, dpo, test)
 
 
-def _write(out: Path, roles: list[RoleProfile], matches: dict[str, dict[str, Any]], pool: list[Passage], test_pool: list[Passage],
-           sft: list[SFTRow], dpo: list[DPORow], test: list[TestRow]) -> dict[str, int]:
-    """The offline file set, each file written atomically; returns rows per file."""
-    test_ids = {p.id for p in test_pool}
+def _kept(run: _Run) -> str:
+    """What survives a stopped run, and how to go on."""
+    cache = run.client.cache.directory
+    if cache is None:
+        return "the reply cache is off (--no-cache), so nothing was kept; rerun the same command to start again"
+    stats = run.client.stats
+    return (f"{stats.answered + stats.cache_hits} replies of this run are kept in the reply cache {cache}; "
+            "rerun the same command to resume (cached replies are not asked again)")
+
+
+def _asked(cfg: SynthesisConfig) -> dict[str, int]:
+    """Rows each file would hold if every reply were valid."""
+    n_train = cfg.n_roles - cfg.n_test_roles
     return {
-        "profiles.jsonl": write_jsonl(out / "profiles.jsonl", [{**r.to_dict(), "match": matches[r.id]} for r in roles]),
-        "passages.jsonl": write_jsonl(out / "passages.jsonl", [{**p.to_dict(), "split": "test" if p.id in test_ids else "train"} for p in pool]),
-        "sft.jsonl": write_jsonl(out / "sft.jsonl", sft),
-        "dpo.jsonl": write_jsonl(out / "dpo.jsonl", dpo),
-        "test.jsonl": write_jsonl(out / "test.jsonl", test),
+        "profiles.jsonl": cfg.n_roles,
+        "sft.jsonl": n_train * (sum(cfg.sft_count(t.name) for t in TASKS) + cfg.free_chats),
+        "dpo.jsonl": n_train * len(TASKS) * cfg.dpo_per_task,
+        "test.jsonl": sum(cfg.test_count(t.published_count) for t in TASKS),
     }
 
 
-def _write_report(path: Path, report: dict[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+def _refuse_empty(out: Path, run: _Run, asked: dict[str, int], built: _Built) -> None:
+    got = {"profiles.jsonl": len(built.roles), "sft.jsonl": len(built.sft), "dpo.jsonl": len(built.dpo), "test.jsonl": len(built.test)}
+    empty = [name for name, n in asked.items() if n and not got[name]]
+    if not empty:
+        return
+    failures = run.failures.as_dict()
+    example = " ".join(next((e for shown in run.failures.examples.values() for e in shown), "none recorded").split())
+    cache = run.client.cache.directory
+    retry = f"the replies are cached in {cache}: pass --no-cache to ask again" if cache is not None else "rerun to ask again"
+    raise SynthesisFailed(
+        f"LLM synthesis produced no valid rows for {', '.join(empty)}: {run.failures.total} replies stayed invalid after "
+        f"{run.repairs} repair round(s) (e.g. {example}); nothing was written, {out} is as it was. Check --model and the "
+        f"endpoint; {retry}", failures, run.client.stats.as_dict())
+
+
+def _write(out: Path, run: _Run, client_config: ClientConfig, built: _Built) -> LLMSynthesisSummary:
+    """The offline file set plus the report, replaced together; the summary of what was written."""
+    test_ids = {p.id for p in built.test_pool}
+    rows: dict[str, list[Any]] = {
+        "profiles.jsonl": [{**r.to_dict(), "match": built.matches[r.id]} for r in built.roles],
+        "passages.jsonl": [{**p.to_dict(), "split": "test" if p.id in test_ids else "train"} for p in built.pool],
+        "sft.jsonl": built.sft,
+        "dpo.jsonl": built.dpo,
+        "test.jsonl": built.test,
+    }
+    counts = {name: len(items) for name, items in rows.items()}
+    n_test_roles = sum(1 for r in built.roles if r.split == "test")
+    base = _summary(out, counts, built.sft, built.dpo, built.test, (len(built.roles) - n_test_roles, n_test_roles),
+                    (len(built.train_pool), len(built.test_pool)))
+    summary = LLMSynthesisSummary(**base.as_dict(), failures=run.failures.as_dict(), requests=run.client.stats.as_dict())
+    report = {"failures": summary.failures, "requests": summary.requests, "endpoint": client_config.describe()}
+    files: dict[Path, str] = {out / name: _jsonl(items) for name, items in rows.items()}
+    files[out / REPORT_FILE] = json.dumps(report, indent=2) + "\n"
+    try:
+        replace_together(files)
+    except KeyboardInterrupt:
+        raise Interrupted(f"Ctrl-C while writing {out}: it holds either the old file set or the complete new one, never a mix; "
+                          f"{_kept(run)}") from None
+    except OSError as exc:
+        raise ProbeError(f"--out {out}: cannot write the dataset ({exc.strerror or exc}); the old files are as they were; "
+                         f"{_kept(run)}") from None
+    if run.failures.total:
+        per_stage = ", ".join(f"{k}: {v}" for k, v in sorted(run.failures.counts.items()))
+        log.warning("LLM synthesis: %d replies still invalid after %d repair round(s) were dropped (%s); details in %s",
+                    run.failures.total, run.repairs, per_stage, out / REPORT_FILE)
+    return summary
+
+
+def _jsonl(rows: Iterable[Any]) -> str:
+    """Rows (with ``to_dict`` or plain dicts) as JSON lines, byte for byte as the offline writer writes them."""
+    return "".join(json.dumps(r.to_dict() if hasattr(r, "to_dict") else r, ensure_ascii=False) + "\n" for r in rows)
 
 
 # ---------------------------------------------------------------- stage 1

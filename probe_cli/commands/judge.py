@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from core.paths import check_output_dir, check_output_file
+from probe_cli.console import console
+
 if TYPE_CHECKING:
     from data_synthesis.llm.judging import JudgeReport
 
@@ -33,8 +36,9 @@ def judge(
     api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="NAME of the variable holding the key (default: OPENAI_API_KEY)."),
     temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0, max=2.0, help="Judge temperature (default: 0)."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, max=256, help="Requests in flight (default: 4)."),
-    max_retries: Optional[int] = typer.Option(None, "--max-retries", min=0, max=100, help="Retries on 429/5xx/timeouts (default: 4)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, help="Seconds per request (default: 60)."),
+    max_retries: Optional[int] = typer.Option(None, "--max-retries", "--retries", min=0, max=100, help="Retries per request on 429/5xx/timeouts/broken replies (default: 4)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, max=3600.0, help="Seconds to wait for a reply (default: 60)."),
+    backoff: Optional[float] = typer.Option(None, "--backoff", min=0.0, max=600.0, help="Seconds before the first retry, doubled per retry, at least the server's Retry-After (default: 1)."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Reply cache (default: .cache/llm)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the reply cache (every call is paid)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Judge only the first N rows."),
@@ -47,10 +51,14 @@ def judge(
 
     if judge_name not in JUDGES:
         raise typer.BadParameter(f"expected one of {', '.join(JUDGES)}", param_hint="--judge")
+    if verdicts_out is not None:
+        check_output_file(verdicts_out, "--verdicts-out")
+    if cache_dir is not None and not no_cache and judge_name in ("llm", "both"):
+        check_output_dir(cache_dir, "--cache-dir")
     config = None
     if judge_name in ("llm", "both"):
         config = ClientConfig.from_env(base_url, model, api_key_env=api_key_env, temperature=temperature, concurrency=concurrency,
-                                       max_retries=max_retries, timeout=timeout, cache_dir=cache_dir)
+                                       max_retries=max_retries, timeout=timeout, backoff_base=backoff, cache_dir=cache_dir)
         if no_cache:
             config = replace(config, cache_dir=None)
     report = judge_files(data, responses, judge_name, config, limit=limit, verdicts_out=verdicts_out)
@@ -61,7 +69,6 @@ def judge(
 
 
 def _print(report: JudgeReport) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from data_synthesis.capabilities import ALL_CAPABILITIES
@@ -86,8 +93,8 @@ def _print(report: JudgeReport) -> None:
             a = report.agreement.get(cap)
             row += [f"{a.rate:.1%} (n={a.n})" if a and a.rate is not None else "-", f"{a.kappa:.2f}" if a and a.kappa is not None else "-"]
         table.add_row(*row)
-    console = Console()
-    console.print(table)
+    out = console()
+    out.print(table)
     if report.client_stats:
         s = report.client_stats
-        console.print(f"LLM requests: {s['requests']} sent, {s['cache_hits']} from cache, {s['retries']} retried")
+        out.print(f"LLM requests: {s['requests']} sent, {s['cache_hits']} from cache, {s['retries']} retried")

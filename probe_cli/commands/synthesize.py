@@ -4,15 +4,25 @@ Thin wrapper: ``--backend offline`` calls :func:`data_synthesis.offline.synthesi
 (seeded, no network, seconds); ``--backend llm`` calls
 :func:`data_synthesis.llm.synthesis.synthesize_llm` against an OpenAI-compatible
 endpoint. Both return a summary that is printed as rich tables.
+
+The LLM backend takes the same endpoint options as ``probe judge`` (``--timeout``,
+``--max-retries``/``--retries``, ``--backoff``, ``--concurrency``, ``--cache-dir``...), so
+a server that holds or fails every request ends in one ``error:`` line within a bound
+the user sets; they are refused with ``--backend offline``, where they would do nothing.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
+
+from core.errors import ProbeError
+from core.paths import check_output_dir
+from probe_cli.console import console
 
 BACKENDS = ("offline", "llm")
 
@@ -29,20 +39,37 @@ def synthesize(
     backend: str = typer.Option("offline", "--backend", help="offline (templated, no network) or llm (an OpenAI-compatible endpoint)."),
     model: Optional[str] = typer.Option(None, "--model", help="LLM backend: model name. Env: OPENAI_MODEL."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="LLM backend: endpoint, e.g. http://127.0.0.1:8000/v1. Env: OPENAI_BASE_URL."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="LLM backend: NAME of the variable holding the key (default: OPENAI_API_KEY)."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, max=256, help="LLM backend: requests in flight (default: 4)."),
+    max_retries: Optional[int] = typer.Option(None, "--max-retries", "--retries", min=0, max=100, help="LLM backend: retries per request on 429/5xx/timeouts/broken replies (default: 4)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, max=3600.0, help="LLM backend: seconds to wait for a reply (default: 60)."),
+    backoff: Optional[float] = typer.Option(None, "--backoff", min=0.0, max=600.0, help="LLM backend: seconds before the first retry, doubled per retry, at least the server's Retry-After (default: 1)."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="LLM backend: reply cache, what a rerun resumes from (default: .cache/llm)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="LLM backend: neither read nor write the reply cache (every call is paid, nothing to resume from)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of tables."),
 ) -> None:
     """Synthesize a RoleMRC-format dataset and print rows per file, capability and task."""
     if backend not in BACKENDS:
         raise typer.BadParameter(f"expected one of {', '.join(BACKENDS)}, got {backend!r}", param_hint="--backend")
+    check_output_dir(out, "--out")
+    endpoint = {"--model": model, "--base-url": base_url, "--api-key-env": api_key_env, "--concurrency": concurrency,
+                "--max-retries": max_retries, "--timeout": timeout, "--backoff": backoff, "--cache-dir": cache_dir}
     if backend == "offline":
         from data_synthesis.offline import synthesize as run_offline
 
+        given = [flag for flag, value in endpoint.items() if value is not None] + (["--no-cache"] if no_cache else [])
+        if given:
+            raise ProbeError(f"{', '.join(given)}: only for --backend llm (the offline backend calls no endpoint)")
         summary: Any = run_offline(out, n_roles=roles, seed=seed)
     else:
         from data_synthesis.llm.config import ClientConfig
         from data_synthesis.llm.synthesis import synthesize_llm
 
-        summary = synthesize_llm(out, roles, seed, ClientConfig.from_env(base_url, model))
+        if cache_dir is not None and not no_cache:
+            check_output_dir(cache_dir, "--cache-dir")
+        config = ClientConfig.from_env(base_url, model, api_key_env=api_key_env, concurrency=concurrency, max_retries=max_retries,
+                                       timeout=timeout, backoff_base=backoff, cache_dir=cache_dir)
+        summary = synthesize_llm(out, roles, seed, replace(config, cache_dir=None) if no_cache else config)
     data = summary.as_dict() if hasattr(summary, "as_dict") else dict(vars(summary))
     if as_json:
         typer.echo(json.dumps(data, indent=2))
@@ -51,24 +78,23 @@ def synthesize(
 
 
 def _print(data: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from data_synthesis.capabilities import ALL_CAPABILITIES, TASKS
 
-    console = Console()
+    out = console()
     files = Table(title=f"Wrote {data.get('out_dir', '')}")
     files.add_column("file")
     files.add_column("rows", justify="right")
     for name, count in data.get("files", {}).items():
         files.add_row(name, str(count))
-    console.print(files)
+    out.print(files)
     caps = Table(title="Test rows per capability")
     caps.add_column("capability")
     caps.add_column("rows", justify="right")
     for cap in ALL_CAPABILITIES:
         caps.add_row(cap.value, str(data.get("capabilities", {}).get(cap.value, 0)))
-    console.print(caps)
+    out.print(caps)
     per_task = data.get("tasks", {})
     columns = [name for name in ("sft.jsonl", "dpo.jsonl", "test.jsonl") if name in per_task]
     tasks = Table(title="Rows per task")
@@ -78,7 +104,7 @@ def _print(data: dict[str, Any]) -> None:
     names = [t.name for t in TASKS] + sorted({k for c in columns for k in per_task[c]} - {t.name for t in TASKS})
     for task in names:
         tasks.add_row(task, *(str(per_task[c].get(task, 0)) for c in columns))
-    console.print(tasks)
+    out.print(tasks)
 
 
 def validate(
@@ -93,7 +119,6 @@ def validate(
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"{report.path}: {report.rows} {report.kind} rows" + (f", {report.with_expect} with expect" if report.kind == "test" else ""))
@@ -101,4 +126,4 @@ def validate(
     table.add_column("rows", justify="right")
     for name, count in {**report.capabilities, **report.tasks}.items():
         table.add_row(name, str(count))
-    Console().print(table)
+    console().print(table)

@@ -1,8 +1,8 @@
 """A scripted OpenAI-compatible chat endpoint on 127.0.0.1, for tests, demos and dry runs.
 
 Real failure modes (429 with ``Retry-After``, 500, a garbage body, a reply slower than
-the client's timeout) are hard to get from a real server on demand; this server plays
-them from a script, records every request it receives (arrival time and JSON body), and
+the client's timeout, a body cut short or reset by the peer) are hard to get from a real
+server on demand; this server plays them from a script, records every request it receives (arrival time and JSON body), and
 otherwise answers chat completions through a ``responder`` function. It is bounded: it
 binds a free port on loopback only, serves from a daemon thread, and shuts itself down
 after ``lifetime`` seconds even if a test forgets to stop it.
@@ -20,6 +20,8 @@ import json
 import threading
 import time
 from collections.abc import Callable, Sequence
+import socket
+import struct
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -41,6 +43,13 @@ class Step:
     retry_after: str | None = None
     delay: float = 0.0
     message: str | None = None  # error message of an error status (default: "scripted status N")
+    content_type: str = "text/plain"  # of a raw ``body``
+    fault: str | None = None  # a transport fault instead of an answer: one of FAULTS
+
+
+FAULTS = ("truncate", "reset", "drop")
+"""``truncate``: promise a longer body than is sent, then close; ``reset``: half the body, then a
+TCP reset (RST); ``drop``: close the connection without answering."""
 
 
 @dataclass
@@ -72,9 +81,10 @@ class ScriptedServer:
         self.responder = responder or (lambda request: "ok")
         self.received: list[Received] = []
         self._lock = threading.Lock()
+        self._stopped = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="scripted-llm", daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="scripted-llm", daemon=True)
         self._timer = threading.Timer(lifetime, self.stop)
         self._timer.daemon = True
 
@@ -98,6 +108,7 @@ class ScriptedServer:
         return self
 
     def stop(self) -> None:
+        self._stopped.set()  # releases held requests
         self._timer.cancel()
         if self._thread.is_alive():
             self._server.shutdown()
@@ -108,6 +119,10 @@ class ScriptedServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def hold(self, seconds: float) -> None:
+        """Sleep up to ``seconds`` in a handler (or a responder); returns early when the server stops."""
+        self._stopped.wait(seconds)
 
     def _next(self, request: dict[str, Any] | None) -> Step:
         with self._lock:
@@ -138,9 +153,11 @@ class ScriptedServer:
                     server.received.append(Received(time.monotonic(), self.path, body, dict(self.headers)))
                 step = server._next(body)
                 if step.delay:
-                    time.sleep(step.delay)
-                if step.body is not None:
-                    self._send(step.status, step.body, "text/plain", step.retry_after)
+                    server.hold(step.delay)
+                if step.fault is not None:
+                    self._fault(step.fault, json.dumps(completion(step.content or "ok")))
+                elif step.body is not None:
+                    self._send(step.status, step.body, step.content_type, step.retry_after)
                 elif step.status == 200:
                     self._send(200, json.dumps(completion(step.content or "", (body or {}).get("model", "scripted"))))
                 else:
@@ -159,6 +176,28 @@ class ScriptedServer:
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout test)
+                    pass
+
+            def _fault(self, fault: str, text: str) -> None:
+                if fault not in FAULTS:
+                    raise ValueError(f"unknown fault {fault!r}; expected one of {FAULTS}")
+                self.close_connection = True
+                data = text.encode("utf-8")
+                try:
+                    if fault != "drop":
+                        self.send_response(200)
+                        self.send_header("content-type", "application/json")
+                        self.send_header("content-length", str(len(data) * 2 if fault == "truncate" else len(data)))
+                        self.end_headers()
+                        self.wfile.write(data[: len(data) // 2] if fault == "reset" else data)
+                        self.wfile.flush()
+                        time.sleep(0.05)  # let the client read the headers and the first bytes
+                    if fault == "reset":  # SO_LINGER 0: close() sends RST instead of FIN
+                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    else:
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    self.connection.close()
+                except OSError:
                     pass
 
         return Handler

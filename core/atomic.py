@@ -1,0 +1,164 @@
+"""The toolkit's one way to write a file that replaces another: all of it, or none of it.
+
+A writer that opens its target and writes in place leaves half a file when it is killed,
+runs out of disk or meets a bug halfway, and the good file that was there is gone. Here
+every write goes to a temporary name in the target's own folder (so the final rename
+never crosses a file system), is flushed and ``fsync``-ed, and is then renamed over the
+target with :func:`os.replace`, which POSIX makes atomic; the folder is ``fsync``-ed
+last so the rename itself survives a power cut. Until that rename the old file is
+untouched, and on any exception (``KeyboardInterrupt`` included) the temporary file is
+removed.
+
+A dataset is several files that belong together (``sft.jsonl``, ``dpo.jsonl``,
+``test.jsonl``, ``profiles.jsonl``...). :func:`replace_together` writes every member to its
+temporary name first and renames only when all of them are complete, so a failure
+while producing or writing any member leaves the whole old set as it was. The renames
+themselves are not one atomic step (POSIX has no multi-file rename), but they only move
+finished files, take microseconds, and a Ctrl-C that arrives during them is held back
+until they are done.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> write_atomic(root / "a.txt", "old")
+    >>> replace_together({root / "a.txt": "new", root / "b.txt": b"bytes"})
+    >>> (root / "a.txt").read_text(), (root / "b.txt").read_bytes()
+    ('new', b'bytes')
+    >>> def fails(handle):
+    ...     raise ValueError("producer failed")
+    >>> replace_together({root / "a.txt": "newer", root / "b.txt": fails})
+    Traceback (most recent call last):
+    ...
+    ValueError: producer failed
+    >>> (root / "a.txt").read_text(), sorted(p.name for p in root.iterdir())
+    ('new', ['a.txt', 'b.txt'])
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, Union
+
+Content = Union[str, bytes, Callable[[IO[bytes]], Any]]
+"""What a file is made of: text (written as UTF-8), bytes, or a function that writes to a binary handle."""
+
+__all__ = ["Content", "atomic_file", "replace_together", "write_atomic"]
+
+
+@contextmanager
+def atomic_file(path: str | os.PathLike[str], *, durable: bool = True) -> Iterator[IO[bytes]]:
+    """A binary handle on a temporary file that replaces ``path`` when the block ends without error.
+
+    ``durable=False`` skips the ``fsync`` calls, for files that are cheap to lose on a power
+    cut (a cache entry) but must still never be seen half-written.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+            _flush(handle, durable)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    if durable:
+        _sync_folder(target.parent)
+
+
+def write_atomic(path: str | os.PathLike[str], content: Content, *, durable: bool = True) -> None:
+    """Replace ``path`` with ``content`` (text as UTF-8, bytes, or a writer function), atomically."""
+    with atomic_file(path, durable=durable) as handle:
+        _fill(handle, content)
+
+
+def replace_together(files: Mapping[str | os.PathLike[str], Content], *, durable: bool = True) -> None:
+    """Write every file of ``files`` to a temporary name, then rename them all; on any failure, none.
+
+    A producer that raises (or a full disk, or Ctrl-C) while any member is written leaves
+    every target as it was and removes the temporary files.
+    """
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, content in files.items():
+            target = Path(path)
+            staged.append((_stage(target, content, durable), target))
+        with _sigint_deferred():
+            while staged:
+                tmp, target = staged[0]
+                os.replace(tmp, target)
+                staged.pop(0)
+    finally:
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
+    if durable:
+        for folder in {Path(p).parent for p in files}:
+            _sync_folder(folder)
+
+
+def _stage(target: Path, content: Content, durable: bool) -> str:
+    """``content`` written and flushed to a temporary file beside ``target``; returns its name."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            _fill(handle, content)
+            _flush(handle, durable)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _fill(handle: IO[bytes], content: Content) -> None:
+    if isinstance(content, str):
+        handle.write(content.encode("utf-8"))
+    elif isinstance(content, (bytes, bytearray, memoryview)):
+        handle.write(content)
+    else:
+        content(handle)
+
+
+def _flush(handle: IO[bytes], durable: bool) -> None:
+    handle.flush()
+    if durable:
+        os.fsync(handle.fileno())
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a rename in ``folder`` durable; file systems that cannot sync a folder are skipped."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C back for the few microseconds of a group of renames, then deliver it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[tuple[int, Any]] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught and callable(previous):
+        previous(*caught[0])
+    elif caught and previous == signal.SIG_DFL:
+        os.kill(os.getpid(), signal.SIGINT)
