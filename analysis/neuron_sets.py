@@ -23,7 +23,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.atomic import write_atomic
 from core.errors import ProbeError
+from core.inputs import read_json, shown
 
 FORMAT = "rolemrc-probe/neuron-set"
 VERSION = 1
@@ -47,13 +49,7 @@ class NeuronSet:
     model_hashes: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        seen: set[tuple[int, int]] = set()
-        for n in self.neurons:
-            if n.layer < 0 or n.unit < 0:
-                raise ProbeError(f"neuron set: negative layer or unit in {n}")
-            if (n.layer, n.unit) in seen:
-                raise ProbeError(f"neuron set: layer {n.layer} unit {n.unit} is listed twice")
-            seen.add((n.layer, n.unit))
+        _check_units(self.neurons, "neuron set")
 
     def __len__(self) -> int:
         return len(self.neurons)
@@ -72,10 +68,7 @@ class NeuronSet:
 
     def save(self, path: str | Path) -> Path:
         target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(target.suffix + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n", encoding="utf-8")
-        tmp.replace(target)
+        write_atomic(target, json.dumps(self.to_dict(), indent=1) + "\n")
         return target
 
     @classmethod
@@ -88,26 +81,43 @@ class NeuronSet:
         if not isinstance(raw, list) or not raw:
             raise ProbeError(f"{source}: 'neurons' must be a non-empty list of {{layer, unit, delta}}")
         neurons = [_neuron(item, i, source) for i, item in enumerate(raw)]
+        _check_units(neurons, source)
+        hashes = _optional(obj, "model_hashes", dict, source, "an object of model name to weights hash")
+        if any(not isinstance(v, str) for v in hashes.values()):
+            raise ProbeError(f"{source}: 'model_hashes' must map model names to hash strings")
         return cls(
             neurons=neurons,
             hook=obj["hook"],
-            metric=str(obj.get("metric", "manual")),
-            capability=str(obj.get("capability", "")),
-            selection=dict(obj.get("selection") or {}),
-            run_dir=str(obj.get("run_dir", "")),
-            model_hashes={str(k): str(v) for k, v in (obj.get("model_hashes") or {}).items()},
+            metric=_optional(obj, "metric", str, source, "a string", "manual"),
+            capability=_optional(obj, "capability", str, source, "a string", ""),
+            selection=_optional(obj, "selection", dict, source, "an object describing the selection rule"),
+            run_dir=_optional(obj, "run_dir", str, source, "a string", ""),
+            model_hashes=hashes,
         )
 
     @classmethod
     def load(cls, path: str | Path) -> NeuronSet:
-        p = Path(path)
-        if not p.is_file():
-            raise ProbeError(f"{p}: no such neuron-set file")
-        try:
-            obj = json.loads(p.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise ProbeError(f"{p}:{exc.lineno}: malformed JSON ({exc.msg}); expected a neuron-set file") from None
-        return cls.from_dict(obj, str(p))
+        return cls.from_dict(read_json(path, "neuron-set file"), str(path))
+
+
+def _optional(obj: dict[str, Any], key: str, kind: type, source: str, expected: str, default: Any = None) -> Any:
+    """``obj[key]`` if present and of ``kind`` (``None`` counts as absent), else ``default`` (a new empty ``kind``)."""
+    value = obj.get(key)
+    if value is None:
+        return kind() if default is None else default
+    if not isinstance(value, kind):
+        raise ProbeError(f"{source}: '{key}' must be {expected}, got {type(value).__name__}")
+    return dict(value) if kind is dict else value
+
+
+def _check_units(neurons: list[Neuron], source: str) -> None:
+    seen: set[tuple[int, int]] = set()
+    for n in neurons:
+        if n.layer < 0 or n.unit < 0:
+            raise ProbeError(f"{source}: negative layer or unit in {n}")
+        if (n.layer, n.unit) in seen:
+            raise ProbeError(f"{source}: layer {n.layer} unit {n.unit} is listed twice")
+        seen.add((n.layer, n.unit))
 
 
 def _neuron(item: Any, index: int, source: str) -> Neuron:
@@ -115,7 +125,15 @@ def _neuron(item: Any, index: int, source: str) -> Neuron:
         raise ProbeError(f"{source}: neurons[{index}] must be an object with layer, unit and delta")
     layer, unit, delta = item.get("layer"), item.get("unit"), item.get("delta", 0.0)
     if not isinstance(layer, int) or isinstance(layer, bool) or not isinstance(unit, int) or isinstance(unit, bool):
-        raise ProbeError(f"{source}: neurons[{index}]: layer and unit must be integers, got {layer!r}, {unit!r}")
-    if not isinstance(delta, (int, float)) or isinstance(delta, bool) or not math.isfinite(delta):
-        raise ProbeError(f"{source}: neurons[{index}]: delta must be a finite number, got {delta!r}")
+        raise ProbeError(f"{source}: neurons[{index}]: layer and unit must be integers, got {shown(layer)}, {shown(unit)}")
+    if not isinstance(delta, (int, float)) or isinstance(delta, bool) or not _finite(delta):
+        raise ProbeError(f"{source}: neurons[{index}]: delta must be a finite number, got {shown(delta)}")
     return Neuron(layer, unit, float(delta))
+
+
+def _finite(number: int | float) -> bool:
+    """Whether ``number`` is a finite float; an int too large for a float is not."""
+    try:
+        return math.isfinite(number)
+    except OverflowError:
+        return False

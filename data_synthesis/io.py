@@ -2,7 +2,9 @@
 
 Readers never drop a row silently: the first malformed line raises
 :class:`~core.errors.DataError` naming the file, the 1-based line and
-what was expected. Writers are atomic (a temporary file renamed into place), so an
+what was expected. Bytes, encoding and JSON syntax are checked by the toolkit's one input
+reader, :func:`core.inputs.iter_jsonl` (importable from here too); this module checks the
+RoleMRC schema. Writers are atomic (a temporary file renamed into place), so an
 interrupted write never leaves a half file where a good one was.
 
 Example:
@@ -16,35 +18,21 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from data_synthesis.capabilities import ALL_CAPABILITIES, TASKS_BY_NAME, Capability, capabilities_of
-from core.errors import DataError
-from data_synthesis.schema import ROLES, DPORow, Role, SFTRow, TestRow, Turn, validate_conversation
+from core.atomic import replace_together, write_atomic
+from core.errors import DataError, ProbeError
+from core.inputs import iter_jsonl, shown
+from data_synthesis.schema import ROLES, DPORow, Role, SFTRow, TestRow, Turn, validate_conversation, validate_expect
 
 RowT = TypeVar("RowT")
 
 
 class _LineError(Exception):
     """Raised inside a row parser; the reader adds file and line."""
-
-
-def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[tuple[int, Any]]:
-    """Yield (line_number, parsed JSON) for every non-blank line."""
-    p = Path(path)
-    if not p.is_file():
-        raise DataError(str(p), None, "no such file")
-    with p.open("r", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield number, json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(str(p), number, f"malformed JSON ({exc.msg} at column {exc.colno}); expected one JSON object per line") from None
 
 
 def row_location(index: int, source: str | os.PathLike[str] | None = None) -> str:
@@ -79,7 +67,7 @@ def _turns(value: Any, field: str, must_end_with: Role | None) -> list[Turn]:
             raise _LineError(f"field {field!r}, turn {i}: expected an object with 'role' and 'content'")
         role, content = item["role"], item["content"]
         if not isinstance(role, str) or role.lower() not in ROLES:
-            raise _LineError(f"field {field!r}, turn {i}: unknown role {role!r}; expected system, user or assistant")
+            raise _LineError(f"field {field!r}, turn {i}: unknown role {shown(role)}; expected system, user or assistant")
         if not isinstance(content, str):
             raise _LineError(f"field {field!r}, turn {i}: content must be a string")
         turns.append(Turn(role.lower(), content))  # type: ignore[arg-type]
@@ -106,8 +94,13 @@ def parse_test_row(obj: dict[str, Any]) -> TestRow:
         raise _LineError("missing field 'question'")
     task = _string(obj, "task")
     if task not in TASKS_BY_NAME:
-        raise _LineError(f"unknown task {task!r}; expected one of the 18 RoleMRC task names")
-    return TestRow(_turns(obj["question"], "question", "user"), _string(obj, "reference"), task, _extra(obj, ("question", "reference", "task")))
+        raise _LineError(f"unknown task {shown(task)}; expected one of the 18 RoleMRC task names")
+    question, reference = _turns(obj["question"], "question", "user"), _string(obj, "reference")
+    extra = _extra(obj, ("question", "reference", "task"))
+    problem = validate_expect(extra["expect"]) if extra.get("expect") is not None else None
+    if problem:
+        raise _LineError(f"field 'expect': {problem}")
+    return TestRow(question, reference, task, extra)
 
 
 def parse_sft_row(obj: dict[str, Any]) -> SFTRow:
@@ -137,22 +130,51 @@ def read_dpo_rows(path: str | os.PathLike[str]) -> list[DPORow]:
 
 
 def write_jsonl(path: str | os.PathLike[str], rows: Iterable[Any]) -> int:
-    """Atomically write rows (objects with ``to_dict`` or plain dicts); returns the count."""
+    """Atomically write rows (objects with ``to_dict`` or plain dicts); returns the count.
+
+    An ``OSError`` (a full disk, a read-only place) becomes one :class:`ProbeError`: the
+    file that was there before is kept.
+    """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    writer = _JsonlWriter(rows)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for row in rows:
-                obj = row.to_dict() if hasattr(row, "to_dict") else row
-                handle.write(json.dumps(obj, ensure_ascii=False, sort_keys=False) + "\n")
-                count += 1
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return count
+        write_atomic(target, writer)
+    except OSError as exc:
+        raise ProbeError(f"{target}: could not write ({exc.strerror or exc}); any previous file there was kept unchanged") from None
+    return writer.count
+
+
+def write_dataset(out_dir: str | os.PathLike[str], files: dict[str, Iterable[Any]]) -> dict[str, int]:
+    """Write several JSONL files of one dataset so that they are replaced together or not at all.
+
+    Every file is written in full beside its target first; only then are they renamed into
+    place (:func:`core.atomic.replace_together`). A failure while writing (a full disk, a row
+    that cannot be serialized) leaves the old files exactly as they were and no temporary
+    file behind; an ``OSError`` becomes one :class:`ProbeError` saying so. Returns rows
+    written per file name.
+    """
+    out = Path(out_dir)
+    writers = {name: _JsonlWriter(rows) for name, rows in files.items()}
+    try:
+        replace_together({out / name: writer for name, writer in writers.items()})
+    except OSError as exc:
+        failed = next((name for name, writer in writers.items() if not writer.done), "the dataset")
+        raise ProbeError(f"{out}: could not write {failed} ({exc.strerror or exc}); the existing files were kept unchanged") from None
+    return {name: writer.count for name, writer in writers.items()}
+
+
+class _JsonlWriter:
+    """Writes rows as JSON lines to a binary handle, counting them (a :data:`core.atomic.Content` producer)."""
+
+    def __init__(self, rows: Iterable[Any]) -> None:
+        self.rows, self.count, self.done = rows, 0, False
+
+    def __call__(self, handle: IO[bytes]) -> None:
+        for row in self.rows:
+            obj = row.to_dict() if hasattr(row, "to_dict") else row
+            handle.write((json.dumps(obj, ensure_ascii=False, sort_keys=False) + "\n").encode("utf-8"))
+            self.count += 1
+        self.done = True
 
 
 def group_by_capability(rows: Iterable[TestRow], capabilities: Iterable[Capability] = ALL_CAPABILITIES) -> dict[Capability, list[tuple[int, TestRow]]]:

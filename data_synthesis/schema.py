@@ -8,7 +8,9 @@ other field of a row (our ``expect`` block, an ``id``) is kept in ``extra`` and
 written back unchanged, so a published file round-trips.
 
 Validation lives in :func:`validate_conversation` so that every reader, and every
-synthesizer, checks conversations the same way.
+synthesizer, checks conversations the same way. A test row's ``expect`` block (written by
+our synthesizers, read by the rule judge) is type-checked by :func:`validate_expect` when
+the row is read, so a hand-edited block fails at its file and line, not inside the judge.
 """
 
 from __future__ import annotations
@@ -71,6 +73,42 @@ class DPORow:
 
     def to_dict(self) -> dict[str, Any]:
         return {"prompt": [t.to_dict() for t in self.prompt], "chosen": self.chosen, "rejected": self.rejected, **self.extra}
+
+
+EXPECT_TYPES: dict[str, type] = {
+    "behaviour": str, "answer": str, "answerable": bool, "knowledge_range": str, "multi_turn_type": str,
+    "narration": bool, "gesture": str, "catchphrase": str, "requirement": dict, "rule": str,
+}
+REQUIREMENT_KINDS: tuple[str, ...] = ("include_phrase", "end_with_word", "bullets", "all_caps", "lowercase", "quoted")
+_REQUIREMENT_TEXT = ("value", "sentence", "description")
+_TYPE_NAMES = {str: "a string", bool: "true or false", dict: "an object"}
+
+
+def validate_expect(expect: Any) -> str | None:
+    """Return what is wrong with an ``expect`` block, or None.
+
+    Every known field may be null or absent (the rule judge then leaves that capability
+    undecided); when present it has the documented type (docs/data.md). Unknown fields are
+    kept, as everywhere in a row.
+    """
+    if not isinstance(expect, dict):
+        return f"expected an object, got {type(expect).__name__}"
+    for name, kind in EXPECT_TYPES.items():
+        value = expect.get(name)
+        if value is not None and not isinstance(value, kind):
+            return f"field {name!r}: expected {_TYPE_NAMES[kind]} or null, got {type(value).__name__}"
+    requirement = expect.get("requirement")
+    return None if requirement is None else _requirement_problem(requirement)
+
+
+def _requirement_problem(requirement: dict[str, Any]) -> str | None:
+    if requirement.get("kind") not in REQUIREMENT_KINDS:
+        return f"field 'requirement': 'kind' must be one of {', '.join(REQUIREMENT_KINDS)}"
+    for name in _REQUIREMENT_TEXT:
+        value = requirement.get(name)
+        if value is not None and not isinstance(value, str):
+            return f"field 'requirement': {name!r} must be a string or null, got {type(value).__name__}"
+    return None
 
 
 def validate_conversation(turns: list[Turn], *, must_end_with: Role | None) -> str | None:

@@ -95,6 +95,34 @@ def ranking_from_run(run_dir: str | Path, capability: str, hook: str, k: int) ->
     return top_k_of(NeuronSet.load(target), k)
 
 
+def analysed_neuron_set(run_dir: str | Path, capability: str, hook: str) -> NeuronSet:
+    """The neuron set ``probe analyze`` wrote for one capability and hook of a run, or why there is none.
+
+    Advice depends on the cause: a capability or hook the run never recorded cannot be
+    analysed, so it is named with what the run did record; only a recorded one gets
+    "run ``probe analyze``".
+    """
+    path = Path(run_dir) / "analysis" / f"neurons_{capability}_{hook}.json"
+    if path.is_file():
+        return NeuronSet.load(path)
+    _require_recorded(run_dir, capability, hook)
+    raise ProbeError(f"{path}: no neuron set for capability={capability} hook={hook}; run `probe analyze {run_dir}` or pass --top-k/--neurons/--units")
+
+
+def _require_recorded(run_dir: str | Path, capability: str, hook: str) -> None:
+    from probes.store import MODELS, RunReader
+
+    with RunReader(run_dir) as run:
+        recorded = run.capabilities()
+        if capability not in recorded:
+            raise ProbeError(f"{run_dir}: capability {capability!r} was not recorded in this run (recorded: {', '.join(recorded) or 'none'}); "
+                             f"choose one of those with --capability, or record it with `probe run --capability {capability}`")
+        hooks = [h for h in run.hooks(capability, MODELS[0]) if all(h in run.hooks(capability, m) for m in MODELS)]
+        if hook not in hooks:
+            raise ProbeError(f"{run_dir}: hook {hook!r} was not recorded for capability {capability!r} (recorded: {', '.join(hooks) or 'none'}); "
+                             "choose one of those with --hook")
+
+
 def check_against_model(neurons: NeuronSet, model: nn.Module, source: str = "neuron set") -> None:
     """Raise :class:`ProbeError` if a layer or unit lies outside the model's hook point."""
     validate_hook(neurons.hook)

@@ -51,4 +51,4 @@ def test_intervene_defaults_to_the_runs_neuron_set(analysed_run: Path, tmp_path:
         main(["intervene", str(analysed_run), "--capability", "nested", "--placebo", "0", "--out", str(tmp_path)])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "no neuron set for capability=nested" in err and "probe analyze" in err
+    assert "capability 'nested' was not recorded in this run (recorded: multi_turn)" in err and "probe analyze" not in err

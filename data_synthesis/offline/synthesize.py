@@ -10,7 +10,9 @@ episodes of each of the 18 tasks plus ``free_chats`` free chats, and ``dpo_per_t
 DPO pairs per task.
 
 Every part draws from its own ``random.Random(f"{seed}:{part}")``, so the same seed
-gives the same bytes and changing one part's size leaves the others unchanged.
+gives the same bytes and changing one part's size leaves the others unchanged. The five
+files are replaced together or not at all (:func:`data_synthesis.io.write_dataset`), so a
+synthesis that fails while writing never leaves a dataset mixing old and new files.
 
 Example:
     >>> summary = synthesize("/tmp/rolemrc-demo", n_roles=10, seed=0)   # doctest: +SKIP
@@ -28,7 +30,7 @@ from typing import Any
 
 from data_synthesis.capabilities import TASKS, capabilities_of
 from core.errors import ProbeError
-from data_synthesis.io import write_jsonl
+from data_synthesis.io import write_dataset
 from data_synthesis.offline.chats import free_chat
 from data_synthesis.offline.passages import Passage, build_pool
 from data_synthesis.offline.profiles import RoleProfile, build_profiles
@@ -187,13 +189,7 @@ def synthesize(out_dir: str | Path, n_roles: int = 40, seed: int = 0, **options:
     sft, dpo = build_train(cfg, train_roles, train_pool)
     test_ids = {p.id for p in test_pool}
     passages = [{**p.to_dict(), "split": "test" if p.id in test_ids else "train"} for p in pool]
-    counts = {
-        "profiles.jsonl": write_jsonl(out / "profiles.jsonl", profiles),
-        "passages.jsonl": write_jsonl(out / "passages.jsonl", passages),
-        "sft.jsonl": write_jsonl(out / "sft.jsonl", sft),
-        "dpo.jsonl": write_jsonl(out / "dpo.jsonl", dpo),
-        "test.jsonl": write_jsonl(out / "test.jsonl", test),
-    }
+    counts = write_dataset(out, {"profiles.jsonl": profiles, "passages.jsonl": passages, "sft.jsonl": sft, "dpo.jsonl": dpo, "test.jsonl": test})
     return _summary(out, counts, sft, dpo, test, (len(train_roles), len(test_roles)), (len(train_pool), len(test_pool)))
 
 

@@ -1,0 +1,98 @@
+"""The one check of an output path, run by every command before it does any work.
+
+An output option names either a directory the command fills (``--out`` of ``analyze``,
+``intervene``, ``synthesize``, ``train``) or one file it writes (``judge
+--verdicts-out``, ``models eval --out``). Left unchecked, a path of the wrong kind fails
+only at the first write, after minutes of work, as ``FileExistsError``,
+``NotADirectoryError`` or ``IsADirectoryError``. These functions refuse it up front with
+one :class:`~core.errors.ProbeError` that names the option, the path and what is wrong:
+
+* a directory option that exists as a file, or a file option that exists as a directory;
+* a path below an existing file (``--out FILE/sub``);
+* a dangling symbolic link;
+* a place that cannot be written: the nearest existing directory is tried by creating
+  and removing a temporary file in it, which also catches a read-only file system and
+  holds for root, where permission bits say nothing.
+
+They create nothing that stays, so a refused command leaves the disk as it was. Whether
+an existing output may be replaced is each command's own rule (``--overwrite``, resume).
+
+Example:
+    >>> import tempfile, pathlib
+    >>> root = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (root / "notes.txt").write_text("x")
+    >>> check_output_dir(root / "new" / "deeper", "--out") == root / "new" / "deeper"
+    True
+    >>> check_output_dir(root / "notes.txt" / "sub", "--out")
+    Traceback (most recent call last):
+    ...
+    core.errors.ProbeError: --out .../notes.txt/sub: .../notes.txt is a file, not a directory
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from core.errors import ProbeError
+
+
+def check_output_dir(path: str | os.PathLike[str], flag: str) -> Path:
+    """``path`` as a :class:`Path` if a command can create or fill a directory there, else :class:`ProbeError`."""
+    return _checked(Path(path), flag, _check_dir)
+
+
+def check_output_file(path: str | os.PathLike[str], flag: str) -> Path:
+    """``path`` as a :class:`Path` if a command can write a file there (its missing parents are created), else :class:`ProbeError`."""
+    return _checked(Path(path), flag, _check_file)
+
+
+def _checked(p: Path, flag: str, check: Callable[[Path, str], None]) -> Path:
+    try:
+        if "\x00" in str(p):
+            raise ValueError("embedded null byte")
+        check(p, flag)
+    except (OSError, ValueError) as exc:  # a name too long, a NUL byte: the path itself is unusable
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ProbeError(f"{flag} {p}: not a usable path ({detail})") from None
+    return p
+
+
+def _check_dir(p: Path, flag: str) -> None:
+    _refuse_dangling(p, flag)
+    if p.exists() and not p.is_dir():
+        raise ProbeError(f"{flag} {p}: exists and is not a directory; expected a directory (or a path to create one)")
+    _writable_parent(p, flag)
+
+
+def _check_file(p: Path, flag: str) -> None:
+    _refuse_dangling(p, flag)
+    if p.is_dir():
+        raise ProbeError(f"{flag} {p}: is a directory; expected a file name (e.g. {p / 'out.jsonl'})")
+    if p.exists() and not p.is_file():
+        raise ProbeError(f"{flag} {p}: exists and is not a regular file")
+    _writable_parent(p.parent, flag, p)
+
+
+def _refuse_dangling(p: Path, flag: str) -> None:
+    if p.is_symlink() and not p.exists():
+        raise ProbeError(f"{flag} {p}: a symbolic link to a missing target ({os.readlink(p)}); remove it or name another path")
+
+
+def _writable_parent(start: Path, flag: str, shown: Path | None = None) -> None:
+    """The nearest existing directory at or above ``start`` must be a directory we can create files in."""
+    shown = shown or start
+    here = start
+    while not here.exists() and not here.is_symlink() and here != here.parent:
+        here = here.parent
+    if not here.is_dir():
+        kind = "a symbolic link to a missing target" if here.is_symlink() and not here.exists() else "a file, not a directory"
+        raise ProbeError(f"{flag} {shown}: {here} is {kind}")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".probe-write-check-", dir=here)
+    except OSError as exc:
+        raise ProbeError(f"{flag} {shown}: cannot write in {here} ({exc.strerror or exc}); choose a writable place") from None
+    os.close(fd)
+    os.unlink(probe)
