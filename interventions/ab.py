@@ -30,20 +30,21 @@ import numpy as np
 import torch
 
 from analysis.neuron_sets import NeuronSet
-from core.errors import ProbeError
+from core.errors import Interrupted, ProbeError
 from core.generation import GenerationConfig, Generations
 from core.models import load_causal_lm
 from data_synthesis.capabilities import Capability
 from data_synthesis.judge.base import Judge
 from data_synthesis.io import group_by_capability, read_test_rows, row_location
 from data_synthesis.schema import TestRow
+from interventions.arms import ArmStore, fingerprint
 from interventions.config import ABConfig
 from interventions.generation import ABGenerator, Intervention
 from interventions.placebo import placebo_sets
 from interventions.results import ABReport, ArmResult, CapabilityResult, build_guard
 from interventions.scaling import dtype_noop_fraction
 from interventions.scoring import ArmScores, corpus_bleu, make_judge, score_arm
-from interventions.selection import check_against_model, describe, load_neuron_file, parse_units, ranking_from_run
+from interventions.selection import analysed_neuron_set, check_against_model, describe, load_neuron_file, parse_units, ranking_from_run
 from interventions.stats import paired_delta, placebo_compare
 from probes.hook_points import width
 
@@ -85,14 +86,20 @@ def resolve_neurons(config: ABConfig) -> NeuronSet:
     assert config.run_dir is not None
     if config.top_k is not None:
         return ranking_from_run(config.run_dir, config.capability, config.hook, config.top_k)
-    default = Path(config.run_dir) / "analysis" / f"neurons_{config.capability}_{config.hook}.json"
-    if not default.is_file():
-        raise ProbeError(f"{default}: no neuron set for capability={config.capability} hook={config.hook}; run `probe analyze {config.run_dir}` or pass --top-k/--neurons/--units")
-    return NeuronSet.load(default)
+    return analysed_neuron_set(config.run_dir, config.capability, config.hook)
 
 
 def provenance_warnings(neurons: NeuronSet, model: str, model_dir: Path) -> list[str]:
-    """A warning when the neuron set was ranked on other weights than the model intervened on."""
+    """Warnings when the neuron set was ranked on a model compared with itself, or on other weights than
+    the model intervened on."""
+    hashes = neurons.model_hashes
+    same = [] if not hashes.get("sft") or hashes.get("sft") != hashes.get("dpo") else [
+        f"the neuron set was ranked on one model recorded twice (SFT and DPO weights are both {hashes['sft'][:12]}...): "
+        "its DPO-SFT discrepancies are noise, so the selected units mean nothing; record a real SFT/DPO pair"]
+    return same + _weights_warning(neurons, model, model_dir)
+
+
+def _weights_warning(neurons: NeuronSet, model: str, model_dir: Path) -> list[str]:
     expected = neurons.model_hashes.get(model)
     if not expected:
         return []
@@ -162,6 +169,8 @@ class _Runner:
         self.rows = [all_rows[i] for i in unique]
         self.row_ids = unique
         self.model, self.tokenizer = load_causal_lm(self.model_dir, "--model-dir", dtype=getattr(torch, config.dtype), device=config.device, eval_mode=True)
+        units = [(n.layer, n.unit) for n in self.neurons.neurons]
+        self.store = ArmStore(config.out_dir, fingerprint(config.to_dict(), self.model_dir, self.data_file, self.row_ids, units))
         source = f"--units {config.units}" if config.units else str(config.neurons or "the run's neuron set")
         check_against_model(self.neurons, self.model, source)
         self.torch_dtype = self.model.dtype
@@ -169,20 +178,41 @@ class _Runner:
         # none for a factor that is a no-op in the dtype (the placebo arm is skipped, see placebo())
         wanted = config.placebo if dtype_noop_fraction(config.factor, self.torch_dtype) > 0.0 else 0
         self.placebo_sets = placebo_sets(self.neurons, width(self.model, self.neurons.hook), wanted, config.seed)
-        self.judge = judge or make_judge(config.judge, base_url=config.judge_base_url, model=config.judge_model)
+        self.judge = judge or make_judge(config.judge, base_url=config.judge_base_url, model=config.judge_model,
+                                          **config.judge_client_options())
         gen_config = GenerationConfig(max_new_tokens=config.max_new_tokens, batch_size=config.batch_size, do_sample=config.do_sample,
                                       temperature=config.temperature, top_p=config.top_p, seed=config.seed)
         self.generator = ABGenerator(self.model, self.tokenizer, self.rows, gen_config, config.backend, where=self._row_name)
-        progress(f"baseline: {len(self.rows)} prompts")
-        generations = self.generator.run()
+        self.total_arms = 1 + len(config.factors) + len(self.placebo_sets)
+
+    def start(self) -> None:
+        """Generate (or read back) and judge the baseline."""
+        self.progress(f"baseline: {len(self.rows)} prompts")
+        generations = self._generate("baseline", None)
         self.base = (generations, score_arm(self.judge, self.rows, generations.texts))
+
+    def _generate(self, name: str, intervention: Intervention | None) -> Generations:
+        kept = self.store.get(name)
+        if kept is not None:
+            self.progress(f"{name}: read back from an interrupted run")
+            return kept
+        return self.store.put(name, self.generator.run(intervention))
+
+    def kept(self) -> str:
+        """What an interrupt leaves on disk, and how to resume from it (one line)."""
+        done = self.store.finished()
+        if not done:
+            return "no generation arm had finished, nothing kept; rerun the same command"
+        out = self.config.out_dir
+        return (f"{len(done)} of {self.total_arms} generation arms finished and kept in {self.store.root}; "
+                f"rerun with the same options and --out {out} to resume from them")
 
     def _row_name(self, i: int) -> str:
         """Row ``i`` of the generated rows by its data file and line."""
         return row_location(self.row_ids[i], self.data_file)
 
-    def arm(self, neurons: NeuronSet, factor: float) -> tuple[Generations, ArmScores]:
-        generations = self.generator.run(Intervention(neurons, factor))
+    def arm(self, name: str, neurons: NeuronSet, factor: float) -> tuple[Generations, ArmScores]:
+        generations = self._generate(name, Intervention(neurons, factor))
         return generations, score_arm(self.judge, self.rows, generations.texts)
 
     def results(self, arm: tuple[Generations, ArmScores], full: bool = True) -> list[CapabilityResult]:
@@ -195,7 +225,7 @@ class _Runner:
 
     def arm_result(self, factor: float, role: str) -> tuple[ArmResult, tuple[Generations, ArmScores]]:
         self.progress(f"{role} arm: factor {factor!r} on {len(self.neurons)} units")
-        arm = self.arm(self.neurons, factor)
+        arm = self.arm(f"factor_{factor!r}", self.neurons, factor)
         rows_changed = sum(a != b for a, b in zip(arm[0].ids, self.base[0].ids))
         guard = build_guard(factor, self.config.dtype, dtype_noop_fraction(factor, self.torch_dtype),
                             arm[0].hook_stats, len(self.rows), rows_changed)
@@ -211,7 +241,7 @@ class _Runner:
         changed: dict[str, list[int]] = {cap.value: [] for cap in self.groups}
         for k, neurons in enumerate(sets):
             self.progress(f"placebo {k + 1}/{len(sets)}")
-            for result in self.results(self.arm(neurons, cfg.factor), full=False):
+            for result in self.results(self.arm(f"placebo_{k}", neurons, cfg.factor), full=False):
                 deltas[result.capability].append(result.delta)
                 changed[result.capability].append(result.rows_changed)
         for result in main.capabilities:
@@ -227,9 +257,22 @@ def run_ab(config: ABConfig, progress: Progress | None = None, judge: Judge | No
 
     ``progress`` receives one line per stage; ``judge`` replaces the judge named in the
     config (any object with the :class:`~data_synthesis.judge.base.Judge` protocol).
+    Ctrl-C raises :class:`~core.errors.Interrupted` naming the arms kept for a resume
+    (see :mod:`interventions.arms`).
     """
-    say = progress or _quiet
-    runner = _Runner(config, say, judge)
+    runner: _Runner | None = None
+    try:
+        runner = _Runner(config, progress or _quiet, judge)
+        runner.start()
+        return _evaluate(runner)
+    except (KeyboardInterrupt, Interrupted) as exc:
+        kept = runner.kept() if runner is not None else "no generation arm had finished, nothing kept; rerun the same command"
+        cause = f" ({exc})" if isinstance(exc, Interrupted) else ""
+        raise Interrupted(f"A/B evaluation stopped{cause}: {kept}") from None
+
+
+def _evaluate(runner: _Runner) -> ABReport:
+    config = runner.config
     arms: list[ArmResult] = []
     generations: dict[float, Generations] = {}
     for k, factor in enumerate(config.factors):
@@ -243,10 +286,12 @@ def run_ab(config: ABConfig, progress: Progress | None = None, judge: Judge | No
         dtype=config.dtype, backend=config.backend, judge=runner.judge.name, neurons=describe(runner.neurons),
         baseline={"seconds": runner.base[0].seconds, "tokens": runner.base[0].n_tokens, "rows": len(runner.rows)},
         main=arms[0], doses=arms[1:], placebo=placebo, config=config.to_dict(),
-        warnings=provenance_warnings(runner.neurons, config.model, runner.model_dir) + list(arms[0].guard.flags),
+        warnings=provenance_warnings(runner.neurons, config.model, runner.model_dir) + list(arms[0].guard.flags)
+        + [fault for arm in arms for fault in arm.guard.faults],
     )
     if config.out_dir is not None:
         from interventions.report import write_report
 
         write_report(report, runner.rows, runner.row_ids, runner.base, generations, Path(config.out_dir))
+        runner.store.clear()
     return report

@@ -46,6 +46,9 @@ class ABConfig:
     judge: str = "rules"
     judge_base_url: str | None = None
     judge_model: str | None = None
+    judge_timeout: float | None = None  # LLM judge: seconds per request, retries, first backoff (None: the client's defaults)
+    judge_retries: int | None = None
+    judge_backoff: float | None = None
     max_new_tokens: int = 64
     batch_size: int = 16
     do_sample: bool = False
@@ -83,6 +86,11 @@ class ABConfig:
                 raise ProbeError(f"{name} must be at least {low}, got {value}")
         if self.do_sample and self.backend == "nnsight":
             raise ProbeError("--sample needs --backend torch (the nnsight backend decodes greedily)")
+
+    def judge_client_options(self) -> dict[str, Any]:
+        """The LLM judge's endpoint settings that were given (validated by the client's config)."""
+        given = {"timeout": self.judge_timeout, "max_retries": self.judge_retries, "backoff_base": self.judge_backoff}
+        return {key: value for key, value in given.items() if value is not None}
 
     @property
     def factors(self) -> list[float]:

@@ -20,7 +20,8 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,9 +66,23 @@ class ABGenerator:
         self._lm: Any = None
 
     def run(self, intervention: Intervention | None = None) -> Generations:
-        """Generate every row once; ``intervention=None`` is the baseline arm."""
+        """Generate every row once; ``intervention=None`` is the baseline arm. ``hook_stats["degenerate_logits"]``
+        counts the forward positions whose logits were broken (see :class:`LogitWatch`)."""
         if intervention is not None:
             check_against_model(intervention.neurons, self.model)
+        with watch_logits(self.model) as watch:
+            try:
+                generations = self._generate(intervention)
+            except RuntimeError as exc:
+                if watch.count == 0:
+                    raise
+                factor = intervention.factor if intervention is not None else 1.0
+                raise ProbeError(f"factor {factor!r} broke the model's logits (inf/NaN), so sampling failed "
+                                 f"({str(exc).splitlines()[0]}); use a factor of moderate size") from None
+        generations.hook_stats = {**(generations.hook_stats or {}), "degenerate_logits": watch.count}
+        return generations
+
+    def _generate(self, intervention: Intervention | None) -> Generations:
         if self.backend == "nnsight":
             start = time.perf_counter()
             return self.generator.decode(self._run_nnsight(intervention), time.perf_counter() - start)
@@ -89,6 +104,40 @@ class ABGenerator:
             for row, sequence in zip(batch, steps.tolist()):
                 result[row] = cut_at_stop(sequence, gen.stop)
         return result
+
+
+class LogitWatch:
+    """Counts forward positions whose logits are broken: an inf or NaN, or the same value for every token.
+
+    A factor so large that the scaled units overflow breaks the model in one of two ways:
+    in float16 the product is inf and NaN spreads to the logits; in float32/bfloat16 the
+    next RMSNorm squares it to inf, scales the whole hidden state by 1/sqrt(inf) = 0 and
+    every logit becomes 0. A healthy language model produces neither, so either one marks
+    the arm's generations as degenerate. Counted on the model's device, read once at the end.
+    """
+
+    def __init__(self) -> None:
+        self._bad: torch.Tensor | int = 0
+
+    def add(self, logits: torch.Tensor) -> None:
+        broken = (~torch.isfinite(logits)).any(-1) | (logits.amax(-1) == logits.amin(-1))
+        self._bad = self._bad + broken.sum()
+
+    @property
+    def count(self) -> int:
+        return int(self._bad)
+
+
+@contextmanager
+def watch_logits(model: PreTrainedModel) -> Iterator[LogitWatch]:
+    """Within the block, every output of the model's LM head is checked (:class:`LogitWatch`)."""
+    watch = LogitWatch()
+    head = model.get_output_embeddings()
+    handle = head.register_forward_hook(lambda _m, _i, out: watch.add(out[0] if isinstance(out, tuple) else out))
+    try:
+        yield watch
+    finally:
+        handle.remove()
 
 
 def edit_locations(model: PreTrainedModel, intervention: Intervention) -> list[tuple[str, bool, torch.Tensor]]:

@@ -79,7 +79,7 @@ def markdown(report: ABReport) -> str:
            f"- baseline: {report.baseline['rows']} prompts, {report.baseline['tokens']} generated tokens",
            f"- placebo: {report.placebo['n_sets']} random sets, same size and per-layer counts, seed {report.placebo['seed']}"
            + (f" (skipped: {report.placebo['skipped']})" if report.placebo.get("skipped") else ""), ""]
-    guard_flags = {flag for arm in report.arms for flag in arm.guard.flags}
+    guard_flags = {flag for arm in report.arms for flag in [*arm.guard.flags, *arm.guard.faults]}
     other = [w for w in report.warnings if w not in guard_flags]
     out.extend(f"> **WARNING:** {w}" for w in other)
     if other:
@@ -87,8 +87,9 @@ def markdown(report: ABReport) -> str:
     for arm in [report.main, *report.doses]:
         out.append(f"## Factor {arm.factor!r} ({arm.role})")
         out.append("")
+        out.extend(f"> **INVALID:** {fault}" for fault in arm.guard.faults)
         out.extend(f"> **NO-OP WARNING:** {flag}" for flag in arm.guard.flags)
-        if arm.guard.flags:
+        if arm.guard.flags or arm.guard.faults:
             out.append("")
         out.extend(arm_table(arm))
         out.append("")

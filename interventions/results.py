@@ -7,7 +7,10 @@ loads in an older notebook.
 
 The no-op guard lives in the result on purpose: a factor that rounds to 1 in the model's
 dtype, hooks that never changed a value, or generations identical to the baseline all
-make the measured Δ meaningless, and the report says so next to the numbers.
+make the measured Δ meaningless, and the report says so next to the numbers. The same
+guard records the opposite failure, a factor so large (``--factor 1e30``) that the
+model's logits overflow to inf/NaN or collapse to a constant: the Δ is then measured on
+degenerate, mostly empty generations, and the guard's ``faults`` say so.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ class NoOpGuard:
     rows: int
     rows_changed: int  # rows whose generated tokens differ from the baseline
     flags: list[str] = field(default_factory=list)
+    degenerate_logits: int | None = None  # forward positions whose logits were inf/NaN or constant (LogitWatch)
+    faults: list[str] = field(default_factory=list)  # why the arm's generations are broken (not a no-op: garbage)
 
     @property
     def factor_rounds_to_one(self) -> bool:
@@ -55,9 +60,9 @@ class NoOpGuard:
 
 
 def build_guard(factor: float, dtype: str, changed_fraction: float, hook_stats: dict[str, int] | None, rows: int, rows_changed: int) -> NoOpGuard:
-    """Fill in the guard and its human-readable flags."""
-    seen = None if hook_stats is None else hook_stats["values_seen"]
-    changed = None if hook_stats is None else hook_stats["values_changed"]
+    """Fill in the guard, its no-op flags and its faults."""
+    stats = hook_stats or {}
+    seen, changed, degenerate = stats.get("values_seen"), stats.get("values_changed"), stats.get("degenerate_logits")
     flags: list[str] = []
     if changed_fraction == 0.0:
         flags.append(f"factor {factor!r} rounds to exactly 1 in {dtype}: x*f == x for every {dtype} value, so the intervention is a no-op (use float32, or |1-f| large enough for {dtype})")
@@ -65,7 +70,10 @@ def build_guard(factor: float, dtype: str, changed_fraction: float, hook_stats: 
         flags.append("the hooks did not change a single activation value during generation")
     if rows_changed == 0 and rows > 0:
         flags.append(f"not a single generated token changed vs the baseline on {rows} prompts: treat Δ=0 as a no-op, not as a null result")
-    return NoOpGuard(factor, dtype, changed_fraction, seen, changed, rows, rows_changed, flags)
+    faults = [f"factor {factor!r} broke the model: its logits were inf/NaN or the same for every token at {degenerate} forward "
+              "positions, so these generations are degenerate (often empty) and say nothing about the neurons; use a factor of "
+              "moderate size"] if degenerate else []
+    return NoOpGuard(factor, dtype, changed_fraction, seen, changed, rows, rows_changed, flags, degenerate, faults)
 
 
 @dataclass
@@ -166,12 +174,11 @@ class ABReport:
 
     @classmethod
     def load(cls, path: str | Path) -> ABReport:
+        from core.inputs import read_json
+
         p = Path(path)
-        if not p.is_file():
-            raise ProbeError(f"{p}: no such A/B report")
+        body = read_json(p, "A/B report")
         try:
-            return cls.from_dict(json.loads(p.read_text(encoding="utf-8")))
-        except json.JSONDecodeError as exc:
-            raise ProbeError(f"{p}:{exc.lineno}: malformed JSON ({exc.msg})") from None
-        except (KeyError, TypeError, ValueError) as exc:
+            return cls.from_dict(body)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProbeError(f"{p}: not a valid A/B report ({exc})") from None

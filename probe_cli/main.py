@@ -6,6 +6,13 @@ Library code raises :class:`~core.errors.ProbeError` for user mistakes;
 here that becomes one line on stderr and exit status 2, with no traceback.
 Heavy libraries (torch, transformers) are imported inside commands, so
 ``probe --help`` stays fast.
+
+Ctrl-C ends in one line too, ``interrupted: ...``, and exit status 130. Library code that
+knows what is on disk catches :class:`KeyboardInterrupt` and raises
+:class:`~core.errors.Interrupted` saying what was kept and how to resume. A
+``KeyboardInterrupt`` nobody caught gets a generic line: Typer would otherwise turn it
+into a silent ``Exit(130)`` before it reaches :func:`main`, so the command group converts
+it while the command still runs (:class:`_Group`).
 """
 
 from __future__ import annotations
@@ -13,15 +20,33 @@ from __future__ import annotations
 import importlib
 import os
 import pkgutil
+import signal
 import sys
+import threading
+from typing import Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
-from core.errors import ProbeError
+from core.errors import Interrupted, ProbeError
 from probe_cli import commands
+
+UNCAUGHT_INTERRUPT = "stopped by Ctrl-C before the command finished; rerun it"
+
+
+class _Group(TyperGroup):
+    """Turns a KeyboardInterrupt inside any command into :class:`Interrupted` before Typer swallows it."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted(UNCAUGHT_INTERRUPT) from None
+
 
 app = typer.Typer(
     name="probe",
+    cls=_Group,
     help="Neuron probing of an SFT/DPO model pair on RoleMRC capabilities.",
     no_args_is_help=True,
     add_completion=False,
@@ -38,18 +63,27 @@ def _register_commands() -> None:
 _register_commands()
 
 
+def _stop(prefix: str, message: str, code: int) -> NoReturn:
+    """Print the one line and exit; a further Ctrl-C while the interpreter shuts down changes nothing, so it is ignored."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    print(f"{prefix}: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     try:
         app(args=argv, standalone_mode=True)
+    except Interrupted as exc:
+        _stop("interrupted", str(exc), exc.exit_code)
     except ProbeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        sys.exit(130)
+        _stop("interrupted", UNCAUGHT_INTERRUPT, Interrupted.exit_code)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Trainer callbacks: loss recording for provenance, step reports for progress bars.
+"""Trainer callbacks: loss recording for provenance, step reports for progress bars, Ctrl-C at a step boundary.
 
 Kept apart from the rest of :mod:`training` because importing ``transformers`` is slow:
 argument and data checks run (and fail) before this module is imported.
@@ -6,6 +6,7 @@ argument and data checks run (and fail) before this module is imported.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,11 @@ class LossRecorder(TrainerCallback):
     def __init__(self) -> None:
         self.records: list[dict[str, Any]] = []
         self.summary: dict[str, Any] = {}
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        """A resumed run starts with the losses its checkpoint logged, so provenance lists every step."""
+        self.records = [{"step": entry["step"], **{k: v for k, v in entry.items() if k != "step" and isinstance(v, (int, float))}}
+                        for entry in state.log_history if "loss" in entry]
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if not logs:
@@ -46,3 +52,32 @@ class StepProgress(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.report(state.global_step, state.max_steps, self.loss)
+
+
+class GracefulStop(TrainerCallback):
+    """Stops training at the end of the optimizer step during which Ctrl-C came, with a checkpoint."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self.in_loop = False
+        self.stopped_at: int | None = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.in_loop = True
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self.in_loop = False
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        if self.requested and self.stopped_at is None:
+            self.stopped_at = state.global_step
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+    def on_sigint(self, signum: int, frame: Any) -> None:
+        if self.requested or not self.in_loop:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("Ctrl-C: stopping after this training step and saving a checkpoint (Ctrl-C again to stop at once)",
+              file=sys.stderr, flush=True)

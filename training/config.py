@@ -25,12 +25,11 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from core.config_file import read_config_file
 from core.errors import ProbeError
 
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_min_lr")
@@ -123,7 +122,7 @@ class _RunConfig:
     @classmethod
     def from_sources(cls, config_file: str | Path | None = None, **overrides: Any) -> Any:
         """Build from a JSON/YAML file, then explicit ``overrides`` (``None`` values are ignored)."""
-        values: dict[str, Any] = load_config_file(config_file, cls) if config_file else {}
+        values: dict[str, Any] = read_config_file(config_file, cls) if config_file else {}
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values)
 
@@ -196,28 +195,3 @@ class DPORunConfig(_RunConfig):
 def _positive(flag: str, value: Any) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
         raise ProbeError(f"{flag} must be a positive number, got {value!r}")
-
-
-def load_config_file(path: str | Path, cls: type) -> dict[str, Any]:
-    """Read a JSON or YAML mapping of field names to values; unknown keys are an error naming the file."""
-    p = Path(path)
-    if not p.is_file():
-        raise ProbeError(f"--config {p}: no such file")
-    text = p.read_text(encoding="utf-8")
-    try:
-        if p.suffix.lower() in (".yaml", ".yml"):
-            import yaml
-
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
-    except Exception as exc:  # noqa: BLE001 - any parse error becomes one line
-        raise ProbeError(f"--config {p}: cannot parse ({str(exc).splitlines()[0]}); expected a JSON or YAML mapping") from None
-    if not isinstance(data, dict):
-        raise ProbeError(f"--config {p}: expected a mapping of option names to values, got {type(data).__name__}")
-    data = {str(k).replace("-", "_"): v for k, v in data.items()}
-    allowed = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
-    unknown = sorted(set(data) - allowed)
-    if unknown:
-        raise ProbeError(f"--config {p}: unknown option(s) {', '.join(unknown)}; expected some of {', '.join(sorted(allowed))}")
-    return data

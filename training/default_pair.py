@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from core.builds import exclusive_lock, verify_marker, write_marker
-from core.errors import ProbeError
+from core.errors import Interrupted, ProbeError
 from core.home import probe_home
 
 VERSION = 3
@@ -173,6 +173,8 @@ def _build_into_place(home: Path, root: Path, recipe: DefaultPairRecipe, progres
         if root.exists():
             shutil.rmtree(root)
         os.replace(work, root)
+    except Interrupted:  # a training stage's checkpoint lives in this build's own directory, removed below
+        raise Interrupted(f"building the default pair stopped; nothing kept (a build starts over); rerun the command to build {root}") from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -20,14 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import ProbeError
+from core.errors import Interrupted, ProbeError
 from training.config import DPORunConfig
 from core.provenance import file_sha256, weights_sha256
 from training.data import dpo_records, resolve_data_file, to_dataset
 from core.models import check_model_dir, check_same_tokenizer, check_vocab_fits, load_causal_lm, load_model, load_tokenizer
 from training.sft import check_rows_render
+from training.interrupts import kept_message, run_fingerprint, run_training
 from training.provenance import read_provenance, write_provenance
-from training.runner import check_output, dist_state, finish_output, quiet_environment, silence_printer, start_output, trainer_kwargs
+from training.runner import (check_output, dist_state, finish_output, partial_dir, quiet_environment, silence_printer, start_output,
+                             trainer_kwargs)
 
 ProgressFn = Callable[[int, int, float | None], None]
 
@@ -40,6 +42,8 @@ class DPOSession:
     data_file: Path
     parent: dict[str, Any]
     recorder: Any  # training.callbacks.LossRecorder
+    fingerprint: str = ""  # of everything a checkpoint depends on (training.interrupts)
+    resume: tuple[Path, int] | None = None  # (checkpoint, step) an interrupted run left
 
 
 def _load_ref(config: DPORunConfig, tokenizer: Any) -> Any:
@@ -70,8 +74,10 @@ def prepare_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> DPO
     model = load_model(config.sft, "--sft")
     check_vocab_fits(model, tokenizer, f"--sft {config.sft}")
     ref_model = _load_ref(config, tokenizer)
-    is_main = dist_state().is_main_process
-    work = start_output(config.out, config.overwrite, is_main)
+    state = dist_state()
+    is_main = state.is_main_process
+    fingerprint = run_fingerprint(config.to_dict(), data_file, [config.sft, config.ref], state.num_processes)
+    work, resume = start_output(config.out, config.overwrite, is_main, fingerprint)
     try:
         args = DPOConfig(**trainer_kwargs(config, work), beta=config.beta, loss_type=[config.loss_type],
                          precompute_ref_log_probs=config.precompute_ref)
@@ -80,13 +86,13 @@ def prepare_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> DPO
         trainer = DPOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=to_dataset(records),
                              processing_class=tokenizer, callbacks=callbacks)
     except BaseException:
-        if is_main:  # a refused or interrupted setup leaves no partial output directory behind
+        if is_main and resume is None:  # a refused or interrupted setup leaves no partial output directory behind
             shutil.rmtree(work, ignore_errors=True)
         raise
     silence_printer(trainer)
     parent = {"sft": str(config.sft), "weights_sha256": weights_sha256(config.sft),
               "ref": str(config.ref or config.sft), "sft_provenance": _brief(read_provenance(config.sft))}
-    return DPOSession(config, trainer, work, data_file, parent, recorder)
+    return DPOSession(config, trainer, work, data_file, parent, recorder, fingerprint, resume)
 
 
 def _brief(provenance: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -96,16 +102,22 @@ def _brief(provenance: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def train_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> Path:
-    """Train, save model + tokenizer + provenance into ``config.out``; returns that path."""
-    session = prepare_dpo(config, progress)
+    """Train, save model + tokenizer + provenance into ``config.out``; returns that path.
+
+    Ctrl-C raises :class:`~core.errors.Interrupted` saying what was kept; the same call then resumes
+    from the checkpoint it names (:mod:`training.interrupts`)."""
+    try:
+        session = prepare_dpo(config, progress)
+    except KeyboardInterrupt:
+        raise Interrupted(f"stopped while setting up DPO: {kept_message(partial_dir(config.out))}") from None
     trainer = session.trainer
-    trainer.train()
+    run_training(trainer, session.work, session.fingerprint, session.resume)
     trainer.save_model(str(session.work))  # every rank calls it: ZeRO-3 gathers the shards; only rank 0 writes
     if trainer.is_world_process_zero():
         write_provenance(session.work, stage="dpo", config=config.to_dict(), parent=session.parent, recorder=session.recorder,
                          data={"file": str(session.data_file), "sha256": file_sha256(session.data_file),
                                "rows": len(trainer.train_dataset)},
-                         extra={"world_size": trainer.args.world_size})
+                         extra={"world_size": trainer.args.world_size, "resumed_from_step": session.resume[1] if session.resume else None})
         finish_output(session.work, config.out)
     trainer.accelerator.wait_for_everyone()
     return config.out

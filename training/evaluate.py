@@ -70,6 +70,7 @@ class PairEvaluation:
     dpo: ModelEvaluation
     table: list[dict[str, Any]] = field(default_factory=list)
     base: ModelEvaluation | None = None  # the untouched model the SFT started from, when given
+    warnings: list[str] = field(default_factory=list)
 
     def rates(self, which: str) -> dict[str, float]:
         return {row["capability"]: row[f"{which}_rate"] for row in self.table}
@@ -78,8 +79,11 @@ class PairEvaluation:
         return asdict(self)
 
     def save(self, path: str | Path) -> Path:
+        from core.atomic import write_atomic
+
         p = Path(path)
-        p.write_text(json.dumps(self.to_dict(), indent=1), encoding="utf-8")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(p, json.dumps(self.to_dict(), indent=1))
         return p
 
 
@@ -153,11 +157,13 @@ def _verdict_scores(verdict: Verdict, row: TestRow) -> dict[str, int | None]:
 
 
 def evaluate_model(model_dir: str | Path, rows: Sequence[TestRow], judge: Judge,
-                   generation: GenerationConfig = EVAL_GENERATION, where: Callable[[int], str] | None = None) -> ModelEvaluation:
-    """Greedy responses of one model directory to ``rows``, judged; ``where(i)`` names row ``i`` in rendering errors."""
+                   generation: GenerationConfig = EVAL_GENERATION, where: Callable[[int], str] | None = None,
+                   flag: str = "--model") -> ModelEvaluation:
+    """Greedy responses of one model directory to ``rows``, judged; ``where(i)`` names row ``i`` in rendering errors
+    and ``flag`` names the directory in load errors."""
     from core.models import load_causal_lm
 
-    model, tokenizer = load_causal_lm(Path(model_dir), "--model", eval_mode=True)
+    model, tokenizer = load_causal_lm(Path(model_dir), flag, eval_mode=True)
     responses = generate_responses(model, tokenizer, [row.question for row in rows], generation, where)
     verdicts = judge.judge(rows, responses)
     return ModelEvaluation(str(model_dir), responses, [_verdict_scores(v, r) for v, r in zip(verdicts, rows)])
@@ -185,6 +191,17 @@ def _check_rendering(model_dir: str | Path, rows: Sequence[TestRow], where: Call
     encode_conversations(load_tokenizer(model_dir, "--sft"), [row.question for row in rows], add_generation_prompt=True, where=where)
 
 
+def pair_warnings(sft_dir: str | Path, dpo_dir: str | Path, base_dir: str | Path | None = None) -> list[str]:
+    """A warning for each pair of the models that is one directory given twice: their comparison is 0 by construction."""
+    from core.models import same_directory
+
+    named = [("--base", base_dir), ("--sft", sft_dir), ("--dpo", dpo_dir)]
+    named = [(flag, path) for flag, path in named if path is not None]
+    return [f"{a} and {b} are the same model ({pa}): every {b.lstrip('-').upper()}-{a.lstrip('-').upper()} difference "
+            f"will be 0 by construction; pass the other model as {b}"
+            for i, (a, pa) in enumerate(named) for b, pb in named[i + 1:] if same_directory(pa, pb)]
+
+
 def evaluate_pair(sft_dir: str | Path, dpo_dir: str | Path, test_file: str | Path, *, max_rows: int | None = None,
                   judge: Judge | None = None, generation: GenerationConfig = EVAL_GENERATION,
                   progress: Callable[[str], None] | None = None, base_dir: str | Path | None = None) -> PairEvaluation:
@@ -195,13 +212,18 @@ def evaluate_pair(sft_dir: str | Path, dpo_dir: str | Path, test_file: str | Pat
         raise ProbeError(f"--test {test_file}: the file has no rows")
     where = _row_namer(test_file, all_rows, rows)
     _check_rendering(sft_dir, rows, where)
+    from core.models import check_model_dir
+
+    for flag, path in (("--dpo", dpo_dir), ("--base", base_dir)):
+        if path is not None:  # a broken directory fails now, not after the other models' generations
+            check_model_dir(path, flag)
     judge = judge or default_judge()
     results = {}
     models = [("base", base_dir)] if base_dir is not None else []
     for name, path in models + [("sft", sft_dir), ("dpo", dpo_dir)]:
         if progress:
             progress(name)
-        results[name] = evaluate_model(path, rows, judge, generation, where)
+        results[name] = evaluate_model(path, rows, judge, generation, where, flag=f"--{name}")
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.task] = counts.get(row.task, 0) + 1
@@ -209,4 +231,4 @@ def evaluate_pair(sft_dir: str | Path, dpo_dir: str | Path, test_file: str | Pat
     if "base" in results:
         add_base_columns(table, results["base"], results["sft"])
     return PairEvaluation(str(test_file), counts, getattr(judge, "name", type(judge).__name__), asdict(generation),
-                          results["sft"], results["dpo"], table, results.get("base"))
+                          results["sft"], results["dpo"], table, results.get("base"), pair_warnings(sft_dir, dpo_dir, base_dir))

@@ -4,7 +4,9 @@ Output directories are written atomically: training saves into a sibling
 ``.<name>.partial`` directory and only a finished run (weights, tokenizer, provenance)
 is renamed to ``--out``. An interrupted run therefore never leaves something that looks
 like a model, and an existing ``--out`` is replaced only with ``--overwrite``, after
-the new one is complete. Under ``accelerate launch`` every process trains, the main
+the new one is complete. The partial directory is also where Ctrl-C leaves its
+checkpoint, which the next run with the same settings resumes from
+(:mod:`training.interrupts`). Under ``accelerate launch`` every process trains, the main
 process saves and renames, and the others wait for it.
 
 Example:
@@ -101,14 +103,19 @@ def check_output(out: Path, overwrite: bool) -> None:
         raise ProbeError(f"--out {out}: already exists and is not empty; pass --overwrite to replace it when the new run finishes")
 
 
-def start_output(out: Path, overwrite: bool, is_main: bool) -> Path:
-    """Check ``out`` and (on the main process) create a fresh partial directory; returns it."""
+def start_output(out: Path, overwrite: bool, is_main: bool, fingerprint: str = "") -> tuple[Path, tuple[Path, int] | None]:
+    """Check ``out``; returns the partial directory and the (checkpoint, step) to resume from. An interrupted run
+    with the same ``fingerprint`` is kept for a resume (:mod:`training.interrupts`); anything else there is
+    replaced (on the main process) by a fresh directory."""
+    from training.interrupts import resume_point
+
     check_output(out, overwrite)
     work = partial_dir(out)
-    if is_main:
+    resume = resume_point(work, fingerprint) if fingerprint else None
+    if is_main and resume is None:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
-    return work
+    return work, resume
 
 
 def finish_output(work: Path, out: Path) -> Path:
@@ -116,6 +123,7 @@ def finish_output(work: Path, out: Path) -> Path:
     for leftover in ("checkpoint-*", "runs"):
         for path in work.glob(leftover):
             shutil.rmtree(path, ignore_errors=True)
+    (work / "resume.json").unlink(missing_ok=True)
     if out.exists():
         trash = out.parent / f".{out.name}.old"
         shutil.rmtree(trash, ignore_errors=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import ProbeError
+from core.errors import Interrupted, ProbeError
 from core.chat import check_no_control_text, control_token_texts, to_messages
 from core.models import check_model_dir, check_vocab_fits, load_model, load_tokenizer
 from data_synthesis.io import row_location
@@ -31,8 +31,10 @@ from core.templates import TrainingTemplate, choose_chat_template, training_temp
 from training.config import SFTRunConfig
 from core.provenance import file_sha256, weights_sha256
 from training.data import resolve_data_file, sft_records, to_dataset
+from training.interrupts import kept_message, run_fingerprint, run_training
 from training.provenance import write_provenance
-from training.runner import check_output, dist_state, finish_output, quiet_environment, silence_printer, start_output, trainer_kwargs
+from training.runner import (check_output, dist_state, finish_output, partial_dir, quiet_environment, silence_printer, start_output,
+                             trainer_kwargs)
 
 ProgressFn = Callable[[int, int, float | None], None]
 
@@ -48,28 +50,30 @@ class SFTSession:
     parent: dict[str, Any]
     recorder: Any  # training.callbacks.LossRecorder
     own_template: str  # the model's own chat template, restored before saving
+    fingerprint: str = ""  # of everything a checkpoint depends on (training.interrupts)
+    resume: tuple[Path, int] | None = None  # (checkpoint, step) an interrupted run left
 
 
 def tiny_corpus(records: list[dict[str, Any]], extra_files: list[Path]) -> list[str]:
     """Documents for the tiny tokenizer (and its optional pretraining): each SFT conversation as plain
     text, one turn per line, plus each DPO pair's prompt with its chosen and rejected replies."""
     texts = ["\n".join(m["content"] for m in r["messages"]) for r in records]
+    from data_synthesis.io import read_dpo_rows
+
     for path in extra_files:
-        for line in path.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                row = json.loads(line)
-                prompt = "\n".join(t.get("content", "") for t in row.get("prompt", []))
-                texts += [f"{prompt}\n{row.get('chosen', '')}", f"{prompt}\n{row.get('rejected', '')}"]
+        for row in read_dpo_rows(path):
+            prompt = "\n".join(turn.content for turn in row.prompt)
+            texts += [f"{prompt}\n{row.chosen}", f"{prompt}\n{row.rejected}"]
     return [t for t in texts if t.strip()]
 
 
 def _build_tiny(cfg: SFTRunConfig, records: list[dict[str, Any]], work: Path, is_main: bool,
-                base_progress: Callable[[int, int], None] | None) -> Path:
+                base_progress: Callable[[int, int], None] | None, resuming: bool) -> Path:
     from training.tiny_base import TinySpec, build_tiny_base
 
     target = work / "_tiny_base"
     with dist_state().main_process_first():
-        if is_main:
+        if is_main and not resuming:  # a resumed run's base was complete before its checkpoint was written
             dpo = [p for p in [cfg.data / "dpo.jsonl"] if cfg.data.is_dir() and p.is_file()]
             spec = TinySpec(**{"seed": cfg.seed, **cfg.tiny_spec})
             build_tiny_base(tiny_corpus(records, dpo), target, spec, base_progress, [r["messages"] for r in records])
@@ -90,14 +94,17 @@ def prepare_sft(config: SFTRunConfig, progress: ProgressFn | None = None,
 
     from training.callbacks import LossRecorder, StepProgress
 
-    is_main = dist_state().is_main_process
+    state = dist_state()
+    is_main = state.is_main_process
     if config.base != "tiny":  # template, data rendering and the training copy are checked before any weight loads or dir is made
         tokenizer = load_tokenizer(Path(config.base), "--base")
         template, own_template, train_template = _chat_templates(config, tokenizer, records, data_file)
-    work = start_output(config.out, config.overwrite, is_main)
+    base_dir = None if config.base == "tiny" else Path(config.base)
+    fingerprint = run_fingerprint(config.to_dict(), data_file, [base_dir], state.num_processes)
+    work, resume = start_output(config.out, config.overwrite, is_main, fingerprint)
     try:
         if config.base == "tiny":
-            base = _build_tiny(config, records, work, is_main, base_progress)
+            base = _build_tiny(config, records, work, is_main, base_progress, resume is not None)
             tokenizer = load_tokenizer(base, "--base")
             template, own_template, train_template = _chat_templates(config, tokenizer, records, data_file)
         else:
@@ -117,10 +124,10 @@ def prepare_sft(config: SFTRunConfig, progress: ProgressFn | None = None,
         silence_printer(trainer)
         parent = _parent_info(config, base, template, train_template)
     except BaseException:
-        if is_main:  # a refused or interrupted setup leaves no partial output directory behind
+        if is_main and resume is None:  # a refused or interrupted setup leaves no partial output directory behind
             shutil.rmtree(work, ignore_errors=True)
         raise
-    return SFTSession(config, trainer, work, data_file, parent, recorder, own_template)
+    return SFTSession(config, trainer, work, data_file, parent, recorder, own_template, fingerprint, resume)
 
 
 def _chat_templates(config: SFTRunConfig, tokenizer: Any, records: list[dict[str, Any]],
@@ -160,10 +167,16 @@ def _parent_info(config: SFTRunConfig, base: Path, template: str, train_template
 
 def train_sft(config: SFTRunConfig, progress: ProgressFn | None = None,
               base_progress: Callable[[int, int], None] | None = None) -> Path:
-    """Train, save model + tokenizer + provenance into ``config.out``; returns that path."""
-    session = prepare_sft(config, progress, base_progress)
+    """Train, save model + tokenizer + provenance into ``config.out``; returns that path.
+
+    Ctrl-C raises :class:`~core.errors.Interrupted` saying what was kept; the same call then resumes
+    from the checkpoint it names (:mod:`training.interrupts`)."""
+    try:
+        session = prepare_sft(config, progress, base_progress)
+    except KeyboardInterrupt:
+        raise Interrupted(f"stopped while setting up SFT: {kept_message(partial_dir(config.out))}") from None
     trainer = session.trainer
-    trainer.train()
+    run_training(trainer, session.work, session.fingerprint, session.resume)
     trainer.processing_class.chat_template = session.own_template
     trainer.save_model(str(session.work))  # every rank calls it: ZeRO-3 gathers the shards; only rank 0 writes
     if trainer.is_world_process_zero():
@@ -171,7 +184,7 @@ def train_sft(config: SFTRunConfig, progress: ProgressFn | None = None,
         write_provenance(session.work, stage="sft", config=config.to_dict(), parent=session.parent, recorder=session.recorder,
                          data={"file": str(session.data_file), "sha256": file_sha256(session.data_file),
                                "rows": len(trainer.train_dataset)},
-                         extra={"world_size": trainer.args.world_size})
+                         extra={"world_size": trainer.args.world_size, "resumed_from_step": session.resume[1] if session.resume else None})
         finish_output(session.work, config.out)
     trainer.accelerator.wait_for_everyone()
     return config.out

@@ -3,7 +3,9 @@
 Thin wrapper over :func:`interventions.ab.run_ab`: flags build an
 :class:`interventions.config.ABConfig` (which validates them), the library writes
 ``ab_report.json``, ``ab_report.md`` and ``generations.jsonl``, and this prints the
-table and any no-op warning.
+table, any no-op warning and any arm whose factor broke the model. Ctrl-C keeps the
+finished generation arms in ``OUT/.arms``; the same command with the same ``--out``
+resumes from them (:mod:`interventions.arms`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from core.paths import check_output_dir
+from probe_cli.console import console
 from probe_cli.latest import point_latest
 from probe_cli.pairs import default_pair, pair_option
 
@@ -46,6 +50,9 @@ def intervene(
     judge: str = typer.Option("rules", "--judge", help="rules (offline, synthetic data) or llm (OpenAI-compatible endpoint)."),
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="LLM judge model. Env: OPENAI_MODEL."),
     judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="LLM judge endpoint. Env: OPENAI_BASE_URL."),
+    judge_timeout: Optional[float] = typer.Option(None, "--judge-timeout", help="LLM judge: seconds per request before a retry (default 60)."),
+    judge_retries: Optional[int] = typer.Option(None, "--judge-retries", help="LLM judge: retries after the first attempt (default 4)."),
+    judge_backoff: Optional[float] = typer.Option(None, "--judge-backoff", help="LLM judge: first wait between retries, doubling (default 1 s)."),
     max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Tokens generated per prompt."),
     batch_size: int = typer.Option(16, "--batch-size", help="Prompts per generation batch."),
     sample: bool = typer.Option(False, "--sample", help="Seeded sampling instead of greedy decoding (same seed in every arm)."),
@@ -62,13 +69,14 @@ def intervene(
     out: Optional[Path] = typer.Option(None, "--out", help="Output dir (default: RUN_DIR/interventions/<capability>_<model>_<time>)."),
 ) -> None:
     """Scale neurons during generation and compare with the baseline, placebo sets and a dose sweep."""
-    from rich.console import Console
-
     from interventions.ab import run_ab
     from interventions.config import ABConfig
     from interventions.scaling import parse_factors
 
-    console = Console(stderr=True)
+    err = console(stderr=True)
+    out_dir = out or _default_out(run_dir, capability, model)
+    if out is not None or run_dir is None or run_dir.is_dir():
+        check_output_dir(out_dir, "--out" if out is not None else "the default --out")
     if run_dir is None and (model_dir is None or data is None):
         default = default_pair(pair)
         model_dir = model_dir or (default.dpo_dir if model == "dpo" else default.sft_dir)
@@ -76,22 +84,26 @@ def intervene(
     config = ABConfig(
         **({"factor": factor} if factor is not None else {}), run_dir=run_dir, capability=capability, model=model, neurons=neurons, top_k=top_k, units=units, hook=hook,
         doses=parse_factors(dose) if dose is not None else [], positive_control=control, placebo=placebo, seed=seed, judge=judge,
-        judge_base_url=judge_base_url, judge_model=judge_model, max_new_tokens=max_new_tokens, batch_size=batch_size,
+        judge_base_url=judge_base_url, judge_model=judge_model, judge_timeout=judge_timeout, judge_retries=judge_retries,
+        judge_backoff=judge_backoff, max_new_tokens=max_new_tokens, batch_size=batch_size,
         do_sample=sample, temperature=temperature, dtype=dtype, device=device, backend=backend, limit=limit, collateral=collateral,
-        model_dir=model_dir, data_file=data, out_dir=out or _default_out(run_dir, capability, model),
+        model_dir=model_dir, data_file=data, out_dir=out_dir,
     )
-    report = run_ab(config, progress=lambda line: console.print(f"[dim]{line}[/dim]"))
+    report = run_ab(config, progress=lambda line: err.print(f"[dim]{line}[/dim]"))
     point_latest(Path(config.out_dir))
     _print(report)
 
 
 def _print(report: ABReport) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from interventions.report import fmt_delta, fmt_p, fmt_pct
 
-    console = Console()
+    out = console()
+    guard_notes = {note for arm in report.arms for note in [*arm.guard.flags, *arm.guard.faults]}
+    for warning in report.warnings:
+        if warning not in guard_notes:
+            out.print(f"[yellow]warning:[/yellow] {warning}")
     for arm in report.arms:
         table = Table(title=f"factor {arm.factor!r} ({arm.role}) on {report.neurons['size']} units of {report.neurons['hook']}, {report.model} model, {report.dtype}")
         for name in ("capability", "n", "before", "after", "Δ pts", "95% CI", "McNemar p", "placebo pct", "changed"):
@@ -100,8 +112,10 @@ def _print(report: ABReport) -> None:
             placebo = f"{c.placebo['percentile']:.0f} (p={fmt_p(c.placebo['p_empirical'])})" if c.placebo else "-"
             table.add_row(c.capability + (" *" if c.target else ""), str(c.n_scored), fmt_pct(c.before), fmt_pct(c.after), fmt_delta(c.delta),
                           f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]", fmt_p(c.p_value), placebo, f"{c.rows_changed}/{c.n_rows}")
-        console.print(table)
+        out.print(table)
+        for fault in arm.guard.faults:
+            out.print(f"[bold red]INVALID:[/bold red] {fault}")
         for flag in arm.guard.flags:
-            console.print(f"[bold red]NO-OP:[/bold red] {flag}")
+            out.print(f"[bold red]NO-OP:[/bold red] {flag}")
     for kind, path in report.paths.items():
-        console.print(f"{kind}: {path}", soft_wrap=True)
+        out.print(f"{kind}: {path}", soft_wrap=True)

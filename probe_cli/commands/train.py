@@ -4,6 +4,8 @@ Thin wrappers over :func:`training.sft.train_sft` and :func:`training.dpo.train_
 Every hyperparameter flag defaults to "unset" so that the recipe, then ``--config``
 (JSON/YAML), then the flag decide, in that order. The same command runs under
 ``accelerate launch --module probe_cli.main train sft ...`` for multi-GPU training.
+Ctrl-C stops at the end of the optimizer step and keeps a checkpoint; rerunning the same
+command resumes from it (:mod:`training.interrupts`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any, Optional
 import typer
 
 from core.errors import ProbeError
+from probe_cli.console import console
+from core.paths import check_output_dir
 
 train_app = typer.Typer(help="Fine-tune with TRL: SFT on sft.jsonl, then DPO on dpo.jsonl.", no_args_is_help=True)
 
@@ -32,9 +36,9 @@ def _common(recipe: Optional[str], learning_rate: Optional[float], lr_scheduler:
 
 
 def _build(cls: type, config: Optional[Path], required: dict[str, Any], values: dict[str, Any]) -> Any:
-    from training.config import load_config_file
+    from core.config_file import read_config_file
 
-    from_file = load_config_file(config, cls) if config else {}
+    from_file = read_config_file(config, cls) if config else {}
     for flag, value in required.items():
         key = flag.lstrip("-").replace("-", "_")
         if value is None and key not in from_file:
@@ -43,18 +47,17 @@ def _build(cls: type, config: Optional[Path], required: dict[str, Any], values: 
 
 
 def _run(train: Any, cfg: Any, title: str) -> None:
-    from rich.console import Console
-
     from training.progress import rich_reporter
     from training.provenance import read_provenance
 
-    console = Console()
-    with rich_reporter() as report:
+    with rich_reporter(console(stderr=True)) as report:
         out = train(cfg, lambda step, total, loss: report(title, step, total))
     record = read_provenance(out) or {}
     summary = record.get("train_summary", {})
-    console.print(f"[bold green]{title} done[/] -> {out}")
-    console.print(f"  steps {len(record.get('losses', []))}, final loss {record.get('final_loss')}, "
+    stdout = console()
+    resumed = record.get("resumed_from_step")
+    stdout.print(f"[bold green]{title} done[/] -> {out}" + (f" (resumed from step {resumed})" if resumed else ""))
+    stdout.print(f"  steps {len(record.get('losses', []))}, final loss {record.get('final_loss')}, "
                   f"runtime {summary.get('train_runtime', float('nan')):.1f} s; provenance: {out / 'provenance.json'}")
 
 
@@ -100,11 +103,12 @@ def sft(
                      max_length, weight_decay, seed, bf16, gradient_checkpointing, max_rows, overwrite)
     tiny = {k: v for k, v in (("n_layers", tiny_layers), ("hidden_size", tiny_width), ("intermediate_size", tiny_mlp)) if v is not None}
     if tiny:
-        from training.config import load_config_file
+        from core.config_file import read_config_file
 
-        values["tiny_spec"] = {**(load_config_file(config, SFTRunConfig).get("tiny_spec", {}) if config else {}), **tiny}
+        values["tiny_spec"] = {**(read_config_file(config, SFTRunConfig).get("tiny_spec", {}) if config else {}), **tiny}
     values["chat_template"] = chat_template
     cfg = _build(SFTRunConfig, config, {"--base": base, "--data": data, "--out": out}, values)
+    check_output_dir(cfg.out, "--out")
     _run(train_sft, cfg, "sft")
 
 
@@ -133,6 +137,7 @@ def dpo(
                      max_length, weight_decay, seed, bf16, gradient_checkpointing, max_rows, overwrite)
     values.update(ref=ref, beta=beta, loss_type=loss_type, precompute_ref=precompute_ref)
     cfg = _build(DPORunConfig, config, {"--sft": sft, "--data": data, "--out": out}, values)
+    check_output_dir(cfg.out, "--out")
     _run(train_dpo, cfg, "dpo")
 
 

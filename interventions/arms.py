@@ -1,0 +1,95 @@
+"""Finished generation arms of one A/B run, kept on disk so that an interrupted run resumes.
+
+An A/B evaluation is a baseline plus one generation pass per factor and per placebo set:
+minutes to hours, most of it generating. Each pass that finishes is written to
+``OUT/.arms/<arm>.json`` (temporary name, then rename: a file there is always whole)
+before the next begins. A rerun into the same ``--out`` with the same settings reads
+those passes back instead of generating them again; greedy decoding and per-batch
+seeded sampling make a generated arm a pure function of the settings, so the resumed
+report equals an uninterrupted one. The directory carries the fingerprint of everything
+the generations depend on (model weights by path, size and mtime; the data file's bytes;
+the rows and neurons chosen; decoding, dtype, device, backend; placebo count and seed);
+arms written under another fingerprint are discarded, never reused. Judging and
+statistics are recomputed from the texts, so a rerun may change the judge. The
+directory is removed once the report is written.
+
+Example:
+    >>> store = ArmStore(Path("runs/ab"), fingerprint)                  # doctest: +SKIP
+    >>> store.get("baseline") or store.put("baseline", generator.run())  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from core.generation import Generations
+
+DIR_NAME = ".arms"
+_IRRELEVANT = ("out_dir", "judge", "judge_base_url", "judge_model", "n_bootstrap")
+
+
+def fingerprint(config: dict[str, Any], model_dir: Path, data_file: Path, row_ids: list[int], units: list[tuple[int, int]]) -> str:
+    """A hash of everything an arm's generations depend on."""
+    from core.models import weight_files
+    from core.provenance import file_sha256
+
+    weights = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in weight_files(model_dir)]
+    body = {"config": {k: v for k, v in config.items() if k not in _IRRELEVANT}, "weights": weights,
+            "data": file_sha256(data_file), "rows": row_ids, "units": units}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class ArmStore:
+    """``OUT/.arms``: one JSON file per finished arm; inactive (keeps nothing) when ``out_dir`` is None."""
+
+    def __init__(self, out_dir: str | Path | None, key: str) -> None:
+        self.root = Path(out_dir) / DIR_NAME if out_dir is not None else None
+        self.key = key
+        if self.root is not None and self._stamp() != key:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def _stamp(self) -> str | None:
+        try:
+            return (self.root / "fingerprint").read_text(encoding="utf-8").strip() if self.root else None
+        except OSError:
+            return None
+
+    def get(self, name: str) -> Generations | None:
+        """The arm ``name`` if an earlier run finished it with the same fingerprint."""
+        if self.root is None:
+            return None
+        try:
+            body = json.loads((self.root / f"{name}.json").read_text(encoding="utf-8"))
+            return Generations(body["ids"], body["texts"], float(body["seconds"]), body.get("hook_stats"))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def put(self, name: str, generations: Generations) -> Generations:
+        if self.root is None:
+            return generations
+        if self._stamp() != self.key:
+            self.root.mkdir(parents=True, exist_ok=True)
+            _atomic_write(self.root / "fingerprint", self.key + "\n")
+        body = {"ids": generations.ids, "texts": generations.texts, "seconds": generations.seconds, "hook_stats": generations.hook_stats}
+        _atomic_write(self.root / f"{name}.json", json.dumps(body, ensure_ascii=False))
+        return generations
+
+    def finished(self) -> list[str]:
+        if self.root is None or not self.root.is_dir():
+            return []
+        return sorted(p.stem for p in self.root.glob("*.json"))
+
+    def clear(self) -> None:
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
