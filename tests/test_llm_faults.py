@@ -31,7 +31,7 @@ import pytest
 from data_synthesis.offline import FILES, synthesize
 from probe_cli.main import main
 from tests.support.scripted_server import Received, ScriptedServer, Step, completion
-from tests.test_llm_synthesis import GoodLLM
+from tests.support.scripted_llm import GoodLLM
 
 pytestmark = pytest.mark.server
 SECRET = "sk-fault-matrix-DO-NOT-LEAK-31337"

@@ -31,7 +31,7 @@ import pytest
 
 from data_synthesis.offline import FILES, synthesize
 from tests.support.scripted_server import ScriptedServer
-from tests.test_llm_synthesis import GoodLLM
+from tests.support.scripted_llm import GoodLLM
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]

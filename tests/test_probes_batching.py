@@ -20,7 +20,7 @@ from probes.batching import pending_batches, plan_batches
 from probes.config import RecordConfig
 from probes.recording import record_run
 from probes.store import RunReader
-from tests.test_probes_resume import _arrays
+from tests.support.runs import run_arrays
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -66,7 +66,7 @@ def test_token_budget_matches_fixed_batches_row_for_row(tiny_pair, rolemrc_file:
         longest = max(int(run.samples(c).prompt_lengths.max()) for c in run.capabilities())
     budget = 2 * longest - 1  # smaller than two long prompts: they must go one per batch
     budgeted = record_run(_config(tiny_pair, rolemrc_file, tmp_path / "budget", batch_size=64, max_batch_tokens=budget), progress=False)
-    a, b = _arrays(fixed.run_dir), _arrays(budgeted.run_dir)
+    a, b = run_arrays(fixed.run_dir), run_arrays(budgeted.run_dir)
     assert a.keys() == b.keys() and budgeted.counts == fixed.counts
     largest = 0.0
     for key in a:

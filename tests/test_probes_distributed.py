@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from probes.journal import JOURNAL_DIR
-from tests.test_probes_resume import _arrays
+from tests.support.runs import run_arrays
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -50,7 +50,7 @@ def one_process(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPath
 
 
 def _assert_identical(a: Path, b: Path) -> None:
-    left, right = _arrays(a), _arrays(b)
+    left, right = run_arrays(a), run_arrays(b)
     assert left.keys() == right.keys()
     for key in left:
         np.testing.assert_array_equal(left[key], right[key], err_msg=key)
@@ -83,7 +83,7 @@ def test_a_killed_rank_resumes_on_the_next_launch(tiny_pair, rolemrc_file: Path,
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     _assert_identical(one_process, out)
     recorded_now = _calls(out)[-1]["recorded"]
-    total = sum(len(v) for k, v in _arrays(out).items() if k.endswith("/ids"))
+    total = sum(len(v) for k, v in run_arrays(out).items() if k.endswith("/ids"))
     assert 0 < sum(recorded_now.values()) < total  # the kept batches were not recorded again
 
 

@@ -26,7 +26,7 @@ import pytest
 
 from probes.config import RecordConfig
 from probes.recording import record_run
-from tests.test_probes_resume import _arrays
+from tests.support.runs import run_arrays
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMITED = """
@@ -90,7 +90,7 @@ def test_a_full_disk_at_each_step_loses_nothing_and_resumes(step: str, stages: d
         assert shards and f"{len(shards)} recorded batches are kept" in errors[0]
     resumed = record_run(_config(tiny_pair, rolemrc_file, out, "multi_turn,priority"), progress=False)
     assert resumed.recorded["priority"] == (resumed.counts["priority"] if step == "shard" else 0)
-    reference, result = _arrays(stages["reference"]), _arrays(out)
+    reference, result = run_arrays(stages["reference"]), run_arrays(out)
     assert reference.keys() == result.keys()
     for key in reference:
         np.testing.assert_array_equal(reference[key], result[key], err_msg=key)
@@ -164,6 +164,6 @@ def test_ctrl_c_during_recording_says_what_was_kept_and_resumes_identically(stag
     assert "rerun the same command" in lines[-1] and "Traceback" not in err
     resumed = record_run(_config(tiny_pair, rolemrc_file, out, "multi_turn,priority"), progress=False)
     assert sum(resumed.resumed.values()) > 0
-    reference, result = _arrays(stages["reference"]), _arrays(out)
+    reference, result = run_arrays(stages["reference"]), run_arrays(out)
     for key in reference:
         np.testing.assert_allclose(reference[key], result[key], rtol=1e-5, atol=1e-6, err_msg=key)  # batch size 1 vs 2: round-off

@@ -21,7 +21,7 @@ import pytest
 from probes.config import RecordConfig
 from probes.journal import JOURNAL_DIR
 from probes.recording import record_run
-from probes.store import RunReader
+from tests.support.runs import run_arrays
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = """
@@ -40,17 +40,6 @@ def _config(tiny_pair, data: Path, out: Path) -> RecordConfig:  # type: ignore[n
 
 def _shards(run_dir: Path) -> int:
     return len(list((run_dir / JOURNAL_DIR).glob("*/*.npz"))) if (run_dir / JOURNAL_DIR).is_dir() else 0
-
-
-def _arrays(run_dir: Path) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    with RunReader(run_dir) as run:
-        for cap in run.capabilities():
-            out[f"{cap}/ids"] = run.samples(cap).sample_ids
-            for model in ("sft", "dpo"):
-                for hook in run.hooks(cap, model):
-                    out[f"{cap}/{model}/{hook}"] = run.activations(model, cap, hook)
-    return out
 
 
 @pytest.mark.slow
@@ -74,7 +63,7 @@ def test_sigkill_mid_run_then_resume_is_identical_to_uninterrupted(tiny_pair, ro
 
     reference = record_run(_config(tiny_pair, rolemrc_file, tmp_path / "uninterrupted"), progress=False)
     assert reference.counts == resumed.counts
-    a, b = _arrays(tmp_path / "uninterrupted"), _arrays(killed_dir)
+    a, b = run_arrays(tmp_path / "uninterrupted"), run_arrays(killed_dir)
     assert a.keys() == b.keys() and len(a) == 2 * 5
     for key in a:
         assert np.array_equal(a[key], b[key]), key
