@@ -10,7 +10,7 @@ Example file::
 
     {"format": "rolemrc-probe/neuron-set", "version": 1,
      "hook": "mlp_out", "metric": "topk_count", "capability": "multi_turn",
-     "selection": {"rule": "top_k_abs_delta", "k": 64, "layers": [12, 31]},
+     "selection": {"rule": "top_k_abs", "k": 64, "threshold": 0.0, "layers": [12, 31], "window": "12-31", ...},
      "run_dir": "runs/...", "model_hashes": {"sft": "...", "dpo": "..."},
      "neurons": [{"layer": 19, "unit": 7, "delta": -0.12}, ...]}
 """

@@ -218,8 +218,29 @@ def check_vocab_fits(model: Any, tokenizer: Any, where: str) -> None:
                          "use the tokenizer saved with this model")
 
 
-def check_same_tokenizer(a: Any, b: Any, what: str) -> None:
-    if a.get_vocab() != b.get_vocab():
-        raise ProbeError(f"tokenizer mismatch: {what} have different vocabularies; both must come from the same base model")
+def tokenizer_differences(a: Any, b: Any, labels: tuple[str, str] = ("sft", "dpo"), chat_template: bool = True) -> list[str]:
+    """Differences in vocabulary, special tokens and (optionally) chat template, one line each, naming examples."""
+    first, second = labels
+    problems: list[str] = []
+    vocab_a, vocab_b = a.get_vocab(), b.get_vocab()
+    if vocab_a != vocab_b:
+        only_a = sorted(set(vocab_a) - set(vocab_b))[:3]
+        only_b = sorted(set(vocab_b) - set(vocab_a))[:3]
+        moved = sum(1 for t in set(vocab_a) & set(vocab_b) if vocab_a[t] != vocab_b[t])
+        problems.append(f"tokenizer vocabulary: {len(vocab_a)} vs {len(vocab_b)} tokens, {moved} with different ids, "
+                        f"only in {first} e.g. {only_a}, only in {second} e.g. {only_b}")
+    for attr in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        if getattr(a, attr) != getattr(b, attr):
+            problems.append(f"tokenizer {attr}: {first} {getattr(a, attr)!r} vs {second} {getattr(b, attr)!r}")
     if a.all_special_tokens != b.all_special_tokens:
-        raise ProbeError(f"tokenizer mismatch: {what} have different special tokens ({a.all_special_tokens} vs {b.all_special_tokens})")
+        problems.append(f"special tokens: {first} {a.all_special_tokens} vs {second} {b.all_special_tokens}")
+    if chat_template and (a.chat_template or "") != (b.chat_template or ""):
+        problems.append("chat template differs (the two tokenizers would render the same conversation differently)")
+    return problems
+
+
+def check_same_tokenizer(a: Any, b: Any, what: str, labels: tuple[str, str] = ("policy", "reference")) -> None:
+    """Refuse two tokenizers that would give other ids for the same text (the chat template may differ)."""
+    problems = tokenizer_differences(a, b, labels, chat_template=False)
+    if problems:
+        raise ProbeError(f"tokenizer mismatch: {what} must come from the same base model: {'; '.join(problems)}")

@@ -65,8 +65,8 @@ def resolve_sources(config: ABConfig) -> tuple[Path, Path]:
 
         with RunReader(config.run_dir) as run:
             info, settings = run.model_info(config.model), run.settings
-        model_dir = model_dir or info.get("model_dir") or settings.get(f"{config.model}_dir")
-        data_file = data_file or settings.get("data_file")
+        model_dir = model_dir or info.get("model_dir") or settings.model_dir(config.model)
+        data_file = data_file or settings.data_file
         if not model_dir:
             raise ProbeError(f"{config.run_dir}: the run does not record a model dir for {config.model!r}; pass --model-dir")
         if not data_file:

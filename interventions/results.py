@@ -15,7 +15,6 @@ degenerate, mostly empty generations, and the guard's ``faults`` say so.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any

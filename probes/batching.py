@@ -26,9 +26,11 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 DEFAULT_BATCH_SIZE = 64  # a cap: the token budget decides on long prompts
-# Past about this many padded tokens a batch is no faster, on CPU or on an H100 with the 8B shape
-# (docs/probes.md), while a wider batch spans more prompt lengths and so pads more.
+# Past about this many padded tokens a batch is no faster, while a wider batch spans more prompt
+# lengths and so pads more: measured on an H100 with the 8B shape, and on the 2-core CPU with the
+# SmolLM2 pair, where smaller batches of long prompts are faster still (docs/probes.md).
 MAX_USEFUL_BATCH_TOKENS = 8192
+CPU_MAX_BATCH_TOKENS = 2048
 # Fraction of the free GPU memory (after both models are loaded) a batch may use; the rest
 # covers the allocator's fragmentation, kernels' workspaces and the estimate's error.
 GPU_MEMORY_FRACTION = 0.5
@@ -85,17 +87,18 @@ def activation_bytes_per_token(config: Any, dtype_bytes: int, longest: int) -> i
 
 
 def default_max_batch_tokens(device: str, config: Any, dtype_bytes: int, longest: int) -> int:
-    """The budget for a device: :data:`MAX_USEFUL_BATCH_TOKENS`, less where free GPU memory is short.
+    """The budget for a device: :data:`CPU_MAX_BATCH_TOKENS` on CPU; on a GPU :data:`MAX_USEFUL_BATCH_TOKENS`,
+    less where free memory is short.
 
     Under ``device_map="auto"`` the model spans every visible GPU; the one with least free
     memory decides.
     """
     if not (device.startswith("cuda") or device == "auto"):
-        return MAX_USEFUL_BATCH_TOKENS
+        return CPU_MAX_BATCH_TOKENS
     import torch
 
     if not torch.cuda.is_available():
-        return MAX_USEFUL_BATCH_TOKENS
+        return CPU_MAX_BATCH_TOKENS
     indices = [torch.device(device).index or 0] if device.startswith("cuda") else list(range(torch.cuda.device_count()))
     free = min(torch.cuda.mem_get_info(i)[0] for i in indices)
     budget = int(GPU_MEMORY_FRACTION * free) // activation_bytes_per_token(config, dtype_bytes, longest)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ProbeError
-from core.models import check_model_dir, load_model, load_tokenizer
+from core.models import check_model_dir, load_model, load_tokenizer, tokenizer_differences
 from probes.hook_points import ARCHITECTURES
 
 _CONFIG_KEYS: tuple[str, ...] = (
@@ -73,21 +73,7 @@ def compare_configs(sft: Any, dpo: Any) -> list[str]:
 
 def compare_tokenizers(sft: Any, dpo: Any) -> list[str]:
     """Differences in vocabulary, special tokens and chat template."""
-    problems: list[str] = []
-    vocab_a, vocab_b = sft.get_vocab(), dpo.get_vocab()
-    if vocab_a != vocab_b:
-        only_a = sorted(set(vocab_a) - set(vocab_b))[:3]
-        only_b = sorted(set(vocab_b) - set(vocab_a))[:3]
-        moved = sum(1 for t in set(vocab_a) & set(vocab_b) if vocab_a[t] != vocab_b[t])
-        problems.append(f"tokenizer vocabulary: {len(vocab_a)} vs {len(vocab_b)} tokens, {moved} with different ids, "
-                        f"only in sft e.g. {only_a}, only in dpo e.g. {only_b}")
-    for attr in ("bos_token_id", "eos_token_id", "pad_token_id"):
-        problem = _diff(f"tokenizer {attr}", getattr(sft, attr), getattr(dpo, attr))
-        if problem:
-            problems.append(problem)
-    if (sft.chat_template or "") != (dpo.chat_template or ""):
-        problems.append("chat template differs (the two tokenizers would render the same conversation differently)")
-    return problems
+    return tokenizer_differences(sft, dpo, ("sft", "dpo"))
 
 
 def compare_layouts(sft: Any, dpo: Any) -> list[str]:

@@ -47,12 +47,8 @@ from probes.journal import (ConsolidationPlan, Shard, committed_ids, consolidate
                             read_run_json, remove_stale_temp, run_lock, shard_path, shard_sample_ids, write_failure, write_run_json,
                             write_shard)
 from probes.prompts import PromptSet, build_prompts, make_batch
+from probes.settings import RunSettings
 
-# Settings that must be equal for two recordings to share one run dir.
-COMPAT_KEYS: tuple[str, ...] = (
-    "sft_weights_sha256", "dpo_weights_sha256", "tokenizer_sha256", "chat_template_sha256", "data_sha256",
-    "hooks", "layers", "position", "backend", "dtype", "store_dtype", "add_generation_prompt",
-)
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 
 
@@ -64,7 +60,7 @@ class RunResult:
     counts: dict[str, int]
     recorded: dict[str, int]
     resumed: dict[str, int]
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: RunSettings = field(default_factory=RunSettings)
     seconds: float = 0.0
     rank: int = 0
     world_size: int = 1
@@ -99,23 +95,23 @@ def default_run_dir(config: RecordConfig) -> Path:
     return path
 
 
-def _settings(config: RecordConfig, sources: tuple[Path, Path, Path], layers: list[int], dtype: str, tokenizer: Any) -> dict[str, Any]:
+def _settings(config: RecordConfig, sources: tuple[Path, Path, Path], layers: list[int], dtype: str, tokenizer: Any) -> RunSettings:
     from core.provenance import chat_template_sha256, file_sha256, tokenizer_sha256, toolkit_version, weights_sha256
 
     sft_dir, dpo_dir, data_file = sources
-    return {
-        "sft_dir": str(sft_dir.resolve()), "dpo_dir": str(dpo_dir.resolve()), "data_file": str(data_file.resolve()),
-        "sft_weights_sha256": weights_sha256(sft_dir), "dpo_weights_sha256": weights_sha256(dpo_dir),
-        "tokenizer_sha256": tokenizer_sha256(tokenizer), "chat_template_sha256": chat_template_sha256(tokenizer),
-        "data_sha256": file_sha256(data_file),
-        "hooks": list(config.hooks), "layers": layers, "position": config.position, "backend": config.backend,
-        "dtype": dtype, "store_dtype": config.store_dtype, "add_generation_prompt": config.add_generation_prompt,
-        "seed": config.seed, "toolkit_version": toolkit_version(),
-        "position_policy": "last real prompt token" if config.position == "last" else "mean over real prompt tokens after the first",
-    }
+    return RunSettings(
+        sft_dir=str(sft_dir.resolve()), dpo_dir=str(dpo_dir.resolve()), data_file=str(data_file.resolve()),
+        sft_weights_sha256=weights_sha256(sft_dir), dpo_weights_sha256=weights_sha256(dpo_dir),
+        tokenizer_sha256=tokenizer_sha256(tokenizer), chat_template_sha256=chat_template_sha256(tokenizer),
+        data_sha256=file_sha256(data_file),
+        hooks=list(config.hooks), layers=layers, position=config.position, backend=config.backend,
+        dtype=dtype, store_dtype=config.store_dtype, add_generation_prompt=config.add_generation_prompt,
+        seed=config.seed, toolkit_version=toolkit_version(),
+        position_policy="last real prompt token" if config.position == "last" else "mean over real prompt tokens after the first",
+    )
 
 
-def check_compatible(run_dir: Path, settings: dict[str, Any]) -> dict[str, Any] | None:
+def check_compatible(run_dir: Path, settings: RunSettings) -> RunSettings | None:
     """Refuse to mix settings into an existing run dir; returns the existing settings, if any.
 
     Settings left by a start that recorded nothing (it failed on its first batch, say) bind
@@ -124,14 +120,15 @@ def check_compatible(run_dir: Path, settings: dict[str, Any]) -> dict[str, Any] 
     if not has_recordings(run_dir):
         return None
     existing = read_run_json(run_dir)
-    existing = existing["settings"] if existing else h5_settings(run_dir)
-    if not existing:
+    raw, where = (existing["settings"], run_dir / "run.json") if existing else (h5_settings(run_dir), run_dir / "activations.h5")
+    if not raw:
         return None
-    diffs = [f"{k}: run has {existing.get(k)!r}, this call asks {settings[k]!r}" for k in COMPAT_KEYS if existing.get(k) != settings[k]]
+    recorded = RunSettings.from_dict(raw, str(where))
+    diffs = recorded.differences(settings)
     if diffs:
         raise ProbeError(f"{run_dir} was recorded with other settings, so the new samples would not be comparable "
                          f"({'; '.join(diffs[:4])}); record into another --out")
-    return existing
+    return recorded
 
 
 def done_ids(run_dir: Path, prompts: PromptSet) -> set[int]:
@@ -251,13 +248,13 @@ def _batch_budget(config: RecordConfig, pair: Any, prompt_sets: list[PromptSet],
     return min(world.gather(default_max_batch_tokens(pair.device, read_config(pair.sft_dir), dtype_bytes, longest)))
 
 
-def _start_on_main(run_dir: Path, settings: dict[str, Any], prompt_sets: list[PromptSet]) -> tuple[dict[str, Any], dict[str, set[int]]]:
+def _start_on_main(run_dir: Path, settings: RunSettings, prompt_sets: list[PromptSet]) -> tuple[RunSettings, dict[str, set[int]]]:
     """Rank 0, under the lock, once the pair is loaded: the settings to keep, and what is already recorded."""
     existing = check_compatible(run_dir, settings)
     remove_stale_temp(run_dir)
     done = {p.capability: done_ids(run_dir, p) for p in prompt_sets}
     try:
-        write_run_json(run_dir, {"settings": existing or settings})
+        write_run_json(run_dir, {"settings": (existing or settings).to_dict()})
     except OSError as exc:
         raise write_failure(run_dir, exc) from None
     return existing or settings, done
@@ -274,7 +271,7 @@ def _record(config: RecordConfig, world: World, progress: bool) -> RunResult:
     device = world.agree(lambda: rank_device(config.device, world))
     run_dir = world.on_main(lambda: config.out_dir or default_run_dir(config))
     with ExitStack() as stack:
-        def lock_and_settings() -> dict[str, Any]:
+        def lock_and_settings() -> RunSettings:
             stack.enter_context(run_lock(run_dir))
             settings = _settings(config, inputs.sources, inputs.layers, inputs.dtype, inputs.tokenizer)
             check_compatible(run_dir, settings)  # before the minutes a load takes
@@ -314,14 +311,14 @@ def _record(config: RecordConfig, world: World, progress: bool) -> RunResult:
                      _warnings(settings))
 
 
-def _warnings(settings: dict[str, Any]) -> list[str]:
-    if settings.get("sft_weights_sha256") == settings.get("dpo_weights_sha256"):
-        return [f"--sft {settings['sft_dir']} and --dpo {settings['dpo_dir']} hold identical weights: every SFT/DPO "
+def _warnings(settings: RunSettings) -> list[str]:
+    if settings.sft_weights_sha256 == settings.dpo_weights_sha256:
+        return [f"--sft {settings.sft_dir} and --dpo {settings.dpo_dir} hold identical weights: every SFT/DPO "
                 "discrepancy is zero, and the layer ranking means nothing"]
     return []
 
 
-def _finish_on_main(run_dir: Path, inputs: _Inputs, pair: Any, settings: dict[str, Any], call: dict[str, Any], work: list[Work]) -> None:
+def _finish_on_main(run_dir: Path, inputs: _Inputs, pair: Any, settings: RunSettings, call: dict[str, Any], work: list[Work]) -> None:
     """Rank 0, after every rank's share: check the journal holds every planned batch, then consolidate."""
     from core.provenance import library_versions, toolkit_version
 
@@ -330,7 +327,8 @@ def _finish_on_main(run_dir: Path, inputs: _Inputs, pair: Any, settings: dict[st
         raise ProbeError(f"{len(missing)} batches recorded by other processes are not in {run_dir / 'journal'}: with several nodes, "
                          "--out must be a directory every node sees (a shared filesystem); rerun the same command to resume")
     provenance = {"versions": library_versions(), **call}
-    plan = ConsolidationPlan(settings, pair.info, inputs.layers, {h: TL_NAMES[h] for h in settings["hooks"]}, toolkit_version(), provenance)
+    plan = ConsolidationPlan(settings.to_dict(), pair.info, inputs.layers, {h: TL_NAMES[h] for h in settings.hooks}, toolkit_version(),
+                             provenance)
     consolidate(run_dir, [p.capability for p in inputs.prompt_sets], plan)
 
 

@@ -38,6 +38,7 @@ import h5py
 import numpy as np
 
 from core.errors import ProbeError
+from probes.settings import RunSettings
 
 ACTIVATIONS_FILE = "activations.h5"
 SCHEMA_VERSION = 1
@@ -80,7 +81,7 @@ class RunReader:
             self._file = h5py.File(self.path, "r")
         except OSError as exc:
             raise ProbeError(f"{self.path}: not a readable HDF5 file ({exc})") from None
-        self.settings: dict[str, Any] = json.loads(self._file.attrs.get("settings", "{}"))
+        self.settings = RunSettings.from_dict(json.loads(self._file.attrs.get("settings", "{}")), str(self.path))
 
     def close(self) -> None:
         self._file.close()
@@ -183,7 +184,8 @@ class RunWriter:
         ...     w.append_activations("sft", "multi_turn", "mlp_out", batch, layers)
     """
 
-    def __init__(self, run_dir: str | Path, settings: dict[str, Any], toolkit_version: str = "0.1.0", chunk_rows: int = 64) -> None:
+    def __init__(self, run_dir: str | Path, settings: RunSettings | dict[str, Any], toolkit_version: str = "0.1.0",
+                 chunk_rows: int = 64) -> None:
         self.path = activations_path(run_dir)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = h5py.File(self.path, "a")
@@ -191,7 +193,8 @@ class RunWriter:
         if "settings" not in self._file.attrs:
             self._file.attrs["schema_version"] = SCHEMA_VERSION
             self._file.attrs["toolkit_version"] = toolkit_version
-            self._file.attrs["settings"] = json.dumps(settings, sort_keys=True)
+            body = settings if isinstance(settings, dict) else settings.to_dict()
+            self._file.attrs["settings"] = json.dumps(RunSettings.from_dict(body).to_dict(), sort_keys=True)
 
     @property
     def file(self) -> h5py.File:

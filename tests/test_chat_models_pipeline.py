@@ -173,7 +173,7 @@ def test_the_three_backends_record_the_same_activations(pipeline: Pipeline) -> N
         capabilities = reference.capabilities()
         assert len(capabilities) == 5
         for backend, run in readers.items():
-            assert run.capabilities() == capabilities and run.settings["backend"] == backend
+            assert run.capabilities() == capabilities and run.settings.backend == backend
             assert run.model_info("sft")["n_layers"] == spec.n_layers and run.model_info("sft")["d_model"] == spec.hidden_size
             for capability in capabilities:
                 assert np.array_equal(run.samples(capability).sample_ids, reference.samples(capability).sample_ids)

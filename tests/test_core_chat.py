@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from core.chat import control_token_texts, encode_conversations, encode_text, left_pad, pad_id_of, render_text, to_messages
 from core.errors import ProbeError

@@ -23,10 +23,8 @@ from tests.support.scripted_llm import GoodLLM
 from tests.support.scripted_server import ScriptedServer
 from data_synthesis.llm.synthesis import REPORT_FILE, synthesize_llm
 from data_synthesis.offline import FILES, synthesize
-from data_synthesis.offline import vocab
 
 SMALL = dict(sft_base=1, sft_nested=1, sft_priority=1, sft_multi_turn=1, free_chats=1, dpo_per_task=1)
-OCCUPATIONS = {d.occupation: d.name for d in vocab.DOMAINS}
 BROKEN_PERSONA = "role-0001"
 
 

@@ -91,7 +91,7 @@ def test_resume_with_other_batch_limits_records_each_prompt_once_and_says_so(tin
             assert sorted(run.samples(cap).sample_ids) == sorted(ref.samples(cap).sample_ids)
             assert len(set(run.samples(cap).sample_ids.tolist())) == len(run.samples(cap).sample_ids)
     calls = _calls(out)
-    assert [(c["batch_size"], c["max_batch_tokens"]) for c in calls] == [(3, 8192), (5, 10_000)]
+    assert [(c["batch_size"], c["max_batch_tokens"]) for c in calls] == [(3, 2048), (5, 10_000)]
     assert calls[0]["recorded"] == {"multi_turn": first.counts["multi_turn"]}
 
 

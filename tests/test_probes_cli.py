@@ -77,8 +77,8 @@ def test_probe_run_with_no_paths_uses_the_default_pair_and_a_new_runs_dir(tiny_p
     assert runs[0].name in printed.replace("\n", "") and "priority" in printed and "top discrepancy layers" in printed
     with RunReader(runs[0]) as run:
         assert run.capabilities() == ["priority"] and run.hooks("priority") == ["attn_out", "mlp_out"]
-        assert run.settings["position"] == "mean" and run.layers("priority", "attn_out") == [1, 2, 3]
-        assert run.settings["data_file"] == str(rolemrc_file.resolve())
+        assert run.settings.position == "mean" and run.layers("priority", "attn_out") == [1, 2, 3]
+        assert run.settings.data_file == str(rolemrc_file.resolve())
         assert run.activations("sft", "priority", "attn_out").shape == (4, 3, 32)
 
 

@@ -16,6 +16,7 @@ from probes.journal import JOURNAL_DIR, RUN_JSON
 from core.provenance import file_sha256, weights_sha256
 from probes.recording import record_run
 from probes.store import RunReader
+from tests.support.runs import run_arrays
 
 HOOKS = ("mlp_out", "mlp_post")
 
@@ -25,17 +26,6 @@ def _config(tiny_pair, data: Path, out: Path, **kw) -> RecordConfig:  # type: ig
                 out_dir=out, batch_size=3, layers="1-3")
     base.update(kw)
     return RecordConfig(**base)
-
-
-def _arrays(run_dir: Path) -> dict[str, np.ndarray]:
-    out: dict[str, np.ndarray] = {}
-    with RunReader(run_dir) as run:
-        for cap in run.capabilities():
-            out[f"{cap}/ids"] = run.samples(cap).sample_ids
-            for model in ("sft", "dpo"):
-                for hook in run.hooks(cap, model):
-                    out[f"{cap}/{model}/{hook}"] = run.activations(model, cap, hook)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -74,20 +64,20 @@ def test_round_trip_matches_a_direct_forward_and_keeps_provenance(tiny_pair, rol
         assert info["model_dir"] == str(tiny_pair[0].resolve()) and info["n_layers"] == 4 and info["d_mlp"] == 64
         assert len(info["tokenizer_sha256"]) == len(info["chat_template_sha256"]) == 64
         s = run.settings
-        assert s["data_sha256"] == file_sha256(rolemrc_file) and s["data_file"] == str(rolemrc_file.resolve())
-        assert (s["backend"], s["position"], s["dtype"], s["store_dtype"], s["hooks"], s["seed"]) == ("torch", "last", "float32", "float32", list(HOOKS), 0)
-        assert s["toolkit_version"] and json.loads(run._file.attrs["provenance"])["versions"]["torch"]
+        assert s.data_sha256 == file_sha256(rolemrc_file) and s.data_file == str(rolemrc_file.resolve())
+        assert (s.backend, s.position, s.dtype, s.store_dtype, s.hooks, s.seed) == ("torch", "last", "float32", "float32", list(HOOKS), 0)
+        assert s.toolkit_version and json.loads(run._file.attrs["provenance"])["versions"]["torch"]
     assert not (result.run_dir / JOURNAL_DIR / "multi_turn").exists() or not any((result.run_dir / JOURNAL_DIR / "multi_turn").iterdir())
 
 
 def test_default_store_is_float16_and_rerun_skips_everything(tiny_pair, rolemrc_file: Path, full_run: Path) -> None:  # type: ignore[no-untyped-def]
-    before = _arrays(full_run)
+    before = run_arrays(full_run)
     with RunReader(full_run) as run:
         assert run.dataset("sft", "priority", "mlp_out").dtype == np.float16
         assert run.capabilities() == ["multi_turn", "priority"]
     again = record_run(_config(tiny_pair, rolemrc_file, full_run), progress=False)
     assert again.recorded == {"multi_turn": 0, "priority": 0} and again.resumed == {"multi_turn": 8, "priority": 4}
-    after = _arrays(full_run)
+    after = run_arrays(full_run)
     assert before.keys() == after.keys() and all(np.array_equal(before[k], after[k]) for k in before)
 
 
@@ -95,20 +85,20 @@ def test_a_new_capability_can_be_added_to_a_run(tiny_pair, rolemrc_file: Path, f
     import shutil
 
     out = Path(shutil.copytree(full_run, tmp_path / "grow"))
-    before = _arrays(out)
+    before = run_arrays(out)
     result = record_run(_config(tiny_pair, rolemrc_file, out, capabilities="priority,nested"), progress=False)
     assert result.recorded == {"priority": 0, "nested": 8} and result.counts == {"priority": 4, "nested": 8}
-    after = _arrays(out)
+    after = run_arrays(out)
     assert all(np.array_equal(before[k], after[k]) for k in before) and after["nested/dpo/mlp_post"].shape == (8, 3, 64)
 
 
 @pytest.mark.parametrize("change", [dict(position="mean"), dict(hooks="mlp_out"), dict(layers="0-3"), dict(store_dtype="float32")])
 def test_mixing_incompatible_settings_is_refused(tiny_pair, rolemrc_file: Path, full_run: Path, change: dict) -> None:  # type: ignore[no-untyped-def]
-    before = _arrays(full_run)
+    before = run_arrays(full_run)
     key = next(iter(change))
     with pytest.raises(ProbeError, match=f"recorded with other settings.*{key if key != 'hooks' else 'hooks'}"):
         record_run(_config(tiny_pair, rolemrc_file, full_run, **change), progress=False)
-    after = _arrays(full_run)
+    after = run_arrays(full_run)
     assert all(np.array_equal(before[k], after[k]) for k in before)
 
 
@@ -153,7 +143,7 @@ def _simulate_crash(monkeypatch: pytest.MonkeyPatch, target: str, after_calls: i
 
 
 @pytest.mark.parametrize("crash", ["replace_h5", "unlink_shards"])
-def test_crash_during_consolidation_resumes_to_identical_arrays(tiny_pair, rolemrc_file: Path, full_run: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_crash_during_consolidation_resumes_to_identicalrun_arrays(tiny_pair, rolemrc_file: Path, full_run: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                 monkeypatch: pytest.MonkeyPatch, crash: str) -> None:
     out = tmp_path / "crashy"
     with monkeypatch.context() as m:
@@ -163,7 +153,7 @@ def test_crash_during_consolidation_resumes_to_identical_arrays(tiny_pair, rolem
     assert (out / RUN_JSON).is_file()
     result = record_run(_config(tiny_pair, rolemrc_file, out), progress=False)
     assert result.recorded == {"multi_turn": 0, "priority": 0}  # everything was already in shards or the file
-    reference, resumed = _arrays(full_run), _arrays(out)
+    reference, resumed = run_arrays(full_run), run_arrays(out)
     assert reference.keys() == resumed.keys() and all(np.array_equal(reference[k], resumed[k]) for k in reference)
     with h5py.File(out / "activations.h5") as handle:
         assert handle["samples/multi_turn/sample_ids"].shape == (8,)

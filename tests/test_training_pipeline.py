@@ -159,9 +159,9 @@ def test_one_weights_fingerprint_links_provenance_to_the_run_that_recorded_it(sf
     result = record_run(RecordConfig(sft_dir=sft_dir, dpo_dir=dpo_dir, data_file=data_dir / "test.jsonl", capabilities="priority",
                                      out_dir=tmp_path / "run"), progress=False)
     settings = result.settings
-    assert settings["sft_weights_sha256"] == _provenance(sft_dir)["weights_sha256"]
-    assert settings["dpo_weights_sha256"] == _provenance(dpo_dir)["weights_sha256"]
-    assert _provenance(dpo_dir)["parent"]["weights_sha256"] == settings["sft_weights_sha256"]
+    assert settings.sft_weights_sha256 == _provenance(sft_dir)["weights_sha256"]
+    assert settings.dpo_weights_sha256 == _provenance(dpo_dir)["weights_sha256"]
+    assert _provenance(dpo_dir)["parent"]["weights_sha256"] == settings.sft_weights_sha256
     from analysis import analyze_run
 
     analysis = analyze_run(result.run_dir, plots=False, metric="mean_diff")  # two prompts: top-k counts rarely differ

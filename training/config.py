@@ -178,10 +178,10 @@ class DPORunConfig(_RunConfig):
         from training.provenance import read_provenance
 
         try:
-            record = read_provenance(Path(self.sft)) or {}
-        except (OSError, ValueError):
+            record = read_provenance(Path(self.sft))
+        except ProbeError:
             return False
-        return record.get("parent", {}).get("base") == "tiny"
+        return record is not None and record.parent.get("base") == "tiny"
 
     def _validate(self) -> None:
         super()._validate()

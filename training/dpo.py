@@ -91,14 +91,13 @@ def prepare_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> DPO
         raise
     silence_printer(trainer)
     parent = {"sft": str(config.sft), "weights_sha256": weights_sha256(config.sft),
-              "ref": str(config.ref or config.sft), "sft_provenance": _brief(read_provenance(config.sft))}
+              "ref": str(config.ref or config.sft), "sft_provenance": _brief(config.sft)}
     return DPOSession(config, trainer, work, data_file, parent, recorder, fingerprint, resume)
 
 
-def _brief(provenance: dict[str, Any] | None) -> dict[str, Any] | None:
-    if provenance is None:
-        return None
-    return {k: provenance.get(k) for k in ("stage", "data", "parent", "final_loss", "created")}
+def _brief(sft_dir: Path) -> dict[str, Any] | None:
+    record = read_provenance(sft_dir)
+    return record.brief() if record else None
 
 
 def train_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> Path:

@@ -17,7 +17,7 @@ import typer
 
 from probe_cli.console import console
 from probe_cli.latest import point_latest
-from probes.batching import DEFAULT_BATCH_SIZE, MAX_USEFUL_BATCH_TOKENS
+from probes.batching import CPU_MAX_BATCH_TOKENS, DEFAULT_BATCH_SIZE, MAX_USEFUL_BATCH_TOKENS
 from probe_cli.pairs import pair_option, pair_sources
 
 HOOK_HELP = "Hook point(s): mlp_out (paper default), attn_out, resid_post, mlp_post (true MLP neurons). Repeat or comma-separate."
@@ -41,8 +41,8 @@ def run(
     max_batch_tokens: Optional[int] = typer.Option(
         None, "--max-batch-tokens",
         help=f"At most this many padded tokens per forward pass (prompts x longest prompt in the batch); a longer prompt gets "
-             f"a batch of its own. Default: {MAX_USEFUL_BATCH_TOKENS}, or less on a GPU whose free memory (after "
-             "loading the pair) would not hold twice that batch."),
+             f"a batch of its own. Default: {CPU_MAX_BATCH_TOKENS} on CPU; {MAX_USEFUL_BATCH_TOKENS} on a GPU, or less where "
+             "its free memory (after loading the pair) would not hold twice that batch."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run dir; an existing one is resumed. Default: a new dir under ./runs/."),
     device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:N, or auto (device_map=auto for a model larger than one GPU). Default: cuda if available."),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="Compute dtype: auto (default: float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16."),
@@ -87,8 +87,8 @@ def _print_result(result: Any) -> None:
     from rich.table import Table
 
     settings = result.settings
-    table = Table(title=f"Recorded {', '.join(settings['hooks'])} at the {settings['position']} position, "
-                        f"layers {_span(settings['layers'])}, backend {settings['backend']}, {settings['dtype']} -> {settings['store_dtype']}")
+    table = Table(title=f"Recorded {', '.join(settings.hooks)} at the {settings.position} position, "
+                        f"layers {_span(settings.layers)}, backend {settings.backend}, {settings.dtype} -> {settings.store_dtype}")
     for column in ("capability", "samples in run", "recorded now", "already there"):
         table.add_column(column, justify="left" if column == "capability" else "right")
     for cap, count in result.counts.items():

@@ -52,13 +52,13 @@ def _run(train: Any, cfg: Any, title: str) -> None:
 
     with rich_reporter(console(stderr=True)) as report:
         out = train(cfg, lambda step, total, loss: report(title, step, total))
-    record = read_provenance(out) or {}
-    summary = record.get("train_summary", {})
+    record = read_provenance(out)
+    assert record is not None  # the trainer writes it last
     stdout = console()
-    resumed = record.get("resumed_from_step")
+    resumed = record.resumed_from_step
     stdout.print(f"[bold green]{title} done[/] -> {out}" + (f" (resumed from step {resumed})" if resumed else ""))
-    stdout.print(f"  steps {len(record.get('losses', []))}, final loss {record.get('final_loss')}, "
-                  f"runtime {summary.get('train_runtime', float('nan')):.1f} s; provenance: {out / 'provenance.json'}")
+    stdout.print(f"  steps {len(record.losses)}, final loss {record.final_loss}, "
+                  f"runtime {record.train_summary.get('train_runtime', float('nan')):.1f} s; provenance: {out / 'provenance.json'}")
 
 
 Recipe = typer.Option(None, "--recipe", help=RECIPE_HELP)

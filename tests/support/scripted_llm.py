@@ -15,6 +15,8 @@ from typing import Any
 from data_synthesis.offline import vocab
 from data_synthesis.offline.replies import apply_requirement, requirement_for
 
+OCCUPATIONS = {d.occupation: d.name for d in vocab.DOMAINS}
+
 
 def _line(text: str, lead: str) -> str | None:
     found = re.search(rf"^- {re.escape(lead)}(.*)$", text, re.M)

@@ -1,0 +1,89 @@
+"""A run's settings as one typed, versioned record, written to ``run.json`` and the HDF5 file alike.
+
+The settings say what must be equal for two recordings to share a run directory (the
+weights, tokenizer, template and data fingerprints; hooks, layers, position, backend,
+dtypes) and where the inputs came from. They are written twice on purpose: ``run.json``
+binds the directory from the moment the pair is loaded, before anything is consolidated,
+and the ``settings`` attribute of ``activations.h5`` keeps the file self-describing when it
+is copied alone. Both are :meth:`RunSettings.to_dict` of the same object, and every reader
+goes through :meth:`RunSettings.from_dict`, so no reader guesses a key.
+
+Files written before the version field (version 1) have the same keys and open unchanged;
+a version newer than this toolkit's is refused with one line.
+
+Example:
+    >>> s = RunSettings(hooks=["mlp_out"], layers=[0, 1], data_sha256="ab")
+    >>> RunSettings.from_dict(s.to_dict()) == s
+    True
+    >>> s.differences(RunSettings(hooks=["mlp_out"], layers=[0, 1], data_sha256="cd"))
+    ["data_sha256: run has 'ab', this call asks 'cd'"]
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from core.errors import ProbeError
+
+VERSION = 2
+# Settings that must be equal for two recordings to share one run dir.
+COMPAT_KEYS: tuple[str, ...] = (
+    "sft_weights_sha256", "dpo_weights_sha256", "tokenizer_sha256", "chat_template_sha256", "data_sha256",
+    "hooks", "layers", "position", "backend", "dtype", "store_dtype", "add_generation_prompt",
+)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a run recorded and from what; empty strings where a writer (a synthetic run) had nothing to say."""
+
+    hooks: list[str] = field(default_factory=list)
+    layers: list[int] = field(default_factory=list)
+    position: str = "last"
+    backend: str = "torch"
+    dtype: str = ""
+    store_dtype: str = ""
+    add_generation_prompt: bool = False
+    sft_dir: str = ""
+    dpo_dir: str = ""
+    data_file: str = ""
+    sft_weights_sha256: str = ""
+    dpo_weights_sha256: str = ""
+    tokenizer_sha256: str = ""
+    chat_template_sha256: str = ""
+    data_sha256: str = ""
+    seed: int = 0
+    toolkit_version: str = ""
+    position_policy: str = ""
+    version: int = VERSION
+
+    def model_dir(self, model: str) -> str:
+        """The directory the run loaded ``model`` (``sft`` or ``dpo``) from."""
+        return self.sft_dir if model == "sft" else self.dpo_dir
+
+    def differences(self, asked: RunSettings) -> list[str]:
+        """One line per setting that keeps ``asked`` from sharing this run's directory."""
+        return [f"{key}: run has {getattr(self, key)!r}, this call asks {getattr(asked, key)!r}"
+                for key in COMPAT_KEYS if getattr(self, key) != getattr(asked, key)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, body: Any, where: str = "run settings") -> RunSettings:
+        if not isinstance(body, dict):
+            raise ProbeError(f"{where}: run settings must be a JSON object, got {type(body).__name__}")
+        version = body.get("version", 1)
+        if not isinstance(version, int) or version > VERSION:
+            raise ProbeError(f"{where}: run settings version {version!r}, newer than this toolkit reads ({VERSION}); "
+                             "update the toolkit or record into a new --out")
+        known = {f.name for f in fields(cls)}
+        values = {key: value for key, value in body.items() if key in known}
+        try:
+            settings = cls(**{**values, "version": VERSION})
+            settings = cls(**{**settings.to_dict(), "hooks": [str(h) for h in settings.hooks],
+                              "layers": [int(i) for i in settings.layers]})
+        except (TypeError, ValueError) as exc:
+            raise ProbeError(f"{where}: malformed run settings ({exc}); record into a new --out") from None
+        return settings
