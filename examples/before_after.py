@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from core.errors import ProbeError
-from interventions import PAPER_FACTOR, ABConfig, run_ab
+from interventions import ABConfig, run_ab
 from interventions.report import fmt_delta, fmt_p, fmt_pct, fmt_percentile
 
 
@@ -38,16 +38,16 @@ def newest_run(root: Path = Path("runs")) -> Path:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", nargs="?", type=Path)
-    parser.add_argument("--capability", default="multi_turn")
-    parser.add_argument("--factor", type=float, default=PAPER_FACTOR)
+    parser.add_argument("--capability", default=ABConfig.capability)
+    parser.add_argument("--factor", type=float, default=ABConfig.factor)
     parser.add_argument("--neurons", type=Path, default=None, help="a neuron-set file, e.g. from `probe analyze --metric mean_diff`")
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--units", default=None)
-    parser.add_argument("--hook", default="mlp_out", help="hook point of --units / --top-k")
+    parser.add_argument("--hook", default=ABConfig.hook, help="hook point of --units / --top-k")
     parser.add_argument("--model-dir", type=Path, default=None)
     parser.add_argument("--data", type=Path, default=None)
-    parser.add_argument("--limit", type=int, default=40, help="rows per capability")
-    parser.add_argument("--placebo", type=int, default=5)
+    parser.add_argument("--limit", type=int, default=40, help="rows per capability (probe intervene: all; 40 keeps the example quick)")
+    parser.add_argument("--placebo", type=int, default=5, help=f"placebo sets (probe intervene: {ABConfig.placebo}; 5 keeps the example quick)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--out", type=Path, default=Path("runs/examples/before_after"))
     return parser.parse_args(argv)

@@ -67,3 +67,15 @@ def test_a_bad_config_file_is_one_line(content, message: str, tiny_pair, rolemrc
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and re.search(message, lines[0]), err
     assert not (tmp_path / "r").exists()
+
+
+def test_intervene_reads_a_config_file_and_flags_override_it(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    config = tmp_path / "ab.json"
+    config.write_text(json.dumps({"units": "1:0,2:3", "placebo": 1, "limit": 1, "max_new_tokens": 4, "capability": "priority",
+                                  "collateral": False, "positive_control": False}))
+    out = tmp_path / "ab"
+    code, _, err = _exit(["intervene", "--config", str(config), "--placebo", "0", "--model-dir", str(tiny_pair[1]),
+                          "--data", str(rolemrc_file), "--out", str(out)], capsys)
+    assert code == 0, err
+    report = json.loads((out / "ab_report.json").read_text())
+    assert report["config"]["placebo"] == 0 and report["config"]["max_new_tokens"] == 4 and report["config"]["capability"] == "priority"

@@ -37,58 +37,66 @@ def _default_out(run_dir: Optional[Path], capability: str, model: str) -> Path:
 
 def intervene(
     run_dir: Optional[Path] = typer.Argument(None, help="Run directory from `probe run` (model dirs, data file, ranking)."),
-    capability: str = typer.Option("multi_turn", "--capability", "-c", help="Target capability (the others are scored as collateral)."),
-    model: str = typer.Option("dpo", "--model", help="Which model of the pair to intervene on: sft or dpo."),
+    capability: Optional[str] = typer.Option(None, "--capability", "-c", help="Target capability (the others are scored as collateral). Default: multi_turn."),
+    model: Optional[str] = typer.Option(None, "--model", help="Which model of the pair to intervene on: sft or dpo (default)."),
     factor: Optional[float] = typer.Option(None, "--factor", help="Scale factor (0 ablates). Default: the paper's 1 - 1e-6 (ABConfig.factor)."),
     neurons: Optional[Path] = typer.Option(None, "--neurons", help="Neuron-set JSON file (from `probe analyze`)."),
     top_k: Optional[int] = typer.Option(None, "--top-k", help="Top K units by |delta| of the run's ranking (or of --neurons)."),
     units: Optional[str] = typer.Option(None, "--units", help="Explicit units LAYER:UNIT[,...], e.g. 14:3,14:9,20:0."),
-    hook: str = typer.Option("mlp_out", "--hook", help="Hook point for --top-k from a run and --units."),
-    placebo: int = typer.Option(20, "--placebo", help="Random matched neuron sets for the placebo control (0 = none)."),
+    hook: Optional[str] = typer.Option(None, "--hook", help="Hook point for --top-k from a run and --units. Default: mlp_out."),
+    placebo: Optional[int] = typer.Option(None, "--placebo", help="Random matched neuron sets for the placebo control (0 = none). Default: 20."),
     dose: Optional[str] = typer.Option(None, "--dose", help="Dose sweep: comma-separated factors, e.g. 0,0.5,0.999999."),
-    control: bool = typer.Option(True, "--control/--no-control", help="Also run factor 0 as a positive control (effect-size guard)."),
-    judge: str = typer.Option("rules", "--judge", help="rules (offline, synthetic data) or llm (OpenAI-compatible endpoint)."),
+    control: Optional[bool] = typer.Option(None, "--control/--no-control", help="Also run factor 0 as a positive control (effect-size guard). Default: on."),
+    judge: Optional[str] = typer.Option(None, "--judge", help="rules (default: offline, synthetic data) or llm (OpenAI-compatible endpoint)."),
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="LLM judge model. Env: OPENAI_MODEL."),
     judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="LLM judge endpoint. Env: OPENAI_BASE_URL."),
     judge_timeout: Optional[float] = typer.Option(None, "--judge-timeout", help="LLM judge: seconds per request before a retry (default 60)."),
     judge_retries: Optional[int] = typer.Option(None, "--judge-retries", help="LLM judge: retries after the first attempt (default 4)."),
     judge_backoff: Optional[float] = typer.Option(None, "--judge-backoff", help="LLM judge: first wait between retries, doubling (default 1 s)."),
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens", help="Tokens generated per prompt."),
-    batch_size: int = typer.Option(16, "--batch-size", help="Prompts per generation batch."),
-    sample: bool = typer.Option(False, "--sample", help="Seeded sampling instead of greedy decoding (same seed in every arm)."),
-    temperature: float = typer.Option(1.0, "--temperature", help="Sampling temperature (with --sample)."),
-    seed: int = typer.Option(0, "--seed", help="Seed for placebo draws, bootstrap and sampling."),
-    dtype: str = typer.Option("float32", "--dtype", help="Model dtype: float32, bfloat16 or float16."),
-    device: str = typer.Option("cpu", "--device", help="Torch device, e.g. cpu or cuda."),
-    backend: str = typer.Option("torch", "--backend", help="torch (hooks) or nnsight."),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Tokens generated per prompt. Default: 64."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Prompts per generation batch. Default: 16."),
+    sample: Optional[bool] = typer.Option(None, "--sample/--greedy", help="Seeded sampling instead of greedy decoding (same seed in every arm). Default: greedy."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature (with --sample). Default: 1.0."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed for placebo draws, bootstrap and sampling. Default: 0."),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="Model dtype: float32 (default), bfloat16 or float16."),
+    device: Optional[str] = typer.Option(None, "--device", help="Torch device, e.g. cpu (default) or cuda."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="torch (default: hooks) or nnsight."),
     limit: Optional[int] = typer.Option(None, "--limit", help="At most N rows per capability (interleaved across tasks)."),
-    collateral: bool = typer.Option(True, "--collateral/--no-collateral", help="Score the other capabilities too."),
+    collateral: Optional[bool] = typer.Option(None, "--collateral/--no-collateral", help="Score the other capabilities too. Default: on."),
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Model to intervene on (default: the run's --model, or the embedded default pair's)."),
     data: Optional[Path] = typer.Option(None, "--data", help="Test rows JSONL (default: the run's data file, or the default pair's test split)."),
     pair: str = pair_option(),
     out: Optional[Path] = typer.Option(None, "--out", help="Output dir (default: RUN_DIR/interventions/<capability>_<model>_<time>)."),
+    config_file: Optional[Path] = typer.Option(None, "--config", help="JSON or YAML file of ABConfig fields (flags override it)."),
 ) -> None:
     """Scale neurons during generation and compare with the baseline, placebo sets and a dose sweep."""
     from interventions.ab import run_ab
     from interventions.config import ABConfig
     from interventions.scaling import parse_factors
 
+    from dataclasses import replace
+
+    from core.config_file import merged_options, read_config_file
+
     err = console(stderr=True)
-    out_dir = out or _default_out(run_dir, capability, model)
+    flags = dict(
+        run_dir=run_dir, capability=capability, model=model, factor=factor, neurons=neurons, top_k=top_k, units=units, hook=hook,
+        doses=parse_factors(dose) if dose is not None else None, positive_control=control, placebo=placebo, seed=seed, judge=judge,
+        judge_base_url=judge_base_url, judge_model=judge_model, judge_timeout=judge_timeout, judge_retries=judge_retries,
+        judge_backoff=judge_backoff, max_new_tokens=max_new_tokens, batch_size=batch_size, do_sample=sample, temperature=temperature,
+        dtype=dtype, device=device, backend=backend, limit=limit, collateral=collateral, model_dir=model_dir, data_file=data,
+    )
+    config = ABConfig(**merged_options(read_config_file(config_file, ABConfig) if config_file else {}, flags))
+    run_dir = Path(config.run_dir) if config.run_dir is not None else None
+    out_dir = out or _default_out(run_dir, config.capability, config.model)
     if out is not None or run_dir is None or run_dir.is_dir():
         check_output_dir(out_dir, "--out" if out is not None else "the default --out")
+    model_dir, data = config.model_dir, config.data_file
     if run_dir is None and (model_dir is None or data is None):
         default = default_pair(pair)
-        model_dir = model_dir or (default.dpo_dir if model == "dpo" else default.sft_dir)
+        model_dir = model_dir or (default.dpo_dir if config.model == "dpo" else default.sft_dir)
         data = data or default.test_file
-    config = ABConfig(
-        **({"factor": factor} if factor is not None else {}), run_dir=run_dir, capability=capability, model=model, neurons=neurons, top_k=top_k, units=units, hook=hook,
-        doses=parse_factors(dose) if dose is not None else [], positive_control=control, placebo=placebo, seed=seed, judge=judge,
-        judge_base_url=judge_base_url, judge_model=judge_model, judge_timeout=judge_timeout, judge_retries=judge_retries,
-        judge_backoff=judge_backoff, max_new_tokens=max_new_tokens, batch_size=batch_size,
-        do_sample=sample, temperature=temperature, dtype=dtype, device=device, backend=backend, limit=limit, collateral=collateral,
-        model_dir=model_dir, data_file=data, out_dir=out_dir,
-    )
+    config = replace(config, model_dir=model_dir, data_file=data, out_dir=out_dir)
     report = run_ab(config, progress=lambda line: err.print(f"[dim]{line}[/dim]"))
     point_latest(Path(config.out_dir))
     _print(report)
