@@ -167,3 +167,17 @@ def test_ctrl_c_during_recording_says_what_was_kept_and_resumes_identically(stag
     reference, result = run_arrays(stages["reference"]), run_arrays(out)
     for key in reference:
         np.testing.assert_allclose(reference[key], result[key], rtol=1e-5, atol=1e-6, err_msg=key)  # batch size 1 vs 2: round-off
+
+
+@pytest.mark.parametrize("kind", ["file", "below_a_file"])
+def test_run_out_of_the_wrong_kind_is_one_line_before_any_work(kind: str, tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    from probe_cli.main import main
+
+    existing = tmp_path / "notes.txt"
+    existing.write_text("keep me")
+    out = existing if kind == "file" else existing / "sub"
+    with pytest.raises(SystemExit) as stop:
+        main(_args(tiny_pair, rolemrc_file, out, "priority"))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: --out {out}")
+    assert existing.read_text() == "keep me"
