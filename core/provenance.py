@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import platform
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,13 +46,10 @@ def _load_cache() -> dict[str, Any]:
 
 
 def _save_cache(cache: dict[str, Any]) -> None:
-    target = _cache_file()
+    from core.atomic import write_atomic
+
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".hashes.", suffix=".tmp")
-        with os.fdopen(fd, "w") as handle:
-            json.dump(cache, handle)
-        os.replace(tmp, target)
+        write_atomic(_cache_file(), json.dumps(cache), durable=False)
     except OSError:
         pass  # a cache we cannot write only costs time
 

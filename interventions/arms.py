@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+from core.atomic import write_atomic
 from core.generation import Generations
 
 DIR_NAME = ".arms"
@@ -74,9 +74,9 @@ class ArmStore:
             return generations
         if self._stamp() != self.key:
             self.root.mkdir(parents=True, exist_ok=True)
-            _atomic_write(self.root / "fingerprint", self.key + "\n")
+            write_atomic(self.root / "fingerprint", self.key + "\n")
         body = {"ids": generations.ids, "texts": generations.texts, "seconds": generations.seconds, "hook_stats": generations.hook_stats}
-        _atomic_write(self.root / f"{name}.json", json.dumps(body, ensure_ascii=False))
+        write_atomic(self.root / f"{name}.json", json.dumps(body, ensure_ascii=False))
         return generations
 
     def finished(self) -> list[str]:
@@ -87,9 +87,3 @@ class ArmStore:
     def clear(self) -> None:
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

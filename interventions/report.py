@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 from data_synthesis.capabilities import capabilities_of
 from data_synthesis.schema import TestRow
+from core.atomic import write_atomic
 from core.generation import Generations
 from interventions.results import ABReport, ArmResult
 from interventions.scoring import ArmScores
@@ -120,12 +120,6 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def generation_records(rows: list[TestRow], row_ids: list[int], base: tuple[Generations, ArmScores],
                        arms: dict[float, Generations]) -> list[dict[str, Any]]:
     records = []
@@ -145,7 +139,7 @@ def write_report(report: ABReport, rows: list[TestRow], row_ids: list[int], base
     out_dir.mkdir(parents=True, exist_ok=True)
     report.paths = {"json": str(out_dir / "ab_report.json"), "markdown": str(out_dir / "ab_report.md"), "generations": str(out_dir / "generations.jsonl")}
     lines = [json.dumps(r, ensure_ascii=False) for r in generation_records(rows, row_ids, base, arms)]
-    _atomic_write(out_dir / "generations.jsonl", "\n".join(lines) + "\n")
-    _atomic_write(out_dir / "ab_report.md", markdown(report))
-    _atomic_write(out_dir / "ab_report.json", json.dumps(_finite(report.to_dict()), indent=1, allow_nan=False) + "\n")
+    write_atomic(out_dir / "generations.jsonl", "\n".join(lines) + "\n")
+    write_atomic(out_dir / "ab_report.md", markdown(report))
+    write_atomic(out_dir / "ab_report.json", json.dumps(_finite(report.to_dict()), indent=1, allow_nan=False) + "\n")
     return report

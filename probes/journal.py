@@ -37,6 +37,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from core.atomic import write_atomic
 from core.errors import ProbeError
 from probes.store import ACTIVATIONS_FILE, MODELS, RunWriter
 
@@ -54,19 +55,8 @@ def _fsync_dir(path: Path) -> None:
 
 
 def atomic_write_bytes(path: Path, write: Any) -> None:
-    """Write through ``write(handle)`` to a temp file, fsync, rename into place, fsync the folder."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with tmp.open("wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    """Write through ``write(handle)`` to a temp file, fsync, rename into place, fsync the folder (:mod:`core.atomic`)."""
+    write_atomic(path, write)
 
 
 @contextmanager

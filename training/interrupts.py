@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import signal
 import threading
@@ -38,6 +37,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from core.atomic import write_atomic
 from core.errors import Interrupted
 
 RESUME_FILE = "resume.json"
@@ -73,9 +73,7 @@ def _mark_resumable(work: Path, fingerprint: str, step: int) -> Path:
     for stale in work.glob("checkpoint-*"):
         if stale != checkpoint:
             shutil.rmtree(stale, ignore_errors=True)
-    tmp = work / (RESUME_FILE + ".tmp")
-    tmp.write_text(json.dumps({"fingerprint": fingerprint, "checkpoint": checkpoint.name, "step": step}), encoding="utf-8")
-    os.replace(tmp, work / RESUME_FILE)
+    write_atomic(work / RESUME_FILE, json.dumps({"fingerprint": fingerprint, "checkpoint": checkpoint.name, "step": step}))
     return checkpoint
 
 
