@@ -13,16 +13,9 @@ from pathlib import Path
 import pytest
 
 from analysis.summary import AnalysisSummary
-from probe_cli.main import main
+from tests.support.cli import exit_of
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def _exit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    captured = capsys.readouterr()
-    return int(info.value.code or 0), captured.out, captured.err
 
 
 def _pair(tiny_pair, data: Path) -> list[str]:  # type: ignore[no-untyped-def]
@@ -33,7 +26,7 @@ def test_run_reads_a_config_file_and_flags_override_it(tiny_pair, rolemrc_file: 
     config = tmp_path / "record.json"
     config.write_text(json.dumps({"capabilities": "priority", "hooks": ["mlp_post"], "batch-size": 2, "store_dtype": "float32"}))
     out = tmp_path / "run"
-    code, _, err = _exit(["run", "--config", str(config), "--hook", "mlp_out", "--out", str(out), "--no-analyze", "-q",
+    code, _, err = exit_of(["run", "--config", str(config), "--hook", "mlp_out", "--out", str(out), "--no-analyze", "-q",
                           *_pair(tiny_pair, rolemrc_file)], capsys)
     assert code == 0, err
     settings = json.loads((out / "run.json").read_text())["settings"]
@@ -43,10 +36,10 @@ def test_run_reads_a_config_file_and_flags_override_it(tiny_pair, rolemrc_file: 
 
 def test_analyze_reads_a_config_file_and_flags_override_it(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "run"
-    assert _exit(["run", "-c", "multi_turn", "--out", str(out), "--no-analyze", "-q", *_pair(tiny_pair, rolemrc_file)], capsys)[0] == 0
+    assert exit_of(["run", "-c", "multi_turn", "--out", str(out), "--no-analyze", "-q", *_pair(tiny_pair, rolemrc_file)], capsys)[0] == 0
     config = tmp_path / "analysis.yaml"
     config.write_text("metric: mean_diff\ntop-k: 5\nstability_resamples: 0\n")
-    code, _, err = _exit(["analyze", str(out), "--config", str(config), "--metric", "topk_count", "--no-plots"], capsys)
+    code, _, err = exit_of(["analyze", str(out), "--config", str(config), "--metric", "topk_count", "--no-plots"], capsys)
     assert code == 0, err
     summary = AnalysisSummary.load(out / "analysis" / "summary.json")
     assert summary.metric == "topk_count" and summary.settings["top_k"] == 5 and summary.settings["stability_resamples"] == 0
@@ -63,7 +56,7 @@ def test_a_bad_config_file_is_one_line(content, message: str, tiny_pair, rolemrc
 
     bad = tmp_path / "bad.json"
     bad.write_bytes(content if isinstance(content, bytes) else content.encode())
-    code, _, err = _exit(["run", "-c", "priority", "--config", str(bad), "--out", str(tmp_path / "r"), *_pair(tiny_pair, rolemrc_file)], capsys)
+    code, _, err = exit_of(["run", "-c", "priority", "--config", str(bad), "--out", str(tmp_path / "r"), *_pair(tiny_pair, rolemrc_file)], capsys)
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and re.search(message, lines[0]), err
     assert not (tmp_path / "r").exists()
@@ -74,7 +67,7 @@ def test_intervene_reads_a_config_file_and_flags_override_it(tiny_pair, rolemrc_
     config.write_text(json.dumps({"units": "1:0,2:3", "placebo": 1, "limit": 1, "max_new_tokens": 4, "capability": "priority",
                                   "collateral": False, "positive_control": False}))
     out = tmp_path / "ab"
-    code, _, err = _exit(["intervene", "--config", str(config), "--placebo", "0", "--model-dir", str(tiny_pair[1]),
+    code, _, err = exit_of(["intervene", "--config", str(config), "--placebo", "0", "--model-dir", str(tiny_pair[1]),
                           "--data", str(rolemrc_file), "--out", str(out)], capsys)
     assert code == 0, err
     report = json.loads((out / "ab_report.json").read_text())

@@ -19,7 +19,7 @@ import pytest
 
 from core.errors import ProbeError
 from core.models import check_model_dir
-from probe_cli.main import main
+from tests.support.cli import one_line_error
 
 
 def _truncate(d: Path) -> None:
@@ -95,19 +95,6 @@ def damaged(source: Path, root: Path, kind: str) -> Path:
     target = Path(shutil.copytree(source, root / kind.replace(" ", "_")))
     DAMAGE[kind][0](target)
     return target
-
-
-def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], *needles: str) -> str:
-    capsys.readouterr()  # what building the damaged copy printed
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert exc.value.code == 2, err
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.mark.parametrize("kind", list(DAMAGE))

@@ -16,8 +16,8 @@ import pytest
 
 from core.errors import ProbeError
 from core.paths import check_output_dir, check_output_file
-from probe_cli.main import main
 from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
+from tests.support.cli import one_line_error
 
 TASK = "role_related_mrc_answer_no_narration"
 ROW = {"question": [{"role": "user", "content": "Where is the bridge?"}], "reference": "North.", "task": TASK,
@@ -26,18 +26,6 @@ ROW = {"question": [{"role": "user", "content": "Where is the bridge?"}], "refer
 
 def _listing(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
-
-
-def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str], *needles: str) -> str:
-    with pytest.raises(SystemExit) as exc:
-        main(argv)
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert exc.value.code == 2, err
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 def _unwritable_dir(tmp_path: Path) -> Path:
@@ -112,7 +100,7 @@ def test_analyze_out_file_is_refused_before_any_map(run_dir: Path, tmp_path: Pat
     target = tmp_path / "summary.txt"
     target.write_text("keep me")
     before = _listing(run_dir)
-    _one_line_error(capsys, ["analyze", str(run_dir), "--out", str(target), "--no-plots"], f"--out {target}: exists and is not a directory")
+    one_line_error(capsys, ["analyze", str(run_dir), "--out", str(target), "--no-plots"], f"--out {target}: exists and is not a directory")
     assert target.read_text() == "keep me" and _listing(run_dir) == before
 
 
@@ -123,7 +111,7 @@ def test_analyze_default_out_in_an_unwritable_run_is_refused(tmp_path: Path, cap
     write_synthetic_run(run, SyntheticSpec(n_samples=4, n_layers=2, width=4, capabilities=("multi_turn",)))
     run.chmod(0o500)
     try:
-        _one_line_error(capsys, ["analyze", str(run), "--no-plots"], f"the default --out {run / 'analysis'}: cannot write in {run}")
+        one_line_error(capsys, ["analyze", str(run), "--no-plots"], f"the default --out {run / 'analysis'}: cannot write in {run}")
     finally:
         run.chmod(0o700)
 
@@ -137,19 +125,19 @@ def test_judge_verdicts_out_of_the_wrong_kind_is_refused_before_judging(tmp_path
     if kind == "directory":
         target.mkdir()
     before = _listing(tmp_path)
-    _one_line_error(capsys, ["judge", "--data", str(data), "--responses", str(responses), "--verdicts-out", str(target)], f"--verdicts-out {target}: ")
+    one_line_error(capsys, ["judge", "--data", str(data), "--responses", str(responses), "--verdicts-out", str(target)], f"--verdicts-out {target}: ")
     assert _listing(tmp_path) == before
 
 
 def test_synthesize_out_below_a_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "a-file").write_text("x")
-    _one_line_error(capsys, ["synthesize", "--out", str(tmp_path / "a-file" / "data"), "--roles", "2"], "is a file, not a directory")
+    one_line_error(capsys, ["synthesize", "--out", str(tmp_path / "a-file" / "data"), "--roles", "2"], "is a file, not a directory")
     assert _listing(tmp_path) == ["a-file"]
 
 
 def test_intervene_out_file_is_refused_before_the_model_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "out").write_text("x")
-    _one_line_error(capsys, ["intervene", "--model-dir", str(tmp_path / "no-model"), "--data", str(tmp_path / "no-data.jsonl"),
+    one_line_error(capsys, ["intervene", "--model-dir", str(tmp_path / "no-model"), "--data", str(tmp_path / "no-data.jsonl"),
                              "--units", "0:1", "--out", str(tmp_path / "out")], f"--out {tmp_path / 'out'}: exists and is not a directory")
 
 
@@ -157,15 +145,15 @@ def test_intervene_out_file_is_refused_before_the_model_is_read(tmp_path: Path, 
 def test_train_out_below_a_file_is_refused_before_training(tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "a-file").write_text("x")
     source = ["--base", "tiny"] if command == "sft" else ["--sft", str(tmp_path)]
-    _one_line_error(capsys, ["train", command, *source, "--data", str(tmp_path), "--out", str(tmp_path / "a-file" / "model")],
+    one_line_error(capsys, ["train", command, *source, "--data", str(tmp_path), "--out", str(tmp_path / "a-file" / "model")],
                     "is a file, not a directory")
     assert _listing(tmp_path) == ["a-file"]
 
 
 def test_models_commands_refuse_output_paths_of_the_wrong_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "a-file").write_text("x")
-    _one_line_error(capsys, ["models", "default", "--home", str(tmp_path / "a-file")], "--home", "exists and is not a directory")
-    _one_line_error(capsys, ["models", "fetch-base", "--home", str(tmp_path / "a-file" / "home")], "--home", "is a file, not a directory")
-    _one_line_error(capsys, ["models", "eval", "--sft", str(tmp_path), "--dpo", str(tmp_path), "--out", str(tmp_path)],
+    one_line_error(capsys, ["models", "default", "--home", str(tmp_path / "a-file")], "--home", "exists and is not a directory")
+    one_line_error(capsys, ["models", "fetch-base", "--home", str(tmp_path / "a-file" / "home")], "--home", "is a file, not a directory")
+    one_line_error(capsys, ["models", "eval", "--sft", str(tmp_path), "--dpo", str(tmp_path), "--out", str(tmp_path)],
                     f"--out {tmp_path}: is a directory; expected a file name")
     assert _listing(tmp_path) == ["a-file"]

@@ -12,16 +12,9 @@ from pathlib import Path
 import pytest
 
 from core.errors import ProbeError
-from probe_cli.main import main
 from probes.pair import load_pair
 from probes.store import RunReader
-
-
-def _exit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    captured = capsys.readouterr()
-    return int(info.value.code or 0), captured.out, captured.err
+from tests.support.cli import exit_of
 
 
 def _pair_args(tiny_pair, data: Path) -> list[str]:  # type: ignore[no-untyped-def]
@@ -39,7 +32,7 @@ def _pair_args(tiny_pair, data: Path) -> list[str]:  # type: ignore[no-untyped-d
     (["--capability", "multi_turn", "--store-dtype", "bfloat16"], "--store-dtype 'bfloat16': expected one of float16, float32"),
 ])
 def test_bad_arguments_exit_2_with_one_clear_line(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys, args, message) -> None:  # type: ignore[no-untyped-def]
-    code, _, err = _exit(["run", *args, *_pair_args(tiny_pair, rolemrc_file), "--out", str(tmp_path / "r")], capsys)
+    code, _, err = exit_of(["run", *args, *_pair_args(tiny_pair, rolemrc_file), "--out", str(tmp_path / "r")], capsys)
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
     assert not (tmp_path / "r" / "activations.h5").exists()
@@ -48,15 +41,15 @@ def test_bad_arguments_exit_2_with_one_clear_line(tiny_pair, rolemrc_file: Path,
 def test_a_data_file_without_the_capability_is_refused(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     only_priority = tmp_path / "priority_only.jsonl"
     only_priority.write_text("".join(l + "\n" for l in rolemrc_file.read_text().splitlines() if "-refused\"" in l))
-    code, _, err = _exit(["run", "-c", "multi_turn", "--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--data", str(only_priority),
+    code, _, err = exit_of(["run", "-c", "multi_turn", "--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--data", str(only_priority),
                           "--out", str(tmp_path / "r")], capsys)
     assert code == 2 and "no row belongs to multi_turn (4 rows in the file)" in err
 
 
 def test_missing_model_dir_and_half_a_pair_are_refused(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    code, _, err = _exit(["run", "-c", "multi_turn", "--sft", str(tmp_path / "nope"), "--dpo", str(tiny_pair[1])], capsys)
+    code, _, err = exit_of(["run", "-c", "multi_turn", "--sft", str(tmp_path / "nope"), "--dpo", str(tiny_pair[1])], capsys)
     assert code == 2 and "--sft" in err and "not a model directory" in err
-    code, _, err = _exit(["run", "-c", "multi_turn", "--sft", str(tiny_pair[0]), "--data", str(rolemrc_file)], capsys)
+    code, _, err = exit_of(["run", "-c", "multi_turn", "--sft", str(tiny_pair[0]), "--data", str(rolemrc_file)], capsys)
     assert code == 2 and "give both --sft and --dpo" in err
 
 
@@ -68,7 +61,7 @@ def test_probe_run_with_no_paths_uses_the_default_pair_and_a_new_runs_dir(tiny_p
     fake = default_pair.DefaultPair(tmp_path, tmp_path, rolemrc_file, tiny_pair[0], tiny_pair[1])
     monkeypatch.setattr(default_pair, "ensure_default_pair", lambda *a, **k: fake)  # the real one trains a pair: minutes
     monkeypatch.chdir(tmp_path)
-    code, printed, _ = _exit(["run", "-c", "priority", "--hook", "mlp_out", "--hook", "attn_out", "--layers", "1-3",
+    code, printed, _ = exit_of(["run", "-c", "priority", "--hook", "mlp_out", "--hook", "attn_out", "--layers", "1-3",
                               "--position", "mean", "--quiet"], capsys)
     assert code == 0
     runs = [p for p in (tmp_path / "runs").iterdir() if not p.is_symlink()]
