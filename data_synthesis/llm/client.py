@@ -43,12 +43,13 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from core.errors import ProbeError
+from core.errors import Interrupted, ProbeError
 from data_synthesis.llm.backoff import BackoffPolicy
 from data_synthesis.llm.cache import ReplyCache, normalise_base_url, request_key
 from data_synthesis.llm.config import ClientConfig
@@ -111,6 +112,26 @@ class LLMClient:
         self._token_param = "max_tokens"
 
     # ------------------------------------------------------------------ public
+    def kept(self, what: str = "replies") -> str:
+        """What a stopped run leaves in the reply cache, and how to go on."""
+        if self.cache.directory is None:
+            return "the reply cache is off (--no-cache), so nothing was kept; rerun the same command to start again"
+        return (f"{self.stats.answered + self.stats.cache_hits} {what} are kept in the reply cache {self.cache.directory}; "
+                "rerun the same command to resume (cached replies are not asked again)")
+
+    @contextmanager
+    def stops_explained(self, stopped: str, unwritten: str, what: str = "replies") -> Iterator[None]:
+        """Ctrl-C becomes :class:`~core.errors.Interrupted` (``stopped``); an endpoint failure gains ``unwritten``;
+        both end with what the reply cache kept. Subclasses of ProbeError (a data error) pass unchanged."""
+        try:
+            yield
+        except KeyboardInterrupt:
+            raise Interrupted(f"{stopped}; {self.kept(what)}") from None
+        except ProbeError as exc:
+            if type(exc) is not ProbeError:
+                raise
+            raise ProbeError(f"{exc}; {unwritten}; {self.kept(what)}") from None
+
     def params(self, **overrides: Any) -> dict[str, Any]:
         """Sampling parameters sent with (and hashed into the cache key of) every request."""
         params: dict[str, Any] = {"temperature": self.config.temperature, "max_tokens": self.config.max_tokens}

@@ -25,19 +25,16 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from core.atomic import write_atomic
-from core.errors import DataError, Interrupted, ProbeError
+from core.errors import DataError, ProbeError
 from data_synthesis.capabilities import Capability
 from data_synthesis.io import iter_jsonl, read_test_rows
 from data_synthesis.judge.agreement import Agreement, CapabilityScore, agreement, score_table
 from data_synthesis.judge.base import Verdict
 from data_synthesis.llm.config import ClientConfig
 from data_synthesis.schema import TestRow
-
-if TYPE_CHECKING:
-    from data_synthesis.llm.client import LLMClient
 
 JUDGES = ("rules", "llm", "both")
 _RESPONSE_FIELDS = ("response", "generation", "output", "completion")
@@ -107,14 +104,8 @@ def run_judges(rows: list[TestRow], responses: list[str], judge: str, client_con
         from data_synthesis.judge.llm import LLMJudge
 
         llm = LLMJudge(client_config)
-        try:
+        with llm.client.stops_explained("LLM judging stopped before any verdict was written", "no verdict was written", "judge replies"):
             report.verdicts["llm"] = llm.judge(rows, responses)
-        except KeyboardInterrupt:
-            raise Interrupted(f"LLM judging stopped before any verdict was written; {_kept(llm.client)}") from None
-        except ProbeError as exc:
-            if type(exc) is not ProbeError:
-                raise
-            raise ProbeError(f"{exc}; no verdict was written; {_kept(llm.client)}") from None
         report.client_stats = llm.client.stats.as_dict()
     report.scores = {name: score_table(v) for name, v in report.verdicts.items()}
     if judge == "both":
@@ -137,15 +128,6 @@ def judge_files(data: str | os.PathLike[str], responses: str | os.PathLike[str],
         cache = client_config.cache_dir if client_config is not None and report.client_stats is not None else None
         _write_verdicts(verdicts_out, _verdict_rows(rows, report.verdicts), cache)
     return report
-
-
-def _kept(client: LLMClient) -> str:
-    """What a stopped LLM judging run leaves behind, and how to go on."""
-    if client.cache.directory is None:
-        return "the reply cache is off (--no-cache), so nothing was kept; rerun the same command to start again"
-    kept = client.stats.answered + client.stats.cache_hits
-    return (f"{kept} judge replies are kept in the reply cache {client.cache.directory}; "
-            "rerun the same command to resume (cached replies are not asked again)")
 
 
 def _write_verdicts(path: str | os.PathLike[str], rows: list[dict[str, Any]], cache: os.PathLike[str] | None) -> None:

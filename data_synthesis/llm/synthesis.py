@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from core.atomic import replace_together
+from core.paths import check_output_dir
 from core.errors import Interrupted, ProbeError
 from data_synthesis.capabilities import TASKS, Capability, capabilities_of
 from data_synthesis.llm import prompts
@@ -126,18 +127,11 @@ def synthesize_llm(out_dir: str | Path, n_roles: int, seed: int, client_config: 
     if isinstance(repairs, bool) or not isinstance(repairs, int) or not 0 <= repairs <= 10:
         raise ProbeError(f"repairs must be an integer in [0, 10], got {repairs!r}")
     cfg = SynthesisConfig(n_roles=n_roles, seed=seed, **options)
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ProbeError(f"--out {out}: exists and is not a directory")
+    out = check_output_dir(out_dir, "--out")
     run = _Run(LLMClient(client_config), FailureLog(), repairs)
-    try:
+    with run.client.stops_explained(f"LLM synthesis stopped before writing anything to {out}", f"nothing was written to {out}",
+                                    "replies of this run"):
         built = _build(run, cfg, passages_per_role)
-    except KeyboardInterrupt:
-        raise Interrupted(f"LLM synthesis stopped before writing anything to {out}; {_kept(run)}") from None
-    except ProbeError as exc:
-        if type(exc) is not ProbeError:
-            raise
-        raise ProbeError(f"{exc}; nothing was written to {out}; {_kept(run)}") from None
     _refuse_empty(out, run, _asked(cfg), built)
     return _write(out, run, client_config, built)
 
@@ -156,16 +150,6 @@ def _build(run: _Run, cfg: SynthesisConfig, passages_per_role: int) -> _Built:
     test = _build_test(run, cfg, test_roles, pools)
     sft, dpo = _build_train(run, cfg, train_roles, pools)
     return _Built(roles, matches, pool, test_pool, train_pool, sft, dpo, test)
-
-
-def _kept(run: _Run) -> str:
-    """What survives a stopped run, and how to go on."""
-    cache = run.client.cache.directory
-    if cache is None:
-        return "the reply cache is off (--no-cache), so nothing was kept; rerun the same command to start again"
-    stats = run.client.stats
-    return (f"{stats.answered + stats.cache_hits} replies of this run are kept in the reply cache {cache}; "
-            "rerun the same command to resume (cached replies are not asked again)")
 
 
 def _asked(cfg: SynthesisConfig) -> dict[str, int]:
@@ -216,10 +200,10 @@ def _write(out: Path, run: _Run, client_config: ClientConfig, built: _Built) -> 
         replace_together(files)
     except KeyboardInterrupt:
         raise Interrupted(f"Ctrl-C while writing {out}: it holds either the old file set or the complete new one, never a mix; "
-                          f"{_kept(run)}") from None
+                          f"{run.client.kept('replies of this run')}") from None
     except OSError as exc:
         raise ProbeError(f"--out {out}: cannot write the dataset ({exc.strerror or exc}); the old files are as they were; "
-                         f"{_kept(run)}") from None
+                         f"{run.client.kept('replies of this run')}") from None
     if run.failures.total:
         per_stage = ", ".join(f"{k}: {v}" for k, v in sorted(run.failures.counts.items()))
         log.warning("LLM synthesis: %d replies still invalid after %d repair round(s) were dropped (%s); details in %s",
