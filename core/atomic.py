@@ -70,7 +70,7 @@ def atomic_file(path: str | os.PathLike[str], *, durable: bool = True) -> Iterat
         Path(tmp).unlink(missing_ok=True)
         raise
     if durable:
-        _sync_folder(target.parent)
+        sync_folder(target.parent)
 
 
 def write_atomic(path: str | os.PathLike[str], content: Content, *, durable: bool = True) -> None:
@@ -100,7 +100,7 @@ def replace_together(files: Mapping[str | os.PathLike[str], Content], *, durable
             Path(tmp).unlink(missing_ok=True)
     if durable:
         for folder in {Path(p).parent for p in files}:
-            _sync_folder(folder)
+            sync_folder(folder)
 
 
 def _stage(target: Path, content: Content, durable: bool) -> str:
@@ -132,7 +132,7 @@ def _flush(handle: IO[bytes], durable: bool) -> None:
         os.fsync(handle.fileno())
 
 
-def _sync_folder(folder: Path) -> None:
+def sync_folder(folder: Path) -> None:
     """Make a rename in ``folder`` durable; file systems that cannot sync a folder are skipped."""
     try:
         fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))

@@ -37,21 +37,13 @@ from typing import Any
 import h5py
 import numpy as np
 
-from core.atomic import write_atomic
+from core.atomic import sync_folder, write_atomic
 from core.errors import ProbeError
 from probes.store import ACTIVATIONS_FILE, MODELS, RunWriter
 
 JOURNAL_DIR = "journal"
 RUN_JSON = "run.json"
 _STAGING = ".consolidate"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def atomic_write_bytes(path: Path, write: Any) -> None:
@@ -198,7 +190,7 @@ def consolidate(run_dir: Path, capabilities: list[str], plan: ConsolidationPlan)
     try:
         appended = _write_staging_in_child(run_dir, capabilities, pending, plan)
         os.replace(staging / ACTIVATIONS_FILE, target)
-        _fsync_dir(run_dir)
+        sync_folder(run_dir)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise write_failure(run_dir, exc) from None

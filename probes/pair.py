@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.chat import context_length
 from core.errors import ProbeError
 from core.models import check_model_dir, load_model, load_tokenizer, tokenizer_differences
 from probes.hook_points import ARCHITECTURES
@@ -40,6 +41,7 @@ class ModelShape:
     n_layers: int
     d_model: int
     d_mlp: int
+    max_positions: int | None = None  # the context the model was built for (max_position_embeddings)
 
 
 def read_config(model_dir: str | Path) -> Any:
@@ -58,7 +60,7 @@ def shape_of(config: Any, model_dir: str | Path = "") -> ModelShape:
     arch = ARCHITECTURES[model_type]
     d_model = int(config.hidden_size)
     d_mlp = getattr(config, arch.intermediate_size_attr, None) or 4 * d_model
-    return ModelShape(model_type, int(config.num_hidden_layers), d_model, int(d_mlp))
+    return ModelShape(model_type, int(config.num_hidden_layers), d_model, int(d_mlp), context_length(config))
 
 
 def _diff(label: str, a: Any, b: Any) -> str | None:

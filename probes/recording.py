@@ -210,18 +210,16 @@ class _Inputs:
 
 def _prepare(config: RecordConfig) -> _Inputs:
     """Everything checked before a model is loaded: configs, layers, rows, rendering."""
-    from core.chat import context_length
     from core.models import load_tokenizer
     from core.paths import check_output_dir
     from data_synthesis.io import read_test_rows
-    from probes.pair import check_pair_configs, read_config, resolve_device, resolve_dtype
+    from probes.pair import check_pair_configs, resolve_device, resolve_dtype
 
     sources = resolve_sources(config)
     if config.out_dir is not None:
         check_output_dir(config.out_dir, "--out")
     shape = check_pair_configs(sources[0], sources[1])
     layers = parse_layers(config.layer_spec(), shape.n_layers)
-    limit = context_length(read_config(sources[0]))
     dtype = str(resolve_dtype(config.dtype, resolve_device(config.device))).removeprefix("torch.")
     rows = read_test_rows(sources[2])
     _check_rows(rows, config, sources[2])
@@ -230,14 +228,13 @@ def _prepare(config: RecordConfig) -> _Inputs:
         raise ProbeError(f"--sft {sources[0]}: the tokenizer has no chat template; prompts cannot be rendered as the model was trained")
     # rendered before the run dir is touched: a refused row (control-token text) leaves nothing behind
     prompt_sets = [build_prompts(tokenizer, rows, cap, add_generation_prompt=config.add_generation_prompt, source=sources[2],
-                                 max_tokens=limit) for cap in config.capabilities]  # type: ignore[union-attr]
+                                 max_tokens=shape.max_positions) for cap in config.capabilities]  # type: ignore[union-attr]
     return _Inputs(sources, layers, dtype, tokenizer, prompt_sets)
 
 
 def _batch_budget(config: RecordConfig, pair: Any, prompt_sets: list[PromptSet], world: World) -> int:
     """``--max-batch-tokens``, or the device's default; the smallest over ranks, so that all plan the same batches."""
     from probes.batching import default_max_batch_tokens
-    from probes.pair import read_config
 
     if config.max_batch_tokens is not None:
         return config.max_batch_tokens
@@ -245,19 +242,18 @@ def _batch_budget(config: RecordConfig, pair: Any, prompt_sets: list[PromptSet],
 
     dtype_bytes = torch.tensor([], dtype=pair.dtype).element_size()
     longest = max(len(ids) for prompts in prompt_sets for ids in prompts.ids)
-    return min(world.gather(default_max_batch_tokens(pair.device, read_config(pair.sft_dir), dtype_bytes, longest)))
+    return min(world.gather(default_max_batch_tokens(pair.device, pair.sft.config, dtype_bytes, longest)))
 
 
-def _start_on_main(run_dir: Path, settings: RunSettings, prompt_sets: list[PromptSet]) -> tuple[RunSettings, dict[str, set[int]]]:
-    """Rank 0, under the lock, once the pair is loaded: the settings to keep, and what is already recorded."""
-    existing = check_compatible(run_dir, settings)
+def _start_on_main(run_dir: Path, settings: RunSettings, prompt_sets: list[PromptSet]) -> dict[str, set[int]]:
+    """Rank 0, under the lock, once the pair is loaded: what is already recorded; ``run.json`` holds the settings kept."""
     remove_stale_temp(run_dir)
     done = {p.capability: done_ids(run_dir, p) for p in prompt_sets}
     try:
-        write_run_json(run_dir, {"settings": (existing or settings).to_dict()})
+        write_run_json(run_dir, {"settings": settings.to_dict()})
     except OSError as exc:
         raise write_failure(run_dir, exc) from None
-    return existing or settings, done
+    return done
 
 
 def _record(config: RecordConfig, world: World, progress: bool) -> RunResult:
@@ -274,15 +270,14 @@ def _record(config: RecordConfig, world: World, progress: bool) -> RunResult:
         def lock_and_settings() -> RunSettings:
             stack.enter_context(run_lock(run_dir))
             settings = _settings(config, inputs.sources, inputs.layers, inputs.dtype, inputs.tokenizer)
-            check_compatible(run_dir, settings)  # before the minutes a load takes
-            return settings
+            return check_compatible(run_dir, settings) or settings  # before the minutes a load takes; the lock keeps it true
 
         settings = world.on_main(lock_and_settings)
         torch.manual_seed(config.seed)
         pair = world.agree(lambda: load_pair(inputs.sources[0], inputs.sources[1], device=device, dtype=config.dtype))
         pad_id = pad_id_of(pair.tokenizer)
         budget = _batch_budget(config, pair, inputs.prompt_sets, world)
-        settings, done = world.on_main(lambda: _start_on_main(run_dir, settings, inputs.prompt_sets))
+        done = world.on_main(lambda: _start_on_main(run_dir, settings, inputs.prompt_sets))
         backends = world.agree(lambda: {name: make_backend(config.backend, model, hooks=config.hooks, layers=inputs.layers,
                                                            position=config.position, tokenizer=pair.tokenizer,
                                                            model_dir=inputs.sources[0] if name == "sft" else inputs.sources[1])

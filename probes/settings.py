@@ -81,9 +81,8 @@ class RunSettings:
         known = {f.name for f in fields(cls)}
         values = {key: value for key, value in body.items() if key in known}
         try:
-            settings = cls(**{**values, "version": VERSION})
-            settings = cls(**{**settings.to_dict(), "hooks": [str(h) for h in settings.hooks],
-                              "layers": [int(i) for i in settings.layers]})
+            values.update(version=VERSION, hooks=[str(h) for h in values.get("hooks", [])],
+                          layers=[int(i) for i in values.get("layers", [])])
+            return cls(**values)
         except (TypeError, ValueError) as exc:
             raise ProbeError(f"{where}: malformed run settings ({exc}); record into a new --out") from None
-        return settings
