@@ -33,11 +33,11 @@ from analysis.plots import faceted_figure, maps_figure, profile_figure, write_fi
 from analysis.profile import layer_profile, layer_scores, top_units
 from analysis.select import select_neurons
 from analysis.stability import LayerStability, layer_stability
+from analysis.summary import AnalysisSummary, HookSummary
 from analysis.window import format_layers, resolve_window
-from data_synthesis.capabilities import parse_capabilities
+from core.capabilities import parse_capabilities
 from core.errors import ProbeError
 from probes.hook_points import validate_hook
-from analysis.summary import AnalysisSummary, HookSummary
 from probes.store import MODELS, RunReader
 
 @dataclass

@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from data_synthesis.io import read_test_rows
-from data_synthesis.judge.rules import RuleJudge
+from core.judges.rules import RuleJudge
+from core.rows import read_test_rows
 from data_synthesis.offline import synthesize
 
 TARGET_SYNTH_S = 10.0

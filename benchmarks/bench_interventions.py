@@ -51,11 +51,11 @@ def main() -> int:
     args = parser.parse_args()
 
     from analysis.neuron_sets import Neuron, NeuronSet
-    from data_synthesis.schema import TestRow, Turn
+    from core.generation import GenerationConfig
+    from core.schema import TestRow, Turn
     from interventions.generation import ABGenerator, Intervention
     from interventions.scaling import PAPER_FACTOR
     from probes.hook_points import n_layers, width
-    from core.generation import GenerationConfig
 
     torch.manual_seed(0)
     model, tokenizer = build_model(args.model_dir)

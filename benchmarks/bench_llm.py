@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: the scripted server lives in tests/support
 
-from data_synthesis.llm.client import ClientConfig, LLMClient
+from core.llm.client import ClientConfig, LLMClient
 from tests.support.scripted_server import ScriptedServer
 
 

@@ -145,7 +145,7 @@ def _gpu_peak() -> str:
 
 
 def load_prompts(tokenizer: Any, rows: list[Any], data: Path, capability: str = "multi_turn") -> Any:
-    from data_synthesis.capabilities import Capability
+    from core.capabilities import Capability
     from probes.prompts import build_prompts
 
     prompts = build_prompts(tokenizer, rows, Capability(capability), add_generation_prompt=False)
@@ -396,7 +396,7 @@ def _ints(text: str, sep: str = ",") -> list[int]:
 
 
 def parse_args() -> argparse.Namespace:
-    from data_synthesis.capabilities import Capability
+    from core.capabilities import Capability
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sft", type=Path)
@@ -446,7 +446,7 @@ def main() -> int:
             model, tokenizer, model_dir = pair.sft, pair.tokenizer, sft
         else:
             model, tokenizer, model_dir = build_random(args.shape, tmp, args.device, args.dtype, args.tokenizer_vocab)
-        from data_synthesis.io import read_test_rows
+        from core.rows import read_test_rows
 
         data = args.data or write_rows(tmp / "rows.jsonl", args.prompts, words=args.passage_words)
         prompts = load_prompts(tokenizer, read_test_rows(data), data, args.capability)

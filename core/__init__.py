@@ -1,7 +1,16 @@
 """The shared core below the five pipeline stages.
 
-``core`` holds what every stage needs and no stage owns: the error type, chat rendering
-and templates, model loading and generation. Stages import from here and from earlier
-stages' outputs, never the other way round (core ← data_synthesis ← training ← probes ←
-analysis ← interventions ← CLI).
+``core`` holds what every stage needs and no stage owns, so that each thing has one
+source. Stages import from here and from earlier stages' outputs, never the other way
+round (core ← data_synthesis ← training ← probes ← analysis ← interventions ← CLI).
+
+Modules:
+    errors, paths, inputs, atomic   one-line errors, output-path checks, the JSON/JSONL reader, atomic writes
+    schema, capabilities, rows      the RoleMRC row types, the 18 tasks → 5 capabilities, the row files
+    home, builds, provenance        the toolkit home, cached builds, hashing and the one weights fingerprint
+    chat, templates, models         chat rendering, known templates, model and tokenizer loading
+    generation                      the one generation path (EOS policy, seeding, batching, hooks)
+    stats                           McNemar, Wilson, bootstrap
+    config_file                     ``--config FILE`` for every command
+    llm, judges                     the OpenAI-compatible client; the judges and the judge factory
 """

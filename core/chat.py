@@ -36,7 +36,7 @@ Messages = list[dict[str, str]]
 
 
 class Turn(Protocol):
-    """Anything with a role and a content (``data_synthesis.schema.Turn``)."""
+    """Anything with a role and a content (``core.schema.Turn``)."""
 
     role: str
     content: str

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,11 @@ from core.inputs import check_input_file, read_json
 
 def read_config_file(path: str | os.PathLike[str], cls: type, flag: str = "--config") -> dict[str, Any]:
     """The file's mapping with keys as field names of ``cls``; one line naming the file for anything else."""
+    return read_config_mapping(path, [f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")], flag)
+
+
+def read_config_mapping(path: str | os.PathLike[str], allowed: Iterable[str], flag: str = "--config") -> dict[str, Any]:
+    """The file's mapping, keys with dashes turned to underscores; one line naming the file for a key not in ``allowed``."""
     p = Path(path)
     try:
         data = _read_yaml(p) if p.suffix.lower() in (".yaml", ".yml") else read_json(p, "config file (JSON or YAML)")
@@ -41,10 +47,10 @@ def read_config_file(path: str | os.PathLike[str], cls: type, flag: str = "--con
     if not isinstance(data, dict):
         raise ProbeError(f"{flag} {p}: expected a mapping of option names to values, got {type(data).__name__}")
     data = {str(key).replace("-", "_"): value for key, value in data.items()}
-    allowed = {f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")}
-    unknown = sorted(set(data) - allowed)
+    known = set(allowed)
+    unknown = sorted(set(data) - known)
     if unknown:
-        raise ProbeError(f"{flag} {p}: unknown option(s) {', '.join(unknown)}; expected some of {', '.join(sorted(allowed))}")
+        raise ProbeError(f"{flag} {p}: unknown option(s) {', '.join(unknown)}; expected some of {', '.join(sorted(known))}")
     return data
 
 

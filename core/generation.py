@@ -31,33 +31,8 @@ from typing import Any
 import torch
 
 from core.chat import Messages, Turn, check_context, context_length, encode_conversations, left_pad, pad_id_of
+from core.decoding import GenerationConfig
 from core.errors import ProbeError
-
-
-@dataclass(frozen=True)
-class GenerationConfig:
-    max_new_tokens: int = 64
-    batch_size: int = 16
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ProbeError(f"--max-new-tokens must be at least 1, got {self.max_new_tokens}")
-        if self.batch_size < 1:
-            raise ProbeError(f"--batch-size must be at least 1, got {self.batch_size}")
-        if self.do_sample and self.temperature <= 0:
-            raise ProbeError(f"--temperature must be positive when sampling, got {self.temperature}")
-
-    def generate_kwargs(self, pad_id: int, stop: list[int]) -> dict[str, Any]:
-        kwargs: dict[str, Any] = dict(max_new_tokens=self.max_new_tokens, pad_token_id=pad_id, eos_token_id=stop)
-        if self.do_sample:
-            kwargs.update(do_sample=True, temperature=self.temperature, top_p=self.top_p)
-        else:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        return kwargs
 
 
 @dataclass

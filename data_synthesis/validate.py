@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from core.errors import DataError, ProbeError
-from data_synthesis.io import group_by_capability, iter_jsonl, read_dpo_rows, read_sft_rows, read_test_rows
+from core.rows import group_by_capability, iter_jsonl, read_dpo_rows, read_sft_rows, read_test_rows
 
 KINDS = ("auto", "test", "sft", "dpo")
 _FIELDS = (("question", "test"), ("conversations", "sft"), ("prompt", "dpo"))

@@ -30,20 +30,20 @@ import numpy as np
 import torch
 
 from analysis.neuron_sets import NeuronSet
+from core.capabilities import Capability
 from core.errors import Interrupted, ProbeError
 from core.generation import GenerationConfig, Generations
+from core.judges import Judge, make_judge
 from core.models import load_causal_lm
-from data_synthesis.capabilities import Capability
-from data_synthesis.judge.base import Judge
-from data_synthesis.io import group_by_capability, read_test_rows, row_location
-from data_synthesis.schema import TestRow
+from core.rows import group_by_capability, read_test_rows, row_location
+from core.schema import TestRow
 from interventions.arms import ArmStore, fingerprint
 from interventions.config import ABConfig
 from interventions.generation import ABGenerator, Intervention
 from interventions.placebo import placebo_sets
 from interventions.results import ABReport, ArmResult, CapabilityResult, build_guard
 from interventions.scaling import dtype_noop_fraction
-from interventions.scoring import ArmScores, corpus_bleu, make_judge, score_arm
+from interventions.scoring import ArmScores, corpus_bleu, score_arm
 from interventions.selection import analysed_neuron_set, check_against_model, describe, load_neuron_file, parse_units, ranking_from_run
 from interventions.stats import paired_delta, placebo_compare
 from probes.hook_points import width
@@ -178,8 +178,7 @@ class _Runner:
         # none for a factor that is a no-op in the dtype (the placebo arm is skipped, see placebo())
         wanted = config.placebo if dtype_noop_fraction(config.factor, self.torch_dtype) > 0.0 else 0
         self.placebo_sets = placebo_sets(self.neurons, width(self.model, self.neurons.hook), wanted, config.seed)
-        self.judge = judge or make_judge(config.judge, base_url=config.judge_base_url, model=config.judge_model,
-                                          **config.judge_client_options())
+        self.judge = judge or make_judge(config.judge, config.judge_client())
         gen_config = GenerationConfig(max_new_tokens=config.max_new_tokens, batch_size=config.batch_size, do_sample=config.do_sample,
                                       temperature=config.temperature, top_p=config.top_p, seed=config.seed)
         self.generator = ABGenerator(self.model, self.tokenizer, self.rows, gen_config, config.backend, where=self._row_name)
@@ -256,7 +255,7 @@ def run_ab(config: ABConfig, progress: Progress | None = None, judge: Judge | No
     """Run the whole A/B evaluation described by ``config``; write files if ``config.out_dir``.
 
     ``progress`` receives one line per stage; ``judge`` replaces the judge named in the
-    config (any object with the :class:`~data_synthesis.judge.base.Judge` protocol).
+    config (any object with the :class:`~core.judges.base.Judge` protocol).
     Ctrl-C raises :class:`~core.errors.Interrupted` naming the arms kept for a resume
     (see :mod:`interventions.arms`).
     """

@@ -16,11 +16,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_synthesis.capabilities import Capability, parse_capability
+from core.capabilities import Capability, parse_capability
 from core.errors import ProbeError
+from core.judges import JUDGES
+from core.llm.config import ClientConfig
 from interventions.generation import BACKENDS
 from interventions.scaling import PAPER_FACTOR, validate_factor
-from interventions.scoring import JUDGES
 from probes.hook_points import validate_hook
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
@@ -87,10 +88,12 @@ class ABConfig:
         if self.do_sample and self.backend == "nnsight":
             raise ProbeError("--sample needs --backend torch (the nnsight backend decodes greedily)")
 
-    def judge_client_options(self) -> dict[str, Any]:
-        """The LLM judge's endpoint settings that were given (validated by the client's config)."""
+    def judge_client(self) -> ClientConfig | None:
+        """The LLM judge's endpoint (flags, then ``OPENAI_*``), or ``None`` for the rule judge."""
+        if self.judge != "llm":
+            return None
         given = {"timeout": self.judge_timeout, "max_retries": self.judge_retries, "backoff_base": self.judge_backoff}
-        return {key: value for key, value in given.items() if value is not None}
+        return ClientConfig.from_env(base_url=self.judge_base_url, model=self.judge_model, **given)
 
     @property
     def factors(self) -> list[float]:

@@ -31,7 +31,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from analysis.neuron_sets import NeuronSet
 from core.errors import ProbeError
 from core.generation import GenerationConfig, Generations, Generator, cut_at_stop
-from data_synthesis.schema import TestRow
+from core.schema import TestRow
 from interventions.scaling import scaled_units, validate_factor
 from interventions.selection import check_against_model
 from probes.hook_points import module_for

@@ -18,10 +18,10 @@ import math
 from pathlib import Path
 from typing import Any
 
-from data_synthesis.capabilities import capabilities_of
-from data_synthesis.schema import TestRow
 from core.atomic import write_atomic
+from core.capabilities import capabilities_of
 from core.generation import Generations
+from core.schema import TestRow
 from interventions.results import ABReport, ArmResult
 from interventions.scoring import ArmScores
 

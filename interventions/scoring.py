@@ -5,8 +5,7 @@ decide, which is excluded from the paired statistics and counted). Reference ove
 measured with the established packages, the way the paper's ``evaluation.py`` does:
 ROUGE-L F with stemming from ``rouge-score`` per response, and BLEU from ``sacrebleu``
 (corpus BLEU over a capability's rows, plus per-response sentence BLEU so a paired
-difference exists). Judges are built by name so the CLI, the library and the example
-script share one path; the LLM judge is imported only when asked for.
+difference exists). Judges are built by :func:`core.judges.make_judge`.
 
 Example:
     >>> rouge_l(["the cat sat"], ["the cat sat down"])[0] > 0.8
@@ -17,31 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from core.errors import ProbeError
-from data_synthesis.judge.base import Judge, Verdict
-from data_synthesis.schema import TestRow
-
-JUDGES: tuple[str, ...] = ("rules", "llm")
-
-
-def make_judge(name: str, *, base_url: str | None = None, model: str | None = None, **client: Any) -> Judge:
-    """``rules`` (offline, needs the synthetic ``expect`` block) or ``llm`` (OpenAI-compatible endpoint)."""
-    if name == "rules":
-        from data_synthesis.judge.rules import RuleJudge
-
-        return RuleJudge()
-    if name == "llm":
-        from data_synthesis.judge.llm import LLMJudge
-        from data_synthesis.llm.client import ClientConfig
-
-        config = ClientConfig.from_env(base_url=base_url, model=model, **client)
-        if not config.model:
-            raise ProbeError("--judge llm needs a model: pass --judge-model or set OPENAI_MODEL (and OPENAI_BASE_URL for a local server)")
-        return LLMJudge(config)
-    raise ProbeError(f"unknown judge {name!r}; expected one of {', '.join(JUDGES)}")
-
+from core.judges.base import Judge, Verdict
+from core.schema import TestRow
 
 def rouge_l(responses: Sequence[str], references: Sequence[str]) -> list[float]:
     """ROUGE-L F-measure (stemmed) of each response against its reference."""

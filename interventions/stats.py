@@ -4,7 +4,7 @@ Compliance is a 0/1 outcome per prompt, measured twice on the *same* prompts, so
 right tools are paired ones:
 
 * Δ = mean(after) − mean(before), with a 95% bootstrap CI that resamples *prompts*
-  (both arms together), via :func:`scipy.stats.bootstrap` on the per-prompt differences;
+  (both arms together), :func:`core.stats.paired_bootstrap_ci`;
 * the exact McNemar test: only discordant prompts carry information, and under the null
   each is equally likely to flip either way, so p = two-sided binomial test of
   ``b`` (1→0) among ``b + c`` (:func:`core.stats.mcnemar_p`);
@@ -22,9 +22,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats
 
-from core.stats import discordant, mcnemar_p
+from core.stats import discordant, mcnemar_p, paired, paired_bootstrap_ci
 
 
 @dataclass(frozen=True)
@@ -50,31 +49,10 @@ class PairedDelta:
         return {**out, "discordant_lost": mc["b"], "discordant_gained": mc["c"], "p_value": mc["p_value"]}
 
 
-def _pairs(before: Sequence[float], after: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
-    b, a = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
-    if b.shape != a.shape or b.ndim != 1:
-        raise ValueError(f"paired outcomes must be two 1-D arrays of equal length, got {b.shape} and {a.shape}")
-    return b, a
-
-
 def mcnemar_exact(before: Sequence[int], after: Sequence[int]) -> McNemar:
     """Exact (binomial) McNemar test on paired 0/1 outcomes."""
-    b, c = discordant(*_pairs(before, after))
+    b, c = discordant(*paired(before, after))
     return McNemar(b, c, float(mcnemar_p(b, c)))
-
-
-def bootstrap_delta_ci(before: Sequence[float], after: Sequence[float], *, confidence: float = 0.95,
-                       n_resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap CI of mean(after − before), resampling prompts with replacement."""
-    b, a = _pairs(before, after)
-    diff = a - b
-    if diff.size == 0:
-        return float("nan"), float("nan")
-    if np.all(diff == diff[0]):
-        return float(diff[0]), float(diff[0])  # no variation: every resample gives the same mean
-    result = stats.bootstrap((diff,), np.mean, confidence_level=confidence, n_resamples=n_resamples,
-                             method="percentile", vectorized=True, rng=np.random.default_rng(seed))
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
 def paired_delta(before: Sequence[int], after: Sequence[int], *, n_resamples: int = 10_000, seed: int = 0, with_ci: bool = True) -> PairedDelta:
@@ -82,12 +60,12 @@ def paired_delta(before: Sequence[int], after: Sequence[int], *, n_resamples: in
 
     ``with_ci=False`` skips the bootstrap (CI reported as NaN), e.g. for placebo arms.
     """
-    b, a = _pairs(before, after)
+    b, a = paired(before, after)
     n = int(b.size)
     if n == 0:
         nan = float("nan")
         return PairedDelta(0, nan, nan, nan, nan, nan, McNemar(0, 0, 1.0))
-    low, high = bootstrap_delta_ci(b, a, n_resamples=n_resamples, seed=seed) if with_ci else (float("nan"), float("nan"))
+    low, high = paired_bootstrap_ci(b, a, n_resamples=n_resamples, seed=seed) if with_ci else (float("nan"), float("nan"))
     return PairedDelta(n, float(b.mean()), float(a.mean()), float(a.mean() - b.mean()), low, high, mcnemar_exact(b, a))
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_synthesis.capabilities import Capability, parse_capabilities
+from core.capabilities import Capability, parse_capabilities
 from core.errors import ProbeError
 from probes.batching import DEFAULT_BATCH_SIZE
 from probes.hook_points import HOOK_POINTS, validate_hook

@@ -26,10 +26,10 @@ from typing import Any
 
 import torch
 
+from core.capabilities import Capability
 from core.chat import check_context, encode_conversations, left_pad
-from data_synthesis.capabilities import Capability
-from data_synthesis.io import group_by_capability, row_location
-from data_synthesis.schema import TestRow
+from core.rows import group_by_capability, row_location
+from core.schema import TestRow
 
 
 @dataclass(frozen=True)

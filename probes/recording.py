@@ -36,13 +36,13 @@ from typing import Any
 
 import numpy as np
 
-from core.errors import ProbeError
-from probes.config import RecordConfig
-from probes.hook_points import TL_NAMES, parse_layers
 from core.chat import pad_id_of
+from core.errors import ProbeError
 from core.errors import Interrupted
 from probes.batching import pending_batches, plan_batches
+from probes.config import RecordConfig
 from probes.distributed import World, joined, rank_device, world_from_env
+from probes.hook_points import TL_NAMES, parse_layers
 from probes.journal import (ConsolidationPlan, Shard, committed_ids, consolidate, h5_settings, has_recordings, list_shards,
                             read_run_json, remove_stale_temp, run_lock, shard_path, shard_sample_ids, write_failure, write_run_json,
                             write_shard)
@@ -212,7 +212,7 @@ def _prepare(config: RecordConfig) -> _Inputs:
     """Everything checked before a model is loaded: configs, layers, rows, rendering."""
     from core.models import load_tokenizer
     from core.paths import check_output_dir
-    from data_synthesis.io import read_test_rows
+    from core.rows import read_test_rows
     from probes.pair import check_pair_configs, resolve_device, resolve_dtype
 
     sources = resolve_sources(config)
@@ -344,7 +344,7 @@ def _interrupted(run_dir: Path) -> Interrupted:
 
 def _check_rows(rows: list[Any], config: RecordConfig, data_file: Path) -> None:
     """Refuse a data file with no row for any requested capability (nothing would be recorded)."""
-    from data_synthesis.io import group_by_capability
+    from core.rows import group_by_capability
 
     groups = group_by_capability(rows, config.capabilities)  # type: ignore[arg-type]
     if not any(groups.values()):

@@ -40,8 +40,8 @@ TRAIN = ["--recipe", "tiny", "--max-steps", "2", "--batch-size", "2", "--max-len
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``probe synthesize --roles 2`` plus ``small.jsonl``: two test rows of each capability (for recording)."""
-    from data_synthesis.capabilities import Capability
-    from data_synthesis.io import group_by_capability, read_test_rows
+    from core.capabilities import Capability
+    from core.rows import group_by_capability, read_test_rows
 
     out = tmp_path_factory.mktemp("synth") / "data"
     ok("synthesize", "--out", out, "--roles", "2", "--seed", "0")
@@ -91,7 +91,7 @@ def test_sft_labels_mask_exactly_the_assistant_spans(pipeline: Pipeline, tmp_pat
     import torch
 
     from core.chat import encode_text, render_text
-    from data_synthesis.io import read_sft_rows
+    from core.rows import read_sft_rows
     from training.config import SFTRunConfig
     from training.sft import prepare_sft
 
@@ -201,7 +201,7 @@ def test_recorded_prompts_are_the_templates_own_tokens(pipeline: Pipeline) -> No
     from transformers import AutoTokenizer
 
     from core.chat import to_messages
-    from data_synthesis.io import read_test_rows
+    from core.rows import read_test_rows
     from probes.store import RunReader
 
     spec = SPECS[pipeline.name]

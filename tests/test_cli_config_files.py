@@ -1,4 +1,4 @@
-"""``--config FILE`` on `probe run` and `probe analyze`: the file sets config fields, flags override it.
+"""``--config FILE`` on every command: the file sets config fields or options, flags override it.
 
 The config dataclasses' field defaults are the only defaults; a config file names some
 fields, and what a flag gives wins. A typo in a key is an error naming the file, not a
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from analysis.summary import AnalysisSummary
-from tests.support.cli import exit_of
+from tests.support.cli import exit_of, one_line_error
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -72,3 +72,71 @@ def test_intervene_reads_a_config_file_and_flags_override_it(tiny_pair, rolemrc_
     assert code == 0, err
     report = json.loads((out / "ab_report.json").read_text())
     assert report["config"]["placebo"] == 0 and report["config"]["max_new_tokens"] == 4 and report["config"]["capability"] == "priority"
+
+
+# synthesize, validate, judge and models: the file names the command's options by long name
+
+
+def test_synthesize_reads_a_config_file_and_a_flag_overrides_it(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    config = tmp_path / "synth.yaml"
+    config.write_text(f"roles: 3\nseed: 5\nout: {tmp_path / 'from_file'}\njson: true\n")
+    code, out, err = exit_of(["synthesize", "--config", str(config), "--seed", "6"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["files"]["profiles.jsonl"] == 3  # roles and --json came from the file
+    code, _, err = exit_of(["synthesize", "--roles", "3", "--seed", "6", "--out", str(tmp_path / "from_flags")], capsys)
+    assert code == 0, err
+    for name in ("sft.jsonl", "dpo.jsonl", "test.jsonl"):  # the flag's seed won: byte-identical to the all-flags call
+        assert (tmp_path / "from_file" / name).read_bytes() == (tmp_path / "from_flags" / name).read_bytes()
+
+
+def test_judge_reads_its_options_from_a_config_file(rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text("".join(json.dumps("I cannot say.") + "\n" for _ in rolemrc_file.read_text().splitlines()))
+    config = tmp_path / "judge.json"
+    config.write_text(json.dumps({"judge": "rules", "data": str(rolemrc_file), "responses": str(responses), "limit": 2, "json": True}))
+    code, out, err = exit_of(["judge", "--config", str(config)], capsys)
+    assert code == 0, err
+    assert json.loads(out)["rows"] == 2
+    code, out, err = exit_of(["judge", "--config", str(config), "--limit", "3"], capsys)
+    assert code == 0 and json.loads(out)["rows"] == 3, err
+
+
+def test_validate_takes_its_kind_from_a_config_file(rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    config = tmp_path / "validate.yaml"
+    config.write_text("kind: sft\n")
+    one_line_error(capsys, ["validate", str(rolemrc_file), "--config", str(config)], f"{rolemrc_file}:1:", "SFT row")
+    code, out, err = exit_of(["validate", str(rolemrc_file), "--config", str(config), "--kind", "test", "--json"], capsys)
+    assert code == 0 and json.loads(out)["kind"] == "test", err
+
+
+def test_models_eval_reads_a_config_file(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    result = tmp_path / "eval.json"
+    config = tmp_path / "eval.yaml"
+    config.write_text(f"max-rows: 4\nmax-new-tokens: 2\nbatch-size: 2\nout: {result}\n")
+    code, _, err = exit_of(["models", "eval", "--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--test", str(rolemrc_file),
+                            "--config", str(config)], capsys)
+    assert code == 0, err
+    saved = json.loads(result.read_text())
+    assert sum(saved["task_counts"].values()) == 4 and len(saved["sft"]["responses"]) == 4
+
+
+@pytest.mark.parametrize("argv", [
+    ["synthesize"], ["validate", "x.jsonl"], ["judge"], ["models", "default"], ["models", "eval"], ["models", "fetch-base"],
+])
+def test_every_command_refuses_an_unknown_key_naming_the_file(argv: list[str], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("max-retriez: 2\n")
+    one_line_error(capsys, [*argv, "--config", str(bad)], f"--config {bad}: unknown option(s) max_retriez; expected some of ")
+
+
+@pytest.mark.parametrize("content, message", [
+    ("roles: 3000\n", "roles: Input should be less than or equal to 800, got 3000"),
+    ("seed: abc\n", "seed: Input should be a valid integer"),
+    ("backend: gpt\n", "expected one of offline, llm, got 'gpt'"),
+    ("model: m\n", "--model: only for --backend llm"),
+])
+def test_a_bad_value_in_a_command_config_is_one_line_and_writes_nothing(content: str, message: str, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(content)
+    one_line_error(capsys, ["synthesize", "--config", str(bad), "--out", str(tmp_path / "data")], message)
+    assert not (tmp_path / "data").exists()

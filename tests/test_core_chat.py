@@ -54,8 +54,8 @@ def test_roles_are_lowercased() -> None:
 
 
 def test_nothing_is_prepended_when_the_post_processor_adds_bos(tokenizers: dict[str, Any], chat_data: Path) -> None:
-    from data_synthesis.capabilities import Capability
-    from data_synthesis.io import read_test_rows
+    from core.capabilities import Capability
+    from core.rows import read_test_rows
     from probes.prompts import build_prompts
 
     tokenizer = tokenizers["llama3"]
@@ -159,9 +159,9 @@ def varied_models(chat_bases: dict[str, Path], tmp_path_factory: pytest.TempPath
 def test_evaluation_and_ab_generate_the_same_responses(name: str, varied_models: dict[str, Path], chat_data: Path) -> None:
     from analysis.neuron_sets import NeuronSet
     from core.generation import GenerationConfig, Generator, generate_responses
+    from core.judges.rules import RuleJudge
     from core.models import load_causal_lm
-    from data_synthesis.io import read_test_rows
-    from data_synthesis.judge.rules import RuleJudge
+    from core.rows import read_test_rows
     from interventions.generation import ABGenerator, Intervention
     from interventions.selection import parse_units
     from training.evaluate import evaluate_model

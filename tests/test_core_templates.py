@@ -77,7 +77,7 @@ def tokenizers(chat_bases: dict[str, Path], chat_data: Path) -> dict[str, Any]:
 def conversations(chat_data: Path) -> dict[str, list[Messages]]:
     """Every SFT row (all tasks), every DPO prompt + chosen reply, every test prompt; plus the SFT rows without
     their system turn (so a template's default system prompt comes into play)."""
-    from data_synthesis.io import read_dpo_rows, read_sft_rows, read_test_rows
+    from core.rows import read_dpo_rows, read_sft_rows, read_test_rows
 
     sft = read_sft_rows(chat_data / "sft.jsonl")
     tasks = {row.extra["task"] for row in sft}

@@ -18,8 +18,8 @@ import pytest
 
 from analysis.neuron_sets import FORMAT, NeuronSet
 from core.errors import DataError, ProbeError
-from data_synthesis.io import read_dpo_rows, read_sft_rows, read_test_rows, write_jsonl
-from data_synthesis.llm.judging import read_responses
+from core.judges.files import read_responses
+from core.rows import read_dpo_rows, read_sft_rows, read_test_rows, write_jsonl
 from data_synthesis.validate import validate_file
 from probe_cli.main import main
 
@@ -343,7 +343,7 @@ def test_a_synthesis_that_fails_while_writing_keeps_every_old_file(tmp_path: Pat
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     import errno
 
-    from data_synthesis.schema import TestRow
+    from core.schema import TestRow
 
     out = tmp_path / "data"
     assert main_exit(["synthesize", "--out", str(out), "--roles", "2", "--seed", "1"]) in (0, None)

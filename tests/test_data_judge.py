@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from data_synthesis.capabilities import Capability, capabilities_of
+from core.capabilities import Capability, capabilities_of
 from core.errors import ProbeError
-from data_synthesis.io import read_dpo_rows, read_test_rows
-from data_synthesis.judge import Judge
-from data_synthesis.judge.rules import RuleJudge, behaviour, requirement_met
+from core.judges import Judge
+from core.judges.rules import RuleJudge, behaviour, requirement_met
+from core.rows import read_dpo_rows, read_test_rows
+from core.schema import TestRow, Turn
 from data_synthesis.offline import synthesize
 from data_synthesis.offline import vocab
-from data_synthesis.schema import TestRow, Turn
 
 JUDGE = RuleJudge()
 

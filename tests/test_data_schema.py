@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from data_synthesis.capabilities import ALL_CAPABILITIES, TASKS, Capability, capabilities_of, parse_capabilities, tasks_of
+from core.capabilities import ALL_CAPABILITIES, TASKS, Capability, capabilities_of, parse_capabilities, tasks_of
 from core.errors import ProbeError
-from data_synthesis.io import group_by_capability, read_dpo_rows, read_sft_rows, read_test_rows, write_jsonl
-from data_synthesis.schema import DPORow, SFTRow, TestRow, Turn
+from core.rows import group_by_capability, read_dpo_rows, read_sft_rows, read_test_rows, write_jsonl
+from core.schema import DPORow, SFTRow, TestRow, Turn
 from data_synthesis.validate import validate_file
 
 PUBLISHED_GROUPS = {"knowledge_boundary": 600, "role_style": 400, "nested": 158, "multi_turn": 400, "priority": 42}

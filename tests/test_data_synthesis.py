@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from data_synthesis.capabilities import TASKS
+from core.capabilities import TASKS
 from core.errors import ProbeError
-from data_synthesis.io import group_by_capability, read_dpo_rows, read_sft_rows, read_test_rows
+from core.rows import group_by_capability, read_dpo_rows, read_sft_rows, read_test_rows
 from data_synthesis.offline import FILES, VIOLATIONS, SynthesisConfig, synthesize
 from data_synthesis.offline.passages import build_pool
 from data_synthesis.offline.tasks import shape_of

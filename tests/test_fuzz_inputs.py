@@ -32,10 +32,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from analysis.neuron_sets import FORMAT, NeuronSet
+from core.capabilities import TASKS
 from core.errors import DataError, ProbeError
-from data_synthesis.capabilities import TASKS
-from data_synthesis.io import read_dpo_rows, read_sft_rows, read_test_rows, write_jsonl
-from data_synthesis.llm.judging import read_responses
+from core.judges.files import read_responses
+from core.rows import read_dpo_rows, read_sft_rows, read_test_rows, write_jsonl
 from data_synthesis.validate import validate_file
 from probe_cli.main import main
 

@@ -162,12 +162,12 @@ def test_notebook_plots_the_dose_sweep(ab_run, monkeypatch):
 
 
 def test_the_llm_judge_of_an_ab_run_takes_the_endpoint_limits(tmp_path: Path) -> None:
-    from interventions.scoring import make_judge
+    from core.judges import make_judge
 
     config = ABConfig(units=UNITS, hook=HOOK, judge="llm", judge_model="m", judge_base_url="http://127.0.0.1:9/v1",
                       judge_timeout=0.5, judge_retries=1, judge_backoff=0.05, out_dir=tmp_path)
-    judge = make_judge(config.judge, base_url=config.judge_base_url, model=config.judge_model, **config.judge_client_options())
+    judge = make_judge(config.judge, config.judge_client())
     assert (judge.config.timeout, judge.config.max_retries, judge.config.backoff_base) == (0.5, 1, 0.05)
     with pytest.raises(ProbeError, match="--max-retries"):
-        make_judge("llm", base_url="http://127.0.0.1:9/v1", model="m",
-                   **ABConfig(units=UNITS, hook=HOOK, judge_retries=-1, out_dir=tmp_path).judge_client_options())
+        ABConfig(units=UNITS, hook=HOOK, judge="llm", judge_model="m", judge_base_url="http://127.0.0.1:9/v1",
+                 judge_retries=-1, out_dir=tmp_path).judge_client()

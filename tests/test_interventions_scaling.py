@@ -8,15 +8,15 @@ import pytest
 import torch
 
 from analysis.neuron_sets import Neuron, NeuronSet
+from core.chat import encode_conversations, left_pad
 from core.errors import ProbeError
-from data_synthesis.schema import TestRow, Turn
+from core.generation import GenerationConfig
+from core.schema import TestRow, Turn
 from interventions.generation import ABGenerator, Intervention
 from interventions.results import build_guard
 from interventions.scaling import PAPER_FACTOR, dtype_noop_fraction, scaled_units
 from interventions.selection import parse_units
 from probes.hook_points import HOOK_POINTS, attach, module_for
-from core.chat import encode_conversations, left_pad
-from core.generation import GenerationConfig
 
 QUESTIONS = ["What is the capital of the valley kingdom?", "Tell me about the northern bridge.",
              "Please answer in exactly three bullet points.", "Who built the granite bridge?"]

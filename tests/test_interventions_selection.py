@@ -88,8 +88,8 @@ def _cli(argv: list[str], capsys) -> tuple[int, str]:
 
 @pytest.fixture()
 def rows_file(tmp_path: Path) -> Path:
-    from data_synthesis.io import write_jsonl
-    from data_synthesis.schema import TestRow, Turn
+    from core.rows import write_jsonl
+    from core.schema import TestRow, Turn
 
     rows = [TestRow([Turn("user", "What is the capital?")], "Elmsworth.", "role_related_mrc_refused_no_narration-2ndrefused")]
     path = tmp_path / "test.jsonl"
@@ -129,8 +129,8 @@ def test_cli_bad_neuron_file(tiny_model_dir: Path, rows_file: Path, tmp_path: Pa
 
 
 def test_provenance_warning_when_ranked_on_other_weights(tiny_model_dir: Path):
-    from interventions.ab import provenance_warnings
     from core.provenance import weights_sha256
+    from interventions.ab import provenance_warnings
 
     ns = NeuronSet([Neuron(1, 2)], "mlp_out", model_hashes={"dpo": "0" * 64})
     warnings = provenance_warnings(ns, "dpo", tiny_model_dir)

@@ -8,8 +8,9 @@ from scipy import stats
 
 from analysis.neuron_sets import Neuron, NeuronSet
 from core.errors import ProbeError
+from core.stats import paired_bootstrap_ci
 from interventions.placebo import placebo_sets
-from interventions.stats import bootstrap_delta_ci, mcnemar_exact, paired_delta, placebo_compare
+from interventions.stats import mcnemar_exact, paired_delta, placebo_compare
 
 
 def _pairs(b: int, c: int, both: int, neither: int) -> tuple[list[int], list[int]]:
@@ -50,16 +51,16 @@ def test_bootstrap_ci_covers_the_true_difference():
         before = (rng.random(300) < 0.6).astype(int)
         flip_up = (before == 0) & (rng.random(300) < 0.25)  # 0.4 * 0.25 = +0.10 expected
         after = np.where(flip_up, 1, before)
-        low, high = bootstrap_delta_ci(before, after, n_resamples=1000, seed=rep)
+        low, high = paired_bootstrap_ci(before, after, n_resamples=1000, seed=rep)
         covered += low <= 0.10 <= high
     assert covered >= 0.85 * reps
 
 
 def test_bootstrap_degenerate_and_empty():
-    assert bootstrap_delta_ci([1, 1, 0], [1, 1, 0]) == (0.0, 0.0)
+    assert paired_bootstrap_ci([1, 1, 0], [1, 1, 0]) == (0.0, 0.0)
     assert np.isnan(paired_delta([], []).delta)
     with pytest.raises(ValueError):
-        bootstrap_delta_ci([1, 0], [1])
+        paired_bootstrap_ci([1, 0], [1])
 
 
 def test_placebo_compare_percentile_and_corrected_p():

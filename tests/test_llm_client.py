@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import ProbeError
-from data_synthesis.llm.client import ClientConfig, LLMClient
+from core.llm.client import ClientConfig, LLMClient
 from tests.support.scripted_server import ScriptedServer, Step
 
 pytestmark = pytest.mark.server
@@ -155,7 +155,7 @@ def test_a_fatal_error_stops_the_batch_but_keeps_what_was_answered(tmp_path: Pat
 
 CRASHING_RUN = textwrap.dedent("""
     import sys
-    from data_synthesis.llm.client import ClientConfig, LLMClient
+    from core.llm.client import ClientConfig, LLMClient
     config = ClientConfig(base_url=sys.argv[1], model="m", cache_dir=sys.argv[2], concurrency=1)
     LLMClient(config).chat_many([[{"role": "user", "content": f"q{i}"}] for i in range(10)])
 """)

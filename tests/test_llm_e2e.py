@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from data_synthesis.capabilities import Capability
-from data_synthesis.judge.agreement import score_table
-from data_synthesis.judge.llm import LLMJudge
-from data_synthesis.llm.client import ClientConfig
-from data_synthesis.schema import TestRow, Turn
+from core.capabilities import Capability
+from core.judges.agreement import score_table
+from core.judges.llm import LLMJudge
+from core.llm.client import ClientConfig
+from core.schema import TestRow, Turn
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 STARTUP_SECONDS = 120
@@ -116,7 +116,7 @@ def test_judging_pass_through_a_real_server(served: Served, tmp_path: Path) -> N
 
 def test_wrong_model_name_is_a_clear_error(served: Served, tmp_path: Path) -> None:
     from core.errors import ProbeError
-    from data_synthesis.llm.client import LLMClient
+    from core.llm.client import LLMClient
 
     client = LLMClient(_config(served, tmp_path / "c", model="not-the-served-path"))
     with pytest.raises(ProbeError) as info:

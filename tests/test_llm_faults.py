@@ -223,7 +223,7 @@ def test_replies_that_all_fail_validation_leave_an_existing_dataset_as_it_was(re
 
 
 def test_library_raises_with_the_counts_and_writes_nothing(tmp_path: Path) -> None:
-    from data_synthesis.llm.client import ClientConfig
+    from core.llm.client import ClientConfig
     from data_synthesis.llm.synthesis import SynthesisFailed, synthesize_llm
 
     with ScriptedServer(responder=lambda request: "{}") as server:

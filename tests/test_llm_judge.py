@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from data_synthesis.capabilities import Capability
+from core.capabilities import Capability
 from core.errors import DataError, ProbeError
-from data_synthesis.judge.agreement import agreement, score_table
-from data_synthesis.judge.base import Verdict
-from data_synthesis.judge.llm import LLMJudge, judge_prompt, parse_score
-from data_synthesis.llm.client import ClientConfig
-from data_synthesis.llm.judging import read_responses, run_judges
+from core.judges.agreement import agreement, score_table
+from core.judges.base import Verdict
+from core.judges.files import read_responses, run_judges
+from core.judges.llm import LLMJudge, judge_prompt, parse_score
+from core.llm.client import ClientConfig
 from tests.support.scripted_server import ScriptedServer
-from data_synthesis.schema import TestRow, Turn
+from core.schema import TestRow, Turn
 
 K, S, N, M, P = Capability.KNOWLEDGE_BOUNDARY, Capability.ROLE_STYLE, Capability.NESTED, Capability.MULTI_TURN, Capability.PRIORITY
 SYSTEM = "You are Mara, a river pilot who speaks briefly. You must end every reply with the word 'ahoy'. Passage: The bridge opened in 1902."
@@ -97,7 +97,7 @@ def test_agreement_matches_sklearn_and_skips_undecided_pairs() -> None:
 def test_run_judges_llm_needs_a_config_and_a_known_judge_name() -> None:
     with pytest.raises(ProbeError, match="--judge must be one of"):
         run_judges([], [], "gpt")
-    with pytest.raises(ProbeError, match="needs an endpoint and model"):
+    with pytest.raises(ProbeError, match="--judge llm needs a model: pass --model"):
         run_judges([row("role_related_mrc_answer_no_narration")], ["x"], "llm", None)
 
 

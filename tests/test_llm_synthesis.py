@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from data_synthesis.capabilities import Capability, capabilities_of
-from data_synthesis.io import read_dpo_rows, read_sft_rows, read_test_rows
-from data_synthesis.judge.rules import RuleJudge
-from data_synthesis.llm.client import ClientConfig
+from core.capabilities import Capability, capabilities_of
+from core.judges.rules import RuleJudge
+from core.llm.client import ClientConfig
+from core.rows import read_dpo_rows, read_sft_rows, read_test_rows
 from tests.support.scripted_llm import GoodLLM
 from tests.support.scripted_server import ScriptedServer
 from data_synthesis.llm.synthesis import REPORT_FILE, synthesize_llm

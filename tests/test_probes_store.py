@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from core.errors import ProbeError
+from core.provenance import file_sha256, weights_sha256
 from probes.config import RecordConfig
 from probes.journal import JOURNAL_DIR, RUN_JSON
-from core.provenance import file_sha256, weights_sha256
 from probes.recording import record_run
 from probes.store import RunReader
 from tests.support.runs import run_arrays
@@ -37,11 +37,11 @@ def full_run(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFac
 
 @pytest.mark.slow
 def test_round_trip_matches_a_direct_forward_and_keeps_provenance(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from data_synthesis.capabilities import Capability
-    from data_synthesis.io import read_test_rows
+    from core.capabilities import Capability
+    from core.chat import pad_id_of
+    from core.rows import read_test_rows
     from probes.backends import make_backend
     from probes.pair import load_pair
-    from core.chat import pad_id_of
     from probes.prompts import build_prompts, make_batch
 
     result = record_run(_config(tiny_pair, rolemrc_file, tmp_path / "r", store_dtype="float32", capabilities="multi_turn"), progress=False)

@@ -40,7 +40,7 @@ def _invoke(args: list[str]) -> str:
 
 
 def _small_test_file(data: Path, out: Path, per_capability: int = 2) -> Path:
-    from data_synthesis.capabilities import capabilities_of
+    from core.capabilities import capabilities_of
 
     picked: dict[str, int] = {}
     lines = []

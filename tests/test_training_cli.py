@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from data_synthesis.io import write_jsonl
-from data_synthesis.schema import DPORow, SFTRow, Turn
+from core.rows import write_jsonl
+from core.schema import DPORow, SFTRow, Turn
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from core.errors import ProbeError
-from training.config import DPORunConfig, SFTRunConfig
 from core.home import probe_home
+from training.config import DPORunConfig, SFTRunConfig
 
 
 def test_paper_recipe_matches_the_roleMRC_scripts() -> None:

@@ -44,7 +44,7 @@ def test_build_produces_a_verified_pair(built: Path) -> None:
 
 @pytest.mark.slow
 def test_dpo_data_is_shaped(built: Path) -> None:
-    from data_synthesis.io import read_dpo_rows
+    from core.rows import read_dpo_rows
 
     data = built / "tiny_pair" / "data"
     full, shaped = read_dpo_rows(data / "dpo_full.jsonl"), read_dpo_rows(data / "dpo.jsonl")

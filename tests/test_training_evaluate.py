@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from data_synthesis.capabilities import TASKS
-from data_synthesis.io import read_test_rows
-from data_synthesis.offline import synthesize
+from core.capabilities import TASKS
+from core.rows import read_test_rows
 from core.stats import wilson
+from data_synthesis.offline import synthesize
 from training.evaluate import ModelEvaluation, comparison_table, evaluate_pair, mcnemar_from_scores, select_rows
 
 
@@ -45,6 +45,21 @@ def test_table_counts_rows_in_each_of_their_capabilities() -> None:
     assert (table["overall"]["sft_pass"], table["overall"]["n"]) == (1, 2)  # row 0 fails on style
     assert table["overall"]["dpo_pass"] == 2 and "priority" not in table
 
+
+
+def test_the_dpo_minus_sft_interval_is_paired_and_brackets_the_difference() -> None:
+    # 40 rows: DPO loses 10 that SFT passed and gains 2; both judged everywhere
+    sft_scores = [1] * 30 + [0] * 10
+    dpo_scores = [1] * 20 + [0] * 10 + [1] * 2 + [0] * 8
+    sft = ModelEvaluation("a", [""] * 40, [{"multi_turn": v} for v in sft_scores])
+    dpo = ModelEvaluation("b", [""] * 40, [{"multi_turn": v} for v in dpo_scores])
+    row = {r["capability"]: r for r in comparison_table(sft, dpo)}["multi_turn"]
+    low, high = row["delta_ci"]
+    assert row["delta"] == pytest.approx(-0.2)
+    assert low < -0.2 < high < 0.0  # 8 more losses than gains in 40 pairs: the interval excludes 0
+    assert row["mcnemar_p"] == pytest.approx(0.0386, abs=1e-3)
+    same = {r["capability"]: r for r in comparison_table(sft, sft)}["multi_turn"]
+    assert same["delta_ci"] == (0.0, 0.0)
 
 @pytest.mark.slow
 def test_evaluate_pair_on_tiny_models(tiny_pair: tuple[Path, Path], test_file: Path, tmp_path: Path) -> None:

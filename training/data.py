@@ -3,7 +3,7 @@
 ``--data`` may name a directory (holding ``sft.jsonl`` / ``dpo.jsonl``, as
 :func:`data_synthesis.offline.synthesize` writes them, or the published
 ``roleMRC_train-sft_mix.jsonl`` / ``roleMRC_train-rl_mix.jsonl``) or the file itself.
-Rows are read with the line-precise readers of :mod:`data_synthesis.io`, so a bad line
+Rows are read with the line-precise readers of :mod:`core.rows`, so a bad line
 is reported by file and line before any model is loaded, and an empty file is an
 error rather than a zero-step "training" run. Row order is kept exactly (no shuffle
 here): the trainer's seeded sampler decides the order, so equal seeds give equal runs.
@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ProbeError
-from data_synthesis.io import read_dpo_rows, read_sft_rows
-from data_synthesis.schema import Turn
+from core.rows import read_dpo_rows, read_sft_rows
+from core.schema import Turn
 
 CANDIDATES: dict[str, tuple[str, ...]] = {
     "sft": ("sft.jsonl", "roleMRC_train-sft_mix.jsonl", "train-sft.jsonl"),

@@ -181,7 +181,7 @@ def _build_into_place(home: Path, root: Path, recipe: DefaultPairRecipe, progres
 
 def shape_dpo(full: Path, shaped: Path, dropped: tuple[str, ...]) -> int:
     """Copy DPO rows from ``full`` to ``shaped`` except those whose ``violation`` is in ``dropped``."""
-    from data_synthesis.io import read_dpo_rows, write_jsonl
+    from core.rows import read_dpo_rows, write_jsonl
 
     rows = [r for r in read_dpo_rows(full) if r.extra.get("violation") not in dropped]
     return write_jsonl(shaped, rows)

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import Interrupted, ProbeError
-from training.config import DPORunConfig
-from core.provenance import file_sha256, weights_sha256
-from training.data import dpo_records, resolve_data_file, to_dataset
 from core.models import check_model_dir, check_same_tokenizer, check_vocab_fits, load_causal_lm, load_model, load_tokenizer
-from training.sft import check_rows_render
+from core.provenance import file_sha256, weights_sha256
+from training.config import DPORunConfig
+from training.data import dpo_records, resolve_data_file, to_dataset
 from training.interrupts import kept_message, run_fingerprint, run_training
 from training.provenance import read_provenance, write_provenance
+from training.sft import check_rows_render
 from training.runner import (check_output, dist_state, finish_output, partial_dir, quiet_environment, silence_printer, start_output,
                              trainer_kwargs)
 

@@ -26,15 +26,14 @@ from typing import Any
 
 import numpy as np
 
+from core.capabilities import ALL_CAPABILITIES, capabilities_of
+from core.decoding import EVAL_GENERATION, GenerationConfig
 from core.errors import ProbeError
-from core.generation import GenerationConfig, generate_responses
-from core.stats import discordant, mcnemar_p, wilson
-from data_synthesis.capabilities import ALL_CAPABILITIES, capabilities_of
-from data_synthesis.io import read_test_rows, row_location
-from data_synthesis.judge.base import Judge, Verdict
-from data_synthesis.schema import TestRow
-
-EVAL_GENERATION = GenerationConfig(max_new_tokens=64, batch_size=32)
+from core.generation import generate_responses
+from core.judges import Judge, Verdict, make_judge
+from core.rows import read_test_rows, row_location
+from core.schema import TestRow
+from core.stats import discordant, mcnemar_p, paired_bootstrap_ci, wilson
 
 
 @dataclass
@@ -87,31 +86,35 @@ class PairEvaluation:
         return p
 
 
+def judged_pairs(a: Sequence[int | None], b: Sequence[int | None]) -> tuple[np.ndarray, np.ndarray]:
+    """The paired 0/1 outcomes where both sides were judged (a ``None`` on either side drops the pair)."""
+    pairs = np.array([(x, y) for x, y in zip(a, b) if x is not None and y is not None], dtype=np.int64).reshape(-1, 2)
+    return pairs[:, 0], pairs[:, 1]
+
+
 def mcnemar_from_scores(a: Sequence[int | None], b: Sequence[int | None]) -> float:
     """Exact two-sided McNemar p-value for paired 0/1 outcomes (pairs with a None skipped)."""
-    pairs = np.array([(x, y) for x, y in zip(a, b) if x is not None and y is not None], dtype=np.int64).reshape(-1, 2)
-    return float(mcnemar_p(*discordant(pairs[:, 0], pairs[:, 1])))
+    return float(mcnemar_p(*discordant(*judged_pairs(a, b))))
 
 
-def _row(name: str, sft: ModelEvaluation, dpo: ModelEvaluation, s: tuple[int, int], d: tuple[int, int], p: float) -> dict[str, Any]:
+def _row(name: str, s: tuple[int, int], d: tuple[int, int], a: Sequence[int | None], b: Sequence[int | None]) -> dict[str, Any]:
     sr = s[0] / s[1] if s[1] else float("nan")
     dr = d[0] / d[1] if d[1] else float("nan")
     return {"capability": name, "n": s[1], "sft_pass": s[0], "sft_rate": sr, "sft_ci": wilson(*s),
-            "dpo_pass": d[0], "dpo_rate": dr, "dpo_ci": wilson(*d), "delta": dr - sr, "mcnemar_p": p}
+            "dpo_pass": d[0], "dpo_rate": dr, "dpo_ci": wilson(*d), "delta": dr - sr,
+            "delta_ci": paired_bootstrap_ci(*judged_pairs(a, b)), "mcnemar_p": mcnemar_from_scores(a, b)}
 
 
 def comparison_table(sft: ModelEvaluation, dpo: ModelEvaluation) -> list[dict[str, Any]]:
-    """One row per capability present in the scores, plus ``overall``."""
+    """One row per capability present in the scores, plus ``overall``: rates with Wilson intervals, DPO − SFT with
+    its paired bootstrap interval (:func:`core.stats.paired_bootstrap_ci`) and the exact McNemar p."""
     table = []
     for cap in ALL_CAPABILITIES:
         key = cap.value
         if not any(key in s for s in sft.scores):
             continue
-        a = [s.get(key) for s in sft.scores]
-        b = [s.get(key) for s in dpo.scores]
-        table.append(_row(key, sft, dpo, sft.rate(key), dpo.rate(key), mcnemar_from_scores(a, b)))
-    comply = [_complies(s) for s in sft.scores], [_complies(s) for s in dpo.scores]
-    table.append(_row("overall", sft, dpo, sft.overall(), dpo.overall(), mcnemar_from_scores(*comply)))
+        table.append(_row(key, sft.rate(key), dpo.rate(key), [s.get(key) for s in sft.scores], [s.get(key) for s in dpo.scores]))
+    table.append(_row("overall", sft.overall(), dpo.overall(), [_complies(s) for s in sft.scores], [_complies(s) for s in dpo.scores]))
     return table
 
 
@@ -169,12 +172,6 @@ def evaluate_model(model_dir: str | Path, rows: Sequence[TestRow], judge: Judge,
     return ModelEvaluation(str(model_dir), responses, [_verdict_scores(v, r) for v, r in zip(verdicts, rows)])
 
 
-def default_judge() -> Judge:
-    from data_synthesis.judge.rules import RuleJudge
-
-    return RuleJudge()
-
-
 def _row_namer(test_file: str | Path, all_rows: Sequence[TestRow], rows: Sequence[TestRow]) -> Callable[[int], str]:
     """Names picked row ``i`` by its file and line (the picked rows are a subset of the file, in another order)."""
     index = {id(row): k for k, row in enumerate(all_rows)}
@@ -217,7 +214,7 @@ def evaluate_pair(sft_dir: str | Path, dpo_dir: str | Path, test_file: str | Pat
     for flag, path in (("--dpo", dpo_dir), ("--base", base_dir)):
         if path is not None:  # a broken directory fails now, not after the other models' generations
             check_model_dir(path, flag)
-    judge = judge or default_judge()
+    judge = judge or make_judge("rules")
     results = {}
     models = [("base", base_dir)] if base_dir is not None else []
     for name, path in models + [("sft", sft_dir), ("dpo", dpo_dir)]:

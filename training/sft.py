@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import Interrupted, ProbeError
 from core.chat import check_no_control_text, control_token_texts, to_messages
+from core.errors import Interrupted, ProbeError
 from core.models import check_model_dir, check_vocab_fits, load_model, load_tokenizer
-from data_synthesis.io import row_location
+from core.provenance import file_sha256, weights_sha256
+from core.rows import row_location
 from core.templates import TrainingTemplate, choose_chat_template, training_template
 from training.config import SFTRunConfig
-from core.provenance import file_sha256, weights_sha256
 from training.data import resolve_data_file, sft_records, to_dataset
 from training.interrupts import kept_message, run_fingerprint, run_training
 from training.provenance import write_provenance
@@ -58,7 +58,7 @@ def tiny_corpus(records: list[dict[str, Any]], extra_files: list[Path]) -> list[
     """Documents for the tiny tokenizer (and its optional pretraining): each SFT conversation as plain
     text, one turn per line, plus each DPO pair's prompt with its chosen and rejected replies."""
     texts = ["\n".join(m["content"] for m in r["messages"]) for r in records]
-    from data_synthesis.io import read_dpo_rows
+    from core.rows import read_dpo_rows
 
     for path in extra_files:
         for row in read_dpo_rows(path):

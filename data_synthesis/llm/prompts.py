@@ -27,9 +27,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from data_synthesis.llm.client import Messages
+from core.llm.client import Messages
+from core.schema import Turn
 from data_synthesis.offline import vocab
-from data_synthesis.schema import Turn
 
 SYSTEM = "You write training data for role-playing assistants. Follow the instructions exactly and reply with one JSON object only."
 

@@ -31,7 +31,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from data_synthesis.llm.client import LLMClient, Messages
+from core.llm.client import LLMClient, Messages
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 Check = Callable[[Any, int], "str | None"]

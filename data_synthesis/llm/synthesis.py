@@ -49,11 +49,11 @@ from pathlib import Path
 from typing import Any
 
 from core.atomic import replace_together
-from core.paths import check_output_dir
+from core.capabilities import TASKS, Capability, capabilities_of
 from core.errors import Interrupted, ProbeError
-from data_synthesis.capabilities import TASKS, Capability, capabilities_of
+from core.llm.client import ClientConfig, LLMClient
+from core.paths import check_output_dir
 from data_synthesis.llm import prompts
-from data_synthesis.llm.client import ClientConfig, LLMClient
 from data_synthesis.llm.replies import FailureLog, ask_validated
 from data_synthesis.llm.retrieval import match_passages
 from data_synthesis.offline import vocab
@@ -70,8 +70,8 @@ from data_synthesis.offline.synthesize import (
     _summary,
     _test_row,
 )
+from core.schema import DPORow, SFTRow, TestRow, Turn
 from data_synthesis.offline.tasks import Episode, build_episode, shape_of
-from data_synthesis.schema import DPORow, SFTRow, TestRow, Turn
 
 log = logging.getLogger("data_synthesis.llm")
 REPORT_FILE = "synthesis_report.json"
@@ -263,7 +263,7 @@ def _refusals(ep: Episode) -> dict[str, str]:
 
 def _write_replies(run: _Run, episodes: list[Episode], stage: str) -> list[Episode]:
     """Episodes whose ``chosen`` is the LLM's reply, checked by the rule judge; failures dropped and counted."""
-    from data_synthesis.judge.rules import RuleJudge
+    from core.judges.rules import RuleJudge
 
     judge = RuleJudge()
 

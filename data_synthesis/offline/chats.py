@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import random
 
+from core.schema import SFTRow, Turn
 from data_synthesis.offline.profiles import RoleProfile, system_prompt
 from data_synthesis.offline.replies import styled
-from data_synthesis.schema import SFTRow, Turn
 
 QUESTIONS: tuple[tuple[str, str], ...] = (
     ("Hello! Who are you?", "I am {name}, {description}."),

@@ -11,7 +11,7 @@ DPO pairs per task.
 
 Every part draws from its own ``random.Random(f"{seed}:{part}")``, so the same seed
 gives the same bytes and changing one part's size leaves the others unchanged. The five
-files are replaced together or not at all (:func:`data_synthesis.io.write_dataset`), so a
+files are replaced together or not at all (:func:`core.rows.write_dataset`), so a
 synthesis that fails while writing never leaves a dataset mixing old and new files.
 
 Example:
@@ -28,14 +28,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from data_synthesis.capabilities import TASKS, capabilities_of
+from core.capabilities import TASKS, capabilities_of
 from core.errors import ProbeError
-from data_synthesis.io import write_dataset
+from core.rows import write_dataset
+from core.schema import DPORow, SFTRow, TestRow, Turn, validate_conversation
 from data_synthesis.offline.chats import free_chat
 from data_synthesis.offline.passages import Passage, build_pool
 from data_synthesis.offline.profiles import RoleProfile, build_profiles
 from data_synthesis.offline.tasks import VIOLATIONS, Episode, build_episode, shape_of
-from data_synthesis.schema import DPORow, SFTRow, TestRow, Turn, validate_conversation
 
 # Note: data_synthesis.llm.synthesis reuses the row builders below (_test_row, _sft_row, _dpo_row,
 # _rng, _split_pool, _prepare, _summary) so that both backends write identical schemas and

@@ -31,12 +31,12 @@ import random
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from data_synthesis.capabilities import Capability, task_spec
+from core.capabilities import Capability, task_spec
+from core.schema import Turn
 from data_synthesis.offline import vocab
 from data_synthesis.offline.passages import Passage, Question
 from data_synthesis.offline.profiles import RoleProfile, rule_sentence, system_prompt
 from data_synthesis.offline.replies import CONTENT_KINDS, FORMAT_KINDS, Requirement, apply_requirement, attempt, requirement_for, style_prefix
-from data_synthesis.schema import Turn
 
 # violation kind -> the capability a rejected reply of that kind fails
 VIOLATIONS: dict[str, Capability] = {

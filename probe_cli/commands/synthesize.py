@@ -21,7 +21,11 @@ from typing import Any, Optional
 import typer
 
 from core.errors import ProbeError
+from core.llm.config import ClientConfig
 from core.paths import check_output_dir
+from data_synthesis.offline.synthesize import MAX_ROLES, SynthesisConfig
+from data_synthesis.validate import KINDS
+from probe_cli.config_option import config_option
 from probe_cli.console import console
 
 BACKENDS = ("offline", "llm")
@@ -34,23 +38,24 @@ def register(app: typer.Typer) -> None:
 
 def synthesize(
     out: Path = typer.Option(..., "--out", help="Directory for profiles.jsonl, passages.jsonl, sft.jsonl, dpo.jsonl, test.jsonl."),
-    roles: int = typer.Option(40, "--roles", min=2, max=800, help="Roles to create; 20% are held out for the test split, which has 14*N rows (N=100: the published 1,400)."),
-    seed: int = typer.Option(0, "--seed", help="Same seed, same bytes."),
+    roles: int = typer.Option(SynthesisConfig.n_roles, "--roles", min=2, max=MAX_ROLES, help="Roles to create; 20% are held out for the test split, which has 14*N rows (N=100: the published 1,400)."),
+    seed: int = typer.Option(SynthesisConfig.seed, "--seed", help="Same seed, same bytes."),
     backend: str = typer.Option("offline", "--backend", help="offline (templated, no network) or llm (an OpenAI-compatible endpoint)."),
     model: Optional[str] = typer.Option(None, "--model", help="LLM backend: model name. Env: OPENAI_MODEL."),
     base_url: Optional[str] = typer.Option(None, "--base-url", help="LLM backend: endpoint, e.g. http://127.0.0.1:8000/v1. Env: OPENAI_BASE_URL."),
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help="LLM backend: NAME of the variable holding the key (default: OPENAI_API_KEY)."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, max=256, help="LLM backend: requests in flight (default: 4)."),
-    max_retries: Optional[int] = typer.Option(None, "--max-retries", "--retries", min=0, max=100, help="LLM backend: retries per request on 429/5xx/timeouts/broken replies (default: 4)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, max=3600.0, help="LLM backend: seconds to wait for a reply (default: 60)."),
-    backoff: Optional[float] = typer.Option(None, "--backoff", min=0.0, max=600.0, help="LLM backend: seconds before the first retry, doubled per retry, at least the server's Retry-After (default: 1)."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="LLM backend: reply cache, what a rerun resumes from (default: .cache/llm)."),
+    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help=f"LLM backend: NAME of the variable holding the key (default: {ClientConfig.api_key_env})."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, max=256, help=f"LLM backend: requests in flight (default: {ClientConfig.concurrency})."),
+    max_retries: Optional[int] = typer.Option(None, "--max-retries", "--retries", min=0, max=100, help=f"LLM backend: retries per request on 429/5xx/timeouts/broken replies (default: {ClientConfig.max_retries})."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, max=3600.0, help=f"LLM backend: seconds to wait for a reply (default: {ClientConfig.timeout:g})."),
+    backoff: Optional[float] = typer.Option(None, "--backoff", min=0.0, max=600.0, help=f"LLM backend: seconds before the first retry, doubled per retry, at least the server's Retry-After (default: {ClientConfig.backoff_base:g})."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help=f"LLM backend: reply cache, what a rerun resumes from (default: {ClientConfig.cache_dir})."),
     no_cache: bool = typer.Option(False, "--no-cache", help="LLM backend: neither read nor write the reply cache (every call is paid, nothing to resume from)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of tables."),
+    config_file: Optional[Path] = config_option(),
 ) -> None:
     """Synthesize a RoleMRC-format dataset and print rows per file, capability and task."""
     if backend not in BACKENDS:
-        raise typer.BadParameter(f"expected one of {', '.join(BACKENDS)}, got {backend!r}", param_hint="--backend")
+        raise ProbeError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     check_output_dir(out, "--out")
     endpoint = {"--model": model, "--base-url": base_url, "--api-key-env": api_key_env, "--concurrency": concurrency,
                 "--max-retries": max_retries, "--timeout": timeout, "--backoff": backoff, "--cache-dir": cache_dir}
@@ -62,7 +67,6 @@ def synthesize(
             raise ProbeError(f"{', '.join(given)}: only for --backend llm (the offline backend calls no endpoint)")
         summary: Any = run_offline(out, n_roles=roles, seed=seed)
     else:
-        from data_synthesis.llm.config import ClientConfig
         from data_synthesis.llm.synthesis import synthesize_llm
 
         if cache_dir is not None and not no_cache:
@@ -80,7 +84,7 @@ def synthesize(
 def _print(data: dict[str, Any]) -> None:
     from rich.table import Table
 
-    from data_synthesis.capabilities import ALL_CAPABILITIES, TASKS
+    from core.capabilities import ALL_CAPABILITIES, TASKS
 
     out = console()
     files = Table(title=f"Wrote {data.get('out_dir', '')}")
@@ -109,8 +113,9 @@ def _print(data: dict[str, Any]) -> None:
 
 def validate(
     path: Path = typer.Argument(..., help="A RoleMRC JSONL file: test, SFT or DPO rows (published or synthesized)."),
-    kind: str = typer.Option("auto", "--kind", help="auto (from the first row), test, sft or dpo."),
+    kind: str = typer.Option(KINDS[0], "--kind", help="auto (from the first row), test, sft or dpo."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+    config_file: Optional[Path] = config_option(),
 ) -> None:
     """Load every row of a data file (the first bad line is reported with file:line) and summarise it."""
     from data_synthesis.validate import validate_file

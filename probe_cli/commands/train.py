@@ -16,8 +16,8 @@ from typing import Any, Optional
 import typer
 
 from core.errors import ProbeError
-from probe_cli.console import console
 from core.paths import check_output_dir
+from probe_cli.console import console
 
 train_app = typer.Typer(help="Fine-tune with TRL: SFT on sft.jsonl, then DPO on dpo.jsonl.", no_args_is_help=True)
 

@@ -11,7 +11,7 @@ import json
 import random
 from pathlib import Path
 
-from data_synthesis.capabilities import TASKS
+from core.capabilities import TASKS
 
 WORDS = "the archivist reads old maps of the river city and answers questions about its bridges granite flood".split()
 

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from data_synthesis.capabilities import Capability
-from data_synthesis.schema import TestRow
+from core.capabilities import Capability
+from core.schema import TestRow
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ Whether the answer text is correct is measured separately (ROUGE/BLEU), not here
 Rows without an ``expect`` block (published data) get ``None`` with a reason, never 0.
 
 Example:
-    >>> from data_synthesis.schema import TestRow, Turn
+    >>> from core.schema import TestRow, Turn
     >>> row = TestRow([Turn("user", "q")], "ref", "role_related_mrc_answer_no_narration",
     ...               {"expect": {"behaviour": "answer", "answer": "1712"}})
     >>> RuleJudge().judge_one(row, "It was built in 1712.").scores
@@ -32,10 +32,10 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from data_synthesis.capabilities import Capability, capabilities_of
+from core.capabilities import Capability, capabilities_of
 from core.errors import ProbeError
-from data_synthesis.judge.base import Verdict
-from data_synthesis.schema import TestRow
+from core.judges.base import Verdict
+from core.schema import TestRow
 
 NARRATION_RE = re.compile(r"\*[^*\n]{1,80}\*")
 REFUSAL_RE = re.compile("|".join((

@@ -23,7 +23,7 @@ Ctrl-C stops the batch at once: nothing queued is sent, nothing is retried, the 
 in flight is abandoned (its reply, if it comes while the process still lives, is cached),
 and ``KeyboardInterrupt`` reaches the caller, which knows what is on disk.
 
-Every answered request is written to the cache (:mod:`data_synthesis.llm.cache`) the
+Every answered request is written to the cache (:mod:`core.llm.cache`) the
 moment it arrives, keyed by (endpoint, model, messages, params), so a rerun or resumed
 run makes no request it has already paid for. Each attempt is appended to
 ``CACHE_DIR/requests.log`` (JSON lines: key prefix, attempt, outcome, seconds); the
@@ -50,9 +50,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from core.errors import Interrupted, ProbeError
-from data_synthesis.llm.backoff import BackoffPolicy
-from data_synthesis.llm.cache import ReplyCache, normalise_base_url, request_key
-from data_synthesis.llm.config import ClientConfig
+from core.llm.backoff import BackoffPolicy
+from core.llm.cache import ReplyCache, normalise_base_url, request_key
+from core.llm.config import ClientConfig
 
 __all__ = ["ChatReply", "ClientConfig", "ClientStats", "LLMClient", "Messages"]
 

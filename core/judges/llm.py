@@ -26,15 +26,15 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from data_synthesis.capabilities import Capability, capabilities_of, task_spec
+from core.capabilities import Capability, capabilities_of, task_spec
 from core.errors import ProbeError
-from data_synthesis.judge.base import Verdict
-from data_synthesis.schema import TestRow
+from core.judges.base import Verdict
+from core.schema import TestRow
 
 if TYPE_CHECKING:
-    from data_synthesis.llm.client import ClientConfig, LLMClient
+    from core.llm.client import ClientConfig, LLMClient
 
-log = logging.getLogger("data_synthesis.judge")
+log = logging.getLogger("core.judges")
 RUBRIC_DIR = Path(__file__).parent / "rubrics"
 _LEADS = ("You love to", "You will", "You must", "You prefer to", "You would like to", "You are used to", "You should", "You are in the habit of")
 
@@ -168,14 +168,14 @@ def _rule_note(expect: dict[str, Any]) -> str:
 class LLMJudge:
     """Judge protocol implementation backed by any OpenAI-compatible endpoint.
 
-    ``config`` is a :class:`~data_synthesis.llm.client.ClientConfig`; ``max_tokens`` caps
+    ``config`` is a :class:`~core.llm.client.ClientConfig`; ``max_tokens`` caps
     the judge's reply (a score needs few tokens; raise it for reasoning models).
     """
 
     name = "llm"
 
     def __init__(self, config: ClientConfig, *, max_tokens: int = 16, client: LLMClient | None = None) -> None:
-        from data_synthesis.llm.client import LLMClient
+        from core.llm.client import LLMClient
 
         if max_tokens < 1:
             raise ProbeError(f"judge max_tokens must be at least 1, got {max_tokens}")

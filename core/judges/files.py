@@ -28,15 +28,15 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from core.atomic import write_atomic
+from core.capabilities import Capability
 from core.errors import DataError, ProbeError
-from data_synthesis.capabilities import Capability
-from data_synthesis.io import iter_jsonl, read_test_rows
-from data_synthesis.judge.agreement import Agreement, CapabilityScore, agreement, score_table
-from data_synthesis.judge.base import Verdict
-from data_synthesis.llm.config import ClientConfig
-from data_synthesis.schema import TestRow
+from core.judges.agreement import Agreement, CapabilityScore, agreement, score_table
+from core.judges.base import Verdict
+from core.judges.factory import JUDGE_MODES, make_judge
+from core.llm.config import ClientConfig
+from core.rows import iter_jsonl, read_test_rows
+from core.schema import TestRow
 
-JUDGES = ("rules", "llm", "both")
 _RESPONSE_FIELDS = ("response", "generation", "output", "completion")
 
 
@@ -93,17 +93,13 @@ def _response_item(path: str, number: int, obj: Any) -> tuple[int | None, str]:
 
 def run_judges(rows: list[TestRow], responses: list[str], judge: str, client_config: ClientConfig | None = None) -> JudgeReport:
     """Score ``responses`` with 'rules', 'llm' or 'both' (then with agreement)."""
-    if judge not in JUDGES:
-        raise ProbeError(f"--judge must be one of {', '.join(JUDGES)}, got {judge!r}")
+    if judge not in JUDGE_MODES:
+        raise ProbeError(f"--judge must be one of {', '.join(JUDGE_MODES)}, got {judge!r}")
     report = JudgeReport(rows=len(rows), scores={})
     if judge in ("rules", "both"):
-        report.verdicts["rules"] = _rule_judge().judge(rows, responses)
+        report.verdicts["rules"] = make_judge("rules").judge(rows, responses)
     if judge in ("llm", "both"):
-        if client_config is None:
-            raise ProbeError("--judge llm needs an endpoint and model: pass --model (and --base-url) or set OPENAI_BASE_URL/OPENAI_MODEL")
-        from data_synthesis.judge.llm import LLMJudge
-
-        llm = LLMJudge(client_config)
+        llm = make_judge("llm", client_config, model_flag="--model")
         with llm.client.stops_explained("LLM judging stopped before any verdict was written", "no verdict was written", "judge replies"):
             report.verdicts["llm"] = llm.judge(rows, responses)
         report.client_stats = llm.client.stats.as_dict()
@@ -152,10 +148,3 @@ def _verdict_rows(rows: list[TestRow], verdicts: dict[str, list[Verdict]]) -> li
         out.append(entry)
     return out
 
-
-def _rule_judge() -> Any:
-    try:
-        from data_synthesis.judge.rules import RuleJudge
-    except ImportError as exc:
-        raise ProbeError(f"the rule judge is not available in this installation ({exc})") from None
-    return RuleJudge()

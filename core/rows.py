@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from data_synthesis.capabilities import ALL_CAPABILITIES, TASKS_BY_NAME, Capability, capabilities_of
 from core.atomic import replace_together, write_atomic
+from core.capabilities import ALL_CAPABILITIES, TASKS_BY_NAME, Capability, capabilities_of
 from core.errors import DataError, ProbeError
 from core.inputs import iter_jsonl, shown
-from data_synthesis.schema import ROLES, DPORow, Role, SFTRow, TestRow, Turn, validate_conversation, validate_expect
+from core.schema import ROLES, DPORow, Role, SFTRow, TestRow, Turn, validate_conversation, validate_expect
 
 RowT = TypeVar("RowT")
 

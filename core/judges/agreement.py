@@ -8,7 +8,7 @@ discounts the agreement expected by chance. Kappa is undefined (``None``) when b
 judges give one constant score, e.g. every row compliant.
 
 Example:
-    >>> from data_synthesis.judge.base import Verdict
+    >>> from core.judges.base import Verdict
     >>> K = Capability.PRIORITY
     >>> a = [Verdict({K: s}) for s in (1, 1, 0, 0, None)]
     >>> b = [Verdict({K: s}) for s in (1, 0, 0, 0, 1)]
@@ -24,9 +24,9 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from data_synthesis.capabilities import ALL_CAPABILITIES, Capability
+from core.capabilities import ALL_CAPABILITIES, Capability
 from core.errors import ProbeError
-from data_synthesis.judge.base import Verdict
+from core.judges.base import Verdict
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,11 @@
+"""One client for every OpenAI-compatible endpoint (OpenAI, vLLM, ``transformers serve``).
+
+Synthesis (:mod:`data_synthesis.llm`) and the LLM judge (:mod:`core.judges.llm`) both
+talk through it, so retries, the reply cache and key hygiene behave the same in each.
+
+Modules:
+    config          ``ClientConfig``: endpoint, model, key variable, limits (flags or OPENAI_* env)
+    client          ``LLMClient``: retries, bounded concurrency, cache, key hygiene
+    cache           one atomically written JSON file per answered request
+    backoff         exponential backoff with jitter, honouring ``Retry-After``
+"""
