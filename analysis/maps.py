@@ -51,6 +51,7 @@ from analysis.stability import Resamples
 from analysis.stats import bh_qvalues, effect_size_dz, paired_pvalues
 from analysis.topk import column_counts, k_for, map_layers, topk_mask
 from analysis.window import Window
+from core.atomic import atomic_path
 from core.errors import ProbeError
 from core.stats import mcnemar_p
 from probes.store import RunReader
@@ -182,9 +183,7 @@ def _paired_layer(sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig, resa
 def save_maps(maps: list[MetricMaps], path: str | Path) -> Path:
     """Write maps to one HDF5 file, ``/{capability}/{hook}/{sft,dpo,delta,pvalues,qvalues,layers}``, atomically."""
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    with h5py.File(tmp, "w") as f:
+    with atomic_path(target) as tmp, h5py.File(tmp, "w") as f:
         for m in maps:
             group = f.create_group(f"{m.capability}/{m.hook}")
             for name in _ARRAYS:
@@ -197,7 +196,6 @@ def save_maps(maps: list[MetricMaps], path: str | Path) -> Path:
             group.attrs["metric"] = m.metric
             group.attrs["n_samples"] = m.n_samples
             group.attrs["settings"] = json.dumps(m.settings, sort_keys=True)
-    tmp.replace(target)
     return target
 
 

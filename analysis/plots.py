@@ -29,7 +29,8 @@ from plotly.subplots import make_subplots
 from analysis.maps import MetricMaps
 from analysis.profile import layer_profile, unit_order
 from analysis.window import format_layers
-from data_synthesis.capabilities import parse_capability
+from core.atomic import atomic_path
+from core.capabilities import parse_capability
 from core.errors import ProbeError
 
 _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
@@ -176,7 +177,8 @@ def write_figures(figures: dict[str, go.Figure], out_dir: Path, png: bool | None
     warnings: list[str] = []
     for stem, fig in figures.items():
         target = out_dir / f"{stem}.html"
-        fig.write_html(target, include_plotlyjs="directory", full_html=True)
+        with atomic_path(target) as tmp:  # plotly.min.js goes beside it, into out_dir
+            fig.write_html(tmp, include_plotlyjs="directory", full_html=True)
         paths.append(target)
     if png is False or not figures:
         return paths, warnings

@@ -48,7 +48,7 @@ from typing import IO, Any, Union
 Content = Union[str, bytes, Callable[[IO[bytes]], Any]]
 """What a file is made of: text (written as UTF-8), bytes, or a function that writes to a binary handle."""
 
-__all__ = ["Content", "atomic_file", "replace_together", "write_atomic"]
+__all__ = ["Content", "atomic_file", "atomic_path", "replace_together", "write_atomic"]
 
 
 @contextmanager
@@ -58,13 +58,22 @@ def atomic_file(path: str | os.PathLike[str], *, durable: bool = True) -> Iterat
     ``durable=False`` skips the ``fsync`` calls, for files that are cheap to lose on a power
     cut (a cache entry) but must still never be seen half-written.
     """
+    with atomic_path(path, durable=durable) as tmp, open(tmp, "wb") as handle:
+        yield handle
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike[str], *, durable: bool = True) -> Iterator[Path]:
+    """A temporary file name beside ``path``, for writers that open files by name (h5py); it replaces ``path``
+    when the block ends without error, and is removed otherwise."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-            _flush(handle, durable)
+        yield Path(tmp)
+        if durable:
+            _sync_file(Path(tmp))
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -130,6 +139,14 @@ def _flush(handle: IO[bytes], durable: bool) -> None:
     handle.flush()
     if durable:
         os.fsync(handle.fileno())
+
+
+def _sync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def sync_folder(folder: Path) -> None:

@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from core.atomic import write_atomic
 from core.provenance import file_sha256
 
 MARKER = "COMPLETE.json"
@@ -45,7 +46,7 @@ def hash_tree(root: Path) -> dict[str, str]:
 def write_marker(root: Path, identity: dict[str, Any], **extra: Any) -> None:
     """Write ``COMPLETE.json``: ``identity``, ``extra`` fields, the file hashes and the time (call it last)."""
     record = {**identity, **extra, "files": hash_tree(root), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    (root / MARKER).write_text(json.dumps(record, indent=1), encoding="utf-8")
+    write_atomic(root / MARKER, json.dumps(record, indent=1))
 
 
 def read_marker(root: Path) -> dict[str, Any] | None:

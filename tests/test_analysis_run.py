@@ -123,6 +123,21 @@ def test_outputs_are_deterministic_and_maps_round_trip(run, tmp_path: Path) -> N
             assert np.array_equal(getattr(loaded, name), getattr(original, name))
 
 
+
+def test_a_maps_write_that_fails_leaves_the_old_file_and_no_temporary(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from dataclasses import replace
+
+    from analysis.maps import save_maps
+
+    run_dir, _ = run
+    result = analyze_run(run_dir, layers="8-15", out_dir=tmp_path, plots=False)
+    before = result.maps_path.read_bytes()
+    broken = replace(_maps(result), capability="priority", settings={"unserialisable": object()})  # fails after the others are written
+    with pytest.raises(TypeError):
+        save_maps([*result.maps.values(), broken], result.maps_path)
+    assert result.maps_path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == []
+
 def test_default_output_dir_is_inside_the_run(tmp_path: Path) -> None:
     write_synthetic_run(tmp_path / "r", SyntheticSpec(n_samples=10, n_layers=16, width=8, capabilities=("priority",)))
     result = analyze_run(tmp_path / "r", plots=False)
