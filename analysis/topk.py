@@ -161,10 +161,10 @@ def map_layers(fn: Callable[[int], T], n_layers: int) -> list[T]:
         torch.set_num_threads(previous)
 
 
-def topk_counts(acts: np.ndarray, top_percent: float = 20.0) -> np.ndarray:
+def topk_counts(acts: np.ndarray, top_percent: float) -> np.ndarray:
     """(N, L, W) activations -> (L, W) int64: samples in which each unit was in the top k%.
 
-    Equals :func:`reference_topk_counts` exactly, ties included.
+    Equals the plain reference in ``tests/support/topk_reference.py`` exactly, ties included.
     """
     if acts.ndim != 3:
         raise ProbeError(f"activations must be (samples, layers, width), got shape {acts.shape}")

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # heavy imports stay inside the functions: TinySpec is read b
 BOS, EOT, PAD = "<|begin_of_text|>", "<|eot_id|>", "<|pad|>"
 SPECIAL_TOKENS = [BOS, "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", EOT, PAD]
 
+
 @dataclass(frozen=True)
 class TinySpec:
     """Shape of the tiny Llama. 32 layers by default, so the paper's window 12-31 exists."""
