@@ -11,7 +11,7 @@ from core.capabilities import TASKS
 from core.rows import read_test_rows
 from core.stats import wilson
 from data_synthesis.offline import synthesize
-from training.evaluate import ModelEvaluation, comparison_table, evaluate_pair, mcnemar_from_scores, select_rows
+from training.evaluate import ModelEvaluation, add_base_columns, comparison_table, evaluate_pair, mcnemar_from_scores, select_rows
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +60,10 @@ def test_the_dpo_minus_sft_interval_is_paired_and_brackets_the_difference() -> N
     assert row["mcnemar_p"] == pytest.approx(0.0386, abs=1e-3)
     same = {r["capability"]: r for r in comparison_table(sft, sft)}["multi_turn"]
     assert same["delta_ci"] == (0.0, 0.0)
+    table = comparison_table(sft, dpo)
+    add_base_columns(table, ModelEvaluation("base", [""] * 40, [{"multi_turn": 0}] * 40), sft)
+    row = {r["capability"]: r for r in table}["multi_turn"]
+    assert row["sft_minus_base"] == pytest.approx(0.75) and 0.5 < row["sft_minus_base_ci"][0] < 0.75 < row["sft_minus_base_ci"][1] <= 1.0
 
 @pytest.mark.slow
 def test_evaluate_pair_on_tiny_models(tiny_pair: tuple[Path, Path], test_file: Path, tmp_path: Path) -> None:

@@ -119,7 +119,8 @@ def comparison_table(sft: ModelEvaluation, dpo: ModelEvaluation) -> list[dict[st
 
 
 def add_base_columns(table: list[dict[str, Any]], base: ModelEvaluation, sft: ModelEvaluation) -> None:
-    """Add the untouched model's rate, its Wilson interval, SFT - base and the exact McNemar p of that pair."""
+    """Add the untouched model's rate, its Wilson interval, SFT - base with its paired bootstrap interval and the exact
+    McNemar p of that pair."""
     for row in table:
         key = row["capability"]
         if key == "overall":
@@ -130,7 +131,7 @@ def add_base_columns(table: list[dict[str, Any]], base: ModelEvaluation, sft: Mo
             a, b = [s.get(key) for s in base.scores], [s.get(key) for s in sft.scores]
         rate = passed / n if n else float("nan")
         row.update(base_pass=passed, base_rate=rate, base_ci=wilson(passed, n), sft_minus_base=row["sft_rate"] - rate,
-                   base_mcnemar_p=mcnemar_from_scores(a, b))
+                   sft_minus_base_ci=paired_bootstrap_ci(*judged_pairs(a, b)), base_mcnemar_p=mcnemar_from_scores(a, b))
 
 
 def _complies(scores: dict[str, int | None]) -> int | None:

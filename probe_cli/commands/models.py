@@ -76,11 +76,11 @@ def print_table(result: Any) -> None:
 
     base = result.base is not None
     table = Table(title=f"compliance ({result.judge} judge, greedy), {sum(result.task_counts.values())} test rows")
-    columns = ["capability", "n"] + (["base", "SFT-base", "McNemar p (base/SFT)"] if base else []) + ["SFT", "DPO", "DPO-SFT [95% CI]", "McNemar p"]
+    columns = ["capability", "n"] + (["base", "SFT-base [95% CI]", "McNemar p (base/SFT)"] if base else []) + ["SFT", "DPO", "DPO-SFT [95% CI]", "McNemar p"]
     for col in columns:
         table.add_column(col, justify="left" if col == "capability" else "right")
     for row in result.table:
-        base_cells = [_pct(row["base_rate"], row["base_ci"]), f"{100 * row['sft_minus_base']:+.1f}",
+        base_cells = [_pct(row["base_rate"], row["base_ci"]), _delta(row["sft_minus_base"], row.get("sft_minus_base_ci")),
                       f"{row['base_mcnemar_p']:.3g}"] if base else []
         table.add_row(row["capability"], str(row["n"]), *base_cells, _pct(row["sft_rate"], row["sft_ci"]),
                       _pct(row["dpo_rate"], row["dpo_ci"]), _delta(row["delta"], row.get("delta_ci")), f"{row['mcnemar_p']:.3g}")
