@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from core.atomic import write_atomic
 from core.capabilities import Capability
@@ -36,6 +36,9 @@ from core.judges.factory import JUDGE_MODES, make_judge
 from core.llm.config import ClientConfig
 from core.rows import iter_jsonl, read_test_rows
 from core.schema import TestRow
+
+if TYPE_CHECKING:
+    from core.judges.llm import LLMJudge
 
 _RESPONSE_FIELDS = ("response", "generation", "output", "completion")
 
@@ -99,7 +102,7 @@ def run_judges(rows: list[TestRow], responses: list[str], judge: str, client_con
     if judge in ("rules", "both"):
         report.verdicts["rules"] = make_judge("rules").judge(rows, responses)
     if judge in ("llm", "both"):
-        llm = make_judge("llm", client_config, model_flag="--model")
+        llm = cast("LLMJudge", make_judge("llm", client_config, model_flag="--model"))
         with llm.client.stops_explained("LLM judging stopped before any verdict was written", "no verdict was written", "judge replies"):
             report.verdicts["llm"] = llm.judge(rows, responses)
         report.client_stats = llm.client.stats.as_dict()
