@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.judge_files import write_judge_files
 from tests.support.scripted_server import ScriptedServer
-from data_synthesis.offline import synthesize
 
 ROOT = Path(__file__).parents[1]
 SECRET = "sk-cli-secret-never-print-42"
@@ -41,14 +41,9 @@ def probe_here(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPat
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("judgecli")
-    synthesize(root / "data", n_roles=3, seed=1)
-    rows = [json.loads(line) for line in (root / "data" / "test.jsonl").read_text().splitlines()]
-    responses = root / "responses.jsonl"
     # Every third response is a bare refusal, the rest are the references (which pass the rule judge).
-    responses.write_text("".join(json.dumps({"index": i, "response": r["reference"] if i % 3 else "I cannot answer that."}) + "\n"
-                                 for i, r in enumerate(rows)), encoding="utf-8")
-    return root / "data" / "test.jsonl", responses
+    return write_judge_files(tmp_path_factory.mktemp("judgecli"), n_roles=3, seed=1,
+                             respond=lambda i, row: {"index": i, "response": row["reference"] if i % 3 else "I cannot answer that."})
 
 
 @pytest.mark.slow

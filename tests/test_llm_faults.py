@@ -31,6 +31,7 @@ import pytest
 from data_synthesis.offline import FILES, synthesize
 from probe_cli.main import main
 from tests.support.scripted_server import Received, ScriptedServer, Step, completion
+from tests.support.judge_files import write_judge_files
 from tests.support.scripted_llm import GoodLLM
 
 pytestmark = pytest.mark.server
@@ -108,12 +109,7 @@ def assert_one_error_line(result: Result, *needles: str) -> str:
 
 @pytest.fixture(scope="module")
 def judge_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("fault-judge")
-    synthesize(root / "data", n_roles=2, seed=5)
-    rows = [json.loads(line) for line in (root / "data" / "test.jsonl").read_text().splitlines()]
-    responses = root / "responses.jsonl"
-    responses.write_text("".join(json.dumps(r["reference"]) + "\n" for r in rows), encoding="utf-8")
-    return root / "data" / "test.jsonl", responses
+    return write_judge_files(tmp_path_factory.mktemp("fault-judge"), n_roles=2, seed=5)
 
 
 def command(kind: str, base_url: str, tmp_path: Path, judge_files: tuple[Path, Path], seed: int) -> list[str]:

@@ -24,12 +24,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from data_synthesis.offline import FILES, synthesize
+from data_synthesis.offline import FILES
+from tests.support.judge_files import write_judge_files
 from tests.support.scripted_server import ScriptedServer
 from tests.support.scripted_llm import GoodLLM
 
@@ -116,6 +118,31 @@ def no_key(root: Path) -> None:
         assert SECRET.encode() not in path.read_bytes(), path
 
 
+def whole_interrupted_resumed(argv: Callable[[str, str, str], list[str]], answer: Callable[..., Any], holding: Holding,
+                              stopped: str, outs: tuple[str, str], tmp_path: Path) -> tuple[str, str, int]:
+    """One run to the end into ``outs[0]``; the same command into ``outs[1]`` under Ctrl-C while ``holding`` holds
+    requests (it must stop with ``stopped`` and leave ``outs[1]`` unwritten); then the rerun against the same
+    endpoint, which must exit 0 and send only what the cache lacks. Returns the stdout of the whole run and of the
+    rerun, and the requests of the whole run."""
+    with ScriptedServer(responder=answer) as server:
+        code, whole, err, _ = probe(argv(outs[0], "cache-whole", server.base_url))
+        assert code == 0, err
+        total = len(server.chat_requests)
+    with ScriptedServer(responder=holding) as server:
+        holding.server = server
+        code, out, err, latency = probe(argv(outs[1], "cache", server.base_url), interrupt_when=holding.held)
+        port = server.port  # the cache is keyed by endpoint: the rerun talks to the same one
+    kept = assert_interrupted(code, err, latency, stopped)
+    assert not (tmp_path / outs[1]).exists() and out == ""
+    cached = count_cached(tmp_path / "cache", kept)
+    with ScriptedServer(responder=answer, port=port) as server:
+        code, resumed, err, _ = probe(argv(outs[1], "cache", server.base_url))
+        resent = len(server.chat_requests)
+    assert code == 0, err
+    assert resent == total - cached  # only what was not answered before the Ctrl-C
+    return whole, resumed, total
+
+
 def test_ctrl_c_during_llm_synthesis_exits_at_once_and_the_rerun_resumes(tmp_path: Path) -> None:
     llm = SteadyLLM()
     holding = Holding(llm)
@@ -124,32 +151,14 @@ def test_ctrl_c_during_llm_synthesis_exits_at_once_and_the_rerun_resumes(tmp_pat
         return ["synthesize", "--backend", "llm", "--model", "scripted", "--base-url", url, "--roles", "2", "--seed", "4",
                 "--out", str(tmp_path / out), "--cache-dir", str(tmp_path / cache), "--concurrency", "2", "--json"]
 
-    with ScriptedServer(responder=llm) as server:
-        code, _, err, _ = probe(argv("whole", "cache-whole", server.base_url))
-        assert code == 0, err
-        total = len(server.chat_requests)
-    with ScriptedServer(responder=holding) as server:
-        holding.server = server
-        code, out, err, latency = probe(argv("resumed", "cache", server.base_url), interrupt_when=holding.held)
-        port = server.port  # the cache is keyed by endpoint: the rerun talks to the same one
-    kept = assert_interrupted(code, err, latency, "LLM synthesis stopped before writing anything")
-    assert not (tmp_path / "resumed").exists() and out == ""
-    cached = count_cached(tmp_path / "cache", kept)
-    with ScriptedServer(responder=llm, port=port) as server:
-        code, out, err, _ = probe(argv("resumed", "cache", server.base_url))
-        resent = len(server.chat_requests)
-    assert code == 0, err
-    assert resent == total - cached  # only what was not answered before the Ctrl-C
+    whole_interrupted_resumed(argv, llm, holding, "LLM synthesis stopped before writing anything", ("whole", "resumed"), tmp_path)
     for name in FILES:
         assert (tmp_path / "resumed" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
     no_key(tmp_path)
 
 
 def test_ctrl_c_during_llm_judging_exits_at_once_and_the_rerun_resumes(tmp_path: Path) -> None:
-    synthesize(tmp_path / "data", n_roles=2, seed=2)
-    rows = [json.loads(line) for line in (tmp_path / "data" / "test.jsonl").read_text().splitlines()]
-    responses = tmp_path / "responses.jsonl"
-    responses.write_text("".join(json.dumps(r["reference"]) + "\n" for r in rows), encoding="utf-8")
+    test_file, responses = write_judge_files(tmp_path, n_roles=2, seed=2)
 
     def answer(request: dict[str, Any]) -> str:
         return "Score: " + str(hashlib.sha256(request["messages"][-1]["content"].encode()).digest()[0] % 2)
@@ -157,27 +166,13 @@ def test_ctrl_c_during_llm_judging_exits_at_once_and_the_rerun_resumes(tmp_path:
     holding = Holding(answer)
 
     def argv(name: str, cache: str, url: str) -> list[str]:
-        return ["judge", "--data", str(tmp_path / "data" / "test.jsonl"), "--responses", str(responses), "--judge", "llm",
+        return ["judge", "--data", str(test_file), "--responses", str(responses), "--judge", "llm",
                 "--model", "scripted", "--base-url", url, "--cache-dir", str(tmp_path / cache), "--concurrency", "2",
                 "--limit", "12", "--verdicts-out", str(tmp_path / name), "--json"]
 
-    with ScriptedServer(responder=answer) as server:
-        code, whole, err, _ = probe(argv("whole.jsonl", "cache-whole", server.base_url))
-        assert code == 0, err
-        total = len(server.chat_requests)
+    whole, resumed, total = whole_interrupted_resumed(argv, answer, holding, "LLM judging stopped before any verdict was written",
+                                                      ("whole.jsonl", "resumed.jsonl"), tmp_path)
     assert total > HOLD
-    with ScriptedServer(responder=holding) as server:
-        holding.server = server
-        code, out, err, latency = probe(argv("resumed.jsonl", "cache", server.base_url), interrupt_when=holding.held)
-        port = server.port
-    kept = assert_interrupted(code, err, latency, "LLM judging stopped before any verdict was written")
-    assert not (tmp_path / "resumed.jsonl").exists() and out == ""
-    cached = count_cached(tmp_path / "cache", kept)
-    with ScriptedServer(responder=answer, port=port) as server:
-        code, resumed, err, _ = probe(argv("resumed.jsonl", "cache", server.base_url))
-        resent = len(server.chat_requests)
-    assert code == 0, err
-    assert resent == total - cached
     assert json.loads(resumed)["scores"] == json.loads(whole)["scores"]
     assert (tmp_path / "resumed.jsonl").read_bytes() == (tmp_path / "whole.jsonl").read_bytes()
     no_key(tmp_path)
