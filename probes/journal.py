@@ -19,15 +19,28 @@ leftover of step 2 and is dropped), records the rest with the same batch boundar
 and consolidates: the result is identical to an uninterrupted run. ``run.json`` (written
 atomically before the first shard) keeps the settings, so a mismatched rerun is refused
 even before anything was consolidated.
+
+Nothing in the journal is trusted as it is found. A shard is named ``<start>.npz`` with nine
+digits; any other ``.npz`` in ``journal/<capability>/`` is refused in one line (it may be a
+renamed shard, and guessing would drop a batch or mix in another run's), while files of other
+kinds are left alone. A shard is read with :func:`numpy.load`'s rules and more: no pickled
+(object) arrays, every member's claimed shape held by its bytes before anything is allocated,
+the arrays a batch needs with the shapes and types it needs; a damaged zip or a wrong member
+is one line naming the shard and saying to delete it (its batch is then recorded again).
+``run.json`` must be a JSON object whose ``settings`` is an object.
 """
 
 from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
+import re
 import shutil
 import sys
+import zipfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -39,11 +52,15 @@ import numpy as np
 
 from core.atomic import sync_folder, write_atomic
 from core.errors import ProbeError
-from probes.store import ACTIVATIONS_FILE, MODELS, RunWriter
+from core.inputs import read_json
+from probes.store import ACTIVATIONS_FILE, MAX_INFLATION, MODELS, RunWriter, read_file_settings
 
 JOURNAL_DIR = "journal"
 RUN_JSON = "run.json"
 _STAGING = ".consolidate"
+SHARD_NAME = re.compile(r"^[0-9]{9}\.npz$")
+_SHARD_TEXT = ("tasks", "prompts")
+_SHARD_INTS = ("sample_ids", "prompt_lengths")
 
 
 def atomic_write_bytes(path: Path, write: Any) -> None:
@@ -69,13 +86,17 @@ def run_lock(run_dir: Path) -> Iterator[None]:
 
 
 def read_run_json(run_dir: Path) -> dict[str, Any] | None:
+    """``run.json`` as a JSON object whose ``settings`` is an object, or None when there is none."""
     path = run_dir / RUN_JSON
     if not path.is_file():
         return None
-    try:
-        return json.loads(path.read_text())
-    except ValueError as exc:
-        raise ProbeError(f"{path}: not valid JSON ({exc}); was it edited by hand?") from None
+    body = read_json(path, "run record (run.json)")
+    if not isinstance(body, dict) or not isinstance(body.get("settings"), dict):
+        found = type(body).__name__ if not isinstance(body, dict) else "no 'settings' object" if "settings" not in body else \
+            f"'settings' holding {type(body['settings']).__name__}"
+        raise ProbeError(f"{path}: expected a JSON object with a 'settings' object (the run's settings), found {found}; "
+                         "was it edited by hand? Restore it or record into a new --out")
+    return body
 
 
 def write_run_json(run_dir: Path, content: dict[str, Any]) -> None:
@@ -115,18 +136,124 @@ def write_shard(run_dir: Path, shard: Shard) -> Path:
 
 
 def read_shard(path: Path, capability: str) -> Shard:
-    with np.load(path, allow_pickle=False) as data:
-        acts = {tuple(k.split("__")[1:3]): data[k] for k in data.files if k.startswith("act__")}
-        return Shard(capability, int(path.stem), data["sample_ids"], [str(t) for t in data["tasks"]], data["prompt_lengths"],
-                     [str(p) for p in data["prompts"]], acts)  # type: ignore[arg-type]
+    """One shard, every member checked (see the module doc); a fault is one line naming the shard."""
+    arrays = _shard_arrays(path, capability)
+    acts = {(model, hook): values for (model, hook), values in _activation_members(arrays, path).items()}
+    return Shard(capability, int(path.stem), arrays["sample_ids"].astype(np.int64), [str(t) for t in arrays["tasks"]],
+                 arrays["prompt_lengths"].astype(np.int32), [str(p) for p in arrays["prompts"]], acts)
 
 
 def list_shards(run_dir: Path, capability: str) -> list[Path]:
-    """Complete shards of a capability in batch order."""
+    """Complete shards of a capability in batch order; a ``.npz`` not named as a shard is refused."""
     folder = run_dir / JOURNAL_DIR / capability
     if not folder.is_dir():
         return []
-    return sorted(folder.glob("*.npz"), key=lambda p: int(p.stem))
+    found = sorted(folder.glob("*.npz"))
+    stray = [p for p in found if not SHARD_NAME.match(p.name)]
+    if stray:
+        raise ProbeError(f"{stray[0]}: not a journal shard name (expected <batch start>.npz with nine digits, e.g. 000000064.npz); "
+                         f"the journal holds only shards: move the file out of {folder}")
+    return sorted(found, key=lambda p: int(p.stem))
+
+
+def check_shard(path: Path, capability: str, layers: int | None = None, hooks: set[str] | None = None) -> np.ndarray:
+    """A shard's sample ids, after checking its members' names, types and claimed sizes (no activations are read).
+
+    ``layers``/``hooks``: what the run records, when known; a shard of other shapes is refused.
+    """
+    headers = _shard_headers(path)
+    _check_shard_members(headers, path, layers, hooks)
+    return _shard_arrays(path, capability, only=("sample_ids",))["sample_ids"].astype(np.int64)
+
+
+def shard_sample_ids(path: Path) -> np.ndarray:
+    return check_shard(path, path.parent.name)
+
+
+def _shard_fault(path: Path, what: str) -> ProbeError:
+    return ProbeError(f"{path}: {what}; delete this shard and rerun the same command: its batch is recorded again")
+
+
+def _shard_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Each member's (shape, dtype) from its .npy header, with the bytes it claims checked against the bytes it holds."""
+    size = path.stat().st_size
+    headers: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                headers[_member_name(info, path)] = _member_header(archive, info, size, path)
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, NotImplementedError) as exc:
+        raise _shard_fault(path, f"not a readable shard ({type(exc).__name__}: {str(exc)[:80]})") from None
+    return headers
+
+
+def _member_name(info: zipfile.ZipInfo, path: Path) -> str:
+    if not info.filename.endswith(".npy") or "/" in info.filename:
+        raise _shard_fault(path, f"member {info.filename[:60]!r} is not an array")
+    return info.filename[:-4]
+
+
+def _member_header(archive: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: Path) -> tuple[tuple[int, ...], np.dtype]:
+    if info.compress_size > size or info.file_size > MAX_INFLATION * max(info.compress_size, 1):
+        raise _shard_fault(path, f"member {info.filename!r} claims {info.file_size:,} bytes, more than the file holds")
+    with archive.open(info) as handle:
+        version = np.lib.format.read_magic(handle)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read_header(handle)
+    if dtype.hasobject:
+        raise _shard_fault(path, f"member {info.filename!r} holds Python objects (a pickle); shards hold only numbers and text")
+    if math.prod(shape) * dtype.itemsize > info.file_size:
+        raise _shard_fault(path, f"member {info.filename!r} claims shape {shape} but holds {info.file_size:,} bytes")
+    return tuple(shape), dtype
+
+
+def _check_shard_members(headers: dict[str, tuple[tuple[int, ...], np.dtype]], path: Path, layers: int | None,
+                         hooks: set[str] | None) -> None:
+    missing = [name for name in (*_SHARD_INTS, *_SHARD_TEXT) if name not in headers]
+    if missing:
+        raise _shard_fault(path, f"no {missing[0]!r} array; expected sample_ids, tasks, prompt_lengths, prompts and act__<model>__<hook>")
+    rows = headers["sample_ids"][0][:1]
+    for name, (shape, dtype) in headers.items():
+        expected = _member_rule(name, dtype, hooks)
+        if expected:
+            raise _shard_fault(path, f"member {name!r} holds {dtype} {shape}; expected {expected}")
+        if len(shape) != (3 if name.startswith("act__") else 1) or shape[:1] != rows or not rows or rows[0] < 1:
+            raise _shard_fault(path, f"member {name!r} has shape {shape}; expected {rows[0] if rows else 'N'} rows "
+                                     f"{'of (layers, width)' if name.startswith('act__') else ''}".rstrip())
+        if layers is not None and name.startswith("act__") and shape[1] != layers:
+            raise _shard_fault(path, f"member {name!r} holds {shape[1]} layers; the run records {layers}")
+
+
+def _member_rule(name: str, dtype: np.dtype, hooks: set[str] | None) -> str:
+    """What member ``name`` must be, when its dtype or name is wrong; '' when it is right."""
+    if name in _SHARD_INTS:
+        return "" if dtype.kind in "iu" else "integers"
+    if name in _SHARD_TEXT:
+        return "" if dtype.kind == "U" else "text"
+    parts = name.split("__")
+    if len(parts) != 3 or parts[0] != "act" or parts[1] not in MODELS or (hooks is not None and parts[2] not in hooks):
+        return f"one of sample_ids, tasks, prompt_lengths, prompts, act__<{'|'.join(MODELS)}>__<hook of this run>"
+    return "" if dtype.kind == "f" else "floating-point activations"
+
+
+def _shard_arrays(path: Path, capability: str, only: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+    """The checked members of a shard (all, or ``only`` these), read without pickles."""
+    headers = _shard_headers(path)
+    _check_shard_members(headers, path, None, None)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in headers if only is None or name in only}
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError) as exc:
+        raise _shard_fault(path, f"a damaged member ({type(exc).__name__}: {str(exc)[:80]})") from None
+
+
+def _activation_members(arrays: dict[str, np.ndarray], path: Path) -> dict[tuple[str, str], np.ndarray]:
+    acts = {tuple(k.split("__")[1:3]): v for k, v in arrays.items() if k.startswith("act__")}
+    hooks = {hook for _, hook in acts}
+    unpaired = [f"{m}/{h}" for h in sorted(hooks) for m in MODELS if (m, h) not in acts]
+    if not acts or unpaired:
+        raise _shard_fault(path, f"no activations for {unpaired[0] if unpaired else 'any model'}; a shard holds both models' activations")
+    return acts  # type: ignore[return-value]
 
 
 def remove_stale_temp(run_dir: Path) -> None:
@@ -153,7 +280,7 @@ def committed_ids(run_dir: Path, capability: str) -> np.ndarray:
     from probes.store import RunReader
 
     with RunReader(run_dir) as run:
-        if f"samples/{capability}/sample_ids" not in run._file:
+        if capability not in run.capabilities():
             return np.zeros(0, dtype=np.int64)
         return run.samples(capability).sample_ids
 
@@ -186,6 +313,9 @@ def consolidate(run_dir: Path, capabilities: list[str], plan: ConsolidationPlan)
     target = run_dir / ACTIVATIONS_FILE
     if target.is_file() and not any(pending.values()):
         return {cap: 0 for cap in capabilities}
+    for cap, paths in pending.items():
+        for path in paths:
+            check_shard(path, cap, len(plan.layers), set(plan.tl_names))
     staging = run_dir / _STAGING
     try:
         appended = _write_staging_in_child(run_dir, capabilities, pending, plan)
@@ -213,6 +343,8 @@ def _write_staging_in_child(run_dir: Path, capabilities: list[str], pending: dic
     report = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
     if done.returncode == 0 and "appended" in report:
         return report["appended"]
+    if "refused" in report:
+        raise ProbeError(report["refused"])
     if "error" in report:
         raise OSError(report.get("errno"), report["error"])
     number = _errno_in(done.stderr)  # it crashed before reporting: HDF5's messages still name the errno
@@ -259,6 +391,8 @@ def _child_main() -> None:
         appended = _write_staging(Path(job["run_dir"]), job["capabilities"],
                                   {c: [Path(p) for p in ps] for c, ps in job["pending"].items()}, ConsolidationPlan(**job["plan"]))
         report: dict[str, Any] = {"appended": appended}
+    except ProbeError as exc:
+        report = {"refused": str(exc)}
     except (OSError, RuntimeError) as exc:
         text = str(exc) or type(exc).__name__
         number = getattr(exc, "errno", None) or _errno_in(text)  # h5py's OSError names the errno only in its text
@@ -305,14 +439,11 @@ def _append_capability(writer: RunWriter, capability: str, shards: list[Path], p
 
 
 def h5_settings(run_dir: Path) -> dict[str, Any] | None:
+    """The settings of the consolidated file, read and checked as :class:`probes.store.RunReader` does."""
     path = run_dir / ACTIVATIONS_FILE
     if not path.is_file():
         return None
-    try:
-        with h5py.File(path, "r") as handle:
-            return json.loads(handle.attrs.get("settings", "{}"))
-    except OSError as exc:
-        raise ProbeError(f"{path}: not a readable HDF5 file ({exc}); move it away to record afresh") from None
+    return read_file_settings(path).to_dict()
 
 
 if __name__ == "__main__":

@@ -22,12 +22,29 @@ by :class:`RunReader` as one line naming the capability, model and hook, never r
 silently wrong numbers (files written before the checksum still open).
 Row *j* of every dataset under one capability is the same prompt.
 
-:class:`RunReader` is the read API that analysis and notebooks use.
+:class:`RunReader` is the read API that analysis and notebooks use. A run file is checked before
+it is trusted: its metadata (every attribute, the layout of every group and dataset, the chunk
+index) is first read by a separate Python process (``python -m probes.store FILE``), because
+HDF5 itself crashes on some damaged metadata (one flipped byte in the type of the ``settings``
+attribute is a segfault). That process returns the metadata as JSON, or one line saying what
+is wrong, or dies; each of the last two becomes one :class:`~core.errors.ProbeError` here.
+The metadata is then typed and checked against itself: ``settings`` is JSON whose sha256
+matches ``settings_sha256`` (when written), every dataset has its ``layers``, the hooks, layers
+and dtype match the settings (and ``run.json`` beside the file), datasets with external
+storage or virtual datasets are refused (they would read other files as activations), and
+every size a dataset claims is held in the file: all its chunks allocated, inside the file,
+and at most :data:`MAX_INFLATION` times the file's size, so a crafted shape cannot allocate
+more memory than the file could ever decompress to.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -38,16 +55,27 @@ import h5py
 import numpy as np
 
 from core.errors import ProbeError
-from probes.settings import RunSettings
+from probes.settings import COMPAT_KEYS, RunSettings
 
 ACTIVATIONS_FILE = "activations.h5"
 SCHEMA_VERSION = 1
 MODELS: tuple[str, ...] = ("sft", "dpo")
+STORE_DTYPES: tuple[str, ...] = ("float16", "float32")
+SAMPLE_FIELDS: dict[str, str] = {"sample_ids": "i", "tasks": "text", "prompt_lengths": "i", "prompts": "text"}
+MAX_INFLATION = 1100  # deflate cannot expand data more than ~1032-fold; a claim beyond that is not in the file
+MAX_MODEL_LAYERS = 100_000
+CHECK_TIMEOUT_S = 300
 _STR = h5py.string_dtype(encoding="utf-8")
+_ROOT_ATTRS = ("schema_version", "toolkit_version", "settings", "settings_sha256", "provenance")
+_CHECKED: dict[tuple[Any, ...], dict[str, Any]] = {}
 
 
 def activations_path(run_dir: str | Path) -> Path:
     return Path(run_dir) / ACTIVATIONS_FILE
+
+
+def settings_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -60,8 +88,19 @@ class SampleInfo:
     prompts: list[str]
 
 
+@dataclass(frozen=True)
+class StoredDataset:
+    """What the file says about one activations dataset, checked."""
+
+    rows: int
+    width: int
+    dtype: str
+    layers: list[int]
+    tl_name: str
+
+
 class RunReader:
-    """Read-only access to a run's activations.
+    """Read-only access to a run's activations, after the file's metadata was checked (see the module doc).
 
     Example:
         >>> run = RunReader("runs/2026-11-22_multi_turn")           # doctest: +SKIP
@@ -77,11 +116,17 @@ class RunReader:
         self.path = activations_path(run_dir)
         if not self.path.is_file():
             raise ProbeError(f"{self.run_dir}: no {ACTIVATIONS_FILE} here; record activations first with `probe run`")
+        layout = checked_metadata(self.path)
+        self.settings = _settings(layout["root"], self.path)
+        self._models = {m: _model_info(layout["models"].get(m, {}), m, self.path) for m in MODELS}
+        self._samples: dict[str, int] = {cap: _sample_rows(fields, cap, self.path) for cap, fields in layout["samples"]}
+        self._datasets = {(m, c, h): _stored(info, f"activations/{m}/{c}/{h}", self.path) for m, c, h, info in layout["activations"]}
+        _check_against_settings(self, self.path)
+        _check_against_run_json(self.run_dir, self.settings, self.path)
         try:
             self._file = h5py.File(self.path, "r")
         except OSError as exc:
             raise ProbeError(f"{self.path}: not a readable HDF5 file ({exc})") from None
-        self.settings = RunSettings.from_dict(json.loads(self._file.attrs.get("settings", "{}")), str(self.path))
 
     def close(self) -> None:
         self._file.close()
@@ -93,35 +138,34 @@ class RunReader:
         self.close()
 
     def model_info(self, model: str) -> dict[str, Any]:
-        group = self._file.get(f"models/{model}")
-        return {} if group is None else {k: _plain(v) for k, v in group.attrs.items()}
+        return dict(self._models.get(model, {}))
 
     def capabilities(self) -> list[str]:
         """Capabilities with at least one recorded sample, in file order."""
-        group = self._file.get("samples")
-        return [] if group is None else [c for c in group if len(group[c]["sample_ids"]) > 0]
+        return [cap for cap, rows in self._samples.items() if rows > 0]
 
     def hooks(self, capability: str, model: str = "sft") -> list[str]:
-        group = self._file.get(f"activations/{model}/{capability}")
-        return [] if group is None else list(group)
+        return [h for m, c, h in self._datasets if m == model and c == capability]
 
-    def _dataset(self, model: str, capability: str, hook: str) -> h5py.Dataset:
-        name = f"activations/{model}/{capability}/{hook}"
-        if name not in self._file:
+    def _stored(self, model: str, capability: str, hook: str) -> StoredDataset:
+        found = self._datasets.get((model, capability, hook))
+        if found is None:
             have = ", ".join(self.capabilities()) or "none"
             raise ProbeError(f"{self.path}: no activations for model={model} capability={capability} hook={hook} (capabilities recorded: {have})")
-        return self._file[name]
+        return found
+
+    def _dataset(self, model: str, capability: str, hook: str) -> h5py.Dataset:
+        self._stored(model, capability, hook)
+        return self._file[f"activations/{model}/{capability}/{hook}"]
 
     def n_samples(self, capability: str) -> int:
         """Samples complete for both models (rows beyond that belong to an unfinished batch)."""
-        lengths = [len(self._file[f"samples/{capability}/sample_ids"])]
-        for model in MODELS:
-            for hook in self.hooks(capability, model):
-                lengths.append(self._file[f"activations/{model}/{capability}/{hook}"].shape[0])
+        lengths = [self._samples.get(capability, 0)]
+        lengths += [d.rows for (_, c, _), d in self._datasets.items() if c == capability]
         return min(lengths)
 
     def layers(self, capability: str, hook: str, model: str = "sft") -> list[int]:
-        return [int(i) for i in self._dataset(model, capability, hook).attrs["layers"]]
+        return list(self._stored(model, capability, hook).layers)
 
     def activations(self, model: str, capability: str, hook: str, dtype: np.dtype | type = np.float32) -> np.ndarray:
         """All complete rows, shape (N, n_stored_layers, width)."""
@@ -149,6 +193,8 @@ class RunReader:
             return dataset[selection]
 
     def samples(self, capability: str) -> SampleInfo:
+        if capability not in self._samples:
+            raise ProbeError(f"{self.path}: no samples of capability {capability!r} (recorded: {', '.join(self.capabilities()) or 'none'})")
         n = self.n_samples(capability)
         group = self._file[f"samples/{capability}"]
         with self._damage_named(f"sample records of capability {capability}"):
@@ -174,6 +220,277 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def read_file_settings(path: Path) -> RunSettings:
+    """The ``settings`` of one activations file, checked as :class:`RunReader` checks them."""
+    return _settings(checked_metadata(path)["root"], path)
+
+
+# --- the metadata, read by a child process -------------------------------------------------------------------------
+
+
+def checked_metadata(path: Path) -> dict[str, Any]:
+    """The file's metadata as plain JSON, read by ``python -m probes.store`` (cached while the file is unchanged)."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
+    if key not in _CHECKED:
+        _CHECKED[key] = _metadata_in_child(path)
+    return _CHECKED[key]
+
+
+def _metadata_in_child(path: Path) -> dict[str, Any]:
+    try:
+        done = subprocess.run([sys.executable, "-m", "probes.store", str(path)], capture_output=True, text=True,
+                              timeout=CHECK_TIMEOUT_S, env={**os.environ, "PYTHONPATH": _import_root()})
+    except subprocess.TimeoutExpired:
+        raise ProbeError(f"{path}: reading its HDF5 metadata did not finish in {CHECK_TIMEOUT_S} s; the file is damaged or "
+                         "crafted: record again into a new --out") from None
+    lines = done.stdout.strip().splitlines()
+    report = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+    if "error" in report:
+        raise ProbeError(f"{path}: {report['error']}")
+    if done.returncode == 0 and "root" in report:
+        return report
+    how = f"crashed the HDF5 library (signal {-done.returncode})" if done.returncode < 0 else f"failed (exit status {done.returncode})"
+    raise ProbeError(f"{path}: the file's HDF5 metadata is damaged: reading it {how}; the file cannot be repaired: "
+                     "record again into a new --out")
+
+
+def _import_root() -> str:
+    """PYTHONPATH for the child: this toolkit's root first, so the child runs this very module."""
+    root = str(Path(__file__).resolve().parents[1])
+    rest = os.environ.get("PYTHONPATH", "")
+    return f"{root}{os.pathsep}{rest}" if rest else root
+
+
+class _Refused(Exception):
+    """A structural fault found by the child; its text is the one line the user sees."""
+
+
+def _walk(path: Path) -> dict[str, Any]:
+    """(In the child.) Every piece of metadata the reader uses, each read once, with the layout checks."""
+    try:
+        handle = h5py.File(path, "r")
+    except OSError as exc:
+        raise _Refused(f"not a readable HDF5 file ({str(exc).splitlines()[0]})") from None
+    size = path.stat().st_size
+    with handle:
+        root = {name: _attr(handle, name, "/") for name in _ROOT_ATTRS if name in handle.attrs}
+        models = {m: {k: _attr(handle[f"models/{m}"], k, f"models/{m}") for k in handle[f"models/{m}"].attrs}
+                  for m in MODELS if isinstance(handle.get(f"models/{m}"), h5py.Group)}
+        samples = [[cap, _sample_fields(group, cap, size)] for cap, group in _members(handle, "samples", "a group per capability")]
+        activations = []
+        for model, group in _members(handle, "activations", "a group per model"):
+            for cap, by_hook in _members(group, f"activations/{model}", "a group per capability", root_name=False):
+                for hook, dataset in _members(by_hook, f"activations/{model}/{cap}", "a dataset per hook", kind=h5py.Dataset, root_name=False):
+                    activations.append([model, cap, hook, _activation_info(dataset, size)])
+    return {"root": root, "models": models, "samples": samples, "activations": activations}
+
+
+def _members(parent: h5py.Group, name: str, expected: str, kind: type = h5py.Group, root_name: bool = True) -> list[tuple[str, Any]]:
+    group = parent.get(name) if root_name else parent
+    if group is None:
+        return []
+    if not isinstance(group, h5py.Group):
+        raise _Refused(f"{name} is a dataset; expected a group holding {expected}")
+    out = []
+    for key in group:
+        item = group.get(key)
+        if not isinstance(item, kind):
+            what = "a dataset" if isinstance(item, h5py.Dataset) else "a group" if isinstance(item, h5py.Group) else "a dangling link"
+            raise _Refused(f"{name}/{key} is {what}; expected {expected}")
+        out.append((key, item))
+    return out
+
+
+def _attr(obj: Any, name: str, where: str) -> Any:
+    try:
+        value = _plain(obj.attrs[name])
+    except Exception as exc:  # noqa: BLE001 - in the guard process: any failure to read is damage, said in one line
+        raise _Refused(f"the attribute {name!r} of {where} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        raise _Refused(f"the attribute {name!r} of {where} holds {type(value).__name__}; expected text or numbers") from None
+    return value
+
+
+def _sample_fields(group: h5py.Group, cap: str, size: int) -> dict[str, Any]:
+    fields = {}
+    for name in SAMPLE_FIELDS:
+        dataset = group.get(name)
+        if not isinstance(dataset, h5py.Dataset):
+            raise _Refused(f"samples/{cap}/{name} is missing or not a dataset; expected the per-sample {name} (was the file written by `probe run`?)")
+        _check_storage(dataset, size)
+        try:
+            kind = "text" if h5py.check_string_dtype(dataset.dtype) else dataset.dtype.kind
+            dataset[:]  # read whole: these are small, and a damaged string heap must crash here, not in the reader
+        except Exception as exc:  # noqa: BLE001 - the guard process
+            raise _Refused(f"samples/{cap}/{name} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                           "record again into a new --out") from None
+        fields[name] = {"shape": list(dataset.shape), "kind": kind}
+    return fields
+
+
+def _activation_info(dataset: h5py.Dataset, size: int) -> dict[str, Any]:
+    _check_storage(dataset, size)
+    info = {"shape": list(dataset.shape), "dtype": str(dataset.dtype) if dataset.dtype.kind == "f" else f"not a float ({dataset.dtype})",
+            "layers": _attr(dataset, "layers", dataset.name) if "layers" in dataset.attrs else None,
+            "tl_name": _attr(dataset, "hook_tl_name", dataset.name) if "hook_tl_name" in dataset.attrs else ""}
+    if dataset.ndim == 3 and dataset.shape[0] > 0 and dataset.dtype.kind == "f":
+        try:
+            dataset[:1]  # one chunk: the type conversion and the first index lookup, where damaged metadata crashes
+            dataset[-1:]
+        except OSError:
+            pass  # damaged chunk data is the reader's to report, naming what it holds
+    return info
+
+
+def _check_storage(dataset: h5py.Dataset, size: int) -> None:
+    """Refuse external storage and virtual datasets, and a shape the file does not hold the bytes for."""
+    plist = dataset.id.get_create_plist()
+    if dataset.is_virtual or plist.get_external_count() > 0:
+        kind = "a virtual dataset" if dataset.is_virtual else "stored in external files"
+        raise _Refused(f"{dataset.name} is {kind}, which would read other files as its data; a run file holds its own data: "
+                       "record again into a new --out")
+    claimed = math.prod(dataset.shape) * dataset.dtype.itemsize
+    if dataset.chunks is None:
+        held = dataset.id.get_storage_size() if plist.get_layout() != h5py.h5d.COMPACT else claimed
+        if held < claimed:
+            raise _Refused(f"{dataset.name} claims {dataset.shape} ({claimed:,} bytes) but holds {held:,} bytes; the file is truncated or crafted")
+        return
+    if claimed > MAX_INFLATION * size:
+        raise _Refused(f"{dataset.name} claims shape {dataset.shape} ({claimed:,} bytes), more than a {size:,}-byte file can hold; "
+                       "the file is damaged or crafted")
+    needed = math.prod(math.ceil(n / c) for n, c in zip(dataset.shape, dataset.chunks))
+    allocated = dataset.id.get_num_chunks()
+    if allocated < needed:
+        raise _Refused(f"{dataset.name} claims shape {dataset.shape} but only {allocated} of its {needed} chunks were written; "
+                       "the file is damaged or crafted: record again into a new --out")
+    for index in range(allocated):
+        chunk = dataset.id.get_chunk_info(index)
+        if chunk.byte_offset is None or chunk.byte_offset + chunk.size > size:
+            raise _Refused(f"{dataset.name}: chunk {index} lies outside the file; the file is truncated or damaged")
+
+
+def _child_main(argv: list[str]) -> None:
+    """``python -m probes.store FILE``: the file's metadata, or ``{"error": ...}``, as one JSON line on stdout."""
+    try:
+        report = _walk(Path(argv[0]))
+    except _Refused as exc:
+        report = {"error": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - the guard process turns any failure into one line for its parent
+        report = {"error": f"the file's metadata cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+                           "record again into a new --out"}
+    sys.stdout.write(json.dumps(report) + "\n")
+    sys.stdout.flush()
+    os._exit(0)
+
+
+# --- typing the metadata --------------------------------------------------------------------------------------------
+
+
+def _settings(root: dict[str, Any], path: Path) -> RunSettings:
+    text = root.get("settings")
+    if not isinstance(text, str):
+        found = "no 'settings' attribute" if text is None else f"a 'settings' attribute holding {type(text).__name__}"
+        raise ProbeError(f"{path}: {found}; expected the run settings as JSON text (was the file written by `probe run`?)")
+    expected = root.get("settings_sha256")
+    if expected is not None and expected != settings_sha256(text):
+        raise ProbeError(f"{path}: the 'settings' attribute does not match its checksum (settings_sha256); the file is damaged: "
+                         "record again into a new --out")
+    version = root.get("schema_version", SCHEMA_VERSION)
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise ProbeError(f"{path}: schema_version {version!r}, newer than this toolkit reads ({SCHEMA_VERSION}); update the toolkit")
+    try:
+        body = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ProbeError(f"{path}: the 'settings' attribute is not JSON ({str(exc)[:80]}); the file is damaged: "
+                         "record again into a new --out") from None
+    return RunSettings.from_dict(body, f"{path}: attribute 'settings'")
+
+
+def _model_info(info: dict[str, Any], model: str, path: Path) -> dict[str, Any]:
+    for key in ("n_layers", "d_model", "d_mlp"):
+        value = info.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_MODEL_LAYERS * (1 if key == "n_layers" else 100)):
+            raise ProbeError(f"{path}: models/{model} attribute {key} is {value!r}; expected a positive integer of a real model's size")
+    return info
+
+
+def _sample_rows(fields: dict[str, Any], cap: str, path: Path) -> int:
+    rows = set()
+    for name, kind in SAMPLE_FIELDS.items():
+        shape, found = fields[name]["shape"], fields[name]["kind"]
+        if len(shape) != 1 or (found != kind if kind == "text" else found not in "iu"):
+            raise ProbeError(f"{path}: samples/{cap}/{name} has shape {tuple(shape)} of {found}; expected one "
+                             f"{'text' if kind == 'text' else 'integer'} per sample")
+        rows.add(shape[0])
+    if len(rows) > 1:
+        raise ProbeError(f"{path}: the sample records of {cap} have different lengths ({sorted(rows)}); the file is damaged")
+    return rows.pop()
+
+
+def _stored(info: dict[str, Any], name: str, path: Path) -> StoredDataset:
+    shape, layers = info["shape"], info["layers"]
+    if len(shape) != 3:
+        raise ProbeError(f"{path}: {name} has shape {tuple(shape)}; expected (samples, layers, width)")
+    if info["dtype"] not in STORE_DTYPES:
+        raise ProbeError(f"{path}: {name} holds {info['dtype']}; expected one of {', '.join(STORE_DTYPES)}")
+    if layers is None:
+        raise ProbeError(f"{path}: {name} has no 'layers' attribute; expected the recorded layer numbers (was the file written by `probe run`?)")
+    if isinstance(layers, int):
+        layers = [layers]
+    if (not isinstance(layers, list) or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in layers)
+            or len(set(layers)) != len(layers) or len(layers) != shape[1]):
+        raise ProbeError(f"{path}: {name} attribute 'layers' is {str(layers)[:60]}; expected {shape[1]} distinct layer numbers, "
+                         "one per stored layer")
+    if not isinstance(info["tl_name"], str):
+        raise ProbeError(f"{path}: {name} attribute 'hook_tl_name' is not text")
+    return StoredDataset(shape[0], shape[2], info["dtype"], layers, info["tl_name"])
+
+
+def _check_against_settings(run: RunReader, path: Path) -> None:
+    """The file's datasets must be what its settings say was recorded."""
+    s = run.settings
+    for (model, cap, hook), stored in run._datasets.items():
+        name = f"activations/{model}/{cap}/{hook}"
+        if model not in MODELS:
+            raise ProbeError(f"{path}: {name}: unknown model {model!r}; expected {' and '.join(MODELS)}")
+        if cap not in run._samples:
+            raise ProbeError(f"{path}: {name} has no sample records (samples/{cap}); the file is damaged")
+        if s.hooks and hook not in s.hooks:
+            raise ProbeError(f"{path}: {name}: hook {hook} is not among the run's settings hooks ({', '.join(s.hooks)}); the run "
+                             "does not match its own settings")
+        if s.layers and stored.layers != list(s.layers):
+            raise ProbeError(f"{path}: {name} stores layers {stored.layers[:8]} but the run's settings say {list(s.layers)[:8]}; the run "
+                             "does not match its own settings")
+        if s.store_dtype and stored.dtype != s.store_dtype:
+            raise ProbeError(f"{path}: {name} holds {stored.dtype} but the run's settings say store_dtype {s.store_dtype}; the run "
+                             "does not match its own settings")
+        other = run._datasets.get(("dpo" if model == "sft" else "sft", cap, hook))
+        if other is not None and (other.width, other.layers) != (stored.width, stored.layers):
+            raise ProbeError(f"{path}: {name} and its other model's dataset differ in width or layers; the file is damaged")
+        depth = run._models.get(model, {}).get("n_layers")
+        if isinstance(depth, int) and max(stored.layers, default=-1) >= depth:
+            raise ProbeError(f"{path}: {name} stores layer {max(stored.layers)} of a {depth}-layer model; the file is damaged")
+
+
+def _check_against_run_json(run_dir: Path, settings: RunSettings, path: Path) -> None:
+    """``run.json`` beside the file binds the directory: where both exist they must agree."""
+    from probes.journal import RUN_JSON, read_run_json
+
+    if not (run_dir / RUN_JSON).is_file():
+        return
+    existing = read_run_json(run_dir)
+    if existing is None:
+        return
+    beside = RunSettings.from_dict(existing["settings"], str(run_dir / RUN_JSON))
+    diffs = [key for key in COMPAT_KEYS if getattr(beside, key) != getattr(settings, key)]
+    if diffs:
+        raise ProbeError(f"{path}: its settings differ from {run_dir / RUN_JSON} in {', '.join(diffs[:4])}; the run does not match "
+                         "its own settings (was one of the files copied from another run?)")
+
+
 class RunWriter:
     """Append-only writer for the layout above (resume and crash safety live in :mod:`probes.journal`).
 
@@ -194,7 +511,9 @@ class RunWriter:
             self._file.attrs["schema_version"] = SCHEMA_VERSION
             self._file.attrs["toolkit_version"] = toolkit_version
             body = settings if isinstance(settings, dict) else settings.to_dict()
-            self._file.attrs["settings"] = json.dumps(RunSettings.from_dict(body).to_dict(), sort_keys=True)
+            text = json.dumps(RunSettings.from_dict(body).to_dict(), sort_keys=True)
+            self._file.attrs["settings"] = text
+            self._file.attrs["settings_sha256"] = settings_sha256(text)
 
     @property
     def file(self) -> h5py.File:
@@ -259,3 +578,7 @@ class RunWriter:
 
     def flush(self) -> None:
         self._file.flush()
+
+
+if __name__ == "__main__":
+    _child_main(sys.argv[1:])
