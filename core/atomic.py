@@ -17,6 +17,10 @@ themselves are not one atomic step (POSIX has no multi-file rename), but they on
 finished files, take microseconds, and a Ctrl-C that arrives during them is held back
 until they are done.
 
+A written file gets the mode a plain ``open(path, "w")`` would give it: a new file
+``0o666 & ~umask``, a replaced file the mode it had (the temporary files of
+:func:`tempfile.mkstemp` are ``0o600`` and would otherwise end up as the target's mode).
+
 Example:
     >>> import tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -69,7 +74,10 @@ def atomic_path(path: str | os.PathLike[str], *, durable: bool = True) -> Iterat
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
+    try:
+        os.fchmod(fd, _mode_for(target))
+    finally:
+        os.close(fd)
     try:
         yield Path(tmp)
         if durable:
@@ -117,6 +125,7 @@ def _stage(target: Path, content: Content, durable: bool) -> str:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        os.fchmod(fd, _mode_for(target))
         with os.fdopen(fd, "wb") as handle:
             _fill(handle, content)
             _flush(handle, durable)
@@ -124,6 +133,28 @@ def _stage(target: Path, content: Content, durable: bool) -> str:
         Path(tmp).unlink(missing_ok=True)
         raise
     return tmp
+
+
+def _mode_for(target: Path) -> int:
+    """The permission bits ``target`` keeps (it exists) or would get from ``open`` (it does not)."""
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        return 0o666 & ~current_umask()
+
+
+def current_umask() -> int:
+    """The process's umask, read without changing it where the kernel tells it (Linux), else set and restored."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _fill(handle: IO[bytes], content: Content) -> None:
