@@ -8,7 +8,8 @@ discrepancy on a *shared* symmetric colour scale, so panels compare. Every title
 the layer window, and a subtitle says why it is that window (``MetricMaps.window``).
 
 HTML is written with ``include_plotlyjs="directory"``: one ``plotly.min.js`` next to
-the files, no CDN, so the plots open on an offline machine. PNG goes through kaleido,
+the files, no CDN, so the plots open on an offline machine. That file is written here,
+atomically, before any HTML (plotly would write it itself, in place). PNG goes through kaleido,
 which needs a Chrome/Chromium binary; all PNGs are exported in one kaleido session.
 
 Example:
@@ -29,7 +30,7 @@ from plotly.subplots import make_subplots
 from analysis.maps import MetricMaps
 from analysis.profile import layer_profile, unit_order
 from analysis.window import format_layers
-from core.atomic import atomic_path
+from core.atomic import atomic_path, write_atomic
 from core.capabilities import parse_capability
 from core.errors import ProbeError
 
@@ -175,6 +176,10 @@ def write_figures(figures: dict[str, go.Figure], out_dir: Path, png: bool | None
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
     warnings: list[str] = []
+    if figures:
+        from plotly.offline import get_plotlyjs
+
+        write_atomic(out_dir / "plotly.min.js", get_plotlyjs())
     for stem, fig in figures.items():
         target = out_dir / f"{stem}.html"
         with atomic_path(target) as tmp:  # plotly.min.js goes beside it, into out_dir

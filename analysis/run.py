@@ -12,8 +12,12 @@ writes into ``RUN_DIR/analysis/`` (or ``out_dir``)::
     plots/<capability>_<hook>_<metric>_maps.html|png, ..._profile.html|png, all_<hook>_<metric>.html|png
     plots/plotly.min.js                   shared by the HTML files (offline)
 
-Every file is written atomically; the results are deterministic (no timestamps,
-stable tie rules), so two analyses of one run give byte-identical ``summary.json``.
+The files are written as one set (:func:`core.atomic.file_set`): into a staging folder first,
+then renamed into place together, with the neuron set of a capability × hook that no longer
+selects any unit removed in the same step; an analysis that fails, fills the disk or is
+interrupted leaves the previous analysis exactly as it was, never new maps or neuron sets
+beside an old ``summary.json``. The results are deterministic (no timestamps, stable tie
+rules), so two analyses of one run give byte-identical ``summary.json``.
 
 Example:
     >>> result = analyze_run("runs/demo", capabilities=["multi_turn"], plots=False)    # doctest: +SKIP
@@ -35,6 +39,7 @@ from analysis.select import select_neurons
 from analysis.stability import LayerStability, layer_stability
 from analysis.summary import AnalysisSummary, HookSummary
 from analysis.window import format_layers, resolve_window
+from core.atomic import StagedSet, file_set
 from core.capabilities import parse_capabilities
 from core.errors import ProbeError
 from probes.hook_points import validate_hook
@@ -108,13 +113,24 @@ def analyze_run(
     result = AnalysisResult(None, target, target / "summary.json", target / f"maps_{config.metric}.h5", all_maps, warnings=warnings)
     if config.stability_resamples:
         result.stability = {key: _stability(maps, config) for key, maps in all_maps.items()}
-    save_maps(list(all_maps.values()), result.maps_path)
-    _write_neuron_sets(result, config, str(run_path), hashes)
-    if plots:
-        _write_plots(result, config, png)
-    result.summary = _summary(result, config, str(run_path), hashes)
-    result.summary.save(result.summary_path)
+    try:
+        with file_set(target) as staged:
+            _write_set(result, config, str(run_path), hashes, staged, png if plots else False, plots)
+    except OSError as exc:
+        raise ProbeError(f"{target}: writing the analysis failed ({exc.strerror or exc}); nothing there was replaced, the previous "
+                         "analysis is as it was: free space (or fix permissions) and rerun") from None
     return result
+
+
+def _write_set(result: AnalysisResult, config: AnalysisConfig, run_dir: str, hashes: dict[str, str], staged: StagedSet,
+               png: bool | None, plots: bool) -> None:
+    """Every output, written below ``staged.folder``; :func:`core.atomic.file_set` moves them into place together."""
+    save_maps(list(result.maps.values()), staged.folder / result.maps_path.name)
+    _write_neuron_sets(result, config, run_dir, hashes, staged)
+    if plots:
+        _write_plots(result, config, png, staged.folder)
+    result.summary = _summary(result, config, run_dir, hashes)
+    result.summary.save(staged.folder / result.summary_path.name)
 
 
 def _capabilities(run: RunReader, names: str | list[str] | tuple[str, ...] | None) -> list[str]:
@@ -159,13 +175,16 @@ def _stability(maps: MetricMaps, config: AnalysisConfig) -> LayerStability:
     return layer_stability(maps.layers, layer_scores(maps.delta), maps.resampled_scores, config.stability_seed)
 
 
-def _write_neuron_sets(result: AnalysisResult, config: AnalysisConfig, run_dir: str, hashes: dict[str, str]) -> None:
+def _write_neuron_sets(result: AnalysisResult, config: AnalysisConfig, run_dir: str, hashes: dict[str, str], staged: StagedSet) -> None:
     for (cap, hook), maps in result.maps.items():
         chosen = select_neurons(maps, config.rule, config.top_k, config.threshold, config.fdr_alpha, run_dir, hashes)
+        name = f"neurons_{cap}_{hook}.json"
         if len(chosen) == 0:
             result.warnings.append(f"{cap}/{hook}: no unit qualifies under --rule {config.rule}; no neuron set written")
+            staged.obsolete.append(result.out_dir / name)  # an older set must not outlive the analysis that replaced it
             continue
-        result.neuron_sets[(cap, hook)] = chosen.save(result.out_dir / f"neurons_{cap}_{hook}.json")
+        chosen.save(staged.folder / name)
+        result.neuron_sets[(cap, hook)] = result.out_dir / name
         quiet_note = _quiet_units_note(maps, [n.layer for n in chosen.neurons], config.metric)
         if quiet_note:
             result.warnings.append(f"{cap}/{hook}: {quiet_note}")
@@ -182,7 +201,7 @@ def _quiet_units_note(maps: MetricMaps, unit_layers: list[int], metric: str, rat
             f"is below {ratio:.0%} of layer {maps.loudest_layer()}'s: scaling them may change nothing downstream{advice}")
 
 
-def _write_plots(result: AnalysisResult, config: AnalysisConfig, png: bool | None) -> None:
+def _write_plots(result: AnalysisResult, config: AnalysisConfig, png: bool | None, folder: Path) -> None:
     figures = {}
     for (cap, hook), maps in result.maps.items():
         stem = f"{cap}_{hook}_{config.metric}"
@@ -190,8 +209,8 @@ def _write_plots(result: AnalysisResult, config: AnalysisConfig, png: bool | Non
         figures[f"{stem}_profile"] = profile_figure(maps, config.fdr_alpha)
     for hook in dict.fromkeys(h for _, h in result.maps):
         figures[f"all_{hook}_{config.metric}"] = faceted_figure([m for (_, h), m in result.maps.items() if h == hook], config.reorder)
-    paths, notes = write_figures(figures, result.out_dir / "plots", png)
-    result.plots.extend(paths)
+    paths, notes = write_figures(figures, folder / "plots", png)
+    result.plots.extend(result.out_dir / "plots" / p.name for p in paths)
     result.warnings.extend(notes)
 
 

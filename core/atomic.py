@@ -17,6 +17,11 @@ themselves are not one atomic step (POSIX has no multi-file rename), but they on
 finished files, take microseconds, and a Ctrl-C that arrives during them is held back
 until they are done.
 
+A set of files made by writers of their own (h5py, plotly, kaleido) goes through
+:func:`file_set`: they write into a staging folder inside the target folder, and when every
+one is complete they are renamed into place together, with the files the new set no longer
+has removed in the same step; an error or Ctrl-C before then leaves the old set untouched.
+
 A written file gets the mode a plain ``open(path, "w")`` would give it: a new file
 ``0o666 & ~umask``, a replaced file the mode it had (the temporary files of
 :func:`tempfile.mkstemp` are ``0o600`` and would otherwise end up as the target's mode).
@@ -41,19 +46,21 @@ Example:
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Union
 
 Content = Union[str, bytes, Callable[[IO[bytes]], Any]]
 """What a file is made of: text (written as UTF-8), bytes, or a function that writes to a binary handle."""
 
-__all__ = ["Content", "atomic_file", "atomic_path", "replace_together", "write_atomic"]
+__all__ = ["Content", "StagedSet", "atomic_file", "atomic_path", "file_set", "replace_together", "write_atomic"]
 
 
 @contextmanager
@@ -118,6 +125,42 @@ def replace_together(files: Mapping[str | os.PathLike[str], Content], *, durable
     if durable:
         for folder in {Path(p).parent for p in files}:
             sync_folder(folder)
+
+
+@dataclass
+class StagedSet:
+    """Where a set is written (``folder``), and the files of the old set the new one drops (``obsolete``)."""
+
+    folder: Path
+    obsolete: list[Path] = field(default_factory=list)
+
+
+@contextmanager
+def file_set(target_dir: str | os.PathLike[str], *, durable: bool = True) -> Iterator[StagedSet]:
+    """A staging folder inside ``target_dir``; every file written below it replaces its namesake in ``target_dir``
+    when the block ends without error, all together (and ``obsolete`` files are removed with them); on any error
+    nothing in ``target_dir`` changes and the staging folder is removed."""
+    target = Path(target_dir)
+    target.mkdir(parents=True, exist_ok=True)
+    staged = StagedSet(Path(tempfile.mkdtemp(prefix=".staging-", dir=target)))
+    try:
+        yield staged
+        moves = [(path, target / path.relative_to(staged.folder)) for path in sorted(staged.folder.rglob("*")) if path.is_file()]
+        for source, destination in moves:
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            os.chmod(source, _mode_for(destination))
+            if durable:
+                _sync_file(source)
+        with _sigint_deferred():
+            for source, destination in moves:
+                os.replace(source, destination)
+            for old in staged.obsolete:
+                old.unlink(missing_ok=True)
+        if durable:
+            for folder in {d.parent for _, d in moves} | {target}:
+                sync_folder(folder)
+    finally:
+        shutil.rmtree(staged.folder, ignore_errors=True)
 
 
 def _stage(target: Path, content: Content, durable: bool) -> str:
