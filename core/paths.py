@@ -14,6 +14,10 @@ one :class:`~core.errors.ProbeError` that names the option, the path and what is
   and removing a temporary file in it, which also catches a read-only file system and
   holds for root, where permission bits say nothing.
 
+An output file must also not be one of the command's inputs (:func:`check_not_an_input`):
+``--out T`` with ``--test T`` would replace the test file with the result. The same file
+reached through another name (a relative path, a symbolic or hard link) counts as the same.
+
 They create nothing that stays, so a refused command leaves the disk as it was. Whether
 an existing output may be replaced is each command's own rule (``--overwrite``, resume).
 
@@ -33,7 +37,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from core.errors import ProbeError
@@ -44,9 +48,32 @@ def check_output_dir(path: str | os.PathLike[str], flag: str) -> Path:
     return _checked(Path(path), flag, _check_dir)
 
 
-def check_output_file(path: str | os.PathLike[str], flag: str) -> Path:
-    """``path`` as a :class:`Path` if a command can write a file there (its missing parents are created), else :class:`ProbeError`."""
-    return _checked(Path(path), flag, _check_file)
+def check_output_file(path: str | os.PathLike[str], flag: str,
+                      inputs: Mapping[str, str | os.PathLike[str] | None] | None = None) -> Path:
+    """``path`` as a :class:`Path` if a command can write a file there (its missing parents are created), else :class:`ProbeError`.
+
+    ``inputs``: ``{flag: path}`` of the files the command reads; an output that is one of them is refused.
+    """
+    checked = _checked(Path(path), flag, _check_file)
+    check_not_an_input(checked, flag, inputs or {})
+    return checked
+
+
+def check_not_an_input(path: str | os.PathLike[str], flag: str, inputs: Mapping[str, str | os.PathLike[str] | None]) -> None:
+    """Refuse an output file that is one of ``inputs`` ({flag: path}; None for an input not given): writing it would destroy it."""
+    for input_flag, source in inputs.items():
+        if source is not None and _same_file(Path(path), Path(source)):
+            raise ProbeError(f"{flag} {path}: is the same file as {input_flag} {source}; writing it would overwrite the input: "
+                             "name another output file")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        if a.exists() and b.exists():
+            return os.path.samefile(a, b)
+        return a.resolve() == b.resolve()
+    except (OSError, ValueError):
+        return False
 
 
 def _checked(p: Path, flag: str, check: Callable[[Path, str], None]) -> Path:

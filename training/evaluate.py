@@ -78,12 +78,39 @@ class PairEvaluation:
         return asdict(self)
 
     def save(self, path: str | Path) -> Path:
+        """Write the result to ``path``; when that fails (a full disk), keep it in a temporary folder or the home
+        folder and say where in one :class:`ProbeError`, so the generations are not lost."""
         from core.atomic import write_atomic
 
         p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(p, json.dumps(self.to_dict(), indent=1))
+        body = json.dumps(self.to_dict(), indent=1)
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(p, body)
+        except OSError as exc:
+            kept = _keep_elsewhere(body, p.name)
+            where = f"the full result was kept in {kept}: move it where you want it" if kept else \
+                "no other place could be written either; the table above is the result"
+            raise ProbeError(f"--out {p}: cannot write ({exc.strerror or exc}); any old file there is as it was; {where}") from None
         return p
+
+
+def _keep_elsewhere(body: str, name: str) -> Path | None:
+    """``body`` written to a new file in the temporary folder or the home folder, whichever takes it; None if neither."""
+    import tempfile
+
+    for folder in (Path(tempfile.gettempdir()), Path.home()):
+        try:
+            fd, kept = tempfile.mkstemp(prefix=f"probe-eval-{Path(name).stem}-", suffix=".json", dir=folder)
+        except OSError:
+            continue
+        try:
+            with open(fd, "w", encoding="utf-8") as handle:
+                handle.write(body)
+            return Path(kept)
+        except OSError:
+            Path(kept).unlink(missing_ok=True)
+    return None
 
 
 def judged_pairs(a: Sequence[int | None], b: Sequence[int | None]) -> tuple[np.ndarray, np.ndarray]:

@@ -34,6 +34,7 @@ from core.judges.agreement import Agreement, CapabilityScore, agreement, score_t
 from core.judges.base import Verdict
 from core.judges.factory import JUDGE_MODES, make_judge
 from core.llm.config import ClientConfig
+from core.paths import check_not_an_input
 from core.rows import iter_jsonl, read_test_rows
 from core.schema import TestRow
 
@@ -116,6 +117,8 @@ def judge_files(data: str | os.PathLike[str], responses: str | os.PathLike[str],
                 client_config: ClientConfig | None = None, *, limit: int | None = None,
                 verdicts_out: str | os.PathLike[str] | None = None) -> JudgeReport:
     """Read both files, judge (the first ``limit`` rows if given), optionally write per-row verdicts."""
+    if verdicts_out is not None:
+        check_not_an_input(verdicts_out, "--verdicts-out", {"--responses": responses, "--data": data})
     rows = read_test_rows(data)
     texts = read_responses(responses, len(rows))
     if limit is not None:

@@ -56,7 +56,7 @@ def judge(
     if judge_name not in JUDGE_MODES:
         raise ProbeError(f"--judge: expected one of {', '.join(JUDGE_MODES)}, got {judge_name!r}")
     if verdicts_out is not None:
-        check_output_file(verdicts_out, "--verdicts-out")
+        check_output_file(verdicts_out, "--verdicts-out", {"--responses": responses, "--data": data})
     if cache_dir is not None and not no_cache and judge_name in ("llm", "both"):
         check_output_dir(cache_dir, "--cache-dir")
     config = None

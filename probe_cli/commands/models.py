@@ -106,7 +106,7 @@ def evaluate(
     from training.evaluate import evaluate_pair, pair_warnings
 
     if out is not None:
-        check_output_file(out, "--out")
+        check_output_file(out, "--out", {"--test": test})
     if sft is None and dpo is None:
         pair = default_pair(pair_name)
         base = base or pair.base_dir
