@@ -41,8 +41,8 @@ from core.errors import ProbeError
 from core.errors import Interrupted
 from probes.batching import pending_batches, plan_batches
 from probes.config import RecordConfig
-from probes.distributed import World, joined, rank_device, world_from_env
-from probes.hook_points import TL_NAMES, parse_layers
+from probes.distributed import PeerLost, World, joined, machine_device, reported_once, world_from_env
+from probes.hook_points import HOOK_TABLE, parse_layers
 from probes.journal import (ConsolidationPlan, Shard, committed_ids, consolidate, h5_settings, has_recordings, list_shards,
                             read_run_json, remove_stale_temp, run_lock, shard_path, shard_sample_ids, write_failure, write_run_json,
                             write_shard)
@@ -195,8 +195,13 @@ def record_run(config: RecordConfig, progress: bool = True) -> RunResult:
     of the batches and rank 0 consolidates (:mod:`probes.distributed`).
     """
     world = world_from_env()
-    with joined(world):
-        return _record(config, world, progress)
+    with reported_once(world):
+        device = machine_device(config.device, world)  # before the group starts and before anything loads
+        with joined(world):
+            try:
+                return _record(config, world, device, progress)
+            except KeyboardInterrupt:  # before the run dir was chosen: nothing recorded
+                raise Interrupted("recording stopped before it began; rerun the same command") from None
 
 
 @dataclass
@@ -256,16 +261,28 @@ def _start_on_main(run_dir: Path, settings: RunSettings, prompt_sets: list[Promp
     return done
 
 
-def _record(config: RecordConfig, world: World, progress: bool) -> RunResult:
+def _record(config: RecordConfig, world: World, device: str | None, progress: bool) -> RunResult:
+    started = time.perf_counter()
+    try:
+        inputs = world.agree(lambda: _prepare(config))
+        run_dir = world.on_main(lambda: config.out_dir or default_run_dir(config))
+    except PeerLost as exc:
+        raise _stopped(None, exc) from None
+    try:
+        return _record_into(run_dir, inputs, config, world, device, progress, started)
+    except PeerLost as exc:
+        raise _stopped(run_dir, exc) from None
+    except KeyboardInterrupt:
+        raise _interrupted(run_dir) from None
+
+
+def _record_into(run_dir: Path, inputs: _Inputs, config: RecordConfig, world: World, device: str | None, progress: bool,
+                 started: float) -> RunResult:
     import torch
 
     from probes.backends import make_backend
     from probes.pair import load_pair
 
-    started = time.perf_counter()
-    inputs = world.agree(lambda: _prepare(config))
-    device = world.agree(lambda: rank_device(config.device, world))
-    run_dir = world.on_main(lambda: config.out_dir or default_run_dir(config))
     with ExitStack() as stack:
         def lock_and_settings() -> RunSettings:
             stack.enter_context(run_lock(run_dir))
@@ -287,18 +304,13 @@ def _record(config: RecordConfig, world: World, progress: bool) -> RunResult:
         bar = _progress_bar(sum(len(w.positions) for w in mine), progress and world.is_main, world)
         try:
             recorded = world.agree(lambda: _record_batches(run_dir, mine, backends, config.store_dtype, pad_id, bar))
-        except KeyboardInterrupt:
-            raise _interrupted(run_dir) from None
         finally:
             if bar is not None:
                 bar.close()
         recorded = _sum_counts(world.gather(recorded))
         call = {"device": pair.device, "dtype": inputs.dtype, "batch_size": config.batch_size, "max_batch_tokens": budget,
                 "processes": world.size, "recorded": recorded, "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-        try:
-            world.on_main(lambda: _finish_on_main(run_dir, inputs, pair, settings, call, work))
-        except KeyboardInterrupt:
-            raise _interrupted(run_dir) from None
+        world.on_main(lambda: _finish_on_main(run_dir, inputs, pair, settings, call, work))
         counts = world.on_main(lambda: {p.capability: int(len(committed_ids(run_dir, p.capability))) for p in inputs.prompt_sets})
     resumed = {p.capability: len(done[p.capability]) for p in inputs.prompt_sets}
     recorded = {p.capability: recorded.get(p.capability, 0) for p in inputs.prompt_sets}
@@ -322,7 +334,7 @@ def _finish_on_main(run_dir: Path, inputs: _Inputs, pair: Any, settings: RunSett
         raise ProbeError(f"{len(missing)} batches recorded by other processes are not in {run_dir / 'journal'}: with several nodes, "
                          "--out must be a directory every node sees (a shared filesystem); rerun the same command to resume")
     provenance = {"versions": library_versions(), **call}
-    plan = ConsolidationPlan(settings.to_dict(), pair.info, inputs.layers, {h: TL_NAMES[h] for h in settings.hooks}, toolkit_version(),
+    plan = ConsolidationPlan(settings.to_dict(), pair.info, inputs.layers, {h: HOOK_TABLE[h].tl_name for h in settings.hooks}, toolkit_version(),
                              provenance)
     consolidate(run_dir, [p.capability for p in inputs.prompt_sets], plan)
 
@@ -340,6 +352,15 @@ def _interrupted(run_dir: Path) -> Interrupted:
     consolidated = "the consolidated activations.h5 is whole" if (run_dir / "activations.h5").is_file() else "nothing was consolidated yet"
     return Interrupted(f"recording stopped; {shards} recorded batches are kept in {run_dir / 'journal'} and {consolidated}; "
                        f"rerun the same command (with --out {run_dir}) to resume")
+
+
+def _stopped(run_dir: Path | None, lost: PeerLost) -> PeerLost:
+    """A lost peer, with what is kept and how to resume (the same rank reports it)."""
+    if run_dir is None:
+        return PeerLost(f"{lost}; nothing was recorded; rerun the same command", lost.reporter, lost.dead)
+    shards = sum(1 for _ in (run_dir / "journal").glob("*/*.npz"))
+    return PeerLost(f"{lost}; {shards} recorded batches are kept in {run_dir / 'journal'}; rerun the same command "
+                    f"(with --out {run_dir}) to resume", lost.reporter, lost.dead)
 
 
 def _check_rows(rows: list[Any], config: RecordConfig, data_file: Path) -> None:
