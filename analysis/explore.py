@@ -4,12 +4,20 @@ A map says *which* unit moved; the drill-down says *on what*: the prompts on whi
 chosen unit is most active, with both models' values side by side, read straight
 from the run (one unit's column, not the whole tensor).
 
+The explorer's parameters (``PROBE_RUN_DIR``, ``PROBE_CAPABILITY``, ``PROBE_HOOK``, or the
+parameter cell) are checked by :func:`open_explorer`: a missing run, or a capability or hook the
+run did not record, is one :class:`~core.errors.ProbeError` naming the parameter and what the
+run holds.
+
 Example:
     >>> with RunReader("runs/demo") as run:                                             # doctest: +SKIP
     ...     top_prompts(run, "multi_turn", "mlp_out", layer=19, unit=7, n=5)
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,6 +26,39 @@ from analysis.maps import MetricMaps
 from analysis.profile import layer_profile, top_units
 from core.errors import ProbeError
 from probes.store import MODELS, RunReader
+
+
+def open_explorer(run_dir: str | os.PathLike[str], capability: str | None = None,
+                  hook: str | None = None) -> tuple[RunReader, str, str]:
+    """The run and the capability and hook the explorer shows (None: the first recorded), each checked in one line."""
+    where = "PROBE_RUN_DIR" if os.environ.get("PROBE_RUN_DIR") else "RUN_DIR"
+    if not Path(run_dir).is_dir():
+        raise ProbeError(f"{where}={str(run_dir)!r}: not a directory; expected a run directory written by `probe run`")
+    run = RunReader(run_dir)
+    try:
+        return run, *_explorer_choice(run, capability, hook)
+    except ProbeError:
+        run.close()
+        raise
+
+
+def _explorer_choice(run: RunReader, capability: str | None, hook: str | None) -> tuple[str, str]:
+    recorded = run.capabilities()
+    if not recorded:
+        raise ProbeError(f"{run.run_dir}: no recorded samples in this run; record activations first with `probe run`")
+    chosen = _named(capability, recorded, "PROBE_CAPABILITY", "capability", run) if capability else recorded[0]
+    hooks = [h for h in run.hooks(chosen, "sft") if h in run.hooks(chosen, "dpo")]
+    if not hooks:
+        raise ProbeError(f"{run.path}: capability {chosen!r} has no activations recorded for both models")
+    return chosen, _named(hook, hooks, "PROBE_HOOK", "hook", run) if hook else hooks[0]
+
+
+def _named(value: str, recorded: list[str], variable: str, what: str, run: RunReader) -> str:
+    name = str(value).strip()
+    if name not in recorded:
+        shown_as = f"{variable}={value!r}" if os.environ.get(variable) else f"{what.upper()} {value!r}"
+        raise ProbeError(f"{shown_as}: no {what} of that name in {run.run_dir} (recorded: {', '.join(recorded)})")
+    return name
 
 
 def unit_activations(run: RunReader, capability: str, hook: str, layer: int, unit: int, model: str) -> np.ndarray:

@@ -75,6 +75,11 @@ class NeuronSet:
     def from_dict(cls, obj: Any, source: str = "neuron set") -> NeuronSet:
         if not isinstance(obj, dict) or obj.get("format") != FORMAT:
             raise ProbeError(f"{source}: not a neuron-set file (expected a JSON object with format {FORMAT!r})")
+        version = obj.get("version", VERSION)
+        if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= VERSION:
+            newer = isinstance(version, int) and not isinstance(version, bool) and version > VERSION
+            raise ProbeError(f"{source}: neuron-set version {shown(version)}, " + (
+                f"newer than this toolkit reads ({VERSION}); update the toolkit" if newer else f"expected an integer 1-{VERSION}"))
         if not isinstance(obj.get("hook"), str):
             raise ProbeError(f"{source}: missing 'hook' (e.g. \"mlp_out\")")
         raw = obj.get("neurons")
