@@ -159,34 +159,20 @@ def test_a_missing_peer_ends_in_one_line_within_the_join_timeout(tiny_pair, role
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.slow
-def test_ctrl_c_stops_the_wait_for_a_missing_peer_at_once(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    port = _free_port()
-    env = _env(WORLD_SIZE="2", RANK="0", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    waiting = subprocess.Popen([sys.executable, *_probe_run(tiny_pair, rolemrc_file, tmp_path / "run")], env=env, cwd=ROOT,
-                               stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_until_listening(port, waiting)
-        stopped = time.monotonic()
-        waiting.send_signal(signal.SIGINT)
-        _, stderr = waiting.communicate(timeout=30)
-    finally:
-        waiting.kill()
-    assert time.monotonic() - stopped < 10
-    assert waiting.returncode == 130, stderr[-3000:]
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("interrupted: stopped while the 2 processes"), stderr[-3000:]
+def test_ctrl_c_stops_the_wait_for_a_missing_peer_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
 
+    from core.errors import Interrupted
+    from probes.distributed import World, joined
 
-def _wait_until_listening(port: int, process: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and process.poll() is None:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.1)
-    raise AssertionError(f"rank 0 never listened on {port} (exit {process.poll()})")
+    for name, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "PROBE_JOIN_TIMEOUT": "60"}.items():
+        monkeypatch.setenv(name, value)
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+    started = time.monotonic()
+    with pytest.raises(Interrupted) as info, joined(World(0, 2, 0)):
+        pass
+    assert time.monotonic() - started < 1 + 2
+    assert str(info.value).startswith("stopped while the 2 processes of the data-parallel run were meeting; nothing was recorded")
 
 
 @pytest.mark.slow
