@@ -1,20 +1,23 @@
-"""A careful chat client over the ``openai`` package: cache, retries, bounded concurrency.
+"""A careful client for OpenAI-compatible chat endpoints: cache, retries, bounded concurrency, deadlines.
 
-Why not the ``openai`` client's own retries: we need to count them, honour our own
-backoff and turn the last failure into a one-line :class:`ProbeError` naming the
-endpoint and the status. So the underlying client runs with ``max_retries=0`` and this
-layer decides:
+Requests go through :mod:`core.llm.transport` (one POST with a total deadline and a byte
+cap), not the ``openai`` package: its timeout bounded each read, so a reply dripping a byte
+a second or a chunked body that never ended held a run for ever, and it read bodies of any
+size. We also count retries, honour our own backoff and turn the last failure into a
+one-line :class:`ProbeError` naming the endpoint and the status. This layer decides:
 
 * retried (exponential backoff + jitter, at least ``Retry-After``): HTTP 408/409/429/5xx,
-  timeouts, refused or broken connections (reset, or closed before the body was complete),
-  and malformed replies (a body that is not JSON even when labelled so, JSON that is not a
+  timeouts (no complete reply within ``timeout`` seconds), refused or broken connections
+  (reset, or closed before the body was complete), and malformed replies (a body that is
+  not JSON, JSON nested too deeply to parse, a body over the size cap, JSON that is not a
   chat completion, a completion with no choices);
 * fatal at once: other 4xx (bad model name, bad key, bad request), naming the status.
 
 :func:`_classify` is the one place that maps an exception of the transport or the
 protocol to one of those two outcomes; whatever the fault, the caller sees either a
 reply or one :class:`ProbeError` line, after at most ``max_retries + 1`` attempts of at
-most ``timeout`` seconds each (per read) plus the backoff between them.
+most ``timeout`` seconds each (connect, headers and body together) plus the backoff
+between them.
 
 Why the requests run on daemon threads rather than a ``ThreadPoolExecutor``: the
 interpreter joins executor threads at exit, so a Ctrl-C during a request that the
@@ -27,7 +30,10 @@ Every answered request is written to the cache (:mod:`core.llm.cache`) the
 moment it arrives, keyed by (endpoint, model, messages, params), so a rerun or resumed
 run makes no request it has already paid for. Each attempt is appended to
 ``CACHE_DIR/requests.log`` (JSON lines: key prefix, attempt, outcome, seconds); the
-API key is never part of anything written, and is masked in any error text.
+API key is never part of anything written. Every string that came from the server (error
+messages, reasons, the start of a malformed body, the reply itself) is scrubbed by
+:class:`core.llm.scrub.Scrubber` of the key, any 8 characters of it, URL credentials and
+terminal control sequences before it is cut to length, printed, logged or cached.
 
 Example:
     >>> cfg = ClientConfig.from_env(base_url="http://127.0.0.1:8000/v1", model="/models/tiny")  # doctest: +SKIP
@@ -39,8 +45,11 @@ Example:
 from __future__ import annotations
 
 import errno
+import http.client
 import json
 import logging
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -53,6 +62,8 @@ from core.errors import Interrupted, ProbeError
 from core.llm.backoff import BackoffPolicy
 from core.llm.cache import ReplyCache, normalise_base_url, request_key
 from core.llm.config import ClientConfig
+from core.llm.scrub import Scrubber
+from core.llm.transport import MAX_REPLY_BYTES, BadReply, HttpReply, parse_json, post_json
 
 __all__ = ["ChatReply", "ClientConfig", "ClientStats", "LLMClient", "Messages"]
 
@@ -99,15 +110,15 @@ class LLMClient:
     """Thread-safe chat client; one instance per endpoint/model."""
 
     def __init__(self, config: ClientConfig) -> None:
-        import openai
-
         self.config = config
         self.stats = ClientStats()
         self.cache = ReplyCache(config.cache_dir)
         self.backoff = BackoffPolicy(base=config.backoff_base, max_delay=config.backoff_max)
+        self.max_reply_bytes = MAX_REPLY_BYTES
         self._lock = threading.Lock()
-        self._key = config.api_key()
-        self._openai = openai.OpenAI(base_url=config.base_url, api_key=self._key, max_retries=0, timeout=config.timeout)
+        self._scrubber = Scrubber(config.secrets())
+        self._url = config.base_url.rstrip("/") + "/chat/completions"
+        self._headers = {"Authorization": config.authorization(), "Accept": "application/json", "User-Agent": "probe-llm-client"}
         self._log_path: Path | None = config.cache_dir / "requests.log" if config.cache_dir is not None else None
         self._token_param = "max_tokens"
 
@@ -200,25 +211,25 @@ class LLMClient:
         raise AssertionError("unreachable")
 
     def _ask_once(self, messages: Messages, params: dict[str, Any]) -> ChatReply:
-        import openai
-
         self._bump("requests")
         sent = self._wire_params(params)
+        payload = {"model": self.config.model, "messages": messages, **sent}
         try:
-            response = self._openai.chat.completions.create(model=self.config.model, messages=messages, **sent)  # type: ignore[arg-type]
-        except openai.BadRequestError as exc:
-            if "max_tokens" in sent and "max_completion_tokens" in str(exc.message):
-                # Newer OpenAI models reject max_tokens; switch once for this client and ask again.
-                log.info("endpoint wants max_completion_tokens instead of max_tokens; switching")
-                self._token_param = "max_completion_tokens"
-                return self._ask_once(messages, params)
-            raise self._final(f"HTTP {exc.status_code}{_server_message(exc)}") from None
-        except (openai.OpenAIError, ValueError, OSError) as exc:
-            failure = _classify(exc, self.config.timeout)
-            if isinstance(failure, _Retryable):
-                raise failure from None
-            raise self._final(failure) from None
-        return _parse_completion(response)
+            reply = post_json(self._url, payload, self._headers, self.config.timeout, self.max_reply_bytes)
+        except (OSError, http.client.HTTPException, BadReply, ValueError) as exc:
+            raise self._classify(exc) from None
+        if 200 <= reply.status < 300:
+            return self._completion(reply.body)
+        message = self._server_message(reply)
+        if reply.status == 400 and "max_tokens" in sent and "max_completion_tokens" in message:
+            # Newer OpenAI models reject max_tokens; switch once for this client and ask again.
+            log.info("endpoint wants max_completion_tokens instead of max_tokens; switching")
+            self._token_param = "max_completion_tokens"
+            return self._ask_once(messages, params)
+        what = f"HTTP {reply.status}{message}"
+        if reply.status in RETRYABLE_STATUS or reply.status >= 500:
+            raise _Retryable(what, reply.headers.get("retry-after"))
+        raise self._final(what)
 
     def _wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
         """Parameters as this endpoint wants them (the cache key always uses ``max_tokens``)."""
@@ -232,7 +243,64 @@ class LLMClient:
         return ProbeError(self._mask(f"LLM endpoint {self.config.base_url} (model {self.config.model!r}): {what}"))
 
     def _mask(self, text: str) -> str:
-        return text.replace(self._key, "***") if self._key and self._key != "EMPTY" else text
+        return self._scrubber.scrub(text)
+
+    def _clip(self, text: str, limit: int) -> str:
+        """Server text on one line of at most ``limit`` characters: scrubbed first, then cut."""
+        return _one_line(self._scrubber.scrub(text), limit)
+
+    def _classify(self, exc: BaseException) -> _Retryable:
+        """The one mapping of a failed exchange: what went wrong, in words (every such failure is retried)."""
+        if isinstance(exc, TimeoutError):
+            return _Retryable(f"timed out after {self.config.timeout:g}s")
+        if isinstance(exc, BadReply):
+            return _Retryable(f"malformed reply ({exc})")
+        if isinstance(exc, http.client.LineTooLong):
+            return _Retryable(f"malformed reply (a status or header line is over 64 KiB: {self._clip(str(exc), 80)})")
+        broken = (http.client.IncompleteRead, http.client.RemoteDisconnected, http.client.BadStatusLine, ConnectionResetError,
+                  BrokenPipeError, ConnectionAbortedError)
+        if isinstance(exc, broken):
+            return _Retryable("connection failed: the connection broke before the reply was complete "
+                              f"({type(exc).__name__}: {self._clip(str(exc), 80)})")
+        if isinstance(exc, ConnectionRefusedError) or getattr(exc, "errno", None) == errno.ECONNREFUSED:
+            return _Retryable("connection failed: refused (is a server listening there?)")
+        if isinstance(exc, (socket.gaierror, ssl.SSLError, OSError)):
+            return _Retryable(f"connection failed: could not connect ({self._clip(str(exc), 80)}; is a server listening there?)")
+        return _Retryable(f"malformed reply ({type(exc).__name__}: {self._clip(str(exc), 80)})")
+
+    def _completion(self, body: bytes) -> ChatReply:
+        """Content of the first choice; anything that is not a chat completion is retryable garbage."""
+        try:
+            data = parse_json(body)
+        except BadReply as exc:
+            raise _Retryable(f"malformed reply ({exc})") from None
+        except ValueError as exc:  # not JSON, or not UTF-8
+            begins = self._clip(body[:4096].decode("utf-8", "replace"), 60)
+            raise _Retryable(f"malformed reply (the body is not valid JSON: {self._clip(str(exc), 80)}; it begins {begins!r})") from None
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(choices, list) or not choices:
+            raise _Retryable("malformed reply (not a chat completion: JSON without 'choices')")
+        first = choices[0] if isinstance(choices[0], dict) else {}
+        message = first.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(message, dict) or not (content is None or isinstance(content, str)):
+            raise _Retryable("malformed reply (first choice has no message text)")
+        finish = first.get("finish_reason")
+        return ChatReply(self._scrubber.scrub(content or ""), self._clip(finish, 40) if isinstance(finish, str) else None)
+
+    def _server_message(self, reply: HttpReply) -> str:
+        """The error message of a failed reply (OpenAI's ``error.message``, FastAPI's ``detail``), else its reason phrase."""
+        try:
+            body = parse_json(reply.body)
+        except (ValueError, BadReply):
+            body = None
+        message: Any = None
+        if isinstance(body, dict):
+            inner = body.get("error", body)
+            message = inner.get("message") if isinstance(inner, dict) else inner
+            message = message or body.get("detail")
+        text = _as_text(message) or reply.reason
+        return f" {self._clip(text, 200)}" if text else ""
 
     def _bump(self, counter: str) -> None:
         with self._lock:
@@ -292,72 +360,17 @@ def _run_bounded(jobs: Sequence[Callable[[], T]], workers: int, stop: threading.
     return results
 
 
-def _classify(exc: BaseException, timeout: float) -> _Retryable | str:
-    """The one mapping of a failed request: a retryable condition, or the text of a fatal one."""
-    import openai
-
-    if isinstance(exc, openai.APITimeoutError):
-        return _Retryable(f"timed out after {timeout:g}s")
-    if isinstance(exc, openai.APIStatusError):
-        what = f"HTTP {exc.status_code}{_server_message(exc)}"
-        if exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500:
-            return _Retryable(what, exc.response.headers.get("retry-after"))
-        return what
-    if isinstance(exc, (openai.APIConnectionError, OSError)):
-        return _Retryable(f"connection failed: {_connection_problem(exc)}")
-    if isinstance(exc, ValueError):  # a body labelled JSON that is not JSON, or not UTF-8
-        return _Retryable(f"malformed reply (the body is not valid JSON: {_one_line(str(exc), 80)})")
-    return _Retryable(f"malformed reply ({_one_line(str(exc), 120)})")  # e.g. JSON that is not a chat completion
-
-
-def _connection_problem(exc: BaseException) -> str:
-    """What went wrong on the wire, from the exception's chain of causes."""
-    chain = _causes(exc)
-    names = [type(e).__name__ for e in chain]
-    if any(isinstance(e, ConnectionRefusedError) or getattr(e, "errno", None) == errno.ECONNREFUSED for e in chain):
-        return "refused (is a server listening there?)"
-    if "ConnectError" in names or "ConnectTimeout" in names:
-        return f"could not connect ({_one_line(str(chain[-1]), 80)}; is a server listening there?)"
-    broken = next((e for e in chain if type(e).__name__ in ("RemoteProtocolError", "ReadError", "WriteError")
-                   or isinstance(e, (ConnectionResetError, BrokenPipeError))), None)
-    if broken is not None:
-        return f"the connection broke before the reply was complete ({type(broken).__name__}: {_one_line(str(broken), 80)})"
-    return f"{_one_line(str(chain[-1]) or names[-1], 80)} ({names[-1]})"
-
-
-def _causes(exc: BaseException) -> list[BaseException]:
-    chain: list[BaseException] = []
-    current: BaseException | None = exc
-    while current is not None and current not in chain:
-        chain.append(current)
-        current = current.__cause__ or current.__context__
-    return chain
-
-
-def _parse_completion(response: Any) -> ChatReply:
-    """Content of the first choice; anything that is not a chat completion is retryable garbage."""
-    choices = getattr(response, "choices", None)
-    if isinstance(response, str) or not choices:
-        shown = _one_line(response, 80) if isinstance(response, str) else "JSON without 'choices'"
-        raise _Retryable(f"malformed reply (not a chat completion: {shown!r})")
-    message = getattr(choices[0], "message", None)
-    content = getattr(message, "content", None)
-    if message is None or not (content is None or isinstance(content, str)):
-        raise _Retryable("malformed reply (first choice has no message text)")
-    return ChatReply(content or "", getattr(choices[0], "finish_reason", None))
-
-
-def _server_message(exc: Any) -> str:
-    body = getattr(exc, "body", None)
-    message = None
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        message = inner.get("message") if isinstance(inner, dict) else inner
-        message = message or body.get("detail")
-    text = str(message) if message else getattr(exc.response, "reason_phrase", "")
-    return f" {_one_line(text, 200)}" if text else ""
+def _as_text(value: Any) -> str:
+    """A server's message as text: a string as it is, anything else as JSON ('' if it cannot be)."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (RecursionError, ValueError, TypeError):
+        return ""
 
 
 def _one_line(text: str, limit: int) -> str:
+    """Only ever given scrubbed text (see :meth:`LLMClient._clip`): cutting first would let a secret straddle the cut."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."

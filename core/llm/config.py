@@ -7,6 +7,11 @@ never the key itself: a config can then be printed, logged, pickled or saved nex
 a run without leaking a secret. The key is read from the environment only when the
 HTTP client is built.
 
+Credentials in the base URL (``http://user:password@host/v1``) are taken out of it when the
+config is made: ``base_url`` holds the URL without them (so it can be printed, logged and
+hashed into the reply cache), and the credentials are kept in this process only, sent as
+HTTP Basic authentication by :meth:`ClientConfig.authorization`.
+
 Example:
     >>> cfg = ClientConfig(base_url="http://127.0.0.1:8000/v1", model="/models/tiny", cache_dir=None)
     >>> cfg.describe()
@@ -15,23 +20,26 @@ Example:
     >>> ClientConfig(base_url="ftp://x", model="m")
     Traceback (most recent call last):
     ...
-    core.errors.ProbeError: --base-url must start with http:// or https://, got 'ftp://x'
+    core.errors.ProbeError: --base-url must start with http:// or https:// and hold no spaces or control characters, got 'ftp://x'
 """
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from core.errors import ProbeError
+from core.llm.scrub import without_url_credentials
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_CACHE_DIR = Path(".cache") / "llm"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_URL_CREDENTIALS: dict[str, tuple[str, str]] = {}  # base URL without credentials -> (user, password); never written
 
 
 @dataclass(frozen=True)
@@ -57,8 +65,7 @@ class ClientConfig:
     backoff_max: float = 30.0
 
     def __post_init__(self) -> None:
-        if not re.match(r"^https?://[^/\s]+", self.base_url or ""):
-            raise ProbeError(f"--base-url must start with http:// or https://, got {self.base_url!r}")
+        object.__setattr__(self, "base_url", _checked_base_url(self.base_url))
         if not self.model.strip():
             raise ProbeError("no model given; pass --model (for `transformers serve`, the exact path it serves) or set OPENAI_MODEL")
         if not _ENV_NAME.match(self.api_key_env):
@@ -79,9 +86,22 @@ class ClientConfig:
         key = os.environ.get(self.api_key_env, "").strip()
         if key:
             return key
-        if urlparse(self.base_url).hostname == "api.openai.com":
+        if urlsplit(self.base_url).hostname == "api.openai.com":
             raise ProbeError(f"no API key for {self.base_url}: set the environment variable {self.api_key_env}")
         return "EMPTY"  # vLLM, transformers serve and most self-hosted servers accept any non-empty key
+
+    def authorization(self) -> str:
+        """The ``Authorization`` header: Basic with the base URL's credentials if it had any, else Bearer with the key."""
+        credentials = _URL_CREDENTIALS.get(self.base_url)
+        if credentials is not None:
+            return "Basic " + base64.b64encode(":".join(credentials).encode("utf-8")).decode("ascii")
+        return f"Bearer {self.api_key()}"
+
+    def secrets(self) -> list[str]:
+        """What must never be shown: the key (unless the placeholder) and the base URL's credentials."""
+        key = os.environ.get(self.api_key_env, "").strip()
+        user, password = _URL_CREDENTIALS.get(self.base_url, ("", ""))
+        return [s for s in (key, password, f"{user}:{password}" if password else "") if s and s != "EMPTY"]
 
     def with_overrides(self, **changes: Any) -> ClientConfig:
         """A copy with some fields changed (``None`` values are ignored)."""
@@ -106,6 +126,25 @@ class ClientConfig:
     def describe(self) -> str:
         """One line safe to print or log (no key)."""
         return f"{self.base_url} model={self.model} temperature={self.temperature} concurrency={self.concurrency}"
+
+
+def _checked_base_url(base_url: object) -> str:
+    """``base_url`` without ``user:password@``; the credentials are remembered for :meth:`ClientConfig.authorization`."""
+    shown = without_url_credentials(base_url) if isinstance(base_url, str) else base_url
+    if not isinstance(base_url, str) or not re.fullmatch(r"https?://[^/\s]+(/\S*)?", base_url) or not base_url.isprintable():
+        raise ProbeError(f"--base-url must start with http:// or https:// and hold no spaces or control characters, got {shown!r}")
+    try:
+        parts = urlsplit(base_url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+    except ValueError as exc:
+        raise ProbeError(f"--base-url {shown!r} is not a valid URL ({exc})") from None
+    if not parts.hostname:
+        raise ProbeError(f"--base-url {shown!r} names no host")
+    if parts.username is None and parts.password is None:
+        return base_url
+    bare = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+    _URL_CREDENTIALS[bare] = (unquote(parts.username or ""), unquote(parts.password or ""))
+    return bare
 
 
 def _check_range(name: str, value: float, low: float, high: float) -> None:

@@ -201,3 +201,143 @@ class ScriptedServer:
                     pass
 
         return Handler
+
+
+# ---- a raw-socket server for replies no well-behaved HTTP server would send ---------------------
+
+HOSTILE = ("drip", "drip-headers", "endless", "huge", "huge-chunked", "nest", "echo", "silent")
+"""``drip``: a valid reply, one byte every ``interval`` s (headers at once, then the body); ``drip-headers``:
+the status line and headers dripped too; ``endless``: a chunked body whose chunks never end; ``huge``: a
+``size``-byte body behind an honest Content-Length; ``huge-chunked``: the same size, chunked, no length;
+``nest``: a 200 JSON reply of ``depth`` nested ``[``; ``echo``: status ``status`` with ``text`` as the
+error message (which may hold the key, escapes, anything); ``silent``: accept, read, never answer."""
+
+
+@dataclass(frozen=True)
+class Hostile:
+    kind: str
+    interval: float = 0.05
+    size: int = 0
+    depth: int = 100_000
+    status: int = 500
+    text: str = ""
+    content_type: str = "application/json"
+
+
+class HostileServer:
+    """Plays one :data:`HOSTILE` behaviour for every request, on 127.0.0.1, from daemon threads.
+
+    Bounded: every loop stops when the client goes away, when :meth:`stop` is called or after
+    ``lifetime`` seconds. ``requests`` counts the requests read.
+    """
+
+    def __init__(self, behaviour: Hostile, lifetime: float = 30.0) -> None:
+        if behaviour.kind not in HOSTILE:
+            raise ValueError(f"unknown behaviour {behaviour.kind!r}; expected one of {HOSTILE}")
+        self.behaviour = behaviour
+        self.requests = 0
+        self._stopped = threading.Event()
+        self._ends = time.monotonic() + lifetime
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)
+        self._thread = threading.Thread(target=self._accept, name="hostile-llm", daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}/v1"
+
+    def __enter__(self) -> HostileServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join(timeout=2)
+        self._listener.close()
+
+    def _live(self) -> bool:
+        return not self._stopped.is_set() and time.monotonic() < self._ends
+
+    def _accept(self) -> None:
+        while self._live():
+            try:
+                conn, _ = self._listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.settimeout(5)
+                self._read_request(conn)
+                self.requests += 1
+                self._play(conn)
+            except OSError:
+                pass  # the client went away: what a deadline or a cap is for
+
+    @staticmethod
+    def _read_request(conn: socket.socket) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data and len(data) < 1 << 20:
+            block = conn.recv(65536)
+            if not block:
+                return
+            data += block
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0)
+        while len(body) < min(length, 1 << 20):
+            block = conn.recv(65536)
+            if not block:
+                return
+            body += block
+
+    def _play(self, conn: socket.socket) -> None:
+        b = self.behaviour
+        reply = json.dumps(completion("ok")).encode()
+        if b.kind == "silent":
+            while self._live():
+                self._stopped.wait(0.05)
+        elif b.kind in ("drip", "drip-headers"):
+            head = _head(200, b.content_type, len(reply))
+            if b.kind == "drip":
+                conn.sendall(head)
+            self._drip(conn, reply if b.kind == "drip" else head + reply)
+        elif b.kind == "endless":
+            conn.sendall(_head(200, b.content_type, None))
+            while self._live():
+                conn.sendall(b"1\r\n \r\n")
+                self._stopped.wait(b.interval)
+        elif b.kind in ("huge", "huge-chunked"):
+            conn.sendall(_head(200, b.content_type, b.size if b.kind == "huge" else None))
+            block, sent = b" " * 65536, 0
+            while sent < b.size and self._live():
+                part = block[: b.size - sent]
+                conn.sendall(part if b.kind == "huge" else b"%x\r\n%s\r\n" % (len(part), part))
+                sent += len(part)
+            if b.kind == "huge-chunked":
+                conn.sendall(b"0\r\n\r\n")
+        elif b.kind == "nest":
+            body = b"[" * b.depth + b"]" * b.depth
+            conn.sendall(_head(200, b.content_type, len(body)) + body)
+        else:  # echo
+            body = json.dumps({"error": {"message": b.text, "type": "hostile", "code": b.status}}).encode()
+            conn.sendall(_head(b.status, b.content_type, len(body), reason=b.text) + body)
+
+    def _drip(self, conn: socket.socket, data: bytes) -> None:
+        for i in range(len(data)):
+            if not self._live():
+                return
+            conn.sendall(data[i:i + 1])
+            self._stopped.wait(self.behaviour.interval)
+
+
+def _head(status: int, content_type: str, length: int | None, reason: str = "Hostile") -> bytes:
+    """Status line and headers; ``length=None`` means chunked. ``reason`` goes on the status line as it is."""
+    framing = f"content-length: {length}" if length is not None else "transfer-encoding: chunked"
+    reason_bytes = reason.encode("utf-8", "replace").replace(b"\r", b" ").replace(b"\n", b" ")[:4000]
+    return b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\n%s\r\nconnection: close\r\n\r\n" % (
+        status, reason_bytes, content_type.encode(), framing.encode())
