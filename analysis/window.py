@@ -31,9 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.errors import ProbeError
-from probes.hook_points import parse_layers
+from probes.hook_points import layer_ranges, parse_layers
 
-_PARSE_LIMIT = 1 << 16  # parses any sane spec without a depth check, to name the first layer outside the model
 
 
 def format_layers(layers: list[int]) -> str:
@@ -123,13 +122,9 @@ def resolve_window(spec: str | None, n_model_layers: int, stored: list[int]) -> 
 
 def _explicit(spec: str, n_model_layers: int) -> list[int]:
     """``parse_layers`` against the model; a layer outside it is an error that names the model's depth."""
-    try:
+    outside = [hi for _, hi in layer_ranges(spec, n_model_layers) if hi >= n_model_layers]  # a malformed spec fails here
+    if not outside:
         return parse_layers(spec, n_model_layers)
-    except ProbeError as inside_error:
-        requested = parse_layers(spec, _PARSE_LIMIT)  # a malformed spec fails here, in parse_layers' words
-        outside = [i for i in requested if i >= n_model_layers]
-        if not outside:
-            raise inside_error from None
     raise ProbeError(
         f"--layers {spec}: the model has {n_model_layers} layers (0-{n_model_layers - 1}); layer {outside[0]} is outside it "
         f"(leave --layers out for the default window {format_layers(default_window(n_model_layers))}, the paper's 12-31 scaled by depth)"

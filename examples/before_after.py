@@ -76,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     with open(report.paths["generations"], encoding="utf-8") as handle:
         for line in handle:
             record = json.loads(line)
-            if record["changed"].get(repr(arm.factor)) and shown < 3:
+            if record["changed"].get(arm.name) and shown < 3:
                 shown += 1
-                print(f"\n[{record['task']}]\n  before: {record['baseline'][:120]!r}\n  after:  {record['intervened'][repr(arm.factor)][:120]!r}")
+                print(f"\n[{record['task']}]\n  before: {record['baseline'][:120]!r}\n  after:  {record['intervened'][arm.name][:120]!r}")
     print(f"\nreport: {report.paths['markdown']}")
     return 0
 

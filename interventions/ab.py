@@ -7,12 +7,15 @@ The pipeline, in order:
    capability, interleaved by task so a small limit still covers every task);
 2. resolve the neuron set (file, top K of the run's ranking, or an explicit list) and
    check it against the model;
-3. generate the baseline once, then one arm per factor (main, dose sweep, and factor 0
-   as the positive control unless disabled), then one arm per placebo set at the main
-   factor; every arm uses the same batches and decoding;
-4. judge every arm, compute per capability the paired statistics
-   (:mod:`interventions.stats`), place the real Δ among the placebo Δs, fill the no-op
-   guard; write ``ab_report.json``, ``ab_report.md`` and ``generations.jsonl``.
+3. plan the arms of every ``--edit`` recipe (:mod:`interventions.recipes`: scale with its
+   doses and positive control, mean-ablation, patching both ways, steering) and draw their
+   placebo arms, checking every edit against its model before anything is generated;
+4. generate each needed model's baseline once, then every arm and its placebo arms; every
+   arm uses the same batches and decoding as its baseline;
+5. judge every arm, compute per capability the paired statistics against the baseline of
+   the model it ran on (:mod:`interventions.stats`), place each arm's Δ among its placebo
+   Δs, fill the no-op guard; write ``ab_report.json``, ``ab_report.md`` and
+   ``generations.jsonl``.
 
 Example:
     >>> report = run_ab(ABConfig(run_dir="runs/x", capability="multi_turn", placebo=20))   # doctest: +SKIP
@@ -21,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from itertools import zip_longest
 from pathlib import Path
@@ -39,20 +43,35 @@ from core.rows import group_by_capability, read_test_rows, row_location
 from core.schema import TestRow
 from interventions.arms import ArmStore, fingerprint
 from interventions.config import ABConfig
-from interventions.generation import ABGenerator, Intervention
-from interventions.placebo import placebo_sets
+from interventions.edits import Edit
+from interventions.generation import ABGenerator
+from interventions.recipes import Arm, RunData, draw_placebos, other, plan_arms
 from interventions.results import ABReport, ArmResult, CapabilityResult, build_guard
-from interventions.scaling import dtype_noop_fraction
 from interventions.scoring import ArmScores, corpus_bleu, score_arm
 from interventions.selection import analysed_neuron_set, check_against_model, describe, load_neuron_file, parse_units, ranking_from_run
 from interventions.stats import paired_delta, placebo_compare
-from probes.hook_points import width
 
 Progress = Callable[[str], None]
 
 
 def _quiet(_: str) -> None:
     return None
+
+
+def resolve_source_dir(config: ABConfig) -> Path:
+    """The other model of the pair (the patch source): ``source_dir``, else the run's."""
+    name = other(config.model)
+    source = config.source_dir
+    if source is None and config.run_dir is not None:
+        from probes.store import RunReader
+
+        with RunReader(config.run_dir) as run:
+            source = run.model_info(name).get("model_dir") or run.settings.model_dir(name)
+    if not source:
+        raise ProbeError(f"--edit patch needs the {name} model: give a run directory that records it, or --source-dir")
+    if not Path(source).is_dir():
+        raise ProbeError(f"{source}: model directory not found (the {name} model, the patch source); pass --source-dir")
+    return Path(source)
 
 
 def resolve_sources(config: ABConfig) -> tuple[Path, Path]:
@@ -158,7 +177,7 @@ def _with_bleu(result: CapabilityResult, rows: list[TestRow], idx: list[int], ba
 
 
 class _Runner:
-    """Holds what every arm shares: model, generator, rows, judge, baseline."""
+    """Holds what every arm shares: models, generators, rows, judge, baselines, the planned arms."""
 
     def __init__(self, config: ABConfig, progress: Progress, judge: Judge | None) -> None:
         self.config, self.progress = config, progress
@@ -168,87 +187,154 @@ class _Runner:
         unique, self.groups = select_rows(all_rows, config)
         self.rows = [all_rows[i] for i in unique]
         self.row_ids = unique
-        self.model, self.tokenizer = load_causal_lm(self.model_dir, "--model-dir", dtype=getattr(torch, config.dtype), device=config.device, eval_mode=True)
-        units = [(n.layer, n.unit) for n in self.neurons.neurons]
-        self.store = ArmStore(config.out_dir, fingerprint(config.to_dict(), self.model_dir, self.data_file, self.row_ids, units))
+        self.dirs = {config.model: self.model_dir}
+        self.models: dict[str, Any] = {}
+        self.tokenizer = self._load(config.model)[1]
         source = f"--units {config.units}" if config.units else str(config.neurons or "the run's neuron set")
-        check_against_model(self.neurons, self.model, source)
-        self.torch_dtype = self.model.dtype
-        # drawn before any generation, so an impossible placebo fails in seconds, not after every arm;
-        # none for a factor that is a no-op in the dtype (the placebo arm is skipped, see placebo())
-        wanted = config.placebo if dtype_noop_fraction(config.factor, self.torch_dtype) > 0.0 else 0
-        self.placebo_sets = placebo_sets(self.neurons, width(self.model, self.neurons.hook), wanted, config.seed)
+        check_against_model(self.neurons, self.models[config.model], source)
+        self.torch_dtype = self.models[config.model].dtype
+        self.arms = plan_arms(RunData(config, self.neurons, self.model))
+        for arm in self.arms:  # every edit and placebo is checked before any generation, so a mistake costs seconds
+            model = self.model(arm.model)
+            for edit in arm.edits:
+                edit.check(model)
+            if not any(e.noop_reason(self.torch_dtype) for e in arm.edits):
+                arm.placebo_edits = draw_placebos(arm, model, config.placebo, config.seed)
         self.judge = judge or make_judge(config.judge, config.judge_client())
-        gen_config = GenerationConfig(max_new_tokens=config.max_new_tokens, batch_size=config.batch_size, do_sample=config.do_sample,
-                                      temperature=config.temperature, top_p=config.top_p, seed=config.seed)
-        self.generator = ABGenerator(self.model, self.tokenizer, self.rows, gen_config, config.backend, where=self._row_name)
-        self.total_arms = 1 + len(config.factors) + len(self.placebo_sets)
+        self.gen_config = GenerationConfig(max_new_tokens=config.max_new_tokens, batch_size=config.batch_size, do_sample=config.do_sample,
+                                           temperature=config.temperature, top_p=config.top_p, seed=config.seed)
+        self.generators = {name: ABGenerator(model, self.tokenizer, self.rows, self.gen_config, config.backend, where=self._row_name)
+                           for name, model in self.models.items()}
+        units = [(n.layer, n.unit) for n in self.neurons.neurons]
+        self.store = ArmStore(config.out_dir, fingerprint(config.to_dict(), list(self.dirs.values()), self.data_file, self.row_ids, units))
+        self.baselines: dict[str, tuple[Generations, ArmScores]] = {}
+        self.total_passes = len(self.models) + sum(1 + len(arm.placebo_edits) for arm in self.arms)
+
+    def _load(self, name: str) -> tuple[Any, Any]:
+        directory = self.dirs.get(name) or resolve_source_dir(self.config)
+        model, tokenizer = load_causal_lm(directory, "--model-dir" if name == self.config.model else "--source-dir",
+                                          dtype=getattr(torch, self.config.dtype), device=self.config.device, eval_mode=True)
+        if self.models:
+            _check_same_tokenizer(self.tokenizer, tokenizer, (self.config.model, name))
+        self.dirs[name], self.models[name] = Path(directory), model
+        return model, tokenizer
+
+    def model(self, name: str) -> Any:
+        """Model ``name`` of the pair, loaded on first use (the other model is needed only to patch from it)."""
+        if name not in self.models:
+            self._load(name)
+        return self.models[name]
 
     def start(self) -> None:
-        """Generate (or read back) and judge the baseline."""
-        self.progress(f"baseline: {len(self.rows)} prompts")
-        generations = self._generate("baseline", None)
-        self.base = (generations, score_arm(self.judge, self.rows, generations.texts))
+        """Generate (or read back) and judge each needed model's baseline."""
+        self.progress(f"{self.total_passes} generation passes over {len(self.rows)} prompts: "
+                      f"{len(self.models)} baseline(s), {len(self.arms)} arm(s), {self.total_passes - len(self.models) - len(self.arms)} placebo arms")
+        started = time.perf_counter()
+        for name in self.models:
+            self.progress(f"baseline ({name} model): {len(self.rows)} prompts")
+            generations = self._generate(f"baseline {name}", name, ())
+            self.baselines[name] = (generations, score_arm(self.judge, self.rows, generations.texts))
+        pace = (time.perf_counter() - started) / len(self.models)
+        left = self.total_passes - len(self.models)
+        self.progress(f"{left} more passes; about {_minutes(left * pace)} at the baselines' pace (edited passes of a patch run two models)")
 
-    def _generate(self, name: str, intervention: Intervention | None) -> Generations:
-        kept = self.store.get(name)
+    def _generate(self, name: str, model: str, edits: tuple[Edit, ...]) -> Generations:
+        key = name if not edits else f"{name} {_edits_key(edits)}"
+        kept = self.store.get(key)
         if kept is not None:
             self.progress(f"{name}: read back from an interrupted run")
             return kept
-        return self.store.put(name, self.generator.run(intervention))
+        return self.store.put(key, self.generators[model].run(edits or None))
 
     def kept(self) -> str:
         """What an interrupt leaves on disk, and how to resume from it (one line)."""
         done = self.store.finished()
         if not done:
             return "no generation arm had finished, nothing kept; rerun the same command"
-        out = self.config.out_dir
-        return (f"{len(done)} of {self.total_arms} generation arms finished and kept in {self.store.root}; "
-                f"rerun with the same options and --out {out} to resume from them")
+        return (f"{len(done)} of {self.total_passes} generation passes finished and kept in {self.store.root}; "
+                f"rerun with the same options and --out {self.config.out_dir} to resume from them")
 
     def _row_name(self, i: int) -> str:
         """Row ``i`` of the generated rows by its data file and line."""
         return row_location(self.row_ids[i], self.data_file)
 
-    def arm(self, name: str, neurons: NeuronSet, factor: float) -> tuple[Generations, ArmScores]:
-        generations = self._generate(name, Intervention(neurons, factor))
+    def scored(self, name: str, model: str, edits: tuple[Edit, ...]) -> tuple[Generations, ArmScores]:
+        generations = self._generate(name, model, edits)
         return generations, score_arm(self.judge, self.rows, generations.texts)
 
-    def results(self, arm: tuple[Generations, ArmScores], full: bool = True) -> list[CapabilityResult]:
-        """Per-capability results; ``full=False`` (placebo arms) skips the bootstrap CI and BLEU."""
-        out = []
+    def results(self, arm: tuple[Generations, ArmScores], model: str, full: bool = True) -> list[CapabilityResult]:
+        """Per-capability results against ``model``'s baseline; ``full=False`` (placebo arms) skips the bootstrap CI and BLEU."""
+        base, out = self.baselines[model], []
         for cap, idx in self.groups.items():
-            result = capability_result(cap, cap == self.config.target, idx, self.base, arm, self.config.n_bootstrap, self.config.seed, full)
-            out.append(_with_bleu(result, self.rows, idx, self.base[0], arm[0]) if full else result)
+            result = capability_result(cap, cap == self.config.target, idx, base, arm, self.config.n_bootstrap, self.config.seed, full)
+            out.append(_with_bleu(result, self.rows, idx, base[0], arm[0]) if full else result)
         return out
 
-    def arm_result(self, factor: float, role: str) -> tuple[ArmResult, tuple[Generations, ArmScores]]:
-        self.progress(f"{role} arm: factor {factor!r} on {len(self.neurons)} units")
-        arm = self.arm(f"factor_{factor!r}", self.neurons, factor)
-        rows_changed = sum(a != b for a, b in zip(arm[0].ids, self.base[0].ids))
-        guard = build_guard(factor, self.config.dtype, dtype_noop_fraction(factor, self.torch_dtype),
-                            arm[0].hook_stats, len(self.rows), rows_changed)
-        return ArmResult(factor, role, self.results(arm), guard, arm[0].seconds, arm[0].n_tokens), arm
+    def arm_result(self, arm: Arm, number: int) -> tuple[ArmResult, Generations]:
+        self.progress(f"arm {number}/{len(self.arms)}: {arm.label} ({arm.model} model, {len(self.neurons)} units)")
+        generated = self.scored(arm.name, arm.model, arm.edits)
+        base = self.baselines[arm.model][0]
+        rows_changed = sum(a != b for a, b in zip(generated[0].ids, base.ids))
+        dtype = self.torch_dtype
+        reason = next((r for r in (e.noop_reason(dtype) for e in arm.edits) if r), None)
+        guard = build_guard(arm.label, arm.factor, self.config.dtype, max(e.changed_fraction(dtype) for e in arm.edits), reason,
+                            generated[0].hook_stats, len(self.rows), rows_changed)
+        result = ArmResult(arm.factor, arm.role, self.results(generated, arm.model), guard, generated[0].seconds, generated[0].n_tokens,
+                           name=arm.name, label=arm.label, model=arm.model, edits=arm.describe())
+        result.placebo = self.placebo(arm, result)
+        return result, generated[0]
 
-    def placebo(self, main: ArmResult) -> dict[str, Any]:
+    def placebo(self, arm: Arm, result: ArmResult) -> dict[str, Any]:
         cfg = self.config
-        if main.guard.factor_rounds_to_one:
-            self.progress(f"placebo skipped: factor {cfg.factor!r} is a no-op in {cfg.dtype}")
-            return {"n_sets": 0, "seed": cfg.seed, "factor": cfg.factor, "sets": [], "skipped": f"factor is a no-op in {cfg.dtype}"}
-        sets = self.placebo_sets
+        family = _family(arm)
+        if not arm.placebo:
+            return {}
+        if not arm.placebo_edits:
+            why = f"no-op in {cfg.dtype}: {result.guard.flags[0]}" if result.guard.flags and cfg.placebo else "--placebo 0"
+            return {"n_sets": 0, "seed": cfg.seed, "family": family, "skipped": why}
         deltas: dict[str, list[float]] = {cap.value: [] for cap in self.groups}
         changed: dict[str, list[int]] = {cap.value: [] for cap in self.groups}
-        for k, neurons in enumerate(sets):
-            self.progress(f"placebo {k + 1}/{len(sets)}")
-            for result in self.results(self.arm(f"placebo_{k}", neurons, cfg.factor), full=False):
-                deltas[result.capability].append(result.delta)
-                changed[result.capability].append(result.rows_changed)
-        for result in main.capabilities:
-            if sets:
-                cmp = placebo_compare(result.delta, deltas[result.capability])
-                result.placebo = {"percentile": cmp.percentile, "p_empirical": cmp.p_empirical, "deltas": cmp.placebo,
-                                  "rows_changed_mean": float(np.mean(changed[result.capability]))}
-        return {"n_sets": len(sets), "seed": cfg.seed, "factor": cfg.factor, "sets": [[[n.layer, n.unit] for n in s.neurons] for s in sets]}
+        for k, edits in enumerate(arm.placebo_edits):
+            self.progress(f"{arm.name}: placebo {k + 1}/{len(arm.placebo_edits)}")
+            for capability in self.results(self.scored(f"{arm.name} placebo {k}", arm.model, edits), arm.model, full=False):
+                deltas[capability.capability].append(capability.delta)
+                changed[capability.capability].append(capability.rows_changed)
+        for capability in result.capabilities:
+            cmp = placebo_compare(capability.delta, deltas[capability.capability])
+            capability.placebo = {"percentile": cmp.percentile, "p_empirical": cmp.p_empirical, "deltas": cmp.placebo,
+                                  "rows_changed_mean": float(np.mean(changed[capability.capability]))}
+        return {"n_sets": len(arm.placebo_edits), "seed": cfg.seed, "family": family, "factor": arm.factor,
+                "sets": [_placebo_summary(edits[0]) if len(edits) == 1 else [_placebo_summary(e) for e in edits] for edits in arm.placebo_edits]}
+
+
+def _family(arm: Arm) -> str:
+    kinds = {edit.kind for edit in arm.edits}
+    return "random directions of the same norm at the same layers" if kinds == {"add"} else \
+        "random units, same hook point and count per layer"
+
+
+def _placebo_summary(edit: Edit) -> Any:
+    body = edit.describe()
+    return body.get("units") if "units" in body else {"layer": body.get("layer"), "norm": body.get("norm")}
+
+
+def _edits_key(edits: tuple[Edit, ...]) -> str:
+    import hashlib
+
+    return hashlib.sha256("".join(e.fingerprint() for e in edits).encode()).hexdigest()[:16]
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def _check_same_tokenizer(mine: Any, theirs: Any, names: tuple[str, str]) -> None:
+    from core.models import tokenizer_differences
+
+    problems = tokenizer_differences(mine, theirs, names)
+    if problems:
+        raise ProbeError(f"patch: the {names[0]} and {names[1]} models do not share a tokenizer ({problems[0]}); "
+                         "patching needs the same tokens in both")
 
 
 def run_ab(config: ABConfig, progress: Progress | None = None, judge: Judge | None = None) -> ABReport:
@@ -272,25 +358,25 @@ def run_ab(config: ABConfig, progress: Progress | None = None, judge: Judge | No
 
 def _evaluate(runner: _Runner) -> ABReport:
     config = runner.config
-    arms: list[ArmResult] = []
-    generations: dict[float, Generations] = {}
-    for k, factor in enumerate(config.factors):
-        role = "main" if k == 0 else ("control" if factor == 0.0 and factor not in config.doses else "dose")
-        result, arm = runner.arm_result(factor, role)
-        arms.append(result)
-        generations[factor] = arm[0]
-    placebo = runner.placebo(arms[0])
+    results: list[ArmResult] = []
+    generations: dict[str, Generations] = {}
+    for number, arm in enumerate(runner.arms, 1):
+        result, generated = runner.arm_result(arm, number)
+        results.append(result)
+        generations[arm.name] = generated
+    baselines = {name: {"seconds": g.seconds, "tokens": g.n_tokens, "rows": len(runner.rows)} for name, (g, _) in runner.baselines.items()}
+    main = next(r for r in results if r.role == "main")
     report = ABReport(
         capability=config.capability, model=config.model, model_dir=str(runner.model_dir), data_file=str(runner.data_file),
         dtype=config.dtype, backend=config.backend, judge=runner.judge.name, neurons=describe(runner.neurons),
-        baseline={"seconds": runner.base[0].seconds, "tokens": runner.base[0].n_tokens, "rows": len(runner.rows)},
-        main=arms[0], doses=arms[1:], placebo=placebo, config=config.to_dict(),
-        warnings=provenance_warnings(runner.neurons, config.model, runner.model_dir) + list(arms[0].guard.flags)
-        + [fault for arm in arms for fault in arm.guard.faults],
+        baseline=baselines[config.model], arms=results, placebo=main.placebo, config=config.to_dict(),
+        warnings=provenance_warnings(runner.neurons, config.model, runner.model_dir) + list(main.guard.flags)
+        + [fault for arm in results for fault in arm.guard.faults], baselines=baselines,
     )
     if config.out_dir is not None:
         from interventions.report import write_report
 
-        write_report(report, runner.rows, runner.row_ids, runner.base, generations, Path(config.out_dir))
+        write_report(report, runner.rows, runner.row_ids, {m: b[0] for m, b in runner.baselines.items()}, runner.baselines[config.model][1],
+                     generations, Path(config.out_dir))
         runner.store.clear()
     return report

@@ -8,7 +8,9 @@ those passes back instead of generating them again; greedy decoding and per-batc
 seeded sampling make a generated arm a pure function of the settings, so the resumed
 report equals an uninterrupted one. The directory carries the fingerprint of everything
 the generations depend on (model weights by path, size and mtime; the data file's bytes;
-the rows and neurons chosen; decoding, dtype, device, backend; placebo count and seed);
+the rows and neurons chosen; decoding, dtype, device, backend; placebo count and seed;
+every model dir used, the patch source too); each arm's file name carries the hash of its
+edits' descriptions, so an arm is only ever read back for exactly the same edits;
 arms written under another fingerprint are discarded, never reused. Judging and
 statistics are recomputed from the texts, so a rerun may change the judge. The
 directory is removed once the report is written.
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -33,15 +36,20 @@ DIR_NAME = ".arms"
 _IRRELEVANT = ("out_dir", "judge", "judge_base_url", "judge_model", "n_bootstrap")
 
 
-def fingerprint(config: dict[str, Any], model_dir: Path, data_file: Path, row_ids: list[int], units: list[tuple[int, int]]) -> str:
-    """A hash of everything an arm's generations depend on."""
+def fingerprint(config: dict[str, Any], model_dirs: list[Path], data_file: Path, row_ids: list[int], units: list[tuple[int, int]]) -> str:
+    """A hash of everything an arm's generations depend on (each arm's own edits are in its name, see :func:`file_name`)."""
     from core.models import weight_files
     from core.provenance import file_sha256
 
-    weights = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in weight_files(model_dir)]
+    weights = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for d in model_dirs for p in weight_files(d)]
     body = {"config": {k: v for k, v in config.items() if k not in _IRRELEVANT}, "weights": weights,
             "data": file_sha256(data_file), "rows": row_ids, "units": units}
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def file_name(arm: str) -> str:
+    """A safe file name for an arm key ("patch dpo<-sft 1a2b..." -> "patch_dpo_-sft_1a2b....json")."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", arm) + ".json"
 
 
 class ArmStore:
@@ -64,7 +72,7 @@ class ArmStore:
         if self.root is None:
             return None
         try:
-            body = json.loads((self.root / f"{name}.json").read_text(encoding="utf-8"))
+            body = json.loads((self.root / file_name(name)).read_text(encoding="utf-8"))
             return Generations(body["ids"], body["texts"], float(body["seconds"]), body.get("hook_stats"))
         except (OSError, ValueError, KeyError, TypeError):
             return None
@@ -76,7 +84,7 @@ class ArmStore:
             self.root.mkdir(parents=True, exist_ok=True)
             write_atomic(self.root / "fingerprint", self.key + "\n")
         body = {"ids": generations.ids, "texts": generations.texts, "seconds": generations.seconds, "hook_stats": generations.hook_stats}
-        write_atomic(self.root / f"{name}.json", json.dumps(body, ensure_ascii=False))
+        write_atomic(self.root / file_name(name), json.dumps(body, ensure_ascii=False))
         return generations
 
     def finished(self) -> list[str]:

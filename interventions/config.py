@@ -2,12 +2,13 @@
 
 Every check that can fail on user input happens here, before a model is loaded, and
 raises :class:`ProbeError` naming the argument: a factor that is not a finite number,
-two neuron sources at once, a placebo count below zero, an unknown judge or dtype.
+two neuron sources at once, a placebo count below zero, an unknown judge, dtype or edit, a
+backend that cannot apply edits.
 
 Example:
     >>> cfg = ABConfig(run_dir=None, model_dir="m", data_file="t.jsonl", units="2:0,2:5", placebo=0)
-    >>> cfg.factors
-    [0.999999, 0.0]
+    >>> cfg.factors, cfg.edits
+    ([0.999999, 0.0], ['scale'])
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ from core.capabilities import Capability, parse_capability
 from core.errors import ProbeError
 from core.judges import JUDGES
 from core.llm.config import ClientConfig
-from interventions.generation import BACKENDS
+from interventions.recipes import ARM_RECIPES, MODELS
 from interventions.scaling import PAPER_FACTOR, validate_factor
+from probes.backends.base import DRIVERS, editing_driver
 from probes.hook_points import validate_hook
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
-MODELS: tuple[str, ...] = ("sft", "dpo")
 
 
 @dataclass
@@ -35,6 +36,7 @@ class ABConfig:
     run_dir: str | Path | None = None
     capability: str = "multi_turn"
     model: str = "dpo"
+    edits: list[str] = field(default_factory=lambda: ["scale"])  # arm recipes: scale, mean, patch, steer
     factor: float = PAPER_FACTOR
     neurons: str | Path | None = None  # a neuron-set file
     top_k: int | None = None  # top K of the file, or of the run's ranking
@@ -62,6 +64,7 @@ class ABConfig:
     collateral: bool = True  # score the other capabilities too
     n_bootstrap: int = 10_000
     model_dir: str | Path | None = None  # overrides the run's model dir (no run: default pair)
+    source_dir: str | Path | None = None  # the other model of the pair, the patch source (default: the run's)
     data_file: str | Path | None = None  # overrides the run's data file (no run: default pair's test split)
     out_dir: str | Path | None = None
 
@@ -73,7 +76,9 @@ class ABConfig:
         _choice(self.model, MODELS, "--model")
         _choice(self.judge, JUDGES, "--judge")
         _choice(self.dtype, DTYPES, "--dtype")
-        _choice(self.backend, BACKENDS, "--backend")
+        _choice(self.backend, tuple(DRIVERS), "--backend")
+        editing_driver(self.backend, self.do_sample)
+        self.edits = _edit_names(self.edits)
         validate_hook(self.hook)
         if self.units is not None and (self.neurons is not None or self.top_k is not None):
             raise ProbeError("--units cannot be combined with --neurons or --top-k; give one neuron source")
@@ -85,8 +90,6 @@ class ABConfig:
                                  ("--batch-size", self.batch_size, 1), ("--limit", self.limit, 1), ("--bootstrap", self.n_bootstrap, 100)):
             if value is not None and value < low:
                 raise ProbeError(f"{name} must be at least {low}, got {value}")
-        if self.do_sample and self.backend == "nnsight":
-            raise ProbeError("--sample needs --backend torch (the nnsight backend decodes greedily)")
 
     def judge_client(self) -> ClientConfig | None:
         """The LLM judge's endpoint (flags, then ``OPENAI_*``), or ``None`` for the rule judge."""
@@ -107,6 +110,19 @@ class ABConfig:
     def to_dict(self) -> dict[str, Any]:
         body = asdict(self)
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in body.items()}
+
+
+def _edit_names(edits: list[str] | str) -> list[str]:
+    """``["scale", "mean"]`` or ``"scale,mean"``, each a known recipe, without repeats."""
+    names = edits.split(",") if isinstance(edits, str) else list(edits)
+    out: list[str] = []
+    for name in (str(n).strip() for n in names):
+        _choice(name, tuple(ARM_RECIPES), "--edit")
+        if name not in out:
+            out.append(name)
+    if not out:
+        raise ProbeError(f"--edit: give at least one of {', '.join(ARM_RECIPES)}")
+    return out
 
 
 def _choice(value: str, allowed: tuple[str, ...], name: str) -> None:

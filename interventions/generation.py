@@ -1,109 +1,67 @@
-"""A/B generation: the core generation path with an intervention as its hook context.
+"""A/B generation: the core generation path with edits applied by an editing driver.
 
-A/B evaluation only means something if the two arms differ by the intervention alone:
-same prompts, same rendering, same batches, same decoding. All of that is
-:class:`core.generation.Generator`'s; :class:`ABGenerator` adds the intervention. Two
-backends apply the scaling:
+A/B evaluation only means something if the two arms differ by the edit alone: same prompts,
+same rendering, same batches, same decoding. All of that is
+:class:`core.generation.Generator`'s; :class:`ABGenerator` adds the edits (one or several
+:class:`interventions.edits.Edit`, compiled once into site functions) and hands them to a
+driver of :data:`probes.backends.DRIVERS` that can edit:
 
-* ``torch`` (default): :func:`interventions.scaling.scaled_units` as the generator's hook context.
-* ``nnsight``: ``TransformersModel.generate`` with the edit inside ``tracer.all()`` so it
-  applies at every step; tokens are read per step from the LM head (greedy only), over the
-  generator's own batches and stop tokens.
+* ``torch`` (default): the site functions as plain forward hooks around ``generate``;
+* ``nnsight``: the same site functions inside ``tracer.all()``; tokens are read per step from
+  the LM head (greedy only), over the generator's own batches and stop tokens.
 
 Example:
     >>> gen = ABGenerator(model, tokenizer, rows, GenerationConfig(max_new_tokens=32))   # doctest: +SKIP
     >>> base = gen.run()                                                                  # doctest: +SKIP
-    >>> abl = gen.run(Intervention(neurons, 0.0))                                        # doctest: +SKIP
+    >>> abl = gen.run(Scale(neurons, 0.0))                                               # doctest: +SKIP
     >>> sum(a != b for a, b in zip(base.ids, abl.ids))   # rows changed  # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from analysis.neuron_sets import NeuronSet
 from core.errors import ProbeError
-from core.generation import GenerationConfig, Generations, Generator, cut_at_stop
+from core.generation import GenerationConfig, Generations, Generator
 from core.schema import TestRow
-from interventions.scaling import scaled_units, validate_factor
-from interventions.selection import check_against_model
-from probes.hook_points import module_for
+from interventions.edits import Edit, Scale, site_edits
+from probes.backends.base import EDITING_DRIVERS, editing_driver, generate_edited
 
-BACKENDS: tuple[str, ...] = ("torch", "nnsight")
-
-
-@dataclass(frozen=True)
-class Intervention:
-    """Scale ``neurons`` by ``factor`` at every forward pass."""
-
-    neurons: NeuronSet
-    factor: float
-
-    def __post_init__(self) -> None:
-        validate_factor(self.factor)
+BACKENDS: tuple[str, ...] = EDITING_DRIVERS
+Intervention = Scale  # the former name: Intervention(neurons, factor)
 
 
 class ABGenerator:
-    """Generate responses for fixed rows, repeatably, with or without an intervention."""
+    """Generate responses for fixed rows, repeatably, with or without edits."""
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, rows: Sequence[TestRow],
                  config: GenerationConfig = GenerationConfig(), backend: str = "torch",
                  where: Callable[[int], str] | None = None) -> None:
         """``where(i)`` names row ``i`` in rendering errors (default: its index in ``rows``)."""
-        if backend not in BACKENDS:
-            raise ProbeError(f"unknown backend {backend!r}; expected one of {', '.join(BACKENDS)}")
-        if backend == "nnsight" and config.do_sample:
-            raise ProbeError("the nnsight backend decodes greedily only; use --backend torch for seeded sampling")
+        editing_driver(backend, config.do_sample)
         self.model, self.backend = model, backend
         self.generator = Generator(model, tokenizer, [r.question for r in rows], config, where)
-        self._lm: Any = None
 
-    def run(self, intervention: Intervention | None = None) -> Generations:
-        """Generate every row once; ``intervention=None`` is the baseline arm. ``hook_stats["degenerate_logits"]``
+    def run(self, edit: Edit | Sequence[Edit] | None = None) -> Generations:
+        """Generate every row once; ``edit=None`` is the baseline arm. ``hook_stats["degenerate_logits"]``
         counts the forward positions whose logits were broken (see :class:`LogitWatch`)."""
-        if intervention is not None:
-            check_against_model(intervention.neurons, self.model)
+        chosen = [] if edit is None else [edit] if isinstance(edit, Edit) else list(edit)
+        plan = site_edits(self.model, chosen) if chosen else None
         with watch_logits(self.model) as watch:
             try:
-                generations = self._generate(intervention)
+                generations = generate_edited(self.backend, self.generator, plan)
             except RuntimeError as exc:
                 if watch.count == 0:
                     raise
-                factor = intervention.factor if intervention is not None else 1.0
-                raise ProbeError(f"factor {factor!r} broke the model's logits (inf/NaN), so sampling failed "
-                                 f"({str(exc).splitlines()[0]}); use a factor of moderate size") from None
+                what = ", ".join(e.label() for e in chosen) or "the unedited model"
+                raise ProbeError(f"{what} broke the model's logits (inf/NaN), so sampling failed "
+                                 f"({str(exc).splitlines()[0]}); use an edit of moderate size") from None
         generations.hook_stats = {**(generations.hook_stats or {}), "degenerate_logits": watch.count}
         return generations
-
-    def _generate(self, intervention: Intervention | None) -> Generations:
-        if self.backend == "nnsight":
-            start = time.perf_counter()
-            return self.generator.decode(self._run_nnsight(intervention), time.perf_counter() - start)
-        if intervention is None:
-            return self.generator.run()
-        return self.generator.run(scaled_units(self.model, intervention.neurons, intervention.factor))
-
-    def _run_nnsight(self, intervention: Intervention | None) -> list[list[int]]:
-        from interventions.nnsight_backend import generate_greedy, wrap
-
-        gen = self.generator
-        if self._lm is None:
-            self._lm = wrap(self.model, gen.tokenizer)
-        result: list[list[int]] = [[] for _ in gen.prompts]
-        kwargs = gen.config.generate_kwargs(gen.pad_id, gen.stop)
-        for batch in gen.batches:
-            input_ids, mask = gen.padded(batch)
-            steps = generate_greedy(self._lm, self.model, input_ids, mask, kwargs, intervention)
-            for row, sequence in zip(batch, steps.tolist()):
-                result[row] = cut_at_stop(sequence, gen.stop)
-        return result
 
 
 class LogitWatch:
@@ -138,13 +96,3 @@ def watch_logits(model: PreTrainedModel) -> Iterator[LogitWatch]:
         yield watch
     finally:
         handle.remove()
-
-
-def edit_locations(model: PreTrainedModel, intervention: Intervention) -> list[tuple[str, bool, torch.Tensor]]:
-    """(module path, is_input, unit index) per layer, for backends that address modules by name."""
-    names = {module: name for name, module in model.named_modules()}
-    out: list[tuple[str, bool, torch.Tensor]] = []
-    for layer, units in sorted(intervention.neurons.by_layer().items()):
-        module, is_input = module_for(model, intervention.neurons.hook, layer)
-        out.append((names[module], is_input, torch.tensor(sorted(units), dtype=torch.long)))
-    return out

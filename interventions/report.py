@@ -1,8 +1,9 @@
 """Write an A/B run to disk: ``ab_report.json``, ``ab_report.md`` and ``generations.jsonl``.
 
-The markdown table is the one a reader of the paper wants to see: per capability,
-compliance before and after, Δ with its 95% CI, the exact McNemar p, where Δ falls among
-the placebo sets, and how many generations changed at all. The no-op guard's flags are
+The markdown starts with one table of every arm on the target capability, the same columns
+for every edit kind: Δ with its 95% CI, the exact McNemar p, where Δ falls among the arm's
+placebo arms, and how many generations changed at all. Then, per arm, the table a reader of
+the paper wants to see: per capability, compliance before and after with the same columns. The no-op guard's flags are
 printed above the table they qualify, never in a footnote. All files are written
 atomically (temporary file, then rename) so an interrupted run never leaves a half report.
 
@@ -73,19 +74,21 @@ def arm_table(arm: ArmResult) -> list[str]:
 def markdown(report: ABReport) -> str:
     n = report.neurons
     layers = ", ".join(f"{layer}:{count}" for layer, count in n["per_layer"].items())
+    baselines = "; ".join(f"{name}: {b['rows']} prompts, {b['tokens']} generated tokens" for name, b in (report.baselines or {report.model: report.baseline}).items())
     out = [f"# A/B intervention: {report.capability} ({report.model} model)", "",
            f"- model: `{report.model_dir}` ({report.dtype}, backend {report.backend}); data: `{report.data_file}`; judge: {report.judge}",
-           f"- neurons: {n['size']} units of `{n['hook']}` (layer:count {layers}); selection: {n['selection'] or n['metric']}",
-           f"- baseline: {report.baseline['rows']} prompts, {report.baseline['tokens']} generated tokens",
-           f"- placebo: {report.placebo['n_sets']} random sets, same size and per-layer counts, seed {report.placebo['seed']}"
-           + (f" (skipped: {report.placebo['skipped']})" if report.placebo.get("skipped") else ""), ""]
+           f"- units: {n['size']} units of `{n['hook']}` (layer:count {layers}); selection: {n['selection'] or n['metric']}",
+           f"- baselines: {baselines}", ""]
     guard_flags = {flag for arm in report.arms for flag in [*arm.guard.flags, *arm.guard.faults]}
     other = [w for w in report.warnings if w not in guard_flags]
     out.extend(f"> **WARNING:** {w}" for w in other)
     if other:
         out.append("")
-    for arm in [report.main, *report.doses]:
-        out.append(f"## Factor {arm.factor!r} ({arm.role})")
+    out.extend(summary_table(report))
+    for arm in report.arms:
+        out.append(f"## {arm.label or arm.name} ({arm.role}, {arm.model} model)")
+        out.append("")
+        out.append(f"- placebo: {_placebo_line(arm.placebo)}")
         out.append("")
         out.extend(f"> **INVALID:** {fault}" for fault in arm.guard.faults)
         out.extend(f"> **NO-OP WARNING:** {flag}" for flag in arm.guard.flags)
@@ -93,15 +96,37 @@ def markdown(report: ABReport) -> str:
             out.append("")
         out.extend(arm_table(arm))
         out.append("")
-    out.extend(dose_table(report))
+    if len(report.scale_arms) > 1:
+        out.extend(dose_table(report))
     return "\n".join(out) + "\n"
+
+
+def _placebo_line(placebo: dict[str, Any]) -> str:
+    if not placebo:
+        return "none for this arm"
+    text = f"{placebo['n_sets']} {placebo.get('family', 'random matched sets')}, seed {placebo['seed']}"
+    return text + (f" (skipped: {placebo['skipped']})" if placebo.get("skipped") else "")
+
+
+def summary_table(report: ABReport) -> list[str]:
+    """Every arm on the target capability, against the baseline of the model it ran on."""
+    lines = [f"## Every arm on {report.capability}", "",
+             "| arm | model | before | after | Δ (pts) | 95% CI | McNemar p | placebo pct | generations changed | no-op |",
+             "|---|---|---:|---:|---:|---|---:|---|---:|---|"]
+    for arm in report.arms:
+        c = arm.capability(report.capability)
+        verdict = "INVALID" if arm.guard.faults else ("YES" if arm.guard.is_noop else "no")
+        lines.append(f"| {arm.name} | {arm.model} | {fmt_pct(c.before)} | {fmt_pct(c.after)} | {fmt_delta(c.delta)} | "
+                     f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}] | {fmt_p(c.p_value)} | {_placebo_cell(c.placebo)} | "
+                     f"{c.rows_changed}/{c.n_rows} | {verdict} |")
+    return lines + [""]
 
 
 def dose_table(report: ABReport) -> list[str]:
     lines = [f"## Dose sweep ({report.capability})", "",
              "| factor | role | after | Δ (pts) | 95% CI | McNemar p | generations changed | changed in dtype | hook values changed | no-op |",
              "|---:|---|---:|---:|---|---:|---:|---:|---:|---|"]
-    for arm in report.arms:
+    for arm in report.scale_arms:
         c, g = arm.capability(report.capability), arm.guard
         hook = "n/a" if g.values_changed is None else f"{g.values_changed}/{g.values_seen}"
         lines.append(f"| {arm.factor!r} | {arm.role} | {fmt_pct(c.after)} | {fmt_delta(c.delta)} | [{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}] | "
@@ -120,25 +145,28 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def generation_records(rows: list[TestRow], row_ids: list[int], base: tuple[Generations, ArmScores],
-                       arms: dict[float, Generations]) -> list[dict[str, Any]]:
+def generation_records(rows: list[TestRow], row_ids: list[int], baselines: dict[str, Generations], base_scores: ArmScores,
+                       main_model: str, arms: dict[str, tuple[str, Generations]]) -> list[dict[str, Any]]:
+    """One record per row: its baseline(s), every arm's text, and whether the arm changed its tokens (``arms``: name -> (model, generations))."""
     records = []
     for k, row in enumerate(rows):
         records.append({
             "row": row_ids[k], "task": row.task, "capabilities": [c.value for c in capabilities_of(row.task)],
-            "reference": row.reference, "baseline": base[0].texts[k],
-            "baseline_scores": {c.value: s for c, s in base[1].verdicts[k].scores.items()},
-            "intervened": {repr(f): g.texts[k] for f, g in arms.items()},
-            "changed": {repr(f): g.ids[k] != base[0].ids[k] for f, g in arms.items()},
+            "reference": row.reference, "baseline": baselines[main_model].texts[k],
+            "baseline_scores": {c.value: s for c, s in base_scores.verdicts[k].scores.items()},
+            **({"baselines": {m: g.texts[k] for m, g in baselines.items()}} if len(baselines) > 1 else {}),
+            "intervened": {name: g.texts[k] for name, (_, g) in arms.items()},
+            "changed": {name: g.ids[k] != baselines[model].ids[k] for name, (model, g) in arms.items()},
         })
     return records
 
 
-def write_report(report: ABReport, rows: list[TestRow], row_ids: list[int], base: tuple[Generations, ArmScores],
-                 arms: dict[float, Generations], out_dir: Path) -> ABReport:
+def write_report(report: ABReport, rows: list[TestRow], row_ids: list[int], baselines: dict[str, Generations], base_scores: ArmScores,
+                 arms: dict[str, Generations], out_dir: Path) -> ABReport:
     out_dir.mkdir(parents=True, exist_ok=True)
     report.paths = {"json": str(out_dir / "ab_report.json"), "markdown": str(out_dir / "ab_report.md"), "generations": str(out_dir / "generations.jsonl")}
-    lines = [json.dumps(r, ensure_ascii=False) for r in generation_records(rows, row_ids, base, arms)]
+    by_name = {arm.name: (arm.model, arms[arm.name]) for arm in report.arms}
+    lines = [json.dumps(r, ensure_ascii=False) for r in generation_records(rows, row_ids, baselines, base_scores, report.model, by_name)]
     write_atomic(out_dir / "generations.jsonl", "\n".join(lines) + "\n")
     write_atomic(out_dir / "ab_report.md", markdown(report))
     write_atomic(out_dir / "ab_report.json", json.dumps(_finite(report.to_dict()), indent=1, allow_nan=False) + "\n")

@@ -5,12 +5,17 @@ markdown table, the dose-sweep notebook, a user's own script), so every record h
 ``to_dict`` and ``from_dict``; unknown keys are ignored on read, so a newer report still
 loads in an older notebook.
 
-The no-op guard lives in the result on purpose: a factor that rounds to 1 in the model's
-dtype, hooks that never changed a value, or generations identical to the baseline all
-make the measured Δ meaningless, and the report says so next to the numbers. The same
-guard records the opposite failure, a factor so large (``--factor 1e30``) that the
-model's logits overflow to inf/NaN or collapse to a constant: the Δ is then measured on
-degenerate, mostly empty generations, and the guard's ``faults`` say so.
+The no-op guard lives in the result on purpose: an edit that changes no value whatever the
+activations (a factor that rounds to 1 in the model's dtype, a zero steering vector), hooks
+that never changed a value, or generations identical to the baseline all make the measured Δ
+meaningless, and the report says so next to the numbers. The same guard records the opposite
+failure, an edit so large (``--factor 1e30``) that the model's logits overflow to inf/NaN or
+collapse to a constant: the Δ is then measured on degenerate, mostly empty generations, and
+the guard's ``faults`` say so.
+
+Version 2 reports hold any number of arms of any edit kind (``arms``), each with its edits'
+full descriptions and its own placebo comparison; version 1 reports (scale arms only:
+``main`` and ``doses``) still load.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ def _pick(cls: type, data: dict[str, Any]) -> dict[str, Any]:
 class NoOpGuard:
     """Why a null result might be a no-op rather than a real null."""
 
-    factor: float
+    factor: float | None  # scale arms; None for other edits
     dtype: str
     changed_fraction_in_dtype: float  # share of the dtype's values x with cast(x * factor) != x
     values_seen: int | None
@@ -41,6 +46,7 @@ class NoOpGuard:
     flags: list[str] = field(default_factory=list)
     degenerate_logits: int | None = None  # forward positions whose logits were inf/NaN or constant (LogitWatch)
     faults: list[str] = field(default_factory=list)  # why the arm's generations are broken (not a no-op: garbage)
+    edit: str = ""  # what the arm did, in words
 
     @property
     def factor_rounds_to_one(self) -> bool:
@@ -58,21 +64,22 @@ class NoOpGuard:
         return cls(**_pick(cls, data))
 
 
-def build_guard(factor: float, dtype: str, changed_fraction: float, hook_stats: dict[str, int] | None, rows: int, rows_changed: int) -> NoOpGuard:
+def build_guard(edit: str, factor: float | None, dtype: str, changed_fraction: float, noop_reason: str | None,
+                hook_stats: dict[str, int] | None, rows: int, rows_changed: int) -> NoOpGuard:
     """Fill in the guard, its no-op flags and its faults."""
     stats = hook_stats or {}
     seen, changed, degenerate = stats.get("values_seen"), stats.get("values_changed"), stats.get("degenerate_logits")
     flags: list[str] = []
-    if changed_fraction == 0.0:
-        flags.append(f"factor {factor!r} rounds to exactly 1 in {dtype}: x*f == x for every {dtype} value, so the intervention is a no-op (use float32, or |1-f| large enough for {dtype})")
+    if noop_reason:
+        flags.append(noop_reason)
     elif changed is not None and changed == 0:
         flags.append("the hooks did not change a single activation value during generation")
     if rows_changed == 0 and rows > 0:
         flags.append(f"not a single generated token changed vs the baseline on {rows} prompts: treat Δ=0 as a no-op, not as a null result")
-    faults = [f"factor {factor!r} broke the model: its logits were inf/NaN or the same for every token at {degenerate} forward "
-              "positions, so these generations are degenerate (often empty) and say nothing about the neurons; use a factor of "
+    faults = [f"{edit} broke the model: its logits were inf/NaN or the same for every token at {degenerate} forward "
+              "positions, so these generations are degenerate (often empty) and say nothing about the units; use an edit of "
               "moderate size"] if degenerate else []
-    return NoOpGuard(factor, dtype, changed_fraction, seen, changed, rows, rows_changed, flags, degenerate, faults)
+    return NoOpGuard(factor, dtype, changed_fraction, seen, changed, rows, rows_changed, flags, degenerate, faults, edit)
 
 
 @dataclass
@@ -106,14 +113,26 @@ class CapabilityResult:
 
 @dataclass
 class ArmResult:
-    """One factor applied to the selected units, compared with the baseline."""
+    """One arm (edits applied to one model of the pair), compared with that model's baseline."""
 
-    factor: float
-    role: str  # "main" | "dose" | "control"
+    factor: float | None  # scale arms
+    role: str  # "main" | "dose" | "control" | "arm"
     capabilities: list[CapabilityResult]
     guard: NoOpGuard
     seconds: float
     tokens: int
+    name: str = ""  # e.g. "scale 0.0", "mean", "patch dpo<-sft", "steer"
+    label: str = ""  # what it did, in words
+    model: str = "dpo"  # the model that generated
+    edits: list[dict[str, Any]] = field(default_factory=list)  # each edit's full description
+    placebo: dict[str, Any] = field(default_factory=dict)  # n_sets, seed, family, skipped; per-capability results in capabilities
+
+    def __post_init__(self) -> None:
+        self.name = self.name or f"scale {self.factor!r}"
+
+    @property
+    def kind(self) -> str:
+        return self.name.split(" ")[0]
 
     def capability(self, name: str) -> CapabilityResult:
         for result in self.capabilities:
@@ -122,13 +141,22 @@ class ArmResult:
         raise KeyError(name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"factor": self.factor, "role": self.role, "capabilities": [asdict(c) for c in self.capabilities],
-                "guard": self.guard.to_dict(), "seconds": self.seconds, "tokens": self.tokens}
+        body = {f.name: getattr(self, f.name) for f in fields(self)}
+        return {**body, "capabilities": [asdict(c) for c in self.capabilities], "guard": self.guard.to_dict()}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ArmResult:
-        return cls(float(data["factor"]), str(data.get("role", "dose")), [CapabilityResult.from_dict(c) for c in data["capabilities"]],
-                   NoOpGuard.from_dict(data["guard"]), float(data.get("seconds", 0.0)), int(data.get("tokens", 0)))
+        values = _pick(cls, data)
+        values["factor"] = None if data.get("factor") is None else float(data["factor"])
+        values["role"] = str(data.get("role", "dose"))
+        values["capabilities"] = [CapabilityResult.from_dict(c) for c in data["capabilities"]]
+        values["guard"] = NoOpGuard.from_dict(data["guard"])
+        values["seconds"], values["tokens"] = float(data.get("seconds", 0.0)), int(data.get("tokens", 0))
+        return cls(**values)
+
+
+FORMAT = "rolemrc-probe/ab-report"
+VERSION = 2
 
 
 @dataclass
@@ -143,32 +171,54 @@ class ABReport:
     backend: str
     judge: str
     neurons: dict[str, Any]
-    baseline: dict[str, Any]
-    main: ArmResult
-    doses: list[ArmResult]
-    placebo: dict[str, Any]
+    baseline: dict[str, Any]  # the intervened model's baseline
+    arms: list[ArmResult]  # in the order they ran; the main arm first
+    placebo: dict[str, Any]  # the main arm's placebo settings
     config: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     paths: dict[str, str] = field(default_factory=dict)
+    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)  # per model that generated a baseline
 
     @property
-    def arms(self) -> list[ArmResult]:
-        """Main arm and every dose/control arm, sorted by factor."""
-        return sorted([self.main, *self.doses], key=lambda a: a.factor)
+    def main(self) -> ArmResult:
+        return next((a for a in self.arms if a.role == "main"), self.arms[0])
+
+    @property
+    def doses(self) -> list[ArmResult]:
+        """Every scale arm but the main one (doses and the positive control)."""
+        return [a for a in self.scale_arms if a is not self.main]
+
+    @property
+    def scale_arms(self) -> list[ArmResult]:
+        """The scale arms, sorted by factor: the dose sweep."""
+        return sorted((a for a in self.arms if a.factor is not None), key=lambda a: a.factor or 0.0)
+
+    def arm(self, name: str) -> ArmResult:
+        for arm in self.arms:
+            if arm.name == name:
+                return arm
+        raise KeyError(name)
 
     def to_dict(self) -> dict[str, Any]:
         body = {f.name: getattr(self, f.name) for f in fields(self)}
-        body["main"] = self.main.to_dict()
-        body["doses"] = [d.to_dict() for d in self.doses]
-        return {"format": "rolemrc-probe/ab-report", "version": 1, **body}
+        body["arms"] = [a.to_dict() for a in self.arms]
+        return {"format": FORMAT, "version": VERSION, **body}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ABReport:
-        if data.get("format") != "rolemrc-probe/ab-report":
-            raise ProbeError("not an A/B report (expected format 'rolemrc-probe/ab-report')")
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ProbeError(f"not an A/B report (expected format {FORMAT!r})")
+        version = data.get("version")
+        if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= VERSION:
+            raise ProbeError(f"A/B report version {version!r}: this toolkit reads versions 1-{VERSION}; "
+                             "a newer report needs a newer toolkit")
         values = _pick(cls, data)
-        values["main"] = ArmResult.from_dict(data["main"])
-        values["doses"] = [ArmResult.from_dict(d) for d in data.get("doses", [])]
+        if version == 1:
+            values["arms"] = [ArmResult.from_dict(a) for a in [data["main"], *data.get("doses", [])]]
+        else:
+            values["arms"] = [ArmResult.from_dict(a) for a in data["arms"]]
+        if not values["arms"]:
+            raise ValueError("no arms")
         return cls(**values)
 
     @classmethod
@@ -179,5 +229,7 @@ class ABReport:
         body = read_json(p, "A/B report")
         try:
             return cls.from_dict(body)
+        except ProbeError as exc:
+            raise ProbeError(f"{p}: {exc}") from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProbeError(f"{p}: not a valid A/B report ({exc})") from None

@@ -1,6 +1,7 @@
-"""Scale chosen units of a hook point at every forward pass (torch backend).
+"""Scaling factors: their checks, the paper's factor, and whether a factor is a no-op in a dtype.
 
-One plain PyTorch hook per layer (via :func:`probes.hook_points.attach`) multiplies the
+:func:`scaled_units` is the original entry point, now one case of
+:func:`interventions.edits.edits` (``Scale``): one plain PyTorch hook per layer multiplies the
 selected units by ``factor``. The product is computed in float32 and cast back to the
 model's dtype, so ``factor`` is never rounded to the model dtype first; what *can*
 still round away is the result, and :func:`dtype_noop_fraction` says exactly how often.
@@ -28,23 +29,26 @@ import functools
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from analysis.neuron_sets import NeuronSet
 from core.errors import ProbeError
-from interventions.selection import check_against_model
-from probes.hook_points import attach
+from interventions.sites import EditStats
+
+ScaleStats = EditStats  # the former name
 
 PAPER_FACTOR: float = 1.0 - 1e-6
+FLOAT32_MAX: float = float(torch.finfo(torch.float32).max)
 
 
 def validate_factor(factor: float, name: str = "--factor") -> float:
-    """A finite real number; anything else is a user mistake."""
+    """A real number that is finite in float32 (the edits compute in float32); anything else is a user mistake."""
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(float(factor)):
         raise ProbeError(f"{name} must be a finite number (0 ablates, 1 is no change), got {factor!r}")
+    if abs(float(factor)) > FLOAT32_MAX:
+        raise ProbeError(f"{name} {factor!r} overflows float32 (largest {FLOAT32_MAX:.4g}), in which the edit is computed; use a factor of moderate size")
     return float(factor)
 
 
@@ -63,68 +67,14 @@ def parse_factors(spec: str, name: str = "--dose") -> list[float]:
     return values
 
 
-@dataclass
-class ScaleStats:
-    """What the hooks saw, accumulated on the model's device without syncing per call."""
-
-    calls: int = 0
-    values_seen: torch.Tensor | int = 0
-    values_changed: torch.Tensor | int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return {"calls": self.calls, "values_seen": int(self.values_seen), "values_changed": int(self.values_changed)}
-
-
-def _scale_fn(units: torch.Tensor, factor: float, stats: ScaleStats, track: bool):
-    """The hook body for one layer.
-
-    The selected units are multiplied through a per-unit scale vector (1 elsewhere), so
-    the whole edit is one kernel: in place for float32 activations without autograd, and
-    ``(x.float() * scale).to(dtype)`` otherwise. Multiplying by exactly 1.0 is exact, so
-    untouched units stay bit-identical. Changed values are counted on multi-token
-    forwards (the prompt pass of each ``generate`` call), which is enough for the no-op
-    guard and keeps the per-token cost at one multiply.
-    """
-    cache: dict[tuple[torch.device, int], tuple[torch.Tensor, torch.Tensor]] = {}
-
-    def fn(x: torch.Tensor) -> torch.Tensor:
-        """x: [batch, pos, width] -> same shape, selected units scaled (product in float32)."""
-        key = (x.device, x.shape[-1])
-        if key not in cache:
-            scale = torch.ones(x.shape[-1], dtype=torch.float32, device=x.device)
-            scale[units.to(x.device)] = factor
-            cache[key] = (units.to(x.device), scale)
-        idx, scale = cache[key]
-        count = track and x.dim() >= 2 and x.shape[-2] > 1
-        old = x.index_select(-1, idx) if count else None
-        if x.dtype == torch.float32 and not (torch.is_grad_enabled() and x.requires_grad):
-            out = x.mul_(scale)
-        else:
-            out = (x.to(torch.float32) * scale).to(x.dtype)
-        stats.calls += 1
-        if old is not None:
-            stats.values_seen = stats.values_seen + old.numel()
-            stats.values_changed = stats.values_changed + (out.index_select(-1, idx) != old).sum()
-        return out
-
-    return fn
-
-
 @contextmanager
-def scaled_units(model: nn.Module, neurons: NeuronSet, factor: float = PAPER_FACTOR, *, track: bool = True) -> Iterator[ScaleStats]:
-    """Within the block, every forward of ``model`` sees the units of ``neurons`` scaled by ``factor``."""
-    factor = validate_factor(factor)
-    check_against_model(neurons, model)
-    stats = ScaleStats()
-    handles = []
-    try:
-        for layer, units in sorted(neurons.by_layer().items()):
-            index = torch.tensor(sorted(units), dtype=torch.long)
-            handles.append(attach(model, neurons.hook, layer, _scale_fn(index, factor, stats, track)))
+def scaled_units(model: nn.Module, neurons: NeuronSet, factor: float = PAPER_FACTOR) -> Iterator[EditStats]:
+    """Within the block, every forward of ``model`` sees the units of ``neurons`` scaled by ``factor``
+    (the same as ``edits(model, Scale(neurons, factor))``)."""
+    from interventions.edits import Scale, edits
+
+    with edits(model, Scale(neurons, factor)) as stats:
         yield stats
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 @functools.lru_cache(maxsize=256)  # the runner asks for the main factor more than once (placebo decision, guard)

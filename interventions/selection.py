@@ -23,6 +23,9 @@ from core.errors import ProbeError
 from probes.hook_points import n_layers, validate_hook, width
 
 
+MAX_INDEX = 1 << 20  # wider than any hook point and deeper than any model: a range past it is a typo, refused before it is expanded
+
+
 def parse_units(spec: str, hook: str = "mlp_out") -> NeuronSet:
     """Parse ``"14:3,14:9,20:0"`` (also ``"14:3-7"`` for a unit range) into a manual neuron set."""
     validate_hook(hook)
@@ -41,6 +44,8 @@ def parse_units(spec: str, hook: str = "mlp_out") -> NeuronSet:
                 raise ValueError
         except ValueError:
             raise ProbeError(f"--units {spec!r}: bad entry {part!r}; expected LAYER:UNIT pairs like 14:3,14:9,20:0 (or 14:3-7)") from None
+        if layer >= MAX_INDEX or hi >= MAX_INDEX:
+            raise ProbeError(f"--units {spec!r}: {part!r} reaches past {MAX_INDEX - 1}, beyond any model's layers and units; check the range")
         neurons.extend(Neuron(layer, unit) for unit in range(lo, hi + 1))
     if not neurons:
         raise ProbeError(f"--units {spec!r}: no units given; expected LAYER:UNIT pairs like 14:3,14:9,20:0")
@@ -105,11 +110,11 @@ def analysed_neuron_set(run_dir: str | Path, capability: str, hook: str) -> Neur
     path = Path(run_dir) / "analysis" / f"neurons_{capability}_{hook}.json"
     if path.is_file():
         return NeuronSet.load(path)
-    _require_recorded(run_dir, capability, hook)
+    require_recorded(run_dir, capability, hook)
     raise ProbeError(f"{path}: no neuron set for capability={capability} hook={hook}; run `probe analyze {run_dir}` or pass --top-k/--neurons/--units")
 
 
-def _require_recorded(run_dir: str | Path, capability: str, hook: str) -> None:
+def require_recorded(run_dir: str | Path, capability: str, hook: str) -> None:
     from probes.store import MODELS, RunReader
 
     with RunReader(run_dir) as run:

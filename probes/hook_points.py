@@ -1,24 +1,30 @@
-"""Where each named hook point lives in a Hugging Face model, and how to attach to it.
+"""The model-access layer: one row per hook point, one path resolver, and how to attach.
 
 Hook points use TransformerLens's vocabulary so that results read the same whichever
-backend recorded them:
+driver recorded them. Everything the toolkit knows about a hook point is its row in
+:data:`HOOK_TABLE`; recording (:mod:`probes.backends`) and editing
+(:mod:`interventions.edits`) both read it, and nothing else restates it:
 
-==============  ======================================================  ==================
-name            tensor                                                  width
-==============  ======================================================  ==================
-``mlp_out``     output of block *i*'s MLP (TL ``blocks.{i}.hook_mlp_out``)  d_model
-``attn_out``    output of block *i*'s attention (``hook_attn_out``)        d_model
-``resid_post``  output of block *i* (``hook_resid_post``)                d_model
-``mlp_post``    input of the MLP down-projection: the true MLP neurons    intermediate_size
-==============  ======================================================  ==================
+==============  ===========================  ======  ==========  ====================================
+name            module (of block *i*)        tensor  width       TransformerLens name
+==============  ===========================  ======  ==========  ====================================
+``mlp_out``     the MLP                      output  d_model     ``blocks.{i}.hook_mlp_out``
+``attn_out``    the attention                output  d_model     ``blocks.{i}.hook_attn_out``
+``resid_post``  the block                    output  d_model     ``blocks.{i}.hook_resid_post``
+``mlp_post``    the MLP's down-projection    input   d_mlp       ``blocks.{i}.mlp.hook_post``
+==============  ===========================  ======  ==========  ====================================
 
-An :class:`Architecture` row says where the blocks and their parts are for one model
-family; :func:`attach` registers a plain PyTorch hook that hands the hook point's
-tensor ``[batch, pos, width]`` to a callback, which may return a replacement. This is
-the cheapest possible instrumentation (no graph rewriting, no proxy objects), which is
-why it is the default backend and what interventions use.
+``mlp_post`` is the true MLP neuron vector (width ``intermediate_size``). An
+:class:`Architecture` row says where the blocks and their parts are for one model family;
+:func:`module_path` joins the two into a dotted path from the ``*ForCausalLM`` object (also
+the nnsight envoy path), and :func:`resolve` follows such a path on a module or an envoy.
+:func:`attach` registers a plain PyTorch hook that hands the hook point's tensor
+``[batch, pos, width]`` to a callback, which may return a replacement: the cheapest
+possible instrumentation (no graph rewriting, no proxy objects).
 
 Example:
+    >>> HOOK_TABLE["mlp_post"].tl_name.format(i=3), HOOK_TABLE["mlp_post"].is_input
+    ('blocks.3.mlp.hook_post', True)
     >>> handle = attach(model, "mlp_out", 3, lambda x: x * 0.5)   # doctest: +SKIP
     >>> handle.remove()                                           # doctest: +SKIP
 """
@@ -27,7 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import nn
@@ -35,13 +41,29 @@ from torch.utils.hooks import RemovableHandle
 
 from core.errors import ProbeError
 
-HOOK_POINTS: tuple[str, ...] = ("mlp_out", "attn_out", "resid_post", "mlp_post")
-TL_NAMES: dict[str, str] = {
-    "mlp_out": "blocks.{i}.hook_mlp_out",
-    "attn_out": "blocks.{i}.hook_attn_out",
-    "resid_post": "blocks.{i}.hook_resid_post",
-    "mlp_post": "blocks.{i}.mlp.hook_post",
-}
+Part = Literal["attention", "mlp", "down_proj", "block"]
+
+
+@dataclass(frozen=True)
+class HookPoint:
+    """One hook point: which module of a block carries it, input or output, its width, its names elsewhere."""
+
+    name: str
+    part: Part
+    is_input: bool  # the module's input (a pre-hook) rather than its output
+    width: Literal["d_model", "d_mlp"]
+    tl_name: str  # TransformerLens's name, with {i} for the block
+    block_order: int  # when it fires within one block's forward (0 first)
+
+
+HOOK_TABLE: dict[str, HookPoint] = {row.name: row for row in (
+    HookPoint("mlp_out", "mlp", False, "d_model", "blocks.{i}.hook_mlp_out", 2),
+    HookPoint("attn_out", "attention", False, "d_model", "blocks.{i}.hook_attn_out", 0),
+    HookPoint("resid_post", "block", False, "d_model", "blocks.{i}.hook_resid_post", 3),
+    HookPoint("mlp_post", "down_proj", True, "d_mlp", "blocks.{i}.mlp.hook_post", 1),
+)}
+HOOK_POINTS: tuple[str, ...] = tuple(HOOK_TABLE)
+EXECUTION_ORDER: tuple[str, ...] = tuple(sorted(HOOK_TABLE, key=lambda name: HOOK_TABLE[name].block_order))
 
 HookFn = Callable[[torch.Tensor], torch.Tensor | None]
 
@@ -57,6 +79,10 @@ class Architecture:
     down_proj: str  # attribute of the MLP whose *input* is the neuron vector
     intermediate_size_attr: str = "intermediate_size"
 
+    def part_path(self, part: Part) -> str:
+        """The dotted path of ``part`` inside one block ("" for the block itself)."""
+        return {"attention": self.attention, "mlp": self.mlp, "down_proj": f"{self.mlp}.{self.down_proj}", "block": ""}[part]
+
 
 _LLAMA_LIKE = dict(layers="model.layers", attention="self_attn", mlp="mlp", down_proj="down_proj")
 ARCHITECTURES: dict[str, Architecture] = {
@@ -71,7 +97,7 @@ ARCHITECTURES: dict[str, Architecture] = {
 
 
 def validate_hook(hook: str) -> str:
-    if hook not in HOOK_POINTS:
+    if hook not in HOOK_TABLE:
         raise ProbeError(f"unknown hook point {hook!r}; expected one of {', '.join(HOOK_POINTS)}")
     return hook
 
@@ -83,14 +109,15 @@ def architecture_of(model: nn.Module) -> Architecture:
     return ARCHITECTURES[model_type]
 
 
-def _get(obj: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        obj = getattr(obj, part)
-    return obj
+def resolve(root: Any, dotted: str) -> Any:
+    """Follow a dotted path (``model.layers.3.mlp``) on a module or an nnsight envoy; digits index a list."""
+    for part in filter(None, dotted.split(".")):
+        root = root[int(part)] if part.isdigit() else getattr(root, part)
+    return root
 
 
 def blocks(model: nn.Module) -> nn.ModuleList:
-    return _get(model, architecture_of(model).layers)
+    return resolve(model, architecture_of(model).layers)
 
 
 def n_layers(model: nn.Module) -> int:
@@ -98,31 +125,27 @@ def n_layers(model: nn.Module) -> int:
 
 
 def width(model: nn.Module, hook: str) -> int:
-    """The expected width of a hook point (d_model, or intermediate_size for ``mlp_post``)."""
+    """The expected width of a hook point: d_model, or intermediate_size (d_mlp)."""
     config = model.config
-    validate_hook(hook)
-    if hook != "mlp_post":
+    if HOOK_TABLE[validate_hook(hook)].width == "d_model":
         return int(getattr(config, "hidden_size", None) or config.n_embd)
-    arch = architecture_of(model)
-    size = getattr(config, arch.intermediate_size_attr, None)
+    size = getattr(config, architecture_of(model).intermediate_size_attr, None)
     return int(size) if size else 4 * int(config.n_embd)
+
+
+def module_path(model: nn.Module, hook: str, layer: int) -> str:
+    """The dotted path from the model to the module carrying ``hook`` at ``layer`` (also its nnsight envoy path)."""
+    arch = architecture_of(model)
+    total = n_layers(model)
+    if not 0 <= layer < total:
+        raise ProbeError(f"layer {layer} is outside the model, which has layers 0-{total - 1}")
+    inner = arch.part_path(HOOK_TABLE[validate_hook(hook)].part)
+    return f"{arch.layers}.{layer}" + (f".{inner}" if inner else "")
 
 
 def module_for(model: nn.Module, hook: str, layer: int) -> tuple[nn.Module, bool]:
     """The module to hook and whether the tensor is its *input* (pre-hook) rather than its output."""
-    validate_hook(hook)
-    arch = architecture_of(model)
-    layer_list = blocks(model)
-    if not 0 <= layer < len(layer_list):
-        raise ProbeError(f"layer {layer} is outside the model, which has layers 0-{len(layer_list) - 1}")
-    block = layer_list[layer]
-    if hook == "mlp_out":
-        return getattr(block, arch.mlp), False
-    if hook == "attn_out":
-        return getattr(block, arch.attention), False
-    if hook == "resid_post":
-        return block, False
-    return getattr(getattr(block, arch.mlp), arch.down_proj), True
+    return resolve(model, module_path(model, hook, layer)), HOOK_TABLE[hook].is_input
 
 
 def attach(model: nn.Module, hook: str, layer: int, fn: HookFn) -> RemovableHandle:
@@ -152,26 +175,34 @@ def attach(model: nn.Module, hook: str, layer: int, fn: HookFn) -> RemovableHand
 def parse_layers(spec: str | None, total: int) -> list[int]:
     """Parse '12-31', '3,5,7', '12-' or None (all) into sorted layer indices, checked against ``total``.
 
+    Ranges are checked before they are expanded, so a typo such as ``0-70000000`` costs nothing.
+
     >>> parse_layers("1-3,7", 8)
     [1, 2, 3, 7]
     """
     if spec is None or spec.strip().lower() in ("", "all"):
         return list(range(total))
     layers: set[int] = set()
-    for part in spec.split(","):
-        part = part.strip()
+    for lo, hi in layer_ranges(spec, total):
+        if lo < 0 or hi >= total:
+            raise ProbeError(f"--layers {spec!r}: layer {lo if lo < 0 else hi} is outside the model, which has layers 0-{total - 1}")
+        layers.update(range(lo, hi + 1))
+    return sorted(layers)
+
+
+def layer_ranges(spec: str, total: int) -> list[tuple[int, int]]:
+    """The inclusive ranges of a layer spec, unexpanded and unchecked against the model ('12-' ends at ``total - 1``)."""
+    ranges = []
+    for part in (p.strip() for p in spec.split(",")):
         try:
-            if "-" in part:
+            if "-" in part[1:]:
                 lo_s, hi_s = part.split("-", 1)
                 lo, hi = int(lo_s), (int(hi_s) if hi_s else total - 1)
-                if lo > hi:
-                    raise ValueError
-                layers.update(range(lo, hi + 1))
             else:
-                layers.add(int(part))
+                lo = hi = int(part)
+            if lo > hi:
+                raise ValueError
         except ValueError:
             raise ProbeError(f"--layers {spec!r}: expected a range like 12-31 or a list like 3,5,7") from None
-    outside = sorted(i for i in layers if not 0 <= i < total)
-    if outside:
-        raise ProbeError(f"--layers {spec!r}: layer {outside[0]} is outside the model, which has layers 0-{total - 1}")
-    return sorted(layers)
+        ranges.append((lo, hi))
+    return ranges

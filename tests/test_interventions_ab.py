@@ -43,12 +43,13 @@ def test_report_files_and_round_trip(ab_run):
         assert (out / name).is_file()
     loaded = ABReport.load(out / "ab_report.json")
     assert loaded.capability == "multi_turn" and loaded.model == "dpo" and loaded.judge == "rules"
-    assert [a.factor for a in loaded.arms] == [0.0, 0.5, PAPER_FACTOR]
+    assert [a.factor for a in loaded.scale_arms] == [0.0, 0.5, PAPER_FACTOR]
+    assert [a.name for a in loaded.arms] == [f"scale {PAPER_FACTOR!r}", "scale 0.5", "scale 0.0"]
     assert {a.role for a in loaded.arms} == {"main", "dose", "control"}
     assert loaded.main.capability("multi_turn").delta == report.main.capability("multi_turn").delta
     records = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
     assert len(records) == report.baseline["rows"]
-    assert set(records[0]["intervened"]) == {repr(PAPER_FACTOR), "0.5", "0.0"}
+    assert set(records[0]["intervened"]) == {f"scale {PAPER_FACTOR!r}", "scale 0.5", "scale 0.0"}
 
 
 def test_every_capability_is_scored_with_paired_statistics(ab_run):

@@ -39,11 +39,11 @@ def test_intervene_on_a_recorded_run(analysed_run: Path, tmp_path: Path, capsys)
     assert report["neurons"]["size"] == 8 and report["neurons"]["hook"] == "mlp_out"
     assert report["model_dir"].endswith("dpo") and report["data_file"].endswith("test.jsonl")
     assert report["placebo"]["n_sets"] == 2
-    target = report["main"]["capabilities"][0]
+    target = report["arms"][0]["capabilities"][0]
     assert target["capability"] == "multi_turn" and len(target["placebo"]["deltas"]) == 2
     assert "placebo pct" in (out / "ab_report.md").read_text()
     printed = capsys.readouterr().out
-    assert "factor 0.0 (main)" in printed and "multi_turn" in printed and str(out / "ab_report.md") in printed
+    assert "scale ×0.0 (main)" in printed and "multi_turn" in printed and str(out / "ab_report.md") in printed
 
 
 def test_intervene_defaults_to_the_runs_neuron_set(analysed_run: Path, tmp_path: Path, capsys):

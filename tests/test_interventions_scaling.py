@@ -182,10 +182,12 @@ def test_noop_guard_fires_in_bfloat16(tiny_model_dir: Path):
     base, arm = gen.run(), gen.run(Intervention(parse_units("1:0-31,2:0-31", "mlp_out"), PAPER_FACTOR))
     assert arm.hook_stats["values_changed"] == 0 and arm.hook_stats["values_seen"] > 0
     changed = sum(a != b for a, b in zip(base.ids, arm.ids))
-    guard = build_guard(PAPER_FACTOR, "bfloat16", 0.0, arm.hook_stats, len(base.ids), changed)
+    edit = Intervention(parse_units("1:0-31,2:0-31", "mlp_out"), PAPER_FACTOR)
+    guard = build_guard(edit.label(), PAPER_FACTOR, "bfloat16", edit.changed_fraction(torch.bfloat16), edit.noop_reason(torch.bfloat16),
+                        arm.hook_stats, len(base.ids), changed)
     assert guard.is_noop and guard.factor_rounds_to_one
     assert any("rounds to exactly 1 in bfloat16" in flag for flag in guard.flags)
-    fine = build_guard(PAPER_FACTOR, "float32", 1.0, {"values_seen": 10, "values_changed": 10}, 4, 1)
+    fine = build_guard(edit.label(), PAPER_FACTOR, "float32", 1.0, edit.noop_reason(torch.float32), {"values_seen": 10, "values_changed": 10}, 4, 1)
     assert not fine.is_noop
 
 

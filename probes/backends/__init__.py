@@ -1,5 +1,5 @@
-"""Recording backends: ``torch`` (plain forward hooks, default), ``transformer_lens``, ``nnsight``."""
+"""Drivers: ``torch`` (plain hooks, default; captures and edits), ``transformer_lens`` (captures), ``nnsight`` (captures and edits)."""
 
-from probes.backends.base import Backend, HookFiringError, make_backend, reduce_positions
+from probes.backends.base import DRIVERS, EDITING_DRIVERS, Backend, HookFiringError, SiteEdits, generate_edited, make_backend, reduce_positions
 
-__all__ = ["Backend", "HookFiringError", "make_backend", "reduce_positions"]
+__all__ = ["DRIVERS", "EDITING_DRIVERS", "Backend", "HookFiringError", "SiteEdits", "generate_edited", "make_backend", "reduce_positions"]

@@ -1,6 +1,11 @@
-"""The one small interface every recording backend implements, and what they share.
+"""Drivers: one registry of the ways into a model, the capture-and-edit contract, and what recorders share.
 
-A backend wraps one loaded Hugging Face model and turns a left-padded batch into
+A driver is a way into a Hugging Face model. Every driver *captures* (records hook points);
+``torch`` and ``nnsight`` also *edit* (generate with functions applied at hook points, see
+:class:`SiteEdits`); ``transformer_lens`` captures only. Each is one row of :data:`DRIVERS`,
+the only place its name is written.
+
+A recorder wraps one loaded Hugging Face model and turns a left-padded batch into
 ``{hook: [batch, n_stored_layers, width]}`` float32 tensors on the CPU, already reduced
 to one vector per prompt by the position policy. Reducing inside the hook, on the
 model's device, is what keeps memory at one batch of *vectors* rather than one batch
@@ -21,18 +26,81 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+import importlib
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from core.errors import ProbeError
-from probes.hook_points import HOOK_POINTS, width
+from probes.hook_points import module_for, width
 from probes.prompts import Batch
 
-# Order in which the hook points of one block fire during a forward pass.
-EXECUTION_ORDER: tuple[str, ...] = ("attn_out", "mlp_post", "mlp_out", "resid_post")
-assert sorted(EXECUTION_ORDER) == sorted(HOOK_POINTS)
+if TYPE_CHECKING:
+    from core.generation import Generations, Generator
+
+SiteFn = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Driver:
+    """Where one driver's capture and edit entry points live (``module:attribute``); ``edit=None``: capture only."""
+
+    capture: str
+    edit: str | None = None
+    greedy_only: bool = False  # reads tokens from raw logits, so cannot sample
+
+
+DRIVERS: dict[str, Driver] = {
+    "torch": Driver("probes.backends.torch_hooks:TorchBackend", "probes.backends.torch_hooks:generate"),
+    "transformer_lens": Driver("probes.backends.tl_bridge:TransformerLensBackend"),
+    "nnsight": Driver("probes.backends.nnsight_trace:NNsightBackend", "probes.backends.nnsight_trace:generate", greedy_only=True),
+}
+EDITING_DRIVERS: tuple[str, ...] = tuple(name for name, driver in DRIVERS.items() if driver.edit)
+
+
+def _load(target: str) -> Any:
+    module, attribute = target.split(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def driver(name: str) -> Driver:
+    if name not in DRIVERS:
+        raise ProbeError(f"unknown backend {name!r}; expected one of {', '.join(DRIVERS)}")
+    return DRIVERS[name]
+
+
+@dataclass
+class SiteEdits:
+    """What an editing driver applies while it generates.
+
+    ``sites``: ``(hook, layer, fn)``; at every forward, the hook point's tensor ``[batch, pos, width]``
+    is replaced by ``fn(tensor)`` (which may work in place). ``around``: entered around the whole
+    generation (e.g. a second model run in lockstep). ``stats``: an object with ``as_dict()`` saying
+    what the site functions saw.
+    """
+
+    sites: list[tuple[str, int, SiteFn]] = field(default_factory=list)
+    around: AbstractContextManager[Any] | None = None
+    stats: Any = None
+
+
+def editing_driver(name: str, do_sample: bool = False) -> Driver:
+    """Driver ``name`` if it can edit (and sample, when asked to); otherwise one line saying which can."""
+    entry = driver(name)
+    if entry.edit is None:
+        raise ProbeError(f"the {name} backend captures only and cannot apply edits; use --backend {' or '.join(EDITING_DRIVERS)}")
+    if do_sample and entry.greedy_only:
+        raise ProbeError(f"the {name} backend decodes greedily only; use --backend torch for seeded sampling")
+    return entry
+
+
+def generate_edited(name: str, generator: Generator, edits: SiteEdits | None) -> Generations:
+    """Generate ``generator``'s rows once through driver ``name`` with ``edits`` applied (``None``: unedited)."""
+    entry = editing_driver(name, generator.config.do_sample)
+    return _load(entry.edit)(generator, edits)
 
 
 class HookFiringError(ProbeError):
@@ -40,6 +108,8 @@ class HookFiringError(ProbeError):
 
 
 class Backend(Protocol):
+    """A recorder: the capture half of a driver."""
+
     name: str
     hooks: tuple[str, ...]
     layers: list[int]
@@ -139,26 +209,14 @@ class Collector:
 
 
 def make_backend(name: str, model: Any, *, hooks: Sequence[str], layers: Sequence[int], position: str, tokenizer: Any = None, model_dir: Any = None) -> Backend:
-    """Build the named backend around one loaded model."""
-    if name == "torch":
-        from probes.backends.torch_hooks import TorchBackend
-
-        return TorchBackend(model, hooks, layers, position)
-    if name == "transformer_lens":
-        from probes.backends.tl_bridge import TransformerLensBackend
-
-        return TransformerLensBackend(model, hooks, layers, position, tokenizer=tokenizer, model_dir=model_dir)
-    if name == "nnsight":
-        from probes.backends.nnsight_trace import NNsightBackend
-
-        return NNsightBackend(model, hooks, layers, position, tokenizer=tokenizer)
-    raise ProbeError(f"unknown backend {name!r}; expected torch, transformer_lens or nnsight")
+    """Build driver ``name``'s recorder around one loaded model."""
+    recorder = _load(driver(name).capture)(model, hooks, layers, position, tokenizer=tokenizer, model_dir=model_dir)
+    recorder.name = name
+    return recorder
 
 
 def check_distinct_modules(model: Any, hooks: Sequence[str], layers: Sequence[int]) -> None:
     """Refuse a model whose blocks share module objects: one hook would then stand for several layers."""
-    from probes.hook_points import module_for
-
     for hook in hooks:
         seen: dict[int, int] = {}
         for layer in layers:

@@ -1,51 +1,69 @@
-"""nnsight backend: one ``trace`` per batch over the same Hugging Face modules.
+"""nnsight driver: captures with one ``trace`` per batch, edits inside ``generate``'s ``tracer.all()``.
 
-Module outputs are read in execution order (nnsight 0.8 raises ``OutOfOrderError``
-otherwise): per block, attention output, down-projection input (``mlp_post``), MLP
-output, block output. The reduction to one vector per prompt runs inside the trace on
-real tensors, and the trace stops after the last one. Firing counts come from plain
-counting hooks on the same modules, so the "fires exactly once" check does not rely
-on nnsight's own bookkeeping.
+Capture: module outputs are read in execution order (nnsight 0.8 raises ``OutOfOrderError``
+otherwise): per block, attention output, down-projection input (``mlp_post``), MLP output,
+block output. The reduction to one vector per prompt runs inside the trace on real tensors,
+and the trace stops after the last one. Firing counts come from plain counting hooks on the
+same modules, so the "fires exactly once" check does not rely on nnsight's own bookkeeping.
+
+Edit: ``TransformersModel`` wraps the already loaded HF module (no copy). Each site function
+runs inside ``tracer.all()`` so it applies at the prompt forward *and* at every decoding step
+(an edit outside the loop would touch the prompt forward only; see stack notes §4). nnsight
+0.8 cuts an open-ended loop short when generation stops and skips code after it, so the
+generated tokens are collected *inside* the loop, one ``argmax`` of the LM head per step. That
+is exactly greedy decoding when the model's generation config adds no logits processors,
+which :func:`generate` checks. The site functions are the very ones the torch driver hooks in,
+so both drivers compute the same edit.
 """
 
 from __future__ import annotations
 
+import time
+import warnings
 from collections.abc import Sequence
-from typing import Any
+from contextlib import nullcontext
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from probes.backends.base import EXECUTION_ORDER, Collector, check_distinct_modules
-from probes.hook_points import architecture_of, module_for
+from core.errors import ProbeError
+from probes.backends.base import Collector, SiteEdits, check_distinct_modules, reduce_positions
+from probes.hook_points import EXECUTION_ORDER, HOOK_TABLE, module_for, module_path, resolve
 from probes.prompts import Batch
 
+if TYPE_CHECKING:
+    from core.generation import Generations, Generator
 
-def _envoy(root: Any, dotted: str) -> Any:
-    for part in dotted.split("."):
-        root = getattr(root, part)
-    return root
+_PROCESSOR_FIELDS = ("repetition_penalty", "no_repeat_ngram_size", "encoder_repetition_penalty", "bad_words_ids", "suppress_tokens",
+                     "begin_suppress_tokens", "forced_bos_token_id", "forced_eos_token_id", "sequence_bias")
+
+
+def wrap(model: Any, tokenizer: Any) -> Any:
+    """An nnsight ``TransformersModel`` around ``model`` (shared weights, no copy)."""
+    from nnsight.modeling.transformers import TransformersModel
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return TransformersModel(model, tokenizer=tokenizer, task="text-generation")
+
+
+def _value(envoy: Any, is_input: bool) -> torch.Tensor:
+    value = envoy.input if is_input else envoy.output
+    return value[0] if isinstance(value, tuple) else value
 
 
 class NNsightBackend:
-    name = "nnsight"
+    name: str
 
-    def __init__(self, model: Any, hooks: Sequence[str], layers: Sequence[int], position: str, *, tokenizer: Any) -> None:
-        from nnsight.modeling.transformers import TransformersModel
-
+    def __init__(self, model: Any, hooks: Sequence[str], layers: Sequence[int], position: str, *, tokenizer: Any, model_dir: Any = None) -> None:
         check_distinct_modules(model, hooks, layers)
         self.model, self.hooks, self.layers, self.position = model, tuple(hooks), list(layers), position
-        self.lm = TransformersModel(model, tokenizer=tokenizer)
-        self.arch = architecture_of(model)
+        self.lm = wrap(model, tokenizer)
         self.collector = Collector(model, hooks, layers, position)
         self.counts: dict[tuple[str, int], int] = {}
 
     def _tensor_of(self, hook: str, layer: int) -> Any:
-        block = _envoy(self.lm, self.arch.layers)[layer]
-        if hook == "mlp_post":
-            return _envoy(_envoy(block, self.arch.mlp), self.arch.down_proj).input
-        module = block if hook == "resid_post" else _envoy(block, self.arch.attention if hook == "attn_out" else self.arch.mlp)
-        out = module.output
-        return out[0] if isinstance(out, tuple) else out
+        return _value(resolve(self.lm, module_path(self.model, hook, layer)), HOOK_TABLE[hook].is_input)
 
     def _count_hooks(self) -> list[Any]:
         handles = []
@@ -63,8 +81,6 @@ class NNsightBackend:
 
     @torch.inference_mode()
     def record(self, batch: Batch) -> dict[str, torch.Tensor]:
-        from probes.backends.base import reduce_positions
-
         device = self.model.get_input_embeddings().weight.device
         mask = batch.attention_mask.to(device)
         inputs = {"input_ids": batch.input_ids.to(device), "attention_mask": mask, "position_ids": batch.position_ids.to(device)}
@@ -86,3 +102,58 @@ class NNsightBackend:
         for (hook, layer), (width, value) in zip(order, saved):
             self.collector.take_reduced(hook, layer, self.counts[(hook, layer)], int(width), value)
         return self.collector.result()
+
+
+def check_plain_greedy(model: Any) -> None:
+    """Refuse a generation config whose logits processors would make raw-logit argmax differ from ``generate``."""
+    config = model.generation_config
+    for name in _PROCESSOR_FIELDS:
+        value = getattr(config, name, None)
+        if value not in (None, 1.0, 0, [], {}):
+            raise ProbeError(f"the nnsight backend reads greedy tokens from raw logits, but the model's generation config sets {name}={value!r}; use --backend torch")
+
+
+def generate(generator: Generator, edits: SiteEdits | None) -> Generations:
+    """The generator's rows, decoded greedily through nnsight with ``edits`` applied at every forward."""
+    from core.generation import cut_at_stop
+
+    model = generator.model
+    check_plain_greedy(model)
+    lm = getattr(model, "_probe_nnsight", None) or wrap(model, generator.tokenizer)
+    model._probe_nnsight = lm  # one wrapper per model: building it walks every module
+    edits = edits or SiteEdits()
+    start = time.perf_counter()
+    result: list[list[int]] = [[] for _ in generator.prompts]
+    kwargs = generator.config.generate_kwargs(generator.pad_id, generator.stop)
+    with edits.around if edits.around is not None else nullcontext():
+        for batch in generator.batches:
+            input_ids, mask = generator.padded(batch)
+            for row, sequence in zip(batch, _greedy_steps(lm, model, input_ids, mask, kwargs, edits).tolist()):
+                result[row] = cut_at_stop(sequence, generator.stop)
+    stats = edits.stats.as_dict() if edits.stats is not None else None
+    return generator.decode(result, time.perf_counter() - start, stats)
+
+
+def _head_path(model: Any) -> str:
+    head = model.get_output_embeddings()
+    return next(name for name, module in model.named_modules() if module is head)
+
+
+def _greedy_steps(lm: Any, model: Any, input_ids: torch.Tensor, mask: torch.Tensor, kwargs: dict[str, Any], edits: SiteEdits) -> torch.Tensor:
+    """Greedy new tokens [batch, steps] with the site functions applied at every forward."""
+    head = resolve(lm, _head_path(model))
+    targets = [(resolve(lm, module_path(model, hook, layer)), HOOK_TABLE[hook].is_input, fn) for hook, layer, fn in edits.sites]
+    steps: list[torch.Tensor] = []
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        with lm.generate({"input_ids": input_ids, "attention_mask": mask}, **kwargs) as tracer:
+            for _ in tracer.all():
+                for envoy, is_input, fn in targets:
+                    tensor = _value(envoy, is_input)
+                    edited = fn(tensor)
+                    if edited is not tensor:
+                        tensor.copy_(edited)
+                steps.append(head.output[:, -1].argmax(-1).save())
+    if not steps:
+        return torch.empty((input_ids.shape[0], 0), dtype=torch.long)
+    return torch.stack([torch.as_tensor(s) for s in steps], dim=1).cpu()

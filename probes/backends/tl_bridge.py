@@ -7,7 +7,7 @@ centres the unembedding in place, which would change the very model we record. T
 bridge forces eager attention on the model it wraps (a known TL 4 behaviour), which is
 slower than SDPA but numerically equivalent (about 1e-7 in float32).
 
-Hook names are TransformerLens's own (:data:`probes.hook_points.TL_NAMES`); the
+Hook names are TransformerLens's own (each row of :data:`probes.hook_points.HOOK_TABLE`); the
 forward stops after the last recorded block (``stop_at_layer``).
 """
 
@@ -20,14 +20,14 @@ import torch
 
 from core.errors import ProbeError
 from probes.backends.base import Collector, check_distinct_modules
-from probes.hook_points import TL_NAMES
+from probes.hook_points import HOOK_TABLE
 from probes.prompts import Batch
 
 
 class TransformerLensBackend:
-    name = "transformer_lens"
+    name: str
 
-    def __init__(self, model: Any, hooks: Sequence[str], layers: Sequence[int], position: str, *, tokenizer: Any, model_dir: Any) -> None:
+    def __init__(self, model: Any, hooks: Sequence[str], layers: Sequence[int], position: str, *, tokenizer: Any = None, model_dir: Any = None) -> None:
         from transformer_lens.model_bridge import TransformerBridge
 
         if model_dir is None or tokenizer is None:
@@ -43,7 +43,7 @@ class TransformerLensBackend:
             raise ProbeError(f"TransformerLens has no hook point {missing[0]} for this model; use --backend torch")
 
     def _names(self) -> list[str]:
-        return [TL_NAMES[h].format(i=layer) for h in self.hooks for layer in self.layers]
+        return [HOOK_TABLE[h].tl_name.format(i=layer) for h in self.hooks for layer in self.layers]
 
     def _hook(self, hook: str, layer: int) -> Any:
         def fn(x: torch.Tensor, hook: Any = None) -> None:  # TL calls fn(tensor, hook=HookPoint)
@@ -56,7 +56,7 @@ class TransformerLensBackend:
     @torch.inference_mode()
     def record(self, batch: Batch) -> dict[str, torch.Tensor]:
         self.collector.reset(batch.attention_mask)
-        fwd_hooks = [(TL_NAMES[h].format(i=layer), self._hook(h, layer)) for h in self.hooks for layer in self.layers]
+        fwd_hooks = [(HOOK_TABLE[h].tl_name.format(i=layer), self._hook(h, layer)) for h in self.hooks for layer in self.layers]
         self.bridge.run_with_hooks(batch.input_ids.to(self.device), fwd_hooks=fwd_hooks, return_type=None,
                                    stop_at_layer=max(self.layers) + 1, attention_mask=batch.attention_mask.to(self.device),
                                    position_ids=batch.position_ids.to(self.device))

@@ -1,10 +1,14 @@
-"""The default backend: plain PyTorch hooks on the Hugging Face modules.
+"""The default driver: plain PyTorch hooks on the Hugging Face modules, to capture and to edit.
 
 Hooks come from :func:`probes.hook_points.attach` (the same table interventions use),
 are registered for one forward and removed in ``finally``. The forward runs the base
 model (``model.base_model``), skipping the LM head, and stops as soon as the last
 requested hook point has fired, so recording layers 0-11 of a 32-layer model costs
 twelve blocks, not thirty-two. That is why recording is *faster* than a plain forward.
+
+Editing (:func:`generate`) attaches each site function with the same
+:func:`probes.hook_points.attach` for the whole of ``model.generate``, so it applies at the
+prompt forward and at every decoding step, and removes the hooks in ``finally``.
 
 Example:
     >>> TorchBackend(model, ["mlp_out"], [0, 1], "last").record(batch)["mlp_out"].shape   # doctest: +SKIP
@@ -13,14 +17,18 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from probes.backends.base import Collector, check_distinct_modules
+from probes.backends.base import Collector, SiteEdits, check_distinct_modules
 from probes.hook_points import attach
 from probes.prompts import Batch
+
+if TYPE_CHECKING:
+    from core.generation import Generations, Generator
 
 
 class _StopForward(Exception):
@@ -28,9 +36,10 @@ class _StopForward(Exception):
 
 
 class TorchBackend:
-    name = "torch"
+    name: str
 
-    def __init__(self, model: Any, hooks: Sequence[str], layers: Sequence[int], position: str, stop_early: bool = True) -> None:
+    def __init__(self, model: Any, hooks: Sequence[str], layers: Sequence[int], position: str, *, tokenizer: Any = None,
+                 model_dir: Any = None, stop_early: bool = True) -> None:
         self.model, self.hooks, self.layers, self.position = model, tuple(hooks), list(layers), position
         self.stop_early = stop_early
         check_distinct_modules(model, hooks, layers)
@@ -59,3 +68,19 @@ class TorchBackend:
             for handle in handles:
                 handle.remove()
         return self.collector.result()
+
+
+@contextmanager
+def applied(model: Any, edits: SiteEdits) -> Iterator[Any]:
+    """Within the block, every forward of ``model`` has ``edits`` applied; yields ``edits.stats``."""
+    with ExitStack() as stack:
+        if edits.around is not None:
+            stack.enter_context(edits.around)
+        for hook, layer, fn in edits.sites:
+            stack.callback(attach(model, hook, layer, fn).remove)
+        yield edits.stats
+
+
+def generate(generator: Generator, edits: SiteEdits | None) -> Generations:
+    """The generator's rows, generated once with ``edits`` hooked in (``None``: plain generation)."""
+    return generator.run(None if edits is None else applied(generator.model, edits))

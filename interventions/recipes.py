@@ -1,0 +1,152 @@
+"""Arm recipes: what each ``--edit`` name adds to an A/B run, built from the run's own data.
+
+An :class:`Arm` is a named list of edits applied to one model of the pair and compared with
+that model's unedited baseline; its placebo arms apply the edits' placebo family. Each recipe
+in :data:`ARM_RECIPES` turns the selected units (the run's ranking, as for every arm) and what
+the run recorded into arms:
+
+==========  ====================================================================================
+``scale``   the units scaled by ``--factor`` (main), each ``--dose``, and factor 0 as the
+            positive control; placebos for the main factor
+``mean``    mean-ablation: the units set to the *other* model's mean over the capability's prompts
+            (read from ``activations.h5``, at the recorded position)
+``patch``   cross-checkpoint patching both ways: ``DPO ← SFT`` (DPO generates, the units take
+            SFT's values on the same tokens) and ``SFT ← DPO``
+``steer``   the other model's mean minus this model's, at the hook point of each layer holding
+            selected units, added at every position (ActAdd-style). For ``resid_post`` only
+            the lowest such layer: the residual stream carries a difference added there upward,
+            so adding each layer's would count it again.
+==========  ====================================================================================
+
+A new recipe is one function registered here; a new edit kind is one class in
+:mod:`interventions.edits`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from analysis.neuron_sets import NeuronSet
+from core.errors import ProbeError
+from interventions.edits import Add, Edit, Patch, Scale, Set
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from interventions.config import ABConfig
+
+MODELS: tuple[str, ...] = ("sft", "dpo")
+
+
+def other(model: str) -> str:
+    return MODELS[1 - MODELS.index(model)]
+
+
+@dataclass
+class Arm:
+    """Edits applied to one model of the pair, compared with that model's baseline."""
+
+    name: str  # unique and stable: the arm's key in reports and in the resume store
+    label: str  # what it does, in words
+    role: str  # "main" | "dose" | "control" | "arm"
+    model: str  # the model that generates
+    edits: tuple[Edit, ...]
+    placebo: bool = True  # run the edits' placebo family
+    factor: float | None = None  # scale arms
+    placebo_edits: list[tuple[Edit, ...]] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return self.name.split(" ")[0]
+
+    def describe(self) -> list[dict[str, Any]]:
+        return [edit.describe() for edit in self.edits]
+
+
+class RunData:
+    """What recipes read: the config, the selected units, the loaded models, the run's per-model means."""
+
+    def __init__(self, config: ABConfig, units: NeuronSet, model_of: Callable[[str], nn.Module]) -> None:
+        self.config, self.units, self.model_of = config, units, model_of
+        self._means: dict[str, dict[int, np.ndarray]] | None = None
+
+    def means(self, edit: str) -> dict[str, dict[int, np.ndarray]]:
+        """Per model, per recorded layer, the mean activation over the capability's prompts."""
+        if self._means is None:
+            self._means = read_means(self.config, self.units, edit)
+        return self._means
+
+
+def read_means(config: ABConfig, units: NeuronSet, edit: str) -> dict[str, dict[int, np.ndarray]]:
+    from interventions.selection import require_recorded
+    from probes.store import RunReader
+
+    if config.run_dir is None:
+        raise ProbeError(f"--edit {edit} needs a run directory: it reads the models' means from the run's activations.h5")
+    require_recorded(config.run_dir, config.capability, units.hook)
+    with RunReader(config.run_dir) as run:
+        layers = run.layers(config.capability, units.hook)
+        means = {m: run.activations(m, config.capability, units.hook).astype(np.float64).mean(axis=0) for m in MODELS}
+    missing = sorted(set(units.by_layer()) - set(layers))
+    if missing:
+        raise ProbeError(f"--edit {edit}: layer {missing[0]} holds selected units but was not recorded in {config.run_dir} "
+                         f"(recorded: {layers[0]}-{layers[-1]}); select units in recorded layers")
+    return {m: {layer: means[m][j] for j, layer in enumerate(layers)} for m in MODELS}
+
+
+def scale_arms(data: RunData) -> list[Arm]:
+    cfg, arms = data.config, []
+    for k, factor in enumerate(cfg.factors):
+        role = "main" if k == 0 else ("control" if factor == 0.0 and factor not in cfg.doses else "dose")
+        arms.append(Arm(f"scale {factor!r}", f"scale ×{factor!r}", role, cfg.model, (Scale(data.units, factor),), placebo=k == 0, factor=factor))
+    return arms
+
+
+def mean_arms(data: RunData) -> list[Arm]:
+    cfg, source = data.config, other(data.config.model)
+    pool = data.means("mean")[source]
+    values = tuple(float(pool[n.layer][n.unit]) for n in data.units.neurons)
+    edit = Set(data.units, values, pool=pool, source=f"{source} mean over {cfg.capability}")
+    return [Arm("mean", f"mean-ablation: units set to the {source.upper()} mean over {cfg.capability}", "arm", cfg.model, (edit,))]
+
+
+def patch_arms(data: RunData) -> list[Arm]:
+    first = data.config.model
+    return [Arm(f"patch {target}<-{other(target)}", f"patch {target.upper()} ← {other(target).upper()}: units take the {other(target).upper()} "
+                "model's values on the same tokens", "arm", target,
+                (Patch(data.units, source=data.model_of(other(target)), source_name=other(target)),)) for target in (first, other(first))]
+
+
+def steer_arms(data: RunData) -> list[Arm]:
+    cfg, hook = data.config, data.units.hook
+    means, source = data.means("steer"), other(cfg.model)
+    layers = sorted(data.units.by_layer())
+    layers = layers[:1] if hook == "resid_post" else layers
+    edits = tuple(Add(hook, layer, tuple(float(v) for v in means[source][layer] - means[cfg.model][layer]), 1.0,
+                      source=f"{source} - {cfg.model} mean difference") for layer in layers)
+    where = ", ".join(str(layer) for layer in layers)
+    return [Arm("steer", f"steer {cfg.model.upper()} toward {source.upper()}: + ({source.upper()} − {cfg.model.upper()}) mean at {hook} "
+                f"layer{'s' if len(layers) > 1 else ''} {where}", "arm", cfg.model, edits)]
+
+
+ARM_RECIPES: dict[str, Callable[[RunData], list[Arm]]] = {"scale": scale_arms, "mean": mean_arms, "patch": patch_arms, "steer": steer_arms}
+
+
+def plan_arms(data: RunData) -> list[Arm]:
+    """Every arm of the configured recipes, in order; the first recipe's first arm is the main arm."""
+    arms = [arm for name in data.config.edits for arm in ARM_RECIPES[name](data)]
+    if arms and arms[0].role != "main":
+        arms[0].role = "main"
+    return arms
+
+
+def draw_placebos(arm: Arm, model: nn.Module, n: int, seed: int) -> list[tuple[Edit, ...]]:
+    """The arm's ``n`` placebo arms: each edit replaced by the k-th member of its placebo family."""
+    if not arm.placebo or n == 0:
+        return []
+    families = [edit.placebos(model, n, seed) for edit in arm.edits]
+    return [tuple(family[k] for family in families) for k in range(n)]
