@@ -333,7 +333,7 @@ def _sample_fields(group: h5py.Group, cap: str, size: int) -> dict[str, Any]:
 
 def _activation_info(dataset: h5py.Dataset, size: int) -> dict[str, Any]:
     _check_storage(dataset, size)
-    info = {"shape": list(dataset.shape), "dtype": str(dataset.dtype) if dataset.dtype.kind == "f" else f"not a float ({dataset.dtype})",
+    info = {"shape": list(dataset.shape), "dtype": str(dataset.dtype),
             "layers": _attr(dataset, "layers", dataset.name) if "layers" in dataset.attrs else None,
             "tl_name": _attr(dataset, "hook_tl_name", dataset.name) if "hook_tl_name" in dataset.attrs else ""}
     if dataset.ndim == 3 and dataset.shape[0] > 0 and dataset.dtype.kind == "f":

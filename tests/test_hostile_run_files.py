@@ -165,7 +165,10 @@ CRAFTED: dict[str, tuple[Any, str]] = {
     "external storage": (_external_storage, "stored in external files"),
     "virtual dataset": (_virtual_dataset, "is a virtual dataset"),
     "absurd depth": (lambda f: f["models/sft"].attrs.__setitem__("n_layers", 10**12), "attribute n_layers is 1000000000000"),
-    "activations of ints": (lambda f: f.__setitem__("activations/sft/multi_turn/attn_out", np.zeros((8, 4, 4), dtype=np.int8)), "not a float"),
+    "activations of ints": (lambda f: f.__setitem__("activations/sft/multi_turn/attn_out", np.zeros((8, 4, 4), dtype=np.int8)),
+                            "holds int8; expected one of float16, float32"),
+    "rows beyond the written chunks": (lambda f: f["activations/sft/multi_turn/mlp_out"].resize(1000, axis=0),
+                                       "but only 1 of its 16 chunks were written"),
 }
 
 
