@@ -43,7 +43,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -221,7 +221,6 @@ class _Session:
     prefix: str
     agent_store: bool
     interrupted: bool = False
-    previous: dict[int, Any] = field(default_factory=dict)
 
 
 _session: _Session | None = None
@@ -244,8 +243,12 @@ def joined(world: World) -> Iterator[World]:
         raise reported_by(ProbeError(f"WORLD_SIZE={world.size} but {', '.join(missing)} unset; start data-parallel recording "
                                      "with torchrun or accelerate launch (docs/probes.md)"), EVERY_RANK)
     session = _rendezvous(world, join_timeout())
-    dist.init_process_group("gloo", store=dist.PrefixStore("default_pg", session.store), rank=world.rank,
-                            world_size=world.size, timeout=BARRIER_TIMEOUT)
+    try:
+        dist.init_process_group("gloo", store=dist.PrefixStore("default_pg", session.store), rank=world.rank,
+                                world_size=world.size, timeout=BARRIER_TIMEOUT)
+    except RuntimeError as exc:  # gloo could not connect the ranks to each other
+        raise ProbeError(f"the {world.size} processes met but could not connect to each other ({_first_line(exc)}); "
+                         "check that every node reaches the others (GLOO_SOCKET_IFNAME picks the interface)") from None
     _session = session
     try:
         with _signal_handlers(session):
@@ -261,6 +264,7 @@ def _rendezvous(world: World, timeout: float) -> _Session:
     deadline = time.monotonic() + timeout
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
     prefix = f"probe/{os.environ.get('TORCHELASTIC_RUN_ID', 'env')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+    store = None
     try:
         store = _connect(world, deadline, timeout, agent_store)
         store.add(prefix + "joined", 1)
@@ -269,9 +273,9 @@ def _rendezvous(world: World, timeout: float) -> _Session:
                 raise _not_joined(world, count, timeout)
             time.sleep(0.05)
         store.set(prefix + f"pid/{world.rank}", f"{socket.gethostname()} {os.getpid()}")
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # said by rank 0 once the store answers (every rank got the Ctrl-C), else by each
         raise reported_by(Interrupted(f"stopped while the {world.size} processes of the data-parallel run were meeting; "
-                                      "nothing was recorded; rerun the command"), EVERY_RANK) from None
+                                      "nothing was recorded; rerun the command"), 0 if store is not None else EVERY_RANK) from None
     except RuntimeError as exc:  # the store itself failed (a peer hosting it went away)
         raise reported_by(ProbeError(f"the processes of the data-parallel run could not meet ({_first_line(exc)}); "
                                      "rerun the command"), EVERY_RANK) from None

@@ -197,11 +197,11 @@ def record_run(config: RecordConfig, progress: bool = True) -> RunResult:
     world = world_from_env()
     with reported_once(world):
         device = machine_device(config.device, world)  # before the group starts and before anything loads
-        with joined(world):
-            try:
+        try:
+            with joined(world):
                 return _record(config, world, device, progress)
-            except KeyboardInterrupt:  # before the run dir was chosen: nothing recorded
-                raise Interrupted("recording stopped before it began; rerun the same command") from None
+        except KeyboardInterrupt:  # before the run dir was chosen (later ones say what was kept)
+            raise Interrupted("recording stopped before it began; rerun the same command") from None
 
 
 @dataclass
