@@ -263,3 +263,26 @@ def test_ctrl_c_to_the_process_group_during_a_hostile_read_stops_at_once(kind: s
     assert proc.returncode == 130 and len(lines) == 1 and lines[0].startswith("interrupted: "), err
     assert latency < CTRL_C_BOUND_S, latency
     assert not leaks(err)
+
+
+@pytest.mark.parametrize("behaviour", [Hostile("endless", interval=0.01), Hostile("echo", status=500, text="x" * 190 + KEY[:-1])],
+                         ids=["endless", "echo-straddling-the-cut"])
+def test_synthesize_against_a_hostile_endpoint_is_bounded_one_line_and_clean(behaviour: Hostile, tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str],
+                                                                            caplog: pytest.LogCaptureFixture,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    caplog.set_level(logging.DEBUG)
+    with HostileServer(behaviour, lifetime=30) as server:
+        started = time.monotonic()
+        with pytest.raises(SystemExit) as info:
+            main(["synthesize", "--backend", "llm", "--out", str(tmp_path / "out"), "--roles", "2", "--model", "m",
+                  "--base-url", server.base_url, "--cache-dir", str(tmp_path / "cache"), "--timeout", str(TIMEOUT),
+                  "--retries", "1", "--backoff", "0.05", "--concurrency", "2"])
+        seconds = time.monotonic() - started
+    captured = capsys.readouterr()
+    outcome = Outcome(int(info.value.code or 0), captured.out, captured.err, caplog.text, seconds)
+    lines = outcome.err.strip().splitlines()
+    assert outcome.code == 2 and len(lines) == 1 and "nothing was written" in lines[0], outcome.err
+    assert seconds < BOUND_S and not (tmp_path / "out").exists(), seconds
+    assert_clean(outcome, tmp_path / "cache", KEY_RUNS)

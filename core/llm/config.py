@@ -84,6 +84,10 @@ class ClientConfig:
     def api_key(self) -> str:
         """The key from the environment; a placeholder for self-hosted servers; a clear error for OpenAI."""
         key = os.environ.get(self.api_key_env, "").strip()
+        if key and not (key.isascii() and key.isprintable() and " " not in key):
+            # Never echo the value, not even in part.
+            raise ProbeError(f"the key in ${self.api_key_env} holds a space, a control or a non-ASCII character; "
+                             "an HTTP header cannot carry it; set the variable to the key alone")
         if key:
             return key
         if urlsplit(self.base_url).hostname == "api.openai.com":
