@@ -10,7 +10,7 @@ someone changed a file in it. The pattern, shared by :mod:`training.smollm2` and
   version) and the SHA-256 of every file;
 * rename into place in one step;
 * on every later call, :func:`verify_marker` re-hashes the files against the marker; any
-  difference (or another identity) means rebuild.
+  difference (a changed, missing or added file, or another identity) means rebuild.
 
 Example:
     >>> import tempfile
@@ -75,6 +75,10 @@ def verify_marker(root: Path, identity: dict[str, Any]) -> str | None:
             return f"{name} is missing"
         if file_sha256(path) != digest:
             return f"{name} changed since the build"
+    added = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.name != MARKER and not p.is_dir()
+                   and str(p.relative_to(root)) not in files)
+    if added:  # a dropped-in file (a special_tokens_map.json) changes what loads as much as a changed one
+        return f"{added[0]} was added after the build"
     return None
 
 

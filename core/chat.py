@@ -26,11 +26,13 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
 
 from core.errors import ProbeError
+from core.models import printable
 
 Messages = list[dict[str, str]]
 
@@ -72,10 +74,44 @@ def check_no_control_text(messages: Messages, controls: Sequence[str], where: Ca
                                  f"{text!r}, which would be read as that token and change the turn structure; remove it from the data")
 
 
-def render_text(tokenizer: Any, messages: Messages, *, add_generation_prompt: bool, template: str | None = None) -> str:
-    """The template's text for ``messages`` (``template`` overrides the tokenizer's own)."""
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False,
-                                         chat_template=template)
+TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")  # where transformers reads it
+
+
+def set_template(tokenizer: Any, template: str, source: str) -> None:
+    """Give the tokenizer ``template``, remembering ``source`` (a file, a built-in name) for error messages."""
+    tokenizer.chat_template = template
+    tokenizer.probe_template_source = (template, source)
+
+
+def template_source(tokenizer: Any, template: str | None = None) -> str:
+    """Where the template in use came from: the file :func:`set_template` was given, else the model directory's
+    file that holds it (``chat_template.jinja`` ...), else a description."""
+    own = tokenizer.chat_template
+    if template is not None and template != own:
+        return "the training copy of the chat template"
+    remembered = getattr(tokenizer, "probe_template_source", None)
+    if remembered and remembered[0] == own:
+        return str(remembered[1])
+    directory = Path(str(getattr(tokenizer, "name_or_path", "") or "."))
+    return next((str(directory / name) for name in TEMPLATE_FILES if (directory / name).is_file()), "the chat template")
+
+
+def render_text(tokenizer: Any, messages: Messages, *, add_generation_prompt: bool, template: str | None = None,
+                where: Callable[[], str] = lambda: "a conversation") -> str:
+    """The template's text for ``messages`` (``template`` overrides the tokenizer's own).
+
+    A template is a model directory's Jinja program, run in transformers' sandbox: whatever it raises (its own
+    ``raise_exception``, a syntax error, an undefined name, a type error) is one :class:`ProbeError` naming the
+    template's file (and line, for a syntax error) and the conversation ``where()`` names.
+    """
+    try:
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False,
+                                             chat_template=template)
+    except Exception as exc:  # noqa: BLE001 - the template's own failure, of any kind, is the template's fault
+        line = getattr(exc, "lineno", None)
+        source = template_source(tokenizer, template) + (f":{line}" if isinstance(line, int) and line > 0 else "")
+        raise ProbeError(f"{source}: the chat template fails on {where()} ({type(exc).__name__}: "
+                         f"{printable(str(exc).strip() or '-')}); fix the template or pass another one") from None
 
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:
@@ -97,7 +133,12 @@ def encode_conversations(tokenizer: Any, conversations: Sequence[Sequence[Turn] 
     for index, turns in enumerate(conversations):
         messages = to_messages(turns)
         check_no_control_text(messages, controls, lambda: where(index))
-        encoded.append(encode_text(tokenizer, render_text(tokenizer, messages, add_generation_prompt=add_generation_prompt)))
+        text = render_text(tokenizer, messages, add_generation_prompt=add_generation_prompt, where=lambda: where(index))
+        ids = encode_text(tokenizer, text)
+        if not ids:
+            raise ProbeError(f"{template_source(tokenizer)}: the chat template renders {where(index)} as an empty prompt "
+                             "(no tokens); a template must render the conversation's messages")
+        encoded.append(ids)
     return encoded
 
 

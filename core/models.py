@@ -17,6 +17,15 @@ transformers (or, for a header that lies, read past the end). Flipped bytes insi
 data cannot be seen this way; the weights fingerprint (:mod:`core.provenance`) is what
 ties a model to its exact bytes.
 
+A model directory is data, never code. :func:`check_model_dir` refuses, before anything is
+loaded: an ``auto_map`` (a model's own Python code; every loader also passes
+``trust_remote_code=False``, so transformers can never ask); a ``.bin`` whose pickle holds
+more than tensors (read with ``weights_only=True`` on the meta device, so no byte of data is
+allocated); and config sizes (depth, width, MLP width, heads, context, vocabulary, token ids)
+that the weights' own tensor shapes do not bear out, so a ``num_hidden_layers`` of 2e9 is one
+line and not two billion modules. ``generation_config.json`` contributes only its token ids
+(checked); the toolkit decodes with its own settings, and says which keys it ignores.
+
 Example:
     >>> model, tok = load_causal_lm("runs/sft", "--sft")       # doctest: +SKIP
 """
@@ -24,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +49,8 @@ _DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M
 
 def check_model_dir(path: str | Path, flag: str) -> dict[str, Any]:
     """The directory's ``config.json`` as a dict; raises a one-line :class:`ProbeError` unless config, weights
-    (present and whole) and tokenizer are all there."""
+    (present, whole, tensors only) and tokenizer are all there, no file asks to run the model's own code and the
+    config's sizes fit the weights."""
     p = Path(path)
     if not p.exists():
         raise ProbeError(f"{flag} {p}: no such directory; expected a local Hugging Face model directory")
@@ -51,11 +62,50 @@ def check_model_dir(path: str | Path, flag: str) -> dict[str, Any]:
     data = _read_json(config, flag)
     if not isinstance(data, dict) or "model_type" not in data:
         raise ProbeError(f"{flag} {config}: not a model config (expected a JSON object with a model_type)")
-    check_weights(p, flag)
-    if not (p / "tokenizer_config.json").is_file():
+    refuse_custom_code(config, data, flag)
+    tokenizer_config = p / "tokenizer_config.json"
+    if tokenizer_config.is_file():
+        refuse_custom_code(tokenizer_config, _read_json(tokenizer_config, flag), flag)
+    shapes = check_weights(p, flag)
+    check_config_sizes(data, shapes, f"{flag} {config}")
+    if not tokenizer_config.is_file():
         raise ProbeError(f"{flag} {p}: no tokenizer (tokenizer_config.json) found; save the tokenizer next to the model")
-    _read_json(p / "tokenizer_config.json", flag)
     return data
+
+
+def refuse_custom_code(file: Path, body: Any, flag: str) -> None:
+    """One line for a JSON file that names the model's own Python code (an ``auto_map``, at any depth)."""
+    found = _auto_map(body)
+    if found is not None:
+        raise ProbeError(f"{flag} {file}: its auto_map names the model's own Python code ({_brief(found)}); the toolkit never "
+                         "runs a model directory's code (trust_remote_code is off): use a model whose architecture transformers ships")
+
+
+def _auto_map(body: Any, depth: int = 0) -> Any:
+    if depth > 20:
+        return None
+    if isinstance(body, dict):
+        if "auto_map" in body:
+            return body["auto_map"]
+        children = body.values()
+    elif isinstance(body, list):
+        children = body
+    else:
+        return None
+    return next((found for child in children if (found := _auto_map(child, depth + 1)) is not None), None)
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """``text`` on one line, its control characters (terminal escapes, newlines) shown as ``?``, cut to ``limit``."""
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _brief(value: Any, limit: int = 80) -> str:
+    """A value from a hostile file as one short printable line (JSON, so ``"5"`` and ``5`` differ)."""
+    return printable(json.dumps(value, ensure_ascii=False, default=str), limit)
+
+
 
 
 def _read_json(path: Path, flag: str) -> Any:
@@ -98,26 +148,27 @@ def _shards(index: Path, flag: str) -> list[Path]:
     return shards
 
 
-def check_weights(path: str | Path, flag: str = "--model") -> list[Path]:
-    """Every weight file is present, readable and whole (safetensors: header and byte ranges); returns them."""
-    files = weight_files(path, flag)
-    for file in files:
+Shapes = dict[str, list[int]]
+
+
+def check_weights(path: str | Path, flag: str = "--model") -> Shapes:
+    """Every weight file is present, readable, whole (safetensors: header and byte ranges) and holds only tensors
+    (``.bin``: a pickle read with ``weights_only``); returns every tensor's shape by name."""
+    shapes: Shapes = {}
+    for file in weight_files(path, flag):
         try:
             size = file.stat().st_size
             if size == 0:
                 raise ProbeError(f"{flag} {file}: empty weights file (0 bytes); the copy or save did not finish")
-            if file.suffix == ".safetensors":
-                check_safetensors(file, size, flag)
-            else:
-                with file.open("rb"):
-                    pass
+            shapes.update(check_safetensors(file, size, flag) if file.suffix == ".safetensors" else check_pickled_weights(file, flag))
         except OSError as exc:
             raise ProbeError(f"{flag} {file}: cannot read the weights ({exc.strerror or exc})") from None
-    return files
+    return shapes
 
 
-def check_safetensors(file: Path, size: int, flag: str) -> None:
-    """The header parses and every tensor's byte range lies inside the file and matches its dtype and shape."""
+def check_safetensors(file: Path, size: int, flag: str) -> Shapes:
+    """The header parses and every tensor's byte range lies inside the file and matches its dtype and shape;
+    returns the shapes."""
     damaged = f"{flag} {file}: damaged safetensors file"
     with file.open("rb") as handle:
         head = handle.read(8)
@@ -136,6 +187,28 @@ def check_safetensors(file: Path, size: int, flag: str) -> None:
     if end > available:
         raise ProbeError(f"{damaged}: truncated (the header describes {end} bytes of tensor data, the file holds {available}); "
                          "copy or save the model again")
+    return {name: [int(d) for d in info["shape"]] for name, info in header.items() if name != "__metadata__"}
+
+
+def check_pickled_weights(file: Path, flag: str) -> Shapes:
+    """A ``.bin`` state dict read as transformers will read it (``weights_only``: tensors and plain containers, no
+    code), onto the meta device so no tensor data is allocated; returns the shapes."""
+    import pickle
+    import zipfile
+
+    import torch
+
+    try:
+        state = torch.load(file, map_location="meta", weights_only=True, mmap=zipfile.is_zipfile(file))
+    except pickle.UnpicklingError as exc:
+        refused = next((ln.strip() for ln in str(exc).splitlines() if "GLOBAL" in ln), "it holds more than tensors")
+        raise ProbeError(f"{flag} {file}: refused: the pickle asks to run code, not only to hold tensors ({printable(refused, 120)}); "
+                         "the toolkit loads .bin weights only with weights_only=True; save the model as safetensors") from None
+    except Exception as exc:  # noqa: BLE001 - a damaged zip or pickle raises anything from EOFError to RuntimeError
+        raise ProbeError(f"{flag} {file}: damaged or not a PyTorch weights file ({_first_line(exc)})") from None
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ProbeError(f"{flag} {file}: not a state dict (expected a mapping of tensor name to tensor)")
+    return {str(name): list(tensor.shape) for name, tensor in state.items()}
 
 
 def _tensor_data_end(header: dict[str, Any], damaged: str) -> int:
@@ -157,15 +230,133 @@ def _tensor_data_end(header: dict[str, Any], damaged: str) -> int:
     return end
 
 
+# config keys (and their older spellings) whose values size the model transformers builds
+_LAYERS = ("num_hidden_layers", "n_layer", "num_layers")
+_WIDTHS = ("hidden_size", "n_embd", "intermediate_size", "n_inner", "ffn_dim", "head_dim", "num_attention_heads",
+           "n_head", "num_key_value_heads", "vocab_size")
+_CONTEXT = ("max_position_embeddings", "n_positions", "n_ctx")
+_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
+_EMBEDDINGS = ("embed_tokens.weight", "wte.weight", "word_embeddings.weight", "embed_in.weight")
+_POSITIONS = ("wpe.weight", "embed_positions.weight", "position_embeddings.weight")
+MAX_CONTEXT = 1 << 24  # tokens; a rotary model's context has no tensor to check it against
+
+
+def check_config_sizes(config: dict[str, Any], shapes: Shapes, where: str) -> None:
+    """Refuse, before transformers builds anything, a config size the weights do not bear out: each is a positive
+    whole number, the depth is the number of layers the tensors hold, the vocabulary and width are the embedding's,
+    no width exceeds every tensor's, and the context is the position table's (or at most :data:`MAX_CONTEXT`)."""
+    sizes = {key: _size(config, key, where) for key in (*_LAYERS, *_WIDTHS, *_CONTEXT) if config.get(key) is not None}
+    largest = max((d for shape in shapes.values() for d in shape), default=0)
+    for key in _WIDTHS:
+        if key in sizes and sizes[key] > largest:
+            raise ProbeError(f"{where}: {key} {sizes[key]} is larger than any dimension of the weights' tensors (at most {largest}); "
+                             "the config does not belong to these weights")
+    _check_depth(sizes, shapes, where)
+    _check_embedding(sizes, shapes, where)
+    _check_context(sizes, shapes, where)
+    heads, kv = sizes.get("num_attention_heads"), sizes.get("num_key_value_heads")
+    if heads and kv and heads % kv:
+        raise ProbeError(f"{where}: num_key_value_heads {kv} does not divide num_attention_heads {heads}")
+    for key in _TOKEN_IDS:  # only their type: transformers' own configs carry ids like -1, and generation checks its own
+        _check_token_ids(config.get(key), key, None, where, allow_negative=True)
+    if isinstance(config.get("text_config"), dict):
+        check_config_sizes(config["text_config"], shapes, f"{where} (text_config)")
+
+
+def _size(config: dict[str, Any], key: str, where: str) -> int:
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ProbeError(f"{where}: {key} must be a positive whole number, got {_brief(value)}")
+    return value
+
+
+def _check_depth(sizes: dict[str, int], shapes: Shapes, where: str) -> None:
+    key = next((k for k in _LAYERS if k in sizes), None)
+    if key is None:
+        return
+    held = {int(m.group(1)) for name in shapes if (m := _LAYER_INDEX.search(name))}
+    bound = len(held) if held else len(shapes)
+    if sizes[key] > bound:
+        what = f"{bound} layers" if held else f"{bound} tensors in all"
+        raise ProbeError(f"{where}: {key} {sizes[key]}, but the weights hold {what}; the config does not belong to these weights")
+
+
+def _named(shapes: Shapes, suffixes: tuple[str, ...]) -> tuple[str, list[int]] | None:
+    return next(((name, shape) for name, shape in shapes.items() if name.endswith(suffixes) and len(shape) == 2), None)
+
+
+def _check_embedding(sizes: dict[str, int], shapes: Shapes, where: str) -> None:
+    found = _named(shapes, _EMBEDDINGS)
+    if found is None:
+        return
+    name, (rows, width) = found
+    if "vocab_size" in sizes and sizes["vocab_size"] != rows:
+        raise ProbeError(f"{where}: vocab_size {sizes['vocab_size']}, but the embedding {name} has {rows} rows; "
+                         "the config does not belong to these weights")
+    hidden = next((sizes[k] for k in ("hidden_size", "n_embd") if k in sizes), None)
+    if hidden is not None and hidden != width:
+        raise ProbeError(f"{where}: hidden size {hidden}, but the embedding {name} is {width} wide; "
+                         "the config does not belong to these weights")
+
+
+def _check_context(sizes: dict[str, int], shapes: Shapes, where: str) -> None:
+    key = next((k for k in _CONTEXT if k in sizes), None)
+    if key is None:
+        return
+    table = _named(shapes, _POSITIONS)
+    if table is not None and sizes[key] > table[1][0]:
+        raise ProbeError(f"{where}: {key} {sizes[key]}, but the position table {table[0]} has {table[1][0]} rows; "
+                         "the config does not belong to these weights")
+    if sizes[key] > MAX_CONTEXT:
+        raise ProbeError(f"{where}: {key} {sizes[key]} is beyond any real model's context; the toolkit reads contexts of at most "
+                         f"{MAX_CONTEXT} tokens")
+
+
+def _check_token_ids(value: Any, key: str, vocab: int | None, where: str, allow_negative: bool = False) -> None:
+    """None, a token id or (a list of) token ids below ``vocab``; one line otherwise."""
+    if value is None:
+        return
+    ids = value if isinstance(value, list) and value and key == "eos_token_id" else [value]
+    lowest = -1 if allow_negative else 0
+    for token in ids:
+        if isinstance(token, bool) or not isinstance(token, int) or token < lowest or (vocab is not None and token >= vocab):
+            bound = f" below the vocabulary size {vocab}" if vocab is not None else ""
+            raise ProbeError(f"{where}: {key} {_brief(value)} is not a token id (a whole number from {lowest}{bound})")
+
+
+def _load_errors() -> tuple[type[BaseException], ...]:
+    """What transformers raises for a directory it cannot read (a config its strict dataclasses refuse included)."""
+    from huggingface_hub.errors import StrictDataclassError
+    from safetensors import SafetensorError
+
+    return OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError, StrictDataclassError
+
+
+def load_config(path: str | Path, flag: str = "--model") -> Any:
+    """The directory's transformers config, from a checked directory, never running its code."""
+    from transformers import AutoConfig
+
+    check_model_dir(path, flag)
+    try:
+        return AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+    except _load_errors() as exc:
+        raise ProbeError(f"{flag} {path}: cannot read config.json ({_first_line(exc)})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return printable(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+
+
 def load_tokenizer(path: str | Path, flag: str = "--model") -> Any:
     """The directory's tokenizer, with a pad token (EOS when it has none)."""
     from transformers import AutoTokenizer
 
     check_model_dir(path, flag)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
-    except (OSError, ValueError, KeyError) as exc:
-        raise ProbeError(f"{flag} {path}: cannot load the tokenizer ({str(exc).splitlines()[0]})") from None
+        tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    except _load_errors() as exc:
+        raise ProbeError(f"{flag} {path}: cannot load the tokenizer ({_first_line(exc)})") from None
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
@@ -174,23 +365,78 @@ def load_tokenizer(path: str | Path, flag: str = "--model") -> Any:
 def load_model(path: str | Path, flag: str, *, dtype: Any = None, device: str = "cpu", eval_mode: bool = False) -> Any:
     """The causal LM in ``path`` (fp32 by default); ``device="auto"`` spreads it with ``device_map``."""
     import torch
-    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
-    check_model_dir(path, flag)
-    kwargs: dict[str, Any] = {"dtype": dtype or torch.float32}
+    config = check_model_dir(path, flag)
+    kwargs: dict[str, Any] = {"dtype": dtype or torch.float32, "trust_remote_code": False, "weights_only": True,
+                              "use_safetensors": weight_files(path, flag)[0].suffix == ".safetensors",
+                              "generation_config": generation_config(Path(path), config, flag)}
     if device == "auto":
         kwargs["device_map"] = "auto"
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
-    except (OSError, ValueError, KeyError, RuntimeError, SafetensorError) as exc:
-        raise ProbeError(f"{flag} {path}: cannot load as a causal language model ({str(exc).splitlines()[0]})") from None
+    except _load_errors() as exc:
+        raise ProbeError(f"{flag} {path}: cannot load as a causal language model ({_first_line(exc)})") from None
     if device not in ("auto", "cpu"):
         model.to(device)
     if eval_mode:
         model.eval()
         model.requires_grad_(False)
     return model
+
+
+GENERATION_FILE = "generation_config.json"
+_GENERATION_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+# keys that change nothing here: bookkeeping, and what every generate call of the toolkit sets itself
+_GENERATION_UNUSED = frozenset({"_from_model_config", "transformers_version", "use_cache", "output_attentions",
+                                "output_hidden_states", "return_dict_in_generate", "output_scores", "output_logits",
+                                "max_new_tokens", "max_length", "do_sample", "temperature", "top_p", "top_k"})
+_warned: set[str] = set()
+
+
+def warn(message: str) -> None:
+    """One ``warning:`` line on stderr, once per process for the same message."""
+    import sys
+
+    if message not in _warned:
+        _warned.add(message)
+        print(f"warning: {message}", file=sys.stderr, flush=True)
+
+
+def generation_config(path: Path, config: dict[str, Any], flag: str) -> Any:
+    """The generation config the model gets: only the token ids of its ``generation_config.json`` (each checked
+    against the vocabulary; config.json's when there is no file). The toolkit decodes with its own settings, so any
+    other key is ignored, with one warning naming the keys; a file that cannot be read is ignored with one warning."""
+    from transformers import GenerationConfig
+
+    file = path / GENERATION_FILE
+    body = _generation_body(file, flag) if file.exists() else {k: v for k, v in config.items() if k in _GENERATION_IDS}
+    vocab = config.get("vocab_size") if isinstance(config.get("vocab_size"), int) else None
+    ids: dict[str, Any] = {}
+    for key in _GENERATION_IDS:
+        try:
+            _check_token_ids(body.get(key), key, vocab, "")
+            ids[key] = body.get(key)
+        except ProbeError:
+            if file.exists():
+                warn(f"{flag} {file}: {key} {_brief(body.get(key))} is not a token id below the vocabulary size {vocab}; ignored")
+    ignored = sorted(k for k in body if k not in _GENERATION_IDS and k not in _GENERATION_UNUSED)
+    if ignored and file.exists():
+        warn(f"{flag} {file}: ignored {printable(', '.join(ignored))}: the toolkit decodes with its own settings "
+             "(greedy unless sampling is asked for; --max-new-tokens)")
+    return GenerationConfig(**{k: v for k, v in ids.items() if v is not None})
+
+
+def _generation_body(file: Path, flag: str) -> dict[str, Any]:
+    try:
+        body = _read_json(file, flag)
+    except ProbeError as exc:
+        warn(f"{exc}; ignored: the toolkit decodes with its own settings")
+        return {}
+    if not isinstance(body, dict):
+        warn(f"{flag} {file}: not a JSON object; ignored: the toolkit decodes with its own settings")
+        return {}
+    return body
 
 
 def load_causal_lm(path: str | Path, flag: str, *, dtype: Any = None, device: str = "cpu",

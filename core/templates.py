@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from core.chat import Messages, control_token_texts, encode_text, render_text, to_messages
+from core.chat import Messages, control_token_texts, encode_text, render_text, set_template, to_messages
 from core.errors import ProbeError
 
 LLAMA3_TEMPLATE = (
@@ -88,8 +88,9 @@ def _loop_span(template: str) -> tuple[int, int, str]:
 
 def _measure_assistant_turn(tokenizer: Any, template: str) -> tuple[str, bool, str, str]:
     """(header, content trimmed?, end-of-turn token text, trailer) of an assistant message."""
-    before = render_text(tokenizer, _PROBE[:2], add_generation_prompt=False, template=template)
-    full = render_text(tokenizer, _PROBE, add_generation_prompt=False, template=template)
+    probe = lambda: "the toolkit's probe conversation (system, user, assistant)"  # noqa: E731
+    before = render_text(tokenizer, _PROBE[:2], add_generation_prompt=False, template=template, where=probe)
+    full = render_text(tokenizer, _PROBE, add_generation_prompt=False, template=template, where=probe)
     if not full.startswith(before) or _SENTINEL not in full:
         raise ProbeError("the chat template does not render a conversation as a prefix of its continuation; "
                          "pass --chat-template with a template that has {% generation %} markers")
@@ -155,8 +156,9 @@ def prove_same_rendering(tokenizer: Any, own: str, copy: str, conversations: Seq
     """Render every case with both templates; returns the number of cases, raises on the first difference."""
     cases = rendering_cases(conversations)
     for number, (messages, generation_prompt) in enumerate(cases):
-        a = encode_text(tokenizer, render_text(tokenizer, messages, add_generation_prompt=generation_prompt, template=own))
-        b = encode_text(tokenizer, render_text(tokenizer, messages, add_generation_prompt=generation_prompt, template=copy))
+        where = lambda: f"rendering case {number} of the training data"  # noqa: E731
+        a = encode_text(tokenizer, render_text(tokenizer, messages, add_generation_prompt=generation_prompt, template=own, where=where))
+        b = encode_text(tokenizer, render_text(tokenizer, messages, add_generation_prompt=generation_prompt, template=copy, where=where))
         if a != b:
             at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             raise ProbeError(f"the training copy of the chat template renders case {number} (generation prompt: {generation_prompt}) "
@@ -191,12 +193,20 @@ def choose_chat_template(tokenizer: Any, choice: str) -> str:
             raise ProbeError("the tokenizer has no chat template; pass --chat-template llama3, chatml or a Jinja file")
         return "tokenizer"
     if choice in BUILTIN_TEMPLATES:
-        tokenizer.chat_template = BUILTIN_TEMPLATES[choice]
+        set_template(tokenizer, BUILTIN_TEMPLATES[choice], f"the built-in {choice} template")
         return choice
     from pathlib import Path
 
     path = Path(choice)
     if not path.is_file():
         raise ProbeError(f"--chat-template {choice}: expected auto, llama3, chatml or a path to a Jinja template file")
-    tokenizer.chat_template = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ProbeError(f"--chat-template {path}: cannot read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise ProbeError(f"--chat-template {path}: not UTF-8 text; expected a Jinja template file") from None
+    if not text.strip():
+        raise ProbeError(f"--chat-template {path}: the file is empty; expected a Jinja template")
+    set_template(tokenizer, text, str(path))
     return str(path)

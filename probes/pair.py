@@ -48,7 +48,7 @@ def read_config(model_dir: str | Path) -> Any:
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(str(model_dir))
+        return AutoConfig.from_pretrained(str(model_dir), trust_remote_code=False)
     except (OSError, ValueError, KeyError) as exc:
         raise ProbeError(f"{model_dir}: cannot read config.json ({str(exc).splitlines()[0]})") from None
 

