@@ -229,7 +229,7 @@ ATTRIBUTE_VALUES = st.one_of(st.text(max_size=30), st.integers(-10**12, 10**12),
                              st.lists(st.integers(-5, 40), max_size=6), st.binary(max_size=20), st.booleans())
 
 
-@settings(FUZZ, max_examples=30)
+@settings(FUZZ, max_examples=12)
 @given(where=st.sampled_from(["settings", "layers", "hook_tl_name", "n_layers", "schema_version"]), value=ATTRIBUTE_VALUES)
 def test_any_attribute_value_is_read_or_refused_in_one_line(small_run: Path, tmp_path_factory: pytest.TempPathFactory, where: str,
                                                            value: Any) -> None:
