@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from core.errors import ProbeError
+from core.inputs import shown
 
 VERSION = 2
 # Settings that must be equal for two recordings to share one run dir.
@@ -78,11 +79,31 @@ class RunSettings:
         if not isinstance(version, int) or version > VERSION:
             raise ProbeError(f"{where}: run settings version {version!r}, newer than this toolkit reads ({VERSION}); "
                              "update the toolkit or record into a new --out")
-        known = {f.name for f in fields(cls)}
-        values = {key: value for key, value in body.items() if key in known}
-        try:
-            values.update(version=VERSION, hooks=[str(h) for h in values.get("hooks", [])],
-                          layers=[int(i) for i in values.get("layers", [])])
-            return cls(**values)
-        except (TypeError, ValueError) as exc:
-            raise ProbeError(f"{where}: malformed run settings ({exc}); record into a new --out") from None
+        values = {key: _typed(key, value, where) for key, value in body.items() if key in _KINDS}
+        values["version"] = VERSION
+        return cls(**values)
+
+
+_KINDS: dict[str, str] = {f.name: "list[str]" if f.name == "hooks" else "list[int]" if f.name == "layers" else
+                          "bool" if f.type == "bool" else "int" if f.type == "int" else "str" for f in fields(RunSettings)}
+
+
+def _typed(key: str, value: Any, where: str) -> Any:
+    """``value`` of settings field ``key`` if it has the field's type (a list of hooks, of layers, text, a flag...)."""
+    kind = _KINDS[key]
+    element = {"list[str]": str, "list[int]": int}.get(kind)
+    if element is not None:
+        good = isinstance(value, list) and all(isinstance(v, element) and not isinstance(v, bool) for v in value)
+    elif kind == "bool":
+        good = isinstance(value, bool)
+    elif kind == "int":
+        good = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        good = isinstance(value, str)
+    if not good:
+        raise ProbeError(f"{where}: malformed run settings ({key} is {shown(value)}, expected {_DESCRIBED[kind]}); record into a new --out")
+    return list(value) if element is not None else value
+
+
+_DESCRIBED = {"list[str]": "a list of hook names", "list[int]": "a list of layer numbers", "bool": "true or false",
+              "int": "an integer", "str": "text"}

@@ -123,6 +123,13 @@ def _edit_settings_value(f: h5py.File) -> None:
     f.attrs["settings"] = str(f.attrs["settings"]).replace('"hooks": ["mlp_out"]', '"hooks": ["attn_out"]')
 
 
+def _hooks_as_text(f: h5py.File) -> None:
+    body = json.loads(f.attrs["settings"])
+    text = json.dumps({**body, "hooks": "mlp_out"})
+    f.attrs["settings"] = text
+    f.attrs["settings_sha256"] = hashlib.sha256(text.encode()).hexdigest()
+
+
 def _dataset_for_group(f: h5py.File) -> None:
     del f["samples/multi_turn"]
     f["samples/multi_turn"] = np.zeros(3)
@@ -154,6 +161,7 @@ CRAFTED: dict[str, tuple[Any, str]] = {
     "settings not JSON": (_edit_settings_text, "the 'settings' attribute is not JSON"),
     "settings edited": (_edit_settings_value, "does not match its checksum"),
     "settings of numbers": (lambda f: f.attrs.__setitem__("settings", np.arange(3)), "a 'settings' attribute holding list"),
+    "settings hooks as text": (_hooks_as_text, "malformed run settings (hooks is 'mlp_out', expected a list of hook names)"),
     "settings missing": (lambda f: f.attrs.__delitem__("settings"), "no 'settings' attribute"),
     "layers missing": (lambda f: f["activations/sft/multi_turn/mlp_out"].attrs.__delitem__("layers"), "has no 'layers' attribute"),
     "layers short": (lambda f: f["activations/sft/multi_turn/mlp_out"].attrs.__setitem__("layers", [0, 1]), "expected 4 distinct layer numbers"),
