@@ -205,12 +205,13 @@ class ScriptedServer:
 
 # ---- a raw-socket server for replies no well-behaved HTTP server would send ---------------------
 
-HOSTILE = ("drip", "drip-headers", "endless", "huge", "huge-chunked", "nest", "echo", "silent")
+HOSTILE = ("drip", "drip-headers", "endless", "huge", "huge-chunked", "nest", "echo", "silent", "raw")
 """``drip``: a valid reply, one byte every ``interval`` s (headers at once, then the body); ``drip-headers``:
 the status line and headers dripped too; ``endless``: a chunked body whose chunks never end; ``huge``: a
 ``size``-byte body behind an honest Content-Length; ``huge-chunked``: the same size, chunked, no length;
 ``nest``: a 200 JSON reply of ``depth`` nested ``[``; ``echo``: status ``status`` with ``text`` as the
-error message (which may hold the key, escapes, anything); ``silent``: accept, read, never answer."""
+error message (which may hold the key, escapes, anything); ``silent``: accept, read, never answer;
+``raw``: ``text`` sent as it is (a bad status line, a header flood), then the connection closed."""
 
 
 @dataclass(frozen=True)
@@ -323,6 +324,8 @@ class HostileServer:
         elif b.kind == "nest":
             body = b"[" * b.depth + b"]" * b.depth
             conn.sendall(_head(200, b.content_type, len(body)) + body)
+        elif b.kind == "raw":
+            conn.sendall(b.text.encode("utf-8", "surrogateescape"))
         else:  # echo
             body = json.dumps({"error": {"message": b.text, "type": "hostile", "code": b.status}}).encode()
             conn.sendall(_head(b.status, b.content_type, len(body), reason=b.text) + body)
