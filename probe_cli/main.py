@@ -63,12 +63,20 @@ def _register_commands() -> None:
 _register_commands()
 
 
-def _stop(prefix: str, message: str, code: int) -> NoReturn:
+def _stop(prefix: str, message: str, code: int, error: BaseException | None = None) -> NoReturn:
     """Print the one line and exit; a further Ctrl-C while the interpreter shuts down changes nothing, so it is ignored."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    print(f"{prefix}: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    if not _said_by_another_rank(error):
+        print(f"{prefix}: {' '.join(message.split())}", file=sys.stderr, flush=True)
     sys.exit(code)
+
+
+def _said_by_another_rank(error: BaseException | None) -> bool:
+    """Under torchrun each process checks the same arguments: local rank 0 alone prints, unless probes.distributed
+    already picked the rank that reports ``error`` (its ``reporter``)."""
+    helper = os.environ.get("WORLD_SIZE", "1") not in ("", "1") and os.environ.get("LOCAL_RANK", "0") not in ("", "0")
+    return helper and not hasattr(error, "reporter")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -78,9 +86,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, standalone_mode=True)
     except Interrupted as exc:
-        _stop("interrupted", str(exc), exc.exit_code)
+        _stop("interrupted", str(exc), exc.exit_code, exc)
     except ProbeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        if not _said_by_another_rank(exc):
+            print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:
         _stop("interrupted", UNCAUGHT_INTERRUPT, Interrupted.exit_code)

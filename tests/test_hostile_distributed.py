@@ -79,6 +79,21 @@ def test_probe_run_refuses_a_device_it_lacks_before_loading(device: str, tiny_pa
     assert not out.exists()
 
 
+@pytest.mark.parametrize("local_rank, lines", [("0", 1), ("1", 0)])
+def test_under_a_launcher_an_argument_error_is_printed_by_local_rank_0_alone(local_rank: str, lines: int, tiny_pair,  # type: ignore[no-untyped-def]
+                                                                           rolemrc_file: Path, tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str],
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.support.cli import exit_of
+
+    for name, value in {"WORLD_SIZE": "2", "RANK": local_rank, "LOCAL_RANK": local_rank}.items():
+        monkeypatch.setenv(name, value)
+    for bad in (["--device", "gpu"], ["--batch-size", "0"], ["--device", "cuda:3"]):
+        code, _, err = exit_of(["run", "--capability", "multi_turn", "--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]),
+                                "--data", str(rolemrc_file), "--out", str(tmp_path / "run"), "--no-analyze", "--quiet", *bad], capsys)
+        assert code == 2 and len([line for line in err.splitlines() if line.startswith("error: ")]) == lines, err
+
+
 # ---------------------------------------------------------------- launches
 
 def _env(**extra: str) -> dict[str, str]:
