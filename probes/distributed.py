@@ -18,7 +18,7 @@ reports success or its one-line error, and all ranks raise the same
 :class:`~core.errors.ProbeError` together, so a mistake never leaves ranks waiting on a
 collective the failed one will not reach.
 
-Failing cleanly (docs/probes.md, "Data-parallel recording"):
+Failing cleanly (docs/probes.md, "More than one process: data-parallel recording"):
 
 - ``--device`` is checked against the machine before the group starts; every rank runs the
   same check, and local rank 0 alone prints it (one line per machine).
@@ -31,6 +31,8 @@ Failing cleanly (docs/probes.md, "Data-parallel recording"):
   recorder adds how to resume. The other ranks exit with the same status and say nothing.
 - Ctrl-C reaches every rank and torchrun, which sends a second SIGINT; the first one stops a
   rank, the second is ignored so that the ``interrupted:`` line is printed whole.
+- torchrun itself exits 1 with a traceback of its own whenever a rank fails; :func:`launch`
+  (``python -m probes.distributed``, torchrun's arguments) exits with the ranks' status.
 """
 
 from __future__ import annotations
