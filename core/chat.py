@@ -126,8 +126,9 @@ def encode_conversations(tokenizer: Any, conversations: Sequence[Sequence[Turn] 
     ``where(i)`` names conversation ``i`` in errors (e.g. ``"data row 383"``).
     """
     if not getattr(tokenizer, "chat_template", None):
-        raise ProbeError("the tokenizer has no chat template; prompts cannot be rendered as the model was trained "
-                         "(save the template with the tokenizer)")
+        named = getattr(tokenizer, "name_or_path", "")
+        raise ProbeError(f"{named + ': ' if named else ''}the tokenizer has no chat template; prompts cannot be rendered as "
+                         "the model was trained (save the template with the tokenizer)")
     controls = control_token_texts(tokenizer)
     encoded: list[list[int]] = []
     for index, turns in enumerate(conversations):

@@ -292,11 +292,12 @@ def test_generation_config_nonsense_is_ignored_with_one_warning(tiny_pair: tuple
                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     """Every nonsense value at once: the evaluation runs, warns once per kind of problem, and scores as the clean pair."""
     clean_out, odd_out = tmp_path / "clean.json", tmp_path / "odd.json"
-    code, _, err = exit_of(_eval(*tiny_pair, data) + ["--out", str(clean_out)], capsys)
+    short = ["--max-new-tokens", "8"]
+    code, _, err = exit_of(_eval(*tiny_pair, data) + short + ["--out", str(clean_out)], capsys)
     assert code == 0, err
     odd = hostile_copy(tiny_pair[0], tmp_path, "odd")
     (odd / "generation_config.json").write_text(json.dumps({"eos_token_id": 4, **NONSENSE}).replace("Infinity", "1e999"))
-    code, _, err = exit_of(_eval(odd, tiny_pair[1], data) + ["--out", str(odd_out)], capsys)
+    code, _, err = exit_of(_eval(odd, tiny_pair[1], data) + short + ["--out", str(odd_out)], capsys)
     assert code == 0, err
     warnings = [ln for ln in err.splitlines() if ln.startswith("warning: ") and "generation_config.json" in ln]
     assert any("eos_token_id" in w and "ignored" in w for w in warnings), err
@@ -403,7 +404,7 @@ def outcomes() -> Counter[str]:
 
 
 @HOSTILE
-@given(hostile_change())
+@given(change=hostile_change())
 def test_any_hostile_directory_loads_and_generates_or_is_one_line(change: tuple[str, Any], tiny_model_dir: Path,
                                                                   one_torch_thread: None, outcomes: Counter[str]) -> None:
     from core.generation import generate_responses
