@@ -415,7 +415,8 @@ def _signal_handlers(session: _Session) -> Iterator[None]:
         yield
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            if not session.interrupted:  # once stopping, a further signal stays ignored until the process ends
+                signal.signal(signum, handler)
 
 
 def machine_device(device: str | None, world: World) -> str | None:
