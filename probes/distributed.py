@@ -257,8 +257,17 @@ def joined(world: World) -> Iterator[World]:
             yield world
     finally:
         _session = None
+        _mark_left(session)
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _mark_left(session: _Session) -> None:
+    """This rank leaves on purpose (done, or stopping with a message): the others must not call it dead."""
+    try:
+        session.store.set(session.prefix + f"left/{session.world.rank}", "1")
+    except RuntimeError:
+        pass  # the store went with rank 0
 
 
 def _rendezvous(world: World, timeout: float) -> _Session:
@@ -341,16 +350,18 @@ def _collective(call: Callable[[], T]) -> T:
     except RuntimeError as exc:
         if _session is not None and _session.interrupted:
             raise KeyboardInterrupt from None
-        raise peer_lost(_first_line(exc)) from None
+        raise peer_lost(_first_line(exc), wait=2.0) from None  # its sockets close a moment before it is gone
 
 
-def peer_lost(detail: str) -> PeerLost:
-    """Which ranks died, said by the lowest surviving rank."""
+def peer_lost(detail: str, wait: float = 0.0) -> PeerLost:
+    """Which ranks died, said by the lowest surviving rank; ``wait``: seconds a dying peer may take to be gone."""
     session = _session
     if session is None:
         return PeerLost(f"another process of this data-parallel run stopped ({detail})", EVERY_RANK)
     world = session.world
-    dead = _dead_ranks(session)
+    deadline = time.monotonic() + wait
+    while not (dead := _dead_ranks(session)) and time.monotonic() < deadline:
+        time.sleep(0.1)
     alive = [r for r in range(world.size) if r not in dead]
     if not dead:
         return PeerLost(f"another process of this data-parallel run stopped answering ({detail})", alive[0])
@@ -359,13 +370,15 @@ def peer_lost(detail: str) -> PeerLost:
 
 
 def _dead_ranks(session: _Session) -> list[int]:
-    """Ranks whose process is gone from this machine; rank 0 when the store it hosted is gone."""
+    """Ranks whose process is gone from this machine without leaving the group; rank 0 when the store it hosted is gone."""
     world, here = session.world, socket.gethostname()
     dead = []
     for rank in range(world.size):
         if rank == world.rank:
             continue
         try:
+            if session.store.check([session.prefix + f"left/{rank}"]):
+                continue
             host, pid = session.store.get(session.prefix + f"pid/{rank}").decode().split()
         except (RuntimeError, ValueError):
             if not session.agent_store:
