@@ -267,11 +267,6 @@ def has_recordings(run_dir: Path) -> bool:
     return (run_dir / ACTIVATIONS_FILE).is_file() or any((run_dir / JOURNAL_DIR).glob("*/*.npz"))
 
 
-def shard_sample_ids(path: Path) -> np.ndarray:
-    with np.load(path, allow_pickle=False) as data:
-        return np.asarray(data["sample_ids"], dtype=np.int64)
-
-
 def committed_ids(run_dir: Path, capability: str) -> np.ndarray:
     """Sample ids of a capability already in the consolidated file (rows complete for every dataset)."""
     path = run_dir / ACTIVATIONS_FILE

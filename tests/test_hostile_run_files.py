@@ -36,7 +36,7 @@ from core.errors import ProbeError
 from probes.journal import (RUN_JSON, Shard, check_shard, committed_ids, h5_settings, list_shards, read_run_json, read_shard,
                             shard_path, write_shard)
 from probes.store import RunReader
-from tests.support.cli import one_line_error
+from tests.support.cli import exit_of, one_line_error
 from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -495,3 +495,29 @@ def test_the_explorer_parameters_are_checked_in_one_line(small_run: Path, tmp_pa
     run, capability, hook = open_explorer(small_run, " multi_turn ", None)
     with run:
         assert (capability, hook) == ("multi_turn", "mlp_out")
+
+
+@pytest.mark.slow
+def test_a_resume_over_a_pickled_or_stray_shard_is_one_line(tiny_pair, rolemrc_file: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from probes.config import RecordConfig
+    from probes.recording import record_run
+
+    out = tmp_path / "run"
+    record_run(RecordConfig(sft_dir=tiny_pair[0], dpo_dir=tiny_pair[1], data_file=rolemrc_file, out_dir=out, capabilities="multi_turn",
+                            hooks="mlp_out", batch_size=4), progress=False)
+    argv = ["run", "-c", "multi_turn", "--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--data", str(rolemrc_file), "--out", str(out),
+            "--hook", "mlp_out", "--batch-size", "4", "--no-analyze", "--quiet"]
+    before = _sha(out / "activations.h5")
+    stray = shard_path(out, "multi_turn", 0).with_name("notes.npz")
+    stray.parent.mkdir(parents=True, exist_ok=True)
+    _pickled_shard(stray)
+    pickled = shard_path(out, "multi_turn", 999)
+    for needle in ("notes.npz: not a journal shard name", f"{pickled}: member 'prompts.npy' holds Python objects (a pickle)"):
+        capsys.readouterr()
+        code, _, err = exit_of(argv, capsys)
+        errors = [line for line in err.splitlines() if line.startswith("error:")]  # transformers' weight-loading bars may precede it
+        assert code == 2 and len(errors) == 1 and needle in errors[0] and "Traceback" not in err, err
+        if stray.exists():
+            stray.rename(pickled)
+    assert _sha(out / "activations.h5") == before
