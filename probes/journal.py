@@ -47,7 +47,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import h5py
 import numpy as np
 
 from core.atomic import sync_folder, write_atomic
