@@ -266,6 +266,11 @@ class _Refused(Exception):
     """A structural fault found by the child; its text is the one line the user sees."""
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:200]}" if text else type(exc).__name__
+
+
 def _walk(path: Path) -> dict[str, Any]:
     """(In the child.) Every piece of metadata the reader uses, each read once, with the layout checks."""
     try:
@@ -306,7 +311,7 @@ def _attr(obj: Any, name: str, where: str) -> Any:
     try:
         value = _plain(obj.attrs[name])
     except Exception as exc:  # noqa: BLE001 - in the guard process: any failure to read is damage, said in one line
-        raise _Refused(f"the attribute {name!r} of {where} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+        raise _Refused(f"the attribute {name!r} of {where} cannot be read ({_first_line(exc)})") from None
     try:
         json.dumps(value)
     except (TypeError, ValueError):
@@ -325,7 +330,7 @@ def _sample_fields(group: h5py.Group, cap: str, size: int) -> dict[str, Any]:
             kind = "text" if h5py.check_string_dtype(dataset.dtype) else dataset.dtype.kind
             dataset[:]  # read whole: these are small, and a damaged string heap must crash here, not in the reader
         except Exception as exc:  # noqa: BLE001 - the guard process
-            raise _Refused(f"samples/{cap}/{name} cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+            raise _Refused(f"samples/{cap}/{name} cannot be read ({_first_line(exc)}); "
                            "record again into a new --out") from None
         fields[name] = {"shape": list(dataset.shape), "kind": kind}
     return fields
@@ -379,7 +384,7 @@ def _child_main(argv: list[str]) -> None:
     except _Refused as exc:
         report = {"error": str(exc)}
     except Exception as exc:  # noqa: BLE001 - the guard process turns any failure into one line for its parent
-        report = {"error": f"the file's metadata cannot be read ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
+        report = {"error": f"the file's metadata cannot be read ({_first_line(exc)}); "
                            "record again into a new --out"}
     sys.stdout.write(json.dumps(report) + "\n")
     sys.stdout.flush()
