@@ -90,9 +90,12 @@ def _no_weights_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_pair_with_other_layer_count_is_refused_before_loading(tiny_pair, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     other = _copy(tiny_pair[1], tmp_path / "deeper")
-    config = json.loads((other / "config.json").read_text())
-    config.update(num_hidden_layers=6, intermediate_size=96)
-    (other / "config.json").write_text(json.dumps(config))
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(str(other))
+    config.update({"num_hidden_layers": 6, "intermediate_size": 96})
+    (other / "model.safetensors").unlink()  # weights of that shape: a config alone that disagrees with its weights is refused
+    AutoModelForCausalLM.from_config(config).save_pretrained(str(other))
     _no_weights_loaded(monkeypatch)
     with pytest.raises(ProbeError, match=r"not comparable: num_hidden_layers: sft 4 vs dpo 6; intermediate_size: sft 64 vs dpo 96"):
         load_pair(tiny_pair[0], other, device="cpu", dtype="float32")
