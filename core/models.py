@@ -106,8 +106,6 @@ def _brief(value: Any, limit: int = 80) -> str:
     return printable(json.dumps(value, ensure_ascii=False, default=str), limit)
 
 
-
-
 def _read_json(path: Path, flag: str) -> Any:
     try:
         return json.loads(path.read_bytes().decode("utf-8"))
@@ -117,6 +115,8 @@ def _read_json(path: Path, flag: str) -> Any:
         raise ProbeError(f"{flag} {path}: not UTF-8 text; the file is damaged") from None
     except json.JSONDecodeError as exc:
         raise ProbeError(f"{flag} {path}:{exc.lineno}: malformed JSON ({exc.msg})") from None
+    except RecursionError:
+        raise ProbeError(f"{flag} {path}: JSON nested too deeply to be a model file") from None
 
 
 def weight_files(path: str | Path, flag: str = "--model") -> list[Path]:
