@@ -436,3 +436,18 @@ def test_the_generated_directories_met_both_outcomes(outcomes: Counter[str]) -> 
     if not outcomes:
         pytest.skip("run with the generated test")
     assert any(k.endswith("loaded") for k in outcomes) and any(k.endswith("refused") for k in outcomes), outcomes
+
+
+@pytest.mark.parametrize("file", ["config.json", "tokenizer_config.json"])
+def test_json_nested_deeply_or_hiding_an_auto_map_is_one_line(file: str, tiny_model_dir: Path, tmp_path: Path) -> None:
+    from core.models import check_model_dir
+
+    deep = hostile_copy(tiny_model_dir, tmp_path, "deep")
+    body = json.loads((deep / file).read_text(encoding="utf-8"))
+    (deep / file).write_text(json.dumps({**body, "x": 1})[:-1] + ', "nest": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(ProbeError, match=f"^--sft {deep}/{file}: JSON nested too deeply"):
+        check_model_dir(deep, "--sft")
+    hidden = {**body, "extra": [{"inner": {"auto_map": {"AutoModel": "x.Y"}}}]}
+    (deep / file).write_text(json.dumps(hidden), encoding="utf-8")
+    with pytest.raises(ProbeError, match=f"^--sft {deep}/{file}: its auto_map names the model's own Python code"):
+        check_model_dir(deep, "--sft")
