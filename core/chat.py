@@ -15,6 +15,9 @@ The rules, and why:
 * A message may not contain the text of a control token (``<|im_start|>``, ``<|eot_id|>``,
   ...): the tokenizer would read it as the real token and the prompt would have a turn
   structure the data never had. Such a row is refused with its index, message and token.
+* A chat template is a program that came with the model directory. Whatever it raises (its
+  own ``raise_exception``, a Jinja syntax error) and a render with no tokens is one
+  :class:`ProbeError` naming the template's file and the row, before any forward pass.
 
 Example:
     >>> to_messages([{"role": "System", "content": "Be brief."}, {"role": "User", "content": "Hi"}])
