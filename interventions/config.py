@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from core.capabilities import Capability, parse_capability
+from core.devices import check_device
 from core.errors import ProbeError
 from core.judges import JUDGES
 from core.llm.config import ClientConfig
-from interventions.recipes import ARM_RECIPES, MODELS
+from interventions.recipes import ARM_RECIPES, MODELS, RUN_RECIPES
 from interventions.scaling import PAPER_FACTOR, validate_factor
 from probes.backends.base import DRIVERS, editing_driver
 from probes.hook_points import validate_hook
@@ -77,8 +78,12 @@ class ABConfig:
         _choice(self.judge, JUDGES, "--judge")
         _choice(self.dtype, DTYPES, "--dtype")
         _choice(self.backend, tuple(DRIVERS), "--backend")
+        self.device = check_device(self.device, "--device", allow_auto=True)
         editing_driver(self.backend, self.do_sample)
         self.edits = _edit_names(self.edits)
+        needs_run = [name for name in self.edits if name in RUN_RECIPES]
+        if needs_run and self.run_dir is None:
+            raise ProbeError(f"--edit {needs_run[0]} needs a run directory: it reads the models' means from the run's activations.h5")
         validate_hook(self.hook)
         if self.units is not None and (self.neurons is not None or self.top_k is not None):
             raise ProbeError("--units cannot be combined with --neurons or --top-k; give one neuron source")
@@ -108,8 +113,13 @@ class ABConfig:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        body = asdict(self)
-        return {k: (str(v) if isinstance(v, Path) else v) for k, v in body.items()}
+        """JSON-ready fields; credentials in the judge's URL are masked (the report and the resume fingerprint keep this)."""
+        from core.llm.scrub import without_url_credentials
+
+        body = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
+        if body["judge_base_url"]:
+            body["judge_base_url"] = without_url_credentials(body["judge_base_url"])
+        return body
 
 
 def _edit_names(edits: list[str] | str) -> list[str]:

@@ -85,8 +85,7 @@ def read_means(config: ABConfig, units: NeuronSet, edit: str) -> dict[str, dict[
     from interventions.selection import require_recorded
     from probes.store import RunReader
 
-    if config.run_dir is None:
-        raise ProbeError(f"--edit {edit} needs a run directory: it reads the models' means from the run's activations.h5")
+    assert config.run_dir is not None, "ABConfig refuses these edits without a run"
     require_recorded(config.run_dir, config.capability, units.hook)
     with RunReader(config.run_dir) as run:
         layers = run.layers(config.capability, units.hook)
@@ -134,6 +133,7 @@ def steer_arms(data: RunData) -> list[Arm]:
 
 
 ARM_RECIPES: dict[str, Callable[[RunData], list[Arm]]] = {"scale": scale_arms, "mean": mean_arms, "patch": patch_arms, "steer": steer_arms}
+RUN_RECIPES: frozenset[str] = frozenset({"mean", "steer"})  # read the run's recorded activations
 
 
 def plan_arms(data: RunData) -> list[Arm]:

@@ -75,12 +75,12 @@ def test_the_console_is_wide_off_a_terminal_and_terminal_sized_on_one(monkeypatc
 def test_a_factor_that_breaks_the_model_is_flagged(tiny_model_dir: Path, data: Path, tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     out, _ = run(intervene(tiny_model_dir, data, tmp_path / "ab", "1e30"), capsys)
-    assert "INVALID: factor 1e+30 broke the model" in out
+    assert "INVALID: scale ×1e+30 broke the model" in out
     report = json.loads((tmp_path / "ab" / "ab_report.json").read_text())
-    guard = report["main"]["guard"]
+    guard = report["arms"][0]["guard"]
     assert guard["degenerate_logits"] > 0 and guard["faults"] and any("1e+30" in w for w in report["warnings"])
-    assert "**INVALID:** factor 1e+30" in (tmp_path / "ab" / "ab_report.md").read_text()
-    control = next(d for d in report["doses"] if d["factor"] == 0.0)
+    assert "**INVALID:** scale ×1e+30" in (tmp_path / "ab" / "ab_report.md").read_text()
+    control = next(d for d in report["arms"] if d["factor"] == 0.0)
     assert control["guard"]["faults"] == [] and control["guard"]["degenerate_logits"] == 0
 
 
@@ -88,7 +88,7 @@ def test_an_ordinary_factor_is_not_flagged(tiny_model_dir: Path, data: Path, tmp
                                            capsys: pytest.CaptureFixture[str]) -> None:
     out, _ = run(intervene(tiny_model_dir, data, tmp_path / "ab", "0.5"), capsys)
     assert "INVALID" not in out
-    assert json.loads((tmp_path / "ab" / "ab_report.json").read_text())["main"]["guard"]["degenerate_logits"] == 0
+    assert json.loads((tmp_path / "ab" / "ab_report.json").read_text())["arms"][0]["guard"]["degenerate_logits"] == 0
 
 
 def test_models_eval_warns_about_one_model_given_twice(tiny_model_dir: Path, data: Path, tmp_path: Path,

@@ -52,3 +52,90 @@ def test_intervene_defaults_to_the_runs_neuron_set(analysed_run: Path, tmp_path:
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "capability 'nested' was not recorded in this run (recorded: multi_turn)" in err and "probe analyze" not in err
+
+
+ALL_EDITS = ["scale 0.0", "scale 0.5", "mean", "patch dpo<-sft", "patch sft<-dpo", "steer"]
+
+
+@pytest.fixture(scope="module")
+def every_arm(analysed_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, Path, str]:
+    import contextlib
+    import io
+
+    out = tmp_path_factory.mktemp("every-arm") / "ab"
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer), pytest.raises(SystemExit) as exc:
+        main(["intervene", str(analysed_run), "-c", "multi_turn", "--edit", "scale,mean", "--edit", "patch,steer", "--factor", "0",
+              "--dose", "0.5", "--top-k", "6", "--placebo", "2", "--limit", "2", "--max-new-tokens", "4", "--no-collateral", "--out", str(out)])
+    assert exc.value.code in (0, None)
+    return json.loads((out / "ab_report.json").read_text()), out, buffer.getvalue()
+
+
+def test_every_edit_kind_is_an_arm_of_one_report_with_its_placebos(every_arm):
+    report, out, printed = every_arm
+    assert report["version"] == 2 and [a["name"] for a in report["arms"]] == ALL_EDITS
+    arms = {a["name"]: a for a in report["arms"]}
+    assert {a["model"] for a in report["arms"]} == {"dpo", "sft"} and arms["patch sft<-dpo"]["model"] == "sft"
+    assert set(report["baselines"]) == {"dpo", "sft"}
+    for name in ("scale 0.0", "mean", "patch dpo<-sft", "patch sft<-dpo", "steer"):
+        target = arms[name]["capabilities"][0]
+        assert arms[name]["placebo"]["n_sets"] == 2 and len(target["placebo"]["deltas"]) == 2, name
+        for column in ("delta", "ci_low", "ci_high", "p_value", "rows_changed"):
+            assert column in target
+    assert arms["scale 0.5"]["placebo"] == {} and arms["scale 0.5"]["role"] == "dose"
+    assert arms["steer"]["placebo"]["family"].startswith("random directions")
+    assert arms["mean"]["edits"][0]["kind"] == "set" and arms["mean"]["edits"][0]["source"] == "sft mean over multi_turn"
+    assert arms["patch dpo<-sft"]["edits"][0] == {"kind": "patch", "source": "sft", "hook": "mlp_out", "units": report["neurons"]["units"]}
+    steer = arms["steer"]["edits"]
+    assert [e["layer"] for e in steer] == sorted({u[0] for u in report["neurons"]["units"]}) and all(len(e["vector"]) == 32 for e in steer)
+    markdown = (out / "ab_report.md").read_text()
+    assert "## Every arm on multi_turn" in markdown and all(f"| {name} |" in markdown for name in ALL_EDITS)
+    assert "every arm on multi_turn" in printed and "patch DPO ← SFT" in printed
+    records = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
+    assert set(records[0]["intervened"]) == set(ALL_EDITS) and set(records[0]["baselines"]) == {"dpo", "sft"}
+
+
+def test_the_mean_and_steer_arms_read_the_runs_means(analysed_run: Path, every_arm):
+    import numpy as np
+
+    from probes.store import RunReader
+
+    report, _, _ = every_arm
+    arms = {a["name"]: a for a in report["arms"]}
+    with RunReader(analysed_run) as run:
+        layers = run.layers("multi_turn", "mlp_out")
+        sft, dpo = (run.activations(m, "multi_turn", "mlp_out").astype(np.float64).mean(axis=0) for m in ("sft", "dpo"))
+    values = arms["mean"]["edits"][0]["values"]
+    for (layer, unit), value in zip(report["neurons"]["units"], values):
+        assert value == pytest.approx(sft[layers.index(layer), unit])
+    for edit in arms["steer"]["edits"]:
+        np.testing.assert_allclose(edit["vector"], sft[layers.index(edit["layer"])] - dpo[layers.index(edit["layer"])])
+
+
+def test_edits_that_need_what_is_missing_are_one_line(analysed_run: Path, tiny_pair, tmp_path: Path, capsys):
+    from tests.support.cli import one_line_error
+
+    one_line_error(capsys, ["intervene", str(analysed_run), "-c", "nested", "--edit", "mean", "--top-k", "2", "--out", str(tmp_path / "a")],
+                   "capability 'nested' was not recorded in")
+    data = analysed_run.parent / "data" / "test.jsonl"
+    one_line_error(capsys, ["intervene", "--model-dir", str(tiny_pair[1]), "--data", str(data), "--units", "1:0-3", "--edit", "steer",
+                            "--out", str(tmp_path / "b")], "--edit steer needs a run directory")
+    one_line_error(capsys, ["intervene", str(analysed_run), "--edit", "scale,ablate", "--out", str(tmp_path / "c")],
+                   "--edit 'ablate': expected one of scale, mean, patch, steer")
+    one_line_error(capsys, ["intervene", str(analysed_run), "--backend", "transformer_lens", "--out", str(tmp_path / "d")],
+                   "captures only and cannot apply edits")
+    one_line_error(capsys, ["intervene", str(analysed_run), "--units", "0:0-300000000", "--out", str(tmp_path / "e")],
+                   "beyond any model's layers and units")
+    one_line_error(capsys, ["intervene", str(analysed_run), "--factor", "1e308", "--out", str(tmp_path / "f")], "overflows float32")
+    assert not any((tmp_path / name).exists() for name in "abcdef")
+
+
+def test_a_config_file_names_the_edits_and_the_out_dir(analysed_run: Path, tmp_path: Path, capsys):
+    config = tmp_path / "ab.yaml"
+    out = tmp_path / "from-config"
+    config.write_text(f"edits: [mean]\ntop_k: 2\nplacebo: 0\nlimit: 1\nmax_new_tokens: 2\ncollateral: false\nout_dir: {out}\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["intervene", str(analysed_run), "--config", str(config)])
+    assert exc.value.code in (0, None), capsys.readouterr().err
+    report = json.loads((out / "ab_report.json").read_text())
+    assert [a["name"] for a in report["arms"]] == ["mean"] and report["arms"][0]["role"] == "main"

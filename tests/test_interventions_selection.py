@@ -74,7 +74,10 @@ def test_config_validation():
                           (dict(units="1:2", judge="gpt"), "--judge"), (dict(units="1:2", dtype="int8"), "--dtype"),
                           (dict(units="1:2", capability="charm"), "unknown capability"), (dict(), "no neurons"),
                           (dict(units="1:2", factor=float("nan")), "finite number"), (dict(units="1:2", model="base"), "--model"),
-                          (dict(units="1:2", backend="nnsight", do_sample=True), "--sample")]:
+                          (dict(units="1:2", backend="nnsight", do_sample=True), "decodes greedily only"),
+                          (dict(units="1:2", backend="transformer_lens"), "captures only and cannot apply edits"),
+                          (dict(units="1:2", edits=["scale", "shift"]), "--edit 'shift'"), (dict(units="1:2", edits=["mean"]), "needs a run directory"),
+                          (dict(units="1:2", device="cuda:7"), "--device cuda:7")]:
         with pytest.raises(ProbeError, match=match):
             ABConfig(**{**base, **kwargs})
     assert ABConfig(units="1:2").run_dir is None  # no run: the embedded default pair is used

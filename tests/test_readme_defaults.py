@@ -44,6 +44,13 @@ def _field(module: str, cls: str, field: str) -> Callable[[], Any]:
     return read
 
 
+def _ab_default(field: str) -> Any:
+    """A default of ABConfig as an instance holds it (for fields with a default factory)."""
+    from interventions.config import ABConfig
+
+    return getattr(ABConfig(units="1:0", model_dir="m", data_file="d"), field)
+
+
 def _recipe(**kwargs: str) -> Callable[[], Any]:
     def read() -> Any:
         from training.config import SFTRunConfig
@@ -87,6 +94,8 @@ CLAIMS: list[tuple[str, Callable[[], Any], Any]] = [
     ("`--normalize samples` (default)", _field("analysis.config", "AnalysisConfig", "normalize"), "samples"),
     ("By default the DPO model (`--model dpo`) is scaled by the paper's factor 0.999999",
      lambda: (_field("interventions.config", "ABConfig", "model")(), _field("interventions.config", "ABConfig", "factor")()), ("dpo", 1 - 1e-6)),
+    ("`--edit`, comma-separated or repeated; `scale` by default",
+     lambda: _ab_default("edits"), ["scale"]),
     ("`--device` (default `cpu`)", _field("interventions.config", "ABConfig", "device"), "cpu"),
     ("`--placebo R` (default 20)", _field("interventions.config", "ABConfig", "placebo"), 20),
     ("`OPENAI_BASE_URL` (default `https://api.openai.com/v1`)", _constant("core.llm.config", "DEFAULT_BASE_URL"), "https://api.openai.com/v1"),
