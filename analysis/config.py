@@ -1,7 +1,8 @@
 """One validated settings object for an analysis, shared by the library, the CLI and the notebook.
 
 Everything is checked in ``__post_init__`` so that a bad value fails before any
-activation is read, with a one-line :class:`ProbeError` naming the CLI option.
+activation is read, with a one-line :class:`ProbeError` naming the CLI option. Types and
+bounds are the field hints (:mod:`core.config_file`), which a ``--config`` file is read by too.
 
 Example:
     >>> AnalysisConfig(metric="mean_diff").metric
@@ -14,9 +15,10 @@ Example:
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Annotated
 
+from core.config_file import NON_NEGATIVE, POSITIVE, SEED, OptionError, Range, typed_config
 from core.errors import ProbeError
 
 METRICS: tuple[str, ...] = ("topk_count", "mean_diff", "effect_size")
@@ -26,6 +28,7 @@ TESTS: tuple[str, ...] = ("t", "wilcoxon")  # paired tests of mean_diff/effect_s
 
 
 @dataclass(frozen=True)
+@typed_config
 class AnalysisConfig:
     """Settings of one analysis (see ``docs/analysis.md`` for what each means).
 
@@ -36,40 +39,22 @@ class AnalysisConfig:
     """
 
     metric: str = "topk_count"
-    top_percent: float = 20.0
+    top_percent: Annotated[float, Range(0, 100, low_open=True)] = 20.0
     layers: str | None = None
     normalize: str = "samples"
-    top_k: int = 64
-    fdr_alpha: float = 0.05
+    top_k: Annotated[int, POSITIVE] = 64
+    fdr_alpha: Annotated[float, Range(0, 1, low_open=True, high_open=True)] = 0.05
     rule: str = "top_k_abs"
-    threshold: float = 0.0
+    threshold: Annotated[float, NON_NEGATIVE] = 0.0  # a minimum |delta|
     test: str = "t"
     reorder: bool = False
-    top_units: int = 20
-    stability_resamples: int = 20
-    stability_seed: int = 0
+    top_units: Annotated[int, POSITIVE] = field(default=20, metadata={"flag": None})
+    stability_resamples: Annotated[int, NON_NEGATIVE] = 20  # 0 disables the bootstrap
+    stability_seed: Annotated[int, SEED] = field(default=0, metadata={"flag": None})
 
     def __post_init__(self) -> None:
-        _choice("--metric", self.metric, METRICS)
-        _choice("--normalize", self.normalize, NORMALIZATIONS)
-        _choice("--rule", self.rule, RULES)
-        _choice("--test", self.test, TESTS)
-        if not (isinstance(self.top_percent, (int, float)) and 0.0 < self.top_percent <= 100.0):
-            raise ProbeError(f"--top-percent {self.top_percent}: expected a number in (0, 100]")
+        for name, allowed in (("metric", METRICS), ("normalize", NORMALIZATIONS), ("rule", RULES), ("test", TESTS)):
+            if getattr(self, name) not in allowed:
+                raise OptionError(name, f"one of {', '.join(allowed)}", getattr(self, name))
         if self.normalize == "width" and self.metric != "topk_count":
             raise ProbeError("--normalize width only applies to --metric topk_count (the authors' /d_model scaling of count differences)")
-        if not isinstance(self.top_k, int) or self.top_k < 1:
-            raise ProbeError(f"--top-k {self.top_k}: expected a positive integer")
-        if not 0.0 < self.fdr_alpha < 1.0:
-            raise ProbeError(f"--fdr-alpha {self.fdr_alpha}: expected a number in (0, 1)")
-        if not math.isfinite(self.threshold) or self.threshold < 0:
-            raise ProbeError(f"--threshold {self.threshold}: expected a finite number >= 0 (a minimum |delta|)")
-        if isinstance(self.stability_resamples, bool) or not isinstance(self.stability_resamples, int) or self.stability_resamples < 0:
-            raise ProbeError(f"--stability-resamples {self.stability_resamples}: expected an integer >= 0 (0 disables the bootstrap)")
-        if self.top_units < 1:
-            raise ProbeError(f"top_units {self.top_units}: expected a positive integer")
-
-
-def _choice(option: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ProbeError(f"{option} {value!r}: expected one of {', '.join(allowed)}")

@@ -1,57 +1,272 @@
-"""``--config FILE`` for every command: a JSON or YAML mapping of a config dataclass's fields.
+"""Typed options: ``--config FILE`` for every command, and the one check of a config dataclass's fields.
 
-Each stage has one validated config dataclass (``RecordConfig``, ``AnalysisConfig``,
-``TrainConfig``...) whose field defaults are *the* defaults. A config file names some of
-those fields; options given on the command line override it; what neither gives keeps the
-dataclass default. So a scripted evaluation can keep its settings in one reviewed file
-and vary one flag per call. Keys may use dashes or underscores (``batch-size`` or
-``batch_size``); an unknown key is an error naming the file and the known keys, so a typo
-never silently falls back to a default.
+Each stage has one config dataclass (``RecordConfig``, ``AnalysisConfig``, ``SFTRunConfig``...)
+whose field defaults are *the* defaults and whose type hints are *the* types. A field's hint
+says everything a value must be: ``bool`` takes only ``true``/``false`` (never the string
+``"false"``), ``int`` only an integer that fits 64 bits, ``float`` only a finite number (no
+NaN or Infinity), ``Path`` a non-empty string, ``list[...]``/``tuple[..., ...]`` a list whose
+items are checked in turn, ``X | Y`` either. Bounds ride in the hint too:
+``Annotated[int, Range(1)]``, ``Annotated[float, Range(0, 1, low_open=True)]``, and
+``Annotated[Path, DIRECTORY]`` for a directory that may not exist yet but must not be a file.
+:func:`typed` applies a hint to a value; it is the only checker, used three ways:
+
+* :func:`read_config_file` checks each value of a config file against its field, so a bad one
+  is ``--config FILE: key: expected ..., got ...`` before anything else runs;
+* :func:`typed_config`, a class decorator, checks every field the same way first thing in the
+  config's ``__post_init__``, for values from flags and library calls (``--batch-size: expected ...``);
+* :func:`build_config` merges file and flags and builds the config; an :class:`OptionError`
+  that ``__post_init__`` raises about a value the file gave (an unknown ``position``, say)
+  is re-said as the file's key.
+
+A config file is JSON or YAML, at most :data:`MAX_CONFIG_BYTES`; YAML aliases (``*name``)
+are refused, so a kilobyte "billion laughs" file fails at once, and nesting is bounded
+before the YAML parser sees it. Keys may use dashes or underscores; an unknown key names
+the file and the known keys, so a typo never silently falls back to a default.
 
 Example:
     >>> import dataclasses, json, tempfile, pathlib
+    >>> from typing import Annotated
     >>> @dataclasses.dataclass
+    ... @typed_config
     ... class Demo:
-    ...     batch_size: int = 8
+    ...     batch_size: Annotated[int, Range(1)] = 8
     ...     hooks: str = "mlp_out"
     >>> path = pathlib.Path(tempfile.mkdtemp()) / "run.json"
     >>> _ = path.write_text(json.dumps({"batch-size": 4}))
-    >>> merged_options(read_config_file(path, Demo), {"hooks": "attn_out", "batch_size": None})
-    {'batch_size': 4, 'hooks': 'attn_out'}
+    >>> build_config(Demo, path, {"hooks": "attn_out", "batch_size": None})
+    Demo(batch_size=4, hooks='attn_out')
+    >>> _ = path.write_text(json.dumps({"batch-size": "4"}))
+    >>> build_config(Demo, path, {})
+    Traceback (most recent call last):
+    ...
+    core.config_file.OptionError: --config .../run.json: batch_size: expected an integer >= 1, got '4'
+    >>> Demo(batch_size=0)
+    Traceback (most recent call last):
+    ...
+    core.config_file.OptionError: --batch-size: expected an integer >= 1, got 0
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 import os
-from collections.abc import Iterable
+import re
+import types
+from collections.abc import Iterable, Sequence
+from enum import Enum
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from core.errors import DataError, ProbeError
-from core.inputs import check_input_file, read_json
+from core.inputs import MAX_DEPTH, check_input_file, read_json, shown
+
+MAX_CONFIG_BYTES = 256 * 1024  # hand-written settings are a few hundred bytes; this also bounds the YAML parser's time
+_INT64 = 2**63
+
+
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """Bounds of a number field, given in its hint: ``Annotated[float, Range(0, 1, low_open=True)]`` is (0, 1]."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, x: float) -> bool:
+        above = self.low is None or (x > self.low if self.low_open else x >= self.low)
+        return above and (self.high is None or (x < self.high if self.high_open else x <= self.high))
+
+    def __str__(self) -> str:
+        if self.high is None:
+            return f"{'>' if self.low_open else '>='} {_number(self.low)}"
+        if self.low is None:
+            return f"{'<' if self.high_open else '<='} {_number(self.high)}"
+        return f"in {'(' if self.low_open else '['}{_number(self.low)}, {_number(self.high)}{')' if self.high_open else ']'}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Directory:
+    """A path field naming a directory to fill or create: it may be missing, but not a file."""
+
+
+DIRECTORY = Directory()
+POSITIVE = Range(1)  # counts: batch sizes, steps, units
+NON_NEGATIVE = Range(0)
+ABOVE_ZERO = Range(0, low_open=True)  # rates and scales: a learning rate, a temperature, DPO's beta
+SEED = Range(0, 2**32 - 1)  # what numpy's legacy seeding (transformers.set_seed) takes
+
+
+class OptionError(ProbeError):
+    """One option's value is wrong: ``{where}: expected {expected}, got {value}``, or ``{where}: {message}``.
+
+    ``key`` is the field, with ``[i]`` or ``.name`` for an item inside it (``layers[2]``). It is
+    said at ``flag`` (default ``--key-with-dashes``; None: the bare key); :func:`typed_config`
+    puts it at the field's real flag and :func:`build_config` at a config file's key.
+    """
+
+    def __init__(self, key: str, expected: str = "", value: Any = None, *, message: str = "", flag: str | None = "") -> None:
+        self.key, self.field = key, re.split(r"[.\[]", key, maxsplit=1)[0]
+        self.message = message or f"expected {expected}, got {_shown(value)}"
+        self.flag = "--" + self.field.replace("_", "-") if flag == "" else flag
+        self.near = False
+        super().__init__(f"{self.key if self.flag is None else self.flag + key[len(self.field):]}: {self.message}")
+
+    def at(self, flag: str | None) -> OptionError:
+        """The same error said at ``flag`` (e.g. ``--config FILE: key``)."""
+        return OptionError(self.key, message=self.message, flag=flag)
+
+
+def typed(value: Any, hint: Any, key: str) -> Any:
+    """``value`` as the type ``hint`` says (a list for ``tuple[...]`` becomes a tuple), or :class:`OptionError` at ``key``."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Annotated:
+        try:
+            out = typed(value, args[0], key)
+        except OptionError as exc:
+            raise exc if exc.key != key else OptionError(key, describe(hint), value) from None
+        for mark in args[1:]:
+            bad = None
+            if isinstance(mark, Range) and out is not None and out not in mark:
+                bad = OptionError(key, describe(hint), value)
+            if isinstance(mark, Directory) and out is not None and os.path.lexists(out) and not os.path.isdir(out):
+                bad = OptionError(key, message=f"expected a directory (or a path to create one), got {_shown(value)}, which is not a directory")
+            if bad is not None:
+                bad.near = True  # the right type, out of bounds: a union says this, not "expected A or B"
+                raise bad
+        return out
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = None
+        for member in (a for a in args if a is not type(None)):
+            try:
+                return typed(value, member, key)
+            except OptionError as exc:  # an item deep inside, or a bound, says more than "expected A or B"
+                inner = inner or (exc if exc.key != key or exc.near else None)
+        raise inner or OptionError(key, describe(hint), value)
+    if _fits(value, hint, origin, args):
+        if origin in (list, tuple, Sequence):
+            items = [typed(item, args[0], f"{key}[{i}]") for i, item in enumerate(value)]
+            return tuple(items) if origin is tuple else items
+        if origin is dict:
+            return {k: typed(v, args[1], f"{key}.{k}") for k, v in value.items()}
+        return float(value) if hint is float else int(value) if hint is int else Path(value) if hint is Path else value
+    if hint is int and isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        raise OptionError(key, "an integer of at most 64 bits", value)
+    raise OptionError(key, describe(hint), value)
+
+
+def describe(hint: Any) -> str:
+    """What a value of ``hint`` is, in words: ``an integer >= 1``, ``a string or a list of strings``."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin is Annotated:
+        ranges = [str(m) for m in args[1:] if isinstance(m, Range)]
+        base = "a number" if args[0] is float and ranges else describe(args[0])
+        return " ".join([base, *ranges])
+    if origin in (Union, types.UnionType):
+        words = list(dict.fromkeys(describe(a) for a in args if a is not type(None)))
+        return " or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 2 else words)
+    if origin in (list, tuple, Sequence):
+        return f"a list of {_PLURAL.get(_base(args[0]), 'values')}"
+    if origin is dict:
+        return "a mapping of names to values"
+    if origin is Literal or (isinstance(hint, type) and issubclass(hint, Enum) and not issubclass(hint, str)):
+        return "one of " + ", ".join(str(getattr(a, "value", a)) for a in (args if origin is Literal else hint))
+    return _SINGULAR.get(_base(hint), "a value")
+
+
+def typed_config(cls: type) -> type:
+    """Class decorator (below ``@dataclass``, so that ``__init__`` calls it): ``__post_init__`` first checks every field by its hint
+    (:func:`check_fields`), then runs the class's own checks; an :class:`OptionError` from either is
+    said at the field's flag (``metadata["flag"]``). Subclasses inherit it."""
+    own = getattr(cls, "__post_init__", None)
+    own = getattr(own, "__wrapped__", own)  # a subclass decorated again: its base's own checks, once
+
+    def __post_init__(self: Any) -> None:
+        try:
+            check_fields(self)
+            if own is not None:
+                own(self)
+        except OptionError as exc:
+            if exc.field not in fields_of(type(self)):
+                raise
+            raise exc.at(flag_of(type(self), exc.field)) from None
+
+    __post_init__.__wrapped__ = own  # type: ignore[attr-defined]
+    cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
+    return cls
+
+
+def check_fields(config: Any) -> None:
+    """Every field of the dataclass instance ``config`` against its hint; the first bad one raises :class:`OptionError`."""
+    for name, (hint, _) in fields_of(type(config)).items():
+        typed(getattr(config, name), hint, name)
+
+
+def check_mapping(cls: type, values: dict[str, Any], key: str) -> dict[str, Any]:
+    """``values`` typed by the fields of ``cls``: a nested config such as ``tiny_spec``; errors name ``key.field``."""
+    fields = fields_of(cls)
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+        raise OptionError(key, message=f"unknown field(s) {_names(unknown)}; expected some of {', '.join(sorted(fields))}")
+    return {name: typed(value, fields[name][0], f"{key}.{name}") for name, value in values.items()}
+
+
+@lru_cache(maxsize=None)
+def fields_of(cls: type) -> dict[str, tuple[Any, str | None]]:
+    """``{name: (hint, flag)}`` for the init fields of ``cls`` that a user sets (not ``_private``): with the
+    dataclass defaults, all an option parser needs (type, bounds and flag name of each option)."""
+    hints = get_type_hints(cls, include_extras=True)
+    return {f.name: (hints[f.name], f.metadata.get("flag", "--" + f.name.replace("_", "-")))
+            for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")}
+
+
+def flag_of(cls: type, name: str) -> str | None:
+    """The command-line flag of field ``name``: its ``metadata["flag"]`` (None: it has none), else ``--name-with-dashes``."""
+    return fields_of(cls)[name][1]
 
 
 def read_config_file(path: str | os.PathLike[str], cls: type, flag: str = "--config") -> dict[str, Any]:
-    """The file's mapping with keys as field names of ``cls``; one line naming the file for anything else."""
-    return read_config_mapping(path, [f.name for f in dataclasses.fields(cls) if not f.name.startswith("_")], flag)
+    """The file's values, checked and converted by their fields' hints (:func:`typed`); one line naming file and key for anything else."""
+    fields = fields_of(cls)
+    values = read_config_mapping(path, fields, flag)
+    out = {}
+    for key, value in values.items():
+        try:
+            out[key] = typed(value, fields[key][0], key)
+        except OptionError as exc:
+            raise exc.at(f"{flag} {path}: {exc.field}") from None
+    return out
 
 
-def read_config_mapping(path: str | os.PathLike[str], allowed: Iterable[str], flag: str = "--config") -> dict[str, Any]:
-    """The file's mapping, keys with dashes turned to underscores; one line naming the file for a key not in ``allowed``."""
-    p = Path(path)
+def build_config(cls: type, path: str | os.PathLike[str] | None, flags: dict[str, Any], *,
+                 merge: Iterable[str] = (), required: Iterable[str] = (), flag: str = "--config") -> Any:
+    """``cls`` from the file at ``path`` (if any) overridden by ``flags`` (None: not given).
+
+    A field named in ``merge`` (a mapping) takes the file's keys updated by the flag's. A field
+    without a default, or named in ``required``, must come from one of the two. An
+    :class:`OptionError` about a value that only the file gave names the file and the key.
+    """
+    from_file = read_config_file(path, cls, flag) if path is not None else {}
+    given = {key: value for key, value in flags.items() if value is not None}
+    for key in merge:
+        if key in given and key in from_file:
+            given[key] = {**from_file[key], **given[key]}
+    options = {**from_file, **given}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for name in [*(n for n, f in fields.items() if f.init and _no_default(f)), *required]:
+        if name not in options:
+            raise ProbeError(f"missing option {flag_of(cls, name) or name} (give it on the command line or in {flag})")
     try:
-        data = _read_yaml(p) if p.suffix.lower() in (".yaml", ".yml") else read_json(p, "config file (JSON or YAML)")
-    except DataError as exc:
-        raise ProbeError(f"{flag} {exc}") from None
-    if not isinstance(data, dict):
-        raise ProbeError(f"{flag} {p}: expected a mapping of option names to values, got {type(data).__name__}")
-    data = {str(key).replace("-", "_"): value for key, value in data.items()}
-    known = set(allowed)
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ProbeError(f"{flag} {p}: unknown option(s) {', '.join(unknown)}; expected some of {', '.join(sorted(known))}")
-    return data
+        return cls(**options)
+    except OptionError as exc:
+        if exc.field in from_file and exc.field not in given:
+            raise exc.at(f"{flag} {path}: {exc.field}") from None
+        raise
 
 
 def merged_options(from_file: dict[str, Any], from_flags: dict[str, Any]) -> dict[str, Any]:
@@ -59,10 +274,35 @@ def merged_options(from_file: dict[str, Any], from_flags: dict[str, Any]) -> dic
     return {**from_file, **{key: value for key, value in from_flags.items() if value is not None}}
 
 
+def read_config_mapping(path: str | os.PathLike[str], allowed: Iterable[str], flag: str = "--config") -> dict[str, Any]:
+    """The file's mapping, keys with dashes turned to underscores; one line naming the file for a key not in ``allowed``."""
+    p = Path(path)
+    try:
+        size = check_input_file(p, "config file (JSON or YAML)").stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise DataError(str(p), None, f"is {size:,} bytes; expected a config file of at most {MAX_CONFIG_BYTES:,} bytes")
+        data = _read_yaml(p) if p.suffix.lower() in (".yaml", ".yml") else read_json(p, "config file (JSON or YAML)")
+    except DataError as exc:
+        raise ProbeError(f"{flag} {exc}") from None
+    if not isinstance(data, dict):
+        raise ProbeError(f"{flag} {p}: expected a mapping of option names to values, got {type(data).__name__}")
+    out: dict[str, Any] = {}
+    for raw in data:
+        key = str(raw).replace("-", "_")
+        if key in out:
+            raise ProbeError(f"{flag} {p}: {_shown(key)} is given twice (with dashes and with underscores)")
+        out[key] = data[raw]
+    known = set(allowed)
+    unknown = sorted(set(out) - known)
+    if unknown:
+        raise ProbeError(f"{flag} {p}: unknown option(s) {_names(unknown)}; expected some of {', '.join(sorted(known))}")
+    return out
+
+
 def _read_yaml(path: Path) -> Any:
     import yaml
 
-    check_input_file(path, "config file (JSON or YAML)")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -70,6 +310,74 @@ def _read_yaml(path: Path) -> Any:
     except OSError as exc:
         raise DataError(str(path), None, f"cannot read the config file ({exc.strerror or exc})") from None
     try:
-        return yaml.safe_load(text)
+        depth = 0
+        for event in yaml.parse(text, Loader=loader):  # a flat pass first: the loaders recurse (libyaml's crashes) and share aliases
+            if isinstance(event, yaml.AliasEvent):
+                raise DataError(str(path), event.start_mark.line + 1, "YAML aliases (*name) are not allowed in a config file; write the value out")
+            depth += isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)) - isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent))
+            if depth > MAX_DEPTH:
+                raise DataError(str(path), event.start_mark.line + 1, f"nested more than {MAX_DEPTH} levels deep; expected a mapping of options")
+        return yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:
-        raise DataError(str(path), None, f"cannot parse ({str(exc).splitlines()[0]}); expected a JSON or YAML mapping") from None
+        raise DataError(str(path), None, f"cannot parse ({' '.join(str(exc).split())[:200]}); expected a JSON or YAML mapping") from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise DataError(str(path), None, f"cannot read a value ({str(exc)[:120]}); expected values of ordinary size") from None
+
+
+def _fits(value: Any, hint: Any, origin: Any, args: tuple[Any, ...]) -> bool:
+    if hint is Any:
+        return True
+    if hint is bool:
+        return type(value) is bool
+    if hint is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool) and -_INT64 <= value < _INT64
+    if hint is float:
+        return isinstance(value, numbers.Real) and not isinstance(value, bool) and _finite(value)
+    if hint is str:
+        return isinstance(value, str)
+    if hint is Path:
+        return isinstance(value, os.PathLike) or (isinstance(value, str) and value.strip() != "" and "\x00" not in value)
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        return isinstance(value, hint)
+    if origin in (list, tuple, Sequence):
+        return isinstance(value, (list, tuple)) and (origin is not tuple or len(args) == 2 and args[1] is Ellipsis)
+    if origin is dict:
+        return isinstance(value, dict) and all(isinstance(k, str) for k in value)
+    if origin is Literal:
+        return any(value == a and type(value) is type(a) for a in args)
+    raise TypeError(f"core.config_file.typed: no rule for the type hint {hint!r}")
+
+
+def _finite(value: Any) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+        return False
+
+
+def _base(hint: Any) -> Any:
+    hint = get_args(hint)[0] if get_origin(hint) is Annotated else hint
+    return str if isinstance(hint, type) and issubclass(hint, str) else hint
+
+
+def _no_default(f: dataclasses.Field[Any]) -> bool:
+    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+def _names(keys: list[str], shown_at_most: int = 8) -> str:
+    """Keys for a one-line message: odd ones quoted (a newline stays on the line), at most a few."""
+    names = ", ".join(k if k.isidentifier() else _shown(k) for k in keys[:shown_at_most])
+    return names + (f" and {len(keys) - shown_at_most} more" if len(keys) > shown_at_most else "")
+
+
+def _number(x: float | None) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def _shown(value: Any) -> str:
+    """The value as the user wrote it, cut to fit a line (long enough for a path)."""
+    return shown(str(value) if isinstance(value, Path) else value, limit=200)
+
+
+_SINGULAR = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string", Path: "a path", Any: "a value"}
+_PLURAL = {bool: "booleans", int: "integers", float: "numbers", str: "strings", Path: "paths"}

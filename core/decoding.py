@@ -11,33 +11,31 @@ Example:
     >>> GenerationConfig(max_new_tokens=0)
     Traceback (most recent call last):
     ...
-    core.errors.ProbeError: --max-new-tokens must be at least 1, got 0
+    core.config_file.OptionError: --max-new-tokens: expected an integer >= 1, got 0
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
-from core.errors import ProbeError
+from core.config_file import ABOVE_ZERO, POSITIVE, SEED, Range, typed_config
+
+TEMPERATURE = ABOVE_ZERO
+TOP_P = Range(0, 1, low_open=True)  # nucleus sampling keeps tokens up to this much probability; 1 keeps all
 
 
 @dataclass(frozen=True)
+@typed_config
 class GenerationConfig:
-    max_new_tokens: int = 64
-    batch_size: int = 16
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int = 0
+    """Bounds are in the hints (:mod:`core.config_file`); a config with ``top_p`` or ``temperature`` fields uses the same ranges."""
 
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ProbeError(f"--max-new-tokens must be at least 1, got {self.max_new_tokens}")
-        if self.batch_size < 1:
-            raise ProbeError(f"--batch-size must be at least 1, got {self.batch_size}")
-        if self.do_sample and self.temperature <= 0:
-            raise ProbeError(f"--temperature must be positive when sampling, got {self.temperature}")
+    max_new_tokens: Annotated[int, POSITIVE] = 64
+    batch_size: Annotated[int, POSITIVE] = 16
+    do_sample: bool = False
+    temperature: Annotated[float, TEMPERATURE] = 1.0
+    top_p: Annotated[float, TOP_P] = 1.0
+    seed: Annotated[int, SEED] = 0
 
     def generate_kwargs(self, pad_id: int, stop: list[int]) -> dict[str, Any]:
         kwargs: dict[str, Any] = dict(max_new_tokens=self.max_new_tokens, pad_token_id=pad_id, eos_token_id=stop)

@@ -5,9 +5,11 @@ dataclass (:func:`core.config_file.read_config_file`). The other commands have n
 object: their options *are* the settings, so their file names options by long name
 (``max-retries`` or ``max_retries``). The file becomes the command's ``default_map``, which
 the option parser consults for every option not given on the command line: flags win,
-each value from the file is converted and range-checked exactly as the same flag would
-be, and a required option may come from the file. The file is read by an eager callback,
-so it is in place before any other option is processed.
+and a required option may come from the file. Each value from the file is checked by the
+typed path every config file goes through (:func:`core.config_file.typed`: ``true``/``false``
+for a switch, a JSON number for a number, the option's ``min``/``max`` as its bounds), then
+converted exactly as the same flag would be. The file is read by an eager callback, so it is
+in place before any other option is processed.
 
 Example (a shell session):
 
@@ -22,11 +24,11 @@ Example (a shell session):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
-from core.config_file import read_config_mapping
+from core.config_file import OptionError, Range, read_config_mapping, typed
 from core.errors import ProbeError
 
 HELP = "JSON or YAML file of this command's options by long name, e.g. max-retries: 2 (flags override it)."
@@ -64,11 +66,28 @@ def _load_into_defaults(ctx: typer.Context, param: Any, path: Path | None) -> Pa
 
 
 def _check(ctx: typer.Context, param: Any, key: str, value: Any, path: Path) -> None:
-    """Convert ``value`` as the flag's own value would be, so a bad one names the file (the parser checks it again)."""
+    """Type ``value`` by the option's annotation and bounds, then convert it as the flag's own value would be,
+    so a bad one names the file (the parser checks it again)."""
+    where = f"--config {path}: {key.replace('_', '-')}"
+    try:
+        typed(value, _hint(param), key)
+    except OptionError as exc:
+        raise exc.at(where) from None
     runtime = getattr(param, "get_runtime_param", None)
     if runtime is None:
         return
     try:
         runtime().coerce(value, param=param, ctx=ctx)
     except typer.BadParameter as exc:
-        raise ProbeError(f"--config {path}: {key.replace('_', '-')}: {exc.message}, got {value!r}") from None
+        raise ProbeError(f"{where}: {exc.message}, got {value!r}") from None
+
+
+def _hint(param: Any) -> Any:
+    """The option's Python type, with its ``min``/``max`` as a :class:`Range` and ``list[...]`` when it repeats."""
+    hint = getattr(getattr(param, "type_descriptor", None), "annotation", None)
+    if hint not in (bool, int, float, str, Path):
+        return Any  # an enum or a custom type: the conversion below is the check
+    if hint in (int, float) and (param.min is not None or param.max is not None):
+        hint = Annotated[hint, Range(param.min, param.max)]
+    hint = list[hint] if param.multiple else hint  # type: ignore[valid-type]
+    return hint | None if param.default is None and not param.required else hint  # null: as if not given

@@ -1,8 +1,10 @@
 """One validated settings object for a recording, shared by the library, the CLI and notebooks.
 
 Everything a user can get wrong without loading a model (an unknown capability, hook,
-backend, position policy or dtype, a malformed layer spec, a batch size of 0) is
-rejected here, in ``__post_init__``, with a one-line :class:`ProbeError`. Checks that
+backend, position policy or dtype, a malformed layer spec, a batch size of 0, a value of
+the wrong type) is rejected here, in ``__post_init__``, with a one-line :class:`ProbeError`:
+the field hints say each field's type and bounds (:mod:`core.config_file`), so a config
+file's values are checked by the same rules as flags. Checks that
 need the model's shape (a layer outside the model) happen in :func:`probes.pair.load_pair`
 from ``config.json`` alone, still before any weights are loaded.
 
@@ -17,38 +19,54 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from core.capabilities import Capability, parse_capabilities
+from core.config_file import DIRECTORY, POSITIVE, SEED, OptionError, Range, typed_config
 from core.errors import ProbeError
+from probes.backends.base import DRIVERS
 from probes.batching import DEFAULT_BATCH_SIZE
 from probes.hook_points import HOOK_POINTS, validate_hook
 
 POSITIONS: tuple[str, ...] = ("last", "mean")
-BACKENDS: tuple[str, ...] = ("torch", "transformer_lens", "nnsight")
+BACKENDS: tuple[str, ...] = tuple(DRIVERS)
 COMPUTE_DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
 STORE_DTYPES: tuple[str, ...] = ("float16", "float32")
+# A padded-token budget past which nothing changes: 128x the useful maximum (MAX_USEFUL_BATCH_TOKENS), far more than
+# a GPU holds for one forward pass (about 118 KiB a token for the 8B shape in bf16), and small enough to stay an int64.
+MAX_BATCH_TOKENS = 1 << 20
+_LAYER = Annotated[int, Range(0)]
 _LAYER_SPEC = re.compile(r"^\s*(all|\d+(\s*-\s*\d*)?(\s*,\s*\d+(\s*-\s*\d*)?)*)\s*$", re.IGNORECASE)
 
 
-def _choice(value: str, choices: tuple[str, ...], option: str) -> str:
-    normalized = str(value).strip().lower().replace("-", "_")
+def _choice(value: str, choices: tuple[str, ...], name: str) -> str:
+    normalized = value.strip().lower().replace("-", "_")
     if normalized == "tl":
         normalized = "transformer_lens"
     if normalized not in choices:
-        raise ProbeError(f"{option} {value!r}: expected one of {', '.join(choices)}")
+        raise OptionError(name, f"one of {', '.join(choices)}", value)
     return normalized
 
 
 def _hooks(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    items = value.split(",") if isinstance(value, str) else [p for v in value for p in str(v).split(",")]
+    items = value.split(",") if isinstance(value, str) else [p for v in value for p in v.split(",")]
     hooks: list[str] = []
     for item in (i.strip() for i in items):
-        if item and validate_hook(item) not in hooks:
+        if item and _named("hooks", validate_hook, item) not in hooks:
             hooks.append(item)
     if not hooks:
-        raise ProbeError(f"--hook: no hook point given; expected one or more of {', '.join(HOOK_POINTS)}")
+        raise OptionError("hooks", f"one or more of {', '.join(HOOK_POINTS)}", value)
     return tuple(hooks)
+
+
+def _named(name: str, parse: Any, value: Any) -> Any:
+    """``parse(value)``, its error said as the option ``name`` (so a config file's key is named too)."""
+    try:
+        return parse(value)
+    except OptionError:
+        raise
+    except ProbeError as exc:
+        raise OptionError(name, message=str(exc)) from None
 
 
 def _layers(value: str | list[int] | tuple[int, ...] | None) -> str | tuple[int, ...] | None:
@@ -56,15 +74,16 @@ def _layers(value: str | list[int] | tuple[int, ...] | None) -> str | tuple[int,
         return None
     if isinstance(value, str):
         if not _LAYER_SPEC.match(value):
-            raise ProbeError(f"--layers {value!r}: expected a range like 12-31, a list like 3,5,7, or 'all'")
+            raise OptionError("layers", "a range like 12-31, a list like 3,5,7, or 'all'", value)
         return value.strip()
-    layers = tuple(sorted({int(i) for i in value}))
-    if not layers or layers[0] < 0:
-        raise ProbeError(f"--layers {list(value)!r}: expected non-negative layer indices")
+    layers = tuple(sorted(set(value)))
+    if not layers:
+        raise OptionError("layers", "at least one layer index", value)
     return layers
 
 
 @dataclass
+@typed_config
 class RecordConfig:
     """What to record, from which pair, and where.
 
@@ -77,53 +96,46 @@ class RecordConfig:
     ``max_batch_tokens`` tokens (None: derived from the device, see :mod:`probes.batching`). ``out_dir`` None makes a new ``runs/<timestamp>_<capabilities>``.
     """
 
-    sft_dir: Path | None = None
-    dpo_dir: Path | None = None
-    data_file: Path | None = None
-    capabilities: tuple[Capability, ...] | str | list[str] = "multi_turn"
-    hooks: tuple[str, ...] | str | list[str] = ("mlp_out",)
-    layers: str | tuple[int, ...] | list[int] | None = None
+    sft_dir: Path | None = field(default=None, metadata={"flag": "--sft"})
+    dpo_dir: Path | None = field(default=None, metadata={"flag": "--dpo"})
+    data_file: Path | None = field(default=None, metadata={"flag": "--data"})
+    capabilities: str | list[str] | tuple[Capability, ...] = field(default="multi_turn", metadata={"flag": "--capability"})
+    hooks: str | list[str] | tuple[str, ...] = field(default=("mlp_out",), metadata={"flag": "--hook"})
+    layers: str | list[_LAYER] | tuple[_LAYER, ...] | None = None
     position: str = "last"
     backend: str = "torch"
-    batch_size: int = DEFAULT_BATCH_SIZE
-    max_batch_tokens: int | None = None
+    batch_size: Annotated[int, POSITIVE] = DEFAULT_BATCH_SIZE
+    max_batch_tokens: Annotated[int, Range(1, MAX_BATCH_TOKENS)] | None = None
     device: str | None = None
     dtype: str = "auto"
     store_dtype: str = "float16"
     add_generation_prompt: bool = False
-    out_dir: Path | None = None
-    seed: int = 0
-    runs_root: Path = field(default=Path("runs"))
+    out_dir: Annotated[Path, DIRECTORY] | None = field(default=None, metadata={"flag": "--out"})
+    seed: Annotated[int, SEED] = 0
+    runs_root: Annotated[Path, DIRECTORY] = field(default=Path("runs"), metadata={"flag": None})
 
     def __post_init__(self) -> None:
-        self.capabilities = parse_capabilities(self.capabilities)  # type: ignore[arg-type]
+        self.capabilities = _named("capabilities", parse_capabilities, self.capabilities)
         self.hooks = _hooks(self.hooks)
         self.layers = _layers(self.layers)
-        self.position = _choice(self.position, POSITIONS, "--position")
-        self.backend = _choice(self.backend, BACKENDS, "--backend")
-        self.dtype = _choice(self.dtype, COMPUTE_DTYPES, "--dtype")
-        self.store_dtype = _choice(self.store_dtype, STORE_DTYPES, "--store-dtype")
-        if isinstance(self.batch_size, bool) or int(self.batch_size) < 1:
-            raise ProbeError(f"--batch-size must be at least 1, got {self.batch_size}")
-        self.batch_size = int(self.batch_size)
-        if self.max_batch_tokens is not None:
-            if isinstance(self.max_batch_tokens, bool) or int(self.max_batch_tokens) < 1:
-                raise ProbeError(f"--max-batch-tokens must be at least 1, got {self.max_batch_tokens}")
-            self.max_batch_tokens = int(self.max_batch_tokens)
+        self.position = _choice(self.position, POSITIONS, "position")
+        self.backend = _choice(self.backend, BACKENDS, "backend")
+        self.dtype = _choice(self.dtype, COMPUTE_DTYPES, "dtype")
+        self.store_dtype = _choice(self.store_dtype, STORE_DTYPES, "store_dtype")
         if self.device is not None:
-            self.device = str(self.device).strip().lower()
+            self.device = self.device.strip().lower()
             if not re.match(r"^(auto|cpu|cuda(:\d+)?|mps)$", self.device):
-                raise ProbeError(f"--device {self.device!r}: expected cpu, cuda, cuda:N, mps or auto")
+                raise OptionError("device", "cpu, cuda, cuda:N, mps or auto", self.device)
         for name in ("sft_dir", "dpo_dir", "data_file", "out_dir", "runs_root"):
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, Path(value))
-        for name, what in (("sft_dir", "--sft"), ("dpo_dir", "--dpo")):
+        for name in ("sft_dir", "dpo_dir"):
             path = getattr(self, name)
             if path is not None and not (path / "config.json").is_file():
-                raise ProbeError(f"{what} {path}: not a model directory (expected {path / 'config.json'})")
+                raise OptionError(name, message=f"not a model directory (no {path / 'config.json'})")
         if self.data_file is not None and not self.data_file.is_file():
-            raise ProbeError(f"--data {self.data_file}: no such file")
+            raise OptionError("data_file", message=f"no such file: {self.data_file}")
 
     @property
     def capability_names(self) -> list[str]:
@@ -147,3 +159,4 @@ class RecordConfig:
             "dtype": self.dtype,
             "store_dtype": self.store_dtype,
         }
+

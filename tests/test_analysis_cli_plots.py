@@ -45,10 +45,10 @@ def test_analyze_prints_top_layers_and_writes_outputs(run_dir: Path, tmp_path: P
     [
         (["--layers", "40-50"], "error: --layers 40-50: the model has 16 layers (0-15); layer 40 is outside it"),
         (["--layers", "12-31"], "error: --layers 12-31: the model has 16 layers (0-15); layer 16 is outside it (leave --layers out"),
-        (["--stability-resamples", "-1"], "error: --stability-resamples -1: expected an integer >= 0"),
+        (["--stability-resamples", "-1"], "error: --stability-resamples: expected an integer >= 0, got -1"),
         (["--capability", "bogus"], "error: unknown capability 'bogus'"),
         (["--capability", "priority"], "error: capability 'priority' was not recorded"),
-        (["--metric", "median"], "error: --metric 'median': expected one of topk_count, mean_diff, effect_size"),
+        (["--metric", "median"], "error: --metric: expected one of topk_count, mean_diff, effect_size, got 'median'"),
     ],
 )
 def test_analyze_user_mistakes_exit_2_with_one_line(run_dir: Path, tmp_path: Path, capsys, args: list[str], message: str) -> None:

@@ -130,8 +130,8 @@ def test_every_command_refuses_an_unknown_key_naming_the_file(argv: list[str], t
 
 
 @pytest.mark.parametrize("content, message", [
-    ("roles: 3000\n", "roles: Input should be less than or equal to 800, got 3000"),
-    ("seed: abc\n", "seed: Input should be a valid integer"),
+    ("roles: 3000\n", "roles: expected an integer in [2, 800], got 3000"),
+    ("seed: abc\n", "seed: expected an integer, got 'abc'"),
     ("backend: gpt\n", "expected one of offline, llm, got 'gpt'"),
     ("model: m\n", "--model: only for --backend llm"),
 ])

@@ -114,5 +114,5 @@ def test_run_help_documents_the_token_budget() -> None:
 def test_bad_budget_is_one_line(tmp_path: Path) -> None:
     from core.errors import ProbeError
 
-    with pytest.raises(ProbeError, match="--max-batch-tokens must be at least 1"):
+    with pytest.raises(ProbeError, match=r"--max-batch-tokens: expected an integer in \[1, 1048576\], got 0"):
         RecordConfig(max_batch_tokens=0)

@@ -24,12 +24,12 @@ def _pair_args(tiny_pair, data: Path) -> list[str]:  # type: ignore[no-untyped-d
 @pytest.mark.parametrize("args, message", [
     (["--capability", "multiturn"], "unknown capability 'multiturn'; expected one of knowledge_boundary"),
     (["--capability", "multi_turn", "--hook", "mlp_in"], "unknown hook point 'mlp_in'; expected one of mlp_out, attn_out, resid_post, mlp_post"),
-    (["--capability", "multi_turn", "--backend", "pyvene"], "--backend 'pyvene': expected one of torch, transformer_lens, nnsight"),
+    (["--capability", "multi_turn", "--backend", "pyvene"], "--backend: expected one of torch, transformer_lens, nnsight, got 'pyvene'"),
     (["--capability", "multi_turn", "--layers", "12-31"], "--layers '12-31': layer 12 is outside the model, which has layers 0-3"),
     (["--capability", "multi_turn", "--layers", "3-1"], "--layers '3-1': expected a range like 12-31"),
-    (["--capability", "multi_turn", "--position", "first"], "--position 'first': expected one of last, mean"),
-    (["--capability", "multi_turn", "--batch-size", "0"], "--batch-size must be at least 1, got 0"),
-    (["--capability", "multi_turn", "--store-dtype", "bfloat16"], "--store-dtype 'bfloat16': expected one of float16, float32"),
+    (["--capability", "multi_turn", "--position", "first"], "--position: expected one of last, mean, got 'first'"),
+    (["--capability", "multi_turn", "--batch-size", "0"], "--batch-size: expected an integer >= 1, got 0"),
+    (["--capability", "multi_turn", "--store-dtype", "bfloat16"], "--store-dtype: expected one of float16, float32, got 'bfloat16'"),
 ])
 def test_bad_arguments_exit_2_with_one_clear_line(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys, args, message) -> None:  # type: ignore[no-untyped-def]
     code, _, err = exit_of(["run", *args, *_pair_args(tiny_pair, rolemrc_file), "--out", str(tmp_path / "r")], capsys)

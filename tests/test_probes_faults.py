@@ -179,5 +179,6 @@ def test_run_out_of_the_wrong_kind_is_one_line_before_any_work(kind: str, tiny_p
     with pytest.raises(SystemExit) as stop:
         main(_args(tiny_pair, rolemrc_file, out, "priority"))
     err = capsys.readouterr().err.strip().splitlines()
-    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith(f"error: --out {out}")
+    said = f"error: --out: expected a directory (or a path to create one), got '{out}'" if kind == "file" else f"error: --out {out}"
+    assert stop.value.code == 2 and len(err) == 1 and err[0].startswith(said), err
     assert existing.read_text() == "keep me"

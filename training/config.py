@@ -13,6 +13,9 @@ bf16 is ``None`` = automatic: on with a bf16-capable GPU, off otherwise. TRL's o
 default (bf16 on) makes CPU training about 6x slower, so a CPU run never uses it and
 asking for it explicitly on CPU is an error.
 
+Each field's hint is its type and bounds (:mod:`core.config_file`): a config file's values
+are checked by them as they are read, and flags and library calls by ``__post_init__``.
+
 Example:
     >>> cfg = SFTRunConfig(base="tiny", data="data/", out="out/sft")
     >>> cfg.learning_rate, cfg.lr_scheduler
@@ -27,12 +30,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from core.config_file import read_config_file
+from core.config_file import (ABOVE_ZERO, DIRECTORY, NON_NEGATIVE, POSITIVE, SEED, OptionError, Range, build_config, check_mapping,
+                              typed_config)
 from core.errors import ProbeError
 
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_min_lr")
+LOSS_TYPES = ("sigmoid", "hinge", "ipo", "robust")
 
 # Paper: training/sft_llama3.sh and dpo_llama3.sh of LuJunru/RoleMRC (per-device batch x grad-acc x 4 GPUs = 64).
 _SFT_RECIPES: dict[str, dict[str, Any]] = {
@@ -51,26 +56,27 @@ RECIPES: dict[str, dict[str, dict[str, Any]]] = {"sft": _SFT_RECIPES, "dpo": _DP
 
 
 @dataclass(kw_only=True)
+@typed_config
 class _RunConfig:
     """Hyperparameters shared by both stages; ``None`` means "the recipe's value"."""
 
     data: Path
-    out: Path
+    out: Annotated[Path, DIRECTORY]
     recipe: str | None = None  # None: "tiny" for the tiny base (and its children), "paper" for a real model
-    learning_rate: float | None = None
+    learning_rate: Annotated[float, ABOVE_ZERO] | None = None
     lr_scheduler: str | None = None
-    warmup_ratio: float | None = None
-    epochs: float | None = None
-    max_steps: int = -1  # > 0 overrides epochs
-    batch_size: int | None = None
-    grad_accum: int | None = None
-    max_length: int | None = None
-    weight_decay: float | None = None
-    seed: int | None = None
+    warmup_ratio: Annotated[float, Range(0, 1, high_open=True)] | None = None
+    epochs: Annotated[float, ABOVE_ZERO] | None = None
+    max_steps: Annotated[int, Range(-1)] = -1  # > 0 overrides epochs
+    batch_size: Annotated[int, POSITIVE] | None = None
+    grad_accum: Annotated[int, POSITIVE] | None = None
+    max_length: Annotated[int, Range(16)] | None = None
+    weight_decay: Annotated[float, NON_NEGATIVE] | None = None
+    seed: Annotated[int, SEED] | None = None
     bf16: bool | None = None  # None = auto (GPU with bf16 support)
     gradient_checkpointing: bool | None = None
-    max_rows: int | None = None  # use only the first N rows of the data file
-    logging_steps: int = 1
+    max_rows: Annotated[int, POSITIVE] | None = None  # use only the first N rows of the data file
+    logging_steps: Annotated[int, POSITIVE] = 1
     overwrite: bool = False
     _stage: str = field(default="", init=False, repr=False)
 
@@ -80,7 +86,7 @@ class _RunConfig:
         if self.recipe is None:
             self.recipe = "tiny" if self._is_tiny() else "paper"
         if self.recipe not in recipes:
-            raise ProbeError(f"--recipe: unknown recipe {self.recipe!r}; expected one of {', '.join(recipes)}")
+            raise OptionError("recipe", f"one of {', '.join(recipes)}", self.recipe)
         for name, value in recipes[self.recipe].items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
@@ -90,24 +96,10 @@ class _RunConfig:
         raise NotImplementedError
 
     def _validate(self) -> None:
-        _positive("--learning-rate", self.learning_rate)
-        _positive("--epochs", self.epochs)
-        for flag, value in (("--batch-size", self.batch_size), ("--grad-accum", self.grad_accum),
-                            ("--max-length", self.max_length), ("--logging-steps", self.logging_steps)):
-            if not isinstance(value, int) or value < 1:
-                raise ProbeError(f"{flag} must be a positive integer, got {value!r}")
-        if self.max_length < 16:
-            raise ProbeError(f"--max-length must be at least 16 tokens, got {self.max_length}")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ProbeError(f"--warmup-ratio must be in [0, 1), got {self.warmup_ratio}")
-        if self.weight_decay < 0:
-            raise ProbeError(f"--weight-decay must be >= 0, got {self.weight_decay}")
         if self.lr_scheduler not in SCHEDULERS:
-            raise ProbeError(f"--lr-scheduler: unknown schedule {self.lr_scheduler!r}; expected one of {', '.join(SCHEDULERS)}")
-        if self.max_steps == 0 or self.max_steps < -1:
-            raise ProbeError(f"--max-steps must be a positive integer (or -1 for epochs), got {self.max_steps}")
-        if self.max_rows is not None and self.max_rows < 1:
-            raise ProbeError(f"--max-rows must be a positive integer, got {self.max_rows}")
+            raise OptionError("lr_scheduler", f"one of {', '.join(SCHEDULERS)}", self.lr_scheduler)
+        if self.max_steps == 0:
+            raise OptionError("max_steps", "a positive integer (or -1: train for --epochs)", self.max_steps)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict of every resolved field (paths as strings)."""
@@ -121,10 +113,8 @@ class _RunConfig:
 
     @classmethod
     def from_sources(cls, config_file: str | Path | None = None, **overrides: Any) -> Any:
-        """Build from a JSON/YAML file, then explicit ``overrides`` (``None`` values are ignored)."""
-        values: dict[str, Any] = read_config_file(config_file, cls) if config_file else {}
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
+        """Build from a JSON/YAML file, then explicit ``overrides`` (``None`` values are ignored; ``tiny_spec`` adds to the file's)."""
+        return build_config(cls, config_file, overrides, merge=["tiny_spec"])
 
 
 @dataclass(kw_only=True)
@@ -138,7 +128,7 @@ class SFTRunConfig(_RunConfig):
     """
 
     base: str
-    tiny_spec: dict[str, Any] = field(default_factory=dict)
+    tiny_spec: dict[str, Any] = field(default_factory=dict, metadata={"flag": None})
     chat_template: str = "auto"
     assistant_only_loss: bool = True
     _stage: str = field(default="sft", init=False, repr=False)
@@ -152,12 +142,8 @@ class SFTRunConfig(_RunConfig):
             raise ProbeError("--base must be 'tiny' or a local Hugging Face model directory")
         from training.tiny_base import TinySpec
 
-        known = {f.name for f in fields(TinySpec)}
-        unknown = sorted(set(self.tiny_spec) - known)
-        if unknown:
-            raise ProbeError(f"tiny_spec: unknown field(s) {', '.join(unknown)}; expected some of {', '.join(sorted(known))}")
         try:
-            TinySpec(**self.tiny_spec)
+            TinySpec(**check_mapping(TinySpec, self.tiny_spec, "tiny_spec"))
         except (TypeError, ValueError) as exc:
             raise ProbeError(str(exc)) from None
 
@@ -168,7 +154,7 @@ class DPORunConfig(_RunConfig):
 
     sft: Path
     ref: Path | None = None
-    beta: float | None = None
+    beta: Annotated[float, ABOVE_ZERO] | None = None
     loss_type: str = "sigmoid"
     precompute_ref: bool = False
     _stage: str = field(default="dpo", init=False, repr=False)
@@ -187,11 +173,5 @@ class DPORunConfig(_RunConfig):
         super()._validate()
         self.sft = Path(self.sft)
         self.ref = Path(self.ref) if self.ref is not None else None
-        _positive("--beta", self.beta)
-        if self.loss_type not in ("sigmoid", "hinge", "ipo", "robust"):
-            raise ProbeError(f"--loss-type: unknown DPO loss {self.loss_type!r}; expected sigmoid, hinge, ipo or robust")
-
-
-def _positive(flag: str, value: Any) -> None:
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
-        raise ProbeError(f"{flag} must be a positive number, got {value!r}")
+        if self.loss_type not in LOSS_TYPES:
+            raise OptionError("loss_type", f"one of {', '.join(LOSS_TYPES)}", self.loss_type)

@@ -58,26 +58,21 @@ def analyze(
     config_file: Optional[Path] = typer.Option(None, "--config", help="JSON or YAML file of AnalysisConfig fields (flags override it)."),
 ) -> None:
     """Compare SFT and DPO activations of a run: maps, per-layer profile, neuron sets, plots."""
+    from dataclasses import asdict
+
     from analysis import analyze_run
+    from core.config_file import build_config
     from probe_cli.console import console
 
-    if out is not None or run_dir.is_dir():
-        check_output_dir(out or run_dir / "analysis", "--out" if out is not None else "the default --out")
     options = dict(metric=metric, top_percent=top_percent, layers=layers, normalize=normalize, top_k=top_k, fdr_alpha=fdr_alpha,
                    rule=rule, threshold=threshold, test=test, reorder=reorder, stability_resamples=stability_resamples)
-    options.update(_from_config_file(ctx, config_file))
-    result = analyze_run(run_dir, capabilities=capability, hooks=hook, out_dir=out, plots=plots, png=png, **options)
+    given = {key: value for key, value in options.items()  # flags left at their defaults do not override the file
+             if getattr(ctx.get_parameter_source(key), "name", None) == "COMMANDLINE"}  # typer's click, not necessarily `click`
+    config = build_config(AnalysisConfig, config_file, given)
+    if out is not None or run_dir.is_dir():
+        check_output_dir(out or run_dir / "analysis", "--out" if out is not None else "the default --out")
+    result = analyze_run(run_dir, capabilities=capability, hooks=hook, out_dir=out, plots=plots, png=png, **asdict(config))
     print_report(result, console(), show)
-
-
-def _from_config_file(ctx: typer.Context, path: Path | None) -> dict:
-    """The file's AnalysisConfig fields, except those also given as flags (flags win)."""
-    from core.config_file import read_config_file
-
-    if path is None:
-        return {}
-    return {key: value for key, value in read_config_file(path, AnalysisConfig).items()
-            if getattr(ctx.get_parameter_source(key), "name", None) != "COMMANDLINE"}  # typer's click, not necessarily `click`
 
 
 def print_warnings(result: AnalysisResult, console: Console) -> None:

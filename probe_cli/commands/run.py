@@ -57,17 +57,13 @@ def run(
     """Record SFT and DPO activations on a capability's prompts into RUN_DIR/activations.h5 (resumable)."""
     from dataclasses import replace
 
-    from core.config_file import merged_options, read_config_file
-    from core.errors import ProbeError
+    from core.config_file import build_config
     from probes.config import RecordConfig
 
     flags = dict(sft_dir=sft, dpo_dir=dpo, data_file=data, capabilities=capability, hooks=hook or None, layers=layers,
                  position=position, backend=backend, batch_size=batch_size, max_batch_tokens=max_batch_tokens, device=device,
                  dtype=dtype, store_dtype=store_dtype, add_generation_prompt=add_generation_prompt, out_dir=out, seed=seed)
-    options = merged_options(read_config_file(config_file, RecordConfig) if config_file else {}, flags)
-    if "capabilities" not in options:
-        raise ProbeError("missing option --capability (give it on the command line or in --config)")
-    config = RecordConfig(**options)
+    config = build_config(RecordConfig, config_file, flags, required=["capabilities"])
     sources = pair_sources(pair, config.sft_dir, config.dpo_dir, config.data_file, progress=not quiet)  # after validation: a build takes minutes
     config = replace(config, sft_dir=sources[0], dpo_dir=sources[1], data_file=sources[2])
     from probes.recording import record_run

@@ -15,7 +15,6 @@ from typing import Any, Optional
 
 import typer
 
-from core.errors import ProbeError
 from core.paths import check_output_dir
 from probe_cli.console import console
 
@@ -33,17 +32,6 @@ def _common(recipe: Optional[str], learning_rate: Optional[float], lr_scheduler:
                 epochs=epochs, max_steps=max_steps, batch_size=batch_size, grad_accum=grad_accum, max_length=max_length,
                 weight_decay=weight_decay, seed=seed, bf16=bf16, gradient_checkpointing=gradient_checkpointing,
                 max_rows=max_rows, overwrite=overwrite or None)
-
-
-def _build(cls: type, config: Optional[Path], required: dict[str, Any], values: dict[str, Any]) -> Any:
-    from core.config_file import read_config_file
-
-    from_file = read_config_file(config, cls) if config else {}
-    for flag, value in required.items():
-        key = flag.lstrip("-").replace("-", "_")
-        if value is None and key not in from_file:
-            raise ProbeError(f"missing option {flag} (give it on the command line or in --config)")
-    return cls.from_sources(config, **{k.lstrip("-").replace("-", "_"): v for k, v in required.items()}, **values)
 
 
 def _run(train: Any, cfg: Any, title: str) -> None:
@@ -102,12 +90,7 @@ def sft(
     values = _common(recipe, learning_rate, lr_scheduler, warmup_ratio, epochs, max_steps, batch_size, grad_accum,
                      max_length, weight_decay, seed, bf16, gradient_checkpointing, max_rows, overwrite)
     tiny = {k: v for k, v in (("n_layers", tiny_layers), ("hidden_size", tiny_width), ("intermediate_size", tiny_mlp)) if v is not None}
-    if tiny:
-        from core.config_file import read_config_file
-
-        values["tiny_spec"] = {**(read_config_file(config, SFTRunConfig).get("tiny_spec", {}) if config else {}), **tiny}
-    values["chat_template"] = chat_template
-    cfg = _build(SFTRunConfig, config, {"--base": base, "--data": data, "--out": out}, values)
+    cfg = SFTRunConfig.from_sources(config, base=base, data=data, out=out, tiny_spec=tiny or None, chat_template=chat_template, **values)
     check_output_dir(cfg.out, "--out")
     _run(train_sft, cfg, "sft")
 
@@ -135,8 +118,8 @@ def dpo(
 
     values = _common(recipe, learning_rate, lr_scheduler, warmup_ratio, epochs, max_steps, batch_size, grad_accum,
                      max_length, weight_decay, seed, bf16, gradient_checkpointing, max_rows, overwrite)
-    values.update(ref=ref, beta=beta, loss_type=loss_type, precompute_ref=precompute_ref)
-    cfg = _build(DPORunConfig, config, {"--sft": sft, "--data": data, "--out": out}, values)
+    cfg = DPORunConfig.from_sources(config, sft=sft, data=data, out=out, ref=ref, beta=beta, loss_type=loss_type,
+                                    precompute_ref=precompute_ref, **values)
     check_output_dir(cfg.out, "--out")
     _run(train_dpo, cfg, "dpo")
 
