@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from core.capabilities import Capability, parse_capability
+from core.config_file import NON_NEGATIVE, POSITIVE, SEED, OptionError, Range, typed_config
+from core.decoding import TEMPERATURE, TOP_P
 from core.devices import check_device
 from core.errors import ProbeError
 from core.judges import JUDGES
@@ -31,42 +33,43 @@ DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 
 
 @dataclass
+@typed_config
 class ABConfig:
     """What to intervene on, how to generate, how to judge, how to control."""
 
     run_dir: str | Path | None = None
     capability: str = "multi_turn"
     model: str = "dpo"
-    edits: list[str] = field(default_factory=lambda: ["scale"])  # arm recipes: scale, mean, patch, steer
+    edits: str | list[str] = field(default_factory=lambda: ["scale"], metadata={"flag": "--edit"})  # arm recipes: scale, mean, patch, steer
     factor: float = PAPER_FACTOR
     neurons: str | Path | None = None  # a neuron-set file
-    top_k: int | None = None  # top K of the file, or of the run's ranking
+    top_k: Annotated[int, POSITIVE] | None = None  # top K of the file, or of the run's ranking
     units: str | None = None  # "14:3,14:9,20:0"
     hook: str = "mlp_out"  # for --top-k from a run and --units
-    doses: list[float] = field(default_factory=list)
-    positive_control: bool = True  # also run factor 0 (effect-size guard)
-    placebo: int = 20
-    seed: int = 0
+    doses: list[float] = field(default_factory=list, metadata={"flag": "--dose"})
+    positive_control: bool = field(default=True, metadata={"flag": "--control"})  # also run factor 0 (effect-size guard)
+    placebo: Annotated[int, NON_NEGATIVE] = 20
+    seed: Annotated[int, SEED] = 0
     judge: str = "rules"
     judge_base_url: str | None = None
     judge_model: str | None = None
-    judge_timeout: float | None = None  # LLM judge: seconds per request, retries, first backoff (None: the client's defaults)
-    judge_retries: int | None = None
-    judge_backoff: float | None = None
-    max_new_tokens: int = 64
-    batch_size: int = 16
-    do_sample: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
+    judge_timeout: Annotated[float, Range(0.001, 3600)] | None = None  # LLM judge: seconds per request, retries, first backoff (None: the client's defaults)
+    judge_retries: Annotated[int, Range(0, 100)] | None = None
+    judge_backoff: Annotated[float, Range(0, 600)] | None = None
+    max_new_tokens: Annotated[int, POSITIVE] = 64
+    batch_size: Annotated[int, POSITIVE] = 16
+    do_sample: bool = field(default=False, metadata={"flag": "--sample"})
+    temperature: Annotated[float, TEMPERATURE] = 1.0
+    top_p: Annotated[float, TOP_P] = field(default=1.0, metadata={"flag": None})
     dtype: str = "float32"
     device: str = "cpu"
     backend: str = "torch"
-    limit: int | None = None  # rows per capability
+    limit: Annotated[int, POSITIVE] | None = None  # rows per capability
     collateral: bool = True  # score the other capabilities too
-    n_bootstrap: int = 10_000
+    n_bootstrap: Annotated[int, Range(100)] = field(default=10_000, metadata={"flag": "--bootstrap"})
     model_dir: str | Path | None = None  # overrides the run's model dir (no run: default pair)
     source_dir: str | Path | None = None  # the other model of the pair, the patch source (default: the run's)
-    data_file: str | Path | None = None  # overrides the run's data file (no run: default pair's test split)
+    data_file: str | Path | None = field(default=None, metadata={"flag": "--data"})  # overrides the run's data file (no run: default pair's test split)
     out_dir: str | Path | None = None
 
     def __post_init__(self) -> None:
@@ -87,14 +90,8 @@ class ABConfig:
         validate_hook(self.hook)
         if self.units is not None and (self.neurons is not None or self.top_k is not None):
             raise ProbeError("--units cannot be combined with --neurons or --top-k; give one neuron source")
-        if self.top_k is not None and self.top_k < 1:
-            raise ProbeError(f"--top-k must be at least 1, got {self.top_k}")
         if self.run_dir is None and self.units is None and self.neurons is None:
             raise ProbeError("no neurons to intervene on: give a RUN_DIR (its ranking), --neurons FILE or --units LAYER:UNIT,...")
-        for name, value, low in (("--placebo", self.placebo, 0), ("--max-new-tokens", self.max_new_tokens, 1),
-                                 ("--batch-size", self.batch_size, 1), ("--limit", self.limit, 1), ("--bootstrap", self.n_bootstrap, 100)):
-            if value is not None and value < low:
-                raise ProbeError(f"{name} must be at least {low}, got {value}")
 
     def judge_client(self) -> ClientConfig | None:
         """The LLM judge's endpoint (flags, then ``OPENAI_*``), or ``None`` for the rule judge."""
@@ -127,7 +124,7 @@ def _edit_names(edits: list[str] | str) -> list[str]:
     names = edits.split(",") if isinstance(edits, str) else list(edits)
     out: list[str] = []
     for name in (str(n).strip() for n in names):
-        _choice(name, tuple(ARM_RECIPES), "--edit")
+        _choice(name, tuple(ARM_RECIPES), "edits")
         if name not in out:
             out.append(name)
     if not out:
@@ -137,4 +134,4 @@ def _edit_names(edits: list[str] | str) -> list[str]:
 
 def _choice(value: str, allowed: tuple[str, ...], name: str) -> None:
     if value not in allowed:
-        raise ProbeError(f"{name} {value!r}: expected one of {', '.join(allowed)}")
+        raise OptionError(name.lstrip("-").replace("-", "_"), f"one of {', '.join(allowed)}", value)

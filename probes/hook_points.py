@@ -185,22 +185,25 @@ def parse_layers(spec: str | None, total: int) -> list[int]:
     layers: set[int] = set()
     for lo, hi in layer_ranges(spec, total):
         if lo < 0 or hi >= total:
-            raise ProbeError(f"--layers {spec!r}: layer {lo if lo < 0 else hi} is outside the model, which has layers 0-{total - 1}")
+            raise ProbeError(f"--layers {spec!r}: layer {lo if lo < 0 else max(lo, total)} is outside the model, which has layers 0-{total - 1}")
         layers.update(range(lo, hi + 1))
     return sorted(layers)
 
 
 def layer_ranges(spec: str, total: int) -> list[tuple[int, int]]:
     """The inclusive ranges of a layer spec, unexpanded and unchecked against the model ('12-' ends at ``total - 1``)."""
+    if spec.strip().lower() in ("", "all"):
+        return [(0, total - 1)]
     ranges = []
     for part in (p.strip() for p in spec.split(",")):
         try:
             if "-" in part[1:]:
                 lo_s, hi_s = part.split("-", 1)
-                lo, hi = int(lo_s), (int(hi_s) if hi_s else total - 1)
+                lo = int(lo_s)
+                hi = int(hi_s) if hi_s else max(lo, total - 1)
             else:
                 lo = hi = int(part)
-            if lo > hi:
+            if not 0 <= lo <= hi:
                 raise ValueError
         except ValueError:
             raise ProbeError(f"--layers {spec!r}: expected a range like 12-31 or a list like 3,5,7") from None

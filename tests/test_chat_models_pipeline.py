@@ -255,7 +255,7 @@ def test_analyze_intervene_eval_and_the_example(pipeline: Pipeline, tmp_path: Pa
         assert reports[backend]["model_dir"] == str(pipeline.dpo.resolve())
     generations = {b: (tmp_path / f"ab-{b}" / "generations.jsonl").read_text() for b in reports}
     assert generations["torch"] == generations["nnsight"]  # same rows, same rendering, same greedy tokens in every arm
-    assert reports["torch"]["main"]["guard"]["values_changed"] > 0  # the hooks did scale the units
+    assert reports["torch"]["arms"][0]["guard"]["values_changed"] > 0  # the hooks did scale the units
 
     printed = ok("models", "eval", "--sft", pipeline.sft, "--dpo", pipeline.dpo, "--test", pipeline.data / "test.jsonl",
                  "--max-rows", "6", "--max-new-tokens", "4", "--out", tmp_path / "eval.json")

@@ -193,9 +193,11 @@ def _intervene(model: Path, data: Path, out: Path) -> list[str]:
 def _report(out: Path) -> dict:
     """The report without what legitimately differs between two runs: timings and paths."""
     body = json.loads((out / "ab_report.json").read_text())
-    for arm in [body["main"], *body["doses"]]:
+    for arm in body["arms"]:
         arm.pop("seconds")
     body["baseline"].pop("seconds")
+    for baseline in body["baselines"].values():
+        baseline.pop("seconds")
     body.pop("paths")
     body["config"].pop("out_dir")
     return body
@@ -205,12 +207,12 @@ def _report(out: Path) -> dict:
 def test_intervene_keeps_finished_arms_and_resumes_to_the_same_report(tiny_model_dir: Path, data: Path, tmp_path: Path) -> None:
     whole = probe(_intervene(tiny_model_dir, data, tmp_path / "whole"), tmp_path)
     assert whole.code == 0, whole.stderr
-    cut = probe(_intervene(tiny_model_dir, data, tmp_path / "cut"), tmp_path, "placebo 2/6")
-    assert_interrupted(cut, "generation arms finished and kept in", f"--out {tmp_path / 'cut'}")
-    assert (tmp_path / "cut" / ".arms" / "baseline.json").is_file() and not (tmp_path / "cut" / "ab_report.json").exists()
+    cut = probe(_intervene(tiny_model_dir, data, tmp_path / "cut"), tmp_path, "scale 0.5: placebo 2/6")
+    assert_interrupted(cut, "generation passes finished and kept in", f"--out {tmp_path / 'cut'}")
+    assert (tmp_path / "cut" / ".arms" / "baseline_dpo.json").is_file() and not (tmp_path / "cut" / "ab_report.json").exists()
     resumed = probe(_intervene(tiny_model_dir, data, tmp_path / "cut"), tmp_path)
     assert resumed.code == 0, resumed.stderr
-    assert "baseline: read back from an interrupted run" in resumed.stderr
+    assert "baseline dpo: read back from an interrupted run" in resumed.stderr
     assert (tmp_path / "whole" / "generations.jsonl").read_bytes() == (tmp_path / "cut" / "generations.jsonl").read_bytes()
     assert _report(tmp_path / "whole") == _report(tmp_path / "cut")
     assert not (tmp_path / "cut" / ".arms").exists()

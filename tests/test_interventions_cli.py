@@ -121,7 +121,7 @@ def test_edits_that_need_what_is_missing_are_one_line(analysed_run: Path, tiny_p
     one_line_error(capsys, ["intervene", "--model-dir", str(tiny_pair[1]), "--data", str(data), "--units", "1:0-3", "--edit", "steer",
                             "--out", str(tmp_path / "b")], "--edit steer needs a run directory")
     one_line_error(capsys, ["intervene", str(analysed_run), "--edit", "scale,ablate", "--out", str(tmp_path / "c")],
-                   "--edit 'ablate': expected one of scale, mean, patch, steer")
+                   "--edit: expected one of scale, mean, patch, steer, got 'ablate'")
     one_line_error(capsys, ["intervene", str(analysed_run), "--backend", "transformer_lens", "--out", str(tmp_path / "d")],
                    "captures only and cannot apply edits")
     one_line_error(capsys, ["intervene", str(analysed_run), "--units", "0:0-300000000", "--out", str(tmp_path / "e")],

@@ -76,7 +76,7 @@ def test_config_validation():
                           (dict(units="1:2", factor=float("nan")), "finite number"), (dict(units="1:2", model="base"), "--model"),
                           (dict(units="1:2", backend="nnsight", do_sample=True), "decodes greedily only"),
                           (dict(units="1:2", backend="transformer_lens"), "captures only and cannot apply edits"),
-                          (dict(units="1:2", edits=["scale", "shift"]), "--edit 'shift'"), (dict(units="1:2", edits=["mean"]), "needs a run directory"),
+                          (dict(units="1:2", edits=["scale", "shift"]), "--edit: expected one of .*got 'shift'"), (dict(units="1:2", edits=["mean"]), "needs a run directory"),
                           (dict(units="1:2", device="cuda:7"), "--device cuda:7")]:
         with pytest.raises(ProbeError, match=match):
             ABConfig(**{**base, **kwargs})
@@ -103,7 +103,7 @@ def rows_file(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("extra,match", [
     (["--units", "1:64"], "--units 1:64: unit 64 of layer 1 is outside mlp_out, which has units 0-31"),
     (["--units", "7:0"], "layer 7 (unit 0) is outside the model, which has layers 0-3"),
-    (["--units", "1:0", "--factor", "nan"], "--factor must be a finite number"),
+    (["--units", "1:0", "--factor", "nan"], "--factor: expected a finite number"),
     (["--units", "1:0", "--dose", "0,abc"], "'abc' is not a number"),
     (["--units", "1:0", "--neurons", "x.json"], "cannot be combined"),
 ])

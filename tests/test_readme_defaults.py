@@ -96,6 +96,7 @@ CLAIMS: list[tuple[str, Callable[[], Any], Any]] = [
      lambda: (_field("interventions.config", "ABConfig", "model")(), _field("interventions.config", "ABConfig", "factor")()), ("dpo", 1 - 1e-6)),
     ("`--edit`, comma-separated or repeated; `scale` by default",
      lambda: _ab_default("edits"), ["scale"]),
+    ("ends after `PROBE_JOIN_TIMEOUT` seconds (default 120)", _constant("probes.distributed", "DEFAULT_JOIN_TIMEOUT"), 120.0),
     ("`--device` (default `cpu`)", _field("interventions.config", "ABConfig", "device"), "cpu"),
     ("`--placebo R` (default 20)", _field("interventions.config", "ABConfig", "placebo"), 20),
     ("`OPENAI_BASE_URL` (default `https://api.openai.com/v1`)", _constant("core.llm.config", "DEFAULT_BASE_URL"), "https://api.openai.com/v1"),

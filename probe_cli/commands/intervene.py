@@ -78,7 +78,7 @@ def intervene(
 
     from dataclasses import replace
 
-    from core.config_file import merged_options, read_config_file
+    from core.config_file import build_config
 
     err = console(stderr=True)
     flags = dict(
@@ -89,7 +89,7 @@ def intervene(
         dtype=dtype, device=device, backend=backend, limit=limit, collateral=collateral, model_dir=model_dir, data_file=data,
         source_dir=source_dir, out_dir=out,
     )
-    config = ABConfig(**merged_options(read_config_file(config_file, ABConfig) if config_file else {}, flags))
+    config = build_config(ABConfig, config_file, flags)
     run_dir = Path(config.run_dir) if config.run_dir is not None else None
     given_out = Path(config.out_dir) if config.out_dir is not None else None
     out_dir = given_out or _default_out(run_dir, config.capability, config.model)
