@@ -122,7 +122,7 @@ def resolve_window(spec: str | None, n_model_layers: int, stored: list[int]) -> 
 
 def _explicit(spec: str, n_model_layers: int) -> list[int]:
     """``parse_layers`` against the model; a layer outside it is an error that names the model's depth."""
-    outside = [hi for _, hi in layer_ranges(spec, n_model_layers) if hi >= n_model_layers]  # a malformed spec fails here
+    outside = [max(lo, n_model_layers) for lo, hi in layer_ranges(spec, n_model_layers) if hi >= n_model_layers]  # a malformed spec fails here
     if not outside:
         return parse_layers(spec, n_model_layers)
     raise ProbeError(
