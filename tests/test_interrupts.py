@@ -220,7 +220,7 @@ def test_intervene_keeps_finished_arms_and_resumes_to_the_same_report(tiny_model
 
 @pytest.mark.slow
 def test_intervene_discards_arms_kept_under_other_settings(tiny_model_dir: Path, data: Path, tmp_path: Path) -> None:
-    cut = probe(_intervene(tiny_model_dir, data, tmp_path / "cut"), tmp_path, "placebo 1/6")
+    cut = probe(_intervene(tiny_model_dir, data, tmp_path / "cut"), tmp_path, "scale 0.5: placebo 1/6")
     assert_interrupted(cut, "kept in")
     other = [*_intervene(tiny_model_dir, data, tmp_path / "cut"), "--max-new-tokens", "6"]
     rerun = probe(other, tmp_path)

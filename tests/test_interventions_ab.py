@@ -169,6 +169,25 @@ def test_the_llm_judge_of_an_ab_run_takes_the_endpoint_limits(tmp_path: Path) ->
                       judge_timeout=0.5, judge_retries=1, judge_backoff=0.05, out_dir=tmp_path)
     judge = make_judge(config.judge, config.judge_client())
     assert (judge.config.timeout, judge.config.max_retries, judge.config.backoff_base) == (0.5, 1, 0.05)
-    with pytest.raises(ProbeError, match="--max-retries"):
+    with pytest.raises(ProbeError, match="--judge-retries"):
         ABConfig(units=UNITS, hook=HOOK, judge="llm", judge_model="m", judge_base_url="http://127.0.0.1:9/v1",
                  judge_retries=-1, out_dir=tmp_path).judge_client()
+
+
+def test_report_versions(ab_run, tmp_path: Path):
+    """Version 1 reports (main + doses) still load; a newer or malformed version is one line."""
+    _, out = ab_run
+    body = json.loads((out / "ab_report.json").read_text())
+    old = json.loads(json.dumps(body))
+    old = {**{k: v for k, v in old.items() if k not in ("arms", "baselines")}, "version": 1,
+           "main": old["arms"][0], "doses": old["arms"][1:]}
+    for arm in [old["main"], *old["doses"]]:
+        for key in ("name", "label", "model", "edits", "placebo"):
+            arm.pop(key)
+    (tmp_path / "v1.json").write_text(json.dumps(old))
+    loaded = ABReport.load(tmp_path / "v1.json")
+    assert [a.name for a in loaded.arms] == [a["name"] for a in body["arms"]] and loaded.main.factor == PAPER_FACTOR
+    for version in (3, "2", None):
+        (tmp_path / "bad.json").write_text(json.dumps({**body, "version": version}))
+        with pytest.raises(ProbeError, match=r"bad.json: A/B report version .*this toolkit reads versions 1-2"):
+            ABReport.load(tmp_path / "bad.json")
