@@ -39,7 +39,7 @@ def intervene(
     run_dir: Optional[Path] = typer.Argument(None, help="Run directory from `probe run` (model dirs, data file, ranking)."),
     capability: Optional[str] = typer.Option(None, "--capability", "-c", help="Target capability (the others are scored as collateral). Default: multi_turn."),
     model: Optional[str] = typer.Option(None, "--model", help="Which model of the pair to intervene on: sft or dpo (default)."),
-    edit: Optional[list[str]] = typer.Option(None, "--edit", help="Arms, comma-separated or repeated: scale (factor, doses, control), mean (the other model's mean), patch (both ways between the pair), steer (mean-difference vector). Default: scale."),
+    edit: Optional[list[str]] = typer.Option(None, "--edit", metavar="KIND[,KIND]", help="Arms, comma-separated or repeated: scale (factor, doses, control), mean (the other model's mean), patch (both ways between the pair), steer (mean-difference vector). Default: scale."),
     factor: Optional[float] = typer.Option(None, "--factor", help="Scale factor (0 ablates). Default: the paper's 1 - 1e-6 (ABConfig.factor)."),
     neurons: Optional[Path] = typer.Option(None, "--neurons", help="Neuron-set JSON file (from `probe analyze`)."),
     top_k: Optional[int] = typer.Option(None, "--top-k", help="Top K units by |delta| of the run's ranking (or of --neurons)."),
