@@ -24,7 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from itertools import zip_longest
 from pathlib import Path
@@ -38,7 +37,7 @@ from core.capabilities import Capability
 from core.errors import Interrupted, ProbeError
 from core.generation import GenerationConfig, Generations
 from core.judges import Judge, make_judge
-from core.models import load_causal_lm
+from core.models import check_same_tokenizer, load_causal_lm
 from core.rows import group_by_capability, read_test_rows, row_location
 from core.schema import TestRow
 from interventions.arms import ArmStore, fingerprint
@@ -209,13 +208,15 @@ class _Runner:
         self.store = ArmStore(config.out_dir, fingerprint(config.to_dict(), list(self.dirs.values()), self.data_file, self.row_ids, units))
         self.baselines: dict[str, tuple[Generations, ArmScores]] = {}
         self.total_passes = len(self.models) + sum(1 + len(arm.placebo_edits) for arm in self.arms)
+        self.passes_done = 0  # passes started, read back or generated
+        self.generated: list[float] = []  # seconds of each pass generated in this process
 
     def _load(self, name: str) -> tuple[Any, Any]:
         directory = self.dirs.get(name) or resolve_source_dir(self.config)
         model, tokenizer = load_causal_lm(directory, "--model-dir" if name == self.config.model else "--source-dir",
                                           dtype=getattr(torch, self.config.dtype), device=self.config.device, eval_mode=True)
         if self.models:
-            _check_same_tokenizer(self.tokenizer, tokenizer, (self.config.model, name))
+            check_same_tokenizer(self.tokenizer, tokenizer, "the patched model and its source (--edit patch)", (self.config.model, name))
         self.dirs[name], self.models[name] = Path(directory), model
         return model, tokenizer
 
@@ -229,22 +230,29 @@ class _Runner:
         """Generate (or read back) and judge each needed model's baseline."""
         self.progress(f"{self.total_passes} generation passes over {len(self.rows)} prompts: "
                       f"{len(self.models)} baseline(s), {len(self.arms)} arm(s), {self.total_passes - len(self.models) - len(self.arms)} placebo arms")
-        started = time.perf_counter()
         for name in self.models:
             self.progress(f"baseline ({name} model): {len(self.rows)} prompts")
             generations = self._generate(f"baseline {name}", name, ())
             self.baselines[name] = (generations, score_arm(self.judge, self.rows, generations.texts))
-        pace = (time.perf_counter() - started) / len(self.models)
-        left = self.total_passes - len(self.models)
-        self.progress(f"{left} more passes; about {_minutes(left * pace)} at the baselines' pace (edited passes of a patch run two models)")
+        self.progress(f"{self.total_passes - self.passes_done} more passes{self._left()} (a patch pass runs two models)")
+
+    def _left(self) -> str:
+        """The time the passes not yet run should take at the pace of those generated so far ("" before the first)."""
+        if not self.generated:
+            return ""
+        pace = sum(self.generated) / len(self.generated)
+        return f"; about {_minutes((self.total_passes - self.passes_done) * pace)} left"
 
     def _generate(self, name: str, model: str, edits: tuple[Edit, ...]) -> Generations:
         key = name if not edits else f"{name} {_edits_key(edits)}"
+        self.passes_done += 1
         kept = self.store.get(key)
         if kept is not None:
             self.progress(f"{name}: read back from an interrupted run")
             return kept
-        return self.store.put(key, self.generators[model].run(edits or None))
+        generations = self.store.put(key, self.generators[model].run(edits or None))
+        self.generated.append(generations.seconds)
+        return generations
 
     def kept(self) -> str:
         """What an interrupt leaves on disk, and how to resume from it (one line)."""
@@ -271,7 +279,7 @@ class _Runner:
         return out
 
     def arm_result(self, arm: Arm, number: int) -> tuple[ArmResult, Generations]:
-        self.progress(f"arm {number}/{len(self.arms)}: {arm.label} ({arm.model} model, {len(self.neurons)} units)")
+        self.progress(f"arm {number}/{len(self.arms)}: {arm.label} ({arm.model} model, {len(self.neurons)} units){self._left()}")
         generated = self.scored(arm.name, arm.model, arm.edits)
         base = self.baselines[arm.model][0]
         rows_changed = sum(a != b for a, b in zip(generated[0].ids, base.ids))
@@ -295,7 +303,7 @@ class _Runner:
         deltas: dict[str, list[float]] = {cap.value: [] for cap in self.groups}
         changed: dict[str, list[int]] = {cap.value: [] for cap in self.groups}
         for k, edits in enumerate(arm.placebo_edits):
-            self.progress(f"{arm.name}: placebo {k + 1}/{len(arm.placebo_edits)}")
+            self.progress(f"{arm.name}: placebo {k + 1}/{len(arm.placebo_edits)}{self._left()}")
             for capability in self.results(self.scored(f"{arm.name} placebo {k}", arm.model, edits), arm.model, full=False):
                 deltas[capability.capability].append(capability.delta)
                 changed[capability.capability].append(capability.rows_changed)
@@ -326,15 +334,6 @@ def _edits_key(edits: tuple[Edit, ...]) -> str:
 
 def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
-
-
-def _check_same_tokenizer(mine: Any, theirs: Any, names: tuple[str, str]) -> None:
-    from core.models import tokenizer_differences
-
-    problems = tokenizer_differences(mine, theirs, names)
-    if problems:
-        raise ProbeError(f"patch: the {names[0]} and {names[1]} models do not share a tokenizer ({problems[0]}); "
-                         "patching needs the same tokens in both")
 
 
 def run_ab(config: ABConfig, progress: Progress | None = None, judge: Judge | None = None) -> ABReport:
@@ -369,9 +368,9 @@ def _evaluate(runner: _Runner) -> ABReport:
     report = ABReport(
         capability=config.capability, model=config.model, model_dir=str(runner.model_dir), data_file=str(runner.data_file),
         dtype=config.dtype, backend=config.backend, judge=runner.judge.name, neurons=describe(runner.neurons),
-        baseline=baselines[config.model], arms=results, placebo=main.placebo, config=config.to_dict(),
+        baselines=baselines, arms=results, config=config.to_dict(),
         warnings=provenance_warnings(runner.neurons, config.model, runner.model_dir) + list(main.guard.flags)
-        + [fault for arm in results for fault in arm.guard.faults], baselines=baselines,
+        + [fault for arm in results for fault in arm.guard.faults],
     )
     if config.out_dir is not None:
         from interventions.report import write_report

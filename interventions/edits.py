@@ -52,7 +52,7 @@ from interventions.scaling import dtype_noop_fraction, validate_factor
 from interventions.selection import check_against_model
 from interventions.sites import EditStats, add_fn, scale_fn, write_fn
 from probes.backends.base import SiteEdits, SiteFn
-from probes.hook_points import architecture_of, n_layers, validate_hook, width
+from probes.hook_points import n_layers, validate_hook, width
 
 EDIT_KINDS: dict[str, type[Edit]] = {}
 
@@ -141,10 +141,7 @@ class Scale(UnitEdit):
 
     def check(self, model: nn.Module) -> None:
         super().check(model)
-        dtype = next(model.parameters()).dtype
-        if not math.isfinite(torch.tensor(self.factor, dtype=torch.float32).item()) or abs(self.factor) > torch.finfo(dtype).max:
-            raise ProbeError(f"--factor {self.factor!r} is not a finite number in {str(dtype).removeprefix('torch.')} "
-                             f"(largest {torch.finfo(dtype).max:.3g}); use a factor of moderate size")
+        check_finite_in_dtype(model, [self.factor], f"--factor {self.factor!r}")
 
     def sites(self, model: nn.Module, stats: EditStats) -> list[tuple[str, int, SiteFn]]:
         return [(self.units.hook, layer, scale_fn(index, self.factor, stats)) for layer, index in self.layer_index().items()]
@@ -194,9 +191,7 @@ class Set(UnitEdit):
 
     def check(self, model: nn.Module) -> None:
         super().check(model)
-        dtype = next(model.parameters()).dtype
-        if any(abs(v) > torch.finfo(dtype).max for v in self.values):
-            raise ProbeError(f"set: a value is not finite in {str(dtype).removeprefix('torch.')}")
+        check_finite_in_dtype(model, self.values, "set: a value")
 
     def sites(self, model: nn.Module, stats: EditStats) -> list[tuple[str, int, SiteFn]]:
         by_layer: dict[int, list[float]] = {}
@@ -228,7 +223,7 @@ class Patch(UnitEdit):
         super().check(model)
         if self.source is None:
             raise ProbeError("patch: no source model given")
-        check_same_shape(model, self.source, self.units.hook, self.source_name)
+        check_same_shape(model, self.source, self.source_name)
 
     def sites(self, model: nn.Module, stats: EditStats) -> list[tuple[str, int, SiteFn]]:
         lockstep = self._lockstep(model)
@@ -304,15 +299,23 @@ class Add(Edit):
         return f"add {self.source or 'vector'} at {self.hook} {self.layer}"
 
 
-def check_same_shape(model: nn.Module, source: nn.Module, hook: str, source_name: str = "source") -> None:
-    """A source model must match the patched model in architecture, depth, hook width and vocabulary."""
-    pairs = {"architecture": (architecture_of(model).family, architecture_of(source).family), "layers": (n_layers(model), n_layers(source)),
-             f"{hook} width": (width(model, hook), width(source, hook)),
-             "vocabulary": (model.get_input_embeddings().weight.shape[0], source.get_input_embeddings().weight.shape[0])}
-    for what, (mine, theirs) in pairs.items():
-        if mine != theirs:
-            raise ProbeError(f"patch: the {source_name} model's {what} is {theirs}, the patched model's is {mine}; "
-                             "patching needs two checkpoints of one architecture")
+def check_same_shape(model: nn.Module, source: nn.Module, source_name: str = "source") -> None:
+    """A source model must have the patched model's configuration and module layout (the checks ``probe run`` makes of a pair)."""
+    from probes.pair import compare_configs, compare_layouts
+
+    names = ("patched", source_name)
+    problems = compare_configs(model.config, source.config, names) or compare_layouts(model, source, names)
+    if problems:
+        raise ProbeError(f"patch: the {source_name} model is not another checkpoint of the patched one: {'; '.join(problems)}")
+
+
+def check_finite_in_dtype(model: nn.Module, values: Sequence[float], what: str) -> None:
+    """Refuse a number the model's dtype cannot hold (the edit is computed in float32 and cast back)."""
+    dtype = next(model.parameters()).dtype
+    largest = torch.finfo(dtype).max
+    if any(abs(v) > largest for v in values):
+        raise ProbeError(f"{what} is not a finite number in {str(dtype).removeprefix('torch.')} (largest {largest:.3g}); "
+                         "use a value of moderate size")
 
 
 def site_edits(model: nn.Module, chosen: Sequence[Edit]) -> SiteEdits:

@@ -59,10 +59,6 @@ class Arm:
     factor: float | None = None  # scale arms
     placebo_edits: list[tuple[Edit, ...]] = field(default_factory=list)
 
-    @property
-    def kind(self) -> str:
-        return self.name.split(" ")[0]
-
     def describe(self) -> list[dict[str, Any]]:
         return [edit.describe() for edit in self.edits]
 

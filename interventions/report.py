@@ -74,7 +74,7 @@ def arm_table(arm: ArmResult) -> list[str]:
 def markdown(report: ABReport) -> str:
     n = report.neurons
     layers = ", ".join(f"{layer}:{count}" for layer, count in n["per_layer"].items())
-    baselines = "; ".join(f"{name}: {b['rows']} prompts, {b['tokens']} generated tokens" for name, b in (report.baselines or {report.model: report.baseline}).items())
+    baselines = "; ".join(f"{name}: {b['rows']} prompts, {b['tokens']} generated tokens" for name, b in report.baselines.items())
     out = [f"# A/B intervention: {report.capability} ({report.model} model)", "",
            f"- model: `{report.model_dir}` ({report.dtype}, backend {report.backend}); data: `{report.data_file}`; judge: {report.judge}",
            f"- units: {n['size']} units of `{n['hook']}` (layer:count {layers}); selection: {n['selection'] or n['metric']}",

@@ -130,10 +130,6 @@ class ArmResult:
     def __post_init__(self) -> None:
         self.name = self.name or f"scale {self.factor!r}"
 
-    @property
-    def kind(self) -> str:
-        return self.name.split(" ")[0]
-
     def capability(self, name: str) -> CapabilityResult:
         for result in self.capabilities:
             if result.capability == name:
@@ -171,13 +167,21 @@ class ABReport:
     backend: str
     judge: str
     neurons: dict[str, Any]
-    baseline: dict[str, Any]  # the intervened model's baseline
+    baselines: dict[str, dict[str, Any]]  # per model that generated a baseline: seconds, tokens, rows
     arms: list[ArmResult]  # in the order they ran; the main arm first
-    placebo: dict[str, Any]  # the main arm's placebo settings
     config: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     paths: dict[str, str] = field(default_factory=dict)
-    baselines: dict[str, dict[str, Any]] = field(default_factory=dict)  # per model that generated a baseline
+
+    @property
+    def baseline(self) -> dict[str, Any]:
+        """The intervened model's baseline."""
+        return self.baselines[self.model]
+
+    @property
+    def placebo(self) -> dict[str, Any]:
+        """The main arm's placebo settings."""
+        return self.main.placebo
 
     @property
     def main(self) -> ArmResult:
@@ -202,6 +206,7 @@ class ABReport:
     def to_dict(self) -> dict[str, Any]:
         body = {f.name: getattr(self, f.name) for f in fields(self)}
         body["arms"] = [a.to_dict() for a in self.arms]
+        body.update(baseline=self.baseline, placebo=self.placebo)  # for readers of the JSON alone
         return {"format": FORMAT, "version": VERSION, **body}
 
     @classmethod
@@ -215,6 +220,8 @@ class ABReport:
         values = _pick(cls, data)
         if version == 1:
             values["arms"] = [ArmResult.from_dict(a) for a in [data["main"], *data.get("doses", [])]]
+            values["arms"][0].placebo = data.get("placebo") or {}
+            values["baselines"] = {data["model"]: data["baseline"]}
         else:
             values["arms"] = [ArmResult.from_dict(a) for a in data["arms"]]
         if not values["arms"]:

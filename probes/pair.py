@@ -63,13 +63,13 @@ def shape_of(config: Any, model_dir: str | Path = "") -> ModelShape:
     return ModelShape(model_type, int(config.num_hidden_layers), d_model, int(d_mlp), context_length(config))
 
 
-def _diff(label: str, a: Any, b: Any) -> str | None:
-    return None if a == b else f"{label}: sft {a!r} vs dpo {b!r}"
+def _diff(label: str, a: Any, b: Any, names: tuple[str, str]) -> str | None:
+    return None if a == b else f"{label}: {names[0]} {a!r} vs {names[1]} {b!r}"
 
 
-def compare_configs(sft: Any, dpo: Any) -> list[str]:
+def compare_configs(sft: Any, dpo: Any, names: tuple[str, str] = ("sft", "dpo")) -> list[str]:
     """Differences between two configs on the keys that fix the activation layout."""
-    problems = [_diff(key, getattr(sft, key, None), getattr(dpo, key, None)) for key in _CONFIG_KEYS]
+    problems = [_diff(key, getattr(sft, key, None), getattr(dpo, key, None), names) for key in _CONFIG_KEYS]
     return [p for p in problems if p]
 
 
@@ -78,12 +78,12 @@ def compare_tokenizers(sft: Any, dpo: Any) -> list[str]:
     return tokenizer_differences(sft, dpo, ("sft", "dpo"))
 
 
-def compare_layouts(sft: Any, dpo: Any) -> list[str]:
+def compare_layouts(sft: Any, dpo: Any, names: tuple[str, str] = ("sft", "dpo")) -> list[str]:
     """Differences in parameter names and shapes (the module layout)."""
     a = {name: tuple(p.shape) for name, p in sft.named_parameters()}
     b = {name: tuple(p.shape) for name, p in dpo.named_parameters()}
-    problems = [f"parameter {n} only in sft" for n in sorted(set(a) - set(b))[:3]]
-    problems += [f"parameter {n} only in dpo" for n in sorted(set(b) - set(a))[:3]]
+    problems = [f"parameter {n} only in {names[0]}" for n in sorted(set(a) - set(b))[:3]]
+    problems += [f"parameter {n} only in {names[1]}" for n in sorted(set(b) - set(a))[:3]]
     problems += [f"parameter {n}: shape {a[n]} vs {b[n]}" for n in sorted(set(a) & set(b)) if a[n] != b[n]][:3]
     return problems
 

@@ -171,7 +171,7 @@ def test_bad_edits_are_one_line_before_any_generation(pair, tiny_model_dir):
 
     target, source, _, _ = pair
     other_shape = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
-    with pytest.raises(ProbeError, match=r"patch: the source model's (architecture|layers|mlp_out width|vocabulary) is .*one architecture"):
+    with pytest.raises(ProbeError, match=r"patch: the source model is not another checkpoint of the patched one: (model_type|num_hidden_layers|hidden_size): patched .* vs source "):
         Patch(parse_units("1:0-3", "mlp_out"), source=other_shape).check(target)
     with pytest.raises(ProbeError, match=r"add: a vector of width 5 does not fit mlp_out, which is \d+ wide"):
         Add("mlp_out", 1, (1.0,) * 5).check(target)
