@@ -119,8 +119,7 @@ def generate(generator: Generator, edits: SiteEdits | None) -> Generations:
 
     model = generator.model
     check_plain_greedy(model)
-    lm = getattr(model, "_probe_nnsight", None) or wrap(model, generator.tokenizer)
-    model._probe_nnsight = lm  # one wrapper per model: building it walks every module
+    lm = wrap(model, generator.tokenizer)  # per pass: a wrapper cached on the model would keep the model alive
     edits = edits or SiteEdits()
     start = time.perf_counter()
     result: list[list[int]] = [[] for _ in generator.prompts]
