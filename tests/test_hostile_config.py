@@ -157,19 +157,28 @@ def _write(path: Path, values: dict[str, Any]) -> None:
         path.write_text(yaml.safe_dump(values))
 
 
+def _hostile_files(good: dict[str, list[Any]]) -> Any:
+    """Config files of 1-4 of ``good``'s keys, each with one of its good values or a hostile one, as JSON or YAML."""
+    entry = st.sampled_from(sorted(good)).flatmap(lambda key: st.tuples(st.just(key), st.sampled_from(good[key]) | VALUES))
+    return st.tuples(st.lists(entry, min_size=1, max_size=4), st.sampled_from([".json", ".yaml"]))
+
+
+def _written(tmp_path: Path, items: list[tuple[str, Any]], suffix: str) -> tuple[dict[str, Any], Path]:
+    values = dict(items)
+    config = tmp_path / f"hostile{suffix}"
+    _write(config, values)
+    return values, config
+
+
 @pytest.mark.parametrize("command", list(SWITCHES))
 def test_any_config_file_is_typed_or_refused_in_one_line(command: str, stubbed: None, tiny_pair, rolemrc_file: Path,  # type: ignore[no-untyped-def]
                                                          tmp_path: Path, capsys) -> None:
-    good = GOOD[command]
     outcomes: Counter[str] = Counter()
-    files = st.sampled_from(sorted(good)).flatmap(lambda key: st.tuples(st.just(key), st.sampled_from(good[key]) | VALUES))
 
     @FUZZ
-    @given(items=st.lists(files, min_size=1, max_size=4), suffix=st.sampled_from([".json", ".yaml"]))
-    def check(items: list[tuple[str, Any]], suffix: str) -> None:
-        values = dict(items)
-        config = tmp_path / f"hostile{suffix}"
-        _write(config, values)
+    @given(case=_hostile_files(GOOD[command]))
+    def check(case: tuple[list[tuple[str, Any]], str]) -> None:
+        values, config = _written(tmp_path, *case)
         try:
             code, _, err = exit_of([*_argv(command, tiny_pair, rolemrc_file, tmp_path), "--config", str(config)], capsys)
         except Reached as reached:
@@ -397,14 +406,11 @@ def test_any_option_file_is_typed_or_refused_in_one_line(argv: list[str], tmp_pa
     good = {name: {bool: [True, False], int: [p.min or 1, (p.min or 1) + 1], float: [p.min or 0.5, p.max or 1.5]}.get(kinds[name], ["x"])
             for name, p in options.items()}
     outcomes: Counter[str] = Counter()
-    files = st.sampled_from(sorted(options)).flatmap(lambda key: st.tuples(st.just(key), st.sampled_from(good[key]) | VALUES))
 
     @FUZZ
-    @given(items=st.lists(files, min_size=1, max_size=4), suffix=st.sampled_from([".json", ".yaml"]))
-    def check(items: list[tuple[str, Any]], suffix: str) -> None:
-        values = dict(items)
-        config = tmp_path / f"hostile{suffix}"
-        _write(config, values)
+    @given(case=_hostile_files(good))
+    def check(case: tuple[list[tuple[str, Any]], str]) -> None:
+        values, config = _written(tmp_path, *case)
         code, _, err = exit_of([*argv, "--config", str(config)], capsys)
         lines = [line for line in err.splitlines() if line.strip()]
         assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
