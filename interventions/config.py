@@ -24,10 +24,11 @@ from core.devices import check_device
 from core.errors import ProbeError
 from core.judges import JUDGES
 from core.llm.config import ClientConfig
-from interventions.recipes import ARM_RECIPES, MODELS, RUN_RECIPES
+from interventions.recipes import ARM_RECIPES, RUN_RECIPES
 from interventions.scaling import PAPER_FACTOR, validate_factor
 from probes.backends.base import DRIVERS, editing_driver
 from probes.hook_points import validate_hook
+from probes.store import MODELS
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 

@@ -33,13 +33,14 @@ import numpy as np
 from analysis.neuron_sets import NeuronSet
 from core.errors import ProbeError
 from interventions.edits import Add, Edit, Patch, Scale, Set
+from interventions.selection import require_recorded
+from probes.store import MODELS, RunReader
 
 if TYPE_CHECKING:
     from torch import nn
 
     from interventions.config import ABConfig
 
-MODELS: tuple[str, ...] = ("sft", "dpo")
 
 
 def other(model: str) -> str:
@@ -78,9 +79,6 @@ class RunData:
 
 
 def read_means(config: ABConfig, units: NeuronSet, edit: str) -> dict[str, dict[int, np.ndarray]]:
-    from interventions.selection import require_recorded
-    from probes.store import RunReader
-
     assert config.run_dir is not None, "ABConfig refuses these edits without a run"
     require_recorded(config.run_dir, config.capability, units.hook)
     with RunReader(config.run_dir) as run:
