@@ -15,8 +15,9 @@ kind       what it does at every forward                placebo family
 Each kind is one class registered in :data:`EDIT_KINDS` and declares:
 
 * ``check(model)``: a one-line :class:`ProbeError` before any generation for what cannot apply;
-* ``sites(model, stats)``: the functions to run at ``(hook, layer)`` sites, which the torch and
-  nnsight drivers apply the same way (:class:`probes.backends.SiteEdits`);
+* ``compile(model, stats)``: the functions to run at ``(hook, layer)`` sites, and any context to
+  enter around generation (a patch's source in lockstep), which the torch and nnsight drivers
+  apply the same way (:class:`probes.backends.SiteEdits`);
 * ``placebos(model, n, seed)``: its placebo family;
 * ``noop_reason(dtype)``: why it changes nothing whatever the activations (``None`` if it may
   change something), and ``changed_fraction(dtype)`` for the dtype check;
@@ -37,7 +38,7 @@ import json
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -47,11 +48,12 @@ from torch import nn
 
 from analysis.neuron_sets import NeuronSet
 from core.errors import ProbeError
+from interventions.lockstep import Lockstep
 from interventions.placebo import placebo_sets
 from interventions.scaling import dtype_noop_fraction, validate_factor
 from interventions.selection import check_against_model
 from interventions.sites import EditStats, add_fn, scale_fn, write_fn
-from probes.backends.base import SiteEdits, SiteFn
+from probes.backends.base import SiteEdits
 from probes.hook_points import n_layers, validate_hook, width
 
 EDIT_KINDS: dict[str, type[Edit]] = {}
@@ -73,12 +75,9 @@ class Edit(ABC):
         """Raise :class:`ProbeError` if the edit cannot apply to ``model``."""
 
     @abstractmethod
-    def sites(self, model: nn.Module, stats: EditStats) -> list[tuple[str, int, SiteFn]]:
-        """``(hook, layer, fn)`` for each site the edit touches."""
-
-    def around(self, model: nn.Module) -> AbstractContextManager[Any] | None:
-        """A context entered around the whole generation (``None``: none needed)."""
-        return None
+    def compile(self, model: nn.Module, stats: EditStats) -> SiteEdits:
+        """What the drivers apply: ``(hook, layer, fn)`` for each site the edit touches, and any context to enter around
+        the whole generation; the site functions count into ``stats``."""
 
     @abstractmethod
     def placebos(self, model: nn.Module, n: int, seed: int) -> list[Edit]:
@@ -143,8 +142,8 @@ class Scale(UnitEdit):
         super().check(model)
         check_finite_in_dtype(model, [self.factor], f"--factor {self.factor!r}")
 
-    def sites(self, model: nn.Module, stats: EditStats) -> list[tuple[str, int, SiteFn]]:
-        return [(self.units.hook, layer, scale_fn(index, self.factor, stats)) for layer, index in self.layer_index().items()]
+    def compile(self, model: nn.Module, stats: EditStats) -> SiteEdits:
+        return SiteEdits([(self.units.hook, layer, scale_fn(index, self.factor, stats)) for layer, index in self.layer_index().items()])
 
     def noop_reason(self, dtype: torch.dtype) -> str | None:
         if self.changed_fraction(dtype) > 0.0:
@@ -193,7 +192,7 @@ class Set(UnitEdit):
         super().check(model)
         check_finite_in_dtype(model, self.values, "set: a value")
 
-    def sites(self, model: nn.Module, stats: EditStats) -> list[tuple[str, int, SiteFn]]:
+    def compile(self, model: nn.Module, stats: EditStats) -> SiteEdits:
         by_layer: dict[int, list[float]] = {}
         for neuron, value in zip(self.units.neurons, self.values):
             by_layer.setdefault(neuron.layer, []).append(value)
@@ -201,7 +200,7 @@ class Set(UnitEdit):
         for layer, index in self.layer_index().items():
             constants = torch.tensor(by_layer[layer], dtype=torch.float32)
             out.append((self.units.hook, layer, write_fn(index, lambda c=constants: c, stats)))
-        return out
+        return SiteEdits(out)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "source": self.source, "values": list(self.values), **self._units_description()}
@@ -225,22 +224,11 @@ class Patch(UnitEdit):
             raise ProbeError("patch: no source model given")
         check_same_shape(model, self.source, self.source_name)
 
-    def sites(self, model: nn.Module, stats: EditStats) -> list[tuple[str, int, SiteFn]]:
-        lockstep = self._lockstep(model)
-        return [(self.units.hook, layer, write_fn(index, lambda key=(self.units.hook, layer): lockstep.values[key], stats))
-                for layer, index in self.layer_index().items()]
-
-    def around(self, model: nn.Module) -> AbstractContextManager[Any]:
-        return self._lockstep(model)
-
-    def _lockstep(self, model: nn.Module) -> Lockstep:
-        from interventions.lockstep import Lockstep
-
-        cached = getattr(self, "_lockstep_for", None)
-        if cached is None or cached.target is not model:
-            cached = Lockstep(model, self.source, {(self.units.hook, layer): index for layer, index in self.layer_index().items()})
-            object.__setattr__(self, "_lockstep_for", cached)
-        return cached
+    def compile(self, model: nn.Module, stats: EditStats) -> SiteEdits:
+        hook, index = self.units.hook, self.layer_index()
+        lockstep = Lockstep(model, self.source, {(hook, layer): units for layer, units in index.items()})
+        sites = [(hook, layer, write_fn(units, lambda key=(hook, layer): lockstep.values[key], stats)) for layer, units in index.items()]
+        return SiteEdits(sites, lockstep)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "source": self.source_name, **self._units_description()}
@@ -274,8 +262,8 @@ class Add(Edit):
         if not 0 <= self.layer < total:
             raise ProbeError(f"add: layer {self.layer} is outside the model, which has layers 0-{total - 1}")
 
-    def sites(self, model: nn.Module, stats: EditStats) -> list[tuple[str, int, SiteFn]]:
-        return [(self.hook, self.layer, add_fn(torch.tensor(self.vector, dtype=torch.float32) * self.alpha, stats))]
+    def compile(self, model: nn.Module, stats: EditStats) -> SiteEdits:
+        return SiteEdits([(self.hook, self.layer, add_fn(torch.tensor(self.vector, dtype=torch.float32) * self.alpha, stats))])
 
     def placebos(self, model: nn.Module, n: int, seed: int) -> list[Edit]:
         norm = float(np.linalg.norm(np.asarray(self.vector, dtype=np.float64)))
@@ -325,8 +313,9 @@ def site_edits(model: nn.Module, chosen: Sequence[Edit]) -> SiteEdits:
     stats = EditStats()
     for edit in chosen:
         edit.check(model)
-    sites = [site for edit in chosen for site in edit.sites(model, stats)]
-    contexts = [c for c in (edit.around(model) for edit in chosen) if c is not None]
+    compiled = [edit.compile(model, stats) for edit in chosen]
+    sites = [site for part in compiled for site in part.sites]
+    contexts = [part.around for part in compiled if part.around is not None]
 
     @contextmanager
     def around() -> Iterator[None]:
