@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from itertools import zip_longest
 from pathlib import Path
@@ -40,15 +41,18 @@ from core.judges import Judge, make_judge
 from core.models import check_same_tokenizer, load_causal_lm
 from core.rows import group_by_capability, read_test_rows, row_location
 from core.schema import TestRow
+from core.shared_generation import SharedDecoder, unshareable
 from interventions.arms import ArmStore, fingerprint
 from interventions.config import ABConfig
-from interventions.edits import Edit
+from interventions.edits import Edit, site_edits
 from interventions.generation import ABGenerator
 from interventions.recipes import Arm, RunData, draw_placebos, other, plan_arms
 from interventions.results import ABReport, ArmResult, CapabilityResult, build_guard
 from interventions.scoring import ArmScores, corpus_bleu, score_arm
 from interventions.selection import analysed_neuron_set, check_against_model, describe, load_neuron_file, parse_units, ranking_from_run
 from interventions.stats import paired_delta, placebo_compare
+from probes.backends.base import SiteEdits
+from probes.hook_points import attach
 
 Progress = Callable[[str], None]
 
@@ -210,6 +214,7 @@ class _Runner:
         self.total_passes = len(self.models) + sum(1 + len(arm.placebo_edits) for arm in self.arms)
         self.passes_done = 0  # passes started, read back or generated
         self.generated: list[float] = []  # seconds of each pass generated in this process
+        self.pregenerated: dict[str, Generations] = {}  # passes decoded in shared batches, by store key
 
     def _load(self, name: str) -> tuple[Any, Any]:
         directory = self.dirs.get(name) or resolve_source_dir(self.config)
@@ -227,14 +232,72 @@ class _Runner:
         return self.models[name]
 
     def start(self) -> None:
-        """Generate (or read back) and judge each needed model's baseline."""
-        self.progress(f"{self.total_passes} generation passes over {len(self.rows)} prompts: "
+        """Generate every pass that decodes in shared batches, then generate (or read back) and judge each baseline."""
+        self.progress(f"{self.total_passes} generation passes over {len(self.rows)} prompts, up to {self.config.max_new_tokens} new tokens each: "
                       f"{len(self.models)} baseline(s), {len(self.arms)} arm(s), {self.total_passes - len(self.models) - len(self.arms)} placebo arms")
+        if self.config.engine == "shared":
+            self._share()
         for name in self.models:
-            self.progress(f"baseline ({name} model): {len(self.rows)} prompts")
+            if f"baseline {name}" not in self.pregenerated:
+                self.progress(f"baseline ({name} model): {len(self.rows)} prompts")
             generations = self._generate(f"baseline {name}", name, ())
             self.baselines[name] = (generations, score_arm(self.judge, self.rows, generations.texts))
-        self.progress(f"{self.total_passes - self.passes_done} more passes{self._left()} (a patch pass runs two models)")
+        alone = sum(key not in self.pregenerated for key, _, _ in self.passes()) - sum(f"baseline {m}" not in self.pregenerated for m in self.models)
+        if alone:
+            self.progress(f"{alone} more passes decode arm by arm{self._left()} (a patch pass runs two models)")
+
+    def passes(self) -> list[tuple[str, str, tuple[Edit, ...]]]:
+        """(store key, model, edits) of every generation pass: the baselines, each arm, each placebo arm."""
+        named = [(f"baseline {name}", name, ()) for name in self.models]
+        for arm in self.arms:
+            named.append((arm.name, arm.model, arm.edits))
+            named += [(f"{arm.name} placebo {k}", arm.model, edits) for k, edits in enumerate(arm.placebo_edits)]
+        return [(name if not edits else f"{name} {_edits_key(edits)}", model, edits) for name, model, edits in named]
+
+    def _share(self) -> None:
+        """Decode each model's shareable passes together (:mod:`core.shared_generation`); the rest go arm by arm."""
+        by_model: dict[str, list[tuple[str, SiteEdits | None]]] = {}
+        for key, name, edits in self.passes():
+            by_model.setdefault(name, []).append((key, site_edits(self.model(name), edits) if edits else None))
+        jobs = []
+        for name, passes in by_model.items():
+            shared = [(key, compiled) for key, compiled in passes if compiled is None or compiled.around is None]
+            reason = unshareable(self.models[name], self.config.do_sample, self.config.backend)
+            if reason is not None:
+                self.progress(f"{name} model: {reason}")
+                continue
+            if len(shared) < len(passes):
+                self.progress(f"{name} model: {len(passes) - len(shared)} patch pass(es) decode arm by arm (the source runs in lockstep)")
+            jobs.append((name, shared))
+        self.shared_total = sum(len(shared) for _, shared in jobs) * len(self.rows)
+        self.shared_done, self.shared_seconds = 0, 0.0
+        for name, shared in jobs:
+            self._decode_shared(name, shared)
+
+    def _decode_shared(self, name: str, shared: list[tuple[str, SiteEdits | None]]) -> None:
+        decoder = SharedDecoder(self.generators[name].generator, self.config.max_batch_tokens, attach)
+        tag = f"shared {name} {hashlib.sha256(' '.join(key for key, _ in shared).encode()).hexdigest()[:16]} batch"
+        self.progress(f"{name} model: {len(shared)} passes decode together in {len(decoder.generator.batches)} batches of prompts; "
+                      f"{decoder.describe([c for _, c in shared])}")
+        self.progress(f"estimated time: about {_minutes(decoder.estimate_seconds([c for _, c in shared]))} "
+                      "(at the pace of one timed prompt batch, every row decoding to the token limit)")
+
+        def done(batches: int, total: int, rows: int, seconds: float, read_back: bool) -> None:
+            self.shared_done += rows * len(shared)
+            self.shared_seconds += 0.0 if read_back else seconds
+            left = ""
+            if self.shared_seconds:
+                pace = self.shared_seconds / self.shared_done
+                left = f", about {_minutes((self.shared_total - self.shared_done) * pace)} left"
+            share = self.shared_done / max(1, self.shared_total)
+            bar = "#" * round(20 * share) + "." * (20 - round(20 * share))
+            self.progress(f"[{bar}] {share:.0%} of all passes' rows ({name} model, batch {batches}/{total}"
+                          f"{', read back' if read_back else ''}){left}")
+
+        results = decoder.run([compiled for _, compiled in shared], done, kept=lambda b: self.store.get_body(f"{tag} {b}"),
+                              keep=lambda b, body: self.store.put_body(f"{tag} {b}", body))
+        for (key, _), generations in zip(shared, results):
+            self.pregenerated[key] = generations
 
     def _left(self) -> str:
         """The time the passes not yet run should take at the pace of those generated so far ("" before the first)."""
@@ -246,6 +309,8 @@ class _Runner:
     def _generate(self, name: str, model: str, edits: tuple[Edit, ...]) -> Generations:
         key = name if not edits else f"{name} {_edits_key(edits)}"
         self.passes_done += 1
+        if key in self.pregenerated:
+            return self.pregenerated[key]
         kept = self.store.get(key)
         if kept is not None:
             self.progress(f"{name}: read back from an interrupted run")
@@ -327,8 +392,6 @@ def _placebo_summary(edit: Edit) -> Any:
 
 
 def _edits_key(edits: tuple[Edit, ...]) -> str:
-    import hashlib
-
     return hashlib.sha256("".join(e.fingerprint() for e in edits).encode()).hexdigest()[:16]
 
 

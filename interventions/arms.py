@@ -1,9 +1,12 @@
 """Finished generation arms of one A/B run, kept on disk so that an interrupted run resumes.
 
 An A/B evaluation is a baseline plus one generation pass per factor and per placebo set:
-minutes to hours, most of it generating. Each pass that finishes is written to
-``OUT/.arms/<arm>.json`` (temporary name, then rename: a file there is always whole)
-before the next begins. A rerun into the same ``--out`` with the same settings reads
+minutes to hours, most of it generating. What is kept is the unit that finishes: passes that
+decode together in shared batches (:mod:`core.shared_generation`) keep each finished *batch of
+prompts*, with every pass's tokens for it, as ``OUT/.arms/shared_<model>_<hash>_batch_<k>.json``;
+a pass decoded alone (a patch, sampling, the nnsight backend) keeps itself whole as
+``OUT/.arms/<arm>.json``. Each file is written under a temporary name, then renamed, so a file
+there is always whole. A rerun into the same ``--out`` with the same settings reads
 those passes back instead of generating them again; greedy decoding and per-batch
 seeded sampling make a generated arm a pure function of the settings, so the resumed
 report equals an uninterrupted one. The directory carries the fingerprint of everything
@@ -69,23 +72,34 @@ class ArmStore:
 
     def get(self, name: str) -> Generations | None:
         """The arm ``name`` if an earlier run finished it with the same fingerprint."""
+        body = self.get_body(name)
+        try:
+            return None if body is None else Generations(body["ids"], body["texts"], float(body["seconds"]), body.get("hook_stats"))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def put(self, name: str, generations: Generations) -> Generations:
+        self.put_body(name, {"ids": generations.ids, "texts": generations.texts, "seconds": generations.seconds,
+                             "hook_stats": generations.hook_stats})
+        return generations
+
+    def get_body(self, name: str) -> dict[str, Any] | None:
+        """The JSON object kept under ``name`` (an arm, or one batch of prompts decoded for every arm), if any."""
         if self.root is None:
             return None
         try:
             body = json.loads((self.root / file_name(name)).read_text(encoding="utf-8"))
-            return Generations(body["ids"], body["texts"], float(body["seconds"]), body.get("hook_stats"))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError):
             return None
+        return body if isinstance(body, dict) else None
 
-    def put(self, name: str, generations: Generations) -> Generations:
+    def put_body(self, name: str, body: dict[str, Any]) -> None:
         if self.root is None:
-            return generations
+            return
         if self._stamp() != self.key:
             self.root.mkdir(parents=True, exist_ok=True)
             write_atomic(self.root / "fingerprint", self.key + "\n")
-        body = {"ids": generations.ids, "texts": generations.texts, "seconds": generations.seconds, "hook_stats": generations.hook_stats}
         write_atomic(self.root / file_name(name), json.dumps(body, ensure_ascii=False))
-        return generations
 
     def finished(self) -> list[str]:
         if self.root is None or not self.root.is_dir():

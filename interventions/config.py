@@ -31,6 +31,7 @@ from probes.hook_points import validate_hook
 from probes.store import MODELS
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+ENGINES: tuple[str, ...] = ("shared", "per-arm")
 
 
 @dataclass
@@ -65,6 +66,8 @@ class ABConfig:
     dtype: str = "float32"
     device: str = "cpu"
     backend: str = "torch"
+    engine: str = "shared"  # shared: every arm of a model decodes in shared batches; per-arm: one generate() per arm
+    max_batch_tokens: Annotated[int, POSITIVE] | None = None  # shared engine: padded tokens per prompt-pass forward (default: the device's)
     limit: Annotated[int, POSITIVE] | None = None  # rows per capability
     collateral: bool = True  # score the other capabilities too
     n_bootstrap: Annotated[int, Range(100)] = field(default=10_000, metadata={"flag": "--bootstrap"})
@@ -82,6 +85,7 @@ class ABConfig:
         _choice(self.judge, JUDGES, "--judge")
         _choice(self.dtype, DTYPES, "--dtype")
         _choice(self.backend, tuple(DRIVERS), "--backend")
+        _choice(self.engine, ENGINES, "--engine")
         self.device = check_device(self.device, "--device", allow_auto=True)
         editing_driver(self.backend, self.do_sample)
         self.edits = _edit_names(self.edits)

@@ -23,18 +23,13 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Any
+
+from core.budget import CPU_MAX_BATCH_TOKENS, MAX_USEFUL_BATCH_TOKENS, activation_bytes_per_token, default_max_batch_tokens
+
+__all__ = ["CPU_MAX_BATCH_TOKENS", "DEFAULT_BATCH_SIZE", "MAX_USEFUL_BATCH_TOKENS", "activation_bytes_per_token",
+           "default_max_batch_tokens", "pending_batches", "plan_batches"]
 
 DEFAULT_BATCH_SIZE = 64  # a cap: the token budget decides on long prompts
-# Past about this many padded tokens a batch is no faster, while a wider batch spans more prompt
-# lengths and so pads more: measured on an H100 with the 8B shape, and on the 2-core CPU with the
-# SmolLM2 pair, where smaller batches of long prompts are faster still (docs/probes.md).
-MAX_USEFUL_BATCH_TOKENS = 8192
-CPU_MAX_BATCH_TOKENS = 2048
-# Fraction of the free GPU memory (after both models are loaded) a batch may use; the rest
-# covers the allocator's fragmentation, kernels' workspaces and the estimate's error.
-GPU_MEMORY_FRACTION = 0.5
-_ROUND = 256  # budgets derived from free memory are rounded down, so that they are the same from call to call
 
 
 def plan_batches(lengths: Sequence[int], batch_size: int, max_batch_tokens: int | None) -> list[tuple[int, int]]:
@@ -68,38 +63,3 @@ def pending_batches(spans: Sequence[tuple[int, int]], sample_ids: Sequence[int],
         if todo:
             pending.append(todo)
     return pending
-
-
-def activation_bytes_per_token(config: Any, dtype_bytes: int, longest: int) -> int:
-    """Peak transient memory of one padded token inside one decoder block.
-
-    A block holds, at its peak, the residual stream and its normed copy, q/k/v and the
-    attention output (about 6 hidden-size vectors) and the MLP's gate, up and activated
-    products (3 intermediate-size vectors); blocks run one after another, so depth does not
-    add up. The attention mask adds a float32 row of ``longest`` per token. Measured on an
-    H100 (``benchmarks/bench_probes.py``, part 2): 118 KiB per token for the 8B shape in bf16
-    against 136 KiB estimated; 10.7 against 8.4 for a tiny model, where small buffers the
-    estimate leaves out weigh more (the budget keeps half the free memory in reserve).
-    """
-    hidden = int(config.hidden_size)
-    intermediate = int(getattr(config, "intermediate_size", None) or 4 * hidden)
-    return dtype_bytes * (6 * hidden + 3 * intermediate) + 4 * longest
-
-
-def default_max_batch_tokens(device: str, config: Any, dtype_bytes: int, longest: int) -> int:
-    """The budget for a device: :data:`CPU_MAX_BATCH_TOKENS` on CPU; on a GPU :data:`MAX_USEFUL_BATCH_TOKENS`,
-    less where free memory is short.
-
-    Under ``device_map="auto"`` the model spans every visible GPU; the one with least free
-    memory decides.
-    """
-    if not (device.startswith("cuda") or device == "auto"):
-        return CPU_MAX_BATCH_TOKENS
-    import torch
-
-    if not torch.cuda.is_available():
-        return CPU_MAX_BATCH_TOKENS
-    indices = [torch.device(device).index or 0] if device.startswith("cuda") else list(range(torch.cuda.device_count()))
-    free = min(torch.cuda.mem_get_info(i)[0] for i in indices)
-    budget = int(GPU_MEMORY_FRACTION * free) // activation_bytes_per_token(config, dtype_bytes, longest)
-    return max(_ROUND, min(MAX_USEFUL_BATCH_TOKENS, budget // _ROUND * _ROUND))

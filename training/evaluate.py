@@ -1,7 +1,7 @@
 """Per-capability compliance of an SFT/DPO pair: greedy generation + a judge.
 
 This is how the toolkit checks that a pair is worth probing: both models answer the
-test split with :func:`core.generation.generate_responses` (the same rendering the
+test split with :func:`core.shared_generation.generate_unedited` (the same rendering the
 probes and interventions use), the rule judge scores each answer on the row's
 capabilities, and the two models are compared per capability with paired counts.
 Uncertainty is reported rather than hidden: each rate carries a Wilson 95% interval,
@@ -29,7 +29,8 @@ import numpy as np
 from core.capabilities import ALL_CAPABILITIES, capabilities_of
 from core.decoding import EVAL_GENERATION, GenerationConfig
 from core.errors import ProbeError
-from core.generation import generate_responses
+from core.generation import Generator
+from core.shared_generation import generate_unedited
 from core.judges import Judge, Verdict, make_judge
 from core.rows import read_test_rows, row_location
 from core.schema import TestRow
@@ -195,7 +196,7 @@ def evaluate_model(model_dir: str | Path, rows: Sequence[TestRow], judge: Judge,
     from core.models import load_causal_lm
 
     model, tokenizer = load_causal_lm(Path(model_dir), flag, eval_mode=True)
-    responses = generate_responses(model, tokenizer, [row.question for row in rows], generation, where)
+    responses = generate_unedited(Generator(model, tokenizer, [row.question for row in rows], generation, where)).texts
     verdicts = judge.judge(rows, responses)
     return ModelEvaluation(str(model_dir), responses, [_verdict_scores(v, r) for v, r in zip(verdicts, rows)])
 

@@ -62,6 +62,8 @@ def intervene(
     dtype: Optional[str] = typer.Option(None, "--dtype", help="Model dtype: float32 (default), bfloat16 or float16."),
     device: Optional[str] = typer.Option(None, "--device", help="Torch device, e.g. cpu (default) or cuda."),
     backend: Optional[str] = typer.Option(None, "--backend", help="torch (default: hooks) or nnsight."),
+    engine: Optional[str] = typer.Option(None, "--engine", help="shared (default: every arm of a model decodes in shared batches, sharing the blocks below the edits) or per-arm (one generate() per arm)."),
+    max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens", help="Shared engine: padded tokens per prompt-pass forward. Default: the device's (2048 on CPU)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="At most N rows per capability (interleaved across tasks)."),
     collateral: Optional[bool] = typer.Option(None, "--collateral/--no-collateral", help="Score the other capabilities too. Default: on."),
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Model to intervene on (default: the run's --model, or the embedded default pair's)."),
@@ -86,7 +88,7 @@ def intervene(
         doses=parse_factors(dose) if dose is not None else None, positive_control=control, placebo=placebo, seed=seed, judge=judge,
         judge_base_url=judge_base_url, judge_model=judge_model, judge_timeout=judge_timeout, judge_retries=judge_retries,
         judge_backoff=judge_backoff, max_new_tokens=max_new_tokens, batch_size=batch_size, do_sample=sample, temperature=temperature,
-        dtype=dtype, device=device, backend=backend, limit=limit, collateral=collateral, model_dir=model_dir, data_file=data,
+        dtype=dtype, device=device, backend=backend, engine=engine, max_batch_tokens=max_batch_tokens, limit=limit, collateral=collateral, model_dir=model_dir, data_file=data,
         source_dir=source_dir, out_dir=out,
     )
     config = build_config(ABConfig, config_file, flags)

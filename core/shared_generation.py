@@ -1,0 +1,399 @@
+"""Many arms per pass: every arm of one model decodes greedily in shared batches, computing once what arms share.
+
+An A/B run generates the same prompts once per arm: the baseline, the main arm, its controls and
+doses, and 20 placebo arms. The arms differ only from the lowest block any of them edits (the
+*fork layer*; the selected units of a real pair sit in its upper layers), and most placebo rows
+decode the baseline's own tokens for most of their steps. :class:`SharedDecoder` decodes all arms
+of one model together, batch of prompts by batch of prompts:
+
+* **rows.** Each (arm, prompt) is one row of the upper blocks (fork layer and above), which carry
+  each arm's edits on its own rows (:meth:`SharedDecoder._dispatch`); rows are kept arm-major, so an
+  arm's rows are one slice and its site functions run on that slice unchanged.
+* **groups.** Rows with the same tokens so far form one *group*; the blocks below the fork layer run
+  once per group and their keys and values are kept once per group. All arms of a prompt start in
+  one group; when their next tokens differ, the group forks and the new groups copy its cache.
+* **finished rows** (a stop token, or ``max_new_tokens``) leave the batch; their rows and groups are
+  dropped from the caches once an eighth of the rows have finished.
+* **budget.** Multi-token forwards (the prompt pass) run in slices of rows of at most the token
+  budget of :func:`core.budget.default_max_batch_tokens`; their caches are joined afterwards.
+
+Decoding reproduces ``generate``'s greedy path: the generator's batches, left padding, positions
+from the attention mask, masks built by the model's own ``create_causal_mask``, float32 argmax of
+the last position's logits, responses cut at the first stop token. Each block computes the same
+function of the same inputs for every row, so in float32 every arm's tokens equal those of the arm
+run alone up to kernel rounding: CPU matrix products give bit-identical rows only for some row counts
+(``benchmarks/bench_interventions.py`` prints any token that differs on the default pair).
+
+What cannot be shared decodes arm by arm (:func:`unshareable` says why): sampling, the nnsight
+backend, an edit with a context around generation (a patch, whose source runs in lockstep),
+architectures whose forward this module does not reproduce, and generation configs with logits
+processors.
+
+Example:
+    >>> decoder = SharedDecoder(generator, attach=probes.hook_points.attach)   # doctest: +SKIP
+    >>> base, ablated = decoder.run([None, site_edits(model, [Scale(units, 0.0)])])   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from core.budget import default_max_batch_tokens
+from core.generation import Generations, Generator
+
+
+class SiteEdits(Protocol):
+    """What a pass applies (:class:`probes.backends.SiteEdits`): ``(hook, layer, fn)`` sites, a context, stats."""
+
+    sites: list[tuple[str, int, Callable[[torch.Tensor], torch.Tensor]]]
+    around: Any
+    stats: Any
+
+
+# attach(model, hook, layer, fn) -> a handle with remove(): where a site's function runs (probes.hook_points.attach)
+Attach = Callable[[nn.Module, str, int, Callable[[torch.Tensor], torch.Tensor]], Any]
+
+# Model types whose decoder forward is embed -> rotary -> blocks -> norm, reproduced by this module.
+SHARED_ARCHITECTURES: tuple[str, ...] = ("llama", "qwen2", "qwen3", "mistral")
+# Generation-config fields that would add a logits processor to greedy decoding, with their neutral values.
+_NEUTRAL_GENERATION: dict[str, Any] = {
+    "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "encoder_repetition_penalty": 1.0, "bad_words_ids": None,
+    "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None, "forced_eos_token_id": None,
+    "min_new_tokens": None, "sequence_bias": None, "guidance_scale": None, "exponential_decay_length_penalty": None,
+}
+COMPACT_SHARE = 8  # drop finished rows from the caches once 1/8 of the rows have finished
+DECODE_COST = 3.0  # one row's decode step through one block, in prompt tokens through one block (2-core CPU, SmolLM2)
+HEAD_BLOCKS = 8.0  # the LM head of one row, in blocks (SmolLM2: 28M weights against 3.5M per block)
+
+BatchDone = Callable[[int, int, int, float, bool], None]  # (batches done, batches in all, its prompts, its seconds, read back)
+
+
+def unshareable(model: nn.Module, do_sample: bool, backend: str, passes: Sequence[SiteEdits | None] = ()) -> str | None:
+    """Why these passes cannot decode in shared batches on ``model`` (``None``: they can)."""
+    if do_sample:
+        return "sampling decodes arm by arm (each arm draws its own seeded stream)"
+    if backend != "torch":
+        return f"the {backend} backend decodes arm by arm"
+    model_type = getattr(model.config, "model_type", "")
+    if model_type not in SHARED_ARCHITECTURES:
+        return f"model type {model_type!r} decodes arm by arm (shared decoding reproduces {', '.join(SHARED_ARCHITECTURES)})"
+    if set(getattr(model.config, "layer_types", None) or ["full_attention"]) != {"full_attention"}:
+        return "sliding-window attention layers decode arm by arm"
+    generation = model.generation_config
+    for name, neutral in _NEUTRAL_GENERATION.items():
+        value = getattr(generation, name, None)
+        if value not in (None, neutral, [], 0 if neutral is None else neutral):
+            return f"the model's generation config sets {name}={value!r}, which decodes arm by arm"
+    if any(p is not None and p.around is not None for p in passes):
+        return "an edit that runs a second model in lockstep (a patch) decodes arm by arm"
+    return None
+
+
+def first_edited_layer(edits: SiteEdits | None, total: int) -> int:
+    """The lowest block an edit touches (``total`` for an unedited pass)."""
+    return min((layer for _, layer, _ in edits.sites), default=total) if edits is not None else total
+
+
+@dataclass
+class _Batch:
+    """The state of one batch of prompts while its arms decode."""
+
+    prompt_mask: torch.Tensor  # [B, T + step]: the prompts' padding, then the generated tokens
+    last_position: torch.Tensor  # [B]: each prompt's last position
+    row_arm: list[int]  # per row (arm-major)
+    row_prompt: list[int]
+    row_group: list[int]
+    row_alive: list[bool]
+    group_prompt: list[int]
+    group_input: torch.Tensor  # [G, q]: the tokens each group feeds next
+    tokens: list[list[list[int]]]  # [arm][prompt] -> generated ids
+    lower: Any = None  # DynamicCache of the blocks below the fork layer, one row per group
+    upper: Any = None  # DynamicCache of the fork layer and above, one row per row
+    spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # arm -> its rows
+
+
+class SharedDecoder:
+    """Greedy decoding of many passes (compiled edits, or ``None`` for unedited) over one :class:`Generator`'s prompts."""
+
+    def __init__(self, generator: Generator, max_batch_tokens: int | None = None, attach: Attach | None = None) -> None:
+        """``attach`` places the passes' site functions (needed only for edited passes)."""
+        self.generator, self.model, self.attach = generator, generator.model, attach
+        self.decoder = self.model.get_decoder()
+        self.total = int(self.model.config.num_hidden_layers)
+        longest = max(len(p) for p in generator.prompts) + generator.config.max_new_tokens
+        dtype_bytes = next(self.model.parameters()).element_size()
+        self.max_batch_tokens = max_batch_tokens or default_max_batch_tokens(str(generator.device), self.model.config, dtype_bytes, longest)
+        self._passes: list[SiteEdits | None] = []
+        self._state: _Batch | None = None
+        self._offset = 0  # the first row, among the batch's rows, of the forward running now (a prompt pass runs in slices)
+
+    def run(self, passes: Sequence[SiteEdits | None], done: BatchDone | None = None,
+            kept: Callable[[int], dict[str, Any] | None] | None = None, keep: Callable[[int, dict[str, Any]], None] | None = None) -> list[Generations]:
+        """Every pass's generations, in input order. ``kept(b)``/``keep(b, body)`` read and write a finished batch
+        (the unit an interrupted run resumes from); ``done`` hears of each batch."""
+        self._passes = list(passes)
+        n_prompts = len(self.generator.prompts)
+        ids: list[list[list[int]]] = [[[] for _ in range(n_prompts)] for _ in passes]
+        broken = [0] * len(passes)
+        counts: list[dict[str, int]] = [{} for _ in passes]  # what each pass's site functions saw, summed over batches
+        seconds = 0.0
+        with self._hooks():
+            for number, batch in enumerate(self.generator.batches):
+                body = kept(number) if kept is not None else None
+                if body is not None and not _fits(body, len(passes), len(batch)):
+                    body = None
+                if body is None:
+                    start, before = time.perf_counter(), [_stats(p) for p in passes]
+                    tokens, bad = self._decode(batch)
+                    counted = [{k: v - b.get(k, 0) for k, v in _stats(p).items()} for p, b in zip(passes, before)]
+                    body = {"tokens": tokens, "broken": bad, "stats": counted, "seconds": time.perf_counter() - start}
+                    if keep is not None:
+                        keep(number, body)
+                    body["fresh"] = True
+                for arm, per_prompt in enumerate(body["tokens"]):
+                    for prompt, row in zip(batch, per_prompt):
+                        ids[arm][prompt] = row
+                    broken[arm] += body["broken"][arm]
+                    for key, value in body["stats"][arm].items():
+                        counts[arm][key] = counts[arm].get(key, 0) + value
+                seconds += body["seconds"]
+                if done is not None:
+                    done(number + 1, len(self.generator.batches), len(batch), body["seconds"], kept is not None and "fresh" not in body)
+                body.pop("fresh", None)
+        share = seconds / max(1, len(passes))
+        out = []
+        for arm in range(len(passes)):
+            out.append(self.generator.decode(ids[arm], share, counts[arm] | {"degenerate_logits": broken[arm]}))
+        return out
+
+    def fork_layer(self, passes: Sequence[SiteEdits | None]) -> int:
+        """The lowest block any pass edits: the blocks below it run once per group of rows."""
+        return min((first_edited_layer(p, self.total) for p in passes), default=self.total)
+
+    def describe(self, passes: Sequence[SiteEdits | None]) -> str:
+        fork = self.fork_layer(passes)
+        return (f"blocks 0-{fork - 1} of {self.total} run once for all arms until their tokens differ" if fork else
+                "every block is edited by some arm, so only the batching is shared")
+
+    def estimate_seconds(self, passes: Sequence[SiteEdits | None]) -> float:
+        """Decoding time at the pace of one timed prompt pass of the first batch, with every row decoding to the token
+        limit and no arm diverging (early stops make it shorter, diverging arms longer); a decode step of one row through
+        one block costs about :data:`DECODE_COST` prompt tokens'."""
+        input_ids, mask = self.generator.padded(self.generator.batches[0])
+        start = time.perf_counter()
+        with torch.no_grad():
+            self.model(input_ids=input_ids, attention_mask=mask, logits_to_keep=1)
+        per_token_block = (time.perf_counter() - start) / (mask.numel() * self.total)
+        fork, arms = self.fork_layer(passes), len(passes)
+        blocks = fork + arms * (self.total - fork)
+        prompt_tokens = sum(len(self.generator.prompts[i]) for b in self.generator.batches for i in b)
+        steps = len(self.generator.prompts) * self.generator.config.max_new_tokens
+        return per_token_block * (prompt_tokens * blocks + steps * DECODE_COST * (blocks + arms * HEAD_BLOCKS))
+
+    # --- one batch of prompts ---------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _decode(self, batch: Sequence[int]) -> tuple[list[list[list[int]]], list[int]]:
+        input_ids, mask = self.generator.padded(batch)
+        n_arms, n_prompts = len(self._passes), len(batch)
+        fork = self.fork_layer(self._passes)
+        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        state = self._state = _Batch(
+            prompt_mask=mask, last_position=positions[:, -1], row_arm=[a for a in range(n_arms) for _ in range(n_prompts)],
+            row_prompt=list(range(n_prompts)) * n_arms, row_group=list(range(n_prompts)) * n_arms, row_alive=[True] * (n_arms * n_prompts),
+            group_prompt=list(range(n_prompts)), group_input=input_ids, tokens=[[[] for _ in range(n_prompts)] for _ in range(n_arms)])
+        self._set_spans(state)
+        broken = [0] * n_arms
+        allow_skip = bool(mask.all())  # generate's own mask decision for this batch: no padding, no mask
+        stop, limit = self.generator.stop, self.generator.config.max_new_tokens
+        for step in range(limit):
+            first = step == 0
+            hidden = self.decoder.embed_tokens(state.group_input)
+            group_positions = positions[state.group_prompt] if first else (state.last_position[state.group_prompt] + step).unsqueeze(1)
+            hidden, state.lower = self._blocks(hidden, range(0, fork), state.group_prompt, group_positions, state.lower, allow_skip)
+            hidden = hidden.index_select(0, torch.tensor(state.row_group, device=hidden.device))
+            row_positions = group_positions.index_select(0, torch.tensor(state.row_group, device=hidden.device))
+            hidden, state.upper = self._blocks(hidden, range(fork, self.total), state.row_prompt, row_positions, state.upper, allow_skip)
+            logits = self.model.get_output_embeddings()(self.decoder.norm(hidden[:, -1:]))[:, -1].to(torch.float32)
+            bad = ((~torch.isfinite(logits)).any(-1) | (logits.amax(-1) == logits.amin(-1))).tolist()
+            chosen = logits.argmax(-1).tolist()
+            for row, (token, is_bad) in enumerate(zip(chosen, bad)):
+                if not state.row_alive[row]:
+                    continue
+                arm, prompt = state.row_arm[row], state.row_prompt[row]
+                broken[arm] += int(is_bad)
+                if token in stop:
+                    state.row_alive[row] = False
+                    continue
+                state.tokens[arm][prompt].append(token)
+                if len(state.tokens[arm][prompt]) >= limit:
+                    state.row_alive[row] = False
+            if not any(state.row_alive):
+                break
+            state.prompt_mask = torch.cat([state.prompt_mask, state.prompt_mask.new_ones(n_prompts, 1)], dim=1)
+            self._regroup(state, chosen)
+        self._state = None
+        return state.tokens, broken
+
+    def _regroup(self, state: _Batch, chosen: list[int]) -> None:
+        """Fork each group whose live rows chose different tokens; drop finished rows once enough have finished."""
+        entries: list[tuple[int, int]] = []  # (source group, next token) per new group
+        where: dict[tuple[int, int], int] = {}
+        first_of: dict[int, int] = {}
+        for row, group in enumerate(state.row_group):
+            if state.row_alive[row] and (group, chosen[row]) not in where:
+                where[(group, chosen[row])] = len(entries)
+                first_of.setdefault(group, len(entries))
+                entries.append((group, chosen[row]))
+        for group in range(len(state.group_prompt)):  # a group whose rows all finished keeps its rows fed until they are dropped
+            if group not in first_of:
+                first_of[group] = len(entries)
+                entries.append((group, state.group_input[group, -1].item()))
+        state.row_group = [where.get((g, chosen[r]), first_of[g]) if state.row_alive[r] else first_of[g] for r, g in enumerate(state.row_group)]
+        sources = [group for group, _ in entries]
+        if sources != list(range(len(state.group_prompt))):
+            _select(state.lower, sources, state.group_input.device)
+        state.group_prompt = [state.group_prompt[g] for g in sources]
+        state.group_input = torch.tensor([[token] for _, token in entries], device=state.group_input.device)
+        finished = state.row_alive.count(False)
+        if finished and finished * COMPACT_SHARE >= len(state.row_alive):
+            self._compact(state)
+
+    def _compact(self, state: _Batch) -> None:
+        keep = [row for row, alive in enumerate(state.row_alive) if alive]
+        _select(state.upper, keep, state.group_input.device)
+        groups = sorted({state.row_group[row] for row in keep})
+        renumber = {old: new for new, old in enumerate(groups)}
+        if groups != list(range(len(state.group_prompt))):
+            _select(state.lower, groups, state.group_input.device)
+            state.group_prompt = [state.group_prompt[g] for g in groups]
+            state.group_input = state.group_input[groups]
+        state.row_arm = [state.row_arm[r] for r in keep]
+        state.row_prompt = [state.row_prompt[r] for r in keep]
+        state.row_group = [renumber[state.row_group[r]] for r in keep]
+        state.row_alive = [True] * len(keep)
+        self._set_spans(state)
+
+    def _set_spans(self, state: _Batch) -> None:
+        state.spans = {}
+        for row, arm in enumerate(state.row_arm):
+            start, _ = state.spans.get(arm, (row, row))
+            state.spans[arm] = (start, row + 1)
+
+    # --- blocks -----------------------------------------------------------------------------------
+
+    def _blocks(self, hidden: torch.Tensor, layers: range, row_prompt: list[int], positions: torch.Tensor, cache: Any,
+                allow_skip: bool) -> tuple[torch.Tensor, Any]:
+        """Run ``layers`` on ``hidden`` (rows of prompts ``row_prompt``) with ``cache``; a prompt pass runs in budgeted slices."""
+        if not layers:
+            return hidden, cache
+        if cache is not None:
+            return self._forward(hidden, layers, row_prompt, positions, cache, allow_skip), cache
+        rows, length = hidden.shape[0], hidden.shape[1]
+        step = max(1, self.max_batch_tokens // max(1, length))
+        if step >= rows:
+            cache = self._new_cache()
+            return self._forward(hidden, layers, row_prompt, positions, cache, allow_skip), cache
+        parts, caches = [], []
+        for start in range(0, rows, step):
+            part = slice(start, start + step)
+            caches.append(self._new_cache())
+            parts.append(self._forward(hidden[part], layers, row_prompt[part], positions[part], caches[-1], allow_skip, offset=start))
+        return torch.cat(parts), _joined(caches, layers, self._new_cache())
+
+    def _forward(self, hidden: torch.Tensor, layers: range, row_prompt: list[int], positions: torch.Tensor, cache: Any,
+                 allow_skip: bool, offset: int = 0) -> torch.Tensor:
+        """One forward of ``layers``; ``offset``: the first of the batch's rows that ``hidden`` holds (for the edits)."""
+        from transformers.masking_utils import create_causal_mask
+
+        assert self._state is not None
+        mask_2d = self._state.prompt_mask.index_select(0, torch.tensor(row_prompt, device=hidden.device))
+        mask = create_causal_mask(config=self.model.config, inputs_embeds=hidden, attention_mask=mask_2d, past_key_values=cache,
+                                  position_ids=positions, layer_idx=layers.start, allow_is_causal_skip=allow_skip)
+        rotary = self.decoder.rotary_emb(hidden, position_ids=positions)
+        self._offset = offset
+        for index in layers:
+            hidden = self.decoder.layers[index](hidden, attention_mask=mask, position_embeddings=rotary, position_ids=positions,
+                                                past_key_values=cache, use_cache=True)
+        return hidden
+
+    def _new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    # --- edits ------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _hooks(self) -> Iterator[None]:
+        """One hook per edited site, running each arm's site function on that arm's rows."""
+        by_site: dict[tuple[str, int], list[tuple[int, Callable[[torch.Tensor], torch.Tensor]]]] = {}
+        for arm, edits in enumerate(self._passes):
+            for hook, layer, fn in edits.sites if edits is not None else []:
+                by_site.setdefault((hook, layer), []).append((arm, fn))
+        if by_site and self.attach is None:
+            raise ValueError("SharedDecoder: edited passes need attach= (probes.hook_points.attach)")
+        with ExitStack() as stack:
+            for (hook, layer), fns in by_site.items():
+                assert self.attach is not None
+                stack.callback(self.attach(self.model, hook, layer, self._dispatch(fns)).remove)
+            yield
+
+    def _dispatch(self, fns: list[tuple[int, Callable[[torch.Tensor], torch.Tensor]]]) -> Callable[[torch.Tensor], torch.Tensor]:
+        def fn(x: torch.Tensor) -> torch.Tensor:
+            state = self._state
+            assert state is not None, "shared decoding hooks fire only inside a batch"
+            offset = self._offset
+            for arm, site in fns:
+                start, stop = state.spans.get(arm, (0, 0))
+                start, stop = max(start - offset, 0), min(stop - offset, x.shape[0])
+                if start >= stop:
+                    continue
+                part = x[start:stop]
+                new = site(part)
+                if new is not part:
+                    part.copy_(new)
+            return x
+
+        return fn
+
+
+def _stats(edits: SiteEdits | None) -> dict[str, int]:
+    return edits.stats.as_dict() if edits is not None and edits.stats is not None else {}
+
+
+def _fits(body: dict[str, Any], n_passes: int, n_prompts: int) -> bool:
+    """Whether a kept batch holds every pass's tokens for every prompt of the batch."""
+    tokens, broken, stats = body.get("tokens"), body.get("broken"), body.get("stats")
+    return (isinstance(tokens, list) and isinstance(broken, list) and isinstance(stats, list)
+            and len(tokens) == n_passes == len(broken) == len(stats) and all(isinstance(s, dict) for s in stats)
+            and all(isinstance(t, list) and len(t) == n_prompts for t in tokens) and isinstance(body.get("seconds"), (int, float)))
+
+
+def _select(cache: Any, indices: list[int], device: torch.device) -> None:
+    if cache is not None:
+        cache.batch_select_indices(torch.tensor(indices, device=device))
+
+
+def _joined(caches: list[Any], layers: range, into: Any) -> Any:
+    """One cache holding the rows of ``caches`` in order (each filled for ``layers`` by one slice's forward)."""
+    for index in layers:
+        keys = torch.cat([c.layers[index].keys for c in caches])
+        values = torch.cat([c.layers[index].values for c in caches])
+        into.update(keys, values, index)
+    return into
+
+
+def generate_unedited(generator: Generator) -> Generations:
+    """One unedited pass over the generator's prompts: shared decoding where it applies (finished rows leave the batch,
+    so a batch costs its rows' own lengths), else the generator's own ``generate`` path."""
+    if unshareable(generator.model, generator.config.do_sample, "torch") is None:
+        return SharedDecoder(generator).run([None])[0]
+    return generator.run()

@@ -1,0 +1,143 @@
+"""Shared decoding (core.shared_generation): every arm of an A/B in shared batches gives each arm's own tokens.
+
+The arms are compared with each arm generated alone by ``generate`` (the per-arm path) on the
+tiny Llama-3-style model, the ChatML model (BOS on every turn, tied embeddings) and the no-BOS
+Qwen2-style model, in float32, for every edit kind and hook point, with prompt passes split by a
+small token budget, with rows that fork from the baseline and rows that stop early.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from core.errors import Interrupted
+from core.generation import GenerationConfig, Generator
+from core.rows import read_test_rows
+from core.shared_generation import SharedDecoder, generate_unedited, unshareable
+from interventions.ab import run_ab
+from interventions.config import ABConfig
+from interventions.edits import Add, Patch, Scale, Set, site_edits
+from interventions.generation import ABGenerator
+from interventions.selection import parse_units
+from probes.hook_points import HOOK_POINTS, attach, width
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module", params=["llama", "chatml", "nobos"])
+def subject(request, tiny_model_dir, chat_bases, chat_data):
+    """(model, tokenizer, rows) of one tiny architecture, on the synthetic test rows."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    directory = tiny_model_dir if request.param == "llama" else chat_bases[request.param]
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+    return model, AutoTokenizer.from_pretrained(directory), read_test_rows(chat_data / "test.jsonl")[:12]
+
+
+def _edits(model, hook: str) -> list:
+    w = width(model, hook)
+    return [Scale(parse_units(f"1:0-{w // 2}", hook), 0.0), Scale(parse_units(f"2:0-{w // 4}", hook), 0.5),
+            Set(parse_units("2:0-3", hook), (2.0, -1.0, 0.5, 3.0)), Add(hook, 1, tuple(0.5 * (-1) ** i for i in range(w)), 2.0)]
+
+
+@pytest.mark.parametrize("hook", HOOK_POINTS)
+def test_every_arm_decoded_together_equals_the_arm_generated_alone(subject, hook):
+    model, tokenizer, rows = subject
+    generator = ABGenerator(model, tokenizer, rows, GenerationConfig(max_new_tokens=10, batch_size=5))
+    _stop_early(generator.generator)
+    edits = _edits(model, hook)
+    alone = [generator.run()] + [generator.run(edit) for edit in edits]
+    decoder = SharedDecoder(generator.generator, max_batch_tokens=120, attach=attach)  # prompt passes split into slices of rows
+    together = decoder.run([None] + [site_edits(model, [edit]) for edit in edits])
+    assert [g.ids for g in together] == [g.ids for g in alone]
+    assert [g.texts for g in together] == [g.texts for g in alone]
+    for a, t in zip(alone[1:], together[1:]):
+        assert {k: t.hook_stats[k] for k in ("values_seen", "values_changed")} == {k: a.hook_stats[k] for k in ("values_seen", "values_changed")}
+    assert any(g.ids != alone[0].ids for g in alone[1:]), "some arm must fork from the baseline for the test to mean anything"
+    assert 0 < sum(len(ids) < 10 for g in alone for ids in g.ids) < sum(len(g.ids) for g in alone), "some rows stop early, some do not"
+
+
+def _stop_early(generator: Generator) -> None:
+    """Make a token the baseline writes in a third of its rows a stop token, so that rows end at different steps
+    (random tiny models rarely write their EOS)."""
+    from collections import Counter
+
+    ids = generator.run().ids
+    counts = Counter(token for row in ids for token in set(row[2:]))
+    token = min(counts, key=lambda t: abs(counts[t] - len(ids) / 3))
+    generator.stop = [*generator.stop, token]
+
+
+def test_one_unedited_pass_equals_generate(subject):
+    model, tokenizer, rows = subject
+    generator = Generator(model, tokenizer, [r.question for r in rows], GenerationConfig(max_new_tokens=12, batch_size=4))
+    assert generate_unedited(generator).ids == generator.run().ids
+
+
+def test_what_cannot_be_shared_says_why(subject):
+    model, _, _ = subject
+    assert unshareable(model, False, "torch") is None
+    assert "sampling" in unshareable(model, True, "torch")
+    assert "nnsight" in unshareable(model, False, "nnsight")
+    patch = site_edits(model, [Patch(parse_units("1:0-3", "mlp_out"), source=model, source_name="self")])
+    assert "lockstep" in unshareable(model, False, "torch", [patch])
+
+
+@pytest.fixture(scope="module")
+def test_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from data_synthesis.offline import synthesize
+
+    out = tmp_path_factory.mktemp("synth-shared")
+    synthesize(out, n_roles=4, seed=0)
+    return out / "test.jsonl"
+
+
+def _config(tiny_pair, test_file: Path, out: Path, engine: str, **extra) -> ABConfig:
+    return ABConfig(model_dir=tiny_pair[1], source_dir=tiny_pair[0], data_file=test_file, units="1:0-15,2:0-7", hook="resid_post",
+                    placebo=3, limit=6, max_new_tokens=8, batch_size=4, doses=[0.5], n_bootstrap=200, engine=engine, out_dir=out, **extra)
+
+
+def _without_timings(report_file: Path) -> dict:
+    body = json.loads(report_file.read_text())
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in ("seconds", "engine", "out_dir", "paths")}
+        return [strip(v) for v in value] if isinstance(value, list) else value
+
+    return strip(body)
+
+
+def test_a_shared_ab_run_reports_exactly_what_the_per_arm_run_reports(tiny_pair, test_file: Path, tmp_path: Path):
+    lines: list[str] = []
+    shared = _config(tiny_pair, test_file, tmp_path / "shared", "shared", edits=["scale", "patch"])
+    run_ab(shared, progress=lines.append)
+    run_ab(_config(tiny_pair, test_file, tmp_path / "per-arm", "per-arm", edits=["scale", "patch"]))
+    assert _without_timings(tmp_path / "shared" / "ab_report.json") == _without_timings(tmp_path / "per-arm" / "ab_report.json")
+    assert (tmp_path / "shared" / "generations.jsonl").read_bytes() == (tmp_path / "per-arm" / "generations.jsonl").read_bytes()
+    assert any(line.startswith("estimated time: about") for line in lines)  # before any generation
+    assert any("% of all passes' rows" in line and "left" in line for line in lines)
+    assert any("patch pass(es) decode arm by arm" in line for line in lines)
+
+
+def test_an_interrupted_shared_run_resumes_from_its_finished_batches(tiny_pair, test_file: Path, tmp_path: Path):
+    out = tmp_path / "ab"
+
+    def stop_after_two_batches(line: str) -> None:
+        if "batch 2/" in line:
+            raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted, match="rerun with the same options"):
+        run_ab(_config(tiny_pair, test_file, out, "shared"), progress=stop_after_two_batches)
+    kept = sorted(p.name for p in (out / ".arms").glob("shared_*.json"))
+    assert len(kept) == 2 and kept[0].endswith("batch_0.json")
+    lines: list[str] = []
+    resumed = run_ab(_config(tiny_pair, test_file, out, "shared"), progress=lines.append)
+    assert sum("read back" in line for line in lines) == 2
+    fresh = run_ab(_config(tiny_pair, test_file, tmp_path / "fresh", "shared"))
+    assert _without_timings(out / "ab_report.json") == _without_timings(tmp_path / "fresh" / "ab_report.json")
+    assert resumed.main.capability("multi_turn").delta == fresh.main.capability("multi_turn").delta
