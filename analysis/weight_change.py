@@ -1,0 +1,250 @@
+"""Per-unit weight change between two checkpoints: which units fine-tuning rewrote, read off the weights alone.
+
+An activation map says a unit *behaves* differently after DPO; it cannot say whether DPO
+changed the unit's own weights or only what flows into it. Both checkpoints are on disk, so
+this module measures the first directly, for every unit of every layer, with no prompt:
+
+``mlp_post`` unit *u* (a true MLP neuron)
+    its gate row ``W_gate[u, :]``, up row ``W_up[u, :]`` and down column ``W_down[:, u]``
+    (and their bias entries where the model has MLP biases); components ``gate``, ``up``,
+    ``down``.
+``mlp_out`` / ``attn_out`` coordinate *c* (a residual-stream coordinate)
+    the row that writes it: ``W_down[c, :]`` of the MLP, ``W_O[c, :]`` of the attention (and the
+    bias entry, if any); component ``down`` or ``o_proj``.
+``resid_post`` coordinate *c* at layer *i*
+    everything that has written it by the end of block *i*: the embedding column
+    ``W_E[:, c]`` and the rows ``W_O[c, :]`` and ``W_down[c, :]`` of blocks 0..i, accumulated;
+    components ``embedding``, ``attention``, ``mlp`` (each accumulated the same way).
+
+The number is the relative change ``‖w_b − w_a‖ / ‖w_a‖`` over all of the unit's weights
+taken together (``relative``; each component's own in ``components``), with ``‖w_b − w_a‖``
+kept as ``absolute``. A unit whose weights were exactly zero and stayed so has change 0; one
+that was zero and moved has +inf. An untouched pair gives zeros everywhere.
+
+Weights are read one tensor of each checkpoint at a time (:class:`analysis.checkpoint.Checkpoint`),
+so memory is two tensors, never two models. Sums of squares are accumulated in float64 (``numpy.einsum``).
+
+Example:
+    >>> with Checkpoint("runs/sft", "--sft") as sft, Checkpoint("runs/dpo", "--dpo") as dpo:   # doctest: +SKIP
+    ...     change = weight_change(sft, dpo, ["mlp_post"], "sft_dpo")["mlp_post"]
+    >>> change.relative.shape                                                                   # doctest: +SKIP
+    (30, 1536)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from analysis.checkpoint import LAYOUT, Checkpoint, MlpPart, check_same_shape, same_tensor_shape
+from core.atomic import atomic_path
+from core.errors import ProbeError
+from probes.hook_points import HOOK_TABLE, validate_hook
+
+FORMAT = "rolemrc-probe/weight-change"
+VERSION = 1
+TRANSITIONS: dict[str, tuple[str, str]] = {"sft_dpo": ("sft", "dpo"), "base_sft": ("base", "sft")}
+LABELS: dict[str, str] = {"sft_dpo": "SFT → DPO", "base_sft": "base → SFT"}
+
+
+@dataclass
+class Squares:
+    """Per-unit sums of squares of the change (``delta``) and of the earlier weights (``before``)."""
+
+    delta: np.ndarray
+    before: np.ndarray
+
+    def __add__(self, other: Squares) -> Squares:
+        return Squares(self.delta + other.delta, self.before + other.before)
+
+    def relative(self) -> np.ndarray:
+        """‖Δ‖ / ‖w_a‖ per unit; 0 where both are 0, +inf where only the earlier weights are 0."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.sqrt(self.delta / self.before)
+        return np.where(self.before > 0, ratio, np.where(self.delta > 0, np.inf, 0.0))
+
+    def absolute(self) -> np.ndarray:
+        return np.sqrt(self.delta)
+
+
+@dataclass
+class UnitChange:
+    """One hook point's weight change from checkpoint a to b, (n_layers, width), rows following ``layers``."""
+
+    hook: str
+    transition: str
+    layers: list[int]
+    relative: np.ndarray
+    absolute: np.ndarray
+    components: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def row(self, layer: int) -> np.ndarray:
+        return self.relative[self.layers.index(layer)]
+
+    def unit(self, layer: int, unit: int) -> dict[str, float]:
+        """One unit's figures: relative, absolute and each component's relative change."""
+        i = self.layers.index(layer)
+        out = {"relative": float(self.relative[i, unit]), "absolute": float(self.absolute[i, unit])}
+        out.update({name: float(values[i, unit]) for name, values in self.components.items()})
+        return out
+
+
+def _squares(a: Any, b: Any, dim: int) -> Squares:
+    """Sums over ``dim`` of the squares of ``b - a`` and of ``a`` (float32 tensors), accumulated in float64.
+
+    >>> import torch
+    >>> s = _squares(torch.tensor([[3.0, 4.0]]), torch.tensor([[3.0, 5.0]]), 1)
+    >>> s.delta.tolist(), s.before.tolist(), s.relative().tolist()
+    ([1.0], [25.0], [0.2])
+    """
+    before, after = a.numpy(), b.numpy()
+    diff = after - before
+    spec = "ij,ij->i" if dim == 1 else "ij,ij->j"
+    return Squares(np.einsum(spec, diff, diff, dtype=np.float64), np.einsum(spec, before, before, dtype=np.float64))
+
+
+def _part(a: Checkpoint, b: Checkpoint, weight: str, bias: str, dim: int) -> Squares:
+    """The per-unit squares of one weight (rows: ``dim=1``; columns: ``dim=0``) plus its bias entry where there is one."""
+    same_tensor_shape(a, b, weight)
+    total = _squares(a.tensor(weight), b.tensor(weight), dim)
+    if dim == 1 and a.has(bias) and b.has(bias):
+        same_tensor_shape(a, b, bias)
+        total = total + _squares(a.tensor(bias)[:, None], b.tensor(bias)[:, None], 1)
+    return total
+
+
+def _mlp(a: Checkpoint, b: Checkpoint, layer: int, part: MlpPart, dim: int) -> Squares:
+    return _part(a, b, a.mlp_name(layer, part), a.mlp_name(layer, part, "bias"), dim)
+
+
+def _attention(a: Checkpoint, b: Checkpoint, layer: int) -> Squares:
+    return _part(a, b, a.attention_out_name(layer), a.attention_out_name(layer, "bias"), 1)
+
+
+def weight_change(a: Checkpoint, b: Checkpoint, hooks: Iterable[str], transition: str) -> dict[str, UnitChange]:
+    """Per hook point, the [layers × units] change from ``a`` to ``b`` over every layer (see the module doc)."""
+    hooks = [validate_hook(h) for h in dict.fromkeys(hooks)]
+    check_same_shape(a, b)
+    n_layers = a.shape.n_layers
+    rows: dict[str, list[dict[str, Squares]]] = {h: [] for h in hooks}
+    running: dict[str, Squares] = {}
+    if "resid_post" in hooks:
+        running["embedding"] = _part(a, b, LAYOUT.embedding, "", 0)
+    for layer in range(n_layers):
+        parts = _layer_parts(a, b, layer, hooks)
+        if "mlp_post" in hooks:
+            rows["mlp_post"].append({"gate": parts["gate"], "up": parts["up"], "down": parts["down_columns"]})
+        if "mlp_out" in hooks:
+            rows["mlp_out"].append({"down": parts["down_rows"]})
+        if "attn_out" in hooks:
+            rows["attn_out"].append({"o_proj": parts["o_rows"]})
+        if "resid_post" in hooks:
+            for name, key in (("attention", "o_rows"), ("mlp", "down_rows")):
+                running[name] = running[name] + parts[key] if name in running else parts[key]
+            rows["resid_post"].append(dict(running))
+    return {hook: _assemble(hook, transition, rows[hook]) for hook in hooks}
+
+
+def _layer_parts(a: Checkpoint, b: Checkpoint, layer: int, hooks: list[str]) -> dict[str, Squares]:
+    """The squares one layer contributes, reading only the tensors the hooks need (each once)."""
+    parts: dict[str, Squares] = {}
+    if "mlp_post" in hooks:
+        parts["gate"] = _mlp(a, b, layer, "gate", 1)
+        parts["up"] = _mlp(a, b, layer, "up", 1)
+    if {"mlp_post", "mlp_out", "resid_post"} & set(hooks):
+        down_a, down_b = a.mlp_weight(layer, "down"), b.mlp_weight(layer, "down")
+        same_tensor_shape(a, b, a.mlp_name(layer, "down"))
+        parts["down_columns"] = _squares(down_a, down_b, 0)
+        parts["down_rows"] = _squares(down_a, down_b, 1)
+        bias = a.mlp_name(layer, "down", "bias")
+        if a.has(bias) and b.has(bias):
+            parts["down_rows"] = parts["down_rows"] + _squares(a.tensor(bias)[:, None], b.tensor(bias)[:, None], 1)
+        del down_a, down_b
+    if {"attn_out", "resid_post"} & set(hooks):
+        parts["o_rows"] = _attention(a, b, layer)
+    return parts
+
+
+def _assemble(hook: str, transition: str, rows: list[dict[str, Squares]]) -> UnitChange:
+    names = list(rows[0]) if rows else []
+    totals = [sum((row[n] for n in names[1:]), row[names[0]]) for row in rows]
+    return UnitChange(
+        hook=hook, transition=transition, layers=list(range(len(rows))),
+        relative=np.stack([t.relative() for t in totals]), absolute=np.stack([t.absolute() for t in totals]),
+        components={n: np.stack([row[n].relative() for row in rows]) for n in names},
+    )
+
+
+def tensor_change(a: Checkpoint, b: Checkpoint, name: str) -> float:
+    """The relative change ‖b − a‖ / ‖a‖ of one whole tensor (the unembedding, a norm's weight)."""
+    same_tensor_shape(a, b, name)
+    before, after = a.tensor(name).reshape(1, -1), b.tensor(name).reshape(1, -1)
+    return float(_squares(before, after, 1).relative()[0])
+
+
+# --- the file beside the activation maps ----------------------------------------------------------------------------
+
+
+def save_weight_change(changes: list[UnitChange], path: str | Path, models: dict[str, dict[str, str]]) -> Path:
+    """``/{transition}/{hook}/{relative, absolute, layers, components/<part>}`` plus the models' dirs and fingerprints."""
+    import h5py
+
+    target = Path(path)
+    with atomic_path(target) as tmp, h5py.File(tmp, "w") as f:
+        f.attrs["format"], f.attrs["version"] = FORMAT, VERSION
+        f.attrs["models"] = json.dumps(models, sort_keys=True)
+        for change in changes:
+            group = f.create_group(f"{change.transition}/{change.hook}")
+            for name in ("relative", "absolute"):
+                group.create_dataset(name, data=getattr(change, name), compression="gzip", compression_opts=4)
+            group.create_dataset("layers", data=np.asarray(change.layers, dtype=np.int32))
+            for name, values in change.components.items():
+                group.create_dataset(f"components/{name}", data=values, compression="gzip", compression_opts=4)
+    return target
+
+
+def load_weight_change(path: str | Path) -> tuple[list[UnitChange], dict[str, Any]]:
+    """What :func:`save_weight_change` wrote: the maps and the models they were computed from."""
+    import h5py
+
+    p = Path(path)
+    if not p.is_file():
+        raise ProbeError(f"{p}: no weight-change file here; run `probe explain RUN_DIR` first")
+    with h5py.File(p, "r") as f:
+        if f.attrs.get("format") != FORMAT or f.attrs.get("version") != VERSION:
+            raise ProbeError(f"{p}: not a weight-change file of version {VERSION}; rerun `probe explain`")
+        changes = [
+            UnitChange(hook, transition, [int(i) for i in f[transition][hook]["layers"]], np.asarray(f[transition][hook]["relative"]),
+                       np.asarray(f[transition][hook]["absolute"]),
+                       {n: np.asarray(v) for n, v in f[transition][hook].get("components", {}).items()})
+            for transition in f for hook in f[transition]
+        ]
+        return changes, json.loads(f.attrs["models"])
+
+
+def weight_change_figure(changes: list[UnitChange], window: list[int] | None = None) -> Any:
+    """One hook point's change maps (one panel per transition), log10 of the relative change; zeros left blank."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from analysis.window import format_layers
+
+    fig = make_subplots(rows=len(changes), cols=1, shared_xaxes=True, vertical_spacing=0.12,
+                        subplot_titles=[f"{LABELS[c.transition]}: log10 ‖Δw‖/‖w‖" for c in changes])
+    for i, change in enumerate(changes):
+        with np.errstate(divide="ignore"):
+            z = np.where(change.relative > 0, np.log10(change.relative), np.nan)
+        fig.add_trace(go.Heatmap(z=z, y=change.layers, colorscale="Viridis", customdata=change.relative,
+                                 colorbar={"len": 0.8 / len(changes), "y": 1 - (i + 0.5) / len(changes)},
+                                 hovertemplate="layer %{y}, unit %{x}: %{customdata:.3g}<extra></extra>"), row=i + 1, col=1)
+        fig.update_yaxes(title_text="layer", row=i + 1, col=1)
+    hook = changes[0].hook if changes else ""
+    note = f" · the analysis window is layers {format_layers(window)}" if window else ""
+    fig.update_xaxes(title_text=f"unit ({HOOK_TABLE[hook].width})" if hook else "unit", row=len(changes), col=1)
+    fig.update_layout(title=f"Weight change per unit · {hook} · all layers{note}", height=380 * max(1, len(changes)) + 80, width=1200)
+    return fig
