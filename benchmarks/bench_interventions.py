@@ -9,6 +9,17 @@ timed too, for information.
 
     python benchmarks/bench_interventions.py                 # tiny random 32-layer Llama
     python benchmarks/bench_interventions.py --model-dir DIR # any local causal LM
+
+Part 2 (``--shared RUN_DIR``): a whole A/B as ``probe intervene`` plans it (baseline, main arm,
+control, ``--placebo`` placebo arms on the run's units), generated arm by arm with ``generate``
+and then in shared batches (:mod:`core.shared_generation`), side by side in one process on the
+same rows. It prints both times, the speed-up (target >= 3x), the ceiling for this configuration
+(weight FLOPs: the shared blocks counted once, the rest and the LM head once per arm) and the
+share of it reached (aim >= 75%), the peak memory of each path, the estimate printed before
+generating against the time taken, and every token that differs between the two paths.
+
+    python benchmarks/bench_interventions.py --shared runs/latest --rows 16
+    python benchmarks/bench_interventions.py --shared runs/latest --rows 16 --neurons runs/latest/analysis_mean_diff/neurons_multi_turn_mlp_out.json
 """
 
 from __future__ import annotations
@@ -40,6 +51,99 @@ def build_model(model_dir: Path | None) -> tuple[object, object]:
         return build_model(build_tiny_base(CORPUS, Path(tmp) / "tiny", TinySpec(vocab_size=512)))
 
 
+class PeakMemory:
+    """The peak resident memory of this process above its level at the start, sampled every 20 ms in a thread."""
+
+    def __enter__(self) -> PeakMemory:
+        import threading
+
+        self.start = self.peak = _rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, _rss())
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def mib(self) -> float:
+        return (self.peak - self.start) / 2**20
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def shared_vs_per_arm(args: argparse.Namespace) -> int:
+    """Part 2: one A/B's passes arm by arm, then in shared batches."""
+    import time
+
+    from core.shared_generation import SharedDecoder
+    from interventions.ab import _Runner
+    from interventions.config import ABConfig
+    from interventions.edits import site_edits
+    from probes.hook_points import attach
+
+    config = ABConfig(run_dir=args.shared, capability="multi_turn", placebo=args.placebo, top_k=args.top_k, neurons=args.neurons, limit=args.rows,
+                      collateral=False, max_new_tokens=args.new_tokens, batch_size=args.batch_size)
+    runner = _Runner(config, lambda line: None, None)
+    passes = runner.passes()
+    model = runner.models[config.model]
+    generator = runner.generators[config.model]
+    layers = sorted(runner.neurons.by_layer())
+    print(f"{len(passes)} passes (baseline, {len(runner.arms)} arms, {len(passes) - 1 - len(runner.arms)} placebos) x {len(runner.rows)} multi_turn "
+          f"rows x up to {config.max_new_tokens} new tokens; {len(runner.neurons)} units of {runner.neurons.hook} in layers "
+          f"{layers[0]}-{layers[-1]} of {model.config.num_hidden_layers}; batch {config.batch_size}; torch threads {torch.get_num_threads()}")
+    decoder = SharedDecoder(generator.generator, attach=attach)
+    compiled = [site_edits(model, edits) if edits else None for _, _, edits in passes]
+    estimate = decoder.estimate_seconds(compiled)
+    with PeakMemory() as memory_per_arm:
+        start = time.perf_counter()
+        per_arm = [generator.run(edits or None) for _, _, edits in passes]
+        per_arm_seconds = time.perf_counter() - start
+    compiled = [site_edits(model, edits) if edits else None for _, _, edits in passes]
+    with PeakMemory() as memory_shared:
+        start = time.perf_counter()
+        shared = decoder.run(compiled)
+        shared_seconds = time.perf_counter() - start
+    speedup = per_arm_seconds / shared_seconds
+    ceiling = _ceiling(model, generator.generator, decoder.fork_layer(compiled), len(passes), per_arm)
+    print(f"arm by arm (generate): {per_arm_seconds:7.1f} s, peak memory +{memory_per_arm.mib:.0f} MiB")
+    print(f"shared batches:        {shared_seconds:7.1f} s, peak memory +{memory_shared.mib:.0f} MiB "
+          f"(estimated before generating: {estimate:.0f} s)")
+    print(f"speed-up: {speedup:.2f}x; ceiling for this configuration {ceiling:.2f}x (fork at block {decoder.fork_layer(compiled)}); "
+          f"reached {speedup / ceiling:.0%}")
+    differing = [(key, row) for (key, _, _), a, b in zip(passes, per_arm, shared) for row, (x, y) in enumerate(zip(a.ids, b.ids)) if x != y]
+    tokens = sum(len(g.ids[row]) for g in per_arm for row in range(len(g.ids)))
+    print(f"tokens that differ between the paths: {len(differing)} rows of {len(passes) * len(runner.rows)} ({tokens} tokens generated per path)")
+    for key, row in differing[:20]:
+        print(f"  differs: {key}, row {row}")
+    print(f"verdict: {'PASS' if speedup >= 3.0 else 'FAIL'} (target >= 3x); ceiling share {'PASS' if speedup / ceiling >= 0.75 else 'FAIL'} "
+          f"(aim >= 75%); identical tokens {'PASS' if not differing else 'FAIL'}")
+    return 0
+
+
+def _ceiling(model: torch.nn.Module, generator: object, fork: int, n_passes: int, per_arm: list) -> float:
+    """Weight FLOPs arm by arm over those of perfect sharing: prompt tokens through every block once per arm against the
+    blocks below the fork once and the rest once per arm; each generated token through every block and the LM head once
+    per arm against the same split (as if no arm diverged)."""
+    block = sum(p.numel() for p in model.get_decoder().layers[0].parameters() if p.dim() == 2)
+    head = model.get_output_embeddings().weight.numel()
+    total = model.config.num_hidden_layers
+    prompt_tokens = sum(len(p) for p in generator.prompts)
+    steps = sum(len(ids) + 1 for ids in per_arm[0].ids)  # the baseline's tokens and its stop
+    alone = n_passes * (prompt_tokens * total * block + steps * (total * block + head))
+    shared = prompt_tokens * block * (fork + n_passes * (total - fork)) + steps * (block * (fork + n_passes * (total - fork)) + n_passes * head)
+    return alone / shared
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model-dir", type=Path, default=None)
@@ -48,7 +152,15 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--units", type=int, default=64)
+    parser.add_argument("--shared", type=Path, default=None, metavar="RUN_DIR", help="part 2: shared batches against arm by arm")
+    parser.add_argument("--top-k", type=int, default=None, help="part 2: top K units of the run's ranking (default: its neuron set)")
+    parser.add_argument("--neurons", type=Path, default=None, help="part 2: a neuron-set file (default: the run's)")
+    parser.add_argument("--rows", type=int, default=32, help="part 2: multi_turn rows")
+    parser.add_argument("--placebo", type=int, default=20, help="part 2: placebo arms")
     args = parser.parse_args()
+    if args.shared is not None:
+        args.new_tokens = 64 if "--new-tokens" not in sys.argv else args.new_tokens
+        return shared_vs_per_arm(args)
 
     from analysis.neuron_sets import Neuron, NeuronSet
     from core.generation import GenerationConfig

@@ -1,4 +1,4 @@
-"""The one generation path: evaluation, A/B interventions and notebooks decode the same way.
+"""How every stage generates: evaluation, A/B interventions and notebooks render, batch, stop and decode the same way.
 
 A response must not depend on which stage produced it, and an A/B comparison only means
 something if its arms differ by the intervention alone. :class:`Generator` fixes all of
@@ -12,6 +12,10 @@ that once for a list of conversations and then runs any number of times:
   batch, so every run (and every arm) draws the same random stream;
 * interventions: ``run(context)`` enters ``context`` (e.g. forward hooks that scale units)
   around the whole generation and leaves it in ``finally``.
+
+:class:`Generator` decodes with ``model.generate``. :mod:`core.shared_generation` decodes the same
+prompts, batches and stop tokens greedily with its own loop, to run many edited arms at once (and
+finished rows leave its batches); on supported architectures its tokens equal ``generate``'s.
 
 Example:
     >>> gen = Generator(model, tokenizer, [row.question for row in rows], GenerationConfig(max_new_tokens=32))  # doctest: +SKIP

@@ -24,10 +24,14 @@ function of the same inputs for every row, so in float32 every arm's tokens equa
 run alone up to kernel rounding: CPU matrix products give bit-identical rows only for some row counts
 (``benchmarks/bench_interventions.py`` prints any token that differs on the default pair).
 
+* **patch sources.** A patch (an edit whose context is a source model run in lockstep) joins the
+  shared batches too: each source runs once per group, up to its highest patched block, with a cache
+  that forks with the group's; before a patch arm's site function runs, its lockstep holds the
+  source's values at its units for exactly that arm's rows.
+
 What cannot be shared decodes arm by arm (:func:`unshareable` says why): sampling, the nnsight
-backend, an edit with a context around generation (a patch, whose source runs in lockstep),
-architectures whose forward this module does not reproduce, and generation configs with logits
-processors.
+backend, other contexts around generation, architectures whose forward this module does not
+reproduce, and generation configs with logits processors.
 
 Example:
     >>> decoder = SharedDecoder(generator, attach=probes.hook_points.attach)   # doctest: +SKIP
@@ -91,8 +95,22 @@ def unshareable(model: nn.Module, do_sample: bool, backend: str, passes: Sequenc
         value = getattr(generation, name, None)
         if value not in (None, neutral, [], 0 if neutral is None else neutral):
             return f"the model's generation config sets {name}={value!r}, which decodes arm by arm"
-    if any(p is not None and p.around is not None for p in passes):
-        return "an edit that runs a second model in lockstep (a patch) decodes arm by arm"
+    for p in passes:
+        why = pass_unshareable(model, p)
+        if why:
+            return why
+    return None
+
+
+def pass_unshareable(model: nn.Module, edits: SiteEdits | None) -> str | None:
+    """Why one pass cannot join shared batches on ``model`` (``None``: it can; a patch can, its source runs once per group)."""
+    if edits is None or edits.around is None:
+        return None
+    source = getattr(edits.around, "source", None)
+    if not isinstance(getattr(edits.around, "sites", None), dict) or not isinstance(source, nn.Module):
+        return "an edit with its own context around generation decodes arm by arm"
+    if source is model:
+        return "a patch whose source is the patched model itself decodes arm by arm"
     return None
 
 
@@ -116,6 +134,8 @@ class _Batch:
     tokens: list[list[list[int]]]  # [arm][prompt] -> generated ids
     lower: Any = None  # DynamicCache of the blocks below the fork layer, one row per group
     upper: Any = None  # DynamicCache of the fork layer and above, one row per row
+    sources: list[Any] = field(default_factory=list)  # per patch source: DynamicCache of its blocks up to its top site, per group
+    row_group_index: torch.Tensor | None = None  # row_group as a tensor, for the forward running now
     spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # arm -> its rows
 
 
@@ -132,6 +152,7 @@ class SharedDecoder:
         self.max_batch_tokens = max_batch_tokens or default_max_batch_tokens(str(generator.device), self.model.config, dtype_bytes, longest)
         self._passes: list[SiteEdits | None] = []
         self._state: _Batch | None = None
+        self._sources = _Sources([])
         self._offset = 0  # the first row, among the batch's rows, of the forward running now (a prompt pass runs in slices)
 
     def run(self, passes: Sequence[SiteEdits | None], done: BatchDone | None = None,
@@ -139,6 +160,7 @@ class SharedDecoder:
         """Every pass's generations, in input order. ``kept(b)``/``keep(b, body)`` read and write a finished batch
         (the unit an interrupted run resumes from); ``done`` hears of each batch."""
         self._passes = list(passes)
+        self._sources = _Sources(self._passes)
         n_prompts = len(self.generator.prompts)
         ids: list[list[list[int]]] = [[[] for _ in range(n_prompts)] for _ in passes]
         broken = [0] * len(passes)
@@ -215,11 +237,13 @@ class SharedDecoder:
         stop, limit = self.generator.stop, self.generator.config.max_new_tokens
         for step in range(limit):
             first = step == 0
-            hidden = self.decoder.embed_tokens(state.group_input)
             group_positions = positions[state.group_prompt] if first else (state.last_position[state.group_prompt] + step).unsqueeze(1)
+            self._run_sources(state, group_positions, allow_skip)
+            hidden = self.decoder.embed_tokens(state.group_input)
             hidden, state.lower = self._blocks(hidden, range(0, fork), state.group_prompt, group_positions, state.lower, allow_skip)
-            hidden = hidden.index_select(0, torch.tensor(state.row_group, device=hidden.device))
-            row_positions = group_positions.index_select(0, torch.tensor(state.row_group, device=hidden.device))
+            state.row_group_index = torch.tensor(state.row_group, device=hidden.device)
+            hidden = hidden.index_select(0, state.row_group_index)
+            row_positions = group_positions.index_select(0, state.row_group_index)
             hidden, state.upper = self._blocks(hidden, range(fork, self.total), state.row_prompt, row_positions, state.upper, allow_skip)
             logits = self.model.get_output_embeddings()(self.decoder.norm(hidden[:, -1:]))[:, -1].to(torch.float32)
             bad = ((~torch.isfinite(logits)).any(-1) | (logits.amax(-1) == logits.amin(-1))).tolist()
@@ -259,7 +283,8 @@ class SharedDecoder:
         state.row_group = [where.get((g, chosen[r]), first_of[g]) if state.row_alive[r] else first_of[g] for r, g in enumerate(state.row_group)]
         sources = [group for group, _ in entries]
         if sources != list(range(len(state.group_prompt))):
-            _select(state.lower, sources, state.group_input.device)
+            for cache in [state.lower, *state.sources]:
+                _select(cache, sources, state.group_input.device)
         state.group_prompt = [state.group_prompt[g] for g in sources]
         state.group_input = torch.tensor([[token] for _, token in entries], device=state.group_input.device)
         finished = state.row_alive.count(False)
@@ -272,7 +297,8 @@ class SharedDecoder:
         groups = sorted({state.row_group[row] for row in keep})
         renumber = {old: new for new, old in enumerate(groups)}
         if groups != list(range(len(state.group_prompt))):
-            _select(state.lower, groups, state.group_input.device)
+            for cache in [state.lower, *state.sources]:
+                _select(cache, groups, state.group_input.device)
             state.group_prompt = [state.group_prompt[g] for g in groups]
             state.group_input = state.group_input[groups]
         state.row_arm = [state.row_arm[r] for r in keep]
@@ -290,26 +316,28 @@ class SharedDecoder:
     # --- blocks -----------------------------------------------------------------------------------
 
     def _blocks(self, hidden: torch.Tensor, layers: range, row_prompt: list[int], positions: torch.Tensor, cache: Any,
-                allow_skip: bool) -> tuple[torch.Tensor, Any]:
-        """Run ``layers`` on ``hidden`` (rows of prompts ``row_prompt``) with ``cache``; a prompt pass runs in budgeted slices."""
+                allow_skip: bool, decoder: nn.Module | None = None) -> tuple[torch.Tensor, Any]:
+        """Run ``layers`` of ``decoder`` (default: the model's) on ``hidden`` (rows of prompts ``row_prompt``) with ``cache``;
+        a prompt pass runs in budgeted slices of rows."""
         if not layers:
             return hidden, cache
+        decoder = decoder if decoder is not None else self.decoder
         if cache is not None:
-            return self._forward(hidden, layers, row_prompt, positions, cache, allow_skip), cache
+            return self._forward(decoder, hidden, layers, row_prompt, positions, cache, allow_skip), cache
         rows, length = hidden.shape[0], hidden.shape[1]
         step = max(1, self.max_batch_tokens // max(1, length))
         if step >= rows:
             cache = self._new_cache()
-            return self._forward(hidden, layers, row_prompt, positions, cache, allow_skip), cache
+            return self._forward(decoder, hidden, layers, row_prompt, positions, cache, allow_skip), cache
         parts, caches = [], []
         for start in range(0, rows, step):
             part = slice(start, start + step)
             caches.append(self._new_cache())
-            parts.append(self._forward(hidden[part], layers, row_prompt[part], positions[part], caches[-1], allow_skip, offset=start))
+            parts.append(self._forward(decoder, hidden[part], layers, row_prompt[part], positions[part], caches[-1], allow_skip, start))
         return torch.cat(parts), _joined(caches, layers, self._new_cache())
 
-    def _forward(self, hidden: torch.Tensor, layers: range, row_prompt: list[int], positions: torch.Tensor, cache: Any,
-                 allow_skip: bool, offset: int = 0) -> torch.Tensor:
+    def _forward(self, decoder: nn.Module, hidden: torch.Tensor, layers: range, row_prompt: list[int], positions: torch.Tensor,
+                 cache: Any, allow_skip: bool, offset: int = 0) -> torch.Tensor:
         """One forward of ``layers``; ``offset``: the first of the batch's rows that ``hidden`` holds (for the edits)."""
         from transformers.masking_utils import create_causal_mask
 
@@ -317,12 +345,23 @@ class SharedDecoder:
         mask_2d = self._state.prompt_mask.index_select(0, torch.tensor(row_prompt, device=hidden.device))
         mask = create_causal_mask(config=self.model.config, inputs_embeds=hidden, attention_mask=mask_2d, past_key_values=cache,
                                   position_ids=positions, layer_idx=layers.start, allow_is_causal_skip=allow_skip)
-        rotary = self.decoder.rotary_emb(hidden, position_ids=positions)
+        rotary = decoder.rotary_emb(hidden, position_ids=positions)
         self._offset = offset
         for index in layers:
-            hidden = self.decoder.layers[index](hidden, attention_mask=mask, position_embeddings=rotary, position_ids=positions,
-                                                past_key_values=cache, use_cache=True)
+            hidden = decoder.layers[index](hidden, attention_mask=mask, position_embeddings=rotary, position_ids=positions,
+                                           past_key_values=cache, use_cache=True)
         return hidden
+
+    def _run_sources(self, state: _Batch, positions: torch.Tensor, allow_skip: bool) -> None:
+        """Each patch source on the groups' tokens, up to its highest site; its values there are kept for the patch arms."""
+        if not state.sources:
+            state.sources = [None] * len(self._sources.models)
+        for k, (model, top) in enumerate(zip(self._sources.models, self._sources.tops)):
+            self._sources.reset(k)
+            decoder = model.get_decoder()
+            hidden = decoder.embed_tokens(state.group_input)
+            _, state.sources[k] = self._blocks(hidden, range(0, top + 1), state.group_prompt, positions, state.sources[k], allow_skip, decoder)
+            self._sources.join(k)
 
     def _new_cache(self) -> Any:
         from transformers import DynamicCache
@@ -344,6 +383,10 @@ class SharedDecoder:
             for (hook, layer), fns in by_site.items():
                 assert self.attach is not None
                 stack.callback(self.attach(self.model, hook, layer, self._dispatch(fns)).remove)
+            for k, model in enumerate(self._sources.models):
+                for hook, layer in self._sources.sites[k]:
+                    assert self.attach is not None
+                    stack.callback(self.attach(model, hook, layer, self._sources.capture(k, hook, layer)).remove)
             yield
 
     def _dispatch(self, fns: list[tuple[int, Callable[[torch.Tensor], torch.Tensor]]]) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -357,12 +400,58 @@ class SharedDecoder:
                 if start >= stop:
                     continue
                 part = x[start:stop]
+                if arm in self._sources.lockstep:
+                    assert state.row_group_index is not None
+                    self._sources.fill(arm, state.row_group_index[start + offset:stop + offset])
                 new = site(part)
                 if new is not part:
                     part.copy_(new)
             return x
 
         return fn
+
+
+class _Sources:
+    """The patch sources of the passes: each runs once per group of rows (rows with the same tokens so far see the same
+    source values), and each patch pass's lockstep gets, per forward, its source's values at its units for its rows."""
+
+    def __init__(self, passes: Sequence[SiteEdits | None]) -> None:
+        self.models: list[nn.Module] = []
+        self.sites: list[set[tuple[str, int]]] = []
+        self.lockstep: dict[int, tuple[Any, int]] = {}  # pass -> (its lockstep, its source's index)
+        for number, edits in enumerate(passes):
+            around = edits.around if edits is not None else None
+            if around is None or not isinstance(getattr(around, "sites", None), dict):
+                continue
+            k = next((i for i, m in enumerate(self.models) if m is around.source), len(self.models))
+            if k == len(self.models):
+                self.models.append(around.source)
+                self.sites.append(set())
+            self.sites[k] |= set(around.sites)
+            self.lockstep[number] = (around, k)
+        self.tops = [max(layer for _, layer in sites) for sites in self.sites]
+        self._parts: list[dict[tuple[str, int], list[torch.Tensor]]] = [{} for _ in self.models]
+        self.values: list[dict[tuple[str, int], torch.Tensor]] = [{} for _ in self.models]
+
+    def reset(self, k: int) -> None:
+        self._parts[k] = {site: [] for site in self.sites[k]}
+
+    def capture(self, k: int, hook: str, layer: int) -> Callable[[torch.Tensor], None]:
+        def keep(x: torch.Tensor) -> None:
+            self._parts[k][(hook, layer)].append(x)
+
+        return keep
+
+    def join(self, k: int) -> None:
+        """The slices of one source forward, as one tensor per site (the rows of every group, in order)."""
+        self.values[k] = {site: torch.cat(parts) if len(parts) > 1 else parts[0] for site, parts in self._parts[k].items()}
+        self._parts[k] = {}
+
+    def fill(self, number: int, groups: torch.Tensor) -> None:
+        """Pass ``number``'s lockstep values for the rows whose groups are ``groups``: its units of its source's values."""
+        lockstep, k = self.lockstep[number]
+        lockstep.values = {site: self.values[k][site].index_select(0, groups).index_select(-1, units.to(groups.device))
+                           for site, units in lockstep.sites.items()}
 
 
 def _stats(edits: SiteEdits | None) -> dict[str, int]:

@@ -41,7 +41,7 @@ from core.judges import Judge, make_judge
 from core.models import check_same_tokenizer, load_causal_lm
 from core.rows import group_by_capability, read_test_rows, row_location
 from core.schema import TestRow
-from core.shared_generation import SharedDecoder, unshareable
+from core.shared_generation import SharedDecoder, pass_unshareable, unshareable
 from interventions.arms import ArmStore, fingerprint
 from interventions.config import ABConfig
 from interventions.edits import Edit, site_edits
@@ -261,13 +261,15 @@ class _Runner:
             by_model.setdefault(name, []).append((key, site_edits(self.model(name), edits) if edits else None))
         jobs = []
         for name, passes in by_model.items():
-            shared = [(key, compiled) for key, compiled in passes if compiled is None or compiled.around is None]
+            reasons = {key: pass_unshareable(self.models[name], compiled) for key, compiled in passes}
+            shared = [(key, compiled) for key, compiled in passes if reasons[key] is None]
             reason = unshareable(self.models[name], self.config.do_sample, self.config.backend)
             if reason is not None:
                 self.progress(f"{name} model: {reason}")
                 continue
             if len(shared) < len(passes):
-                self.progress(f"{name} model: {len(passes) - len(shared)} patch pass(es) decode arm by arm (the source runs in lockstep)")
+                self.progress(f"{name} model: {len(passes) - len(shared)} pass(es) decode arm by arm: "
+                              f"{next(why for why in reasons.values() if why)}")
             jobs.append((name, shared))
         self.shared_total = sum(len(shared) for _, shared in jobs) * len(self.rows)
         self.shared_done, self.shared_seconds = 0, 0.0

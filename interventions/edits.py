@@ -324,7 +324,9 @@ def site_edits(model: nn.Module, chosen: Sequence[Edit]) -> SiteEdits:
                 stack.enter_context(context)
             yield
 
-    return SiteEdits(sites, around() if contexts else None, stats)
+    if len(contexts) <= 1:  # a lone context stays itself, so shared decoding can see a patch's lockstep
+        return SiteEdits(sites, contexts[0] if contexts else None, stats)
+    return SiteEdits(sites, around(), stats)
 
 
 @contextmanager

@@ -23,33 +23,39 @@ from interventions.config import ABConfig
 from interventions.edits import Add, Patch, Scale, Set, site_edits
 from interventions.generation import ABGenerator
 from interventions.selection import parse_units
-from probes.hook_points import HOOK_POINTS, attach, width
+from probes.hook_points import attach, width
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module", params=["llama", "chatml", "nobos"])
-def subject(request, tiny_model_dir, chat_bases, chat_data):
-    """(model, tokenizer, rows) of one tiny architecture, on the synthetic test rows."""
+def subject(request, tiny_model_dir, chat_bases, chat_data, tmp_path_factory):
+    """(model, source, tokenizer, rows): one tiny architecture, a perturbed copy (its other checkpoint), the synthetic test rows."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from tests.chat_models import perturbed_copy
+
     directory = tiny_model_dir if request.param == "llama" else chat_bases[request.param]
+    source_dir = perturbed_copy(directory, tmp_path_factory.mktemp(f"shared-{request.param}") / "source", seed=3, scale=0.3)
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
-    return model, AutoTokenizer.from_pretrained(directory), read_test_rows(chat_data / "test.jsonl")[:12]
+    source = AutoModelForCausalLM.from_pretrained(source_dir, dtype=torch.float32).eval()
+    return model, source, AutoTokenizer.from_pretrained(directory), read_test_rows(chat_data / "test.jsonl")[:12]
 
 
-def _edits(model, hook: str) -> list:
+def _edits(model, source, hook: str) -> list:
     w = width(model, hook)
     return [Scale(parse_units(f"1:0-{w // 2}", hook), 0.0), Scale(parse_units(f"2:0-{w // 4}", hook), 0.5),
-            Set(parse_units("2:0-3", hook), (2.0, -1.0, 0.5, 3.0)), Add(hook, 1, tuple(0.5 * (-1) ** i for i in range(w)), 2.0)]
+            Set(parse_units("2:0-3", hook), (2.0, -1.0, 0.5, 3.0)), Add(hook, 1, tuple(0.5 * (-1) ** i for i in range(w)), 2.0),
+            Patch(parse_units(f"1:0-{w - 1}", hook), source=source, source_name="source"),
+            Patch(parse_units(f"2:0-{w // 3}", hook), source=source, source_name="source")]
 
 
-@pytest.mark.parametrize("hook", HOOK_POINTS)
+@pytest.mark.parametrize("hook", ["mlp_post", "resid_post"])  # a block's inner input (pre-hook) and a block's output
 def test_every_arm_decoded_together_equals_the_arm_generated_alone(subject, hook):
-    model, tokenizer, rows = subject
+    model, source, tokenizer, rows = subject
     generator = ABGenerator(model, tokenizer, rows, GenerationConfig(max_new_tokens=10, batch_size=5))
     _stop_early(generator.generator)
-    edits = _edits(model, hook)
+    edits = _edits(model, source, hook)
     alone = [generator.run()] + [generator.run(edit) for edit in edits]
     decoder = SharedDecoder(generator.generator, max_batch_tokens=120, attach=attach)  # prompt passes split into slices of rows
     together = decoder.run([None] + [site_edits(model, [edit]) for edit in edits])
@@ -73,18 +79,18 @@ def _stop_early(generator: Generator) -> None:
 
 
 def test_one_unedited_pass_equals_generate(subject):
-    model, tokenizer, rows = subject
+    model, _, tokenizer, rows = subject
     generator = Generator(model, tokenizer, [r.question for r in rows], GenerationConfig(max_new_tokens=12, batch_size=4))
     assert generate_unedited(generator).ids == generator.run().ids
 
 
 def test_what_cannot_be_shared_says_why(subject):
-    model, _, _ = subject
+    model, _, _, _ = subject
     assert unshareable(model, False, "torch") is None
     assert "sampling" in unshareable(model, True, "torch")
     assert "nnsight" in unshareable(model, False, "nnsight")
     patch = site_edits(model, [Patch(parse_units("1:0-3", "mlp_out"), source=model, source_name="self")])
-    assert "lockstep" in unshareable(model, False, "torch", [patch])
+    assert "source is the patched model itself" in unshareable(model, False, "torch", [patch])
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +127,7 @@ def test_a_shared_ab_run_reports_exactly_what_the_per_arm_run_reports(tiny_pair,
     assert (tmp_path / "shared" / "generations.jsonl").read_bytes() == (tmp_path / "per-arm" / "generations.jsonl").read_bytes()
     assert any(line.startswith("estimated time: about") for line in lines)  # before any generation
     assert any("% of all passes' rows" in line and "left" in line for line in lines)
-    assert any("patch pass(es) decode arm by arm" in line for line in lines)
+    assert not any("decode arm by arm" in line for line in lines)  # the patch arms share the batches too
 
 
 def test_an_interrupted_shared_run_resumes_from_its_finished_batches(tiny_pair, test_file: Path, tmp_path: Path):
