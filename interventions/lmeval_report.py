@@ -1,0 +1,208 @@
+"""The benchmark report of ``probe lmeval``: ``lmeval_report.json``, ``lmeval_report.md`` and ``lmeval_items.jsonl``.
+
+The markdown has one table per edited arm, a row per task (or group), metric and lm-eval
+filter: n, the unedited and edited scores, Δ with its 95% paired bootstrap CI, the exact
+McNemar p where the metric is 0/1 per item, the items whose output changed, and (with
+``--placebo``) where Δ falls among random-unit placebo arms. A 0/1 metric is shown in percent and
+Δ in percentage points; any other metric (perplexity, BLEU) in its own units. No-op warnings are
+printed above the table they qualify. ``lmeval_items.jsonl`` holds, per task, item and filter,
+every pass's metric values and responses, for auditing one item.
+
+:func:`include_in_ab` puts the table into an A/B run's directory: the two report files beside
+``ab_report.json``, and a section appended to ``ab_report.md`` (replaced, not repeated, when the
+same tasks are measured again).
+
+Example:
+    >>> fmt_value(0.625, True), fmt_change(-0.125, True), fmt_value(12.3456, False), fmt_change(0.5, False)
+    ('62.5%', '-12.5 pts', '12.35', '+0.5')
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from core.atomic import write_atomic
+from core.errors import ProbeError
+from interventions.lmeval_compare import Items, MetricRow
+from interventions.report import fmt_p, fmt_percentile
+
+SECTION = "<!-- probe lmeval -->"
+
+
+def fmt_value(x: float | None, binary: bool) -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{100 * x:.1f}%" if binary else f"{x:.4g}"
+
+
+def fmt_change(x: float | None, binary: bool) -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{100 * x:+.1f} pts" if binary else f"{x:+.4g}"
+
+
+@dataclass
+class ArmReport:
+    """One edited pass against the unedited one."""
+
+    name: str
+    label: str
+    edits: list[dict[str, Any]]
+    seconds: float
+    hook_stats: dict[str, int]
+    rows: list[MetricRow]
+    flags: list[str] = field(default_factory=list)  # why a null Δ may be a no-op
+    placebo: dict[str, Any] = field(default_factory=dict)
+    lm_eval_results: dict[str, Any] = field(default_factory=dict)  # lm-eval's own "results" of this pass
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**{f.name: getattr(self, f.name) for f in fields(self) if f.name != "rows"}, "rows": [r.to_dict() for r in self.rows]}
+
+
+@dataclass
+class LMEvalReport:
+    """Everything ``probe lmeval`` measured, JSON-ready."""
+
+    model_dir: str
+    model: str
+    dtype: str
+    device: str
+    lm_eval_version: str
+    tasks: list[str]
+    limit: int | None
+    num_fewshot: int | None
+    neurons: dict[str, Any]
+    baseline: dict[str, Any]  # seconds, lm-eval's own results
+    arms: list[ArmReport]
+    config: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    paths: dict[str, str] = field(default_factory=dict)
+    version: int = 1
+
+    def arm(self, name: str) -> ArmReport:
+        found = [a for a in self.arms if a.name == name]
+        if not found:
+            raise ProbeError(f"no arm {name!r} in this report (arms: {', '.join(a.name for a in self.arms)})")
+        return found[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        body = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "arms"}
+        return {**body, "arms": [a.to_dict() for a in self.arms]}
+
+    @classmethod
+    def load(cls, path: str | Path) -> LMEvalReport:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        names = {f.name for f in fields(MetricRow)}
+        arm_names = {f.name for f in fields(ArmReport)}
+        arms = [ArmReport(**{**{k: v for k, v in a.items() if k in arm_names},
+                             "rows": [MetricRow(**{k: v for k, v in r.items() if k in names}) for r in a["rows"]]}) for a in data["arms"]]
+        own = {f.name for f in fields(cls)}
+        return cls(**{**{k: v for k, v in data.items() if k in own}, "arms": arms})
+
+
+def markdown(report: LMEvalReport, heading: str = "#") -> str:
+    """The report as markdown (``heading`` sets the top level, so it can sit inside an A/B report)."""
+    out = [f"{heading} lm-evaluation-harness before and after the edit", "",
+           f"Model `{report.model_dir}` ({report.model}, {report.dtype}, {report.device}); lm-eval {report.lm_eval_version}; "
+           f"tasks {', '.join(report.tasks)}" + (f"; at most {report.limit} items per task" if report.limit else "")
+           + (f"; {report.num_fewshot}-shot" if report.num_fewshot is not None else "") + ".",
+           "", f"Units: {_units(report.neurons)}. Unedited pass: {report.baseline.get('seconds', float('nan')):.0f} s.", ""]
+    out += [f"**warning:** {w}" for w in report.warnings]
+    for arm in report.arms:
+        out += ["", f"{heading}# {arm.label} ({arm.seconds:.0f} s)", ""]
+        out += [f"**NO-OP WARNING:** {flag}" for flag in arm.flags] + ([""] if arm.flags else [])
+        placebo = bool(arm.placebo.get("n_sets"))
+        head = ["task", "metric", "filter", "n", "before", "after", "Δ", "95% CI", "McNemar p", "changed"] + (["placebo"] if placebo else [])
+        out += ["| " + " | ".join(head) + " |", "|" + "|".join("---" if h in ("task", "metric", "filter") else "---:" for h in head) + "|"]
+        out += ["| " + " | ".join(_cells(row, placebo)) + " |" for row in arm.rows]
+        if placebo:
+            out += ["", f"Placebo: {arm.placebo['n_sets']} sets ({arm.placebo.get('family', '')}, seed {arm.placebo.get('seed')}); "
+                    "the column gives the percentile of Δ among theirs and the empirical two-sided p."]
+    out += ["", "Δ = edited − unedited on the same items; 95% CI: paired bootstrap over items (for a group, within each task); "
+            "McNemar: exact, on the items whose 0/1 score flipped (lost/gained); *changed*: items whose answer of highest "
+            "log-likelihood (multiple choice), generated text, or log-likelihood (scoring tasks) differs from the unedited pass.", ""]
+    return "\n".join(out)
+
+
+def _units(neurons: dict[str, Any]) -> str:
+    if not neurons:
+        return "none (the edit is a vector)"
+    layers = ", ".join(f"{n} in layer {layer}" for layer, n in neurons.get("per_layer", {}).items())
+    return f"{neurons.get('size')} of {neurons.get('hook')} ({layers})"
+
+
+def _cells(row: MetricRow, placebo: bool) -> list[str]:
+    task = f"**{row.task}** (group)" if row.group else row.task
+    p = fmt_p(row.p_value) + f" ({row.discordant_lost}↓ {row.discordant_gained}↑)" if row.p_value is not None else "—"
+    changed = "—" if row.items_changed is None else f"{row.items_changed}/{row.n}"
+    ci = f"[{fmt_change(row.ci_low, row.binary)}, {fmt_change(row.ci_high, row.binary)}]"
+    cells = [task, row.metric, row.filter, str(row.n), fmt_value(row.before, row.binary), fmt_value(row.after, row.binary),
+             fmt_change(row.delta, row.binary), ci, p, changed]
+    if placebo:
+        cells.append(f"{fmt_percentile(row.placebo['percentile'])} (p={fmt_p(row.placebo['p_empirical'])})" if row.placebo else "—")
+    return cells
+
+
+def item_records(base: dict[str, Items], arms: dict[str, dict[str, Items]]) -> list[dict[str, Any]]:
+    """Per task, filter and item: every pass's metric values and filtered responses."""
+    out = []
+    for task, items in sorted(base.items()):
+        for flt, responses in items.responses.items():
+            for doc in sorted(responses):
+                record: dict[str, Any] = {"task": task, "filter": flt, "doc_id": doc, "target": items.targets.get(doc)}
+                for name, passes in {"unedited": base, **arms}.items():
+                    got = passes.get(task, Items())
+                    record[name] = {"response": got.responses.get(flt, {}).get(doc),
+                                    **{m: v.get(doc) for m, v in got.values.get(flt, {}).items()}}
+                out.append(record)
+    return out
+
+
+def write_report(report: LMEvalReport, base: dict[str, Items], arms: dict[str, dict[str, Items]], out_dir: Path) -> LMEvalReport:
+    """Write the three files atomically into ``out_dir``; fills ``report.paths``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report.paths = {"json": str(out_dir / "lmeval_report.json"), "markdown": str(out_dir / "lmeval_report.md"),
+                    "items": str(out_dir / "lmeval_items.jsonl")}
+    lines = [json.dumps(r, ensure_ascii=False, default=_plain) for r in item_records(base, arms)]
+    write_atomic(out_dir / "lmeval_items.jsonl", "\n".join(lines) + "\n")
+    write_atomic(out_dir / "lmeval_report.md", markdown(report))
+    write_atomic(out_dir / "lmeval_report.json", json.dumps(_finite(report.to_dict()), indent=1, default=_plain, allow_nan=False) + "\n")
+    return report
+
+
+def include_in_ab(report: LMEvalReport, ab_dir: Path) -> Path:
+    """Append (or replace) the report's section in ``ab_dir/ab_report.md``; returns that file."""
+    target = ab_dir / "ab_report.md"
+    if not target.is_file():
+        raise ProbeError(f"--ab-report {ab_dir}: no ab_report.md there; give the output directory of `probe intervene`")
+    text = target.read_text(encoding="utf-8")
+    kept = text.split(SECTION)[0].rstrip()
+    files = [Path(report.paths[k]) for k in ("json", "items") if k in report.paths]
+    link = "Files: " + ", ".join(f"`{f.name if f.parent.resolve() == ab_dir.resolve() else f}`" for f in files) + "."
+    write_atomic(target, f"{kept}\n\n{SECTION}\n{markdown(report, heading='##')}\n{link}\n")
+    return target
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and tuples from lm-eval's samples, as JSON values."""
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    return str(value)
+
+
+def _finite(value: Any) -> Any:
+    """NaN and inf as null (strict JSON)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
+
