@@ -52,3 +52,17 @@ def default_max_batch_tokens(device: str, config: Any, dtype_bytes: int, longest
     free = min(torch.cuda.mem_get_info(i)[0] for i in indices)
     budget = int(GPU_MEMORY_FRACTION * free) // activation_bytes_per_token(config, dtype_bytes, longest)
     return max(_ROUND, min(MAX_USEFUL_BATCH_TOKENS, budget // _ROUND * _ROUND))
+
+
+CPU_CACHE_BYTES = 2 * 2**30  # shared generation's key/value caches on a CPU: a laptop keeps room for everything else
+GPU_CACHE_FRACTION = 0.25  # of the free GPU memory, after the model is loaded
+
+
+def default_cache_bytes(device: str) -> int:
+    """How many bytes of key/value cache shared generation may hold at once on ``device``."""
+    if not device.startswith("cuda"):
+        return CPU_CACHE_BYTES
+    import torch
+
+    index = torch.device(device).index or 0
+    return max(_ROUND * 2**20, int(GPU_CACHE_FRACTION * torch.cuda.mem_get_info(index)[0]))

@@ -15,7 +15,9 @@ of one model together, batch of prompts by batch of prompts:
 * **finished rows** (a stop token, or ``max_new_tokens``) leave the batch; their rows and groups are
   dropped from the caches once an eighth of the rows have finished.
 * **budget.** Multi-token forwards (the prompt pass) run in slices of rows of at most the token
-  budget of :func:`core.budget.default_max_batch_tokens`; their caches are joined afterwards.
+  budget of :func:`core.budget.default_max_batch_tokens`; their caches are joined afterwards. When
+  the rows' caches would pass :func:`core.budget.default_cache_bytes`, the passes decode a batch of
+  prompts in groups of arms (:meth:`SharedDecoder.arm_chunks`), each running the shared blocks once.
 
 Decoding reproduces ``generate``'s greedy path: the generator's batches, left padding, positions
 from the attention mask, masks built by the model's own ``create_causal_mask``, float32 argmax of
@@ -49,7 +51,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
-from core.budget import default_max_batch_tokens
+from core.budget import default_cache_bytes, default_max_batch_tokens
 from core.generation import Generations, Generator
 
 
@@ -136,6 +138,7 @@ class _Batch:
     upper: Any = None  # DynamicCache of the fork layer and above, one row per row
     sources: list[Any] = field(default_factory=list)  # per patch source: DynamicCache of its blocks up to its top site, per group
     row_group_index: torch.Tensor | None = None  # row_group as a tensor, for the forward running now
+    source_needed: set[int] = field(default_factory=set)  # the patch sources these arms read
     spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # arm -> its rows
 
 
@@ -150,6 +153,8 @@ class SharedDecoder:
         longest = max(len(p) for p in generator.prompts) + generator.config.max_new_tokens
         dtype_bytes = next(self.model.parameters()).element_size()
         self.max_batch_tokens = max_batch_tokens or default_max_batch_tokens(str(generator.device), self.model.config, dtype_bytes, longest)
+        self.max_cache_bytes = default_cache_bytes(str(generator.device))
+        self._element_size = dtype_bytes
         self._passes: list[SiteEdits | None] = []
         self._state: _Batch | None = None
         self._sources = _Sources([])
@@ -222,15 +227,39 @@ class SharedDecoder:
     # --- one batch of prompts ---------------------------------------------------------------------
 
     @torch.no_grad()
+    def arm_chunks(self, n_prompts: int, longest: int) -> list[list[int]]:
+        """The passes in groups whose rows' caches fit :func:`core.budget.default_cache_bytes` together (each group
+        decodes a batch of prompts on its own; the blocks below the fork run once per group)."""
+        config = self.model.config
+        heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
+        head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+        upper = self.total - self.fork_layer(self._passes)
+        per_row = max(1, upper) * 2 * heads * head_dim * (longest + self.generator.config.max_new_tokens) * self._element_size
+        per_chunk = max(1, self.max_cache_bytes // (per_row * n_prompts))
+        arms = list(range(len(self._passes)))
+        return [arms[i:i + per_chunk] for i in range(0, len(arms), per_chunk)]
+
     def _decode(self, batch: Sequence[int]) -> tuple[list[list[list[int]]], list[int]]:
+        tokens: list[list[list[int]]] = []
+        broken: list[int] = []
+        for arms in self.arm_chunks(len(batch), len(self.generator.prompts[batch[-1]])):
+            chunk_tokens, chunk_broken = self._decode_arms(batch, arms)
+            tokens += chunk_tokens
+            broken += chunk_broken
+        return tokens, broken
+
+    def _decode_arms(self, batch: Sequence[int], arms: list[int]) -> tuple[list[list[list[int]]], list[int]]:
+        """Decode the passes ``arms`` on one batch of prompts; their tokens and broken-logit counts in ``arms`` order."""
         input_ids, mask = self.generator.padded(batch)
-        n_arms, n_prompts = len(self._passes), len(batch)
-        fork = self.fork_layer(self._passes)
+        n_arms, n_prompts = len(arms), len(batch)
+        local = {arm: k for k, arm in enumerate(arms)}
+        fork = self.fork_layer([self._passes[a] for a in arms])
         positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
         state = self._state = _Batch(
-            prompt_mask=mask, last_position=positions[:, -1], row_arm=[a for a in range(n_arms) for _ in range(n_prompts)],
+            prompt_mask=mask, last_position=positions[:, -1], row_arm=[a for a in arms for _ in range(n_prompts)],
             row_prompt=list(range(n_prompts)) * n_arms, row_group=list(range(n_prompts)) * n_arms, row_alive=[True] * (n_arms * n_prompts),
             group_prompt=list(range(n_prompts)), group_input=input_ids, tokens=[[[] for _ in range(n_prompts)] for _ in range(n_arms)])
+        state.source_needed = {self._sources.lockstep[a][1] for a in arms if a in self._sources.lockstep}
         self._set_spans(state)
         broken = [0] * n_arms
         allow_skip = bool(mask.all())  # generate's own mask decision for this batch: no padding, no mask
@@ -251,7 +280,7 @@ class SharedDecoder:
             for row, (token, is_bad) in enumerate(zip(chosen, bad)):
                 if not state.row_alive[row]:
                     continue
-                arm, prompt = state.row_arm[row], state.row_prompt[row]
+                arm, prompt = local[state.row_arm[row]], state.row_prompt[row]
                 broken[arm] += int(is_bad)
                 if token in stop:
                     state.row_alive[row] = False
@@ -357,6 +386,8 @@ class SharedDecoder:
         if not state.sources:
             state.sources = [None] * len(self._sources.models)
         for k, (model, top) in enumerate(zip(self._sources.models, self._sources.tops)):
+            if k not in state.source_needed:
+                continue
             self._sources.reset(k)
             decoder = model.get_decoder()
             hidden = decoder.embed_tokens(state.group_input)

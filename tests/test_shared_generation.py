@@ -64,6 +64,10 @@ def test_every_arm_decoded_together_equals_the_arm_generated_alone(subject, hook
     for a, t in zip(alone[1:], together[1:]):
         assert {k: t.hook_stats[k] for k in ("values_seen", "values_changed")} == {k: a.hook_stats[k] for k in ("values_seen", "values_changed")}
     assert any(g.ids != alone[0].ids for g in alone[1:]), "some arm must fork from the baseline for the test to mean anything"
+    if hook == "mlp_post":  # caches over any budget: each arm decodes a batch on its own
+        decoder = SharedDecoder(generator.generator, max_batch_tokens=120, attach=attach)
+        decoder.max_cache_bytes = 1
+        assert [g.ids for g in decoder.run([None] + [site_edits(model, [edit]) for edit in edits])] == [g.ids for g in alone]
     assert 0 < sum(len(ids) < 10 for g in alone for ids in g.ids) < sum(len(g.ids) for g in alone), "some rows stop early, some do not"
 
 
