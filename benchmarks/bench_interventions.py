@@ -118,7 +118,7 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
     print(f"arm by arm (generate): {per_arm_seconds:7.1f} s, peak memory +{memory_per_arm.mib:.0f} MiB")
     print(f"shared batches:        {shared_seconds:7.1f} s, peak memory +{memory_shared.mib:.0f} MiB "
           f"(estimated before generating: {estimate:.0f} s)")
-    print(f"speed-up: {speedup:.2f}x; ceiling for this configuration {ceiling:.2f}x (fork at block {decoder.fork_layer(compiled)}); "
+    print(f"speed-up: {speedup:.3f}x; ceiling for this configuration {ceiling:.2f}x (fork at block {decoder.fork_layer(compiled)}); "
           f"reached {speedup / ceiling:.0%}")
     differing = [(key, row) for (key, _, _), a, b in zip(passes, per_arm, shared) for row, (x, y) in enumerate(zip(a.ids, b.ids)) if x != y]
     tokens = sum(len(g.ids[row]) for g in per_arm for row in range(len(g.ids)))

@@ -4,7 +4,8 @@ The pipeline, in order:
 
 1. resolve the model dir and data file (from the run, or explicit overrides), pick the
    rows (target capability first, then the others as collateral; ``limit`` rows per
-   capability, interleaved by task so a small limit still covers every task);
+   capability and at most ``collateral_rows`` of each other one, interleaved by task so a
+   small limit still covers every task);
 2. resolve the neuron set (file, top K of the run's ranking, or an explicit list) and
    check it against the model;
 3. plan the arms of every ``--edit`` recipe (:mod:`interventions.recipes`: scale with its
@@ -144,7 +145,8 @@ def select_rows(rows: list[TestRow], config: ABConfig) -> tuple[list[int], dict[
         for index, row in groups[cap]:
             by_task.setdefault(row.task, []).append(index)
         interleaved = [i for group in zip_longest(*by_task.values()) for i in group if i is not None]
-        chosen[cap] = interleaved[: config.limit] if config.limit else interleaved
+        limits = [n for n in (config.limit, None if cap == config.target else config.collateral_rows) if n is not None]
+        chosen[cap] = interleaved[: min(limits)] if limits else interleaved
     if not chosen[config.target]:
         raise ProbeError(f"{config.data_file or 'the data file'}: no rows for capability {config.capability!r}")
     unique = sorted({i for indices in chosen.values() for i in indices})

@@ -58,7 +58,7 @@ class ABConfig:
     judge_timeout: Annotated[float, Range(0.001, 3600)] | None = None  # LLM judge: seconds per request, retries, first backoff (None: the client's defaults)
     judge_retries: Annotated[int, Range(0, 100)] | None = None
     judge_backoff: Annotated[float, Range(0, 600)] | None = None
-    max_new_tokens: Annotated[int, POSITIVE] = 64
+    max_new_tokens: Annotated[int, POSITIVE] = 32  # with 160 rows and 20 placebos, what a 2-core laptop can afford (docs/interventions.md)
     batch_size: Annotated[int, POSITIVE] = 16
     do_sample: bool = field(default=False, metadata={"flag": "--sample"})
     temperature: Annotated[float, TEMPERATURE] = 1.0
@@ -70,6 +70,7 @@ class ABConfig:
     max_batch_tokens: Annotated[int, POSITIVE] | None = None  # shared engine: padded tokens per prompt-pass forward (default: the device's)
     limit: Annotated[int, POSITIVE] | None = None  # rows per capability
     collateral: bool = True  # score the other capabilities too
+    collateral_rows: Annotated[int, NON_NEGATIVE] | None = 16  # rows per other capability (None: as many as --limit allows)
     n_bootstrap: Annotated[int, Range(100)] = field(default=10_000, metadata={"flag": "--bootstrap"})
     model_dir: str | Path | None = None  # overrides the run's model dir (no run: default pair)
     source_dir: str | Path | None = None  # the other model of the pair, the patch source (default: the run's)

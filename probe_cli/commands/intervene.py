@@ -54,7 +54,7 @@ def intervene(
     judge_timeout: Optional[float] = typer.Option(None, "--judge-timeout", help="LLM judge: seconds per request before a retry (default 60)."),
     judge_retries: Optional[int] = typer.Option(None, "--judge-retries", help="LLM judge: retries after the first attempt (default 4)."),
     judge_backoff: Optional[float] = typer.Option(None, "--judge-backoff", help="LLM judge: first wait between retries, doubling (default 1 s)."),
-    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Tokens generated per prompt. Default: 64."),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Tokens generated per prompt. Default: 32."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Prompts per generation batch. Default: 16."),
     sample: Optional[bool] = typer.Option(None, "--sample/--greedy", help="Seeded sampling instead of greedy decoding (same seed in every arm). Default: greedy."),
     temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature (with --sample). Default: 1.0."),
@@ -66,6 +66,7 @@ def intervene(
     max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens", help="Shared engine: padded tokens per prompt-pass forward. Default: the device's (2048 on CPU)."),
     limit: Optional[int] = typer.Option(None, "--limit", help="At most N rows per capability (interleaved across tasks)."),
     collateral: Optional[bool] = typer.Option(None, "--collateral/--no-collateral", help="Score the other capabilities too. Default: on."),
+    collateral_rows: Optional[int] = typer.Option(None, "--collateral-rows", help="Rows of each other capability scored as collateral (interleaved across tasks). Default: 16."),
     model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Model to intervene on (default: the run's --model, or the embedded default pair's)."),
     source_dir: Optional[Path] = typer.Option(None, "--source-dir", help="The other model of the pair, the source of --edit patch (default: the run's, or the default pair's)."),
     data: Optional[Path] = typer.Option(None, "--data", help="Test rows JSONL (default: the run's data file, or the default pair's test split)."),
@@ -88,7 +89,7 @@ def intervene(
         doses=parse_factors(dose) if dose is not None else None, positive_control=control, placebo=placebo, seed=seed, judge=judge,
         judge_base_url=judge_base_url, judge_model=judge_model, judge_timeout=judge_timeout, judge_retries=judge_retries,
         judge_backoff=judge_backoff, max_new_tokens=max_new_tokens, batch_size=batch_size, do_sample=sample, temperature=temperature,
-        dtype=dtype, device=device, backend=backend, engine=engine, max_batch_tokens=max_batch_tokens, limit=limit, collateral=collateral, model_dir=model_dir, data_file=data,
+        dtype=dtype, device=device, backend=backend, engine=engine, max_batch_tokens=max_batch_tokens, limit=limit, collateral=collateral, collateral_rows=collateral_rows, model_dir=model_dir, data_file=data,
         source_dir=source_dir, out_dir=out,
     )
     config = build_config(ABConfig, config_file, flags)
