@@ -16,12 +16,15 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated
 
 from core.config_file import NON_NEGATIVE, POSITIVE, SEED, OptionError, Range, typed_config
 from core.errors import ProbeError
 
-METRICS: tuple[str, ...] = ("topk_count", "mean_diff", "effect_size")
+METRICS: tuple[str, ...] = ("topk_count", "mean_diff", "effect_size", "attribution")  # attribution: analysis.attribution_maps
+ATTRIBUTION_MS: tuple[str, ...] = ("reference_logprob", "dpo_margin")  # probes.attribution.M_CHOICES
+ATTRIBUTION_POSITIONS: tuple[str, ...] = ("all", "response")
 NORMALIZATIONS: tuple[str, ...] = ("samples", "width")
 RULES: tuple[str, ...] = ("top_k_abs", "fdr")
 TESTS: tuple[str, ...] = ("t", "wilcoxon")  # paired tests of mean_diff/effect_size (analysis.stats)
@@ -51,9 +54,14 @@ class AnalysisConfig:
     top_units: Annotated[int, POSITIVE] = field(default=20, metadata={"flag": None})
     stability_resamples: Annotated[int, NON_NEGATIVE] = 20  # 0 disables the bootstrap
     stability_seed: Annotated[int, SEED] = field(default=0, metadata={"flag": None})
+    attribution_m: str = "reference_logprob"  # --metric attribution: the metric m whose change is attributed
+    attribution_positions: str = "all"
+    attribution_rows: Annotated[int, POSITIVE] = 256  # dpo_margin: pairs per capability
+    dpo_data: Path | None = None  # dpo_margin: the DPO pairs (default: the run's --responses, or its DPO --data)
 
     def __post_init__(self) -> None:
-        for name, allowed in (("metric", METRICS), ("normalize", NORMALIZATIONS), ("rule", RULES), ("test", TESTS)):
+        for name, allowed in (("metric", METRICS), ("normalize", NORMALIZATIONS), ("rule", RULES), ("test", TESTS),
+                              ("attribution_m", ATTRIBUTION_MS), ("attribution_positions", ATTRIBUTION_POSITIONS)):
             if getattr(self, name) not in allowed:
                 raise OptionError(name, f"one of {', '.join(allowed)}", getattr(self, name))
         if self.normalize == "width" and self.metric != "topk_count":

@@ -117,17 +117,27 @@ def read_window(run: RunReader, model: str, capability: str, hook: str, layers: 
     return run.read(model, capability, hook, np.s_[:n, positions, :])
 
 
-def compute_maps(run: RunReader, capability: str, hook: str, layers: Window | list[int], config: AnalysisConfig) -> MetricMaps:
-    """The maps of ``config.metric`` for one capability and hook over ``layers`` (a :class:`Window` is kept on the maps)."""
+def compute_maps(run: RunReader, capability: str, hook: str, layers: Window | list[int], config: AnalysisConfig,
+                 models: tuple[str, str] = ("sft", "dpo")) -> MetricMaps:
+    """The maps of ``config.metric`` for one capability and hook over ``layers`` (a :class:`Window` is kept on the maps).
+
+    ``models``: (before, after); ``("base", "sft")`` gives the SFT − base maps of a run recorded with ``--base``
+    (:mod:`analysis.base_compare`), whose ``sft``/``dpo`` arrays then hold base and SFT.
+    """
+    if config.metric == "attribution":
+        from analysis.attribution_maps import attribution_maps
+
+        return attribution_maps(run, capability, hook, layers, config)
     window = layers if isinstance(layers, Window) else None
     layers = list(window.layers) if window is not None else list(layers)
     n = run.n_samples(capability)
     if n == 0:
         raise ProbeError(f"{run.path}: capability {capability!r} has no complete samples; nothing to analyse")
-    sft = read_window(run, "sft", capability, hook, layers)
-    dpo = read_window(run, "dpo", capability, hook, layers)
+    sft = read_window(run, models[0], capability, hook, layers)
+    dpo = read_window(run, models[1], capability, hook, layers)
     if sft.shape != dpo.shape:
-        raise ProbeError(f"{run.path}: sft and dpo activations of {capability}/{hook} differ in shape: {sft.shape} vs {dpo.shape}")
+        raise ProbeError(f"{run.path}: {models[0]} and {models[1]} activations of {capability}/{hook} differ in shape: "
+                         f"{sft.shape} vs {dpo.shape}")
     resamples = Resamples.draw(n, config.stability_resamples, config.stability_seed)
     per_layer = _topk_layer if config.metric == "topk_count" else _paired_layer
     rows = map_layers(lambda i: per_layer(sft[:, i, :], dpo[:, i, :], config, resamples), len(layers))
@@ -139,6 +149,8 @@ def compute_maps(run: RunReader, capability: str, hook: str, layers: Window | li
         settings.update(top_percent=config.top_percent, k=k_for(width, config.top_percent), normalize=config.normalize, test="mcnemar_exact")
     else:
         settings.update(test=config.test)
+    if models != ("sft", "dpo"):
+        settings["models"] = list(models)
     return MetricMaps(capability, hook, config.metric, layers, sft_map, dpo_map, delta, pvalues, bh_qvalues(pvalues), n, settings,
                       layer_rms=rms.T, window=window, resampled_scores=resampled if resamples.n_resamples else None)
 

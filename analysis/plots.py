@@ -35,8 +35,9 @@ from core.capabilities import parse_capability
 from core.errors import ProbeError
 
 _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
-_VALUE_LABEL = {"topk_count": "count in top k%", "mean_diff": "mean activation", "effect_size": "mean activation"}
-_DELTA_LABEL = {"topk_count": "Δ count", "mean_diff": "Δ mean", "effect_size": "d_z"}
+_VALUE_LABEL = {"topk_count": "count in top k%", "mean_diff": "mean activation", "effect_size": "mean activation",
+                "attribution": "mean activation"}
+_DELTA_LABEL = {"topk_count": "Δ count", "mean_diff": "Δ mean", "effect_size": "d_z", "attribution": "est. Δm (SFT value)"}
 _TITLE_ROOM = {"t": 120}  # a title and its window subtitle above the first panel's own title
 
 

@@ -8,6 +8,8 @@ writes into ``RUN_DIR/analysis/`` (or ``out_dir``)::
     summary.json                          per capability × hook: the window used and why, top layers (and how stable
                                           their ranking is under a bootstrap of the prompts) and units; settings, warnings
     maps_<metric>.h5                      /{capability}/{hook}/{sft,dpo,delta,pvalues,qvalues,layers}
+    maps_<metric>_sft_minus_base.h5       the same for SFT − base, in a run recorded with --base (analysis.base_compare);
+                                          the overlap and correlation with DPO − SFT are ``base`` in summary.json
     neurons_<capability>_<hook>.json      the selected neuron set (analysis.neuron_sets format)
     plots/<capability>_<hook>_<metric>_maps.html|png, ..._profile.html|png, all_<hook>_<metric>.html|png
     plots/plotly.min.js                   shared by the HTML files (offline)
@@ -27,10 +29,11 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import analysis.plots as plots_module
+from analysis.base_compare import BaseComparison, compare_maps
 from analysis.config import AnalysisConfig
 from analysis.maps import MetricMaps, compute_maps, save_maps
 from analysis.plots import faceted_figure, maps_figure, profile_figure, write_figures
@@ -58,6 +61,8 @@ class AnalysisResult:
     plots: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     stability: dict[tuple[str, str], LayerStability] = field(default_factory=dict)
+    base_maps: dict[tuple[str, str], MetricMaps] = field(default_factory=dict)  # SFT − base, in a run recorded with --base
+    base_comparison: dict[tuple[str, str], BaseComparison] = field(default_factory=dict)
 
 
 def analyze_run(
@@ -81,6 +86,10 @@ def analyze_run(
     stability_resamples: int = AnalysisConfig.stability_resamples,
     stability_seed: int = AnalysisConfig.stability_seed,
     top_units: int = AnalysisConfig.top_units,
+    attribution_m: str = AnalysisConfig.attribution_m,
+    attribution_positions: str = AnalysisConfig.attribution_positions,
+    attribution_rows: int = AnalysisConfig.attribution_rows,
+    dpo_data: str | Path | None = AnalysisConfig.dpo_data,
 ) -> AnalysisResult:
     """Analyse a recorded run; see the module docstring for the files written.
 
@@ -94,6 +103,8 @@ def analyze_run(
         metric=metric, top_percent=top_percent, layers=layers, normalize=normalize, top_k=top_k,
         fdr_alpha=fdr_alpha, rule=rule, threshold=threshold, test=test, reorder=reorder,
         stability_resamples=stability_resamples, stability_seed=stability_seed, top_units=top_units,
+        attribution_m=attribution_m, attribution_positions=attribution_positions, attribution_rows=attribution_rows,
+        dpo_data=Path(dpo_data) if dpo_data is not None else None,
     )
     if plots and png is True and not plots_module.chromium_available():
         raise ProbeError("--png: PNG export needs Chromium (kaleido renders with it); install it (`make chromium`) or pass --no-png")
@@ -110,7 +121,12 @@ def analyze_run(
                 window = resolve_window(config.layers, n_model, run.layers(cap, hook))
                 warnings.extend(n for n in window.warnings if n not in warnings)
                 all_maps[(cap, hook)] = compute_maps(run, cap, hook, window, config)
+        base_maps = _base_maps(run, all_maps, config)
     result = AnalysisResult(None, target, target / "summary.json", target / f"maps_{config.metric}.h5", all_maps, warnings=warnings)
+    result.base_maps = base_maps
+    result.base_comparison = {key: replace(compare_maps(maps, all_maps[key], config.top_k, seed=config.stability_seed),
+                                           sft_minus_base_maps=_base_maps_name(config))
+                              for key, maps in base_maps.items()}
     if config.stability_resamples:
         result.stability = {key: _stability(maps, config) for key, maps in all_maps.items()}
     try:
@@ -126,11 +142,26 @@ def _write_set(result: AnalysisResult, config: AnalysisConfig, run_dir: str, has
                png: bool | None, plots: bool) -> None:
     """Every output, written below ``staged.folder``; :func:`core.atomic.file_set` moves them into place together."""
     save_maps(list(result.maps.values()), staged.folder / result.maps_path.name)
+    if result.base_maps:
+        save_maps(list(result.base_maps.values()), staged.folder / _base_maps_name(config))
     _write_neuron_sets(result, config, run_dir, hashes, staged)
     if plots:
         _write_plots(result, config, png, staged.folder)
     result.summary = _summary(result, config, run_dir, hashes)
     result.summary.save(staged.folder / result.summary_path.name)
+
+
+def _base_maps_name(config: AnalysisConfig) -> str:
+    return f"maps_{config.metric}_sft_minus_base.h5"
+
+
+def _base_maps(run: RunReader, maps: dict[tuple[str, str], MetricMaps], config: AnalysisConfig) -> dict[tuple[str, str], MetricMaps]:
+    """SFT − base maps over the same windows, when the run recorded a base (not for attribution: it ranks DPO units only)."""
+    if "base" not in run.models() or config.metric == "attribution":
+        return {}
+    plain = replace(config, stability_resamples=0)
+    return {(cap, hook): compute_maps(run, cap, hook, m.window or m.layers, plain, models=("base", "sft"))
+            for (cap, hook), m in maps.items() if hook in run.hooks(cap, "base")}
 
 
 def _capabilities(run: RunReader, names: str | list[str] | tuple[str, ...] | None) -> list[str]:
@@ -225,6 +256,7 @@ def _summary(result: AnalysisResult, config: AnalysisConfig, run_dir: str, hashe
             top_layers=layer_profile(maps, config.fdr_alpha), top_units=top_units(maps, config.top_units), settings=maps.settings,
             window=maps.window, stability=result.stability.get((cap, hook)), neuron_set=neuron_set.name if neuron_set else None,
             plots=sorted(p.name for p in result.plots if p.name.startswith(f"{cap}_{hook}_")),
+            base=result.base_comparison.get((cap, hook)),
         )
     return AnalysisSummary(run_dir=run_dir, metric=config.metric, settings=asdict(config), model_hashes=hashes,
                            maps=result.maps_path.name, warnings=list(result.warnings), capabilities=per_cap)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from analysis.base_compare import BaseComparison
 from analysis.stability import LayerStability
 from analysis.window import Window
 from core.errors import ProbeError
@@ -47,6 +48,7 @@ class HookSummary:
     stability: LayerStability | None = None
     neuron_set: str | None = None
     plots: list[str] = field(default_factory=list)
+    base: BaseComparison | None = None  # SFT − base against DPO − SFT, in a run recorded with --base
 
     def top_layer_numbers(self) -> list[int]:
         return [int(row["layer"]) for row in self.top_layers]
@@ -58,6 +60,7 @@ class HookSummary:
             "n_units": self.n_units, "n_significant": self.n_significant, "share_significant": self.share_significant,
             "top_layers": self.top_layers, "stability": self.stability.to_dict() if self.stability else None,
             "top_units": self.top_units, "neuron_set": self.neuron_set, "plots": self.plots, "settings": self.settings,
+            **({"base": self.base.to_dict()} if self.base else {}),
         }
 
     @classmethod
@@ -69,6 +72,7 @@ class HookSummary:
             window=Window.from_dict(body["window"]) if body.get("window") else None,
             stability=LayerStability.from_dict(body["stability"]) if body.get("stability") else None,
             neuron_set=body.get("neuron_set"), plots=list(body.get("plots") or []),
+            base=BaseComparison.from_dict(body["base"]) if body.get("base") else None,
         )
 
 

@@ -12,7 +12,15 @@
    every position kept), a reported ratio, no target, at two prompt lengths (~270 and ~780
    tokens);
 4. peak RSS of ``record_run`` in a fresh subprocess for N and 10N prompts (target <= +20%);
-5. the cost of HDF5's fletcher32 checksum on activation-shaped data (write, read, size).
+5. the cost of HDF5's fletcher32 checksum on activation-shaped data (write, read, size);
+6. issue 25 (``--part 6``, needs ``--sft/--dpo/--data``, and ``--base`` for the three-model figure): whole
+   ``record_run`` calls on one capability, one each: last-token vs ``response_mean`` recording (target <= 3x),
+   two vs three models on the response tokens (target <= 1.6x), and the attribution pass
+   (``probes.attribution.attribute_run``, m = reference_logprob, all positions) vs the two-model response
+   recording (target <= 2x); ``--keep DIR`` keeps the run dirs (then ``probe analyze DIR/response_mean_3_models``):
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_probes.py --part 6 --sft $PAIR/sft --dpo $PAIR/dpo \
+        --base $PROBE_HOME/bases/smollm2-135m-instruct --data $PAIR/data/test.jsonl
 
 Without ``--sft/--dpo`` it builds a tiny random 32-layer Llama pair (hidden 64, MLP 256) in a
 temp dir; the prompts are synthetic RoleMRC-shaped multi-turn rows. ``--data FILE
@@ -391,6 +399,45 @@ def bench_checksum(tmp: Path, rows: int = 512, layers: int = 20, width: int = 20
               f"{path.stat().st_size / 2**20:.1f} MiB for {values.nbytes / 2**20:.0f} MiB of float16")
 
 
+def bench_issue25(args: argparse.Namespace, tmp: Path) -> None:
+    """Part 6 (see the module doc): one timed call each, figures and PASS/FAIL printed, nothing asserted."""
+    from probes.attribution import attribute_run
+    from probes.config import RecordConfig
+    from probes.recording import record_run
+
+    def record(name: str, **extra: Any) -> tuple[float, Path]:
+        out = tmp / name.replace(", ", "_").replace(" ", "_")
+        started = time.perf_counter()
+        result = record_run(RecordConfig(sft_dir=args.sft, dpo_dir=args.dpo, data_file=args.data, capabilities=args.capability,
+                                         out_dir=out, device=args.device, dtype=args.dtype, **extra), progress=False)
+        seconds = time.perf_counter() - started
+        print(f"  {name:<28} {seconds:7.1f} s  ({sum(result.counts.values())} prompts, {'+'.join(['sft', 'dpo'] + (['base'] if extra.get('base_dir') else []))})")
+        return seconds, out
+
+    def verdict(ratio: float, target: float) -> str:
+        return f"{ratio:.2f}x (target <= {target}x): {'PASS' if ratio <= target else 'FAIL'}"
+
+    print(f"== 6. issue 25: response tokens, a third model, attribution ({args.capability}, {args.device}, "
+          f"{torch_threads()} torch threads)")
+    t_last, _ = record("last-token, 2 models", position="last")
+    t_resp, resp_dir = record("response_mean, 2 models", position="response_mean")
+    print(f"  response_mean / last-token recording: {verdict(t_resp / t_last, 3.0)}")
+    if args.base is not None:
+        t_three, resp_dir = record("response_mean, 3 models", position="response_mean", base_dir=args.base)
+        print(f"  three-model / two-model recording: {verdict(t_three / t_resp, 1.6)}")
+    started = time.perf_counter()
+    attribute_run(resp_dir, m="reference_logprob", device=args.device)
+    t_attr = time.perf_counter() - started
+    print(f"  attribution pass (reference_logprob, all positions): {t_attr:.1f} s")
+    print(f"  attribution / one response recording pass: {verdict(t_attr / t_resp, 2.0)}")
+
+
+def torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def _ints(text: str, sep: str = ",") -> list[int]:
     return [int(part) for part in text.split(sep)]
 
@@ -422,6 +469,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--reference-words", type=lambda t: [tuple(_ints(r, "-")) for r in t.split(",")],
                         default=[(150, 200), (480, 860)], help="passage words of part 3's two prompt lengths")
     parser.add_argument("--skip-rss", action="store_true")
+    parser.add_argument("--part", type=int, choices=(6,), help="run only this part (6: issue 25's budgets)")
+    parser.add_argument("--base", type=Path, help="part 6: the base model, for the three-model figure")
+    parser.add_argument("--keep", type=Path, help="part 6: record into this folder and keep the run dirs")
     parser.add_argument("--quick", action="store_true", help="64 prompts, 1 repeat, 4 reference prompts, RSS at 16/160 prompts")
     args = parser.parse_args()
     if args.quick:
@@ -435,6 +485,16 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
+    if args.part == 6:
+        if not (args.sft and args.data):
+            print("--part 6 needs --sft, --dpo and --data", file=sys.stderr)
+            return 2
+        if args.keep is not None:  # the run dirs stay, e.g. for `probe analyze` of the three-model run afterwards
+            bench_issue25(args, args.keep)
+            return 0
+        with tempfile.TemporaryDirectory(prefix="bench_probes_") as tmp_name:
+            bench_issue25(args, Path(tmp_name))
+        return 0
     with tempfile.TemporaryDirectory(prefix="bench_probes_") as tmp_name:
         tmp = Path(tmp_name)
         sft = dpo = None

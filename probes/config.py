@@ -27,8 +27,9 @@ from core.errors import ProbeError
 from probes.backends.base import DRIVERS
 from probes.batching import DEFAULT_BATCH_SIZE
 from probes.hook_points import HOOK_POINTS, validate_hook
+from probes.responses import RESPONSES, is_response_position
 
-POSITIONS: tuple[str, ...] = ("last", "mean")
+POSITIONS: tuple[str, ...] = ("last", "mean", "response_mean", "response_last")  # response_*: probes.responses
 BACKENDS: tuple[str, ...] = tuple(DRIVERS)
 COMPUTE_DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
 STORE_DTYPES: tuple[str, ...] = ("float16", "float32")
@@ -92,7 +93,10 @@ class RecordConfig:
     spec string (``"12-31"``) or a list of indices, checked against the model later.
     ``device`` None picks ``cuda`` when available, else ``cpu``; ``"auto"`` spreads a large
     model over the visible GPUs (``device_map="auto"``). ``dtype="auto"`` is float32 on CPU
-    and bfloat16 elsewhere. A batch holds at most ``batch_size`` prompts and, padded, at most
+    and bfloat16 elsewhere. ``position`` ``response_mean``/``response_last`` teacher-force ``response`` (the test
+    row's reference, or a DPO pair's chosen/rejected reply from ``responses_file`` or a DPO ``data_file``) after each
+    prompt and read its tokens (:mod:`probes.responses`). ``base_dir``: the model the SFT started from, recorded too,
+    on the same tokens and batches, as model ``base``. A batch holds at most ``batch_size`` prompts and, padded, at most
     ``max_batch_tokens`` tokens (None: derived from the device, see :mod:`probes.batching`). ``out_dir`` None makes a new ``runs/<timestamp>_<capabilities>``.
     """
 
@@ -103,6 +107,9 @@ class RecordConfig:
     hooks: str | list[str] | tuple[str, ...] = field(default=("mlp_out",), metadata={"flag": "--hook"})
     layers: str | list[_LAYER] | tuple[_LAYER, ...] | None = None
     position: str = "last"
+    response: str = "reference"  # which response a response_* position teacher-forces (probes.responses)
+    responses_file: Path | None = field(default=None, metadata={"flag": "--responses"})
+    base_dir: Path | None = field(default=None, metadata={"flag": "--base"})  # a third model, recorded on the same tokens
     backend: str = "torch"
     batch_size: Annotated[int, POSITIVE] = DEFAULT_BATCH_SIZE
     max_batch_tokens: Annotated[int, Range(1, MAX_BATCH_TOKENS)] | None = None
@@ -119,6 +126,10 @@ class RecordConfig:
         self.hooks = _hooks(self.hooks)
         self.layers = _layers(self.layers)
         self.position = _choice(self.position, POSITIONS, "position")
+        self.response = _choice(self.response, RESPONSES, "response")
+        if not is_response_position(self.position) and (self.response != "reference" or self.responses_file is not None):
+            raise OptionError("response", message=f"--response and --responses apply to --position response_mean or response_last, "
+                                                  f"not {self.position}")
         self.backend = _choice(self.backend, BACKENDS, "backend")
         self.dtype = _choice(self.dtype, COMPUTE_DTYPES, "dtype")
         self.store_dtype = _choice(self.store_dtype, STORE_DTYPES, "store_dtype")
@@ -126,16 +137,18 @@ class RecordConfig:
             self.device = self.device.strip().lower()
             if not re.match(r"^(auto|cpu|cuda(:\d+)?|mps)$", self.device):
                 raise OptionError("device", "cpu, cuda, cuda:N, mps or auto", self.device)
-        for name in ("sft_dir", "dpo_dir", "data_file", "out_dir", "runs_root"):
+        for name in ("sft_dir", "dpo_dir", "data_file", "out_dir", "runs_root", "responses_file", "base_dir"):
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, Path(value))
-        for name in ("sft_dir", "dpo_dir"):
+        for name in ("sft_dir", "dpo_dir", "base_dir"):
             path = getattr(self, name)
             if path is not None and not (path / "config.json").is_file():
                 raise OptionError(name, message=f"not a model directory (no {path / 'config.json'})")
-        if self.data_file is not None and not self.data_file.is_file():
-            raise OptionError("data_file", message=f"no such file: {self.data_file}")
+        for name in ("data_file", "responses_file"):
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise OptionError(name, message=f"no such file: {path}")
 
     @property
     def capability_names(self) -> list[str]:
@@ -153,6 +166,8 @@ class RecordConfig:
             "hooks": list(self.hooks),
             "layers": self.layer_spec() or "all",
             "position": self.position,
+            **({"response": self.response} if is_response_position(self.position) else {}),
+            "base": self.base_dir is not None,
             "backend": self.backend,
             "batch_size": self.batch_size,
             "max_batch_tokens": self.max_batch_tokens,

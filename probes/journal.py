@@ -52,7 +52,7 @@ import numpy as np
 from core.atomic import sync_folder, write_atomic
 from core.errors import ProbeError
 from core.inputs import read_json
-from probes.store import ACTIVATIONS_FILE, MAX_INFLATION, MODELS, RunWriter, read_file_settings
+from probes.store import ACTIVATIONS_FILE, ALL_MODELS, MAX_INFLATION, MODELS, RunWriter, read_file_settings
 
 JOURNAL_DIR = "journal"
 RUN_JSON = "run.json"
@@ -230,8 +230,8 @@ def _member_rule(name: str, dtype: np.dtype, hooks: set[str] | None) -> str:
     if name in _SHARD_TEXT:
         return "" if dtype.kind == "U" else "text"
     parts = name.split("__")
-    if len(parts) != 3 or parts[0] != "act" or parts[1] not in MODELS or (hooks is not None and parts[2] not in hooks):
-        return f"one of sample_ids, tasks, prompt_lengths, prompts, act__<{'|'.join(MODELS)}>__<hook of this run>"
+    if len(parts) != 3 or parts[0] != "act" or parts[1] not in ALL_MODELS or (hooks is not None and parts[2] not in hooks):
+        return f"one of sample_ids, tasks, prompt_lengths, prompts, act__<{'|'.join(ALL_MODELS)}>__<hook of this run>"
     return "" if dtype.kind == "f" else "floating-point activations"
 
 
@@ -358,7 +358,7 @@ def _write_staging(run_dir: Path, capabilities: list[str], pending: dict[str, li
     appended = {cap: 0 for cap in capabilities}
     writer = RunWriter(staging, plan.settings, toolkit_version=plan.toolkit_version)  # no `with`: a failed write must not be retried on close
     writer.file.attrs["provenance"] = json.dumps(_with_history(writer.file.attrs.get("provenance"), plan.provenance), sort_keys=True)
-    for model in MODELS:
+    for model in (m for m in ALL_MODELS if m in plan.model_info):  # base only in a run recorded with --base
         writer.set_model_info(model, plan.model_info[model])
     for cap in capabilities:
         appended[cap] = _append_capability(writer, cap, pending[cap], plan)

@@ -171,3 +171,28 @@ def load_pair(sft_dir: str | Path, dpo_dir: str | Path, device: str | None = Non
     _refuse(compare_layouts(sft, dpo), sft_dir, dpo_dir)
     info = {"sft": model_info(sft_dir, shape, tok_a), "dpo": model_info(dpo_dir, shape, tok_b)}
     return ModelPair(sft, dpo, tok_a, sft_dir, dpo_dir, shape, device, torch_dtype, info)
+
+
+def check_base_config(sft_dir: str | Path, base_dir: str | Path) -> None:
+    """The third model (``--base``) must have the pair's architecture and widths (configs only, nothing loaded)."""
+    check_model_dir(Path(base_dir), "--base")
+    problems = compare_configs(read_config(sft_dir), read_config(base_dir), ("sft", "base"))
+    if problems:
+        raise ProbeError(f"--base {base_dir} is not comparable with --sft {sft_dir}: " + "; ".join(problems))
+
+
+def load_base(base_dir: str | Path, pair: ModelPair) -> tuple[Any, dict[str, Any]]:
+    """(model, provenance) of the base model, refused unless it reads the pair's token ids and has its module layout.
+
+    The base is fed the pair's token ids (rendered with the SFT tokenizer's chat template), so its vocabulary and
+    special tokens must be the pair's; its own chat template may differ (a base model may have none).
+    """
+    base_dir = Path(base_dir)
+    check_base_config(pair.sft_dir, base_dir)
+    tokenizer = load_tokenizer(base_dir, "--base")
+    problems = tokenizer_differences(pair.tokenizer, tokenizer, ("sft", "base"), chat_template=False)
+    model = None if problems else load_model(base_dir, "--base", dtype=pair.dtype, device=pair.device, eval_mode=True)
+    problems = problems or compare_layouts(pair.sft, model, ("sft", "base"))
+    if problems:
+        raise ProbeError(f"--base {base_dir} is not comparable with --sft {pair.sft_dir}: " + "; ".join(problems))
+    return model, model_info(base_dir, pair.shape, tokenizer)

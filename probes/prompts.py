@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,18 +41,30 @@ class PromptSet:
     tasks: list[str]
     ids: list[list[int]]  # token ids as the chat template renders them
     texts: list[str]  # rendered prompt text
+    response_lengths: list[int] | None = None  # teacher-forced response tokens at the end of each sequence (probes.responses)
 
     def __len__(self) -> int:
         return len(self.sample_ids)
 
 
 def build_prompts(tokenizer: Any, rows: Sequence[TestRow], capability: Capability, *, add_generation_prompt: bool,
-                  source: str | os.PathLike[str] | None = None, max_tokens: int | None = None) -> PromptSet:
+                  source: str | os.PathLike[str] | None = None, max_tokens: int | None = None,
+                  response: Callable[[int], str] | None = None) -> PromptSet:
     """``source``, the data file ``rows`` came from, lets a refused row be named by file and line; a prompt longer
-    than ``max_tokens`` (the model's context) is refused."""
+    than ``max_tokens`` (the model's context) is refused. ``response(row_index)``: teacher-force that text after each
+    prompt as the assistant's turn (:func:`probes.responses.teacher_forced`; ``add_generation_prompt`` is then moot)."""
     members = group_by_capability(rows, [capability])[capability]
     where = lambda i: row_location(members[i][0], source)  # noqa: E731
-    ids = encode_conversations(tokenizer, [row.question for _, row in members], add_generation_prompt=add_generation_prompt, where=where)
+    lengths: list[int] | None = None
+    if response is None:
+        ids = encode_conversations(tokenizer, [row.question for _, row in members], add_generation_prompt=add_generation_prompt,
+                                   where=where)
+    else:
+        from probes.responses import teacher_forced
+
+        forced = [teacher_forced(tokenizer, row.question, response(index), lambda k=k: where(k))
+                  for k, (index, row) in enumerate(members)]
+        ids, lengths = [f[0] for f in forced], [f[1] for f in forced]
     check_context(ids, max_tokens, where)
     order = sorted(range(len(members)), key=lambda i: len(ids[i]))
     return PromptSet(
@@ -61,6 +73,7 @@ def build_prompts(tokenizer: Any, rows: Sequence[TestRow], capability: Capabilit
         tasks=[members[i][1].task for i in order],
         ids=[ids[i] for i in order],
         texts=[tokenizer.decode(ids[i], skip_special_tokens=False) for i in order],
+        response_lengths=None if lengths is None else [lengths[i] for i in order],
     )
 
 
@@ -77,9 +90,15 @@ class Batch:
     input_ids: torch.Tensor  # [B, T] long
     attention_mask: torch.Tensor  # [B, T] long, 0 on left padding
     position_ids: torch.Tensor  # [B, T] long, 0 at the first real token
+    response_mask: torch.Tensor | None = None  # [B, T] long, 1 on the teacher-forced response tokens (None: no response)
 
     def __len__(self) -> int:
         return len(self.sample_ids)
+
+    @property
+    def reduce_mask(self) -> torch.Tensor:
+        """The tokens a position policy reduces over: the response tokens when there are any, else the real tokens."""
+        return self.attention_mask if self.response_mask is None else self.response_mask
 
 
 def position_ids_for(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -95,5 +114,10 @@ def make_batch(prompts: PromptSet, positions: Sequence[int], pad_id: int) -> Bat
     """The prompts at ``positions`` (ascending), left-padded; ``start`` is the first position."""
     ids = [prompts.ids[p] for p in positions]
     input_ids, mask = left_pad(ids, pad_id)
+    response_mask = None
+    if prompts.response_lengths is not None:
+        response_mask = torch.zeros_like(mask)
+        for row, p in enumerate(positions):  # left-padded: the response is the last tokens of each row
+            response_mask[row, mask.shape[1] - prompts.response_lengths[p]:] = 1
     return Batch(prompts.capability, positions[0], [prompts.sample_ids[p] for p in positions], [prompts.tasks[p] for p in positions],
-                 [prompts.texts[p] for p in positions], [len(i) for i in ids], input_ids, mask, position_ids_for(mask))
+                 [prompts.texts[p] for p in positions], [len(i) for i in ids], input_ids, mask, position_ids_for(mask), response_mask)

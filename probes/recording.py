@@ -1,4 +1,4 @@
-"""``record_run``: record both models' activations on each capability's prompts into a run dir.
+"""``record_run``: record both models' (or three models') activations on each capability's prompts into a run dir.
 
 The order of work is chosen so that every user mistake is caught before anything
 expensive happens, and every expensive step survives an interruption:
@@ -15,6 +15,11 @@ expensive happens, and every expensive step survives an interruption:
    ``--max-batch-tokens`` padded tokens each), then per batch: both models through the
    backend, one shard written atomically;
 6. consolidate the shards into ``activations.h5`` (see :mod:`probes.journal`).
+
+With ``--position response_mean|response_last`` each prompt is followed by a teacher-forced
+response (:mod:`probes.responses`), rendered in step 3; with ``--base`` a third model, ``base``,
+is checked in step 2, loaded beside the pair in step 4 and recorded in the same batches and
+shards in step 5.
 
 Under torchrun / accelerate launch every process runs steps 1-5 on its own share of the
 batches and rank 0 alone holds the lock, writes ``run.json`` and consolidates
@@ -47,6 +52,7 @@ from probes.journal import (ConsolidationPlan, Shard, committed_ids, consolidate
                             read_run_json, remove_stale_temp, run_lock, shard_path, shard_sample_ids, write_failure, write_run_json,
                             write_shard)
 from probes.prompts import PromptSet, build_prompts, make_batch
+from probes.responses import is_response_position, read_rows, response_lookup
 from probes.settings import RunSettings
 
 FLOAT16_MAX = float(np.finfo(np.float16).max)
@@ -95,10 +101,18 @@ def default_run_dir(config: RecordConfig) -> Path:
     return path
 
 
+def _position_policy(config: RecordConfig) -> str:
+    if is_response_position(config.position):
+        which = "the teacher-forced " + ("reference answer" if config.response == "reference" else f"{config.response} DPO reply")
+        return f"{'last token' if config.position == 'response_last' else 'mean over the tokens'} of {which}"
+    return "last real prompt token" if config.position == "last" else "mean over real prompt tokens after the first"
+
+
 def _settings(config: RecordConfig, sources: tuple[Path, Path, Path], layers: list[int], dtype: str, tokenizer: Any) -> RunSettings:
     from core.provenance import chat_template_sha256, file_sha256, tokenizer_sha256, toolkit_version, weights_sha256
 
     sft_dir, dpo_dir, data_file = sources
+    responses = config.responses_file if is_response_position(config.position) else None
     return RunSettings(
         sft_dir=str(sft_dir.resolve()), dpo_dir=str(dpo_dir.resolve()), data_file=str(data_file.resolve()),
         sft_weights_sha256=weights_sha256(sft_dir), dpo_weights_sha256=weights_sha256(dpo_dir),
@@ -107,7 +121,11 @@ def _settings(config: RecordConfig, sources: tuple[Path, Path, Path], layers: li
         hooks=list(config.hooks), layers=layers, position=config.position, backend=config.backend,
         dtype=dtype, store_dtype=config.store_dtype, add_generation_prompt=config.add_generation_prompt,
         seed=config.seed, toolkit_version=toolkit_version(),
-        position_policy="last real prompt token" if config.position == "last" else "mean over real prompt tokens after the first",
+        position_policy=_position_policy(config),
+        response=config.response if is_response_position(config.position) else "",
+        responses_file=str(responses.resolve()) if responses else "", responses_sha256=file_sha256(responses) if responses else "",
+        base_dir=str(config.base_dir.resolve()) if config.base_dir else "",
+        base_weights_sha256=weights_sha256(config.base_dir) if config.base_dir else "",
     )
 
 
@@ -217,23 +235,27 @@ def _prepare(config: RecordConfig) -> _Inputs:
     """Everything checked before a model is loaded: configs, layers, rows, rendering."""
     from core.models import load_tokenizer
     from core.paths import check_output_dir
-    from core.rows import read_test_rows
-    from probes.pair import check_pair_configs, resolve_device, resolve_dtype
+    from probes.pair import check_base_config, check_pair_configs, resolve_device, resolve_dtype
 
     sources = resolve_sources(config)
     if config.out_dir is not None:
         check_output_dir(config.out_dir, "--out")
     shape = check_pair_configs(sources[0], sources[1])
+    if config.base_dir is not None:
+        check_base_config(sources[0], config.base_dir)
     layers = parse_layers(config.layer_spec(), shape.n_layers)
     dtype = str(resolve_dtype(config.dtype, resolve_device(config.device))).removeprefix("torch.")
-    rows = read_test_rows(sources[2])
+    rows = read_rows(sources[2])
     _check_rows(rows, config, sources[2])
+    response = (response_lookup(rows, config.response, config.responses_file, sources[2])
+                if is_response_position(config.position) else None)
     tokenizer = load_tokenizer(sources[0], "--sft")
     if not tokenizer.chat_template:
         raise ProbeError(f"--sft {sources[0]}: the tokenizer has no chat template; prompts cannot be rendered as the model was trained")
     # rendered before the run dir is touched: a refused row (control-token text) leaves nothing behind
     prompt_sets = [build_prompts(tokenizer, rows, cap, add_generation_prompt=config.add_generation_prompt, source=sources[2],
-                                 max_tokens=shape.max_positions) for cap in config.capabilities]  # type: ignore[union-attr]
+                                 max_tokens=shape.max_positions, response=response)
+                   for cap in config.capabilities]  # type: ignore[union-attr]
     return _Inputs(sources, layers, dtype, tokenizer, prompt_sets)
 
 
@@ -281,7 +303,7 @@ def _record_into(run_dir: Path, inputs: _Inputs, config: RecordConfig, world: Wo
     import torch
 
     from probes.backends import make_backend
-    from probes.pair import load_pair
+    from probes.pair import load_base, load_pair
 
     with ExitStack() as stack:
         def lock_and_settings() -> RunSettings:
@@ -292,16 +314,20 @@ def _record_into(run_dir: Path, inputs: _Inputs, config: RecordConfig, world: Wo
         settings = world.on_main(lock_and_settings)
         torch.manual_seed(config.seed)
         pair = world.agree(lambda: load_pair(inputs.sources[0], inputs.sources[1], device=device, dtype=config.dtype))
+        models, model_dirs = pair.models(), {"sft": inputs.sources[0], "dpo": inputs.sources[1]}
+        if config.base_dir is not None:  # a third model on the same tokens, batches and journal
+            base, pair.info["base"] = world.agree(lambda: load_base(config.base_dir, pair))
+            models["base"], model_dirs["base"] = base, config.base_dir
         pad_id = pad_id_of(pair.tokenizer)
         budget = _batch_budget(config, pair, inputs.prompt_sets, world)
         done = world.on_main(lambda: _start_on_main(run_dir, settings, inputs.prompt_sets))
         backends = world.agree(lambda: {name: make_backend(config.backend, model, hooks=config.hooks, layers=inputs.layers,
                                                            position=config.position, tokenizer=pair.tokenizer,
-                                                           model_dir=inputs.sources[0] if name == "sft" else inputs.sources[1])
-                                        for name, model in pair.models().items()})
+                                                           model_dir=model_dirs[name])
+                                        for name, model in models.items()})
         work = plan_work(inputs.prompt_sets, done, config.batch_size, budget)
         mine = [item for k, item in enumerate(work) if world.owns(k)]
-        bar = _progress_bar(sum(len(w.positions) for w in mine), progress and world.is_main, world)
+        bar = _progress_bar(sum(len(w.positions) for w in mine), progress and world.is_main, world, "+".join(models))
         try:
             recorded = world.agree(lambda: _record_batches(run_dir, mine, backends, config.store_dtype, pad_id, bar))
         finally:
@@ -373,10 +399,10 @@ def _check_rows(rows: list[Any], config: RecordConfig, data_file: Path) -> None:
                          f"({len(rows)} rows in the file); check the task names or pick another --capability")
 
 
-def _progress_bar(total: int, enabled: bool, world: World) -> Any:
+def _progress_bar(total: int, enabled: bool, world: World, names: str = "sft+dpo") -> Any:
     if not enabled or total == 0:
         return None
     from tqdm import tqdm
 
-    desc = "recording sft+dpo" if not world.distributed else f"recording sft+dpo, rank 0 of {world.size}"
+    desc = f"recording {names}" if not world.distributed else f"recording {names}, rank 0 of {world.size}"
     return tqdm(total=total, unit="prompt", desc=desc, dynamic_ncols=True)

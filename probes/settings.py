@@ -8,7 +8,8 @@ and the ``settings`` attribute of ``activations.h5`` keeps the file self-describ
 is copied alone. Both are :meth:`RunSettings.to_dict` of the same object, and every reader
 goes through :meth:`RunSettings.from_dict`, so no reader guesses a key.
 
-Files written before the version field (version 1) have the same keys and open unchanged;
+Files written before the version field (version 1) have the same keys and open unchanged; so do files
+written before the response and base fields (they read as "no response, no base");
 a version newer than this toolkit's is refused with one line.
 
 Example:
@@ -32,6 +33,7 @@ VERSION = 2
 COMPAT_KEYS: tuple[str, ...] = (
     "sft_weights_sha256", "dpo_weights_sha256", "tokenizer_sha256", "chat_template_sha256", "data_sha256",
     "hooks", "layers", "position", "backend", "dtype", "store_dtype", "add_generation_prompt",
+    "response", "responses_sha256", "base_weights_sha256",
 )
 
 
@@ -57,11 +59,16 @@ class RunSettings:
     seed: int = 0
     toolkit_version: str = ""
     position_policy: str = ""
+    response: str = ""  # response_* positions: reference, chosen or rejected (probes.responses); "" otherwise
+    responses_file: str = ""
+    responses_sha256: str = ""
+    base_dir: str = ""  # the third model, recorded as "base" ("": none)
+    base_weights_sha256: str = ""
     version: int = VERSION
 
     def model_dir(self, model: str) -> str:
-        """The directory the run loaded ``model`` (``sft`` or ``dpo``) from."""
-        return self.sft_dir if model == "sft" else self.dpo_dir
+        """The directory the run loaded ``model`` (``sft``, ``dpo`` or ``base``) from."""
+        return {"sft": self.sft_dir, "base": self.base_dir}.get(model, self.dpo_dir)
 
     def differences(self, asked: RunSettings) -> list[str]:
         """One line per setting that keeps ``asked`` from sharing this run's directory."""

@@ -3,7 +3,7 @@
 Layout of ``RUN_DIR/activations.h5`` (schema version 1)::
 
     /                                   attrs: schema_version, toolkit_version, settings (JSON)
-    /models/{sft,dpo}                   attrs: model_dir, weights_sha256, tokenizer_sha256,
+    /models/{sft,dpo[,base]}            attrs: model_dir, weights_sha256, tokenizer_sha256,
                                                chat_template_sha256, model_type, n_layers,
                                                d_model, d_mlp
     /samples/{capability}/sample_ids    (N,) int64   row index in the data file (0-based)
@@ -14,6 +14,8 @@ Layout of ``RUN_DIR/activations.h5`` (schema version 1)::
                                         (N, n_stored_layers, width) float16|float32
                                         attrs: layers (stored layer indices), hook_tl_name
 
+``base`` (the model the SFT started from) is there only in runs recorded with ``--base``: older
+runs and runs without it simply have no base group, and open as before.
 ``settings`` holds everything that must match for two recordings to share a file
 (backend, position, hooks, layers, dtypes, data hash, ...). Datasets are chunked
 along N, gzip-compressed and grown batch by batch, so memory is bounded by one batch.
@@ -59,7 +61,9 @@ from probes.settings import COMPAT_KEYS, RunSettings
 
 ACTIVATIONS_FILE = "activations.h5"
 SCHEMA_VERSION = 1
-MODELS: tuple[str, ...] = ("sft", "dpo")
+MODELS: tuple[str, ...] = ("sft", "dpo")  # every run has both
+OPTIONAL_MODELS: tuple[str, ...] = ("base",)  # recorded when asked (``probe run --base``); a run without it has no base group
+ALL_MODELS: tuple[str, ...] = MODELS + OPTIONAL_MODELS
 STORE_DTYPES: tuple[str, ...] = ("float16", "float32")
 SAMPLE_FIELDS: dict[str, str] = {"sample_ids": "i", "tasks": "text", "prompt_lengths": "i", "prompts": "text"}
 MAX_INFLATION = 1100  # deflate cannot expand data more than ~1032-fold; a claim beyond that is not in the file
@@ -118,7 +122,7 @@ class RunReader:
             raise ProbeError(f"{self.run_dir}: no {ACTIVATIONS_FILE} here; record activations first with `probe run`")
         layout = checked_metadata(self.path)
         self.settings = _settings(layout["root"], self.path)
-        self._models = {m: _model_info(layout["models"].get(m, {}), m, self.path) for m in MODELS}
+        self._models = {m: _model_info(layout["models"].get(m, {}), m, self.path) for m in ALL_MODELS}
         self._samples: dict[str, int] = {cap: _sample_rows(fields, cap, self.path) for cap, fields in layout["samples"]}
         self._datasets = {(m, c, h): _stored(info, f"activations/{m}/{c}/{h}", self.path) for m, c, h, info in layout["activations"]}
         _check_against_settings(self, self.path)
@@ -139,6 +143,10 @@ class RunReader:
 
     def model_info(self, model: str) -> dict[str, Any]:
         return dict(self._models.get(model, {}))
+
+    def models(self) -> list[str]:
+        """The models with recorded activations: ``sft``, ``dpo`` and, in a run recorded with ``--base``, ``base``."""
+        return [m for m in ALL_MODELS if any(key[0] == m for key in self._datasets)]
 
     def capabilities(self) -> list[str]:
         """Capabilities with at least one recorded sample, in file order."""
@@ -281,7 +289,7 @@ def _walk(path: Path) -> dict[str, Any]:
     with handle:
         root = {name: _attr(handle, name, "/") for name in _ROOT_ATTRS if name in handle.attrs}
         models = {m: {k: _attr(handle[f"models/{m}"], k, f"models/{m}") for k in handle[f"models/{m}"].attrs}
-                  for m in MODELS if isinstance(handle.get(f"models/{m}"), h5py.Group)}
+                  for m in ALL_MODELS if isinstance(handle.get(f"models/{m}"), h5py.Group)}
         samples = [[cap, _sample_fields(group, cap, size)] for cap, group in _members(handle, "samples", "a group per capability")]
         activations = []
         for model, group in _members(handle, "activations", "a group per model"):
@@ -459,8 +467,8 @@ def _check_against_settings(run: RunReader, path: Path) -> None:
     s = run.settings
     for (model, cap, hook), stored in run._datasets.items():
         name = f"activations/{model}/{cap}/{hook}"
-        if model not in MODELS:
-            raise ProbeError(f"{path}: {name}: unknown model {model!r}; expected {' and '.join(MODELS)}")
+        if model not in ALL_MODELS:
+            raise ProbeError(f"{path}: {name}: unknown model {model!r}; expected {', '.join(ALL_MODELS)}")
         if cap not in run._samples:
             raise ProbeError(f"{path}: {name} has no sample records (samples/{cap}); the file is damaged")
         if s.hooks and hook not in s.hooks:
@@ -472,7 +480,7 @@ def _check_against_settings(run: RunReader, path: Path) -> None:
         if s.store_dtype and stored.dtype != s.store_dtype:
             raise ProbeError(f"{path}: {name} holds {stored.dtype} but the run's settings say store_dtype {s.store_dtype}; the run "
                              "does not match its own settings")
-        other = run._datasets.get(("dpo" if model == "sft" else "sft", cap, hook))
+        other = run._datasets.get(("dpo" if model == "sft" else "sft", cap, hook))  # base is checked against sft
         if other is not None and (other.width, other.layers) != (stored.width, stored.layers):
             raise ProbeError(f"{path}: {name} and its other model's dataset differ in width or layers; the file is damaged")
         depth = run._models.get(model, {}).get("n_layers")

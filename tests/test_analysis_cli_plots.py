@@ -48,7 +48,7 @@ def test_analyze_prints_top_layers_and_writes_outputs(run_dir: Path, tmp_path: P
         (["--stability-resamples", "-1"], "error: --stability-resamples: expected an integer >= 0, got -1"),
         (["--capability", "bogus"], "error: unknown capability 'bogus'"),
         (["--capability", "priority"], "error: capability 'priority' was not recorded"),
-        (["--metric", "median"], "error: --metric: expected one of topk_count, mean_diff, effect_size, got 'median'"),
+        (["--metric", "median"], "error: --metric: expected one of topk_count, mean_diff, effect_size, attribution, got 'median'"),
     ],
 )
 def test_analyze_user_mistakes_exit_2_with_one_line(run_dir: Path, tmp_path: Path, capsys, args: list[str], message: str) -> None:

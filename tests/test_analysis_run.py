@@ -154,7 +154,7 @@ def test_default_output_dir_is_inside_the_run(tmp_path: Path) -> None:
         ({"hooks": ["attn_out"]}, "--hook attn_out: not recorded"),
         ({"hooks": ["mlp_in"]}, "unknown hook point 'mlp_in'"),
         ({"metric": "mean_diff", "normalize": "width"}, "--normalize width only applies"),
-        ({"metric": "median"}, "--metric: expected one of topk_count, mean_diff, effect_size, got 'median'"),
+        ({"metric": "median"}, "--metric: expected one of topk_count, mean_diff, effect_size, attribution, got 'median'"),
         ({"top_percent": 0}, "--top-percent"),
         ({"layers": "a-b"}, "expected a range like 12-31"),
     ],

@@ -27,7 +27,7 @@ def _pair_args(tiny_pair, data: Path) -> list[str]:  # type: ignore[no-untyped-d
     (["--capability", "multi_turn", "--backend", "pyvene"], "--backend: expected one of torch, transformer_lens, nnsight, got 'pyvene'"),
     (["--capability", "multi_turn", "--layers", "12-31"], "--layers '12-31': layer 12 is outside the model, which has layers 0-3"),
     (["--capability", "multi_turn", "--layers", "3-1"], "--layers '3-1': expected a range like 12-31"),
-    (["--capability", "multi_turn", "--position", "first"], "--position: expected one of last, mean, got 'first'"),
+    (["--capability", "multi_turn", "--position", "first"], "--position: expected one of last, mean, response_mean, response_last, got 'first'"),
     (["--capability", "multi_turn", "--batch-size", "0"], "--batch-size: expected an integer >= 1, got 0"),
     (["--capability", "multi_turn", "--store-dtype", "bfloat16"], "--store-dtype: expected one of float16, float32, got 'bfloat16'"),
 ])

@@ -32,7 +32,10 @@ def register(app: typer.Typer) -> None:
 def analyze(
     ctx: typer.Context,
     run_dir: Path = typer.Argument(..., help="A run directory holding activations.h5 (from `probe run`)."),
-    metric: str = typer.Option(AnalysisConfig.metric, "--metric", help="topk_count (the paper's top-k% membership counts), mean_diff, or effect_size (paired d_z)."),
+    metric: str = typer.Option(AnalysisConfig.metric, "--metric", help="topk_count (the paper's top-k% membership counts), mean_diff, effect_size (paired d_z), or attribution (gradient x (SFT - DPO) activation: the estimated change of --attribution-m if the DPO unit took the SFT value; loads the run's models)."),
+    attribution_m: str = typer.Option(AnalysisConfig.attribution_m, "--attribution-m", help="attribution: reference_logprob (DPO log-prob of each test row's reference answer) or dpo_margin (chosen - rejected log-prob on the capability's DPO pairs)."),
+    attribution_positions: str = typer.Option(AnalysisConfig.attribution_positions, "--attribution-positions", help="attribution: sum over all tokens (the positions an intervention acts at) or the response tokens only."),
+    dpo_data: Optional[Path] = typer.Option(AnalysisConfig.dpo_data, "--dpo-data", help="attribution with dpo_margin: the DPO pairs (default: the run's --responses file or DPO --data)."),
     top_percent: float = typer.Option(AnalysisConfig.top_percent, "--top-percent", help="topk_count: share of units kept per sample and layer, in percent."),
     layers: Optional[str] = typer.Option(
         AnalysisConfig.layers, "--layers",
@@ -65,7 +68,8 @@ def analyze(
     from probe_cli.console import console
 
     options = dict(metric=metric, top_percent=top_percent, layers=layers, normalize=normalize, top_k=top_k, fdr_alpha=fdr_alpha,
-                   rule=rule, threshold=threshold, test=test, reorder=reorder, stability_resamples=stability_resamples)
+                   rule=rule, threshold=threshold, test=test, reorder=reorder, stability_resamples=stability_resamples,
+                   attribution_m=attribution_m, attribution_positions=attribution_positions, dpo_data=dpo_data)
     given = {key: value for key, value in options.items()  # flags left at their defaults do not override the file
              if getattr(ctx.get_parameter_source(key), "name", None) == "COMMANDLINE"}  # typer's click, not necessarily `click`
     config = build_config(AnalysisConfig, config_file, given)
@@ -90,6 +94,11 @@ def stability_line(body: HookSummary) -> str | None:
     return body.stability.describe() if body.stability else None
 
 
+def base_line(body: HookSummary) -> str | None:
+    """The SFT − base against DPO − SFT comparison (a run recorded with --base), or None."""
+    return body.base.describe() if body.base else None
+
+
 def print_report(result: AnalysisResult, console: Console, show: int = 5) -> None:
     """The top-layers table per capability × hook, then warnings and output paths."""
     from rich.table import Table
@@ -110,7 +119,7 @@ def print_report(result: AnalysisResult, console: Console, show: int = 5) -> Non
                 str(unit["unit"]) if unit else "-", f"{unit['delta']:+.4g}" if unit else "-",
             )
         console.print(table)
-        for line in (window_line(body), stability_line(body)):
+        for line in (window_line(body), stability_line(body), base_line(body)):
             if line:
                 console.print(line, markup=False, highlight=False, soft_wrap=True)
     print_warnings(result, console)

@@ -35,7 +35,10 @@ def run(
     data: Optional[Path] = typer.Option(None, "--data", help="Test rows JSONL (the published RoleMRC test file works). Default: the default pair's test split."),
     hook: Optional[list[str]] = typer.Option(None, "--hook", help=HOOK_HELP + " Default: mlp_out."),
     layers: Optional[str] = typer.Option(None, "--layers", help="Layers to store, e.g. 12-31 or 3,5,7. Default: all."),
-    position: Optional[str] = typer.Option(None, "--position", help="last (default: the last real prompt token, as the paper) or mean (over prompt tokens after BOS)."),
+    position: Optional[str] = typer.Option(None, "--position", help="last (default: the last real prompt token, as the paper), mean (over prompt tokens after BOS), or response_mean / response_last (over / at the end of a teacher-forced --response)."),
+    response: Optional[str] = typer.Option(None, "--response", help="response_* positions: reference (default: the test row's reference answer), chosen or rejected (a DPO pair's reply)."),
+    responses: Optional[Path] = typer.Option(None, "--responses", help="DPO JSONL whose chosen/rejected replies are matched to the test rows by prompt (or give --data a DPO file)."),
+    base: Optional[str] = typer.Option(None, "--base", help="Also record this base model (the one the SFT started from) on the same tokens; 'auto': the default pair's base."),
     backend: Optional[str] = typer.Option(None, "--backend", help="torch (default: plain hooks, fastest), transformer_lens (TransformerBridge) or nnsight."),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help=f"At most this many prompts per forward pass. Default: {DEFAULT_BATCH_SIZE}."),
     max_batch_tokens: Optional[int] = typer.Option(
@@ -60,12 +63,16 @@ def run(
     from core.config_file import build_config
     from probes.config import RecordConfig
 
+    auto_base = base is not None and base.strip().lower() == "auto"
     flags = dict(sft_dir=sft, dpo_dir=dpo, data_file=data, capabilities=capability, hooks=hook or None, layers=layers,
-                 position=position, backend=backend, batch_size=batch_size, max_batch_tokens=max_batch_tokens, device=device,
+                 position=position, response=response, responses_file=responses, base_dir=None if auto_base else base, backend=backend, batch_size=batch_size, max_batch_tokens=max_batch_tokens, device=device,
                  dtype=dtype, store_dtype=store_dtype, add_generation_prompt=add_generation_prompt, out_dir=out, seed=seed)
     config = build_config(RecordConfig, config_file, flags, required=["capabilities"])
     sources = pair_sources(pair, config.sft_dir, config.dpo_dir, config.data_file, progress=not quiet)  # after validation: a build takes minutes
+    own_models = config.sft_dir is not None
     config = replace(config, sft_dir=sources[0], dpo_dir=sources[1], data_file=sources[2])
+    if auto_base:
+        config = replace(config, base_dir=_default_base(pair, not own_models, quiet))
     from probes.recording import record_run
 
     result = record_run(config, progress=not quiet)
@@ -79,11 +86,26 @@ def run(
         _print_top_layers(analyze_run(result.run_dir))
 
 
+def _default_base(pair: str, from_pair: bool, quiet: bool) -> Path:
+    """``--base auto``: the default pair's base model, when the pair recorded is the default pair and it has one."""
+    from core.errors import ProbeError
+    from probe_cli.pairs import default_pair
+
+    if not from_pair:
+        raise ProbeError("--base auto names the default pair's base; with --sft/--dpo give the base model's directory: --base DIR")
+    base_dir = default_pair(pair, progress=not quiet).base_dir
+    if base_dir is None:
+        raise ProbeError(f"--base auto: the {pair} pair was built from nothing and has no base model; give --base DIR or use --pair smollm2")
+    return Path(base_dir)
+
+
 def _print_result(result: Any) -> None:
     from rich.table import Table
 
     settings = result.settings
-    table = Table(title=f"Recorded {', '.join(settings.hooks)} at the {settings.position} position, "
+    models = "sft, dpo and base" if settings.base_dir else "sft and dpo"
+    table = Table(title=f"Recorded {models}: {', '.join(settings.hooks)} at the {settings.position} position"
+                        f"{f' of the {settings.response} response' if settings.response else ''}, "
                         f"layers {_span(settings.layers)}, backend {settings.backend}, {settings.dtype} -> {settings.store_dtype}")
     for column in ("capability", "samples in run", "recorded now", "already there"):
         table.add_column(column, justify="left" if column == "capability" else "right")
@@ -119,5 +141,7 @@ def _print_top_layers(analysis: Any, shown: int = 5) -> None:
             layers = ", ".join(str(layer) for layer in body.top_layer_numbers()[:shown])
             verdict = f" — {body.stability.verdict()}" if body.stability else ""
             out.print(f"{cap} / {hook}: top discrepancy layers {layers}{verdict}", markup=False, highlight=False, soft_wrap=True)
+        if body.base:
+            out.print(f"{cap} / {hook}: {body.base.describe()}", markup=False, highlight=False, soft_wrap=True)
     print_warnings(analysis, out)
     out.print(f"analysis: {analysis.out_dir}")

@@ -123,6 +123,10 @@ class Backend(Protocol):
 def reduce_positions(x: torch.Tensor, attention_mask: torch.Tensor, position: str) -> torch.Tensor:
     """[B, T, W] -> [B, W] float32: the last real token, or the mean over real tokens after the first.
 
+    ``response_last`` / ``response_mean`` (teacher-forced responses, :mod:`probes.responses`): the response is the end
+    of each left-padded row, so its last token is index -1 as for ``last``; the mean is over the tokens
+    ``attention_mask`` marks, which is then the response mask, all of them.
+
     For ``last`` on a float32 ``x`` the result is a view of ``x``; copy it to keep it.
 
     Batches are left-padded, so the last real token is always at index -1. The mean skips
@@ -135,8 +139,12 @@ def reduce_positions(x: torch.Tensor, attention_mask: torch.Tensor, position: st
     >>> reduce_positions(x, m, "last").tolist(), reduce_positions(x, m, "mean").tolist()
     ([[9.0, 10.0, 11.0]], [[7.5, 8.5, 9.5]])
     """
-    if position == "last":
+    if position in ("last", "response_last"):
         return x[:, -1].float()
+    if position == "response_mean":  # ``attention_mask`` is the response mask (Batch.reduce_mask): every response token counts
+        weights = attention_mask.to(device=x.device, dtype=torch.float32)
+        weights = (weights / weights.sum(dim=1, keepdim=True).clamp(min=1.0)).unsqueeze(1).to(x.dtype)
+        return torch.bmm(weights, x).squeeze(1).float()
     mask = attention_mask.to(x.device).clone()
     first = mask.argmax(dim=1)  # index of the first real token in each row
     rows = torch.arange(mask.shape[0], device=mask.device)

@@ -88,17 +88,18 @@ class NNsightBackend:
         order = [(h, layer) for layer in self.layers for h in EXECUTION_ORDER if h in self.hooks]
         saved: list[Any] = []
         position = self.position
+        reduce_mask = batch.reduce_mask.to(device)
         handles = self._count_hooks()
         try:
             with self.lm.trace(inputs) as tracer:
                 for hook, layer in order:
                     x = self._tensor_of(hook, layer)
-                    saved.append((x.shape[-1], reduce_positions(x, mask, position).save()))
+                    saved.append((x.shape[-1], reduce_positions(x, reduce_mask, position).save()))
                 tracer.stop()
         finally:
             for handle in handles:
                 handle.remove()
-        self.collector.reset(batch.attention_mask)
+        self.collector.reset(batch.reduce_mask)
         for (hook, layer), (width, value) in zip(order, saved):
             self.collector.take_reduced(hook, layer, self.counts[(hook, layer)], int(width), value)
         return self.collector.result()

@@ -55,7 +55,7 @@ class TransformerLensBackend:
 
     @torch.inference_mode()
     def record(self, batch: Batch) -> dict[str, torch.Tensor]:
-        self.collector.reset(batch.attention_mask)
+        self.collector.reset(batch.reduce_mask)
         fwd_hooks = [(HOOK_TABLE[h].tl_name.format(i=layer), self._hook(h, layer)) for h in self.hooks for layer in self.layers]
         self.bridge.run_with_hooks(batch.input_ids.to(self.device), fwd_hooks=fwd_hooks, return_type=None,
                                    stop_at_layer=max(self.layers) + 1, attention_mask=batch.attention_mask.to(self.device),

@@ -57,7 +57,7 @@ class TorchBackend:
     @torch.inference_mode()
     def record(self, batch: Batch) -> dict[str, torch.Tensor]:
         device = self.model.get_input_embeddings().weight.device
-        self.collector.reset(batch.attention_mask)
+        self.collector.reset(batch.reduce_mask)
         handles = [attach(self.model, hook, layer, self._hook(hook, layer)) for hook in self.hooks for layer in self.layers]
         try:
             self.model.base_model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),

@@ -1,0 +1,351 @@
+"""Gradient attribution ("attribution patching"): which DPO units matter for a metric *m*, per prompt.
+
+For every recorded unit (hook point × layer × unit) the first-order estimate of how *m* would
+change if the DPO model's unit took the SFT model's value::
+
+    attr(unit) = Σ_t (a_SFT[t, unit] − a_DPO[t, unit]) · ∂m/∂a_DPO[t, unit]
+
+summed over the positions ``t`` of :data:`POSITIONS` (``all``: every real token of the
+sequence, the positions an intervention acts at; ``response``: the response tokens only).
+Both models read the same token ids; a_SFT comes from a plain SFT forward, a_DPO and the
+gradient from one DPO forward and one backward with autograd on (the parameters stay frozen:
+the graph starts at the input embeddings).
+
+*m* is computed without generation (:data:`M_CHOICES`):
+
+``reference_logprob`` (the default)
+    Σ log p_DPO(reference token | everything before it) over the reference answer of each test
+    row, teacher-forced after the prompt: the rows the run recorded, so the attribution map
+    ranks units on the same prompts as the other metrics; needs no DPO data (a published test
+    file has references); one forward and backward per prompt.
+``dpo_margin``
+    log p_DPO(chosen) − log p_DPO(rejected) on the DPO pairs of the capability's tasks: what DPO
+    optimised (its implicit reward margin, less the reference model's constant terms); two
+    sequences per pair, from ``--responses``/``--data`` DPO rows or ``dpo_file``.
+
+Batches follow :mod:`probes.batching` (length-sorted, padded-token budget, a quarter of the
+recording budget by default: a backward keeps every layer's activations). The result is one
+HDF5 file per *m* in the run dir, ``attribution_<m>.h5``::
+
+    /{capability}/{hook}/attribution   (N, n_layers, width) float32  per-prompt attr, summed over positions
+    /{capability}/{hook}/sft, dpo      (N, n_layers, width) float32  mean activation over the same positions
+    /{capability}/m, sample_ids        (N,)                         m per prompt (or pair) of the DPO model
+    attrs: m, positions, layers, hooks, key (weights hashes and settings it was computed from)
+
+:func:`analysis.attribution_maps.attribution_maps` turns it into maps like the other metrics'.
+:func:`patched_deltas` is the ground truth it estimates (actual single-unit patching), used to
+validate it.
+
+Example:
+    >>> path = attribute_run("runs/demo", m="reference_logprob")                     # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from core.errors import ProbeError
+from probes.hook_points import attach
+
+M_CHOICES: tuple[str, ...] = ("reference_logprob", "dpo_margin")
+DEFAULT_M = "reference_logprob"
+POSITIONS: tuple[str, ...] = ("all", "response")
+DEFAULT_ROWS = 256  # dpo_margin: at most this many pairs per capability (file order)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One teacher-forced sequence: its ids, response length, output row and the sign of its log-probability in m."""
+
+    ids: list[int]
+    n_response: int
+    row: int
+    sign: float = 1.0
+
+
+def batch_tensors(items: Sequence[Item], pad_id: int) -> dict[str, torch.Tensor]:
+    """Left-padded ids, attention mask, position ids and response mask of ``items``."""
+    from core.chat import left_pad
+    from probes.prompts import position_ids_for
+
+    input_ids, mask = left_pad([i.ids for i in items], pad_id)
+    response = torch.zeros_like(mask)
+    for row, item in enumerate(items):
+        response[row, mask.shape[1] - item.n_response:] = 1
+    return {"input_ids": input_ids, "attention_mask": mask, "position_ids": position_ids_for(mask), "response_mask": response}
+
+
+def position_mask(batch: dict[str, torch.Tensor], positions: str) -> torch.Tensor:
+    """[B, T] float: the positions attribution sums over."""
+    return (batch["response_mask"] if positions == "response" else batch["attention_mask"]).float()
+
+
+@contextmanager
+def _captured(model: Any, sites: Sequence[tuple[str, int]], replace: Callable[[str, int, torch.Tensor], torch.Tensor | None] | None = None
+              ) -> Iterator[dict[tuple[str, int], torch.Tensor]]:
+    """Hooks that keep each site's tensor (in the graph, when autograd is on), optionally replacing it first."""
+    seen: dict[tuple[str, int], torch.Tensor] = {}
+    handles = []
+    for hook, layer in sites:
+        def fn(x: torch.Tensor, key: tuple[str, int] = (hook, layer)) -> torch.Tensor | None:
+            new = replace(key[0], key[1], x) if replace is not None else None
+            seen[key] = x if new is None else new
+            return new
+
+        handles.append(attach(model, hook, layer, fn))
+    try:
+        yield seen
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def response_logprobs(model: Any, batch: dict[str, torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
+    """[B] Σ log p(response token) from the final hidden states [B, T, D]; the LM head runs only where it is read."""
+    response = batch["response_mask"].to(hidden.device)
+    predicts = response[:, 1:].bool()  # position t predicts token t+1
+    rows = torch.arange(hidden.shape[0], device=hidden.device).unsqueeze(1).expand_as(predicts)[predicts]
+    logits = model.get_output_embeddings()(hidden[:, :-1][predicts]).float()
+    targets = batch["input_ids"].to(hidden.device)[:, 1:][predicts]
+    picked = torch.log_softmax(logits, dim=-1).gather(1, targets.unsqueeze(1)).squeeze(1)
+    return torch.zeros(hidden.shape[0], device=hidden.device, dtype=picked.dtype).index_add(0, rows, picked)
+
+
+def _forward(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    device = model.get_input_embeddings().weight.device
+    out = model.base_model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
+                           position_ids=batch["position_ids"].to(device), use_cache=False)
+    return out.last_hidden_state
+
+
+@contextmanager
+def _grad_from_embeddings(model: Any) -> Iterator[None]:
+    """Autograd on from the input embeddings, with the parameters left frozen (no parameter gradient is kept)."""
+    handle = model.get_input_embeddings().register_forward_hook(lambda _m, _i, out: out.detach().requires_grad_(True))
+    try:
+        with torch.enable_grad():
+            yield
+    finally:
+        handle.remove()
+
+
+def sft_sites(sft: Any, batch: dict[str, torch.Tensor], sites: Sequence[tuple[str, int]]) -> dict[tuple[str, int], torch.Tensor]:
+    """The SFT model's full tensors at ``sites`` (no autograd)."""
+    with torch.inference_mode(), _captured(sft, sites) as seen:
+        _forward(sft, batch)
+    return {key: value.clone() for key, value in seen.items()}
+
+
+def attribute_batch(sft: Any, dpo: Any, items: Sequence[Item], pad_id: int, sites: Sequence[tuple[str, int]], positions: str
+                    ) -> tuple[torch.Tensor, dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]:
+    """(m per sequence [B] (signed), {site: (attr [B, W], mean SFT activation [B, W], mean DPO activation [B, W])})."""
+    batch = batch_tensors(items, pad_id)
+    reference = sft_sites(sft, batch, sites)
+    with _grad_from_embeddings(dpo), _captured(dpo, sites) as seen:
+        m = response_logprobs(dpo, batch, _forward(dpo, batch))
+        signs = torch.tensor([i.sign for i in items], dtype=m.dtype, device=m.device)
+        grads = torch.autograd.grad((m * signs).sum(), [seen[s] for s in sites])
+    weights = position_mask(batch, positions)
+    out = {}
+    for site, grad in zip(sites, grads):
+        a_dpo, a_sft = seen[site].detach().float(), reference[site].float()
+        w = weights.to(a_dpo.device).unsqueeze(-1)
+        count = w.sum(dim=1).clamp(min=1.0)
+        out[site] = (((a_sft - a_dpo) * grad.float() * w).sum(dim=1).cpu(), ((a_sft * w).sum(dim=1) / count).cpu(),
+                     ((a_dpo * w).sum(dim=1) / count).cpu())
+    return (m * signs).detach().cpu(), out
+
+
+def patched_deltas(sft: Any, dpo: Any, items: Sequence[Item], pad_id: int, hook: str, layer: int, units: Sequence[int],
+                   positions: str = "all") -> np.ndarray:
+    """Ground truth for :func:`attribute_batch`: (len(units),) Δm when DPO's unit takes SFT's value at the positions, one unit at a time."""
+    batch = batch_tensors(items, pad_id)
+    reference = sft_sites(sft, batch, [(hook, layer)])[(hook, layer)]
+    signs = torch.tensor([i.sign for i in items])
+    weights = position_mask(batch, positions).bool()
+
+    def m_with(unit: int | None) -> float:
+        def patch(_h: str, _l: int, x: torch.Tensor) -> torch.Tensor | None:
+            if unit is None:
+                return None
+            x = x.clone()
+            where = weights.to(x.device)
+            x[..., unit] = torch.where(where, reference[..., unit].to(x.dtype), x[..., unit])
+            return x
+
+        with torch.inference_mode(), _captured(dpo, [(hook, layer)], patch):
+            return float((response_logprobs(dpo, batch, _forward(dpo, batch)).cpu() * signs).sum())
+
+    base = m_with(None)
+    return np.array([m_with(u) - base for u in units])
+
+
+# --- a whole run ---------------------------------------------------------------------------------------------------
+
+
+def attribution_path(run_dir: str | Path, m: str) -> Path:
+    return Path(run_dir) / f"attribution_{m}.h5"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    capability: str
+    items: list[Item]
+    sample_ids: list[int]
+
+
+def _key(settings: Any, m: str, positions: str, dpo_file: Path | None, rows: int) -> str:
+    body = {"m": m, "positions": positions, "sft": settings.sft_weights_sha256, "dpo": settings.dpo_weights_sha256,
+            "data": settings.data_sha256, "hooks": settings.hooks, "layers": settings.layers, "rows": rows,
+            "dpo_file": str(dpo_file or "")}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def _reference_plans(settings: Any, capabilities: list[str], tokenizer: Any) -> list[_Plan]:
+    from core.capabilities import parse_capabilities
+    from core.rows import group_by_capability, row_location
+    from probes.responses import read_rows, response_lookup, teacher_forced
+
+    data = Path(settings.data_file)
+    rows = read_rows(data)
+    if rows and "chosen" in rows[0].extra:
+        raise ProbeError(f"m = reference_logprob needs test rows with references; {data} is a DPO file: use --attribution-m dpo_margin")
+    lookup = response_lookup(rows, "reference", None, data)
+    plans = []
+    for cap, members in group_by_capability(rows, parse_capabilities(",".join(capabilities))).items():
+        items, ids = [], []
+        for index, row in members:
+            tokens, n = teacher_forced(tokenizer, row.question, lookup(index), lambda index=index: row_location(index, data))
+            items.append(Item(tokens, n, len(ids)))
+            ids.append(index)
+        plans.append(_Plan(cap.value, items, ids))
+    return plans
+
+
+def _margin_plans(dpo_file: Path, capabilities: list[str], tokenizer: Any, max_rows: int) -> list[_Plan]:
+    from core.capabilities import parse_capabilities
+    from core.rows import group_by_capability, row_location
+    from probes.responses import is_dpo_file, read_rows, teacher_forced
+
+    if not is_dpo_file(dpo_file):
+        raise ProbeError(f"m = dpo_margin: {dpo_file} is not a DPO file (rows of prompt, chosen, rejected)")
+    rows = read_rows(dpo_file)
+    plans = []
+    for cap, members in group_by_capability(rows, parse_capabilities(",".join(capabilities))).items():
+        if not members:
+            raise ProbeError(f"m = dpo_margin: {dpo_file} has no DPO pair of a {cap.value} task")
+        items, ids = [], []
+        for index, row in members[:max_rows]:
+            where = lambda index=index: row_location(index, dpo_file)  # noqa: E731
+            for which, sign in (("chosen", 1.0), ("rejected", -1.0)):
+                tokens, n = teacher_forced(tokenizer, row.question, str(row.extra[which]), where)
+                items.append(Item(tokens, n, len(ids), sign))
+            ids.append(index)
+        plans.append(_Plan(cap.value, items, ids))
+    return plans
+
+
+def dpo_file_of(settings: Any, given: Path | None) -> Path | None:
+    """The DPO pairs for dpo_margin: ``given``, else the run's --responses file, else its --data if that is a DPO file."""
+    from probes.responses import is_dpo_file
+
+    if given is not None:
+        return Path(given)
+    if settings.responses_file:
+        return Path(settings.responses_file)
+    return Path(settings.data_file) if settings.data_file and is_dpo_file(settings.data_file) else None
+
+
+def attribute_run(run_dir: str | Path, m: str = DEFAULT_M, positions: str = "all", dpo_file: Path | None = None,
+                  max_rows: int = DEFAULT_ROWS, max_batch_tokens: int | None = None, device: str | None = None,
+                  progress: bool = False) -> Path:
+    """Compute (or reuse) ``RUN_DIR/attribution_<m>.h5`` for every capability and hook of the run; see the module doc."""
+    import h5py
+
+    from core.atomic import atomic_path
+    from core.chat import pad_id_of
+    from core.provenance import weights_sha256
+    from probes.batching import CPU_MAX_BATCH_TOKENS
+    from probes.pair import load_pair
+    from probes.store import RunReader
+
+    if m not in M_CHOICES:
+        raise ProbeError(f"--attribution-m {m!r}: expected one of {', '.join(M_CHOICES)}")
+    if positions not in POSITIONS:
+        raise ProbeError(f"--attribution-positions {positions!r}: expected one of {', '.join(POSITIONS)}")
+    with RunReader(run_dir) as run:
+        settings, capabilities = run.settings, run.capabilities()
+        hooks = {cap: [h for h in run.hooks(cap, "sft") if h in run.hooks(cap, "dpo")] for cap in capabilities}
+    source = dpo_file_of(settings, dpo_file) if m == "dpo_margin" else None
+    if m == "dpo_margin" and source is None:
+        raise ProbeError("m = dpo_margin needs DPO pairs: --dpo-data FILE (or a run recorded with --responses or a DPO --data)")
+    key = _key(settings, m, positions, source, max_rows)
+    path = attribution_path(run_dir, m)
+    if path.is_file():
+        with h5py.File(path, "r") as f:
+            if f.attrs.get("key") == key:
+                return path
+    if not settings.sft_dir or not settings.dpo_dir:
+        raise ProbeError(f"{run_dir}: the run does not say where its models are (sft_dir/dpo_dir); attribution needs them")
+    for model, want in (("sft", settings.sft_weights_sha256), ("dpo", settings.dpo_weights_sha256)):
+        where = Path(settings.model_dir(model))
+        if not (where / "config.json").is_file() or (want and weights_sha256(where) != want):
+            raise ProbeError(f"{run_dir}: the {model} model the run recorded ({where}) is gone or changed since; "
+                             "attribution needs the same weights")
+    started = time.perf_counter()
+    pair = load_pair(settings.sft_dir, settings.dpo_dir, device=device, dtype=settings.dtype or "auto")
+    for model in (pair.sft, pair.dpo):
+        model.requires_grad_(False)
+    plans = (_reference_plans(settings, capabilities, pair.tokenizer) if m == "reference_logprob"
+             else _margin_plans(source, capabilities, pair.tokenizer, max_rows))  # type: ignore[arg-type]
+    budget = max_batch_tokens or max(256, (CPU_MAX_BATCH_TOKENS if pair.device == "cpu" else 8192) // 4)
+    pad_id = pad_id_of(pair.tokenizer)
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        for plan in plans:
+            sites = [(h, layer) for h in hooks[plan.capability] for layer in settings.layers]
+            _attribute_plan(f, plan, pair, sites, pad_id, positions, budget, settings.layers, hooks[plan.capability])
+        f.attrs.update({"m": m, "positions": positions, "layers": json.dumps(list(settings.layers)), "key": key,
+                        "dpo_file": str(source or ""), "seconds": time.perf_counter() - started})
+    return path
+
+
+def _attribute_plan(f: Any, plan: _Plan, pair: Any, sites: list[tuple[str, int]], pad_id: int, positions: str, budget: int,
+                    layers: list[int], hooks: list[str]) -> None:
+    from probes.batching import plan_batches
+
+    n_rows = len(plan.sample_ids)
+    order = sorted(range(len(plan.items)), key=lambda i: len(plan.items[i].ids))
+    widths: dict[str, int] = {}
+    sums: dict[str, dict[str, np.ndarray]] = {}
+    m_rows = np.zeros(n_rows)
+    counts = np.zeros(n_rows)
+    for start, stop in plan_batches([len(plan.items[i].ids) for i in order], 64, budget):
+        chosen = [plan.items[i] for i in order[start:stop]]
+        m, out = attribute_batch(pair.sft, pair.dpo, chosen, pad_id, sites, positions)
+        rows = np.array([item.row for item in chosen])
+        np.add.at(m_rows, rows, m.double().numpy())
+        np.add.at(counts, rows, 1.0)
+        for (hook, layer), (attr, a_sft, a_dpo) in out.items():
+            width = widths.setdefault(hook, attr.shape[1])
+            arrays = sums.setdefault(hook, {name: np.zeros((n_rows, len(layers), width)) for name in ("attribution", "sft", "dpo")})
+            slot = layers.index(layer)
+            for name, value in (("attribution", attr), ("sft", a_sft), ("dpo", a_dpo)):
+                np.add.at(arrays[name][:, slot], rows, value.double().numpy())
+    group = f.create_group(plan.capability)
+    group.create_dataset("m", data=m_rows)
+    group.create_dataset("sample_ids", data=np.asarray(plan.sample_ids, dtype=np.int64))
+    for hook in hooks:
+        for name, values in sums[hook].items():
+            if name != "attribution":  # a pair's two sequences: the mean activation of the two
+                values = values / counts[:, None, None]
+            group.create_dataset(f"{hook}/{name}", data=values.astype(np.float32), compression="gzip", compression_opts=4)
