@@ -22,7 +22,8 @@ from typing import Annotated
 from core.config_file import NON_NEGATIVE, POSITIVE, SEED, OptionError, Range, typed_config
 from core.errors import ProbeError
 
-METRICS: tuple[str, ...] = ("topk_count", "mean_diff", "effect_size", "attribution")  # attribution: analysis.attribution_maps
+ACTIVATION_METRICS: tuple[str, ...] = ("topk_count", "mean_diff", "effect_size")  # computed from the recorded activations alone
+METRICS: tuple[str, ...] = (*ACTIVATION_METRICS, "attribution")  # attribution: a gradient pass through the models, analysis.attribution_maps
 ATTRIBUTION_MS: tuple[str, ...] = ("reference_logprob", "dpo_margin")  # probes.attribution.M_CHOICES
 ATTRIBUTION_POSITIONS: tuple[str, ...] = ("all", "response")
 NORMALIZATIONS: tuple[str, ...] = ("samples", "width")

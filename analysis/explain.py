@@ -37,7 +37,7 @@ import numpy as np
 
 from analysis.agreement import layer_agreement, top_overlap
 from analysis.checkpoint import config_summary
-from analysis.config import METRICS, TESTS, AnalysisConfig
+from analysis.config import ACTIVATION_METRICS, TESTS, AnalysisConfig
 from analysis.explain_html import agreement_figure, page_html
 from analysis.explain_models import ModelSet, open_models
 from analysis.explain_record import Agreement, ExplainRecord, LayerReadOut, NeuronCard, PromptHit
@@ -184,11 +184,12 @@ def _context(run: RunReader, capability: str, models: ModelSet, hooks: list[str]
 
 
 def _other_maps(context: _Context, maps: MetricMaps, test: str | None = None) -> dict[str, MetricMaps]:
-    """The given maps and the other two metrics' over the same window and prompts (for the ranks); ``test``: the
-    paired test of mean_diff/effect_size (the analysis's; default the map's own, else t)."""
+    """The given maps and the activation metrics' over the same window and prompts (for the ranks; attribution, a
+    gradient pass, only when it is the analysis's own); ``test``: the paired test of mean_diff/effect_size (the
+    analysis's; default the map's own, else t)."""
     test = test or str(maps.settings.get("test"))
     out = {maps.metric: maps}
-    for metric in METRICS:
+    for metric in ACTIVATION_METRICS:
         if metric != maps.metric:
             config = AnalysisConfig(metric=metric, top_percent=float(maps.settings.get("top_percent", AnalysisConfig.top_percent)),
                                     test=test if test in TESTS else AnalysisConfig.test, stability_resamples=0)
