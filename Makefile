@@ -23,12 +23,13 @@ setup: $(STAMP) base
 base: $(STAMP)
 	$(VENV)/bin/probe models fetch-base
 
-# Chromium is kaleido's renderer for PNG export; installed from Debian when we may, skipped otherwise.
+# Chromium is kaleido's renderer for PNG export, and with chromium-driver the report's browser test runs it
+# (tests/test_report_html.py); installed from Debian when we may, skipped otherwise.
 chromium:
-	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	@{ command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; } && command -v chromedriver >/dev/null 2>&1 || \
 	  { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) ; } || \
-	  echo "chromium not installed: PNG export tests will be skipped"
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) ; } || \
+	  echo "chromium or chromium-driver not installed: PNG export and browser tests will be skipped"
 
 demo: setup base
 	$(VENV)/bin/probe run --capability multi_turn

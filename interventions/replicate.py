@@ -1,0 +1,259 @@
+"""``replicate``: the whole §7 study of one SFT/DPO pair, stage by stage, each resuming where it stopped, ending in the report.
+
+Stages, each the library call behind one ``probe`` command, with that command's defaults unless
+:class:`ReplicateOptions` says otherwise:
+
+==========  =====================================================================================
+record      every capability's prompts through both models (``probe run -c all``; resumes batch by batch)
+analyze     maps, layer profiles, neuron sets, plots (``probe analyze``; no PNG, the report inlines its own figures)
+explain     neuron cards of each capability's top units (``probe explain``)
+intervene   the A/B on multi_turn with its controls (``probe intervene RUN -c multi_turn --limit 48 --no-collateral``;
+            resumes batch by batch)
+evaluate    compliance of base, SFT and DPO (``probe models eval``, :data:`EVAL_ROWS` rows by default)
+report      ``RUN_DIR/report.html`` (``probe report``)
+==========  =====================================================================================
+
+A stage whose outputs are already complete is skipped (:meth:`Stage.complete`); an interrupted
+one starts again where its own resume lets it (recorded batches, finished generation passes) or
+from its start (analyze, explain, evaluate: minutes at most). ``RUN_DIR/replicate.json`` keeps the
+options, the command line that reproduces the run and each stage's estimated and measured time.
+
+Before anything runs, :func:`plan` estimates each stage's time from the model's parameter count,
+the rows, the prompt tokens and the new tokens, at the pace measured on the default pair on this
+project's 2-core CPU machine (:mod:`interventions.replicate_estimate`). It is an estimate:
+other machines, other loads, early stops and the shared decoding engine move it.
+
+Example:
+    >>> options = ReplicateOptions(sft_dir=Path("s"), dpo_dir=Path("d"), data_file=Path("t.jsonl"), out_dir=Path("runs/r"))
+    >>> options.command()
+    'probe replicate --sft s --dpo d --data t.jsonl --out runs/r'
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.errors import Interrupted, ProbeError
+from interventions.replicate_checks import (all_explained, analysed, analysis_complete, evaluation_complete, expected_rows, explained,
+                                            intervention_complete, recorded_complete)
+from interventions.replicate_estimate import estimate, minutes
+from interventions.study_layout import EVAL_FILE, INTERVENTION_DIR, REPLICATE_FILE, REPORT_FILE, q
+from interventions.study_verdicts import TARGET
+
+Progress = Callable[[str], None]
+
+EVAL_ROWS = 280  # rows of the test split `models eval` judges by default here (spread over tasks): half the default pair's split
+EXPLAIN_TOP = 10  # neuron cards per capability
+# The A/B: probe intervene's defaults (scale at the paper's factor, the factor-0 control, 20 placebo sets, its token limit),
+# except that it generates TARGET_ROWS multi_turn rows and no collateral capability, to fit the 45-minute budget on the
+# default pair (2 cores): no claim reads the collateral rows. --limit and --collateral give them back.
+TARGET_ROWS = 48
+COLLATERAL = False
+PAIR_BUILD_SECONDS = {"smollm2": 600.0, "tiny": 240.0}  # building an embedded pair from its base (README, docs/training.md)
+
+
+@dataclass
+class ReplicateOptions:
+    """What to replicate and how; ``None`` = the stage command's own default."""
+
+    sft_dir: Path
+    dpo_dir: Path
+    data_file: Path
+    out_dir: Path
+    base_dir: Path | None = None
+    pair: str | None = None  # the default pair these came from (for the command line)
+    edits: list[str] | None = None
+    limit: int | None = TARGET_ROWS
+    placebo: int | None = None
+    max_new_tokens: int | None = None
+    collateral: bool | None = COLLATERAL
+    eval_rows: int | None = EVAL_ROWS  # None: the whole split
+    explain_top: int = EXPLAIN_TOP
+    device: str | None = None
+
+    def intervention(self) -> dict[str, Any]:
+        """The ABConfig fields given (the rest keep ``probe intervene``'s defaults)."""
+        given = {"edits": self.edits, "limit": self.limit, "placebo": self.placebo, "max_new_tokens": self.max_new_tokens,
+                 "collateral": self.collateral, "device": self.device}
+        return {k: v for k, v in given.items() if v is not None}
+
+    def command(self) -> str:
+        """The command line that runs this replication again."""
+        parts = ["probe replicate"] + ([f"--pair {self.pair}"] if self.pair else [f"--sft {q(self.sft_dir)} --dpo {q(self.dpo_dir)}"])
+        if not self.pair:
+            parts += [f"--base {q(self.base_dir)}"] if self.base_dir else []
+            parts += [f"--data {q(self.data_file)}"]
+        flags = {"--edit": ",".join(self.edits) if self.edits else None, "--limit": self.limit if self.limit != TARGET_ROWS else None,
+                 "--placebo": self.placebo,
+                 "--max-new-tokens": self.max_new_tokens, "--device": self.device,
+                 "--eval-rows": self.eval_rows if self.eval_rows != EVAL_ROWS else None,
+                 "--explain-top": self.explain_top if self.explain_top != EXPLAIN_TOP else None}
+        parts += [f"{flag} {value}" for flag, value in flags.items() if value is not None]
+        parts += [] if self.collateral in (None, COLLATERAL) else ["--collateral" if self.collateral else "--no-collateral"]
+        parts += ["--all-eval-rows"] if self.eval_rows is None else []
+        return " ".join(parts + [f"--out {q(self.out_dir)}"])
+
+
+@dataclass
+class Stage:
+    """One step: what it does, its estimated seconds, whether its outputs are complete, how to run it."""
+
+    name: str
+    what: str
+    estimate_s: float
+    complete: Callable[[], bool]
+    run: Callable[[], str]
+    status: str = "planned"  # planned | skipped (complete before this call) | running | done
+    seconds: float | None = None
+
+
+@dataclass
+class ReplicateResult:
+    out_dir: Path
+    stages: list[Stage]
+    report: Path | None = None
+    verdicts: list[Any] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+# --- the stages ------------------------------------------------------------------------------------------------------
+
+
+def ab_config(options: ReplicateOptions) -> Any:
+    from interventions.config import ABConfig
+
+    return ABConfig(run_dir=options.out_dir, capability=TARGET, out_dir=options.out_dir / "interventions" / INTERVENTION_DIR,
+                    **options.intervention())
+
+
+def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | None = None) -> list[Stage]:
+    """The stages with their estimates (module doc); nothing runs. ``kept`` receives the report's study when it is made."""
+    from probes.config import RecordConfig
+
+    record_config = RecordConfig(sft_dir=options.sft_dir, dpo_dir=options.dpo_dir, data_file=options.data_file, capabilities="all",
+                                 out_dir=options.out_dir, device=options.device)
+    config = ab_config(options)
+    seconds = estimate(options, config)
+    out = options.out_dir
+    caps = list(expected_rows(options.data_file))
+    return [
+        Stage("record", f"record {len(caps)} capabilities through both models ({', '.join(record_config.hooks)}, every layer)",
+              seconds["record"], lambda: recorded_complete(options), lambda: _record(record_config)),
+        Stage("analyze", "maps, layer profiles, neuron sets and plots", seconds["analyze"], lambda: analysis_complete(out), lambda: _analyze(out)),
+        Stage("explain", f"neuron cards of the top {options.explain_top} units per capability", seconds["explain"],
+              lambda: all_explained(out), lambda: _explain(options, progress)),
+        Stage("intervene", f"A/B on {TARGET}: edits {','.join(config.edits)}, factors {', '.join(repr(f) for f in config.factors)}, "
+                           f"{config.placebo} placebo sets, {config.limit or 'all'} {TARGET} rows{' and collateral rows' if config.collateral else ''}, "
+                           f"{config.max_new_tokens} new tokens",
+              seconds["intervene"], lambda: intervention_complete(out, options.intervention()), lambda: _intervene(config, progress)),
+        Stage("evaluate", f"compliance of {'base, ' if options.base_dir else ''}SFT and DPO on {options.eval_rows or 'all'} rows",
+              seconds["evaluate"], lambda: evaluation_complete(options), lambda: _evaluate(options, progress)),
+        Stage("report", f"{out / REPORT_FILE}", seconds["report"], lambda: False, lambda: _report(out, kept if kept is not None else {})),
+    ]
+
+
+def _record(config: Any) -> str:
+    from probes.recording import record_run
+
+    result = record_run(config, progress=False)
+    return f"{sum(result.counts.values())} prompts in the run ({sum(result.recorded.values())} recorded now)"
+
+
+def _analyze(out: Path) -> str:
+    from analysis import analyze_run
+
+    result = analyze_run(out, png=False)
+    return f"{len(result.maps)} maps; {len(result.warnings)} warnings"
+
+
+def _explain(options: ReplicateOptions, progress: Progress) -> str:
+    from analysis.explain import explain_run
+
+    done = []
+    for cap in analysed(options.out_dir):
+        if explained(options.out_dir, cap):
+            continue
+        progress(f"explain {cap}")
+        result = explain_run(options.out_dir, cap, top=options.explain_top, base_dir=options.base_dir, png=False)
+        done.append(cap)
+        for note in dict.fromkeys(result.notes):
+            progress(f"note: {note}")
+    return f"cards for {', '.join(done) or 'nothing new'}"
+
+
+def _intervene(config: Any, progress: Progress) -> str:
+    from interventions.ab import run_ab
+
+    report = run_ab(config, progress=progress)
+    return f"{len(report.arms)} arms -> {config.out_dir}"
+
+
+def _evaluate(options: ReplicateOptions, progress: Progress) -> str:
+    from dataclasses import replace
+
+    from core.decoding import EVAL_GENERATION
+    from training.evaluate import evaluate_pair
+
+    generation = replace(EVAL_GENERATION, max_new_tokens=options.max_new_tokens or EVAL_GENERATION.max_new_tokens)
+    result = evaluate_pair(options.sft_dir, options.dpo_dir, options.data_file, max_rows=options.eval_rows, generation=generation,
+                           progress=lambda name: progress(f"generating and judging: {name}"), base_dir=options.base_dir)
+    result.save(options.out_dir / EVAL_FILE)
+    return f"{sum(result.task_counts.values())} rows -> {options.out_dir / EVAL_FILE}"
+
+
+def _report(out: Path, kept: dict[str, Any]) -> str:
+    from interventions.study_html import write_report
+
+    path, kept["study"] = write_report(out)
+    return f"{path} ({path.stat().st_size / 1e6:.1f} MB)"
+
+
+def _save(options: ReplicateOptions, stages: list[Stage], started: str) -> None:
+    from core.atomic import write_atomic
+
+    body = {"format": "rolemrc-probe/replicate", "version": 1, "command": options.command(), "started": started,
+            "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
+            "sft_dir": str(options.sft_dir.resolve()), "dpo_dir": str(options.dpo_dir.resolve()),
+            "base_dir": str(options.base_dir.resolve()) if options.base_dir else None, "data_file": str(options.data_file.resolve()),
+            "stages": [{"name": s.name, "what": s.what, "status": s.status, "estimate_s": s.estimate_s, "seconds": s.seconds} for s in stages]}
+    write_atomic(options.out_dir / REPLICATE_FILE, json.dumps(body, indent=1) + "\n")
+
+
+def _previous_seconds(out: Path) -> dict[str, float]:
+    """Each stage's measured seconds in an earlier ``replicate.json`` of this run (kept for the stages skipped now)."""
+    try:
+        body = json.loads((out / REPLICATE_FILE).read_text(encoding="utf-8"))
+        return {str(s["name"]): float(s["seconds"]) for s in body.get("stages", []) if isinstance(s.get("seconds"), (int, float))}
+    except (OSError, ValueError, TypeError, AttributeError, KeyError):
+        return {}
+
+
+def run_stages(options: ReplicateOptions, stages: list[Stage], progress: Progress) -> ReplicateResult:
+    """Run the stages in order, skipping complete ones; ``replicate.json`` after each. Ctrl-C says where to resume."""
+    started, began = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    before = _previous_seconds(options.out_dir)
+    for number, stage in enumerate(stages, 1):
+        if stage.complete():
+            stage.status, stage.seconds = "skipped", before.get(stage.name)  # the time it took when it ran
+            progress(f"[{number}/{len(stages)}] {stage.name}: already complete, skipped")
+            continue
+        progress(f"[{number}/{len(stages)}] {stage.name}: {stage.what} (estimated {minutes(stage.estimate_s)})")
+        stage.status = "running"
+        _save(options, stages, started)
+        start = time.perf_counter()
+        try:
+            line = stage.run()
+        except (KeyboardInterrupt, Interrupted) as exc:
+            raise Interrupted(f"replicate stopped in stage {stage.name}{f' ({exc})' if str(exc) else ''}; finished stages are kept: rerun "
+                              f"`{options.command()}` to resume") from None
+        stage.status, stage.seconds = "done", time.perf_counter() - start
+        progress(f"[{number}/{len(stages)}] {stage.name}: {line} ({minutes(stage.seconds)}, estimated {minutes(stage.estimate_s)})")
+        _save(options, stages, started)
+    _save(options, stages, started)
+    return ReplicateResult(options.out_dir, stages, options.out_dir / REPORT_FILE, seconds=time.perf_counter() - began)

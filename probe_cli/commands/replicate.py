@@ -1,0 +1,120 @@
+"""``probe replicate``: the paper's §7 study on a pair, from recording to the report, each stage resuming where it stopped.
+
+Thin wrapper over :mod:`interventions.replicate`: resolves the pair (``--sft/--dpo`` or the
+embedded ``--pair``, built first when absent), prints the stages with an estimated time for each
+and for the whole (``--plan`` stops there), runs them, and ends with the verdict table and the
+report's path and size (:func:`probe_cli.commands.report.print_study`). Running the same command
+again skips the finished stages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from interventions.replicate import COLLATERAL, EVAL_ROWS, EXPLAIN_TOP, TARGET_ROWS
+from probe_cli.config_option import config_option
+from probe_cli.pairs import pair_option
+
+
+def register(app: typer.Typer) -> None:
+    app.command("replicate")(replicate)
+
+
+def replicate(
+    sft: Optional[Path] = typer.Option(None, "--sft", help="SFT model directory (default: the embedded pair's)."),
+    dpo: Optional[Path] = typer.Option(None, "--dpo", help="DPO model directory (default: the embedded pair's)."),
+    base: Optional[Path] = typer.Option(None, "--base", help="The untouched base the SFT started from (default with --pair: the pair's base)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Test rows JSONL (default: the embedded pair's test split)."),
+    pair: str = pair_option(),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory; an existing one resumes (default: runs/replicate-<pair>)."),
+    edit: Optional[str] = typer.Option(None, "--edit", metavar="KIND[,KIND]", help="Intervention arms (scale, mean, patch, steer). Default: probe intervene's."),
+    limit: int = typer.Option(TARGET_ROWS, "--limit", min=1, help="Intervention: rows of multi_turn (and of each collateral capability)."),
+    placebo: Optional[int] = typer.Option(None, "--placebo", min=0, help="Intervention: placebo sets per arm. Default: probe intervene's."),
+    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1, help="New tokens per generation (intervention and evaluation). Default: each command's."),
+    collateral: bool = typer.Option(COLLATERAL, "--collateral/--no-collateral", help="Intervention: score the other capabilities too (no claim reads them)."),
+    eval_rows: int = typer.Option(EVAL_ROWS, "--eval-rows", min=1, help="Evaluation: rows of the test split judged, spread over tasks."),
+    all_eval_rows: bool = typer.Option(False, "--all-eval-rows", help="Evaluation: judge the whole test split."),
+    explain_top: int = typer.Option(EXPLAIN_TOP, "--explain-top", min=1, help="Neuron cards per capability."),
+    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:N (recording and generation). Default: each command's."),
+    plan_only: bool = typer.Option(False, "--plan", help="Print the stages and their estimated times, then stop."),
+    config_file: Optional[Path] = config_option(),
+) -> None:
+    """Record every capability, analyse, explain, intervene on multi_turn with controls, evaluate, and write the report."""
+    from core.errors import ProbeError
+    from core.paths import check_output_dir
+    from interventions.replicate import ReplicateOptions, minutes, plan, run_stages
+    from probe_cli.console import console
+    from probe_cli.latest import point_latest
+    from probe_cli.pairs import default_pair
+
+    err = console(stderr=True)
+    if (sft is None) != (dpo is None):
+        raise ProbeError("give both --sft and --dpo, or neither (to use the embedded default pair)")
+    if sft is None:
+        _announce_build(pair, err)
+        built = default_pair(pair)
+        sft, dpo, base, data = built.sft_dir, built.dpo_dir, base or built.base_dir, data or built.test_file
+        name = pair
+    else:
+        if data is None:
+            data = default_pair(pair).test_file
+        name = None
+    assert dpo is not None and data is not None
+    run_dir = out if out is not None else Path("runs") / f"replicate-{name or _digest(sft, dpo)}"
+    check_output_dir(run_dir, "--out")
+    options = ReplicateOptions(sft_dir=sft, dpo_dir=dpo, data_file=data, out_dir=run_dir, base_dir=base, pair=name,
+                               edits=[e.strip() for e in edit.split(",")] if edit else None, limit=limit, placebo=placebo,
+                               max_new_tokens=max_new_tokens, collateral=collateral, eval_rows=None if all_eval_rows else eval_rows,
+                               explain_top=explain_top, device=device)
+    kept: dict = {}
+    stages = plan(options, lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True), kept)
+    _print_plan(stages, run_dir)
+    if plan_only:
+        return
+    result = run_stages(options, stages, lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True))
+    point_latest(run_dir)  # runs/latest, what the notebooks open by default
+    from probe_cli.commands.report import print_study
+
+    if "study" in kept and result.report is not None:
+        print_study(kept["study"], result.report)
+    estimated = sum(s.estimate_s for s in stages if s.status == "done")
+    console().print(f"replicate: {minutes(result.seconds)} for the stages run (estimated {minutes(estimated)}); "
+                    f"rerun `{options.command()}` to resume or refresh", markup=False, highlight=False, soft_wrap=True)
+
+
+def _announce_build(pair: str, err: Any) -> None:
+    """Say so before a pair build, which takes minutes and comes before the plan."""
+    from core.home import probe_home
+    from interventions.replicate import PAIR_BUILD_SECONDS, minutes
+    from training.default_pair import recipe_for
+
+    if not (probe_home() / recipe_for(pair).dir_name / "COMPLETE.json").is_file():
+        err.print(f"the {pair} pair is not built yet: building it first (about {minutes(PAIR_BUILD_SECONDS.get(pair))} on 2 cores, "
+                  "docs/training.md); the stages follow", markup=False, highlight=False, soft_wrap=True)
+
+
+def _digest(sft: Path, dpo: Path) -> str:
+    return hashlib.sha256(f"{sft.resolve()}|{dpo.resolve()}".encode()).hexdigest()[:8]
+
+
+def _print_plan(stages: list, run_dir: Path) -> None:
+    from rich.table import Table
+
+    from interventions.replicate import minutes
+    from probe_cli.console import console
+
+    table = Table(title=f"probe replicate into {run_dir}: estimated times (at the default pair's pace on a 2-core CPU, scaled by "
+                        "model size, rows and tokens; an estimate)")
+    for name in ("stage", "what", "estimated", "state"):
+        table.add_column(name, justify="right" if name == "estimated" else "left")
+    todo = 0.0
+    for stage in stages:
+        done = stage.complete()
+        todo += 0.0 if done else stage.estimate_s
+        table.add_row(stage.name, stage.what, minutes(stage.estimate_s), "complete: skipped" if done else "to run")
+    table.add_row("total", "stages still to run", minutes(todo), "")
+    console().print(table)

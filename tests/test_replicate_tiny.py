@@ -1,0 +1,106 @@
+"""`probe replicate --pair tiny` end to end: the plan with estimates, every stage, the report, a resume that skips, the notebook.
+
+The embedded tiny pair takes minutes to train, so the pair is the session's tiny random pair (the same
+stand-in `tests/test_probes_cli.py` uses) on the synthesized test split; everything after the pair runs
+for real, made fast by the command's own options (2 rows per capability, 2 placebo sets, 4 new tokens).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from probe_cli.main import main
+
+OPTIONS = ["--limit", "2", "--placebo", "2", "--max-new-tokens", "4", "--eval-rows", "18", "--explain-top", "3"]
+STAGES = ["record", "analyze", "explain", "intervene", "evaluate", "report"]
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "report.ipynb"
+
+
+def _probe(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as info:
+        main(argv)
+    return int(info.value.code or 0), out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def tiny_default(tiny_pair, tiny_model_dir: Path, chat_data: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    import training.default_pair as default_pair
+
+    root = tmp_path_factory.mktemp("replicate")
+    fake = default_pair.DefaultPair(root, chat_data, chat_data / "test.jsonl", tiny_pair[0], tiny_pair[1], base_dir=tiny_model_dir)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(default_pair, "ensure_default_pair", lambda *a, **k: fake)  # the real one trains the tiny pair: minutes
+        patch.setenv("PROBE_HOME", str(root / "home"))  # the weights-fingerprint cache
+        patch.setenv("OMP_NUM_THREADS", "1")
+        yield root
+
+
+@pytest.fixture(scope="module")
+def replicated(tiny_default: Path) -> tuple[Path, int, str, str]:
+    out = tiny_default / "run"
+    return (out, *_probe(["replicate", "--pair", "tiny", "--out", str(out), *OPTIONS]))
+
+
+def test_replicate_runs_every_stage_and_ends_with_the_report(replicated: tuple[Path, int, str, str]) -> None:
+    out, code, printed, progress = replicated
+    assert code == 0, progress
+    for stage in STAGES:
+        assert f"│ {stage}" in printed and f"] {stage}: " in progress, stage
+    assert "estimated" in printed and "│ total" in printed  # the plan comes first, with a time per stage and in all
+    record = json.loads((out / "replicate.json").read_text())
+    assert [s["name"] for s in record["stages"]] == STAGES and all(s["status"] == "done" for s in record["stages"][:-1])
+    assert record["command"].startswith("probe replicate --pair tiny --limit 2 --placebo 2")
+    report = out / "report.html"
+    size = report.stat().st_size
+    print(f"report size: {size / 1e6:.2f} MB")
+    assert size <= 10_000_000 and f"report: {report}" in printed.replace("\n", "")
+    page = report.read_text(encoding="utf-8")
+    for claim in range(1, 5):
+        assert f'data-claim="{claim}"' in page
+    for part in ("explain_multi_turn_mlp_out.json", "neurons_multi_turn_mlp_out.json"):
+        assert (out / "analysis" / part).is_file()
+    assert (out / "interventions" / "multi_turn_dpo_replicate" / "ab_report.json").is_file() and (out / "eval.json").is_file()
+    assert "not run" not in page.split('<section id="pair">')[0]  # every stage ran, so every claim has its evidence
+
+
+def test_a_second_call_skips_every_finished_stage(replicated: tuple[Path, int, str, str], tiny_default: Path) -> None:
+    out = replicated[0]
+    before = (out / "activations.h5").stat().st_mtime_ns
+    code, printed, progress = _probe(["replicate", "--pair", "tiny", "--out", str(out), *OPTIONS])
+    assert code == 0, progress
+    for stage in STAGES[:-1]:
+        assert f"] {stage}: already complete, skipped" in progress
+    assert (out / "activations.h5").stat().st_mtime_ns == before
+
+
+def test_plan_only_runs_nothing(tiny_default: Path) -> None:
+    out = tiny_default / "planned"
+    code, printed, _ = _probe(["replicate", "--pair", "tiny", "--out", str(out), "--plan", *OPTIONS])
+    assert code == 0 and "│ record" in printed and "to run" in printed
+    assert not (out / "activations.h5").exists() and not (out / "replicate.json").exists()
+
+
+def test_the_notebook_regenerates_and_shows_the_report(replicated: tuple[Path, int, str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.outputs == [] and c.execution_count is None for c in code)
+    assert "parameters" in code[0].metadata.get("tags", []) and "PROBE_RUN_DIR" in code[0].source
+    out = replicated[0]
+    (out / "report.html").unlink()
+    monkeypatch.setenv("PROBE_RUN_DIR", str(out))
+    NotebookClient(nb, kernel_name="python3", timeout=180, resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "claim 1: " in text and "claim 4: " in text and (out / "report.html").is_file()
+    shown = [o for o in outputs if "text/html" in o.get("data", {})]
+    assert len(shown) == 1 and shown[0]["data"]["text/html"].startswith("<iframe srcdoc=")
