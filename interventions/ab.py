@@ -295,8 +295,8 @@ class _Runner:
                 left = f", about {_minutes((self.shared_total - self.shared_done) * pace)} left"
             share = self.shared_done / max(1, self.shared_total)
             bar = "#" * round(20 * share) + "." * (20 - round(20 * share))
-            self.progress(f"[{bar}] {share:.0%} of all passes' rows ({name} model, batch {batches}/{total}"
-                          f"{', read back' if read_back else ''}){left}")
+            self.progress(f"{name} model: batch {batches}/{total}{', read back' if read_back else ''} [{bar}] "
+                          f"{share:.0%} of all passes' rows{left}")
 
         results = decoder.run([compiled for _, compiled in shared], done, kept=lambda b: self.store.get_body(f"{tag} {b}"),
                               keep=lambda b, body: self.store.put_body(f"{tag} {b}", body))
@@ -328,7 +328,10 @@ class _Runner:
         done = self.store.finished()
         if not done:
             return "no generation arm had finished, nothing kept; rerun the same command"
-        return (f"{len(done)} of {self.total_passes} generation passes finished and kept in {self.store.root}; "
+        batches = sum(name.startswith("shared_") for name in done)
+        what = [f"{batches} batch(es) of prompts decoded for every shared pass"] if batches else []
+        what += [f"{len(done) - batches} of {self.total_passes} generation passes"] if len(done) > batches else []
+        return (f"{' and '.join(what)} finished and kept in {self.store.root}; "
                 f"rerun with the same options and --out {self.config.out_dir} to resume from them")
 
     def _row_name(self, i: int) -> str:

@@ -204,15 +204,25 @@ def _report(out: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_intervene_keeps_finished_arms_and_resumes_to_the_same_report(tiny_model_dir: Path, data: Path, tmp_path: Path) -> None:
-    whole = probe(_intervene(tiny_model_dir, data, tmp_path / "whole"), tmp_path)
+@pytest.mark.parametrize("engine", ["shared", "per-arm"])
+def test_intervene_keeps_finished_arms_and_resumes_to_the_same_report(tiny_model_dir: Path, data: Path, tmp_path: Path, engine: str) -> None:
+    """Shared decoding keeps each finished batch of prompts (every pass's tokens); the per-arm engine, each finished pass."""
+    def args(out: Path) -> list[str]:
+        return [*_intervene(tiny_model_dir, data, out), "--engine", engine, "--batch-size", "4"]
+
+    whole = probe(args(tmp_path / "whole"), tmp_path)
     assert whole.code == 0, whole.stderr
-    cut = probe(_intervene(tiny_model_dir, data, tmp_path / "cut"), tmp_path, "scale 0.5: placebo 2/6")
-    assert_interrupted(cut, "generation passes finished and kept in", f"--out {tmp_path / 'cut'}")
-    assert (tmp_path / "cut" / ".arms" / "baseline_dpo.json").is_file() and not (tmp_path / "cut" / "ab_report.json").exists()
-    resumed = probe(_intervene(tiny_model_dir, data, tmp_path / "cut"), tmp_path)
+    cut = probe(args(tmp_path / "cut"), tmp_path, "dpo model: batch 2/" if engine == "shared" else "scale 0.5: placebo 2/6")
+    assert_interrupted(cut, "finished and kept in", f"--out {tmp_path / 'cut'}")
+    kept = sorted(p.name for p in (tmp_path / "cut" / ".arms").glob("*.json"))
+    if engine == "shared":
+        assert kept and all(name.startswith("shared_dpo_") for name in kept) and "batch(es) of prompts" in cut.stderr
+    else:
+        assert "baseline_dpo.json" in kept
+    assert not (tmp_path / "cut" / "ab_report.json").exists()
+    resumed = probe(args(tmp_path / "cut"), tmp_path)
     assert resumed.code == 0, resumed.stderr
-    assert "baseline dpo: read back from an interrupted run" in resumed.stderr
+    assert ("read back" in resumed.stderr) if engine == "shared" else ("baseline dpo: read back from an interrupted run" in resumed.stderr)
     assert (tmp_path / "whole" / "generations.jsonl").read_bytes() == (tmp_path / "cut" / "generations.jsonl").read_bytes()
     assert _report(tmp_path / "whole") == _report(tmp_path / "cut")
     assert not (tmp_path / "cut" / ".arms").exists()
