@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import Interrupted, ProbeError
+from core.errors import Interrupted
 from interventions.replicate_checks import (all_explained, analysed, analysis_complete, evaluation_complete, expected_rows, explained,
                                             intervention_complete, recorded_complete)
 from interventions.replicate_estimate import estimate, minutes

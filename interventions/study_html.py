@@ -35,7 +35,7 @@ from interventions.study_layout import CAUSAL_COMMAND_EXTRA, REPORT_FILE, Comman
 from interventions.study_page import Page, e, seconds, verdict_html
 from interventions.study_figures import (compliance_figure, depth_figure, dose_figure, heatmap_figure, placebo_figure,
                                          profile_figure)
-from interventions.study_verdicts import CANNOT_TEST, CLAIMS, MIN_PLACEBO_SETS, PLACEBO_PERCENTILE, TARGET, Verdict
+from interventions.study_verdicts import CANNOT_TEST, CLAIMS, MIN_PLACEBO_SETS, PLACEBO_PERCENTILE, TARGET
 
 N_CARDS = 5  # neuron cards shown per capability (the explain page keeps all)
 SECTIONS = ("verdicts", "pair", "claim-1", "claim-2", "claim-3", "claim-4", "layers", "units", "interventions", "compliance",
