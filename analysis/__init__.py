@@ -15,7 +15,15 @@ if TYPE_CHECKING:
     from analysis.run import AnalysisResult, analyze_run
     from analysis.select import select_neurons
 
-__all__ = ["AnalysisConfig", "AnalysisResult", "MetricMaps", "analyze_run", "compute_maps", "load_maps", "select_neurons"]
+__all__ = [
+    "AnalysisConfig",
+    "AnalysisResult",
+    "MetricMaps",
+    "analyze_run",
+    "compute_maps",
+    "load_maps",
+    "select_neurons",
+]
 
 _HOMES = {
     "AnalysisConfig": "analysis.config",

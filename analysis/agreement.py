@@ -51,17 +51,22 @@ class TopOverlap:
     units: list[list[int]]  # [layer, unit] of the shared units, in activation-rank order
 
 
-def layer_agreement(activation: np.ndarray, weights: np.ndarray, layers: list[int], n_permutations: int = 1000,
-                    seed: int = 0) -> list[LayerAgreement]:
+def layer_agreement(
+    activation: np.ndarray, weights: np.ndarray, layers: list[int], n_permutations: int = 1000, seed: int = 0
+) -> list[LayerAgreement]:
     """Per row (layer) of two (layers, units) maps: ρ between |activation| and ``weights``, permutation p, BH q."""
     rng = np.random.default_rng(seed)
     found = [_one_layer(np.abs(a), w, n_permutations, rng) for a, w in zip(activation, weights)]
     q = bh_qvalues(np.array([p for _, p in found])) if found else np.zeros(0)
-    return [LayerAgreement(layer, rho, p, float(qi), int(activation.shape[1])) for layer, (rho, p), qi in zip(layers, found, q)]
+    return [
+        LayerAgreement(layer, rho, p, float(qi), int(activation.shape[1]))
+        for layer, (rho, p), qi in zip(layers, found, q)
+    ]
 
 
-def _one_layer(x: np.ndarray, y: np.ndarray, n_permutations: int, rng: np.random.Generator,
-               chunk: int = 256) -> tuple[float | None, float]:
+def _one_layer(
+    x: np.ndarray, y: np.ndarray, n_permutations: int, rng: np.random.Generator, chunk: int = 256
+) -> tuple[float | None, float]:
     """Spearman's ρ of x and y and its two-sided permutation p-value (Pearson's r of average ranks, shuffled)."""
     finite = np.isfinite(x) & np.isfinite(y)
     x, y = x[finite], y[finite]
@@ -87,9 +92,14 @@ def top_overlap(activation: np.ndarray, weights: np.ndarray, layers: list[int], 
     shared = [pair for pair in by_delta if pair in in_weight]
     n_units = int(activation.size)
     k_a, k_w = len(by_delta), len(by_weight)
-    return TopOverlap(k=k, n_units=n_units, overlap=len(shared), expected=k_a * k_w / n_units if n_units else 0.0,
-                      p_hypergeometric=float(stats.hypergeom.sf(len(shared) - 1, n_units, k_w, k_a)),
-                      units=[[layers[row], unit] for row, unit in shared])
+    return TopOverlap(
+        k=k,
+        n_units=n_units,
+        overlap=len(shared),
+        expected=k_a * k_w / n_units if n_units else 0.0,
+        p_hypergeometric=float(stats.hypergeom.sf(len(shared) - 1, n_units, k_w, k_a)),
+        units=[[layers[row], unit] for row, unit in shared],
+    )
 
 
 def _ranked(values: np.ndarray, k: int) -> list[tuple[int, int]]:

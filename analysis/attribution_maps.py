@@ -27,24 +27,39 @@ from core.errors import ProbeError
 from probes.store import RunReader
 
 
-def attribution_maps(run: RunReader, capability: str, hook: str, layers: Window | list[int], config: AnalysisConfig) -> Any:
+def attribution_maps(
+    run: RunReader, capability: str, hook: str, layers: Window | list[int], config: AnalysisConfig
+) -> Any:
     from analysis.maps import MetricMaps
     from probes.attribution import attribute_run
 
     window = layers if isinstance(layers, Window) else None
     wanted = list(window.layers) if window is not None else list(layers)
-    path = attribute_run(run.run_dir, m=config.attribution_m, positions=config.attribution_positions, dpo_file=config.dpo_data,
-                         max_rows=config.attribution_rows)
+    path = attribute_run(
+        run.run_dir,
+        m=config.attribution_m,
+        positions=config.attribution_positions,
+        dpo_file=config.dpo_data,
+        max_rows=config.attribution_rows,
+    )
     with h5py.File(path, "r") as f:
         stored = json.loads(f.attrs["layers"])
         missing = [i for i in wanted if i not in stored]
         if missing or f"{capability}/{hook}" not in f:
-            raise ProbeError(f"{path}: no attribution for {capability}/{hook} at layer {missing[0] if missing else wanted[0]}")
+            raise ProbeError(
+                f"{path}: no attribution for {capability}/{hook} at layer {missing[0] if missing else wanted[0]}"
+            )
         slots = [stored.index(i) for i in wanted]
         group = f[f"{capability}/{hook}"]
-        attr, sft, dpo = (np.asarray(group[name][:, slots, :], dtype=np.float64) for name in ("attribution", "sft", "dpo"))
-        settings: dict[str, Any] = {"fdr_alpha": config.fdr_alpha, "test": f"{config.test} (attribution against 0)",
-                                    "m": str(f.attrs["m"]), "positions": str(f.attrs["positions"])}
+        attr, sft, dpo = (
+            np.asarray(group[name][:, slots, :], dtype=np.float64) for name in ("attribution", "sft", "dpo")
+        )
+        settings: dict[str, Any] = {
+            "fdr_alpha": config.fdr_alpha,
+            "test": f"{config.test} (attribution against 0)",
+            "m": str(f.attrs["m"]),
+            "positions": str(f.attrs["positions"]),
+        }
         if f.attrs.get("dpo_file"):
             settings["dpo_file"] = str(f.attrs["dpo_file"])
     n = attr.shape[0]
@@ -53,10 +68,27 @@ def attribution_maps(run: RunReader, capability: str, hook: str, layers: Window 
     delta = attr.mean(axis=0)
     pvalues = np.stack([paired_pvalues(zeros, attr[:, i, :], config.test) for i in range(len(wanted))])
     rms = np.array([[_rms(sft[:, i]) for i in range(len(wanted))], [_rms(dpo[:, i]) for i in range(len(wanted))]])
-    resampled = (np.stack([layer_scores(resamples.mean_differences(attr[:, i, :])) for i in range(len(wanted))])
-                 if resamples.n_resamples else None)
-    return MetricMaps(capability, hook, "attribution", wanted, sft.mean(axis=0), dpo.mean(axis=0), delta, pvalues, bh_qvalues(pvalues),
-                      n, settings, layer_rms=rms, window=window, resampled_scores=resampled)
+    resampled = (
+        np.stack([layer_scores(resamples.mean_differences(attr[:, i, :])) for i in range(len(wanted))])
+        if resamples.n_resamples
+        else None
+    )
+    return MetricMaps(
+        capability,
+        hook,
+        "attribution",
+        wanted,
+        sft.mean(axis=0),
+        dpo.mean(axis=0),
+        delta,
+        pvalues,
+        bh_qvalues(pvalues),
+        n,
+        settings,
+        layer_rms=rms,
+        window=window,
+        resampled_scores=resampled,
+    )
 
 
 def _rms(x: np.ndarray) -> float:

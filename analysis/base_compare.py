@@ -52,10 +52,12 @@ class BaseComparison:
 
     def describe(self) -> str:
         r = "n/a" if self.mean_correlation is None else f"{self.mean_correlation:+.2f}"
-        return (f"SFT−base vs DPO−SFT, top {self.k} units: Jaccard {self.jaccard:.3f} (matched random {self.random_jaccard:.3f}, "
-                f"95th percentile {self.random_p95:.3f}; {self.share_random_at_least:.1%} of {self.n_draws} draws reach it); "
-                f"per-layer correlation of Δ, mean r {r}; SFT−base top layers "
-                f"{', '.join(str(i) for i in self.sft_minus_base_top_layers[:5])}")
+        return (
+            f"SFT−base vs DPO−SFT, top {self.k} units: Jaccard {self.jaccard:.3f} (matched random {self.random_jaccard:.3f}, "
+            f"95th percentile {self.random_p95:.3f}; {self.share_random_at_least:.1%} of {self.n_draws} draws reach it); "
+            f"per-layer correlation of Δ, mean r {r}; SFT−base top layers "
+            f"{', '.join(str(i) for i in self.sft_minus_base_top_layers[:5])}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         body = asdict(self)
@@ -65,7 +67,9 @@ class BaseComparison:
     @classmethod
     def from_dict(cls, body: dict[str, Any]) -> BaseComparison:
         values = dict(body)
-        values["layer_correlation"] = {int(k): (None if v is None else float(v)) for k, v in body["layer_correlation"].items()}
+        values["layer_correlation"] = {
+            int(k): (None if v is None else float(v)) for k, v in body["layer_correlation"].items()
+        }
         return cls(**values)
 
 
@@ -81,8 +85,9 @@ def jaccard(a: np.ndarray, b: np.ndarray) -> float:
     return len(first & second) / union if union else 0.0
 
 
-def matched_random_jaccard(counts_a: np.ndarray, counts_b: np.ndarray, width: int, n_draws: int = N_DRAWS,
-                           seed: int = 0) -> np.ndarray:
+def matched_random_jaccard(
+    counts_a: np.ndarray, counts_b: np.ndarray, width: int, n_draws: int = N_DRAWS, seed: int = 0
+) -> np.ndarray:
     """(n_draws,) Jaccard of two random unit sets with ``counts_a`` / ``counts_b`` units in each layer (of ``width``).
 
     >>> draws = matched_random_jaccard(np.array([4, 0]), np.array([4, 0]), width=4, n_draws=3)
@@ -105,7 +110,9 @@ def layer_correlations(first: np.ndarray, second: np.ndarray, layers: list[int])
     return out
 
 
-def compare_maps(sft_minus_base: MetricMaps, dpo_minus_sft: MetricMaps, k: int, n_draws: int = N_DRAWS, seed: int = 0) -> BaseComparison:
+def compare_maps(
+    sft_minus_base: MetricMaps, dpo_minus_sft: MetricMaps, k: int, n_draws: int = N_DRAWS, seed: int = 0
+) -> BaseComparison:
     """The overlap of the two maps' top-``k`` units against the matched baseline, and their per-layer correlation."""
     from analysis.profile import layer_scores, rank_layers
 
@@ -120,8 +127,14 @@ def compare_maps(sft_minus_base: MetricMaps, dpo_minus_sft: MetricMaps, k: int, 
     correlations = layer_correlations(sft_minus_base.delta, dpo_minus_sft.delta, dpo_minus_sft.layers)
     known = [r for r in correlations.values() if r is not None]
     return BaseComparison(
-        k=k, jaccard=observed, random_jaccard=float(draws.mean()), random_p95=float(np.quantile(draws, 0.95)),
-        share_random_at_least=float((draws >= observed - 1e-12).mean()), n_draws=n_draws, seed=seed,
-        layer_correlation=correlations, mean_correlation=float(np.mean(known)) if known else None,
+        k=k,
+        jaccard=observed,
+        random_jaccard=float(draws.mean()),
+        random_p95=float(np.quantile(draws, 0.95)),
+        share_random_at_least=float((draws >= observed - 1e-12).mean()),
+        n_draws=n_draws,
+        seed=seed,
+        layer_correlation=correlations,
+        mean_correlation=float(np.mean(known)) if known else None,
         sft_minus_base_top_layers=rank_layers(layer_scores(sft_minus_base.delta), sft_minus_base.layers),
     )

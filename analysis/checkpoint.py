@@ -89,21 +89,27 @@ class Checkpoint:
 
         files = weight_files(self.dir, self.flag)
         if any(f.suffix != ".safetensors" for f in files):
-            raise ProbeError(f"{self.flag} {self.dir}: explain reads weights tensor by tensor from safetensors files, and this "
-                             "model has only .bin weights; save it again with save_pretrained() (safetensors is its default)")
+            raise ProbeError(
+                f"{self.flag} {self.dir}: explain reads weights tensor by tensor from safetensors files, and this "
+                "model has only .bin weights; save it again with save_pretrained() (safetensors is its default)"
+            )
         by_name: dict[str, Any] = {}
         for file in files:
             try:
                 handle = self._stack.enter_context(safe_open(str(file), framework="pt"))
             except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types for a damaged file
-                raise ProbeError(f"{self.flag} {file}: cannot open the weights ({str(exc).splitlines()[0][:160]})") from None
+                raise ProbeError(
+                    f"{self.flag} {file}: cannot open the weights ({str(exc).splitlines()[0][:160]})"
+                ) from None
             by_name.update((name, handle) for name in handle.keys())
         return by_name
 
     def _check_unembedding(self) -> None:
         if not self.tied and self._resolve(LAYOUT.unembedding, required=False) is None:
-            raise ProbeError(f"{self.flag} {self.dir}: the config says the embeddings are not tied, but the weights hold no "
-                             f"{LAYOUT.unembedding}; the directory is incomplete")
+            raise ProbeError(
+                f"{self.flag} {self.dir}: the config says the embeddings are not tied, but the weights hold no "
+                f"{LAYOUT.unembedding}; the directory is incomplete"
+            )
 
     # --- names ------------------------------------------------------------------------------------------------------
 
@@ -113,7 +119,9 @@ class Checkpoint:
             if candidate in self._files:
                 return candidate
         if required:
-            raise ProbeError(f"{self.flag} {self.dir}: no tensor {name} in its weights; is it a {'/'.join(SUPPORTED)}-style checkpoint?")
+            raise ProbeError(
+                f"{self.flag} {self.dir}: no tensor {name} in its weights; is it a {'/'.join(SUPPORTED)}-style checkpoint?"
+            )
         return None
 
     def block_name(self, layer: int, part: str) -> str:
@@ -176,8 +184,10 @@ def _config(model_dir: Path, flag: str) -> Any:
     body = check_model_dir(model_dir, flag)
     family = body.get("model_type")
     if family not in SUPPORTED:
-        raise ProbeError(f"{flag} {model_dir}: explain reads {', '.join(SUPPORTED)} checkpoints (an attention and a gated MLP "
-                         f"adding to the residual stream, RMSNorm), not {family!r}")
+        raise ProbeError(
+            f"{flag} {model_dir}: explain reads {', '.join(SUPPORTED)} checkpoints (an attention and a gated MLP "
+            f"adding to the residual stream, RMSNorm), not {family!r}"
+        )
     return SimpleNamespace(**{"tie_word_embeddings": False, **body})
 
 
@@ -187,19 +197,30 @@ def check_same_shape(a: Checkpoint, b: Checkpoint) -> None:
     if a.tied != b.tied:
         problems.append(f"tie_word_embeddings: {a.flag} {a.tied} vs {b.flag} {b.tied}")
     if problems:
-        raise ProbeError(f"{a.dir} and {b.dir} differ in shape, so their units do not correspond: " + "; ".join(problems))
+        raise ProbeError(
+            f"{a.dir} and {b.dir} differ in shape, so their units do not correspond: " + "; ".join(problems)
+        )
 
 
 def same_tensor_shape(a: Checkpoint, b: Checkpoint, name: str) -> tuple[int, ...]:
     """The shape both checkpoints give tensor ``name``; one line naming it when they differ."""
     shape_a, shape_b = a.tensor_shape(name), b.tensor_shape(name)
     if shape_a != shape_b:
-        raise ProbeError(f"{name} has shape {list(shape_a)} in {a.dir} but {list(shape_b)} in {b.dir}; their units do not correspond")
+        raise ProbeError(
+            f"{name} has shape {list(shape_a)} in {a.dir} but {list(shape_b)} in {b.dir}; their units do not correspond"
+        )
     return shape_a
 
 
 def config_summary(checkpoint: Checkpoint) -> dict[str, Any]:
     """What the explain record says about a checkpoint's lens: family, depth, widths, tied or not."""
     shape = checkpoint.shape
-    return {"model_type": shape.model_type, "n_layers": shape.n_layers, "d_model": shape.d_model, "d_mlp": shape.d_mlp,
-            "tied_embeddings": checkpoint.tied, "unembedding": checkpoint.unembedding_name, "final_norm": LAYOUT.final_norm}
+    return {
+        "model_type": shape.model_type,
+        "n_layers": shape.n_layers,
+        "d_model": shape.d_model,
+        "d_mlp": shape.d_mlp,
+        "tied_embeddings": checkpoint.tied,
+        "unembedding": checkpoint.unembedding_name,
+        "final_norm": LAYOUT.final_norm,
+    }

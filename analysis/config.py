@@ -22,8 +22,15 @@ from typing import Annotated
 from core.config_file import NON_NEGATIVE, POSITIVE, SEED, OptionError, Range, typed_config
 from core.errors import ProbeError
 
-ACTIVATION_METRICS: tuple[str, ...] = ("topk_count", "mean_diff", "effect_size")  # computed from the recorded activations alone
-METRICS: tuple[str, ...] = (*ACTIVATION_METRICS, "attribution")  # attribution: a gradient pass through the models, analysis.attribution_maps
+ACTIVATION_METRICS: tuple[str, ...] = (
+    "topk_count",
+    "mean_diff",
+    "effect_size",
+)  # computed from the recorded activations alone
+METRICS: tuple[str, ...] = (
+    *ACTIVATION_METRICS,
+    "attribution",
+)  # attribution: a gradient pass through the models, analysis.attribution_maps
 ATTRIBUTION_MS: tuple[str, ...] = ("reference_logprob", "dpo_margin")  # probes.attribution.M_CHOICES
 ATTRIBUTION_POSITIONS: tuple[str, ...] = ("all", "response")
 NORMALIZATIONS: tuple[str, ...] = ("samples", "width")
@@ -61,9 +68,17 @@ class AnalysisConfig:
     dpo_data: Path | None = None  # dpo_margin: the DPO pairs (default: the run's --responses, or its DPO --data)
 
     def __post_init__(self) -> None:
-        for name, allowed in (("metric", METRICS), ("normalize", NORMALIZATIONS), ("rule", RULES), ("test", TESTS),
-                              ("attribution_m", ATTRIBUTION_MS), ("attribution_positions", ATTRIBUTION_POSITIONS)):
+        for name, allowed in (
+            ("metric", METRICS),
+            ("normalize", NORMALIZATIONS),
+            ("rule", RULES),
+            ("test", TESTS),
+            ("attribution_m", ATTRIBUTION_MS),
+            ("attribution_positions", ATTRIBUTION_POSITIONS),
+        ):
             if getattr(self, name) not in allowed:
                 raise OptionError(name, f"one of {', '.join(allowed)}", getattr(self, name))
         if self.normalize == "width" and self.metric != "topk_count":
-            raise ProbeError("--normalize width only applies to --metric topk_count (the authors' /d_model scaling of count differences)")
+            raise ProbeError(
+                "--normalize width only applies to --metric topk_count (the authors' /d_model scaling of count differences)"
+            )

@@ -56,8 +56,10 @@ class DepthShareResult:
     settings: dict[str, Any] = field(default_factory=dict)
 
     def describe(self) -> str:
-        return (f"{self.capability}/{self.hook}: layers {format_layers(self.window)} hold {self.share:.1%} of the summed mean |Δ| "
-                f"[95% CI {self.ci_low:.1%}, {self.ci_high:.1%}] against {self.uniform:.1%} under a uniform spread")
+        return (
+            f"{self.capability}/{self.hook}: layers {format_layers(self.window)} hold {self.share:.1%} of the summed mean |Δ| "
+            f"[95% CI {self.ci_low:.1%}, {self.ci_high:.1%}] against {self.uniform:.1%} under a uniform spread"
+        )
 
 
 def untestable_reason(stored: list[int], n_model_layers: int) -> str | None:
@@ -73,13 +75,21 @@ def untestable_reason(stored: list[int], n_model_layers: int) -> str | None:
     if not window:
         return f"the recording holds none of the window {format_layers(default_window(n_model_layers))}"
     if not outside:
-        return (f"the recording holds layers {format_layers(stored)} only, all inside the window "
-                f"{format_layers(default_window(n_model_layers))}: a share of the whole depth needs the layers outside it (record without --layers)")
+        return (
+            f"the recording holds layers {format_layers(stored)} only, all inside the window "
+            f"{format_layers(default_window(n_model_layers))}: a share of the whole depth needs the layers outside it (record without --layers)"
+        )
     return None
 
 
-def depth_share(run_dir: str | Path, capability: str, hook: str, config: AnalysisConfig | None = None,
-                n_resamples: int = N_RESAMPLES, seed: int = SEED) -> DepthShareResult | str:
+def depth_share(
+    run_dir: str | Path,
+    capability: str,
+    hook: str,
+    config: AnalysisConfig | None = None,
+    n_resamples: int = N_RESAMPLES,
+    seed: int = SEED,
+) -> DepthShareResult | str:
     """The share for one capability × hook, or the reason it cannot be formed (a string).
 
     ``config``: the analysis's metric, top-k percent and normalisation (its window and bootstrap settings are
@@ -101,13 +111,30 @@ def depth_share(run_dir: str | Path, capability: str, hook: str, config: Analysi
     share = _share(scores, in_window)
     draws = np.array([_share(maps.resampled_scores[:, b], in_window) for b in range(maps.resampled_scores.shape[1])])
     draws = draws[np.isfinite(draws)]
-    low, high = (float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))) if draws.size else (float("nan"),) * 2
+    low, high = (
+        (float(np.percentile(draws, 2.5)), float(np.percentile(draws, 97.5))) if draws.size else (float("nan"),) * 2
+    )
     return DepthShareResult(
-        capability=capability, hook=hook, metric=config.metric, n_samples=maps.n_samples, layers=list(stored),
-        scores=[float(s) for s in scores], window=[i for i, w in zip(stored, in_window) if w], n_model_layers=n_model,
-        share=share, ci_low=low, ci_high=high, uniform=float(in_window.mean()), n_resamples=n_resamples,
-        settings={"metric": config.metric, "top_percent": config.top_percent, "normalize": config.normalize, "test": config.test,
-                  "seed": seed},
+        capability=capability,
+        hook=hook,
+        metric=config.metric,
+        n_samples=maps.n_samples,
+        layers=list(stored),
+        scores=[float(s) for s in scores],
+        window=[i for i, w in zip(stored, in_window) if w],
+        n_model_layers=n_model,
+        share=share,
+        ci_low=low,
+        ci_high=high,
+        uniform=float(in_window.mean()),
+        n_resamples=n_resamples,
+        settings={
+            "metric": config.metric,
+            "top_percent": config.top_percent,
+            "normalize": config.normalize,
+            "test": config.test,
+            "seed": seed,
+        },
     )
 
 

@@ -79,10 +79,24 @@ class _Context:
     seed: int
 
 
-def explain_run(run_dir: str | Path, capability: str | None = None, *, hooks: list[str] | None = None, top: int = 20,
-                sft_dir: str | Path | None = None, dpo_dir: str | Path | None = None, base_dir: str | Path | None = None,
-                analysis_dir: str | Path | None = None, out_dir: str | Path | None = None, tokens: int = 10, prompts: int = 3,
-                permutations: int = 1000, seed: int = 0, plots: bool = True, png: bool | None = False) -> ExplainResult:
+def explain_run(
+    run_dir: str | Path,
+    capability: str | None = None,
+    *,
+    hooks: list[str] | None = None,
+    top: int = 20,
+    sft_dir: str | Path | None = None,
+    dpo_dir: str | Path | None = None,
+    base_dir: str | Path | None = None,
+    analysis_dir: str | Path | None = None,
+    out_dir: str | Path | None = None,
+    tokens: int = 10,
+    prompts: int = 3,
+    permutations: int = 1000,
+    seed: int = 0,
+    plots: bool = True,
+    png: bool | None = False,
+) -> ExplainResult:
     """Explain the top ``top`` units of ``capability`` at each analysed hook point (module doc); writes the outputs.
 
     ``capability`` None: the one the analysis holds (an error naming them when it holds several); ``hooks`` None:
@@ -109,17 +123,31 @@ def explain_run(run_dir: str | Path, capability: str | None = None, *, hooks: li
         with file_set(target) as staged:
             _write(result, context, staged.folder, plots, png)
     except OSError as exc:
-        raise ProbeError(f"{target}: writing the explanation failed ({exc.strerror or exc}); nothing there was replaced: "
-                         "free space (or fix permissions) and rerun") from None
+        raise ProbeError(
+            f"{target}: writing the explanation failed ({exc.strerror or exc}); nothing there was replaced: "
+            "free space (or fix permissions) and rerun"
+        ) from None
     return result
 
 
-def neuron_card(run_dir: str | Path, maps: MetricMaps, layer: int, unit: int, *, sft_dir: str | Path | None = None,
-                dpo_dir: str | Path | None = None, base_dir: str | Path | None = None, tokens: int = 10, prompts: int = 3,
-                seed: int = 0) -> NeuronCard:
+def neuron_card(
+    run_dir: str | Path,
+    maps: MetricMaps,
+    layer: int,
+    unit: int,
+    *,
+    sft_dir: str | Path | None = None,
+    dpo_dir: str | Path | None = None,
+    base_dir: str | Path | None = None,
+    tokens: int = 10,
+    prompts: int = 3,
+    seed: int = 0,
+) -> NeuronCard:
     """One unit's card, ranked against ``maps`` (e.g. the heatmap notebook's); writes nothing."""
     if layer not in maps.layers or not 0 <= unit < maps.width:
-        raise ProbeError(f"layer {layer}, unit {unit} is not in the map (layers {maps.layers[0]}-{maps.layers[-1]}, units 0-{maps.width - 1})")
+        raise ProbeError(
+            f"layer {layer}, unit {unit} is not in the map (layers {maps.layers[0]}-{maps.layers[-1]}, units 0-{maps.width - 1})"
+        )
     with RunReader(run_dir) as run, open_models(run, sft_dir, dpo_dir, base_dir) as models:
         context = _context(run, maps.capability, models, [maps.hook], tokens, prompts, seed)
         return _cards(context, maps, _other_maps(context, maps), [(maps.layers.index(layer), unit)])[0]
@@ -131,8 +159,10 @@ def neuron_card(run_dir: str | Path, maps: MetricMaps, layer: int, unit: int, *,
 def _saved_summary(run_path: Path, analysis: Path) -> AnalysisSummary:
     path = analysis / "summary.json"
     if not path.is_file():
-        raise ProbeError(f"{run_path}: no analysis here ({path} is missing); run `probe analyze {run_path}` first"
-                         " (or pass --analysis DIR, where it wrote)")
+        raise ProbeError(
+            f"{run_path}: no analysis here ({path} is missing); run `probe analyze {run_path}` first"
+            " (or pass --analysis DIR, where it wrote)"
+        )
     return AnalysisSummary.load(path)
 
 
@@ -141,7 +171,9 @@ def _capability(summary: AnalysisSummary, capability: str | None) -> str:
         return capability.strip()
     analysed = list(summary.capabilities)
     if len(analysed) != 1:
-        raise ProbeError(f"the analysis holds {len(analysed)} capabilities ({', '.join(analysed) or 'none'}); choose one with -c")
+        raise ProbeError(
+            f"the analysis holds {len(analysed)} capabilities ({', '.join(analysed) or 'none'}); choose one with -c"
+        )
     return analysed[0]
 
 
@@ -149,7 +181,9 @@ def _hooks(summary: AnalysisSummary, capability: str, hooks: list[str] | None) -
     analysed = summary.capabilities.get(capability)
     if not analysed:
         have = ", ".join(summary.capabilities) or "none"
-        raise ProbeError(f"-c {capability}: not analysed in this run (analysed: {have}); run `probe analyze RUN_DIR -c {capability}`")
+        raise ProbeError(
+            f"-c {capability}: not analysed in this run (analysed: {have}); run `probe analyze RUN_DIR -c {capability}`"
+        )
     if not hooks:
         return list(analysed)
     wanted = [validate_hook(h.strip()) for item in hooks for h in item.split(",") if h.strip()]
@@ -171,16 +205,22 @@ def _check_top(maps: MetricMaps, top: int) -> None:
     if top < 1:
         raise ProbeError(f"--top {top}: expected a positive number of units")
     if top > ranked:
-        raise ProbeError(f"--top {top}: the analysis of {maps.capability}/{maps.hook} ranks only {ranked} units (nonzero Δ of "
-                         f"{maps.metric} in layers {maps.layers[0]}-{maps.layers[-1]}, {maps.delta.size} units in all); "
-                         f"use --top {ranked} or less")
+        raise ProbeError(
+            f"--top {top}: the analysis of {maps.capability}/{maps.hook} ranks only {ranked} units (nonzero Δ of "
+            f"{maps.metric} in layers {maps.layers[0]}-{maps.layers[-1]}, {maps.delta.size} units in all); "
+            f"use --top {ranked} or less"
+        )
 
 
-def _context(run: RunReader, capability: str, models: ModelSet, hooks: list[str], tokens: int, prompts: int, seed: int) -> _Context:
+def _context(
+    run: RunReader, capability: str, models: ModelSet, hooks: list[str], tokens: int, prompts: int, seed: int
+) -> _Context:
     changes = {"sft_dpo": weight_change(models.sft, models.dpo, hooks, "sft_dpo")}
     if models.base is not None:
         changes["base_sft"] = weight_change(models.base, models.sft, hooks, "base_sft")
-    return _Context(run, capability, models, Lens.of(models.dpo), TokenText(models.dpo.dir, "--dpo"), changes, tokens, prompts, seed)
+    return _Context(
+        run, capability, models, Lens.of(models.dpo), TokenText(models.dpo.dir, "--dpo"), changes, tokens, prompts, seed
+    )
 
 
 def _other_maps(context: _Context, maps: MetricMaps, test: str | None = None) -> dict[str, MetricMaps]:
@@ -191,8 +231,12 @@ def _other_maps(context: _Context, maps: MetricMaps, test: str | None = None) ->
     out = {maps.metric: maps}
     for metric in ACTIVATION_METRICS:
         if metric != maps.metric:
-            config = AnalysisConfig(metric=metric, top_percent=float(maps.settings.get("top_percent", AnalysisConfig.top_percent)),
-                                    test=test if test in TESTS else AnalysisConfig.test, stability_resamples=0)
+            config = AnalysisConfig(
+                metric=metric,
+                top_percent=float(maps.settings.get("top_percent", AnalysisConfig.top_percent)),
+                test=test if test in TESTS else AnalysisConfig.test,
+                stability_resamples=0,
+            )
             out[metric] = compute_maps(context.run, maps.capability, maps.hook, maps.layers, config)
     return out
 
@@ -200,17 +244,30 @@ def _other_maps(context: _Context, maps: MetricMaps, test: str | None = None) ->
 # --- one hook point --------------------------------------------------------------------------------------------------
 
 
-def _record(context: _Context, maps: MetricMaps, summary: AnalysisSummary, top: int, permutations: int) -> ExplainRecord:
+def _record(
+    context: _Context, maps: MetricMaps, summary: AnalysisSummary, top: int, permutations: int
+) -> ExplainRecord:
     hook = maps.hook
     units = [(int(r), int(u)) for r, u in ranked_units(maps, maps.delta != 0)[:top]]
     cards = _cards(context, maps, _other_maps(context, maps, str(summary.settings.get("test", ""))), units)
     window = maps.window or summary.hook(maps.capability, hook).window
     assert window is not None
     return ExplainRecord(
-        run_dir=summary.run_dir, capability=maps.capability, hook=hook, metric=maps.metric, analysis_settings=dict(summary.settings),
-        window=window, position=context.run.settings.position, n_samples=maps.n_samples, models=context.models.fingerprints(),
-        lens=_lens_record(context), cards=cards, mean_difference=_mean_difference(context, maps),
-        agreement=[_agreement(maps, by_hook[hook], top, permutations, context.seed) for by_hook in context.changes.values()],
+        run_dir=summary.run_dir,
+        capability=maps.capability,
+        hook=hook,
+        metric=maps.metric,
+        analysis_settings=dict(summary.settings),
+        window=window,
+        position=context.run.settings.position,
+        n_samples=maps.n_samples,
+        models=context.models.fingerprints(),
+        lens=_lens_record(context),
+        cards=cards,
+        mean_difference=_mean_difference(context, maps),
+        agreement=[
+            _agreement(maps, by_hook[hook], top, permutations, context.seed) for by_hook in context.changes.values()
+        ],
         notes=list(context.models.notes),
     )
 
@@ -224,26 +281,44 @@ def _rank_maps(values: np.ndarray) -> np.ndarray:
     return ranks.reshape(values.shape)
 
 
-def _cards(context: _Context, maps: MetricMaps, all_maps: dict[str, MetricMaps], units: list[tuple[int, int]]) -> list[NeuronCard]:
+def _cards(
+    context: _Context, maps: MetricMaps, all_maps: dict[str, MetricMaps], units: list[tuple[int, int]]
+) -> list[NeuronCard]:
     ranks = {m: _rank_maps(np.abs(v.delta)) for m, v in all_maps.items()}
     for transition, by_hook in context.changes.items():
         change = by_hook[maps.hook]
         window_rows = [change.layers.index(layer) for layer in maps.layers]
-        ranks[f"weights_{transition}"] = _rank_maps(np.nan_to_num(change.relative[window_rows], posinf=np.finfo(np.float64).max))
+        ranks[f"weights_{transition}"] = _rank_maps(
+            np.nan_to_num(change.relative[window_rows], posinf=np.finfo(np.float64).max)
+        )
     acts = {m: read_window(context.run, m, maps.capability, maps.hook, maps.layers) for m in ("sft", "dpo")}
     pairs = [(maps.layers[r], u) for r, u in units]
-    readouts = read_out(context.lens, unit_directions(context.models.dpo, maps.hook, pairs), context.tokens, context.decode)
+    readouts = read_out(
+        context.lens, unit_directions(context.models.dpo, maps.hook, pairs), context.tokens, context.decode
+    )
     samples = context.run.samples(maps.capability)
     cards = []
     for (row, unit), readout in zip(units, readouts):
         low, high = _delta_ci(acts["sft"][:, row], acts["dpo"][:, row], unit, maps, context.seed)
-        cards.append(NeuronCard(
-            layer=maps.layers[row], unit=unit, ranks={name: int(r[row, unit]) for name, r in ranks.items()},
-            delta=float(maps.delta[row, unit]), ci_low=low, ci_high=high, p=float(maps.pvalues[row, unit]),
-            q=float(maps.qvalues[row, unit]), sft=float(maps.sft[row, unit]), dpo=float(maps.dpo[row, unit]),
-            weight_change={t: by_hook[maps.hook].unit(maps.layers[row], unit) for t, by_hook in context.changes.items()},
-            readout=readout, top_prompts=_top_prompts(acts, row, unit, samples, context.prompts),
-        ))
+        cards.append(
+            NeuronCard(
+                layer=maps.layers[row],
+                unit=unit,
+                ranks={name: int(r[row, unit]) for name, r in ranks.items()},
+                delta=float(maps.delta[row, unit]),
+                ci_low=low,
+                ci_high=high,
+                p=float(maps.pvalues[row, unit]),
+                q=float(maps.qvalues[row, unit]),
+                sft=float(maps.sft[row, unit]),
+                dpo=float(maps.dpo[row, unit]),
+                weight_change={
+                    t: by_hook[maps.hook].unit(maps.layers[row], unit) for t, by_hook in context.changes.items()
+                },
+                readout=readout,
+                top_prompts=_top_prompts(acts, row, unit, samples, context.prompts),
+            )
+        )
     return cards
 
 
@@ -271,8 +346,15 @@ def _dz_ci(diff: np.ndarray, seed: int) -> tuple[float, float]:
     if diff.size < 3 or np.all(diff == diff[0]):
         value = float(dz_of_differences(diff[:, None])[0])
         return value, value
-    result = stats.bootstrap((diff,), lambda d, axis: _dz(d, axis), confidence_level=0.95, n_resamples=10_000,
-                             method="percentile", vectorized=True, rng=np.random.default_rng(seed))
+    result = stats.bootstrap(
+        (diff,),
+        lambda d, axis: _dz(d, axis),
+        confidence_level=0.95,
+        n_resamples=10_000,
+        method="percentile",
+        vectorized=True,
+        rng=np.random.default_rng(seed),
+    )
     return float(result.confidence_interval.low), float(result.confidence_interval.high)
 
 
@@ -289,8 +371,18 @@ def _top_prompts(acts: dict[str, np.ndarray], row: int, unit: int, samples: Any,
     out: dict[str, list[PromptHit]] = {}
     for model, own in values.items():
         order = np.lexsort((np.arange(own.size), -own))[:n]
-        out[model] = [PromptHit(int(i), int(samples.sample_ids[i]), samples.tasks[i], float(values["sft"][i]), float(values["dpo"][i]),
-                                _tail(flat[i]), _tail(flat[i][:len(flat[i]) - common])) for i in order]
+        out[model] = [
+            PromptHit(
+                int(i),
+                int(samples.sample_ids[i]),
+                samples.tasks[i],
+                float(values["sft"][i]),
+                float(values["dpo"][i]),
+                _tail(flat[i]),
+                _tail(flat[i][: len(flat[i]) - common]),
+            )
+            for i in order
+        ]
     return out
 
 
@@ -304,7 +396,7 @@ def common_end(texts: list[str]) -> str:
         return ""
     shared = os.path.commonprefix([t[::-1] for t in texts])[::-1]
     limit = min(len(t) for t in texts) - 1
-    return shared if len(shared) <= limit else shared[len(shared) - max(limit, 0):]
+    return shared if len(shared) <= limit else shared[len(shared) - max(limit, 0) :]
 
 
 def _tail(text: str, width: int = 160) -> str:
@@ -313,15 +405,20 @@ def _tail(text: str, width: int = 160) -> str:
 
 
 def _mean_difference(context: _Context, maps: MetricMaps) -> list[LayerReadOut]:
-    vectors = mean_difference(context.run, maps.capability, maps.hook, maps.layers, context.models.sft, context.models.dpo)
+    vectors = mean_difference(
+        context.run, maps.capability, maps.hook, maps.layers, context.models.sft, context.models.dpo
+    )
     readouts = read_out(context.lens, vectors, context.tokens, context.decode)
     return [LayerReadOut(layer, float(np.linalg.norm(v)), r) for layer, v, r in zip(maps.layers, vectors, readouts)]
 
 
 def _agreement(maps: MetricMaps, change: UnitChange, top: int, permutations: int, seed: int) -> Agreement:
     weights = change.relative[[change.layers.index(layer) for layer in maps.layers]]
-    return Agreement(change.transition, layer_agreement(maps.delta, weights, maps.layers, permutations, seed),
-                     top_overlap(maps.delta, weights, maps.layers, top))
+    return Agreement(
+        change.transition,
+        layer_agreement(maps.delta, weights, maps.layers, permutations, seed),
+        top_overlap(maps.delta, weights, maps.layers, top),
+    )
 
 
 def _lens_record(context: _Context) -> dict[str, Any]:
@@ -331,8 +428,12 @@ def _lens_record(context: _Context) -> dict[str, Any]:
 
     sft, dpo = context.models.sft, context.models.dpo
     drift = {name: tensor_change(sft, dpo, name) for name in dict.fromkeys((dpo.unembedding_name, LAYOUT.final_norm))}
-    return {"model": "dpo", **config_summary(dpo), "relative_change_sft_dpo": drift,
-            "ignores": "the final norm's 1/rms (a positive per-token scalar) and every layer after the unit's"}
+    return {
+        "model": "dpo",
+        **config_summary(dpo),
+        "relative_change_sft_dpo": drift,
+        "ignores": "the final norm's 1/rms (a positive per-token scalar) and every layer after the unit's",
+    }
 
 
 # --- outputs ---------------------------------------------------------------------------------------------------------
@@ -346,8 +447,9 @@ def _write(result: ExplainResult, context: _Context, folder: Path, plots: bool, 
     figures = {}
     if plots:
         for hook, record in result.records.items():
-            figures[f"weight_change_{hook}"] = weight_change_figure([by_hook[hook] for by_hook in context.changes.values()],
-                                                                    record.window.layers)
+            figures[f"weight_change_{hook}"] = weight_change_figure(
+                [by_hook[hook] for by_hook in context.changes.values()], record.window.layers
+            )
             figures[f"explain_{record.capability}_{hook}_agreement"] = agreement_figure(record)
     written, notes = write_figures(figures, folder / "plots", png) if figures else ([], [])
     result.notes.extend(notes)
@@ -356,7 +458,10 @@ def _write(result: ExplainResult, context: _Context, folder: Path, plots: bool, 
     for hook, record in list(result.records.items()):
         stem = f"explain_{record.capability}_{hook}"
         files = {"record": f"{stem}.json", "page": f"{stem}.html", "weight_change": WEIGHTS_FILE}
-        for key, name in (("weight_change_plot", f"weight_change_{hook}.html"), ("agreement_plot", f"{stem}_agreement.html")):
+        for key, name in (
+            ("weight_change_plot", f"weight_change_{hook}.html"),
+            ("agreement_plot", f"{stem}_agreement.html"),
+        ):
             if name in written_names:
                 files[key] = f"plots/{name}"
         record = replace(record, files=files)

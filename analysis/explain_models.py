@@ -46,8 +46,12 @@ class ModelSet:
 
 
 @contextmanager
-def open_models(run: RunReader, sft_dir: str | Path | None = None, dpo_dir: str | Path | None = None,
-                base_dir: str | Path | None = None) -> Iterator[ModelSet]:
+def open_models(
+    run: RunReader,
+    sft_dir: str | Path | None = None,
+    dpo_dir: str | Path | None = None,
+    base_dir: str | Path | None = None,
+) -> Iterator[ModelSet]:
     """The run's SFT and DPO checkpoints, checked (module doc), and the base, open for the block."""
     with ExitStack() as stack:
         paths = {m: _recorded_dir(run, m, given) for m, given in (("sft", sft_dir), ("dpo", dpo_dir))}
@@ -69,27 +73,37 @@ def _recorded_dir(run: RunReader, model: str, given: str | Path | None) -> Path:
         return path
     recorded = str(run.model_info(model).get("model_dir") or run.settings.model_dir(model) or "")
     if not recorded:
-        raise ProbeError(f"{run.path}: the run does not record where its {model} model is; pass --{model} DIR (the model it recorded)")
+        raise ProbeError(
+            f"{run.path}: the run does not record where its {model} model is; pass --{model} DIR (the model it recorded)"
+        )
     path = Path(recorded)
     if not path.is_dir():
-        raise ProbeError(f"{run.run_dir}: its {model} model {path} is missing (the run recorded it there); pass --{model} DIR "
-                         "where it is now")
+        raise ProbeError(
+            f"{run.run_dir}: its {model} model {path} is missing (the run recorded it there); pass --{model} DIR "
+            "where it is now"
+        )
     return path
 
 
 def _check_fingerprint(run: RunReader, model: str, path: Path) -> str:
     recorded = str(run.model_info(model).get("weights_sha256") or "")
     if not recorded:
-        raise ProbeError(f"{run.path}: the run records no weights fingerprint for its {model} model, so no checkpoint can be "
-                         "shown to be the one it recorded; record the run again with `probe run`")
+        raise ProbeError(
+            f"{run.path}: the run records no weights fingerprint for its {model} model, so no checkpoint can be "
+            "shown to be the one it recorded; record the run again with `probe run`"
+        )
     actual = weights_sha256(path)
     if actual != recorded:
-        raise ProbeError(f"--{model} {path}: its weights are not the ones the run recorded (weights_sha256 {actual[:12]}…, "
-                         f"the run has {recorded[:12]}…); explain reads only the models a run recorded")
+        raise ProbeError(
+            f"--{model} {path}: its weights are not the ones the run recorded (weights_sha256 {actual[:12]}…, "
+            f"the run has {recorded[:12]}…); explain reads only the models a run recorded"
+        )
     return actual
 
 
-def _base(sft: Checkpoint, given: str | Path | None, notes: list[str], stack: ExitStack, hashes: dict[str, str]) -> Checkpoint | None:
+def _base(
+    sft: Checkpoint, given: str | Path | None, notes: list[str], stack: ExitStack, hashes: dict[str, str]
+) -> Checkpoint | None:
     """``--base`` (checked for shape), else the SFT model's recorded parent when it is intact, else None with a note."""
     from training.provenance import read_provenance
 
@@ -100,8 +114,10 @@ def _base(sft: Checkpoint, given: str | Path | None, notes: list[str], stack: Ex
         check_same_shape(base, sft)
         hashes["base"] = weights_sha256(base.dir)
         if recorded_hash and hashes["base"] != recorded_hash:
-            notes.append(f"--base {given}: its weights are not the parent that {sft.dir}/provenance.json records; base → SFT "
-                         "compares them anyway, as asked")
+            notes.append(
+                f"--base {given}: its weights are not the parent that {sft.dir}/provenance.json records; base → SFT "
+                "compares them anyway, as asked"
+            )
         return base
     named = parent.get("base")
     if not named:
@@ -109,7 +125,11 @@ def _base(sft: Checkpoint, given: str | Path | None, notes: list[str], stack: Ex
         return None
     path = Path(str(named))
     if not path.is_dir() or not recorded_hash or weights_sha256(path) != recorded_hash:
-        why = "is not a directory here" if not path.is_dir() else "holds other weights than the SFT model's provenance records"
+        why = (
+            "is not a directory here"
+            if not path.is_dir()
+            else "holds other weights than the SFT model's provenance records"
+        )
         notes.append(f"no base → SFT weight change: the recorded base {path} {why}; pass --base DIR")
         return None
     base = stack.enter_context(Checkpoint(path, "--base"))

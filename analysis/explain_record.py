@@ -34,7 +34,17 @@ from core.errors import ProbeError
 
 FORMAT = "rolemrc-probe/explain"
 VERSION = 1
-__all__ = ["Agreement", "ExplainRecord", "LayerReadOut", "NeuronCard", "PromptHit", "ReadOut", "TokenScore", "from_plain", "to_plain"]
+__all__ = [
+    "Agreement",
+    "ExplainRecord",
+    "LayerReadOut",
+    "NeuronCard",
+    "PromptHit",
+    "ReadOut",
+    "TokenScore",
+    "from_plain",
+    "to_plain",
+]
 
 
 @dataclass(frozen=True)
@@ -124,14 +134,18 @@ class ExplainRecord:
     @classmethod
     def from_dict(cls, body: Any, where: str = "explain record") -> ExplainRecord:
         if not isinstance(body, dict) or body.get("format") != FORMAT:
-            raise ProbeError(f"{where}: not an explain record (expected \"format\": \"{FORMAT}\")")
+            raise ProbeError(f'{where}: not an explain record (expected "format": "{FORMAT}")')
         if body.get("version") != VERSION:
-            raise ProbeError(f"{where}: explain record version {body.get('version')!r}, this toolkit reads version {VERSION}; "
-                             "rerun `probe explain RUN_DIR -c CAPABILITY`")
+            raise ProbeError(
+                f"{where}: explain record version {body.get('version')!r}, this toolkit reads version {VERSION}; "
+                "rerun `probe explain RUN_DIR -c CAPABILITY`"
+            )
         try:
             return from_plain(cls, {k: v for k, v in body.items() if k not in ("format", "version")})
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ProbeError(f"{where}: a malformed explain record ({type(exc).__name__}: {exc}); rerun `probe explain`") from None
+            raise ProbeError(
+                f"{where}: a malformed explain record ({type(exc).__name__}: {exc}); rerun `probe explain`"
+            ) from None
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ExplainRecord:

@@ -28,8 +28,9 @@ from core.errors import ProbeError
 from probes.store import MODELS, RunReader
 
 
-def open_explorer(run_dir: str | os.PathLike[str], capability: str | None = None,
-                  hook: str | None = None) -> tuple[RunReader, str, str]:
+def open_explorer(
+    run_dir: str | os.PathLike[str], capability: str | None = None, hook: str | None = None
+) -> tuple[RunReader, str, str]:
     """The run and the capability and hook the explorer shows (None: the first recorded), each checked in one line."""
     where = "PROBE_RUN_DIR" if os.environ.get("PROBE_RUN_DIR") else "RUN_DIR"
     if not Path(run_dir).is_dir():

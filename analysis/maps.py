@@ -103,7 +103,6 @@ class MetricMaps:
         return self.qvalues <= alpha
 
 
-
 def read_window(run: RunReader, model: str, capability: str, hook: str, layers: list[int]) -> np.ndarray:
     """(N, len(layers), width) in the stored dtype, reading only the requested layers."""
     stored = run.layers(capability, hook, model)
@@ -117,8 +116,14 @@ def read_window(run: RunReader, model: str, capability: str, hook: str, layers: 
     return run.read(model, capability, hook, np.s_[:n, positions, :])
 
 
-def compute_maps(run: RunReader, capability: str, hook: str, layers: Window | list[int], config: AnalysisConfig,
-                 models: tuple[str, str] = ("sft", "dpo")) -> MetricMaps:
+def compute_maps(
+    run: RunReader,
+    capability: str,
+    hook: str,
+    layers: Window | list[int],
+    config: AnalysisConfig,
+    models: tuple[str, str] = ("sft", "dpo"),
+) -> MetricMaps:
     """The maps of ``config.metric`` for one capability and hook over ``layers`` (a :class:`Window` is kept on the maps).
 
     ``models``: (before, after); ``("base", "sft")`` gives the SFT − base maps of a run recorded with ``--base``
@@ -136,8 +141,10 @@ def compute_maps(run: RunReader, capability: str, hook: str, layers: Window | li
     sft = read_window(run, models[0], capability, hook, layers)
     dpo = read_window(run, models[1], capability, hook, layers)
     if sft.shape != dpo.shape:
-        raise ProbeError(f"{run.path}: {models[0]} and {models[1]} activations of {capability}/{hook} differ in shape: "
-                         f"{sft.shape} vs {dpo.shape}")
+        raise ProbeError(
+            f"{run.path}: {models[0]} and {models[1]} activations of {capability}/{hook} differ in shape: "
+            f"{sft.shape} vs {dpo.shape}"
+        )
     resamples = Resamples.draw(n, config.stability_resamples, config.stability_seed)
     per_layer = _topk_layer if config.metric == "topk_count" else _paired_layer
     rows = map_layers(lambda i: per_layer(sft[:, i, :], dpo[:, i, :], config, resamples), len(layers))
@@ -146,13 +153,32 @@ def compute_maps(run: RunReader, capability: str, hook: str, layers: Window | li
     if config.metric == "topk_count":
         width = sft.shape[2]
         delta = delta / _count_divisor(config, n, width)
-        settings.update(top_percent=config.top_percent, k=k_for(width, config.top_percent), normalize=config.normalize, test="mcnemar_exact")
+        settings.update(
+            top_percent=config.top_percent,
+            k=k_for(width, config.top_percent),
+            normalize=config.normalize,
+            test="mcnemar_exact",
+        )
     else:
         settings.update(test=config.test)
     if models != ("sft", "dpo"):
         settings["models"] = list(models)
-    return MetricMaps(capability, hook, config.metric, layers, sft_map, dpo_map, delta, pvalues, bh_qvalues(pvalues), n, settings,
-                      layer_rms=rms.T, window=window, resampled_scores=resampled if resamples.n_resamples else None)
+    return MetricMaps(
+        capability,
+        hook,
+        config.metric,
+        layers,
+        sft_map,
+        dpo_map,
+        delta,
+        pvalues,
+        bh_qvalues(pvalues),
+        n,
+        settings,
+        layer_rms=rms.T,
+        window=window,
+        resampled_scores=resampled if resamples.n_resamples else None,
+    )
 
 
 def _count_divisor(config: AnalysisConfig, n_samples: int, width: int) -> int:
@@ -165,7 +191,9 @@ def _rms(x: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(x, dtype=np.float64))))
 
 
-def _topk_layer(sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig, resamples: Resamples) -> tuple[np.ndarray, ...]:
+def _topk_layer(
+    sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig, resamples: Resamples
+) -> tuple[np.ndarray, ...]:
     """Counts per model, raw count difference, McNemar p-values, (RMS sft, RMS dpo), resamples' scores for one layer."""
     k = k_for(sft.shape[1], config.top_percent)
     in_sft, in_dpo = topk_mask(sft, k), topk_mask(dpo, k)
@@ -176,10 +204,19 @@ def _topk_layer(sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig, resamp
     resampled = np.zeros(0)
     if resamples.n_resamples:
         resampled = layer_scores(resamples.count_differences(in_sft, in_dpo) / _count_divisor(config, *sft.shape))
-    return count_sft, count_dpo, (count_dpo - count_sft).astype(np.float64), pvalues, np.array([_rms(sft), _rms(dpo)]), resampled
+    return (
+        count_sft,
+        count_dpo,
+        (count_dpo - count_sft).astype(np.float64),
+        pvalues,
+        np.array([_rms(sft), _rms(dpo)]),
+        resampled,
+    )
 
 
-def _paired_layer(sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig, resamples: Resamples) -> tuple[np.ndarray, ...]:
+def _paired_layer(
+    sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig, resamples: Resamples
+) -> tuple[np.ndarray, ...]:
     """Mean per model, mean difference or d_z, paired p-values, (RMS sft, RMS dpo), resamples' scores for one layer."""
     sft64 = np.asarray(sft, dtype=np.float64)
     dpo64 = np.asarray(dpo, dtype=np.float64)
@@ -188,8 +225,17 @@ def _paired_layer(sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig, resa
     resampled = np.zeros(0)
     if resamples.n_resamples:
         diff = dpo64 - sft64
-        resampled = layer_scores(resamples.mean_differences(diff) if config.metric == "mean_diff" else resamples.effect_sizes(diff))
-    return mean_sft, mean_dpo, delta, paired_pvalues(sft64, dpo64, config.test), np.array([_rms(sft64), _rms(dpo64)]), resampled
+        resampled = layer_scores(
+            resamples.mean_differences(diff) if config.metric == "mean_diff" else resamples.effect_sizes(diff)
+        )
+    return (
+        mean_sft,
+        mean_dpo,
+        delta,
+        paired_pvalues(sft64, dpo64, config.test),
+        np.array([_rms(sft64), _rms(dpo64)]),
+        resampled,
+    )
 
 
 def save_maps(maps: list[MetricMaps], path: str | Path) -> Path:
@@ -224,8 +270,13 @@ def load_maps(path: str | Path) -> list[MetricMaps]:
                 arrays = {name: np.asarray(g[name]) for name in _ARRAYS}
                 out.append(
                     MetricMaps(
-                        capability, hook, str(g.attrs["metric"]), [int(i) for i in g["layers"]], n_samples=int(g.attrs["n_samples"]),
-                        settings=json.loads(g.attrs["settings"]), layer_rms=np.asarray(g["layer_rms"]) if "layer_rms" in g else None,
+                        capability,
+                        hook,
+                        str(g.attrs["metric"]),
+                        [int(i) for i in g["layers"]],
+                        n_samples=int(g.attrs["n_samples"]),
+                        settings=json.loads(g.attrs["settings"]),
+                        layer_rms=np.asarray(g["layer_rms"]) if "layer_rms" in g else None,
                         window=Window.from_dict(json.loads(g.attrs["window"])) if "window" in g.attrs else None,
                         **arrays,
                     )

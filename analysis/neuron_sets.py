@@ -78,8 +78,14 @@ class NeuronSet:
         version = obj.get("version", VERSION)
         if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= VERSION:
             newer = isinstance(version, int) and not isinstance(version, bool) and version > VERSION
-            raise ProbeError(f"{source}: neuron-set version {shown(version)}, " + (
-                f"newer than this toolkit reads ({VERSION}); update the toolkit" if newer else f"expected an integer 1-{VERSION}"))
+            raise ProbeError(
+                f"{source}: neuron-set version {shown(version)}, "
+                + (
+                    f"newer than this toolkit reads ({VERSION}); update the toolkit"
+                    if newer
+                    else f"expected an integer 1-{VERSION}"
+                )
+            )
         if not isinstance(obj.get("hook"), str):
             raise ProbeError(f"{source}: missing 'hook' (e.g. \"mlp_out\")")
         raw = obj.get("neurons")
@@ -130,7 +136,9 @@ def _neuron(item: Any, index: int, source: str) -> Neuron:
         raise ProbeError(f"{source}: neurons[{index}] must be an object with layer, unit and delta")
     layer, unit, delta = item.get("layer"), item.get("unit"), item.get("delta", 0.0)
     if not isinstance(layer, int) or isinstance(layer, bool) or not isinstance(unit, int) or isinstance(unit, bool):
-        raise ProbeError(f"{source}: neurons[{index}]: layer and unit must be integers, got {shown(layer)}, {shown(unit)}")
+        raise ProbeError(
+            f"{source}: neurons[{index}]: layer and unit must be integers, got {shown(layer)}, {shown(unit)}"
+        )
     if not isinstance(delta, (int, float)) or isinstance(delta, bool) or not _finite(delta):
         raise ProbeError(f"{source}: neurons[{index}]: delta must be a finite number, got {shown(delta)}")
     return Neuron(layer, unit, float(delta))

@@ -35,9 +35,18 @@ from core.capabilities import parse_capability
 from core.errors import ProbeError
 
 _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
-_VALUE_LABEL = {"topk_count": "count in top k%", "mean_diff": "mean activation", "effect_size": "mean activation",
-                "attribution": "mean activation"}
-_DELTA_LABEL = {"topk_count": "Δ count", "mean_diff": "Δ mean", "effect_size": "d_z", "attribution": "est. Δm (SFT value)"}
+_VALUE_LABEL = {
+    "topk_count": "count in top k%",
+    "mean_diff": "mean activation",
+    "effect_size": "mean activation",
+    "attribution": "mean activation",
+}
+_DELTA_LABEL = {
+    "topk_count": "Δ count",
+    "mean_diff": "Δ mean",
+    "effect_size": "d_z",
+    "attribution": "est. Δm (SFT value)",
+}
 _TITLE_ROOM = {"t": 120}  # a title and its window subtitle above the first panel's own title
 
 
@@ -80,22 +89,34 @@ def maps_figure(maps: MetricMaps, reorder: bool = False) -> go.Figure:
     order, x, x_title = _columns(maps, reorder)
     value_label = _VALUE_LABEL[maps.metric]
     fig = make_subplots(
-        rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.06,
+        rows=3,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.06,
         subplot_titles=(f"SFT: {value_label}", f"DPO: {value_label}", f"DPO − SFT: {delta_label(maps)}"),
     )
     low = float(min(maps.sft.min(), maps.dpo.min())) if maps.sft.size else 0.0
     high = float(max(maps.sft.max(), maps.dpo.max())) if maps.sft.size else 1.0
     shared = {"zmin": low, "zmax": high}  # one scale for both models, so they compare
     bound = _symmetric(maps.delta)
-    panels = ((maps.sft, "Viridis", shared), (maps.dpo, "Viridis", shared), (maps.delta, "RdBu_r", {"zmid": 0.0, "zmin": -bound, "zmax": bound}))
+    panels = (
+        (maps.sft, "Viridis", shared),
+        (maps.dpo, "Viridis", shared),
+        (maps.delta, "RdBu_r", {"zmid": 0.0, "zmin": -bound, "zmax": bound}),
+    )
     for i, (values, scale, extra) in enumerate(panels):
         fig.add_trace(
             go.Heatmap(
-                z=values[:, order], x=x, y=maps.layers, colorscale=scale,
+                z=values[:, order],
+                x=x,
+                y=maps.layers,
+                colorscale=scale,
                 colorbar={"len": 0.28, "y": 0.86 - 0.36 * i, "title": {"text": ""}},
-                hovertemplate="layer %{y}, unit %{x}: %{z:.4g}<extra></extra>", **extra,
+                hovertemplate="layer %{y}, unit %{x}: %{z:.4g}<extra></extra>",
+                **extra,
             ),
-            row=i + 1, col=1,
+            row=i + 1,
+            col=1,
         )
         fig.update_yaxes(title_text="layer", row=i + 1, col=1)
     if reorder:
@@ -124,14 +145,25 @@ def profile_figure(maps: MetricMaps, alpha: float) -> go.Figure:
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_trace(go.Bar(x=layers, y=[r["mean_abs_delta"] for r in by_layer], name="mean |Δ|"), secondary_y=False)
     fig.add_trace(
-        go.Scatter(x=layers, y=[r["share_significant"] for r in by_layer], name=f"share with q ≤ {alpha:g}", mode="lines+markers"),
+        go.Scatter(
+            x=layers,
+            y=[r["share_significant"] for r in by_layer],
+            name=f"share with q ≤ {alpha:g}",
+            mode="lines+markers",
+        ),
         secondary_y=True,
     )
     fig.update_xaxes(title_text="layer", dtick=1)
     fig.update_yaxes(title_text=f"mean |{delta_label(maps)}|", secondary_y=False)
     fig.update_yaxes(
-        title_text="share of units FDR-significant", range=[0, 1], tickmode="linear", tick0=0, dtick=0.2, tickformat=".0%",
-        showgrid=False, secondary_y=True,
+        title_text="share of units FDR-significant",
+        range=[0, 1],
+        tickmode="linear",
+        tick0=0,
+        dtick=0.2,
+        tickformat=".0%",
+        showgrid=False,
+        secondary_y=True,
     )
     fig.update_layout(title=f"Layer profile · {_title(maps)}", height=450, width=1000, margin=_TITLE_ROOM)
     return fig
@@ -143,18 +175,28 @@ def faceted_figure(all_maps: list[MetricMaps], reorder: bool = False) -> go.Figu
         raise ProbeError("no maps to plot")
     bound = max(_symmetric(m.delta) for m in all_maps)
     fig = make_subplots(
-        rows=len(all_maps), cols=1, vertical_spacing=0.25 / len(all_maps),
+        rows=len(all_maps),
+        cols=1,
+        vertical_spacing=0.25 / len(all_maps),
         subplot_titles=[f"{title_of(m.capability)} (N={m.n_samples})" for m in all_maps],
     )
     for i, maps in enumerate(all_maps):
         order, x, _ = _columns(maps, reorder)
         fig.add_trace(
             go.Heatmap(
-                z=maps.delta[:, order], x=x, y=maps.layers, colorscale="RdBu_r", zmid=0.0, zmin=-bound, zmax=bound,
-                showscale=i == 0, colorbar={"title": {"text": delta_label(maps)}},
+                z=maps.delta[:, order],
+                x=x,
+                y=maps.layers,
+                colorscale="RdBu_r",
+                zmid=0.0,
+                zmin=-bound,
+                zmax=bound,
+                showscale=i == 0,
+                colorbar={"title": {"text": delta_label(maps)}},
                 hovertemplate="layer %{y}, unit %{x}: %{z:.4g}<extra></extra>",
             ),
-            row=i + 1, col=1,
+            row=i + 1,
+            col=1,
         )
         fig.update_yaxes(title_text="layer", row=i + 1, col=1)
     if reorder:
@@ -163,7 +205,9 @@ def faceted_figure(all_maps: list[MetricMaps], reorder: bool = False) -> go.Figu
     spans = ", ".join(dict.fromkeys(format_layers(m.layers) for m in all_maps))
     fig.update_layout(
         title=f"DPO − SFT by capability · {first.hook} · {first.metric} · layers {spans}{_window_subtitle(all_maps)}",
-        height=260 * len(all_maps) + 120, width=1200, margin=_TITLE_ROOM,
+        height=260 * len(all_maps) + 120,
+        width=1200,
+        margin=_TITLE_ROOM,
     )
     return fig
 
@@ -190,7 +234,9 @@ def write_figures(figures: dict[str, go.Figure], out_dir: Path, png: bool | None
         return paths, warnings
     if not chromium_available():
         if png:
-            raise ProbeError("--png: PNG export needs Chromium (kaleido renders with it); install it (`make chromium`) or pass --no-png")
+            raise ProbeError(
+                "--png: PNG export needs Chromium (kaleido renders with it); install it (`make chromium`) or pass --no-png"
+            )
         warnings.append("PNG export skipped: no Chromium found (kaleido needs it); HTML plots were written")
         return paths, warnings
     pngs = [out_dir / f"{stem}.png" for stem in figures]

@@ -90,8 +90,12 @@ def read_out(lens: Lens, vectors: np.ndarray, k: int = 10, decode: Callable[[int
     for row in logits:
         up = _extreme(row, k)
         down = _extreme(-row, k)
-        out.append(ReadOut([TokenScore(int(t), decode(int(t)), float(row[t])) for t in up],
-                           [TokenScore(int(t), decode(int(t)), float(row[t])) for t in down]))
+        out.append(
+            ReadOut(
+                [TokenScore(int(t), decode(int(t)), float(row[t])) for t in up],
+                [TokenScore(int(t), decode(int(t)), float(row[t])) for t in down],
+            )
+        )
     return out
 
 
@@ -125,15 +129,19 @@ def _checked(unit: int, width: int, hook: str) -> int:
     return unit
 
 
-def mean_difference(run: RunReader, capability: str, hook: str, layers: list[int], sft: Checkpoint, dpo: Checkpoint) -> np.ndarray:
+def mean_difference(
+    run: RunReader, capability: str, hook: str, layers: list[int], sft: Checkpoint, dpo: Checkpoint
+) -> np.ndarray:
     """(len(layers), d_model) float64: the DPO − SFT mean activation per layer, in the residual stream (module doc)."""
     means = {m: read_window(run, m, capability, hook, layers).astype(np.float64).mean(axis=0) for m in ("sft", "dpo")}
     if HOOK_TABLE[hook].width == "d_model":
         return means["dpo"] - means["sft"]
     rows = []
     for i, layer in enumerate(layers):
-        rows.append(dpo.mlp_weight(layer, "down").numpy().astype(np.float64) @ means["dpo"][i]
-                    - sft.mlp_weight(layer, "down").numpy().astype(np.float64) @ means["sft"][i])
+        rows.append(
+            dpo.mlp_weight(layer, "down").numpy().astype(np.float64) @ means["dpo"][i]
+            - sft.mlp_weight(layer, "down").numpy().astype(np.float64) @ means["sft"][i]
+        )
     return np.stack(rows) if rows else np.zeros((0, dpo.shape.d_model))
 
 

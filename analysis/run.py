@@ -48,6 +48,7 @@ from core.errors import ProbeError
 from probes.hook_points import validate_hook
 from probes.store import MODELS, RunReader
 
+
 @dataclass
 class AnalysisResult:
     """What an analysis produced: the summary (as in ``summary.json``) and every path written."""
@@ -61,7 +62,9 @@ class AnalysisResult:
     plots: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     stability: dict[tuple[str, str], LayerStability] = field(default_factory=dict)
-    base_maps: dict[tuple[str, str], MetricMaps] = field(default_factory=dict)  # SFT − base, in a run recorded with --base
+    base_maps: dict[tuple[str, str], MetricMaps] = field(
+        default_factory=dict
+    )  # SFT − base, in a run recorded with --base
     base_comparison: dict[tuple[str, str], BaseComparison] = field(default_factory=dict)
 
 
@@ -100,14 +103,28 @@ def analyze_run(
     the prompts for the layer ranking's stability (:mod:`analysis.stability`; 0: none).
     """
     config = AnalysisConfig(
-        metric=metric, top_percent=top_percent, layers=layers, normalize=normalize, top_k=top_k,
-        fdr_alpha=fdr_alpha, rule=rule, threshold=threshold, test=test, reorder=reorder,
-        stability_resamples=stability_resamples, stability_seed=stability_seed, top_units=top_units,
-        attribution_m=attribution_m, attribution_positions=attribution_positions, attribution_rows=attribution_rows,
+        metric=metric,
+        top_percent=top_percent,
+        layers=layers,
+        normalize=normalize,
+        top_k=top_k,
+        fdr_alpha=fdr_alpha,
+        rule=rule,
+        threshold=threshold,
+        test=test,
+        reorder=reorder,
+        stability_resamples=stability_resamples,
+        stability_seed=stability_seed,
+        top_units=top_units,
+        attribution_m=attribution_m,
+        attribution_positions=attribution_positions,
+        attribution_rows=attribution_rows,
         dpo_data=Path(dpo_data) if dpo_data is not None else None,
     )
     if plots and png is True and not plots_module.chromium_available():
-        raise ProbeError("--png: PNG export needs Chromium (kaleido renders with it); install it (`make chromium`) or pass --no-png")
+        raise ProbeError(
+            "--png: PNG export needs Chromium (kaleido renders with it); install it (`make chromium`) or pass --no-png"
+        )
     run_path = Path(run_dir)
     target = Path(out_dir) if out_dir is not None else run_path / "analysis"
     with RunReader(run_path) as run:
@@ -122,24 +139,39 @@ def analyze_run(
                 warnings.extend(n for n in window.warnings if n not in warnings)
                 all_maps[(cap, hook)] = compute_maps(run, cap, hook, window, config)
         base_maps = _base_maps(run, all_maps, config)
-    result = AnalysisResult(None, target, target / "summary.json", target / f"maps_{config.metric}.h5", all_maps, warnings=warnings)
+    result = AnalysisResult(
+        None, target, target / "summary.json", target / f"maps_{config.metric}.h5", all_maps, warnings=warnings
+    )
     result.base_maps = base_maps
-    result.base_comparison = {key: replace(compare_maps(maps, all_maps[key], config.top_k, seed=config.stability_seed),
-                                           sft_minus_base_maps=_base_maps_name(config))
-                              for key, maps in base_maps.items()}
+    result.base_comparison = {
+        key: replace(
+            compare_maps(maps, all_maps[key], config.top_k, seed=config.stability_seed),
+            sft_minus_base_maps=_base_maps_name(config),
+        )
+        for key, maps in base_maps.items()
+    }
     if config.stability_resamples:
         result.stability = {key: _stability(maps, config) for key, maps in all_maps.items()}
     try:
         with file_set(target) as staged:
             _write_set(result, config, str(run_path), hashes, staged, png if plots else False, plots)
     except OSError as exc:
-        raise ProbeError(f"{target}: writing the analysis failed ({exc.strerror or exc}); nothing there was replaced, the previous "
-                         "analysis is as it was: free space (or fix permissions) and rerun") from None
+        raise ProbeError(
+            f"{target}: writing the analysis failed ({exc.strerror or exc}); nothing there was replaced, the previous "
+            "analysis is as it was: free space (or fix permissions) and rerun"
+        ) from None
     return result
 
 
-def _write_set(result: AnalysisResult, config: AnalysisConfig, run_dir: str, hashes: dict[str, str], staged: StagedSet,
-               png: bool | None, plots: bool) -> None:
+def _write_set(
+    result: AnalysisResult,
+    config: AnalysisConfig,
+    run_dir: str,
+    hashes: dict[str, str],
+    staged: StagedSet,
+    png: bool | None,
+    plots: bool,
+) -> None:
     """Every output, written below ``staged.folder``; :func:`core.atomic.file_set` moves them into place together."""
     save_maps(list(result.maps.values()), staged.folder / result.maps_path.name)
     if result.base_maps:
@@ -155,13 +187,18 @@ def _base_maps_name(config: AnalysisConfig) -> str:
     return f"maps_{config.metric}_sft_minus_base.h5"
 
 
-def _base_maps(run: RunReader, maps: dict[tuple[str, str], MetricMaps], config: AnalysisConfig) -> dict[tuple[str, str], MetricMaps]:
+def _base_maps(
+    run: RunReader, maps: dict[tuple[str, str], MetricMaps], config: AnalysisConfig
+) -> dict[tuple[str, str], MetricMaps]:
     """SFT − base maps over the same windows, when the run recorded a base (not for attribution: it ranks DPO units only)."""
     if "base" not in run.models() or config.metric == "attribution":
         return {}
     plain = replace(config, stability_resamples=0)
-    return {(cap, hook): compute_maps(run, cap, hook, m.window or m.layers, plain, models=("base", "sft"))
-            for (cap, hook), m in maps.items() if hook in run.hooks(cap, "base")}
+    return {
+        (cap, hook): compute_maps(run, cap, hook, m.window or m.layers, plain, models=("base", "sft"))
+        for (cap, hook), m in maps.items()
+        if hook in run.hooks(cap, "base")
+    }
 
 
 def _capabilities(run: RunReader, names: str | list[str] | tuple[str, ...] | None) -> list[str]:
@@ -174,7 +211,9 @@ def _capabilities(run: RunReader, names: str | list[str] | tuple[str, ...] | Non
         return recorded  # "all" means all that were recorded
     missing = [c for c in wanted if c not in recorded]
     if missing:
-        raise ProbeError(f"capability {missing[0]!r} was not recorded in {run.run_dir} (recorded: {', '.join(recorded)})")
+        raise ProbeError(
+            f"capability {missing[0]!r} was not recorded in {run.run_dir} (recorded: {', '.join(recorded)})"
+        )
     return wanted
 
 
@@ -188,7 +227,9 @@ def _hooks(run: RunReader, capability: str, names: str | list[str] | tuple[str, 
     wanted = [validate_hook(h.strip()) for h in items if h.strip()]
     for hook in wanted:
         if hook not in recorded:
-            raise ProbeError(f"--hook {hook}: not recorded for capability {capability!r} in {run.run_dir} (recorded: {', '.join(recorded)})")
+            raise ProbeError(
+                f"--hook {hook}: not recorded for capability {capability!r} in {run.run_dir} (recorded: {', '.join(recorded)})"
+            )
     return wanted
 
 
@@ -206,7 +247,9 @@ def _stability(maps: MetricMaps, config: AnalysisConfig) -> LayerStability:
     return layer_stability(maps.layers, layer_scores(maps.delta), maps.resampled_scores, config.stability_seed)
 
 
-def _write_neuron_sets(result: AnalysisResult, config: AnalysisConfig, run_dir: str, hashes: dict[str, str], staged: StagedSet) -> None:
+def _write_neuron_sets(
+    result: AnalysisResult, config: AnalysisConfig, run_dir: str, hashes: dict[str, str], staged: StagedSet
+) -> None:
     for (cap, hook), maps in result.maps.items():
         chosen = select_neurons(maps, config.rule, config.top_k, config.threshold, config.fdr_alpha, run_dir, hashes)
         name = f"neurons_{cap}_{hook}.json"
@@ -228,8 +271,10 @@ def _quiet_units_note(maps: MetricMaps, unit_layers: list[int], metric: str, rat
     if not unit_layers or n_quiet * 2 <= len(unit_layers):
         return None
     advice = " (scale-blind metric; --metric mean_diff ranks by size)" if metric != "mean_diff" else ""
-    return (f"{n_quiet} of {len(unit_layers)} selected units sit in layers {format_layers(sorted(quiet))}, whose RMS activation "
-            f"is below {ratio:.0%} of layer {maps.loudest_layer()}'s: scaling them may change nothing downstream{advice}")
+    return (
+        f"{n_quiet} of {len(unit_layers)} selected units sit in layers {format_layers(sorted(quiet))}, whose RMS activation "
+        f"is below {ratio:.0%} of layer {maps.loudest_layer()}'s: scaling them may change nothing downstream{advice}"
+    )
 
 
 def _write_plots(result: AnalysisResult, config: AnalysisConfig, png: bool | None, folder: Path) -> None:
@@ -239,7 +284,9 @@ def _write_plots(result: AnalysisResult, config: AnalysisConfig, png: bool | Non
         figures[f"{stem}_maps"] = maps_figure(maps, config.reorder)
         figures[f"{stem}_profile"] = profile_figure(maps, config.fdr_alpha)
     for hook in dict.fromkeys(h for _, h in result.maps):
-        figures[f"all_{hook}_{config.metric}"] = faceted_figure([m for (_, h), m in result.maps.items() if h == hook], config.reorder)
+        figures[f"all_{hook}_{config.metric}"] = faceted_figure(
+            [m for (_, h), m in result.maps.items() if h == hook], config.reorder
+        )
     paths, notes = write_figures(figures, folder / "plots", png)
     result.plots.extend(result.out_dir / "plots" / p.name for p in paths)
     result.warnings.extend(notes)
@@ -251,12 +298,27 @@ def _summary(result: AnalysisResult, config: AnalysisConfig, run_dir: str, hashe
         significant = maps.significant(config.fdr_alpha)
         neuron_set = result.neuron_sets.get((cap, hook))
         per_cap.setdefault(cap, {})[hook] = HookSummary(
-            n_samples=maps.n_samples, width=maps.width, layers=format_layers(maps.layers), n_units=int(maps.delta.size),
-            n_significant=int(significant.sum()), share_significant=float(significant.mean()),
-            top_layers=layer_profile(maps, config.fdr_alpha), top_units=top_units(maps, config.top_units), settings=maps.settings,
-            window=maps.window, stability=result.stability.get((cap, hook)), neuron_set=neuron_set.name if neuron_set else None,
+            n_samples=maps.n_samples,
+            width=maps.width,
+            layers=format_layers(maps.layers),
+            n_units=int(maps.delta.size),
+            n_significant=int(significant.sum()),
+            share_significant=float(significant.mean()),
+            top_layers=layer_profile(maps, config.fdr_alpha),
+            top_units=top_units(maps, config.top_units),
+            settings=maps.settings,
+            window=maps.window,
+            stability=result.stability.get((cap, hook)),
+            neuron_set=neuron_set.name if neuron_set else None,
             plots=sorted(p.name for p in result.plots if p.name.startswith(f"{cap}_{hook}_")),
             base=result.base_comparison.get((cap, hook)),
         )
-    return AnalysisSummary(run_dir=run_dir, metric=config.metric, settings=asdict(config), model_hashes=hashes,
-                           maps=result.maps_path.name, warnings=list(result.warnings), capabilities=per_cap)
+    return AnalysisSummary(
+        run_dir=run_dir,
+        metric=config.metric,
+        settings=asdict(config),
+        model_hashes=hashes,
+        maps=result.maps_path.name,
+        warnings=list(result.warnings),
+        capabilities=per_cap,
+    )

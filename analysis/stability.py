@@ -76,7 +76,11 @@ class Resamples:
 
     def effect_sizes(self, diff: np.ndarray) -> np.ndarray:
         """(N, W) paired differences -> (B, W) d_z on each resample (:func:`analysis.stats.dz_of_differences`)."""
-        return np.stack([dz_of_differences(diff[rows]) for rows in self.indices]) if self.n_resamples else np.zeros((0, diff.shape[1]))
+        return (
+            np.stack([dz_of_differences(diff[rows]) for rows in self.indices])
+            if self.n_resamples
+            else np.zeros((0, diff.shape[1]))
+        )
 
 
 @dataclass(frozen=True)
@@ -98,9 +102,15 @@ class LayerStability:
 
     def verdict(self) -> str:
         """'stable in 19/20 resamples (≥4 of 5 kept)', flagged when below the 90% target."""
-        text = f"stable in {self.resamples_meeting}/{self.n_resamples} resamples (≥{self.kept_at_least} of {self.k} kept)"
+        text = (
+            f"stable in {self.resamples_meeting}/{self.n_resamples} resamples (≥{self.kept_at_least} of {self.k} kept)"
+        )
         target = math.ceil(TARGET_SHARE * self.n_resamples)
-        return text if self.resamples_meeting >= target else f"{text}: unstable, below the {target}/{self.n_resamples} target"
+        return (
+            text
+            if self.resamples_meeting >= target
+            else f"{text}: unstable, below the {target}/{self.n_resamples} target"
+        )
 
     def describe(self) -> str:
         """One line: the real top layers, then the verdict."""
@@ -109,20 +119,33 @@ class LayerStability:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready; ``layer_frequency`` keys become strings."""
         return {
-            "n_resamples": self.n_resamples, "seed": self.seed, "k": self.k, "top_layers": list(self.top_layers),
-            "kept_at_least": self.kept_at_least, "resamples_meeting": self.resamples_meeting, "mean_overlap": self.mean_overlap,
+            "n_resamples": self.n_resamples,
+            "seed": self.seed,
+            "k": self.k,
+            "top_layers": list(self.top_layers),
+            "kept_at_least": self.kept_at_least,
+            "resamples_meeting": self.resamples_meeting,
+            "mean_overlap": self.mean_overlap,
             "layer_frequency": {str(layer): count for layer, count in self.layer_frequency.items()},
         }
 
     @classmethod
     def from_dict(cls, body: dict[str, Any]) -> LayerStability:
         return cls(
-            int(body["n_resamples"]), int(body["seed"]), int(body["k"]), [int(i) for i in body["top_layers"]], int(body["kept_at_least"]),
-            int(body["resamples_meeting"]), float(body["mean_overlap"]), {int(k): int(v) for k, v in body["layer_frequency"].items()},
+            int(body["n_resamples"]),
+            int(body["seed"]),
+            int(body["k"]),
+            [int(i) for i in body["top_layers"]],
+            int(body["kept_at_least"]),
+            int(body["resamples_meeting"]),
+            float(body["mean_overlap"]),
+            {int(k): int(v) for k, v in body["layer_frequency"].items()},
         )
 
 
-def layer_stability(layers: list[int], scores: np.ndarray, resampled: np.ndarray, seed: int, k: int = TOP_K) -> LayerStability:
+def layer_stability(
+    layers: list[int], scores: np.ndarray, resampled: np.ndarray, seed: int, k: int = TOP_K
+) -> LayerStability:
     """Compare the real top-``k`` layers (``scores``, (L,)) with each resample's (``resampled``, (L, B)); see the module doc."""
     top = rank_layers(scores, layers)[:k]
     k = len(top)
@@ -131,7 +154,12 @@ def layer_stability(layers: list[int], scores: np.ndarray, resampled: np.ndarray
     kept = max(1, k - 1)
     frequency = Counter(layer for other in resample_tops for layer in other)
     return LayerStability(
-        n_resamples=len(resample_tops), seed=seed, k=k, top_layers=top, kept_at_least=kept,
-        resamples_meeting=sum(o >= kept for o in overlaps), mean_overlap=float(np.mean(overlaps)) if overlaps else float("nan"),
+        n_resamples=len(resample_tops),
+        seed=seed,
+        k=k,
+        top_layers=top,
+        kept_at_least=kept,
+        resamples_meeting=sum(o >= kept for o in overlaps),
+        mean_overlap=float(np.mean(overlaps)) if overlaps else float("nan"),
         layer_frequency=dict(sorted(frequency.items(), key=lambda item: (-item[1], item[0]))),
     )

@@ -55,23 +55,38 @@ class HookSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "n_samples": self.n_samples, "width": self.width, "layers": self.layers,
+            "n_samples": self.n_samples,
+            "width": self.width,
+            "layers": self.layers,
             "window": self.window.to_dict() if self.window else None,
-            "n_units": self.n_units, "n_significant": self.n_significant, "share_significant": self.share_significant,
-            "top_layers": self.top_layers, "stability": self.stability.to_dict() if self.stability else None,
-            "top_units": self.top_units, "neuron_set": self.neuron_set, "plots": self.plots, "settings": self.settings,
+            "n_units": self.n_units,
+            "n_significant": self.n_significant,
+            "share_significant": self.share_significant,
+            "top_layers": self.top_layers,
+            "stability": self.stability.to_dict() if self.stability else None,
+            "top_units": self.top_units,
+            "neuron_set": self.neuron_set,
+            "plots": self.plots,
+            "settings": self.settings,
             **({"base": self.base.to_dict()} if self.base else {}),
         }
 
     @classmethod
     def from_dict(cls, body: dict[str, Any]) -> HookSummary:
         return cls(
-            n_samples=int(body["n_samples"]), width=int(body["width"]), layers=str(body["layers"]), n_units=int(body["n_units"]),
-            n_significant=int(body["n_significant"]), share_significant=float(body["share_significant"]),
-            top_layers=list(body["top_layers"]), top_units=list(body["top_units"]), settings=dict(body["settings"]),
+            n_samples=int(body["n_samples"]),
+            width=int(body["width"]),
+            layers=str(body["layers"]),
+            n_units=int(body["n_units"]),
+            n_significant=int(body["n_significant"]),
+            share_significant=float(body["share_significant"]),
+            top_layers=list(body["top_layers"]),
+            top_units=list(body["top_units"]),
+            settings=dict(body["settings"]),
             window=Window.from_dict(body["window"]) if body.get("window") else None,
             stability=LayerStability.from_dict(body["stability"]) if body.get("stability") else None,
-            neuron_set=body.get("neuron_set"), plots=list(body.get("plots") or []),
+            neuron_set=body.get("neuron_set"),
+            plots=list(body.get("plots") or []),
             base=BaseComparison.from_dict(body["base"]) if body.get("base") else None,
         )
 
@@ -99,33 +114,54 @@ class AnalysisSummary:
             return self.capabilities[capability][hook]
         except KeyError:
             have = ", ".join(f"{c}/{h}" for c, h, _ in self.hooks()) or "none"
-            raise ProbeError(f"{self.run_dir}: no analysis of {capability}/{hook} (analysed: {have}); "
-                             f"run `probe analyze {self.run_dir} -c {capability} --hook {hook}`") from None
+            raise ProbeError(
+                f"{self.run_dir}: no analysis of {capability}/{hook} (analysed: {have}); "
+                f"run `probe analyze {self.run_dir} -c {capability} --hook {hook}`"
+            ) from None
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "format": FORMAT, "version": VERSION, "run_dir": self.run_dir, "metric": self.metric, "settings": self.settings,
-            "model_hashes": self.model_hashes, "maps": self.maps, "warnings": list(self.warnings),
-            "capabilities": {cap: {hook: body.to_dict() for hook, body in by_hook.items()} for cap, by_hook in self.capabilities.items()},
+            "format": FORMAT,
+            "version": VERSION,
+            "run_dir": self.run_dir,
+            "metric": self.metric,
+            "settings": self.settings,
+            "model_hashes": self.model_hashes,
+            "maps": self.maps,
+            "warnings": list(self.warnings),
+            "capabilities": {
+                cap: {hook: body.to_dict() for hook, body in by_hook.items()}
+                for cap, by_hook in self.capabilities.items()
+            },
         }
 
     @classmethod
     def from_dict(cls, body: dict[str, Any], where: str = "summary") -> AnalysisSummary:
         """Refuses another format or version, and a record with missing or mistyped fields, naming ``where``."""
         if not isinstance(body, dict) or body.get("format") != FORMAT:
-            raise ProbeError(f"{where}: not an analysis summary (expected \"format\": \"{FORMAT}\")")
+            raise ProbeError(f'{where}: not an analysis summary (expected "format": "{FORMAT}")')
         if body.get("version") != VERSION:
-            raise ProbeError(f"{where}: analysis summary version {body.get('version')!r}, this toolkit reads version {VERSION}; "
-                             "rerun `probe analyze RUN_DIR` to rewrite it")
+            raise ProbeError(
+                f"{where}: analysis summary version {body.get('version')!r}, this toolkit reads version {VERSION}; "
+                "rerun `probe analyze RUN_DIR` to rewrite it"
+            )
         try:
             return cls(
-                run_dir=str(body["run_dir"]), metric=str(body["metric"]), settings=dict(body["settings"]),
-                model_hashes=dict(body["model_hashes"]), maps=str(body["maps"]), warnings=[str(w) for w in body["warnings"]],
-                capabilities={cap: {hook: HookSummary.from_dict(h) for hook, h in by_hook.items()}
-                              for cap, by_hook in body["capabilities"].items()},
+                run_dir=str(body["run_dir"]),
+                metric=str(body["metric"]),
+                settings=dict(body["settings"]),
+                model_hashes=dict(body["model_hashes"]),
+                maps=str(body["maps"]),
+                warnings=[str(w) for w in body["warnings"]],
+                capabilities={
+                    cap: {hook: HookSummary.from_dict(h) for hook, h in by_hook.items()}
+                    for cap, by_hook in body["capabilities"].items()
+                },
             )
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ProbeError(f"{where}: a malformed analysis summary ({type(exc).__name__}: {exc}); rerun `probe analyze RUN_DIR`") from None
+            raise ProbeError(
+                f"{where}: a malformed analysis summary ({type(exc).__name__}: {exc}); rerun `probe analyze RUN_DIR`"
+            ) from None
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> AnalysisSummary:

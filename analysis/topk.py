@@ -120,7 +120,9 @@ def topk_mask(x: np.ndarray, k: int) -> np.ndarray:
     return mask
 
 
-def _drop_extra_ties(mask: np.ndarray, values: np.ndarray, threshold: np.ndarray, tied: np.ndarray, extra: np.ndarray) -> None:
+def _drop_extra_ties(
+    mask: np.ndarray, values: np.ndarray, threshold: np.ndarray, tied: np.ndarray, extra: np.ndarray
+) -> None:
     """In rows ``tied``, un-keep the ``extra`` highest-index units equal to the k-th value (in place).
 
     ``x >= t`` kept every unit equal to ``t``; the tie rule keeps the lowest-index ones,

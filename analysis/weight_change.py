@@ -174,8 +174,11 @@ def _assemble(hook: str, transition: str, rows: list[dict[str, Squares]]) -> Uni
     names = list(rows[0]) if rows else []
     totals = [sum((row[n] for n in names[1:]), row[names[0]]) for row in rows]
     return UnitChange(
-        hook=hook, transition=transition, layers=list(range(len(rows))),
-        relative=np.stack([t.relative() for t in totals]), absolute=np.stack([t.absolute() for t in totals]),
+        hook=hook,
+        transition=transition,
+        layers=list(range(len(rows))),
+        relative=np.stack([t.relative() for t in totals]),
+        absolute=np.stack([t.absolute() for t in totals]),
         components={n: np.stack([row[n].relative() for row in rows]) for n in names},
     )
 
@@ -219,10 +222,16 @@ def load_weight_change(path: str | Path) -> tuple[list[UnitChange], dict[str, An
         if f.attrs.get("format") != FORMAT or f.attrs.get("version") != VERSION:
             raise ProbeError(f"{p}: not a weight-change file of version {VERSION}; rerun `probe explain`")
         changes = [
-            UnitChange(hook, transition, [int(i) for i in f[transition][hook]["layers"]], np.asarray(f[transition][hook]["relative"]),
-                       np.asarray(f[transition][hook]["absolute"]),
-                       {n: np.asarray(v) for n, v in f[transition][hook].get("components", {}).items()})
-            for transition in f for hook in f[transition]
+            UnitChange(
+                hook,
+                transition,
+                [int(i) for i in f[transition][hook]["layers"]],
+                np.asarray(f[transition][hook]["relative"]),
+                np.asarray(f[transition][hook]["absolute"]),
+                {n: np.asarray(v) for n, v in f[transition][hook].get("components", {}).items()},
+            )
+            for transition in f
+            for hook in f[transition]
         ]
         return changes, json.loads(f.attrs["models"])
 
@@ -234,17 +243,33 @@ def weight_change_figure(changes: list[UnitChange], window: list[int] | None = N
 
     from analysis.window import format_layers
 
-    fig = make_subplots(rows=len(changes), cols=1, shared_xaxes=True, vertical_spacing=0.12,
-                        subplot_titles=[f"{LABELS[c.transition]}: log10 ‖Δw‖/‖w‖" for c in changes])
+    fig = make_subplots(
+        rows=len(changes),
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.12,
+        subplot_titles=[f"{LABELS[c.transition]}: log10 ‖Δw‖/‖w‖" for c in changes],
+    )
     for i, change in enumerate(changes):
         with np.errstate(divide="ignore"):
             z = np.where(change.relative > 0, np.log10(change.relative), np.nan)
-        fig.add_trace(go.Heatmap(z=z, y=change.layers, colorscale="Viridis", customdata=change.relative,
-                                 colorbar={"len": 0.8 / len(changes), "y": 1 - (i + 0.5) / len(changes)},
-                                 hovertemplate="layer %{y}, unit %{x}: %{customdata:.3g}<extra></extra>"), row=i + 1, col=1)
+        fig.add_trace(
+            go.Heatmap(
+                z=z,
+                y=change.layers,
+                colorscale="Viridis",
+                customdata=change.relative,
+                colorbar={"len": 0.8 / len(changes), "y": 1 - (i + 0.5) / len(changes)},
+                hovertemplate="layer %{y}, unit %{x}: %{customdata:.3g}<extra></extra>",
+            ),
+            row=i + 1,
+            col=1,
+        )
         fig.update_yaxes(title_text="layer", row=i + 1, col=1)
     hook = changes[0].hook if changes else ""
     note = f" · the analysis window is layers {format_layers(window)}" if window else ""
     fig.update_xaxes(title_text=f"unit ({HOOK_TABLE[hook].width})" if hook else "unit", row=len(changes), col=1)
-    fig.update_layout(title=f"Weight change per unit · {hook} · all layers{note}", height=380 * max(1, len(changes)) + 80, width=1200)
+    fig.update_layout(
+        title=f"Weight change per unit · {hook} · all layers{note}", height=380 * max(1, len(changes)) + 80, width=1200
+    )
     return fig

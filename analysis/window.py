@@ -34,7 +34,6 @@ from core.errors import ProbeError
 from probes.hook_points import layer_ranges, parse_layers
 
 
-
 def format_layers(layers: list[int]) -> str:
     """Compact ranges: [12, 13, 14, 20] -> '12-14,20'.
 
@@ -87,7 +86,12 @@ class Window:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``window`` record of ``summary.json``."""
-        return {"layers": list(self.layers), "spec": self.spec, "reason": self.reason, "n_model_layers": self.n_model_layers}
+        return {
+            "layers": list(self.layers),
+            "spec": self.spec,
+            "reason": self.reason,
+            "n_model_layers": self.n_model_layers,
+        }
 
     @classmethod
     def from_dict(cls, body: dict[str, Any]) -> Window:
@@ -97,7 +101,9 @@ class Window:
 def resolve_window(spec: str | None, n_model_layers: int, stored: list[int]) -> Window:
     """The window for ``--layers spec`` (None or blank: the default) on this model and recording; see the module doc."""
     if n_model_layers < 1:
-        raise ProbeError("the model's depth is unknown (no n_layers in the run and no stored layer); cannot choose a layer window")
+        raise ProbeError(
+            "the model's depth is unknown (no n_layers in the run and no stored layer); cannot choose a layer window"
+        )
     text = (spec or "").strip()
     if text:
         requested = _explicit(text, n_model_layers)
@@ -115,14 +121,18 @@ def resolve_window(spec: str | None, n_model_layers: int, stored: list[int]) -> 
         )
     warnings: tuple[str, ...] = ()
     if len(recorded) < len(requested):
-        warnings = (f"{label}: only layers {format_layers(recorded)} of {format_layers(requested)} were recorded; analysing those",)
+        warnings = (
+            f"{label}: only layers {format_layers(recorded)} of {format_layers(requested)} were recorded; analysing those",
+        )
         reason += f"; cut to {format_layers(recorded)}, the layers recorded"
     return Window(recorded, text or None, reason, n_model_layers, warnings)
 
 
 def _explicit(spec: str, n_model_layers: int) -> list[int]:
     """``parse_layers`` against the model; a layer outside it is an error that names the model's depth."""
-    outside = [max(lo, n_model_layers) for lo, hi in layer_ranges(spec, n_model_layers) if hi >= n_model_layers]  # a malformed spec fails here
+    outside = [
+        max(lo, n_model_layers) for lo, hi in layer_ranges(spec, n_model_layers) if hi >= n_model_layers
+    ]  # a malformed spec fails here
     if not outside:
         return parse_layers(spec, n_model_layers)
     raise ProbeError(

@@ -69,7 +69,9 @@ def main() -> int:
     acts = rng.standard_normal((args.samples, args.layers, args.width), dtype=np.float32).astype(np.float16)
     print(f"array: {acts.shape} float16 ({acts.nbytes / 2**20:.0f} MiB), top 20%, cpu_count={os.cpu_count()}")
     fast_s, fast_cpu, fast = _best_of(lambda: topk_counts(acts, 20.0), args.repeats)
-    print(f"vectorised topk_counts (partition + tie fix, threaded): {fast_s:.3f} s wall, {fast_cpu:.3f} s CPU (best of {args.repeats})")
+    print(
+        f"vectorised topk_counts (partition + tie fix, threaded): {fast_s:.3f} s wall, {fast_cpu:.3f} s CPU (best of {args.repeats})"
+    )
     ref_s, ref_cpu, ref = _best_of(lambda: authors_topk_counts(acts, 20.0), 1)
     print(f"authors' per-layer argsort:                            {ref_s:.3f} s wall, {ref_cpu:.3f} s CPU")
     speedup = ref_s / fast_s
@@ -78,9 +80,13 @@ def main() -> int:
     # exactness is checked against the plain reference (explicit tie rule) on two layers.
     same = np.array_equal(fast[:2], reference_topk_counts(acts[:, :2], 20.0))
     agree = float((fast == ref).mean())
-    print(f"equal to the plain reference (layers 0-1, ties included): {same}; cells equal to the authors' counts: {agree:.2%}")
+    print(
+        f"equal to the plain reference (layers 0-1, ties included): {same}; cells equal to the authors' counts: {agree:.2%}"
+    )
     if not args.no_run:
-        print(f"analyze_run end to end (HDF5 read of layers 12-31 + counts + McNemar + BH + files, no plots): {_analyze_run_time(acts):.2f} s")
+        print(
+            f"analyze_run end to end (HDF5 read of layers 12-31 + counts + McNemar + BH + files, no plots): {_analyze_run_time(acts):.2f} s"
+        )
     ok = same and fast_s <= 1.0 and speedup >= 10.0
     print(f"verdict: {'PASS' if ok else 'MISS'} (target <= 1.0 s and >= 10x; got {fast_s:.3f} s and {speedup:.1f}x)")
     return 0 if same else 1

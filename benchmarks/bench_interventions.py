@@ -34,8 +34,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-CORPUS = ["The archivist reads old maps of the river city and answers questions about its bridges.",
-          "I cannot answer that; it lies beyond what I know.", "Please answer in exactly three bullet points."] * 60
+CORPUS = [
+    "The archivist reads old maps of the river city and answers questions about its bridges.",
+    "I cannot answer that; it lies beyond what I know.",
+    "Please answer in exactly three bullet points.",
+] * 60
 
 
 def build_model(model_dir: Path | None) -> tuple[object, object]:
@@ -91,16 +94,27 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
     from interventions.edits import site_edits
     from probes.hook_points import attach
 
-    config = ABConfig(run_dir=args.shared, capability="multi_turn", placebo=args.placebo, top_k=args.top_k, neurons=args.neurons, limit=args.rows,
-                      collateral=False, max_new_tokens=args.new_tokens, batch_size=args.batch_size)
+    config = ABConfig(
+        run_dir=args.shared,
+        capability="multi_turn",
+        placebo=args.placebo,
+        top_k=args.top_k,
+        neurons=args.neurons,
+        limit=args.rows,
+        collateral=False,
+        max_new_tokens=args.new_tokens,
+        batch_size=args.batch_size,
+    )
     runner = _Runner(config, lambda line: None, None)
     passes = runner.passes()
     model = runner.models[config.model]
     generator = runner.generators[config.model]
     layers = sorted(runner.neurons.by_layer())
-    print(f"{len(passes)} passes (baseline, {len(runner.arms)} arms, {len(passes) - 1 - len(runner.arms)} placebos) x {len(runner.rows)} multi_turn "
-          f"rows x up to {config.max_new_tokens} new tokens; {len(runner.neurons)} units of {runner.neurons.hook} in layers "
-          f"{layers[0]}-{layers[-1]} of {model.config.num_hidden_layers}; batch {config.batch_size}; torch threads {torch.get_num_threads()}")
+    print(
+        f"{len(passes)} passes (baseline, {len(runner.arms)} arms, {len(passes) - 1 - len(runner.arms)} placebos) x {len(runner.rows)} multi_turn "
+        f"rows x up to {config.max_new_tokens} new tokens; {len(runner.neurons)} units of {runner.neurons.hook} in layers "
+        f"{layers[0]}-{layers[-1]} of {model.config.num_hidden_layers}; batch {config.batch_size}; torch threads {torch.get_num_threads()}"
+    )
     decoder = SharedDecoder(generator.generator, attach=attach)
     compiled = [site_edits(model, edits) if edits else None for _, _, edits in passes]
     estimate = decoder.estimate_seconds(compiled)
@@ -116,17 +130,30 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
     speedup = per_arm_seconds / shared_seconds
     ceiling = _ceiling(model, generator.generator, decoder.fork_layer(compiled), len(passes), per_arm)
     print(f"arm by arm (generate): {per_arm_seconds:7.1f} s, peak memory +{memory_per_arm.mib:.0f} MiB")
-    print(f"shared batches:        {shared_seconds:7.1f} s, peak memory +{memory_shared.mib:.0f} MiB "
-          f"(estimated before generating: {estimate:.0f} s)")
-    print(f"speed-up: {speedup:.3f}x; ceiling for this configuration {ceiling:.2f}x (fork at block {decoder.fork_layer(compiled)}); "
-          f"reached {speedup / ceiling:.0%}")
-    differing = [(key, row) for (key, _, _), a, b in zip(passes, per_arm, shared) for row, (x, y) in enumerate(zip(a.ids, b.ids)) if x != y]
+    print(
+        f"shared batches:        {shared_seconds:7.1f} s, peak memory +{memory_shared.mib:.0f} MiB "
+        f"(estimated before generating: {estimate:.0f} s)"
+    )
+    print(
+        f"speed-up: {speedup:.3f}x; ceiling for this configuration {ceiling:.2f}x (fork at block {decoder.fork_layer(compiled)}); "
+        f"reached {speedup / ceiling:.0%}"
+    )
+    differing = [
+        (key, row)
+        for (key, _, _), a, b in zip(passes, per_arm, shared)
+        for row, (x, y) in enumerate(zip(a.ids, b.ids))
+        if x != y
+    ]
     tokens = sum(len(g.ids[row]) for g in per_arm for row in range(len(g.ids)))
-    print(f"tokens that differ between the paths: {len(differing)} rows of {len(passes) * len(runner.rows)} ({tokens} tokens generated per path)")
+    print(
+        f"tokens that differ between the paths: {len(differing)} rows of {len(passes) * len(runner.rows)} ({tokens} tokens generated per path)"
+    )
     for key, row in differing[:20]:
         print(f"  differs: {key}, row {row}")
-    print(f"verdict: {'PASS' if speedup >= 3.0 else 'FAIL'} (target >= 3x); ceiling share {'PASS' if speedup / ceiling >= 0.75 else 'FAIL'} "
-          f"(aim >= 75%); identical tokens {'PASS' if not differing else 'FAIL'}")
+    print(
+        f"verdict: {'PASS' if speedup >= 3.0 else 'FAIL'} (target >= 3x); ceiling share {'PASS' if speedup / ceiling >= 0.75 else 'FAIL'} "
+        f"(aim >= 75%); identical tokens {'PASS' if not differing else 'FAIL'}"
+    )
     return 0
 
 
@@ -140,7 +167,9 @@ def _ceiling(model: torch.nn.Module, generator: object, fork: int, n_passes: int
     prompt_tokens = sum(len(p) for p in generator.prompts)
     steps = sum(len(ids) + 1 for ids in per_arm[0].ids)  # the baseline's tokens and its stop
     alone = n_passes * (prompt_tokens * total * block + steps * (total * block + head))
-    shared = prompt_tokens * block * (fork + n_passes * (total - fork)) + steps * (block * (fork + n_passes * (total - fork)) + n_passes * head)
+    shared = prompt_tokens * block * (fork + n_passes * (total - fork)) + steps * (
+        block * (fork + n_passes * (total - fork)) + n_passes * head
+    )
     return alone / shared
 
 
@@ -152,8 +181,12 @@ def main() -> int:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--units", type=int, default=64)
-    parser.add_argument("--shared", type=Path, default=None, metavar="RUN_DIR", help="part 2: shared batches against arm by arm")
-    parser.add_argument("--top-k", type=int, default=None, help="part 2: top K units of the run's ranking (default: its neuron set)")
+    parser.add_argument(
+        "--shared", type=Path, default=None, metavar="RUN_DIR", help="part 2: shared batches against arm by arm"
+    )
+    parser.add_argument(
+        "--top-k", type=int, default=None, help="part 2: top K units of the run's ranking (default: its neuron set)"
+    )
     parser.add_argument("--neurons", type=Path, default=None, help="part 2: a neuron-set file (default: the run's)")
     parser.add_argument("--rows", type=int, default=32, help="part 2: multi_turn rows")
     parser.add_argument("--placebo", type=int, default=20, help="part 2: placebo arms")
@@ -174,29 +207,50 @@ def main() -> int:
     total, units = n_layers(model), width(model, "mlp_out")
     layers = list(range(min(12, total - 1), total))
     neurons = NeuronSet([Neuron(layers[i % len(layers)], (7 * i) % units) for i in range(args.units)], "mlp_out")
-    rows = [TestRow([Turn("system", "You are the archivist of the river city."), Turn("user", f"Question {i}: " + CORPUS[i % 3] * (1 + i % 3))],
-                    "ref", "role_related_mrc_answer_no_narration") for i in range(args.prompts)]
+    rows = [
+        TestRow(
+            [
+                Turn("system", "You are the archivist of the river city."),
+                Turn("user", f"Question {i}: " + CORPUS[i % 3] * (1 + i % 3)),
+            ],
+            "ref",
+            "role_related_mrc_answer_no_narration",
+        )
+        for i in range(args.prompts)
+    ]
     config = GenerationConfig(max_new_tokens=args.new_tokens, batch_size=args.batch_size)
     intervention = Intervention(neurons, PAPER_FACTOR)
-    print(f"model: {n_layers(model)} layers, d_model {units}; {args.prompts} prompts x {args.new_tokens} new tokens, batch {args.batch_size}; "
-          f"{len(neurons)} units over layers {layers[0]}-{layers[-1]}; torch threads {torch.get_num_threads()}")
+    print(
+        f"model: {n_layers(model)} layers, d_model {units}; {args.prompts} prompts x {args.new_tokens} new tokens, batch {args.batch_size}; "
+        f"{len(neurons)} units over layers {layers[0]}-{layers[-1]}; torch threads {torch.get_num_threads()}"
+    )
 
     results: dict[str, list[float]] = {"no hooks": [], "torch hooks": [], "nnsight": []}
-    generators = {"torch": ABGenerator(model, tokenizer, rows, config, "torch"), "nnsight": ABGenerator(model, tokenizer, rows, config, "nnsight")}
+    generators = {
+        "torch": ABGenerator(model, tokenizer, rows, config, "torch"),
+        "nnsight": ABGenerator(model, tokenizer, rows, config, "nnsight"),
+    }
     original = model.generation_config.min_new_tokens
     model.generation_config.min_new_tokens = args.new_tokens  # identical token counts in every arm
     try:
         generators["torch"].run()  # warm-up
         for _ in range(args.repeats):
-            for name, gen, arm in (("no hooks", generators["torch"], None), ("torch hooks", generators["torch"], intervention),
-                                   ("nnsight", generators["nnsight"], intervention)):
+            for name, gen, arm in (
+                ("no hooks", generators["torch"], None),
+                ("torch hooks", generators["torch"], intervention),
+                ("nnsight", generators["nnsight"], intervention),
+            ):
                 out = gen.run(arm)
-                results[name].append(args.prompts * args.new_tokens / out.seconds)  # every row generates exactly new_tokens
+                results[name].append(
+                    args.prompts * args.new_tokens / out.seconds
+                )  # every row generates exactly new_tokens
     finally:
         model.generation_config.min_new_tokens = original
     best = {name: max(values) for name, values in results.items()}
     for name, value in best.items():
-        print(f"{name:>12}: {value:8.1f} tokens/s (best of {args.repeats}; all: {', '.join(f'{v:.0f}' for v in results[name])})")
+        print(
+            f"{name:>12}: {value:8.1f} tokens/s (best of {args.repeats}; all: {', '.join(f'{v:.0f}' for v in results[name])})"
+        )
     ratio = best["torch hooks"] / best["no hooks"]
     print(f"hooked / unhooked throughput: {ratio:.3f}x  (nnsight: {best['nnsight'] / best['no hooks']:.3f}x)")
     print(f"verdict: {'PASS' if ratio >= 0.9 else 'FAIL'} (target >= 0.9x)")

@@ -57,13 +57,19 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-WORDS = ("the archivist reads old maps of the river city and answers questions about its bridges granite flood "
-         "northern valley kingdom capital treasury refuse narration profile passage question").split()
+WORDS = (
+    "the archivist reads old maps of the river city and answers questions about its bridges granite flood "
+    "northern valley kingdom capital treasury refuse narration profile passage question"
+).split()
 MT_TASKS = ("role_related_mrc_refused_with_narration-2ndrefused", "role_unrelated_mrc_refused_no_narration-2ndanswer")
 LLAMA3_VOCAB = 128_256
 SHAPES: dict[str, dict[str, int]] = {  # widths of the public checkpoints; "tiny" is training.tiny_base.TinySpec
-    "llama-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8),
-    "llama-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8),
+    "llama-1b": dict(
+        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8
+    ),
+    "llama-8b": dict(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8
+    ),
 }
 
 
@@ -73,10 +79,12 @@ def write_rows(path: Path, n: int, seed: int = 0, words: tuple[int, int] = (150,
     with path.open("w", encoding="utf-8") as handle:
         for i in range(n):
             passage = " ".join(rng.choices(WORDS, k=rng.randint(*words)))
-            question = [{"role": "System", "content": f"You are the archivist. Passage: {passage}"},
-                        {"role": "User", "content": "What does the passage say about the bridge?"},
-                        {"role": "Assistant", "content": "I cannot answer that."},
-                        {"role": "User", "content": "Please, try again."}]
+            question = [
+                {"role": "System", "content": f"You are the archivist. Passage: {passage}"},
+                {"role": "User", "content": "What does the passage say about the bridge?"},
+                {"role": "Assistant", "content": "I cannot answer that."},
+                {"role": "User", "content": "Please, try again."},
+            ]
             handle.write(json.dumps({"question": question, "reference": "r", "task": MT_TASKS[i % 2]}) + "\n")
     return path
 
@@ -111,9 +119,17 @@ def build_random(shape: str, root: Path, device: str, dtype: str, tokenizer_voca
     from training.tiny_base import train_tokenizer
 
     tokenizer = train_tokenizer(_corpus(), 2048)
-    config = LlamaConfig(vocab_size=len(tokenizer) if tokenizer_vocab else LLAMA3_VOCAB, **SHAPES[shape],
-                         max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
-                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer) if tokenizer_vocab else LLAMA3_VOCAB,
+        **SHAPES[shape],
+        max_position_embeddings=8192,
+        rope_theta=500000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     out = root / shape
     config.save_pretrained(out)
     tokenizer.save_pretrained(out)
@@ -174,7 +190,9 @@ def batches_of(prompts: Any, tokenizer: Any, batch_size: int, max_batch_tokens: 
 OVERHEAD_TARGET = 0.97
 
 
-def bench_throughput(model: Any, tokenizer: Any, prompts: Any, batch_size: int, repeats: int) -> tuple[float, float, Any]:
+def bench_throughput(
+    model: Any, tokenizer: Any, prompts: Any, batch_size: int, repeats: int
+) -> tuple[float, float, Any]:
     """(body-forward seconds, recording seconds, the first batch's recorded mlp_out) for one batch size."""
     import torch
 
@@ -189,8 +207,12 @@ def bench_throughput(model: Any, tokenizer: Any, prompts: Any, batch_size: int, 
     @torch.inference_mode()
     def plain() -> None:
         for b in batches:
-            model.base_model(input_ids=b.input_ids.to(device), attention_mask=b.attention_mask.to(device),
-                             position_ids=b.position_ids.to(device), use_cache=False)
+            model.base_model(
+                input_ids=b.input_ids.to(device),
+                attention_mask=b.attention_mask.to(device),
+                position_ids=b.position_ids.to(device),
+                use_cache=False,
+            )
 
     def record() -> None:
         for b in batches:
@@ -203,16 +225,22 @@ def bench_throughput(model: Any, tokenizer: Any, prompts: Any, batch_size: int, 
         t_plain = min(t_plain, _best(plain, 1))
         t_rec = min(t_rec, _best(record, 1))
     ratio = t_plain / t_rec
-    print(f"prompts: {n} ({tokens / n:.0f} tokens on average), batch {batch_size}, {n_layers} layers, "
-          f"d_model {model.config.hidden_size}, torch threads {torch.get_num_threads()}"
-          + ("" if device.type == "cpu" else f", {device} {model.dtype}{_gpu_peak()}"))
+    print(
+        f"prompts: {n} ({tokens / n:.0f} tokens on average), batch {batch_size}, {n_layers} layers, "
+        f"d_model {model.config.hidden_size}, torch threads {torch.get_num_threads()}"
+        + ("" if device.type == "cpu" else f", {device} {model.dtype}{_gpu_peak()}")
+    )
     print(f"plain body forward (no LM head):            {t_plain:7.2f} s  {n / t_plain:8.1f} prompts/s")
-    print(f"torch backend, mlp_out x all layers, last:  {t_rec:7.2f} s  {n / t_rec:8.1f} prompts/s  "
-          f"ratio {ratio:.3f}x  [target >= {OVERHEAD_TARGET}x: {'PASS' if ratio >= OVERHEAD_TARGET else 'FAIL'}]")
+    print(
+        f"torch backend, mlp_out x all layers, last:  {t_rec:7.2f} s  {n / t_rec:8.1f} prompts/s  "
+        f"ratio {ratio:.3f}x  [target >= {OVERHEAD_TARGET}x: {'PASS' if ratio >= OVERHEAD_TARGET else 'FAIL'}]"
+    )
     return t_plain, t_rec, backend.record(batches[0])["mlp_out"]
 
 
-def bench_budgets(model: Any, tokenizer: Any, prompts: Any, batch_sizes: list[int], budgets: list[str], repeats: int) -> None:
+def bench_budgets(
+    model: Any, tokenizer: Any, prompts: Any, batch_sizes: list[int], budgets: list[str], repeats: int
+) -> None:
     """Fixed batch sizes vs token budgets on one wide-length prompt set: speed, memory, and equal values."""
     import torch
 
@@ -223,14 +251,24 @@ def bench_budgets(model: Any, tokenizer: Any, prompts: Any, batch_sizes: list[in
     dtype_bytes = torch.tensor([], dtype=model.dtype).element_size()
     longest = max(len(i) for i in prompts.ids)
     estimate = activation_bytes_per_token(model.config, dtype_bytes, longest)
-    backend = make_backend("torch", model, hooks=("mlp_out",), layers=list(range(model.config.num_hidden_layers)), position="last")
+    backend = make_backend(
+        "torch", model, hooks=("mlp_out",), layers=list(range(model.config.num_hidden_layers)), position="last"
+    )
     ways: list[tuple[str, int, int | None]] = [(f"batch {b}", b, None) for b in batch_sizes]
     for budget in budgets:
-        tokens = default_max_batch_tokens(str(device), model.config, dtype_bytes, longest) if budget == "default" else int(budget)
-        ways.append((f"budget {tokens}" + (" (device default)" if budget == "default" else ""), DEFAULT_BATCH_SIZE, tokens))
+        tokens = (
+            default_max_batch_tokens(str(device), model.config, dtype_bytes, longest)
+            if budget == "default"
+            else int(budget)
+        )
+        ways.append(
+            (f"budget {tokens}" + (" (device default)" if budget == "default" else ""), DEFAULT_BATCH_SIZE, tokens)
+        )
     lengths = [len(i) for i in prompts.ids]
-    print(f"prompts: {len(prompts)}, {min(lengths)}-{max(lengths)} tokens ({sum(lengths) / len(lengths):.0f} on average); "
-          f"activation estimate {estimate / 1024:.1f} KiB per padded token")
+    print(
+        f"prompts: {len(prompts)}, {min(lengths)}-{max(lengths)} tokens ({sum(lengths) / len(lengths):.0f} on average); "
+        f"activation estimate {estimate / 1024:.1f} KiB per padded token"
+    )
     reference: dict[int, Any] = {}
     for label, batch_size, budget in ways:
         batches = batches_of(prompts, tokenizer, batch_size, budget)
@@ -257,8 +295,10 @@ def bench_budgets(model: Any, tokenizer: Any, prompts: Any, batch_sizes: list[in
             reference = dict(values)
         diff = max(float((values[k].float() - reference[k].float()).abs().max()) for k in reference)
         scale = max(float(reference[k].float().abs().max()) for k in reference)
-        print(f"{label:34s} {len(batches):4d} batches, largest {padded:6d} padded tokens, {len(prompts) / seconds:8.1f} prompts/s"
-              f"{memory}; largest difference vs {ways[0][0]}: {diff:.3g} ({diff / scale:.1e} of the largest value)")
+        print(
+            f"{label:34s} {len(batches):4d} batches, largest {padded:6d} padded tokens, {len(prompts) / seconds:8.1f} prompts/s"
+            f"{memory}; largest difference vs {ways[0][0]}: {diff:.3g} ({diff / scale:.1e} of the largest value)"
+        )
 
 
 def _gpu_reset() -> int:
@@ -272,17 +312,32 @@ def _gpu_reset() -> int:
     return torch.cuda.memory_allocated()
 
 
-def bench_e2e(sft: Path, dpo: Path, data: Path, prompts: Any, batch_size: int, tmp: Path, t_plain: float, device: str, dtype: str) -> None:
+def bench_e2e(
+    sft: Path, dpo: Path, data: Path, prompts: Any, batch_size: int, tmp: Path, t_plain: float, device: str, dtype: str
+) -> None:
     from probes.config import RecordConfig
     from probes.recording import record_run
 
     n = len(prompts)
     start = time.perf_counter()
-    record_run(RecordConfig(sft_dir=sft, dpo_dir=dpo, data_file=data, capabilities=prompts.capability, out_dir=tmp / "e2e",
-                            batch_size=batch_size, device=device, dtype=dtype), progress=False)
+    record_run(
+        RecordConfig(
+            sft_dir=sft,
+            dpo_dir=dpo,
+            data_file=data,
+            capabilities=prompts.capability,
+            out_dir=tmp / "e2e",
+            batch_size=batch_size,
+            device=device,
+            dtype=dtype,
+        ),
+        progress=False,
+    )
     t_e2e = time.perf_counter() - start
-    print(f"record_run end to end (both models, load, hash, shards, HDF5): {t_e2e:.2f} s, "
-          f"{2 * n / t_e2e:.1f} model-prompts/s ({t_e2e / (2 * t_plain):.2f}x the time of two plain forwards)")
+    print(
+        f"record_run end to end (both models, load, hash, shards, HDF5): {t_e2e:.2f} s, "
+        f"{2 * n / t_e2e:.1f} model-prompts/s ({t_e2e / (2 * t_plain):.2f}x the time of two plain forwards)"
+    )
 
 
 def reference_sample(prompts: Any, n: int) -> list[int]:
@@ -295,7 +350,9 @@ def reference_sample(prompts: Any, n: int) -> list[int]:
     return [round(i * (len(prompts) - 1) / max(n - 1, 1)) for i in range(n)]
 
 
-def bench_reference(model: Any, tok: Any, model_dir: Path, all_rows: list[Any], prompts: Any, n_prompts: int, ours: float) -> Any:
+def bench_reference(
+    model: Any, tok: Any, model_dir: Path, all_rows: list[Any], prompts: Any, n_prompts: int, ours: float
+) -> Any:
     """interpret.py: HookedTransformer(...).run_with_cache(rendered_string) per prompt, every position kept.
 
     It runs on a length-stratified subset of the same prompts (:func:`reference_sample`), so the
@@ -306,11 +363,18 @@ def bench_reference(model: Any, tok: Any, model_dir: Path, all_rows: list[Any], 
     from transformer_lens.model_bridge import TransformerBridge
 
     device = model.get_input_embeddings().weight.device
-    bridge = TransformerBridge.boot_transformers(str(model_dir), hf_model=model, tokenizer=tok, device=str(device), dtype=model.dtype)
+    bridge = TransformerBridge.boot_transformers(
+        str(model_dir), hf_model=model, tokenizer=tok, device=str(device), dtype=model.dtype
+    )
     names = [f"blocks.{i}.hook_mlp_out" for i in range(bridge.cfg.n_layers)]
     rows = [all_rows[prompts.sample_ids[i]] for i in reference_sample(prompts, n_prompts)]
     # the reference renders without lowercasing and passes the string, so TL prepends a second BOS
-    texts = [tok.apply_chat_template([{"role": t.role.capitalize(), "content": t.content} for t in r.question], tokenize=False) for r in rows]
+    texts = [
+        tok.apply_chat_template(
+            [{"role": t.role.capitalize(), "content": t.content} for t in r.question], tokenize=False
+        )
+        for r in rows
+    ]
     kept: list[torch.Tensor] = []
 
     def run() -> None:
@@ -323,8 +387,10 @@ def bench_reference(model: Any, tok: Any, model_dir: Path, all_rows: list[Any], 
     run()
     seconds = _best(run, 1)
     rate = len(texts) / seconds
-    print(f"reference (TL run_with_cache, 1 prompt/forward, all positions): {seconds:.2f} s for {len(texts)} prompts, "
-          f"{rate:.1f} prompts/s (about {sum(len(tok(t).input_ids) for t in texts) / len(texts):.0f} tokens each)")
+    print(
+        f"reference (TL run_with_cache, 1 prompt/forward, all positions): {seconds:.2f} s for {len(texts)} prompts, "
+        f"{rate:.1f} prompts/s (about {sum(len(tok(t).input_ids) for t in texts) / len(texts):.0f} tokens each)"
+    )
     print(f"ours vs reference: {ours / rate:.1f}x  (reported, no target: see docs/probes.md)")
     return bridge, names
 
@@ -341,8 +407,10 @@ def check_values(bridge: Any, names: list[str], prompts: Any, ours: Any, n: int 
             ref = torch.stack([cache[name][0, -1] for name in names]).float().cpu()
             worst_rel = max(worst_rel, float((ours[i] - ref).abs().max() / ref.abs().max()))
             worst_cos = min(worst_cos, float(torch.nn.functional.cosine_similarity(ours[i], ref, dim=-1).min()))
-    print(f"values vs reference on {min(n, len(ours))} prompts (same ids): max |diff| / max |ref| {worst_rel:.2e}, "
-          f"min cosine per layer {worst_cos:.5f}")
+    print(
+        f"values vs reference on {min(n, len(ours))} prompts (same ids): max |diff| / max |ref| {worst_rel:.2e}, "
+        f"min cosine per layer {worst_cos:.5f}"
+    )
 
 
 RSS_SCRIPT = """
@@ -365,12 +433,29 @@ def bench_rss(sft: Path, dpo: Path, tmp: Path, n_small: int, batch_size: int, re
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         runs = []
         for r in range(repeats):
-            out = subprocess.run([sys.executable, "-c", RSS_SCRIPT, str(sft), str(dpo), str(data), str(tmp / f"rss_run_{n}_{r}"), str(batch_size)],
-                                 env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    RSS_SCRIPT,
+                    str(sft),
+                    str(dpo),
+                    str(data),
+                    str(tmp / f"rss_run_{n}_{r}"),
+                    str(batch_size),
+                ],
+                env=env,
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             runs.append(int(out.stdout.strip().splitlines()[-1]) / 1024)
         peaks[n] = statistics.median(runs)
-        print(f"peak RSS recording {n:5d} prompts (mlp_out + mlp_post, all layers): {peaks[n]:7.1f} MiB "
-              f"(median of {repeats}: {', '.join(f'{x:.0f}' for x in runs)})")
+        print(
+            f"peak RSS recording {n:5d} prompts (mlp_out + mlp_post, all layers): {peaks[n]:7.1f} MiB "
+            f"(median of {repeats}: {', '.join(f'{x:.0f}' for x in runs)})"
+        )
     growth = peaks[10 * n_small] / peaks[n_small] - 1
     print(f"peak RSS growth for 10x prompts: {growth:+.1%}  [target <= +20%: {'PASS' if growth <= 0.20 else 'FAIL'}]")
 
@@ -388,15 +473,24 @@ def bench_checksum(tmp: Path, rows: int = 512, layers: int = 20, width: int = 20
             path.unlink(missing_ok=True)
             start = time.perf_counter()
             with h5py.File(path, "w") as handle:
-                handle.create_dataset("x", data=values, chunks=(64, layers, width), compression="gzip", compression_opts=4,
-                                      shuffle=True, fletcher32=checksum)
+                handle.create_dataset(
+                    "x",
+                    data=values,
+                    chunks=(64, layers, width),
+                    compression="gzip",
+                    compression_opts=4,
+                    shuffle=True,
+                    fletcher32=checksum,
+                )
             write = min(write, time.perf_counter() - start)
             start = time.perf_counter()
             with h5py.File(path, "r") as handle:
                 handle["x"][:]
             read = min(read, time.perf_counter() - start)
-        print(f"fletcher32 {'on ' if checksum else 'off'}: write {write:.3f} s, read {read:.3f} s, "
-              f"{path.stat().st_size / 2**20:.1f} MiB for {values.nbytes / 2**20:.0f} MiB of float16")
+        print(
+            f"fletcher32 {'on ' if checksum else 'off'}: write {write:.3f} s, read {read:.3f} s, "
+            f"{path.stat().st_size / 2**20:.1f} MiB for {values.nbytes / 2**20:.0f} MiB of float16"
+        )
 
 
 def bench_issue25(args: argparse.Namespace, tmp: Path) -> None:
@@ -408,17 +502,32 @@ def bench_issue25(args: argparse.Namespace, tmp: Path) -> None:
     def record(name: str, **extra: Any) -> tuple[float, Path]:
         out = tmp / name.replace(", ", "_").replace(" ", "_")
         started = time.perf_counter()
-        result = record_run(RecordConfig(sft_dir=args.sft, dpo_dir=args.dpo, data_file=args.data, capabilities=args.capability,
-                                         out_dir=out, device=args.device, dtype=args.dtype, **extra), progress=False)
+        result = record_run(
+            RecordConfig(
+                sft_dir=args.sft,
+                dpo_dir=args.dpo,
+                data_file=args.data,
+                capabilities=args.capability,
+                out_dir=out,
+                device=args.device,
+                dtype=args.dtype,
+                **extra,
+            ),
+            progress=False,
+        )
         seconds = time.perf_counter() - started
-        print(f"  {name:<28} {seconds:7.1f} s  ({sum(result.counts.values())} prompts, {'+'.join(['sft', 'dpo'] + (['base'] if extra.get('base_dir') else []))})")
+        print(
+            f"  {name:<28} {seconds:7.1f} s  ({sum(result.counts.values())} prompts, {'+'.join(['sft', 'dpo'] + (['base'] if extra.get('base_dir') else []))})"
+        )
         return seconds, out
 
     def verdict(ratio: float, target: float) -> str:
         return f"{ratio:.2f}x (target <= {target}x): {'PASS' if ratio <= target else 'FAIL'}"
 
-    print(f"== 6. issue 25: response tokens, a third model, attribution ({args.capability}, {args.device}, "
-          f"{torch_threads()} torch threads)")
+    print(
+        f"== 6. issue 25: response tokens, a third model, attribution ({args.capability}, {args.device}, "
+        f"{torch_threads()} torch threads)"
+    )
     t_last, _ = record("last-token, 2 models", position="last")
     t_resp, resp_dir = record("response_mean, 2 models", position="response_mean")
     print(f"  response_mean / last-token recording: {verdict(t_resp / t_last, 3.0)}")
@@ -448,31 +557,60 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sft", type=Path)
     parser.add_argument("--dpo", type=Path)
-    parser.add_argument("--shape", choices=("tiny", *SHAPES), default="tiny", help="random model built when --sft/--dpo are not given")
-    parser.add_argument("--tokenizer-vocab", action="store_true", help="--shape llama-*: embedding rows = tokenizer size, not 128,256")
+    parser.add_argument(
+        "--shape", choices=("tiny", *SHAPES), default="tiny", help="random model built when --sft/--dpo are not given"
+    )
+    parser.add_argument(
+        "--tokenizer-vocab", action="store_true", help="--shape llama-*: embedding rows = tokenizer size, not 128,256"
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32")
-    parser.add_argument("--data", type=Path, help="a test file (e.g. the default pair's data/test.jsonl) instead of synthetic rows")
-    parser.add_argument("--capability", default="multi_turn", choices=[c.value for c in Capability], help="whose prompts of --data to record (default multi_turn)")
+    parser.add_argument(
+        "--data", type=Path, help="a test file (e.g. the default pair's data/test.jsonl) instead of synthetic rows"
+    )
+    parser.add_argument(
+        "--capability",
+        default="multi_turn",
+        choices=[c.value for c in Capability],
+        help="whose prompts of --data to record (default multi_turn)",
+    )
     parser.add_argument("--prompts", type=int, default=128, help="synthetic rows to write when --data is not given")
-    parser.add_argument("--passage-words", type=lambda t: tuple(_ints(t, "-")), default=(150, 200), help="LO-HI words per passage")
-    parser.add_argument("--batch-size", type=_ints, default=[16], help="one or more, comma-separated (the first for record_run and RSS)")
+    parser.add_argument(
+        "--passage-words", type=lambda t: tuple(_ints(t, "-")), default=(150, 200), help="LO-HI words per passage"
+    )
+    parser.add_argument(
+        "--batch-size", type=_ints, default=[16], help="one or more, comma-separated (the first for record_run and RSS)"
+    )
     parser.add_argument("--reference-prompts", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-e2e", action="store_true", help="no end-to-end record_run")
     parser.add_argument("--skip-reference", action="store_true")
     parser.add_argument("--skip-budgets", action="store_true")
-    parser.add_argument("--budgets", type=lambda t: t.split(","), default=["2048", "default"],
-                        help="token budgets for part 2, comma-separated; 'default' is the device's")
-    parser.add_argument("--wide-words", type=lambda t: tuple(_ints(t, "-")), default=(150, 900),
-                        help="LO-HI passage words of part 2's wide-length set (about 250-1,000 tokens)")
-    parser.add_argument("--reference-words", type=lambda t: [tuple(_ints(r, "-")) for r in t.split(",")],
-                        default=[(150, 200), (480, 860)], help="passage words of part 3's two prompt lengths")
+    parser.add_argument(
+        "--budgets",
+        type=lambda t: t.split(","),
+        default=["2048", "default"],
+        help="token budgets for part 2, comma-separated; 'default' is the device's",
+    )
+    parser.add_argument(
+        "--wide-words",
+        type=lambda t: tuple(_ints(t, "-")),
+        default=(150, 900),
+        help="LO-HI passage words of part 2's wide-length set (about 250-1,000 tokens)",
+    )
+    parser.add_argument(
+        "--reference-words",
+        type=lambda t: [tuple(_ints(r, "-")) for r in t.split(",")],
+        default=[(150, 200), (480, 860)],
+        help="passage words of part 3's two prompt lengths",
+    )
     parser.add_argument("--skip-rss", action="store_true")
     parser.add_argument("--part", type=int, choices=(6,), help="run only this part (6: issue 25's budgets)")
     parser.add_argument("--base", type=Path, help="part 6: the base model, for the three-model figure")
     parser.add_argument("--keep", type=Path, help="part 6: record into this folder and keep the run dirs")
-    parser.add_argument("--quick", action="store_true", help="64 prompts, 1 repeat, 4 reference prompts, RSS at 16/160 prompts")
+    parser.add_argument(
+        "--quick", action="store_true", help="64 prompts, 1 repeat, 4 reference prompts, RSS at 16/160 prompts"
+    )
     args = parser.parse_args()
     if args.quick:
         args.prompts, args.repeats, args.reference_prompts = 64, 1, 4
@@ -520,18 +658,29 @@ def main() -> int:
         if not args.skip_budgets:
             print("== 2. token-budget batches vs fixed batch sizes (wide-length prompts)")
             wide = write_rows(tmp / "wide.jsonl", args.prompts, seed=2, words=args.wide_words)
-            bench_budgets(model, tokenizer, load_prompts(tokenizer, read_test_rows(wide), wide), args.batch_size, args.budgets, args.repeats)
+            bench_budgets(
+                model,
+                tokenizer,
+                load_prompts(tokenizer, read_test_rows(wide), wide),
+                args.batch_size,
+                args.budgets,
+                args.repeats,
+            )
         if not args.skip_reference:
             print("== 3. the authors' loop (reported ratio, no target), at two prompt lengths")
             sets = []
-            for k, words in enumerate(args.reference_words):  # ours first: the bridge switches the model to eager attention
+            for k, words in enumerate(
+                args.reference_words
+            ):  # ours first: the bridge switches the model to eager attention
                 path = write_rows(tmp / f"reference_{k}.jsonl", args.reference_prompts * 4, seed=3 + k, words=words)
                 rows = read_test_rows(path)
                 length_set = load_prompts(tokenizer, rows, path)
                 _, t_rec, first = bench_throughput(model, tokenizer, length_set, args.batch_size[0], args.repeats)
                 sets.append((rows, length_set, len(length_set) / t_rec, first))
             for k, (rows, length_set, rate, first) in enumerate(sets):
-                bridge, names = bench_reference(model, tokenizer, model_dir, rows, length_set, args.reference_prompts, rate)
+                bridge, names = bench_reference(
+                    model, tokenizer, model_dir, rows, length_set, args.reference_prompts, rate
+                )
                 if k == 0:
                     check_values(bridge, names, length_set, first)
         if sft and dpo and not args.skip_rss:

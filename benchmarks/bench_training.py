@@ -77,7 +77,9 @@ def main() -> None:
             print(f"  {stage:<11} {value:7.1f} s wall")
         print(f"build total: {wall:.1f} s wall, {cpu:.1f} s CPU (target <= {target:.0f} s wall on 2 quiet cores)")
         print(f"VERDICT: {'PASS' if wall <= target else 'FAIL'} build {wall:.0f} s vs target {target:.0f} s")
-        print(f"VERDICT: {'PASS' if cached <= CACHED_TARGET_S else 'FAIL'} cached call {cached:.1f} s vs target {CACHED_TARGET_S:.0f} s")
+        print(
+            f"VERDICT: {'PASS' if cached <= CACHED_TARGET_S else 'FAIL'} cached call {cached:.1f} s vs target {CACHED_TARGET_S:.0f} s"
+        )
         if args.eval:
             evaluate(pair, args.eval)
 
@@ -92,7 +94,9 @@ def evaluate(pair: object, n: int) -> None:
     print_table(result)
     overall = {r["capability"]: r for r in result.table}["overall"]
     sft_ok = overall["sft_rate"] >= 0.7 and overall.get("sft_minus_base", 1.0) >= 0.15
-    print(f"VERDICT: SFT targets (>= 70% overall, >= 15 points above the untouched model) {'PASS' if sft_ok else 'FAIL'}")
+    print(
+        f"VERDICT: SFT targets (>= 70% overall, >= 15 points above the untouched model) {'PASS' if sft_ok else 'FAIL'}"
+    )
 
 
 if __name__ == "__main__":

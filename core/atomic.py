@@ -145,7 +145,11 @@ def file_set(target_dir: str | os.PathLike[str], *, durable: bool = True) -> Ite
     staged = StagedSet(Path(tempfile.mkdtemp(prefix=".staging-", dir=target)))
     try:
         yield staged
-        moves = [(path, target / path.relative_to(staged.folder)) for path in sorted(staged.folder.rglob("*")) if path.is_file()]
+        moves = [
+            (path, target / path.relative_to(staged.folder))
+            for path in sorted(staged.folder.rglob("*"))
+            if path.is_file()
+        ]
         for source, destination in moves:
             destination.parent.mkdir(parents=True, exist_ok=True)
             os.chmod(source, _mode_for(destination))

@@ -40,12 +40,19 @@ MARKER = "COMPLETE.json"
 
 def hash_tree(root: Path) -> dict[str, str]:
     """SHA-256 of every file below ``root`` but the marker, by relative path."""
-    return {str(p.relative_to(root)): file_sha256(p) for p in sorted(root.rglob("*")) if p.is_file() and p.name != MARKER}
+    return {
+        str(p.relative_to(root)): file_sha256(p) for p in sorted(root.rglob("*")) if p.is_file() and p.name != MARKER
+    }
 
 
 def write_marker(root: Path, identity: dict[str, Any], **extra: Any) -> None:
     """Write ``COMPLETE.json``: ``identity``, ``extra`` fields, the file hashes and the time (call it last)."""
-    record = {**identity, **extra, "files": hash_tree(root), "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    record = {
+        **identity,
+        **extra,
+        "files": hash_tree(root),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     write_atomic(root / MARKER, json.dumps(record, indent=1))
 
 
@@ -75,8 +82,11 @@ def verify_marker(root: Path, identity: dict[str, Any]) -> str | None:
             return f"{name} is missing"
         if file_sha256(path) != digest:
             return f"{name} changed since the build"
-    added = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.name != MARKER and not p.is_dir()
-                   and str(p.relative_to(root)) not in files)
+    added = sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.name != MARKER and not p.is_dir() and str(p.relative_to(root)) not in files
+    )
     if added:  # a dropped-in file (a special_tokens_map.json) changes what loads as much as a changed one
         return f"{added[0]} was added after the build"
     return None

@@ -127,7 +127,9 @@ def parse_capability(name: str) -> Capability:
     if key in _ALIASES:
         return _ALIASES[key]
     choices = ", ".join(c.value for c in Capability)
-    raise ProbeError(f"unknown capability {name!r}; expected one of {choices}, a paper name such as MULTI_TURN_INSTRUCTION, or 'all'")
+    raise ProbeError(
+        f"unknown capability {name!r}; expected one of {choices}, a paper name such as MULTI_TURN_INSTRUCTION, or 'all'"
+    )
 
 
 def parse_capabilities(names: str | list[str] | tuple[str, ...]) -> tuple[Capability, ...]:

@@ -73,8 +73,10 @@ def check_no_control_text(messages: Messages, controls: Sequence[str], where: Ca
     for number, message in enumerate(messages, start=1):
         for text in controls:
             if text in message["content"]:
-                raise ProbeError(f"{where()}: message {number} ({message['role']}) contains the text of the control token "
-                                 f"{text!r}, which would be read as that token and change the turn structure; remove it from the data")
+                raise ProbeError(
+                    f"{where()}: message {number} ({message['role']}) contains the text of the control token "
+                    f"{text!r}, which would be read as that token and change the turn structure; remove it from the data"
+                )
 
 
 TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")  # where transformers reads it
@@ -99,8 +101,14 @@ def template_source(tokenizer: Any, template: str | None = None) -> str:
     return next((str(directory / name) for name in TEMPLATE_FILES if (directory / name).is_file()), "the chat template")
 
 
-def render_text(tokenizer: Any, messages: Messages, *, add_generation_prompt: bool, template: str | None = None,
-                where: Callable[[], str] = lambda: "a conversation") -> str:
+def render_text(
+    tokenizer: Any,
+    messages: Messages,
+    *,
+    add_generation_prompt: bool,
+    template: str | None = None,
+    where: Callable[[], str] = lambda: "a conversation",
+) -> str:
     """The template's text for ``messages`` (``template`` overrides the tokenizer's own).
 
     A template is a model directory's Jinja program, run in transformers' sandbox: whatever it raises (its own
@@ -108,13 +116,16 @@ def render_text(tokenizer: Any, messages: Messages, *, add_generation_prompt: bo
     template's file (and line, for a syntax error) and the conversation ``where()`` names.
     """
     try:
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False,
-                                             chat_template=template)
+        return tokenizer.apply_chat_template(
+            messages, add_generation_prompt=add_generation_prompt, tokenize=False, chat_template=template
+        )
     except Exception as exc:  # noqa: BLE001 - the template's own failure, of any kind, is the template's fault
         line = getattr(exc, "lineno", None)
         source = template_source(tokenizer, template) + (f":{line}" if isinstance(line, int) and line > 0 else "")
-        raise ProbeError(f"{source}: the chat template fails on {where()} ({type(exc).__name__}: "
-                         f"{printable(str(exc).strip() or '-')}); fix the template or pass another one") from None
+        raise ProbeError(
+            f"{source}: the chat template fails on {where()} ({type(exc).__name__}: "
+            f"{printable(str(exc).strip() or '-')}); fix the template or pass another one"
+        ) from None
 
 
 def encode_text(tokenizer: Any, text: str) -> list[int]:
@@ -122,16 +133,23 @@ def encode_text(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def encode_conversations(tokenizer: Any, conversations: Sequence[Sequence[Turn] | Messages], *, add_generation_prompt: bool,
-                         where: Callable[[int], str] = lambda i: f"conversation {i}") -> list[list[int]]:
+def encode_conversations(
+    tokenizer: Any,
+    conversations: Sequence[Sequence[Turn] | Messages],
+    *,
+    add_generation_prompt: bool,
+    where: Callable[[int], str] = lambda i: f"conversation {i}",
+) -> list[list[int]]:
     """Token ids of each conversation rendered by the tokenizer's chat template (see module docstring).
 
     ``where(i)`` names conversation ``i`` in errors (e.g. ``"data row 383"``).
     """
     if not getattr(tokenizer, "chat_template", None):
         named = getattr(tokenizer, "name_or_path", "")
-        raise ProbeError(f"{named + ': ' if named else ''}the tokenizer has no chat template; prompts cannot be rendered as "
-                         "the model was trained (save the template with the tokenizer)")
+        raise ProbeError(
+            f"{named + ': ' if named else ''}the tokenizer has no chat template; prompts cannot be rendered as "
+            "the model was trained (save the template with the tokenizer)"
+        )
     controls = control_token_texts(tokenizer)
     encoded: list[list[int]] = []
     for index, turns in enumerate(conversations):
@@ -140,8 +158,10 @@ def encode_conversations(tokenizer: Any, conversations: Sequence[Sequence[Turn] 
         text = render_text(tokenizer, messages, add_generation_prompt=add_generation_prompt, where=lambda: where(index))
         ids = encode_text(tokenizer, text)
         if not ids:
-            raise ProbeError(f"{template_source(tokenizer)}: the chat template renders {where(index)} as an empty prompt "
-                             "(no tokens); a template must render the conversation's messages")
+            raise ProbeError(
+                f"{template_source(tokenizer)}: the chat template renders {where(index)} as an empty prompt "
+                "(no tokens); a template must render the conversation's messages"
+            )
         encoded.append(ids)
     return encoded
 
@@ -168,8 +188,10 @@ def check_context(ids: Sequence[Sequence[int]], limit: int | None, where: Callab
     for index, row in enumerate(ids):
         if len(row) + extra > limit:
             plus = f" plus {extra} new tokens" if extra else ""
-            raise ProbeError(f"{where(index)}: the prompt is {len(row)} tokens{plus}, longer than the model's context of {limit} "
-                             f"tokens (max_position_embeddings); shorten or drop the row{', or lower --max-new-tokens' if extra else ''}")
+            raise ProbeError(
+                f"{where(index)}: the prompt is {len(row)} tokens{plus}, longer than the model's context of {limit} "
+                f"tokens (max_position_embeddings); shorten or drop the row{', or lower --max-new-tokens' if extra else ''}"
+            )
 
 
 def pad_id_of(tokenizer: Any) -> int:
@@ -180,12 +202,14 @@ def pad_id_of(tokenizer: Any) -> int:
     return int(pad)
 
 
-def left_pad(batch: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(
+    batch: Sequence[Sequence[int]], pad_id: int, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """input_ids [B, T] and attention_mask [B, T], padded on the left."""
     width = max(len(ids) for ids in batch)
     input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
     for i, ids in enumerate(batch):
-        input_ids[i, width - len(ids):] = torch.tensor(ids, dtype=torch.long)
-        mask[i, width - len(ids):] = 1
+        input_ids[i, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+        mask[i, width - len(ids) :] = 1
     return input_ids.to(device), mask.to(device)

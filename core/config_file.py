@@ -108,12 +108,14 @@ class OptionError(ProbeError):
     puts it at the field's real flag and :func:`build_config` at a config file's key.
     """
 
-    def __init__(self, key: str, expected: str = "", value: Any = None, *, message: str = "", flag: str | None = "") -> None:
+    def __init__(
+        self, key: str, expected: str = "", value: Any = None, *, message: str = "", flag: str | None = ""
+    ) -> None:
         self.key, self.field = key, re.split(r"[.\[]", key, maxsplit=1)[0]
         self.message = message or f"expected {expected}, got {_shown(value)}"
         self.flag = "--" + self.field.replace("_", "-") if flag == "" else flag
         self.near = False
-        super().__init__(f"{self.key if self.flag is None else self.flag + key[len(self.field):]}: {self.message}")
+        super().__init__(f"{self.key if self.flag is None else self.flag + key[len(self.field) :]}: {self.message}")
 
     def at(self, flag: str | None) -> OptionError:
         """The same error said at ``flag`` (e.g. ``--config FILE: key``)."""
@@ -133,7 +135,10 @@ def typed(value: Any, hint: Any, key: str) -> Any:
             if isinstance(mark, Range) and out is not None and out not in mark:
                 bad = OptionError(key, describe(hint), value)
             if isinstance(mark, Directory) and out is not None and os.path.lexists(out) and not os.path.isdir(out):
-                bad = OptionError(key, message=f"expected a directory (or a path to create one), got {_shown(value)}, which is not a directory")
+                bad = OptionError(
+                    key,
+                    message=f"expected a directory (or a path to create one), got {_shown(value)}, which is not a directory",
+                )
             if bad is not None:
                 bad.near = True  # the right type, out of bounds: a union says this, not "expected A or B"
                 raise bad
@@ -212,7 +217,9 @@ def check_mapping(cls: type, values: dict[str, Any], key: str) -> dict[str, Any]
     fields = fields_of(cls)
     unknown = sorted(set(values) - set(fields))
     if unknown:
-        raise OptionError(key, message=f"unknown field(s) {_names(unknown)}; expected some of {', '.join(sorted(fields))}")
+        raise OptionError(
+            key, message=f"unknown field(s) {_names(unknown)}; expected some of {', '.join(sorted(fields))}"
+        )
     return {name: typed(value, fields[name][0], f"{key}.{name}") for name, value in values.items()}
 
 
@@ -221,8 +228,11 @@ def fields_of(cls: type) -> dict[str, tuple[Any, str | None]]:
     """``{name: (hint, flag)}`` for the init fields of ``cls`` that a user sets (not ``_private``): with the
     dataclass defaults, all an option parser needs (type, bounds and flag name of each option)."""
     hints = get_type_hints(cls, include_extras=True)
-    return {f.name: (hints[f.name], f.metadata.get("flag", "--" + f.name.replace("_", "-")))
-            for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")}
+    return {
+        f.name: (hints[f.name], f.metadata.get("flag", "--" + f.name.replace("_", "-")))
+        for f in dataclasses.fields(cls)
+        if f.init and not f.name.startswith("_")
+    }
 
 
 def flag_of(cls: type, name: str) -> str | None:
@@ -243,8 +253,15 @@ def read_config_file(path: str | os.PathLike[str], cls: type, flag: str = "--con
     return out
 
 
-def build_config(cls: type, path: str | os.PathLike[str] | None, flags: dict[str, Any], *,
-                 merge: Iterable[str] = (), required: Iterable[str] = (), flag: str = "--config") -> Any:
+def build_config(
+    cls: type,
+    path: str | os.PathLike[str] | None,
+    flags: dict[str, Any],
+    *,
+    merge: Iterable[str] = (),
+    required: Iterable[str] = (),
+    flag: str = "--config",
+) -> Any:
     """``cls`` from the file at ``path`` (if any) overridden by ``flags`` (None: not given).
 
     A field named in ``merge`` (a mapping) takes the file's keys updated by the flag's. A field
@@ -280,7 +297,9 @@ def read_config_mapping(path: str | os.PathLike[str], allowed: Iterable[str], fl
     try:
         size = check_input_file(p, "config file (JSON or YAML)").stat().st_size
         if size > MAX_CONFIG_BYTES:
-            raise DataError(str(p), None, f"is {size:,} bytes; expected a config file of at most {MAX_CONFIG_BYTES:,} bytes")
+            raise DataError(
+                str(p), None, f"is {size:,} bytes; expected a config file of at most {MAX_CONFIG_BYTES:,} bytes"
+            )
         data = _read_yaml(p) if p.suffix.lower() in (".yaml", ".yml") else read_json(p, "config file (JSON or YAML)")
     except DataError as exc:
         raise ProbeError(f"{flag} {exc}") from None
@@ -295,7 +314,9 @@ def read_config_mapping(path: str | os.PathLike[str], allowed: Iterable[str], fl
     known = set(allowed)
     unknown = sorted(set(out) - known)
     if unknown:
-        raise ProbeError(f"{flag} {p}: unknown option(s) {_names(unknown)}; expected some of {', '.join(sorted(known))}")
+        raise ProbeError(
+            f"{flag} {p}: unknown option(s) {_names(unknown)}; expected some of {', '.join(sorted(known))}"
+        )
     return out
 
 
@@ -306,22 +327,40 @@ def _read_yaml(path: Path) -> Any:
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise DataError(str(path), None, f"not UTF-8 text (byte {exc.object[exc.start]:#04x}); re-save the file as UTF-8") from None
+        raise DataError(
+            str(path), None, f"not UTF-8 text (byte {exc.object[exc.start]:#04x}); re-save the file as UTF-8"
+        ) from None
     except OSError as exc:
         raise DataError(str(path), None, f"cannot read the config file ({exc.strerror or exc})") from None
     try:
         depth = 0
-        for event in yaml.parse(text, Loader=loader):  # a flat pass first: the loaders recurse (libyaml's crashes) and share aliases
+        for event in yaml.parse(
+            text, Loader=loader
+        ):  # a flat pass first: the loaders recurse (libyaml's crashes) and share aliases
             if isinstance(event, yaml.AliasEvent):
-                raise DataError(str(path), event.start_mark.line + 1, "YAML aliases (*name) are not allowed in a config file; write the value out")
-            depth += isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)) - isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent))
+                raise DataError(
+                    str(path),
+                    event.start_mark.line + 1,
+                    "YAML aliases (*name) are not allowed in a config file; write the value out",
+                )
+            depth += isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)) - isinstance(
+                event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)
+            )
             if depth > MAX_DEPTH:
-                raise DataError(str(path), event.start_mark.line + 1, f"nested more than {MAX_DEPTH} levels deep; expected a mapping of options")
+                raise DataError(
+                    str(path),
+                    event.start_mark.line + 1,
+                    f"nested more than {MAX_DEPTH} levels deep; expected a mapping of options",
+                )
         return yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:
-        raise DataError(str(path), None, f"cannot parse ({' '.join(str(exc).split())[:200]}); expected a JSON or YAML mapping") from None
+        raise DataError(
+            str(path), None, f"cannot parse ({' '.join(str(exc).split())[:200]}); expected a JSON or YAML mapping"
+        ) from None
     except ValueError as exc:  # an integer of more than 4300 digits
-        raise DataError(str(path), None, f"cannot read a value ({str(exc)[:120]}); expected values of ordinary size") from None
+        raise DataError(
+            str(path), None, f"cannot read a value ({str(exc)[:120]}); expected values of ordinary size"
+        ) from None
 
 
 def _fits(value: Any, hint: Any, origin: Any, args: tuple[Any, ...]) -> bool:
@@ -336,7 +375,9 @@ def _fits(value: Any, hint: Any, origin: Any, args: tuple[Any, ...]) -> bool:
     if hint is str:
         return isinstance(value, str)
     if hint is Path:
-        return isinstance(value, os.PathLike) or (isinstance(value, str) and value.strip() != "" and "\x00" not in value)
+        return isinstance(value, os.PathLike) or (
+            isinstance(value, str) and value.strip() != "" and "\x00" not in value
+        )
     if isinstance(hint, type) and issubclass(hint, Enum):
         return isinstance(value, hint)
     if origin in (list, tuple, Sequence):
@@ -379,5 +420,12 @@ def _shown(value: Any) -> str:
     return shown(str(value) if isinstance(value, Path) else value, limit=200)
 
 
-_SINGULAR = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string", Path: "a path", Any: "a value"}
+_SINGULAR = {
+    bool: "true or false",
+    int: "an integer",
+    float: "a finite number",
+    str: "a string",
+    Path: "a path",
+    Any: "a value",
+}
 _PLURAL = {bool: "booleans", int: "integers", float: "numbers", str: "strings", Path: "paths"}

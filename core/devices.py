@@ -56,14 +56,22 @@ def check_device(device: str, flag: str = "--device", *, allow_auto: bool = Fals
     name = str(device).strip().lower()
     match = DEVICE_NAMES.match(name)
     expected = "cpu, cuda, cuda:N, mps" + (" or auto" if allow_auto else "")
-    if match is None or (match["index"] is not None and match["kind"] != "cuda") or (match["kind"] == "auto" and not allow_auto):
-        raise ProbeError(f"{flag} {_shown(device)}: expected {expected}; available here: {available_devices(allow_auto)}")
+    if (
+        match is None
+        or (match["index"] is not None and match["kind"] != "cuda")
+        or (match["kind"] == "auto" and not allow_auto)
+    ):
+        raise ProbeError(
+            f"{flag} {_shown(device)}: expected {expected}; available here: {available_devices(allow_auto)}"
+        )
     kind, index = match["kind"], match["index"]
     if kind == "cuda":
         return _check_cuda(int(index) if index is not None else None, flag, allow_auto)
     if kind == "mps" and not mps_available():
-        raise ProbeError(f"{flag} mps: MPS (Apple GPU) is not available on this machine; "
-                         f"available here: {available_devices(allow_auto)}")
+        raise ProbeError(
+            f"{flag} mps: MPS (Apple GPU) is not available on this machine; "
+            f"available here: {available_devices(allow_auto)}"
+        )
     return kind
 
 
@@ -71,10 +79,14 @@ def _check_cuda(index: int | None, flag: str, allow_auto: bool) -> str:
     count = cuda_count()
     shown = "cuda" if index is None else f"cuda:{index}"
     if count == 0:
-        raise ProbeError(f"{flag} {shown}: CUDA is not available on this machine; available here: {available_devices(allow_auto)}")
+        raise ProbeError(
+            f"{flag} {shown}: CUDA is not available on this machine; available here: {available_devices(allow_auto)}"
+        )
     if index is not None and index >= count:
-        raise ProbeError(f"{flag} {shown}: this machine has {count} CUDA device{'s' if count > 1 else ''}; "
-                         f"available here: {available_devices(allow_auto)}")
+        raise ProbeError(
+            f"{flag} {shown}: this machine has {count} CUDA device{'s' if count > 1 else ''}; "
+            f"available here: {available_devices(allow_auto)}"
+        )
     return shown
 
 

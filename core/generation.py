@@ -66,7 +66,9 @@ def stop_ids(model: Any, tokenizer: Any) -> list[int]:
         if value is not None and int(value) not in ids:
             ids.append(int(value))
     if not ids:
-        raise ProbeError("the model has no end-of-sequence token (tokenizer or generation config); cannot tell where a response ends")
+        raise ProbeError(
+            "the model has no end-of-sequence token (tokenizer or generation config); cannot tell where a response ends"
+        )
     return ids
 
 
@@ -83,8 +85,14 @@ def cut_at_stop(sequence: Sequence[int], stop: Sequence[int]) -> list[int]:
 class Generator:
     """Generate responses to fixed conversations, repeatably, with or without a hook context."""
 
-    def __init__(self, model: Any, tokenizer: Any, conversations: Sequence[Sequence[Turn] | Messages],
-                 config: GenerationConfig = GenerationConfig(), where: Callable[[int], str] | None = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        conversations: Sequence[Sequence[Turn] | Messages],
+        config: GenerationConfig = GenerationConfig(),
+        where: Callable[[int], str] | None = None,
+    ) -> None:
         """``where(i)`` names conversation ``i`` in rendering errors (default ``"row i"``, its index in ``conversations``)."""
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.pad_id = pad_id_of(tokenizer)
@@ -93,7 +101,7 @@ class Generator:
         self.prompts = encode_conversations(tokenizer, conversations, add_generation_prompt=True, where=where)
         check_context(self.prompts, context_length(model.config), where, extra=config.max_new_tokens)
         order = sorted(range(len(self.prompts)), key=lambda i: len(self.prompts[i]))
-        self.batches = [order[s:s + config.batch_size] for s in range(0, len(order), config.batch_size)]
+        self.batches = [order[s : s + config.batch_size] for s in range(0, len(order), config.batch_size)]
 
     @property
     def device(self) -> torch.device:
@@ -117,7 +125,7 @@ class Generator:
             if self.config.do_sample:
                 torch.manual_seed(self.config.seed + number)  # the same stream in every run
             out = self.model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
-            for row, sequence in zip(batch, out[:, input_ids.shape[1]:].tolist()):
+            for row, sequence in zip(batch, out[:, input_ids.shape[1] :].tolist()):
                 result[row] = cut_at_stop(sequence, self.stop)
         return result
 
@@ -130,7 +138,12 @@ class Generator:
         return self.decode(ids, time.perf_counter() - start, stats)
 
 
-def generate_responses(model: Any, tokenizer: Any, conversations: Sequence[Sequence[Turn] | Messages],
-                       config: GenerationConfig = GenerationConfig(), where: Callable[[int], str] | None = None) -> list[str]:
+def generate_responses(
+    model: Any,
+    tokenizer: Any,
+    conversations: Sequence[Sequence[Turn] | Messages],
+    config: GenerationConfig = GenerationConfig(),
+    where: Callable[[int], str] | None = None,
+) -> list[str]:
     """Responses to each conversation, in input order (a :class:`Generator` run once)."""
     return Generator(model, tokenizer, conversations, config, where).run().texts

@@ -47,7 +47,12 @@ from core.errors import DataError
 
 MAX_DEPTH = 64
 _BOM = "\ufeff"
-_WIDE_BOMS = ((b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe\x00\x00", "UTF-32"), (b"\xfe\xff", "UTF-16"), (b"\xff\xfe", "UTF-16"))
+_WIDE_BOMS = (
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\xfe\xff", "UTF-16"),
+    (b"\xff\xfe", "UTF-16"),
+)
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _TOO_DEEP = f"nested more than {MAX_DEPTH} levels deep; expected plain rows (a few levels of objects and lists)"
 
@@ -155,13 +160,19 @@ def _parse(path: Path, line: int | None, text: str, raw: bytes, expected: str) -
     except RecursionError:
         raise DataError(str(path), line, _TOO_DEEP) from None
     except ValueError:
-        raise DataError(str(path), line, "a number with more than 4300 digits; expected numbers of ordinary size") from None
+        raise DataError(
+            str(path), line, "a number with more than 4300 digits; expected numbers of ordinary size"
+        ) from None
     if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and not json_depth_ok(value):
         raise DataError(str(path), line, _TOO_DEEP)
     if _SURROGATE_ESCAPE.search(raw):
         bad = _lone_surrogate(value)
         if bad is not None:
-            raise DataError(str(path), line, f"the escape \\u{ord(bad):04x} is half of a UTF-16 surrogate pair, not a character; expected valid Unicode text")
+            raise DataError(
+                str(path),
+                line,
+                f"the escape \\u{ord(bad):04x} is half of a UTF-16 surrogate pair, not a character; expected valid Unicode text",
+            )
     return value
 
 
@@ -186,8 +197,12 @@ def _lone_surrogate(value: Any) -> str | None:
 def _refuse_wide_encoding(path: Path, head: bytes) -> None:
     for mark, name in _WIDE_BOMS:
         if head.startswith(mark):
-            raise DataError(str(path), 1, f"is {name} text (it starts with a {name} byte-order mark); expected UTF-8: "
-                                          f"re-save it as UTF-8 (e.g. iconv -f {name} -t UTF-8)")
+            raise DataError(
+                str(path),
+                1,
+                f"is {name} text (it starts with a {name} byte-order mark); expected UTF-8: "
+                f"re-save it as UTF-8 (e.g. iconv -f {name} -t UTF-8)",
+            )
 
 
 def _not_utf8(byte: int, column: int) -> str:

@@ -39,12 +39,28 @@ from typing import Any
 
 from core.errors import ProbeError
 
-
 SAFE_INDEX = "model.safetensors.index.json"
 BIN_INDEX = "pytorch_model.bin.index.json"
 _MAX_HEADER = 100 * 1024 * 1024  # the safetensors format's own limit
-_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I16": 2, "U16": 2, "F16": 2,
-                "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8, "C64": 8}
+_DTYPE_BYTES = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
+    "C64": 8,
+}
 
 
 def check_model_dir(path: str | Path, flag: str) -> dict[str, Any]:
@@ -58,7 +74,9 @@ def check_model_dir(path: str | Path, flag: str) -> dict[str, Any]:
         raise ProbeError(f"{flag} {p}: not a directory; expected a local Hugging Face model directory")
     config = p / "config.json"
     if not config.is_file():
-        raise ProbeError(f"{flag} {p}: no config.json; expected a Hugging Face model directory (save_pretrained output)")
+        raise ProbeError(
+            f"{flag} {p}: no config.json; expected a Hugging Face model directory (save_pretrained output)"
+        )
     data = _read_json(config, flag)
     if not isinstance(data, dict) or "model_type" not in data:
         raise ProbeError(f"{flag} {config}: not a model config (expected a JSON object with a model_type)")
@@ -69,7 +87,9 @@ def check_model_dir(path: str | Path, flag: str) -> dict[str, Any]:
     shapes = check_weights(p, flag)
     check_config_sizes(data, shapes, f"{flag} {config}")
     if not tokenizer_config.is_file():
-        raise ProbeError(f"{flag} {p}: no tokenizer (tokenizer_config.json) found; save the tokenizer next to the model")
+        raise ProbeError(
+            f"{flag} {p}: no tokenizer (tokenizer_config.json) found; save the tokenizer next to the model"
+        )
     return data
 
 
@@ -77,8 +97,10 @@ def refuse_custom_code(file: Path, body: Any, flag: str) -> None:
     """One line for a JSON file that names the model's own Python code (an ``auto_map``, at any depth)."""
     found = _auto_map(body)
     if found is not None:
-        raise ProbeError(f"{flag} {file}: its auto_map names the model's own Python code ({_brief(found)}); the toolkit never "
-                         "runs a model directory's code (trust_remote_code is off): use a model whose architecture transformers ships")
+        raise ProbeError(
+            f"{flag} {file}: its auto_map names the model's own Python code ({_brief(found)}); the toolkit never "
+            "runs a model directory's code (trust_remote_code is off): use a model whose architecture transformers ships"
+        )
 
 
 def _auto_map(body: Any, depth: int = 0) -> Any:
@@ -98,7 +120,7 @@ def _auto_map(body: Any, depth: int = 0) -> Any:
 def printable(text: str, limit: int = 200) -> str:
     """``text`` on one line, its control characters (terminal escapes, newlines) shown as ``?``, cut to ``limit``."""
     text = "".join(c if c.isprintable() else "?" for c in text)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _brief(value: Any, limit: int = 80) -> str:
@@ -138,13 +160,17 @@ def _shards(index: Path, flag: str) -> list[Path]:
     body = _read_json(index, flag)
     weight_map = body.get("weight_map") if isinstance(body, dict) else None
     if not isinstance(weight_map, dict) or not weight_map or not all(isinstance(v, str) for v in weight_map.values()):
-        raise ProbeError(f"{flag} {index}: not a weight index (expected a non-empty \"weight_map\" of tensor name -> shard file)")
+        raise ProbeError(
+            f'{flag} {index}: not a weight index (expected a non-empty "weight_map" of tensor name -> shard file)'
+        )
     shards = [index.parent / name for name in sorted(set(weight_map.values()))]
     missing = [s.name for s in shards if not s.is_file()]
     if missing:
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
-        raise ProbeError(f"{flag} {index.parent}: shard {missing[0]}{more} named in {index.name} is missing; "
-                         "copy the whole model directory again")
+        raise ProbeError(
+            f"{flag} {index.parent}: shard {missing[0]}{more} named in {index.name} is missing; "
+            "copy the whole model directory again"
+        )
     return shards
 
 
@@ -160,7 +186,11 @@ def check_weights(path: str | Path, flag: str = "--model") -> Shapes:
             size = file.stat().st_size
             if size == 0:
                 raise ProbeError(f"{flag} {file}: empty weights file (0 bytes); the copy or save did not finish")
-            shapes.update(check_safetensors(file, size, flag) if file.suffix == ".safetensors" else check_pickled_weights(file, flag))
+            shapes.update(
+                check_safetensors(file, size, flag)
+                if file.suffix == ".safetensors"
+                else check_pickled_weights(file, flag)
+            )
         except OSError as exc:
             raise ProbeError(f"{flag} {file}: cannot read the weights ({exc.strerror or exc})") from None
     return shapes
@@ -174,7 +204,9 @@ def check_safetensors(file: Path, size: int, flag: str) -> Shapes:
         head = handle.read(8)
         length = int.from_bytes(head, "little") if len(head) == 8 else -1
         if length < 2 or length > _MAX_HEADER or 8 + length > size:
-            raise ProbeError(f"{damaged} (header length {length} does not fit a {size}-byte file); it is truncated or not safetensors")
+            raise ProbeError(
+                f"{damaged} (header length {length} does not fit a {size}-byte file); it is truncated or not safetensors"
+            )
         raw = handle.read(length)
     try:
         header = json.loads(raw.decode("utf-8"))
@@ -185,8 +217,10 @@ def check_safetensors(file: Path, size: int, flag: str) -> Shapes:
     end = _tensor_data_end(header, damaged)
     available = size - 8 - length
     if end > available:
-        raise ProbeError(f"{damaged}: truncated (the header describes {end} bytes of tensor data, the file holds {available}); "
-                         "copy or save the model again")
+        raise ProbeError(
+            f"{damaged}: truncated (the header describes {end} bytes of tensor data, the file holds {available}); "
+            "copy or save the model again"
+        )
     return {name: [int(d) for d in info["shape"]] for name, info in header.items() if name != "__metadata__"}
 
 
@@ -202,8 +236,10 @@ def check_pickled_weights(file: Path, flag: str) -> Shapes:
         state = torch.load(file, map_location="meta", weights_only=True, mmap=zipfile.is_zipfile(file))
     except pickle.UnpicklingError as exc:
         refused = next((ln.strip() for ln in str(exc).splitlines() if "GLOBAL" in ln), "it holds more than tensors")
-        raise ProbeError(f"{flag} {file}: refused: the pickle asks to run code, not only to hold tensors ({printable(refused, 120)}); "
-                         "the toolkit loads .bin weights only with weights_only=True; save the model as safetensors") from None
+        raise ProbeError(
+            f"{flag} {file}: refused: the pickle asks to run code, not only to hold tensors ({printable(refused, 120)}); "
+            "the toolkit loads .bin weights only with weights_only=True; save the model as safetensors"
+        ) from None
     except Exception as exc:  # noqa: BLE001 - a damaged zip or pickle raises anything from EOFError to RuntimeError
         raise ProbeError(f"{flag} {file}: damaged or not a PyTorch weights file ({_first_line(exc)})") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
@@ -225,15 +261,27 @@ def _tensor_data_end(header: dict[str, Any], damaged: str) -> int:
         except (KeyError, TypeError, ValueError):
             raise ProbeError(f"{damaged} (tensor {name!r} has no valid dtype, shape and data_offsets)") from None
         if begin < 0 or stop < begin or (width is not None and stop - begin != count * width):
-            raise ProbeError(f"{damaged} (tensor {name!r}: byte range {begin}-{stop} does not match its dtype and shape)")
+            raise ProbeError(
+                f"{damaged} (tensor {name!r}: byte range {begin}-{stop} does not match its dtype and shape)"
+            )
         end = max(end, stop)
     return end
 
 
 # config keys (and their older spellings) whose values size the model transformers builds
 _LAYERS = ("num_hidden_layers", "n_layer", "num_layers")
-_WIDTHS = ("hidden_size", "n_embd", "intermediate_size", "n_inner", "ffn_dim", "head_dim", "num_attention_heads",
-           "n_head", "num_key_value_heads", "vocab_size")
+_WIDTHS = (
+    "hidden_size",
+    "n_embd",
+    "intermediate_size",
+    "n_inner",
+    "ffn_dim",
+    "head_dim",
+    "num_attention_heads",
+    "n_head",
+    "num_key_value_heads",
+    "vocab_size",
+)
 _CONTEXT = ("max_position_embeddings", "n_positions", "n_ctx")
 _TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
@@ -250,15 +298,19 @@ def check_config_sizes(config: dict[str, Any], shapes: Shapes, where: str) -> No
     largest = max((d for shape in shapes.values() for d in shape), default=0)
     for key in _WIDTHS:
         if key in sizes and sizes[key] > largest:
-            raise ProbeError(f"{where}: {key} {sizes[key]} is larger than any dimension of the weights' tensors (at most {largest}); "
-                             "the config does not belong to these weights")
+            raise ProbeError(
+                f"{where}: {key} {sizes[key]} is larger than any dimension of the weights' tensors (at most {largest}); "
+                "the config does not belong to these weights"
+            )
     _check_depth(sizes, shapes, where)
     _check_embedding(sizes, shapes, where)
     _check_context(sizes, shapes, where)
     heads, kv = sizes.get("num_attention_heads"), sizes.get("num_key_value_heads")
     if heads and kv and heads % kv:
         raise ProbeError(f"{where}: num_key_value_heads {kv} does not divide num_attention_heads {heads}")
-    for key in _TOKEN_IDS:  # only their type: transformers' own configs carry ids like -1, and generation checks its own
+    for (
+        key
+    ) in _TOKEN_IDS:  # only their type: transformers' own configs carry ids like -1, and generation checks its own
         _check_token_ids(config.get(key), key, None, where, allow_negative=True)
     if isinstance(config.get("text_config"), dict):
         check_config_sizes(config["text_config"], shapes, f"{where} (text_config)")
@@ -279,7 +331,9 @@ def _check_depth(sizes: dict[str, int], shapes: Shapes, where: str) -> None:
     bound = len(held) if held else len(shapes)
     if sizes[key] > bound:
         what = f"{bound} layers" if held else f"{bound} tensors in all"
-        raise ProbeError(f"{where}: {key} {sizes[key]}, but the weights hold {what}; the config does not belong to these weights")
+        raise ProbeError(
+            f"{where}: {key} {sizes[key]}, but the weights hold {what}; the config does not belong to these weights"
+        )
 
 
 def _named(shapes: Shapes, suffixes: tuple[str, ...]) -> tuple[str, list[int]] | None:
@@ -292,12 +346,16 @@ def _check_embedding(sizes: dict[str, int], shapes: Shapes, where: str) -> None:
         return
     name, (rows, width) = found
     if "vocab_size" in sizes and sizes["vocab_size"] != rows:
-        raise ProbeError(f"{where}: vocab_size {sizes['vocab_size']}, but the embedding {name} has {rows} rows; "
-                         "the config does not belong to these weights")
+        raise ProbeError(
+            f"{where}: vocab_size {sizes['vocab_size']}, but the embedding {name} has {rows} rows; "
+            "the config does not belong to these weights"
+        )
     hidden = next((sizes[k] for k in ("hidden_size", "n_embd") if k in sizes), None)
     if hidden is not None and hidden != width:
-        raise ProbeError(f"{where}: hidden size {hidden}, but the embedding {name} is {width} wide; "
-                         "the config does not belong to these weights")
+        raise ProbeError(
+            f"{where}: hidden size {hidden}, but the embedding {name} is {width} wide; "
+            "the config does not belong to these weights"
+        )
 
 
 def _check_context(sizes: dict[str, int], shapes: Shapes, where: str) -> None:
@@ -306,11 +364,15 @@ def _check_context(sizes: dict[str, int], shapes: Shapes, where: str) -> None:
         return
     table = _named(shapes, _POSITIONS)
     if table is not None and sizes[key] > table[1][0]:
-        raise ProbeError(f"{where}: {key} {sizes[key]}, but the position table {table[0]} has {table[1][0]} rows; "
-                         "the config does not belong to these weights")
+        raise ProbeError(
+            f"{where}: {key} {sizes[key]}, but the position table {table[0]} has {table[1][0]} rows; "
+            "the config does not belong to these weights"
+        )
     if sizes[key] > MAX_CONTEXT:
-        raise ProbeError(f"{where}: {key} {sizes[key]} is beyond any real model's context; the toolkit reads contexts of at most "
-                         f"{MAX_CONTEXT} tokens")
+        raise ProbeError(
+            f"{where}: {key} {sizes[key]} is beyond any real model's context; the toolkit reads contexts of at most "
+            f"{MAX_CONTEXT} tokens"
+        )
 
 
 def _check_token_ids(value: Any, key: str, vocab: int | None, where: str, allow_negative: bool = False) -> None:
@@ -320,7 +382,12 @@ def _check_token_ids(value: Any, key: str, vocab: int | None, where: str, allow_
     ids = value if isinstance(value, list) and value and key == "eos_token_id" else [value]
     lowest = -1 if allow_negative else 0
     for token in ids:
-        if isinstance(token, bool) or not isinstance(token, int) or token < lowest or (vocab is not None and token >= vocab):
+        if (
+            isinstance(token, bool)
+            or not isinstance(token, int)
+            or token < lowest
+            or (vocab is not None and token >= vocab)
+        ):
             bound = f" below the vocabulary size {vocab}" if vocab is not None else ""
             raise ProbeError(f"{where}: {key} {_brief(value)} is not a token id (a whole number from {lowest}{bound})")
 
@@ -368,9 +435,13 @@ def load_model(path: str | Path, flag: str, *, dtype: Any = None, device: str = 
     from transformers import AutoModelForCausalLM
 
     config = check_model_dir(path, flag)
-    kwargs: dict[str, Any] = {"dtype": dtype or torch.float32, "trust_remote_code": False, "weights_only": True,
-                              "use_safetensors": weight_files(path, flag)[0].suffix == ".safetensors",
-                              "generation_config": generation_config(Path(path), config, flag)}
+    kwargs: dict[str, Any] = {
+        "dtype": dtype or torch.float32,
+        "trust_remote_code": False,
+        "weights_only": True,
+        "use_safetensors": weight_files(path, flag)[0].suffix == ".safetensors",
+        "generation_config": generation_config(Path(path), config, flag),
+    }
     if device == "auto":
         kwargs["device_map"] = "auto"
     try:
@@ -388,9 +459,24 @@ def load_model(path: str | Path, flag: str, *, dtype: Any = None, device: str = 
 GENERATION_FILE = "generation_config.json"
 _GENERATION_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
 # keys that change nothing here: bookkeeping, and what every generate call of the toolkit sets itself
-_GENERATION_UNUSED = frozenset({"_from_model_config", "transformers_version", "use_cache", "output_attentions",
-                                "output_hidden_states", "return_dict_in_generate", "output_scores", "output_logits",
-                                "max_new_tokens", "max_length", "do_sample", "temperature", "top_p", "top_k"})
+_GENERATION_UNUSED = frozenset(
+    {
+        "_from_model_config",
+        "transformers_version",
+        "use_cache",
+        "output_attentions",
+        "output_hidden_states",
+        "return_dict_in_generate",
+        "output_scores",
+        "output_logits",
+        "max_new_tokens",
+        "max_length",
+        "do_sample",
+        "temperature",
+        "top_p",
+        "top_k",
+    }
+)
 _warned: set[str] = set()
 
 
@@ -419,11 +505,15 @@ def generation_config(path: Path, config: dict[str, Any], flag: str) -> Any:
             ids[key] = body.get(key)
         except ProbeError:
             if file.exists():
-                warn(f"{flag} {file}: {key} {_brief(body.get(key))} is not a token id below the vocabulary size {vocab}; ignored")
+                warn(
+                    f"{flag} {file}: {key} {_brief(body.get(key))} is not a token id below the vocabulary size {vocab}; ignored"
+                )
     ignored = sorted(k for k in body if k not in _GENERATION_IDS and k not in _GENERATION_UNUSED)
     if ignored and file.exists():
-        warn(f"{flag} {file}: ignored {printable(', '.join(ignored))}: the toolkit decodes with its own settings "
-             "(greedy unless sampling is asked for; --max-new-tokens)")
+        warn(
+            f"{flag} {file}: ignored {printable(', '.join(ignored))}: the toolkit decodes with its own settings "
+            "(greedy unless sampling is asked for; --max-new-tokens)"
+        )
     return GenerationConfig(**{k: v for k, v in ids.items() if v is not None})
 
 
@@ -439,8 +529,9 @@ def _generation_body(file: Path, flag: str) -> dict[str, Any]:
     return body
 
 
-def load_causal_lm(path: str | Path, flag: str, *, dtype: Any = None, device: str = "cpu",
-                   eval_mode: bool = False) -> tuple[Any, Any]:
+def load_causal_lm(
+    path: str | Path, flag: str, *, dtype: Any = None, device: str = "cpu", eval_mode: bool = False
+) -> tuple[Any, Any]:
     """(model, tokenizer) from a checked directory, fp32 by default, offline."""
     tokenizer = load_tokenizer(path, flag)
     model = load_model(path, flag, dtype=dtype, device=device, eval_mode=eval_mode)
@@ -460,11 +551,15 @@ def check_vocab_fits(model: Any, tokenizer: Any, where: str) -> None:
     """Every token id the tokenizer can produce must have an embedding row."""
     rows = model.get_input_embeddings().weight.shape[0]
     if len(tokenizer) > rows:
-        raise ProbeError(f"{where}: tokenizer mismatch: the tokenizer has {len(tokenizer)} tokens but the model embeds only {rows}; "
-                         "use the tokenizer saved with this model")
+        raise ProbeError(
+            f"{where}: tokenizer mismatch: the tokenizer has {len(tokenizer)} tokens but the model embeds only {rows}; "
+            "use the tokenizer saved with this model"
+        )
 
 
-def tokenizer_differences(a: Any, b: Any, labels: tuple[str, str] = ("sft", "dpo"), chat_template: bool = True) -> list[str]:
+def tokenizer_differences(
+    a: Any, b: Any, labels: tuple[str, str] = ("sft", "dpo"), chat_template: bool = True
+) -> list[str]:
     """Differences in vocabulary, special tokens and (optionally) chat template, one line each, naming examples."""
     first, second = labels
     problems: list[str] = []
@@ -473,8 +568,10 @@ def tokenizer_differences(a: Any, b: Any, labels: tuple[str, str] = ("sft", "dpo
         only_a = sorted(set(vocab_a) - set(vocab_b))[:3]
         only_b = sorted(set(vocab_b) - set(vocab_a))[:3]
         moved = sum(1 for t in set(vocab_a) & set(vocab_b) if vocab_a[t] != vocab_b[t])
-        problems.append(f"tokenizer vocabulary: {len(vocab_a)} vs {len(vocab_b)} tokens, {moved} with different ids, "
-                        f"only in {first} e.g. {only_a}, only in {second} e.g. {only_b}")
+        problems.append(
+            f"tokenizer vocabulary: {len(vocab_a)} vs {len(vocab_b)} tokens, {moved} with different ids, "
+            f"only in {first} e.g. {only_a}, only in {second} e.g. {only_b}"
+        )
     for attr in ("bos_token_id", "eos_token_id", "pad_token_id"):
         if getattr(a, attr) != getattr(b, attr):
             problems.append(f"tokenizer {attr}: {first} {getattr(a, attr)!r} vs {second} {getattr(b, attr)!r}")

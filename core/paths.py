@@ -48,8 +48,9 @@ def check_output_dir(path: str | os.PathLike[str], flag: str) -> Path:
     return _checked(Path(path), flag, _check_dir)
 
 
-def check_output_file(path: str | os.PathLike[str], flag: str,
-                      inputs: Mapping[str, str | os.PathLike[str] | None] | None = None) -> Path:
+def check_output_file(
+    path: str | os.PathLike[str], flag: str, inputs: Mapping[str, str | os.PathLike[str] | None] | None = None
+) -> Path:
     """``path`` as a :class:`Path` if a command can write a file there (its missing parents are created), else :class:`ProbeError`.
 
     ``inputs``: ``{flag: path}`` of the files the command reads; an output that is one of them is refused.
@@ -59,12 +60,16 @@ def check_output_file(path: str | os.PathLike[str], flag: str,
     return checked
 
 
-def check_not_an_input(path: str | os.PathLike[str], flag: str, inputs: Mapping[str, str | os.PathLike[str] | None]) -> None:
+def check_not_an_input(
+    path: str | os.PathLike[str], flag: str, inputs: Mapping[str, str | os.PathLike[str] | None]
+) -> None:
     """Refuse an output file that is one of ``inputs`` ({flag: path}; None for an input not given): writing it would destroy it."""
     for input_flag, source in inputs.items():
         if source is not None and _same_file(Path(path), Path(source)):
-            raise ProbeError(f"{flag} {path}: is the same file as {input_flag} {source}; writing it would overwrite the input: "
-                             "name another output file")
+            raise ProbeError(
+                f"{flag} {path}: is the same file as {input_flag} {source}; writing it would overwrite the input: "
+                "name another output file"
+            )
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -105,7 +110,9 @@ def _check_file(p: Path, flag: str) -> None:
 
 def _refuse_dangling(p: Path, flag: str) -> None:
     if p.is_symlink() and not p.exists():
-        raise ProbeError(f"{flag} {p}: a symbolic link to a missing target ({os.readlink(p)}); remove it or name another path")
+        raise ProbeError(
+            f"{flag} {p}: a symbolic link to a missing target ({os.readlink(p)}); remove it or name another path"
+        )
 
 
 def _writable_parent(start: Path, flag: str, shown: Path | None = None) -> None:
@@ -115,11 +122,17 @@ def _writable_parent(start: Path, flag: str, shown: Path | None = None) -> None:
     while not here.exists() and not here.is_symlink() and here != here.parent:
         here = here.parent
     if not here.is_dir():
-        kind = "a symbolic link to a missing target" if here.is_symlink() and not here.exists() else "a file, not a directory"
+        kind = (
+            "a symbolic link to a missing target"
+            if here.is_symlink() and not here.exists()
+            else "a file, not a directory"
+        )
         raise ProbeError(f"{flag} {shown}: {here} is {kind}")
     try:
         fd, probe = tempfile.mkstemp(prefix=".probe-write-check-", dir=here)
     except OSError as exc:
-        raise ProbeError(f"{flag} {shown}: cannot write in {here} ({exc.strerror or exc}); choose a writable place") from None
+        raise ProbeError(
+            f"{flag} {shown}: cannot write in {here} ({exc.strerror or exc}); choose a writable place"
+        ) from None
     os.close(fd)
     os.unlink(probe)

@@ -154,8 +154,21 @@ def chat_template_sha256(tokenizer: Any) -> str:
     return text_sha256(tokenizer.chat_template or "")
 
 
-LIBRARIES = ("rolemrc-probe", "torch", "transformers", "trl", "accelerate", "datasets", "tokenizers", "transformer-lens",
-             "nnsight", "h5py", "numpy", "gguf", "deepspeed")
+LIBRARIES = (
+    "rolemrc-probe",
+    "torch",
+    "transformers",
+    "trl",
+    "accelerate",
+    "datasets",
+    "tokenizers",
+    "transformer-lens",
+    "nnsight",
+    "h5py",
+    "numpy",
+    "gguf",
+    "deepspeed",
+)
 
 
 def library_versions() -> dict[str, str]:

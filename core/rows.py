@@ -67,7 +67,9 @@ def _turns(value: Any, field: str, must_end_with: Role | None) -> list[Turn]:
             raise _LineError(f"field {field!r}, turn {i}: expected an object with 'role' and 'content'")
         role, content = item["role"], item["content"]
         if not isinstance(role, str) or role.lower() not in ROLES:
-            raise _LineError(f"field {field!r}, turn {i}: unknown role {shown(role)}; expected system, user or assistant")
+            raise _LineError(
+                f"field {field!r}, turn {i}: unknown role {shown(role)}; expected system, user or assistant"
+            )
         if not isinstance(content, str):
             raise _LineError(f"field {field!r}, turn {i}: content must be a string")
         turns.append(Turn(role.lower(), content))  # type: ignore[arg-type]
@@ -114,7 +116,9 @@ def parse_dpo_row(obj: dict[str, Any]) -> DPORow:
     if "prompt" not in obj:
         raise _LineError("missing field 'prompt'")
     prompt = _turns(obj["prompt"], "prompt", "user")
-    return DPORow(prompt, _string(obj, "chosen"), _string(obj, "rejected"), _extra(obj, ("prompt", "chosen", "rejected")))
+    return DPORow(
+        prompt, _string(obj, "chosen"), _string(obj, "rejected"), _extra(obj, ("prompt", "chosen", "rejected"))
+    )
 
 
 def read_test_rows(path: str | os.PathLike[str]) -> list[TestRow]:
@@ -140,7 +144,9 @@ def write_jsonl(path: str | os.PathLike[str], rows: Iterable[Any]) -> int:
     try:
         write_atomic(target, writer)
     except OSError as exc:
-        raise ProbeError(f"{target}: could not write ({exc.strerror or exc}); any previous file there was kept unchanged") from None
+        raise ProbeError(
+            f"{target}: could not write ({exc.strerror or exc}); any previous file there was kept unchanged"
+        ) from None
     return writer.count
 
 
@@ -159,7 +165,9 @@ def write_dataset(out_dir: str | os.PathLike[str], files: dict[str, Iterable[Any
         replace_together({out / name: writer for name, writer in writers.items()})
     except OSError as exc:
         failed = next((name for name, writer in writers.items() if not writer.done), "the dataset")
-        raise ProbeError(f"{out}: could not write {failed} ({exc.strerror or exc}); the existing files were kept unchanged") from None
+        raise ProbeError(
+            f"{out}: could not write {failed} ({exc.strerror or exc}); the existing files were kept unchanged"
+        ) from None
     return {name: writer.count for name, writer in writers.items()}
 
 
@@ -177,7 +185,9 @@ class _JsonlWriter:
         self.done = True
 
 
-def group_by_capability(rows: Iterable[TestRow], capabilities: Iterable[Capability] = ALL_CAPABILITIES) -> dict[Capability, list[tuple[int, TestRow]]]:
+def group_by_capability(
+    rows: Iterable[TestRow], capabilities: Iterable[Capability] = ALL_CAPABILITIES
+) -> dict[Capability, list[tuple[int, TestRow]]]:
     """Group (row_index, row) pairs by capability; a row counts in every capability its task maps to."""
     wanted = tuple(capabilities)
     groups: dict[Capability, list[tuple[int, TestRow]]] = {c: [] for c in wanted}

@@ -48,7 +48,12 @@ class TestRow:
         return self.extra.get("expect")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"question": [t.to_dict() for t in self.question], "reference": self.reference, "task": self.task, **self.extra}
+        return {
+            "question": [t.to_dict() for t in self.question],
+            "reference": self.reference,
+            "task": self.task,
+            **self.extra,
+        }
 
 
 @dataclass
@@ -72,12 +77,25 @@ class DPORow:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"prompt": [t.to_dict() for t in self.prompt], "chosen": self.chosen, "rejected": self.rejected, **self.extra}
+        return {
+            "prompt": [t.to_dict() for t in self.prompt],
+            "chosen": self.chosen,
+            "rejected": self.rejected,
+            **self.extra,
+        }
 
 
 EXPECT_TYPES: dict[str, type] = {
-    "behaviour": str, "answer": str, "answerable": bool, "knowledge_range": str, "multi_turn_type": str,
-    "narration": bool, "gesture": str, "catchphrase": str, "requirement": dict, "rule": str,
+    "behaviour": str,
+    "answer": str,
+    "answerable": bool,
+    "knowledge_range": str,
+    "multi_turn_type": str,
+    "narration": bool,
+    "gesture": str,
+    "catchphrase": str,
+    "requirement": dict,
+    "rule": str,
 }
 REQUIREMENT_KINDS: tuple[str, ...] = ("include_phrase", "end_with_word", "bullets", "all_caps", "lowercase", "quoted")
 _REQUIREMENT_TEXT = ("value", "sentence", "description")

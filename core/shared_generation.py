@@ -70,15 +70,26 @@ Attach = Callable[[nn.Module, str, int, Callable[[torch.Tensor], torch.Tensor]],
 SHARED_ARCHITECTURES: tuple[str, ...] = ("llama", "qwen2", "qwen3", "mistral")
 # Generation-config fields that would add a logits processor to greedy decoding, with their neutral values.
 _NEUTRAL_GENERATION: dict[str, Any] = {
-    "repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "encoder_repetition_penalty": 1.0, "bad_words_ids": None,
-    "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None, "forced_eos_token_id": None,
-    "min_new_tokens": None, "sequence_bias": None, "guidance_scale": None, "exponential_decay_length_penalty": None,
+    "repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_repetition_penalty": 1.0,
+    "bad_words_ids": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": None,
+    "min_new_tokens": None,
+    "sequence_bias": None,
+    "guidance_scale": None,
+    "exponential_decay_length_penalty": None,
 }
 COMPACT_SHARE = 8  # drop finished rows from the caches once 1/8 of the rows have finished
 DECODE_COST = 3.0  # one row's decode step through one block, in prompt tokens through one block (2-core CPU, SmolLM2)
 HEAD_BLOCKS = 8.0  # the LM head of one row, in blocks (SmolLM2: 28M weights against 3.5M per block)
 
-BatchDone = Callable[[int, int, int, float, bool], None]  # (batches done, batches in all, its prompts, its seconds, read back)
+BatchDone = Callable[
+    [int, int, int, float, bool], None
+]  # (batches done, batches in all, its prompts, its seconds, read back)
 
 
 def unshareable(model: nn.Module, do_sample: bool, backend: str, passes: Sequence[SiteEdits | None] = ()) -> str | None:
@@ -136,7 +147,9 @@ class _Batch:
     tokens: list[list[list[int]]]  # [arm][prompt] -> generated ids
     lower: Any = None  # DynamicCache of the blocks below the fork layer, one row per group
     upper: Any = None  # DynamicCache of the fork layer and above, one row per row
-    sources: list[Any] = field(default_factory=list)  # per patch source: DynamicCache of its blocks up to its top site, per group
+    sources: list[Any] = field(
+        default_factory=list
+    )  # per patch source: DynamicCache of its blocks up to its top site, per group
     row_group_index: torch.Tensor | None = None  # row_group as a tensor, for the forward running now
     source_needed: set[int] = field(default_factory=set)  # the patch sources these arms read
     spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # arm -> its rows
@@ -152,16 +165,25 @@ class SharedDecoder:
         self.total = int(self.model.config.num_hidden_layers)
         longest = max(len(p) for p in generator.prompts) + generator.config.max_new_tokens
         dtype_bytes = next(self.model.parameters()).element_size()
-        self.max_batch_tokens = max_batch_tokens or default_max_batch_tokens(str(generator.device), self.model.config, dtype_bytes, longest)
+        self.max_batch_tokens = max_batch_tokens or default_max_batch_tokens(
+            str(generator.device), self.model.config, dtype_bytes, longest
+        )
         self.max_cache_bytes = default_cache_bytes(str(generator.device))
         self._element_size = dtype_bytes
         self._passes: list[SiteEdits | None] = []
         self._state: _Batch | None = None
         self._sources = _Sources([])
-        self._offset = 0  # the first row, among the batch's rows, of the forward running now (a prompt pass runs in slices)
+        self._offset = (
+            0  # the first row, among the batch's rows, of the forward running now (a prompt pass runs in slices)
+        )
 
-    def run(self, passes: Sequence[SiteEdits | None], done: BatchDone | None = None,
-            kept: Callable[[int], dict[str, Any] | None] | None = None, keep: Callable[[int, dict[str, Any]], None] | None = None) -> list[Generations]:
+    def run(
+        self,
+        passes: Sequence[SiteEdits | None],
+        done: BatchDone | None = None,
+        kept: Callable[[int], dict[str, Any] | None] | None = None,
+        keep: Callable[[int, dict[str, Any]], None] | None = None,
+    ) -> list[Generations]:
         """Every pass's generations, in input order. ``kept(b)``/``keep(b, body)`` read and write a finished batch
         (the unit an interrupted run resumes from); ``done`` hears of each batch."""
         self._passes = list(passes)
@@ -192,7 +214,13 @@ class SharedDecoder:
                         counts[arm][key] = counts[arm].get(key, 0) + value
                 seconds += body["seconds"]
                 if done is not None:
-                    done(number + 1, len(self.generator.batches), len(batch), body["seconds"], kept is not None and "fresh" not in body)
+                    done(
+                        number + 1,
+                        len(self.generator.batches),
+                        len(batch),
+                        body["seconds"],
+                        kept is not None and "fresh" not in body,
+                    )
                 body.pop("fresh", None)
         share = seconds / max(1, len(passes))
         out = []
@@ -206,8 +234,11 @@ class SharedDecoder:
 
     def describe(self, passes: Sequence[SiteEdits | None]) -> str:
         fork = self.fork_layer(passes)
-        return (f"blocks 0-{fork - 1} of {self.total} run once for all arms until their tokens differ" if fork else
-                "every block is edited by some arm, so only the batching is shared")
+        return (
+            f"blocks 0-{fork - 1} of {self.total} run once for all arms until their tokens differ"
+            if fork
+            else "every block is edited by some arm, so only the batching is shared"
+        )
 
     def estimate_seconds(self, passes: Sequence[SiteEdits | None]) -> float:
         """Decoding time at the pace of one timed prompt pass of the first batch, with every row decoding to the token
@@ -234,10 +265,12 @@ class SharedDecoder:
         heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
         head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
         upper = self.total - self.fork_layer(self._passes)
-        per_row = max(1, upper) * 2 * heads * head_dim * (longest + self.generator.config.max_new_tokens) * self._element_size
+        per_row = (
+            max(1, upper) * 2 * heads * head_dim * (longest + self.generator.config.max_new_tokens) * self._element_size
+        )
         per_chunk = max(1, self.max_cache_bytes // (per_row * n_prompts))
         arms = list(range(len(self._passes)))
-        return [arms[i:i + per_chunk] for i in range(0, len(arms), per_chunk)]
+        return [arms[i : i + per_chunk] for i in range(0, len(arms), per_chunk)]
 
     def _decode(self, batch: Sequence[int]) -> tuple[list[list[list[int]]], list[int]]:
         tokens: list[list[list[int]]] = []
@@ -256,9 +289,16 @@ class SharedDecoder:
         fork = self.fork_layer([self._passes[a] for a in arms])
         positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
         state = self._state = _Batch(
-            prompt_mask=mask, last_position=positions[:, -1], row_arm=[a for a in arms for _ in range(n_prompts)],
-            row_prompt=list(range(n_prompts)) * n_arms, row_group=list(range(n_prompts)) * n_arms, row_alive=[True] * (n_arms * n_prompts),
-            group_prompt=list(range(n_prompts)), group_input=input_ids, tokens=[[[] for _ in range(n_prompts)] for _ in range(n_arms)])
+            prompt_mask=mask,
+            last_position=positions[:, -1],
+            row_arm=[a for a in arms for _ in range(n_prompts)],
+            row_prompt=list(range(n_prompts)) * n_arms,
+            row_group=list(range(n_prompts)) * n_arms,
+            row_alive=[True] * (n_arms * n_prompts),
+            group_prompt=list(range(n_prompts)),
+            group_input=input_ids,
+            tokens=[[[] for _ in range(n_prompts)] for _ in range(n_arms)],
+        )
         state.source_needed = {self._sources.lockstep[a][1] for a in arms if a in self._sources.lockstep}
         self._set_spans(state)
         broken = [0] * n_arms
@@ -266,14 +306,22 @@ class SharedDecoder:
         stop, limit = self.generator.stop, self.generator.config.max_new_tokens
         for step in range(limit):
             first = step == 0
-            group_positions = positions[state.group_prompt] if first else (state.last_position[state.group_prompt] + step).unsqueeze(1)
+            group_positions = (
+                positions[state.group_prompt]
+                if first
+                else (state.last_position[state.group_prompt] + step).unsqueeze(1)
+            )
             self._run_sources(state, group_positions, allow_skip)
             hidden = self.decoder.embed_tokens(state.group_input)
-            hidden, state.lower = self._blocks(hidden, range(0, fork), state.group_prompt, group_positions, state.lower, allow_skip)
+            hidden, state.lower = self._blocks(
+                hidden, range(0, fork), state.group_prompt, group_positions, state.lower, allow_skip
+            )
             state.row_group_index = torch.tensor(state.row_group, device=hidden.device)
             hidden = hidden.index_select(0, state.row_group_index)
             row_positions = group_positions.index_select(0, state.row_group_index)
-            hidden, state.upper = self._blocks(hidden, range(fork, self.total), state.row_prompt, row_positions, state.upper, allow_skip)
+            hidden, state.upper = self._blocks(
+                hidden, range(fork, self.total), state.row_prompt, row_positions, state.upper, allow_skip
+            )
             logits = self.model.get_output_embeddings()(self.decoder.norm(hidden[:, -1:]))[:, -1].to(torch.float32)
             bad = ((~torch.isfinite(logits)).any(-1) | (logits.amax(-1) == logits.amin(-1))).tolist()
             chosen = logits.argmax(-1).tolist()
@@ -305,11 +353,16 @@ class SharedDecoder:
                 where[(group, chosen[row])] = len(entries)
                 first_of.setdefault(group, len(entries))
                 entries.append((group, chosen[row]))
-        for group in range(len(state.group_prompt)):  # a group whose rows all finished keeps its rows fed until they are dropped
+        for group in range(
+            len(state.group_prompt)
+        ):  # a group whose rows all finished keeps its rows fed until they are dropped
             if group not in first_of:
                 first_of[group] = len(entries)
                 entries.append((group, state.group_input[group, -1].item()))
-        state.row_group = [where.get((g, chosen[r]), first_of[g]) if state.row_alive[r] else first_of[g] for r, g in enumerate(state.row_group)]
+        state.row_group = [
+            where.get((g, chosen[r]), first_of[g]) if state.row_alive[r] else first_of[g]
+            for r, g in enumerate(state.row_group)
+        ]
         sources = [group for group, _ in entries]
         if sources != list(range(len(state.group_prompt))):
             for cache in [state.lower, *state.sources]:
@@ -344,8 +397,16 @@ class SharedDecoder:
 
     # --- blocks -----------------------------------------------------------------------------------
 
-    def _blocks(self, hidden: torch.Tensor, layers: range, row_prompt: list[int], positions: torch.Tensor, cache: Any,
-                allow_skip: bool, decoder: nn.Module | None = None) -> tuple[torch.Tensor, Any]:
+    def _blocks(
+        self,
+        hidden: torch.Tensor,
+        layers: range,
+        row_prompt: list[int],
+        positions: torch.Tensor,
+        cache: Any,
+        allow_skip: bool,
+        decoder: nn.Module | None = None,
+    ) -> tuple[torch.Tensor, Any]:
         """Run ``layers`` of ``decoder`` (default: the model's) on ``hidden`` (rows of prompts ``row_prompt``) with ``cache``;
         a prompt pass runs in budgeted slices of rows."""
         if not layers:
@@ -362,23 +423,49 @@ class SharedDecoder:
         for start in range(0, rows, step):
             part = slice(start, start + step)
             caches.append(self._new_cache())
-            parts.append(self._forward(decoder, hidden[part], layers, row_prompt[part], positions[part], caches[-1], allow_skip, start))
+            parts.append(
+                self._forward(
+                    decoder, hidden[part], layers, row_prompt[part], positions[part], caches[-1], allow_skip, start
+                )
+            )
         return torch.cat(parts), _joined(caches, layers, self._new_cache())
 
-    def _forward(self, decoder: nn.Module, hidden: torch.Tensor, layers: range, row_prompt: list[int], positions: torch.Tensor,
-                 cache: Any, allow_skip: bool, offset: int = 0) -> torch.Tensor:
+    def _forward(
+        self,
+        decoder: nn.Module,
+        hidden: torch.Tensor,
+        layers: range,
+        row_prompt: list[int],
+        positions: torch.Tensor,
+        cache: Any,
+        allow_skip: bool,
+        offset: int = 0,
+    ) -> torch.Tensor:
         """One forward of ``layers``; ``offset``: the first of the batch's rows that ``hidden`` holds (for the edits)."""
         from transformers.masking_utils import create_causal_mask
 
         assert self._state is not None
         mask_2d = self._state.prompt_mask.index_select(0, torch.tensor(row_prompt, device=hidden.device))
-        mask = create_causal_mask(config=self.model.config, inputs_embeds=hidden, attention_mask=mask_2d, past_key_values=cache,
-                                  position_ids=positions, layer_idx=layers.start, allow_is_causal_skip=allow_skip)
+        mask = create_causal_mask(
+            config=self.model.config,
+            inputs_embeds=hidden,
+            attention_mask=mask_2d,
+            past_key_values=cache,
+            position_ids=positions,
+            layer_idx=layers.start,
+            allow_is_causal_skip=allow_skip,
+        )
         rotary = decoder.rotary_emb(hidden, position_ids=positions)
         self._offset = offset
         for index in layers:
-            hidden = decoder.layers[index](hidden, attention_mask=mask, position_embeddings=rotary, position_ids=positions,
-                                           past_key_values=cache, use_cache=True)
+            hidden = decoder.layers[index](
+                hidden,
+                attention_mask=mask,
+                position_embeddings=rotary,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+            )
         return hidden
 
     def _run_sources(self, state: _Batch, positions: torch.Tensor, allow_skip: bool) -> None:
@@ -391,7 +478,9 @@ class SharedDecoder:
             self._sources.reset(k)
             decoder = model.get_decoder()
             hidden = decoder.embed_tokens(state.group_input)
-            _, state.sources[k] = self._blocks(hidden, range(0, top + 1), state.group_prompt, positions, state.sources[k], allow_skip, decoder)
+            _, state.sources[k] = self._blocks(
+                hidden, range(0, top + 1), state.group_prompt, positions, state.sources[k], allow_skip, decoder
+            )
             self._sources.join(k)
 
     def _new_cache(self) -> Any:
@@ -420,7 +509,9 @@ class SharedDecoder:
                     stack.callback(self.attach(model, hook, layer, self._sources.capture(k, hook, layer)).remove)
             yield
 
-    def _dispatch(self, fns: list[tuple[int, Callable[[torch.Tensor], torch.Tensor]]]) -> Callable[[torch.Tensor], torch.Tensor]:
+    def _dispatch(
+        self, fns: list[tuple[int, Callable[[torch.Tensor], torch.Tensor]]]
+    ) -> Callable[[torch.Tensor], torch.Tensor]:
         def fn(x: torch.Tensor) -> torch.Tensor:
             state = self._state
             assert state is not None, "shared decoding hooks fire only inside a batch"
@@ -433,7 +524,7 @@ class SharedDecoder:
                 part = x[start:stop]
                 if arm in self._sources.lockstep:
                     assert state.row_group_index is not None
-                    self._sources.fill(arm, state.row_group_index[start + offset:stop + offset])
+                    self._sources.fill(arm, state.row_group_index[start + offset : stop + offset])
                 new = site(part)
                 if new is not part:
                     part.copy_(new)
@@ -475,14 +566,18 @@ class _Sources:
 
     def join(self, k: int) -> None:
         """The slices of one source forward, as one tensor per site (the rows of every group, in order)."""
-        self.values[k] = {site: torch.cat(parts) if len(parts) > 1 else parts[0] for site, parts in self._parts[k].items()}
+        self.values[k] = {
+            site: torch.cat(parts) if len(parts) > 1 else parts[0] for site, parts in self._parts[k].items()
+        }
         self._parts[k] = {}
 
     def fill(self, number: int, groups: torch.Tensor) -> None:
         """Pass ``number``'s lockstep values for the rows whose groups are ``groups``: its units of its source's values."""
         lockstep, k = self.lockstep[number]
-        lockstep.values = {site: self.values[k][site].index_select(0, groups).index_select(-1, units.to(groups.device))
-                           for site, units in lockstep.sites.items()}
+        lockstep.values = {
+            site: self.values[k][site].index_select(0, groups).index_select(-1, units.to(groups.device))
+            for site, units in lockstep.sites.items()
+        }
 
 
 def _stats(edits: SiteEdits | None) -> dict[str, int]:
@@ -492,9 +587,15 @@ def _stats(edits: SiteEdits | None) -> dict[str, int]:
 def _fits(body: dict[str, Any], n_passes: int, n_prompts: int) -> bool:
     """Whether a kept batch holds every pass's tokens for every prompt of the batch."""
     tokens, broken, stats = body.get("tokens"), body.get("broken"), body.get("stats")
-    return (isinstance(tokens, list) and isinstance(broken, list) and isinstance(stats, list)
-            and len(tokens) == n_passes == len(broken) == len(stats) and all(isinstance(s, dict) for s in stats)
-            and all(isinstance(t, list) and len(t) == n_prompts for t in tokens) and isinstance(body.get("seconds"), (int, float)))
+    return (
+        isinstance(tokens, list)
+        and isinstance(broken, list)
+        and isinstance(stats, list)
+        and len(tokens) == n_passes == len(broken) == len(stats)
+        and all(isinstance(s, dict) for s in stats)
+        and all(isinstance(t, list) and len(t) == n_prompts for t in tokens)
+        and isinstance(body.get("seconds"), (int, float))
+    )
 
 
 def _select(cache: Any, indices: list[int], device: torch.device) -> None:

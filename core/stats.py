@@ -57,8 +57,14 @@ def paired(before: Sequence[float], after: Sequence[float]) -> tuple[np.ndarray,
     return b, a
 
 
-def paired_bootstrap_ci(before: Sequence[float], after: Sequence[float], *, confidence: float = 0.95,
-                        n_resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+def paired_bootstrap_ci(
+    before: Sequence[float],
+    after: Sequence[float],
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+) -> tuple[float, float]:
     """Percentile bootstrap CI of mean(after − before), resampling pairs with replacement; (nan, nan) for none."""
     b, a = paired(before, after)
     diff = a - b
@@ -66,6 +72,13 @@ def paired_bootstrap_ci(before: Sequence[float], after: Sequence[float], *, conf
         return float("nan"), float("nan")
     if np.all(diff == diff[0]):
         return float(diff[0]), float(diff[0])  # no variation: every resample gives the same mean
-    result = stats.bootstrap((diff,), np.mean, confidence_level=confidence, n_resamples=n_resamples,
-                             method="percentile", vectorized=True, rng=np.random.default_rng(seed))
+    result = stats.bootstrap(
+        (diff,),
+        np.mean,
+        confidence_level=confidence,
+        n_resamples=n_resamples,
+        method="percentile",
+        vectorized=True,
+        rng=np.random.default_rng(seed),
+    )
     return float(result.confidence_interval.low), float(result.confidence_interval.high)

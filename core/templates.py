@@ -55,8 +55,11 @@ BUILTIN_TEMPLATES: dict[str, str] = {"llama3": LLAMA3_TEMPLATE, "chatml": CHATML
 _MARKER = re.compile(r"\{%-?\s*generation\s*-?%\}")
 _LOOP_TAG = re.compile(r"\{%-?\s*(for\s+(\w+)\s+in\s+(\w+)[^%]*|endfor)\s*-?%\}")
 _SENTINEL = "Zq7SENTINELx"
-_PROBE: Messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
-                    {"role": "assistant", "content": f"  {_SENTINEL}  "}]
+_PROBE: Messages = [
+    {"role": "system", "content": "S"},
+    {"role": "user", "content": "U"},
+    {"role": "assistant", "content": f"  {_SENTINEL}  "},
+]
 
 
 def has_generation_markers(template: str | None) -> bool:
@@ -83,7 +86,9 @@ def _loop_span(template: str) -> tuple[int, int, str]:
         depth += 1 if is_for else -1
         if depth == 0:
             return body, match.start(), var
-    raise ProbeError("the chat template has no `for message in messages` loop the toolkit can mark for assistant-only loss")
+    raise ProbeError(
+        "the chat template has no `for message in messages` loop the toolkit can mark for assistant-only loss"
+    )
 
 
 def _measure_assistant_turn(tokenizer: Any, template: str) -> tuple[str, bool, str, str]:
@@ -92,16 +97,18 @@ def _measure_assistant_turn(tokenizer: Any, template: str) -> tuple[str, bool, s
     before = render_text(tokenizer, _PROBE[:2], add_generation_prompt=False, template=template, where=probe)
     full = render_text(tokenizer, _PROBE, add_generation_prompt=False, template=template, where=probe)
     if not full.startswith(before) or _SENTINEL not in full:
-        raise ProbeError("the chat template does not render a conversation as a prefix of its continuation; "
-                         "pass --chat-template with a template that has {% generation %} markers")
-    turn = full[len(before):]
+        raise ProbeError(
+            "the chat template does not render a conversation as a prefix of its continuation; "
+            "pass --chat-template with a template that has {% generation %} markers"
+        )
+    turn = full[len(before) :]
     trimmed = f"  {_SENTINEL}  " not in turn
     content = _SENTINEL if trimmed else f"  {_SENTINEL}  "
     header, trailer = turn.split(content, 1)
     # every special token the tokenizer knows, not only ``all_special_tokens``: a Qwen2-base-style tokenizer (eos
     # <|endoftext|>) closes turns with <|im_end|>, an added special token it does not list there
     end = next((t for t in (tokenizer.eos_token, *control_token_texts(tokenizer)) if t and trailer.startswith(t)), "")
-    return header, trimmed, end, trailer[len(end):]
+    return header, trimmed, end, trailer[len(end) :]
 
 
 def turn_end_token(tokenizer: Any) -> str | None:
@@ -124,8 +131,10 @@ def patch_generation_markers(tokenizer: Any, template: str) -> str:
     body_start, body_end, var = _loop_span(template)
     header, trimmed, eot, trailer = _measure_assistant_turn(tokenizer, template)
     content = f"{var}['content']" + (" | trim" if trimmed else "")
-    assistant = (f"{{{{ {_jinja_string(header)} }}}}{{% generation %}}{{{{ {content} }}}}"
-                 f"{{{{ {_jinja_string(eot)} }}}}{{% endgeneration %}}{{{{ {_jinja_string(trailer)} }}}}")
+    assistant = (
+        f"{{{{ {_jinja_string(header)} }}}}{{% generation %}}{{{{ {content} }}}}"
+        f"{{{{ {_jinja_string(eot)} }}}}{{% endgeneration %}}{{{{ {_jinja_string(trailer)} }}}}"
+    )
     body = template[body_start:body_end]
     patched_body = f"{{% if {var}['role'] == 'assistant' %}}{assistant}{{% else %}}{body}{{% endif %}}"
     return template[:body_start] + patched_body + template[body_end:]
@@ -157,12 +166,20 @@ def prove_same_rendering(tokenizer: Any, own: str, copy: str, conversations: Seq
     cases = rendering_cases(conversations)
     for number, (messages, generation_prompt) in enumerate(cases):
         where = lambda: f"rendering case {number} of the training data"  # noqa: E731
-        a = encode_text(tokenizer, render_text(tokenizer, messages, add_generation_prompt=generation_prompt, template=own, where=where))
-        b = encode_text(tokenizer, render_text(tokenizer, messages, add_generation_prompt=generation_prompt, template=copy, where=where))
+        a = encode_text(
+            tokenizer,
+            render_text(tokenizer, messages, add_generation_prompt=generation_prompt, template=own, where=where),
+        )
+        b = encode_text(
+            tokenizer,
+            render_text(tokenizer, messages, add_generation_prompt=generation_prompt, template=copy, where=where),
+        )
         if a != b:
             at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
-            raise ProbeError(f"the training copy of the chat template renders case {number} (generation prompt: {generation_prompt}) "
-                             f"differently from the model's own at token {at}; pass --chat-template with a marked template")
+            raise ProbeError(
+                f"the training copy of the chat template renders case {number} (generation prompt: {generation_prompt}) "
+                f"differently from the model's own at token {at}; pass --chat-template with a marked template"
+            )
     return len(cases)
 
 

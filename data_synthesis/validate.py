@@ -45,7 +45,11 @@ def detect_kind(path: str | os.PathLike[str]) -> str:
             for key, kind in _FIELDS:
                 if key in obj:
                     return kind
-        raise DataError(str(path), number, "cannot tell the file kind: expected a 'question' (test), 'conversations' (SFT) or 'prompt' (DPO) field")
+        raise DataError(
+            str(path),
+            number,
+            "cannot tell the file kind: expected a 'question' (test), 'conversations' (SFT) or 'prompt' (DPO) field",
+        )
     raise DataError(str(path), None, "the file has no rows")
 
 
@@ -58,7 +62,9 @@ def validate_file(path: str | os.PathLike[str], kind: str = "auto") -> FileRepor
         rows = read_test_rows(path)
         caps = {c.value: len(v) for c, v in group_by_capability(rows).items()}
         tasks = Counter(r.task for r in rows)
-        return FileReport(str(path), kind, len(rows), dict(sorted(tasks.items())), caps, sum(r.expect is not None for r in rows))
+        return FileReport(
+            str(path), kind, len(rows), dict(sorted(tasks.items())), caps, sum(r.expect is not None for r in rows)
+        )
     reader = read_sft_rows if kind == "sft" else read_dpo_rows
     items = reader(path)
     tasks = Counter(str(r.extra["task"]) for r in items if "task" in r.extra)

@@ -31,7 +31,9 @@ from interventions.report import fmt_delta, fmt_p, fmt_pct, fmt_percentile
 def newest_run(root: Path = Path("runs")) -> Path:
     runs = sorted((p.parent for p in root.glob("*/activations.h5")), key=lambda p: p.stat().st_mtime)
     if not runs:
-        raise ProbeError(f"no run under {root}/: record one first with `probe run --capability multi_turn`, or pass --model-dir/--data/--units")
+        raise ProbeError(
+            f"no run under {root}/: record one first with `probe run --capability multi_turn`, or pass --model-dir/--data/--units"
+        )
     return runs[-1]
 
 
@@ -40,14 +42,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("run_dir", nargs="?", type=Path)
     parser.add_argument("--capability", default=ABConfig.capability)
     parser.add_argument("--factor", type=float, default=ABConfig.factor)
-    parser.add_argument("--neurons", type=Path, default=None, help="a neuron-set file, e.g. from `probe analyze --metric mean_diff`")
+    parser.add_argument(
+        "--neurons", type=Path, default=None, help="a neuron-set file, e.g. from `probe analyze --metric mean_diff`"
+    )
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--units", default=None)
     parser.add_argument("--hook", default=ABConfig.hook, help="hook point of --units / --top-k")
     parser.add_argument("--model-dir", type=Path, default=None)
     parser.add_argument("--data", type=Path, default=None)
-    parser.add_argument("--limit", type=int, default=40, help="rows per capability (probe intervene: all; 40 keeps the example quick)")
-    parser.add_argument("--placebo", type=int, default=5, help=f"placebo sets (probe intervene: {ABConfig.placebo}; 5 keeps the example quick)")
+    parser.add_argument(
+        "--limit", type=int, default=40, help="rows per capability (probe intervene: all; 40 keeps the example quick)"
+    )
+    parser.add_argument(
+        "--placebo",
+        type=int,
+        default=5,
+        help=f"placebo sets (probe intervene: {ABConfig.placebo}; 5 keeps the example quick)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--out", type=Path, default=Path("runs/examples/before_after"))
     return parser.parse_args(argv)
@@ -56,19 +67,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     run_dir = args.run_dir or (None if args.model_dir else newest_run())
-    config = ABConfig(run_dir=run_dir, capability=args.capability, factor=args.factor, neurons=args.neurons, top_k=args.top_k,
-                      units=args.units, hook=args.hook,
-                      model_dir=args.model_dir, data_file=args.data, limit=args.limit, placebo=args.placebo,
-                      max_new_tokens=args.max_new_tokens, out_dir=args.out)
+    config = ABConfig(
+        run_dir=run_dir,
+        capability=args.capability,
+        factor=args.factor,
+        neurons=args.neurons,
+        top_k=args.top_k,
+        units=args.units,
+        hook=args.hook,
+        model_dir=args.model_dir,
+        data_file=args.data,
+        limit=args.limit,
+        placebo=args.placebo,
+        max_new_tokens=args.max_new_tokens,
+        out_dir=args.out,
+    )
     report = run_ab(config, progress=lambda line: print(f"  .. {line}", file=sys.stderr))
 
     arm = report.main
-    print(f"\nScaling {report.neurons['size']} units of {report.neurons['hook']} by {arm.factor!r} in the {report.model} model ({report.dtype})")
-    print(f"{'capability':<20} {'before':>7} {'after':>7} {'delta':>7}  {'95% CI':<16} {'p':>7} {'placebo':>8} {'changed':>8}")
+    print(
+        f"\nScaling {report.neurons['size']} units of {report.neurons['hook']} by {arm.factor!r} in the {report.model} model ({report.dtype})"
+    )
+    print(
+        f"{'capability':<20} {'before':>7} {'after':>7} {'delta':>7}  {'95% CI':<16} {'p':>7} {'placebo':>8} {'changed':>8}"
+    )
     for c in arm.capabilities:
         placebo = fmt_percentile(c.placebo["percentile"]) if c.placebo else "-"
-        print(f"{c.capability:<20} {fmt_pct(c.before):>7} {fmt_pct(c.after):>7} {fmt_delta(c.delta):>7}  "
-              f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]{'':<2} {fmt_p(c.p_value):>7} {placebo:>8} {c.rows_changed:>4}/{c.n_rows}")
+        print(
+            f"{c.capability:<20} {fmt_pct(c.before):>7} {fmt_pct(c.after):>7} {fmt_delta(c.delta):>7}  "
+            f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]{'':<2} {fmt_p(c.p_value):>7} {placebo:>8} {c.rows_changed:>4}/{c.n_rows}"
+        )
     for flag in arm.guard.flags:
         print(f"NO-OP WARNING: {flag}")
 
@@ -78,7 +106,9 @@ def main(argv: list[str] | None = None) -> int:
             record = json.loads(line)
             if record["changed"].get(arm.name) and shown < 3:
                 shown += 1
-                print(f"\n[{record['task']}]\n  before: {record['baseline'][:120]!r}\n  after:  {record['intervened'][arm.name][:120]!r}")
+                print(
+                    f"\n[{record['task']}]\n  before: {record['baseline'][:120]!r}\n  after:  {record['intervened'][arm.name][:120]!r}"
+                )
     print(f"\nreport: {report.paths['markdown']}")
     return 0
 

@@ -20,10 +20,18 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "run_ab": "interventions.ab", "ABConfig": "interventions.config", "ABGenerator": "interventions.generation",
-    "Generations": "core.generation", "Intervention": "interventions.generation", "ABReport": "interventions.results",
-    "ArmResult": "interventions.results", "CapabilityResult": "interventions.results", "NoOpGuard": "interventions.results",
-    "PAPER_FACTOR": "interventions.scaling", "dtype_noop_fraction": "interventions.scaling", "scaled_units": "interventions.scaling",
+    "run_ab": "interventions.ab",
+    "ABConfig": "interventions.config",
+    "ABGenerator": "interventions.generation",
+    "Generations": "core.generation",
+    "Intervention": "interventions.generation",
+    "ABReport": "interventions.results",
+    "ArmResult": "interventions.results",
+    "CapabilityResult": "interventions.results",
+    "NoOpGuard": "interventions.results",
+    "PAPER_FACTOR": "interventions.scaling",
+    "dtype_noop_fraction": "interventions.scaling",
+    "scaled_units": "interventions.scaling",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -50,7 +50,14 @@ from interventions.generation import ABGenerator
 from interventions.recipes import Arm, RunData, draw_placebos, other, plan_arms
 from interventions.results import ABReport, ArmResult, CapabilityResult, build_guard
 from interventions.scoring import ArmScores, corpus_bleu, score_arm
-from interventions.selection import analysed_neuron_set, check_against_model, describe, load_neuron_file, parse_units, ranking_from_run
+from interventions.selection import (
+    analysed_neuron_set,
+    check_against_model,
+    describe,
+    load_neuron_file,
+    parse_units,
+    ranking_from_run,
+)
 from interventions.stats import paired_delta, placebo_compare
 from probes.backends.base import SiteEdits
 from probes.hook_points import attach
@@ -91,7 +98,9 @@ def resolve_sources(config: ABConfig) -> tuple[Path, Path]:
         model_dir = model_dir or info.get("model_dir") or settings.model_dir(config.model)
         data_file = data_file or settings.data_file
         if not model_dir:
-            raise ProbeError(f"{config.run_dir}: the run does not record a model dir for {config.model!r}; pass --model-dir")
+            raise ProbeError(
+                f"{config.run_dir}: the run does not record a model dir for {config.model!r}; pass --model-dir"
+            )
         if not data_file:
             raise ProbeError(f"{config.run_dir}: the run does not record its data file; pass --data")
     assert model_dir is not None and data_file is not None
@@ -116,9 +125,14 @@ def provenance_warnings(neurons: NeuronSet, model: str, model_dir: Path) -> list
     """Warnings when the neuron set was ranked on a model compared with itself, or on other weights than
     the model intervened on."""
     hashes = neurons.model_hashes
-    same = [] if not hashes.get("sft") or hashes.get("sft") != hashes.get("dpo") else [
-        f"the neuron set was ranked on one model recorded twice (SFT and DPO weights are both {hashes['sft'][:12]}...): "
-        "its DPO-SFT discrepancies are noise, so the selected units mean nothing; record a real SFT/DPO pair"]
+    same = (
+        []
+        if not hashes.get("sft") or hashes.get("sft") != hashes.get("dpo")
+        else [
+            f"the neuron set was ranked on one model recorded twice (SFT and DPO weights are both {hashes['sft'][:12]}...): "
+            "its DPO-SFT discrepancies are noise, so the selected units mean nothing; record a real SFT/DPO pair"
+        ]
+    )
     return same + _weights_warning(neurons, model, model_dir)
 
 
@@ -131,8 +145,10 @@ def _weights_warning(neurons: NeuronSet, model: str, model_dir: Path) -> list[st
     actual = weights_sha256(model_dir)
     if actual == expected:
         return []
-    return [f"the neuron set was ranked on {model} weights {expected[:12]}..., but {model_dir} has weights {actual[:12]}...: "
-            "the selected units may not mean the same thing in this model"]
+    return [
+        f"the neuron set was ranked on {model} weights {expected[:12]}..., but {model_dir} has weights {actual[:12]}...: "
+        "the selected units may not mean the same thing in this model"
+    ]
 
 
 def select_rows(rows: list[TestRow], config: ABConfig) -> tuple[list[int], dict[Capability, list[int]]]:
@@ -158,23 +174,47 @@ def _scores(arm: ArmScores, cap: Capability, idx: list[int]) -> list[int | None]
     return [arm.verdicts[i].scores.get(cap) for i in idx]
 
 
-def capability_result(cap: Capability, target: bool, idx: list[int], base: tuple[Generations, ArmScores],
-                      arm: tuple[Generations, ArmScores], n_bootstrap: int, seed: int, with_ci: bool = True) -> CapabilityResult:
+def capability_result(
+    cap: Capability,
+    target: bool,
+    idx: list[int],
+    base: tuple[Generations, ArmScores],
+    arm: tuple[Generations, ArmScores],
+    n_bootstrap: int,
+    seed: int,
+    with_ci: bool = True,
+) -> CapabilityResult:
     """Paired statistics of one capability for one arm against the baseline (``with_ci=False``: no bootstrap)."""
     before_all, after_all = _scores(base[1], cap, idx), _scores(arm[1], cap, idx)
     pairs = [(b, a) for b, a in zip(before_all, after_all) if b is not None and a is not None]
-    stats = paired_delta([b for b, _ in pairs], [a for _, a in pairs], n_resamples=n_bootstrap, seed=seed, with_ci=with_ci)
+    stats = paired_delta(
+        [b for b, _ in pairs], [a for _, a in pairs], n_resamples=n_bootstrap, seed=seed, with_ci=with_ci
+    )
     return CapabilityResult(
-        capability=cap.value, target=target, n_rows=len(idx), n_scored=len(pairs), undecided=len(idx) - len(pairs),
-        before=stats.before, after=stats.after, delta=stats.delta, ci_low=stats.ci_low, ci_high=stats.ci_high,
-        p_value=stats.mcnemar.p_value, discordant_lost=stats.mcnemar.b, discordant_gained=stats.mcnemar.c,
+        capability=cap.value,
+        target=target,
+        n_rows=len(idx),
+        n_scored=len(pairs),
+        undecided=len(idx) - len(pairs),
+        before=stats.before,
+        after=stats.after,
+        delta=stats.delta,
+        ci_low=stats.ci_low,
+        ci_high=stats.ci_high,
+        p_value=stats.mcnemar.p_value,
+        discordant_lost=stats.mcnemar.b,
+        discordant_gained=stats.mcnemar.c,
         rows_changed=sum(base[0].ids[i] != arm[0].ids[i] for i in idx),
-        rouge_l_before=float(np.mean([base[1].rouge_l[i] for i in idx])), rouge_l_after=float(np.mean([arm[1].rouge_l[i] for i in idx])),
-        bleu_before=float("nan"), bleu_after=float("nan"),
+        rouge_l_before=float(np.mean([base[1].rouge_l[i] for i in idx])),
+        rouge_l_after=float(np.mean([arm[1].rouge_l[i] for i in idx])),
+        bleu_before=float("nan"),
+        bleu_after=float("nan"),
     )
 
 
-def _with_bleu(result: CapabilityResult, rows: list[TestRow], idx: list[int], base: Generations, arm: Generations) -> CapabilityResult:
+def _with_bleu(
+    result: CapabilityResult, rows: list[TestRow], idx: list[int], base: Generations, arm: Generations
+) -> CapabilityResult:
     refs = [rows[i].reference for i in idx]
     result.bleu_before = corpus_bleu([base.texts[i] for i in idx], refs)
     result.bleu_after = corpus_bleu([arm.texts[i] for i in idx], refs)
@@ -206,12 +246,22 @@ class _Runner:
             if not any(e.noop_reason(self.torch_dtype) for e in arm.edits):
                 arm.placebo_edits = draw_placebos(arm, model, config.placebo, config.seed)
         self.judge = judge or make_judge(config.judge, config.judge_client())
-        self.gen_config = GenerationConfig(max_new_tokens=config.max_new_tokens, batch_size=config.batch_size, do_sample=config.do_sample,
-                                           temperature=config.temperature, top_p=config.top_p, seed=config.seed)
-        self.generators = {name: ABGenerator(model, self.tokenizer, self.rows, self.gen_config, config.backend, where=self._row_name)
-                           for name, model in self.models.items()}
+        self.gen_config = GenerationConfig(
+            max_new_tokens=config.max_new_tokens,
+            batch_size=config.batch_size,
+            do_sample=config.do_sample,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            seed=config.seed,
+        )
+        self.generators = {
+            name: ABGenerator(model, self.tokenizer, self.rows, self.gen_config, config.backend, where=self._row_name)
+            for name, model in self.models.items()
+        }
         units = [(n.layer, n.unit) for n in self.neurons.neurons]
-        self.store = ArmStore(config.out_dir, fingerprint(config.to_dict(), list(self.dirs.values()), self.data_file, self.row_ids, units))
+        self.store = ArmStore(
+            config.out_dir, fingerprint(config.to_dict(), list(self.dirs.values()), self.data_file, self.row_ids, units)
+        )
         self.baselines: dict[str, tuple[Generations, ArmScores]] = {}
         self.total_passes = len(self.models) + sum(1 + len(arm.placebo_edits) for arm in self.arms)
         self.passes_done = 0  # passes started, read back or generated
@@ -220,10 +270,17 @@ class _Runner:
 
     def _load(self, name: str) -> tuple[Any, Any]:
         directory = self.dirs.get(name) or resolve_source_dir(self.config)
-        model, tokenizer = load_causal_lm(directory, "--model-dir" if name == self.config.model else "--source-dir",
-                                          dtype=getattr(torch, self.config.dtype), device=self.config.device, eval_mode=True)
+        model, tokenizer = load_causal_lm(
+            directory,
+            "--model-dir" if name == self.config.model else "--source-dir",
+            dtype=getattr(torch, self.config.dtype),
+            device=self.config.device,
+            eval_mode=True,
+        )
         if self.models:
-            check_same_tokenizer(self.tokenizer, tokenizer, "the patched model and its source (--edit patch)", (self.config.model, name))
+            check_same_tokenizer(
+                self.tokenizer, tokenizer, "the patched model and its source (--edit patch)", (self.config.model, name)
+            )
         self.dirs[name], self.models[name] = Path(directory), model
         return model, tokenizer
 
@@ -235,8 +292,10 @@ class _Runner:
 
     def start(self) -> None:
         """Generate every pass that decodes in shared batches, then generate (or read back) and judge each baseline."""
-        self.progress(f"{self.total_passes} generation passes over {len(self.rows)} prompts, up to {self.config.max_new_tokens} new tokens each: "
-                      f"{len(self.models)} baseline(s), {len(self.arms)} arm(s), {self.total_passes - len(self.models) - len(self.arms)} placebo arms")
+        self.progress(
+            f"{self.total_passes} generation passes over {len(self.rows)} prompts, up to {self.config.max_new_tokens} new tokens each: "
+            f"{len(self.models)} baseline(s), {len(self.arms)} arm(s), {self.total_passes - len(self.models) - len(self.arms)} placebo arms"
+        )
         if self.config.engine == "shared":
             self._share()
         for name in self.models:
@@ -244,7 +303,9 @@ class _Runner:
                 self.progress(f"baseline ({name} model): {len(self.rows)} prompts")
             generations = self._generate(f"baseline {name}", name, ())
             self.baselines[name] = (generations, score_arm(self.judge, self.rows, generations.texts))
-        alone = sum(key not in self.pregenerated for key, _, _ in self.passes()) - sum(f"baseline {m}" not in self.pregenerated for m in self.models)
+        alone = sum(key not in self.pregenerated for key, _, _ in self.passes()) - sum(
+            f"baseline {m}" not in self.pregenerated for m in self.models
+        )
         if alone:
             self.progress(f"{alone} more passes decode arm by arm{self._left()} (a patch pass runs two models)")
 
@@ -270,8 +331,10 @@ class _Runner:
                 self.progress(f"{name} model: {reason}")
                 continue
             if len(shared) < len(passes):
-                self.progress(f"{name} model: {len(passes) - len(shared)} pass(es) decode arm by arm: "
-                              f"{next(why for why in reasons.values() if why)}")
+                self.progress(
+                    f"{name} model: {len(passes) - len(shared)} pass(es) decode arm by arm: "
+                    f"{next(why for why in reasons.values() if why)}"
+                )
             jobs.append((name, shared))
         self.shared_total = sum(len(shared) for _, shared in jobs) * len(self.rows)
         self.shared_done, self.shared_seconds = 0, 0.0
@@ -281,10 +344,14 @@ class _Runner:
     def _decode_shared(self, name: str, shared: list[tuple[str, SiteEdits | None]]) -> None:
         decoder = SharedDecoder(self.generators[name].generator, self.config.max_batch_tokens, attach)
         tag = f"shared {name} {hashlib.sha256(' '.join(key for key, _ in shared).encode()).hexdigest()[:16]} batch"
-        self.progress(f"{name} model: {len(shared)} passes decode together in {len(decoder.generator.batches)} batches of prompts; "
-                      f"{decoder.describe([c for _, c in shared])}")
-        self.progress(f"estimated time: about {_minutes(decoder.estimate_seconds([c for _, c in shared]))} "
-                      "(at the pace of one timed prompt batch, every row decoding to the token limit)")
+        self.progress(
+            f"{name} model: {len(shared)} passes decode together in {len(decoder.generator.batches)} batches of prompts; "
+            f"{decoder.describe([c for _, c in shared])}"
+        )
+        self.progress(
+            f"estimated time: about {_minutes(decoder.estimate_seconds([c for _, c in shared]))} "
+            "(at the pace of one timed prompt batch, every row decoding to the token limit)"
+        )
 
         def done(batches: int, total: int, rows: int, seconds: float, read_back: bool) -> None:
             self.shared_done += rows * len(shared)
@@ -295,11 +362,17 @@ class _Runner:
                 left = f", about {_minutes((self.shared_total - self.shared_done) * pace)} left"
             share = self.shared_done / max(1, self.shared_total)
             bar = "#" * round(20 * share) + "." * (20 - round(20 * share))
-            self.progress(f"{name} model: batch {batches}/{total}{', read back' if read_back else ''} [{bar}] "
-                          f"{share:.0%} of all passes' rows{left}")
+            self.progress(
+                f"{name} model: batch {batches}/{total}{', read back' if read_back else ''} [{bar}] "
+                f"{share:.0%} of all passes' rows{left}"
+            )
 
-        results = decoder.run([compiled for _, compiled in shared], done, kept=lambda b: self.store.get_body(f"{tag} {b}"),
-                              keep=lambda b, body: self.store.put_body(f"{tag} {b}", body))
+        results = decoder.run(
+            [compiled for _, compiled in shared],
+            done,
+            kept=lambda b: self.store.get_body(f"{tag} {b}"),
+            keep=lambda b, body: self.store.put_body(f"{tag} {b}", body),
+        )
         for (key, _), generations in zip(shared, results):
             self.pregenerated[key] = generations
 
@@ -331,8 +404,10 @@ class _Runner:
         batches = sum(name.startswith("shared_") for name in done)
         what = [f"{batches} batch(es) of prompts decoded for every shared pass"] if batches else []
         what += [f"{len(done) - batches} of {self.total_passes} generation passes"] if len(done) > batches else []
-        return (f"{' and '.join(what)} finished and kept in {self.store.root}; "
-                f"rerun with the same options and --out {self.config.out_dir} to resume from them")
+        return (
+            f"{' and '.join(what)} finished and kept in {self.store.root}; "
+            f"rerun with the same options and --out {self.config.out_dir} to resume from them"
+        )
 
     def _row_name(self, i: int) -> str:
         """Row ``i`` of the generated rows by its data file and line."""
@@ -346,21 +421,43 @@ class _Runner:
         """Per-capability results against ``model``'s baseline; ``full=False`` (placebo arms) skips the bootstrap CI and BLEU."""
         base, out = self.baselines[model], []
         for cap, idx in self.groups.items():
-            result = capability_result(cap, cap == self.config.target, idx, base, arm, self.config.n_bootstrap, self.config.seed, full)
+            result = capability_result(
+                cap, cap == self.config.target, idx, base, arm, self.config.n_bootstrap, self.config.seed, full
+            )
             out.append(_with_bleu(result, self.rows, idx, base[0], arm[0]) if full else result)
         return out
 
     def arm_result(self, arm: Arm, number: int) -> tuple[ArmResult, Generations]:
-        self.progress(f"arm {number}/{len(self.arms)}: {arm.label} ({arm.model} model, {len(self.neurons)} units){self._left()}")
+        self.progress(
+            f"arm {number}/{len(self.arms)}: {arm.label} ({arm.model} model, {len(self.neurons)} units){self._left()}"
+        )
         generated = self.scored(arm.name, arm.model, arm.edits)
         base = self.baselines[arm.model][0]
         rows_changed = sum(a != b for a, b in zip(generated[0].ids, base.ids))
         dtype = self.torch_dtype
         reason = next((r for r in (e.noop_reason(dtype) for e in arm.edits) if r), None)
-        guard = build_guard(arm.label, arm.factor, self.config.dtype, max(e.changed_fraction(dtype) for e in arm.edits), reason,
-                            generated[0].hook_stats, len(self.rows), rows_changed)
-        result = ArmResult(arm.factor, arm.role, self.results(generated, arm.model), guard, generated[0].seconds, generated[0].n_tokens,
-                           name=arm.name, label=arm.label, model=arm.model, edits=arm.describe())
+        guard = build_guard(
+            arm.label,
+            arm.factor,
+            self.config.dtype,
+            max(e.changed_fraction(dtype) for e in arm.edits),
+            reason,
+            generated[0].hook_stats,
+            len(self.rows),
+            rows_changed,
+        )
+        result = ArmResult(
+            arm.factor,
+            arm.role,
+            self.results(generated, arm.model),
+            guard,
+            generated[0].seconds,
+            generated[0].n_tokens,
+            name=arm.name,
+            label=arm.label,
+            model=arm.model,
+            edits=arm.describe(),
+        )
         result.placebo = self.placebo(arm, result)
         return result, generated[0]
 
@@ -370,27 +467,48 @@ class _Runner:
         if not arm.placebo:
             return {}
         if not arm.placebo_edits:
-            why = f"no-op in {cfg.dtype}: {result.guard.flags[0]}" if result.guard.flags and cfg.placebo else "--placebo 0"
+            why = (
+                f"no-op in {cfg.dtype}: {result.guard.flags[0]}"
+                if result.guard.flags and cfg.placebo
+                else "--placebo 0"
+            )
             return {"n_sets": 0, "seed": cfg.seed, "family": family, "skipped": why}
         deltas: dict[str, list[float]] = {cap.value: [] for cap in self.groups}
         changed: dict[str, list[int]] = {cap.value: [] for cap in self.groups}
         for k, edits in enumerate(arm.placebo_edits):
             self.progress(f"{arm.name}: placebo {k + 1}/{len(arm.placebo_edits)}{self._left()}")
-            for capability in self.results(self.scored(f"{arm.name} placebo {k}", arm.model, edits), arm.model, full=False):
+            for capability in self.results(
+                self.scored(f"{arm.name} placebo {k}", arm.model, edits), arm.model, full=False
+            ):
                 deltas[capability.capability].append(capability.delta)
                 changed[capability.capability].append(capability.rows_changed)
         for capability in result.capabilities:
             cmp = placebo_compare(capability.delta, deltas[capability.capability])
-            capability.placebo = {"percentile": cmp.percentile, "p_empirical": cmp.p_empirical, "deltas": cmp.placebo,
-                                  "rows_changed_mean": float(np.mean(changed[capability.capability]))}
-        return {"n_sets": len(arm.placebo_edits), "seed": cfg.seed, "family": family, "factor": arm.factor,
-                "sets": [_placebo_summary(edits[0]) if len(edits) == 1 else [_placebo_summary(e) for e in edits] for edits in arm.placebo_edits]}
+            capability.placebo = {
+                "percentile": cmp.percentile,
+                "p_empirical": cmp.p_empirical,
+                "deltas": cmp.placebo,
+                "rows_changed_mean": float(np.mean(changed[capability.capability])),
+            }
+        return {
+            "n_sets": len(arm.placebo_edits),
+            "seed": cfg.seed,
+            "family": family,
+            "factor": arm.factor,
+            "sets": [
+                _placebo_summary(edits[0]) if len(edits) == 1 else [_placebo_summary(e) for e in edits]
+                for edits in arm.placebo_edits
+            ],
+        }
 
 
 def _family(arm: Arm) -> str:
     kinds = {edit.kind for edit in arm.edits}
-    return "random directions of the same norm at the same layers" if kinds == {"add"} else \
-        "random units, same hook point and count per layer"
+    return (
+        "random directions of the same norm at the same layers"
+        if kinds == {"add"}
+        else "random units, same hook point and count per layer"
+    )
 
 
 def _placebo_summary(edit: Edit) -> Any:
@@ -420,7 +538,11 @@ def run_ab(config: ABConfig, progress: Progress | None = None, judge: Judge | No
         runner.start()
         return _evaluate(runner)
     except (KeyboardInterrupt, Interrupted) as exc:
-        kept = runner.kept() if runner is not None else "no generation arm had finished, nothing kept; rerun the same command"
+        kept = (
+            runner.kept()
+            if runner is not None
+            else "no generation arm had finished, nothing kept; rerun the same command"
+        )
         cause = f" ({exc})" if isinstance(exc, Interrupted) else ""
         raise Interrupted(f"A/B evaluation stopped{cause}: {kept}") from None
 
@@ -433,19 +555,38 @@ def _evaluate(runner: _Runner) -> ABReport:
         result, generated = runner.arm_result(arm, number)
         results.append(result)
         generations[arm.name] = generated
-    baselines = {name: {"seconds": g.seconds, "tokens": g.n_tokens, "rows": len(runner.rows)} for name, (g, _) in runner.baselines.items()}
+    baselines = {
+        name: {"seconds": g.seconds, "tokens": g.n_tokens, "rows": len(runner.rows)}
+        for name, (g, _) in runner.baselines.items()
+    }
     main = next(r for r in results if r.role == "main")
     report = ABReport(
-        capability=config.capability, model=config.model, model_dir=str(runner.model_dir), data_file=str(runner.data_file),
-        dtype=config.dtype, backend=config.backend, judge=runner.judge.name, neurons=describe(runner.neurons),
-        baselines=baselines, arms=results, config=config.to_dict(),
-        warnings=provenance_warnings(runner.neurons, config.model, runner.model_dir) + list(main.guard.flags)
+        capability=config.capability,
+        model=config.model,
+        model_dir=str(runner.model_dir),
+        data_file=str(runner.data_file),
+        dtype=config.dtype,
+        backend=config.backend,
+        judge=runner.judge.name,
+        neurons=describe(runner.neurons),
+        baselines=baselines,
+        arms=results,
+        config=config.to_dict(),
+        warnings=provenance_warnings(runner.neurons, config.model, runner.model_dir)
+        + list(main.guard.flags)
         + [fault for arm in results for fault in arm.guard.faults],
     )
     if config.out_dir is not None:
         from interventions.report import write_report
 
-        write_report(report, runner.rows, runner.row_ids, {m: b[0] for m, b in runner.baselines.items()}, runner.baselines[config.model][1],
-                     generations, Path(config.out_dir))
+        write_report(
+            report,
+            runner.rows,
+            runner.row_ids,
+            {m: b[0] for m, b in runner.baselines.items()},
+            runner.baselines[config.model][1],
+            generations,
+            Path(config.out_dir),
+        )
         runner.store.clear()
     return report

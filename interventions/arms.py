@@ -39,14 +39,21 @@ DIR_NAME = ".arms"
 _IRRELEVANT = ("out_dir", "judge", "judge_base_url", "judge_model", "n_bootstrap")
 
 
-def fingerprint(config: dict[str, Any], model_dirs: list[Path], data_file: Path, row_ids: list[int], units: list[tuple[int, int]]) -> str:
+def fingerprint(
+    config: dict[str, Any], model_dirs: list[Path], data_file: Path, row_ids: list[int], units: list[tuple[int, int]]
+) -> str:
     """A hash of everything an arm's generations depend on (each arm's own edits are in its name, see :func:`file_name`)."""
     from core.models import weight_files
     from core.provenance import file_sha256
 
     weights = [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for d in model_dirs for p in weight_files(d)]
-    body = {"config": {k: v for k, v in config.items() if k not in _IRRELEVANT}, "weights": weights,
-            "data": file_sha256(data_file), "rows": row_ids, "units": units}
+    body = {
+        "config": {k: v for k, v in config.items() if k not in _IRRELEVANT},
+        "weights": weights,
+        "data": file_sha256(data_file),
+        "rows": row_ids,
+        "units": units,
+    }
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -74,13 +81,24 @@ class ArmStore:
         """The arm ``name`` if an earlier run finished it with the same fingerprint."""
         body = self.get_body(name)
         try:
-            return None if body is None else Generations(body["ids"], body["texts"], float(body["seconds"]), body.get("hook_stats"))
+            return (
+                None
+                if body is None
+                else Generations(body["ids"], body["texts"], float(body["seconds"]), body.get("hook_stats"))
+            )
         except (KeyError, TypeError, ValueError):
             return None
 
     def put(self, name: str, generations: Generations) -> Generations:
-        self.put_body(name, {"ids": generations.ids, "texts": generations.texts, "seconds": generations.seconds,
-                             "hook_stats": generations.hook_stats})
+        self.put_body(
+            name,
+            {
+                "ids": generations.ids,
+                "texts": generations.texts,
+                "seconds": generations.seconds,
+                "hook_stats": generations.hook_stats,
+            },
+        )
         return generations
 
     def get_body(self, name: str) -> dict[str, Any] | None:

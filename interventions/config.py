@@ -42,23 +42,31 @@ class ABConfig:
     run_dir: str | Path | None = None
     capability: str = "multi_turn"
     model: str = "dpo"
-    edits: str | list[str] = field(default_factory=lambda: ["scale"], metadata={"flag": "--edit"})  # arm recipes: scale, mean, patch, steer
+    edits: str | list[str] = field(
+        default_factory=lambda: ["scale"], metadata={"flag": "--edit"}
+    )  # arm recipes: scale, mean, patch, steer
     factor: float = PAPER_FACTOR
     neurons: str | Path | None = None  # a neuron-set file
     top_k: Annotated[int, POSITIVE] | None = None  # top K of the file, or of the run's ranking
     units: str | None = None  # "14:3,14:9,20:0"
     hook: str = "mlp_out"  # for --top-k from a run and --units
     doses: list[float] = field(default_factory=list, metadata={"flag": "--dose"})
-    positive_control: bool = field(default=True, metadata={"flag": "--control"})  # also run factor 0 (effect-size guard)
+    positive_control: bool = field(
+        default=True, metadata={"flag": "--control"}
+    )  # also run factor 0 (effect-size guard)
     placebo: Annotated[int, NON_NEGATIVE] = 20
     seed: Annotated[int, SEED] = 0
     judge: str = "rules"
     judge_base_url: str | None = None
     judge_model: str | None = None
-    judge_timeout: Annotated[float, Range(0.001, 3600)] | None = None  # LLM judge: seconds per request, retries, first backoff (None: the client's defaults)
+    judge_timeout: Annotated[float, Range(0.001, 3600)] | None = (
+        None  # LLM judge: seconds per request, retries, first backoff (None: the client's defaults)
+    )
     judge_retries: Annotated[int, Range(0, 100)] | None = None
     judge_backoff: Annotated[float, Range(0, 600)] | None = None
-    max_new_tokens: Annotated[int, POSITIVE] = 32  # with 160 rows and 20 placebos, what a 2-core laptop can afford (docs/interventions.md)
+    max_new_tokens: Annotated[int, POSITIVE] = (
+        32  # with 160 rows and 20 placebos, what a 2-core laptop can afford (docs/interventions.md)
+    )
     batch_size: Annotated[int, POSITIVE] = 16
     do_sample: bool = field(default=False, metadata={"flag": "--sample"})
     temperature: Annotated[float, TEMPERATURE] = 1.0
@@ -67,14 +75,20 @@ class ABConfig:
     device: str = "cpu"
     backend: str = "torch"
     engine: str = "shared"  # shared: every arm of a model decodes in shared batches; per-arm: one generate() per arm
-    max_batch_tokens: Annotated[int, POSITIVE] | None = None  # shared engine: padded tokens per prompt-pass forward (default: the device's)
+    max_batch_tokens: Annotated[int, POSITIVE] | None = (
+        None  # shared engine: padded tokens per prompt-pass forward (default: the device's)
+    )
     limit: Annotated[int, POSITIVE] | None = None  # rows per capability
     collateral: bool = True  # score the other capabilities too
-    collateral_rows: Annotated[int, NON_NEGATIVE] | None = 16  # rows per other capability (None: as many as --limit allows)
+    collateral_rows: Annotated[int, NON_NEGATIVE] | None = (
+        16  # rows per other capability (None: as many as --limit allows)
+    )
     n_bootstrap: Annotated[int, Range(100)] = field(default=10_000, metadata={"flag": "--bootstrap"})
     model_dir: str | Path | None = None  # overrides the run's model dir (no run: default pair)
     source_dir: str | Path | None = None  # the other model of the pair, the patch source (default: the run's)
-    data_file: str | Path | None = field(default=None, metadata={"flag": "--data"})  # overrides the run's data file (no run: default pair's test split)
+    data_file: str | Path | None = field(
+        default=None, metadata={"flag": "--data"}
+    )  # overrides the run's data file (no run: default pair's test split)
     out_dir: str | Path | None = None
 
     def __post_init__(self) -> None:
@@ -92,12 +106,16 @@ class ABConfig:
         self.edits = _edit_names(self.edits)
         needs_run = [name for name in self.edits if name in RUN_RECIPES]
         if needs_run and self.run_dir is None:
-            raise ProbeError(f"--edit {needs_run[0]} needs a run directory: it reads the models' means from the run's activations.h5")
+            raise ProbeError(
+                f"--edit {needs_run[0]} needs a run directory: it reads the models' means from the run's activations.h5"
+            )
         validate_hook(self.hook)
         if self.units is not None and (self.neurons is not None or self.top_k is not None):
             raise ProbeError("--units cannot be combined with --neurons or --top-k; give one neuron source")
         if self.run_dir is None and self.units is None and self.neurons is None:
-            raise ProbeError("no neurons to intervene on: give a RUN_DIR (its ranking), --neurons FILE or --units LAYER:UNIT,...")
+            raise ProbeError(
+                "no neurons to intervene on: give a RUN_DIR (its ranking), --neurons FILE or --units LAYER:UNIT,..."
+            )
 
     def judge_client(self) -> ClientConfig | None:
         """The LLM judge's endpoint (flags, then ``OPENAI_*``), or ``None`` for the rule judge."""

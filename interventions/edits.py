@@ -143,14 +143,21 @@ class Scale(UnitEdit):
         check_finite_in_dtype(model, [self.factor], f"--factor {self.factor!r}")
 
     def compile(self, model: nn.Module, stats: EditStats) -> SiteEdits:
-        return SiteEdits([(self.units.hook, layer, scale_fn(index, self.factor, stats)) for layer, index in self.layer_index().items()])
+        return SiteEdits(
+            [
+                (self.units.hook, layer, scale_fn(index, self.factor, stats))
+                for layer, index in self.layer_index().items()
+            ]
+        )
 
     def noop_reason(self, dtype: torch.dtype) -> str | None:
         if self.changed_fraction(dtype) > 0.0:
             return None
         name = str(dtype).removeprefix("torch.")
-        return (f"factor {self.factor!r} rounds to exactly 1 in {name}: x*f == x for every {name} value, so the intervention is a "
-                f"no-op (use float32, or |1-f| large enough for {name})")
+        return (
+            f"factor {self.factor!r} rounds to exactly 1 in {name}: x*f == x for every {name} value, so the intervention is a "
+            f"no-op (use float32, or |1-f| large enough for {name})"
+        )
 
     def changed_fraction(self, dtype: torch.dtype) -> float:
         return dtype_noop_fraction(self.factor, dtype)
@@ -227,7 +234,10 @@ class Patch(UnitEdit):
     def compile(self, model: nn.Module, stats: EditStats) -> SiteEdits:
         hook, index = self.units.hook, self.layer_index()
         lockstep = Lockstep(model, self.source, {(hook, layer): units for layer, units in index.items()})
-        sites = [(hook, layer, write_fn(units, lambda key=(hook, layer): lockstep.values[key], stats)) for layer, units in index.items()]
+        sites = [
+            (hook, layer, write_fn(units, lambda key=(hook, layer): lockstep.values[key], stats))
+            for layer, units in index.items()
+        ]
         return SiteEdits(sites, lockstep)
 
     def describe(self) -> dict[str, Any]:
@@ -258,12 +268,16 @@ class Add(Edit):
     def check(self, model: nn.Module) -> None:
         expected, total = width(model, self.hook), n_layers(model)
         if len(self.vector) != expected:
-            raise ProbeError(f"add: a vector of width {len(self.vector)} does not fit {self.hook}, which is {expected} wide in this model")
+            raise ProbeError(
+                f"add: a vector of width {len(self.vector)} does not fit {self.hook}, which is {expected} wide in this model"
+            )
         if not 0 <= self.layer < total:
             raise ProbeError(f"add: layer {self.layer} is outside the model, which has layers 0-{total - 1}")
 
     def compile(self, model: nn.Module, stats: EditStats) -> SiteEdits:
-        return SiteEdits([(self.hook, self.layer, add_fn(torch.tensor(self.vector, dtype=torch.float32) * self.alpha, stats))])
+        return SiteEdits(
+            [(self.hook, self.layer, add_fn(torch.tensor(self.vector, dtype=torch.float32) * self.alpha, stats))]
+        )
 
     def placebos(self, model: nn.Module, n: int, seed: int) -> list[Edit]:
         norm = float(np.linalg.norm(np.asarray(self.vector, dtype=np.float64)))
@@ -271,7 +285,13 @@ class Add(Edit):
         out: list[Edit] = []
         for _ in range(n):
             direction = rng.standard_normal(len(self.vector))
-            out.append(replace(self, vector=tuple(float(v) for v in direction / np.linalg.norm(direction) * norm), source="random direction"))
+            out.append(
+                replace(
+                    self,
+                    vector=tuple(float(v) for v in direction / np.linalg.norm(direction) * norm),
+                    source="random direction",
+                )
+            )
         return out
 
     def noop_reason(self, dtype: torch.dtype) -> str | None:
@@ -280,8 +300,15 @@ class Add(Edit):
         return None
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": self.kind, "hook": self.hook, "layer": self.layer, "alpha": self.alpha, "source": self.source,
-                "norm": float(np.linalg.norm(np.asarray(self.vector, dtype=np.float64))), "vector": list(self.vector)}
+        return {
+            "kind": self.kind,
+            "hook": self.hook,
+            "layer": self.layer,
+            "alpha": self.alpha,
+            "source": self.source,
+            "norm": float(np.linalg.norm(np.asarray(self.vector, dtype=np.float64))),
+            "vector": list(self.vector),
+        }
 
     def label(self) -> str:
         return f"add {self.source or 'vector'} at {self.hook} {self.layer}"
@@ -294,7 +321,9 @@ def check_same_shape(model: nn.Module, source: nn.Module, source_name: str = "so
     names = ("patched", source_name)
     problems = compare_configs(model.config, source.config, names) or compare_layouts(model, source, names)
     if problems:
-        raise ProbeError(f"patch: the {source_name} model is not another checkpoint of the patched one: {'; '.join(problems)}")
+        raise ProbeError(
+            f"patch: the {source_name} model is not another checkpoint of the patched one: {'; '.join(problems)}"
+        )
 
 
 def check_finite_in_dtype(model: nn.Module, values: Sequence[float], what: str) -> None:
@@ -302,8 +331,10 @@ def check_finite_in_dtype(model: nn.Module, values: Sequence[float], what: str) 
     dtype = next(model.parameters()).dtype
     largest = torch.finfo(dtype).max
     if any(abs(v) > largest for v in values):
-        raise ProbeError(f"{what} is not a finite number in {str(dtype).removeprefix('torch.')} (largest {largest:.3g}); "
-                         "use a value of moderate size")
+        raise ProbeError(
+            f"{what} is not a finite number in {str(dtype).removeprefix('torch.')} (largest {largest:.3g}); "
+            "use a value of moderate size"
+        )
 
 
 def site_edits(model: nn.Module, chosen: Sequence[Edit]) -> SiteEdits:

@@ -38,9 +38,15 @@ Intervention = Scale  # the former name: Intervention(neurons, factor)
 class ABGenerator:
     """Generate responses for fixed rows, repeatably, with or without edits."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, rows: Sequence[TestRow],
-                 config: GenerationConfig = GenerationConfig(), backend: str = "torch",
-                 where: Callable[[int], str] | None = None) -> None:
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        rows: Sequence[TestRow],
+        config: GenerationConfig = GenerationConfig(),
+        backend: str = "torch",
+        where: Callable[[int], str] | None = None,
+    ) -> None:
         """``where(i)`` names row ``i`` in rendering errors (default: its index in ``rows``)."""
         editing_driver(backend, config.do_sample)
         self.model, self.backend = model, backend
@@ -58,8 +64,10 @@ class ABGenerator:
                 if watch.count == 0:
                     raise
                 what = ", ".join(e.label() for e in chosen) or "the unedited model"
-                raise ProbeError(f"{what} broke the model's logits (inf/NaN), so sampling failed "
-                                 f"({str(exc).splitlines()[0]}); use an edit of moderate size") from None
+                raise ProbeError(
+                    f"{what} broke the model's logits (inf/NaN), so sampling failed "
+                    f"({str(exc).splitlines()[0]}); use an edit of moderate size"
+                ) from None
         generations.hook_stats = {**(generations.hook_stats or {}), "degenerate_logits": watch.count}
         return generations
 

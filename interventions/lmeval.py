@@ -45,8 +45,22 @@ from interventions.scaling import PAPER_FACTOR
 Progress = Callable[[str], None]
 
 # ABConfig's fields that say which edit to make; `probe-edited` takes them as model_args too ("edit" = "edits")
-EDIT_FIELDS: frozenset[str] = frozenset({"run_dir", "capability", "model", "edits", "edit", "factor", "doses", "neurons", "top_k",
-                                         "units", "hook", "source_dir"})
+EDIT_FIELDS: frozenset[str] = frozenset(
+    {
+        "run_dir",
+        "capability",
+        "model",
+        "edits",
+        "edit",
+        "factor",
+        "doses",
+        "neurons",
+        "top_k",
+        "units",
+        "hook",
+        "source_dir",
+    }
+)
 _TRUE = {"1", "ON", "YES", "TRUE"}
 
 
@@ -86,19 +100,32 @@ class LMEvalConfig:
         names = self.tasks.split(",") if isinstance(self.tasks, str) else list(self.tasks)
         self.tasks = [n.strip() for n in names if n.strip()]
         if not self.tasks:
-            raise ProbeError("--tasks: give at least one lm-eval task, group or task YAML file, e.g. --tasks mmlu,gsm8k")
+            raise ProbeError(
+                "--tasks: give at least one lm-eval task, group or task YAML file, e.g. --tasks mmlu,gsm8k"
+            )
         for path in self.include_path:
             if not Path(path).exists():
-                raise ProbeError(f"--include-path {path}: no such file or directory; give a directory (or file) of lm-eval task YAMLs")
+                raise ProbeError(
+                    f"--include-path {path}: no such file or directory; give a directory (or file) of lm-eval task YAMLs"
+                )
         if self.ab_report is not None and not (Path(self.ab_report) / "ab_report.md").is_file():
-            raise ProbeError(f"--ab-report {self.ab_report}: no ab_report.md there; give the output directory of `probe intervene`")
+            raise ProbeError(
+                f"--ab-report {self.ab_report}: no ab_report.md there; give the output directory of `probe intervene`"
+            )
         self.ab_config()  # the edit options, checked as `probe intervene` checks them
 
     def ab_config(self) -> ABConfig:
         """The edit as ``probe intervene`` describes it (one arm per recipe; no factor-0 control)."""
         values = {name: getattr(self, name) for name in EDIT_FIELDS if name != "edit"}
-        return ABConfig(**values, model_dir=self.model_dir, positive_control=False, placebo=self.placebo, seed=self.seed,
-                        dtype=self.dtype, device=self.device)
+        return ABConfig(
+            **values,
+            model_dir=self.model_dir,
+            positive_control=False,
+            placebo=self.placebo,
+            seed=self.seed,
+            dtype=self.dtype,
+            device=self.device,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         body = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
@@ -113,7 +140,9 @@ def ab_defaults(ab_dir: str | Path) -> dict[str, Any]:
     try:
         config = json.loads(path.read_text(encoding="utf-8")).get("config", {})
     except (OSError, ValueError, AttributeError):
-        raise ProbeError(f"--ab-report {ab_dir}: no readable ab_report.json there; give the output directory of `probe intervene`") from None
+        raise ProbeError(
+            f"--ab-report {ab_dir}: no readable ab_report.json there; give the output directory of `probe intervene`"
+        ) from None
     keys = (EDIT_FIELDS - {"edit"}) | {"model_dir", "dtype"}
     return {k: v for k, v in config.items() if k in keys and v not in (None, [])}
 
@@ -127,7 +156,9 @@ def checked_neurons(ab: ABConfig, model: Any) -> Any:
     from interventions.selection import check_against_model
 
     neurons = resolve_neurons(ab)
-    check_against_model(neurons, model, f"--units {ab.units}" if ab.units else str(ab.neurons or "the run's neuron set"))
+    check_against_model(
+        neurons, model, f"--units {ab.units}" if ab.units else str(ab.neurons or "the run's neuron set")
+    )
     return neurons
 
 
@@ -154,10 +185,15 @@ def edit_arms(ab: ABConfig, model: Any, model_dir: str | Path, neurons: Any = No
 
     def model_of(name: str) -> Any:
         if name not in models:
-            source, tokenizer = load_causal_lm(resolve_source_dir(ab), "--source-dir", dtype=model.dtype, device=str(model.device),
-                                               eval_mode=True)
-            check_same_tokenizer(load_tokenizer(model_dir, "--model-dir"), tokenizer, "the patched model and its source (--edit patch)",
-                                 (ab.model, name))
+            source, tokenizer = load_causal_lm(
+                resolve_source_dir(ab), "--source-dir", dtype=model.dtype, device=str(model.device), eval_mode=True
+            )
+            check_same_tokenizer(
+                load_tokenizer(model_dir, "--model-dir"),
+                tokenizer,
+                "the patched model and its source (--edit patch)",
+                (ab.model, name),
+            )
             models[name] = source
         return models[name]
 
@@ -181,8 +217,10 @@ def single_arm(spec: dict[str, Any], model: Any, model_dir: str | Path) -> Any:
         spec["factor"] = float(spec["factor"])
     _, arms = edit_arms(ABConfig(**spec, model_dir=model_dir, positive_control=False, placebo=0), model, model_dir)
     if len(arms) != 1:
-        raise ProbeError(f"{MODEL_NAME}: one edit per model, but the options give {len(arms)} ({', '.join(a.name for a in arms)}); "
-                         "`probe lmeval` compares several arms against one unedited pass")
+        raise ProbeError(
+            f"{MODEL_NAME}: one edit per model, but the options give {len(arms)} ({', '.join(a.name for a in arms)}); "
+            "`probe lmeval` compares several arms against one unedited pass"
+        )
     return arms[0]
 
 
@@ -234,7 +272,9 @@ def lm_eval_warnings_off() -> Iterator[None]:
 def _needs_network(exc: BaseException) -> bool:
     text = f"{type(exc).__name__}: {exc}"
     return isinstance(exc, ConnectionError) or any(
-        k in text for k in ("OfflineModeIsEnabled", "Couldn't reach", "offline mode", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"))
+        k in text
+        for k in ("OfflineModeIsEnabled", "Couldn't reach", "offline mode", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
 
 
 @contextmanager
@@ -250,13 +290,17 @@ def task_errors(what: str, loading: bool = True) -> Iterator[None]:
     except Exception as exc:  # noqa: BLE001 - lm-eval and datasets raise anything from a user's task definition
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         if _needs_network(exc):
-            raise ProbeError(f"task {what} needs its dataset from the Hugging Face Hub, which this run does not reach ({first}); "
-                             "nothing downloads at run time: run it where the hub is reachable with HF_DATASETS_OFFLINE=0 "
-                             "HF_HUB_OFFLINE=0 (or with the dataset in the local cache), or use a task over local files "
-                             "(--include-path, see docs/lmeval.md)") from None
+            raise ProbeError(
+                f"task {what} needs its dataset from the Hugging Face Hub, which this run does not reach ({first}); "
+                "nothing downloads at run time: run it where the hub is reachable with HF_DATASETS_OFFLINE=0 "
+                "HF_HUB_OFFLINE=0 (or with the dataset in the local cache), or use a task over local files "
+                "(--include-path, see docs/lmeval.md)"
+            ) from None
         if isinstance(exc, ModuleNotFoundError) and loading:
-            raise ProbeError(f"task {what} needs the Python package {exc.name!r}, which is not installed: install lm-eval's extra for the "
-                             f'task (for IFEval: pip install "lm_eval[ifeval]==0.4.13") or the package itself') from None
+            raise ProbeError(
+                f"task {what} needs the Python package {exc.name!r}, which is not installed: install lm-eval's extra for the "
+                f'task (for IFEval: pip install "lm_eval[ifeval]==0.4.13") or the package itself'
+            ) from None
         user_side = (KeyError, ValueError, TypeError, OSError, yaml.YAMLError, AttributeError, ImportError)
         if loading and isinstance(exc, user_side):
             raise ProbeError(f"task {what}: lm-eval could not load it: {type(exc).__name__}: {first}") from None
@@ -284,8 +328,10 @@ def load_tasks(names: list[str], include_path: list[str | Path]) -> TaskSet:
     for name in names:
         found = _known(manager, name)
         if not found:
-            raise ProbeError(f"--tasks: unknown lm-eval task {name!r}{_suggest(name, manager.all_tasks)}; give a task, group or tag "
-                             "name lm-eval knows (`lm_eval ls tasks`), a task YAML file, or --include-path DIR for local tasks")
+            raise ProbeError(
+                f"--tasks: unknown lm-eval task {name!r}{_suggest(name, manager.all_tasks)}; give a task, group or tag "
+                "name lm-eval knows (`lm_eval ls tasks`), a task YAML file, or --include-path DIR for local tasks"
+            )
         expanded += [n for n in found if n not in expanded]
     infos: dict[str, TaskInfo] = {}
     groups: dict[str, GroupInfo] = {}
@@ -295,13 +341,20 @@ def load_tasks(names: list[str], include_path: list[str | Path]) -> TaskSet:
             loaded = manager.load([name])
         for task_name, task in loaded["tasks"].items():
             if task_name in given:
-                raise ProbeError(f"--tasks: task {task_name!r} comes with both {given[task_name]!r} and {name!r}; lm-eval runs a task once, "
-                                 "so give it once")
+                raise ProbeError(
+                    f"--tasks: task {task_name!r} comes with both {given[task_name]!r} and {name!r}; lm-eval runs a task once, "
+                    "so give it once"
+                )
             given[task_name] = name
-            infos[task_name] = TaskInfo(task.get_config("output_type"), dict(task.aggregation()), dict(task.higher_is_better()))
+            infos[task_name] = TaskInfo(
+                task.get_config("output_type"), dict(task.aggregation()), dict(task.higher_is_better())
+            )
         for group_name, group in loaded["groups"].items():
-            metrics = tuple((m.metric, tuple(m.filter_list) if m.filter_list else None, bool(m.weight_by_size))
-                            for m in (group.aggregate_metric_list or []) if m.aggregation == "mean")
+            metrics = tuple(
+                (m.metric, tuple(m.filter_list) if m.filter_list else None, bool(m.weight_by_size))
+                for m in (group.aggregate_metric_list or [])
+                if m.aggregation == "mean"
+            )
             groups[group_name] = GroupInfo(tuple(t.task_name for t in group.get_all_tasks()), metrics)
     return TaskSet(manager, expanded, infos, groups)
 
@@ -332,11 +385,21 @@ def evaluate(lm: Any, tasks: TaskSet, config: LMEvalConfig) -> Pass:
 
     start = time.perf_counter()
     with task_errors(", ".join(repr(n) for n in tasks.names), loading=False), lm_eval_warnings_off():
-        out = lm_eval.simple_evaluate(model=lm, tasks=list(tasks.names), task_manager=tasks.manager, limit=config.limit,
-                                      num_fewshot=config.num_fewshot, log_samples=True, bootstrap_iters=0,
-                                      apply_chat_template=config.apply_chat_template, gen_kwargs=config.gen_kwargs)
+        out = lm_eval.simple_evaluate(
+            model=lm,
+            tasks=list(tasks.names),
+            task_manager=tasks.manager,
+            limit=config.limit,
+            num_fewshot=config.num_fewshot,
+            log_samples=True,
+            bootstrap_iters=0,
+            apply_chat_template=config.apply_chat_template,
+            gen_kwargs=config.gen_kwargs,
+        )
     if out is None:
-        raise ProbeError("lm-eval returned no results in this process (a data-parallel helper rank); run `probe lmeval` as one process")
+        raise ProbeError(
+            "lm-eval returned no results in this process (a data-parallel helper rank); run `probe lmeval` as one process"
+        )
     return Pass(out["results"], items_of(out["samples"]), time.perf_counter() - start, lm.edit_stats())
 
 
@@ -346,8 +409,10 @@ def _flags(arm: Any, dtype: Any, stats: dict[str, int], same: bool) -> list[str]
     if not flags and stats.get("calls") and not stats.get("values_changed"):
         flags.append(f"the hooks ran {stats['calls']} times and changed no activation value")
     if same:
-        flags.append("every item's log-likelihoods and generated text are identical to the unedited pass's: every Δ is exactly 0 "
-                     "by construction, not a measured null")
+        flags.append(
+            "every item's log-likelihoods and generated text are identical to the unedited pass's: every Δ is exactly 0 "
+            "by construction, not a measured null"
+        )
     return flags
 
 
@@ -371,7 +436,9 @@ def run_lmeval(config: LMEvalConfig, progress: Progress | None = None) -> LMEval
     ab = config.ab_config()
     model_dir = resolve_model_dir(ab)
     ab = replace(ab, model_dir=model_dir)
-    neurons = checked_neurons(ab, skeleton(model_dir))  # units that do not fit the model: one line before anything loads
+    neurons = checked_neurons(
+        ab, skeleton(model_dir)
+    )  # units that do not fit the model: one line before anything loads
     with offline_hub():
         tasks = load_tasks(config.tasks, config.include_path)
         say(f"loading {model_dir}")
@@ -380,15 +447,26 @@ def run_lmeval(config: LMEvalConfig, progress: Progress | None = None) -> LMEval
         return _run(config, ab, lm, tasks, neurons, arms, model_dir, say, lm_eval.__version__)
 
 
-def _run(config: LMEvalConfig, ab: ABConfig, lm: Any, tasks: TaskSet, neurons: Any, arms: list[Any], model_dir: Path, say: Progress,
-         version: str) -> LMEvalReport:
+def _run(
+    config: LMEvalConfig,
+    ab: ABConfig,
+    lm: Any,
+    tasks: TaskSet,
+    neurons: Any,
+    arms: list[Any],
+    model_dir: Path,
+    say: Progress,
+    version: str,
+) -> LMEvalReport:
     from interventions.ab import provenance_warnings
     from interventions.selection import describe
 
     dtype = lm.model.dtype
     passes = 1 + len(arms) + sum(config.placebo for arm in arms if arm.placebo)
-    say(f"{passes} lm-eval passes over {', '.join(tasks.names)}: unedited, {len(arms)} arm(s)"
-        + (f", {passes - 1 - len(arms)} placebo arms" if passes - 1 - len(arms) else ""))
+    say(
+        f"{passes} lm-eval passes over {', '.join(tasks.names)}: unedited, {len(arms)} arm(s)"
+        + (f", {passes - 1 - len(arms)} placebo arms" if passes - 1 - len(arms) else "")
+    )
     lm.use(())
     base = evaluate(lm, tasks, config)
     say(f"unedited: {base.seconds:.0f} s")
@@ -396,16 +474,34 @@ def _run(config: LMEvalConfig, ab: ABConfig, lm: Any, tasks: TaskSet, neurons: A
     for number, arm in enumerate(arms, 1):
         lm.use(arm.edits, arm.label)
         run = evaluate(lm, tasks, config)
-        rows = compare_pass(tasks.infos, tasks.groups, base.items, run.items, n_resamples=config.n_bootstrap, seed=config.seed)
+        rows = compare_pass(
+            tasks.infos, tasks.groups, base.items, run.items, n_resamples=config.n_bootstrap, seed=config.seed
+        )
         flags = _flags(arm, dtype, run.hook_stats, identical(base.items, run.items))
         say(f"arm {number}/{len(arms)}: {arm.label}: {run.seconds:.0f} s")
         placebo = _placebo(arm, lm, tasks, config, base, rows, say)
-        reports.append(ArmReport(arm.name, arm.label, arm.describe(), run.seconds, run.hook_stats, rows, flags, placebo, run.results))
+        reports.append(
+            ArmReport(
+                arm.name, arm.label, arm.describe(), run.seconds, run.hook_stats, rows, flags, placebo, run.results
+            )
+        )
         arm_items[arm.name] = run.items
     lm.use(())
-    report = LMEvalReport(str(model_dir), ab.model, config.dtype, str(lm.device), version, list(tasks.names), config.limit,
-                          config.num_fewshot, describe(neurons), {"seconds": base.seconds, "lm_eval_results": base.results}, reports,
-                          config.to_dict(), provenance_warnings(neurons, ab.model, model_dir))
+    report = LMEvalReport(
+        str(model_dir),
+        ab.model,
+        config.dtype,
+        str(lm.device),
+        version,
+        list(tasks.names),
+        config.limit,
+        config.num_fewshot,
+        describe(neurons),
+        {"seconds": base.seconds, "lm_eval_results": base.results},
+        reports,
+        config.to_dict(),
+        provenance_warnings(neurons, ab.model, model_dir),
+    )
     if config.out_dir is not None:
         write_report(report, base.items, arm_items, Path(config.out_dir))
         if config.ab_report is not None:
@@ -413,7 +509,9 @@ def _run(config: LMEvalConfig, ab: ABConfig, lm: Any, tasks: TaskSet, neurons: A
     return report
 
 
-def _placebo(arm: Any, lm: Any, tasks: TaskSet, config: LMEvalConfig, base: Pass, rows: list[Any], say: Progress) -> dict[str, Any]:
+def _placebo(
+    arm: Any, lm: Any, tasks: TaskSet, config: LMEvalConfig, base: Pass, rows: list[Any], say: Progress
+) -> dict[str, Any]:
     """The arm's placebo passes (the edits' placebo family), and where each row's Δ falls among theirs."""
     from interventions.recipes import draw_placebos
 
@@ -427,9 +525,18 @@ def _placebo(arm: Any, lm: Any, tasks: TaskSet, config: LMEvalConfig, base: Pass
         lm.use(edits, f"{arm.name} placebo {k}")
         run = evaluate(lm, tasks, config)
         say(f"{arm.name}: placebo {k + 1}/{len(sets)}: {run.seconds:.0f} s")
-        placebo_rows.append(compare_pass(tasks.infos, tasks.groups, base.items, run.items, n_resamples=100, seed=config.seed))
+        placebo_rows.append(
+            compare_pass(tasks.infos, tasks.groups, base.items, run.items, n_resamples=100, seed=config.seed)
+        )
     add_placebo(rows, placebo_rows)
-    family = "random directions of the same norm at the same layers" if {e.kind for e in arm.edits} == {"add"} else \
-        "random units, same hook point and count per layer"
-    return {"n_sets": len(sets), "seed": config.seed, "family": family,
-            "sets": [[e.describe().get("units") for e in edits] for edits in sets]}
+    family = (
+        "random directions of the same norm at the same layers"
+        if {e.kind for e in arm.edits} == {"add"}
+        else "random units, same hook point and count per layer"
+    )
+    return {
+        "n_sets": len(sets),
+        "seed": config.seed,
+        "family": family,
+        "sets": [[e.describe().get("units") for e in edits] for edits in sets],
+    }

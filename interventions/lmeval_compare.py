@@ -139,21 +139,34 @@ def _numbers(values: Sequence[Any]) -> np.ndarray | None:
     return np.asarray(values, dtype=float)
 
 
-def compare_values(before: Sequence[Any], after: Sequence[Any], agg: Callable[[list[Any]], float] | str, *,
-                   n_resamples: int, seed: int) -> Paired:
+def compare_values(
+    before: Sequence[Any], after: Sequence[Any], agg: Callable[[list[Any]], float] | str, *, n_resamples: int, seed: int
+) -> Paired:
     """Paired before/after of one metric; ``agg`` is the task's aggregation (a function, or ``"mean"``)."""
     b, a = _numbers(before), _numbers(after)
     if _is_mean(agg) and b is not None and a is not None:
         binary = bool(np.isin(b, (0.0, 1.0)).all() and np.isin(a, (0.0, 1.0)).all())
         stats = paired_delta(b, a, n_resamples=n_resamples, seed=seed)
         mc = stats.mcnemar
-        return Paired(stats.n, stats.before, stats.after, stats.delta, stats.ci_low, stats.ci_high, binary,
-                      mc.p_value if binary else None, mc.b if binary else 0, mc.c if binary else 0)
+        return Paired(
+            stats.n,
+            stats.before,
+            stats.after,
+            stats.delta,
+            stats.ci_low,
+            stats.ci_high,
+            binary,
+            mc.p_value if binary else None,
+            mc.b if binary else 0,
+            mc.c if binary else 0,
+        )
     assert callable(agg), "a non-mean metric needs its aggregation function"
     return _recomputed(list(before), list(after), agg, min(n_resamples, GENERIC_RESAMPLES), seed)
 
 
-def _recomputed(before: list[Any], after: list[Any], agg: Callable[[list[Any]], float], n_resamples: int, seed: int) -> Paired:
+def _recomputed(
+    before: list[Any], after: list[Any], agg: Callable[[list[Any]], float], n_resamples: int, seed: int
+) -> Paired:
     n = len(before)
     first, second = float(agg(before)), float(agg(after))
     rng, deltas = np.random.default_rng(seed), []
@@ -164,11 +177,15 @@ def _recomputed(before: list[Any], after: list[Any], agg: Callable[[list[Any]], 
         except (ZeroDivisionError, ValueError, FloatingPointError):  # a degenerate resample (e.g. F1 with one class)
             continue
     finite = [d for d in deltas if math.isfinite(d)]
-    low, high = (float(np.percentile(finite, 2.5)), float(np.percentile(finite, 97.5))) if finite else (math.nan, math.nan)
+    low, high = (
+        (float(np.percentile(finite, 2.5)), float(np.percentile(finite, 97.5))) if finite else (math.nan, math.nan)
+    )
     return Paired(n, first, second, second - first, low, high, False, None, method="aggregation")
 
 
-def compare_group(parts: list[tuple[np.ndarray, np.ndarray]], weight_by_size: bool, *, n_resamples: int, seed: int) -> Paired:
+def compare_group(
+    parts: list[tuple[np.ndarray, np.ndarray]], weight_by_size: bool, *, n_resamples: int, seed: int
+) -> Paired:
     """A group's mean of its children's means (by size or equal weights), with a bootstrap within each child."""
     sizes = np.array([len(b) for b, _ in parts], dtype=float)
     weights = sizes / sizes.sum() if weight_by_size else np.full(len(parts), 1.0 / len(parts))
@@ -179,17 +196,29 @@ def compare_group(parts: list[tuple[np.ndarray, np.ndarray]], weight_by_size: bo
         diff = a - b
         for start in range(0, n_resamples, 1000):  # bounded memory: 1000 resamples of one child at a time
             rows = min(1000, n_resamples - start)
-            boot[start:start + rows] += w * diff[rng.integers(0, diff.size, (rows, diff.size))].mean(axis=1)
+            boot[start : start + rows] += w * diff[rng.integers(0, diff.size, (rows, diff.size))].mean(axis=1)
     pooled_b, pooled_a = np.concatenate([b for b, _ in parts]), np.concatenate([a for _, a in parts])
     binary = bool(np.isin(pooled_b, (0.0, 1.0)).all() and np.isin(pooled_a, (0.0, 1.0)).all())
     lost, gained = int(np.sum((pooled_b == 1) & (pooled_a == 0))), int(np.sum((pooled_b == 0) & (pooled_a == 1)))
-    return Paired(int(sizes.sum()), before, after, after - before, float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)),
-                  binary, float(mcnemar_p(lost, gained)) if binary else None, lost if binary else 0, gained if binary else 0, "group")
+    return Paired(
+        int(sizes.sum()),
+        before,
+        after,
+        after - before,
+        float(np.percentile(boot, 2.5)),
+        float(np.percentile(boot, 97.5)),
+        binary,
+        float(mcnemar_p(lost, gained)) if binary else None,
+        lost if binary else 0,
+        gained if binary else 0,
+        "group",
+    )
 
 
 def changed_items(output_type: str, before: dict[int, Any], after: dict[int, Any]) -> int:
     """Items whose output differs: the choice of highest log-likelihood (multiple choice), the text (generation), else the
     response itself (a log-likelihood)."""
+
     def chosen(resp: Any) -> Any:
         scores = [r[0] if isinstance(r, (list, tuple)) else r for r in resp]
         return int(np.argmax(scores)) if scores else None
@@ -203,8 +232,15 @@ def identical(base: dict[str, Items], arm: dict[str, Items]) -> bool:
     return all(arm.get(task, Items()).responses == items.responses for task, items in base.items())
 
 
-def compare_pass(infos: dict[str, TaskInfo], groups: dict[str, GroupInfo], base: dict[str, Items], arm: dict[str, Items], *,
-                 n_resamples: int, seed: int) -> list[MetricRow]:
+def compare_pass(
+    infos: dict[str, TaskInfo],
+    groups: dict[str, GroupInfo],
+    base: dict[str, Items],
+    arm: dict[str, Items],
+    *,
+    n_resamples: int,
+    seed: int,
+) -> list[MetricRow]:
     """Every task's (then every group's) metric rows of one arm against the baseline."""
     rows: list[MetricRow] = []
     for task in sorted(base):
@@ -224,12 +260,16 @@ def _task_rows(task: str, info: TaskInfo, base: Items, arm: Items, n_resamples: 
             after = arm.values.get(flt, {}).get(metric, {})
             docs = sorted(d for d in before if d in after)
             agg = info.aggregation.get(metric, "mean")
-            paired = compare_values([before[d] for d in docs], [after[d] for d in docs], agg, n_resamples=n_resamples, seed=seed)
+            paired = compare_values(
+                [before[d] for d in docs], [after[d] for d in docs], agg, n_resamples=n_resamples, seed=seed
+            )
             rows.append(_row(task, metric, flt, info.higher_is_better.get(metric), paired, changed))
     return rows
 
 
-def _group_rows(name: str, group: GroupInfo, base: dict[str, Items], arm: dict[str, Items], n_resamples: int, seed: int) -> list[MetricRow]:
+def _group_rows(
+    name: str, group: GroupInfo, base: dict[str, Items], arm: dict[str, Items], n_resamples: int, seed: int
+) -> list[MetricRow]:
     rows = []
     for metric, filters, by_size in group.metrics:
         found = {flt for leaf in group.leaves if leaf in base for flt, m in base[leaf].values.items() if metric in m}
@@ -243,13 +283,42 @@ def _group_rows(name: str, group: GroupInfo, base: dict[str, Items], arm: dict[s
                 if docs and b is not None and a is not None:
                     parts.append((b, a))
             if parts:
-                rows.append(_row(name, metric, flt, None, compare_group(parts, by_size, n_resamples=n_resamples, seed=seed), None, group=True))
+                rows.append(
+                    _row(
+                        name,
+                        metric,
+                        flt,
+                        None,
+                        compare_group(parts, by_size, n_resamples=n_resamples, seed=seed),
+                        None,
+                        group=True,
+                    )
+                )
     return rows
 
 
-def _row(task: str, metric: str, flt: str, higher: bool | None, p: Paired, changed: int | None, group: bool = False) -> MetricRow:
-    return MetricRow(task, metric, flt, higher, p.n, p.before, p.after, p.delta, p.ci_low, p.ci_high, p.binary, p.p_value,
-                     p.lost, p.gained, p.method, changed, group)
+def _row(
+    task: str, metric: str, flt: str, higher: bool | None, p: Paired, changed: int | None, group: bool = False
+) -> MetricRow:
+    return MetricRow(
+        task,
+        metric,
+        flt,
+        higher,
+        p.n,
+        p.before,
+        p.after,
+        p.delta,
+        p.ci_low,
+        p.ci_high,
+        p.binary,
+        p.p_value,
+        p.lost,
+        p.gained,
+        p.method,
+        changed,
+        group,
+    )
 
 
 def add_placebo(rows: list[MetricRow], placebo_rows: list[list[MetricRow]]) -> None:

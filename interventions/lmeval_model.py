@@ -39,8 +39,10 @@ from core.errors import ProbeError
 
 MODEL_NAME = "probe-edited"
 LM_EVAL_PIN = "lm_eval[hf]==0.4.13"
-INSTALL_HINT = ("lm-evaluation-harness is not installed; it is an optional extra: "
-                f'pip install -e ".[eval]" (or pip install "{LM_EVAL_PIN}")')
+INSTALL_HINT = (
+    "lm-evaluation-harness is not installed; it is an optional extra: "
+    f'pip install -e ".[eval]" (or pip install "{LM_EVAL_PIN}")'
+)
 
 _CLASS: type | None = None
 
@@ -69,7 +71,8 @@ def _define() -> type:
     from lm_eval.models.huggingface import HFLM
 
     from core.models import check_model_dir
-    from interventions.edits import Edit, edits as apply_edits
+    from interventions.edits import Edit
+    from interventions.edits import edits as apply_edits
 
     @register_model(MODEL_NAME)
     class EditedLM(HFLM):
@@ -78,7 +81,9 @@ def _define() -> type:
         def __init__(self, pretrained: str | Path, *, edits: Sequence[Edit] = (), **kwargs: Any) -> None:
             spec = {key: kwargs.pop(key) for key in list(kwargs) if key in _edit_fields()}
             if spec and edits:
-                raise ProbeError(f"{MODEL_NAME}: give the edit as objects (edits=) or as options ({', '.join(spec)}), not both")
+                raise ProbeError(
+                    f"{MODEL_NAME}: give the edit as objects (edits=) or as options ({', '.join(spec)}), not both"
+                )
             check_model_dir(pretrained, "--model-dir")  # one line for a bad directory; never remote code
             kwargs.setdefault("dtype", "float32")
             kwargs.setdefault("device", "cpu")
@@ -131,8 +136,13 @@ def _define() -> type:
 
         def get_model_info(self) -> dict[str, Any]:
             """HFLM's, without its hub query for the model's commit (a local directory has none)."""
-            return {"model_num_parameters": self.model.num_parameters(), "model_dtype": str(self.model.dtype),
-                    "model_dir": str(self.pretrained), "edits": [e.label() for e in self.active], "arm": self.arm_label}
+            return {
+                "model_num_parameters": self.model.num_parameters(),
+                "model_dtype": str(self.model.dtype),
+                "model_dir": str(self.pretrained),
+                "edits": [e.label() for e in self.active],
+                "arm": self.arm_label,
+            }
 
     return EditedLM
 

@@ -60,7 +60,10 @@ class ArmReport:
     lm_eval_results: dict[str, Any] = field(default_factory=dict)  # lm-eval's own "results" of this pass
 
     def to_dict(self) -> dict[str, Any]:
-        return {**{f.name: getattr(self, f.name) for f in fields(self) if f.name != "rows"}, "rows": [r.to_dict() for r in self.rows]}
+        return {
+            **{f.name: getattr(self, f.name) for f in fields(self) if f.name != "rows"},
+            "rows": [r.to_dict() for r in self.rows],
+        }
 
 
 @dataclass
@@ -98,33 +101,59 @@ class LMEvalReport:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         names = {f.name for f in fields(MetricRow)}
         arm_names = {f.name for f in fields(ArmReport)}
-        arms = [ArmReport(**{**{k: v for k, v in a.items() if k in arm_names},
-                             "rows": [MetricRow(**{k: v for k, v in r.items() if k in names}) for r in a["rows"]]}) for a in data["arms"]]
+        arms = [
+            ArmReport(
+                **{
+                    **{k: v for k, v in a.items() if k in arm_names},
+                    "rows": [MetricRow(**{k: v for k, v in r.items() if k in names}) for r in a["rows"]],
+                }
+            )
+            for a in data["arms"]
+        ]
         own = {f.name for f in fields(cls)}
         return cls(**{**{k: v for k, v in data.items() if k in own}, "arms": arms})
 
 
 def markdown(report: LMEvalReport, heading: str = "#") -> str:
     """The report as markdown (``heading`` sets the top level, so it can sit inside an A/B report)."""
-    out = [f"{heading} lm-evaluation-harness before and after the edit", "",
-           f"Model `{report.model_dir}` ({report.model}, {report.dtype}, {report.device}); lm-eval {report.lm_eval_version}; "
-           f"tasks {', '.join(report.tasks)}" + (f"; at most {report.limit} items per task" if report.limit else "")
-           + (f"; {report.num_fewshot}-shot" if report.num_fewshot is not None else "") + ".",
-           "", f"Units: {_units(report.neurons)}. Unedited pass: {report.baseline.get('seconds', float('nan')):.0f} s.", ""]
+    out = [
+        f"{heading} lm-evaluation-harness before and after the edit",
+        "",
+        f"Model `{report.model_dir}` ({report.model}, {report.dtype}, {report.device}); lm-eval {report.lm_eval_version}; "
+        f"tasks {', '.join(report.tasks)}"
+        + (f"; at most {report.limit} items per task" if report.limit else "")
+        + (f"; {report.num_fewshot}-shot" if report.num_fewshot is not None else "")
+        + ".",
+        "",
+        f"Units: {_units(report.neurons)}. Unedited pass: {report.baseline.get('seconds', float('nan')):.0f} s.",
+        "",
+    ]
     out += [f"**warning:** {w}" for w in report.warnings]
     for arm in report.arms:
         out += ["", f"{heading}# {arm.label} ({arm.seconds:.0f} s)", ""]
         out += [f"**NO-OP WARNING:** {flag}" for flag in arm.flags] + ([""] if arm.flags else [])
         placebo = bool(arm.placebo.get("n_sets"))
-        head = ["task", "metric", "filter", "n", "before", "after", "Δ", "95% CI", "McNemar p", "changed"] + (["placebo"] if placebo else [])
-        out += ["| " + " | ".join(head) + " |", "|" + "|".join("---" if h in ("task", "metric", "filter") else "---:" for h in head) + "|"]
+        head = ["task", "metric", "filter", "n", "before", "after", "Δ", "95% CI", "McNemar p", "changed"] + (
+            ["placebo"] if placebo else []
+        )
+        out += [
+            "| " + " | ".join(head) + " |",
+            "|" + "|".join("---" if h in ("task", "metric", "filter") else "---:" for h in head) + "|",
+        ]
         out += ["| " + " | ".join(_cells(row, placebo)) + " |" for row in arm.rows]
         if placebo:
-            out += ["", f"Placebo: {arm.placebo['n_sets']} sets ({arm.placebo.get('family', '')}, seed {arm.placebo.get('seed')}); "
-                    "the column gives the percentile of Δ among theirs and the empirical two-sided p."]
-    out += ["", "Δ = edited − unedited on the same items; 95% CI: paired bootstrap over items (for a group, within each task); "
-            "McNemar: exact, on the items whose 0/1 score flipped (lost/gained); *changed*: items whose answer of highest "
-            "log-likelihood (multiple choice), generated text, or log-likelihood (scoring tasks) differs from the unedited pass.", ""]
+            out += [
+                "",
+                f"Placebo: {arm.placebo['n_sets']} sets ({arm.placebo.get('family', '')}, seed {arm.placebo.get('seed')}); "
+                "the column gives the percentile of Δ among theirs and the empirical two-sided p.",
+            ]
+    out += [
+        "",
+        "Δ = edited − unedited on the same items; 95% CI: paired bootstrap over items (for a group, within each task); "
+        "McNemar: exact, on the items whose 0/1 score flipped (lost/gained); *changed*: items whose answer of highest "
+        "log-likelihood (multiple choice), generated text, or log-likelihood (scoring tasks) differs from the unedited pass.",
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -140,10 +169,24 @@ def _cells(row: MetricRow, placebo: bool) -> list[str]:
     p = fmt_p(row.p_value) + f" ({row.discordant_lost}↓ {row.discordant_gained}↑)" if row.p_value is not None else "—"
     changed = "—" if row.items_changed is None else f"{row.items_changed}/{row.n}"
     ci = f"[{fmt_change(row.ci_low, row.binary)}, {fmt_change(row.ci_high, row.binary)}]"
-    cells = [task, row.metric, row.filter, str(row.n), fmt_value(row.before, row.binary), fmt_value(row.after, row.binary),
-             fmt_change(row.delta, row.binary), ci, p, changed]
+    cells = [
+        task,
+        row.metric,
+        row.filter,
+        str(row.n),
+        fmt_value(row.before, row.binary),
+        fmt_value(row.after, row.binary),
+        fmt_change(row.delta, row.binary),
+        ci,
+        p,
+        changed,
+    ]
     if placebo:
-        cells.append(f"{fmt_percentile(row.placebo['percentile'])} (p={fmt_p(row.placebo['p_empirical'])})" if row.placebo else "—")
+        cells.append(
+            f"{fmt_percentile(row.placebo['percentile'])} (p={fmt_p(row.placebo['p_empirical'])})"
+            if row.placebo
+            else "—"
+        )
     return cells
 
 
@@ -156,21 +199,31 @@ def item_records(base: dict[str, Items], arms: dict[str, dict[str, Items]]) -> l
                 record: dict[str, Any] = {"task": task, "filter": flt, "doc_id": doc, "target": items.targets.get(doc)}
                 for name, passes in {"unedited": base, **arms}.items():
                     got = passes.get(task, Items())
-                    record[name] = {"response": got.responses.get(flt, {}).get(doc),
-                                    **{m: v.get(doc) for m, v in got.values.get(flt, {}).items()}}
+                    record[name] = {
+                        "response": got.responses.get(flt, {}).get(doc),
+                        **{m: v.get(doc) for m, v in got.values.get(flt, {}).items()},
+                    }
                 out.append(record)
     return out
 
 
-def write_report(report: LMEvalReport, base: dict[str, Items], arms: dict[str, dict[str, Items]], out_dir: Path) -> LMEvalReport:
+def write_report(
+    report: LMEvalReport, base: dict[str, Items], arms: dict[str, dict[str, Items]], out_dir: Path
+) -> LMEvalReport:
     """Write the three files atomically into ``out_dir``; fills ``report.paths``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    report.paths = {"json": str(out_dir / "lmeval_report.json"), "markdown": str(out_dir / "lmeval_report.md"),
-                    "items": str(out_dir / "lmeval_items.jsonl")}
+    report.paths = {
+        "json": str(out_dir / "lmeval_report.json"),
+        "markdown": str(out_dir / "lmeval_report.md"),
+        "items": str(out_dir / "lmeval_items.jsonl"),
+    }
     lines = [json.dumps(r, ensure_ascii=False, default=_plain) for r in item_records(base, arms)]
     write_atomic(out_dir / "lmeval_items.jsonl", "\n".join(lines) + "\n")
     write_atomic(out_dir / "lmeval_report.md", markdown(report))
-    write_atomic(out_dir / "lmeval_report.json", json.dumps(_finite(report.to_dict()), indent=1, default=_plain, allow_nan=False) + "\n")
+    write_atomic(
+        out_dir / "lmeval_report.json",
+        json.dumps(_finite(report.to_dict()), indent=1, default=_plain, allow_nan=False) + "\n",
+    )
     return report
 
 
@@ -205,4 +258,3 @@ def _finite(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_finite(v) for v in value]
     return value
-

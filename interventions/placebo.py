@@ -32,7 +32,9 @@ def placebo_sets(real: NeuronSet, width: int, n_sets: int = 20, seed: int = 0) -
     by_layer = real.by_layer()
     for layer, units in by_layer.items():
         if width - len(units) < len(units):
-            raise ProbeError(f"placebo: layer {layer} has {len(units)} of {width} units selected; too few others remain to draw a matched random set; select fewer units there (--top-k) or pass --placebo 0")
+            raise ProbeError(
+                f"placebo: layer {layer} has {len(units)} of {width} units selected; too few others remain to draw a matched random set; select fewer units there (--top-k) or pass --placebo 0"
+            )
     rng = np.random.default_rng(seed)
     out: list[NeuronSet] = []
     for draw in range(n_sets):
@@ -41,6 +43,13 @@ def placebo_sets(real: NeuronSet, width: int, n_sets: int = 20, seed: int = 0) -
             pool = np.setdiff1d(np.arange(width), np.asarray(by_layer[layer]))
             chosen = np.sort(rng.choice(pool, size=len(by_layer[layer]), replace=False))
             neurons.extend(Neuron(layer, int(u)) for u in chosen)
-        out.append(NeuronSet(neurons, real.hook, metric="placebo", capability=real.capability,
-                             selection={"rule": "placebo", "seed": seed, "draw": draw, "matched_to": len(real)}))
+        out.append(
+            NeuronSet(
+                neurons,
+                real.hook,
+                metric="placebo",
+                capability=real.capability,
+                selection={"rule": "placebo", "seed": seed, "draw": draw, "matched_to": len(real)},
+            )
+        )
     return out

@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from interventions.config import ABConfig
 
 
-
 def other(model: str) -> str:
     return MODELS[1 - MODELS.index(model)]
 
@@ -86,8 +85,10 @@ def read_means(config: ABConfig, units: NeuronSet, edit: str) -> dict[str, dict[
         means = {m: run.activations(m, config.capability, units.hook).astype(np.float64).mean(axis=0) for m in MODELS}
     missing = sorted(set(units.by_layer()) - set(layers))
     if missing:
-        raise ProbeError(f"--edit {edit}: layer {missing[0]} holds selected units but was not recorded in {config.run_dir} "
-                         f"(recorded: {layers[0]}-{layers[-1]}); select units in recorded layers")
+        raise ProbeError(
+            f"--edit {edit}: layer {missing[0]} holds selected units but was not recorded in {config.run_dir} "
+            f"(recorded: {layers[0]}-{layers[-1]}); select units in recorded layers"
+        )
     return {m: {layer: means[m][j] for j, layer in enumerate(layers)} for m in MODELS}
 
 
@@ -95,7 +96,17 @@ def scale_arms(data: RunData) -> list[Arm]:
     cfg, arms = data.config, []
     for k, factor in enumerate(cfg.factors):
         role = "main" if k == 0 else ("control" if factor == 0.0 and factor not in cfg.doses else "dose")
-        arms.append(Arm(f"scale {factor!r}", f"scale ×{factor!r}", role, cfg.model, (Scale(data.units, factor),), placebo=k == 0, factor=factor))
+        arms.append(
+            Arm(
+                f"scale {factor!r}",
+                f"scale ×{factor!r}",
+                role,
+                cfg.model,
+                (Scale(data.units, factor),),
+                placebo=k == 0,
+                factor=factor,
+            )
+        )
     return arms
 
 
@@ -104,14 +115,30 @@ def mean_arms(data: RunData) -> list[Arm]:
     pool = data.means("mean")[source]
     values = tuple(float(pool[n.layer][n.unit]) for n in data.units.neurons)
     edit = Set(data.units, values, pool=pool, source=f"{source} mean over {cfg.capability}")
-    return [Arm("mean", f"mean-ablation: units set to the {source.upper()} mean over {cfg.capability}", "arm", cfg.model, (edit,))]
+    return [
+        Arm(
+            "mean",
+            f"mean-ablation: units set to the {source.upper()} mean over {cfg.capability}",
+            "arm",
+            cfg.model,
+            (edit,),
+        )
+    ]
 
 
 def patch_arms(data: RunData) -> list[Arm]:
     first = data.config.model
-    return [Arm(f"patch {target}<-{other(target)}", f"patch {target.upper()} ← {other(target).upper()}: units take the {other(target).upper()} "
-                "model's values on the same tokens", "arm", target,
-                (Patch(data.units, source=data.model_of(other(target)), source_name=other(target)),)) for target in (first, other(first))]
+    return [
+        Arm(
+            f"patch {target}<-{other(target)}",
+            f"patch {target.upper()} ← {other(target).upper()}: units take the {other(target).upper()} "
+            "model's values on the same tokens",
+            "arm",
+            target,
+            (Patch(data.units, source=data.model_of(other(target)), source_name=other(target)),),
+        )
+        for target in (first, other(first))
+    ]
 
 
 def steer_arms(data: RunData) -> list[Arm]:
@@ -119,14 +146,35 @@ def steer_arms(data: RunData) -> list[Arm]:
     means, source = data.means("steer"), other(cfg.model)
     layers = sorted(data.units.by_layer())
     layers = layers[:1] if hook == "resid_post" else layers
-    edits = tuple(Add(hook, layer, tuple(float(v) for v in means[source][layer] - means[cfg.model][layer]), 1.0,
-                      source=f"{source} - {cfg.model} mean difference") for layer in layers)
+    edits = tuple(
+        Add(
+            hook,
+            layer,
+            tuple(float(v) for v in means[source][layer] - means[cfg.model][layer]),
+            1.0,
+            source=f"{source} - {cfg.model} mean difference",
+        )
+        for layer in layers
+    )
     where = ", ".join(str(layer) for layer in layers)
-    return [Arm("steer", f"steer {cfg.model.upper()} toward {source.upper()}: + ({source.upper()} − {cfg.model.upper()}) mean at {hook} "
-                f"layer{'s' if len(layers) > 1 else ''} {where}", "arm", cfg.model, edits)]
+    return [
+        Arm(
+            "steer",
+            f"steer {cfg.model.upper()} toward {source.upper()}: + ({source.upper()} − {cfg.model.upper()}) mean at {hook} "
+            f"layer{'s' if len(layers) > 1 else ''} {where}",
+            "arm",
+            cfg.model,
+            edits,
+        )
+    ]
 
 
-ARM_RECIPES: dict[str, Callable[[RunData], list[Arm]]] = {"scale": scale_arms, "mean": mean_arms, "patch": patch_arms, "steer": steer_arms}
+ARM_RECIPES: dict[str, Callable[[RunData], list[Arm]]] = {
+    "scale": scale_arms,
+    "mean": mean_arms,
+    "patch": patch_arms,
+    "steer": steer_arms,
+}
 RUN_RECIPES: frozenset[str] = frozenset({"mean", "steer"})  # read the run's recorded activations
 
 

@@ -39,8 +39,16 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import Interrupted
-from interventions.replicate_checks import (all_explained, analysed, analysis_complete, evaluation_complete, expected_rows, explained,
-                                            intervention_complete, recorded_complete)
+from interventions.replicate_checks import (
+    all_explained,
+    analysed,
+    analysis_complete,
+    evaluation_complete,
+    expected_rows,
+    explained,
+    intervention_complete,
+    recorded_complete,
+)
 from interventions.replicate_estimate import estimate, minutes
 from interventions.study_layout import EVAL_FILE, INTERVENTION_DIR, REPLICATE_FILE, REPORT_FILE, q
 from interventions.study_verdicts import TARGET
@@ -54,7 +62,10 @@ EXPLAIN_TOP = 10  # neuron cards per capability
 # default pair (2 cores): no claim reads the collateral rows. --limit and --collateral give them back.
 TARGET_ROWS = 48
 COLLATERAL = False
-PAIR_BUILD_SECONDS = {"smollm2": 600.0, "tiny": 240.0}  # building an embedded pair from its base (README, docs/training.md)
+PAIR_BUILD_SECONDS = {
+    "smollm2": 600.0,
+    "tiny": 240.0,
+}  # building an embedded pair from its base (README, docs/training.md)
 
 
 @dataclass
@@ -78,23 +89,37 @@ class ReplicateOptions:
 
     def intervention(self) -> dict[str, Any]:
         """The ABConfig fields given (the rest keep ``probe intervene``'s defaults)."""
-        given = {"edits": self.edits, "limit": self.limit, "placebo": self.placebo, "max_new_tokens": self.max_new_tokens,
-                 "collateral": self.collateral, "device": self.device}
+        given = {
+            "edits": self.edits,
+            "limit": self.limit,
+            "placebo": self.placebo,
+            "max_new_tokens": self.max_new_tokens,
+            "collateral": self.collateral,
+            "device": self.device,
+        }
         return {k: v for k, v in given.items() if v is not None}
 
     def command(self) -> str:
         """The command line that runs this replication again."""
-        parts = ["probe replicate"] + ([f"--pair {self.pair}"] if self.pair else [f"--sft {q(self.sft_dir)} --dpo {q(self.dpo_dir)}"])
+        parts = ["probe replicate"] + (
+            [f"--pair {self.pair}"] if self.pair else [f"--sft {q(self.sft_dir)} --dpo {q(self.dpo_dir)}"]
+        )
         if not self.pair:
             parts += [f"--base {q(self.base_dir)}"] if self.base_dir else []
             parts += [f"--data {q(self.data_file)}"]
-        flags = {"--edit": ",".join(self.edits) if self.edits else None, "--limit": self.limit if self.limit != TARGET_ROWS else None,
-                 "--placebo": self.placebo,
-                 "--max-new-tokens": self.max_new_tokens, "--device": self.device,
-                 "--eval-rows": self.eval_rows if self.eval_rows != EVAL_ROWS else None,
-                 "--explain-top": self.explain_top if self.explain_top != EXPLAIN_TOP else None}
+        flags = {
+            "--edit": ",".join(self.edits) if self.edits else None,
+            "--limit": self.limit if self.limit != TARGET_ROWS else None,
+            "--placebo": self.placebo,
+            "--max-new-tokens": self.max_new_tokens,
+            "--device": self.device,
+            "--eval-rows": self.eval_rows if self.eval_rows != EVAL_ROWS else None,
+            "--explain-top": self.explain_top if self.explain_top != EXPLAIN_TOP else None,
+        }
         parts += [f"{flag} {value}" for flag, value in flags.items() if value is not None]
-        parts += [] if self.collateral in (None, COLLATERAL) else ["--collateral" if self.collateral else "--no-collateral"]
+        parts += (
+            [] if self.collateral in (None, COLLATERAL) else ["--collateral" if self.collateral else "--no-collateral"]
+        )
         parts += ["--all-eval-rows"] if self.eval_rows is None else []
         return " ".join(parts + [f"--out {q(self.out_dir)}"])
 
@@ -127,33 +152,75 @@ class ReplicateResult:
 def ab_config(options: ReplicateOptions) -> Any:
     from interventions.config import ABConfig
 
-    return ABConfig(run_dir=options.out_dir, capability=TARGET, out_dir=options.out_dir / "interventions" / INTERVENTION_DIR,
-                    **options.intervention())
+    return ABConfig(
+        run_dir=options.out_dir,
+        capability=TARGET,
+        out_dir=options.out_dir / "interventions" / INTERVENTION_DIR,
+        **options.intervention(),
+    )
 
 
 def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | None = None) -> list[Stage]:
     """The stages with their estimates (module doc); nothing runs. ``kept`` receives the report's study when it is made."""
     from probes.config import RecordConfig
 
-    record_config = RecordConfig(sft_dir=options.sft_dir, dpo_dir=options.dpo_dir, data_file=options.data_file, capabilities="all",
-                                 out_dir=options.out_dir, device=options.device)
+    record_config = RecordConfig(
+        sft_dir=options.sft_dir,
+        dpo_dir=options.dpo_dir,
+        data_file=options.data_file,
+        capabilities="all",
+        out_dir=options.out_dir,
+        device=options.device,
+    )
     config = ab_config(options)
     seconds = estimate(options, config)
     out = options.out_dir
     caps = list(expected_rows(options.data_file))
     return [
-        Stage("record", f"record {len(caps)} capabilities through both models ({', '.join(record_config.hooks)}, every layer)",
-              seconds["record"], lambda: recorded_complete(options), lambda: _record(record_config)),
-        Stage("analyze", "maps, layer profiles, neuron sets and plots", seconds["analyze"], lambda: analysis_complete(out), lambda: _analyze(out)),
-        Stage("explain", f"neuron cards of the top {options.explain_top} units per capability", seconds["explain"],
-              lambda: all_explained(out), lambda: _explain(options, progress)),
-        Stage("intervene", f"A/B on {TARGET}: edits {','.join(config.edits)}, factors {', '.join(repr(f) for f in config.factors)}, "
-                           f"{config.placebo} placebo sets, {config.limit or 'all'} {TARGET} rows{' and collateral rows' if config.collateral else ''}, "
-                           f"{config.max_new_tokens} new tokens",
-              seconds["intervene"], lambda: intervention_complete(out, options.intervention()), lambda: _intervene(config, progress)),
-        Stage("evaluate", f"compliance of {'base, ' if options.base_dir else ''}SFT and DPO on {options.eval_rows or 'all'} rows",
-              seconds["evaluate"], lambda: evaluation_complete(options), lambda: _evaluate(options, progress)),
-        Stage("report", f"{out / REPORT_FILE}", seconds["report"], lambda: False, lambda: _report(out, kept if kept is not None else {})),
+        Stage(
+            "record",
+            f"record {len(caps)} capabilities through both models ({', '.join(record_config.hooks)}, every layer)",
+            seconds["record"],
+            lambda: recorded_complete(options),
+            lambda: _record(record_config),
+        ),
+        Stage(
+            "analyze",
+            "maps, layer profiles, neuron sets and plots",
+            seconds["analyze"],
+            lambda: analysis_complete(out),
+            lambda: _analyze(out),
+        ),
+        Stage(
+            "explain",
+            f"neuron cards of the top {options.explain_top} units per capability",
+            seconds["explain"],
+            lambda: all_explained(out),
+            lambda: _explain(options, progress),
+        ),
+        Stage(
+            "intervene",
+            f"A/B on {TARGET}: edits {','.join(config.edits)}, factors {', '.join(repr(f) for f in config.factors)}, "
+            f"{config.placebo} placebo sets, {config.limit or 'all'} {TARGET} rows{' and collateral rows' if config.collateral else ''}, "
+            f"{config.max_new_tokens} new tokens",
+            seconds["intervene"],
+            lambda: intervention_complete(out, options.intervention()),
+            lambda: _intervene(config, progress),
+        ),
+        Stage(
+            "evaluate",
+            f"compliance of {'base, ' if options.base_dir else ''}SFT and DPO on {options.eval_rows or 'all'} rows",
+            seconds["evaluate"],
+            lambda: evaluation_complete(options),
+            lambda: _evaluate(options, progress),
+        ),
+        Stage(
+            "report",
+            f"{out / REPORT_FILE}",
+            seconds["report"],
+            lambda: False,
+            lambda: _report(out, kept if kept is not None else {}),
+        ),
     ]
 
 
@@ -200,8 +267,15 @@ def _evaluate(options: ReplicateOptions, progress: Progress) -> str:
     from training.evaluate import evaluate_pair
 
     generation = replace(EVAL_GENERATION, max_new_tokens=options.max_new_tokens or EVAL_GENERATION.max_new_tokens)
-    result = evaluate_pair(options.sft_dir, options.dpo_dir, options.data_file, max_rows=options.eval_rows, generation=generation,
-                           progress=lambda name: progress(f"generating and judging: {name}"), base_dir=options.base_dir)
+    result = evaluate_pair(
+        options.sft_dir,
+        options.dpo_dir,
+        options.data_file,
+        max_rows=options.eval_rows,
+        generation=generation,
+        progress=lambda name: progress(f"generating and judging: {name}"),
+        base_dir=options.base_dir,
+    )
     result.save(options.out_dir / EVAL_FILE)
     return f"{sum(result.task_counts.values())} rows -> {options.out_dir / EVAL_FILE}"
 
@@ -216,11 +290,21 @@ def _report(out: Path, kept: dict[str, Any]) -> str:
 def _save(options: ReplicateOptions, stages: list[Stage], started: str) -> None:
     from core.atomic import write_atomic
 
-    body = {"format": "rolemrc-probe/replicate", "version": 1, "command": options.command(), "started": started,
-            "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
-            "sft_dir": str(options.sft_dir.resolve()), "dpo_dir": str(options.dpo_dir.resolve()),
-            "base_dir": str(options.base_dir.resolve()) if options.base_dir else None, "data_file": str(options.data_file.resolve()),
-            "stages": [{"name": s.name, "what": s.what, "status": s.status, "estimate_s": s.estimate_s, "seconds": s.seconds} for s in stages]}
+    body = {
+        "format": "rolemrc-probe/replicate",
+        "version": 1,
+        "command": options.command(),
+        "started": started,
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
+        "sft_dir": str(options.sft_dir.resolve()),
+        "dpo_dir": str(options.dpo_dir.resolve()),
+        "base_dir": str(options.base_dir.resolve()) if options.base_dir else None,
+        "data_file": str(options.data_file.resolve()),
+        "stages": [
+            {"name": s.name, "what": s.what, "status": s.status, "estimate_s": s.estimate_s, "seconds": s.seconds}
+            for s in stages
+        ],
+    }
     write_atomic(options.out_dir / REPLICATE_FILE, json.dumps(body, indent=1) + "\n")
 
 
@@ -228,7 +312,11 @@ def _previous_seconds(out: Path) -> dict[str, float]:
     """Each stage's measured seconds in an earlier ``replicate.json`` of this run (kept for the stages skipped now)."""
     try:
         body = json.loads((out / REPLICATE_FILE).read_text(encoding="utf-8"))
-        return {str(s["name"]): float(s["seconds"]) for s in body.get("stages", []) if isinstance(s.get("seconds"), (int, float))}
+        return {
+            str(s["name"]): float(s["seconds"])
+            for s in body.get("stages", [])
+            if isinstance(s.get("seconds"), (int, float))
+        }
     except (OSError, ValueError, TypeError, AttributeError, KeyError):
         return {}
 
@@ -250,10 +338,14 @@ def run_stages(options: ReplicateOptions, stages: list[Stage], progress: Progres
         try:
             line = stage.run()
         except (KeyboardInterrupt, Interrupted) as exc:
-            raise Interrupted(f"replicate stopped in stage {stage.name}{f' ({exc})' if str(exc) else ''}; finished stages are kept: rerun "
-                              f"`{options.command()}` to resume") from None
+            raise Interrupted(
+                f"replicate stopped in stage {stage.name}{f' ({exc})' if str(exc) else ''}; finished stages are kept: rerun "
+                f"`{options.command()}` to resume"
+            ) from None
         stage.status, stage.seconds = "done", time.perf_counter() - start
-        progress(f"[{number}/{len(stages)}] {stage.name}: {line} ({minutes(stage.seconds)}, estimated {minutes(stage.estimate_s)})")
+        progress(
+            f"[{number}/{len(stages)}] {stage.name}: {line} ({minutes(stage.seconds)}, estimated {minutes(stage.estimate_s)})"
+        )
         _save(options, stages, started)
     _save(options, stages, started)
     return ReplicateResult(options.out_dir, stages, options.out_dir / REPORT_FILE, seconds=time.perf_counter() - began)

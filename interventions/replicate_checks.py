@@ -43,7 +43,10 @@ def recorded_complete(options: ReplicateOptions) -> bool:
         return False
     try:
         with RunReader(options.out_dir) as run:
-            same = {Path(run.settings.sft_dir).resolve(), Path(run.settings.dpo_dir).resolve()} == {options.sft_dir.resolve(), options.dpo_dir.resolve()}
+            same = {Path(run.settings.sft_dir).resolve(), Path(run.settings.dpo_dir).resolve()} == {
+                options.sft_dir.resolve(),
+                options.dpo_dir.resolve(),
+            }
             counts = {c: run.n_samples(c) for c in run.capabilities()}
     except ProbeError:
         return False

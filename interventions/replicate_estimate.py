@@ -28,7 +28,9 @@ REFERENCE_PARAMETERS = 134.5e6
 PROMPT_SECONDS = 1.3e-3  # per prompt token and model
 DECODE_SECONDS = 6.5e-3  # per generated token (up to the limit) and model
 EXPLAIN_SECONDS = 15.0  # per capability (docs/explain.md: 12-20 s for multi_turn)
-SHARED_DISCOUNT = 0.6  # an arm decoded in shared batches costs about this share of a pass of its own (core.shared_generation)
+SHARED_DISCOUNT = (
+    0.6  # an arm decoded in shared batches costs about this share of a pass of its own (core.shared_generation)
+)
 PATCH_COST = 1.7  # a patch pass runs the source model in lockstep up to the patched layers
 
 
@@ -60,7 +62,12 @@ def prompt_tokens(sft_dir: Path, data_file: Path) -> dict[str, list[int]]:
     from core.rows import group_by_capability, read_test_rows
 
     rows = read_test_rows(data_file)
-    lengths = [len(ids) for ids in encode_conversations(load_tokenizer(sft_dir, "--sft"), [r.question for r in rows], add_generation_prompt=True)]
+    lengths = [
+        len(ids)
+        for ids in encode_conversations(
+            load_tokenizer(sft_dir, "--sft"), [r.question for r in rows], add_generation_prompt=True
+        )
+    ]
     groups = group_by_capability(rows, list(ALL_CAPABILITIES))
     return {cap.value: [lengths[i] for i, _ in items] for cap, items in groups.items() if items}
 

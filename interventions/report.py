@@ -60,25 +60,34 @@ def _placebo_cell(placebo: dict[str, Any] | None) -> str:
 
 
 def arm_table(arm: ArmResult) -> list[str]:
-    lines = ["| capability | n | before | after | Δ (pts) | 95% CI | McNemar p | placebo pct | generations changed | ROUGE-L before→after | BLEU before→after |",
-             "|---|---:|---:|---:|---:|---|---:|---|---:|---|---|"]
+    lines = [
+        "| capability | n | before | after | Δ (pts) | 95% CI | McNemar p | placebo pct | generations changed | ROUGE-L before→after | BLEU before→after |",
+        "|---|---:|---:|---:|---:|---|---:|---|---:|---|---|",
+    ]
     for c in arm.capabilities:
         name = f"**{c.capability}**" if c.target else c.capability
         lines.append(
             f"| {name} | {c.n_scored} | {fmt_pct(c.before)} | {fmt_pct(c.after)} | {fmt_delta(c.delta)} | "
             f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}] | {fmt_p(c.p_value)} | {_placebo_cell(c.placebo)} | "
-            f"{c.rows_changed}/{c.n_rows} | {c.rouge_l_before:.3f}→{c.rouge_l_after:.3f} | {c.bleu_before:.1f}→{c.bleu_after:.1f} |")
+            f"{c.rows_changed}/{c.n_rows} | {c.rouge_l_before:.3f}→{c.rouge_l_after:.3f} | {c.bleu_before:.1f}→{c.bleu_after:.1f} |"
+        )
     return lines
 
 
 def markdown(report: ABReport) -> str:
     n = report.neurons
     layers = ", ".join(f"{layer}:{count}" for layer, count in n["per_layer"].items())
-    baselines = "; ".join(f"{name}: {b['rows']} prompts, {b['tokens']} generated tokens" for name, b in report.baselines.items())
-    out = [f"# A/B intervention: {report.capability} ({report.model} model)", "",
-           f"- model: `{report.model_dir}` ({report.dtype}, backend {report.backend}); data: `{report.data_file}`; judge: {report.judge}",
-           f"- units: {n['size']} units of `{n['hook']}` (layer:count {layers}); selection: {n['selection'] or n['metric']}",
-           f"- baselines: {baselines}", ""]
+    baselines = "; ".join(
+        f"{name}: {b['rows']} prompts, {b['tokens']} generated tokens" for name, b in report.baselines.items()
+    )
+    out = [
+        f"# A/B intervention: {report.capability} ({report.model} model)",
+        "",
+        f"- model: `{report.model_dir}` ({report.dtype}, backend {report.backend}); data: `{report.data_file}`; judge: {report.judge}",
+        f"- units: {n['size']} units of `{n['hook']}` (layer:count {layers}); selection: {n['selection'] or n['metric']}",
+        f"- baselines: {baselines}",
+        "",
+    ]
     guard_flags = {flag for arm in report.arms for flag in [*arm.guard.flags, *arm.guard.faults]}
     other = [w for w in report.warnings if w not in guard_flags]
     out.extend(f"> **WARNING:** {w}" for w in other)
@@ -110,27 +119,37 @@ def _placebo_line(placebo: dict[str, Any]) -> str:
 
 def summary_table(report: ABReport) -> list[str]:
     """Every arm on the target capability, against the baseline of the model it ran on."""
-    lines = [f"## Every arm on {report.capability}", "",
-             "| arm | model | before | after | Δ (pts) | 95% CI | McNemar p | placebo pct | generations changed | no-op |",
-             "|---|---|---:|---:|---:|---|---:|---|---:|---|"]
+    lines = [
+        f"## Every arm on {report.capability}",
+        "",
+        "| arm | model | before | after | Δ (pts) | 95% CI | McNemar p | placebo pct | generations changed | no-op |",
+        "|---|---|---:|---:|---:|---|---:|---|---:|---|",
+    ]
     for arm in report.arms:
         c = arm.capability(report.capability)
         verdict = "INVALID" if arm.guard.faults else ("YES" if arm.guard.is_noop else "no")
-        lines.append(f"| {arm.name} | {arm.model} | {fmt_pct(c.before)} | {fmt_pct(c.after)} | {fmt_delta(c.delta)} | "
-                     f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}] | {fmt_p(c.p_value)} | {_placebo_cell(c.placebo)} | "
-                     f"{c.rows_changed}/{c.n_rows} | {verdict} |")
+        lines.append(
+            f"| {arm.name} | {arm.model} | {fmt_pct(c.before)} | {fmt_pct(c.after)} | {fmt_delta(c.delta)} | "
+            f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}] | {fmt_p(c.p_value)} | {_placebo_cell(c.placebo)} | "
+            f"{c.rows_changed}/{c.n_rows} | {verdict} |"
+        )
     return lines + [""]
 
 
 def dose_table(report: ABReport) -> list[str]:
-    lines = [f"## Dose sweep ({report.capability})", "",
-             "| factor | role | after | Δ (pts) | 95% CI | McNemar p | generations changed | changed in dtype | hook values changed | no-op |",
-             "|---:|---|---:|---:|---|---:|---:|---:|---:|---|"]
+    lines = [
+        f"## Dose sweep ({report.capability})",
+        "",
+        "| factor | role | after | Δ (pts) | 95% CI | McNemar p | generations changed | changed in dtype | hook values changed | no-op |",
+        "|---:|---|---:|---:|---|---:|---:|---:|---:|---|",
+    ]
     for arm in report.scale_arms:
         c, g = arm.capability(report.capability), arm.guard
         hook = "n/a" if g.values_changed is None else f"{g.values_changed}/{g.values_seen}"
-        lines.append(f"| {arm.factor!r} | {arm.role} | {fmt_pct(c.after)} | {fmt_delta(c.delta)} | [{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}] | "
-                     f"{fmt_p(c.p_value)} | {g.rows_changed}/{g.rows} | {100 * g.changed_fraction_in_dtype:.1f}% | {hook} | {'YES' if g.is_noop else 'no'} |")
+        lines.append(
+            f"| {arm.factor!r} | {arm.role} | {fmt_pct(c.after)} | {fmt_delta(c.delta)} | [{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}] | "
+            f"{fmt_p(c.p_value)} | {g.rows_changed}/{g.rows} | {100 * g.changed_fraction_in_dtype:.1f}% | {hook} | {'YES' if g.is_noop else 'no'} |"
+        )
     return lines + [""]
 
 
@@ -145,28 +164,53 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def generation_records(rows: list[TestRow], row_ids: list[int], baselines: dict[str, Generations], base_scores: ArmScores,
-                       main_model: str, arms: dict[str, tuple[str, Generations]]) -> list[dict[str, Any]]:
+def generation_records(
+    rows: list[TestRow],
+    row_ids: list[int],
+    baselines: dict[str, Generations],
+    base_scores: ArmScores,
+    main_model: str,
+    arms: dict[str, tuple[str, Generations]],
+) -> list[dict[str, Any]]:
     """One record per row: its baseline(s), every arm's text, and whether the arm changed its tokens (``arms``: name -> (model, generations))."""
     records = []
     for k, row in enumerate(rows):
-        records.append({
-            "row": row_ids[k], "task": row.task, "capabilities": [c.value for c in capabilities_of(row.task)],
-            "reference": row.reference, "baseline": baselines[main_model].texts[k],
-            "baseline_scores": {c.value: s for c, s in base_scores.verdicts[k].scores.items()},
-            **({"baselines": {m: g.texts[k] for m, g in baselines.items()}} if len(baselines) > 1 else {}),
-            "intervened": {name: g.texts[k] for name, (_, g) in arms.items()},
-            "changed": {name: g.ids[k] != baselines[model].ids[k] for name, (model, g) in arms.items()},
-        })
+        records.append(
+            {
+                "row": row_ids[k],
+                "task": row.task,
+                "capabilities": [c.value for c in capabilities_of(row.task)],
+                "reference": row.reference,
+                "baseline": baselines[main_model].texts[k],
+                "baseline_scores": {c.value: s for c, s in base_scores.verdicts[k].scores.items()},
+                **({"baselines": {m: g.texts[k] for m, g in baselines.items()}} if len(baselines) > 1 else {}),
+                "intervened": {name: g.texts[k] for name, (_, g) in arms.items()},
+                "changed": {name: g.ids[k] != baselines[model].ids[k] for name, (model, g) in arms.items()},
+            }
+        )
     return records
 
 
-def write_report(report: ABReport, rows: list[TestRow], row_ids: list[int], baselines: dict[str, Generations], base_scores: ArmScores,
-                 arms: dict[str, Generations], out_dir: Path) -> ABReport:
+def write_report(
+    report: ABReport,
+    rows: list[TestRow],
+    row_ids: list[int],
+    baselines: dict[str, Generations],
+    base_scores: ArmScores,
+    arms: dict[str, Generations],
+    out_dir: Path,
+) -> ABReport:
     out_dir.mkdir(parents=True, exist_ok=True)
-    report.paths = {"json": str(out_dir / "ab_report.json"), "markdown": str(out_dir / "ab_report.md"), "generations": str(out_dir / "generations.jsonl")}
+    report.paths = {
+        "json": str(out_dir / "ab_report.json"),
+        "markdown": str(out_dir / "ab_report.md"),
+        "generations": str(out_dir / "generations.jsonl"),
+    }
     by_name = {arm.name: (arm.model, arms[arm.name]) for arm in report.arms}
-    lines = [json.dumps(r, ensure_ascii=False) for r in generation_records(rows, row_ids, baselines, base_scores, report.model, by_name)]
+    lines = [
+        json.dumps(r, ensure_ascii=False)
+        for r in generation_records(rows, row_ids, baselines, base_scores, report.model, by_name)
+    ]
     write_atomic(out_dir / "generations.jsonl", "\n".join(lines) + "\n")
     write_atomic(out_dir / "ab_report.md", markdown(report))
     write_atomic(out_dir / "ab_report.json", json.dumps(_finite(report.to_dict()), indent=1, allow_nan=False) + "\n")

@@ -64,8 +64,16 @@ class NoOpGuard:
         return cls(**_pick(cls, data))
 
 
-def build_guard(edit: str, factor: float | None, dtype: str, changed_fraction: float, noop_reason: str | None,
-                hook_stats: dict[str, int] | None, rows: int, rows_changed: int) -> NoOpGuard:
+def build_guard(
+    edit: str,
+    factor: float | None,
+    dtype: str,
+    changed_fraction: float,
+    noop_reason: str | None,
+    hook_stats: dict[str, int] | None,
+    rows: int,
+    rows_changed: int,
+) -> NoOpGuard:
     """Fill in the guard, its no-op flags and its faults."""
     stats = hook_stats or {}
     seen, changed, degenerate = stats.get("values_seen"), stats.get("values_changed"), stats.get("degenerate_logits")
@@ -75,11 +83,21 @@ def build_guard(edit: str, factor: float | None, dtype: str, changed_fraction: f
     elif changed is not None and changed == 0:
         flags.append("the hooks did not change a single activation value during generation")
     if rows_changed == 0 and rows > 0:
-        flags.append(f"not a single generated token changed vs the baseline on {rows} prompts: treat Δ=0 as a no-op, not as a null result")
-    faults = [f"{edit} broke the model: its logits were inf/NaN or the same for every token at {degenerate} forward "
-              "positions, so these generations are degenerate (often empty) and say nothing about the units; use an edit of "
-              "moderate size"] if degenerate else []
-    return NoOpGuard(factor, dtype, changed_fraction, seen, changed, rows, rows_changed, flags, degenerate, faults, edit)
+        flags.append(
+            f"not a single generated token changed vs the baseline on {rows} prompts: treat Δ=0 as a no-op, not as a null result"
+        )
+    faults = (
+        [
+            f"{edit} broke the model: its logits were inf/NaN or the same for every token at {degenerate} forward "
+            "positions, so these generations are degenerate (often empty) and say nothing about the units; use an edit of "
+            "moderate size"
+        ]
+        if degenerate
+        else []
+    )
+    return NoOpGuard(
+        factor, dtype, changed_fraction, seen, changed, rows, rows_changed, flags, degenerate, faults, edit
+    )
 
 
 @dataclass
@@ -125,7 +143,9 @@ class ArmResult:
     label: str = ""  # what it did, in words
     model: str = "dpo"  # the model that generated
     edits: list[dict[str, Any]] = field(default_factory=list)  # each edit's full description
-    placebo: dict[str, Any] = field(default_factory=dict)  # n_sets, seed, family, skipped; per-capability results in capabilities
+    placebo: dict[str, Any] = field(
+        default_factory=dict
+    )  # n_sets, seed, family, skipped; per-capability results in capabilities
 
     def __post_init__(self) -> None:
         self.name = self.name or f"scale {self.factor!r}"
@@ -215,8 +235,10 @@ class ABReport:
             raise ProbeError(f"not an A/B report (expected format {FORMAT!r})")
         version = data.get("version")
         if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= VERSION:
-            raise ProbeError(f"A/B report version {version!r}: this toolkit reads versions 1-{VERSION}; "
-                             "a newer report needs a newer toolkit")
+            raise ProbeError(
+                f"A/B report version {version!r}: this toolkit reads versions 1-{VERSION}; "
+                "a newer report needs a newer toolkit"
+            )
         values = _pick(cls, data)
         if version == 1:
             values["arms"] = [ArmResult.from_dict(a) for a in [data["main"], *data.get("doses", [])]]

@@ -48,7 +48,9 @@ def validate_factor(factor: float, name: str = "--factor") -> float:
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not math.isfinite(float(factor)):
         raise ProbeError(f"{name} must be a finite number (0 ablates, 1 is no change), got {factor!r}")
     if abs(float(factor)) > FLOAT32_MAX:
-        raise ProbeError(f"{name} {factor!r} overflows float32 (largest {FLOAT32_MAX:.4g}), in which the edit is computed; use a factor of moderate size")
+        raise ProbeError(
+            f"{name} {factor!r} overflows float32 (largest {FLOAT32_MAX:.4g}), in which the edit is computed; use a factor of moderate size"
+        )
     return float(factor)
 
 
@@ -61,7 +63,9 @@ def parse_factors(spec: str, name: str = "--dose") -> list[float]:
         try:
             values.append(validate_factor(float(part), name))
         except ValueError:
-            raise ProbeError(f"{name} {spec!r}: {part!r} is not a number; expected a comma-separated list like 0,0.5,0.999999") from None
+            raise ProbeError(
+                f"{name} {spec!r}: {part!r} is not a number; expected a comma-separated list like 0,0.5,0.999999"
+            ) from None
     if not values:
         raise ProbeError(f"{name} {spec!r}: expected at least one factor")
     return values

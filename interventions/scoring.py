@@ -21,6 +21,7 @@ from core.errors import ProbeError
 from core.judges.base import Judge, Verdict
 from core.schema import TestRow
 
+
 def rouge_l(responses: Sequence[str], references: Sequence[str]) -> list[float]:
     """ROUGE-L F-measure (stemmed) of each response against its reference."""
     from rouge_score import rouge_scorer

@@ -22,8 +22,9 @@ from analysis.neuron_sets import Neuron, NeuronSet
 from core.errors import ProbeError
 from probes.hook_points import n_layers, validate_hook, width
 
-
-MAX_INDEX = 1 << 20  # wider than any hook point and deeper than any model: a range past it is a typo, refused before it is expanded
+MAX_INDEX = (
+    1 << 20
+)  # wider than any hook point and deeper than any model: a range past it is a typo, refused before it is expanded
 
 
 def parse_units(spec: str, hook: str = "mlp_out") -> NeuronSet:
@@ -43,9 +44,13 @@ def parse_units(spec: str, hook: str = "mlp_out") -> NeuronSet:
             if lo > hi or layer < 0 or lo < 0:
                 raise ValueError
         except ValueError:
-            raise ProbeError(f"--units {spec!r}: bad entry {part!r}; expected LAYER:UNIT pairs like 14:3,14:9,20:0 (or 14:3-7)") from None
+            raise ProbeError(
+                f"--units {spec!r}: bad entry {part!r}; expected LAYER:UNIT pairs like 14:3,14:9,20:0 (or 14:3-7)"
+            ) from None
         if layer >= MAX_INDEX or hi >= MAX_INDEX:
-            raise ProbeError(f"--units {spec!r}: {part!r} reaches past {MAX_INDEX - 1}, beyond any model's layers and units; check the range")
+            raise ProbeError(
+                f"--units {spec!r}: {part!r} reaches past {MAX_INDEX - 1}, beyond any model's layers and units; check the range"
+            )
         neurons.extend(Neuron(layer, unit) for unit in range(lo, hi + 1))
     if not neurons:
         raise ProbeError(f"--units {spec!r}: no units given; expected LAYER:UNIT pairs like 14:3,14:9,20:0")
@@ -69,10 +74,14 @@ def top_k_of(neurons: NeuronSet, k: int) -> NeuronSet:
     if k < 1:
         raise ProbeError(f"--top-k must be at least 1, got {k}")
     if k > len(neurons):
-        raise ProbeError(f"--top-k {k}: the ranking has only {len(neurons)} units; ask for fewer or re-run `probe analyze --top-k {k}`")
+        raise ProbeError(
+            f"--top-k {k}: the ranking has only {len(neurons)} units; ask for fewer or re-run `probe analyze --top-k {k}`"
+        )
     ranked = sorted(neurons.neurons, key=lambda n: (-abs(n.delta), n.layer, n.unit))[:k]
     selection = {**neurons.selection, "top_k": k}
-    return NeuronSet(ranked, neurons.hook, neurons.metric, neurons.capability, selection, neurons.run_dir, dict(neurons.model_hashes))
+    return NeuronSet(
+        ranked, neurons.hook, neurons.metric, neurons.capability, selection, neurons.run_dir, dict(neurons.model_hashes)
+    )
 
 
 def ranking_from_run(run_dir: str | Path, capability: str, hook: str, k: int) -> NeuronSet:
@@ -96,7 +105,9 @@ def ranking_from_run(run_dir: str | Path, capability: str, hook: str, k: int) ->
 
         analyze_run(run_dir, capabilities=[capability], hooks=[hook], top_k=k, out_dir=out_dir, plots=False)
     if not target.is_file():
-        raise ProbeError(f"{run_dir}: analysis wrote no ranking for capability={capability} hook={hook}; was it recorded?")
+        raise ProbeError(
+            f"{run_dir}: analysis wrote no ranking for capability={capability} hook={hook}; was it recorded?"
+        )
     return top_k_of(NeuronSet.load(target), k)
 
 
@@ -111,7 +122,9 @@ def analysed_neuron_set(run_dir: str | Path, capability: str, hook: str) -> Neur
     if path.is_file():
         return NeuronSet.load(path)
     require_recorded(run_dir, capability, hook)
-    raise ProbeError(f"{path}: no neuron set for capability={capability} hook={hook}; run `probe analyze {run_dir}` or pass --top-k/--neurons/--units")
+    raise ProbeError(
+        f"{path}: no neuron set for capability={capability} hook={hook}; run `probe analyze {run_dir}` or pass --top-k/--neurons/--units"
+    )
 
 
 def require_recorded(run_dir: str | Path, capability: str, hook: str) -> None:
@@ -120,12 +133,16 @@ def require_recorded(run_dir: str | Path, capability: str, hook: str) -> None:
     with RunReader(run_dir) as run:
         recorded = run.capabilities()
         if capability not in recorded:
-            raise ProbeError(f"{run_dir}: capability {capability!r} was not recorded in this run (recorded: {', '.join(recorded) or 'none'}); "
-                             f"choose one of those with --capability, or record it with `probe run --capability {capability}`")
+            raise ProbeError(
+                f"{run_dir}: capability {capability!r} was not recorded in this run (recorded: {', '.join(recorded) or 'none'}); "
+                f"choose one of those with --capability, or record it with `probe run --capability {capability}`"
+            )
         hooks = [h for h in run.hooks(capability, MODELS[0]) if all(h in run.hooks(capability, m) for m in MODELS)]
         if hook not in hooks:
-            raise ProbeError(f"{run_dir}: hook {hook!r} was not recorded for capability {capability!r} (recorded: {', '.join(hooks) or 'none'}); "
-                             "choose one of those with --hook")
+            raise ProbeError(
+                f"{run_dir}: hook {hook!r} was not recorded for capability {capability!r} (recorded: {', '.join(hooks) or 'none'}); "
+                "choose one of those with --hook"
+            )
 
 
 def check_against_model(neurons: NeuronSet, model: nn.Module, source: str = "neuron set") -> None:
@@ -134,9 +151,13 @@ def check_against_model(neurons: NeuronSet, model: nn.Module, source: str = "neu
     total, units = n_layers(model), width(model, neurons.hook)
     for n in neurons.neurons:
         if not 0 <= n.layer < total:
-            raise ProbeError(f"{source}: layer {n.layer} (unit {n.unit}) is outside the model, which has layers 0-{total - 1}")
+            raise ProbeError(
+                f"{source}: layer {n.layer} (unit {n.unit}) is outside the model, which has layers 0-{total - 1}"
+            )
         if not 0 <= n.unit < units:
-            raise ProbeError(f"{source}: unit {n.unit} of layer {n.layer} is outside {neurons.hook}, which has units 0-{units - 1}")
+            raise ProbeError(
+                f"{source}: unit {n.unit} of layer {n.layer} is outside {neurons.hook}, which has units 0-{units - 1}"
+            )
 
 
 def describe(neurons: NeuronSet) -> dict[str, object]:

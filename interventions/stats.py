@@ -55,7 +55,9 @@ def mcnemar_exact(before: Sequence[int], after: Sequence[int]) -> McNemar:
     return McNemar(b, c, float(mcnemar_p(b, c)))
 
 
-def paired_delta(before: Sequence[int], after: Sequence[int], *, n_resamples: int = 10_000, seed: int = 0, with_ci: bool = True) -> PairedDelta:
+def paired_delta(
+    before: Sequence[int], after: Sequence[int], *, n_resamples: int = 10_000, seed: int = 0, with_ci: bool = True
+) -> PairedDelta:
     """Compliance before/after, Δ with its 95% paired bootstrap CI, and the exact McNemar test.
 
     ``with_ci=False`` skips the bootstrap (CI reported as NaN), e.g. for placebo arms.
@@ -65,7 +67,9 @@ def paired_delta(before: Sequence[int], after: Sequence[int], *, n_resamples: in
     if n == 0:
         nan = float("nan")
         return PairedDelta(0, nan, nan, nan, nan, nan, McNemar(0, 0, 1.0))
-    low, high = paired_bootstrap_ci(b, a, n_resamples=n_resamples, seed=seed) if with_ci else (float("nan"), float("nan"))
+    low, high = (
+        paired_bootstrap_ci(b, a, n_resamples=n_resamples, seed=seed) if with_ci else (float("nan"), float("nan"))
+    )
     return PairedDelta(n, float(b.mean()), float(a.mean()), float(a.mean() - b.mean()), low, high, mcnemar_exact(b, a))
 
 

@@ -77,7 +77,9 @@ class Study:
     models: list[ModelEntry] = field(default_factory=list)
     data_file: str = ""
     data_sha256: str = ""
-    recording: dict[str, Any] = field(default_factory=dict)  # hooks, layers, position, capabilities, n per capability, when
+    recording: dict[str, Any] = field(
+        default_factory=dict
+    )  # hooks, layers, position, capabilities, n per capability, when
     summary: AnalysisSummary | None = None
     hook: str = PAPER_HOOK
     maps: dict[str, MetricMaps] = field(default_factory=dict)  # capability -> maps at ``hook``
@@ -106,10 +108,14 @@ def gather_study(run_dir: str | Path, eval_file: str | Path | None = None) -> St
 
     run_path = Path(run_dir)
     if not (run_path / "activations.h5").is_file() and not (run_path / "analysis" / "summary.json").is_file():
-        raise ProbeError(f"{run_path}: not a run directory (no activations.h5, no analysis/summary.json); make one with "
-                         f"`probe replicate --out {run_path}` (or `probe run ... --out {run_path}`)")
+        raise ProbeError(
+            f"{run_path}: not a run directory (no activations.h5, no analysis/summary.json); make one with "
+            f"`probe replicate --out {run_path}` (or `probe run ... --out {run_path}`)"
+        )
     versions = library_versions()
-    study = Study(run_path, time.strftime("%Y-%m-%d %H:%M:%S %Z"), versions.get("rolemrc-probe", "unknown"), _machine(versions))
+    study = Study(
+        run_path, time.strftime("%Y-%m-%d %H:%M:%S %Z"), versions.get("rolemrc-probe", "unknown"), _machine(versions)
+    )
     study.replicate = _optional_json(study, run_path / REPLICATE_FILE, "the replicate record")
     _read_recording(study)
     _read_analysis(study)
@@ -121,14 +127,24 @@ def gather_study(run_dir: str | Path, eval_file: str | Path | None = None) -> St
 
     decide(study)
     commands = Commands(study)
-    study.commands = ([str(study.replicate["command"])] if study.replicate and study.replicate.get("command") else [commands.replicate()])
+    study.commands = (
+        [str(study.replicate["command"])]
+        if study.replicate and study.replicate.get("command")
+        else [commands.replicate()]
+    )
     study.commands.append(commands.report())
     return study
 
 
 def _machine(versions: dict[str, str]) -> dict[str, Any]:
-    return {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count(), "python": versions.get("python"),
-            "torch": versions.get("torch"), "transformers": versions.get("transformers")}
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": versions.get("python"),
+        "torch": versions.get("torch"),
+        "transformers": versions.get("transformers"),
+    }
 
 
 def _optional_json(study: Study, path: Path, what: str) -> dict[str, Any] | None:
@@ -158,24 +174,41 @@ def _read_recording(study: Study) -> None:
             settings = run.settings
             infos = {m: run.model_info(m) for m in MODELS}
             caps = run.capabilities()
-            study.recording = {"capabilities": caps, "n": {c: run.n_samples(c) for c in caps}, "hooks": list(settings.hooks),
-                               "layers": list(settings.layers), "position": settings.position, "dtype": settings.dtype,
-                               "backend": settings.backend, "base_dir": getattr(settings, "base_dir", ""),
-                               "base_weights_sha256": getattr(settings, "base_weights_sha256", ""), **_recorded_when(run.path)}
+            study.recording = {
+                "capabilities": caps,
+                "n": {c: run.n_samples(c) for c in caps},
+                "hooks": list(settings.hooks),
+                "layers": list(settings.layers),
+                "position": settings.position,
+                "dtype": settings.dtype,
+                "backend": settings.backend,
+                "base_dir": getattr(settings, "base_dir", ""),
+                "base_weights_sha256": getattr(settings, "base_weights_sha256", ""),
+                **_recorded_when(run.path),
+            }
     except ProbeError as exc:
         study.missing.append(Missing("the recording", str(exc), "probe run (see `probe run --help`)"))
         return
     study.data_file, study.data_sha256 = settings.data_file, settings.data_sha256
     for role in MODELS:
         directory = str(infos[role].get("model_dir") or settings.model_dir(role))
-        study.models.append(_model_entry(role, directory, str(infos[role].get("weights_sha256") or getattr(settings, f"{role}_weights_sha256"))))
+        study.models.append(
+            _model_entry(
+                role, directory, str(infos[role].get("weights_sha256") or getattr(settings, f"{role}_weights_sha256"))
+            )
+        )
     base = _base_of(study)
     if base:
         study.models.insert(0, _model_entry("base", base[0], base[1]))
     absent = [c.value for c in ALL_CAPABILITIES if c.value not in caps]
     if absent:
-        study.missing.append(Missing(f"capabilities {', '.join(absent)}", "not recorded in this run (claim 1 and the heatmaps cover "
-                                     "only the recorded ones)", Commands(study).record(",".join(absent))))
+        study.missing.append(
+            Missing(
+                f"capabilities {', '.join(absent)}",
+                "not recorded in this run (claim 1 and the heatmaps cover only the recorded ones)",
+                Commands(study).record(",".join(absent)),
+            )
+        )
 
 
 def _recorded_when(path: Path) -> dict[str, Any]:
@@ -203,17 +236,36 @@ def _model_entry(role: str, directory: str, recorded: str) -> ModelEntry:
             record = None
         if record is not None and record.stage not in ("sft", "dpo"):
             source = record.extra.get("source") or {}
-            provenance = {"stage": record.stage, "source": f"{record.extra.get('model', record.stage)}, from "
-                                                            f"{source.get('package', '?')} {source.get('version', '')}".strip()}
+            provenance = {
+                "stage": record.stage,
+                "source": f"{record.extra.get('model', record.stage)}, from "
+                f"{source.get('package', '?')} {source.get('version', '')}".strip(),
+            }
         elif record is not None:
-            provenance = {"stage": record.stage, "created": record.created, "data": record.data, "final_loss": record.final_loss,
-                          "recipe": {k: record.config.get(k) for k in _RECIPE_KEYS if k in record.config},
-                          "parent": record.parent}
+            provenance = {
+                "stage": record.stage,
+                "created": record.created,
+                "data": record.data,
+                "final_loss": record.final_loss,
+                "recipe": {k: record.config.get(k) for k in _RECIPE_KEYS if k in record.config},
+                "parent": record.parent,
+            }
     return ModelEntry(role, directory, recorded, current, provenance)
 
 
-_RECIPE_KEYS = ("recipe", "learning_rate", "lr_scheduler", "epochs", "max_steps", "batch_size", "grad_accum", "max_length", "beta",
-                "loss_type", "seed")
+_RECIPE_KEYS = (
+    "recipe",
+    "learning_rate",
+    "lr_scheduler",
+    "epochs",
+    "max_steps",
+    "batch_size",
+    "grad_accum",
+    "max_length",
+    "beta",
+    "loss_type",
+    "seed",
+)
 
 
 def _base_of(study: Study) -> tuple[str, str] | None:
@@ -282,7 +334,9 @@ def _read_explains(study: Study) -> None:
     for cap in analysed_capabilities(study):
         path = study.run_dir / "analysis" / f"explain_{cap}_{study.hook}.json"
         if not path.is_file():
-            study.missing.append(Missing(f"neuron cards of {cap}", f"{path.name} is missing", Commands(study).explain(cap)))
+            study.missing.append(
+                Missing(f"neuron cards of {cap}", f"{path.name} is missing", Commands(study).explain(cap))
+            )
             continue
         try:
             study.explains[cap] = ExplainRecord.load(path)
@@ -296,7 +350,9 @@ def _read_explains(study: Study) -> None:
 def _read_reports(study: Study) -> None:
     root = study.run_dir / "interventions"
     seen: set[Path] = set()
-    paths = sorted(root.glob("*/ab_report.json"), key=lambda p: (p.stat().st_mtime, p.parent.name)) if root.is_dir() else []
+    paths = (
+        sorted(root.glob("*/ab_report.json"), key=lambda p: (p.stat().st_mtime, p.parent.name)) if root.is_dir() else []
+    )
     for path in paths:
         real = path.resolve()
         if real in seen:
@@ -307,21 +363,42 @@ def _read_reports(study: Study) -> None:
         except (ProbeError, OSError) as exc:
             study.notes.append(f"{path}: ignored, not readable: {exc}")
     if not study.target_reports():
-        study.missing.append(Missing("interventions on multi_turn", f"no ab_report.json for {TARGET} under {root}",
-                                     Commands(study).intervene()))
+        study.missing.append(
+            Missing(
+                "interventions on multi_turn",
+                f"no ab_report.json for {TARGET} under {root}",
+                Commands(study).intervene(),
+            )
+        )
 
 
 def _read_evaluation(study: Study, path: Path) -> None:
     body = _optional_json(study, path, "the evaluation")
     if body is None:
-        study.missing.append(Missing("an evaluation of the pair (compliance)", f"{path} is missing or unreadable", Commands(study).evaluate()))
+        study.missing.append(
+            Missing(
+                "an evaluation of the pair (compliance)", f"{path} is missing or unreadable", Commands(study).evaluate()
+            )
+        )
         return
     table = body.get("table")
     if not isinstance(table, list) or not all(isinstance(r, dict) and "capability" in r for r in table):
-        study.missing.append(Missing("an evaluation of the pair (compliance)", f"{path}: no compliance table in it", Commands(study).evaluate()))
+        study.missing.append(
+            Missing(
+                "an evaluation of the pair (compliance)",
+                f"{path}: no compliance table in it",
+                Commands(study).evaluate(),
+            )
+        )
         return
     study.evaluation = body
     evaluated = {str(((body.get(m) or {}).get("model_dir")) or "") for m in ("sft", "dpo")}
     recorded = {m.directory for m in study.models if m.role in ("sft", "dpo")}
-    if recorded and evaluated and {str(Path(p).resolve()) for p in evaluated if p} != {str(Path(p).resolve()) for p in recorded if p}:
-        study.notes.append(f"{path} evaluated {', '.join(sorted(evaluated))}, not the recorded models {', '.join(sorted(recorded))}")
+    if (
+        recorded
+        and evaluated
+        and {str(Path(p).resolve()) for p in evaluated if p} != {str(Path(p).resolve()) for p in recorded if p}
+    ):
+        study.notes.append(
+            f"{path} evaluated {', '.join(sorted(evaluated))}, not the recorded models {', '.join(sorted(recorded))}"
+        )

@@ -20,8 +20,20 @@ from typing import TYPE_CHECKING, Any
 
 from interventions.results import ABReport, ArmResult
 from interventions.study_layout import CAUSAL_COMMAND_EXTRA, Commands
-from interventions.study_verdicts import (ABLATION, DIRECTIONAL, FACTOR_TOLERANCE, PAPER_FACTOR, TARGET, ArmEvidence, DepthShare,
-                                          Difference, alignment_tax, late_layers, paper_scaling, units_cause)
+from interventions.study_verdicts import (
+    ABLATION,
+    DIRECTIONAL,
+    FACTOR_TOLERANCE,
+    PAPER_FACTOR,
+    TARGET,
+    ArmEvidence,
+    DepthShare,
+    Difference,
+    alignment_tax,
+    late_layers,
+    paper_scaling,
+    units_cause,
+)
 
 if TYPE_CHECKING:
     from interventions.study import LoadedReport, Study
@@ -41,8 +53,15 @@ def eval_difference(evaluation: dict[str, Any] | None, capability: str = TARGET)
     if row is None:
         return Difference(0, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan)
     ci = row.get("delta_ci") or [math.nan, math.nan]
-    return Difference(int(row.get("n") or 0), _f(row.get("sft_rate")), _f(row.get("dpo_rate")), _f(row.get("delta")), _f(ci[0]), _f(ci[1]),
-                      _f(row.get("mcnemar_p")))
+    return Difference(
+        int(row.get("n") or 0),
+        _f(row.get("sft_rate")),
+        _f(row.get("dpo_rate")),
+        _f(row.get("delta")),
+        _f(ci[0]),
+        _f(ci[1]),
+        _f(row.get("mcnemar_p")),
+    )
 
 
 def _f(value: Any) -> float:
@@ -57,11 +76,18 @@ def arm_evidence(report: ABReport, arm: ArmResult) -> ArmEvidence:
     c = arm.capability(report.capability)
     placebo = c.placebo or {}
     sets = int(arm.placebo.get("n_sets", 0) or 0) if placebo else 0
-    return ArmEvidence(name=arm.name, model=arm.model, factor=arm.factor, dtype=report.dtype,
-                       effect=Difference(c.n_scored, c.before, c.after, c.delta, c.ci_low, c.ci_high, c.p_value),
-                       placebo_sets=sets, percentile=_f(placebo.get("percentile")) if placebo else None,
-                       rounds_to_one=arm.factor is not None and arm.guard.factor_rounds_to_one, rows_changed=c.rows_changed,
-                       faults=tuple(arm.guard.faults))
+    return ArmEvidence(
+        name=arm.name,
+        model=arm.model,
+        factor=arm.factor,
+        dtype=report.dtype,
+        effect=Difference(c.n_scored, c.before, c.after, c.delta, c.ci_low, c.ci_high, c.p_value),
+        placebo_sets=sets,
+        percentile=_f(placebo.get("percentile")) if placebo else None,
+        rounds_to_one=arm.factor is not None and arm.guard.factor_rounds_to_one,
+        rows_changed=c.rows_changed,
+        faults=tuple(arm.guard.faults),
+    )
 
 
 def _preference(loaded: LoadedReport, arm: ArmResult) -> tuple[int, int, float]:
@@ -70,8 +96,12 @@ def _preference(loaded: LoadedReport, arm: ArmResult) -> tuple[int, int, float]:
 
 
 def _paper_arm(study: Study) -> tuple[LoadedReport, ArmResult] | None:
-    found = [(r, a) for r in study.target_reports() for a in r.report.arms
-             if a.factor is not None and abs(a.factor - PAPER_FACTOR) <= FACTOR_TOLERANCE and a.model == "dpo"]
+    found = [
+        (r, a)
+        for r in study.target_reports()
+        for a in r.report.arms
+        if a.factor is not None and abs(a.factor - PAPER_FACTOR) <= FACTOR_TOLERANCE and a.model == "dpo"
+    ]
     return max(found, key=lambda pair: _preference(*pair)) if found else None
 
 
@@ -79,7 +109,9 @@ def _causal_arms(study: Study) -> list[tuple[LoadedReport, ArmResult]]:
     best: dict[str, tuple[LoadedReport, ArmResult]] = {}
     for loaded in study.target_reports():
         for arm in loaded.report.arms:
-            if arm.name in (*DIRECTIONAL, ABLATION) and (arm.name not in best or _preference(loaded, arm) > _preference(*best[arm.name])):
+            if arm.name in (*DIRECTIONAL, ABLATION) and (
+                arm.name not in best or _preference(loaded, arm) > _preference(*best[arm.name])
+            ):
                 best[arm.name] = (loaded, arm)
     return list(best.values())
 
@@ -98,7 +130,14 @@ def decide(study: Study) -> None:
     study.verdicts = [
         late,
         alignment_tax(difference, commands.evaluate()),
-        paper_scaling(arm_evidence(study.paper_arm[0].report, study.paper_arm[1]) if study.paper_arm else None, commands.intervene()),
-        units_cause([arm_evidence(r.report, a) for r, a in study.causal_arms] or None, difference,
-                    commands.intervene(CAUSAL_COMMAND_EXTRA), commands.evaluate()),
+        paper_scaling(
+            arm_evidence(study.paper_arm[0].report, study.paper_arm[1]) if study.paper_arm else None,
+            commands.intervene(),
+        ),
+        units_cause(
+            [arm_evidence(r.report, a) for r, a in study.causal_arms] or None,
+            difference,
+            commands.intervene(CAUSAL_COMMAND_EXTRA),
+            commands.evaluate(),
+        ),
     ]

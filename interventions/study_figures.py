@@ -49,16 +49,40 @@ def depth_figure(shares: list[DepthShareResult]) -> go.Figure | None:
         return None
     names = [s.capability for s in shares]
     fig = go.Figure()
-    fig.add_trace(go.Bar(x=names, y=[100 * s.share for s in shares], name="window's share of |Δ|", width=0.5,
-                         text=[f"{100 * s.share:.1f}%" for s in shares], textposition="inside",
-                         error_y={"type": "data", "symmetric": False, "array": [100 * (s.ci_high - s.share) for s in shares],
-                                  "arrayminus": [100 * (s.share - s.ci_low) for s in shares]}))
-    fig.add_trace(go.Scatter(x=names, y=[100 * s.uniform for s in shares], mode="markers", name="uniform spread",
-                             marker={"symbol": "line-ew-open", "size": 40, "color": "black", "line": {"width": 3}}))
+    fig.add_trace(
+        go.Bar(
+            x=names,
+            y=[100 * s.share for s in shares],
+            name="window's share of |Δ|",
+            width=0.5,
+            text=[f"{100 * s.share:.1f}%" for s in shares],
+            textposition="inside",
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": [100 * (s.ci_high - s.share) for s in shares],
+                "arrayminus": [100 * (s.share - s.ci_low) for s in shares],
+            },
+        )
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=names,
+            y=[100 * s.uniform for s in shares],
+            mode="markers",
+            name="uniform spread",
+            marker={"symbol": "line-ew-open", "size": 40, "color": "black", "line": {"width": 3}},
+        )
+    )
     first = shares[0]
-    fig.update_layout(title=f"Share of the summed mean |Δ| in layers {format_layers(first.window)} of {first.n_model_layers} "
-                            f"({first.hook}, {first.metric}; 95% bootstrap CI, {first.n_resamples} resamples)",
-                      yaxis_title="% of |Δ| over all layers", yaxis_range=[0, 100], height=420, **_LAYOUT)
+    fig.update_layout(
+        title=f"Share of the summed mean |Δ| in layers {format_layers(first.window)} of {first.n_model_layers} "
+        f"({first.hook}, {first.metric}; 95% bootstrap CI, {first.n_resamples} resamples)",
+        yaxis_title="% of |Δ| over all layers",
+        yaxis_range=[0, 100],
+        height=420,
+        **_LAYOUT,
+    )
     return fig
 
 
@@ -69,14 +93,30 @@ def profile_figure(shares: list[DepthShareResult]) -> go.Figure | None:
     fig = go.Figure()
     for s in shares:
         total = sum(s.scores) or 1.0
-        fig.add_trace(go.Scatter(x=s.layers, y=[100 * v / total for v in s.scores], mode="lines+markers", name=s.capability))
+        fig.add_trace(
+            go.Scatter(x=s.layers, y=[100 * v / total for v in s.scores], mode="lines+markers", name=s.capability)
+        )
     first = shares[0]
-    fig.add_vrect(x0=min(first.window) - 0.5, x1=max(first.window) + 0.5, fillcolor="#f2c14e", opacity=0.18, line_width=0,
-                  annotation_text="depth-scaled window", annotation_position="top left")
+    fig.add_vrect(
+        x0=min(first.window) - 0.5,
+        x1=max(first.window) + 0.5,
+        fillcolor="#f2c14e",
+        opacity=0.18,
+        line_width=0,
+        annotation_text="depth-scaled window",
+        annotation_position="top left",
+    )
     fig.add_hline(y=100 / len(first.layers), line_dash="dash", line_color="black", annotation_text="uniform")
-    fig.update_layout(title=f"Layer profile: each layer's part of the summed mean |Δ| ({first.hook}, {first.metric})",
-                      xaxis_title="layer", yaxis_title="% of |Δ|", height=420, **_LAYOUT)
-    fig.update_xaxes(dtick=1 if len(first.layers) <= 40 else None, range=[min(first.layers) - 0.6, max(first.layers) + 0.6])
+    fig.update_layout(
+        title=f"Layer profile: each layer's part of the summed mean |Δ| ({first.hook}, {first.metric})",
+        xaxis_title="layer",
+        yaxis_title="% of |Δ|",
+        height=420,
+        **_LAYOUT,
+    )
+    fig.update_xaxes(
+        dtick=1 if len(first.layers) <= 40 else None, range=[min(first.layers) - 0.6, max(first.layers) + 0.6]
+    )
     return fig
 
 
@@ -85,12 +125,28 @@ def heatmap_figure(maps: MetricMaps) -> go.Figure:
     values, starts = pool_columns(maps.delta, MAX_COLUMNS)
     bound = float(np.max(np.abs(values))) or 1.0
     pooled = len(starts) < maps.width
-    fig = go.Figure(go.Heatmap(z=values.astype(np.float32), x=starts, y=maps.layers, colorscale="RdBu_r", zmid=0.0, zmin=-bound, zmax=bound,
-                               colorbar={"title": {"text": delta_label(maps)}},
-                               hovertemplate=("layer %{y}, units from %{x}" if pooled else "layer %{y}, unit %{x}") + ": %{z:.3g}<extra></extra>"))
+    fig = go.Figure(
+        go.Heatmap(
+            z=values.astype(np.float32),
+            x=starts,
+            y=maps.layers,
+            colorscale="RdBu_r",
+            zmid=0.0,
+            zmin=-bound,
+            zmax=bound,
+            colorbar={"title": {"text": delta_label(maps)}},
+            hovertemplate=("layer %{y}, units from %{x}" if pooled else "layer %{y}, unit %{x}")
+            + ": %{z:.3g}<extra></extra>",
+        )
+    )
     note = f", units pooled by {math.ceil(maps.width / len(starts))} (largest |Δ| kept)" if pooled else ""
-    fig.update_layout(title=f"{title_of(maps.capability)} · DPO − SFT · {maps.hook} · {maps.metric} (N={maps.n_samples}){note}",
-                      xaxis_title="unit", yaxis_title="layer", height=max(260, 14 * len(maps.layers) + 120), **_LAYOUT)
+    fig.update_layout(
+        title=f"{title_of(maps.capability)} · DPO − SFT · {maps.hook} · {maps.metric} (N={maps.n_samples}){note}",
+        xaxis_title="unit",
+        yaxis_title="layer",
+        height=max(260, 14 * len(maps.layers) + 120),
+        **_LAYOUT,
+    )
     return fig
 
 
@@ -102,13 +158,26 @@ def placebo_figure(report: ABReport, arm: ArmResult) -> go.Figure | None:
         return None
     values = sorted(set(deltas))
     step = 100 / max(1, c.n_scored)
-    fig = go.Figure(go.Bar(x=values, y=[deltas.count(v) for v in values], width=0.8 * step, name="placebo sets", marker_color="#9aa5b1",
-                           hovertemplate="Δ %{x:+.1f}: %{y} placebo sets<extra></extra>"))
+    fig = go.Figure(
+        go.Bar(
+            x=values,
+            y=[deltas.count(v) for v in values],
+            width=0.8 * step,
+            name="placebo sets",
+            marker_color="#9aa5b1",
+            hovertemplate="Δ %{x:+.1f}: %{y} placebo sets<extra></extra>",
+        )
+    )
     fig.add_vline(x=100 * c.delta, line_color="#d62728", line_width=3, annotation_text=f"real Δ {100 * c.delta:+.1f}")
     low, high = min(values + [100 * c.delta]), max(values + [100 * c.delta])
-    fig.update_layout(title=f"{arm.name} ({arm.model}): the real Δ among {len(deltas)} placebo sets, {report.capability}",
-                      xaxis_title="Δ compliance (points)", yaxis_title="placebo sets", xaxis_range=[low - 2 * step, high + 2 * step],
-                      height=320, **_LAYOUT)
+    fig.update_layout(
+        title=f"{arm.name} ({arm.model}): the real Δ among {len(deltas)} placebo sets, {report.capability}",
+        xaxis_title="Δ compliance (points)",
+        yaxis_title="placebo sets",
+        xaxis_range=[low - 2 * step, high + 2 * step],
+        height=320,
+        **_LAYOUT,
+    )
     return fig
 
 
@@ -123,14 +192,38 @@ def dose_figure(report: ABReport) -> go.Figure | None:
     results = [a.capability(report.capability) for a in arms]
     x = [repr(a.factor) for a in arms]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_trace(go.Scatter(
-        x=x, y=[100 * c.delta for c in results], mode="lines+markers", name="Δ compliance (points)",
-        error_y={"type": "data", "symmetric": False, "array": [_err(100 * c.ci_high, 100 * c.delta) for c in results],
-                 "arrayminus": [_err(100 * c.delta, 100 * c.ci_low) for c in results]}), secondary_y=False)
-    fig.add_trace(go.Bar(x=x, y=[100 * c.rows_changed / max(1, c.n_rows) for c in results], name="generations changed (%)", opacity=0.35,
-                         marker_color="#7f7f7f"), secondary_y=True)
-    fig.update_layout(title=f"Dose curve: {report.capability} compliance against the factor ({report.model} model)",
-                      xaxis_title="scale factor", xaxis_type="category", height=360, **_LAYOUT)
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=[100 * c.delta for c in results],
+            mode="lines+markers",
+            name="Δ compliance (points)",
+            error_y={
+                "type": "data",
+                "symmetric": False,
+                "array": [_err(100 * c.ci_high, 100 * c.delta) for c in results],
+                "arrayminus": [_err(100 * c.delta, 100 * c.ci_low) for c in results],
+            },
+        ),
+        secondary_y=False,
+    )
+    fig.add_trace(
+        go.Bar(
+            x=x,
+            y=[100 * c.rows_changed / max(1, c.n_rows) for c in results],
+            name="generations changed (%)",
+            opacity=0.35,
+            marker_color="#7f7f7f",
+        ),
+        secondary_y=True,
+    )
+    fig.update_layout(
+        title=f"Dose curve: {report.capability} compliance against the factor ({report.model} model)",
+        xaxis_title="scale factor",
+        xaxis_type="category",
+        height=360,
+        **_LAYOUT,
+    )
     fig.update_yaxes(title_text="Δ (points)", secondary_y=False)
     fig.update_yaxes(title_text="generations changed (%)", range=[0, 100], showgrid=False, secondary_y=True)
     return fig
@@ -152,9 +245,26 @@ def compliance_figure(table: list[dict[str, Any]], judge: str = "rules") -> go.F
             continue
         rates = [100 * float(row[f"{key}_rate"]) for row in table]
         cis = [[100 * float(v) for v in (row.get(f"{key}_ci") or [math.nan, math.nan])] for row in table]
-        fig.add_trace(go.Bar(x=names, y=rates, name=label, marker_color=colour,
-                             error_y={"type": "data", "symmetric": False, "array": [_err(c[1], r) for c, r in zip(cis, rates)],
-                                      "arrayminus": [_err(r, c[0]) for c, r in zip(cis, rates)]}))
-    fig.update_layout(title=f"Compliance per capability ({judge} judge, greedy; Wilson 95% intervals)", barmode="group",
-                      yaxis_title="% of rows complying", yaxis_range=[0, 105], height=400, **_LAYOUT)
+        fig.add_trace(
+            go.Bar(
+                x=names,
+                y=rates,
+                name=label,
+                marker_color=colour,
+                error_y={
+                    "type": "data",
+                    "symmetric": False,
+                    "array": [_err(c[1], r) for c, r in zip(cis, rates)],
+                    "arrayminus": [_err(r, c[0]) for c, r in zip(cis, rates)],
+                },
+            )
+        )
+    fig.update_layout(
+        title=f"Compliance per capability ({judge} judge, greedy; Wilson 95% intervals)",
+        barmode="group",
+        yaxis_title="% of rows complying",
+        yaxis_range=[0, 105],
+        height=400,
+        **_LAYOUT,
+    )
     return fig

@@ -31,15 +31,34 @@ from core.errors import ProbeError
 from interventions.report import fmt_delta, fmt_p, fmt_pct
 from interventions.study import Study, analysed_capabilities, gather_study
 from interventions.study_evidence import arm_evidence, eval_row
+from interventions.study_figures import (
+    compliance_figure,
+    depth_figure,
+    dose_figure,
+    heatmap_figure,
+    placebo_figure,
+    profile_figure,
+)
 from interventions.study_layout import CAUSAL_COMMAND_EXTRA, REPORT_FILE, Commands
 from interventions.study_page import Page, e, seconds, verdict_html
-from interventions.study_figures import (compliance_figure, depth_figure, dose_figure, heatmap_figure, placebo_figure,
-                                         profile_figure)
 from interventions.study_verdicts import CANNOT_TEST, CLAIMS, MIN_PLACEBO_SETS, PLACEBO_PERCENTILE, TARGET
 
 N_CARDS = 5  # neuron cards shown per capability (the explain page keeps all)
-SECTIONS = ("verdicts", "pair", "claim-1", "claim-2", "claim-3", "claim-4", "layers", "units", "interventions", "compliance",
-            "missing", "reproduce")
+SECTIONS = (
+    "verdicts",
+    "pair",
+    "claim-1",
+    "claim-2",
+    "claim-3",
+    "claim-4",
+    "layers",
+    "units",
+    "interventions",
+    "compliance",
+    "missing",
+    "reproduce",
+)
+
 
 def render(study: Study, where: str | Path | None = None) -> str:
     """The whole page (module doc); ``where``: the folder the page will be written to (links to the run's own plots are relative to it)."""
@@ -61,19 +80,25 @@ def render(study: Study, where: str | Path | None = None) -> str:
 
 
 def _header(page: Page, study: Study) -> None:
-    links = "".join(f"<a href=\"#{key}\">{key}</a>" for key in SECTIONS)
-    page.add(f"<h1>Replication of the RoleMRC neuron study (§7)</h1><p>run <code>{e(study.run_dir)}</code> · report made "
-             f"{e(study.created)} · rolemrc-probe {e(study.toolkit_version)}</p><nav>{links}</nav>")
+    links = "".join(f'<a href="#{key}">{key}</a>' for key in SECTIONS)
+    page.add(
+        f"<h1>Replication of the RoleMRC neuron study (§7)</h1><p>run <code>{e(study.run_dir)}</code> · report made "
+        f"{e(study.created)} · rolemrc-probe {e(study.toolkit_version)}</p><nav>{links}</nav>"
+    )
 
 
 def _verdicts(page: Page, study: Study) -> None:
     page.section("verdicts", "The claims and their verdicts")
-    rows = "".join(f"<tr><td>{v.claim}</td><td>{e(CLAIMS[v.claim])}</td><td class=vcell>{verdict_html(v, v.status != CANNOT_TEST)}</td><td>{e(v.reason)}</td></tr>"
-                   for v in study.verdicts)
-    page.add(f"<table><tr><th>#</th><th>claim</th><th>verdict</th><th>why</th></tr>{rows}</table>",
-             "<p class=note>The rules are fixed in <code>interventions/study_verdicts.py</code> and <code>docs/report.md</code>: a "
-             f"difference counts when its 95% CI excludes 0 and its exact McNemar p &lt; 0.05; an intervention counts when it "
-             f"also lies at or beyond the {PLACEBO_PERCENTILE:.0f}th percentile of at least {MIN_PLACEBO_SETS} placebo sets.</p>")
+    rows = "".join(
+        f"<tr><td>{v.claim}</td><td>{e(CLAIMS[v.claim])}</td><td class=vcell>{verdict_html(v, v.status != CANNOT_TEST)}</td><td>{e(v.reason)}</td></tr>"
+        for v in study.verdicts
+    )
+    page.add(
+        f"<table><tr><th>#</th><th>claim</th><th>verdict</th><th>why</th></tr>{rows}</table>",
+        "<p class=note>The rules are fixed in <code>interventions/study_verdicts.py</code> and <code>docs/report.md</code>: a "
+        f"difference counts when its 95% CI excludes 0 and its exact McNemar p &lt; 0.05; an intervention counts when it "
+        f"also lies at or beyond the {PLACEBO_PERCENTILE:.0f}th percentile of at least {MIN_PLACEBO_SETS} placebo sets.</p>",
+    )
     page.end()
 
 
@@ -83,20 +108,33 @@ def _pair(page: Page, study: Study) -> None:
         page.absent("the recording (models, data)", "probe run")
     rows = []
     for m in study.models:
-        same = "—" if not m.current_sha256 or not m.recorded_sha256 else ("same" if m.current_sha256 == m.recorded_sha256 else "DIFFERENT")
+        same = (
+            "—"
+            if not m.current_sha256 or not m.recorded_sha256
+            else ("same" if m.current_sha256 == m.recorded_sha256 else "DIFFERENT")
+        )
         trained = _provenance_cell(m.provenance)
-        rows.append(f"<tr><td>{e(m.role)}</td><td><code>{e(m.directory)}</code></td><td><code>{e(m.recorded_sha256[:16] or '—')}</code></td>"
-                    f"<td><code>{e(m.current_sha256[:16] or 'not found')}</code> {same}</td><td>{trained}</td></tr>")
-    page.add("<table><tr><th>model</th><th>directory</th><th>weights fingerprint (recorded)</th><th>now</th><th>training (provenance)</th></tr>"
-             + "".join(rows) + "</table>")
+        rows.append(
+            f"<tr><td>{e(m.role)}</td><td><code>{e(m.directory)}</code></td><td><code>{e(m.recorded_sha256[:16] or '—')}</code></td>"
+            f"<td><code>{e(m.current_sha256[:16] or 'not found')}</code> {same}</td><td>{trained}</td></tr>"
+        )
+    page.add(
+        "<table><tr><th>model</th><th>directory</th><th>weights fingerprint (recorded)</th><th>now</th><th>training (provenance)</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
     rec = study.recording
     if rec:
         counts = ", ".join(f"{c} {n}" for c, n in rec.get("n", {}).items())
-        page.add(f"<p>Data <code>{e(study.data_file)}</code> (sha256 {e(study.data_sha256[:16])}…). Recorded {e(counts)} prompts at "
-                 f"{e(', '.join(rec.get('hooks', [])))}, {e(rec.get('position'))} position, {e(rec.get('dtype'))}, backend "
-                 f"{e(rec.get('backend'))}, {len(rec.get('layers', []))} layers, on {e(rec.get('device'))} at {e(rec.get('recorded_at'))}.</p>")
+        page.add(
+            f"<p>Data <code>{e(study.data_file)}</code> (sha256 {e(study.data_sha256[:16])}…). Recorded {e(counts)} prompts at "
+            f"{e(', '.join(rec.get('hooks', [])))}, {e(rec.get('position'))} position, {e(rec.get('dtype'))}, backend "
+            f"{e(rec.get('backend'))}, {len(rec.get('layers', []))} layers, on {e(rec.get('device'))} at {e(rec.get('recorded_at'))}.</p>"
+        )
     machine = "; ".join(f"{k} {v}" for k, v in study.machine.items())
-    page.add(f"<p>Toolkit rolemrc-probe {e(study.toolkit_version)}; this report made on {e(machine)}, {e(study.created)}.</p>")
+    page.add(
+        f"<p>Toolkit rolemrc-probe {e(study.toolkit_version)}; this report made on {e(machine)}, {e(study.created)}.</p>"
+    )
     page.end()
 
 
@@ -108,8 +146,10 @@ def _provenance_cell(prov: dict[str, Any]) -> str:
         return e(prov.get("source") or prov.get("stage") or "—")
     recipe = ", ".join(f"{k} {v}" for k, v in (prov.get("recipe") or {}).items())
     data = prov.get("data") or {}
-    return (f"{e(prov.get('stage'))} on <code>{e(Path(str(data.get('file', ''))).name)}</code> ({e(data.get('rows'))} rows, sha256 "
-            f"{e(str(data.get('sha256', ''))[:12])}…); {e(recipe)}; final loss {e(prov.get('final_loss'))}")
+    return (
+        f"{e(prov.get('stage'))} on <code>{e(Path(str(data.get('file', ''))).name)}</code> ({e(data.get('rows'))} rows, sha256 "
+        f"{e(str(data.get('sha256', ''))[:12])}…); {e(recipe)}; final loss {e(prov.get('final_loss'))}"
+    )
 
 
 def _claim_head(page: Page, study: Study, claim: int) -> None:
@@ -129,17 +169,23 @@ def _claim1(page: Page, study: Study) -> None:
             body = study.summary.capabilities.get(s.capability, {}).get(study.hook) if study.summary else None
             top = ", ".join(str(i) for i in body.top_layer_numbers()[:5]) if body else "—"
             stability = body.stability.verdict() if body and body.stability else "—"
-            rows.append(f"<tr><td>{e(s.capability)}</td><td>{s.n_samples}</td><td>{100 * s.share:.1f}%</td><td>[{100 * s.ci_low:.1f}, "
-                        f"{100 * s.ci_high:.1f}]</td><td>{100 * s.uniform:.1f}%</td><td>{e(top)}</td><td>{e(stability)}</td></tr>")
-        page.add("<table><tr><th>capability</th><th>N</th><th>window's share of |Δ|</th><th>95% CI</th><th>uniform share</th>"
-                 "<th>top layers (analysis window)</th><th>their stability</th></tr>" + "".join(rows) + "</table>")
+            rows.append(
+                f"<tr><td>{e(s.capability)}</td><td>{s.n_samples}</td><td>{100 * s.share:.1f}%</td><td>[{100 * s.ci_low:.1f}, "
+                f"{100 * s.ci_high:.1f}]</td><td>{100 * s.uniform:.1f}%</td><td>{e(top)}</td><td>{e(stability)}</td></tr>"
+            )
+        page.add(
+            "<table><tr><th>capability</th><th>N</th><th>window's share of |Δ|</th><th>95% CI</th><th>uniform share</th>"
+            "<th>top layers (analysis window)</th><th>their stability</th></tr>" + "".join(rows) + "</table>"
+        )
     page.end()
 
 
 def _difference_cells(row: dict[str, Any]) -> str:
     ci = row.get("delta_ci") or [math.nan, math.nan]
-    return (f"<td>{row.get('n')}</td><td>{fmt_pct(row.get('sft_rate'))}</td><td>{fmt_pct(row.get('dpo_rate'))}</td>"
-            f"<td>{fmt_delta(row.get('delta'))}</td><td>[{fmt_delta(ci[0])}, {fmt_delta(ci[1])}]</td><td>{fmt_p(row.get('mcnemar_p'))}</td>")
+    return (
+        f"<td>{row.get('n')}</td><td>{fmt_pct(row.get('sft_rate'))}</td><td>{fmt_pct(row.get('dpo_rate'))}</td>"
+        f"<td>{fmt_delta(row.get('delta'))}</td><td>[{fmt_delta(ci[0])}, {fmt_delta(ci[1])}]</td><td>{fmt_p(row.get('mcnemar_p'))}</td>"
+    )
 
 
 def _claim2(page: Page, study: Study) -> None:
@@ -149,10 +195,14 @@ def _claim2(page: Page, study: Study) -> None:
     else:
         table = study.evaluation.get("table", [])
         ordered = sorted(table, key=lambda r: (r.get("capability") != TARGET, r.get("capability") == "overall"))
-        rows = "".join(f"<tr><td>{'<b>' if r.get('capability') == TARGET else ''}{e(r.get('capability'))}</td>{_difference_cells(r)}</tr>"
-                       for r in ordered)
-        page.add("<table><tr><th>capability</th><th>n</th><th>SFT</th><th>DPO</th><th>DPO − SFT (pts)</th><th>95% CI</th>"
-                 f"<th>McNemar p</th></tr>{rows}</table>")
+        rows = "".join(
+            f"<tr><td>{'<b>' if r.get('capability') == TARGET else ''}{e(r.get('capability'))}</td>{_difference_cells(r)}</tr>"
+            for r in ordered
+        )
+        page.add(
+            "<table><tr><th>capability</th><th>n</th><th>SFT</th><th>DPO</th><th>DPO − SFT (pts)</th><th>95% CI</th>"
+            f"<th>McNemar p</th></tr>{rows}</table>"
+        )
     page.end()
 
 
@@ -164,13 +214,17 @@ def _arm_row(report: Any, arm: Any) -> str:
     g = arm.guard
     hook = "n/a" if g.values_changed is None else f"{g.values_changed}/{g.values_seen}"
     state = "INVALID" if g.faults else ("NO-OP" if g.is_noop else "")
-    return (f"<tr><td>{e(arm.name)}</td><td>{e(arm.model)}</td><td>{c.n_scored}</td><td>{fmt_pct(c.before)}</td><td>{fmt_pct(c.after)}</td>"
-            f"<td>{fmt_delta(c.delta)}</td><td>[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]</td><td>{fmt_p(c.p_value)}</td><td>{pct}</td>"
-            f"<td>{c.rows_changed}/{c.n_rows}</td><td>{100 * g.changed_fraction_in_dtype:.1f}%</td><td>{hook}</td><td>{state}</td></tr>")
+    return (
+        f"<tr><td>{e(arm.name)}</td><td>{e(arm.model)}</td><td>{c.n_scored}</td><td>{fmt_pct(c.before)}</td><td>{fmt_pct(c.after)}</td>"
+        f"<td>{fmt_delta(c.delta)}</td><td>[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]</td><td>{fmt_p(c.p_value)}</td><td>{pct}</td>"
+        f"<td>{c.rows_changed}/{c.n_rows}</td><td>{100 * g.changed_fraction_in_dtype:.1f}%</td><td>{hook}</td><td>{state}</td></tr>"
+    )
 
 
-_ARM_HEAD = ("<tr><th>arm</th><th>model</th><th>n</th><th>before</th><th>after</th><th>Δ (pts)</th><th>95% CI</th><th>McNemar p</th>"
-             "<th>placebo percentile</th><th>generations changed</th><th>dtype values it changes</th><th>hook values changed</th><th>guard</th></tr>")
+_ARM_HEAD = (
+    "<tr><th>arm</th><th>model</th><th>n</th><th>before</th><th>after</th><th>Δ (pts)</th><th>95% CI</th><th>McNemar p</th>"
+    "<th>placebo percentile</th><th>generations changed</th><th>dtype values it changes</th><th>hook values changed</th><th>guard</th></tr>"
+)
 
 
 def _claim3(page: Page, study: Study) -> None:
@@ -180,8 +234,10 @@ def _claim3(page: Page, study: Study) -> None:
     else:
         loaded, arm = study.paper_arm
         flags = "".join(f"<li>{e(f)}</li>" for f in [*arm.guard.flags, *arm.guard.faults])
-        page.add(f"<p>From <code>{e(loaded.path)}</code> ({e(loaded.report.dtype)}, {loaded.report.neurons.get('size')} units of "
-                 f"{e(loaded.report.neurons.get('hook'))}).</p><table>{_ARM_HEAD}{_arm_row(loaded.report, arm)}</table>")
+        page.add(
+            f"<p>From <code>{e(loaded.path)}</code> ({e(loaded.report.dtype)}, {loaded.report.neurons.get('size')} units of "
+            f"{e(loaded.report.neurons.get('hook'))}).</p><table>{_ARM_HEAD}{_arm_row(loaded.report, arm)}</table>"
+        )
         if flags:
             page.add(f"<p><b>No-op guard:</b></p><ul>{flags}</ul>")
     page.end()
@@ -194,8 +250,10 @@ def _claim4(page: Page, study: Study) -> None:
     else:
         rows = "".join(_arm_row(r.report, a) for r, a in study.causal_arms)
         specific = [a.name for r, a in study.causal_arms if arm_evidence(r.report, a).specific()]
-        page.add(f"<table>{_ARM_HEAD}{rows}</table><p class=note>Arms with a specific effect (significant and beyond their "
-                 f"placebos): {e(', '.join(specific) or 'none')}.</p>")
+        page.add(
+            f"<table>{_ARM_HEAD}{rows}</table><p class=note>Arms with a specific effect (significant and beyond their "
+            f"placebos): {e(', '.join(specific) or 'none')}.</p>"
+        )
     page.end()
 
 
@@ -209,7 +267,7 @@ def _layers(page: Page, study: Study) -> None:
         full = study.run_dir / "analysis" / "plots" / f"{cap}_{maps.hook}_{maps.metric}_maps.html"
         if full.is_file():
             link = os.path.relpath(full.resolve(), page.where.resolve())
-            page.add(f"<p class=note>Every unit at full resolution: <a href=\"{e(link)}\">{e(link)}</a></p>")
+            page.add(f'<p class=note>Every unit at full resolution: <a href="{e(link)}">{e(link)}</a></p>')
     page.end()
 
 
@@ -220,16 +278,23 @@ def _units(page: Page, study: Study) -> None:
         page.absent("the analysis", Commands(study).analyze())
     for cap in caps:
         body = study.summary.hook(cap, study.hook) if study.summary else None
-        units = "".join(f"<tr><td>{u['layer']}</td><td>{u['unit']}</td><td>{u['delta']:.4g}</td><td>{u['sft']:.4g}</td><td>{u['dpo']:.4g}</td>"
-                        f"<td>{fmt_p(u['q'])}</td></tr>" for u in (body.top_units[:10] if body else []))
-        page.add(f"<h3>{e(cap)}</h3><table><tr><th>layer</th><th>unit</th><th>Δ</th><th>SFT</th><th>DPO</th><th>q</th></tr>{units}</table>")
+        units = "".join(
+            f"<tr><td>{u['layer']}</td><td>{u['unit']}</td><td>{u['delta']:.4g}</td><td>{u['sft']:.4g}</td><td>{u['dpo']:.4g}</td>"
+            f"<td>{fmt_p(u['q'])}</td></tr>"
+            for u in (body.top_units[:10] if body else [])
+        )
+        page.add(
+            f"<h3>{e(cap)}</h3><table><tr><th>layer</th><th>unit</th><th>Δ</th><th>SFT</th><th>DPO</th><th>q</th></tr>{units}</table>"
+        )
         record = study.explains.get(cap)
         if record is None:
             page.absent(f"neuron cards of {cap}", Commands(study).explain(cap))
             continue
         cards = "".join(card_html(card, record.hook, record.metric) for card in record.cards[:N_CARDS])
-        page.add(f"<details><summary>neuron cards of the top {min(N_CARDS, len(record.cards))} units (all {len(record.cards)}: "
-                 f"<code>analysis/{e(record.files.get('page', ''))}</code>)</summary>{cards}</details>")
+        page.add(
+            f"<details><summary>neuron cards of the top {min(N_CARDS, len(record.cards))} units (all {len(record.cards)}: "
+            f"<code>analysis/{e(record.files.get('page', ''))}</code>)</summary>{cards}</details>"
+        )
     page.end()
 
 
@@ -240,10 +305,12 @@ def _interventions(page: Page, study: Study) -> None:
     for k, loaded in enumerate(study.reports):
         report = loaded.report
         n = report.neurons
-        page.add(f"<h3>{e(report.capability)} · {e(report.model)} model · <code>{e(loaded.path.parent.name)}</code></h3>"
-                 f"<p class=note>{n.get('size')} units of {e(n.get('hook'))}; {e(report.dtype)}, backend {e(report.backend)}, judge "
-                 f"{e(report.judge)}; placebo family per arm in <code>{e(loaded.path)}</code></p>",
-                 f"<table>{_ARM_HEAD}{''.join(_arm_row(report, a) for a in report.arms)}</table>")
+        page.add(
+            f"<h3>{e(report.capability)} · {e(report.model)} model · <code>{e(loaded.path.parent.name)}</code></h3>"
+            f"<p class=note>{n.get('size')} units of {e(n.get('hook'))}; {e(report.dtype)}, backend {e(report.backend)}, judge "
+            f"{e(report.judge)}; placebo family per arm in <code>{e(loaded.path)}</code></p>",
+            f"<table>{_ARM_HEAD}{''.join(_arm_row(report, a) for a in report.arms)}</table>",
+        )
         for j, arm in enumerate(report.arms):
             page.figure(f"placebo-{k}-{j}", placebo_figure(report, arm))
         page.figure(f"dose-{k}", dose_figure(report))
@@ -261,13 +328,17 @@ def _compliance(page: Page, study: Study) -> None:
     base = "base_rate" in (table[0] if table else {})
     rows = []
     for row in table:
-        cells = f"<td>{fmt_pct(row.get('base_rate'))}</td><td>{fmt_delta(row.get('sft_minus_base'))}</td>" if base else ""
+        cells = (
+            f"<td>{fmt_pct(row.get('base_rate'))}</td><td>{fmt_delta(row.get('sft_minus_base'))}</td>" if base else ""
+        )
         rows.append(f"<tr><td>{e(row.get('capability'))}</td>{cells}{_difference_cells(row)}</tr>")
     head = "<th>base</th><th>SFT − base</th>" if base else ""
     generation = study.evaluation.get("generation") or {}
-    page.add(f"<table><tr><th>capability</th>{head}<th>n</th><th>SFT</th><th>DPO</th><th>DPO − SFT</th><th>95% CI</th><th>McNemar p</th></tr>"
-             f"{''.join(rows)}</table><p class=note>test file <code>{e(study.evaluation.get('test_file'))}</code>; "
-             f"{sum((study.evaluation.get('task_counts') or {}).values())} rows; up to {e(generation.get('max_new_tokens'))} new tokens.</p>")
+    page.add(
+        f"<table><tr><th>capability</th>{head}<th>n</th><th>SFT</th><th>DPO</th><th>DPO − SFT</th><th>95% CI</th><th>McNemar p</th></tr>"
+        f"{''.join(rows)}</table><p class=note>test file <code>{e(study.evaluation.get('test_file'))}</code>; "
+        f"{sum((study.evaluation.get('task_counts') or {}).values())} rows; up to {e(generation.get('max_new_tokens'))} new tokens.</p>"
+    )
     if eval_row(study.evaluation, TARGET) is None:
         page.add(f"<p class=missing>The evaluation has no {TARGET} row.</p>")
     page.end()
@@ -278,7 +349,10 @@ def _missing(page: Page, study: Study) -> None:
     if not study.missing:
         page.add("<p>Nothing: every part of the study is in the run directory.</p>")
     else:
-        rows = "".join(f"<tr><td>{e(m.what)}</td><td>{e(m.why)}</td><td><code>{e(m.command)}</code></td></tr>" for m in study.missing)
+        rows = "".join(
+            f"<tr><td>{e(m.what)}</td><td>{e(m.why)}</td><td><code>{e(m.command)}</code></td></tr>"
+            for m in study.missing
+        )
         page.add(f"<table><tr><th>part</th><th>why</th><th>command that adds it</th></tr>{rows}</table>")
     if study.notes:
         page.add("<ul class=note>" + "".join(f"<li>{e(n)}</li>" for n in study.notes) + "</ul>")
@@ -290,13 +364,18 @@ def _reproduce(page: Page, study: Study) -> None:
     page.add(f"<pre>{e(chr(10).join(study.commands))}</pre>")
     stages = (study.replicate or {}).get("stages") or []
     if stages:
-        rows = "".join(f"<tr><td>{e(s.get('name'))}</td><td>{e(s.get('status'))}</td><td>{seconds(s.get('estimate_s'))}</td>"
-                       f"<td>{seconds(s.get('seconds'))}</td></tr>" for s in stages)
+        rows = "".join(
+            f"<tr><td>{e(s.get('name'))}</td><td>{e(s.get('status'))}</td><td>{seconds(s.get('estimate_s'))}</td>"
+            f"<td>{seconds(s.get('seconds'))}</td></tr>"
+            for s in stages
+        )
         page.add(f"<table><tr><th>stage</th><th>status</th><th>estimated</th><th>measured</th></tr>{rows}</table>")
     page.end()
 
 
-def write_report(run_dir: str | Path, out: str | Path | None = None, eval_file: str | Path | None = None) -> tuple[Path, Study]:
+def write_report(
+    run_dir: str | Path, out: str | Path | None = None, eval_file: str | Path | None = None
+) -> tuple[Path, Study]:
     """Gather ``run_dir``, render it, write ``out`` (default ``RUN_DIR/report.html``) atomically; returns (path, study)."""
     from core.atomic import write_atomic
 
@@ -306,7 +385,9 @@ def write_report(run_dir: str | Path, out: str | Path | None = None, eval_file: 
     try:
         write_atomic(target, page)
     except OSError as exc:
-        raise ProbeError(f"{target}: cannot write the report ({exc.strerror or exc}); pass --out FILE somewhere writable") from None
+        raise ProbeError(
+            f"{target}: cannot write the report ({exc.strerror or exc}); pass --out FILE somewhere writable"
+        ) from None
     return target, study
 
 
@@ -315,4 +396,6 @@ def show(path: str | Path, height: int = 900) -> Any:
     from IPython.display import HTML
 
     text = Path(path).read_text(encoding="utf-8")
-    return HTML(f"<iframe srcdoc=\"{html.escape(text, quote=True)}\" style=\"width:100%;height:{int(height)}px;border:1px solid #ccc\"></iframe>")
+    return HTML(
+        f'<iframe srcdoc="{html.escape(text, quote=True)}" style="width:100%;height:{int(height)}px;border:1px solid #ccc"></iframe>'
+    )

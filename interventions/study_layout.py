@@ -39,7 +39,9 @@ def q(value: Any) -> str:
 class Commands:
     """The commands that produce each part, for this run's models, data and directory."""
 
-    def __init__(self, study: Study) -> None:  # a recorded run names its models and data; without them, the default pair
+    def __init__(
+        self, study: Study
+    ) -> None:  # a recorded run names its models and data; without them, the default pair
         sft, dpo, base = (study.model(r) for r in ("sft", "dpo", "base"))
         self.run_dir = study.run_dir
         self.run = q(study.run_dir)

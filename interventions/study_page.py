@@ -46,9 +46,11 @@ def status_class(status: str) -> str:
 
 def verdict_html(verdict: Verdict, parenthesis: bool = True) -> str:
     """The status as a badge, then its parenthesis ('cannot be tested here (why)', 'not run (command)') as plain text."""
-    badge = (f"<span class=\"verdict {status_class(verdict.status)}\" data-claim=\"{verdict.claim}\" "
-             f"data-status=\"{e(verdict.status)}\">{e(verdict.status)}</span>")
-    rest = verdict.describe()[len(verdict.status):].strip() if parenthesis else ""
+    badge = (
+        f'<span class="verdict {status_class(verdict.status)}" data-claim="{verdict.claim}" '
+        f'data-status="{e(verdict.status)}">{e(verdict.status)}</span>'
+    )
+    rest = verdict.describe()[len(verdict.status) :].strip() if parenthesis else ""
     return badge + (f" <span class=why>{e(rest)}</span>" if rest else "")
 
 
@@ -67,12 +69,16 @@ class Page:
         if fig is None:
             return
         self.figures.append(name)
-        body = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig-{name}",
-                           config={"displaylogo": False, "responsive": True})
-        self.add(f"<div class=figure data-figure=\"{e(name)}\">{body}</div>")
+        body = fig.to_html(
+            full_html=False,
+            include_plotlyjs=False,
+            div_id=f"fig-{name}",
+            config={"displaylogo": False, "responsive": True},
+        )
+        self.add(f'<div class=figure data-figure="{e(name)}">{body}</div>')
 
     def section(self, key: str, title: str) -> None:
-        self.add(f"<section id=\"{key}\"><h2>{e(title)}</h2>")
+        self.add(f'<section id="{key}"><h2>{e(title)}</h2>')
 
     def end(self) -> None:
         self.add("</section>")
@@ -85,10 +91,14 @@ class Page:
         """The whole file: style and plotly.js (once) in the head, then the body."""
         from plotly.offline import get_plotlyjs
 
-        return "\n".join([
-            f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{e(title)}</title><style>{STYLE}</style>",
-            f"<script type=\"text/javascript\">{get_plotlyjs()}</script></head><body>", *self.parts,
-            f"<p class=note>figures: {len(self.figures)}</p></body></html>"])
+        return "\n".join(
+            [
+                f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{e(title)}</title><style>{STYLE}</style>",
+                f'<script type="text/javascript">{get_plotlyjs()}</script></head><body>',
+                *self.parts,
+                f"<p class=note>figures: {len(self.figures)}</p></body></html>",
+            ]
+        )
 
 
 def seconds(value: Any) -> str:

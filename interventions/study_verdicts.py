@@ -39,13 +39,19 @@ NOT_RUN = "not run"
 STATUSES: tuple[str, ...] = (SUPPORTED, NOT_SUPPORTED, CONTRADICTED, CANNOT_TEST, NOT_RUN)
 
 ALPHA = 0.05  # two-sided: a paired difference counts when its 95% CI excludes 0 and its exact McNemar p is below this
-PLACEBO_PERCENTILE = 95.0  # the real Δ must lie at or above this percentile of its placebo Δs (at or below 100 − this for a drop)
+PLACEBO_PERCENTILE = (
+    95.0  # the real Δ must lie at or above this percentile of its placebo Δs (at or below 100 − this for a drop)
+)
 MIN_PLACEBO_SETS = 19  # fewer sets cannot put Δ beyond 95% of them with an empirical p ≤ 0.05 (p = 1/(R+1))
-PAPER_FACTOR = 1.0 - 1e-6  # the paper's scaling factor (equals interventions.scaling.PAPER_FACTOR, without importing torch)
+PAPER_FACTOR = (
+    1.0 - 1e-6
+)  # the paper's scaling factor (equals interventions.scaling.PAPER_FACTOR, without importing torch)
 FACTOR_TOLERANCE = 1e-12
 
-NO_TARGET_ROWS = (f"the evaluation holds no judged {TARGET} row (too few rows were evaluated, or the rule judge could not decide "
-                  "them: published rows need --judge llm)")
+NO_TARGET_ROWS = (
+    f"the evaluation holds no judged {TARGET} row (too few rows were evaluated, or the rule judge could not decide "
+    "them: published rows need --judge llm)"
+)
 
 CLAIMS: dict[int, str] = {
     1: "The SFT/DPO discrepancy concentrates in the later layers (paper: layers 12-31 of 32)",
@@ -138,7 +144,11 @@ class ArmEvidence:
         """Enough placebo sets, and Δ at or beyond the :data:`PLACEBO_PERCENTILE` of theirs on its own side."""
         if self.placebo_sets < MIN_PLACEBO_SETS or self.percentile is None or not math.isfinite(self.percentile):
             return False
-        return self.percentile >= PLACEBO_PERCENTILE if self.effect.delta > 0 else self.percentile <= 100.0 - PLACEBO_PERCENTILE
+        return (
+            self.percentile >= PLACEBO_PERCENTILE
+            if self.effect.delta > 0
+            else self.percentile <= 100.0 - PLACEBO_PERCENTILE
+        )
 
     def specific(self) -> bool:
         """A specific effect: significant (:meth:`Difference.significant`) and beyond its placebos, on valid generations."""
@@ -171,11 +181,21 @@ def late_layers(shares: list[DepthShare] | None, command: str, untestable: str |
         return Verdict(1, NOT_RUN, "no analysis of the recorded activations", command)
     above = [s.capability for s in shares if s.ci_low > s.uniform]
     below = [s.capability for s in shares if s.ci_high < s.uniform]
-    listing = "; ".join(f"{s.capability} {_pct(s.share)} [{_pct(s.ci_low)}, {_pct(s.ci_high)}] vs {_pct(s.uniform)}" for s in shares)
+    listing = "; ".join(
+        f"{s.capability} {_pct(s.share)} [{_pct(s.ci_low)}, {_pct(s.ci_high)}] vs {_pct(s.uniform)}" for s in shares
+    )
     if len(above) == len(shares):
-        return Verdict(1, SUPPORTED, f"for every capability the window holds more of |Δ| than a uniform spread, CI excluded: {listing}")
+        return Verdict(
+            1,
+            SUPPORTED,
+            f"for every capability the window holds more of |Δ| than a uniform spread, CI excluded: {listing}",
+        )
     if len(below) == len(shares):
-        return Verdict(1, CONTRADICTED, f"for every capability the window holds less of |Δ| than a uniform spread, CI excluded: {listing}")
+        return Verdict(
+            1,
+            CONTRADICTED,
+            f"for every capability the window holds less of |Δ| than a uniform spread, CI excluded: {listing}",
+        )
     rest = [s.capability for s in shares if s.capability not in above]
     return Verdict(1, NOT_SUPPORTED, f"not above the uniform share with its CI for {', '.join(rest)}: {listing}")
 
@@ -193,8 +213,11 @@ def alignment_tax(multi_turn: Difference | None, command: str) -> Verdict:
         return Verdict(2, CANNOT_TEST, NO_TARGET_ROWS)
     text = _difference(multi_turn)
     if multi_turn.significant():
-        return Verdict(2, SUPPORTED if multi_turn.delta < 0 else CONTRADICTED,
-                       f"DPO {'loses' if multi_turn.delta < 0 else 'gains'} multi-turn compliance against SFT: {text}")
+        return Verdict(
+            2,
+            SUPPORTED if multi_turn.delta < 0 else CONTRADICTED,
+            f"DPO {'loses' if multi_turn.delta < 0 else 'gains'} multi-turn compliance against SFT: {text}",
+        )
     if multi_turn.before == 0:
         return Verdict(2, CANNOT_TEST, f"SFT complies on no multi_turn row, so DPO has nothing to lose: {text}")
     return Verdict(2, NOT_SUPPORTED, f"no significant multi-turn difference: {text}")
@@ -212,7 +235,11 @@ def paper_scaling(arm: ArmEvidence | None, command: str) -> Verdict:
     if arm is None:
         return Verdict(3, NOT_RUN, "no intervention at the paper's factor on multi_turn", command)
     if arm.rounds_to_one:
-        return Verdict(3, CANNOT_TEST, f"1 − 1e-6 rounds to exactly 1 in {arm.dtype}, so the edit changes nothing; rerun with --dtype float32")
+        return Verdict(
+            3,
+            CANNOT_TEST,
+            f"1 − 1e-6 rounds to exactly 1 in {arm.dtype}, so the edit changes nothing; rerun with --dtype float32",
+        )
     if arm.faults:
         return Verdict(3, CANNOT_TEST, f"the edited model's generations are broken: {arm.faults[0]}")
     d = arm.effect
@@ -222,12 +249,18 @@ def paper_scaling(arm: ArmEvidence | None, command: str) -> Verdict:
     if d.significant() and d.delta < 0:
         return Verdict(3, CONTRADICTED, f"scaling lowered multi-turn compliance: {text}")
     if d.significant() and arm.placebo_sets < MIN_PLACEBO_SETS:
-        return Verdict(3, CANNOT_TEST, f"a significant rise, but only {arm.placebo_sets} placebo sets ran (the rule needs "
-                                       f"{MIN_PLACEBO_SETS}; rerun with --placebo 20): {text}")
+        return Verdict(
+            3,
+            CANNOT_TEST,
+            f"a significant rise, but only {arm.placebo_sets} placebo sets ran (the rule needs "
+            f"{MIN_PLACEBO_SETS}; rerun with --placebo 20): {text}",
+        )
     if arm.specific():
         return Verdict(3, SUPPORTED, f"scaling lifted multi-turn compliance beyond its placebos: {text}")
     if d.before >= 1.0 and d.delta == 0:
-        return Verdict(3, CANNOT_TEST, f"the DPO baseline already complies on every row, so nothing can lift it: {text}")
+        return Verdict(
+            3, CANNOT_TEST, f"the DPO baseline already complies on every row, so nothing can lift it: {text}"
+        )
     return Verdict(3, NOT_SUPPORTED, f"no lift beyond chance and placebo: {text}")
 
 
@@ -259,7 +292,9 @@ def expected_sign(arm: ArmEvidence, behaviour: int) -> int:
     return behaviour if arm.model == "sft" else -behaviour
 
 
-def units_cause(arms: list[ArmEvidence] | None, behaviour: Difference | None, command: str, eval_command: str) -> Verdict:
+def units_cause(
+    arms: list[ArmEvidence] | None, behaviour: Difference | None, command: str, eval_command: str
+) -> Verdict:
     """Claim 4. Needs the behaviour change (DPO − SFT on multi_turn, from the evaluation) and the arms that move one
     model's units toward the other's (mean, patch both ways, steer), each against its placebos. Cannot be tested: the
     change is not significant (nothing to cause), or no arm has :data:`MIN_PLACEBO_SETS` placebo sets. Supported: an
@@ -273,20 +308,37 @@ def units_cause(arms: list[ArmEvidence] | None, behaviour: Difference | None, co
     if behaviour.n == 0:
         return Verdict(4, CANNOT_TEST, f"{NO_TARGET_ROWS}, so the behaviour change is unknown")
     if not behaviour.significant():
-        return Verdict(4, CANNOT_TEST, f"SFT and DPO comply alike on multi_turn ({_difference(behaviour)}): there is no behaviour change for the units to cause")
+        return Verdict(
+            4,
+            CANNOT_TEST,
+            f"SFT and DPO comply alike on multi_turn ({_difference(behaviour)}): there is no behaviour change for the units to cause",
+        )
     placed = [a for a in arms if a.placebo_sets >= MIN_PLACEBO_SETS and not a.faults]
     if not placed:
         most = max(a.placebo_sets for a in arms)
-        return Verdict(4, CANNOT_TEST, f"no arm ran with {MIN_PLACEBO_SETS} or more placebo sets (at most {most}); "
-                                       f"rerun with --placebo 20: {command}")
+        return Verdict(
+            4,
+            CANNOT_TEST,
+            f"no arm ran with {MIN_PLACEBO_SETS} or more placebo sets (at most {most}); "
+            f"rerun with --placebo 20: {command}",
+        )
     sign = behaviour.sign()
     toward = [a.name for a in placed if a.specific() and expected_sign(a, sign) == a.effect.sign() != 0]
     against = [a.name for a in placed if a.specific() and expected_sign(a, sign) == -a.effect.sign() != 0]
     ablation = [a.name for a in placed if a.specific() and a.name == ABLATION]
-    listing = "; ".join(f"{a.name} ({a.model}): Δ {_pts(a.effect.delta)} pts, p {a.effect.p_value:.3g}{_placebo_text(a)}" for a in placed)
+    listing = "; ".join(
+        f"{a.name} ({a.model}): Δ {_pts(a.effect.delta)} pts, p {a.effect.p_value:.3g}{_placebo_text(a)}"
+        for a in placed
+    )
     if toward and not against:
-        return Verdict(4, SUPPORTED, f"{', '.join(toward)} moved compliance toward the other model beyond placebo: {listing}")
+        return Verdict(
+            4, SUPPORTED, f"{', '.join(toward)} moved compliance toward the other model beyond placebo: {listing}"
+        )
     if against and not toward:
-        return Verdict(4, CONTRADICTED, f"{', '.join(against)} moved compliance away from the other model beyond placebo: {listing}")
+        return Verdict(
+            4,
+            CONTRADICTED,
+            f"{', '.join(against)} moved compliance away from the other model beyond placebo: {listing}",
+        )
     extra = " (ablation shows the units matter, not that they carry the SFT/DPO difference)" if ablation else ""
     return Verdict(4, NOT_SUPPORTED, f"no arm moved compliance toward the other model beyond placebo{extra}: {listing}")

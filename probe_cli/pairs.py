@@ -31,8 +31,9 @@ def default_pair(name: str, progress: bool = True) -> Any:
     return default_pairs.ensure_default_pair(pair=name, progress=progress)
 
 
-def pair_sources(name: str, sft: Path | None, dpo: Path | None, data: Path | None,
-                 progress: bool = True) -> tuple[Path | None, Path | None, Path | None]:
+def pair_sources(
+    name: str, sft: Path | None, dpo: Path | None, data: Path | None, progress: bool = True
+) -> tuple[Path | None, Path | None, Path | None]:
     """(sft, dpo, data) with the missing ones taken from the default pair ``name``."""
     if (sft is None) != (dpo is None):
         raise ProbeError("give both --sft and --dpo, or neither (to use the embedded default pair)")

@@ -81,8 +81,13 @@ def batch_tensors(items: Sequence[Item], pad_id: int) -> dict[str, torch.Tensor]
     input_ids, mask = left_pad([i.ids for i in items], pad_id)
     response = torch.zeros_like(mask)
     for row, item in enumerate(items):
-        response[row, mask.shape[1] - item.n_response:] = 1
-    return {"input_ids": input_ids, "attention_mask": mask, "position_ids": position_ids_for(mask), "response_mask": response}
+        response[row, mask.shape[1] - item.n_response :] = 1
+    return {
+        "input_ids": input_ids,
+        "attention_mask": mask,
+        "position_ids": position_ids_for(mask),
+        "response_mask": response,
+    }
 
 
 def position_mask(batch: dict[str, torch.Tensor], positions: str) -> torch.Tensor:
@@ -91,12 +96,16 @@ def position_mask(batch: dict[str, torch.Tensor], positions: str) -> torch.Tenso
 
 
 @contextmanager
-def _captured(model: Any, sites: Sequence[tuple[str, int]], replace: Callable[[str, int, torch.Tensor], torch.Tensor | None] | None = None
-              ) -> Iterator[dict[tuple[str, int], torch.Tensor]]:
+def _captured(
+    model: Any,
+    sites: Sequence[tuple[str, int]],
+    replace: Callable[[str, int, torch.Tensor], torch.Tensor | None] | None = None,
+) -> Iterator[dict[tuple[str, int], torch.Tensor]]:
     """Hooks that keep each site's tensor (in the graph, when autograd is on), optionally replacing it first."""
     seen: dict[tuple[str, int], torch.Tensor] = {}
     handles = []
     for hook, layer in sites:
+
         def fn(x: torch.Tensor, key: tuple[str, int] = (hook, layer)) -> torch.Tensor | None:
             new = replace(key[0], key[1], x) if replace is not None else None
             seen[key] = x if new is None else new
@@ -123,8 +132,12 @@ def response_logprobs(model: Any, batch: dict[str, torch.Tensor], hidden: torch.
 
 def _forward(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     device = model.get_input_embeddings().weight.device
-    out = model.base_model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device),
-                           position_ids=batch["position_ids"].to(device), use_cache=False)
+    out = model.base_model(
+        input_ids=batch["input_ids"].to(device),
+        attention_mask=batch["attention_mask"].to(device),
+        position_ids=batch["position_ids"].to(device),
+        use_cache=False,
+    )
     return out.last_hidden_state
 
 
@@ -139,15 +152,18 @@ def _grad_from_embeddings(model: Any) -> Iterator[None]:
         handle.remove()
 
 
-def sft_sites(sft: Any, batch: dict[str, torch.Tensor], sites: Sequence[tuple[str, int]]) -> dict[tuple[str, int], torch.Tensor]:
+def sft_sites(
+    sft: Any, batch: dict[str, torch.Tensor], sites: Sequence[tuple[str, int]]
+) -> dict[tuple[str, int], torch.Tensor]:
     """The SFT model's full tensors at ``sites`` (no autograd)."""
     with torch.inference_mode(), _captured(sft, sites) as seen:
         _forward(sft, batch)
     return {key: value.clone() for key, value in seen.items()}
 
 
-def attribute_batch(sft: Any, dpo: Any, items: Sequence[Item], pad_id: int, sites: Sequence[tuple[str, int]], positions: str
-                    ) -> tuple[torch.Tensor, dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]:
+def attribute_batch(
+    sft: Any, dpo: Any, items: Sequence[Item], pad_id: int, sites: Sequence[tuple[str, int]], positions: str
+) -> tuple[torch.Tensor, dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]:
     """(m per sequence [B] (signed), {site: (attr [B, W], mean SFT activation [B, W], mean DPO activation [B, W])})."""
     batch = batch_tensors(items, pad_id)
     reference = sft_sites(sft, batch, sites)
@@ -161,13 +177,24 @@ def attribute_batch(sft: Any, dpo: Any, items: Sequence[Item], pad_id: int, site
         a_dpo, a_sft = seen[site].detach().float(), reference[site].float()
         w = weights.to(a_dpo.device).unsqueeze(-1)
         count = w.sum(dim=1).clamp(min=1.0)
-        out[site] = (((a_sft - a_dpo) * grad.float() * w).sum(dim=1).cpu(), ((a_sft * w).sum(dim=1) / count).cpu(),
-                     ((a_dpo * w).sum(dim=1) / count).cpu())
+        out[site] = (
+            ((a_sft - a_dpo) * grad.float() * w).sum(dim=1).cpu(),
+            ((a_sft * w).sum(dim=1) / count).cpu(),
+            ((a_dpo * w).sum(dim=1) / count).cpu(),
+        )
     return (m * signs).detach().cpu(), out
 
 
-def patched_deltas(sft: Any, dpo: Any, items: Sequence[Item], pad_id: int, hook: str, layer: int, units: Sequence[int],
-                   positions: str = "all") -> np.ndarray:
+def patched_deltas(
+    sft: Any,
+    dpo: Any,
+    items: Sequence[Item],
+    pad_id: int,
+    hook: str,
+    layer: int,
+    units: Sequence[int],
+    positions: str = "all",
+) -> np.ndarray:
     """Ground truth for :func:`attribute_batch`: (len(units),) Δm when DPO's unit takes SFT's value at the positions, one unit at a time."""
     batch = batch_tensors(items, pad_id)
     reference = sft_sites(sft, batch, [(hook, layer)])[(hook, layer)]
@@ -205,9 +232,17 @@ class _Plan:
 
 
 def _key(settings: Any, m: str, positions: str, dpo_file: Path | None, rows: int) -> str:
-    body = {"m": m, "positions": positions, "sft": settings.sft_weights_sha256, "dpo": settings.dpo_weights_sha256,
-            "data": settings.data_sha256, "hooks": settings.hooks, "layers": settings.layers, "rows": rows,
-            "dpo_file": str(dpo_file or "")}
+    body = {
+        "m": m,
+        "positions": positions,
+        "sft": settings.sft_weights_sha256,
+        "dpo": settings.dpo_weights_sha256,
+        "data": settings.data_sha256,
+        "hooks": settings.hooks,
+        "layers": settings.layers,
+        "rows": rows,
+        "dpo_file": str(dpo_file or ""),
+    }
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
@@ -219,13 +254,17 @@ def _reference_plans(settings: Any, capabilities: list[str], tokenizer: Any) -> 
     data = Path(settings.data_file)
     rows = read_rows(data)
     if rows and "chosen" in rows[0].extra:
-        raise ProbeError(f"m = reference_logprob needs test rows with references; {data} is a DPO file: use --attribution-m dpo_margin")
+        raise ProbeError(
+            f"m = reference_logprob needs test rows with references; {data} is a DPO file: use --attribution-m dpo_margin"
+        )
     lookup = response_lookup(rows, "reference", None, data)
     plans = []
     for cap, members in group_by_capability(rows, parse_capabilities(",".join(capabilities))).items():
         items, ids = [], []
         for index, row in members:
-            tokens, n = teacher_forced(tokenizer, row.question, lookup(index), lambda index=index: row_location(index, data))
+            tokens, n = teacher_forced(
+                tokenizer, row.question, lookup(index), lambda index=index: row_location(index, data)
+            )
             items.append(Item(tokens, n, len(ids)))
             ids.append(index)
         plans.append(_Plan(cap.value, items, ids))
@@ -266,9 +305,16 @@ def dpo_file_of(settings: Any, given: Path | None) -> Path | None:
     return Path(settings.data_file) if settings.data_file and is_dpo_file(settings.data_file) else None
 
 
-def attribute_run(run_dir: str | Path, m: str = DEFAULT_M, positions: str = "all", dpo_file: Path | None = None,
-                  max_rows: int = DEFAULT_ROWS, max_batch_tokens: int | None = None, device: str | None = None,
-                  progress: bool = False) -> Path:
+def attribute_run(
+    run_dir: str | Path,
+    m: str = DEFAULT_M,
+    positions: str = "all",
+    dpo_file: Path | None = None,
+    max_rows: int = DEFAULT_ROWS,
+    max_batch_tokens: int | None = None,
+    device: str | None = None,
+    progress: bool = False,
+) -> Path:
     """Compute (or reuse) ``RUN_DIR/attribution_<m>.h5`` for every capability and hook of the run; see the module doc."""
     import h5py
 
@@ -288,7 +334,9 @@ def attribute_run(run_dir: str | Path, m: str = DEFAULT_M, positions: str = "all
         hooks = {cap: [h for h in run.hooks(cap, "sft") if h in run.hooks(cap, "dpo")] for cap in capabilities}
     source = dpo_file_of(settings, dpo_file) if m == "dpo_margin" else None
     if m == "dpo_margin" and source is None:
-        raise ProbeError("m = dpo_margin needs DPO pairs: --dpo-data FILE (or a run recorded with --responses or a DPO --data)")
+        raise ProbeError(
+            "m = dpo_margin needs DPO pairs: --dpo-data FILE (or a run recorded with --responses or a DPO --data)"
+        )
     key = _key(settings, m, positions, source, max_rows)
     path = attribution_path(run_dir, m)
     if path.is_file():
@@ -296,31 +344,55 @@ def attribute_run(run_dir: str | Path, m: str = DEFAULT_M, positions: str = "all
             if f.attrs.get("key") == key:
                 return path
     if not settings.sft_dir or not settings.dpo_dir:
-        raise ProbeError(f"{run_dir}: the run does not say where its models are (sft_dir/dpo_dir); attribution needs them")
+        raise ProbeError(
+            f"{run_dir}: the run does not say where its models are (sft_dir/dpo_dir); attribution needs them"
+        )
     for model, want in (("sft", settings.sft_weights_sha256), ("dpo", settings.dpo_weights_sha256)):
         where = Path(settings.model_dir(model))
         if not (where / "config.json").is_file() or (want and weights_sha256(where) != want):
-            raise ProbeError(f"{run_dir}: the {model} model the run recorded ({where}) is gone or changed since; "
-                             "attribution needs the same weights")
+            raise ProbeError(
+                f"{run_dir}: the {model} model the run recorded ({where}) is gone or changed since; "
+                "attribution needs the same weights"
+            )
     started = time.perf_counter()
     pair = load_pair(settings.sft_dir, settings.dpo_dir, device=device, dtype=settings.dtype or "auto")
     for model in (pair.sft, pair.dpo):
         model.requires_grad_(False)
-    plans = (_reference_plans(settings, capabilities, pair.tokenizer) if m == "reference_logprob"
-             else _margin_plans(source, capabilities, pair.tokenizer, max_rows))  # type: ignore[arg-type]
+    plans = (
+        _reference_plans(settings, capabilities, pair.tokenizer)
+        if m == "reference_logprob"
+        else _margin_plans(source, capabilities, pair.tokenizer, max_rows)
+    )  # type: ignore[arg-type]
     budget = max_batch_tokens or max(256, (CPU_MAX_BATCH_TOKENS if pair.device == "cpu" else 8192) // 4)
     pad_id = pad_id_of(pair.tokenizer)
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
         for plan in plans:
             sites = [(h, layer) for h in hooks[plan.capability] for layer in settings.layers]
             _attribute_plan(f, plan, pair, sites, pad_id, positions, budget, settings.layers, hooks[plan.capability])
-        f.attrs.update({"m": m, "positions": positions, "layers": json.dumps(list(settings.layers)), "key": key,
-                        "dpo_file": str(source or ""), "seconds": time.perf_counter() - started})
+        f.attrs.update(
+            {
+                "m": m,
+                "positions": positions,
+                "layers": json.dumps(list(settings.layers)),
+                "key": key,
+                "dpo_file": str(source or ""),
+                "seconds": time.perf_counter() - started,
+            }
+        )
     return path
 
 
-def _attribute_plan(f: Any, plan: _Plan, pair: Any, sites: list[tuple[str, int]], pad_id: int, positions: str, budget: int,
-                    layers: list[int], hooks: list[str]) -> None:
+def _attribute_plan(
+    f: Any,
+    plan: _Plan,
+    pair: Any,
+    sites: list[tuple[str, int]],
+    pad_id: int,
+    positions: str,
+    budget: int,
+    layers: list[int],
+    hooks: list[str],
+) -> None:
     from probes.batching import plan_batches
 
     n_rows = len(plan.sample_ids)
@@ -337,7 +409,9 @@ def _attribute_plan(f: Any, plan: _Plan, pair: Any, sites: list[tuple[str, int]]
         np.add.at(counts, rows, 1.0)
         for (hook, layer), (attr, a_sft, a_dpo) in out.items():
             width = widths.setdefault(hook, attr.shape[1])
-            arrays = sums.setdefault(hook, {name: np.zeros((n_rows, len(layers), width)) for name in ("attribution", "sft", "dpo")})
+            arrays = sums.setdefault(
+                hook, {name: np.zeros((n_rows, len(layers), width)) for name in ("attribution", "sft", "dpo")}
+            )
             slot = layers.index(layer)
             for name, value in (("attribution", attr), ("sft", a_sft), ("dpo", a_dpo)):
                 np.add.at(arrays[name][:, slot], rows, value.double().numpy())
@@ -348,4 +422,6 @@ def _attribute_plan(f: Any, plan: _Plan, pair: Any, sites: list[tuple[str, int]]
         for name, values in sums[hook].items():
             if name != "attribution":  # a pair's two sequences: the mean activation of the two
                 values = values / counts[:, None, None]
-            group.create_dataset(f"{hook}/{name}", data=values.astype(np.float32), compression="gzip", compression_opts=4)
+            group.create_dataset(
+                f"{hook}/{name}", data=values.astype(np.float32), compression="gzip", compression_opts=4
+            )

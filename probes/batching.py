@@ -24,10 +24,22 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from core.budget import CPU_MAX_BATCH_TOKENS, MAX_USEFUL_BATCH_TOKENS, activation_bytes_per_token, default_max_batch_tokens
+from core.budget import (
+    CPU_MAX_BATCH_TOKENS,
+    MAX_USEFUL_BATCH_TOKENS,
+    activation_bytes_per_token,
+    default_max_batch_tokens,
+)
 
-__all__ = ["CPU_MAX_BATCH_TOKENS", "DEFAULT_BATCH_SIZE", "MAX_USEFUL_BATCH_TOKENS", "activation_bytes_per_token",
-           "default_max_batch_tokens", "pending_batches", "plan_batches"]
+__all__ = [
+    "CPU_MAX_BATCH_TOKENS",
+    "DEFAULT_BATCH_SIZE",
+    "MAX_USEFUL_BATCH_TOKENS",
+    "activation_bytes_per_token",
+    "default_max_batch_tokens",
+    "pending_batches",
+    "plan_batches",
+]
 
 DEFAULT_BATCH_SIZE = 64  # a cap: the token budget decides on long prompts
 
@@ -48,7 +60,9 @@ def plan_batches(lengths: Sequence[int], batch_size: int, max_batch_tokens: int 
     return spans
 
 
-def pending_batches(spans: Sequence[tuple[int, int]], sample_ids: Sequence[int], done: Collection[int]) -> list[list[int]]:
+def pending_batches(
+    spans: Sequence[tuple[int, int]], sample_ids: Sequence[int], done: Collection[int]
+) -> list[list[int]]:
     """The positions still to record, batch by batch, in plan order.
 
     A batch whose samples are all done is skipped; one partly done (recorded earlier with

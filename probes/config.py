@@ -103,13 +103,17 @@ class RecordConfig:
     sft_dir: Path | None = field(default=None, metadata={"flag": "--sft"})
     dpo_dir: Path | None = field(default=None, metadata={"flag": "--dpo"})
     data_file: Path | None = field(default=None, metadata={"flag": "--data"})
-    capabilities: str | list[str] | tuple[Capability, ...] = field(default="multi_turn", metadata={"flag": "--capability"})
+    capabilities: str | list[str] | tuple[Capability, ...] = field(
+        default="multi_turn", metadata={"flag": "--capability"}
+    )
     hooks: str | list[str] | tuple[str, ...] = field(default=("mlp_out",), metadata={"flag": "--hook"})
     layers: str | list[_LAYER] | tuple[_LAYER, ...] | None = None
     position: str = "last"
     response: str = "reference"  # which response a response_* position teacher-forces (probes.responses)
     responses_file: Path | None = field(default=None, metadata={"flag": "--responses"})
-    base_dir: Path | None = field(default=None, metadata={"flag": "--base"})  # a third model, recorded on the same tokens
+    base_dir: Path | None = field(
+        default=None, metadata={"flag": "--base"}
+    )  # a third model, recorded on the same tokens
     backend: str = "torch"
     batch_size: Annotated[int, POSITIVE] = DEFAULT_BATCH_SIZE
     max_batch_tokens: Annotated[int, Range(1, MAX_BATCH_TOKENS)] | None = None
@@ -127,9 +131,14 @@ class RecordConfig:
         self.layers = _layers(self.layers)
         self.position = _choice(self.position, POSITIONS, "position")
         self.response = _choice(self.response, RESPONSES, "response")
-        if not is_response_position(self.position) and (self.response != "reference" or self.responses_file is not None):
-            raise OptionError("response", message=f"--response and --responses apply to --position response_mean or response_last, "
-                                                  f"not {self.position}")
+        if not is_response_position(self.position) and (
+            self.response != "reference" or self.responses_file is not None
+        ):
+            raise OptionError(
+                "response",
+                message=f"--response and --responses apply to --position response_mean or response_last, "
+                f"not {self.position}",
+            )
         self.backend = _choice(self.backend, BACKENDS, "backend")
         self.dtype = _choice(self.dtype, COMPUTE_DTYPES, "dtype")
         self.store_dtype = _choice(self.store_dtype, STORE_DTYPES, "store_dtype")
@@ -174,4 +183,3 @@ class RecordConfig:
             "dtype": self.dtype,
             "store_dtype": self.store_dtype,
         }
-

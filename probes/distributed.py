@@ -176,7 +176,9 @@ def _env_int(name: str, default: int) -> int:
     try:
         return int(value)
     except ValueError:
-        raise ProbeError(f"environment variable {name}={value!r}: expected an integer (set by torchrun / accelerate launch)") from None
+        raise ProbeError(
+            f"environment variable {name}={value!r}: expected an integer (set by torchrun / accelerate launch)"
+        ) from None
 
 
 def world_from_env() -> World:
@@ -199,7 +201,9 @@ def join_timeout() -> float:
     except ValueError:
         seconds = float("nan")
     if not 0 < seconds <= 86400:
-        raise ProbeError(f"environment variable {JOIN_TIMEOUT_VARIABLE}={raw!r}: expected seconds, more than 0 and at most 86400")
+        raise ProbeError(
+            f"environment variable {JOIN_TIMEOUT_VARIABLE}={raw!r}: expected seconds, more than 0 and at most 86400"
+        )
     return seconds
 
 
@@ -242,15 +246,27 @@ def joined(world: World) -> Iterator[World]:
         return
     missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if not os.environ.get(name)]
     if missing:
-        raise reported_by(ProbeError(f"WORLD_SIZE={world.size} but {', '.join(missing)} unset; start data-parallel recording "
-                                     "with torchrun or accelerate launch (docs/probes.md)"), EVERY_RANK)
+        raise reported_by(
+            ProbeError(
+                f"WORLD_SIZE={world.size} but {', '.join(missing)} unset; start data-parallel recording "
+                "with torchrun or accelerate launch (docs/probes.md)"
+            ),
+            EVERY_RANK,
+        )
     session = _rendezvous(world, join_timeout())
     try:
-        dist.init_process_group("gloo", store=dist.PrefixStore("default_pg", session.store), rank=world.rank,
-                                world_size=world.size, timeout=BARRIER_TIMEOUT)
+        dist.init_process_group(
+            "gloo",
+            store=dist.PrefixStore("default_pg", session.store),
+            rank=world.rank,
+            world_size=world.size,
+            timeout=BARRIER_TIMEOUT,
+        )
     except RuntimeError as exc:  # gloo could not connect the ranks to each other
-        raise ProbeError(f"the {world.size} processes met but could not connect to each other ({_first_line(exc)}); "
-                         "check that every node reaches the others (GLOO_SOCKET_IFNAME picks the interface)") from None
+        raise ProbeError(
+            f"the {world.size} processes met but could not connect to each other ({_first_line(exc)}); "
+            "check that every node reaches the others (GLOO_SOCKET_IFNAME picks the interface)"
+        ) from None
     _session = session
     try:
         with _signal_handlers(session):
@@ -274,7 +290,9 @@ def _rendezvous(world: World, timeout: float) -> _Session:
     """Meet the other ranks through the store, polling so that Ctrl-C and the deadline act within a fraction of a second."""
     deadline = time.monotonic() + timeout
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
-    prefix = f"probe/{os.environ.get('TORCHELASTIC_RUN_ID', 'env')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+    prefix = (
+        f"probe/{os.environ.get('TORCHELASTIC_RUN_ID', 'env')}/{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}/"
+    )
     store = None
     try:
         store = _connect(world, deadline, timeout, agent_store)
@@ -285,11 +303,20 @@ def _rendezvous(world: World, timeout: float) -> _Session:
             time.sleep(0.05)
         store.set(prefix + f"pid/{world.rank}", f"{socket.gethostname()} {os.getpid()}")
     except KeyboardInterrupt:  # said by rank 0 once the store answers (every rank got the Ctrl-C), else by each
-        raise reported_by(Interrupted(f"stopped while the {world.size} processes of the data-parallel run were meeting; "
-                                      "nothing was recorded; rerun the command"), 0 if store is not None else EVERY_RANK) from None
+        raise reported_by(
+            Interrupted(
+                f"stopped while the {world.size} processes of the data-parallel run were meeting; "
+                "nothing was recorded; rerun the command"
+            ),
+            0 if store is not None else EVERY_RANK,
+        ) from None
     except RuntimeError as exc:  # the store itself failed (a peer hosting it went away)
-        raise reported_by(ProbeError(f"the processes of the data-parallel run could not meet ({_first_line(exc)}); "
-                                     "rerun the command"), EVERY_RANK) from None
+        raise reported_by(
+            ProbeError(
+                f"the processes of the data-parallel run could not meet ({_first_line(exc)}); rerun the command"
+            ),
+            EVERY_RANK,
+        ) from None
     store.set_timeout(STORE_TIMEOUT)
     return _Session(world, store, prefix, agent_store)
 
@@ -300,13 +327,20 @@ def _connect(world: World, deadline: float, timeout: float, agent_store: bool) -
 
     host, port = os.environ["MASTER_ADDR"], _env_int("MASTER_PORT", 0)
     if not 0 < port < 65536:
-        raise reported_by(ProbeError(f"environment variable MASTER_PORT={port}: expected a port, 1 to 65535"), EVERY_RANK)
+        raise reported_by(
+            ProbeError(f"environment variable MASTER_PORT={port}: expected a port, 1 to 65535"), EVERY_RANK
+        )
     if world.is_main and not agent_store:
         try:
             return TCPStore(host, port, world.size, True, timedelta(seconds=timeout), wait_for_workers=False)
         except RuntimeError as exc:
-            raise reported_by(ProbeError(f"MASTER_ADDR={host} MASTER_PORT={port}: rank 0 cannot listen there ({_first_line(exc)}); "
-                                         "pick a free port"), EVERY_RANK) from None
+            raise reported_by(
+                ProbeError(
+                    f"MASTER_ADDR={host} MASTER_PORT={port}: rank 0 cannot listen there ({_first_line(exc)}); "
+                    "pick a free port"
+                ),
+                EVERY_RANK,
+            ) from None
     while True:
         problem = _unreachable(host, port)
         if problem is None:  # probed from Python first: a refused TCPStore connect logs C++ stack frames
@@ -315,10 +349,14 @@ def _connect(world: World, deadline: float, timeout: float, agent_store: bool) -
             except RuntimeError as exc:
                 problem = _first_line(exc)
         if time.monotonic() > deadline:
-            raise reported_by(ProbeError(
-                f"rank {world.rank} of {world.size} could not reach rank 0 at MASTER_ADDR={host} MASTER_PORT={port} within "
-                f"{timeout:g} s ({JOIN_TIMEOUT_VARIABLE}; {problem}); start every rank (torchrun --nproc-per-node N starts "
-                "them for you), or unset WORLD_SIZE for one process"), EVERY_RANK) from None
+            raise reported_by(
+                ProbeError(
+                    f"rank {world.rank} of {world.size} could not reach rank 0 at MASTER_ADDR={host} MASTER_PORT={port} within "
+                    f"{timeout:g} s ({JOIN_TIMEOUT_VARIABLE}; {problem}); start every rank (torchrun --nproc-per-node N starts "
+                    "them for you), or unset WORLD_SIZE for one process"
+                ),
+                EVERY_RANK,
+            ) from None
         time.sleep(0.2)
 
 
@@ -332,10 +370,14 @@ def _unreachable(host: str, port: int) -> str | None:
 
 
 def _not_joined(world: World, count: int, timeout: float) -> ProbeError:
-    return reported_by(ProbeError(
-        f"only {count} of the {world.size} processes (WORLD_SIZE={world.size}) started within {timeout:g} s "
-        f"({JOIN_TIMEOUT_VARIABLE}); start every rank (torchrun --nproc-per-node N starts them for you), or unset WORLD_SIZE "
-        "for one process"), 0)
+    return reported_by(
+        ProbeError(
+            f"only {count} of the {world.size} processes (WORLD_SIZE={world.size}) started within {timeout:g} s "
+            f"({JOIN_TIMEOUT_VARIABLE}); start every rank (torchrun --nproc-per-node N starts them for you), or unset WORLD_SIZE "
+            "for one process"
+        ),
+        0,
+    )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -366,7 +408,9 @@ def peer_lost(detail: str, wait: float = 0.0) -> PeerLost:
     if not dead:
         return PeerLost(f"another process of this data-parallel run stopped answering ({detail})", alive[0])
     names = ", ".join(str(r) for r in dead)
-    return PeerLost(f"rank {names} of {world.size} died (killed, or out of memory?)", alive[0] if alive else world.rank, tuple(dead))
+    return PeerLost(
+        f"rank {names} of {world.size} died (killed, or out of memory?)", alive[0] if alive else world.rank, tuple(dead)
+    )
 
 
 def _dead_ranks(session: _Session) -> list[int]:
@@ -423,7 +467,10 @@ def _signal_handlers(session: _Session) -> Iterator[None]:
         session.interrupted = True
         raise KeyboardInterrupt  # torchrun, or a user, stopping the run: like Ctrl-C
 
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, on_sigint), signal.SIGTERM: signal.signal(signal.SIGTERM, on_sigterm)}
+    previous = {
+        signal.SIGINT: signal.signal(signal.SIGINT, on_sigint),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, on_sigterm),
+    }
     try:
         yield
     finally:
@@ -458,16 +505,20 @@ def rank_device(device: str | None, world: World) -> str | None:
 
     if device in (None, "cuda") and torch.cuda.is_available():
         if world.local_rank >= torch.cuda.device_count():
-            raise ProbeError(f"LOCAL_RANK {world.local_rank} but only {torch.cuda.device_count()} GPUs visible; "
-                             "start at most one process per GPU")
+            raise ProbeError(
+                f"LOCAL_RANK {world.local_rank} but only {torch.cuda.device_count()} GPUs visible; "
+                "start at most one process per GPU"
+            )
         torch.cuda.set_device(world.local_rank)
         return f"cuda:{world.local_rank}"
     if device in (None, "cpu"):
         return "cpu"
     if device == "cuda":
         raise ProbeError("--device cuda: CUDA is not available on this machine; use --device cpu")
-    raise ProbeError(f"--device {device}: with {world.size} processes each rank picks cuda:LOCAL_RANK; pass --device cuda "
-                     "(or cpu). --device auto spreads one model over all GPUs and runs as a single process")
+    raise ProbeError(
+        f"--device {device}: with {world.size} processes each rank picks cuda:LOCAL_RANK; pass --device cuda "
+        "(or cpu). --device auto spreads one model over all GPUs and runs as a single process"
+    )
 
 
 def launch(argv: list[str]) -> int:
@@ -501,10 +552,16 @@ def _launch_status(exit_codes: dict[int, int]) -> int:
     for code in (Interrupted.exit_code, 2):
         if code in exit_codes.values():
             return code
-    described = ", ".join(f"rank {rank} {'killed by signal ' + str(-code) if code < 0 else 'exit status ' + str(code)}"
-                          for rank, code in sorted(exit_codes.items()))
-    print(f"error: the data-parallel launch failed ({described}) and no rank said why; whole batches are kept in the run's "
-          "journal: rerun the same command to resume", file=sys.stderr, flush=True)
+    described = ", ".join(
+        f"rank {rank} {'killed by signal ' + str(-code) if code < 0 else 'exit status ' + str(code)}"
+        for rank, code in sorted(exit_codes.items())
+    )
+    print(
+        f"error: the data-parallel launch failed ({described}) and no rank said why; whole batches are kept in the run's "
+        "journal: rerun the same command to resume",
+        file=sys.stderr,
+        flush=True,
+    )
     return 1
 
 

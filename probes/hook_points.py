@@ -56,12 +56,15 @@ class HookPoint:
     block_order: int  # when it fires within one block's forward (0 first)
 
 
-HOOK_TABLE: dict[str, HookPoint] = {row.name: row for row in (
-    HookPoint("mlp_out", "mlp", False, "d_model", "blocks.{i}.hook_mlp_out", 2),
-    HookPoint("attn_out", "attention", False, "d_model", "blocks.{i}.hook_attn_out", 0),
-    HookPoint("resid_post", "block", False, "d_model", "blocks.{i}.hook_resid_post", 3),
-    HookPoint("mlp_post", "down_proj", True, "d_mlp", "blocks.{i}.mlp.hook_post", 1),
-)}
+HOOK_TABLE: dict[str, HookPoint] = {
+    row.name: row
+    for row in (
+        HookPoint("mlp_out", "mlp", False, "d_model", "blocks.{i}.hook_mlp_out", 2),
+        HookPoint("attn_out", "attention", False, "d_model", "blocks.{i}.hook_attn_out", 0),
+        HookPoint("resid_post", "block", False, "d_model", "blocks.{i}.hook_resid_post", 3),
+        HookPoint("mlp_post", "down_proj", True, "d_mlp", "blocks.{i}.mlp.hook_post", 1),
+    )
+}
 HOOK_POINTS: tuple[str, ...] = tuple(HOOK_TABLE)
 EXECUTION_ORDER: tuple[str, ...] = tuple(sorted(HOOK_TABLE, key=lambda name: HOOK_TABLE[name].block_order))
 
@@ -81,7 +84,9 @@ class Architecture:
 
     def part_path(self, part: Part) -> str:
         """The dotted path of ``part`` inside one block ("" for the block itself)."""
-        return {"attention": self.attention, "mlp": self.mlp, "down_proj": f"{self.mlp}.{self.down_proj}", "block": ""}[part]
+        return {"attention": self.attention, "mlp": self.mlp, "down_proj": f"{self.mlp}.{self.down_proj}", "block": ""}[
+            part
+        ]
 
 
 _LLAMA_LIKE = dict(layers="model.layers", attention="self_attn", mlp="mlp", down_proj="down_proj")
@@ -92,7 +97,14 @@ ARCHITECTURES: dict[str, Architecture] = {
     "qwen3": Architecture("qwen3", **_LLAMA_LIKE),
     "gemma": Architecture("gemma", **_LLAMA_LIKE),
     "gemma2": Architecture("gemma2", **_LLAMA_LIKE),
-    "gpt2": Architecture("gpt2", layers="transformer.h", attention="attn", mlp="mlp", down_proj="c_proj", intermediate_size_attr="n_inner"),
+    "gpt2": Architecture(
+        "gpt2",
+        layers="transformer.h",
+        attention="attn",
+        mlp="mlp",
+        down_proj="c_proj",
+        intermediate_size_attr="n_inner",
+    ),
 }
 
 
@@ -185,7 +197,9 @@ def parse_layers(spec: str | None, total: int) -> list[int]:
     layers: set[int] = set()
     for lo, hi in layer_ranges(spec, total):
         if lo < 0 or hi >= total:
-            raise ProbeError(f"--layers {spec!r}: layer {lo if lo < 0 else max(lo, total)} is outside the model, which has layers 0-{total - 1}")
+            raise ProbeError(
+                f"--layers {spec!r}: layer {lo if lo < 0 else max(lo, total)} is outside the model, which has layers 0-{total - 1}"
+            )
         layers.update(range(lo, hi + 1))
     return sorted(layers)
 

@@ -76,7 +76,9 @@ def run_lock(run_dir: Path) -> Iterator[None]:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
-        raise ProbeError(f"{run_dir}: another `probe run` is recording into this directory; wait for it or use another --out") from None
+        raise ProbeError(
+            f"{run_dir}: another `probe run` is recording into this directory; wait for it or use another --out"
+        ) from None
     try:
         yield
     finally:
@@ -91,10 +93,17 @@ def read_run_json(run_dir: Path) -> dict[str, Any] | None:
         return None
     body = read_json(path, "run record (run.json)")
     if not isinstance(body, dict) or not isinstance(body.get("settings"), dict):
-        found = type(body).__name__ if not isinstance(body, dict) else "no 'settings' object" if "settings" not in body else \
-            f"'settings' holding {type(body['settings']).__name__}"
-        raise ProbeError(f"{path}: expected a JSON object with a 'settings' object (the run's settings), found {found}; "
-                         "was it edited by hand? Restore it or record into a new --out")
+        found = (
+            type(body).__name__
+            if not isinstance(body, dict)
+            else "no 'settings' object"
+            if "settings" not in body
+            else f"'settings' holding {type(body['settings']).__name__}"
+        )
+        raise ProbeError(
+            f"{path}: expected a JSON object with a 'settings' object (the run's settings), found {found}; "
+            "was it edited by hand? Restore it or record into a new --out"
+        )
     return body
 
 
@@ -138,8 +147,15 @@ def read_shard(path: Path, capability: str) -> Shard:
     """One shard, every member checked (see the module doc); a fault is one line naming the shard."""
     arrays = _shard_arrays(path, capability)
     acts = {(model, hook): values for (model, hook), values in _activation_members(arrays, path).items()}
-    return Shard(capability, int(path.stem), arrays["sample_ids"].astype(np.int64), [str(t) for t in arrays["tasks"]],
-                 arrays["prompt_lengths"].astype(np.int32), [str(p) for p in arrays["prompts"]], acts)
+    return Shard(
+        capability,
+        int(path.stem),
+        arrays["sample_ids"].astype(np.int64),
+        [str(t) for t in arrays["tasks"]],
+        arrays["prompt_lengths"].astype(np.int32),
+        [str(p) for p in arrays["prompts"]],
+        acts,
+    )
 
 
 def list_shards(run_dir: Path, capability: str) -> list[Path]:
@@ -150,8 +166,10 @@ def list_shards(run_dir: Path, capability: str) -> list[Path]:
     found = sorted(folder.glob("*.npz"))
     stray = [p for p in found if not SHARD_NAME.match(p.name)]
     if stray:
-        raise ProbeError(f"{stray[0]}: not a journal shard name (expected <batch start>.npz with nine digits, e.g. 000000064.npz); "
-                         f"the journal holds only shards: move the file out of {folder}")
+        raise ProbeError(
+            f"{stray[0]}: not a journal shard name (expected <batch start>.npz with nine digits, e.g. 000000064.npz); "
+            f"the journal holds only shards: move the file out of {folder}"
+        )
     return sorted(found, key=lambda p: int(p.stem))
 
 
@@ -192,7 +210,9 @@ def _member_name(info: zipfile.ZipInfo, path: Path) -> str:
     return info.filename[:-4]
 
 
-def _member_header(archive: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: Path) -> tuple[tuple[int, ...], np.dtype]:
+def _member_header(
+    archive: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, path: Path
+) -> tuple[tuple[int, ...], np.dtype]:
     if info.compress_size > size or info.file_size > MAX_INFLATION * max(info.compress_size, 1):
         raise _shard_fault(path, f"member {info.filename!r} claims {info.file_size:,} bytes, more than the file holds")
     with archive.open(info) as handle:
@@ -200,25 +220,34 @@ def _member_header(archive: zipfile.ZipFile, info: zipfile.ZipInfo, size: int, p
         read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
         shape, _, dtype = read_header(handle)
     if dtype.hasobject:
-        raise _shard_fault(path, f"member {info.filename!r} holds Python objects (a pickle); shards hold only numbers and text")
+        raise _shard_fault(
+            path, f"member {info.filename!r} holds Python objects (a pickle); shards hold only numbers and text"
+        )
     if math.prod(shape) * dtype.itemsize > info.file_size:
         raise _shard_fault(path, f"member {info.filename!r} claims shape {shape} but holds {info.file_size:,} bytes")
     return tuple(shape), dtype
 
 
-def _check_shard_members(headers: dict[str, tuple[tuple[int, ...], np.dtype]], path: Path, layers: int | None,
-                         hooks: set[str] | None) -> None:
+def _check_shard_members(
+    headers: dict[str, tuple[tuple[int, ...], np.dtype]], path: Path, layers: int | None, hooks: set[str] | None
+) -> None:
     missing = [name for name in (*_SHARD_INTS, *_SHARD_TEXT) if name not in headers]
     if missing:
-        raise _shard_fault(path, f"no {missing[0]!r} array; expected sample_ids, tasks, prompt_lengths, prompts and act__<model>__<hook>")
+        raise _shard_fault(
+            path,
+            f"no {missing[0]!r} array; expected sample_ids, tasks, prompt_lengths, prompts and act__<model>__<hook>",
+        )
     rows = headers["sample_ids"][0][:1]
     for name, (shape, dtype) in headers.items():
         expected = _member_rule(name, dtype, hooks)
         if expected:
             raise _shard_fault(path, f"member {name!r} holds {dtype} {shape}; expected {expected}")
         if len(shape) != (3 if name.startswith("act__") else 1) or shape[:1] != rows or not rows or rows[0] < 1:
-            raise _shard_fault(path, f"member {name!r} has shape {shape}; expected {rows[0] if rows else 'N'} rows "
-                                     f"{'of (layers, width)' if name.startswith('act__') else ''}".rstrip())
+            raise _shard_fault(
+                path,
+                f"member {name!r} has shape {shape}; expected {rows[0] if rows else 'N'} rows "
+                f"{'of (layers, width)' if name.startswith('act__') else ''}".rstrip(),
+            )
         if layers is not None and name.startswith("act__") and shape[1] != layers:
             raise _shard_fault(path, f"member {name!r} holds {shape[1]} layers; the run records {layers}")
 
@@ -230,7 +259,12 @@ def _member_rule(name: str, dtype: np.dtype, hooks: set[str] | None) -> str:
     if name in _SHARD_TEXT:
         return "" if dtype.kind == "U" else "text"
     parts = name.split("__")
-    if len(parts) != 3 or parts[0] != "act" or parts[1] not in ALL_MODELS or (hooks is not None and parts[2] not in hooks):
+    if (
+        len(parts) != 3
+        or parts[0] != "act"
+        or parts[1] not in ALL_MODELS
+        or (hooks is not None and parts[2] not in hooks)
+    ):
         return f"one of sample_ids, tasks, prompt_lengths, prompts, act__<{'|'.join(ALL_MODELS)}>__<hook of this run>"
     return "" if dtype.kind == "f" else "floating-point activations"
 
@@ -251,7 +285,10 @@ def _activation_members(arrays: dict[str, np.ndarray], path: Path) -> dict[tuple
     hooks = {hook for _, hook in acts}
     unpaired = [f"{m}/{h}" for h in sorted(hooks) for m in MODELS if (m, h) not in acts]
     if not acts or unpaired:
-        raise _shard_fault(path, f"no activations for {unpaired[0] if unpaired else 'any model'}; a shard holds both models' activations")
+        raise _shard_fault(
+            path,
+            f"no activations for {unpaired[0] if unpaired else 'any model'}; a shard holds both models' activations",
+        )
     return acts  # type: ignore[return-value]
 
 
@@ -325,14 +362,22 @@ def consolidate(run_dir: Path, capabilities: list[str], plan: ConsolidationPlan)
     return appended
 
 
-def _write_staging_in_child(run_dir: Path, capabilities: list[str], pending: dict[str, list[Path]], plan: ConsolidationPlan) -> dict[str, int]:
+def _write_staging_in_child(
+    run_dir: Path, capabilities: list[str], pending: dict[str, list[Path]], plan: ConsolidationPlan
+) -> dict[str, int]:
     """Run :func:`_write_staging` in ``python -m probes.journal``; its failure comes back as an OSError."""
     import subprocess
     import sys
 
-    job = {"run_dir": str(run_dir), "capabilities": capabilities, "pending": {c: [str(p) for p in ps] for c, ps in pending.items()},
-           "plan": asdict(plan)}
-    done = subprocess.run([sys.executable, "-m", "probes.journal"], input=json.dumps(job), capture_output=True, text=True)
+    job = {
+        "run_dir": str(run_dir),
+        "capabilities": capabilities,
+        "pending": {c: [str(p) for p in ps] for c, ps in pending.items()},
+        "plan": asdict(plan),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "probes.journal"], input=json.dumps(job), capture_output=True, text=True
+    )
     lines = done.stdout.strip().splitlines()
     report = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
     if done.returncode == 0 and "appended" in report:
@@ -348,7 +393,9 @@ def _write_staging_in_child(run_dir: Path, capabilities: list[str], pending: dic
     raise OSError(None, f"the HDF5 writer process failed, {how}")
 
 
-def _write_staging(run_dir: Path, capabilities: list[str], pending: dict[str, list[Path]], plan: ConsolidationPlan) -> dict[str, int]:
+def _write_staging(
+    run_dir: Path, capabilities: list[str], pending: dict[str, list[Path]], plan: ConsolidationPlan
+) -> dict[str, int]:
     """The new file, complete, fsynced and closed, beside the old one (in the child process)."""
     staging, target = run_dir / _STAGING, run_dir / ACTIVATIONS_FILE
     shutil.rmtree(staging, ignore_errors=True)
@@ -356,8 +403,12 @@ def _write_staging(run_dir: Path, capabilities: list[str], pending: dict[str, li
     if target.is_file():
         shutil.copyfile(target, staging / ACTIVATIONS_FILE)
     appended = {cap: 0 for cap in capabilities}
-    writer = RunWriter(staging, plan.settings, toolkit_version=plan.toolkit_version)  # no `with`: a failed write must not be retried on close
-    writer.file.attrs["provenance"] = json.dumps(_with_history(writer.file.attrs.get("provenance"), plan.provenance), sort_keys=True)
+    writer = RunWriter(
+        staging, plan.settings, toolkit_version=plan.toolkit_version
+    )  # no `with`: a failed write must not be retried on close
+    writer.file.attrs["provenance"] = json.dumps(
+        _with_history(writer.file.attrs.get("provenance"), plan.provenance), sort_keys=True
+    )
     for model in (m for m in ALL_MODELS if m in plan.model_info):  # base only in a run recorded with --base
         writer.set_model_info(model, plan.model_info[model])
     for cap in capabilities:
@@ -382,8 +433,12 @@ def _child_main() -> None:
     """``python -m probes.journal``: a consolidation job on stdin, one JSON line on stdout; no cleanup on failure."""
     job = json.loads(sys.stdin.read())
     try:
-        appended = _write_staging(Path(job["run_dir"]), job["capabilities"],
-                                  {c: [Path(p) for p in ps] for c, ps in job["pending"].items()}, ConsolidationPlan(**job["plan"]))
+        appended = _write_staging(
+            Path(job["run_dir"]),
+            job["capabilities"],
+            {c: [Path(p) for p in ps] for c, ps in job["pending"].items()},
+            ConsolidationPlan(**job["plan"]),
+        )
         report: dict[str, Any] = {"appended": appended}
     except ProbeError as exc:
         report = {"refused": str(exc)}
@@ -402,8 +457,10 @@ def write_failure(run_dir: Path, exc: OSError) -> ProbeError:
     shards = sum(1 for _ in (run_dir / JOURNAL_DIR).glob("*/*.npz"))
     kept = f"{shards} recorded batches are kept in {run_dir / JOURNAL_DIR}"
     kept += f" and {run_dir / ACTIVATIONS_FILE} is unchanged" if (run_dir / ACTIVATIONS_FILE).is_file() else ""
-    return ProbeError(f"{run_dir}: writing failed ({reason}); {kept}; free space (or fix permissions) and rerun the same "
-                      "command to resume")
+    return ProbeError(
+        f"{run_dir}: writing failed ({reason}); {kept}; free space (or fix permissions) and rerun the same "
+        "command to resume"
+    )
 
 
 def _with_history(previous: str | None, call: dict[str, Any]) -> dict[str, Any]:
@@ -423,8 +480,13 @@ def _append_capability(writer: RunWriter, capability: str, shards: list[Path], p
         if not keep.any():
             continue
         idx = np.flatnonzero(keep)
-        writer.append_samples(capability, shard.sample_ids[idx], [shard.tasks[i] for i in idx], shard.prompt_lengths[idx],
-                              [shard.prompts[i] for i in idx])
+        writer.append_samples(
+            capability,
+            shard.sample_ids[idx],
+            [shard.tasks[i] for i in idx],
+            shard.prompt_lengths[idx],
+            [shard.prompts[i] for i in idx],
+        )
         for (model, hook), values in sorted(shard.activations.items()):
             writer.append_activations(model, capability, hook, values[idx], plan.layers, plan.tl_names[hook])
         done.update(int(i) for i in shard.sample_ids[idx])

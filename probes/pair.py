@@ -28,8 +28,15 @@ from core.models import check_model_dir, load_model, load_tokenizer, tokenizer_d
 from probes.hook_points import ARCHITECTURES
 
 _CONFIG_KEYS: tuple[str, ...] = (
-    "model_type", "architectures", "num_hidden_layers", "hidden_size", "intermediate_size",
-    "num_attention_heads", "num_key_value_heads", "vocab_size", "head_dim",
+    "model_type",
+    "architectures",
+    "num_hidden_layers",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+    "head_dim",
 )
 
 
@@ -56,7 +63,9 @@ def read_config(model_dir: str | Path) -> Any:
 def shape_of(config: Any, model_dir: str | Path = "") -> ModelShape:
     model_type = getattr(config, "model_type", None)
     if model_type not in ARCHITECTURES:
-        raise ProbeError(f"{model_dir}: unsupported architecture {model_type!r}; supported: {', '.join(sorted(ARCHITECTURES))}")
+        raise ProbeError(
+            f"{model_dir}: unsupported architecture {model_type!r}; supported: {', '.join(sorted(ARCHITECTURES))}"
+        )
     arch = ARCHITECTURES[model_type]
     d_model = int(config.hidden_size)
     d_mlp = getattr(config, arch.intermediate_size_attr, None) or 4 * d_model
@@ -163,7 +172,9 @@ def load_pair(sft_dir: str | Path, dpo_dir: str | Path, device: str | None = Non
     tok_a, tok_b = load_tokenizer(sft_dir, "--sft"), load_tokenizer(dpo_dir, "--dpo")
     _refuse(compare_tokenizers(tok_a, tok_b), sft_dir, dpo_dir)
     if not tok_a.chat_template:
-        raise ProbeError(f"{sft_dir}: the tokenizer has no chat template; prompts cannot be rendered as the model was trained")
+        raise ProbeError(
+            f"{sft_dir}: the tokenizer has no chat template; prompts cannot be rendered as the model was trained"
+        )
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
     sft = load_model(sft_dir, "--sft", dtype=torch_dtype, device=device, eval_mode=True)

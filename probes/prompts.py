@@ -41,15 +41,24 @@ class PromptSet:
     tasks: list[str]
     ids: list[list[int]]  # token ids as the chat template renders them
     texts: list[str]  # rendered prompt text
-    response_lengths: list[int] | None = None  # teacher-forced response tokens at the end of each sequence (probes.responses)
+    response_lengths: list[int] | None = (
+        None  # teacher-forced response tokens at the end of each sequence (probes.responses)
+    )
 
     def __len__(self) -> int:
         return len(self.sample_ids)
 
 
-def build_prompts(tokenizer: Any, rows: Sequence[TestRow], capability: Capability, *, add_generation_prompt: bool,
-                  source: str | os.PathLike[str] | None = None, max_tokens: int | None = None,
-                  response: Callable[[int], str] | None = None) -> PromptSet:
+def build_prompts(
+    tokenizer: Any,
+    rows: Sequence[TestRow],
+    capability: Capability,
+    *,
+    add_generation_prompt: bool,
+    source: str | os.PathLike[str] | None = None,
+    max_tokens: int | None = None,
+    response: Callable[[int], str] | None = None,
+) -> PromptSet:
     """``source``, the data file ``rows`` came from, lets a refused row be named by file and line; a prompt longer
     than ``max_tokens`` (the model's context) is refused. ``response(row_index)``: teacher-force that text after each
     prompt as the assistant's turn (:func:`probes.responses.teacher_forced`; ``add_generation_prompt`` is then moot)."""
@@ -57,13 +66,16 @@ def build_prompts(tokenizer: Any, rows: Sequence[TestRow], capability: Capabilit
     where = lambda i: row_location(members[i][0], source)  # noqa: E731
     lengths: list[int] | None = None
     if response is None:
-        ids = encode_conversations(tokenizer, [row.question for _, row in members], add_generation_prompt=add_generation_prompt,
-                                   where=where)
+        ids = encode_conversations(
+            tokenizer, [row.question for _, row in members], add_generation_prompt=add_generation_prompt, where=where
+        )
     else:
         from probes.responses import teacher_forced
 
-        forced = [teacher_forced(tokenizer, row.question, response(index), lambda k=k: where(k))
-                  for k, (index, row) in enumerate(members)]
+        forced = [
+            teacher_forced(tokenizer, row.question, response(index), lambda k=k: where(k))
+            for k, (index, row) in enumerate(members)
+        ]
         ids, lengths = [f[0] for f in forced], [f[1] for f in forced]
     check_context(ids, max_tokens, where)
     order = sorted(range(len(members)), key=lambda i: len(ids[i]))
@@ -90,7 +102,9 @@ class Batch:
     input_ids: torch.Tensor  # [B, T] long
     attention_mask: torch.Tensor  # [B, T] long, 0 on left padding
     position_ids: torch.Tensor  # [B, T] long, 0 at the first real token
-    response_mask: torch.Tensor | None = None  # [B, T] long, 1 on the teacher-forced response tokens (None: no response)
+    response_mask: torch.Tensor | None = (
+        None  # [B, T] long, 1 on the teacher-forced response tokens (None: no response)
+    )
 
     def __len__(self) -> int:
         return len(self.sample_ids)
@@ -118,6 +132,16 @@ def make_batch(prompts: PromptSet, positions: Sequence[int], pad_id: int) -> Bat
     if prompts.response_lengths is not None:
         response_mask = torch.zeros_like(mask)
         for row, p in enumerate(positions):  # left-padded: the response is the last tokens of each row
-            response_mask[row, mask.shape[1] - prompts.response_lengths[p]:] = 1
-    return Batch(prompts.capability, positions[0], [prompts.sample_ids[p] for p in positions], [prompts.tasks[p] for p in positions],
-                 [prompts.texts[p] for p in positions], [len(i) for i in ids], input_ids, mask, position_ids_for(mask), response_mask)
+            response_mask[row, mask.shape[1] - prompts.response_lengths[p] :] = 1
+    return Batch(
+        prompts.capability,
+        positions[0],
+        [prompts.sample_ids[p] for p in positions],
+        [prompts.tasks[p] for p in positions],
+        [prompts.texts[p] for p in positions],
+        [len(i) for i in ids],
+        input_ids,
+        mask,
+        position_ids_for(mask),
+        response_mask,
+    )

@@ -42,15 +42,28 @@ from typing import Any
 import numpy as np
 
 from core.chat import pad_id_of
-from core.errors import ProbeError
-from core.errors import Interrupted
+from core.errors import Interrupted, ProbeError
 from probes.batching import pending_batches, plan_batches
 from probes.config import RecordConfig
 from probes.distributed import PeerLost, World, joined, machine_device, reported_once, world_from_env
 from probes.hook_points import HOOK_TABLE, parse_layers
-from probes.journal import (ConsolidationPlan, Shard, committed_ids, consolidate, h5_settings, has_recordings, list_shards,
-                            read_run_json, remove_stale_temp, run_lock, shard_path, shard_sample_ids, write_failure, write_run_json,
-                            write_shard)
+from probes.journal import (
+    ConsolidationPlan,
+    Shard,
+    committed_ids,
+    consolidate,
+    h5_settings,
+    has_recordings,
+    list_shards,
+    read_run_json,
+    remove_stale_temp,
+    run_lock,
+    shard_path,
+    shard_sample_ids,
+    write_failure,
+    write_run_json,
+    write_shard,
+)
 from probes.prompts import PromptSet, build_prompts, make_batch
 from probes.responses import is_response_position, read_rows, response_lookup
 from probes.settings import RunSettings
@@ -103,27 +116,42 @@ def default_run_dir(config: RecordConfig) -> Path:
 
 def _position_policy(config: RecordConfig) -> str:
     if is_response_position(config.position):
-        which = "the teacher-forced " + ("reference answer" if config.response == "reference" else f"{config.response} DPO reply")
+        which = "the teacher-forced " + (
+            "reference answer" if config.response == "reference" else f"{config.response} DPO reply"
+        )
         return f"{'last token' if config.position == 'response_last' else 'mean over the tokens'} of {which}"
     return "last real prompt token" if config.position == "last" else "mean over real prompt tokens after the first"
 
 
-def _settings(config: RecordConfig, sources: tuple[Path, Path, Path], layers: list[int], dtype: str, tokenizer: Any) -> RunSettings:
+def _settings(
+    config: RecordConfig, sources: tuple[Path, Path, Path], layers: list[int], dtype: str, tokenizer: Any
+) -> RunSettings:
     from core.provenance import chat_template_sha256, file_sha256, tokenizer_sha256, toolkit_version, weights_sha256
 
     sft_dir, dpo_dir, data_file = sources
     responses = config.responses_file if is_response_position(config.position) else None
     return RunSettings(
-        sft_dir=str(sft_dir.resolve()), dpo_dir=str(dpo_dir.resolve()), data_file=str(data_file.resolve()),
-        sft_weights_sha256=weights_sha256(sft_dir), dpo_weights_sha256=weights_sha256(dpo_dir),
-        tokenizer_sha256=tokenizer_sha256(tokenizer), chat_template_sha256=chat_template_sha256(tokenizer),
+        sft_dir=str(sft_dir.resolve()),
+        dpo_dir=str(dpo_dir.resolve()),
+        data_file=str(data_file.resolve()),
+        sft_weights_sha256=weights_sha256(sft_dir),
+        dpo_weights_sha256=weights_sha256(dpo_dir),
+        tokenizer_sha256=tokenizer_sha256(tokenizer),
+        chat_template_sha256=chat_template_sha256(tokenizer),
         data_sha256=file_sha256(data_file),
-        hooks=list(config.hooks), layers=layers, position=config.position, backend=config.backend,
-        dtype=dtype, store_dtype=config.store_dtype, add_generation_prompt=config.add_generation_prompt,
-        seed=config.seed, toolkit_version=toolkit_version(),
+        hooks=list(config.hooks),
+        layers=layers,
+        position=config.position,
+        backend=config.backend,
+        dtype=dtype,
+        store_dtype=config.store_dtype,
+        add_generation_prompt=config.add_generation_prompt,
+        seed=config.seed,
+        toolkit_version=toolkit_version(),
         position_policy=_position_policy(config),
         response=config.response if is_response_position(config.position) else "",
-        responses_file=str(responses.resolve()) if responses else "", responses_sha256=file_sha256(responses) if responses else "",
+        responses_file=str(responses.resolve()) if responses else "",
+        responses_sha256=file_sha256(responses) if responses else "",
         base_dir=str(config.base_dir.resolve()) if config.base_dir else "",
         base_weights_sha256=weights_sha256(config.base_dir) if config.base_dir else "",
     )
@@ -138,14 +166,18 @@ def check_compatible(run_dir: Path, settings: RunSettings) -> RunSettings | None
     if not has_recordings(run_dir):
         return None
     existing = read_run_json(run_dir)
-    raw, where = (existing["settings"], run_dir / "run.json") if existing else (h5_settings(run_dir), run_dir / "activations.h5")
+    raw, where = (
+        (existing["settings"], run_dir / "run.json") if existing else (h5_settings(run_dir), run_dir / "activations.h5")
+    )
     if not raw:
         return None
     recorded = RunSettings.from_dict(raw, str(where))
     diffs = recorded.differences(settings)
     if diffs:
-        raise ProbeError(f"{run_dir} was recorded with other settings, so the new samples would not be comparable "
-                         f"({'; '.join(diffs[:4])}); record into another --out")
+        raise ProbeError(
+            f"{run_dir} was recorded with other settings, so the new samples would not be comparable "
+            f"({'; '.join(diffs[:4])}); record into another --out"
+        )
     return recorded
 
 
@@ -156,8 +188,10 @@ def done_ids(run_dir: Path, prompts: PromptSet) -> set[int]:
         done.update(shard_sample_ids(path).tolist())
     unknown = done - set(prompts.sample_ids)
     if unknown:
-        raise ProbeError(f"{run_dir}: {len(unknown)} recorded samples of {prompts.capability} are not among this run's prompts "
-                         "(was the data file or tokenizer changed?); record into another --out")
+        raise ProbeError(
+            f"{run_dir}: {len(unknown)} recorded samples of {prompts.capability} are not among this run's prompts "
+            "(was the data file or tokenizer changed?); record into another --out"
+        )
     return done
 
 
@@ -166,7 +200,9 @@ def _to_store(values: Any, store_dtype: str, where: str) -> np.ndarray:
     if not np.isfinite(array).all():
         raise ProbeError(f"{where}: the model produced NaN or inf activations (try --dtype float32)")
     if store_dtype == "float16" and np.abs(array).max(initial=0.0) > FLOAT16_MAX:
-        raise ProbeError(f"{where}: activations exceed the float16 range ({np.abs(array).max():.3g}); use --store-dtype float32")
+        raise ProbeError(
+            f"{where}: activations exceed the float16 range ({np.abs(array).max():.3g}); use --store-dtype float32"
+        )
     return array.astype(store_dtype)
 
 
@@ -178,26 +214,45 @@ class Work:
     positions: list[int]
 
 
-def plan_work(prompt_sets: list[PromptSet], done: dict[str, set[int]], batch_size: int, max_batch_tokens: int) -> list[Work]:
+def plan_work(
+    prompt_sets: list[PromptSet], done: dict[str, set[int]], batch_size: int, max_batch_tokens: int
+) -> list[Work]:
     """Every pending batch of every capability, in plan order (the same list in every process)."""
     work: list[Work] = []
     for prompts in prompt_sets:
         spans = plan_batches([len(i) for i in prompts.ids], batch_size, max_batch_tokens)
-        work += [Work(prompts, positions) for positions in pending_batches(spans, prompts.sample_ids, done[prompts.capability])]
+        work += [
+            Work(prompts, positions)
+            for positions in pending_batches(spans, prompts.sample_ids, done[prompts.capability])
+        ]
     return work
 
 
-def _record_batches(run_dir: Path, work: list[Work], backends: dict[str, Any], store_dtype: str, pad_id: int, bar: Any) -> dict[str, int]:
+def _record_batches(
+    run_dir: Path, work: list[Work], backends: dict[str, Any], store_dtype: str, pad_id: int, bar: Any
+) -> dict[str, int]:
     recorded: dict[str, int] = {}
     for item in work:
         batch = make_batch(item.prompts, item.positions, pad_id)
         acts = {}
         for model, backend in backends.items():
             for hook, values in backend.record(batch).items():
-                acts[(model, hook)] = _to_store(values, store_dtype, f"{model} {batch.capability} {hook} batch at {batch.start}")
+                acts[(model, hook)] = _to_store(
+                    values, store_dtype, f"{model} {batch.capability} {hook} batch at {batch.start}"
+                )
         try:
-            write_shard(run_dir, Shard(batch.capability, batch.start, np.asarray(batch.sample_ids), batch.tasks,
-                                       np.asarray(batch.lengths), batch.texts, acts))
+            write_shard(
+                run_dir,
+                Shard(
+                    batch.capability,
+                    batch.start,
+                    np.asarray(batch.sample_ids),
+                    batch.tasks,
+                    np.asarray(batch.lengths),
+                    batch.texts,
+                    acts,
+                ),
+            )
         except OSError as exc:
             raise write_failure(run_dir, exc) from None
         recorded[batch.capability] = recorded.get(batch.capability, 0) + len(batch)
@@ -247,15 +302,29 @@ def _prepare(config: RecordConfig) -> _Inputs:
     dtype = str(resolve_dtype(config.dtype, resolve_device(config.device))).removeprefix("torch.")
     rows = read_rows(sources[2])
     _check_rows(rows, config, sources[2])
-    response = (response_lookup(rows, config.response, config.responses_file, sources[2])
-                if is_response_position(config.position) else None)
+    response = (
+        response_lookup(rows, config.response, config.responses_file, sources[2])
+        if is_response_position(config.position)
+        else None
+    )
     tokenizer = load_tokenizer(sources[0], "--sft")
     if not tokenizer.chat_template:
-        raise ProbeError(f"--sft {sources[0]}: the tokenizer has no chat template; prompts cannot be rendered as the model was trained")
+        raise ProbeError(
+            f"--sft {sources[0]}: the tokenizer has no chat template; prompts cannot be rendered as the model was trained"
+        )
     # rendered before the run dir is touched: a refused row (control-token text) leaves nothing behind
-    prompt_sets = [build_prompts(tokenizer, rows, cap, add_generation_prompt=config.add_generation_prompt, source=sources[2],
-                                 max_tokens=shape.max_positions, response=response)
-                   for cap in config.capabilities]  # type: ignore[union-attr]
+    prompt_sets = [
+        build_prompts(
+            tokenizer,
+            rows,
+            cap,
+            add_generation_prompt=config.add_generation_prompt,
+            source=sources[2],
+            max_tokens=shape.max_positions,
+            response=response,
+        )
+        for cap in config.capabilities
+    ]  # type: ignore[union-attr]
     return _Inputs(sources, layers, dtype, tokenizer, prompt_sets)
 
 
@@ -298,18 +367,28 @@ def _record(config: RecordConfig, world: World, device: str | None, progress: bo
         raise _interrupted(run_dir) from None
 
 
-def _record_into(run_dir: Path, inputs: _Inputs, config: RecordConfig, world: World, device: str | None, progress: bool,
-                 started: float) -> RunResult:
+def _record_into(
+    run_dir: Path,
+    inputs: _Inputs,
+    config: RecordConfig,
+    world: World,
+    device: str | None,
+    progress: bool,
+    started: float,
+) -> RunResult:
     import torch
 
     from probes.backends import make_backend
     from probes.pair import load_base, load_pair
 
     with ExitStack() as stack:
+
         def lock_and_settings() -> RunSettings:
             stack.enter_context(run_lock(run_dir))
             settings = _settings(config, inputs.sources, inputs.layers, inputs.dtype, inputs.tokenizer)
-            return check_compatible(run_dir, settings) or settings  # before the minutes a load takes; the lock keeps it true
+            return (
+                check_compatible(run_dir, settings) or settings
+            )  # before the minutes a load takes; the lock keeps it true
 
         settings = world.on_main(lock_and_settings)
         torch.manual_seed(config.seed)
@@ -321,10 +400,20 @@ def _record_into(run_dir: Path, inputs: _Inputs, config: RecordConfig, world: Wo
         pad_id = pad_id_of(pair.tokenizer)
         budget = _batch_budget(config, pair, inputs.prompt_sets, world)
         done = world.on_main(lambda: _start_on_main(run_dir, settings, inputs.prompt_sets))
-        backends = world.agree(lambda: {name: make_backend(config.backend, model, hooks=config.hooks, layers=inputs.layers,
-                                                           position=config.position, tokenizer=pair.tokenizer,
-                                                           model_dir=model_dirs[name])
-                                        for name, model in models.items()})
+        backends = world.agree(
+            lambda: {
+                name: make_backend(
+                    config.backend,
+                    model,
+                    hooks=config.hooks,
+                    layers=inputs.layers,
+                    position=config.position,
+                    tokenizer=pair.tokenizer,
+                    model_dir=model_dirs[name],
+                )
+                for name, model in models.items()
+            }
+        )
         work = plan_work(inputs.prompt_sets, done, config.batch_size, budget)
         mine = [item for k, item in enumerate(work) if world.owns(k)]
         bar = _progress_bar(sum(len(w.positions) for w in mine), progress and world.is_main, world, "+".join(models))
@@ -334,34 +423,64 @@ def _record_into(run_dir: Path, inputs: _Inputs, config: RecordConfig, world: Wo
             if bar is not None:
                 bar.close()
         recorded = _sum_counts(world.gather(recorded))
-        call = {"device": pair.device, "dtype": inputs.dtype, "batch_size": config.batch_size, "max_batch_tokens": budget,
-                "processes": world.size, "recorded": recorded, "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+        call = {
+            "device": pair.device,
+            "dtype": inputs.dtype,
+            "batch_size": config.batch_size,
+            "max_batch_tokens": budget,
+            "processes": world.size,
+            "recorded": recorded,
+            "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
         world.on_main(lambda: _finish_on_main(run_dir, inputs, pair, settings, call, work))
-        counts = world.on_main(lambda: {p.capability: int(len(committed_ids(run_dir, p.capability))) for p in inputs.prompt_sets})
+        counts = world.on_main(
+            lambda: {p.capability: int(len(committed_ids(run_dir, p.capability))) for p in inputs.prompt_sets}
+        )
     resumed = {p.capability: len(done[p.capability]) for p in inputs.prompt_sets}
     recorded = {p.capability: recorded.get(p.capability, 0) for p in inputs.prompt_sets}
-    return RunResult(run_dir, counts, recorded, resumed, settings, time.perf_counter() - started, world.rank, world.size,
-                     _warnings(settings))
+    return RunResult(
+        run_dir,
+        counts,
+        recorded,
+        resumed,
+        settings,
+        time.perf_counter() - started,
+        world.rank,
+        world.size,
+        _warnings(settings),
+    )
 
 
 def _warnings(settings: RunSettings) -> list[str]:
     if settings.sft_weights_sha256 == settings.dpo_weights_sha256:
-        return [f"--sft {settings.sft_dir} and --dpo {settings.dpo_dir} hold identical weights: every SFT/DPO "
-                "discrepancy is zero, and the layer ranking means nothing"]
+        return [
+            f"--sft {settings.sft_dir} and --dpo {settings.dpo_dir} hold identical weights: every SFT/DPO "
+            "discrepancy is zero, and the layer ranking means nothing"
+        ]
     return []
 
 
-def _finish_on_main(run_dir: Path, inputs: _Inputs, pair: Any, settings: RunSettings, call: dict[str, Any], work: list[Work]) -> None:
+def _finish_on_main(
+    run_dir: Path, inputs: _Inputs, pair: Any, settings: RunSettings, call: dict[str, Any], work: list[Work]
+) -> None:
     """Rank 0, after every rank's share: check the journal holds every planned batch, then consolidate."""
     from core.provenance import library_versions, toolkit_version
 
     missing = [w for w in work if not shard_path(run_dir, w.prompts.capability, w.positions[0]).is_file()]
     if missing:
-        raise ProbeError(f"{len(missing)} batches recorded by other processes are not in {run_dir / 'journal'}: with several nodes, "
-                         "--out must be a directory every node sees (a shared filesystem); rerun the same command to resume")
+        raise ProbeError(
+            f"{len(missing)} batches recorded by other processes are not in {run_dir / 'journal'}: with several nodes, "
+            "--out must be a directory every node sees (a shared filesystem); rerun the same command to resume"
+        )
     provenance = {"versions": library_versions(), **call}
-    plan = ConsolidationPlan(settings.to_dict(), pair.info, inputs.layers, {h: HOOK_TABLE[h].tl_name for h in settings.hooks}, toolkit_version(),
-                             provenance)
+    plan = ConsolidationPlan(
+        settings.to_dict(),
+        pair.info,
+        inputs.layers,
+        {h: HOOK_TABLE[h].tl_name for h in settings.hooks},
+        toolkit_version(),
+        provenance,
+    )
     consolidate(run_dir, [p.capability for p in inputs.prompt_sets], plan)
 
 
@@ -375,9 +494,15 @@ def _sum_counts(per_rank: list[dict[str, int]]) -> dict[str, int]:
 
 def _interrupted(run_dir: Path) -> Interrupted:
     shards = sum(1 for _ in (run_dir / "journal").glob("*/*.npz"))
-    consolidated = "the consolidated activations.h5 is whole" if (run_dir / "activations.h5").is_file() else "nothing was consolidated yet"
-    return Interrupted(f"recording stopped; {shards} recorded batches are kept in {run_dir / 'journal'} and {consolidated}; "
-                       f"rerun the same command (with --out {run_dir}) to resume")
+    consolidated = (
+        "the consolidated activations.h5 is whole"
+        if (run_dir / "activations.h5").is_file()
+        else "nothing was consolidated yet"
+    )
+    return Interrupted(
+        f"recording stopped; {shards} recorded batches are kept in {run_dir / 'journal'} and {consolidated}; "
+        f"rerun the same command (with --out {run_dir}) to resume"
+    )
 
 
 def _stopped(run_dir: Path | None, lost: PeerLost) -> PeerLost:
@@ -385,8 +510,12 @@ def _stopped(run_dir: Path | None, lost: PeerLost) -> PeerLost:
     if run_dir is None:
         return PeerLost(f"{lost}; nothing was recorded; rerun the same command", lost.reporter, lost.dead)
     shards = sum(1 for _ in (run_dir / "journal").glob("*/*.npz"))
-    return PeerLost(f"{lost}; {shards} recorded batches are kept in {run_dir / 'journal'}; rerun the same command "
-                    f"(with --out {run_dir}) to resume", lost.reporter, lost.dead)
+    return PeerLost(
+        f"{lost}; {shards} recorded batches are kept in {run_dir / 'journal'}; rerun the same command "
+        f"(with --out {run_dir}) to resume",
+        lost.reporter,
+        lost.dead,
+    )
 
 
 def _check_rows(rows: list[Any], config: RecordConfig, data_file: Path) -> None:
@@ -395,8 +524,10 @@ def _check_rows(rows: list[Any], config: RecordConfig, data_file: Path) -> None:
 
     groups = group_by_capability(rows, config.capabilities)  # type: ignore[arg-type]
     if not any(groups.values()):
-        raise ProbeError(f"--data {data_file}: no row belongs to {', '.join(config.capability_names)} "
-                         f"({len(rows)} rows in the file); check the task names or pick another --capability")
+        raise ProbeError(
+            f"--data {data_file}: no row belongs to {', '.join(config.capability_names)} "
+            f"({len(rows)} rows in the file); check the task names or pick another --capability"
+        )
 
 
 def _progress_bar(total: int, enabled: bool, world: World, names: str = "sft+dpo") -> Any:

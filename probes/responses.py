@@ -68,10 +68,16 @@ def read_rows(path: str | os.PathLike[str]) -> list[TestRow]:
     for index, pair in enumerate(read_dpo_rows(path)):
         task = pair.extra.get("task")
         if not isinstance(task, str):
-            raise DataError(str(path), None, f"{row_location(index, path)}: a DPO row recorded as a prompt needs a 'task' "
-                                             "(to group it by capability)")
+            raise DataError(
+                str(path),
+                None,
+                f"{row_location(index, path)}: a DPO row recorded as a prompt needs a 'task' "
+                "(to group it by capability)",
+            )
         if task not in TASKS_BY_NAME:
-            raise ProbeError(f"{row_location(index, path)}: unknown task {task!r}; expected one of the 18 RoleMRC task names")
+            raise ProbeError(
+                f"{row_location(index, path)}: unknown task {task!r}; expected one of the 18 RoleMRC task names"
+            )
         rows.append(TestRow(pair.prompt, "", task, {"chosen": pair.chosen, "rejected": pair.rejected}))
     return rows
 
@@ -85,28 +91,35 @@ def _pairs_by_prompt(path: Path) -> dict[str, DPORow]:
     return {prompt_key(row.prompt): row for row in read_dpo_rows(path)}
 
 
-def response_lookup(rows: Sequence[TestRow], response: str, responses_file: Path | None,
-                    data_file: Path) -> Callable[[int], str]:
+def response_lookup(
+    rows: Sequence[TestRow], response: str, responses_file: Path | None, data_file: Path
+) -> Callable[[int], str]:
     """``lookup(i)``: the response text for row ``i`` of ``rows``; refusals are one line naming the row and file."""
     if response not in RESPONSES:
         raise ProbeError(f"--response {response!r}: expected one of {', '.join(RESPONSES)}")
     from_data = bool(rows) and response in rows[0].extra and responses_file is None
     if response == "reference":
         if rows and "chosen" in rows[0].extra:
-            raise ProbeError(f"--data {data_file} is a DPO file, whose rows have no reference; use --response chosen or rejected")
+            raise ProbeError(
+                f"--data {data_file} is a DPO file, whose rows have no reference; use --response chosen or rejected"
+            )
         return lambda i: _non_empty(rows[i].reference, i, data_file, "reference")
     if from_data:
         return lambda i: _non_empty(str(rows[i].extra[response]), i, data_file, response)
     if responses_file is None:
-        raise ProbeError(f"--response {response} needs the DPO pairs: --responses DPO_FILE (matched to the test rows by prompt), "
-                         "or --data a DPO file")
+        raise ProbeError(
+            f"--response {response} needs the DPO pairs: --responses DPO_FILE (matched to the test rows by prompt), "
+            "or --data a DPO file"
+        )
     pairs = _pairs_by_prompt(responses_file)
 
     def lookup(i: int) -> str:
         pair = pairs.get(prompt_key(rows[i].question))
         if pair is None:
-            raise ProbeError(f"--responses {responses_file}: no DPO pair has the prompt of {row_location(i, data_file)}; "
-                             "the file must hold a pair for every recorded prompt (was it made for other test rows?)")
+            raise ProbeError(
+                f"--responses {responses_file}: no DPO pair has the prompt of {row_location(i, data_file)}; "
+                "the file must hold a pair for every recorded prompt (was it made for other test rows?)"
+            )
         return _non_empty(getattr(pair, response), i, responses_file, response)
 
     return lookup
@@ -114,19 +127,26 @@ def response_lookup(rows: Sequence[TestRow], response: str, responses_file: Path
 
 def _non_empty(text: str, index: int, source: Path, what: str) -> str:
     if not text.strip():
-        raise ProbeError(f"{row_location(index, source)}: the {what} response is empty; there are no response tokens to record")
+        raise ProbeError(
+            f"{row_location(index, source)}: the {what} response is empty; there are no response tokens to record"
+        )
     return text
 
 
-def teacher_forced(tokenizer: Any, question: Sequence[Turn], response: str, where: Callable[[], str] = lambda: "a row") -> tuple[list[int], int]:
+def teacher_forced(
+    tokenizer: Any, question: Sequence[Turn], response: str, where: Callable[[], str] = lambda: "a row"
+) -> tuple[list[int], int]:
     """(token ids of the prompt followed by ``response`` as the assistant's turn, number of response tokens)."""
     from core.chat import encode_conversations
 
     prompt = encode_conversations(tokenizer, [list(question)], add_generation_prompt=True, where=lambda _: where())[0]
-    full = encode_conversations(tokenizer, [[*question, Turn("assistant", response)]], add_generation_prompt=False,
-                                where=lambda _: where())[0]
-    if len(full) <= len(prompt) or full[:len(prompt)] != prompt:
-        raise ProbeError(f"{where()}: the chat template does not render the prompt as the start of the conversation with its "
-                         "response, so the response tokens cannot be told apart (a tokenizer or template other than the one "
-                         "the rows were made for?)")
+    full = encode_conversations(
+        tokenizer, [[*question, Turn("assistant", response)]], add_generation_prompt=False, where=lambda _: where()
+    )[0]
+    if len(full) <= len(prompt) or full[: len(prompt)] != prompt:
+        raise ProbeError(
+            f"{where()}: the chat template does not render the prompt as the start of the conversation with its "
+            "response, so the response tokens cannot be told apart (a tokenizer or template other than the one "
+            "the rows were made for?)"
+        )
     return full, len(full) - len(prompt)

@@ -31,9 +31,21 @@ from core.inputs import shown
 VERSION = 2
 # Settings that must be equal for two recordings to share one run dir.
 COMPAT_KEYS: tuple[str, ...] = (
-    "sft_weights_sha256", "dpo_weights_sha256", "tokenizer_sha256", "chat_template_sha256", "data_sha256",
-    "hooks", "layers", "position", "backend", "dtype", "store_dtype", "add_generation_prompt",
-    "response", "responses_sha256", "base_weights_sha256",
+    "sft_weights_sha256",
+    "dpo_weights_sha256",
+    "tokenizer_sha256",
+    "chat_template_sha256",
+    "data_sha256",
+    "hooks",
+    "layers",
+    "position",
+    "backend",
+    "dtype",
+    "store_dtype",
+    "add_generation_prompt",
+    "response",
+    "responses_sha256",
+    "base_weights_sha256",
 )
 
 
@@ -72,8 +84,11 @@ class RunSettings:
 
     def differences(self, asked: RunSettings) -> list[str]:
         """One line per setting that keeps ``asked`` from sharing this run's directory."""
-        return [f"{key}: run has {getattr(self, key)!r}, this call asks {getattr(asked, key)!r}"
-                for key in COMPAT_KEYS if getattr(self, key) != getattr(asked, key)]
+        return [
+            f"{key}: run has {getattr(self, key)!r}, this call asks {getattr(asked, key)!r}"
+            for key in COMPAT_KEYS
+            if getattr(self, key) != getattr(asked, key)
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,15 +99,27 @@ class RunSettings:
             raise ProbeError(f"{where}: run settings must be a JSON object, got {type(body).__name__}")
         version = body.get("version", 1)
         if not isinstance(version, int) or version > VERSION:
-            raise ProbeError(f"{where}: run settings version {version!r}, newer than this toolkit reads ({VERSION}); "
-                             "update the toolkit or record into a new --out")
+            raise ProbeError(
+                f"{where}: run settings version {version!r}, newer than this toolkit reads ({VERSION}); "
+                "update the toolkit or record into a new --out"
+            )
         values = {key: _typed(key, value, where) for key, value in body.items() if key in _KINDS}
         values["version"] = VERSION
         return cls(**values)
 
 
-_KINDS: dict[str, str] = {f.name: "list[str]" if f.name == "hooks" else "list[int]" if f.name == "layers" else
-                          "bool" if f.type == "bool" else "int" if f.type == "int" else "str" for f in fields(RunSettings)}
+_KINDS: dict[str, str] = {
+    f.name: "list[str]"
+    if f.name == "hooks"
+    else "list[int]"
+    if f.name == "layers"
+    else "bool"
+    if f.type == "bool"
+    else "int"
+    if f.type == "int"
+    else "str"
+    for f in fields(RunSettings)
+}
 
 
 def _typed(key: str, value: Any, where: str) -> Any:
@@ -108,9 +135,16 @@ def _typed(key: str, value: Any, where: str) -> Any:
     else:
         good = isinstance(value, str)
     if not good:
-        raise ProbeError(f"{where}: malformed run settings ({key} is {shown(value)}, expected {_DESCRIBED[kind]}); record into a new --out")
+        raise ProbeError(
+            f"{where}: malformed run settings ({key} is {shown(value)}, expected {_DESCRIBED[kind]}); record into a new --out"
+        )
     return list(value) if element is not None else value
 
 
-_DESCRIBED = {"list[str]": "a list of hook names", "list[int]": "a list of layer numbers", "bool": "true or false",
-              "int": "an integer", "str": "text"}
+_DESCRIBED = {
+    "list[str]": "a list of hook names",
+    "list[int]": "a list of layer numbers",
+    "bool": "true or false",
+    "int": "an integer",
+    "str": "text",
+}

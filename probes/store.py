@@ -62,7 +62,9 @@ from probes.settings import COMPAT_KEYS, RunSettings
 ACTIVATIONS_FILE = "activations.h5"
 SCHEMA_VERSION = 1
 MODELS: tuple[str, ...] = ("sft", "dpo")  # every run has both
-OPTIONAL_MODELS: tuple[str, ...] = ("base",)  # recorded when asked (``probe run --base``); a run without it has no base group
+OPTIONAL_MODELS: tuple[str, ...] = (
+    "base",
+)  # recorded when asked (``probe run --base``); a run without it has no base group
 ALL_MODELS: tuple[str, ...] = MODELS + OPTIONAL_MODELS
 STORE_DTYPES: tuple[str, ...] = ("float16", "float32")
 SAMPLE_FIELDS: dict[str, str] = {"sample_ids": "i", "tasks": "text", "prompt_lengths": "i", "prompts": "text"}
@@ -124,7 +126,9 @@ class RunReader:
         self.settings = _settings(layout["root"], self.path)
         self._models = {m: _model_info(layout["models"].get(m, {}), m, self.path) for m in ALL_MODELS}
         self._samples: dict[str, int] = {cap: _sample_rows(fields, cap, self.path) for cap, fields in layout["samples"]}
-        self._datasets = {(m, c, h): _stored(info, f"activations/{m}/{c}/{h}", self.path) for m, c, h, info in layout["activations"]}
+        self._datasets = {
+            (m, c, h): _stored(info, f"activations/{m}/{c}/{h}", self.path) for m, c, h, info in layout["activations"]
+        }
         _check_against_settings(self, self.path)
         _check_against_run_json(self.run_dir, self.settings, self.path)
         try:
@@ -159,7 +163,9 @@ class RunReader:
         found = self._datasets.get((model, capability, hook))
         if found is None:
             have = ", ".join(self.capabilities()) or "none"
-            raise ProbeError(f"{self.path}: no activations for model={model} capability={capability} hook={hook} (capabilities recorded: {have})")
+            raise ProbeError(
+                f"{self.path}: no activations for model={model} capability={capability} hook={hook} (capabilities recorded: {have})"
+            )
         return found
 
     def _dataset(self, model: str, capability: str, hook: str) -> h5py.Dataset:
@@ -187,8 +193,10 @@ class RunReader:
         try:
             yield
         except OSError as exc:
-            raise ProbeError(f"{self.path}: the {what} are damaged on disk ({str(exc).splitlines()[0]}); the file cannot "
-                             "be repaired (its journal was consumed when it was written): record again into a new --out") from None
+            raise ProbeError(
+                f"{self.path}: the {what} are damaged on disk ({str(exc).splitlines()[0]}); the file cannot "
+                "be repaired (its journal was consumed when it was written): record again into a new --out"
+            ) from None
 
     def dataset(self, model: str, capability: str, hook: str) -> h5py.Dataset:
         """The raw h5py dataset, for slicing without loading everything (see :meth:`read` for a checked slice)."""
@@ -202,7 +210,9 @@ class RunReader:
 
     def samples(self, capability: str) -> SampleInfo:
         if capability not in self._samples:
-            raise ProbeError(f"{self.path}: no samples of capability {capability!r} (recorded: {', '.join(self.capabilities()) or 'none'})")
+            raise ProbeError(
+                f"{self.path}: no samples of capability {capability!r} (recorded: {', '.join(self.capabilities()) or 'none'})"
+            )
         n = self.n_samples(capability)
         group = self._file[f"samples/{capability}"]
         with self._damage_named(f"sample records of capability {capability}"):
@@ -247,20 +257,33 @@ def checked_metadata(path: Path) -> dict[str, Any]:
 
 def _metadata_in_child(path: Path) -> dict[str, Any]:
     try:
-        done = subprocess.run([sys.executable, "-m", "probes.store", str(path)], capture_output=True, text=True,
-                              timeout=CHECK_TIMEOUT_S, env={**os.environ, "PYTHONPATH": _import_root()})
+        done = subprocess.run(
+            [sys.executable, "-m", "probes.store", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=CHECK_TIMEOUT_S,
+            env={**os.environ, "PYTHONPATH": _import_root()},
+        )
     except subprocess.TimeoutExpired:
-        raise ProbeError(f"{path}: reading its HDF5 metadata did not finish in {CHECK_TIMEOUT_S} s; the file is damaged or "
-                         "crafted: record again into a new --out") from None
+        raise ProbeError(
+            f"{path}: reading its HDF5 metadata did not finish in {CHECK_TIMEOUT_S} s; the file is damaged or "
+            "crafted: record again into a new --out"
+        ) from None
     lines = done.stdout.strip().splitlines()
     report = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
     if "error" in report:
         raise ProbeError(f"{path}: {report['error']}")
     if done.returncode == 0 and "root" in report:
         return report
-    how = f"crashed the HDF5 library (signal {-done.returncode})" if done.returncode < 0 else f"failed (exit status {done.returncode})"
-    raise ProbeError(f"{path}: the file's HDF5 metadata is damaged: reading it {how}; the file cannot be repaired: "
-                     "record again into a new --out")
+    how = (
+        f"crashed the HDF5 library (signal {-done.returncode})"
+        if done.returncode < 0
+        else f"failed (exit status {done.returncode})"
+    )
+    raise ProbeError(
+        f"{path}: the file's HDF5 metadata is damaged: reading it {how}; the file cannot be repaired: "
+        "record again into a new --out"
+    )
 
 
 def _import_root() -> str:
@@ -288,18 +311,28 @@ def _walk(path: Path) -> dict[str, Any]:
     size = path.stat().st_size
     with handle:
         root = {name: _attr(handle, name, "/") for name in _ROOT_ATTRS if name in handle.attrs}
-        models = {m: {k: _attr(handle[f"models/{m}"], k, f"models/{m}") for k in handle[f"models/{m}"].attrs}
-                  for m in ALL_MODELS if isinstance(handle.get(f"models/{m}"), h5py.Group)}
-        samples = [[cap, _sample_fields(group, cap, size)] for cap, group in _members(handle, "samples", "a group per capability")]
+        models = {
+            m: {k: _attr(handle[f"models/{m}"], k, f"models/{m}") for k in handle[f"models/{m}"].attrs}
+            for m in ALL_MODELS
+            if isinstance(handle.get(f"models/{m}"), h5py.Group)
+        }
+        samples = [
+            [cap, _sample_fields(group, cap, size)]
+            for cap, group in _members(handle, "samples", "a group per capability")
+        ]
         activations = []
         for model, group in _members(handle, "activations", "a group per model"):
             for cap, by_hook in _members(group, f"activations/{model}", "a group per capability", root_name=False):
-                for hook, dataset in _members(by_hook, f"activations/{model}/{cap}", "a dataset per hook", kind=h5py.Dataset, root_name=False):
+                for hook, dataset in _members(
+                    by_hook, f"activations/{model}/{cap}", "a dataset per hook", kind=h5py.Dataset, root_name=False
+                ):
                     activations.append([model, cap, hook, _activation_info(dataset, size)])
     return {"root": root, "models": models, "samples": samples, "activations": activations}
 
 
-def _members(parent: h5py.Group, name: str, expected: str, kind: type = h5py.Group, root_name: bool = True) -> list[tuple[str, Any]]:
+def _members(
+    parent: h5py.Group, name: str, expected: str, kind: type = h5py.Group, root_name: bool = True
+) -> list[tuple[str, Any]]:
     group = parent.get(name) if root_name else parent
     if group is None:
         return []
@@ -309,7 +342,13 @@ def _members(parent: h5py.Group, name: str, expected: str, kind: type = h5py.Gro
     for key in group:
         item = group.get(key)
         if not isinstance(item, kind):
-            what = "a dataset" if isinstance(item, h5py.Dataset) else "a group" if isinstance(item, h5py.Group) else "a dangling link"
+            what = (
+                "a dataset"
+                if isinstance(item, h5py.Dataset)
+                else "a group"
+                if isinstance(item, h5py.Group)
+                else "a dangling link"
+            )
             raise _Refused(f"{name}/{key} is {what}; expected {expected}")
         out.append((key, item))
     return out
@@ -323,7 +362,9 @@ def _attr(obj: Any, name: str, where: str) -> Any:
     try:
         json.dumps(value)
     except (TypeError, ValueError):
-        raise _Refused(f"the attribute {name!r} of {where} holds {type(value).__name__}; expected text or numbers") from None
+        raise _Refused(
+            f"the attribute {name!r} of {where} holds {type(value).__name__}; expected text or numbers"
+        ) from None
     return value
 
 
@@ -332,23 +373,29 @@ def _sample_fields(group: h5py.Group, cap: str, size: int) -> dict[str, Any]:
     for name in SAMPLE_FIELDS:
         dataset = group.get(name)
         if not isinstance(dataset, h5py.Dataset):
-            raise _Refused(f"samples/{cap}/{name} is missing or not a dataset; expected the per-sample {name} (was the file written by `probe run`?)")
+            raise _Refused(
+                f"samples/{cap}/{name} is missing or not a dataset; expected the per-sample {name} (was the file written by `probe run`?)"
+            )
         _check_storage(dataset, size)
         try:
             kind = "text" if h5py.check_string_dtype(dataset.dtype) else dataset.dtype.kind
             dataset[:]  # read whole: these are small, and a damaged string heap must crash here, not in the reader
         except Exception as exc:  # noqa: BLE001 - the guard process
-            raise _Refused(f"samples/{cap}/{name} cannot be read ({_first_line(exc)}); "
-                           "record again into a new --out") from None
+            raise _Refused(
+                f"samples/{cap}/{name} cannot be read ({_first_line(exc)}); record again into a new --out"
+            ) from None
         fields[name] = {"shape": list(dataset.shape), "kind": kind}
     return fields
 
 
 def _activation_info(dataset: h5py.Dataset, size: int) -> dict[str, Any]:
     _check_storage(dataset, size)
-    info = {"shape": list(dataset.shape), "dtype": str(dataset.dtype),
-            "layers": _attr(dataset, "layers", dataset.name) if "layers" in dataset.attrs else None,
-            "tl_name": _attr(dataset, "hook_tl_name", dataset.name) if "hook_tl_name" in dataset.attrs else ""}
+    info = {
+        "shape": list(dataset.shape),
+        "dtype": str(dataset.dtype),
+        "layers": _attr(dataset, "layers", dataset.name) if "layers" in dataset.attrs else None,
+        "tl_name": _attr(dataset, "hook_tl_name", dataset.name) if "hook_tl_name" in dataset.attrs else "",
+    }
     if dataset.ndim == 3 and dataset.shape[0] > 0 and dataset.dtype.kind == "f":
         try:
             dataset[:1]  # one chunk: the type conversion and the first index lookup, where damaged metadata crashes
@@ -363,22 +410,30 @@ def _check_storage(dataset: h5py.Dataset, size: int) -> None:
     plist = dataset.id.get_create_plist()
     if dataset.is_virtual or plist.get_external_count() > 0:
         kind = "a virtual dataset" if dataset.is_virtual else "stored in external files"
-        raise _Refused(f"{dataset.name} is {kind}, which would read other files as its data; a run file holds its own data: "
-                       "record again into a new --out")
+        raise _Refused(
+            f"{dataset.name} is {kind}, which would read other files as its data; a run file holds its own data: "
+            "record again into a new --out"
+        )
     claimed = math.prod(dataset.shape) * dataset.dtype.itemsize
     if dataset.chunks is None:
         held = dataset.id.get_storage_size() if plist.get_layout() != h5py.h5d.COMPACT else claimed
         if held < claimed:
-            raise _Refused(f"{dataset.name} claims {dataset.shape} ({claimed:,} bytes) but holds {held:,} bytes; the file is truncated or crafted")
+            raise _Refused(
+                f"{dataset.name} claims {dataset.shape} ({claimed:,} bytes) but holds {held:,} bytes; the file is truncated or crafted"
+            )
         return
     if claimed > MAX_INFLATION * size:
-        raise _Refused(f"{dataset.name} claims shape {dataset.shape} ({claimed:,} bytes), more than a {size:,}-byte file can hold; "
-                       "the file is damaged or crafted")
+        raise _Refused(
+            f"{dataset.name} claims shape {dataset.shape} ({claimed:,} bytes), more than a {size:,}-byte file can hold; "
+            "the file is damaged or crafted"
+        )
     needed = math.prod(math.ceil(n / c) for n, c in zip(dataset.shape, dataset.chunks))
     allocated = dataset.id.get_num_chunks()
     if allocated < needed:
-        raise _Refused(f"{dataset.name} claims shape {dataset.shape} but only {allocated} of its {needed} chunks were written; "
-                       "the file is damaged or crafted: record again into a new --out")
+        raise _Refused(
+            f"{dataset.name} claims shape {dataset.shape} but only {allocated} of its {needed} chunks were written; "
+            "the file is damaged or crafted: record again into a new --out"
+        )
     for index in range(allocated):
         chunk = dataset.id.get_chunk_info(index)
         if chunk.byte_offset is None or chunk.byte_offset + chunk.size > size:
@@ -392,8 +447,7 @@ def _child_main(argv: list[str]) -> None:
     except _Refused as exc:
         report = {"error": str(exc)}
     except Exception as exc:  # noqa: BLE001 - the guard process turns any failure into one line for its parent
-        report = {"error": f"the file's metadata cannot be read ({_first_line(exc)}); "
-                           "record again into a new --out"}
+        report = {"error": f"the file's metadata cannot be read ({_first_line(exc)}); record again into a new --out"}
     sys.stdout.write(json.dumps(report) + "\n")
     sys.stdout.flush()
     os._exit(0)
@@ -406,27 +460,41 @@ def _settings(root: dict[str, Any], path: Path) -> RunSettings:
     text = root.get("settings")
     if not isinstance(text, str):
         found = "no 'settings' attribute" if text is None else f"a 'settings' attribute holding {type(text).__name__}"
-        raise ProbeError(f"{path}: {found}; expected the run settings as JSON text (was the file written by `probe run`?)")
+        raise ProbeError(
+            f"{path}: {found}; expected the run settings as JSON text (was the file written by `probe run`?)"
+        )
     expected = root.get("settings_sha256")
     if expected is not None and expected != settings_sha256(text):
-        raise ProbeError(f"{path}: the 'settings' attribute does not match its checksum (settings_sha256); the file is damaged: "
-                         "record again into a new --out")
+        raise ProbeError(
+            f"{path}: the 'settings' attribute does not match its checksum (settings_sha256); the file is damaged: "
+            "record again into a new --out"
+        )
     version = root.get("schema_version", SCHEMA_VERSION)
     if not isinstance(version, int) or version > SCHEMA_VERSION:
-        raise ProbeError(f"{path}: schema_version {version!r}, newer than this toolkit reads ({SCHEMA_VERSION}); update the toolkit")
+        raise ProbeError(
+            f"{path}: schema_version {version!r}, newer than this toolkit reads ({SCHEMA_VERSION}); update the toolkit"
+        )
     try:
         body = json.loads(text)
     except (ValueError, RecursionError) as exc:
-        raise ProbeError(f"{path}: the 'settings' attribute is not JSON ({str(exc)[:80]}); the file is damaged: "
-                         "record again into a new --out") from None
+        raise ProbeError(
+            f"{path}: the 'settings' attribute is not JSON ({str(exc)[:80]}); the file is damaged: "
+            "record again into a new --out"
+        ) from None
     return RunSettings.from_dict(body, f"{path}: attribute 'settings'")
 
 
 def _model_info(info: dict[str, Any], model: str, path: Path) -> dict[str, Any]:
     for key in ("n_layers", "d_model", "d_mlp"):
         value = info.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_MODEL_LAYERS * (1 if key == "n_layers" else 100)):
-            raise ProbeError(f"{path}: models/{model} attribute {key} is {value!r}; expected a positive integer of a real model's size")
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or not 0 < value <= MAX_MODEL_LAYERS * (1 if key == "n_layers" else 100)
+        ):
+            raise ProbeError(
+                f"{path}: models/{model} attribute {key} is {value!r}; expected a positive integer of a real model's size"
+            )
     return info
 
 
@@ -435,11 +503,15 @@ def _sample_rows(fields: dict[str, Any], cap: str, path: Path) -> int:
     for name, kind in SAMPLE_FIELDS.items():
         shape, found = fields[name]["shape"], fields[name]["kind"]
         if len(shape) != 1 or (found != kind if kind == "text" else found not in "iu"):
-            raise ProbeError(f"{path}: samples/{cap}/{name} has shape {tuple(shape)} of {found}; expected one "
-                             f"{'text' if kind == 'text' else 'integer'} per sample")
+            raise ProbeError(
+                f"{path}: samples/{cap}/{name} has shape {tuple(shape)} of {found}; expected one "
+                f"{'text' if kind == 'text' else 'integer'} per sample"
+            )
         rows.add(shape[0])
     if len(rows) > 1:
-        raise ProbeError(f"{path}: the sample records of {cap} have different lengths ({sorted(rows)}); the file is damaged")
+        raise ProbeError(
+            f"{path}: the sample records of {cap} have different lengths ({sorted(rows)}); the file is damaged"
+        )
     return rows.pop()
 
 
@@ -450,13 +522,21 @@ def _stored(info: dict[str, Any], name: str, path: Path) -> StoredDataset:
     if info["dtype"] not in STORE_DTYPES:
         raise ProbeError(f"{path}: {name} holds {info['dtype']}; expected one of {', '.join(STORE_DTYPES)}")
     if layers is None:
-        raise ProbeError(f"{path}: {name} has no 'layers' attribute; expected the recorded layer numbers (was the file written by `probe run`?)")
+        raise ProbeError(
+            f"{path}: {name} has no 'layers' attribute; expected the recorded layer numbers (was the file written by `probe run`?)"
+        )
     if isinstance(layers, int):
         layers = [layers]
-    if (not isinstance(layers, list) or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in layers)
-            or len(set(layers)) != len(layers) or len(layers) != shape[1]):
-        raise ProbeError(f"{path}: {name} attribute 'layers' is {str(layers)[:60]}; expected {shape[1]} distinct layer numbers, "
-                         "one per stored layer")
+    if (
+        not isinstance(layers, list)
+        or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in layers)
+        or len(set(layers)) != len(layers)
+        or len(layers) != shape[1]
+    ):
+        raise ProbeError(
+            f"{path}: {name} attribute 'layers' is {str(layers)[:60]}; expected {shape[1]} distinct layer numbers, "
+            "one per stored layer"
+        )
     if not isinstance(info["tl_name"], str):
         raise ProbeError(f"{path}: {name} attribute 'hook_tl_name' is not text")
     return StoredDataset(shape[0], shape[2], info["dtype"], layers, info["tl_name"])
@@ -472,20 +552,30 @@ def _check_against_settings(run: RunReader, path: Path) -> None:
         if cap not in run._samples:
             raise ProbeError(f"{path}: {name} has no sample records (samples/{cap}); the file is damaged")
         if s.hooks and hook not in s.hooks:
-            raise ProbeError(f"{path}: {name}: hook {hook} is not among the run's settings hooks ({', '.join(s.hooks)}); the run "
-                             "does not match its own settings")
+            raise ProbeError(
+                f"{path}: {name}: hook {hook} is not among the run's settings hooks ({', '.join(s.hooks)}); the run "
+                "does not match its own settings"
+            )
         if s.layers and stored.layers != list(s.layers):
-            raise ProbeError(f"{path}: {name} stores layers {stored.layers[:8]} but the run's settings say {list(s.layers)[:8]}; the run "
-                             "does not match its own settings")
+            raise ProbeError(
+                f"{path}: {name} stores layers {stored.layers[:8]} but the run's settings say {list(s.layers)[:8]}; the run "
+                "does not match its own settings"
+            )
         if s.store_dtype and stored.dtype != s.store_dtype:
-            raise ProbeError(f"{path}: {name} holds {stored.dtype} but the run's settings say store_dtype {s.store_dtype}; the run "
-                             "does not match its own settings")
+            raise ProbeError(
+                f"{path}: {name} holds {stored.dtype} but the run's settings say store_dtype {s.store_dtype}; the run "
+                "does not match its own settings"
+            )
         other = run._datasets.get(("dpo" if model == "sft" else "sft", cap, hook))  # base is checked against sft
         if other is not None and (other.width, other.layers) != (stored.width, stored.layers):
-            raise ProbeError(f"{path}: {name} and its other model's dataset differ in width or layers; the file is damaged")
+            raise ProbeError(
+                f"{path}: {name} and its other model's dataset differ in width or layers; the file is damaged"
+            )
         depth = run._models.get(model, {}).get("n_layers")
         if isinstance(depth, int) and max(stored.layers, default=-1) >= depth:
-            raise ProbeError(f"{path}: {name} stores layer {max(stored.layers)} of a {depth}-layer model; the file is damaged")
+            raise ProbeError(
+                f"{path}: {name} stores layer {max(stored.layers)} of a {depth}-layer model; the file is damaged"
+            )
 
 
 def _check_against_run_json(run_dir: Path, settings: RunSettings, path: Path) -> None:
@@ -500,8 +590,10 @@ def _check_against_run_json(run_dir: Path, settings: RunSettings, path: Path) ->
     beside = RunSettings.from_dict(existing["settings"], str(run_dir / RUN_JSON))
     diffs = [key for key in COMPAT_KEYS if getattr(beside, key) != getattr(settings, key)]
     if diffs:
-        raise ProbeError(f"{path}: its settings differ from {run_dir / RUN_JSON} in {', '.join(diffs[:4])}; the run does not match "
-                         "its own settings (was one of the files copied from another run?)")
+        raise ProbeError(
+            f"{path}: its settings differ from {run_dir / RUN_JSON} in {', '.join(diffs[:4])}; the run does not match "
+            "its own settings (was one of the files copied from another run?)"
+        )
 
 
 class RunWriter:
@@ -514,8 +606,13 @@ class RunWriter:
         ...     w.append_activations("sft", "multi_turn", "mlp_out", batch, layers)
     """
 
-    def __init__(self, run_dir: str | Path, settings: RunSettings | dict[str, Any], toolkit_version: str = "0.1.0",
-                 chunk_rows: int = 64) -> None:
+    def __init__(
+        self,
+        run_dir: str | Path,
+        settings: RunSettings | dict[str, Any],
+        toolkit_version: str = "0.1.0",
+        chunk_rows: int = 64,
+    ) -> None:
         self.path = activations_path(run_dir)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = h5py.File(self.path, "a")
@@ -568,21 +665,27 @@ class RunWriter:
             chunks = (self.chunk_rows, *tail) if tail else (max(self.chunk_rows, 1024),)
             compress = dict(compression="gzip", compression_opts=4, shuffle=True) if tail else {}
             checksum = dict(fletcher32=True) if dtype is not _STR else {}
-            self._file.create_dataset(name, shape=(0, *tail), maxshape=(None, *tail), dtype=dtype, chunks=chunks, **compress, **checksum)
+            self._file.create_dataset(
+                name, shape=(0, *tail), maxshape=(None, *tail), dtype=dtype, chunks=chunks, **compress, **checksum
+            )
         ds = self._file[name]
         start = ds.shape[0]
         ds.resize(start + len(values), axis=0)
         ds[start:] = values
         return ds
 
-    def append_samples(self, capability: str, sample_ids: np.ndarray, tasks: list[str], prompt_lengths: np.ndarray, prompts: list[str]) -> None:
+    def append_samples(
+        self, capability: str, sample_ids: np.ndarray, tasks: list[str], prompt_lengths: np.ndarray, prompts: list[str]
+    ) -> None:
         base = f"samples/{capability}"
         self._grow(f"{base}/sample_ids", np.asarray(sample_ids, dtype=np.int64), np.int64)
         self._grow(f"{base}/tasks", np.asarray(tasks, dtype=object), _STR)
         self._grow(f"{base}/prompt_lengths", np.asarray(prompt_lengths, dtype=np.int32), np.int32)
         self._grow(f"{base}/prompts", np.asarray(prompts, dtype=object), _STR)
 
-    def append_activations(self, model: str, capability: str, hook: str, values: np.ndarray, layers: list[int], tl_name: str = "") -> None:
+    def append_activations(
+        self, model: str, capability: str, hook: str, values: np.ndarray, layers: list[int], tl_name: str = ""
+    ) -> None:
         """Append (batch, n_stored_layers, width) rows; the store dtype is fixed by the first batch."""
         ds = self._grow(f"activations/{model}/{capability}/{hook}", values, values.dtype)
         if "layers" not in ds.attrs:

@@ -73,14 +73,37 @@ class ChatModelSpec:
 
 SPECS: dict[str, ChatModelSpec] = {
     "chatml": ChatModelSpec(
-        name="chatml", architecture="llama", n_layers=5, hidden_size=72, intermediate_size=144, n_heads=9, n_kv_heads=3,
-        special_tokens=("<|endoftext|>", "<|im_start|>", "<|im_end|>"), bos_token="<|im_start|>", eos_token="<|im_end|>",
-        pad_token="<|im_end|>", template=SMOLLM2_TEMPLATE, default_system=SMOLLM2_DEFAULT_SYSTEM, generation_eos=("<|im_end|>",)),
+        name="chatml",
+        architecture="llama",
+        n_layers=5,
+        hidden_size=72,
+        intermediate_size=144,
+        n_heads=9,
+        n_kv_heads=3,
+        special_tokens=("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
+        bos_token="<|im_start|>",
+        eos_token="<|im_end|>",
+        pad_token="<|im_end|>",
+        template=SMOLLM2_TEMPLATE,
+        default_system=SMOLLM2_DEFAULT_SYSTEM,
+        generation_eos=("<|im_end|>",),
+    ),
     "nobos": ChatModelSpec(
-        name="nobos", architecture="qwen2", n_layers=3, hidden_size=64, intermediate_size=128, n_heads=4, n_kv_heads=2,
-        special_tokens=("<|endoftext|>", "<|im_start|>", "<|im_end|>"), bos_token=None, eos_token="<|im_end|>",
-        pad_token="<|endoftext|>", template=QWEN2_TEMPLATE, default_system=QWEN2_DEFAULT_SYSTEM,
-        generation_eos=("<|im_end|>", "<|endoftext|>")),
+        name="nobos",
+        architecture="qwen2",
+        n_layers=3,
+        hidden_size=64,
+        intermediate_size=128,
+        n_heads=4,
+        n_kv_heads=2,
+        special_tokens=("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
+        bos_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        template=QWEN2_TEMPLATE,
+        default_system=QWEN2_DEFAULT_SYSTEM,
+        generation_eos=("<|im_end|>", "<|endoftext|>"),
+    ),
 }
 
 
@@ -107,18 +130,39 @@ def train_chat_tokenizer(corpus: Iterable[str], spec: ChatModelSpec) -> Any:
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=spec.vocab_size, special_tokens=list(spec.special_tokens), min_frequency=2,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=spec.vocab_size,
+        special_tokens=list(spec.special_tokens),
+        min_frequency=2,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     backend.train_from_iterator(list(corpus), trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=spec.bos_token, eos_token=spec.eos_token,
-                                   pad_token=spec.pad_token, chat_template=spec.template, model_max_length=2048)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        bos_token=spec.bos_token,
+        eos_token=spec.eos_token,
+        pad_token=spec.pad_token,
+        chat_template=spec.template,
+        model_max_length=2048,
+    )
 
 
 def _config(spec: ChatModelSpec, tokenizer: Any) -> Any:
-    common = dict(vocab_size=len(tokenizer), hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
-                  num_hidden_layers=spec.n_layers, num_attention_heads=spec.n_heads, num_key_value_heads=spec.n_kv_heads,
-                  max_position_embeddings=2048, rms_norm_eps=1e-5, tie_word_embeddings=True,
-                  bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.n_layers,
+        num_attention_heads=spec.n_heads,
+        num_key_value_heads=spec.n_kv_heads,
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     if spec.architecture == "llama":
         from transformers import LlamaConfig
 

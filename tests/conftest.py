@@ -42,7 +42,9 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from training.tiny_base import TinySpec, build_tiny_base
 
     out = tmp_path_factory.mktemp("tiny") / "base"
-    return build_tiny_base(CORPUS, out, TinySpec(n_layers=4, hidden_size=32, intermediate_size=64, vocab_size=384, seed=0))
+    return build_tiny_base(
+        CORPUS, out, TinySpec(n_layers=4, hidden_size=32, intermediate_size=64, vocab_size=384, seed=0)
+    )
 
 
 @pytest.fixture(scope="session")

@@ -38,10 +38,19 @@ def close_pair(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory): 
 
 
 @pytest.mark.parametrize("hook, layer, width, positions", [("mlp_post", 3, 64, "all"), ("mlp_out", 1, 32, "response")])
-def test_attribution_rank_correlates_with_true_single_unit_patching(close_pair, rolemrc_file: Path, hook: str, layer: int,  # type: ignore[no-untyped-def]
-                                                                    width: int, positions: str) -> None:
+def test_attribution_rank_correlates_with_true_single_unit_patching(
+    close_pair,
+    rolemrc_file: Path,
+    hook: str,
+    layer: int,  # type: ignore[no-untyped-def]
+    width: int,
+    positions: str,
+) -> None:
     rows = read_test_rows(rolemrc_file)[:6]
-    items = [Item(*teacher_forced(close_pair.tokenizer, row.question, "It lies beyond what I know."), k) for k, row in enumerate(rows)]
+    items = [
+        Item(*teacher_forced(close_pair.tokenizer, row.question, "It lies beyond what I know."), k)
+        for k, row in enumerate(rows)
+    ]
     pad = pad_id_of(close_pair.tokenizer)
     _, out = attribute_batch(close_pair.sft, close_pair.dpo, items, pad, [(hook, layer)], positions)
     estimated = out[(hook, layer)][0].sum(dim=0).numpy()
@@ -55,8 +64,18 @@ def test_attribution_rank_correlates_with_true_single_unit_patching(close_pair, 
 @pytest.fixture(scope="module")
 def small_run(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
     out = tmp_path_factory.mktemp("attr-run") / "run"
-    record_run(RecordConfig(sft_dir=tiny_pair[0], dpo_dir=tiny_pair[1], data_file=rolemrc_file, out_dir=out, capabilities="priority",
-                            hooks="mlp_out,mlp_post", position="response_mean"), progress=False)
+    record_run(
+        RecordConfig(
+            sft_dir=tiny_pair[0],
+            dpo_dir=tiny_pair[1],
+            data_file=rolemrc_file,
+            out_dir=out,
+            capabilities="priority",
+            hooks="mlp_out,mlp_post",
+            position="response_mean",
+        ),
+        progress=False,
+    )
     return out
 
 
@@ -85,13 +104,34 @@ def test_dpo_margin_runs_on_the_runs_dpo_pairs(tiny_pair, rolemrc_file: Path, tm
     pairs = tmp_path / "dpo.jsonl"
     with pairs.open("w") as handle:
         for row in read_test_rows(rolemrc_file):
-            handle.write(json.dumps({"prompt": [t.to_dict() for t in row.question], "chosen": "Gladly, here it is.",
-                                     "rejected": "No.", "task": row.task}) + "\n")
+            handle.write(
+                json.dumps(
+                    {
+                        "prompt": [t.to_dict() for t in row.question],
+                        "chosen": "Gladly, here it is.",
+                        "rejected": "No.",
+                        "task": row.task,
+                    }
+                )
+                + "\n"
+            )
     out = tmp_path / "run"
-    record_run(RecordConfig(sft_dir=tiny_pair[0], dpo_dir=tiny_pair[1], data_file=pairs, out_dir=out, capabilities="priority",
-                            position="response_mean", response="chosen"), progress=False)
+    record_run(
+        RecordConfig(
+            sft_dir=tiny_pair[0],
+            dpo_dir=tiny_pair[1],
+            data_file=pairs,
+            out_dir=out,
+            capabilities="priority",
+            position="response_mean",
+            response="chosen",
+        ),
+        progress=False,
+    )
     result = analyze_run(out, metric="attribution", attribution_m="dpo_margin", plots=False, stability_resamples=0)
     maps = result.maps[("priority", "mlp_out")]
     assert maps.settings["m"] == "dpo_margin" and np.isfinite(maps.delta).all() and np.abs(maps.delta).max() > 0
     with pytest.raises(Exception, match="DPO file"):
-        analyze_run(out, metric="attribution", plots=False, stability_resamples=0)  # reference_logprob: a DPO file has no reference
+        analyze_run(
+            out, metric="attribution", plots=False, stability_resamples=0
+        )  # reference_logprob: a DPO file has no reference

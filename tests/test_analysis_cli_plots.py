@@ -10,8 +10,8 @@ import pytest
 
 from analysis import analyze_run
 from analysis.plots import chromium_available
-from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 from probe_cli.main import main
+from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 
 SPEC = SyntheticSpec(n_samples=30, n_layers=16, width=24, capabilities=("multi_turn", "nested"))
 
@@ -30,11 +30,18 @@ def _probe(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, st
     return int(exc.value.code or 0), out, err
 
 
-def test_analyze_prints_top_layers_and_writes_outputs(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = _probe(["analyze", str(run_dir), "--capability", "multi_turn", "--no-png", "--out", str(tmp_path)], capsys)
+def test_analyze_prints_top_layers_and_writes_outputs(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _probe(
+        ["analyze", str(run_dir), "--capability", "multi_turn", "--no-png", "--out", str(tmp_path)], capsys
+    )
     assert code == 0
     assert "multi_turn · mlp_out · topk_count" in out and "mean |Δ|" in out
-    assert "window: layers 6-15 — default window: the last 20/32 of depth, layers 6-15 of a 16-layer model" in out.replace("\n", " ")
+    assert (
+        "window: layers 6-15 — default window: the last 20/32 of depth, layers 6-15 of a 16-layer model"
+        in out.replace("\n", " ")
+    )
     assert "— stable in " in out and "resamples (≥4 of 5 kept)" in out
     assert (tmp_path / "summary.json").is_file() and (tmp_path / "neurons_multi_turn_mlp_out.json").is_file()
     assert not (tmp_path / "neurons_nested_mlp_out.json").exists()
@@ -44,14 +51,22 @@ def test_analyze_prints_top_layers_and_writes_outputs(run_dir: Path, tmp_path: P
     ("args", "message"),
     [
         (["--layers", "40-50"], "error: --layers 40-50: the model has 16 layers (0-15); layer 40 is outside it"),
-        (["--layers", "12-31"], "error: --layers 12-31: the model has 16 layers (0-15); layer 16 is outside it (leave --layers out"),
+        (
+            ["--layers", "12-31"],
+            "error: --layers 12-31: the model has 16 layers (0-15); layer 16 is outside it (leave --layers out",
+        ),
         (["--stability-resamples", "-1"], "error: --stability-resamples: expected an integer >= 0, got -1"),
         (["--capability", "bogus"], "error: unknown capability 'bogus'"),
         (["--capability", "priority"], "error: capability 'priority' was not recorded"),
-        (["--metric", "median"], "error: --metric: expected one of topk_count, mean_diff, effect_size, attribution, got 'median'"),
+        (
+            ["--metric", "median"],
+            "error: --metric: expected one of topk_count, mean_diff, effect_size, attribution, got 'median'",
+        ),
     ],
 )
-def test_analyze_user_mistakes_exit_2_with_one_line(run_dir: Path, tmp_path: Path, capsys, args: list[str], message: str) -> None:
+def test_analyze_user_mistakes_exit_2_with_one_line(
+    run_dir: Path, tmp_path: Path, capsys, args: list[str], message: str
+) -> None:
     code, _, err = _probe(["analyze", str(run_dir), "--out", str(tmp_path), *args], capsys)
     assert code == 2
     assert err.strip().startswith(message) and len(err.strip().splitlines()) == 1
@@ -59,9 +74,13 @@ def test_analyze_user_mistakes_exit_2_with_one_line(run_dir: Path, tmp_path: Pat
 
 @pytest.mark.slow
 def test_analyze_without_activations_exits_2_in_a_real_process(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "probe_cli.main", "analyze", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "probe_cli.main", "analyze", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == f"error: {tmp_path}: no activations.h5 here; record activations first with `probe run`"
+    assert (
+        proc.stderr.strip() == f"error: {tmp_path}: no activations.h5 here; record activations first with `probe run`"
+    )
 
 
 def test_html_plots_are_offline_and_complete(run_dir: Path, tmp_path: Path) -> None:
@@ -90,15 +109,18 @@ def test_png_export_with_chromium(run_dir: Path, tmp_path: Path) -> None:
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5_000
 
 
-def test_probe_run_summary_prints_the_window_once_and_the_stability_per_capability(run_dir: Path, tmp_path: Path,
-                                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_probe_run_summary_prints_the_window_once_and_the_stability_per_capability(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from probe_cli.commands.run import _print_top_layers
 
     _print_top_layers(analyze_run(run_dir, out_dir=tmp_path, plots=False))
     lines = capsys.readouterr().out.splitlines()
     window = [line for line in lines if line.startswith("window: ")]
-    assert window == ["window: layers 6-15 — default window: the last 20/32 of depth, layers 6-15 of a 16-layer model "
-                      "(the paper's 12-31 scaled by depth)"]
+    assert window == [
+        "window: layers 6-15 — default window: the last 20/32 of depth, layers 6-15 of a 16-layer model "
+        "(the paper's 12-31 scaled by depth)"
+    ]
     for cap in ("multi_turn", "nested"):
         line = next(line for line in lines if line.startswith(f"{cap} / mlp_out: top discrepancy layers "))
         assert " — stable in " in line and line.endswith(("resamples (≥4 of 5 kept)", "target"))

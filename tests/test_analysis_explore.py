@@ -10,15 +10,20 @@ import pytest
 import analysis.plots as plots
 from analysis import analyze_run, select_neurons
 from analysis.explore import profile_frame, top_prompts, top_units_frame, unit_activations
-from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 from core.errors import ProbeError
 from probes.store import RunReader
+from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("explore") / "run"
-    write_synthetic_run(path, SyntheticSpec(n_samples=20, n_layers=16, width=12, capabilities=("multi_turn",), stored_layers=(12, 13, 14, 15)))
+    write_synthetic_run(
+        path,
+        SyntheticSpec(
+            n_samples=20, n_layers=16, width=12, capabilities=("multi_turn",), stored_layers=(12, 13, 14, 15)
+        ),
+    )
     return path
 
 
@@ -36,7 +41,11 @@ def test_top_prompts_ranks_by_the_chosen_model_with_both_values(run_dir: Path) -
 
 @pytest.mark.parametrize(
     ("layer", "unit", "model", "message"),
-    [(3, 0, "dpo", "layer 3 of mlp_out was not recorded"), (14, 12, "dpo", "unit 12 is outside mlp_out"), (14, 0, "base", "model 'base'")],
+    [
+        (3, 0, "dpo", "layer 3 of mlp_out was not recorded"),
+        (14, 12, "dpo", "unit 12 is outside mlp_out"),
+        (14, 0, "base", "model 'base'"),
+    ],
 )
 def test_drill_down_rejects_bad_targets(run_dir: Path, layer: int, unit: int, model: str, message: str) -> None:
     with RunReader(run_dir) as run, pytest.raises(ProbeError, match=message):
@@ -46,7 +55,15 @@ def test_drill_down_rejects_bad_targets(run_dir: Path, layer: int, unit: int, mo
 def test_tables_and_strict_fdr_selection(run_dir: Path, tmp_path: Path) -> None:
     result = analyze_run(run_dir, metric="effect_size", out_dir=tmp_path, plots=False)
     maps = result.maps[("multi_turn", "mlp_out")]
-    assert list(profile_frame(maps).columns) == ["rank", "layer", "mean_abs_delta", "share_significant", "n_significant", "rms_sft", "rms_dpo"]
+    assert list(profile_frame(maps).columns) == [
+        "rank",
+        "layer",
+        "mean_abs_delta",
+        "share_significant",
+        "n_significant",
+        "rms_sft",
+        "rms_dpo",
+    ]
     assert len(top_units_frame(maps, 7)) == 7
     everything = select_neurons(maps, rule="fdr", k=None, alpha=0.05)
     assert len(everything) == int(maps.significant(0.05).sum()) and everything.selection["k"] is None

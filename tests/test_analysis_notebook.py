@@ -29,7 +29,9 @@ def test_notebook_executes_top_to_bottom(tmp_path: Path, monkeypatch: pytest.Mon
     from nbclient import NotebookClient
 
     run_dir = tmp_path / "run"
-    planted = write_synthetic_run(run_dir, SyntheticSpec(n_samples=24, n_layers=16, width=16, capabilities=("multi_turn", "priority")))
+    planted = write_synthetic_run(
+        run_dir, SyntheticSpec(n_samples=24, n_layers=16, width=16, capabilities=("multi_turn", "priority"))
+    )
     analyze_run(run_dir, plots=False)  # the summary.json whose window and stability the notebook shows
     monkeypatch.setenv("PROBE_RUN_DIR", str(run_dir))
     monkeypatch.setenv("PROBE_CAPABILITY", "priority")

@@ -10,10 +10,10 @@ import pytest
 
 from analysis import analyze_run, load_maps, select_neurons
 from analysis.neuron_sets import NeuronSet
-from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
-from tests.support.topk_reference import reference_topk_counts
 from core.errors import ProbeError
 from probes.store import RunReader
+from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
+from tests.support.topk_reference import reference_topk_counts
 
 SPEC = SyntheticSpec(n_samples=60, n_layers=16, width=32, stored_layers=tuple(range(8, 16)), n_planted=3)
 
@@ -28,7 +28,9 @@ def _maps(result, cap="multi_turn", hook="mlp_out"):
     return result.maps[(cap, hook)]
 
 
-@pytest.mark.parametrize(("metric", "test"), [("topk_count", "t"), ("mean_diff", "t"), ("effect_size", "t"), ("mean_diff", "wilcoxon")])
+@pytest.mark.parametrize(
+    ("metric", "test"), [("topk_count", "t"), ("mean_diff", "t"), ("effect_size", "t"), ("mean_diff", "wilcoxon")]
+)
 def test_fdr_finds_the_planted_units_and_few_others(run, tmp_path: Path, metric: str, test: str) -> None:
     run_dir, planted = run
     result = analyze_run(run_dir, metric=metric, test=test, layers="8-15", out_dir=tmp_path, plots=False)
@@ -39,7 +41,9 @@ def test_fdr_finds_the_planted_units_and_few_others(run, tmp_path: Path, metric:
         assert len(found - set(units)) <= 3
         top = result.summary.to_dict()["capabilities"][cap]["mlp_out"]["top_units"][: len(units)]
         assert {(t["layer"], t["unit"]) for t in top} == set(units)
-        assert result.summary.to_dict()["capabilities"][cap]["mlp_out"]["top_layers"][0]["layer"] in {layer for layer, _ in units}
+        assert result.summary.to_dict()["capabilities"][cap]["mlp_out"]["top_layers"][0]["layer"] in {
+            layer for layer, _ in units
+        }
 
 
 def test_topk_count_maps_equal_reference_and_both_normalisations(run, tmp_path: Path) -> None:
@@ -66,8 +70,12 @@ def test_layer_window_must_lie_in_the_model_and_is_cut_to_the_recording_with_a_w
     assert _maps(result).layers == [8, 9, 10, 11]
     assert any("only layers 8-11" in w for w in result.warnings)
     window = result.summary.to_dict()["capabilities"]["multi_turn"]["mlp_out"]["window"]
-    assert window == {"layers": [8, 9, 10, 11], "spec": "4-11", "reason": "--layers 4-11 (given); cut to 8-11, the layers recorded",
-                      "n_model_layers": 16}
+    assert window == {
+        "layers": [8, 9, 10, 11],
+        "spec": "4-11",
+        "reason": "--layers 4-11 (given); cut to 8-11, the layers recorded",
+        "n_model_layers": 16,
+    }
     with pytest.raises(ProbeError, match=r"the model has 16 layers \(0-15\); layer 40 is outside it"):
         analyze_run(run_dir, layers="40-50", out_dir=tmp_path, plots=False)
     with pytest.raises(ProbeError, match="none of layers 0-3 was recorded"):
@@ -80,7 +88,10 @@ def test_default_window_scales_with_depth_and_says_so(tmp_path: Path) -> None:
     assert _maps(result, "nested").layers == [2, 3] and result.warnings == []  # 12*4/32 = 1.5 rounds up
     window = result.summary.to_dict()["capabilities"]["nested"]["mlp_out"]["window"]
     assert window["spec"] is None and window["n_model_layers"] == 4
-    assert window["reason"] == "default window: the last 20/32 of depth, layers 2-3 of a 4-layer model (the paper's 12-31 scaled by depth)"
+    assert (
+        window["reason"]
+        == "default window: the last 20/32 of depth, layers 2-3 of a 4-layer model (the paper's 12-31 scaled by depth)"
+    )
 
 
 def test_neuron_set_round_trip_and_provenance(run, tmp_path: Path) -> None:
@@ -93,7 +104,10 @@ def test_neuron_set_round_trip_and_provenance(run, tmp_path: Path) -> None:
     assert loaded.to_dict() == expected.to_dict()
     assert NeuronSet.from_dict(json.loads(path.read_text())).to_dict() == loaded.to_dict()
     assert len(loaded) == 10 and loaded.metric == "topk_count" and loaded.capability == "multi_turn"
-    assert loaded.run_dir == str(run_dir) and loaded.model_hashes == {"sft": "synthetic-sft-0", "dpo": "synthetic-dpo-0"}
+    assert loaded.run_dir == str(run_dir) and loaded.model_hashes == {
+        "sft": "synthetic-sft-0",
+        "dpo": "synthetic-dpo-0",
+    }
     deltas = [abs(n.delta) for n in loaded.neurons]
     assert deltas == sorted(deltas, reverse=True)
     assert loaded.selection["rule"] == "top_k_abs" and loaded.selection["layers"] == [8, 15]
@@ -101,7 +115,9 @@ def test_neuron_set_round_trip_and_provenance(run, tmp_path: Path) -> None:
 
 def test_fdr_rule_keeps_only_significant_units_above_threshold(run, tmp_path: Path) -> None:
     run_dir, planted = run
-    result = analyze_run(run_dir, metric="effect_size", layers="8-15", rule="fdr", threshold=1.0, top_k=50, out_dir=tmp_path, plots=False)
+    result = analyze_run(
+        run_dir, metric="effect_size", layers="8-15", rule="fdr", threshold=1.0, top_k=50, out_dir=tmp_path, plots=False
+    )
     loaded = NeuronSet.load(result.neuron_sets[("role_style", "mlp_out")])
     maps = _maps(result, "role_style")
     for n in loaded.neurons:
@@ -123,7 +139,6 @@ def test_outputs_are_deterministic_and_maps_round_trip(run, tmp_path: Path) -> N
             assert np.array_equal(getattr(loaded, name), getattr(original, name))
 
 
-
 def test_a_maps_write_that_fails_leaves_the_old_file_and_no_temporary(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from dataclasses import replace
 
@@ -132,11 +147,14 @@ def test_a_maps_write_that_fails_leaves_the_old_file_and_no_temporary(run, tmp_p
     run_dir, _ = run
     result = analyze_run(run_dir, layers="8-15", out_dir=tmp_path, plots=False)
     before = result.maps_path.read_bytes()
-    broken = replace(_maps(result), capability="priority", settings={"unserialisable": object()})  # fails after the others are written
+    broken = replace(
+        _maps(result), capability="priority", settings={"unserialisable": object()}
+    )  # fails after the others are written
     with pytest.raises(TypeError):
         save_maps([*result.maps.values(), broken], result.maps_path)
     assert result.maps_path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == []
+
 
 def test_default_output_dir_is_inside_the_run(tmp_path: Path) -> None:
     write_synthetic_run(tmp_path / "r", SyntheticSpec(n_samples=10, n_layers=16, width=8, capabilities=("priority",)))
@@ -154,7 +172,10 @@ def test_default_output_dir_is_inside_the_run(tmp_path: Path) -> None:
         ({"hooks": ["attn_out"]}, "--hook attn_out: not recorded"),
         ({"hooks": ["mlp_in"]}, "unknown hook point 'mlp_in'"),
         ({"metric": "mean_diff", "normalize": "width"}, "--normalize width only applies"),
-        ({"metric": "median"}, "--metric: expected one of topk_count, mean_diff, effect_size, attribution, got 'median'"),
+        (
+            {"metric": "median"},
+            "--metric: expected one of topk_count, mean_diff, effect_size, attribution, got 'median'",
+        ),
         ({"top_percent": 0}, "--top-percent"),
         ({"layers": "a-b"}, "expected a range like 12-31"),
     ],
@@ -205,11 +226,15 @@ def test_layer_scale_is_kept_and_a_neuron_set_in_silent_layers_is_flagged(tmp_pa
     assert maps.quiet_layers() == [4, 5, 6, 7]
     chosen = NeuronSet.load(counts.neuron_sets[("multi_turn", "mlp_out")])
     assert chosen.selection["k"] == 8 and chosen.selection["kept_per_sample"] == 3  # the set's k, not top-20% of 16
-    profile = {row["layer"]: row for row in counts.summary.to_dict()["capabilities"]["multi_turn"]["mlp_out"]["top_layers"]}
+    profile = {
+        row["layer"]: row for row in counts.summary.to_dict()["capabilities"]["multi_turn"]["mlp_out"]["top_layers"]
+    }
     assert profile[5]["rms_sft"] < 1e-3 < 0.5 < profile[1]["rms_dpo"]
     assert any("selected units sit in layers 4-7" in w and "mean_diff" in w for w in counts.warnings)
     assert np.array_equal(load_maps(counts.maps_path)[0].layer_rms, maps.layer_rms)
-    by_size = analyze_run(tmp_path / "run", metric="mean_diff", layers="all", top_k=8, out_dir=tmp_path / "means", plots=False)
+    by_size = analyze_run(
+        tmp_path / "run", metric="mean_diff", layers="all", top_k=8, out_dir=tmp_path / "means", plots=False
+    )
     assert not any("selected units" in w for w in by_size.warnings)
 
 
@@ -222,12 +247,17 @@ def test_summary_json_is_read_back_through_one_type_and_old_versions_are_refused
     on_disk = json.loads(result.summary_path.read_text())
     loaded = AnalysisSummary.load(result.summary_path)
     assert json.loads(json.dumps(loaded.to_dict())) == on_disk == json.loads(json.dumps(result.summary.to_dict()))
-    assert loaded.hook("multi_turn", "mlp_out").top_layer_numbers()[0] == on_disk["capabilities"]["multi_turn"]["mlp_out"]["top_layers"][0]["layer"]
+    assert (
+        loaded.hook("multi_turn", "mlp_out").top_layer_numbers()[0]
+        == on_disk["capabilities"]["multi_turn"]["mlp_out"]["top_layers"][0]["layer"]
+    )
     with pytest.raises(ProbeError, match=r"no analysis of nested/mlp_out \(analysed: multi_turn/mlp_out\)"):
         loaded.hook("nested", "mlp_out")
     old = tmp_path / "old.json"
     old.write_text(json.dumps({**on_disk, "version": 1}))
-    with pytest.raises(ProbeError, match=r"old.json: analysis summary version 1, this toolkit reads version 2; rerun `probe analyze"):
+    with pytest.raises(
+        ProbeError, match=r"old.json: analysis summary version 1, this toolkit reads version 2; rerun `probe analyze"
+    ):
         AnalysisSummary.load(old)
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps({**on_disk, "capabilities": {"multi_turn": {"mlp_out": {"n_samples": 3}}}}))

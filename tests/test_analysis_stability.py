@@ -12,8 +12,8 @@ import analysis.maps as maps_module
 from analysis import AnalysisConfig, analyze_run
 from analysis.profile import layer_scores
 from analysis.stability import LayerStability, Resamples
-from tests.support.synthetic_runs import write_arrays_run
 from core.errors import ProbeError
+from tests.support.synthetic_runs import write_arrays_run
 
 N, LAYERS, WIDTH = 60, 24, 32
 OVERWHELMING = 17
@@ -50,7 +50,9 @@ def _stability(run_dir: Path, out: Path, **kwargs) -> LayerStability:
 
 
 @pytest.mark.parametrize("metric", ["topk_count", "mean_diff", "effect_size"])
-def test_a_clear_signal_is_stable_in_every_resample_with_the_overwhelming_layer_first(runs, tmp_path: Path, metric: str) -> None:
+def test_a_clear_signal_is_stable_in_every_resample_with_the_overwhelming_layer_first(
+    runs, tmp_path: Path, metric: str
+) -> None:
     record = _stability(runs["clear"], tmp_path, metric=metric)
     assert record.top_layers[0] == OVERWHELMING and set(record.top_layers) == {OVERWHELMING, *CLEAR}
     assert (record.n_resamples, record.seed, record.k, record.kept_at_least) == (20, 0, 5, 4)
@@ -59,10 +61,14 @@ def test_a_clear_signal_is_stable_in_every_resample_with_the_overwhelming_layer_
     assert record.verdict() == "stable in 20/20 resamples (≥4 of 5 kept)"
 
 
-def test_one_overwhelming_layer_is_always_in_the_top_but_the_rest_of_the_top_five_is_noise(runs, tmp_path: Path) -> None:
+def test_one_overwhelming_layer_is_always_in_the_top_but_the_rest_of_the_top_five_is_noise(
+    runs, tmp_path: Path
+) -> None:
     record = _stability(runs["one_layer"], tmp_path)
     assert record.top_layers[0] == OVERWHELMING and record.layer_frequency[OVERWHELMING] == 20
-    assert record.resamples_meeting < 18 and "unstable, below the 18/20 target" in record.verdict()  # reported, never an error
+    assert (
+        record.resamples_meeting < 18 and "unstable, below the 18/20 target" in record.verdict()
+    )  # reported, never an error
 
 
 def test_pure_noise_gives_a_low_figure(runs, tmp_path: Path) -> None:
@@ -81,7 +87,16 @@ def test_same_seed_same_figure_and_the_seed_is_recorded(runs, tmp_path: Path) ->
 def test_summary_json_round_trips_the_record(runs, tmp_path: Path) -> None:
     result = analyze_run(runs["clear"], layers="all", out_dir=tmp_path, plots=False)
     body = json.loads(result.summary_path.read_text())["capabilities"]["multi_turn"]["mlp_out"]["stability"]
-    assert list(body) == ["n_resamples", "seed", "k", "top_layers", "kept_at_least", "resamples_meeting", "mean_overlap", "layer_frequency"]
+    assert list(body) == [
+        "n_resamples",
+        "seed",
+        "k",
+        "top_layers",
+        "kept_at_least",
+        "resamples_meeting",
+        "mean_overlap",
+        "layer_frequency",
+    ]
     assert LayerStability.from_dict(body) == result.stability[KEY]
     assert LayerStability.from_dict(body).to_dict() == body
 
@@ -92,8 +107,13 @@ def test_zero_resamples_disables_it(runs, tmp_path: Path) -> None:
     assert result.summary.to_dict()["capabilities"]["multi_turn"]["mlp_out"]["stability"] is None
 
 
-@pytest.mark.parametrize(("metric", "normalize"), [("topk_count", "samples"), ("topk_count", "width"), ("mean_diff", "samples"), ("effect_size", "samples")])
-def test_a_resample_of_every_prompt_once_reproduces_the_real_scores(runs, tmp_path: Path, monkeypatch, metric: str, normalize: str) -> None:
+@pytest.mark.parametrize(
+    ("metric", "normalize"),
+    [("topk_count", "samples"), ("topk_count", "width"), ("mean_diff", "samples"), ("effect_size", "samples")],
+)
+def test_a_resample_of_every_prompt_once_reproduces_the_real_scores(
+    runs, tmp_path: Path, monkeypatch, metric: str, normalize: str
+) -> None:
     """The resampled path computes Δ the same way as the map: with weights all 1 it gives the real layer scores."""
 
     def identity(n_samples: int, n_resamples: int, seed: int) -> Resamples:
@@ -101,7 +121,15 @@ def test_a_resample_of_every_prompt_once_reproduces_the_real_scores(runs, tmp_pa
         return Resamples(indices, np.ones((n_resamples, n_samples), dtype=np.float32))
 
     monkeypatch.setattr(maps_module.Resamples, "draw", staticmethod(identity))
-    result = analyze_run(runs["noise"], metric=metric, normalize=normalize, layers="all", out_dir=tmp_path, plots=False, stability_resamples=3)
+    result = analyze_run(
+        runs["noise"],
+        metric=metric,
+        normalize=normalize,
+        layers="all",
+        out_dir=tmp_path,
+        plots=False,
+        stability_resamples=3,
+    )
     maps = result.maps[KEY]
     real = layer_scores(maps.delta)
     assert maps.resampled_scores is not None and maps.resampled_scores.shape == (LAYERS, 3)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from analysis.topk import float16_order_keys, k_for, topk_counts, topk_mask
-from tests.support.topk_reference import authors_topk_counts, reference_topk_counts
 from core.errors import ProbeError
+from tests.support.topk_reference import authors_topk_counts, reference_topk_counts
 
 
 @pytest.mark.parametrize("top_percent", [20.0, 1.0, 50.0, 99.0, 100.0])

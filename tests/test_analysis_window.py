@@ -10,12 +10,14 @@ import pytest
 
 from analysis import analyze_run, load_maps
 from analysis.plots import faceted_figure, maps_figure, profile_figure
-from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 from analysis.window import Window, default_window, format_layers, resolve_window
 from core.errors import ProbeError
 from probe_cli.main import main
+from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 
-DEFAULT_16 = "default window: the last 20/32 of depth, layers 6-15 of a 16-layer model (the paper's 12-31 scaled by depth)"
+DEFAULT_16 = (
+    "default window: the last 20/32 of depth, layers 6-15 of a 16-layer model (the paper's 12-31 scaled by depth)"
+)
 
 
 @pytest.mark.parametrize("depth", range(1, 129))
@@ -24,15 +26,29 @@ def test_default_window_is_twelve_thirty_seconds_of_depth_rounded_half_up(depth:
     assert default_window(depth) == list(range(start, depth))
 
 
-@pytest.mark.parametrize(("depth", "span"), [(32, "12-31"), (30, "11-29"), (28, "11-27"), (12, "5-11"), (20, "8-19"), (44, "17-43"), (4, "2-3")])
+@pytest.mark.parametrize(
+    ("depth", "span"),
+    [(32, "12-31"), (30, "11-29"), (28, "11-27"), (12, "5-11"), (20, "8-19"), (44, "17-43"), (4, "2-3")],
+)
 def test_default_window_examples(depth: int, span: str) -> None:
     window = resolve_window(None, depth, list(range(depth)))
     assert format_layers(window.layers) == span and window.spec is None and window.warnings == ()
-    assert window.reason == f"default window: the last 20/32 of depth, layers {span} of a {depth}-layer model (the paper's 12-31 scaled by depth)"
+    assert (
+        window.reason
+        == f"default window: the last 20/32 of depth, layers {span} of a {depth}-layer model (the paper's 12-31 scaled by depth)"
+    )
 
 
-@pytest.mark.parametrize(("spec", "layers"), [("12-20", list(range(12, 21))), ("12-", list(range(12, 30))), ("3,5,7", [3, 5, 7]),
-                                              ("all", list(range(30))), (" 0-29 ", list(range(30)))])
+@pytest.mark.parametrize(
+    ("spec", "layers"),
+    [
+        ("12-20", list(range(12, 21))),
+        ("12-", list(range(12, 30))),
+        ("3,5,7", [3, 5, 7]),
+        ("all", list(range(30))),
+        (" 0-29 ", list(range(30))),
+    ],
+)
 def test_an_explicit_window_inside_the_model_is_used_as_given(spec: str, layers: list[int]) -> None:
     window = resolve_window(spec, 30, list(range(30)))
     assert window.layers == layers and window.spec == spec.strip() and window.warnings == ()
@@ -43,8 +59,10 @@ def test_an_explicit_window_inside_the_model_is_used_as_given(spec: str, layers:
 def test_an_explicit_window_outside_the_model_names_its_depth(spec: str, first_outside: int) -> None:
     with pytest.raises(ProbeError) as error:
         resolve_window(spec, 30, list(range(30)))
-    assert str(error.value) == (f"--layers {spec}: the model has 30 layers (0-29); layer {first_outside} is outside it "
-                                "(leave --layers out for the default window 11-29, the paper's 12-31 scaled by depth)")
+    assert str(error.value) == (
+        f"--layers {spec}: the model has 30 layers (0-29); layer {first_outside} is outside it "
+        "(leave --layers out for the default window 11-29, the paper's 12-31 scaled by depth)"
+    )
 
 
 @pytest.mark.parametrize("spec", ["a-b", "3-1", "-2"])
@@ -67,7 +85,12 @@ def test_a_window_cut_by_the_recording_is_a_warning_and_part_of_the_reason() -> 
 def test_window_record_round_trips() -> None:
     window = resolve_window("4-6", 8, list(range(8)))
     assert Window.from_dict(window.to_dict()) == window
-    assert window.to_dict() == {"layers": [4, 5, 6], "spec": "4-6", "reason": "--layers 4-6 (given)", "n_model_layers": 8}
+    assert window.to_dict() == {
+        "layers": [4, 5, 6],
+        "spec": "4-6",
+        "reason": "--layers 4-6 (given)",
+        "n_model_layers": 8,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -81,18 +104,41 @@ def test_summary_maps_file_and_plots_name_the_window(run_dir: Path, tmp_path: Pa
     result = analyze_run(run_dir, out_dir=tmp_path, plots=False)
     for cap in ("multi_turn", "nested"):
         body = result.summary.to_dict()["capabilities"][cap]["mlp_out"]
-        assert body["window"] == {"layers": list(range(6, 16)), "spec": None, "reason": DEFAULT_16, "n_model_layers": 16}
+        assert body["window"] == {
+            "layers": list(range(6, 16)),
+            "spec": None,
+            "reason": DEFAULT_16,
+            "n_model_layers": 16,
+        }
     assert result.summary.to_dict()["settings"]["layers"] is None
-    assert all(loaded.window == result.maps[(loaded.capability, loaded.hook)].window for loaded in load_maps(result.maps_path))
+    assert all(
+        loaded.window == result.maps[(loaded.capability, loaded.hook)].window for loaded in load_maps(result.maps_path)
+    )
     maps = result.maps[("multi_turn", "mlp_out")]
     for figure in (maps_figure(maps), profile_figure(maps, 0.05), faceted_figure(list(result.maps.values()))):
         title = figure.layout.title.text
         assert "layers 6-15" in title and f"window: {DEFAULT_16}" in title, title
 
 
-def test_cli_prints_the_window_of_a_given_spec(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_prints_the_window_of_a_given_spec(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(SystemExit) as exc:
-        main(["analyze", str(run_dir), "-c", "nested", "--layers", "8-12", "--no-plots", "--out", str(tmp_path), "--stability-resamples", "0"])
+        main(
+            [
+                "analyze",
+                str(run_dir),
+                "-c",
+                "nested",
+                "--layers",
+                "8-12",
+                "--no-plots",
+                "--out",
+                str(tmp_path),
+                "--stability-resamples",
+                "0",
+            ]
+        )
     out = capsys.readouterr().out
     assert exc.value.code in (0, None)
     assert "window: layers 8-12 — --layers 8-12 (given)" in out and "resamples" not in out

@@ -46,12 +46,30 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
 
 
 def intervene(model: Path, data: Path, out: Path, factor: str) -> list[str]:
-    return ["intervene", "--model-dir", str(model), "--data", str(data / "test.jsonl"), "--units", "1:0,1:3,2:5",
-            "--factor", factor, "--placebo", "2", "--limit", "2", "--max-new-tokens", "6", "--out", str(out)]
+    return [
+        "intervene",
+        "--model-dir",
+        str(model),
+        "--data",
+        str(data / "test.jsonl"),
+        "--units",
+        "1:0,1:3,2:5",
+        "--factor",
+        factor,
+        "--placebo",
+        "2",
+        "--limit",
+        "2",
+        "--max-new-tokens",
+        "6",
+        "--out",
+        str(out),
+    ]
 
 
-def test_piped_intervene_tables_are_not_cut(tiny_model_dir: Path, data: Path, tmp_path: Path,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_piped_intervene_tables_are_not_cut(
+    tiny_model_dir: Path, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out, _ = run(intervene(tiny_model_dir, data, tmp_path / "ab", "0.5"), capsys)
     assert "…" not in out
     header = next(line for line in out.splitlines() if "capability" in line and "McNemar" in line)
@@ -72,8 +90,9 @@ def test_the_console_is_wide_off_a_terminal_and_terminal_sized_on_one(monkeypatc
     assert console().width == 100
 
 
-def test_a_factor_that_breaks_the_model_is_flagged(tiny_model_dir: Path, data: Path, tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_factor_that_breaks_the_model_is_flagged(
+    tiny_model_dir: Path, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out, _ = run(intervene(tiny_model_dir, data, tmp_path / "ab", "1e30"), capsys)
     assert "INVALID: scale ×1e+30 broke the model" in out
     report = json.loads((tmp_path / "ab" / "ab_report.json").read_text())
@@ -84,33 +103,70 @@ def test_a_factor_that_breaks_the_model_is_flagged(tiny_model_dir: Path, data: P
     assert control["guard"]["faults"] == [] and control["guard"]["degenerate_logits"] == 0
 
 
-def test_an_ordinary_factor_is_not_flagged(tiny_model_dir: Path, data: Path, tmp_path: Path,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_ordinary_factor_is_not_flagged(
+    tiny_model_dir: Path, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     out, _ = run(intervene(tiny_model_dir, data, tmp_path / "ab", "0.5"), capsys)
     assert "INVALID" not in out
     assert json.loads((tmp_path / "ab" / "ab_report.json").read_text())["arms"][0]["guard"]["degenerate_logits"] == 0
 
 
-def test_models_eval_warns_about_one_model_given_twice(tiny_model_dir: Path, data: Path, tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_models_eval_warns_about_one_model_given_twice(
+    tiny_model_dir: Path, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     link = tmp_path / "same"
     os.symlink(tiny_model_dir, link)
-    out, err = run(["models", "eval", "--sft", str(tiny_model_dir), "--dpo", str(link), "--test", str(data / "test.jsonl"),
-                    "--max-rows", "2", "--max-new-tokens", "2", "--out", str(tmp_path / "eval.json")], capsys)
+    out, err = run(
+        [
+            "models",
+            "eval",
+            "--sft",
+            str(tiny_model_dir),
+            "--dpo",
+            str(link),
+            "--test",
+            str(data / "test.jsonl"),
+            "--max-rows",
+            "2",
+            "--max-new-tokens",
+            "2",
+            "--out",
+            str(tmp_path / "eval.json"),
+        ],
+        capsys,
+    )
     warnings = [line for line in err.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "--sft and --dpo are the same model" in warnings[0]
     assert "DPO-SFT difference will be 0" in warnings[0]
     assert json.loads((tmp_path / "eval.json").read_text())["warnings"] == [warnings[0].removeprefix("warning: ")]
 
 
-def test_models_eval_of_two_models_does_not_warn(tiny_pair: tuple[Path, Path], data: Path,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    _, err = run(["models", "eval", "--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--test", str(data / "test.jsonl"),
-                  "--max-rows", "2", "--max-new-tokens", "2"], capsys)
+def test_models_eval_of_two_models_does_not_warn(
+    tiny_pair: tuple[Path, Path], data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, err = run(
+        [
+            "models",
+            "eval",
+            "--sft",
+            str(tiny_pair[0]),
+            "--dpo",
+            str(tiny_pair[1]),
+            "--test",
+            str(data / "test.jsonl"),
+            "--max-rows",
+            "2",
+            "--max-new-tokens",
+            "2",
+        ],
+        capsys,
+    )
     assert "warning:" not in err
 
 
-def test_a_neuron_set_ranked_on_one_model_twice_is_flagged(tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_neuron_set_ranked_on_one_model_twice_is_flagged(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from analysis.neuron_sets import Neuron, NeuronSet
     from interventions.ab import provenance_warnings
 

@@ -16,13 +16,25 @@ from typing import Any
 
 import pytest
 
-from core.chat import control_token_texts, encode_conversations, encode_text, left_pad, pad_id_of, render_text, to_messages
+from core.chat import (
+    control_token_texts,
+    encode_conversations,
+    encode_text,
+    left_pad,
+    pad_id_of,
+    render_text,
+    to_messages,
+)
 from core.errors import ProbeError
 from tests.chat_models import corpus_from_data, perturbed_copy
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-CONVERSATION = [{"role": "System", "content": "You are Ada, a smith."}, {"role": "User", "content": "Who are you?"},
-                {"role": "Assistant", "content": "I am Ada."}, {"role": "User", "content": "Where from?"}]
+CONVERSATION = [
+    {"role": "System", "content": "You are Ada, a smith."},
+    {"role": "User", "content": "Who are you?"},
+    {"role": "Assistant", "content": "I am Ada."},
+    {"role": "User", "content": "Where from?"},
+]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +48,10 @@ def llama3_dir(chat_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
     tokenizer = train_tokenizer(corpus_from_data(chat_data), 512)
     bos = tokenizer.convert_tokens_to_ids("<|begin_of_text|>")
     tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
-        single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B:1", special_tokens=[("<|begin_of_text|>", bos)])
+        single="<|begin_of_text|> $A",
+        pair="<|begin_of_text|> $A <|begin_of_text|> $B:1",
+        special_tokens=[("<|begin_of_text|>", bos)],
+    )
     out = tmp_path_factory.mktemp("llama3-tokenizer")
     tokenizer.save_pretrained(out)
     return out
@@ -46,7 +61,10 @@ def llama3_dir(chat_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 def tokenizers(llama3_dir: Path, chat_bases: dict[str, Path]) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
-    return {"llama3": AutoTokenizer.from_pretrained(llama3_dir), **{n: AutoTokenizer.from_pretrained(d) for n, d in chat_bases.items()}}
+    return {
+        "llama3": AutoTokenizer.from_pretrained(llama3_dir),
+        **{n: AutoTokenizer.from_pretrained(d) for n, d in chat_bases.items()},
+    }
 
 
 def test_roles_are_lowercased() -> None:
@@ -65,9 +83,15 @@ def test_nothing_is_prepended_when_the_post_processor_adds_bos(tokenizers: dict[
     assert tokenizer(text)["input_ids"][:2] == [bos, bos]  # what naive tokenization would feed the model
     ids = encode_conversations(tokenizer, [CONVERSATION], add_generation_prompt=True)[0]
     assert ids[0] == bos and ids.count(bos) == 1
-    assert ids == tokenizer.apply_chat_template(to_messages(CONVERSATION), add_generation_prompt=True, tokenize=True,
-                                                return_dict=True)["input_ids"]
-    prompts = build_prompts(tokenizer, read_test_rows(chat_data / "test.jsonl"), Capability.MULTI_TURN, add_generation_prompt=False)
+    assert (
+        ids
+        == tokenizer.apply_chat_template(
+            to_messages(CONVERSATION), add_generation_prompt=True, tokenize=True, return_dict=True
+        )["input_ids"]
+    )
+    prompts = build_prompts(
+        tokenizer, read_test_rows(chat_data / "test.jsonl"), Capability.MULTI_TURN, add_generation_prompt=False
+    )
     assert all(p[0] == bos and p.count(bos) == 1 for p in prompts.ids)
 
 
@@ -79,7 +103,9 @@ def test_chatml_opens_every_turn_with_im_start_and_nothing_more(name: str, token
         ids = encode_conversations(tokenizer, [CONVERSATION], add_generation_prompt=generation_prompt)[0]
         assert ids[0] == start and ids[1] != start
         assert ids.count(start) == len(CONVERSATION) + generation_prompt  # one per turn (and the reply's header)
-        assert ids == encode_text(tokenizer, render_text(tokenizer, to_messages(CONVERSATION), add_generation_prompt=generation_prompt))
+        assert ids == encode_text(
+            tokenizer, render_text(tokenizer, to_messages(CONVERSATION), add_generation_prompt=generation_prompt)
+        )
     if name == "chatml":
         assert tokenizer.bos_token_id == start  # SmolLM2: the "BOS" is the turn opener; counting it would say 4 BOS
     else:
@@ -87,17 +113,21 @@ def test_chatml_opens_every_turn_with_im_start_and_nothing_more(name: str, token
         ids = encode_conversations(tokenizer, [CONVERSATION[1:]], add_generation_prompt=True)[0]
         assert None not in ids and ids[0] == start
         assert render_text(tokenizer, to_messages(CONVERSATION[1:]), add_generation_prompt=True).startswith(
-            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n")  # Qwen2's default system prompt, kept
+            "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+        )  # Qwen2's default system prompt, kept
 
 
-def test_generation_stops_at_the_templates_turn_end_even_when_eos_differs(tokenizers: dict[str, Any], chat_bases: dict[str, Path]) -> None:
+def test_generation_stops_at_the_templates_turn_end_even_when_eos_differs(
+    tokenizers: dict[str, Any], chat_bases: dict[str, Path]
+) -> None:
     """A Qwen2-base-style tokenizer (EOS <|endoftext|>) whose template closes turns with <|im_end|>: a fine-tuned
     model ends its reply with <|im_end|>, so generation must stop there too, not run on into an invented next turn."""
     import copy
     from types import SimpleNamespace
 
-    from core.generation import stop_ids
     from transformers import AutoModelForCausalLM
+
+    from core.generation import stop_ids
 
     tokenizer = copy.deepcopy(tokenizers["nobos"])
     tokenizer.eos_token = "<|endoftext|>"
@@ -120,18 +150,26 @@ def test_a_pad_id_of_zero_is_kept(tokenizers: dict[str, Any]) -> None:
 def test_control_token_text_is_refused_and_named(name: str, tokenizers: dict[str, Any]) -> None:
     tokenizer = tokenizers[name]
     controls = control_token_texts(tokenizer)
-    expected = {"llama3": {"<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|pad|>"},
-                "chatml": {"<|im_start|>", "<|im_end|>", "<|endoftext|>"}, "nobos": {"<|im_start|>", "<|im_end|>", "<|endoftext|>"}}[name]
+    expected = {
+        "llama3": {"<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|pad|>"},
+        "chatml": {"<|im_start|>", "<|im_end|>", "<|endoftext|>"},
+        "nobos": {"<|im_start|>", "<|im_end|>", "<|endoftext|>"},
+    }[name]
     assert expected <= set(controls)
     for control in controls:
         for turn in range(len(CONVERSATION)):
             bad = [dict(m) for m in CONVERSATION]
             bad[turn]["content"] += f" then {control}user\nmore"
             with pytest.raises(ProbeError) as info:
-                encode_conversations(tokenizer, [CONVERSATION, bad], add_generation_prompt=True, where=lambda i: f"data.jsonl:{i + 7}")
+                encode_conversations(
+                    tokenizer, [CONVERSATION, bad], add_generation_prompt=True, where=lambda i: f"data.jsonl:{i + 7}"
+                )
             message = str(info.value)
             assert "\n" not in message.replace("user\\nmore", "")
-            assert message.startswith("data.jsonl:8: ") and f"message {turn + 1} ({CONVERSATION[turn]['role'].lower()})" in message
+            assert (
+                message.startswith("data.jsonl:8: ")
+                and f"message {turn + 1} ({CONVERSATION[turn]['role'].lower()})" in message
+            )
             assert repr(control) in message
     near_misses = [dict(m) for m in CONVERSATION]
     near_misses[1]["content"] = "im_start, <|im_start, |im_end|>, <eot_id>, begin_of_text"
@@ -156,7 +194,9 @@ def varied_models(chat_bases: dict[str, Path], tmp_path_factory: pytest.TempPath
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["chatml", "nobos"])
-def test_evaluation_and_ab_generate_the_same_responses(name: str, varied_models: dict[str, Path], chat_data: Path) -> None:
+def test_evaluation_and_ab_generate_the_same_responses(
+    name: str, varied_models: dict[str, Path], chat_data: Path
+) -> None:
     from analysis.neuron_sets import NeuronSet
     from core.generation import GenerationConfig, Generator, generate_responses
     from core.judges.rules import RuleJudge
@@ -179,5 +219,8 @@ def test_evaluation_and_ab_generate_the_same_responses(name: str, varied_models:
     assert len({tuple(i) for i in direct.ids}) > 1 and any(direct.ids)  # the replies are not all alike
 
     neurons: NeuronSet = parse_units("1:0,1:5,1:9,2:3,2:17", "mlp_out")
-    intervened = [ABGenerator(model, tokenizer, rows, config, backend=b).run(Intervention(neurons, 0.0)) for b in ("torch", "nnsight")]
+    intervened = [
+        ABGenerator(model, tokenizer, rows, config, backend=b).run(Intervention(neurons, 0.0))
+        for b in ("torch", "nnsight")
+    ]
     assert intervened[0].ids == intervened[1].ids  # the same edit, the same tokens, on either backend

@@ -24,7 +24,13 @@ import pytest
 
 from core.chat import Messages, encode_text, render_text, to_messages
 from core.errors import ProbeError
-from core.templates import CHATML_TEMPLATE, LLAMA3_TEMPLATE, has_generation_markers, patch_generation_markers, training_template
+from core.templates import (
+    CHATML_TEMPLATE,
+    LLAMA3_TEMPLATE,
+    has_generation_markers,
+    patch_generation_markers,
+    training_template,
+)
 from tests.chat_models import QWEN2_TEMPLATE, SMOLLM2_TEMPLATE, cli, corpus_from_data, one_error_line
 
 _MARKERS = re.compile(r"\{%-?\s*(end)?generation\s*-?%\}")
@@ -68,9 +74,12 @@ def tokenizers(chat_bases: dict[str, Path], chat_data: Path) -> dict[str, Any]:
     base = AutoTokenizer.from_pretrained(chat_bases["nobos"])
     base.eos_token = "<|endoftext|>"
     assert "<|im_end|>" not in base.all_special_tokens
-    return {"llama3": train_tokenizer(corpus_from_data(chat_data), 512),
-            "chatml": AutoTokenizer.from_pretrained(chat_bases["chatml"]),
-            "nobos": AutoTokenizer.from_pretrained(chat_bases["nobos"]), "qwen2-base": base}
+    return {
+        "llama3": train_tokenizer(corpus_from_data(chat_data), 512),
+        "chatml": AutoTokenizer.from_pretrained(chat_bases["chatml"]),
+        "nobos": AutoTokenizer.from_pretrained(chat_bases["nobos"]),
+        "qwen2-base": base,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +92,10 @@ def conversations(chat_data: Path) -> dict[str, list[Messages]]:
     tasks = {row.extra["task"] for row in sft}
     assert len(tasks) >= 19 and "free_chat" in tasks  # every task of the synthesizer is here
     training = [to_messages(row.conversations) for row in sft]
-    training += [to_messages(row.prompt) + [{"role": "assistant", "content": row.chosen}] for row in read_dpo_rows(chat_data / "dpo.jsonl")]
+    training += [
+        to_messages(row.prompt) + [{"role": "assistant", "content": row.chosen}]
+        for row in read_dpo_rows(chat_data / "dpo.jsonl")
+    ]
     prompts = [to_messages(row.question) for row in read_test_rows(chat_data / "test.jsonl")]
     shapes = {tuple(m["role"] for m in c) for c in training}
     assert ("system", "user", "assistant") in shapes and ("system", "user", "assistant", "user", "assistant") in shapes
@@ -99,7 +111,9 @@ def _prepared(tokenizers: dict[str, Any], case: Case) -> Any:
 
 
 def _ids(tokenizer: Any, messages: Messages, template: str, generation_prompt: bool) -> list[int]:
-    return encode_text(tokenizer, render_text(tokenizer, messages, add_generation_prompt=generation_prompt, template=template))
+    return encode_text(
+        tokenizer, render_text(tokenizer, messages, add_generation_prompt=generation_prompt, template=template)
+    )
 
 
 def _every_rendering(conversations: list[Messages]) -> list[tuple[Messages, bool]]:
@@ -115,8 +129,9 @@ def _every_rendering(conversations: list[Messages]) -> list[tuple[Messages, bool
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_the_training_copy_renders_the_models_own_ids(name: str, tokenizers: dict[str, Any],
-                                                      conversations: dict[str, list[Messages]]) -> None:
+def test_the_training_copy_renders_the_models_own_ids(
+    name: str, tokenizers: dict[str, Any], conversations: dict[str, list[Messages]]
+) -> None:
     case = CASES[name]
     tokenizer = _prepared(tokenizers, case)
     copy = training_template(tokenizer, conversations["training"])
@@ -127,8 +142,12 @@ def test_the_training_copy_renders_the_models_own_ids(name: str, tokenizers: dic
     for messages, generation_prompt in renderings:
         own = _ids(tokenizer, messages, case.template, generation_prompt)
         assert _ids(tokenizer, messages, copy.template, generation_prompt) == own, (name, messages, generation_prompt)
-        assert own == tokenizer.apply_chat_template(messages, add_generation_prompt=generation_prompt, tokenize=True,
-                                                    return_dict=True)["input_ids"]  # what TRL and `transformers serve` see
+        assert (
+            own
+            == tokenizer.apply_chat_template(
+                messages, add_generation_prompt=generation_prompt, tokenize=True, return_dict=True
+            )["input_ids"]
+        )  # what TRL and `transformers serve` see
 
 
 def _runs(mask: list[int]) -> int:
@@ -136,23 +155,26 @@ def _runs(mask: list[int]) -> int:
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_the_markers_cover_exactly_each_reply_and_its_end_token(name: str, tokenizers: dict[str, Any],
-                                                               conversations: dict[str, list[Messages]]) -> None:
+def test_the_markers_cover_exactly_each_reply_and_its_end_token(
+    name: str, tokenizers: dict[str, Any], conversations: dict[str, list[Messages]]
+) -> None:
     case = CASES[name]
     tokenizer = _prepared(tokenizers, case)
     copy = training_template(tokenizer, conversations["training"])
     end = tokenizer.convert_tokens_to_ids(case.end)
     content: Callable[[str], str] = (lambda text: text.strip()) if case.trims else (lambda text: text)
     for messages in conversations["training"] + conversations["no_system"]:
-        rendered = tokenizer.apply_chat_template(messages, chat_template=copy.template, tokenize=True, return_dict=True,
-                                                 return_assistant_tokens_mask=True)
+        rendered = tokenizer.apply_chat_template(
+            messages, chat_template=copy.template, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+        )
         ids, mask = rendered["input_ids"], rendered["assistant_masks"]
         replies = [m["content"] for m in messages if m["role"] == "assistant"]
         assert tokenizer.decode([i for i, m in zip(ids, mask) if m]) == "".join(content(r) + case.end for r in replies)
         assert _runs(mask) == len(replies)  # one contiguous span per reply: no header, no user text inside
         assert [i for i, m in zip(ids, mask) if m].count(end) == len(replies)
-        assert sum(i == end and not m for i, m in zip(ids, mask)) == sum(1 for m in messages if m["role"] != "assistant") + (
-            1 if case.template in (SMOLLM2_TEMPLATE, QWEN2_TEMPLATE) and messages[0]["role"] != "system" else 0)
+        assert sum(i == end and not m for i, m in zip(ids, mask)) == sum(
+            1 for m in messages if m["role"] != "assistant"
+        ) + (1 if case.template in (SMOLLM2_TEMPLATE, QWEN2_TEMPLATE) and messages[0]["role"] != "system" else 0)
 
 
 @pytest.mark.parametrize("name", ["smollm2", "qwen2"])
@@ -160,16 +182,23 @@ def test_a_reply_before_any_system_turn_is_refused_not_mistrained(name: str, tok
     """The patch re-emits an assistant turn without the template's default-system branch, so a conversation whose very
     first message is a reply would render differently; the proof catches it and refuses (one line), never trains on it."""
     tokenizer = _prepared(tokenizers, CASES[name])
-    first_reply = [{"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Bye."}]
+    first_reply = [
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Bye."},
+    ]
     with pytest.raises(ProbeError) as info:
         training_template(tokenizer, [first_reply])
     assert "\n" not in str(info.value) and "--chat-template" in str(info.value)
 
 
-@pytest.mark.parametrize("template", [
-    "{{ bos_token }}{{ messages | map(attribute='content') | join('\\n') }}",
-    "{% for turn in conversation %}{{ turn['content'] }}{% endfor %}",
-])
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{{ bos_token }}{{ messages | map(attribute='content') | join('\\n') }}",
+        "{% for turn in conversation %}{{ turn['content'] }}{% endfor %}",
+    ],
+)
 def test_a_template_the_patcher_cannot_handle_is_one_line(template: str, tokenizers: dict[str, Any]) -> None:
     tokenizer = tokenizers["chatml"]
     tokenizer.chat_template = template
@@ -182,13 +211,17 @@ def test_a_template_the_patcher_cannot_handle_is_one_line(template: str, tokeniz
 
 
 @pytest.mark.slow
-def test_probe_train_sft_refuses_a_tokenizer_without_a_template(chat_bases: dict[str, Path], chat_data: Path, tmp_path: Path) -> None:
+def test_probe_train_sft_refuses_a_tokenizer_without_a_template(
+    chat_bases: dict[str, Path], chat_data: Path, tmp_path: Path
+) -> None:
     base = Path(shutil.copytree(chat_bases["chatml"], tmp_path / "no-template"))
     (base / "chat_template.jinja").unlink()
     config = (base / "tokenizer_config.json").read_text()
     assert "chat_template" not in config
     out = tmp_path / "sft"
-    code, _, err = cli("train", "sft", "--base", base, "--data", chat_data, "--out", out, "--recipe", "tiny", "--max-steps", "1")
+    code, _, err = cli(
+        "train", "sft", "--base", base, "--data", chat_data, "--out", out, "--recipe", "tiny", "--max-steps", "1"
+    )
     line = one_error_line(err)  # refused before any weight loads: not even a loading bar
     assert code == 2 and f"--base {base}" in line and "no chat template" in line and "--chat-template" in line
     assert not out.exists() and not list(tmp_path.glob(".sft*"))  # no output and no partial directory left behind

@@ -24,7 +24,11 @@ from data_synthesis.validate import validate_file
 from probe_cli.main import main
 
 TASK = "role_related_mrc_answer_no_narration"
-GOOD = {"question": [{"role": "System", "content": "You are A."}, {"role": "User", "content": "Q?"}], "reference": "R", "task": TASK}
+GOOD = {
+    "question": [{"role": "System", "content": "You are A."}, {"role": "User", "content": "Q?"}],
+    "reference": "R",
+    "task": TASK,
+}
 
 
 def _file(tmp_path: Path, lines: list[str], name: str = "data.jsonl") -> Path:
@@ -44,11 +48,23 @@ def _with(**changes: object) -> dict:
 CASES = {
     "malformed JSON": ('{"question": [', "malformed JSON"),
     "not an object": ("[1, 2]", "expected a JSON object"),
-    "unknown role": (_bad(_with(question=[{"role": "Narrator", "content": "x"}, {"role": "User", "content": "Q?"}])), "unknown role 'Narrator'"),
+    "unknown role": (
+        _bad(_with(question=[{"role": "Narrator", "content": "x"}, {"role": "User", "content": "Q?"}])),
+        "unknown role 'Narrator'",
+    ),
     "empty conversation": (_bad(_with(question=[])), "non-empty list of turns"),
-    "two user turns": (_bad(_with(question=[{"role": "User", "content": "a"}, {"role": "User", "content": "b"}])), "two user turns in a row"),
-    "system not first": (_bad(_with(question=[{"role": "User", "content": "a"}, {"role": "System", "content": "b"}])), "system turn may only come first"),
-    "ends with assistant": (_bad(_with(question=[{"role": "User", "content": "a"}, {"role": "Assistant", "content": "b"}])), "last turn to be user"),
+    "two user turns": (
+        _bad(_with(question=[{"role": "User", "content": "a"}, {"role": "User", "content": "b"}])),
+        "two user turns in a row",
+    ),
+    "system not first": (
+        _bad(_with(question=[{"role": "User", "content": "a"}, {"role": "System", "content": "b"}])),
+        "system turn may only come first",
+    ),
+    "ends with assistant": (
+        _bad(_with(question=[{"role": "User", "content": "a"}, {"role": "Assistant", "content": "b"}])),
+        "last turn to be user",
+    ),
     "empty content": (_bad(_with(question=[{"role": "User", "content": "  "}])), "content is empty"),
     "unknown task": (_bad(_with(task="role_related_mrc_answer")), "unknown task 'role_related_mrc_answer'"),
     "missing reference": (_bad({k: v for k, v in GOOD.items() if k != "reference"}), "missing field 'reference'"),
@@ -67,8 +83,14 @@ def test_bad_test_row_names_file_line_and_expectation(tmp_path: Path, case: str)
 
 
 def test_sft_and_dpo_errors_are_line_precise(tmp_path: Path) -> None:
-    sft = _file(tmp_path, [json.dumps({"conversations": [{"role": "system", "content": "S"}, {"role": "assistant", "content": "A"}]}),
-                           json.dumps({"conversations": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]})], "sft.jsonl")
+    sft = _file(
+        tmp_path,
+        [
+            json.dumps({"conversations": [{"role": "system", "content": "S"}, {"role": "assistant", "content": "A"}]}),
+            json.dumps({"conversations": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]}),
+        ],
+        "sft.jsonl",
+    )
     with pytest.raises(DataError, match=r"sft\.jsonl:2: .*last turn to be assistant"):
         read_sft_rows(sft)
     dpo = _file(tmp_path, [json.dumps({"prompt": [{"role": "user", "content": "U"}], "chosen": "c"})], "dpo.jsonl")
@@ -107,8 +129,12 @@ def test_validate_rejects_unknown_kind_and_empty_file(tmp_path: Path) -> None:
         validate_file(_file(tmp_path, [json.dumps({"text": "hi"})]))
 
 
-@pytest.mark.parametrize("case", ["malformed JSON", "unknown role", "empty conversation", "two user turns", "unknown task"])
-def test_cli_reports_bad_rows_in_one_line_and_exits_2(tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "case", ["malformed JSON", "unknown role", "empty conversation", "two user turns", "unknown task"]
+)
+def test_cli_reports_bad_rows_in_one_line_and_exits_2(
+    tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = _file(tmp_path, [json.dumps(GOOD), CASES[case][0]])
     with pytest.raises(SystemExit) as info:
         main(["validate", str(path)])
@@ -118,8 +144,12 @@ def test_cli_reports_bad_rows_in_one_line_and_exits_2(tmp_path: Path, case: str,
 
 
 def test_cli_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["synthesize", "--out", str(tmp_path), "--roles", "1"], ["synthesize", "--out", str(tmp_path), "--backend", "cloud"],
-                 ["validate", str(tmp_path / "absent.jsonl")], ["synthesize", "--out", str(_file(tmp_path, ["x"], "a-file"))]):
+    for argv in (
+        ["synthesize", "--out", str(tmp_path), "--roles", "1"],
+        ["synthesize", "--out", str(tmp_path), "--backend", "cloud"],
+        ["validate", str(tmp_path / "absent.jsonl")],
+        ["synthesize", "--out", str(_file(tmp_path, ["x"], "a-file"))],
+    ):
         with pytest.raises(SystemExit) as info:
             main(argv)
         assert info.value.code == 2, argv
@@ -128,9 +158,14 @@ def test_cli_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 def test_cli_subprocess_has_no_traceback(tmp_path: Path) -> None:
     path = _file(tmp_path, [json.dumps(_with(task="no_such_task"))])
-    done = subprocess.run([sys.executable, "-m", "probe_cli", "validate", str(path)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "probe_cli", "validate", str(path)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2
-    assert done.stderr.strip() == f"error: {path}:1: unknown task 'no_such_task'; expected one of the 18 RoleMRC task names (in a test row)"
+    assert (
+        done.stderr.strip()
+        == f"error: {path}:1: unknown task 'no_such_task'; expected one of the 18 RoleMRC task names (in a test row)"
+    )
 
 
 # ---------------------------------------------------------------- bytes, encodings and paths (core.inputs)
@@ -184,7 +219,9 @@ def test_a_utf8_bom_is_accepted_also_where_cat_joined_two_files(tmp_path: Path, 
     read, row = READERS[kind]
     bom = b"\xef\xbb\xbf"
     rows = read(_bytes_file(tmp_path, bom + _line(row) + b"\n" + bom + _line(row) + b"\n"))
-    assert [r.to_dict() for r in rows] == [r.to_dict() for r in read(_bytes_file(tmp_path, _line(row) + b"\n" + _line(row), "plain.jsonl"))]
+    assert [r.to_dict() for r in rows] == [
+        r.to_dict() for r in read(_bytes_file(tmp_path, _line(row) + b"\n" + _line(row), "plain.jsonl"))
+    ]
 
 
 def test_a_neuron_set_with_a_bom_loads(tmp_path: Path) -> None:
@@ -194,7 +231,9 @@ def test_a_neuron_set_with_a_bom_loads(tmp_path: Path) -> None:
 
 def test_utf16_gets_advice_on_converting(tmp_path: Path) -> None:
     path = _bytes_file(tmp_path, json.dumps(GOOD).encode("utf-16"))
-    with pytest.raises(DataError, match=r":1: is UTF-16 text .* re-save it as UTF-8 \(e\.g\. iconv -f UTF-16 -t UTF-8\)"):
+    with pytest.raises(
+        DataError, match=r":1: is UTF-16 text .* re-save it as UTF-8 \(e\.g\. iconv -f UTF-16 -t UTF-8\)"
+    ):
         read_test_rows(path)
 
 
@@ -242,7 +281,7 @@ def test_a_number_of_thousands_of_digits_is_one_line(tmp_path: Path) -> None:
 
 def test_a_lone_surrogate_escape_is_refused_where_it_is_read_not_where_it_is_written(tmp_path: Path) -> None:
     pair = _line(GOOD).replace(b'"R"', b'"\\ud83d\\ude00"')
-    assert read_test_rows(_bytes_file(tmp_path, pair))[0].reference == "\U0001F600"
+    assert read_test_rows(_bytes_file(tmp_path, pair))[0].reference == "\U0001f600"
     lone = _line(GOOD).replace(b'"R"', b'"\\ud800 and more"')
     with pytest.raises(DataError, match=r":1: the escape \\ud800 is half of a UTF-16 surrogate pair"):
         read_test_rows(_bytes_file(tmp_path, lone, "lone.jsonl"))
@@ -257,29 +296,40 @@ def test_a_huge_value_is_quoted_short(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------- the expect block and neuron sets (type swaps)
 
-@pytest.mark.parametrize("expect,message", [
-    ([1, 2], "field 'expect': expected an object, got list"),
-    ({"behaviour": "answer", "answer": ["Rolf"]}, "field 'expect': field 'answer': expected a string or null, got list"),
-    ({"narration": "yes"}, "field 'narration': expected true or false or null, got str"),
-    ({"requirement": {"kind": "shout", "value": "x"}}, "'kind' must be one of include_phrase"),
-    ({"requirement": {"kind": "end_with_word", "value": 7}}, "'value' must be a string or null, got int"),
-])
-def test_a_mistyped_expect_block_fails_at_its_line_not_inside_the_judge(tmp_path: Path, expect: object, message: str,
-                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+
+@pytest.mark.parametrize(
+    "expect,message",
+    [
+        ([1, 2], "field 'expect': expected an object, got list"),
+        (
+            {"behaviour": "answer", "answer": ["Rolf"]},
+            "field 'expect': field 'answer': expected a string or null, got list",
+        ),
+        ({"narration": "yes"}, "field 'narration': expected true or false or null, got str"),
+        ({"requirement": {"kind": "shout", "value": "x"}}, "'kind' must be one of include_phrase"),
+        ({"requirement": {"kind": "end_with_word", "value": 7}}, "'value' must be a string or null, got int"),
+    ],
+)
+def test_a_mistyped_expect_block_fails_at_its_line_not_inside_the_judge(
+    tmp_path: Path, expect: object, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     data = _file(tmp_path, [json.dumps(GOOD), json.dumps(_with(expect=expect))])
     responses = _file(tmp_path, [json.dumps("Rolf did."), json.dumps("Rolf did.")], "responses.jsonl")
     _one_line_error(capsys, ["judge", "--data", str(data), "--responses", str(responses)], f"{data}:2: ", message)
 
 
-@pytest.mark.parametrize("change,message", [
-    ({"selection": [1]}, "'selection' must be an object"),
-    ({"selection": "top"}, "'selection' must be an object"),
-    ({"model_hashes": ["a"]}, "'model_hashes' must be an object"),
-    ({"model_hashes": {"sft": 3}}, "'model_hashes' must map model names to hash strings"),
-    ({"metric": ["x"]}, "'metric' must be a string"),
-    ({"neurons": [{"layer": 1, "unit": 2, "delta": 10**400}]}, "delta must be a finite number"),
-    ({"neurons": [{"layer": 1, "unit": 2}, {"layer": 1, "unit": 2}]}, "layer 1 unit 2 is listed twice"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"selection": [1]}, "'selection' must be an object"),
+        ({"selection": "top"}, "'selection' must be an object"),
+        ({"model_hashes": ["a"]}, "'model_hashes' must be an object"),
+        ({"model_hashes": {"sft": 3}}, "'model_hashes' must map model names to hash strings"),
+        ({"metric": ["x"]}, "'metric' must be a string"),
+        ({"neurons": [{"layer": 1, "unit": 2, "delta": 10**400}]}, "delta must be a finite number"),
+        ({"neurons": [{"layer": 1, "unit": 2}, {"layer": 1, "unit": 2}]}, "layer 1 unit 2 is listed twice"),
+    ],
+)
 def test_a_mistyped_neuron_set_is_one_error_naming_the_file(tmp_path: Path, change: dict, message: str) -> None:
     path = _bytes_file(tmp_path, _line({**NEURONS, **change}), "neurons.json")
     with pytest.raises(ProbeError) as info:
@@ -292,7 +342,9 @@ def test_a_mistyped_neuron_set_is_one_error_naming_the_file(tmp_path: Path, chan
 BAD_BYTES = b'{"question": "caf\xe9"}\n'
 
 
-def test_validate_and_judge_report_non_utf8_input_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_and_judge_report_non_utf8_input_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = _bytes_file(tmp_path, BAD_BYTES)
     good = _file(tmp_path, [json.dumps(GOOD)], "good.jsonl")
     responses = _file(tmp_path, [json.dumps("R")], "responses.jsonl")
@@ -302,7 +354,9 @@ def test_validate_and_judge_report_non_utf8_input_in_one_line(tmp_path: Path, ca
     _one_line_error(capsys, ["validate", str(tmp_path)], f"{tmp_path}: is a directory")
 
 
-def test_intervene_reports_non_utf8_neurons_and_data_before_loading_a_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_intervene_reports_non_utf8_neurons_and_data_before_loading_a_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad, neurons = _bytes_file(tmp_path, BAD_BYTES), _bytes_file(tmp_path, b"\x80" * 64, "neurons.json")
     (tmp_path / "model").mkdir()
     common = ["intervene", "--model-dir", str(tmp_path / "model"), "--placebo", "0", "--out", str(tmp_path / "ab")]
@@ -313,12 +367,15 @@ def test_intervene_reports_non_utf8_neurons_and_data_before_loading_a_model(tmp_
 
 def test_cli_subprocess_reports_random_bytes_without_a_traceback(tmp_path: Path) -> None:
     path = _bytes_file(tmp_path, bytes(range(128, 256)) * 8)
-    done = subprocess.run([sys.executable, "-m", "probe_cli", "validate", str(path)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "probe_cli", "validate", str(path)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith(f"error: {path}:1: not UTF-8 text (byte 0x80 at column 1)")
 
 
 # ---------------------------------------------------------------- "run probe analyze" only where analysis can help
+
 
 def test_a_capability_the_run_never_recorded_is_named_with_the_recorded_ones(tmp_path: Path) -> None:
     from interventions.ab import resolve_neurons
@@ -331,7 +388,9 @@ def test_a_capability_the_run_never_recorded_is_named_with_the_recorded_ones(tmp
         resolve_neurons(ABConfig(run_dir=run, capability="nested", placebo=0))
     assert "capability 'nested' was not recorded in this run (recorded: multi_turn, role_style)" in str(info.value)
     assert "probe analyze" not in str(info.value)
-    with pytest.raises(ProbeError, match=r"hook 'attn_out' was not recorded for capability 'multi_turn' \(recorded: mlp_out\)"):
+    with pytest.raises(
+        ProbeError, match=r"hook 'attn_out' was not recorded for capability 'multi_turn' \(recorded: mlp_out\)"
+    ):
         resolve_neurons(ABConfig(run_dir=run, capability="multi_turn", hook="attn_out", placebo=0))
     with pytest.raises(ProbeError, match=r"no neuron set for capability=multi_turn hook=mlp_out; run `probe analyze"):
         resolve_neurons(ABConfig(run_dir=run, capability="multi_turn", placebo=0))
@@ -339,8 +398,10 @@ def test_a_capability_the_run_never_recorded_is_named_with_the_recorded_ones(tmp
 
 # ---------------------------------------------------------------- writers: all of a dataset or none of it
 
-def test_a_synthesis_that_fails_while_writing_keeps_every_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+
+def test_a_synthesis_that_fails_while_writing_keeps_every_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import errno
 
     from core.schema import TestRow
@@ -354,8 +415,11 @@ def test_a_synthesis_that_fails_while_writing_keeps_every_old_file(tmp_path: Pat
 
     monkeypatch.setattr(TestRow, "to_dict", disk_full)  # test.jsonl is written last
     capsys.readouterr()
-    _one_line_error(capsys, ["synthesize", "--out", str(out), "--roles", "3", "--seed", "2"],
-                    f"{out}: could not write test.jsonl (No space left on device); the existing files were kept unchanged")
+    _one_line_error(
+        capsys,
+        ["synthesize", "--out", str(out), "--roles", "3", "--seed", "2"],
+        f"{out}: could not write test.jsonl (No space left on device); the existing files were kept unchanged",
+    )
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
@@ -370,7 +434,9 @@ def test_a_failed_jsonl_write_is_one_line_and_keeps_the_old_file(tmp_path: Path)
         yield GOOD
         raise OSError(errno.EROFS, "Read-only file system")
 
-    with pytest.raises(ProbeError, match=r"rows\.jsonl: could not write \(Read-only file system\); any previous file there was kept"):
+    with pytest.raises(
+        ProbeError, match=r"rows\.jsonl: could not write \(Read-only file system\); any previous file there was kept"
+    ):
         write_jsonl(target, rows())
     assert target.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["rows.jsonl"]
 

@@ -12,8 +12,7 @@ from core.judges import Judge
 from core.judges.rules import RuleJudge, behaviour, requirement_met
 from core.rows import read_dpo_rows, read_test_rows
 from core.schema import TestRow, Turn
-from data_synthesis.offline import synthesize
-from data_synthesis.offline import vocab
+from data_synthesis.offline import synthesize, vocab
 
 JUDGE = RuleJudge()
 
@@ -77,33 +76,39 @@ def _row(expect: dict, task: str = "role_related_mrc_answer_with_narration") -> 
     return TestRow([Turn("user", "Q?")], "R", task, {"expect": expect})
 
 
-@pytest.mark.parametrize(("reply", "answer", "want"), [
-    ("The bridge was built in 1712.", "1712", "answer"),
-    ("I cannot answer that, sorry.", "1712", "refuse"),
-    ("That is outside my knowledge, but it is 1712.", "1712", "answer"),
-    ("It is not my field, but the passage says: the hymn lasts 9 minutes.", None, "answer"),
-    ("*nods* Quite so!", None, "empty"),
-    ("*nods* Quite so! I don't know.", None, "refuse"),
-    ("", None, "empty"),
-    ("The passage doesn't mention when it was built.", None, "refuse"),
-    ("I'm afraid I can't share that; the rules forbid it.", "1712", "refuse"),
-    ("I have no idea, friend.", None, "refuse"),
-    ("I can\u2019t say.", None, "refuse"),
-    ("Not my area, but I think it was 1712.", "1712", "answer"),
-    ("I think the answer is twelve.", None, "answer"),
-])
+@pytest.mark.parametrize(
+    ("reply", "answer", "want"),
+    [
+        ("The bridge was built in 1712.", "1712", "answer"),
+        ("I cannot answer that, sorry.", "1712", "refuse"),
+        ("That is outside my knowledge, but it is 1712.", "1712", "answer"),
+        ("It is not my field, but the passage says: the hymn lasts 9 minutes.", None, "answer"),
+        ("*nods* Quite so!", None, "empty"),
+        ("*nods* Quite so! I don't know.", None, "refuse"),
+        ("", None, "empty"),
+        ("The passage doesn't mention when it was built.", None, "refuse"),
+        ("I'm afraid I can't share that; the rules forbid it.", "1712", "refuse"),
+        ("I have no idea, friend.", None, "refuse"),
+        ("I can\u2019t say.", None, "refuse"),
+        ("Not my area, but I think it was 1712.", "1712", "answer"),
+        ("I think the answer is twelve.", None, "answer"),
+    ],
+)
 def test_behaviour_classification(reply: str, answer: str | None, want: str) -> None:
     assert behaviour(reply, answer, "Quite so!") == want
 
 
-@pytest.mark.parametrize(("kind", "value", "good", "bad"), [
-    ("include_phrase", "on my honour", "Yes, ON MY HONOUR it is.", "Yes, on my word."),
-    ("end_with_word", "truly", 'It is blue. Truly."', "Truly, it is blue."),
-    ("bullets", None, "- *nods* Quite so!\n- It is blue.", "Quite so!\n- It is blue."),
-    ("all_caps", None, "*NODS* IT IS BLUE.", "*nods* IT IS BLUE."),
-    ("lowercase", None, "quite so! it is blue.", "Quite so! it is blue."),
-    ("quoted", None, '"It is blue."', 'It is "blue".'),
-])
+@pytest.mark.parametrize(
+    ("kind", "value", "good", "bad"),
+    [
+        ("include_phrase", "on my honour", "Yes, ON MY HONOUR it is.", "Yes, on my word."),
+        ("end_with_word", "truly", 'It is blue. Truly."', "Truly, it is blue."),
+        ("bullets", None, "- *nods* Quite so!\n- It is blue.", "Quite so!\n- It is blue."),
+        ("all_caps", None, "*NODS* IT IS BLUE.", "*nods* IT IS BLUE."),
+        ("lowercase", None, "quite so! it is blue.", "Quite so! it is blue."),
+        ("quoted", None, '"It is blue."', 'It is "blue".'),
+    ],
+)
 def test_nested_requirements(kind: str, value: str | None, good: str, bad: str) -> None:
     assert requirement_met(good, {"kind": kind, "value": value})[0]
     assert not requirement_met(bad, {"kind": kind, "value": value})[0]
@@ -114,7 +119,10 @@ def test_style_needs_narration_iff_demanded_and_the_catchphrase() -> None:
     with_narr = _row({"narration": True, "catchphrase": "Hold fast!"})
     plain = _row({"narration": False, "catchphrase": "Hold fast!"})
     assert JUDGE.check(with_narr, "*bows* Hold fast! Yes.", Capability.ROLE_STYLE)[0] == 1
-    assert JUDGE.check(with_narr, "Hold fast! Yes.", Capability.ROLE_STYLE) == (0, "narration between asterisks is required but missing")
+    assert JUDGE.check(with_narr, "Hold fast! Yes.", Capability.ROLE_STYLE) == (
+        0,
+        "narration between asterisks is required but missing",
+    )
     assert JUDGE.check(plain, "*bows* Hold fast! Yes.", Capability.ROLE_STYLE)[0] == 0
     assert JUDGE.check(plain, "HOLD FAST yes", Capability.ROLE_STYLE)[0] == 1
     assert "catchphrase" in JUDGE.check(plain, "Yes.", Capability.ROLE_STYLE)[1]

@@ -18,10 +18,15 @@ PUBLISHED_GROUPS = {"knowledge_boundary": 600, "role_style": 400, "nested": 158,
 
 def _published_row(task: str, i: int) -> dict:
     """A row shaped like roleMRC_test.jsonl: capitalised roles, earlier Assistant turns for multi-turn tasks."""
-    question = [{"role": "System", "content": f"You are role {i}. You must stay in character."},
-                {"role": "User", "content": f"Passage {i}. Question {i}?"}]
+    question = [
+        {"role": "System", "content": f"You are role {i}. You must stay in character."},
+        {"role": "User", "content": f"Passage {i}. Question {i}?"},
+    ]
     if "-2nd" in task:
-        question += [{"role": "Assistant", "content": "No answer present."}, {"role": "User", "content": "Please try again."}]
+        question += [
+            {"role": "Assistant", "content": "No answer present."},
+            {"role": "User", "content": "Please try again."},
+        ]
     return {"question": question, "reference": f"reference {i}", "task": task}
 
 
@@ -70,9 +75,20 @@ def test_validate_file_detects_kind_and_groups(published_file: Path) -> None:
 
 
 def test_sft_and_dpo_rows_round_trip_with_extra_fields(tmp_path: Path) -> None:
-    sft = [SFTRow([Turn("system", "You are A."), Turn("assistant", "Hello."), Turn("user", "Hi?"), Turn("assistant", "Yes.")],
-                  {"task": "free_chat", "category": "free_chat---role_first---no_narration"})]
-    dpo = [DPORow([Turn("system", "S."), Turn("user", "Q?")], "good", "bad", {"task": TASKS[0].name, "violation": "refused_answerable"})]
+    sft = [
+        SFTRow(
+            [Turn("system", "You are A."), Turn("assistant", "Hello."), Turn("user", "Hi?"), Turn("assistant", "Yes.")],
+            {"task": "free_chat", "category": "free_chat---role_first---no_narration"},
+        )
+    ]
+    dpo = [
+        DPORow(
+            [Turn("system", "S."), Turn("user", "Q?")],
+            "good",
+            "bad",
+            {"task": TASKS[0].name, "violation": "refused_answerable"},
+        )
+    ]
     test = [TestRow([Turn("user", "Q?")], "ref", TASKS[3].name, {"expect": {"behaviour": "refuse"}, "id": 7})]
     write_jsonl(tmp_path / "s.jsonl", sft)
     write_jsonl(tmp_path / "d.jsonl", dpo)
@@ -87,7 +103,10 @@ def test_sft_and_dpo_rows_round_trip_with_extra_fields(tmp_path: Path) -> None:
 def test_capability_names_paper_names_and_all() -> None:
     assert parse_capabilities("all") == ALL_CAPABILITIES
     assert parse_capabilities("MULTI_TURN_INSTRUCTION") == (Capability.MULTI_TURN,)
-    assert parse_capabilities("knowledge_range,role-style,knowledge_boundary") == (Capability.KNOWLEDGE_BOUNDARY, Capability.ROLE_STYLE)
+    assert parse_capabilities("knowledge_range,role-style,knowledge_boundary") == (
+        Capability.KNOWLEDGE_BOUNDARY,
+        Capability.ROLE_STYLE,
+    )
     assert parse_capabilities(["priority", "nested"]) == (Capability.PRIORITY, Capability.NESTED)
     with pytest.raises(ProbeError, match="unknown capability 'helpfulness'"):
         parse_capabilities("helpfulness")
@@ -98,8 +117,11 @@ def test_capability_names_paper_names_and_all() -> None:
 def test_task_table_matches_the_authors_mapping() -> None:
     assert len(TASKS) == 18 and sum(t.published_count for t in TASKS) == 1400
     assert set(tasks_of(Capability.ROLE_STYLE)) == {
-        "role_related_mrc_answer_with_narration", "role_related_mrc_refused_no_narration",
-        "role_unrelated_mrc_refused_no_narration", "role_unrelated_mrc_answer_no_narration"}
+        "role_related_mrc_answer_with_narration",
+        "role_related_mrc_refused_no_narration",
+        "role_unrelated_mrc_refused_no_narration",
+        "role_unrelated_mrc_answer_no_narration",
+    }
     assert capabilities_of("role_related_mrc_refused_with_narration") == (Capability.KNOWLEDGE_BOUNDARY,)
 
 

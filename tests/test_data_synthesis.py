@@ -34,25 +34,50 @@ def test_same_seed_same_bytes_other_seed_other_bytes(dataset: Path, tmp_path: Pa
 
 
 def test_roles_100_gives_the_published_histogram(tmp_path: Path) -> None:
-    summary = synthesize(tmp_path, n_roles=100, seed=0, sft_base=0, sft_nested=0, sft_priority=0, sft_multi_turn=0,
-                         free_chats=0, dpo_per_task=0)
+    summary = synthesize(
+        tmp_path,
+        n_roles=100,
+        seed=0,
+        sft_base=0,
+        sft_nested=0,
+        sft_priority=0,
+        sft_multi_turn=0,
+        free_chats=0,
+        dpo_per_task=0,
+    )
     rows = read_test_rows(tmp_path / "test.jsonl")
     assert Counter(r.task for r in rows) == {t.name: t.published_count for t in TASKS}
-    assert {c.value: len(v) for c, v in group_by_capability(rows).items()} == summary.capabilities == {
-        "knowledge_boundary": 600, "role_style": 400, "nested": 158, "multi_turn": 400, "priority": 42}
+    assert (
+        {c.value: len(v) for c, v in group_by_capability(rows).items()}
+        == summary.capabilities
+        == {"knowledge_boundary": 600, "role_style": 400, "nested": 158, "multi_turn": 400, "priority": 42}
+    )
     assert summary.files["test.jsonl"] == 1400 and summary.roles == {"train": 80, "test": 20}
 
 
 def test_outputs_reload_and_summary_counts_match(dataset: Path) -> None:
-    sft, dpo, test = read_sft_rows(dataset / "sft.jsonl"), read_dpo_rows(dataset / "dpo.jsonl"), read_test_rows(dataset / "test.jsonl")
+    sft, dpo, test = (
+        read_sft_rows(dataset / "sft.jsonl"),
+        read_dpo_rows(dataset / "dpo.jsonl"),
+        read_test_rows(dataset / "test.jsonl"),
+    )
     cfg = SynthesisConfig(n_roles=20, seed=3)
     train_roles = 20 - cfg.n_test_roles
-    assert len(test) == sum(cfg.test_count(t.published_count) for t in TASKS) == 280  # 58 -> 12, 20 -> 4, 22 -> 4 at 20 roles
+    assert (
+        len(test) == sum(cfg.test_count(t.published_count) for t in TASKS) == 280
+    )  # 58 -> 12, 20 -> 4, 22 -> 4 at 20 roles
     assert len(dpo) == train_roles * 18 * cfg.dpo_per_task
     assert len(sft) == train_roles * (sum(cfg.sft_count(t.name) for t in TASKS) + cfg.free_chats)
     assert len(sft) >= 1000  # enough for the tiny model to learn at small --roles
     profiles = [json.loads(line) for line in (dataset / "profiles.jsonl").read_text().splitlines()]
-    assert len(profiles) == 20 and {"name", "description", "personality", "speech_style", "domains", "knowledge_boundary"} <= set(profiles[0])
+    assert len(profiles) == 20 and {
+        "name",
+        "description",
+        "personality",
+        "speech_style",
+        "domains",
+        "knowledge_boundary",
+    } <= set(profiles[0])
 
 
 def test_training_files_cover_every_task_and_carry_task_fields(dataset: Path) -> None:
@@ -77,7 +102,9 @@ def test_test_split_roles_and_passages_never_seen_in_training(dataset: Path) -> 
     assert test_roles and not test_roles & train_roles
     assert test_passages and not test_passages & train_passages
     texts = {t.content for r in read_sft_rows(dataset / "sft.jsonl") for t in r.conversations}
-    names = [json.loads(x)["name"] for x in (dataset / "profiles.jsonl").read_text().splitlines() if '"split": "test"' in x]
+    names = [
+        json.loads(x)["name"] for x in (dataset / "profiles.jsonl").read_text().splitlines() if '"split": "test"' in x
+    ]
     assert names and not any(name in text for name in names for text in texts)
 
 
@@ -92,7 +119,9 @@ def test_test_rows_behave_as_their_task_says(dataset: Path) -> None:
         if expect["rule"]:
             assert expect["rule"] in row.question[0].content
         if expect["requirement"]:  # the authors' extraction finds the requirement as the 2nd sentence
-            assert row.question[0].content.split(". ")[1].removeprefix("You must ") == expect["requirement"]["description"]
+            assert (
+                row.question[0].content.split(". ")[1].removeprefix("You must ") == expect["requirement"]["description"]
+            )
         if expect["answerable"]:
             assert expect["answer"] in row.question[1].content
         assert len(row.question) == (4 if shape.suffix.startswith("2nd") else 2)

@@ -42,6 +42,7 @@ def _noise(scale: float, seed: int):  # type: ignore[no-untyped-def]
         generator = torch.Generator().manual_seed(seed)
         for tensor in w.values():
             tensor.add_(torch.randn(tensor.shape, generator=generator) * scale * tensor.std().clamp_min(1e-3))
+
     return edit
 
 
@@ -54,7 +55,9 @@ def planted(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> d
     sft = edit_weights(tiny_model_dir, root / "sft", _noise(0.05, 1))
     write_provenance(sft, tiny_model_dir)
     readout = plant_readout(sft, root / "readout", *NEURON, promoted=PROMOTED, suppressed=SUPPRESSED)
-    dpo = edit_weights(readout, root / "dpo", lambda w: w[f"model.layers.{NEURON[0]}.mlp.gate_proj.weight"][NEURON[1]].mul_(3.0))
+    dpo = edit_weights(
+        readout, root / "dpo", lambda w: w[f"model.layers.{NEURON[0]}.mlp.gate_proj.weight"][NEURON[1]].mul_(3.0)
+    )
     run = write_run_for(root / "run", sft, dpo, {"mlp_post": [NEURON], "mlp_out": [COORDINATE]})
     analyze_run(run, plots=False, stability_resamples=0)
     return {"base": tiny_model_dir, "sft": sft, "dpo": dpo, "run": run, "root": root}
@@ -71,17 +74,30 @@ def test_the_planted_neuron_s_card_names_its_token(planted: dict[str, Path]) -> 
     assert (card.layer, card.unit) == NEURON
     assert card.readout.promoted[0].token_id == PROMOTED and card.readout.suppressed[0].token_id == SUPPRESSED
     assert card.ranks["topk_count"] == 1 and card.ranks["weights_sft_dpo"] == 1 and card.ranks["mean_diff"] == 1
-    assert set(card.weight_change) == {"sft_dpo", "base_sft"} and card.weight_change["sft_dpo"]["gate"] == pytest.approx(2.0, rel=1e-5)
+    assert set(card.weight_change) == {"sft_dpo", "base_sft"} and card.weight_change["sft_dpo"][
+        "gate"
+    ] == pytest.approx(2.0, rel=1e-5)
     assert card.ci_low <= card.delta <= card.ci_high and card.delta > 0.5
-    assert [h.row for h in card.top_prompts["dpo"]] and all(h.dpo >= card.top_prompts["dpo"][-1].dpo for h in card.top_prompts["dpo"])
+    assert [h.row for h in card.top_prompts["dpo"]] and all(
+        h.dpo >= card.top_prompts["dpo"][-1].dpo for h in card.top_prompts["dpo"]
+    )
     assert record.models["base"]["dir"] == str(planted["base"].resolve()) and not record.lens["tied_embeddings"]
     assert [a.transition for a in record.agreement] == ["sft_dpo", "base_sft"]
-    assert [r.layer for r in record.mean_difference] == record.window.layers == [a.layer for a in record.agreement[0].layers]
+    assert (
+        [r.layer for r in record.mean_difference]
+        == record.window.layers
+        == [a.layer for a in record.agreement[0].layers]
+    )
     assert record.agreement[0].top.units[0] == list(NEURON)  # the planted neuron tops both rankings
     assert ExplainRecord.from_dict(json.loads(json.dumps(record.to_dict()))) == record
     analysis = planted["run"] / "analysis"
-    for name in ("weight_change.h5", "explain_multi_turn_mlp_out.json", "explain_multi_turn_mlp_post.html",
-                 "plots/weight_change_mlp_post.html", "plots/explain_multi_turn_mlp_post_agreement.html"):
+    for name in (
+        "weight_change.h5",
+        "explain_multi_turn_mlp_out.json",
+        "explain_multi_turn_mlp_post.html",
+        "plots/weight_change_mlp_post.html",
+        "plots/explain_multi_turn_mlp_post_agreement.html",
+    ):
         assert (analysis / name).is_file(), name
     assert html.escape(repr(token)) in (analysis / "explain_multi_turn_mlp_post.html").read_text(encoding="utf-8")
 
@@ -112,9 +128,11 @@ def test_bad_input_is_one_error_line(case: str, planted: dict[str, Path], tmp_pa
     elif case == "other_weights":
         extra = ["--dpo", str(planted["base"])]
     elif case == "other_shape":
+
         def narrower(w: dict) -> None:
             for name in [n for n in w if "mlp" in n]:
                 w[name] = (w[name][:, :48] if "down_proj" in name else w[name][:48]).clone()
+
         extra = ["--dpo", str(edit_weights(planted["dpo"], tmp_path / "narrow", narrower, {"intermediate_size": 48}))]
     elif case == "top":
         extra = ["--top", "100000"]
@@ -126,9 +144,14 @@ def test_bad_input_is_one_error_line(case: str, planted: dict[str, Path], tmp_pa
     code, _, err = cli(*argv)
     line = one_error_line(err)
     assert code == 2
-    expected = {"missing": "sft model", "other_weights": "not the ones the run recorded", "other_shape": "differ in shape",
-                "top": "--top 100000: the analysis of multi_turn/mlp_out ranks only", "unanalysed": "probe analyze",
-                "capability": "not analysed"}[case]
+    expected = {
+        "missing": "sft model",
+        "other_weights": "not the ones the run recorded",
+        "other_shape": "differ in shape",
+        "top": "--top 100000: the analysis of multi_turn/mlp_out ranks only",
+        "unanalysed": "probe analyze",
+        "capability": "not analysed",
+    }[case]
     assert expected in line, line
     if case == "missing":
         assert "is missing" in line and "--sft" in line
@@ -136,15 +159,31 @@ def test_bad_input_is_one_error_line(case: str, planted: dict[str, Path], tmp_pa
 
 def _recorded(model: Path, data: Path, root: Path) -> Path:
     dpo = edit_weights(model, root / "dpo", _noise(0.2, 2))
-    ok("run", "-c", "multi_turn", "--sft", model, "--dpo", dpo, "--data", data / "test.jsonl", "--hook", "mlp_post,mlp_out",
-       "--out", root / "run", "--quiet", "--no-analyze")
+    ok(
+        "run",
+        "-c",
+        "multi_turn",
+        "--sft",
+        model,
+        "--dpo",
+        dpo,
+        "--data",
+        data / "test.jsonl",
+        "--hook",
+        "mlp_post,mlp_out",
+        "--out",
+        root / "run",
+        "--quiet",
+        "--no-analyze",
+    )
     ok("analyze", root / "run", "--no-plots", "--stability-resamples", "0")
     return root / "run"
 
 
 @pytest.mark.parametrize("shape", ["llama", "chatml", "nobos"])
-def test_recorded_runs_of_every_shape_are_explained(shape: str, tiny_model_dir: Path, chat_bases: dict[str, Path],
-                                                    chat_data: Path, tmp_path: Path) -> None:
+def test_recorded_runs_of_every_shape_are_explained(
+    shape: str, tiny_model_dir: Path, chat_bases: dict[str, Path], chat_data: Path, tmp_path: Path
+) -> None:
     model = tiny_model_dir if shape == "llama" else chat_bases[shape]
     run = _recorded(model, chat_data, tmp_path)
     printed = ok("explain", run, "-c", "multi_turn", "--top", "3", "--no-plots", "--permutations", "200")
@@ -185,15 +224,35 @@ def test_the_notebook_s_card_cell_shows_the_picked_unit(planted: dict[str, Path]
         patch.setattr(IPython.display, "display", lambda obj: shown.append(obj.data))
         for run_dir in (planted["run"], tmp_path / "synthetic"):
             if run_dir != planted["run"]:
-                write_synthetic_run(run_dir, SyntheticSpec(n_samples=12, n_layers=4, width=8, capabilities=("multi_turn",)))
+                write_synthetic_run(
+                    run_dir, SyntheticSpec(n_samples=12, n_layers=4, width=8, capabilities=("multi_turn",))
+                )
             with RunReader(run_dir) as run:
-                maps = compute_maps(run, "multi_turn", "mlp_post" if run_dir == planted["run"] else "mlp_out", [2, 3],
-                                    AnalysisConfig(metric="mean_diff", stability_resamples=0))
-            exec(_card_cell(), {"RUN_DIR": str(run_dir), "maps": maps, "layer": NEURON[0], "unit": NEURON[1] % maps.width,
-                                "hook": maps.hook, "METRIC": "mean_diff"})
+                maps = compute_maps(
+                    run,
+                    "multi_turn",
+                    "mlp_post" if run_dir == planted["run"] else "mlp_out",
+                    [2, 3],
+                    AnalysisConfig(metric="mean_diff", stability_resamples=0),
+                )
+            exec(
+                _card_cell(),
+                {
+                    "RUN_DIR": str(run_dir),
+                    "maps": maps,
+                    "layer": NEURON[0],
+                    "unit": NEURON[1] % maps.width,
+                    "hook": maps.hook,
+                    "METRIC": "mean_diff",
+                },
+            )
     from transformers import AutoTokenizer
 
     token = AutoTokenizer.from_pretrained(planted["dpo"]).decode([PROMOTED])
-    assert len(shown) == 1 and f"layer {NEURON[0]} · unit {NEURON[1]}" in shown[0] and html.escape(repr(token)) in shown[0]
-    assert "<th>mean_diff</th><td>1</td>" in shown[0]  # ranked against the notebook's maps (the planted neuron is first by mean Δ)
+    assert (
+        len(shown) == 1 and f"layer {NEURON[0]} · unit {NEURON[1]}" in shown[0] and html.escape(repr(token)) in shown[0]
+    )
+    assert (
+        "<th>mean_diff</th><td>1</td>" in shown[0]
+    )  # ranked against the notebook's maps (the planted neuron is first by mean Δ)
     assert "no neuron card: " in capsys.readouterr().out

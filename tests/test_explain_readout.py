@@ -28,7 +28,9 @@ def tied(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
 
 
 @pytest.mark.parametrize("embeddings", ["untied", "tied"])
-def test_a_planted_unembedding_names_the_unit_s_token(embeddings: str, tiny_model_dir: Path, tied: Path, tmp_path: Path) -> None:
+def test_a_planted_unembedding_names_the_unit_s_token(
+    embeddings: str, tiny_model_dir: Path, tied: Path, tmp_path: Path
+) -> None:
     source = tiny_model_dir if embeddings == "untied" else tied
     planted = plant_readout(source, tmp_path / "neuron", layer=2, unit=11, promoted=PROMOTED, suppressed=SUPPRESSED)
     planted = plant_coordinate(planted, tmp_path / "both", coordinate=5, promoted=COORDINATE_TOKEN)
@@ -57,14 +59,22 @@ def _model_logits(model_dir: Path, vectors: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("shape", ["llama_untied", "llama_tied", "chatml", "nobos"])
-def test_the_lens_is_the_model_s_own_unembedding(shape: str, tiny_model_dir: Path, tied: Path, chat_bases: dict[str, Path],
-                                                 tmp_path: Path) -> None:
+def test_the_lens_is_the_model_s_own_unembedding(
+    shape: str, tiny_model_dir: Path, tied: Path, chat_bases: dict[str, Path], tmp_path: Path
+) -> None:
     source = {"llama_untied": tiny_model_dir, "llama_tied": tied}.get(shape) or chat_bases[shape]
-    norm = edit_weights(source, tmp_path / "m", lambda w: w["model.norm.weight"].uniform_(0.5, 1.5))  # a norm that matters
+    norm = edit_weights(
+        source, tmp_path / "m", lambda w: w["model.norm.weight"].uniform_(0.5, 1.5)
+    )  # a norm that matters
     with Checkpoint(norm, "--dpo") as model:
         assert model.tied is (shape != "llama_untied")
         units = [(0, 1), (model.shape.n_layers - 1, 3)]
-        vectors = np.concatenate([unit_directions(model, "mlp_post", units), np.random.default_rng(0).standard_normal((2, model.shape.d_model))])
+        vectors = np.concatenate(
+            [
+                unit_directions(model, "mlp_post", units),
+                np.random.default_rng(0).standard_normal((2, model.shape.d_model)),
+            ]
+        )
         ours = Lens.of(model).logits(vectors)
     np.testing.assert_allclose(ours, _model_logits(norm, vectors), rtol=1e-4, atol=1e-5)
 

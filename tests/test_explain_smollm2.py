@@ -36,9 +36,13 @@ def test_smollm2_reads_out_through_its_embedding_matrix(base_dir: Path) -> None:
     with Checkpoint(base_dir, "--base") as model:
         assert model.tied and not model.has("lm_head.weight") and model.unembedding_name == "model.embed_tokens.weight"
         assert (model.shape.n_layers, model.shape.d_model, model.shape.d_mlp) == (30, 576, 1536)
-        vectors = np.concatenate([unit_directions(model, "mlp_post", [(0, 5), (26, 311), (29, 1535)]),
-                                  unit_directions(model, "resid_post", [(29, 100)]),
-                                  np.random.default_rng(0).standard_normal((2, 576)).astype(np.float32)])
+        vectors = np.concatenate(
+            [
+                unit_directions(model, "mlp_post", [(0, 5), (26, 311), (29, 1535)]),
+                unit_directions(model, "resid_post", [(29, 100)]),
+                np.random.default_rng(0).standard_normal((2, 576)).astype(np.float32),
+            ]
+        )
         ours = Lens.of(model).logits(vectors)
         unchanged = weight_change(model, model, ["mlp_post", "resid_post"], "sft_dpo")
     assert all(not c.relative.any() for c in unchanged.values())

@@ -24,10 +24,10 @@ PLANTED = {"mlp_post": {(1, 5), (2, 9)}, "mlp_out": {(3, 4)}, "attn_out": {(0, 7
 
 
 def _plant(w: dict) -> None:
-    w["model.layers.1.mlp.gate_proj.weight"][5] *= 4.0          # relative change of the gate row: exactly 3
-    w["model.layers.2.mlp.down_proj.weight"][:, 9] *= 3.0       # neuron 2:9 writes three times as much
-    w["model.layers.3.mlp.down_proj.weight"][4] *= 3.0          # coordinate 4 of layer 3's MLP output
-    w["model.layers.0.self_attn.o_proj.weight"][7] *= 3.0       # coordinate 7 of layer 0's attention output
+    w["model.layers.1.mlp.gate_proj.weight"][5] *= 4.0  # relative change of the gate row: exactly 3
+    w["model.layers.2.mlp.down_proj.weight"][:, 9] *= 3.0  # neuron 2:9 writes three times as much
+    w["model.layers.3.mlp.down_proj.weight"][4] *= 3.0  # coordinate 4 of layer 3's MLP output
+    w["model.layers.0.self_attn.o_proj.weight"][7] *= 3.0  # coordinate 7 of layer 0's attention output
 
 
 @pytest.fixture(scope="module")
@@ -73,9 +73,13 @@ def test_sharded_and_bf16_checkpoints_read_the_same(tiny_model_dir: Path, edited
     import torch
 
     sharded = shard(edited, tmp_path / "sharded")
-    half = edit_weights(tiny_model_dir, tmp_path / "bf16", lambda w: w.update({k: v.to(torch.bfloat16) for k, v in w.items()}))
+    half = edit_weights(
+        tiny_model_dir, tmp_path / "bf16", lambda w: w.update({k: v.to(torch.bfloat16) for k, v in w.items()})
+    )
     with Checkpoint(tiny_model_dir, "--sft") as a, Checkpoint(edited, "--dpo") as b, Checkpoint(sharded, "--dpo") as c:
-        assert np.array_equal(weight_change(a, b, HOOKS, "t")["mlp_post"].relative, weight_change(a, c, HOOKS, "t")["mlp_post"].relative)
+        assert np.array_equal(
+            weight_change(a, b, HOOKS, "t")["mlp_post"].relative, weight_change(a, c, HOOKS, "t")["mlp_post"].relative
+        )
         with Checkpoint(half, "--base") as h:
             assert h.mlp_weight(0, "down").dtype == torch.float32
             small = weight_change(h, a, ["mlp_post"], "base_sft")["mlp_post"].relative

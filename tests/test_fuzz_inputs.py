@@ -41,8 +41,14 @@ from probe_cli.main import main
 
 EXAMPLES = int(os.environ.get("PROBE_FUZZ_EXAMPLES", "150"))  # a deeper local hunt: PROBE_FUZZ_EXAMPLES=5000
 CLI_EXAMPLES = max(EXAMPLES * 2 // 5, 1)
-FUZZ = settings(derandomize=True, max_examples=EXAMPLES, deadline=None, database=None, print_blob=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example])
+FUZZ = settings(
+    derandomize=True,
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example],
+)
 CLI_FUZZ = settings(FUZZ, max_examples=CLI_EXAMPLES)
 
 # ---------------------------------------------------------------- well-formed values
@@ -51,14 +57,31 @@ ROLES = st.sampled_from(["system", "user", "assistant", "System", "User", "ASSIS
 TASK_NAMES = st.sampled_from([t.name for t in TASKS]) | st.text(max_size=40)
 TEXT = st.text(max_size=40)
 SCALARS = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | TEXT
-VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=10)
-REQUIREMENT = st.fixed_dictionaries({"kind": st.sampled_from(["include_phrase", "end_with_word", "bullets", "all_caps", "lowercase", "quoted"]),
-                                     "value": st.none() | TEXT, "sentence": TEXT})
-EXPECT = st.fixed_dictionaries({}, optional={
-    "behaviour": st.sampled_from(["answer", "refuse"]), "answer": st.none() | TEXT, "answerable": st.booleans(),
-    "multi_turn_type": st.sampled_from([None, "answerable", "unanswerable"]), "narration": st.booleans(),
-    "catchphrase": TEXT, "requirement": st.none() | REQUIREMENT, "rule": st.none() | TEXT,
-})
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+    max_leaves=10,
+)
+REQUIREMENT = st.fixed_dictionaries(
+    {
+        "kind": st.sampled_from(["include_phrase", "end_with_word", "bullets", "all_caps", "lowercase", "quoted"]),
+        "value": st.none() | TEXT,
+        "sentence": TEXT,
+    }
+)
+EXPECT = st.fixed_dictionaries(
+    {},
+    optional={
+        "behaviour": st.sampled_from(["answer", "refuse"]),
+        "answer": st.none() | TEXT,
+        "answerable": st.booleans(),
+        "multi_turn_type": st.sampled_from([None, "answerable", "unanswerable"]),
+        "narration": st.booleans(),
+        "catchphrase": TEXT,
+        "requirement": st.none() | REQUIREMENT,
+        "rule": st.none() | TEXT,
+    },
+)
 
 
 @st.composite
@@ -75,18 +98,37 @@ def conversation(draw: st.DrawFn, end: str, valid: bool = False) -> list[dict[st
     return [{"role": r, "content": draw(st.text(min_size=1, max_size=30).filter(str.strip))} for r in cased]
 
 
-TEST_ROW = st.fixed_dictionaries({"question": conversation("user"), "reference": TEXT, "task": TASK_NAMES}, optional={"expect": EXPECT, "id": VALUES})
-VALID_TEST_ROW = st.fixed_dictionaries({"question": conversation("user", valid=True), "reference": TEXT, "task": st.sampled_from([t.name for t in TASKS])},
-                                       optional={"expect": EXPECT})
-SFT_ROW = st.fixed_dictionaries({"conversations": conversation("assistant")}, optional={"task": TASK_NAMES, "meta": VALUES})
-DPO_ROW = st.fixed_dictionaries({"prompt": conversation("user"), "chosen": TEXT, "rejected": TEXT}, optional={"expect": VALUES})
-NEURON = st.fixed_dictionaries({"layer": st.integers(-2, 40), "unit": st.integers(-2, 4000)},
-                               optional={"delta": st.floats(allow_nan=False, allow_infinity=False)})
+TEST_ROW = st.fixed_dictionaries(
+    {"question": conversation("user"), "reference": TEXT, "task": TASK_NAMES}, optional={"expect": EXPECT, "id": VALUES}
+)
+VALID_TEST_ROW = st.fixed_dictionaries(
+    {"question": conversation("user", valid=True), "reference": TEXT, "task": st.sampled_from([t.name for t in TASKS])},
+    optional={"expect": EXPECT},
+)
+SFT_ROW = st.fixed_dictionaries(
+    {"conversations": conversation("assistant")}, optional={"task": TASK_NAMES, "meta": VALUES}
+)
+DPO_ROW = st.fixed_dictionaries(
+    {"prompt": conversation("user"), "chosen": TEXT, "rejected": TEXT}, optional={"expect": VALUES}
+)
+NEURON = st.fixed_dictionaries(
+    {"layer": st.integers(-2, 40), "unit": st.integers(-2, 4000)},
+    optional={"delta": st.floats(allow_nan=False, allow_infinity=False)},
+)
 NEURON_SET = st.fixed_dictionaries(
-    {"format": st.just(FORMAT), "version": st.just(1), "hook": st.sampled_from(["mlp_out", "attn_out", "resid_post"]) | TEXT,
-     "neurons": st.lists(NEURON, min_size=1, max_size=6, unique_by=lambda n: (n["layer"], n["unit"]))},
-    optional={"metric": TEXT, "capability": TEXT, "selection": st.dictionaries(TEXT, VALUES, max_size=3), "run_dir": TEXT,
-              "model_hashes": st.dictionaries(st.sampled_from(["sft", "dpo"]), TEXT)},
+    {
+        "format": st.just(FORMAT),
+        "version": st.just(1),
+        "hook": st.sampled_from(["mlp_out", "attn_out", "resid_post"]) | TEXT,
+        "neurons": st.lists(NEURON, min_size=1, max_size=6, unique_by=lambda n: (n["layer"], n["unit"])),
+    },
+    optional={
+        "metric": TEXT,
+        "capability": TEXT,
+        "selection": st.dictionaries(TEXT, VALUES, max_size=3),
+        "run_dir": TEXT,
+        "model_hashes": st.dictionaries(st.sampled_from(["sft", "dpo"]), TEXT),
+    },
 )
 RESPONSE = TEXT | st.fixed_dictionaries({"response": TEXT}, optional={"index": st.integers(-1, 5)})
 
@@ -124,11 +166,32 @@ def _drop(value: Any, path: tuple) -> Any:
     return _replace(value, path[:-1], [v for i, v in enumerate(parent) if i != path[-1]])
 
 
-HUGE = st.sampled_from([
-    "1" * 5000, "-" + "9" * 4301, "9" * 400, "1e999", "-1e999", "1e-999", "123456789012345678901234567890", json.dumps("x" * 200_000),
-    "[" * 100 + "]" * 100, "[" * 5000 + "]" * 5000, "{\"a\":" * 70 + "1" + "}" * 70, "NaN", "Infinity", '"\\ud800"', '"\\udfff x"',
-    '"\\ud83d\\ude00"', '"\\u0000"', "true", "null", '""', "[]", "{}",
-])
+HUGE = st.sampled_from(
+    [
+        "1" * 5000,
+        "-" + "9" * 4301,
+        "9" * 400,
+        "1e999",
+        "-1e999",
+        "1e-999",
+        "123456789012345678901234567890",
+        json.dumps("x" * 200_000),
+        "[" * 100 + "]" * 100,
+        "[" * 5000 + "]" * 5000,
+        '{"a":' * 70 + "1" + "}" * 70,
+        "NaN",
+        "Infinity",
+        '"\\ud800"',
+        '"\\udfff x"',
+        '"\\ud83d\\ude00"',
+        '"\\u0000"',
+        "true",
+        "null",
+        '""',
+        "[]",
+        "{}",
+    ]
+)
 
 
 @st.composite
@@ -146,7 +209,7 @@ def damaged_line(draw: st.DrawFn, row: st.SearchStrategy[Any]) -> str:
         return text[: draw(st.integers(0, max(len(text) - 1, 0)))]
     if how == "flip" and text:
         at = draw(st.integers(0, len(text) - 1))
-        return text[:at] + draw(st.characters(codec="utf-8")) + text[at + 1:]
+        return text[:at] + draw(st.characters(codec="utf-8")) + text[at + 1 :]
     if how == "huge":
         return _splice_value(text, draw(HUGE), draw(st.integers(0, 10**6)))
     if how == "surrogate":
@@ -191,6 +254,7 @@ def json_file(draw: st.DrawFn, value: st.SearchStrategy[Any]) -> bytes:
     if draw(st.integers(0, 9)) == 0:
         return draw(st.binary(max_size=400))
     return draw(st.sampled_from([b"", b"\xef\xbb\xbf"])) + draw(damaged_line(value)).encode("utf-8", "surrogatepass")
+
 
 # ---------------------------------------------------------------- the property
 
@@ -290,6 +354,7 @@ def test_validate_accepts_or_refuses_any_file_in_one_line() -> None:
     rows = st.one_of(TEST_ROW, SFT_ROW, DPO_ROW)
     _report("validate (in-process)", _fuzz(jsonl_file(rows), check))
 
+
 # ---------------------------------------------------------------- the CLI
 
 
@@ -339,7 +404,10 @@ def test_cli_validate_any_file() -> None:
 def judge_inputs(draw: st.DrawFn) -> tuple[bytes, bytes]:
     """Valid test rows and one response each; then, often, one line of either file damaged, or either file replaced."""
     rows = draw(st.lists(VALID_TEST_ROW, min_size=1, max_size=3))
-    lines = [[json.dumps(r) for r in rows], [json.dumps(r) for r in draw(st.lists(RESPONSE, min_size=len(rows), max_size=len(rows)))]]
+    lines = [
+        [json.dumps(r) for r in rows],
+        [json.dumps(r) for r in draw(st.lists(RESPONSE, min_size=len(rows), max_size=len(rows)))],
+    ]
     which = draw(st.sampled_from(["none", "data line", "responses line", "data file", "responses file"]))
     if which.endswith("line"):
         k = 0 if which.startswith("data") else 1
@@ -355,14 +423,22 @@ def judge_inputs(draw: st.DrawFn) -> tuple[bytes, bytes]:
 def test_cli_judge_writes_all_verdicts_or_none() -> None:
     def check(files: tuple[bytes, bytes]) -> str:
         with tempfile.TemporaryDirectory() as tmp:
-            data, responses, out = Path(tmp) / "test.jsonl", Path(tmp) / "responses.jsonl", Path(tmp) / "out" / "verdicts.jsonl"
+            data, responses, out = (
+                Path(tmp) / "test.jsonl",
+                Path(tmp) / "responses.jsonl",
+                Path(tmp) / "out" / "verdicts.jsonl",
+            )
             data.write_bytes(files[0])
             responses.write_bytes(files[1])
-            code, _, err = _cli(["judge", "--data", str(data), "--responses", str(responses), "--verdicts-out", str(out), "--json"])
+            code, _, err = _cli(
+                ["judge", "--data", str(data), "--responses", str(responses), "--verdicts-out", str(out), "--json"]
+            )
             outcome = _cli_outcome(code, err)
             written = sorted(p.name for p in out.parent.iterdir()) if out.parent.exists() else []
             if outcome == "accepted":
-                assert written == ["verdicts.jsonl"] and len(list(out.read_text(encoding="utf-8").splitlines())) == len(read_test_rows(data))
+                assert written == ["verdicts.jsonl"] and len(list(out.read_text(encoding="utf-8").splitlines())) == len(
+                    read_test_rows(data)
+                )
             else:
                 assert written == [], written
             return outcome
@@ -372,15 +448,40 @@ def test_cli_judge_writes_all_verdicts_or_none() -> None:
 
 def test_cli_intervene_reads_any_neuron_file_before_loading_a_model() -> None:
     """`--neurons` is read before the model: every file ends in one line (the model dir is empty), and no --out appears."""
+
     def check(data: bytes) -> str:
         with tempfile.TemporaryDirectory() as tmp:
             root = Path(tmp)
             (root / "model").mkdir()
-            (root / "test.jsonl").write_text(json.dumps({"question": [{"role": "user", "content": "Q?"}], "reference": "R",
-                                                          "task": "role_related_mrc_refused_with_narration-2ndrefused"}) + "\n", encoding="utf-8")
+            (root / "test.jsonl").write_text(
+                json.dumps(
+                    {
+                        "question": [{"role": "user", "content": "Q?"}],
+                        "reference": "R",
+                        "task": "role_related_mrc_refused_with_narration-2ndrefused",
+                    }
+                )
+                + "\n",
+                encoding="utf-8",
+            )
             (root / "neurons.json").write_bytes(data)
-            code, _, err = _cli(["intervene", "--model-dir", str(root / "model"), "--data", str(root / "test.jsonl"), "--capability", "multi_turn",
-                                 "--neurons", str(root / "neurons.json"), "--placebo", "0", "--out", str(root / "ab")])
+            code, _, err = _cli(
+                [
+                    "intervene",
+                    "--model-dir",
+                    str(root / "model"),
+                    "--data",
+                    str(root / "test.jsonl"),
+                    "--capability",
+                    "multi_turn",
+                    "--neurons",
+                    str(root / "neurons.json"),
+                    "--placebo",
+                    "0",
+                    "--out",
+                    str(root / "ab"),
+                ]
+            )
             assert _cli_outcome(code, err) == "refused" and not (root / "ab").exists()
             return "accepted" if "--model-dir" in err else "refused"
 

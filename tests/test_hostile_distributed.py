@@ -33,10 +33,38 @@ from tests.support.cli import one_line_error
 
 ROOT = Path(__file__).resolve().parents[1]
 PEERS = str(ROOT / "tests" / "support" / "dp_peers.py")
-DEVICES = settings(derandomize=True, max_examples=40, deadline=None, database=None,
-                   suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-SPELLED = st.sampled_from(["cuda", "cuda:0", "cuda:1", "cuda:7", "CUDA:2", "mps", "MPS", "cuda:99999", "gpu", "cpu:0", "mps:0",
-                           "auto:1", "cuda:-1", "cuda:", "tpu", "cuda:1.5", "", " ", "cuda0", "Cuda:0 ", "xla"])
+DEVICES = settings(
+    derandomize=True,
+    max_examples=40,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+SPELLED = st.sampled_from(
+    [
+        "cuda",
+        "cuda:0",
+        "cuda:1",
+        "cuda:7",
+        "CUDA:2",
+        "mps",
+        "MPS",
+        "cuda:99999",
+        "gpu",
+        "cpu:0",
+        "mps:0",
+        "auto:1",
+        "cuda:-1",
+        "cuda:",
+        "tpu",
+        "cuda:1.5",
+        "",
+        " ",
+        "cuda0",
+        "Cuda:0 ",
+        "xla",
+    ]
+)
 DEVICE_STRINGS = SPELLED | st.text(max_size=24)
 
 
@@ -47,7 +75,9 @@ def _available() -> set[str]:
 
 def _machine_has(device: str) -> bool:
     name = device.strip().lower()
-    return name in _available() or (name.startswith("cuda:") and name[5:].isdigit() and f"cuda:{int(name[5:])}" in _available())
+    return name in _available() or (
+        name.startswith("cuda:") and name[5:].isdigit() and f"cuda:{int(name[5:])}" in _available()
+    )
 
 
 @DEVICES
@@ -65,8 +95,14 @@ def test_any_device_string_is_served_or_refused_in_one_line_naming_the_flag(devi
 
 @DEVICES
 @given(device=DEVICE_STRINGS.filter(lambda d: not _machine_has(d) and "\x00" not in d))
-def test_probe_run_refuses_a_device_it_lacks_before_loading(device: str, tiny_pair, rolemrc_file: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                            capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_probe_run_refuses_a_device_it_lacks_before_loading(
+    device: str,
+    tiny_pair,
+    rolemrc_file: Path,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     import probes.pair
 
     def no_load(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -74,32 +110,83 @@ def test_probe_run_refuses_a_device_it_lacks_before_loading(device: str, tiny_pa
 
     monkeypatch.setattr(probes.pair, "load_pair", no_load)
     out = tmp_path / f"run-{abs(hash(device))}"
-    one_line_error(capsys, ["run", "--capability", "multi_turn", "--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--data", str(rolemrc_file),
-                            "--out", str(out), "--no-analyze", "--quiet", f"--device={device}"], "--device")
+    one_line_error(
+        capsys,
+        [
+            "run",
+            "--capability",
+            "multi_turn",
+            "--sft",
+            str(tiny_pair[0]),
+            "--dpo",
+            str(tiny_pair[1]),
+            "--data",
+            str(rolemrc_file),
+            "--out",
+            str(out),
+            "--no-analyze",
+            "--quiet",
+            f"--device={device}",
+        ],
+        "--device",
+    )
     assert not out.exists()
 
 
 @pytest.mark.parametrize("local_rank, lines", [("0", 1), ("1", 0)])
-def test_under_a_launcher_an_argument_error_is_printed_by_local_rank_0_alone(local_rank: str, lines: int, tiny_pair,  # type: ignore[no-untyped-def]
-                                                                           rolemrc_file: Path, tmp_path: Path,
-                                                                           capsys: pytest.CaptureFixture[str],
-                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_under_a_launcher_an_argument_error_is_printed_by_local_rank_0_alone(
+    local_rank: str,
+    lines: int,
+    tiny_pair,  # type: ignore[no-untyped-def]
+    rolemrc_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from tests.support.cli import exit_of
 
     for name, value in {"WORLD_SIZE": "2", "RANK": local_rank, "LOCAL_RANK": local_rank}.items():
         monkeypatch.setenv(name, value)
     for bad in (["--device", "gpu"], ["--batch-size", "0"], ["--device", "cuda:3"]):
-        code, _, err = exit_of(["run", "--capability", "multi_turn", "--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]),
-                                "--data", str(rolemrc_file), "--out", str(tmp_path / "run"), "--no-analyze", "--quiet", *bad], capsys)
+        code, _, err = exit_of(
+            [
+                "run",
+                "--capability",
+                "multi_turn",
+                "--sft",
+                str(tiny_pair[0]),
+                "--dpo",
+                str(tiny_pair[1]),
+                "--data",
+                str(rolemrc_file),
+                "--out",
+                str(tmp_path / "run"),
+                "--no-analyze",
+                "--quiet",
+                *bad,
+            ],
+            capsys,
+        )
         assert code == 2 and len([line for line in err.splitlines() if line.startswith("error: ")]) == lines, err
 
 
 # ---------------------------------------------------------------- launches
 
+
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
-    return {**env, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-            **extra}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+    }
+    return {
+        **env,
+        "PYTHONPATH": str(ROOT),
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        **extra,
+    }
 
 
 def _free_port() -> int:
@@ -125,8 +212,26 @@ def _launch(*args: str) -> list[str]:
 
 
 def _probe_run(tiny_pair, data: Path, out: Path, *extra: str) -> list[str]:  # type: ignore[no-untyped-def]
-    return ["-m", "probe_cli", "run", "--capability", "multi_turn", "--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]),
-            "--data", str(data), "--out", str(out), "--hook", "mlp_out", "--no-analyze", "--quiet", *extra]
+    return [
+        "-m",
+        "probe_cli",
+        "run",
+        "--capability",
+        "multi_turn",
+        "--sft",
+        str(tiny_pair[0]),
+        "--dpo",
+        str(tiny_pair[1]),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--hook",
+        "mlp_out",
+        "--no-analyze",
+        "--quiet",
+        *extra,
+    ]
 
 
 @pytest.mark.slow
@@ -134,21 +239,40 @@ def test_a_device_torchrun_lacks_is_one_line_from_rank_0(tiny_pair, rolemrc_file
     if cuda_count() > 1:
         pytest.skip("this machine has the second GPU the test asks for")
     out = tmp_path / "run"
-    done = subprocess.run(_torchrun(*_probe_run(tiny_pair, rolemrc_file, out, "--device", "cuda:1")), env=_env(), cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        _torchrun(*_probe_run(tiny_pair, rolemrc_file, out, "--device", "cuda:1")),
+        env=_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode != 0
     said = _lines(done.stderr, "error:")
-    assert len(said) == 1 and said[0].startswith("error: --device cuda:1: ") and "available here: cpu" in said[0], done.stderr[-3000:]
+    assert len(said) == 1 and said[0].startswith("error: --device cuda:1: ") and "available here: cpu" in said[0], (
+        done.stderr[-3000:]
+    )
     _no_traceback_of_ours(done.stderr)
     assert not out.exists()
 
 
-@pytest.mark.parametrize("rank, said", [(0, "only 1 of the 2 processes (WORLD_SIZE=2) started within 1 s"),
-                                        (1, "rank 1 of 2 could not reach rank 0 at MASTER_ADDR=127.0.0.1")])
-def test_each_rank_says_which_peer_it_waited_for_within_the_join_timeout(rank: int, said: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "rank, said",
+    [
+        (0, "only 1 of the 2 processes (WORLD_SIZE=2) started within 1 s"),
+        (1, "rank 1 of 2 could not reach rank 0 at MASTER_ADDR=127.0.0.1"),
+    ],
+)
+def test_each_rank_says_which_peer_it_waited_for_within_the_join_timeout(
+    rank: int, said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from probes.distributed import World, joined
 
-    for name, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "PROBE_JOIN_TIMEOUT": "1"}.items():
+    for name, value in {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_free_port()),
+        "PROBE_JOIN_TIMEOUT": "1",
+    }.items():
         monkeypatch.setenv(name, value)
     started = time.monotonic()
     with pytest.raises(ProbeError) as info, joined(World(rank, 2, rank)):
@@ -160,11 +284,23 @@ def test_each_rank_says_which_peer_it_waited_for_within_the_join_timeout(rank: i
 @pytest.mark.slow
 def test_a_missing_peer_ends_in_one_line_within_the_join_timeout(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     said = "error: only 1 of the 2 processes (WORLD_SIZE=2) started within 2 s"
-    env = _env(WORLD_SIZE="2", RANK="0", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
-               PROBE_JOIN_TIMEOUT="2")
+    env = _env(
+        WORLD_SIZE="2",
+        RANK="0",
+        LOCAL_RANK="0",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(_free_port()),
+        PROBE_JOIN_TIMEOUT="2",
+    )
     started = time.monotonic()
-    done = subprocess.run([sys.executable, *_probe_run(tiny_pair, rolemrc_file, tmp_path / "run")], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, *_probe_run(tiny_pair, rolemrc_file, tmp_path / "run")],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     took = time.monotonic() - started
     assert done.returncode == 2, done.stderr[-3000:]
     lines = [line for line in done.stderr.splitlines() if line.strip()]
@@ -180,27 +316,42 @@ def test_ctrl_c_stops_the_wait_for_a_missing_peer_at_once(monkeypatch: pytest.Mo
     from core.errors import Interrupted
     from probes.distributed import World, joined
 
-    for name, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "PROBE_JOIN_TIMEOUT": "60"}.items():
+    for name, value in {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_free_port()),
+        "PROBE_JOIN_TIMEOUT": "60",
+    }.items():
         monkeypatch.setenv(name, value)
     threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
     started = time.monotonic()
     with pytest.raises(Interrupted) as info, joined(World(0, 2, 0)):
         pass
     assert time.monotonic() - started < 1 + 2
-    assert str(info.value).startswith("stopped while the 2 processes of the data-parallel run were meeting; nothing was recorded")
+    assert str(info.value).startswith(
+        "stopped while the 2 processes of the data-parallel run were meeting; nothing was recorded"
+    )
 
 
 @pytest.mark.slow
 def test_a_killed_rank_is_named_once_by_rank_0() -> None:
     done = subprocess.run(_launch(PEERS, "die"), env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-3000:]
-    assert [line for line in done.stderr.splitlines() if line.strip()] == ["error: rank 1 of 2 died (killed, or out of memory?)"]
+    assert [line for line in done.stderr.splitlines() if line.strip()] == [
+        "error: rank 1 of 2 died (killed, or out of memory?)"
+    ]
 
 
 @pytest.mark.slow
 def test_ctrl_c_to_a_launch_is_one_interrupted_line_and_exit_130() -> None:
-    launch = subprocess.Popen(_launch(PEERS, "wait"), env=_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, start_new_session=True)
+    launch = subprocess.Popen(
+        _launch(PEERS, "wait"),
+        env=_env(),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         said = ""
         while said.count("JOINED") < 2:  # the two ranks share the pipe: their lines may interleave
@@ -214,4 +365,6 @@ def test_ctrl_c_to_a_launch_is_one_interrupted_line_and_exit_130() -> None:
         launch.kill()
     assert time.monotonic() - stopped < 15
     assert launch.returncode == 130, stderr[-3000:]
-    assert [line for line in stderr.splitlines() if line.strip()] == ["interrupted: stopped; rerun the same command to resume"]
+    assert [line for line in stderr.splitlines() if line.strip()] == [
+        "interrupted: stopped; rerun the same command to resume"
+    ]

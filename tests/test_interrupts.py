@@ -65,10 +65,23 @@ class Outcome:
 
 def probe(args: list[str], home: Path, *markers: str, pause: float = 0.0) -> Outcome:
     """Run ``probe ARGS``; send one SIGINT when each of ``markers`` starts a stderr line, in order."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1",
-           "PROBE_HOME": str(home), "PYTHONPATH": str(ROOT), "STEP_PAUSE": str(pause)}
-    proc = subprocess.Popen([sys.executable, "-c", WRAPPER, *args], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+        "PROBE_HOME": str(home),
+        "PYTHONPATH": str(ROOT),
+        "STEP_PAUSE": str(pause),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRAPPER, *args],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     lines: list[str] = []
     waiting, sent = list(markers), None
     assert proc.stderr is not None and proc.stdout is not None
@@ -118,8 +131,23 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _sft(data: Path, out: Path) -> list[str]:
-    return ["train", "sft", "--base", "tiny", "--tiny-layers", "2", "--tiny-width", "32", "--tiny-mlp", "64",
-            "--data", str(data), "--out", str(out), *TRAIN]
+    return [
+        "train",
+        "sft",
+        "--base",
+        "tiny",
+        "--tiny-layers",
+        "2",
+        "--tiny-width",
+        "32",
+        "--tiny-mlp",
+        "64",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        *TRAIN,
+    ]
 
 
 def _same_model(a: Path, b: Path) -> None:
@@ -134,7 +162,9 @@ def test_sft_stops_at_a_step_keeps_a_checkpoint_and_resumes_to_the_same_model(da
     whole = probe(_sft(data, tmp_path / "whole"), tmp_path)
     assert whole.code == 0, whole.stderr
     cut = probe(_sft(data, tmp_path / "cut"), tmp_path, "STEP 4")
-    line = assert_interrupted(cut, "training stopped at step", "the checkpoint is kept in", "rerun the same command to resume")
+    line = assert_interrupted(
+        cut, "training stopped at step", "the checkpoint is kept in", "rerun the same command to resume"
+    )
     step = int(line.split("stopped at step ")[1].split()[0])
     assert 4 <= step < 12 and (tmp_path / ".cut.partial" / f"checkpoint-{step}").is_dir()
     assert not (tmp_path / "cut").exists()
@@ -146,8 +176,20 @@ def test_sft_stops_at_a_step_keeps_a_checkpoint_and_resumes_to_the_same_model(da
 
 @pytest.mark.slow
 def test_dpo_stops_at_a_step_and_resumes_to_the_same_model(data: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
-    args = ["train", "dpo", "--sft", str(tiny_model_dir), "--data", str(data), "--max-steps", "10", "--batch-size", "2",
-            "--max-rows", "24"]
+    args = [
+        "train",
+        "dpo",
+        "--sft",
+        str(tiny_model_dir),
+        "--data",
+        str(data),
+        "--max-steps",
+        "10",
+        "--batch-size",
+        "2",
+        "--max-rows",
+        "24",
+    ]
     whole = probe([*args, "--out", str(tmp_path / "whole")], tmp_path)
     assert whole.code == 0, whole.stderr
     assert_interrupted(probe([*args, "--out", str(tmp_path / "cut")], tmp_path, "STEP 3"), "training stopped at step")
@@ -159,7 +201,9 @@ def test_dpo_stops_at_a_step_and_resumes_to_the_same_model(data: Path, tiny_mode
 @pytest.mark.slow
 def test_a_second_ctrl_c_stops_at_once_and_says_nothing_was_kept(data: Path, tmp_path: Path) -> None:
     """The first Ctrl-C comes while step 3 is under way (the wrapper pauses in it), the second once it is acknowledged."""
-    outcome = probe(_sft(data, tmp_path / "cut"), tmp_path, "BEGIN 3", "Ctrl-C: stopping after this training step", pause=2.0)
+    outcome = probe(
+        _sft(data, tmp_path / "cut"), tmp_path, "BEGIN 3", "Ctrl-C: stopping after this training step", pause=2.0
+    )
     assert_interrupted(outcome, "training stopped at once", "nothing kept; rerun the same command to start over")
     assert not (tmp_path / ".cut.partial").exists() and not (tmp_path / "cut").exists()
 
@@ -186,8 +230,25 @@ def test_ctrl_c_during_set_up_keeps_nothing(monkeypatch: pytest.MonkeyPatch, tmp
 
 
 def _intervene(model: Path, data: Path, out: Path) -> list[str]:
-    return ["intervene", "--model-dir", str(model), "--data", str(data / "test.jsonl"), "--units", "1:0,1:3,2:5,3:7",
-            "--factor", "0.5", "--placebo", "6", "--limit", "3", "--max-new-tokens", "12", "--out", str(out)]
+    return [
+        "intervene",
+        "--model-dir",
+        str(model),
+        "--data",
+        str(data / "test.jsonl"),
+        "--units",
+        "1:0,1:3,2:5,3:7",
+        "--factor",
+        "0.5",
+        "--placebo",
+        "6",
+        "--limit",
+        "3",
+        "--max-new-tokens",
+        "12",
+        "--out",
+        str(out),
+    ]
 
 
 def _report(out: Path) -> dict:
@@ -205,14 +266,19 @@ def _report(out: Path) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("engine", ["shared", "per-arm"])
-def test_intervene_keeps_finished_arms_and_resumes_to_the_same_report(tiny_model_dir: Path, data: Path, tmp_path: Path, engine: str) -> None:
+def test_intervene_keeps_finished_arms_and_resumes_to_the_same_report(
+    tiny_model_dir: Path, data: Path, tmp_path: Path, engine: str
+) -> None:
     """Shared decoding keeps each finished batch of prompts (every pass's tokens); the per-arm engine, each finished pass."""
+
     def args(out: Path) -> list[str]:
         return [*_intervene(tiny_model_dir, data, out), "--engine", engine, "--batch-size", "4"]
 
     whole = probe(args(tmp_path / "whole"), tmp_path)
     assert whole.code == 0, whole.stderr
-    cut = probe(args(tmp_path / "cut"), tmp_path, "dpo model: batch 2/" if engine == "shared" else "scale 0.5: placebo 2/6")
+    cut = probe(
+        args(tmp_path / "cut"), tmp_path, "dpo model: batch 2/" if engine == "shared" else "scale 0.5: placebo 2/6"
+    )
     assert_interrupted(cut, "finished and kept in", f"--out {tmp_path / 'cut'}")
     kept = sorted(p.name for p in (tmp_path / "cut" / ".arms").glob("*.json"))
     if engine == "shared":
@@ -222,8 +288,14 @@ def test_intervene_keeps_finished_arms_and_resumes_to_the_same_report(tiny_model
     assert not (tmp_path / "cut" / "ab_report.json").exists()
     resumed = probe(args(tmp_path / "cut"), tmp_path)
     assert resumed.code == 0, resumed.stderr
-    assert ("read back" in resumed.stderr) if engine == "shared" else ("baseline dpo: read back from an interrupted run" in resumed.stderr)
-    assert (tmp_path / "whole" / "generations.jsonl").read_bytes() == (tmp_path / "cut" / "generations.jsonl").read_bytes()
+    assert (
+        ("read back" in resumed.stderr)
+        if engine == "shared"
+        else ("baseline dpo: read back from an interrupted run" in resumed.stderr)
+    )
+    assert (tmp_path / "whole" / "generations.jsonl").read_bytes() == (
+        tmp_path / "cut" / "generations.jsonl"
+    ).read_bytes()
     assert _report(tmp_path / "whole") == _report(tmp_path / "cut")
     assert not (tmp_path / "cut" / ".arms").exists()
 

@@ -32,8 +32,20 @@ def test_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def ab_run(tiny_pair, test_file: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[ABReport, Path]:
     out = tmp_path_factory.mktemp("ab")
-    config = ABConfig(model_dir=tiny_pair[1], data_file=test_file, units=UNITS, hook=HOOK, capability="multi_turn", placebo=3, limit=4,
-                      max_new_tokens=8, batch_size=8, doses=[0.5], n_bootstrap=500, out_dir=out)
+    config = ABConfig(
+        model_dir=tiny_pair[1],
+        data_file=test_file,
+        units=UNITS,
+        hook=HOOK,
+        capability="multi_turn",
+        placebo=3,
+        limit=4,
+        max_new_tokens=8,
+        batch_size=8,
+        doses=[0.5],
+        n_bootstrap=500,
+        out_dir=out,
+    )
     return run_ab(config), out
 
 
@@ -88,29 +100,48 @@ def test_guards_in_float32(ab_run):
     assert main.changed_fraction_in_dtype == 1.0 and not main.factor_rounds_to_one
     assert main.values_changed and main.values_changed > 0  # the paper factor does move float32 values
     control = next(a for a in report.doses if a.role == "control")
-    assert control.factor == 0.0 and control.guard.rows_changed > 0, "effect-size guard: ablation must change generations"
+    assert control.factor == 0.0 and control.guard.rows_changed > 0, (
+        "effect-size guard: ablation must change generations"
+    )
     assert not control.guard.is_noop
 
 
 def test_markdown_table(ab_run):
     report, out = ab_run
     text = (out / "ab_report.md").read_text()
-    assert "| capability | n | before | after | Δ (pts) | 95% CI | McNemar p | placebo pct | generations changed |" in text
+    assert (
+        "| capability | n | before | after | Δ (pts) | 95% CI | McNemar p | placebo pct | generations changed |" in text
+    )
     assert "## Dose sweep (multi_turn)" in text and "| **multi_turn** |" in text
     for flag in report.main.guard.flags:
         assert flag in text
 
 
 def test_bfloat16_paper_factor_is_flagged_as_noop(tiny_pair, test_file: Path, tmp_path: Path):
-    config = ABConfig(model_dir=tiny_pair[1], data_file=test_file, units=UNITS, hook=HOOK, capability="multi_turn", dtype="bfloat16", placebo=2,
-                      positive_control=False, collateral=False, limit=3, max_new_tokens=6, n_bootstrap=200, out_dir=tmp_path)
+    config = ABConfig(
+        model_dir=tiny_pair[1],
+        data_file=test_file,
+        units=UNITS,
+        hook=HOOK,
+        capability="multi_turn",
+        dtype="bfloat16",
+        placebo=2,
+        positive_control=False,
+        collateral=False,
+        limit=3,
+        max_new_tokens=6,
+        n_bootstrap=200,
+        out_dir=tmp_path,
+    )
     report = run_ab(config)
     guard = report.main.guard
     assert guard.factor_rounds_to_one and guard.is_noop and guard.values_changed == 0
     assert guard.rows_changed == 0 and report.main.capability("multi_turn").delta == 0
     assert any("rounds to exactly 1 in bfloat16" in w for w in report.warnings)
     assert "NO-OP WARNING" in (tmp_path / "ab_report.md").read_text()
-    assert report.placebo["n_sets"] == 0 and "no-op in bfloat16" in report.placebo["skipped"]  # placebos of a no-op are no-ops
+    assert (
+        report.placebo["n_sets"] == 0 and "no-op in bfloat16" in report.placebo["skipped"]
+    )  # placebos of a no-op are no-ops
 
 
 def test_an_impossible_placebo_fails_before_any_generation(tiny_pair, test_file: Path, tmp_path: Path, monkeypatch):
@@ -121,7 +152,9 @@ def test_an_impossible_placebo_fails_before_any_generation(tiny_pair, test_file:
         raise AssertionError("generation started before the placebo sets were checked")
 
     monkeypatch.setattr(ABGenerator, "run", no_generation)
-    config = ABConfig(model_dir=tiny_pair[1], data_file=test_file, units="1:0-19", hook=HOOK, placebo=1, limit=1, out_dir=tmp_path)
+    config = ABConfig(
+        model_dir=tiny_pair[1], data_file=test_file, units="1:0-19", hook=HOOK, placebo=1, limit=1, out_dir=tmp_path
+    )
     with pytest.raises(ProbeError, match="layer 1 has 20 of 32 units selected.*--placebo 0"):
         run_ab(config)
     assert not (tmp_path / "ab_report.json").exists()
@@ -131,8 +164,28 @@ def test_example_script_runs(tiny_pair, test_file: Path, tmp_path: Path, capsys)
     spec = importlib.util.spec_from_file_location("before_after", REPO / "examples" / "before_after.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    code = module.main(["--model-dir", str(tiny_pair[1]), "--data", str(test_file), "--units", UNITS, "--hook", HOOK, "--factor", "0",
-                        "--limit", "1", "--placebo", "1", "--max-new-tokens", "4", "--out", str(tmp_path)])
+    code = module.main(
+        [
+            "--model-dir",
+            str(tiny_pair[1]),
+            "--data",
+            str(test_file),
+            "--units",
+            UNITS,
+            "--hook",
+            HOOK,
+            "--factor",
+            "0",
+            "--limit",
+            "1",
+            "--placebo",
+            "1",
+            "--max-new-tokens",
+            "4",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0 and "multi_turn" in printed and "report:" in printed
     assert (tmp_path / "ab_report.md").is_file()
@@ -165,13 +218,29 @@ def test_notebook_plots_the_dose_sweep(ab_run, monkeypatch):
 def test_the_llm_judge_of_an_ab_run_takes_the_endpoint_limits(tmp_path: Path) -> None:
     from core.judges import make_judge
 
-    config = ABConfig(units=UNITS, hook=HOOK, judge="llm", judge_model="m", judge_base_url="http://127.0.0.1:9/v1",
-                      judge_timeout=0.5, judge_retries=1, judge_backoff=0.05, out_dir=tmp_path)
+    config = ABConfig(
+        units=UNITS,
+        hook=HOOK,
+        judge="llm",
+        judge_model="m",
+        judge_base_url="http://127.0.0.1:9/v1",
+        judge_timeout=0.5,
+        judge_retries=1,
+        judge_backoff=0.05,
+        out_dir=tmp_path,
+    )
     judge = make_judge(config.judge, config.judge_client())
     assert (judge.config.timeout, judge.config.max_retries, judge.config.backoff_base) == (0.5, 1, 0.05)
     with pytest.raises(ProbeError, match="--judge-retries"):
-        ABConfig(units=UNITS, hook=HOOK, judge="llm", judge_model="m", judge_base_url="http://127.0.0.1:9/v1",
-                 judge_retries=-1, out_dir=tmp_path).judge_client()
+        ABConfig(
+            units=UNITS,
+            hook=HOOK,
+            judge="llm",
+            judge_model="m",
+            judge_base_url="http://127.0.0.1:9/v1",
+            judge_retries=-1,
+            out_dir=tmp_path,
+        ).judge_client()
 
 
 def test_report_versions(ab_run, tmp_path: Path):
@@ -179,8 +248,12 @@ def test_report_versions(ab_run, tmp_path: Path):
     _, out = ab_run
     body = json.loads((out / "ab_report.json").read_text())
     old = json.loads(json.dumps(body))
-    old = {**{k: v for k, v in old.items() if k not in ("arms", "baselines")}, "version": 1,
-           "main": old["arms"][0], "doses": old["arms"][1:]}
+    old = {
+        **{k: v for k, v in old.items() if k not in ("arms", "baselines")},
+        "version": 1,
+        "main": old["arms"][0],
+        "doses": old["arms"][1:],
+    }
     for arm in [old["main"], *old["doses"]]:
         for key in ("name", "label", "model", "edits", "placebo"):
             arm.pop(key)

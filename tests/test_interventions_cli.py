@@ -19,9 +19,19 @@ def analysed_run(tiny_pair, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     root = tmp_path_factory.mktemp("intervene_run")
     synthesize(root / "data", n_roles=10, seed=0)
-    result = record_run(RecordConfig(sft_dir=tiny_pair[0], dpo_dir=tiny_pair[1], data_file=root / "data" / "test.jsonl",
-                                     capabilities="multi_turn", hooks="mlp_out", out_dir=root / "run", device="cpu", dtype="float32"),
-                        progress=False)
+    result = record_run(
+        RecordConfig(
+            sft_dir=tiny_pair[0],
+            dpo_dir=tiny_pair[1],
+            data_file=root / "data" / "test.jsonl",
+            capabilities="multi_turn",
+            hooks="mlp_out",
+            out_dir=root / "run",
+            device="cpu",
+            dtype="float32",
+        ),
+        progress=False,
+    )
     run_dir = Path(getattr(result, "run_dir", root / "run"))
     analyze_run(run_dir, layers="0-3", capabilities=["multi_turn"], hooks=["mlp_out"], top_k=32, plots=False)
     return run_dir
@@ -31,8 +41,26 @@ def analysed_run(tiny_pair, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_intervene_on_a_recorded_run(analysed_run: Path, tmp_path: Path, capsys):
     out = tmp_path / "ab"
     try:
-        main(["intervene", str(analysed_run), "--capability", "multi_turn", "--top-k", "8", "--factor", "0", "--placebo", "2",
-              "--limit", "3", "--max-new-tokens", "6", "--out", str(out)])
+        main(
+            [
+                "intervene",
+                str(analysed_run),
+                "--capability",
+                "multi_turn",
+                "--top-k",
+                "8",
+                "--factor",
+                "0",
+                "--placebo",
+                "2",
+                "--limit",
+                "3",
+                "--max-new-tokens",
+                "6",
+                "--out",
+                str(out),
+            ]
+        )
     except SystemExit as exc:
         assert exc.code in (0, None), capsys.readouterr().err
     report = json.loads((out / "ab_report.json").read_text())
@@ -51,7 +79,9 @@ def test_intervene_defaults_to_the_runs_neuron_set(analysed_run: Path, tmp_path:
         main(["intervene", str(analysed_run), "--capability", "nested", "--placebo", "0", "--out", str(tmp_path)])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "capability 'nested' was not recorded in this run (recorded: multi_turn)" in err and "probe analyze" not in err
+    assert (
+        "capability 'nested' was not recorded in this run (recorded: multi_turn)" in err and "probe analyze" not in err
+    )
 
 
 ALL_EDITS = ["scale 0.0", "scale 0.5", "mean", "patch dpo<-sft", "patch sft<-dpo", "steer"]
@@ -65,8 +95,33 @@ def every_arm(analysed_run: Path, tmp_path_factory: pytest.TempPathFactory) -> t
     out = tmp_path_factory.mktemp("every-arm") / "ab"
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer), pytest.raises(SystemExit) as exc:
-        main(["intervene", str(analysed_run), "-c", "multi_turn", "--edit", "scale,mean", "--edit", "patch,steer", "--factor", "0",
-              "--dose", "0.5", "--top-k", "6", "--placebo", "2", "--limit", "2", "--max-new-tokens", "4", "--no-collateral", "--out", str(out)])
+        main(
+            [
+                "intervene",
+                str(analysed_run),
+                "-c",
+                "multi_turn",
+                "--edit",
+                "scale,mean",
+                "--edit",
+                "patch,steer",
+                "--factor",
+                "0",
+                "--dose",
+                "0.5",
+                "--top-k",
+                "6",
+                "--placebo",
+                "2",
+                "--limit",
+                "2",
+                "--max-new-tokens",
+                "4",
+                "--no-collateral",
+                "--out",
+                str(out),
+            ]
+        )
     assert exc.value.code in (0, None)
     return json.loads((out / "ab_report.json").read_text()), out, buffer.getvalue()
 
@@ -84,10 +139,19 @@ def test_every_edit_kind_is_an_arm_of_one_report_with_its_placebos(every_arm):
             assert column in target
     assert arms["scale 0.5"]["placebo"] == {} and arms["scale 0.5"]["role"] == "dose"
     assert arms["steer"]["placebo"]["family"].startswith("random directions")
-    assert arms["mean"]["edits"][0]["kind"] == "set" and arms["mean"]["edits"][0]["source"] == "sft mean over multi_turn"
-    assert arms["patch dpo<-sft"]["edits"][0] == {"kind": "patch", "source": "sft", "hook": "mlp_out", "units": report["neurons"]["units"]}
+    assert (
+        arms["mean"]["edits"][0]["kind"] == "set" and arms["mean"]["edits"][0]["source"] == "sft mean over multi_turn"
+    )
+    assert arms["patch dpo<-sft"]["edits"][0] == {
+        "kind": "patch",
+        "source": "sft",
+        "hook": "mlp_out",
+        "units": report["neurons"]["units"],
+    }
     steer = arms["steer"]["edits"]
-    assert [e["layer"] for e in steer] == sorted({u[0] for u in report["neurons"]["units"]}) and all(len(e["vector"]) == 32 for e in steer)
+    assert [e["layer"] for e in steer] == sorted({u[0] for u in report["neurons"]["units"]}) and all(
+        len(e["vector"]) == 32 for e in steer
+    )
     markdown = (out / "ab_report.md").read_text()
     assert "## Every arm on multi_turn" in markdown and all(f"| {name} |" in markdown for name in ALL_EDITS)
     assert "every arm on multi_turn" in printed and "patch DPO ← SFT" in printed
@@ -115,25 +179,67 @@ def test_the_mean_and_steer_arms_read_the_runs_means(analysed_run: Path, every_a
 def test_edits_that_need_what_is_missing_are_one_line(analysed_run: Path, tiny_pair, tmp_path: Path, capsys):
     from tests.support.cli import one_line_error
 
-    one_line_error(capsys, ["intervene", str(analysed_run), "-c", "nested", "--edit", "mean", "--top-k", "2", "--out", str(tmp_path / "a")],
-                   "capability 'nested' was not recorded in")
+    one_line_error(
+        capsys,
+        [
+            "intervene",
+            str(analysed_run),
+            "-c",
+            "nested",
+            "--edit",
+            "mean",
+            "--top-k",
+            "2",
+            "--out",
+            str(tmp_path / "a"),
+        ],
+        "capability 'nested' was not recorded in",
+    )
     data = analysed_run.parent / "data" / "test.jsonl"
-    one_line_error(capsys, ["intervene", "--model-dir", str(tiny_pair[1]), "--data", str(data), "--units", "1:0-3", "--edit", "steer",
-                            "--out", str(tmp_path / "b")], "--edit steer needs a run directory")
-    one_line_error(capsys, ["intervene", str(analysed_run), "--edit", "scale,ablate", "--out", str(tmp_path / "c")],
-                   "--edit: expected one of scale, mean, patch, steer, got 'ablate'")
-    one_line_error(capsys, ["intervene", str(analysed_run), "--backend", "transformer_lens", "--out", str(tmp_path / "d")],
-                   "captures only and cannot apply edits")
-    one_line_error(capsys, ["intervene", str(analysed_run), "--units", "0:0-300000000", "--out", str(tmp_path / "e")],
-                   "beyond any model's layers and units")
-    one_line_error(capsys, ["intervene", str(analysed_run), "--factor", "1e308", "--out", str(tmp_path / "f")], "overflows float32")
+    one_line_error(
+        capsys,
+        [
+            "intervene",
+            "--model-dir",
+            str(tiny_pair[1]),
+            "--data",
+            str(data),
+            "--units",
+            "1:0-3",
+            "--edit",
+            "steer",
+            "--out",
+            str(tmp_path / "b"),
+        ],
+        "--edit steer needs a run directory",
+    )
+    one_line_error(
+        capsys,
+        ["intervene", str(analysed_run), "--edit", "scale,ablate", "--out", str(tmp_path / "c")],
+        "--edit: expected one of scale, mean, patch, steer, got 'ablate'",
+    )
+    one_line_error(
+        capsys,
+        ["intervene", str(analysed_run), "--backend", "transformer_lens", "--out", str(tmp_path / "d")],
+        "captures only and cannot apply edits",
+    )
+    one_line_error(
+        capsys,
+        ["intervene", str(analysed_run), "--units", "0:0-300000000", "--out", str(tmp_path / "e")],
+        "beyond any model's layers and units",
+    )
+    one_line_error(
+        capsys, ["intervene", str(analysed_run), "--factor", "1e308", "--out", str(tmp_path / "f")], "overflows float32"
+    )
     assert not any((tmp_path / name).exists() for name in "abcdef")
 
 
 def test_a_config_file_names_the_edits_and_the_out_dir(analysed_run: Path, tmp_path: Path, capsys):
     config = tmp_path / "ab.yaml"
     out = tmp_path / "from-config"
-    config.write_text(f"edits: [mean]\ntop_k: 2\nplacebo: 0\nlimit: 1\nmax_new_tokens: 2\ncollateral: false\nout_dir: {out}\n")
+    config.write_text(
+        f"edits: [mean]\ntop_k: 2\nplacebo: 0\nlimit: 1\nmax_new_tokens: 2\ncollateral: false\nout_dir: {out}\n"
+    )
     with pytest.raises(SystemExit) as exc:
         main(["intervene", str(analysed_run), "--config", str(config)])
     assert exc.value.code in (0, None), capsys.readouterr().err

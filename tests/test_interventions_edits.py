@@ -35,10 +35,12 @@ def pair(request, chat_bases, chat_data, tmp_path_factory):
 
 def _every_kind(target, source, hook: str) -> list[Edit]:
     w = width(target, hook)
-    return [Scale(parse_units(f"{LAYER}:0-{w // 2}", hook), 0.0),
-            Set(parse_units(f"{LAYER}:0-3", hook), (2.0, -1.0, 0.5, 3.0)),
-            Patch(parse_units(f"{LAYER}:0-{w - 1}", hook), source=source, source_name="source"),
-            Add(hook, LAYER, tuple(0.5 * (-1) ** i for i in range(w)), 2.0)]
+    return [
+        Scale(parse_units(f"{LAYER}:0-{w // 2}", hook), 0.0),
+        Set(parse_units(f"{LAYER}:0-3", hook), (2.0, -1.0, 0.5, 3.0)),
+        Patch(parse_units(f"{LAYER}:0-{w - 1}", hook), source=source, source_name="source"),
+        Add(hook, LAYER, tuple(0.5 * (-1) ** i for i in range(w)), 2.0),
+    ]
 
 
 def test_every_kind_is_registered_once():
@@ -63,7 +65,9 @@ def test_torch_and_nnsight_give_identical_greedy_tokens_for_every_kind(pair, hoo
 def _logits(model, tok, rows) -> torch.Tensor:
     from core.chat import encode_conversations, left_pad
 
-    ids, mask = left_pad(encode_conversations(tok, [r.question for r in rows], add_generation_prompt=True), tok.pad_token_id or 0)
+    ids, mask = left_pad(
+        encode_conversations(tok, [r.question for r in rows], add_generation_prompt=True), tok.pad_token_id or 0
+    )
     with torch.no_grad():
         return model(input_ids=ids, attention_mask=mask).logits
 
@@ -73,7 +77,10 @@ def test_scale_one_and_add_zero_are_bit_identical(pair, hook):
     target, _, tok, rows = pair
     clean = _logits(target, tok, rows)
     w = width(target, hook)
-    for edit in (Scale(parse_units(f"0:0-{w - 1},{LAYER}:0-{w - 1}", hook), 1.0), Add(hook, LAYER, tuple([0.7] * w), 0.0)):
+    for edit in (
+        Scale(parse_units(f"0:0-{w - 1},{LAYER}:0-{w - 1}", hook), 1.0),
+        Add(hook, LAYER, tuple([0.7] * w), 0.0),
+    ):
         with edits(target, edit):
             assert torch.equal(_logits(target, tok, rows), clean), edit.kind
         assert edit.noop_reason(torch.float32) is not None
@@ -82,7 +89,9 @@ def test_scale_one_and_add_zero_are_bit_identical(pair, hook):
 
 def _captured(model, hook: str, layers: list[int], run) -> dict[int, torch.Tensor]:
     seen: dict[int, torch.Tensor] = {}
-    handles = [attach(model, hook, layer, lambda x, layer=layer: seen.__setitem__(layer, x.clone())) for layer in layers]
+    handles = [
+        attach(model, hook, layer, lambda x, layer=layer: seen.__setitem__(layer, x.clone())) for layer in layers
+    ]
     try:
         run()
     finally:
@@ -122,13 +131,17 @@ def test_patching_the_residual_stream_reproduces_the_source_logits_at_that_layer
     with edits(hybrid, Patch(units, source=source)):
         got_logits = _logits(hybrid, tok, rows)
         got = _captured(hybrid, "resid_post", above, lambda: _logits(hybrid, tok, rows))
-    assert not torch.allclose(_logits(hybrid, tok, rows), want_logits, atol=1e-4), "the pair must differ below the layer"
+    assert not torch.allclose(_logits(hybrid, tok, rows), want_logits, atol=1e-4), (
+        "the pair must differ below the layer"
+    )
     torch.testing.assert_close(got_logits, want_logits, rtol=0, atol=1e-5)
     for layer in above:
         torch.testing.assert_close(got[layer], want[layer], rtol=0, atol=1e-5)
     config = GenerationConfig(max_new_tokens=8, batch_size=3)
     source_tokens = ABGenerator(source, tok, rows, config).run().ids
-    assert ABGenerator(hybrid, tok, rows, config).run(Patch(units, source=source)).ids == source_tokens  # with the KV cache, in lockstep
+    assert (
+        ABGenerator(hybrid, tok, rows, config).run(Patch(units, source=source)).ids == source_tokens
+    )  # with the KV cache, in lockstep
 
 
 def test_a_patch_under_the_kv_cache_equals_a_full_recomputation(pair):
@@ -155,7 +168,9 @@ def test_placebo_families(pair):
         assert [p.describe() for p in placebos] == [p.describe() for p in edit.placebos(target, 3, seed=0)]  # seeded
     vector = tuple(float(i) for i in range(width(target, "mlp_out")))
     for p in Add("mlp_out", LAYER, vector, 1.0).placebos(target, 4, seed=0):
-        assert p.layer == LAYER and p.describe()["norm"] == pytest.approx(Add("mlp_out", LAYER, vector).describe()["norm"])
+        assert p.layer == LAYER and p.describe()["norm"] == pytest.approx(
+            Add("mlp_out", LAYER, vector).describe()["norm"]
+        )
         assert p.vector != vector
 
 
@@ -171,7 +186,10 @@ def test_bad_edits_are_one_line_before_any_generation(pair, tiny_model_dir):
 
     target, source, _, _ = pair
     other_shape = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
-    with pytest.raises(ProbeError, match=r"patch: the source model is not another checkpoint of the patched one: (model_type|num_hidden_layers|hidden_size): patched .* vs source "):
+    with pytest.raises(
+        ProbeError,
+        match=r"patch: the source model is not another checkpoint of the patched one: (model_type|num_hidden_layers|hidden_size): patched .* vs source ",
+    ):
         Patch(parse_units("1:0-3", "mlp_out"), source=other_shape).check(target)
     with pytest.raises(ProbeError, match=r"add: a vector of width 5 does not fit mlp_out, which is \d+ wide"):
         Add("mlp_out", 1, (1.0,) * 5).check(target)
@@ -193,7 +211,10 @@ def test_bad_edits_are_one_line_before_any_generation(pair, tiny_model_dir):
 
 def test_an_edit_the_driver_cannot_apply_is_refused(pair):
     target, _, tok, rows = pair
-    with pytest.raises(ProbeError, match="the transformer_lens backend captures only and cannot apply edits; use --backend torch or nnsight"):
+    with pytest.raises(
+        ProbeError,
+        match="the transformer_lens backend captures only and cannot apply edits; use --backend torch or nnsight",
+    ):
         ABGenerator(target, tok, rows, GenerationConfig(max_new_tokens=2), backend="transformer_lens")
     with pytest.raises(ProbeError, match="decodes greedily only"):
         ABGenerator(target, tok, rows, GenerationConfig(max_new_tokens=2, do_sample=True), backend="nnsight")

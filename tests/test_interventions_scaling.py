@@ -18,13 +18,23 @@ from interventions.scaling import PAPER_FACTOR, dtype_noop_fraction, scaled_unit
 from interventions.selection import parse_units
 from probes.hook_points import HOOK_POINTS, attach, module_for
 
-QUESTIONS = ["What is the capital of the valley kingdom?", "Tell me about the northern bridge.",
-             "Please answer in exactly three bullet points.", "Who built the granite bridge?"]
+QUESTIONS = [
+    "What is the capital of the valley kingdom?",
+    "Tell me about the northern bridge.",
+    "Please answer in exactly three bullet points.",
+    "Who built the granite bridge?",
+]
 
 
 def _rows() -> list[TestRow]:
-    return [TestRow([Turn("system", "You are the archivist of the river city."), Turn("user", q)], "The capital is Elmsworth.",
-                    "role_related_mrc_answer_no_narration") for q in QUESTIONS]
+    return [
+        TestRow(
+            [Turn("system", "You are the archivist of the river city."), Turn("user", q)],
+            "The capital is Elmsworth.",
+            "role_related_mrc_answer_no_narration",
+        )
+        for q in QUESTIONS
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +91,7 @@ def test_factor_zero_zeroes_exactly_the_chosen_units(tiny, batch, hook):
     def recorder(key: str, layer: int):
         def fn(x: torch.Tensor) -> None:
             recorded[key][layer] = x.detach().clone()
+
         return fn
 
     handles = [attach(model, hook, layer, recorder("clean", layer)) for layer in (1, 2)]
@@ -128,17 +139,25 @@ def test_kv_cache_generation_equals_recomputation_without_cache(tiny, batch):
     """The hook fires on the prompt forward and on every cached step, so cached K/V are intervened too."""
     model, tok = tiny
     neurons = parse_units("1:0-15,2:3-20", "mlp_out")
-    kwargs = dict(max_new_tokens=12, min_new_tokens=12, do_sample=False, temperature=None, top_p=None, top_k=None, pad_token_id=tok.pad_token_id)
+    kwargs = dict(
+        max_new_tokens=12,
+        min_new_tokens=12,
+        do_sample=False,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+        pad_token_id=tok.pad_token_id,
+    )
     input_ids, mask = batch
     with torch.no_grad(), scaled_units(model, neurons, 0.25):
         cached = model.generate(input_ids=input_ids, attention_mask=mask, use_cache=True, **kwargs)
         uncached = model.generate(input_ids=input_ids, attention_mask=mask, use_cache=False, **kwargs)
-        full_mask = torch.cat([mask, torch.ones_like(cached[:, input_ids.shape[1]:])], dim=1)
+        full_mask = torch.cat([mask, torch.ones_like(cached[:, input_ids.shape[1] :])], dim=1)
         teacher_forced = model(input_ids=cached, attention_mask=full_mask).logits  # one forward over the whole sequence
     plain = model.generate(input_ids=input_ids, attention_mask=mask, use_cache=True, **kwargs)
     assert torch.equal(cached, uncached)
     n = input_ids.shape[1]
-    predicted = teacher_forced[:, n - 1:-1].argmax(-1)
+    predicted = teacher_forced[:, n - 1 : -1].argmax(-1)
     assert torch.equal(predicted, cached[:, n:])
     assert not torch.equal(plain, cached)  # the intervention did something
 
@@ -183,11 +202,28 @@ def test_noop_guard_fires_in_bfloat16(tiny_model_dir: Path):
     assert arm.hook_stats["values_changed"] == 0 and arm.hook_stats["values_seen"] > 0
     changed = sum(a != b for a, b in zip(base.ids, arm.ids))
     edit = Intervention(parse_units("1:0-31,2:0-31", "mlp_out"), PAPER_FACTOR)
-    guard = build_guard(edit.label(), PAPER_FACTOR, "bfloat16", edit.changed_fraction(torch.bfloat16), edit.noop_reason(torch.bfloat16),
-                        arm.hook_stats, len(base.ids), changed)
+    guard = build_guard(
+        edit.label(),
+        PAPER_FACTOR,
+        "bfloat16",
+        edit.changed_fraction(torch.bfloat16),
+        edit.noop_reason(torch.bfloat16),
+        arm.hook_stats,
+        len(base.ids),
+        changed,
+    )
     assert guard.is_noop and guard.factor_rounds_to_one
     assert any("rounds to exactly 1 in bfloat16" in flag for flag in guard.flags)
-    fine = build_guard(edit.label(), PAPER_FACTOR, "float32", 1.0, edit.noop_reason(torch.float32), {"values_seen": 10, "values_changed": 10}, 4, 1)
+    fine = build_guard(
+        edit.label(),
+        PAPER_FACTOR,
+        "float32",
+        1.0,
+        edit.noop_reason(torch.float32),
+        {"values_seen": 10, "values_changed": 10},
+        4,
+        1,
+    )
     assert not fine.is_noop
 
 
@@ -199,11 +235,15 @@ def test_module_for_mlp_post_is_a_pre_hook(tiny):
 
 def test_seeded_sampling_is_paired_across_arms(tiny):
     model, tok = tiny
-    gen = ABGenerator(model, tok, _rows(), GenerationConfig(max_new_tokens=8, batch_size=2, do_sample=True, temperature=1.5, seed=7))
+    gen = ABGenerator(
+        model, tok, _rows(), GenerationConfig(max_new_tokens=8, batch_size=2, do_sample=True, temperature=1.5, seed=7)
+    )
     first, again = gen.run(), gen.run()
     same = gen.run(Intervention(parse_units("1:0-31", "mlp_out"), 1.0))
     assert first.ids == again.ids == same.ids  # every arm draws from the same seeded stream
-    other = ABGenerator(model, tok, _rows(), GenerationConfig(max_new_tokens=8, batch_size=2, do_sample=True, temperature=1.5, seed=8)).run()
+    other = ABGenerator(
+        model, tok, _rows(), GenerationConfig(max_new_tokens=8, batch_size=2, do_sample=True, temperature=1.5, seed=8)
+    ).run()
     assert other.ids != first.ids
     with pytest.raises(ProbeError, match="greedily"):
         ABGenerator(model, tok, _rows(), GenerationConfig(do_sample=True), backend="nnsight")

@@ -21,8 +21,18 @@ def test_parse_units_lists_and_ranges():
     assert ns.hook == "mlp_post" and ns.selection["rule"] == "units"
 
 
-@pytest.mark.parametrize("spec,match", [("14", "LAYER:UNIT"), ("a:3", "bad entry"), ("3:x", "bad entry"), ("3:9-2", "bad entry"),
-                                        ("", "no units"), ("1:2,1:2", "listed twice"), ("-1:2", "bad entry")])
+@pytest.mark.parametrize(
+    "spec,match",
+    [
+        ("14", "LAYER:UNIT"),
+        ("a:3", "bad entry"),
+        ("3:x", "bad entry"),
+        ("3:9-2", "bad entry"),
+        ("", "no units"),
+        ("1:2,1:2", "listed twice"),
+        ("-1:2", "bad entry"),
+    ],
+)
 def test_parse_units_errors(spec, match):
     with pytest.raises(ProbeError, match=match):
         parse_units(spec)
@@ -56,9 +66,18 @@ def test_neuron_file_and_top_k(tmp_path: Path):
         top_k_of(top_k_of(load_neuron_file(path), 3), 4)
 
 
-@pytest.mark.parametrize("content,match", [("{not json", "malformed JSON"), ('{"format": "other"}', "not a neuron-set file"),
-                                           ('{"format": "rolemrc-probe/neuron-set", "hook": "mlp_out", "neurons": []}', "non-empty list"),
-                                           ('{"format": "rolemrc-probe/neuron-set", "hook": "mlp_out", "neurons": [{"layer": "a", "unit": 1}]}', "integers")])
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        ("{not json", "malformed JSON"),
+        ('{"format": "other"}', "not a neuron-set file"),
+        ('{"format": "rolemrc-probe/neuron-set", "hook": "mlp_out", "neurons": []}', "non-empty list"),
+        (
+            '{"format": "rolemrc-probe/neuron-set", "hook": "mlp_out", "neurons": [{"layer": "a", "unit": 1}]}',
+            "integers",
+        ),
+    ],
+)
 def test_bad_neuron_files(tmp_path: Path, content: str, match: str):
     path = tmp_path / "bad.json"
     path.write_text(content)
@@ -70,14 +89,21 @@ def test_config_validation():
     base = dict(model_dir="m", data_file="d.jsonl")
     assert ABConfig(units="1:2", **base).factors == [PAPER_FACTOR, 0.0]
     assert ABConfig(units="1:2", doses=[0.5, 0.0], positive_control=True, **base).factors == [PAPER_FACTOR, 0.5, 0.0]
-    for kwargs, match in [(dict(units="1:2", neurons="x.json"), "cannot be combined"), (dict(units="1:2", placebo=-1), "--placebo"),
-                          (dict(units="1:2", judge="gpt"), "--judge"), (dict(units="1:2", dtype="int8"), "--dtype"),
-                          (dict(units="1:2", capability="charm"), "unknown capability"), (dict(), "no neurons"),
-                          (dict(units="1:2", factor=float("nan")), "finite number"), (dict(units="1:2", model="base"), "--model"),
-                          (dict(units="1:2", backend="nnsight", do_sample=True), "decodes greedily only"),
-                          (dict(units="1:2", backend="transformer_lens"), "captures only and cannot apply edits"),
-                          (dict(units="1:2", edits=["scale", "shift"]), "--edit: expected one of .*got 'shift'"), (dict(units="1:2", edits=["mean"]), "needs a run directory"),
-                          (dict(units="1:2", device="cuda:7"), "--device cuda:7")]:
+    for kwargs, match in [
+        (dict(units="1:2", neurons="x.json"), "cannot be combined"),
+        (dict(units="1:2", placebo=-1), "--placebo"),
+        (dict(units="1:2", judge="gpt"), "--judge"),
+        (dict(units="1:2", dtype="int8"), "--dtype"),
+        (dict(units="1:2", capability="charm"), "unknown capability"),
+        (dict(), "no neurons"),
+        (dict(units="1:2", factor=float("nan")), "finite number"),
+        (dict(units="1:2", model="base"), "--model"),
+        (dict(units="1:2", backend="nnsight", do_sample=True), "decodes greedily only"),
+        (dict(units="1:2", backend="transformer_lens"), "captures only and cannot apply edits"),
+        (dict(units="1:2", edits=["scale", "shift"]), "--edit: expected one of .*got 'shift'"),
+        (dict(units="1:2", edits=["mean"]), "needs a run directory"),
+        (dict(units="1:2", device="cuda:7"), "--device cuda:7"),
+    ]:
         with pytest.raises(ProbeError, match=match):
             ABConfig(**{**base, **kwargs})
     assert ABConfig(units="1:2").run_dir is None  # no run: the embedded default pair is used
@@ -94,22 +120,42 @@ def rows_file(tmp_path: Path) -> Path:
     from core.rows import write_jsonl
     from core.schema import TestRow, Turn
 
-    rows = [TestRow([Turn("user", "What is the capital?")], "Elmsworth.", "role_related_mrc_refused_no_narration-2ndrefused")]
+    rows = [
+        TestRow(
+            [Turn("user", "What is the capital?")], "Elmsworth.", "role_related_mrc_refused_no_narration-2ndrefused"
+        )
+    ]
     path = tmp_path / "test.jsonl"
     write_jsonl(path, rows)
     return path
 
 
-@pytest.mark.parametrize("extra,match", [
-    (["--units", "1:64"], "--units 1:64: unit 64 of layer 1 is outside mlp_out, which has units 0-31"),
-    (["--units", "7:0"], "layer 7 (unit 0) is outside the model, which has layers 0-3"),
-    (["--units", "1:0", "--factor", "nan"], "--factor: expected a finite number"),
-    (["--units", "1:0", "--dose", "0,abc"], "'abc' is not a number"),
-    (["--units", "1:0", "--neurons", "x.json"], "cannot be combined"),
-])
+@pytest.mark.parametrize(
+    "extra,match",
+    [
+        (["--units", "1:64"], "--units 1:64: unit 64 of layer 1 is outside mlp_out, which has units 0-31"),
+        (["--units", "7:0"], "layer 7 (unit 0) is outside the model, which has layers 0-3"),
+        (["--units", "1:0", "--factor", "nan"], "--factor: expected a finite number"),
+        (["--units", "1:0", "--dose", "0,abc"], "'abc' is not a number"),
+        (["--units", "1:0", "--neurons", "x.json"], "cannot be combined"),
+    ],
+)
 def test_cli_errors_exit_2_with_one_line(tiny_model_dir: Path, rows_file: Path, tmp_path: Path, capsys, extra, match):
-    code, err = _cli(["intervene", "--model-dir", str(tiny_model_dir), "--data", str(rows_file), "--placebo", "0",
-                      "--out", str(tmp_path / "out"), *extra], capsys)
+    code, err = _cli(
+        [
+            "intervene",
+            "--model-dir",
+            str(tiny_model_dir),
+            "--data",
+            str(rows_file),
+            "--placebo",
+            "0",
+            "--out",
+            str(tmp_path / "out"),
+            *extra,
+        ],
+        capsys,
+    )
     assert code == 2
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and match in lines[0], err
@@ -118,16 +164,55 @@ def test_cli_errors_exit_2_with_one_line(tiny_model_dir: Path, rows_file: Path, 
 
 
 def test_cli_non_numeric_factor_is_a_usage_error(tiny_model_dir: Path, rows_file: Path, capsys):
-    code, err = _cli(["intervene", "--model-dir", str(tiny_model_dir), "--data", str(rows_file), "--units", "1:0", "--factor", "abc"], capsys)
+    code, err = _cli(
+        [
+            "intervene",
+            "--model-dir",
+            str(tiny_model_dir),
+            "--data",
+            str(rows_file),
+            "--units",
+            "1:0",
+            "--factor",
+            "abc",
+        ],
+        capsys,
+    )
     assert code == 2 and "--factor" in err and "Traceback" not in err
 
 
 def test_cli_bad_neuron_file(tiny_model_dir: Path, rows_file: Path, tmp_path: Path, capsys):
     bad = tmp_path / "neurons.json"
-    bad.write_text(json.dumps({"format": "rolemrc-probe/neuron-set", "hook": "mlp_out", "neurons": [{"layer": 1, "unit": 999}]}))
-    code, err = _cli(["intervene", "--model-dir", str(tiny_model_dir), "--data", str(rows_file), "--neurons", str(bad), "--placebo", "0"], capsys)
+    bad.write_text(
+        json.dumps({"format": "rolemrc-probe/neuron-set", "hook": "mlp_out", "neurons": [{"layer": 1, "unit": 999}]})
+    )
+    code, err = _cli(
+        [
+            "intervene",
+            "--model-dir",
+            str(tiny_model_dir),
+            "--data",
+            str(rows_file),
+            "--neurons",
+            str(bad),
+            "--placebo",
+            "0",
+        ],
+        capsys,
+    )
     assert code == 2 and "unit 999 of layer 1 is outside mlp_out" in err and str(bad) in err
-    code, err = _cli(["intervene", "--model-dir", str(tiny_model_dir), "--data", str(rows_file), "--neurons", str(tmp_path / "missing.json")], capsys)
+    code, err = _cli(
+        [
+            "intervene",
+            "--model-dir",
+            str(tiny_model_dir),
+            "--data",
+            str(rows_file),
+            "--neurons",
+            str(tmp_path / "missing.json"),
+        ],
+        capsys,
+    )
     assert code == 2 and "no such neuron-set file" in err
 
 

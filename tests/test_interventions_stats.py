@@ -72,7 +72,9 @@ def test_placebo_compare_percentile_and_corrected_p():
 
 
 def _real() -> NeuronSet:
-    return NeuronSet([Neuron(12, 3), Neuron(12, 9), Neuron(19, 0), Neuron(19, 1), Neuron(19, 2), Neuron(30, 63)], "mlp_out")
+    return NeuronSet(
+        [Neuron(12, 3), Neuron(12, 9), Neuron(19, 0), Neuron(19, 1), Neuron(19, 2), Neuron(30, 63)], "mlp_out"
+    )
 
 
 def test_placebo_sets_match_size_and_layer_distribution_and_exclude_real_units():
@@ -82,7 +84,9 @@ def test_placebo_sets_match_size_and_layer_distribution_and_exclude_real_units()
     real_units = {(n.layer, n.unit) for n in real.neurons}
     for placebo in sets:
         assert len(placebo) == len(real)
-        assert {layer: len(u) for layer, u in placebo.by_layer().items()} == {layer: len(u) for layer, u in real.by_layer().items()}
+        assert {layer: len(u) for layer, u in placebo.by_layer().items()} == {
+            layer: len(u) for layer, u in real.by_layer().items()
+        }
         assert not real_units & {(n.layer, n.unit) for n in placebo.neurons}
         assert all(0 <= n.unit < 64 for n in placebo.neurons)
         assert placebo.hook == real.hook

@@ -20,12 +20,19 @@ SECRET = "sk-cli-secret-never-print-42"
 def probe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "OPENAI_API_KEY": SECRET, **(env or {})}
     full_env.pop("OPENAI_BASE_URL", None)
-    return subprocess.run([sys.executable, "-m", "probe_cli", "judge", *args], cwd=ROOT, env=full_env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "probe_cli", "judge", *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-def probe_here(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str,
-               env: dict[str, str] | None = None) -> tuple[int, str, str]:
+def probe_here(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
     """The same command in this process (no interpreter start-up): exit code, stdout, stderr."""
     from probe_cli.main import main
 
@@ -42,8 +49,12 @@ def probe_here(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPat
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     # Every third response is a bare refusal, the rest are the references (which pass the rule judge).
-    return write_judge_files(tmp_path_factory.mktemp("judgecli"), n_roles=3, seed=1,
-                             respond=lambda i, row: {"index": i, "response": row["reference"] if i % 3 else "I cannot answer that."})
+    return write_judge_files(
+        tmp_path_factory.mktemp("judgecli"),
+        n_roles=3,
+        seed=1,
+        respond=lambda i, row: {"index": i, "response": row["reference"] if i % 3 else "I cannot answer that."},
+    )
 
 
 @pytest.mark.slow
@@ -51,9 +62,23 @@ def test_judge_both_reports_scores_undecided_and_agreement(files: tuple[Path, Pa
     data, responses = files
     replies = iter(["Score: 1", "**0**", "hmm"] * 1000)
     with ScriptedServer(responder=lambda request: next(replies)) as server:
-        result = probe("--data", str(data), "--responses", str(responses), "--judge", "both", "--model", "judge-m",
-                       "--base-url", server.base_url, "--cache-dir", str(tmp_path / "cache"), "--json",
-                       "--verdicts-out", str(tmp_path / "verdicts.jsonl"))
+        result = probe(
+            "--data",
+            str(data),
+            "--responses",
+            str(responses),
+            "--judge",
+            "both",
+            "--model",
+            "judge-m",
+            "--base-url",
+            server.base_url,
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--json",
+            "--verdicts-out",
+            str(tmp_path / "verdicts.jsonl"),
+        )
         sent = len(server.chat_requests)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -70,8 +95,9 @@ def test_judge_both_reports_scores_undecided_and_agreement(files: tuple[Path, Pa
     assert not any(SECRET.encode() in p.read_bytes() for p in (tmp_path / "cache").rglob("*") if p.is_file())
 
 
-def test_judge_table_and_errors(files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_judge_table_and_errors(
+    files: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     data, responses = files
 
     def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
@@ -83,16 +109,47 @@ def test_judge_table_and_errors(files: tuple[Path, Path], tmp_path: Path, capsys
     short.write_text('"only one"\n', encoding="utf-8")
     code, _, err = run("--responses", str(short))
     assert code == 2 and err.startswith("error: ") and "1 responses for" in err and len(err.strip().splitlines()) == 1
-    code, _, err = run("--responses", str(responses), "--judge", "llm", "--model", "m", "--base-url", "http://127.0.0.1:9/v1",
-                       "--max-retries", "0", "--cache-dir", str(tmp_path / "c"))
-    assert code == 2 and "LLM endpoint http://127.0.0.1:9/v1" in err and "connection failed" in err and "Traceback" not in err
+    code, _, err = run(
+        "--responses",
+        str(responses),
+        "--judge",
+        "llm",
+        "--model",
+        "m",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        "--max-retries",
+        "0",
+        "--cache-dir",
+        str(tmp_path / "c"),
+    )
+    assert (
+        code == 2
+        and "LLM endpoint http://127.0.0.1:9/v1" in err
+        and "connection failed" in err
+        and "Traceback" not in err
+    )
     code, _, err = run("--responses", str(responses), "--judge", "gpt")
     assert code == 2 and "--judge" in err
     code, _, err = run("--responses", str(responses), "--judge", "llm", env={"OPENAI_MODEL": ""})
     assert code == 2 and "no model given" in err
     uncached = tmp_path / "uncached"
     with ScriptedServer(responder=lambda request: "1") as server:
-        code, out, err = run("--responses", str(responses), "--judge", "llm", "--model", "m", "--limit", "2",
-                             "--base-url", server.base_url, "--no-cache", "--cache-dir", str(uncached), "--json")
+        code, out, err = run(
+            "--responses",
+            str(responses),
+            "--judge",
+            "llm",
+            "--model",
+            "m",
+            "--limit",
+            "2",
+            "--base-url",
+            server.base_url,
+            "--no-cache",
+            "--cache-dir",
+            str(uncached),
+            "--json",
+        )
     assert code == 0, err
     assert not uncached.exists() and len(server.chat_requests) == json.loads(out)["client_stats"]["requests"] >= 2

@@ -28,15 +28,28 @@ MSG = [{"role": "user", "content": "Say hi"}]
 
 
 def config(server: ScriptedServer, tmp_path: Path | None, **kw: object) -> ClientConfig:
-    values: dict[str, object] = dict(base_url=server.base_url, model="scripted-model", backoff_base=0.01, backoff_max=2.0,
-                                     timeout=5.0, cache_dir=tmp_path / "cache" if tmp_path else None)
+    values: dict[str, object] = dict(
+        base_url=server.base_url,
+        model="scripted-model",
+        backoff_base=0.01,
+        backoff_max=2.0,
+        timeout=5.0,
+        cache_dir=tmp_path / "cache" if tmp_path else None,
+    )
     values.update(kw)
     return ClientConfig(**values)  # type: ignore[arg-type]
 
 
 def test_every_fault_kind_is_retried_until_a_valid_reply(tmp_path: Path) -> None:
-    script = [Step(429, retry_after="0"), Step(500), Step(503), Step(body="<html>bad gateway</html>"),
-              Step(200, body='{"unexpected": true}'), Step(delay=1.0, content="too late"), Step(content="hi")]
+    script = [
+        Step(429, retry_after="0"),
+        Step(500),
+        Step(503),
+        Step(body="<html>bad gateway</html>"),
+        Step(200, body='{"unexpected": true}'),
+        Step(delay=1.0, content="too late"),
+        Step(content="hi"),
+    ]
     with ScriptedServer(script) as server:
         client = LLMClient(config(server, tmp_path, timeout=0.4, max_retries=6))
         reply = client.chat(MSG)
@@ -44,7 +57,12 @@ def test_every_fault_kind_is_retried_until_a_valid_reply(tmp_path: Path) -> None
         assert len(server.chat_requests) == 7
         assert client.stats.as_dict() == {"requests": 7, "answered": 1, "cache_hits": 0, "retries": 6, "failures": 0}
         body = server.chat_requests[-1].body
-        assert body is not None and body["model"] == "scripted-model" and body["temperature"] == 0.0 and body["messages"] == MSG
+        assert (
+            body is not None
+            and body["model"] == "scripted-model"
+            and body["temperature"] == 0.0
+            and body["messages"] == MSG
+        )
 
 
 def test_backoff_grows_exponentially_and_honours_retry_after(tmp_path: Path) -> None:
@@ -107,7 +125,9 @@ def test_cache_makes_a_rerun_free_and_is_keyed_by_request(tmp_path: Path) -> Non
         again = LLMClient(config(server, tmp_path))
         second = again.chat_many(prompts)
         assert len(server.chat_requests) == 5
-        assert [r.content for r in first] == [r.content for r in second] == [f"answer to question {i}" for i in range(5)]
+        assert (
+            [r.content for r in first] == [r.content for r in second] == [f"answer to question {i}" for i in range(5)]
+        )
         assert all(r.cached for r in second) and again.stats.requests == 0 and again.stats.cache_hits == 5
         # Identical requests within one batch are sent once.
         LLMClient(config(server, None)).chat_many([[{"role": "user", "content": "same"}]] * 4)
@@ -131,7 +151,9 @@ def test_concurrency_is_bounded(tmp_path: Path) -> None:
         return "ok"
 
     with ScriptedServer(responder=slow) as server:
-        LLMClient(config(server, None, concurrency=3)).chat_many([[{"role": "user", "content": str(i)}] for i in range(9)])
+        LLMClient(config(server, None, concurrency=3)).chat_many(
+            [[{"role": "user", "content": str(i)}] for i in range(9)]
+        )
     assert 2 <= state["peak"] <= 3
 
 
@@ -172,7 +194,9 @@ def test_cache_survives_a_killed_run_and_the_resume_pays_only_for_the_rest(tmp_p
         return "a" + text[1:]
 
     with ScriptedServer(responder=responder) as server:
-        proc = subprocess.Popen([sys.executable, "-c", CRASHING_RUN, server.base_url, str(cache)], cwd=Path(__file__).parents[1])
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CRASHING_RUN, server.base_url, str(cache)], cwd=Path(__file__).parents[1]
+        )
         try:
             deadline = time.monotonic() + 60
             while len(server.chat_requests) < 5 and time.monotonic() < deadline and proc.poll() is None:
@@ -192,8 +216,9 @@ def test_cache_survives_a_killed_run_and_the_resume_pays_only_for_the_rest(tmp_p
         assert len(server.chat_requests) == 6 and rerun.stats.requests == 0
 
 
-def test_the_key_is_sent_but_never_written_to_cache_or_logs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                             caplog: pytest.LogCaptureFixture) -> None:
+def test_the_key_is_sent_but_never_written_to_cache_or_logs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     secret = "sk-test-DO-NOT-LEAK-0123456789"
     monkeypatch.setenv("MY_LLM_KEY", secret)
     caplog.set_level(logging.DEBUG)
@@ -227,7 +252,12 @@ def test_config_validation_and_environment() -> None:
             mp.setenv(k, v)
         mp.delenv("OPENAI_API_KEY", raising=False)
         cfg = ClientConfig.from_env(concurrency=None, max_retries=1)
-        assert (cfg.base_url, cfg.model, cfg.concurrency, cfg.max_retries) == ("http://127.0.0.1:9/v1", "env-model", 4, 1)
+        assert (cfg.base_url, cfg.model, cfg.concurrency, cfg.max_retries) == (
+            "http://127.0.0.1:9/v1",
+            "env-model",
+            4,
+            1,
+        )
         assert ClientConfig.from_env(base_url="http://127.0.0.1:7/v1", model="flag").model == "flag"
         assert cfg.api_key() == "EMPTY"  # local servers need no key
         with pytest.raises(ProbeError, match="set the environment variable OPENAI_API_KEY"):
@@ -243,8 +273,12 @@ def test_ctrl_c_stops_sending_and_keeps_the_answers(tmp_path: Path) -> None:
         return "a" + request["messages"][-1]["content"][1:]
 
     with ScriptedServer(responder=responder) as server:
-        proc = subprocess.Popen([sys.executable, "-c", CRASHING_RUN, server.base_url, str(cache)], cwd=Path(__file__).parents[1],
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CRASHING_RUN, server.base_url, str(cache)],
+            cwd=Path(__file__).parents[1],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.monotonic() + 60
         while len(server.chat_requests) < 3 and time.monotonic() < deadline:
             time.sleep(0.02)

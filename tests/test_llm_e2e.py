@@ -58,22 +58,37 @@ class Served:
 
 @pytest.fixture(scope="module")
 def served(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    pytest.importorskip("fastapi", reason="`transformers serve` needs transformers[serving] (pinned in the test extras)")
-    pytest.importorskip("uvicorn", reason="`transformers serve` needs transformers[serving] (pinned in the test extras)")
+    pytest.importorskip(
+        "fastapi", reason="`transformers serve` needs transformers[serving] (pinned in the test extras)"
+    )
+    pytest.importorskip(
+        "uvicorn", reason="`transformers serve` needs transformers[serving] (pinned in the test extras)"
+    )
     root = tmp_path_factory.mktemp("serve")
     hub_cache = root / "hub"
     hub_cache.mkdir()  # /v1/models answers 500 without an existing hub cache (stack.md §7)
     port, log = _free_port(), root / "serve.log"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hub_cache), "TOKENIZERS_PARALLELISM": "false"}
-    command = [str(Path(sys.executable).parent / "transformers"), "serve", str(tiny_model_dir),
-               "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"]
+    command = [
+        str(Path(sys.executable).parent / "transformers"),
+        "serve",
+        str(tiny_model_dir),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--device",
+        "cpu",
+    ]
     with log.open("w") as handle:
         proc = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + STARTUP_SECONDS
         while not _healthy(f"http://127.0.0.1:{port}/health"):
             if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"transformers serve did not become healthy (exit {proc.poll()}):\n{log.read_text()[-2000:]}")
+                pytest.fail(
+                    f"transformers serve did not become healthy (exit {proc.poll()}):\n{log.read_text()[-2000:]}"
+                )
             time.sleep(0.5)
         yield Served(f"http://127.0.0.1:{port}/v1", str(tiny_model_dir), log)
     finally:
@@ -86,8 +101,16 @@ def served(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 def _config(served: Served, cache: Path, **kw: object) -> ClientConfig:
-    values: dict[str, object] = dict(base_url=served.base_url, model=served.model, cache_dir=cache, concurrency=2,
-                                     max_retries=1, backoff_base=0.05, timeout=60.0, max_tokens=24)
+    values: dict[str, object] = dict(
+        base_url=served.base_url,
+        model=served.model,
+        cache_dir=cache,
+        concurrency=2,
+        max_retries=1,
+        backoff_base=0.05,
+        timeout=60.0,
+        max_tokens=24,
+    )
     values.update(kw)
     return ClientConfig(**values)  # type: ignore[arg-type]
 
@@ -96,8 +119,11 @@ def test_judging_pass_through_a_real_server(served: Served, tmp_path: Path) -> N
     system = Turn("system", "You are Mara, a river pilot. Passage: The bridge opened in 1902.")
     rows = [
         TestRow([system, Turn("user", "When did the bridge open?")], "1902.", "role_related_mrc_answer_with_narration"),
-        TestRow([system, Turn("user", "Who built it?"), Turn("assistant", "I cannot say."), Turn("user", "Try anyway.")],
-                "No answer.", "role_related_mrc_refused_no_narration-2ndrefused"),
+        TestRow(
+            [system, Turn("user", "Who built it?"), Turn("assistant", "I cannot say."), Turn("user", "Try anyway.")],
+            "No answer.",
+            "role_related_mrc_refused_no_narration-2ndrefused",
+        ),
     ]
     before = served.chat_posts()
     judge = LLMJudge(_config(served, tmp_path / "cache"))
@@ -110,7 +136,9 @@ def test_judging_pass_through_a_real_server(served: Served, tmp_path: Path) -> N
         assert table[cap].total == 1 and table[cap].scored + table[cap].undecided == 1
     # A second pass is answered from the cache: no new request reaches the server.
     again = LLMJudge(_config(served, tmp_path / "cache"))
-    assert [v.scores for v in again.judge(rows, ["*nods* In 1902.", "I still cannot say."])] == [v.scores for v in verdicts]
+    assert [v.scores for v in again.judge(rows, ["*nods* In 1902.", "I still cannot say."])] == [
+        v.scores for v in verdicts
+    ]
     assert served.chat_posts() - before == 3 and again.client.stats.cache_hits == 3
 
 
@@ -130,7 +158,9 @@ def test_llm_synthesis_through_a_real_server_counts_every_failure(served: Served
     before = served.chat_posts()
     small = dict(sft_base=1, sft_nested=1, sft_priority=1, sft_multi_turn=1, free_chats=1, dpo_per_task=1)
     with pytest.raises(SynthesisFailed) as info:
-        synthesize_llm(tmp_path / "out", n_roles=2, seed=0, client_config=_config(served, tmp_path / "cache"), repairs=1, **small)
+        synthesize_llm(
+            tmp_path / "out", n_roles=2, seed=0, client_config=_config(served, tmp_path / "cache"), repairs=1, **small
+        )
     # The tiny random model cannot write a JSON profile: every persona fails after one repair round,
     # and every failure is counted (2 personas x 2 attempts reached the server).
     assert served.chat_posts() - before == 4 == info.value.requests["requests"]

@@ -30,9 +30,9 @@ import pytest
 
 from data_synthesis.offline import FILES, synthesize
 from probe_cli.main import main
-from tests.support.scripted_server import Received, ScriptedServer, Step, completion
 from tests.support.judge_files import write_judge_files
 from tests.support.scripted_llm import GoodLLM
+from tests.support.scripted_server import Received, ScriptedServer, Step, completion
 
 pytestmark = pytest.mark.server
 SECRET = "sk-fault-matrix-DO-NOT-LEAK-31337"
@@ -52,9 +52,13 @@ FAULTS = {
     "http-500": Fault(Step(500, message=f"upstream rejected key {SECRET}"), "HTTP 500"),
     "http-429": Fault(Step(429), "HTTP 429"),
     "http-429-retry-after": Fault(Step(429, retry_after="1"), "HTTP 429"),
-    "non-json-200": Fault(Step(body="<<this is not JSON>>", content_type="application/json"), "the body is not valid JSON"),
-    "empty-choices": Fault(Step(body=json.dumps({**completion("x"), "choices": []}), content_type="application/json"),
-                           "not a chat completion"),
+    "non-json-200": Fault(
+        Step(body="<<this is not JSON>>", content_type="application/json"), "the body is not valid JSON"
+    ),
+    "empty-choices": Fault(
+        Step(body=json.dumps({**completion("x"), "choices": []}), content_type="application/json"),
+        "not a chat completion",
+    ),
     "truncated-body": Fault(Step(fault="truncate"), "the connection broke before the reply was complete"),
     "reset-mid-body": Fault(Step(fault="reset"), "the connection broke before the reply was complete"),
     "slower-than-timeout": Fault(Step(delay=3.0, content="late"), "timed out after 0.5s"),
@@ -115,10 +119,33 @@ def judge_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def command(kind: str, base_url: str, tmp_path: Path, judge_files: tuple[Path, Path], seed: int) -> list[str]:
     common = ["--model", "scripted", "--base-url", base_url, "--cache-dir", str(tmp_path / "cache"), "--json", *LIMITS]
     if kind == "synthesize":
-        return ["synthesize", "--backend", "llm", "--out", str(tmp_path / "out"), "--roles", "2", "--seed", str(seed), *common]
+        return [
+            "synthesize",
+            "--backend",
+            "llm",
+            "--out",
+            str(tmp_path / "out"),
+            "--roles",
+            "2",
+            "--seed",
+            str(seed),
+            *common,
+        ]
     data, responses = judge_files
-    return ["judge", "--data", str(data), "--responses", str(responses), "--judge", "llm", "--limit", "1",
-            "--verdicts-out", str(tmp_path / "verdicts.jsonl"), *common]
+    return [
+        "judge",
+        "--data",
+        str(data),
+        "--responses",
+        str(responses),
+        "--judge",
+        "llm",
+        "--limit",
+        "1",
+        "--verdicts-out",
+        str(tmp_path / "verdicts.jsonl"),
+        *common,
+    ]
 
 
 def responder(kind: str) -> Callable[[dict], str]:
@@ -140,6 +167,7 @@ def endpoint(fault: Fault, kind: str, transient: bool) -> Endpoint:
         port = free_port()
         found = Endpoint(f"http://127.0.0.1:{port}/v1", [])
         if transient:
+
             def start_late() -> None:
                 found.servers.append(ScriptedServer(responder=responder(kind), port=port, lifetime=60).start())
 
@@ -155,9 +183,15 @@ def endpoint(fault: Fault, kind: str, transient: bool) -> Endpoint:
 @pytest.mark.parametrize("transient", [True, False], ids=["transient", "persistent"])
 @pytest.mark.parametrize("case", list(FAULTS))
 @pytest.mark.parametrize("kind", ["synthesize", "judge"])
-def test_fault_ends_in_success_after_a_retry_or_in_one_line(kind: str, case: str, transient: bool, tmp_path: Path,
-                                                            judge_files: tuple[Path, Path], capsys: pytest.CaptureFixture[str],
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fault_ends_in_success_after_a_retry_or_in_one_line(
+    kind: str,
+    case: str,
+    transient: bool,
+    tmp_path: Path,
+    judge_files: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     fault = FAULTS[case]
     found = endpoint(fault, kind, transient)
     try:
@@ -167,7 +201,9 @@ def test_fault_ends_in_success_after_a_retry_or_in_one_line(kind: str, case: str
         for server in found.servers:
             server.stop()
     outcome = "exit 0" if result.code == 0 else result.stderr.strip()
-    print(f"\n{kind:10} {case:22} {'transient' if transient else 'persistent':10} {result.seconds:6.2f} s  {outcome[:150]}")
+    print(
+        f"\n{kind:10} {case:22} {'transient' if transient else 'persistent':10} {result.seconds:6.2f} s  {outcome[:150]}"
+    )
     assert result.seconds < BOUND_S, result.seconds
     if transient:
         assert result.code == 0, result.stderr
@@ -179,7 +215,9 @@ def test_fault_ends_in_success_after_a_retry_or_in_one_line(kind: str, case: str
             again = next(r for r in rest if r.body == first.body)
             assert again.time - first.time >= 0.95, "Retry-After: 1 was not honoured"
     else:
-        line = assert_one_error_line(result, found.base_url, fault.needle, f"{ATTEMPTS if not fault.flags else 5} attempt(s)")
+        line = assert_one_error_line(
+            result, found.base_url, fault.needle, f"{ATTEMPTS if not fault.flags else 5} attempt(s)"
+        )
         if kind == "synthesize":
             assert "nothing was written" in line and not (tmp_path / "out").exists()
         else:
@@ -191,26 +229,36 @@ def test_fault_ends_in_success_after_a_retry_or_in_one_line(kind: str, case: str
 
 # ---- the data loss of issue #16, row 1 -------------------------------------------------------
 
+
 def _snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
-    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 @pytest.mark.parametrize("reply", ["no JSON at all", "{}"])
-def test_replies_that_all_fail_validation_leave_an_existing_dataset_as_it_was(reply: str, tmp_path: Path,
-                                                                             capsys: pytest.CaptureFixture[str],
-                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_replies_that_all_fail_validation_leave_an_existing_dataset_as_it_was(
+    reply: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     existing = tmp_path / "existing"
     synthesize(existing, n_roles=2, seed=0)
     before = _snapshot(existing)
     with ScriptedServer(responder=lambda request: reply) as server:
         args = ["--model", "scripted", "--base-url", server.base_url, "--roles", "2", *LIMITS]
-        kept = run(capsys, monkeypatch, ["synthesize", "--backend", "llm", "--out", str(existing),
-                                         "--cache-dir", str(tmp_path / "cache"), *args])
-        fresh = run(capsys, monkeypatch, ["synthesize", "--backend", "llm", "--out", str(tmp_path / "new"), "--no-cache", *args])
+        kept = run(
+            capsys,
+            monkeypatch,
+            ["synthesize", "--backend", "llm", "--out", str(existing), "--cache-dir", str(tmp_path / "cache"), *args],
+        )
+        fresh = run(
+            capsys, monkeypatch, ["synthesize", "--backend", "llm", "--out", str(tmp_path / "new"), "--no-cache", *args]
+        )
     for result in (kept, fresh):
         assert result.code == 2, result.stderr
         lines = result.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: LLM synthesis produced no valid rows for "), result.stderr
+        assert len(lines) == 1 and lines[0].startswith("error: LLM synthesis produced no valid rows for "), (
+            result.stderr
+        )
         assert "nothing was written" in lines[0] and "stayed invalid after 2 repair round(s)" in lines[0]
     assert _snapshot(existing) == before  # same files, same bytes, not even rewritten
     assert sorted(before) == sorted(FILES)
@@ -231,16 +279,22 @@ def test_library_raises_with_the_counts_and_writes_nothing(tmp_path: Path) -> No
     assert "profiles.jsonl" in str(info.value) and not (tmp_path / "out").exists()
 
 
-
-def test_endpoint_flags_are_refused_where_no_endpoint_is_called(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    result = run(capsys, monkeypatch, ["synthesize", "--out", str(tmp_path / "out"), "--roles", "2", "--timeout", "5", "--retries", "1"])
-    assert result.code == 2 and result.stderr.strip() == ("error: --max-retries, --timeout: only for --backend llm "
-                                                          "(the offline backend calls no endpoint)")
+def test_endpoint_flags_are_refused_where_no_endpoint_is_called(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = run(
+        capsys,
+        monkeypatch,
+        ["synthesize", "--out", str(tmp_path / "out"), "--roles", "2", "--timeout", "5", "--retries", "1"],
+    )
+    assert result.code == 2 and result.stderr.strip() == (
+        "error: --max-retries, --timeout: only for --backend llm (the offline backend calls no endpoint)"
+    )
     assert not (tmp_path / "out").exists()
 
 
 # ---- core.atomic: the writer the synthesis relies on ---------------------------------------
+
 
 def test_a_file_set_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
     from core.atomic import replace_together
@@ -253,12 +307,16 @@ def test_a_file_set_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
         raise OSError(28, "No space left on device")
 
     with pytest.raises(OSError, match="No space left"):
-        replace_together({tmp_path / "sft.jsonl": "new", tmp_path / "dpo.jsonl": "new", tmp_path / "test.jsonl": disk_full})
+        replace_together(
+            {tmp_path / "sft.jsonl": "new", tmp_path / "dpo.jsonl": "new", tmp_path / "test.jsonl": disk_full}
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(names)  # no temporary file left behind
     assert all((tmp_path / n).read_text() == f"old {n}\n" for n in names)
 
 
-def test_a_ctrl_c_during_the_renames_is_delivered_after_the_last_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_ctrl_c_during_the_renames_is_delivered_after_the_last_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import os
     import signal
 
@@ -275,5 +333,7 @@ def test_a_ctrl_c_during_the_renames_is_delivered_after_the_last_one(tmp_path: P
     monkeypatch.setattr(atomic.os, "replace", replace_and_interrupt)
     with pytest.raises(KeyboardInterrupt):
         atomic.replace_together({tmp_path / f"{i}.jsonl": f"new {i}" for i in range(3)})
-    assert len(calls) == 3 and [(tmp_path / f"{i}.jsonl").read_text() for i in range(3)] == [f"new {i}" for i in range(3)]
+    assert len(calls) == 3 and [(tmp_path / f"{i}.jsonl").read_text() for i in range(3)] == [
+        f"new {i}" for i in range(3)
+    ]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

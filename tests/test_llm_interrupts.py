@@ -32,8 +32,8 @@ import pytest
 
 from data_synthesis.offline import FILES
 from tests.support.judge_files import write_judge_files
-from tests.support.scripted_server import ScriptedServer
 from tests.support.scripted_llm import GoodLLM
+from tests.support.scripted_server import ScriptedServer
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,10 +79,22 @@ class Holding:
 
 def probe(args: list[str], *, interrupt_when: threading.Event | None = None) -> tuple[int, str, str, float | None]:
     """``probe ARGS`` in a subprocess; a SIGINT once ``interrupt_when`` is set. Returns code, out, err, latency."""
-    env = {**os.environ, "OPENAI_API_KEY": SECRET, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "OPENAI_API_KEY": SECRET,
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(ROOT),
+    }
     env.pop("OPENAI_BASE_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "probe_cli", *args], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "probe_cli", *args],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     sent = None
     if interrupt_when is not None:
         assert interrupt_when.wait(120), "the held request never arrived"
@@ -118,8 +130,14 @@ def no_key(root: Path) -> None:
         assert SECRET.encode() not in path.read_bytes(), path
 
 
-def whole_interrupted_resumed(argv: Callable[[str, str, str], list[str]], answer: Callable[..., Any], holding: Holding,
-                              stopped: str, outs: tuple[str, str], tmp_path: Path) -> tuple[str, str, int]:
+def whole_interrupted_resumed(
+    argv: Callable[[str, str, str], list[str]],
+    answer: Callable[..., Any],
+    holding: Holding,
+    stopped: str,
+    outs: tuple[str, str],
+    tmp_path: Path,
+) -> tuple[str, str, int]:
     """One run to the end into ``outs[0]``; the same command into ``outs[1]`` under Ctrl-C while ``holding`` holds
     requests (it must stop with ``stopped`` and leave ``outs[1]`` unwritten); then the rerun against the same
     endpoint, which must exit 0 and send only what the cache lacks. Returns the stdout of the whole run and of the
@@ -148,10 +166,30 @@ def test_ctrl_c_during_llm_synthesis_exits_at_once_and_the_rerun_resumes(tmp_pat
     holding = Holding(llm)
 
     def argv(out: str, cache: str, url: str) -> list[str]:
-        return ["synthesize", "--backend", "llm", "--model", "scripted", "--base-url", url, "--roles", "2", "--seed", "4",
-                "--out", str(tmp_path / out), "--cache-dir", str(tmp_path / cache), "--concurrency", "2", "--json"]
+        return [
+            "synthesize",
+            "--backend",
+            "llm",
+            "--model",
+            "scripted",
+            "--base-url",
+            url,
+            "--roles",
+            "2",
+            "--seed",
+            "4",
+            "--out",
+            str(tmp_path / out),
+            "--cache-dir",
+            str(tmp_path / cache),
+            "--concurrency",
+            "2",
+            "--json",
+        ]
 
-    whole_interrupted_resumed(argv, llm, holding, "LLM synthesis stopped before writing anything", ("whole", "resumed"), tmp_path)
+    whole_interrupted_resumed(
+        argv, llm, holding, "LLM synthesis stopped before writing anything", ("whole", "resumed"), tmp_path
+    )
     for name in FILES:
         assert (tmp_path / "resumed" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
     no_key(tmp_path)
@@ -166,12 +204,37 @@ def test_ctrl_c_during_llm_judging_exits_at_once_and_the_rerun_resumes(tmp_path:
     holding = Holding(answer)
 
     def argv(name: str, cache: str, url: str) -> list[str]:
-        return ["judge", "--data", str(test_file), "--responses", str(responses), "--judge", "llm",
-                "--model", "scripted", "--base-url", url, "--cache-dir", str(tmp_path / cache), "--concurrency", "2",
-                "--limit", "12", "--verdicts-out", str(tmp_path / name), "--json"]
+        return [
+            "judge",
+            "--data",
+            str(test_file),
+            "--responses",
+            str(responses),
+            "--judge",
+            "llm",
+            "--model",
+            "scripted",
+            "--base-url",
+            url,
+            "--cache-dir",
+            str(tmp_path / cache),
+            "--concurrency",
+            "2",
+            "--limit",
+            "12",
+            "--verdicts-out",
+            str(tmp_path / name),
+            "--json",
+        ]
 
-    whole, resumed, total = whole_interrupted_resumed(argv, answer, holding, "LLM judging stopped before any verdict was written",
-                                                      ("whole.jsonl", "resumed.jsonl"), tmp_path)
+    whole, resumed, total = whole_interrupted_resumed(
+        argv,
+        answer,
+        holding,
+        "LLM judging stopped before any verdict was written",
+        ("whole.jsonl", "resumed.jsonl"),
+        tmp_path,
+    )
     assert total > HOLD
     assert json.loads(resumed)["scores"] == json.loads(whole)["scores"]
     assert (tmp_path / "resumed.jsonl").read_bytes() == (tmp_path / "whole.jsonl").read_bytes()

@@ -15,10 +15,16 @@ from core.judges.base import Verdict
 from core.judges.files import read_responses, run_judges
 from core.judges.llm import LLMJudge, judge_prompt, parse_score
 from core.llm.client import ClientConfig
-from tests.support.scripted_server import ScriptedServer
 from core.schema import TestRow, Turn
+from tests.support.scripted_server import ScriptedServer
 
-K, S, N, M, P = Capability.KNOWLEDGE_BOUNDARY, Capability.ROLE_STYLE, Capability.NESTED, Capability.MULTI_TURN, Capability.PRIORITY
+K, S, N, M, P = (
+    Capability.KNOWLEDGE_BOUNDARY,
+    Capability.ROLE_STYLE,
+    Capability.NESTED,
+    Capability.MULTI_TURN,
+    Capability.PRIORITY,
+)
 SYSTEM = "You are Mara, a river pilot who speaks briefly. You must end every reply with the word 'ahoy'. Passage: The bridge opened in 1902."
 
 
@@ -27,12 +33,28 @@ def row(task: str, turns: list[tuple[str, str]] | None = None, **expect: object)
     return TestRow(question, "It opened in 1902, ahoy.", task, {"expect": dict(expect)} if expect else {})
 
 
-@pytest.mark.parametrize("reply, score", [
-    ("Score: 1", 1), ("1.", 1), ("**1**", 1), ("score = 0", 0), ("Score: **0**", 0), ("0", 0), ("1/1", 1),
-    ("The response refuses, as required.\nScore: 1", 1), ("Rating: 0 (answers despite the rule)", 0), ("1.0", 1),
-    ("", None), ("I cannot tell.", None), ("0 or 1", None), ("2", None), ("0.5", None), ("Score: 1\nScore: 0", None),
-    ("score: 10", None),
-])
+@pytest.mark.parametrize(
+    "reply, score",
+    [
+        ("Score: 1", 1),
+        ("1.", 1),
+        ("**1**", 1),
+        ("score = 0", 0),
+        ("Score: **0**", 0),
+        ("0", 0),
+        ("1/1", 1),
+        ("The response refuses, as required.\nScore: 1", 1),
+        ("Rating: 0 (answers despite the rule)", 0),
+        ("1.0", 1),
+        ("", None),
+        ("I cannot tell.", None),
+        ("0 or 1", None),
+        ("2", None),
+        ("0.5", None),
+        ("Score: 1\nScore: 0", None),
+        ("score: 10", None),
+    ],
+)
 def test_parse_score_is_tolerant_but_never_guesses(reply: str, score: int | None) -> None:
     assert parse_score(reply) == score
 
@@ -45,7 +67,9 @@ def test_prompts_carry_the_rubric_parameters_and_the_quoted_conversation() -> No
     assert 'System Instruction: """You are Mara' in within and 'LLM Response: """It opened in 1902."""' in within
     nested = judge_prompt(row("role_related_mrc_answer_no_narration-special-format"), "x", N)
     assert "The requirement is: end every reply with the word 'ahoy'" in nested  # the authors' 2nd-sentence extraction
-    explicit = judge_prompt(row("role_related_mrc_answer_no_narration-special-format", requirement="Use ALL CAPS."), "x", N)
+    explicit = judge_prompt(
+        row("role_related_mrc_answer_no_narration-special-format", requirement="Use ALL CAPS."), "x", N
+    )
     assert "The requirement is: Use ALL CAPS." in explicit
     turns = [("user", "Who built it?"), ("assistant", "I cannot say."), ("user", "Please, try anyway.")]
     multi = judge_prompt(row("role_unrelated_mrc_refused_no_narration-2ndanswer", turns), "Engineers did.", M)
@@ -54,7 +78,12 @@ def test_prompts_carry_the_rubric_parameters_and_the_quoted_conversation() -> No
 
 
 def test_llm_judge_scores_each_capability_and_counts_unparseable(tmp_path: Path) -> None:
-    answers = {"KNOWLEDGE BOUNDARY": "Score: 1", "ROLE STYLE": "**0**", "MULTI-TURN": "Hmm, hard to say.", "INSTRUCTION PRIORITY": "1."}
+    answers = {
+        "KNOWLEDGE BOUNDARY": "Score: 1",
+        "ROLE STYLE": "**0**",
+        "MULTI-TURN": "Hmm, hard to say.",
+        "INSTRUCTION PRIORITY": "1.",
+    }
     # The rule is shown once, without its "Rule:" lead.
     ruled = row("role_related_mrc_answer_no_narration-refused", rule="Rule: never talk about the bridge.")
     assert "The rule is: never talk about the bridge." in judge_prompt(ruled, "No.", P)
@@ -63,10 +92,15 @@ def test_llm_judge_scores_each_capability_and_counts_unparseable(tmp_path: Path)
         text = request["messages"][0]["content"]
         return next(v for k, v in answers.items() if k in text)
 
-    rows = [row("role_related_mrc_answer_with_narration"), row("role_related_mrc_refused_no_narration-2ndrefused"),
-            row("role_related_mrc_answer_no_narration-refused")]
+    rows = [
+        row("role_related_mrc_answer_with_narration"),
+        row("role_related_mrc_refused_no_narration-2ndrefused"),
+        row("role_related_mrc_answer_no_narration-refused"),
+    ]
     with ScriptedServer(responder=responder) as server:
-        judge = LLMJudge(ClientConfig(base_url=server.base_url, model="judge", cache_dir=tmp_path / "c", backoff_base=0.01))
+        judge = LLMJudge(
+            ClientConfig(base_url=server.base_url, model="judge", cache_dir=tmp_path / "c", backoff_base=0.01)
+        )
         verdicts = judge.judge(rows, ["resp a", "resp b", "resp c"])
         bodies = [r.body for r in server.chat_requests]
     assert judge.name == "llm"

@@ -19,10 +19,10 @@ from core.capabilities import Capability, capabilities_of
 from core.judges.rules import RuleJudge
 from core.llm.client import ClientConfig
 from core.rows import read_dpo_rows, read_sft_rows, read_test_rows
-from tests.support.scripted_llm import GoodLLM
-from tests.support.scripted_server import ScriptedServer
 from data_synthesis.llm.synthesis import REPORT_FILE, synthesize_llm
 from data_synthesis.offline import FILES, synthesize
+from tests.support.scripted_llm import GoodLLM
+from tests.support.scripted_server import ScriptedServer
 
 SMALL = dict(sft_base=1, sft_nested=1, sft_priority=1, sft_multi_turn=1, free_chats=1, dpo_per_task=1)
 BROKEN_PERSONA = "role-0001"
@@ -43,11 +43,14 @@ def broken_persona(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(synthesis, "build_profiles", seeds)
 
 
-def test_llm_synthesis_writes_the_offline_file_set_and_counts_failures(tmp_path: Path, broken_persona: None,
-                                                                        caplog: pytest.LogCaptureFixture) -> None:
+def test_llm_synthesis_writes_the_offline_file_set_and_counts_failures(
+    tmp_path: Path, broken_persona: None, caplog: pytest.LogCaptureFixture
+) -> None:
     llm = GoodLLM()
     with ScriptedServer(responder=llm) as server:
-        cfg = ClientConfig(base_url=server.base_url, model="scripted", cache_dir=tmp_path / "cache", concurrency=4, backoff_base=0.01)
+        cfg = ClientConfig(
+            base_url=server.base_url, model="scripted", cache_dir=tmp_path / "cache", concurrency=4, backoff_base=0.01
+        )
         summary = synthesize_llm(tmp_path / "llm", n_roles=5, seed=3, client_config=cfg, **SMALL)
         sent = len(server.chat_requests)
     offline = synthesize(tmp_path / "offline", n_roles=5, seed=3, **SMALL)
@@ -80,11 +83,18 @@ def test_llm_synthesis_writes_the_offline_file_set_and_counts_failures(tmp_path:
     for row in test:
         assert all(s == 1 for s in judge.judge_one(row, row.reference).scores.values()), row.task
     # Matching: relevant passage inside the role's domains, irrelevant outside; test roles only see test passages.
-    split = {json.loads(l)["id"]: json.loads(l)["split"] for l in (tmp_path / "llm" / "passages.jsonl").read_text().splitlines()}
+    split = {
+        json.loads(l)["id"]: json.loads(l)["split"]
+        for l in (tmp_path / "llm" / "passages.jsonl").read_text().splitlines()
+    }
     for p in profiles:
         m = p["match"]
-        assert len(m["relevant"]) == len(m["irrelevant"]) == 3 and m["relevant_scores"] == sorted(m["relevant_scores"], reverse=True)
-        assert all(i.split("-")[0] in p["domains"] for i in m["relevant"]) and all(i.split("-")[0] not in p["domains"] for i in m["irrelevant"])
+        assert len(m["relevant"]) == len(m["irrelevant"]) == 3 and m["relevant_scores"] == sorted(
+            m["relevant_scores"], reverse=True
+        )
+        assert all(i.split("-")[0] in p["domains"] for i in m["relevant"]) and all(
+            i.split("-")[0] not in p["domains"] for i in m["irrelevant"]
+        )
         assert {split[i] for i in m["relevant"] + m["irrelevant"]} == {p["split"]}
     assert {r.extra["role"] for r in test} <= {p["id"] for p in profiles if p["split"] == "test"}
     # DPO chosen passes the capability the rejected violates.
@@ -116,7 +126,12 @@ def test_retrieval_respects_domains_and_is_deterministic() -> None:
     from core.errors import ProbeError
     from data_synthesis.llm.retrieval import match_passages
 
-    passages = ["ships sail on tides and ships carry crew", "the tide and the ship", "bread needs yeast", "the ship of bread"]
+    passages = [
+        "ships sail on tides and ships carry crew",
+        "the tide and the ship",
+        "bread needs yeast",
+        "the ship of bread",
+    ]
     domains = ["sea", "sea", "food", "food"]
     m = match_passages(["a sailor on a ship"], passages, passage_domains=domains, role_domains=[["food"]], k=2)[0]
     # The most similar passages overall are about ships, but the role knows food: relevant stays inside its domains.
@@ -139,4 +154,6 @@ def test_reply_extraction_and_repair_prompt() -> None:
     with pytest.raises(InvalidReply, match="reply: Field required"):
         parse_reply('{"answer": "x"}', Reply)
     fixed = repair_messages([{"role": "user", "content": "q"}], "bad", "reply: Field required")
-    assert [m["role"] for m in fixed] == ["user", "assistant", "user"] and "reply: Field required" in fixed[-1]["content"]
+    assert [m["role"] for m in fixed] == ["user", "assistant", "user"] and "reply: Field required" in fixed[-1][
+        "content"
+    ]

@@ -32,7 +32,7 @@ def _garbage_header(d: Path) -> None:
     weights = d / "model.safetensors"
     data = bytearray(weights.read_bytes())
     header = int.from_bytes(data[:8], "little")
-    data[8:8 + header] = bytes((37 * i + 11) % 256 for i in range(header))
+    data[8 : 8 + header] = bytes((37 * i + 11) % 256 for i in range(header))
     weights.write_bytes(bytes(data))
 
 
@@ -98,19 +98,48 @@ def damaged(source: Path, root: Path, kind: str) -> Path:
 
 
 @pytest.mark.parametrize("kind", list(DAMAGE))
-def test_probe_run_refuses_a_damaged_sft_dir_in_one_line(kind: str, tiny_pair: tuple[Path, Path], data: Path, tmp_path: Path,
-                                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_probe_run_refuses_a_damaged_sft_dir_in_one_line(
+    kind: str, tiny_pair: tuple[Path, Path], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = damaged(tiny_pair[0], tmp_path, kind)
-    line = one_line_error(capsys, ["run", "--sft", str(bad), "--dpo", str(tiny_pair[1]), "--data", str(data / "test.jsonl"),
-                                   "--capability", "multi_turn", "--no-analyze", "--out", str(tmp_path / "run")],
-                          "--sft", *DAMAGE[kind][1])
+    line = one_line_error(
+        capsys,
+        [
+            "run",
+            "--sft",
+            str(bad),
+            "--dpo",
+            str(tiny_pair[1]),
+            "--data",
+            str(data / "test.jsonl"),
+            "--capability",
+            "multi_turn",
+            "--no-analyze",
+            "--out",
+            str(tmp_path / "run"),
+        ],
+        "--sft",
+        *DAMAGE[kind][1],
+    )
     assert str(bad) in line
 
 
 def _commands(bad: Path, good: Path, data: Path, out: Path) -> dict[str, list[str]]:
     test = str(data / "test.jsonl")
     return {
-        "intervene": ["intervene", "--model-dir", str(bad), "--data", test, "--units", "1:0", "--placebo", "0", "--out", str(out)],
+        "intervene": [
+            "intervene",
+            "--model-dir",
+            str(bad),
+            "--data",
+            test,
+            "--units",
+            "1:0",
+            "--placebo",
+            "0",
+            "--out",
+            str(out),
+        ],
         "models eval": ["models", "eval", "--sft", str(good), "--dpo", str(bad), "--test", test, "--max-rows", "2"],
         "train sft": ["train", "sft", "--base", str(bad), "--data", str(data), "--out", str(out), "--max-steps", "1"],
         "train dpo": ["train", "dpo", "--sft", str(bad), "--data", str(data), "--out", str(out), "--max-steps", "1"],
@@ -118,16 +147,18 @@ def _commands(bad: Path, good: Path, data: Path, out: Path) -> dict[str, list[st
 
 
 @pytest.mark.parametrize("command", ["intervene", "models eval", "train sft", "train dpo"])
-def test_every_loader_refuses_a_truncated_weights_file(command: str, tiny_pair: tuple[Path, Path], data: Path, tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_loader_refuses_a_truncated_weights_file(
+    command: str, tiny_pair: tuple[Path, Path], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = damaged(tiny_pair[0], tmp_path, "truncated")
     argv = _commands(bad, tiny_pair[1], data, tmp_path / "out")[command]
     one_line_error(capsys, argv, "model.safetensors", "truncated")
     assert not (tmp_path / "out").exists()
 
 
-def test_a_whole_sharded_model_passes_and_nothing_is_loaded(tiny_model_dir: Path, tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_whole_sharded_model_passes_and_nothing_is_loaded(
+    tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from transformers import AutoModelForCausalLM
 
     sharded = Path(shutil.copytree(tiny_model_dir, tmp_path / "sharded"))

@@ -16,12 +16,16 @@ import pytest
 
 from core.errors import ProbeError
 from core.paths import check_output_dir, check_output_file
-from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 from tests.support.cli import one_line_error
+from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 
 TASK = "role_related_mrc_answer_no_narration"
-ROW = {"question": [{"role": "user", "content": "Where is the bridge?"}], "reference": "North.", "task": TASK,
-       "expect": {"behaviour": "answer", "answer": "North"}}
+ROW = {
+    "question": [{"role": "user", "content": "Where is the bridge?"}],
+    "reference": "North.",
+    "task": TASK,
+    "expect": {"behaviour": "answer", "answer": "North"},
+}
 
 
 def _listing(root: Path) -> list[str]:
@@ -57,13 +61,16 @@ def test_a_file_option_accepts_a_new_or_existing_file(tmp_path: Path) -> None:
     assert _listing(tmp_path) == ["old.jsonl"]
 
 
-@pytest.mark.parametrize("case,needle", [
-    ("dir option is a file", "exists and is not a directory"),
-    ("dir option below a file", "is a file, not a directory"),
-    ("file option is a directory", "is a directory; expected a file name"),
-    ("file option below a file", "is a file, not a directory"),
-    ("dangling link", "symbolic link to a missing target"),
-])
+@pytest.mark.parametrize(
+    "case,needle",
+    [
+        ("dir option is a file", "exists and is not a directory"),
+        ("dir option below a file", "is a file, not a directory"),
+        ("file option is a directory", "is a directory; expected a file name"),
+        ("file option below a file", "is a file, not a directory"),
+        ("dangling link", "symbolic link to a missing target"),
+    ],
+)
 def test_wrong_kinds_of_path_are_refused_in_one_line(tmp_path: Path, case: str, needle: str) -> None:
     (tmp_path / "a-file").write_text("x")
     os.symlink(tmp_path / "gone", tmp_path / "link")
@@ -96,28 +103,40 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def test_analyze_out_file_is_refused_before_any_map(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_analyze_out_file_is_refused_before_any_map(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     target = tmp_path / "summary.txt"
     target.write_text("keep me")
     before = _listing(run_dir)
-    one_line_error(capsys, ["analyze", str(run_dir), "--out", str(target), "--no-plots"], f"--out {target}: exists and is not a directory")
+    one_line_error(
+        capsys,
+        ["analyze", str(run_dir), "--out", str(target), "--no-plots"],
+        f"--out {target}: exists and is not a directory",
+    )
     assert target.read_text() == "keep me" and _listing(run_dir) == before
 
 
-def test_analyze_default_out_in_an_unwritable_run_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_analyze_default_out_in_an_unwritable_run_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     if os.geteuid() == 0:
         pytest.skip("root writes into read-only directories")
     run = tmp_path / "run"
     write_synthetic_run(run, SyntheticSpec(n_samples=4, n_layers=2, width=4, capabilities=("multi_turn",)))
     run.chmod(0o500)
     try:
-        one_line_error(capsys, ["analyze", str(run), "--no-plots"], f"the default --out {run / 'analysis'}: cannot write in {run}")
+        one_line_error(
+            capsys, ["analyze", str(run), "--no-plots"], f"the default --out {run / 'analysis'}: cannot write in {run}"
+        )
     finally:
         run.chmod(0o700)
 
 
 @pytest.mark.parametrize("kind", ["directory", "below a file"])
-def test_judge_verdicts_out_of_the_wrong_kind_is_refused_before_judging(tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_judge_verdicts_out_of_the_wrong_kind_is_refused_before_judging(
+    tmp_path: Path, kind: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     data, responses = tmp_path / "test.jsonl", tmp_path / "responses.jsonl"
     data.write_text(json.dumps(ROW) + "\n", encoding="utf-8")
     responses.write_text(json.dumps("North.") + "\n", encoding="utf-8")
@@ -125,35 +144,73 @@ def test_judge_verdicts_out_of_the_wrong_kind_is_refused_before_judging(tmp_path
     if kind == "directory":
         target.mkdir()
     before = _listing(tmp_path)
-    one_line_error(capsys, ["judge", "--data", str(data), "--responses", str(responses), "--verdicts-out", str(target)], f"--verdicts-out {target}: ")
+    one_line_error(
+        capsys,
+        ["judge", "--data", str(data), "--responses", str(responses), "--verdicts-out", str(target)],
+        f"--verdicts-out {target}: ",
+    )
     assert _listing(tmp_path) == before
 
 
 def test_synthesize_out_below_a_file_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "a-file").write_text("x")
-    one_line_error(capsys, ["synthesize", "--out", str(tmp_path / "a-file" / "data"), "--roles", "2"], "is a file, not a directory")
+    one_line_error(
+        capsys, ["synthesize", "--out", str(tmp_path / "a-file" / "data"), "--roles", "2"], "is a file, not a directory"
+    )
     assert _listing(tmp_path) == ["a-file"]
 
 
-def test_intervene_out_file_is_refused_before_the_model_is_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_intervene_out_file_is_refused_before_the_model_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "out").write_text("x")
-    one_line_error(capsys, ["intervene", "--model-dir", str(tmp_path / "no-model"), "--data", str(tmp_path / "no-data.jsonl"),
-                             "--units", "0:1", "--out", str(tmp_path / "out")], f"--out {tmp_path / 'out'}: exists and is not a directory")
+    one_line_error(
+        capsys,
+        [
+            "intervene",
+            "--model-dir",
+            str(tmp_path / "no-model"),
+            "--data",
+            str(tmp_path / "no-data.jsonl"),
+            "--units",
+            "0:1",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        f"--out {tmp_path / 'out'}: exists and is not a directory",
+    )
 
 
 @pytest.mark.parametrize("command", ["sft", "dpo"])
-def test_train_out_below_a_file_is_refused_before_training(tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_train_out_below_a_file_is_refused_before_training(
+    tmp_path: Path, command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "a-file").write_text("x")
     source = ["--base", "tiny"] if command == "sft" else ["--sft", str(tmp_path)]
-    one_line_error(capsys, ["train", command, *source, "--data", str(tmp_path), "--out", str(tmp_path / "a-file" / "model")],
-                    "is a file, not a directory")
+    one_line_error(
+        capsys,
+        ["train", command, *source, "--data", str(tmp_path), "--out", str(tmp_path / "a-file" / "model")],
+        "is a file, not a directory",
+    )
     assert _listing(tmp_path) == ["a-file"]
 
 
-def test_models_commands_refuse_output_paths_of_the_wrong_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_models_commands_refuse_output_paths_of_the_wrong_kind(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "a-file").write_text("x")
-    one_line_error(capsys, ["models", "default", "--home", str(tmp_path / "a-file")], "--home", "exists and is not a directory")
-    one_line_error(capsys, ["models", "fetch-base", "--home", str(tmp_path / "a-file" / "home")], "--home", "is a file, not a directory")
-    one_line_error(capsys, ["models", "eval", "--sft", str(tmp_path), "--dpo", str(tmp_path), "--out", str(tmp_path)],
-                    f"--out {tmp_path}: is a directory; expected a file name")
+    one_line_error(
+        capsys, ["models", "default", "--home", str(tmp_path / "a-file")], "--home", "exists and is not a directory"
+    )
+    one_line_error(
+        capsys,
+        ["models", "fetch-base", "--home", str(tmp_path / "a-file" / "home")],
+        "--home",
+        "is a file, not a directory",
+    )
+    one_line_error(
+        capsys,
+        ["models", "eval", "--sft", str(tmp_path), "--dpo", str(tmp_path), "--out", str(tmp_path)],
+        f"--out {tmp_path}: is a directory; expected a file name",
+    )
     assert _listing(tmp_path) == ["a-file"]

@@ -26,7 +26,9 @@ def pair(tiny_pair: tuple[Path, Path]):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def prompts(pair, rolemrc_file: Path):  # type: ignore[no-untyped-def]
-    return build_prompts(pair.tokenizer, read_test_rows(rolemrc_file), Capability.KNOWLEDGE_BOUNDARY, add_generation_prompt=False)
+    return build_prompts(
+        pair.tokenizer, read_test_rows(rolemrc_file), Capability.KNOWLEDGE_BOUNDARY, add_generation_prompt=False
+    )
 
 
 def _batch(pair, prompts, start: int, stop: int):  # type: ignore[no-untyped-def]
@@ -48,19 +50,34 @@ def test_three_backends_agree_within_1e5_on_all_hooks(tiny_pair, pair, prompts) 
         reference = make_backend("torch", pair.dpo, hooks=HOOK_POINTS, layers=LAYERS, position=position).record(batch)
         # the reduction is shared code, so TransformerLens (slow to boot) is checked at the paper's position only
         for name in ("nnsight", "transformer_lens") if position == "last" else ("nnsight",):
-            got = make_backend(name, model, hooks=HOOK_POINTS, layers=LAYERS, position=position, tokenizer=pair.tokenizer,
-                               model_dir=tiny_pair[1]).record(batch)
+            got = make_backend(
+                name,
+                model,
+                hooks=HOOK_POINTS,
+                layers=LAYERS,
+                position=position,
+                tokenizer=pair.tokenizer,
+                model_dir=tiny_pair[1],
+            ).record(batch)
             for hook in HOOK_POINTS:
-                assert got[hook].shape == reference[hook].shape == (len(batch), len(LAYERS), 64 if hook == "mlp_post" else 32)
+                assert (
+                    got[hook].shape
+                    == reference[hook].shape
+                    == (len(batch), len(LAYERS), 64 if hook == "mlp_post" else 32)
+                )
                 diff = (got[hook] - reference[hook]).abs().max().item()
                 assert diff < 1e-5, f"{name} {hook} {position}: max abs diff {diff}"
 
 
 def test_mlp_post_is_intermediate_size_wide_and_layers_are_selected(pair, prompts) -> None:  # type: ignore[no-untyped-def]
-    out = make_backend("torch", pair.sft, hooks=("mlp_post", "mlp_out"), layers=[1, 3], position="last").record(_batch(pair, prompts, 0, 3))
+    out = make_backend("torch", pair.sft, hooks=("mlp_post", "mlp_out"), layers=[1, 3], position="last").record(
+        _batch(pair, prompts, 0, 3)
+    )
     assert out["mlp_post"].shape == (3, 2, pair.sft.config.intermediate_size)
     assert out["mlp_out"].shape == (3, 2, pair.sft.config.hidden_size)
-    full = make_backend("torch", pair.sft, hooks=("mlp_out",), layers=LAYERS, position="last").record(_batch(pair, prompts, 0, 3))
+    full = make_backend("torch", pair.sft, hooks=("mlp_out",), layers=LAYERS, position="last").record(
+        _batch(pair, prompts, 0, 3)
+    )
     assert torch.equal(full["mlp_out"][:, [1, 3]], out["mlp_out"])
 
 
@@ -68,7 +85,9 @@ def test_mlp_post_is_intermediate_size_wide_and_layers_are_selected(pair, prompt
 def test_a_prompts_activations_do_not_depend_on_its_batch_mates(tiny_pair, pair, prompts, backend: str) -> None:  # type: ignore[no-untyped-def]
     model = pair.sft if backend == "torch" else _fresh_model(tiny_pair[0])
     for position in ("last", "mean"):
-        rec = make_backend(backend, model, hooks=HOOK_POINTS, layers=LAYERS, position=position, tokenizer=pair.tokenizer)
+        rec = make_backend(
+            backend, model, hooks=HOOK_POINTS, layers=LAYERS, position=position, tokenizer=pair.tokenizer
+        )
         n = len(prompts)
         alone = rec.record(_batch(pair, prompts, 0, 1))  # the shortest prompt, no padding at all
         crowd = rec.record(_batch(pair, prompts, 0, n))  # with the longest prompts: heavily left-padded
@@ -89,7 +108,12 @@ class _DoubleDown(nn.Module):
 
     def __init__(self, mlp: nn.Module) -> None:
         super().__init__()
-        self.gate_proj, self.up_proj, self.down_proj, self.act_fn = mlp.gate_proj, mlp.up_proj, mlp.down_proj, mlp.act_fn
+        self.gate_proj, self.up_proj, self.down_proj, self.act_fn = (
+            mlp.gate_proj,
+            mlp.up_proj,
+            mlp.down_proj,
+            mlp.act_fn,
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.act_fn(self.gate_proj(x)) * self.up_proj(x)
@@ -128,12 +152,16 @@ def test_width_mismatch_is_refused(tiny_pair, pair, prompts) -> None:  # type: i
     model = _fresh_model(tiny_pair[0])
     model.config.intermediate_size = 48  # the config lies about the MLP width
     with pytest.raises(HookFiringError, match="mlp_post at layer 0 has width 64, expected 48"):
-        make_backend("torch", model, hooks=("mlp_post",), layers=[0], position="last").record(_batch(pair, prompts, 0, 2))
+        make_backend("torch", model, hooks=("mlp_post",), layers=[0], position="last").record(
+            _batch(pair, prompts, 0, 2)
+        )
 
 
 def test_recording_leaves_no_hooks_behind(pair, prompts) -> None:  # type: ignore[no-untyped-def]
     before = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in pair.sft.modules())
-    make_backend("torch", pair.sft, hooks=HOOK_POINTS, layers=LAYERS, position="mean").record(_batch(pair, prompts, 0, 2))
+    make_backend("torch", pair.sft, hooks=HOOK_POINTS, layers=LAYERS, position="mean").record(
+        _batch(pair, prompts, 0, 2)
+    )
     after = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in pair.sft.modules())
     assert before == after
 
@@ -153,8 +181,12 @@ def test_the_recorder_keeps_no_view_of_a_full_sequence_output(pair, prompts, pos
     """Only [B, W] copies survive a hook: a kept view of a [B, T, W] output pins one such tensor per layer
     and hook until the next batch (measured: peak RSS 4-7x a plain forward's at batch 32)."""
     storages: list[int] = []  # addresses repeat once an output is freed: that is the point
-    handles = [pair.sft.model.layers[i].mlp.register_forward_hook(lambda _m, _a, out: storages.append(out.untyped_storage().data_ptr()))
-               for i in LAYERS]
+    handles = [
+        pair.sft.model.layers[i].mlp.register_forward_hook(
+            lambda _m, _a, out: storages.append(out.untyped_storage().data_ptr())
+        )
+        for i in LAYERS
+    ]
     try:
         backend = make_backend("torch", pair.sft, hooks=("mlp_out", "mlp_post"), layers=LAYERS, position=position)
         result = backend.record(_batch(pair, prompts, 0, 4))

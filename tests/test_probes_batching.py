@@ -37,7 +37,7 @@ def test_plan_covers_every_prompt_once_within_both_limits(seed: int) -> None:
         assert b - a == 1 or (b - a) * max(lengths[a:b]) <= budget
     # greedy: the next prompt would not have fitted
     for (a, b), _ in zip(spans, spans[1:]):
-        assert b - a == batch_size or (b - a + 1) * max(lengths[a:b + 1]) > budget
+        assert b - a == batch_size or (b - a + 1) * max(lengths[a : b + 1]) > budget
 
 
 def test_budget_below_one_prompt_gives_each_its_own_batch() -> None:
@@ -50,8 +50,16 @@ def test_pending_keeps_only_missing_positions_of_a_partly_done_batch() -> None:
 
 
 def _config(tiny_pair, data: Path, out: Path, capabilities: str = "all", **kw) -> RecordConfig:  # type: ignore[no-untyped-def]
-    return RecordConfig(sft_dir=tiny_pair[0], dpo_dir=tiny_pair[1], data_file=data, out_dir=out, capabilities=capabilities,
-                        hooks="mlp_out,mlp_post", store_dtype="float32", **kw)
+    return RecordConfig(
+        sft_dir=tiny_pair[0],
+        dpo_dir=tiny_pair[1],
+        data_file=data,
+        out_dir=out,
+        capabilities=capabilities,
+        hooks="mlp_out,mlp_post",
+        store_dtype="float32",
+        **kw,
+    )
 
 
 def _calls(run_dir: Path) -> list[dict]:
@@ -65,7 +73,9 @@ def test_token_budget_matches_fixed_batches_row_for_row(tiny_pair, rolemrc_file:
     with RunReader(fixed.run_dir) as run:
         longest = max(int(run.samples(c).prompt_lengths.max()) for c in run.capabilities())
     budget = 2 * longest - 1  # smaller than two long prompts: they must go one per batch
-    budgeted = record_run(_config(tiny_pair, rolemrc_file, tmp_path / "budget", batch_size=64, max_batch_tokens=budget), progress=False)
+    budgeted = record_run(
+        _config(tiny_pair, rolemrc_file, tmp_path / "budget", batch_size=64, max_batch_tokens=budget), progress=False
+    )
     a, b = run_arrays(fixed.run_dir), run_arrays(budgeted.run_dir)
     assert a.keys() == b.keys() and budgeted.counts == fixed.counts
     largest = 0.0
@@ -79,8 +89,9 @@ def test_token_budget_matches_fixed_batches_row_for_row(tiny_pair, rolemrc_file:
     assert _calls(budgeted.run_dir)[-1]["max_batch_tokens"] == budget
 
 
-def test_resume_with_other_batch_limits_records_each_prompt_once_and_says_so(tiny_pair, rolemrc_file: Path,
-                                                                             tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_resume_with_other_batch_limits_records_each_prompt_once_and_says_so(
+    tiny_pair, rolemrc_file: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "run"
     first = record_run(_config(tiny_pair, rolemrc_file, out, capabilities="multi_turn", batch_size=3), progress=False)
     second = record_run(_config(tiny_pair, rolemrc_file, out, batch_size=5, max_batch_tokens=10_000), progress=False)
@@ -95,10 +106,14 @@ def test_resume_with_other_batch_limits_records_each_prompt_once_and_says_so(tin
     assert calls[0]["recorded"] == {"multi_turn": first.counts["multi_turn"]}
 
 
-def test_a_start_that_recorded_nothing_does_not_bind_the_directory(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_start_that_recorded_nothing_does_not_bind_the_directory(
+    tiny_pair, rolemrc_file: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "run"
     out.mkdir()
-    (out / "run.json").write_text(json.dumps({"settings": {"hooks": ["attn_out"], "layers": [0]}}))  # a failed start's leftovers
+    (out / "run.json").write_text(
+        json.dumps({"settings": {"hooks": ["attn_out"], "layers": [0]}})
+    )  # a failed start's leftovers
     result = record_run(_config(tiny_pair, rolemrc_file, out, batch_size=8), progress=False)
     assert sum(result.recorded.values()) == sum(result.counts.values()) > 0
     assert json.loads((out / "run.json").read_text())["settings"]["hooks"] == ["mlp_out", "mlp_post"]

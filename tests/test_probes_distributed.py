@@ -26,25 +26,63 @@ pytestmark = pytest.mark.slow
 
 
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
 
 
 def _args(tiny_pair, data: Path, out: Path) -> list[str]:  # type: ignore[no-untyped-def]
-    return ["run", "--capability", "all", "--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--data", str(data),
-            "--out", str(out), "--hook", "mlp_out,mlp_post", "--store-dtype", "float32", "--batch-size", "2",
-            "--no-analyze", "--quiet"]
+    return [
+        "run",
+        "--capability",
+        "all",
+        "--sft",
+        str(tiny_pair[0]),
+        "--dpo",
+        str(tiny_pair[1]),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--hook",
+        "mlp_out,mlp_post",
+        "--store-dtype",
+        "float32",
+        "--batch-size",
+        "2",
+        "--no-analyze",
+        "--quiet",
+    ]
 
 
 def _launch(entry: list[str], args: list[str], nproc: int = 2) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", *entry, *args]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        *entry,
+        *args,
+    ]
     return subprocess.run(command, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
 def one_process(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
     out = tmp_path_factory.mktemp("dp") / "single"
-    done = subprocess.run([sys.executable, "-m", "probe_cli", *_args(tiny_pair, rolemrc_file, out)], env=_env(), cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "probe_cli", *_args(tiny_pair, rolemrc_file, out)],
+        env=_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return out
 
@@ -63,7 +101,9 @@ def _calls(run_dir: Path) -> list[dict]:
         return json.loads(handle.attrs["provenance"])["calls"]
 
 
-def test_two_processes_write_the_one_process_file(tiny_pair, rolemrc_file: Path, one_process: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_two_processes_write_the_one_process_file(
+    tiny_pair, rolemrc_file: Path, one_process: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "dp"
     done = _launch(["-m", "probe_cli"], _args(tiny_pair, rolemrc_file, out))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -73,7 +113,9 @@ def test_two_processes_write_the_one_process_file(tiny_pair, rolemrc_file: Path,
     assert not list((out / JOURNAL_DIR).glob("*/*.npz"))
 
 
-def test_a_killed_rank_resumes_on_the_next_launch(tiny_pair, rolemrc_file: Path, one_process: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_killed_rank_resumes_on_the_next_launch(
+    tiny_pair, rolemrc_file: Path, one_process: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "dp"
     killed = _launch([str(ROOT / "tests" / "support" / "dp_kill_rank.py")], _args(tiny_pair, rolemrc_file, out))
     assert killed.returncode != 0
@@ -91,4 +133,6 @@ def test_device_auto_is_refused_with_several_processes(tiny_pair, rolemrc_file: 
     done = _launch(["-m", "probe_cli"], [*_args(tiny_pair, rolemrc_file, tmp_path / "x"), "--device", "auto"])
     assert done.returncode != 0
     assert "error: --device auto: with 2 processes each rank picks cuda:LOCAL_RANK" in done.stderr
-    assert "probes/" not in done.stderr and "probe_cli/" not in done.stderr  # torchrun's own report follows, with its traceback
+    assert (
+        "probes/" not in done.stderr and "probe_cli/" not in done.stderr
+    )  # torchrun's own report follows, with its traceback

@@ -40,13 +40,40 @@ main(sys.argv[2:])
 
 
 def _args(tiny_pair, data: Path, out: Path, capabilities: str) -> list[str]:  # type: ignore[no-untyped-def]
-    return ["run", "-c", capabilities, "--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--data", str(data), "--out", str(out),
-            "--hook", "mlp_out,mlp_post", "--store-dtype", "float32", "--batch-size", "2", "--no-analyze", "--quiet"]
+    return [
+        "run",
+        "-c",
+        capabilities,
+        "--sft",
+        str(tiny_pair[0]),
+        "--dpo",
+        str(tiny_pair[1]),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--hook",
+        "mlp_out,mlp_post",
+        "--store-dtype",
+        "float32",
+        "--batch-size",
+        "2",
+        "--no-analyze",
+        "--quiet",
+    ]
 
 
 def _config(tiny_pair, data: Path, out: Path, capabilities: str) -> RecordConfig:  # type: ignore[no-untyped-def]
-    return RecordConfig(sft_dir=tiny_pair[0], dpo_dir=tiny_pair[1], data_file=data, out_dir=out, capabilities=capabilities,
-                        hooks="mlp_out,mlp_post", store_dtype="float32", batch_size=2)
+    return RecordConfig(
+        sft_dir=tiny_pair[0],
+        dpo_dir=tiny_pair[1],
+        data_file=data,
+        out_dir=out,
+        capabilities=capabilities,
+        hooks="mlp_out,mlp_post",
+        store_dtype="float32",
+        batch_size=2,
+    )
 
 
 def _sha(path: Path) -> str:
@@ -71,14 +98,21 @@ def _limits(stages: dict[str, Path]) -> dict[str, int]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("step", ["shard", "copy", "append", "finish"])
-def test_a_full_disk_at_each_step_loses_nothing_and_resumes(step: str, stages: dict[str, Path], tiny_pair, rolemrc_file: Path,
-                                                            tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_full_disk_at_each_step_loses_nothing_and_resumes(
+    step: str, stages: dict[str, Path], tiny_pair, rolemrc_file: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     out = Path(shutil.copytree(stages["first"], tmp_path / "run"))
     before = _sha(out / "activations.h5")
     limit = _limits(stages)[step]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    failed = subprocess.run([sys.executable, "-c", LIMITED, str(limit), *_args(tiny_pair, rolemrc_file, out, "multi_turn,priority")],
-                            env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    failed = subprocess.run(
+        [sys.executable, "-c", LIMITED, str(limit), *_args(tiny_pair, rolemrc_file, out, "multi_turn,priority")],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
     assert failed.returncode == 2, failed.stderr[-2000:]
     assert len(errors) == 1 and "Traceback" not in failed.stderr
@@ -107,7 +141,7 @@ def test_a_damaged_chunk_is_one_line_naming_what_it_holds(stages: dict[str, Path
         chunk = dataset.id.get_chunk_info(0)
     raw = bytearray(path.read_bytes())
     middle = chunk.byte_offset + chunk.size // 2
-    raw[middle:middle + 8] = bytes(255 - b for b in raw[middle:middle + 8])
+    raw[middle : middle + 8] = bytes(255 - b for b in raw[middle : middle + 8])
     path.write_bytes(bytes(raw))
     with pytest.raises(SystemExit) as stop:
         main(["analyze", str(out), "--capability", "priority", "--hook", "mlp_post"])
@@ -118,7 +152,9 @@ def test_a_damaged_chunk_is_one_line_naming_what_it_holds(stages: dict[str, Path
     assert "record again into a new --out" in message
 
 
-def test_a_prompt_longer_than_the_context_is_refused_by_file_and_line(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_prompt_longer_than_the_context_is_refused_by_file_and_line(
+    tiny_pair, rolemrc_file: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     from core.errors import ProbeError
 
     limit = json.loads((tiny_pair[0] / "config.json").read_text())["max_position_embeddings"]
@@ -127,28 +163,48 @@ def test_a_prompt_longer_than_the_context_is_refused_by_file_and_line(tiny_pair,
     long_row["question"][0]["content"] += " archive" * (2 * limit)
     data = tmp_path / "long.jsonl"
     data.write_text("\n".join([*rows[:3], json.dumps(long_row)]) + "\n")
-    with pytest.raises(ProbeError, match=rf"long.jsonl:4 \(data row 3\): the prompt is \d+ tokens, longer than the model's context of {limit}"):
+    with pytest.raises(
+        ProbeError,
+        match=rf"long.jsonl:4 \(data row 3\): the prompt is \d+ tokens, longer than the model's context of {limit}",
+    ):
         record_run(_config(tiny_pair, data, tmp_path / "run", "all"), progress=False)
     assert not (tmp_path / "run" / "run.json").exists()
 
 
 def test_one_model_twice_is_recorded_with_a_warning(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    result = record_run(RecordConfig(sft_dir=tiny_pair[0], dpo_dir=tiny_pair[0], data_file=rolemrc_file, out_dir=tmp_path / "run",
-                                     capabilities="priority"), progress=False)
+    result = record_run(
+        RecordConfig(
+            sft_dir=tiny_pair[0],
+            dpo_dir=tiny_pair[0],
+            data_file=rolemrc_file,
+            out_dir=tmp_path / "run",
+            capabilities="priority",
+        ),
+        progress=False,
+    )
     assert result.warnings and "hold identical weights" in result.warnings[0]
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_recording_says_what_was_kept_and_resumes_identically(stages: dict[str, Path], tiny_pair, rolemrc_file: Path,
-                                                                             tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_ctrl_c_during_recording_says_what_was_kept_and_resumes_identically(
+    stages: dict[str, Path], tiny_pair, rolemrc_file: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     import signal
     import time
 
     out = tmp_path / "run"
-    args = [a if a != "2" else "1" for a in _args(tiny_pair, rolemrc_file, out, "multi_turn,priority")]  # batch size 1: many shards
+    args = [
+        a if a != "2" else "1" for a in _args(tiny_pair, rolemrc_file, out, "multi_turn,priority")
+    ]  # batch size 1: many shards
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "probe_cli", *args], env=env, cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "probe_cli", *args],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while len(list((out / "journal").glob("*/*.npz"))) < 3 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -166,11 +222,15 @@ def test_ctrl_c_during_recording_says_what_was_kept_and_resumes_identically(stag
     assert sum(resumed.resumed.values()) > 0
     reference, result = run_arrays(stages["reference"]), run_arrays(out)
     for key in reference:
-        np.testing.assert_allclose(reference[key], result[key], rtol=1e-5, atol=1e-6, err_msg=key)  # batch size 1 vs 2: round-off
+        np.testing.assert_allclose(
+            reference[key], result[key], rtol=1e-5, atol=1e-6, err_msg=key
+        )  # batch size 1 vs 2: round-off
 
 
 @pytest.mark.parametrize("kind", ["file", "below_a_file"])
-def test_run_out_of_the_wrong_kind_is_one_line_before_any_work(kind: str, tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_run_out_of_the_wrong_kind_is_one_line_before_any_work(
+    kind: str, tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys
+) -> None:  # type: ignore[no-untyped-def]
     from probe_cli.main import main
 
     existing = tmp_path / "notes.txt"
@@ -179,6 +239,10 @@ def test_run_out_of_the_wrong_kind_is_one_line_before_any_work(kind: str, tiny_p
     with pytest.raises(SystemExit) as stop:
         main(_args(tiny_pair, rolemrc_file, out, "priority"))
     err = capsys.readouterr().err.strip().splitlines()
-    said = f"error: --out: expected a directory (or a path to create one), got '{out}'" if kind == "file" else f"error: --out {out}"
+    said = (
+        f"error: --out: expected a directory (or a path to create one), got '{out}'"
+        if kind == "file"
+        else f"error: --out {out}"
+    )
     assert stop.value.code == 2 and len(err) == 1 and err[0].startswith(said), err
     assert existing.read_text() == "keep me"

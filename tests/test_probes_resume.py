@@ -34,8 +34,15 @@ record_run(RecordConfig(sft_dir=sys.argv[1], dpo_dir=sys.argv[2], data_file=sys.
 
 
 def _config(tiny_pair, data: Path, out: Path) -> RecordConfig:  # type: ignore[no-untyped-def]
-    return RecordConfig(sft_dir=tiny_pair[0], dpo_dir=tiny_pair[1], data_file=data, out_dir=out, capabilities="multi_turn,priority",
-                        hooks="mlp_out,mlp_post", batch_size=1)
+    return RecordConfig(
+        sft_dir=tiny_pair[0],
+        dpo_dir=tiny_pair[1],
+        data_file=data,
+        out_dir=out,
+        capabilities="multi_turn,priority",
+        hooks="mlp_out,mlp_post",
+        batch_size=1,
+    )
 
 
 def _shards(run_dir: Path) -> int:
@@ -43,11 +50,18 @@ def _shards(run_dir: Path) -> int:
 
 
 @pytest.mark.slow
-def test_sigkill_mid_run_then_resume_is_identical_to_uninterrupted(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_sigkill_mid_run_then_resume_is_identical_to_uninterrupted(
+    tiny_pair, rolemrc_file: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     killed_dir = tmp_path / "killed"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, str(tiny_pair[0]), str(tiny_pair[1]), str(rolemrc_file), str(killed_dir)],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, str(tiny_pair[0]), str(tiny_pair[1]), str(rolemrc_file), str(killed_dir)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 240
     while _shards(killed_dir) < 2 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)

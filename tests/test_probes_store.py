@@ -22,8 +22,16 @@ HOOKS = ("mlp_out", "mlp_post")
 
 
 def _config(tiny_pair, data: Path, out: Path, **kw) -> RecordConfig:  # type: ignore[no-untyped-def]
-    base = dict(sft_dir=tiny_pair[0], dpo_dir=tiny_pair[1], data_file=data, capabilities="multi_turn,priority", hooks=HOOKS,
-                out_dir=out, batch_size=3, layers="1-3")
+    base = dict(
+        sft_dir=tiny_pair[0],
+        dpo_dir=tiny_pair[1],
+        data_file=data,
+        capabilities="multi_turn,priority",
+        hooks=HOOKS,
+        out_dir=out,
+        batch_size=3,
+        layers="1-3",
+    )
     base.update(kw)
     return RecordConfig(**base)
 
@@ -36,7 +44,9 @@ def full_run(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFac
 
 
 @pytest.mark.slow
-def test_round_trip_matches_a_direct_forward_and_keeps_provenance(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_round_trip_matches_a_direct_forward_and_keeps_provenance(
+    tiny_pair, rolemrc_file: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     from core.capabilities import Capability
     from core.chat import pad_id_of
     from core.rows import read_test_rows
@@ -44,19 +54,30 @@ def test_round_trip_matches_a_direct_forward_and_keeps_provenance(tiny_pair, rol
     from probes.pair import load_pair
     from probes.prompts import build_prompts, make_batch
 
-    result = record_run(_config(tiny_pair, rolemrc_file, tmp_path / "r", store_dtype="float32", capabilities="multi_turn"), progress=False)
+    result = record_run(
+        _config(tiny_pair, rolemrc_file, tmp_path / "r", store_dtype="float32", capabilities="multi_turn"),
+        progress=False,
+    )
     pair = load_pair(*tiny_pair, device="cpu", dtype="float32")
-    prompts = build_prompts(pair.tokenizer, read_test_rows(rolemrc_file), Capability.MULTI_TURN, add_generation_prompt=False)
+    prompts = build_prompts(
+        pair.tokenizer, read_test_rows(rolemrc_file), Capability.MULTI_TURN, add_generation_prompt=False
+    )
     direct = make_backend("torch", pair.dpo, hooks=HOOKS, layers=[1, 2, 3], position="last").record(
-        make_batch(prompts, range(len(prompts)), pad_id_of(pair.tokenizer)))
+        make_batch(prompts, range(len(prompts)), pad_id_of(pair.tokenizer))
+    )
     with RunReader(result.run_dir) as run:
         assert run.dataset("dpo", "multi_turn", "mlp_post").dtype == np.float32
-        np.testing.assert_allclose(run.activations("dpo", "multi_turn", "mlp_post"), direct["mlp_post"].numpy(), atol=1e-5)
+        np.testing.assert_allclose(
+            run.activations("dpo", "multi_turn", "mlp_post"), direct["mlp_post"].numpy(), atol=1e-5
+        )
         assert run.layers("multi_turn", "mlp_out") == [1, 2, 3]
         samples = run.samples("multi_turn")
         assert sorted(samples.sample_ids.tolist()) == sorted(prompts.sample_ids) and len(samples.sample_ids) == 8
         assert all("2nd" in t for t in samples.tasks)
-        assert all(p.count("<|begin_of_text|>") == 1 and "<|start_header_id|>user" in p and "User" not in p.split(">")[1] for p in samples.prompts)
+        assert all(
+            p.count("<|begin_of_text|>") == 1 and "<|start_header_id|>user" in p and "User" not in p.split(">")[1]
+            for p in samples.prompts
+        )
         assert not samples.prompts[0].endswith("assistant<|end_header_id|>\n\n")  # no generation prompt by default
         assert samples.prompt_lengths.tolist() == [len(i) for i in prompts.ids]
         info = run.model_info("sft")
@@ -65,9 +86,18 @@ def test_round_trip_matches_a_direct_forward_and_keeps_provenance(tiny_pair, rol
         assert len(info["tokenizer_sha256"]) == len(info["chat_template_sha256"]) == 64
         s = run.settings
         assert s.data_sha256 == file_sha256(rolemrc_file) and s.data_file == str(rolemrc_file.resolve())
-        assert (s.backend, s.position, s.dtype, s.store_dtype, s.hooks, s.seed) == ("torch", "last", "float32", "float32", list(HOOKS), 0)
+        assert (s.backend, s.position, s.dtype, s.store_dtype, s.hooks, s.seed) == (
+            "torch",
+            "last",
+            "float32",
+            "float32",
+            list(HOOKS),
+            0,
+        )
         assert s.toolkit_version and json.loads(run._file.attrs["provenance"])["versions"]["torch"]
-    assert not (result.run_dir / JOURNAL_DIR / "multi_turn").exists() or not any((result.run_dir / JOURNAL_DIR / "multi_turn").iterdir())
+    assert not (result.run_dir / JOURNAL_DIR / "multi_turn").exists() or not any(
+        (result.run_dir / JOURNAL_DIR / "multi_turn").iterdir()
+    )
 
 
 def test_default_store_is_float16_and_rerun_skips_everything(tiny_pair, rolemrc_file: Path, full_run: Path) -> None:  # type: ignore[no-untyped-def]
@@ -92,7 +122,9 @@ def test_a_new_capability_can_be_added_to_a_run(tiny_pair, rolemrc_file: Path, f
     assert all(np.array_equal(before[k], after[k]) for k in before) and after["nested/dpo/mlp_post"].shape == (8, 3, 64)
 
 
-@pytest.mark.parametrize("change", [dict(position="mean"), dict(hooks="mlp_out"), dict(layers="0-3"), dict(store_dtype="float32")])
+@pytest.mark.parametrize(
+    "change", [dict(position="mean"), dict(hooks="mlp_out"), dict(layers="0-3"), dict(store_dtype="float32")]
+)
 def test_mixing_incompatible_settings_is_refused(tiny_pair, rolemrc_file: Path, full_run: Path, change: dict) -> None:  # type: ignore[no-untyped-def]
     before = run_arrays(full_run)
     key = next(iter(change))
@@ -102,7 +134,9 @@ def test_mixing_incompatible_settings_is_refused(tiny_pair, rolemrc_file: Path, 
     assert all(np.array_equal(before[k], after[k]) for k in before)
 
 
-def test_other_data_or_swapped_models_are_refused(tiny_pair, rolemrc_file: Path, full_run: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_other_data_or_swapped_models_are_refused(
+    tiny_pair, rolemrc_file: Path, full_run: Path, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     other = tmp_path / "other.jsonl"
     other.write_text(rolemrc_file.read_text().replace("archivist", "librarian"))
     with pytest.raises(ProbeError, match="data_sha256"):
@@ -143,8 +177,14 @@ def _simulate_crash(monkeypatch: pytest.MonkeyPatch, target: str, after_calls: i
 
 
 @pytest.mark.parametrize("crash", ["replace_h5", "unlink_shards"])
-def test_crash_during_consolidation_resumes_to_identicalrun_arrays(tiny_pair, rolemrc_file: Path, full_run: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                                monkeypatch: pytest.MonkeyPatch, crash: str) -> None:
+def test_crash_during_consolidation_resumes_to_identicalrun_arrays(
+    tiny_pair,
+    rolemrc_file: Path,
+    full_run: Path,
+    tmp_path: Path,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
+    crash: str,
+) -> None:
     out = tmp_path / "crashy"
     with monkeypatch.context() as m:
         killed = _simulate_crash(m, crash, after_calls=2)

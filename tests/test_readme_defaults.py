@@ -33,6 +33,7 @@ def _record(field: str) -> Callable[[], Any]:
         from probes.config import RecordConfig
 
         return getattr(RecordConfig(capabilities="multi_turn"), field)
+
     return read
 
 
@@ -41,6 +42,7 @@ def _field(module: str, cls: str, field: str) -> Callable[[], Any]:
         import importlib
 
         return getattr(getattr(importlib.import_module(module), cls), field)
+
     return read
 
 
@@ -56,6 +58,7 @@ def _recipe(**kwargs: str) -> Callable[[], Any]:
         from training.config import SFTRunConfig
 
         return SFTRunConfig(data="d", out="o", **kwargs).recipe
+
     return read
 
 
@@ -64,6 +67,7 @@ def _constant(module: str, name: str) -> Callable[[], Any]:
         import importlib
 
         return getattr(importlib.import_module(module), name)
+
     return read
 
 
@@ -84,24 +88,51 @@ CLAIMS: list[tuple[str, Callable[[], Any], Any]] = [
     ("`$PROBE_HOME` (default `~/.cache/rolemrc-probe`)", _home, "~/.cache/rolemrc-probe"),
     ("`paper`: the RoleMRC scripts' values, the default for any model directory", _recipe(base="/models/any"), "paper"),
     ("`tiny`: for the tiny base, the default there", _recipe(base="tiny"), "tiny"),
-    ("`probe models default [--home DIR] [--pair smollm2|tiny]` builds a pair if", _constant("training.default_pair", "DEFAULT_PAIR"), "smollm2"),
+    (
+        "`probe models default [--home DIR] [--pair smollm2|tiny]` builds a pair if",
+        _constant("training.default_pair", "DEFAULT_PAIR"),
+        "smollm2",
+    ),
     ("default, `smollm2`, is SmolLM2-135M-Instruct", _constant("training.default_pair", "DEFAULT_PAIR"), "smollm2"),
     ("Hook points: `mlp_out` (default, the paper's Llama choice)", _record("hooks"), ("mlp_out",)),
     ("float16 (default) or float32", _record("store_dtype"), "float16"),
-    ("# topk_count, top 20%, default window", lambda: (_field("analysis.config", "AnalysisConfig", "metric")(),
-                                                     _field("analysis.config", "AnalysisConfig", "top_percent")(),
-                                                     _field("analysis.config", "AnalysisConfig", "layers")()), ("topk_count", 20.0, None)),
+    (
+        "# topk_count, top 20%, default window",
+        lambda: (
+            _field("analysis.config", "AnalysisConfig", "metric")(),
+            _field("analysis.config", "AnalysisConfig", "top_percent")(),
+            _field("analysis.config", "AnalysisConfig", "layers")(),
+        ),
+        ("topk_count", 20.0, None),
+    ),
     ("`--normalize samples` (default)", _field("analysis.config", "AnalysisConfig", "normalize"), "samples"),
-    ("By default the DPO model (`--model dpo`) is scaled by the paper's factor 0.999999",
-     lambda: (_field("interventions.config", "ABConfig", "model")(), _field("interventions.config", "ABConfig", "factor")()), ("dpo", 1 - 1e-6)),
-    ("`--edit`, comma-separated or repeated; `scale` by default",
-     lambda: _ab_default("edits"), ["scale"]),
-    ("ends after `PROBE_JOIN_TIMEOUT` seconds (default 120)", _constant("probes.distributed", "DEFAULT_JOIN_TIMEOUT"), 120.0),
+    (
+        "By default the DPO model (`--model dpo`) is scaled by the paper's factor 0.999999",
+        lambda: (
+            _field("interventions.config", "ABConfig", "model")(),
+            _field("interventions.config", "ABConfig", "factor")(),
+        ),
+        ("dpo", 1 - 1e-6),
+    ),
+    ("`--edit`, comma-separated or repeated; `scale` by default", lambda: _ab_default("edits"), ["scale"]),
+    (
+        "ends after `PROBE_JOIN_TIMEOUT` seconds (default 120)",
+        _constant("probes.distributed", "DEFAULT_JOIN_TIMEOUT"),
+        120.0,
+    ),
     ("`--device` (default `cpu`)", _field("interventions.config", "ABConfig", "device"), "cpu"),
     ("`--placebo R` (default 20)", _field("interventions.config", "ABConfig", "placebo"), 20),
-    ("`OPENAI_BASE_URL` (default `https://api.openai.com/v1`)", _constant("core.llm.config", "DEFAULT_BASE_URL"), "https://api.openai.com/v1"),
+    (
+        "`OPENAI_BASE_URL` (default `https://api.openai.com/v1`)",
+        _constant("core.llm.config", "DEFAULT_BASE_URL"),
+        "https://api.openai.com/v1",
+    ),
     ("`PROBE_RUN_DIR` (default `runs/latest`", _notebook_run_dir, ("runs", "runs/latest")),
-    ("it defaults to the default pair, or takes `--sft`, `--dpo`", _constant("training.default_pair", "DEFAULT_PAIR"), "smollm2"),
+    (
+        "it defaults to the default pair, or takes `--sft`, `--dpo`",
+        _constant("training.default_pair", "DEFAULT_PAIR"),
+        "smollm2",
+    ),
 ]
 
 
@@ -111,7 +142,9 @@ def test_the_readme_states_the_code_default(snippet: str, actual: Callable[[], A
     assert actual() == stated
 
 
-_CLAIM = re.compile(r"\(default[ ,)][^)]*\)?|defaults to|the default (?:for|there)|default,|top 20%, default|[Bb]y default")
+_CLAIM = re.compile(
+    r"\(default[ ,)][^)]*\)?|defaults to|the default (?:for|there)|default,|top 20%, default|[Bb]y default"
+)
 
 
 def test_every_default_the_readme_states_is_checked() -> None:
@@ -119,5 +152,5 @@ def test_every_default_the_readme_states_is_checked() -> None:
     unchecked = []
     for match in _CLAIM.finditer(FLAT):
         if not any(FLAT.find(s) <= match.start() < FLAT.find(s) + len(s) for s in checked if s in FLAT):
-            unchecked.append(FLAT[max(0, match.start() - 60):match.end() + 20])
+            unchecked.append(FLAT[max(0, match.start() - 60) : match.end() + 20])
     assert unchecked == []

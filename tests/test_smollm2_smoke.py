@@ -60,13 +60,47 @@ def test_real_base_trains_records_and_analyzes(base_dir: Path, tmp_path: Path) -
     data = tmp_path / "data"
     _invoke(["synthesize", "--out", str(data), "--roles", "3", "--seed", "0"])
     sft = tmp_path / "sft"
-    _invoke(["train", "sft", "--base", str(base_dir), "--data", str(data), "--out", str(sft), "--max-steps", "2",
-             "--batch-size", "2", "--max-length", "192", "--learning-rate", "1e-5"])
+    _invoke(
+        [
+            "train",
+            "sft",
+            "--base",
+            str(base_dir),
+            "--data",
+            str(data),
+            "--out",
+            str(sft),
+            "--max-steps",
+            "2",
+            "--batch-size",
+            "2",
+            "--max-length",
+            "192",
+            "--learning-rate",
+            "1e-5",
+        ]
+    )
     assert (sft / "chat_template.jinja").read_text() == (base_dir / "chat_template.jinja").read_text()
     test_file = _small_test_file(data, tmp_path / "test.jsonl")
     run = tmp_path / "run"
-    printed = _invoke(["run", "-c", "all", "--sft", str(base_dir), "--dpo", str(sft), "--data", str(test_file),
-                       "--out", str(run), "--batch-size", "4", "--quiet"])
+    printed = _invoke(
+        [
+            "run",
+            "-c",
+            "all",
+            "--sft",
+            str(base_dir),
+            "--dpo",
+            str(sft),
+            "--data",
+            str(test_file),
+            "--out",
+            str(run),
+            "--batch-size",
+            "4",
+            "--quiet",
+        ]
+    )
     assert "window" in printed and "top discrepancy layers" in printed
     summary = json.loads((run / "analysis" / "summary.json").read_text())
     from probes.store import RunReader

@@ -22,8 +22,16 @@ def test_run_json_and_the_hdf5_settings_are_one_record(tiny_pair, rolemrc_file: 
     from probes.recording import record_run
     from probes.store import RunReader
 
-    result = record_run(RecordConfig(sft_dir=tiny_pair[0], dpo_dir=tiny_pair[1], data_file=rolemrc_file, out_dir=tmp_path / "run",
-                                     capabilities="priority"), progress=False)
+    result = record_run(
+        RecordConfig(
+            sft_dir=tiny_pair[0],
+            dpo_dir=tiny_pair[1],
+            data_file=rolemrc_file,
+            out_dir=tmp_path / "run",
+            capabilities="priority",
+        ),
+        progress=False,
+    )
     in_json = json.loads((result.run_dir / "run.json").read_text())["settings"]
     with h5py.File(result.run_dir / "activations.h5") as handle:
         in_h5 = json.loads(handle.attrs["settings"])
@@ -45,8 +53,10 @@ def test_version_1_settings_open_and_a_newer_version_is_refused() -> None:
 def test_a_resume_refused_for_other_settings_names_what_differs() -> None:
     recorded = RunSettings(hooks=["mlp_out"], layers=[1, 2], position="last")
     asked = RunSettings(hooks=["mlp_out"], layers=[1, 2, 3], position="mean")
-    assert recorded.differences(asked) == ["layers: run has [1, 2], this call asks [1, 2, 3]",
-                                           "position: run has 'last', this call asks 'mean'"]
+    assert recorded.differences(asked) == [
+        "layers: run has [1, 2], this call asks [1, 2, 3]",
+        "position: run has 'last', this call asks 'mean'",
+    ]
 
 
 def test_model_provenance_round_trips_keeps_extra_keys_and_reads_old_files(tmp_path: Path) -> None:
@@ -54,7 +64,9 @@ def test_model_provenance_round_trips_keeps_extra_keys_and_reads_old_files(tmp_p
     body = record.to_dict()
     assert body["format"] == "rolemrc-probe/model-provenance" and body["note"] == "x"
     assert ModelProvenance.from_dict(body) == record
-    (tmp_path / "provenance.json").write_text(json.dumps({"stage": "dpo", "weights_sha256": "w", "parent": {"base": "tiny"}}))
+    (tmp_path / "provenance.json").write_text(
+        json.dumps({"stage": "dpo", "weights_sha256": "w", "parent": {"base": "tiny"}})
+    )
     old = read_provenance(tmp_path)
     assert old is not None and old.stage == "dpo" and old.parent == {"base": "tiny"}
     (tmp_path / "provenance.json").write_text(json.dumps({**body, "version": 7}))

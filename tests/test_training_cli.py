@@ -24,8 +24,9 @@ def probe(*args: str, home: Path | None = None) -> subprocess.CompletedProcess[s
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     if home is not None:
         env["PROBE_HOME"] = str(home)
-    return subprocess.run([sys.executable, "-m", "probe_cli.main", *args], capture_output=True, text=True, cwd=ROOT,
-                          env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "probe_cli.main", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300
+    )
 
 
 def one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
@@ -40,8 +41,10 @@ def one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> N
 @pytest.fixture(scope="module")
 def small_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("cli-data")
-    system = Turn("system", "You are Ada, a smith. Your catchphrase is \"Onward!\".")
-    rows = [SFTRow([system, Turn("user", f"Question {i}?"), Turn("assistant", f"Onward! Answer {i}.")]) for i in range(8)]
+    system = Turn("system", 'You are Ada, a smith. Your catchphrase is "Onward!".')
+    rows = [
+        SFTRow([system, Turn("user", f"Question {i}?"), Turn("assistant", f"Onward! Answer {i}.")]) for i in range(8)
+    ]
     write_jsonl(out / "sft.jsonl", rows)
     pairs = [DPORow([system, Turn("user", f"Question {i}?")], f"Onward! Answer {i}.", "No.") for i in range(8)]
     write_jsonl(out / "dpo.jsonl", pairs)
@@ -49,27 +52,35 @@ def small_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_missing_base_directory(small_data: Path, tmp_path: Path) -> None:
-    result = probe("train", "sft", "--base", str(tmp_path / "nowhere"), "--data", str(small_data), "--out", str(tmp_path / "o"))
+    result = probe(
+        "train", "sft", "--base", str(tmp_path / "nowhere"), "--data", str(small_data), "--out", str(tmp_path / "o")
+    )
     one_line_error(result, "--base", "no such directory")
     assert not (tmp_path / "o").exists()
 
 
 def test_base_directory_that_is_not_a_model(small_data: Path, tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    result = probe("train", "sft", "--base", str(tmp_path / "empty"), "--data", str(small_data), "--out", str(tmp_path / "o"))
+    result = probe(
+        "train", "sft", "--base", str(tmp_path / "empty"), "--data", str(small_data), "--out", str(tmp_path / "o")
+    )
     one_line_error(result, "--base", "no config.json")
 
 
 def test_empty_dataset(tmp_path: Path, tiny_model_dir: Path) -> None:
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "sft.jsonl").write_text("\n")
-    result = probe("train", "sft", "--base", str(tiny_model_dir), "--data", str(tmp_path / "data"), "--out", str(tmp_path / "o"))
+    result = probe(
+        "train", "sft", "--base", str(tiny_model_dir), "--data", str(tmp_path / "data"), "--out", str(tmp_path / "o")
+    )
     one_line_error(result, "sft.jsonl", "no rows")
 
 
 def test_malformed_dataset_line_is_named(tmp_path: Path, tiny_model_dir: Path) -> None:
     (tmp_path / "sft.jsonl").write_text('{"conversations": [{"role": "user", "content": "hi"}]}\n{"nope": 1}\n')
-    result = probe("train", "sft", "--base", "tiny", "--data", str(tmp_path / "sft.jsonl"), "--out", str(tmp_path / "o"))
+    result = probe(
+        "train", "sft", "--base", "tiny", "--data", str(tmp_path / "sft.jsonl"), "--out", str(tmp_path / "o")
+    )
     one_line_error(result, "sft.jsonl:1", "expected the last turn to be assistant")
 
 
@@ -80,10 +91,23 @@ def test_missing_required_option(small_data: Path) -> None:
 def test_dpo_reference_with_another_tokenizer(small_data: Path, tmp_path: Path, tiny_model_dir: Path) -> None:
     from training.tiny_base import TinySpec, build_tiny_base
 
-    other = build_tiny_base(["a completely different corpus of words"] * 30, tmp_path / "other",
-                            TinySpec(n_layers=2, hidden_size=32, intermediate_size=64, vocab_size=300))
-    result = probe("train", "dpo", "--sft", str(tiny_model_dir), "--ref", str(other), "--data", str(small_data),
-                   "--out", str(tmp_path / "o"))
+    other = build_tiny_base(
+        ["a completely different corpus of words"] * 30,
+        tmp_path / "other",
+        TinySpec(n_layers=2, hidden_size=32, intermediate_size=64, vocab_size=300),
+    )
+    result = probe(
+        "train",
+        "dpo",
+        "--sft",
+        str(tiny_model_dir),
+        "--ref",
+        str(other),
+        "--data",
+        str(small_data),
+        "--out",
+        str(tmp_path / "o"),
+    )
     one_line_error(result, "tokenizer mismatch", "--ref")
 
 
@@ -101,7 +125,10 @@ def test_tokenizer_larger_than_the_model_embeddings(small_data: Path, tmp_path: 
 
 
 def test_bad_flag_value_and_bad_config(small_data: Path, tmp_path: Path) -> None:
-    one_line_error(probe("train", "sft", "--base", "tiny", "--data", str(small_data), "--out", "x", "--lr", "-1"), "--learning-rate")
+    one_line_error(
+        probe("train", "sft", "--base", "tiny", "--data", str(small_data), "--out", "x", "--lr", "-1"),
+        "--learning-rate",
+    )
     (tmp_path / "c.yaml").write_text("lr_typo: 1\n")
     one_line_error(probe("train", "sft", "--config", str(tmp_path / "c.yaml")), "lr_typo")
 
@@ -109,13 +136,42 @@ def test_bad_flag_value_and_bad_config(small_data: Path, tmp_path: Path) -> None
 @pytest.mark.slow
 def test_cli_trains_sft_then_dpo(small_data: Path, tmp_path: Path) -> None:
     sft = tmp_path / "sft"
-    result = probe("train", "sft", "--base", "tiny", "--tiny-layers", "2", "--tiny-width", "32", "--tiny-mlp", "64",
-                   "--data", str(small_data), "--out", str(sft), "--max-steps", "2", "--batch-size", "4")
+    result = probe(
+        "train",
+        "sft",
+        "--base",
+        "tiny",
+        "--tiny-layers",
+        "2",
+        "--tiny-width",
+        "32",
+        "--tiny-mlp",
+        "64",
+        "--data",
+        str(small_data),
+        "--out",
+        str(sft),
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "4",
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads((sft / "provenance.json").read_text())["parent"]["tiny_spec"]["n_layers"] == 2
     config = tmp_path / "dpo.json"
     config.write_text(json.dumps({"max_steps": 2, "batch_size": 4, "beta": 0.2}))
-    result = probe("train", "dpo", "--sft", str(sft), "--data", str(small_data), "--out", str(tmp_path / "dpo"), "--config", str(config))
+    result = probe(
+        "train",
+        "dpo",
+        "--sft",
+        str(sft),
+        "--data",
+        str(small_data),
+        "--out",
+        str(tmp_path / "dpo"),
+        "--config",
+        str(config),
+    )
     assert result.returncode == 0, result.stderr
     record = json.loads((tmp_path / "dpo" / "provenance.json").read_text())
     assert record["config"]["beta"] == 0.2 and len(record["losses"]) == 2
@@ -128,10 +184,42 @@ def test_two_process_cpu_run_under_accelerate(small_data: Path, tmp_path: Path) 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     # `--cpu` would pick accelerate's single-process launcher; `--multi_gpu` picks torchrun, and the toolkit
     # creates its process state with cpu=True when there is no CUDA, so the 2 processes join over gloo.
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "29517",
-           "--module", "probe_cli.main", "train", "sft", "--base", "tiny", "--tiny-layers", "2", "--tiny-width", "32",
-           "--tiny-mlp", "64", "--data", str(small_data), "--out", str(out), "--max-steps", "2", "--batch-size", "2"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        "29517",
+        "--module",
+        "probe_cli.main",
+        "train",
+        "sft",
+        "--base",
+        "tiny",
+        "--tiny-layers",
+        "2",
+        "--tiny-width",
+        "32",
+        "--tiny-mlp",
+        "64",
+        "--data",
+        str(small_data),
+        "--out",
+        str(out),
+        "--max-steps",
+        "2",
+        "--batch-size",
+        "2",
+    ]
     result = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     record = json.loads((out / "provenance.json").read_text())

@@ -16,7 +16,13 @@ def test_paper_recipe_matches_the_roleMRC_scripts() -> None:
     sft = SFTRunConfig(base="b", data="d", out="o", recipe="paper")
     assert (sft.learning_rate, sft.lr_scheduler, sft.warmup_ratio, sft.epochs) == (2e-5, "cosine", 0.04, 1.0)
     dpo = DPORunConfig(sft="s", data="d", out="o", recipe="paper")
-    assert (dpo.learning_rate, dpo.lr_scheduler, dpo.warmup_ratio, dpo.epochs, dpo.beta) == (4e-7, "linear", 0.1, 1.0, 0.1)
+    assert (dpo.learning_rate, dpo.lr_scheduler, dpo.warmup_ratio, dpo.epochs, dpo.beta) == (
+        4e-7,
+        "linear",
+        0.1,
+        1.0,
+        0.1,
+    )
     assert dpo.loss_type == "sigmoid" and sft.bf16 is None  # None = bf16 on a GPU only
 
 
@@ -31,11 +37,14 @@ def test_explicit_values_beat_config_file_which_beats_recipe(tmp_path: Path) -> 
     assert DPORunConfig.from_sources(json_file, sft="s", data="d", out="o").beta == 0.5
 
 
-@pytest.mark.parametrize("text, message", [
-    ("learning_rate: 0.1\nnot_an_option: 3\n", r"unknown option\(s\) not_an_option"),
-    ("- a list\n", "expected a mapping"),
-    ("a: [unclosed\n", "cannot parse"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("learning_rate: 0.1\nnot_an_option: 3\n", r"unknown option\(s\) not_an_option"),
+        ("- a list\n", "expected a mapping"),
+        ("a: [unclosed\n", "cannot parse"),
+    ],
+)
 def test_bad_config_files_name_the_file(tmp_path: Path, text: str, message: str) -> None:
     file = tmp_path / "bad.yaml"
     file.write_text(text)
@@ -44,11 +53,18 @@ def test_bad_config_files_name_the_file(tmp_path: Path, text: str, message: str)
     assert str(file) in str(info.value)
 
 
-@pytest.mark.parametrize("field, value, flag", [
-    ("learning_rate", 0.0, "--learning-rate"), ("batch_size", 0, "--batch-size"), ("warmup_ratio", 1.5, "--warmup-ratio"),
-    ("lr_scheduler", "zigzag", "--lr-scheduler"), ("max_steps", 0, "--max-steps"), ("recipe", "huge", "--recipe"),
-    ("max_length", 8, "--max-length"),
-])
+@pytest.mark.parametrize(
+    "field, value, flag",
+    [
+        ("learning_rate", 0.0, "--learning-rate"),
+        ("batch_size", 0, "--batch-size"),
+        ("warmup_ratio", 1.5, "--warmup-ratio"),
+        ("lr_scheduler", "zigzag", "--lr-scheduler"),
+        ("max_steps", 0, "--max-steps"),
+        ("recipe", "huge", "--recipe"),
+        ("max_length", 8, "--max-length"),
+    ],
+)
 def test_invalid_values_name_the_flag(field: str, value: object, flag: str) -> None:
     with pytest.raises(ProbeError, match=flag):
         SFTRunConfig(base="tiny", data="d", out="o", **{field: value})

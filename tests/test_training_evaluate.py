@@ -11,7 +11,14 @@ from core.capabilities import TASKS
 from core.rows import read_test_rows
 from core.stats import wilson
 from data_synthesis.offline import synthesize
-from training.evaluate import ModelEvaluation, add_base_columns, comparison_table, evaluate_pair, mcnemar_from_scores, select_rows
+from training.evaluate import (
+    ModelEvaluation,
+    add_base_columns,
+    comparison_table,
+    evaluate_pair,
+    mcnemar_from_scores,
+    select_rows,
+)
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +44,17 @@ def test_paired_statistics() -> None:
 
 
 def test_table_counts_rows_in_each_of_their_capabilities() -> None:
-    sft = ModelEvaluation("a", ["", "", ""], [{"knowledge_boundary": 1, "role_style": 0}, {"multi_turn": 1}, {"multi_turn": None}])
-    dpo = ModelEvaluation("b", ["", "", ""], [{"knowledge_boundary": 1, "role_style": 1}, {"multi_turn": 0}, {"multi_turn": 1}])
+    sft = ModelEvaluation(
+        "a", ["", "", ""], [{"knowledge_boundary": 1, "role_style": 0}, {"multi_turn": 1}, {"multi_turn": None}]
+    )
+    dpo = ModelEvaluation(
+        "b", ["", "", ""], [{"knowledge_boundary": 1, "role_style": 1}, {"multi_turn": 0}, {"multi_turn": 1}]
+    )
     table = {r["capability"]: r for r in comparison_table(sft, dpo)}
     assert table["role_style"]["sft_rate"] == 0.0 and table["role_style"]["dpo_rate"] == 1.0
     assert (table["multi_turn"]["sft_pass"], table["multi_turn"]["n"]) == (1, 1)  # undecided rows excluded
     assert (table["overall"]["sft_pass"], table["overall"]["n"]) == (1, 2)  # row 0 fails on style
     assert table["overall"]["dpo_pass"] == 2 and "priority" not in table
-
 
 
 def test_the_dpo_minus_sft_interval_is_paired_and_brackets_the_difference() -> None:
@@ -63,18 +73,30 @@ def test_the_dpo_minus_sft_interval_is_paired_and_brackets_the_difference() -> N
     table = comparison_table(sft, dpo)
     add_base_columns(table, ModelEvaluation("base", [""] * 40, [{"multi_turn": 0}] * 40), sft)
     row = {r["capability"]: r for r in table}["multi_turn"]
-    assert row["sft_minus_base"] == pytest.approx(0.75) and 0.5 < row["sft_minus_base_ci"][0] < 0.75 < row["sft_minus_base_ci"][1] <= 1.0
+    assert (
+        row["sft_minus_base"] == pytest.approx(0.75)
+        and 0.5 < row["sft_minus_base_ci"][0] < 0.75 < row["sft_minus_base_ci"][1] <= 1.0
+    )
+
 
 @pytest.mark.slow
 def test_evaluate_pair_on_tiny_models(tiny_pair: tuple[Path, Path], test_file: Path, tmp_path: Path) -> None:
     from core.generation import GenerationConfig
 
     sft, dpo = tiny_pair
-    result = evaluate_pair(sft, dpo, test_file, max_rows=18, generation=GenerationConfig(max_new_tokens=6, batch_size=9))
+    result = evaluate_pair(
+        sft, dpo, test_file, max_rows=18, generation=GenerationConfig(max_new_tokens=6, batch_size=9)
+    )
     assert result.judge == "rules" and result.base is None
     assert sum(result.task_counts.values()) == 18 and len(result.sft.responses) == 18
     caps = [r["capability"] for r in result.table]
-    assert caps[-1] == "overall" and set(caps[:-1]) == {"knowledge_boundary", "role_style", "nested", "multi_turn", "priority"}
+    assert caps[-1] == "overall" and set(caps[:-1]) == {
+        "knowledge_boundary",
+        "role_style",
+        "nested",
+        "multi_turn",
+        "priority",
+    }
     assert all(0.0 <= r["sft_rate"] <= 1.0 and 0.0 <= r["mcnemar_p"] <= 1.0 for r in result.table)
     saved = result.save(tmp_path / "eval.json")
     assert saved.read_text().startswith("{")

@@ -23,8 +23,17 @@ TINY = {"n_layers": 2, "hidden_size": 32, "intermediate_size": 64, "vocab_size":
 
 
 def sft_config(data: Path, out: Path, **kw: object) -> SFTRunConfig:
-    values: dict[str, object] = dict(base="tiny", data=data, out=out, tiny_spec=TINY, max_steps=8, batch_size=8,
-                                     learning_rate=1e-2, max_rows=64, max_length=256)
+    values: dict[str, object] = dict(
+        base="tiny",
+        data=data,
+        out=out,
+        tiny_spec=TINY,
+        max_steps=8,
+        batch_size=8,
+        learning_rate=1e-2,
+        max_rows=64,
+        max_length=256,
+    )
     values.update(kw)
     return SFTRunConfig(**values)  # type: ignore[arg-type]
 
@@ -43,8 +52,16 @@ def sft_dir(data_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def dpo_dir(sft_dir: Path, data_dir: Path) -> Path:
-    cfg = DPORunConfig(sft=sft_dir, data=data_dir, out=sft_dir.parent / "dpo", max_steps=3, batch_size=4,
-                       learning_rate=1e-3, max_rows=24, max_length=256)
+    cfg = DPORunConfig(
+        sft=sft_dir,
+        data=data_dir,
+        out=sft_dir.parent / "dpo",
+        max_steps=3,
+        batch_size=4,
+        learning_rate=1e-3,
+        max_rows=24,
+        max_length=256,
+    )
     return train_dpo(cfg)
 
 
@@ -85,8 +102,9 @@ def test_outputs_reload_offline_with_provenance(sft_dir: Path, dpo_dir: Path, da
         model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         assert model.config.num_hidden_layers == 2
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=True,
-                                            return_dict=True)["input_ids"]
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=True, return_dict=True
+        )["input_ids"]
         assert ids.count(tokenizer.bos_token_id) == 1
         record = _provenance(path)
         assert record["stage"] == stage and record["final_loss"] == record["losses"][-1]["loss"]
@@ -150,14 +168,23 @@ def test_weights_fingerprint_hashes_tensors_of_any_dtype_not_file_bytes(tmp_path
 
 
 @pytest.mark.slow
-def test_one_weights_fingerprint_links_provenance_to_the_run_that_recorded_it(sft_dir: Path, dpo_dir: Path, data_dir: Path,
-                                                                             tmp_path: Path) -> None:
+def test_one_weights_fingerprint_links_provenance_to_the_run_that_recorded_it(
+    sft_dir: Path, dpo_dir: Path, data_dir: Path, tmp_path: Path
+) -> None:
     from analysis.neuron_sets import NeuronSet
     from probes.config import RecordConfig
     from probes.recording import record_run
 
-    result = record_run(RecordConfig(sft_dir=sft_dir, dpo_dir=dpo_dir, data_file=data_dir / "test.jsonl", capabilities="priority",
-                                     out_dir=tmp_path / "run"), progress=False)
+    result = record_run(
+        RecordConfig(
+            sft_dir=sft_dir,
+            dpo_dir=dpo_dir,
+            data_file=data_dir / "test.jsonl",
+            capabilities="priority",
+            out_dir=tmp_path / "run",
+        ),
+        progress=False,
+    )
     settings = result.settings
     assert settings.sft_weights_sha256 == _provenance(sft_dir)["weights_sha256"]
     assert settings.dpo_weights_sha256 == _provenance(dpo_dir)["weights_sha256"]

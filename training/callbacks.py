@@ -22,8 +22,11 @@ class LossRecorder(TrainerCallback):
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """A resumed run starts with the losses its checkpoint logged, so provenance lists every step."""
-        self.records = [{"step": entry["step"], **{k: v for k, v in entry.items() if k != "step" and isinstance(v, (int, float))}}
-                        for entry in state.log_history if "loss" in entry]
+        self.records = [
+            {"step": entry["step"], **{k: v for k, v in entry.items() if k != "step" and isinstance(v, (int, float))}}
+            for entry in state.log_history
+            if "loss" in entry
+        ]
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if not logs:
@@ -79,5 +82,8 @@ class GracefulStop(TrainerCallback):
         if self.requested or not self.in_loop:
             raise KeyboardInterrupt
         self.requested = True
-        print("Ctrl-C: stopping after this training step and saving a checkpoint (Ctrl-C again to stop at once)",
-              file=sys.stderr, flush=True)
+        print(
+            "Ctrl-C: stopping after this training step and saving a checkpoint (Ctrl-C again to stop at once)",
+            file=sys.stderr,
+            flush=True,
+        )

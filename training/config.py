@@ -32,8 +32,18 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Annotated, Any
 
-from core.config_file import (ABOVE_ZERO, DIRECTORY, NON_NEGATIVE, POSITIVE, SEED, OptionError, Range, build_config, check_mapping,
-                              typed_config)
+from core.config_file import (
+    ABOVE_ZERO,
+    DIRECTORY,
+    NON_NEGATIVE,
+    POSITIVE,
+    SEED,
+    OptionError,
+    Range,
+    build_config,
+    check_mapping,
+    typed_config,
+)
 from core.errors import ProbeError
 
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_min_lr")
@@ -41,16 +51,58 @@ LOSS_TYPES = ("sigmoid", "hinge", "ipo", "robust")
 
 # Paper: training/sft_llama3.sh and dpo_llama3.sh of LuJunru/RoleMRC (per-device batch x grad-acc x 4 GPUs = 64).
 _SFT_RECIPES: dict[str, dict[str, Any]] = {
-    "paper": dict(learning_rate=2e-5, lr_scheduler="cosine", warmup_ratio=0.04, epochs=1.0, batch_size=8,
-                  grad_accum=2, max_length=4096, weight_decay=0.0, seed=42, gradient_checkpointing=True),
-    "tiny": dict(learning_rate=1e-3, lr_scheduler="cosine", warmup_ratio=0.05, epochs=1.0, batch_size=16,
-                 grad_accum=1, max_length=320, weight_decay=0.0, seed=0, gradient_checkpointing=False),
+    "paper": dict(
+        learning_rate=2e-5,
+        lr_scheduler="cosine",
+        warmup_ratio=0.04,
+        epochs=1.0,
+        batch_size=8,
+        grad_accum=2,
+        max_length=4096,
+        weight_decay=0.0,
+        seed=42,
+        gradient_checkpointing=True,
+    ),
+    "tiny": dict(
+        learning_rate=1e-3,
+        lr_scheduler="cosine",
+        warmup_ratio=0.05,
+        epochs=1.0,
+        batch_size=16,
+        grad_accum=1,
+        max_length=320,
+        weight_decay=0.0,
+        seed=0,
+        gradient_checkpointing=False,
+    ),
 }
 _DPO_RECIPES: dict[str, dict[str, Any]] = {
-    "paper": dict(learning_rate=4e-7, lr_scheduler="linear", warmup_ratio=0.1, epochs=1.0, batch_size=4,
-                  grad_accum=4, max_length=3000, weight_decay=0.0, seed=42, gradient_checkpointing=True, beta=0.1),
-    "tiny": dict(learning_rate=1e-4, lr_scheduler="linear", warmup_ratio=0.1, epochs=1.0, batch_size=16,
-                 grad_accum=1, max_length=320, weight_decay=0.0, seed=0, gradient_checkpointing=False, beta=0.1),
+    "paper": dict(
+        learning_rate=4e-7,
+        lr_scheduler="linear",
+        warmup_ratio=0.1,
+        epochs=1.0,
+        batch_size=4,
+        grad_accum=4,
+        max_length=3000,
+        weight_decay=0.0,
+        seed=42,
+        gradient_checkpointing=True,
+        beta=0.1,
+    ),
+    "tiny": dict(
+        learning_rate=1e-4,
+        lr_scheduler="linear",
+        warmup_ratio=0.1,
+        epochs=1.0,
+        batch_size=16,
+        grad_accum=1,
+        max_length=320,
+        weight_decay=0.0,
+        seed=0,
+        gradient_checkpointing=False,
+        beta=0.1,
+    ),
 }
 RECIPES: dict[str, dict[str, dict[str, Any]]] = {"sft": _SFT_RECIPES, "dpo": _DPO_RECIPES}
 

@@ -63,9 +63,14 @@ def sft_records(path: Path, max_rows: int | None = None) -> list[dict[str, Any]]
 def dpo_records(path: Path, max_rows: int | None = None) -> list[dict[str, Any]]:
     """``[{"prompt": [...], "chosen": [assistant], "rejected": [assistant]}]`` in file order."""
     rows = _limit(read_dpo_rows(path), path, max_rows)
-    return [{"prompt": _messages(r.prompt),
-             "chosen": [{"role": "assistant", "content": r.chosen}],
-             "rejected": [{"role": "assistant", "content": r.rejected}]} for r in rows]
+    return [
+        {
+            "prompt": _messages(r.prompt),
+            "chosen": [{"role": "assistant", "content": r.chosen}],
+            "rejected": [{"role": "assistant", "content": r.rejected}],
+        }
+        for r in rows
+    ]
 
 
 def to_dataset(records: list[dict[str, Any]]) -> Any:

@@ -69,8 +69,9 @@ class DefaultPairRecipe:
     # nested chats a little more frequent (5 per task and role).
     n_roles: int = 120
     seed: int = 0
-    synthesis: dict[str, Any] = field(default_factory=lambda: {"test_fraction": 0.07, "sft_nested": 5,
-                                                               "test_histogram_roles": 40})
+    synthesis: dict[str, Any] = field(
+        default_factory=lambda: {"test_fraction": 0.07, "sft_nested": 5, "test_histogram_roles": 40}
+    )
     sft: dict[str, Any] = field(default_factory=dict)
     dpo: dict[str, Any] = field(default_factory=dict)
     dropped_violations: tuple[str, ...] = ()
@@ -90,20 +91,48 @@ class DefaultPairRecipe:
 # alongside: precomputing its log-probabilities would cover all 4,032 pairs, not the 96 trained on).
 SMOLLM2_RECIPE = DefaultPairRecipe(
     base="smollm2",
-    sft={"recipe": "paper", "learning_rate": 1e-4, "lr_scheduler": "cosine", "warmup_ratio": 0.05, "max_steps": 24,
-         "batch_size": 8, "grad_accum": 1, "max_length": 256, "gradient_checkpointing": False},
-    dpo={"recipe": "paper", "learning_rate": 1e-5, "lr_scheduler": "linear", "warmup_ratio": 0.1, "max_steps": 12,
-         "batch_size": 8, "grad_accum": 1, "max_length": 256, "gradient_checkpointing": False, "beta": 0.1,
-         "precompute_ref": False},
+    sft={
+        "recipe": "paper",
+        "learning_rate": 1e-4,
+        "lr_scheduler": "cosine",
+        "warmup_ratio": 0.05,
+        "max_steps": 24,
+        "batch_size": 8,
+        "grad_accum": 1,
+        "max_length": 256,
+        "gradient_checkpointing": False,
+    },
+    dpo={
+        "recipe": "paper",
+        "learning_rate": 1e-5,
+        "lr_scheduler": "linear",
+        "warmup_ratio": 0.1,
+        "max_steps": 12,
+        "batch_size": 8,
+        "grad_accum": 1,
+        "max_length": 256,
+        "gradient_checkpointing": False,
+        "beta": 0.1,
+        "precompute_ref": False,
+    },
 )
 # SFT: the tiny base is warmed up as a 4-layer model on the SFT conversations (assistant spans only,
 # training.pretrain), grown to 32 layers, then TRL's SFTTrainer trains all 32 layers; DPO: TRL on the
 # shaped pairs. Sized for under 5 minutes on 2 cores.
 TINY_RECIPE = DefaultPairRecipe(
     base="tiny",
-    sft={"recipe": "tiny", "max_steps": 30, "learning_rate": 3e-4,
-         "tiny_spec": {"pretrain_layers": 4, "pretrain_steps": 1300, "pretrain_lr": 5e-3, "pretrain_format": "chat",
-                       "pretrain_max_length": 320}},
+    sft={
+        "recipe": "tiny",
+        "max_steps": 30,
+        "learning_rate": 3e-4,
+        "tiny_spec": {
+            "pretrain_layers": 4,
+            "pretrain_steps": 1300,
+            "pretrain_lr": 5e-3,
+            "pretrain_format": "chat",
+            "pretrain_max_length": 320,
+        },
+    },
     dpo={"recipe": "tiny", "max_steps": 40, "batch_size": 8, "learning_rate": 5e-4},
     dropped_violations=DROPPED_VIOLATIONS,
 )
@@ -140,8 +169,13 @@ def verify(root: Path, recipe: DefaultPairRecipe = DEFAULT_RECIPE) -> str | None
     return verify_marker(root, {"recipe": recipe.to_dict()})
 
 
-def ensure_default_pair(home: Path | None = None, *, pair: str = DEFAULT_PAIR, progress: bool = True,
-                        recipe: DefaultPairRecipe | None = None) -> DefaultPair:
+def ensure_default_pair(
+    home: Path | None = None,
+    *,
+    pair: str = DEFAULT_PAIR,
+    progress: bool = True,
+    recipe: DefaultPairRecipe | None = None,
+) -> DefaultPair:
     """Return the verified pair ``pair`` (or ``recipe``) under ``home`` (default :func:`probe_home`), building what is missing."""
     recipe = recipe or recipe_for(pair)
     home = Path(home) if home is not None else probe_home()
@@ -174,7 +208,9 @@ def _build_into_place(home: Path, root: Path, recipe: DefaultPairRecipe, progres
             shutil.rmtree(root)
         os.replace(work, root)
     except Interrupted:  # a training stage's checkpoint lives in this build's own directory, removed below
-        raise Interrupted(f"building the default pair stopped; nothing kept (a build starts over); rerun the command to build {root}") from None
+        raise Interrupted(
+            f"building the default pair stopped; nothing kept (a build starts over); rerun the command to build {root}"
+        ) from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -187,8 +223,9 @@ def shape_dpo(full: Path, shaped: Path, dropped: tuple[str, ...]) -> int:
     return write_jsonl(shaped, rows)
 
 
-def build_default_pair(work: Path, recipe: DefaultPairRecipe = DEFAULT_RECIPE, report: Report | None = None,
-                       home: Path | None = None) -> dict[str, float]:
+def build_default_pair(
+    work: Path, recipe: DefaultPairRecipe = DEFAULT_RECIPE, report: Report | None = None, home: Path | None = None
+) -> dict[str, float]:
     """Synthesize, train SFT then DPO into ``work`` and write the marker; returns seconds per stage.
 
     ``home`` holds the pretrained base (``smollm2``); it is built from the fetched wheel if absent, offline.

@@ -21,15 +21,30 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import Interrupted, ProbeError
-from core.models import check_model_dir, check_same_tokenizer, check_vocab_fits, load_causal_lm, load_model, load_tokenizer
+from core.models import (
+    check_model_dir,
+    check_same_tokenizer,
+    check_vocab_fits,
+    load_causal_lm,
+    load_model,
+    load_tokenizer,
+)
 from core.provenance import file_sha256, weights_sha256
 from training.config import DPORunConfig
 from training.data import dpo_records, resolve_data_file, to_dataset
 from training.interrupts import kept_message, run_fingerprint, run_training
 from training.provenance import read_provenance, write_provenance
+from training.runner import (
+    check_output,
+    dist_state,
+    finish_output,
+    partial_dir,
+    quiet_environment,
+    silence_printer,
+    start_output,
+    trainer_kwargs,
+)
 from training.sft import check_rows_render
-from training.runner import (check_output, dist_state, finish_output, partial_dir, quiet_environment, silence_printer, start_output,
-                             trainer_kwargs)
 
 ProgressFn = Callable[[int, int, float | None], None]
 
@@ -69,7 +84,9 @@ def prepare_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> DPO
 
     tokenizer = load_tokenizer(config.sft, "--sft")  # the template and the rows are checked before any weight loads
     if not tokenizer.chat_template:
-        raise ProbeError(f"--sft {config.sft}: the tokenizer has no chat template; train it with `probe train sft` first")
+        raise ProbeError(
+            f"--sft {config.sft}: the tokenizer has no chat template; train it with `probe train sft` first"
+        )
     check_rows_render(tokenizer, [r["prompt"] + r["chosen"] + r["rejected"] for r in records], data_file)
     model = load_model(config.sft, "--sft")
     check_vocab_fits(model, tokenizer, f"--sft {config.sft}")
@@ -79,19 +96,33 @@ def prepare_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> DPO
     fingerprint = run_fingerprint(config.to_dict(), data_file, [config.sft, config.ref], state.num_processes)
     work, resume = start_output(config.out, config.overwrite, is_main, fingerprint)
     try:
-        args = DPOConfig(**trainer_kwargs(config, work), beta=config.beta, loss_type=[config.loss_type],
-                         precompute_ref_log_probs=config.precompute_ref)
+        args = DPOConfig(
+            **trainer_kwargs(config, work),
+            beta=config.beta,
+            loss_type=[config.loss_type],
+            precompute_ref_log_probs=config.precompute_ref,
+        )
         recorder = LossRecorder()
         callbacks = [recorder] + ([StepProgress(progress)] if progress else [])
-        trainer = DPOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=to_dataset(records),
-                             processing_class=tokenizer, callbacks=callbacks)
+        trainer = DPOTrainer(
+            model=model,
+            ref_model=ref_model,
+            args=args,
+            train_dataset=to_dataset(records),
+            processing_class=tokenizer,
+            callbacks=callbacks,
+        )
     except BaseException:
         if is_main and resume is None:  # a refused or interrupted setup leaves no partial output directory behind
             shutil.rmtree(work, ignore_errors=True)
         raise
     silence_printer(trainer)
-    parent = {"sft": str(config.sft), "weights_sha256": weights_sha256(config.sft),
-              "ref": str(config.ref or config.sft), "sft_provenance": _brief(config.sft)}
+    parent = {
+        "sft": str(config.sft),
+        "weights_sha256": weights_sha256(config.sft),
+        "ref": str(config.ref or config.sft),
+        "sft_provenance": _brief(config.sft),
+    }
     return DPOSession(config, trainer, work, data_file, parent, recorder, fingerprint, resume)
 
 
@@ -113,10 +144,22 @@ def train_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> Path:
     run_training(trainer, session.work, session.fingerprint, session.resume)
     trainer.save_model(str(session.work))  # every rank calls it: ZeRO-3 gathers the shards; only rank 0 writes
     if trainer.is_world_process_zero():
-        write_provenance(session.work, stage="dpo", config=config.to_dict(), parent=session.parent, recorder=session.recorder,
-                         data={"file": str(session.data_file), "sha256": file_sha256(session.data_file),
-                               "rows": len(trainer.train_dataset)},
-                         extra={"world_size": trainer.args.world_size, "resumed_from_step": session.resume[1] if session.resume else None})
+        write_provenance(
+            session.work,
+            stage="dpo",
+            config=config.to_dict(),
+            parent=session.parent,
+            recorder=session.recorder,
+            data={
+                "file": str(session.data_file),
+                "sha256": file_sha256(session.data_file),
+                "rows": len(trainer.train_dataset),
+            },
+            extra={
+                "world_size": trainer.args.world_size,
+                "resumed_from_step": session.resume[1] if session.resume else None,
+            },
+        )
         finish_output(session.work, config.out)
     trainer.accelerator.wait_for_everyone()
     return config.out

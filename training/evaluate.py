@@ -30,10 +30,10 @@ from core.capabilities import ALL_CAPABILITIES, capabilities_of
 from core.decoding import EVAL_GENERATION, GenerationConfig
 from core.errors import ProbeError
 from core.generation import Generator
-from core.shared_generation import generate_unedited
 from core.judges import Judge, Verdict, make_judge
 from core.rows import read_test_rows, row_location
 from core.schema import TestRow
+from core.shared_generation import generate_unedited
 from core.stats import discordant, mcnemar_p, paired_bootstrap_ci, wilson
 
 
@@ -90,9 +90,14 @@ class PairEvaluation:
             write_atomic(p, body)
         except OSError as exc:
             kept = _keep_elsewhere(body, p.name)
-            where = f"the full result was kept in {kept}: move it where you want it" if kept else \
-                "no other place could be written either; the table above is the result"
-            raise ProbeError(f"--out {p}: cannot write ({exc.strerror or exc}); any old file there is as it was; {where}") from None
+            where = (
+                f"the full result was kept in {kept}: move it where you want it"
+                if kept
+                else "no other place could be written either; the table above is the result"
+            )
+            raise ProbeError(
+                f"--out {p}: cannot write ({exc.strerror or exc}); any old file there is as it was; {where}"
+            ) from None
         return p
 
 
@@ -125,12 +130,24 @@ def mcnemar_from_scores(a: Sequence[int | None], b: Sequence[int | None]) -> flo
     return float(mcnemar_p(*discordant(*judged_pairs(a, b))))
 
 
-def _row(name: str, s: tuple[int, int], d: tuple[int, int], a: Sequence[int | None], b: Sequence[int | None]) -> dict[str, Any]:
+def _row(
+    name: str, s: tuple[int, int], d: tuple[int, int], a: Sequence[int | None], b: Sequence[int | None]
+) -> dict[str, Any]:
     sr = s[0] / s[1] if s[1] else float("nan")
     dr = d[0] / d[1] if d[1] else float("nan")
-    return {"capability": name, "n": s[1], "sft_pass": s[0], "sft_rate": sr, "sft_ci": wilson(*s),
-            "dpo_pass": d[0], "dpo_rate": dr, "dpo_ci": wilson(*d), "delta": dr - sr,
-            "delta_ci": paired_bootstrap_ci(*judged_pairs(a, b)), "mcnemar_p": mcnemar_from_scores(a, b)}
+    return {
+        "capability": name,
+        "n": s[1],
+        "sft_pass": s[0],
+        "sft_rate": sr,
+        "sft_ci": wilson(*s),
+        "dpo_pass": d[0],
+        "dpo_rate": dr,
+        "dpo_ci": wilson(*d),
+        "delta": dr - sr,
+        "delta_ci": paired_bootstrap_ci(*judged_pairs(a, b)),
+        "mcnemar_p": mcnemar_from_scores(a, b),
+    }
 
 
 def comparison_table(sft: ModelEvaluation, dpo: ModelEvaluation) -> list[dict[str, Any]]:
@@ -141,8 +158,18 @@ def comparison_table(sft: ModelEvaluation, dpo: ModelEvaluation) -> list[dict[st
         key = cap.value
         if not any(key in s for s in sft.scores):
             continue
-        table.append(_row(key, sft.rate(key), dpo.rate(key), [s.get(key) for s in sft.scores], [s.get(key) for s in dpo.scores]))
-    table.append(_row("overall", sft.overall(), dpo.overall(), [_complies(s) for s in sft.scores], [_complies(s) for s in dpo.scores]))
+        table.append(
+            _row(key, sft.rate(key), dpo.rate(key), [s.get(key) for s in sft.scores], [s.get(key) for s in dpo.scores])
+        )
+    table.append(
+        _row(
+            "overall",
+            sft.overall(),
+            dpo.overall(),
+            [_complies(s) for s in sft.scores],
+            [_complies(s) for s in dpo.scores],
+        )
+    )
     return table
 
 
@@ -158,8 +185,14 @@ def add_base_columns(table: list[dict[str, Any]], base: ModelEvaluation, sft: Mo
             passed, n = base.rate(key)
             a, b = [s.get(key) for s in base.scores], [s.get(key) for s in sft.scores]
         rate = passed / n if n else float("nan")
-        row.update(base_pass=passed, base_rate=rate, base_ci=wilson(passed, n), sft_minus_base=row["sft_rate"] - rate,
-                   sft_minus_base_ci=paired_bootstrap_ci(*judged_pairs(a, b)), base_mcnemar_p=mcnemar_from_scores(a, b))
+        row.update(
+            base_pass=passed,
+            base_rate=rate,
+            base_ci=wilson(passed, n),
+            sft_minus_base=row["sft_rate"] - rate,
+            sft_minus_base_ci=paired_bootstrap_ci(*judged_pairs(a, b)),
+            base_mcnemar_p=mcnemar_from_scores(a, b),
+        )
 
 
 def _complies(scores: dict[str, int | None]) -> int | None:
@@ -188,9 +221,14 @@ def _verdict_scores(verdict: Verdict, row: TestRow) -> dict[str, int | None]:
     return {cap.value: verdict.scores.get(cap) for cap in capabilities_of(row.task)}
 
 
-def evaluate_model(model_dir: str | Path, rows: Sequence[TestRow], judge: Judge,
-                   generation: GenerationConfig = EVAL_GENERATION, where: Callable[[int], str] | None = None,
-                   flag: str = "--model") -> ModelEvaluation:
+def evaluate_model(
+    model_dir: str | Path,
+    rows: Sequence[TestRow],
+    judge: Judge,
+    generation: GenerationConfig = EVAL_GENERATION,
+    where: Callable[[int], str] | None = None,
+    flag: str = "--model",
+) -> ModelEvaluation:
     """Greedy responses of one model directory to ``rows``, judged; ``where(i)`` names row ``i`` in rendering errors
     and ``flag`` names the directory in load errors."""
     from core.models import load_causal_lm
@@ -208,13 +246,17 @@ def _row_namer(test_file: str | Path, all_rows: Sequence[TestRow], rows: Sequenc
     return lambda i: row_location(index[id(rows[i])], test_file)
 
 
-def _check_rendering(model_dir: str | Path, rows: Sequence[TestRow], where: Callable[[int], str], flag: str = "--sft") -> None:
+def _check_rendering(
+    model_dir: str | Path, rows: Sequence[TestRow], where: Callable[[int], str], flag: str = "--sft"
+) -> None:
     """Render every prompt with the model's tokenizer before any weights load: a refused row, or a chat template that
     fails or renders nothing, fails in a second."""
     from core.chat import encode_conversations
     from core.models import load_tokenizer
 
-    encode_conversations(load_tokenizer(model_dir, flag), [row.question for row in rows], add_generation_prompt=True, where=where)
+    encode_conversations(
+        load_tokenizer(model_dir, flag), [row.question for row in rows], add_generation_prompt=True, where=where
+    )
 
 
 def pair_warnings(sft_dir: str | Path, dpo_dir: str | Path, base_dir: str | Path | None = None) -> list[str]:
@@ -223,14 +265,26 @@ def pair_warnings(sft_dir: str | Path, dpo_dir: str | Path, base_dir: str | Path
 
     named = [("--base", base_dir), ("--sft", sft_dir), ("--dpo", dpo_dir)]
     named = [(flag, path) for flag, path in named if path is not None]
-    return [f"{a} and {b} are the same model ({pa}): every {b.lstrip('-').upper()}-{a.lstrip('-').upper()} difference "
-            f"will be 0 by construction; pass the other model as {b}"
-            for i, (a, pa) in enumerate(named) for b, pb in named[i + 1:] if same_directory(pa, pb)]
+    return [
+        f"{a} and {b} are the same model ({pa}): every {b.lstrip('-').upper()}-{a.lstrip('-').upper()} difference "
+        f"will be 0 by construction; pass the other model as {b}"
+        for i, (a, pa) in enumerate(named)
+        for b, pb in named[i + 1 :]
+        if same_directory(pa, pb)
+    ]
 
 
-def evaluate_pair(sft_dir: str | Path, dpo_dir: str | Path, test_file: str | Path, *, max_rows: int | None = None,
-                  judge: Judge | None = None, generation: GenerationConfig = EVAL_GENERATION,
-                  progress: Callable[[str], None] | None = None, base_dir: str | Path | None = None) -> PairEvaluation:
+def evaluate_pair(
+    sft_dir: str | Path,
+    dpo_dir: str | Path,
+    test_file: str | Path,
+    *,
+    max_rows: int | None = None,
+    judge: Judge | None = None,
+    generation: GenerationConfig = EVAL_GENERATION,
+    progress: Callable[[str], None] | None = None,
+    base_dir: str | Path | None = None,
+) -> PairEvaluation:
     """Judge both models (and the untouched ``base_dir``, if given) on the (optionally subsampled) test split."""
     all_rows = read_test_rows(test_file)
     rows = select_rows(all_rows, max_rows)
@@ -253,5 +307,14 @@ def evaluate_pair(sft_dir: str | Path, dpo_dir: str | Path, test_file: str | Pat
     table = comparison_table(results["sft"], results["dpo"])
     if "base" in results:
         add_base_columns(table, results["base"], results["sft"])
-    return PairEvaluation(str(test_file), counts, getattr(judge, "name", type(judge).__name__), asdict(generation),
-                          results["sft"], results["dpo"], table, results.get("base"), pair_warnings(sft_dir, dpo_dir, base_dir))
+    return PairEvaluation(
+        str(test_file),
+        counts,
+        getattr(judge, "name", type(judge).__name__),
+        asdict(generation),
+        results["sft"],
+        results["dpo"],
+        table,
+        results.get("base"),
+        pair_warnings(sft_dir, dpo_dir, base_dir),
+    )

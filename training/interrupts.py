@@ -48,10 +48,17 @@ def run_fingerprint(config: dict[str, Any], data_file: Path, parents: list[Path 
     from core.models import weight_files
     from core.provenance import file_sha256
 
-    weights = [[(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in weight_files(parent)]
-               for parent in parents if parent is not None]
-    body = {"config": {k: v for k, v in config.items() if k != "overwrite"}, "data": file_sha256(data_file),
-            "parents": weights, "processes": processes}
+    weights = [
+        [(str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns) for p in weight_files(parent)]
+        for parent in parents
+        if parent is not None
+    ]
+    body = {
+        "config": {k: v for k, v in config.items() if k != "overwrite"},
+        "data": file_sha256(data_file),
+        "parents": weights,
+        "processes": processes,
+    }
     return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
 
 
@@ -73,7 +80,9 @@ def _mark_resumable(work: Path, fingerprint: str, step: int) -> Path:
     for stale in work.glob("checkpoint-*"):
         if stale != checkpoint:
             shutil.rmtree(stale, ignore_errors=True)
-    write_atomic(work / RESUME_FILE, json.dumps({"fingerprint": fingerprint, "checkpoint": checkpoint.name, "step": step}))
+    write_atomic(
+        work / RESUME_FILE, json.dumps({"fingerprint": fingerprint, "checkpoint": checkpoint.name, "step": step})
+    )
     return checkpoint
 
 
@@ -81,8 +90,10 @@ def kept_message(work: Path) -> str:
     """What an interrupted run left for a resume, as the end of an :class:`Interrupted` message."""
     try:
         marker = json.loads((work / RESUME_FILE).read_text(encoding="utf-8"))
-        return (f"the checkpoint at step {int(marker['step'])} is kept in {work / str(marker['checkpoint'])}; "
-                "rerun the same command to resume from it")
+        return (
+            f"the checkpoint at step {int(marker['step'])} is kept in {work / str(marker['checkpoint'])}; "
+            "rerun the same command to resume from it"
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return "nothing kept; rerun the same command to start over"
 
@@ -125,13 +136,17 @@ def run_training(trainer: Any, work: Path, fingerprint: str, resume: tuple[Path,
             trainer.train(resume_from_checkpoint=str(resume[0]) if resume else None)
             checkpoint = _keep(trainer, work, fingerprint, stop.stopped_at)
     except KeyboardInterrupt:
-        when = "training stopped at once" if stop.in_loop or stop.requested else "stopped before the first training step"
+        when = (
+            "training stopped at once" if stop.in_loop or stop.requested else "stopped before the first training step"
+        )
         if trainer.is_world_process_zero() and resume_point(work, fingerprint) is None:
             shutil.rmtree(work, ignore_errors=True)
         raise Interrupted(f"{when}: {kept_message(work)}") from None
     if checkpoint is not None:
-        raise Interrupted(f"training stopped at step {stop.stopped_at} of {trainer.state.max_steps}; the checkpoint is kept in "
-                          f"{checkpoint}; rerun the same command to resume from step {stop.stopped_at}")
+        raise Interrupted(
+            f"training stopped at step {stop.stopped_at} of {trainer.state.max_steps}; the checkpoint is kept in "
+            f"{checkpoint}; rerun the same command to resume from step {stop.stopped_at}"
+        )
 
 
 def _keep(trainer: Any, work: Path, fingerprint: str, step: int | None) -> Path | None:

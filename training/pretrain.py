@@ -44,7 +44,9 @@ def encode_chat(tokenizer: Any, conversations: Sequence[list[dict[str, str]]], m
     """Chat-template renderings; only the assistant spans (the template's generation markers) are in the loss."""
     out = []
     for messages in conversations:
-        enc = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+        enc = tokenizer.apply_chat_template(
+            messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+        )
         ids, mask = enc["input_ids"][:max_length], enc["assistant_masks"][:max_length]
         if any(mask):
             out.append((ids, mask))
@@ -61,9 +63,9 @@ def _batch(docs: list[Encoded], pad_id: int) -> tuple[Any, Any, Any]:
     labels = torch.full((len(docs), width), -100, dtype=torch.long)
     for i, (doc, mask) in enumerate(docs):
         row = torch.tensor(doc)
-        ids[i, :len(doc)] = row
-        attention[i, :len(doc)] = 1
-        labels[i, :len(doc)] = row.masked_fill(torch.tensor(mask) == 0, -100)
+        ids[i, : len(doc)] = row
+        attention[i, : len(doc)] = 1
+        labels[i, : len(doc)] = row.masked_fill(torch.tensor(mask) == 0, -100)
     return ids, attention, labels
 
 
@@ -73,15 +75,24 @@ def _bucketed_batches(docs: list[Encoded], batch_size: int, rng: random.Random) 
     window = batch_size * 8
     batches = []
     for i in range(0, len(order), window):
-        chunk = sorted(order[i:i + window], key=lambda d: len(d[0]))
-        batches += [chunk[j:j + batch_size] for j in range(0, len(chunk), batch_size)]
+        chunk = sorted(order[i : i + window], key=lambda d: len(d[0]))
+        batches += [chunk[j : j + batch_size] for j in range(0, len(chunk), batch_size)]
     rng.shuffle(batches)
     return batches
 
 
-def pretrain_causal_lm(model: Any, tokenizer: Any, docs: Sequence[Encoded], *, steps: int, learning_rate: float = 2e-3,
-                       batch_size: int = 16, seed: int = 0, warmup: float = 0.05,
-                       report: Callable[[int, int], None] | None = None) -> list[float]:
+def pretrain_causal_lm(
+    model: Any,
+    tokenizer: Any,
+    docs: Sequence[Encoded],
+    *,
+    steps: int,
+    learning_rate: float = 2e-3,
+    batch_size: int = 16,
+    seed: int = 0,
+    warmup: float = 0.05,
+    report: Callable[[int, int], None] | None = None,
+) -> list[float]:
     """Train ``model`` in place for ``steps`` AdamW steps (warmup then cosine decay) on ``docs``
     from :func:`encode_plain` or :func:`encode_chat`; returns the losses."""
     import torch
@@ -94,7 +105,9 @@ def pretrain_causal_lm(model: Any, tokenizer: Any, docs: Sequence[Encoded], *, s
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0, betas=(0.9, 0.95))
     warm = max(1, int(warmup * steps))
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm))))
+        optimizer,
+        lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm))),
+    )
     pending: list[list[Encoded]] = []
     losses: list[float] = []
     model.train()

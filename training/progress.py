@@ -15,16 +15,31 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 
 @contextmanager
 def rich_reporter(console: Console | None = None) -> Iterator[Callable[[str, int, int], None]]:
     """Yields ``report(stage, done, total)``; a new stage name opens a new bar."""
     tasks: dict[str, TaskID] = {}
-    columns = (TextColumn("{task.description:<12}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
-               TimeRemainingColumn())
+    columns = (
+        TextColumn("{task.description:<12}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, console=console or Console(stderr=True), transient=False) as bars:
+
         def report(stage: str, done: int, total: int) -> None:
             if stage not in tasks:
                 tasks[stage] = bars.add_task(stage, total=max(total, 1))

@@ -54,7 +54,13 @@ class ModelProvenance:
 
     def brief(self) -> dict[str, Any]:
         """What a child model's provenance repeats of its parent's."""
-        return {"stage": self.stage, "data": self.data, "parent": self.parent, "final_loss": self.final_loss, "created": self.created}
+        return {
+            "stage": self.stage,
+            "data": self.data,
+            "parent": self.parent,
+            "final_loss": self.final_loss,
+            "created": self.created,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         body = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
@@ -63,29 +69,51 @@ class ModelProvenance:
     @classmethod
     def from_dict(cls, body: Any, where: str = FILE_NAME) -> ModelProvenance:
         if not isinstance(body, dict) or body.get("format", FORMAT) != FORMAT:
-            raise ProbeError(f"{where}: not a model provenance record (expected \"format\": \"{FORMAT}\")")
+            raise ProbeError(f'{where}: not a model provenance record (expected "format": "{FORMAT}")')
         version = body.get("version", 1)
         if not isinstance(version, int) or version > VERSION:
-            raise ProbeError(f"{where}: provenance version {version!r}, newer than this toolkit reads ({VERSION}); update the toolkit")
+            raise ProbeError(
+                f"{where}: provenance version {version!r}, newer than this toolkit reads ({VERSION}); update the toolkit"
+            )
         known = {f.name for f in fields(cls)} - {"extra"}
         try:
-            return cls(**{k: v for k, v in body.items() if k in known},
-                       extra={k: v for k, v in body.items() if k not in known | {"format", "version"}})
+            return cls(
+                **{k: v for k, v in body.items() if k in known},
+                extra={k: v for k, v in body.items() if k not in known | {"format", "version"}},
+            )
         except TypeError as exc:
             raise ProbeError(f"{where}: malformed provenance record ({exc})") from None
 
 
-def write_provenance(out_dir: Path, *, stage: str, config: dict[str, Any], data: dict[str, Any],
-                     parent: dict[str, Any], recorder: Any, extra: dict[str, Any] | None = None) -> Path:
+def write_provenance(
+    out_dir: Path,
+    *,
+    stage: str,
+    config: dict[str, Any],
+    data: dict[str, Any],
+    parent: dict[str, Any],
+    recorder: Any,
+    extra: dict[str, Any] | None = None,
+) -> Path:
     from core.atomic import write_atomic
 
     extra = dict(extra or {})
     record = ModelProvenance(
-        stage=stage, weights_sha256=weights_sha256(out_dir), created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        config=config, seeds={"seed": config.get("seed"), "data_seed": config.get("seed")}, data=data, parent=parent,
-        versions=library_versions(), device=device_info(), losses=recorder.records, final_loss=recorder.final_loss,
-        train_summary=recorder.summary, world_size=int(extra.pop("world_size", 1) or 1),
-        resumed_from_step=extra.pop("resumed_from_step", None), extra=extra,
+        stage=stage,
+        weights_sha256=weights_sha256(out_dir),
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        config=config,
+        seeds={"seed": config.get("seed"), "data_seed": config.get("seed")},
+        data=data,
+        parent=parent,
+        versions=library_versions(),
+        device=device_info(),
+        losses=recorder.records,
+        final_loss=recorder.final_loss,
+        train_summary=recorder.summary,
+        world_size=int(extra.pop("world_size", 1) or 1),
+        resumed_from_step=extra.pop("resumed_from_step", None),
+        extra=extra,
     )
     path = Path(out_dir) / FILE_NAME
     write_atomic(path, json.dumps(record.to_dict(), indent=1, default=str))

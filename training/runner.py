@@ -22,6 +22,7 @@ from typing import Any
 
 from core.errors import ProbeError
 
+
 def quiet_environment() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -58,7 +59,9 @@ def resolve_bf16(requested: bool | None) -> bool:
 
     capable = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     if requested and not capable:
-        raise ProbeError("--bf16 needs a CUDA GPU with bf16 support; on CPU training stays in fp32 (bf16 is ~6x slower there)")
+        raise ProbeError(
+            "--bf16 needs a CUDA GPU with bf16 support; on CPU training stays in fp32 (bf16 is ~6x slower there)"
+        )
     return capable if requested is None else bool(requested)
 
 
@@ -100,10 +103,14 @@ def check_output(out: Path, overwrite: bool) -> None:
     if out.exists() and not out.is_dir():
         raise ProbeError(f"--out {out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise ProbeError(f"--out {out}: already exists and is not empty; pass --overwrite to replace it when the new run finishes")
+        raise ProbeError(
+            f"--out {out}: already exists and is not empty; pass --overwrite to replace it when the new run finishes"
+        )
 
 
-def start_output(out: Path, overwrite: bool, is_main: bool, fingerprint: str = "") -> tuple[Path, tuple[Path, int] | None]:
+def start_output(
+    out: Path, overwrite: bool, is_main: bool, fingerprint: str = ""
+) -> tuple[Path, tuple[Path, int] | None]:
     """Check ``out``; returns the partial directory and the (checkpoint, step) to resume from. An interrupted run
     with the same ``fingerprint`` is kept for a resume (:mod:`training.interrupts`); anything else there is
     replaced (on the main process) by a fresh directory."""

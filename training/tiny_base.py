@@ -59,7 +59,9 @@ class TinySpec:
         from training.pretrain import PRETRAIN_FORMATS
 
         if self.pretrain_format not in PRETRAIN_FORMATS:
-            raise ValueError(f"tiny_spec.pretrain_format: expected one of {', '.join(PRETRAIN_FORMATS)}, got {self.pretrain_format!r}")
+            raise ValueError(
+                f"tiny_spec.pretrain_format: expected one of {', '.join(PRETRAIN_FORMATS)}, got {self.pretrain_format!r}"
+            )
 
 
 def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -88,9 +90,13 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> PreTrainedTokeniz
     )
 
 
-def build_tiny_base(corpus: Iterable[str], out_dir: str | os.PathLike[str], spec: TinySpec = TinySpec(),
-                    report: Callable[[int, int], None] | None = None,
-                    conversations: Sequence[list[dict[str, str]]] | None = None) -> Path:
+def build_tiny_base(
+    corpus: Iterable[str],
+    out_dir: str | os.PathLike[str],
+    spec: TinySpec = TinySpec(),
+    report: Callable[[int, int], None] | None = None,
+    conversations: Sequence[list[dict[str, str]]] | None = None,
+) -> Path:
     """Train the tokenizer on ``corpus``, initialise a Llama from ``spec.seed``, warm it up when
     ``spec.pretrain_steps > 0`` (on ``corpus``, or on ``conversations`` when ``spec.pretrain_format == "chat"``;
     ``report(step, total)`` follows it), save both to ``out_dir``."""
@@ -116,7 +122,9 @@ def build_tiny_base(corpus: Iterable[str], out_dir: str | os.PathLike[str], spec
     )
     shallow = 0 < spec.pretrain_layers < spec.n_layers and spec.pretrain_steps > 0
     torch.manual_seed(spec.seed)
-    model = LlamaForCausalLM(config.__class__(**{**config.to_dict(), "num_hidden_layers": spec.pretrain_layers}) if shallow else config)
+    model = LlamaForCausalLM(
+        config.__class__(**{**config.to_dict(), "num_hidden_layers": spec.pretrain_layers}) if shallow else config
+    )
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
@@ -129,8 +137,16 @@ def build_tiny_base(corpus: Iterable[str], out_dir: str | os.PathLike[str], spec
             docs = encode_chat(tokenizer, conversations, spec.pretrain_max_length)
         else:
             docs = encode_plain(tokenizer, corpus, spec.pretrain_max_length)
-        pretrain_causal_lm(model, tokenizer, docs, steps=spec.pretrain_steps, learning_rate=spec.pretrain_lr,
-                           batch_size=spec.pretrain_batch_size, seed=spec.seed, report=report)
+        pretrain_causal_lm(
+            model,
+            tokenizer,
+            docs,
+            steps=spec.pretrain_steps,
+            learning_rate=spec.pretrain_lr,
+            batch_size=spec.pretrain_batch_size,
+            seed=spec.seed,
+            report=report,
+        )
     if shallow:
         from training.pretrain import grow_depth
 

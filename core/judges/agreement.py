@@ -43,7 +43,13 @@ class CapabilityScore:
         return self.compliant / self.scored if self.scored else None
 
     def as_dict(self) -> dict[str, float | int | None]:
-        return {"total": self.total, "scored": self.scored, "compliant": self.compliant, "undecided": self.undecided, "rate": self.rate}
+        return {
+            "total": self.total,
+            "scored": self.scored,
+            "compliant": self.compliant,
+            "undecided": self.undecided,
+            "rate": self.rate,
+        }
 
 
 @dataclass(frozen=True)
@@ -63,23 +69,33 @@ class Agreement:
         return {"n": self.n, "agree": self.agree, "rate": self.rate, "kappa": self.kappa, "skipped": self.skipped}
 
 
-def score_table(verdicts: Sequence[Verdict], capabilities: Sequence[Capability] = ALL_CAPABILITIES) -> dict[Capability, CapabilityScore]:
+def score_table(
+    verdicts: Sequence[Verdict], capabilities: Sequence[Capability] = ALL_CAPABILITIES
+) -> dict[Capability, CapabilityScore]:
     """Counts per capability over every verdict that has a score slot for it."""
     table: dict[Capability, CapabilityScore] = {}
     for cap in capabilities:
         values = [v.scores[cap] for v in verdicts if cap in v.scores]
         scored = [s for s in values if s is not None]
-        table[cap] = CapabilityScore(len(values), len(scored), sum(1 for s in scored if s == 1), len(values) - len(scored))
+        table[cap] = CapabilityScore(
+            len(values), len(scored), sum(1 for s in scored if s == 1), len(values) - len(scored)
+        )
     return table
 
 
 def agreement(rule_verdicts: Sequence[Verdict], llm_verdicts: Sequence[Verdict]) -> dict[Capability, Agreement]:
     """Agreement rate and Cohen's kappa per capability between two aligned verdict lists."""
     if len(rule_verdicts) != len(llm_verdicts):
-        raise ProbeError(f"cannot compare judges over different rows: {len(rule_verdicts)} vs {len(llm_verdicts)} verdicts")
+        raise ProbeError(
+            f"cannot compare judges over different rows: {len(rule_verdicts)} vs {len(llm_verdicts)} verdicts"
+        )
     result: dict[Capability, Agreement] = {}
     for cap in ALL_CAPABILITIES:
-        pairs = [(a.scores[cap], b.scores[cap]) for a, b in zip(rule_verdicts, llm_verdicts) if cap in a.scores and cap in b.scores]
+        pairs = [
+            (a.scores[cap], b.scores[cap])
+            for a, b in zip(rule_verdicts, llm_verdicts)
+            if cap in a.scores and cap in b.scores
+        ]
         if not pairs:
             continue
         both = [(x, y) for x, y in pairs if x is not None and y is not None]

@@ -37,8 +37,10 @@ def make_judge(name: str, client: ClientConfig | None = None, *, model_flag: str
         return RuleJudge()
     if name == "llm":
         if client is None or not client.model:
-            raise ProbeError(f"--judge llm needs a model: pass {model_flag} or set OPENAI_MODEL "
-                             "(and OPENAI_BASE_URL for a local server)")
+            raise ProbeError(
+                f"--judge llm needs a model: pass {model_flag} or set OPENAI_MODEL "
+                "(and OPENAI_BASE_URL for a local server)"
+            )
         from core.judges.llm import LLMJudge
 
         return LLMJudge(client)

@@ -70,14 +70,18 @@ def read_responses(path: str | os.PathLike[str], n_rows: int) -> list[str]:
     if indexed and len(indexed) != len(items):
         raise DataError(str(path), None, "either every line or no line may carry an 'index'")
     if len(items) != n_rows:
-        raise DataError(str(path), None, f"has {len(items)} responses for {n_rows} test rows; expected exactly one per row")
+        raise DataError(
+            str(path), None, f"has {len(items)} responses for {n_rows} test rows; expected exactly one per row"
+        )
     if not indexed:
         return [text for _, text in items]
     out: dict[int, str] = {}
     for index, text in items:
         assert index is not None
         if not 0 <= index < n_rows or index in out:
-            raise DataError(str(path), None, f"index {index} is out of range or repeated; expected each of 0..{n_rows - 1} once")
+            raise DataError(
+                str(path), None, f"index {index} is out of range or repeated; expected each of 0..{n_rows - 1} once"
+            )
         out[index] = text
     return [out[i] for i in range(n_rows)]
 
@@ -95,7 +99,9 @@ def _response_item(path: str, number: int, obj: Any) -> tuple[int | None, str]:
     raise DataError(path, number, "expected a JSON string or an object with a string 'response' field")
 
 
-def run_judges(rows: list[TestRow], responses: list[str], judge: str, client_config: ClientConfig | None = None) -> JudgeReport:
+def run_judges(
+    rows: list[TestRow], responses: list[str], judge: str, client_config: ClientConfig | None = None
+) -> JudgeReport:
     """Score ``responses`` with 'rules', 'llm' or 'both' (then with agreement)."""
     if judge not in JUDGE_MODES:
         raise ProbeError(f"--judge must be one of {', '.join(JUDGE_MODES)}, got {judge!r}")
@@ -104,7 +110,9 @@ def run_judges(rows: list[TestRow], responses: list[str], judge: str, client_con
         report.verdicts["rules"] = make_judge("rules").judge(rows, responses)
     if judge in ("llm", "both"):
         llm = cast("LLMJudge", make_judge("llm", client_config, model_flag="--model"))
-        with llm.client.stops_explained("LLM judging stopped before any verdict was written", "no verdict was written", "judge replies"):
+        with llm.client.stops_explained(
+            "LLM judging stopped before any verdict was written", "no verdict was written", "judge replies"
+        ):
             report.verdicts["llm"] = llm.judge(rows, responses)
         report.client_stats = llm.client.stats.as_dict()
     report.scores = {name: score_table(v) for name, v in report.verdicts.items()}
@@ -113,9 +121,15 @@ def run_judges(rows: list[TestRow], responses: list[str], judge: str, client_con
     return report
 
 
-def judge_files(data: str | os.PathLike[str], responses: str | os.PathLike[str], judge: str = "rules",
-                client_config: ClientConfig | None = None, *, limit: int | None = None,
-                verdicts_out: str | os.PathLike[str] | None = None) -> JudgeReport:
+def judge_files(
+    data: str | os.PathLike[str],
+    responses: str | os.PathLike[str],
+    judge: str = "rules",
+    client_config: ClientConfig | None = None,
+    *,
+    limit: int | None = None,
+    verdicts_out: str | os.PathLike[str] | None = None,
+) -> JudgeReport:
     """Read both files, judge (the first ``limit`` rows if given), optionally write per-row verdicts."""
     if verdicts_out is not None:
         check_not_an_input(verdicts_out, "--verdicts-out", {"--responses": responses, "--data": data})
@@ -140,8 +154,14 @@ def _write_verdicts(path: str | os.PathLike[str], rows: list[dict[str, Any]], ca
     try:
         write_atomic(path, lines)
     except OSError as exc:
-        kept = f"; the judge replies are kept in the reply cache {cache}, so a rerun asks nothing again" if cache is not None else ""
-        raise ProbeError(f"--verdicts-out {path}: cannot write ({exc.strerror or exc}); any old file there is as it was{kept}") from None
+        kept = (
+            f"; the judge replies are kept in the reply cache {cache}, so a rerun asks nothing again"
+            if cache is not None
+            else ""
+        )
+        raise ProbeError(
+            f"--verdicts-out {path}: cannot write ({exc.strerror or exc}); any old file there is as it was{kept}"
+        ) from None
 
 
 def _verdict_rows(rows: list[TestRow], verdicts: dict[str, list[Verdict]]) -> list[dict[str, Any]]:
@@ -153,4 +173,3 @@ def _verdict_rows(rows: list[TestRow], verdicts: dict[str, list[Verdict]]) -> li
             entry[f"{name}_reasons"] = {c.value: r for c, r in items[i].reasons.items()}
         out.append(entry)
     return out
-

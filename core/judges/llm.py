@@ -36,10 +36,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("core.judges")
 RUBRIC_DIR = Path(__file__).parent / "rubrics"
-_LEADS = ("You love to", "You will", "You must", "You prefer to", "You would like to", "You are used to", "You should", "You are in the habit of")
+_LEADS = (
+    "You love to",
+    "You will",
+    "You must",
+    "You prefer to",
+    "You would like to",
+    "You are used to",
+    "You should",
+    "You are in the habit of",
+)
 
 _MARKUP = re.compile(r"[*_`#>\"']")
-_LABELLED = re.compile(r"\b(?:final\s+)?(?:score|rating|grade|verdict)\s*(?:is|of|=|:|-)?\s*[:=]?\s*\(?([01])(?:\.0+)?\)?(?![\d.]*\d)", re.I)
+_LABELLED = re.compile(
+    r"\b(?:final\s+)?(?:score|rating|grade|verdict)\s*(?:is|of|=|:|-)?\s*[:=]?\s*\(?([01])(?:\.0+)?\)?(?![\d.]*\d)",
+    re.I,
+)
 _LEADING = re.compile(r"^[^\w\-]*([01])(?:\.0+)?(?:\s*/\s*1)?(?!\d|\.\d)(?:\W|$)")
 _FRACTION = re.compile(r"(?<![\d.])([01])\s*/\s*1(?![\d])")
 _BARE = re.compile(r"(?<![\d.\-/])([01])(?:\.0+)?(?![\d/]|\.\d)")
@@ -106,7 +118,9 @@ def _fields(row: TestRow, capability: Capability) -> dict[str, str]:
     rng = str(expect.get("knowledge_range") or spec.knowledge_range or "within")
     kind = str(expect.get("multi_turn_type") or spec.multi_turn_type or "answerable")
     if rng not in ("within", "outside") or kind not in ("answerable", "unanswerable"):
-        raise ProbeError(f"row of task {row.task}: expect.knowledge_range must be within|outside and multi_turn_type answerable|unanswerable")
+        raise ProbeError(
+            f"row of task {row.task}: expect.knowledge_range must be within|outside and multi_turn_type answerable|unanswerable"
+        )
     return {
         "range": rng,
         "type": kind,
@@ -127,7 +141,9 @@ def _style_note(expect: dict[str, Any]) -> str:
     notes = []
     narration = expect.get("narration")
     if isinstance(narration, bool):
-        notes.append("Narration between asterisks is " + ("required" if narration else "not wanted") + " in this reply.")
+        notes.append(
+            "Narration between asterisks is " + ("required" if narration else "not wanted") + " in this reply."
+        )
     catchphrase = expect.get("catchphrase")
     if isinstance(catchphrase, str) and catchphrase:
         notes.append(f"The character's catchphrase is: {catchphrase!r}.")
@@ -153,7 +169,7 @@ def _paper_requirement(row: TestRow) -> str:
     sentence = (parts[1] if len(parts) > 1 else system).strip()
     for lead in _LEADS:
         if sentence.startswith(lead):
-            sentence = sentence[len(lead):].strip()
+            sentence = sentence[len(lead) :].strip()
             break
     return sentence.rstrip(".") or "(see the system instruction)"
 
@@ -198,7 +214,11 @@ class LLMJudge:
             reasons[i][cap] = f"judge replied {shown!r}" if score is not None else f"unparseable judge reply {shown!r}"
         undecided = sum(1 for s in scores for v in s.values() if v is None)
         if undecided:
-            log.warning("LLM judge: %d of %d replies could not be parsed as 0/1; they are undecided (None), not 0", undecided, len(jobs))
+            log.warning(
+                "LLM judge: %d of %d replies could not be parsed as 0/1; they are undecided (None), not 0",
+                undecided,
+                len(jobs),
+            )
         return [Verdict(s, r) for s, r in zip(scores, reasons)]
 
     def judge_one(self, row: TestRow, response: str) -> Verdict:

@@ -38,13 +38,24 @@ from core.judges.base import Verdict
 from core.schema import TestRow
 
 NARRATION_RE = re.compile(r"\*[^*\n]{1,80}\*")
-REFUSAL_RE = re.compile("|".join((
-    r"\bdoes(?: not|n't) (?:say|mention|state|specify|tell)\b", r"\bdo(?: not|n't) (?:know|say)\b",
-    r"\b(?:outside|beyond) (?:of )?(?:my|what i)\b", r"\bnot (?:allowed|permitted|able) to\b",
-    r"\b(?:cannot|can ?not|can't|won't|will not|must not|may not|unable to) (?:answer|say|tell|discuss|talk|help|provide|share|reveal|comment)\b",
-    r"\bno answer\b", r"\bnot (?:mentioned|stated|given|specified)\b", r"\bno (?:mention|record) of\b",
-    r"\b(?:no|have no) (?:information|idea)\b", r"\bnot (?:something )?i can (?:answer|discuss|talk about)\b", r"\bi refuse\b",
-)), re.IGNORECASE)
+REFUSAL_RE = re.compile(
+    "|".join(
+        (
+            r"\bdoes(?: not|n't) (?:say|mention|state|specify|tell)\b",
+            r"\bdo(?: not|n't) (?:know|say)\b",
+            r"\b(?:outside|beyond) (?:of )?(?:my|what i)\b",
+            r"\bnot (?:allowed|permitted|able) to\b",
+            r"\b(?:cannot|can ?not|can't|won't|will not|must not|may not|unable to) (?:answer|say|tell|discuss|talk|help|provide|share|reveal|comment)\b",
+            r"\bno answer\b",
+            r"\bnot (?:mentioned|stated|given|specified)\b",
+            r"\bno (?:mention|record) of\b",
+            r"\b(?:no|have no) (?:information|idea)\b",
+            r"\bnot (?:something )?i can (?:answer|discuss|talk about)\b",
+            r"\bi refuse\b",
+        )
+    ),
+    re.IGNORECASE,
+)
 BULLET_RE = re.compile(r"^\s*(?:- |\* |• )\S")
 ANSWER, REFUSE, EMPTY = "answer", "refuse", "empty"
 
@@ -75,7 +86,10 @@ def _check_behaviour(response: str, expect: dict[str, Any], wanted: str) -> tupl
     got = behaviour(response, expect.get("answer"), expect.get("catchphrase"))
     if got == wanted:
         return 1, f"{'answered' if got == ANSWER else 'refused'} as expected"
-    return 0, f"expected the reply to {wanted}, but it {'is empty' if got == EMPTY else ('answers' if got == ANSWER else 'refuses')}"
+    return (
+        0,
+        f"expected the reply to {wanted}, but it {'is empty' if got == EMPTY else ('answers' if got == ANSWER else 'refuses')}",
+    )
 
 
 def requirement_met(response: str, req: dict[str, Any]) -> tuple[bool, str]:
@@ -90,14 +104,18 @@ def requirement_met(response: str, req: dict[str, Any]) -> tuple[bool, str]:
         return bool(words) and words[-1].lower() == value.lower(), f"must end with the word {value!r}"
     if kind == "bullets":
         lines = [ln for ln in text.splitlines() if ln.strip()]
-        return bool(lines) and all(BULLET_RE.match(ln) for ln in lines), "every line must be a bullet starting with '- '"
+        return bool(lines) and all(
+            BULLET_RE.match(ln) for ln in lines
+        ), "every line must be a bullet starting with '- '"
     if kind == "all_caps":
         return bool(letters) and not any(c.islower() for c in letters), "must be written in ALL CAPS"
     if kind == "lowercase":
         return bool(letters) and not any(c.isupper() for c in letters), "must be written in lowercase only"
     if kind == "quoted":
-        return len(text) > 2 and text[0] in "\"“" and text[-1] in "\"”", "must be wrapped in double quotes"
-    raise ProbeError(f"unknown nested requirement kind {kind!r}; expected include_phrase, end_with_word, bullets, all_caps, lowercase or quoted")
+        return len(text) > 2 and text[0] in '"“' and text[-1] in '"”', "must be wrapped in double quotes"
+    raise ProbeError(
+        f"unknown nested requirement kind {kind!r}; expected include_phrase, end_with_word, bullets, all_caps, lowercase or quoted"
+    )
 
 
 def _knowledge(response: str, expect: dict[str, Any]) -> tuple[int | None, str]:
@@ -113,7 +131,12 @@ def _style(response: str, expect: dict[str, Any]) -> tuple[int | None, str]:
         return None, "expect.narration is missing (expected true or false)"
     has = bool(NARRATION_RE.search(response))
     if has != narration:
-        return 0, "narration between asterisks is required but missing" if narration else "narration is present but the role speaks plainly here"
+        return (
+            0,
+            "narration between asterisks is required but missing"
+            if narration
+            else "narration is present but the role speaks plainly here",
+        )
     phrase = expect.get("catchphrase")
     if phrase and not _contains(response, phrase):
         return 0, f"the catchphrase {phrase!r} is missing"
@@ -146,7 +169,9 @@ CHECKS: dict[Capability, Callable[[str, dict[str, Any]], tuple[int | None, str]]
     Capability.MULTI_TURN: _multi_turn,
     Capability.PRIORITY: _priority,
 }
-NO_EXPECT = "row has no 'expect' block (published data): the rule judge needs the synthesizer's expectations; use the LLM judge"
+NO_EXPECT = (
+    "row has no 'expect' block (published data): the rule judge needs the synthesizer's expectations; use the LLM judge"
+)
 
 
 class RuleJudge:
@@ -170,5 +195,7 @@ class RuleJudge:
 
     def judge(self, rows: Sequence[TestRow], responses: Sequence[str]) -> list[Verdict]:
         if len(rows) != len(responses):
-            raise ProbeError(f"the rule judge got {len(rows)} rows but {len(responses)} responses; expected one response per row")
+            raise ProbeError(
+                f"the rule judge got {len(rows)} rows but {len(responses)} responses; expected one response per row"
+            )
         return [self.judge_one(row, response) for row, response in zip(rows, responses)]

@@ -59,7 +59,9 @@ class ReplyCache:
             try:
                 self.directory.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise ProbeError(f"reply cache {self.directory}: cannot create it ({exc.strerror or exc}); pass another --cache-dir") from None
+                raise ProbeError(
+                    f"reply cache {self.directory}: cannot create it ({exc.strerror or exc}); pass another --cache-dir"
+                ) from None
 
     def path(self, key: str) -> Path:
         assert self.directory is not None
@@ -84,8 +86,10 @@ class ReplyCache:
         try:
             write_atomic(self.path(key), entry, durable=False)
         except OSError as exc:
-            raise ProbeError(f"reply cache {self.directory}: cannot write an entry ({exc.strerror or exc}); "
-                             "the entries written before are kept; free space or pass another --cache-dir") from None
+            raise ProbeError(
+                f"reply cache {self.directory}: cannot write an entry ({exc.strerror or exc}); "
+                "the entries written before are kept; free space or pass another --cache-dir"
+            ) from None
 
     def __len__(self) -> int:
         if self.directory is None:

@@ -91,8 +91,13 @@ class ClientStats:
     failures: int = 0
 
     def as_dict(self) -> dict[str, int]:
-        return {"requests": self.requests, "answered": self.answered, "cache_hits": self.cache_hits, "retries": self.retries,
-                "failures": self.failures}
+        return {
+            "requests": self.requests,
+            "answered": self.answered,
+            "cache_hits": self.cache_hits,
+            "retries": self.retries,
+            "failures": self.failures,
+        }
 
 
 class _Retryable(Exception):
@@ -118,7 +123,11 @@ class LLMClient:
         self._lock = threading.Lock()
         self._scrubber = Scrubber(config.secrets())
         self._url = config.base_url.rstrip("/") + "/chat/completions"
-        self._headers = {"Authorization": config.authorization(), "Accept": "application/json", "User-Agent": "probe-llm-client"}
+        self._headers = {
+            "Authorization": config.authorization(),
+            "Accept": "application/json",
+            "User-Agent": "probe-llm-client",
+        }
         self._log_path: Path | None = config.cache_dir / "requests.log" if config.cache_dir is not None else None
         self._token_param = "max_tokens"
 
@@ -127,8 +136,10 @@ class LLMClient:
         """What a stopped run leaves in the reply cache, and how to go on."""
         if self.cache.directory is None:
             return "the reply cache is off (--no-cache), so nothing was kept; rerun the same command to start again"
-        return (f"{self.stats.answered + self.stats.cache_hits} {what} are kept in the reply cache {self.cache.directory}; "
-                "rerun the same command to resume (cached replies are not asked again)")
+        return (
+            f"{self.stats.answered + self.stats.cache_hits} {what} are kept in the reply cache {self.cache.directory}; "
+            "rerun the same command to resume (cached replies are not asked again)"
+        )
 
     @contextmanager
     def stops_explained(self, stopped: str, unwritten: str, what: str = "replies") -> Iterator[None]:
@@ -168,7 +179,9 @@ class LLMClient:
         unique = sorted(first.items(), key=lambda kv: kv[1])
         stop = threading.Event()
         jobs = [lambda i=i: self._chat(batch[i], full, stop) for _, i in unique]
-        replies = dict(zip((key for key, _ in unique), _run_bounded(jobs, min(self.config.concurrency, len(jobs)), stop)))
+        replies = dict(
+            zip((key for key, _ in unique), _run_bounded(jobs, min(self.config.concurrency, len(jobs)), stop))
+        )
         return [replies[key] for key in keys]
 
     # ----------------------------------------------------------------- private
@@ -179,12 +192,19 @@ class LLMClient:
             self._bump("cache_hits")
             return ChatReply(str(cached.get("content", "")), cached.get("finish_reason"), cached=True)
         reply = self._ask_with_retries(key, messages, full, stop)
-        request = {"base_url": normalise_base_url(self.config.base_url), "model": self.config.model, "messages": messages, "params": full}
+        request = {
+            "base_url": normalise_base_url(self.config.base_url),
+            "model": self.config.model,
+            "messages": messages,
+            "params": full,
+        }
         self.cache.put(key, request, {"content": reply.content, "finish_reason": reply.finish_reason})
         self._bump("answered")
         return reply
 
-    def _ask_with_retries(self, key: str, messages: Messages, params: dict[str, Any], stop: threading.Event) -> ChatReply:
+    def _ask_with_retries(
+        self, key: str, messages: Messages, params: dict[str, Any], stop: threading.Event
+    ) -> ChatReply:
         attempts = self.config.max_retries + 1
         for attempt in range(attempts):
             if stop.is_set():
@@ -257,15 +277,25 @@ class LLMClient:
             return _Retryable(f"malformed reply ({exc})")
         if isinstance(exc, http.client.LineTooLong):
             return _Retryable(f"malformed reply (a status or header line is over 64 KiB: {self._clip(str(exc), 80)})")
-        broken = (http.client.IncompleteRead, http.client.RemoteDisconnected, http.client.BadStatusLine, ConnectionResetError,
-                  BrokenPipeError, ConnectionAbortedError)
+        broken = (
+            http.client.IncompleteRead,
+            http.client.RemoteDisconnected,
+            http.client.BadStatusLine,
+            ConnectionResetError,
+            BrokenPipeError,
+            ConnectionAbortedError,
+        )
         if isinstance(exc, broken):
-            return _Retryable("connection failed: the connection broke before the reply was complete "
-                              f"({type(exc).__name__}: {self._clip(str(exc), 80)})")
+            return _Retryable(
+                "connection failed: the connection broke before the reply was complete "
+                f"({type(exc).__name__}: {self._clip(str(exc), 80)})"
+            )
         if isinstance(exc, ConnectionRefusedError) or getattr(exc, "errno", None) == errno.ECONNREFUSED:
             return _Retryable("connection failed: refused (is a server listening there?)")
         if isinstance(exc, (socket.gaierror, ssl.SSLError, OSError)):
-            return _Retryable(f"connection failed: could not connect ({self._clip(str(exc), 80)}; is a server listening there?)")
+            return _Retryable(
+                f"connection failed: could not connect ({self._clip(str(exc), 80)}; is a server listening there?)"
+            )
         return _Retryable(f"malformed reply ({type(exc).__name__}: {self._clip(str(exc), 80)})")
 
     def _completion(self, body: bytes) -> ChatReply:
@@ -276,7 +306,9 @@ class LLMClient:
             raise _Retryable(f"malformed reply ({exc})") from None
         except ValueError as exc:  # not JSON, or not UTF-8
             begins = self._clip(body[:4096].decode("utf-8", "replace"), 60)
-            raise _Retryable(f"malformed reply (the body is not valid JSON: {self._clip(str(exc), 80)}; it begins {begins!r})") from None
+            raise _Retryable(
+                f"malformed reply (the body is not valid JSON: {self._clip(str(exc), 80)}; it begins {begins!r})"
+            ) from None
         choices = data.get("choices") if isinstance(data, dict) else None
         if not isinstance(choices, list) or not choices:
             raise _Retryable("malformed reply (not a chat completion: JSON without 'choices')")
@@ -286,7 +318,9 @@ class LLMClient:
         if not isinstance(message, dict) or not (content is None or isinstance(content, str)):
             raise _Retryable("malformed reply (first choice has no message text)")
         finish = first.get("finish_reason")
-        return ChatReply(self._scrubber.scrub(content or ""), self._clip(finish, 40) if isinstance(finish, str) else None)
+        return ChatReply(
+            self._scrubber.scrub(content or ""), self._clip(finish, 40) if isinstance(finish, str) else None
+        )
 
     def _server_message(self, reply: HttpReply) -> str:
         """The error message of a failed reply (OpenAI's ``error.message``, FastAPI's ``detail``), else its reason phrase."""
@@ -309,8 +343,15 @@ class LLMClient:
     def _record(self, key: str, attempt: int, outcome: str, started: float) -> None:
         if self._log_path is None:
             return
-        line = json.dumps({"time": round(time.time(), 3), "key": key[:16], "attempt": attempt, "outcome": self._mask(outcome),
-                           "seconds": round(time.monotonic() - started, 3)})
+        line = json.dumps(
+            {
+                "time": round(time.time(), 3),
+                "key": key[:16],
+                "attempt": attempt,
+                "outcome": self._mask(outcome),
+                "seconds": round(time.monotonic() - started, 3),
+            }
+        )
         try:
             with self._lock, self._log_path.open("a", encoding="utf-8") as handle:
                 handle.write(line + "\n")

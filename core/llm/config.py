@@ -67,10 +67,14 @@ class ClientConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_url", _checked_base_url(self.base_url))
         if not self.model.strip():
-            raise ProbeError("no model given; pass --model (for `transformers serve`, the exact path it serves) or set OPENAI_MODEL")
+            raise ProbeError(
+                "no model given; pass --model (for `transformers serve`, the exact path it serves) or set OPENAI_MODEL"
+            )
         if not _ENV_NAME.match(self.api_key_env):
             # Never echo the value: users sometimes paste the key itself here.
-            raise ProbeError("--api-key-env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), not a key")
+            raise ProbeError(
+                "--api-key-env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), not a key"
+            )
         _check_range("--temperature", self.temperature, 0.0, 2.0)
         _check_range("--max-tokens", self.max_tokens, 1, 1_000_000)
         _check_range("--concurrency", self.concurrency, 1, 256)
@@ -86,8 +90,10 @@ class ClientConfig:
         key = os.environ.get(self.api_key_env, "").strip()
         if key and not (key.isascii() and key.isprintable() and " " not in key):
             # Never echo the value, not even in part.
-            raise ProbeError(f"the key in ${self.api_key_env} holds a space, a control or a non-ASCII character; "
-                             "an HTTP header cannot carry it; set the variable to the key alone")
+            raise ProbeError(
+                f"the key in ${self.api_key_env} holds a space, a control or a non-ASCII character; "
+                "an HTTP header cannot carry it; set the variable to the key alone"
+            )
         if key:
             return key
         if urlsplit(self.base_url).hostname == "api.openai.com":
@@ -135,8 +141,14 @@ class ClientConfig:
 def _checked_base_url(base_url: object) -> str:
     """``base_url`` without ``user:password@``; the credentials are remembered for :meth:`ClientConfig.authorization`."""
     shown = without_url_credentials(base_url) if isinstance(base_url, str) else base_url
-    if not isinstance(base_url, str) or not re.fullmatch(r"https?://[^/\s]+(/\S*)?", base_url) or not base_url.isprintable():
-        raise ProbeError(f"--base-url must start with http:// or https:// and hold no spaces or control characters, got {shown!r}")
+    if (
+        not isinstance(base_url, str)
+        or not re.fullmatch(r"https?://[^/\s]+(/\S*)?", base_url)
+        or not base_url.isprintable()
+    ):
+        raise ProbeError(
+            f"--base-url must start with http:// or https:// and hold no spaces or control characters, got {shown!r}"
+        )
     try:
         parts = urlsplit(base_url)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range

@@ -76,8 +76,12 @@ class Scrubber:
             text = text.replace(secret, MASK)
         if self._hashes is None or len(text) < MIN_SECRET_RUN:
             return text
-        starts = np.concatenate([np.flatnonzero(np.isin(_window_hashes(text[at:at + _BLOCK + MIN_SECRET_RUN - 1]), self._hashes)) + at
-                                 for at in range(0, len(text), _BLOCK)])
+        starts = np.concatenate(
+            [
+                np.flatnonzero(np.isin(_window_hashes(text[at : at + _BLOCK + MIN_SECRET_RUN - 1]), self._hashes)) + at
+                for at in range(0, len(text), _BLOCK)
+            ]
+        )
         if not len(starts):
             return text
         cover = np.zeros(len(text) + 1, np.int64)
@@ -98,7 +102,7 @@ def _window_hashes(text: str) -> np.ndarray:
     n = len(codes) - MIN_SECRET_RUN + 1
     hashes = np.zeros(max(n, 0), np.uint64)
     for offset in range(MIN_SECRET_RUN if n > 0 else 0):
-        hashes = hashes * _PRIME + codes[offset:offset + n]
+        hashes = hashes * _PRIME + codes[offset : offset + n]
     return hashes
 
 

@@ -74,7 +74,9 @@ class Deadline:
         return left
 
 
-def post_json(url: str, payload: Any, headers: dict[str, str], timeout: float, max_bytes: int = MAX_REPLY_BYTES) -> HttpReply:
+def post_json(
+    url: str, payload: Any, headers: dict[str, str], timeout: float, max_bytes: int = MAX_REPLY_BYTES
+) -> HttpReply:
     """POST ``payload`` as JSON to ``url``; the whole exchange ends within ``timeout`` seconds.
 
     Raises :class:`TimeoutError` at the deadline, :class:`BadReply` for a body over ``max_bytes``,
@@ -87,8 +89,12 @@ def post_json(url: str, payload: Any, headers: dict[str, str], timeout: float, m
     sock = connection.sock
     try:
         connection.putrequest("POST", path)
-        for name, value in {**extra, **headers, "Content-Type": "application/json",
-                            "Content-Length": str(len(body))}.items():
+        for name, value in {
+            **extra,
+            **headers,
+            "Content-Type": "application/json",
+            "Content-Length": str(len(body)),
+        }.items():
             connection.putheader(name, value)
         connection.endheaders(body)
         response = connection.getresponse()
@@ -150,7 +156,9 @@ def _open(target: SplitResult, deadline: Deadline) -> tuple[http.client.HTTPConn
 
 def _connection(scheme: str, host: str, port: int | None, deadline: Deadline) -> http.client.HTTPConnection:
     if scheme == "https":
-        return http.client.HTTPSConnection(host, port, timeout=deadline.remaining(), context=ssl.create_default_context())
+        return http.client.HTTPSConnection(
+            host, port, timeout=deadline.remaining(), context=ssl.create_default_context()
+        )
     return http.client.HTTPConnection(host, port, timeout=deadline.remaining())
 
 

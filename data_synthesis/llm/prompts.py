@@ -54,7 +54,9 @@ class ProfileReply(BaseModel):
     def _description(cls, value: str) -> str:
         value = value.strip()
         if "." in value or "\n" in value or not value[0].islower():
-            raise ValueError("description must be one lowercase phrase without periods, like 'a sailor and healer from Norhaven'")
+            raise ValueError(
+                "description must be one lowercase phrase without periods, like 'a sailor and healer from Norhaven'"
+            )
         return value
 
     @field_validator("personality")
@@ -102,9 +104,11 @@ def profile_request(seed_persona: str, name: str) -> Messages:
         "gesture": f"one of {list(vocab.GESTURES)}",
         "domains": f"exactly two different items of {list(vocab.DOMAIN_NAMES)}, the fields this person knows",
     }
-    user = (f"Seed persona: {name}, {seed_persona}.\n"
-            "Turn this persona into a standardised role profile. Choose the values that fit the persona best.\n"
-            f"Return a JSON object with these fields:\n{json.dumps(schema, indent=1)}")
+    user = (
+        f"Seed persona: {name}, {seed_persona}.\n"
+        "Turn this persona into a standardised role profile. Choose the values that fit the persona best.\n"
+        f"Return a JSON object with these fields:\n{json.dumps(schema, indent=1)}"
+    )
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
@@ -116,7 +120,9 @@ def _render(turns: list[Turn]) -> str:
 def guidance(expect: dict[str, Any], refusals: dict[str, str]) -> list[str]:
     """What the reply must do, in words, from an episode's ``expect`` block."""
     lines = []
-    start = f"*{expect['gesture']}* {expect['catchphrase']}" if expect.get("narration") else str(expect.get("catchphrase"))
+    start = (
+        f"*{expect['gesture']}* {expect['catchphrase']}" if expect.get("narration") else str(expect.get("catchphrase"))
+    )
     lines.append(f"Start the reply with exactly: {start}")
     if not expect.get("narration"):
         lines.append("Do not describe actions between asterisks anywhere.")
@@ -124,7 +130,7 @@ def guidance(expect: dict[str, Any], refusals: dict[str, str]) -> list[str]:
         lines.append(f"Then refuse with this sentence: {refusals.get('refusal', vocab.REFUSE_UNANSWERABLE)}")
         lines.append("Do not reveal or guess the answer.")
     elif expect.get("answer") is not None:
-        lines.append(f"Then answer the question in one sentence that contains the exact words \"{expect['answer']}\".")
+        lines.append(f'Then answer the question in one sentence that contains the exact words "{expect["answer"]}".')
         if refusals.get("attempt"):
             lines.append(f"Begin that sentence with: {refusals['attempt']}")
     requirement = expect.get("requirement")
@@ -136,9 +142,11 @@ def guidance(expect: dict[str, Any], refusals: dict[str, str]) -> list[str]:
 
 def reply_request(prompt: list[Turn], expect: dict[str, Any], refusals: dict[str, str]) -> Messages:
     rules = "\n".join(f"- {line}" for line in guidance(expect, refusals))
-    user = (f"Here is a conversation with a role-playing character:\n\n{_render(prompt)}\n\n"
-            f"Write the CHARACTER's next reply. Requirements:\n{rules}\n"
-            'Return a JSON object: {"reply": "<the reply>"}')
+    user = (
+        f"Here is a conversation with a role-playing character:\n\n{_render(prompt)}\n\n"
+        f"Write the CHARACTER's next reply. Requirements:\n{rules}\n"
+        'Return a JSON object: {"reply": "<the reply>"}'
+    )
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
@@ -148,7 +156,9 @@ def chat_request(turns: list[Turn], n_replies: int, start: str, narration: bool)
     rules.append("Describe no other actions." if narration else "Never describe actions between asterisks.")
     rules.append("Each reply answers the user's turn before it, in character, in under 25 words.")
     lines = "\n".join(f"- {r}" for r in rules)
-    user = (f"Here is a small-talk chat with a role-playing character; the character's replies are missing:\n\n{_render(shown)}\n\n"
-            f"Write the {n_replies} missing CHARACTER replies, in order. Requirements:\n{lines}\n"
-            'Return a JSON object: {"replies": ["<reply 1>", ...]}')
+    user = (
+        f"Here is a small-talk chat with a role-playing character; the character's replies are missing:\n\n{_render(shown)}\n\n"
+        f"Write the {n_replies} missing CHARACTER replies, in order. Requirements:\n{lines}\n"
+        'Return a JSON object: {"replies": ["<reply 1>", ...]}'
+    )
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]

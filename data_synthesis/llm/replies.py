@@ -68,8 +68,14 @@ def parse_reply(text: str, schema: type[ModelT]) -> ModelT:
 
 def repair_messages(messages: Messages, bad_reply: str, problem: str) -> Messages:
     """The conversation plus the bad reply and a request to fix exactly ``problem``."""
-    return [*messages, {"role": "assistant", "content": bad_reply or "(empty reply)"},
-            {"role": "user", "content": f"That reply is invalid: {problem}. Reply again with only the corrected JSON object, nothing else."}]
+    return [
+        *messages,
+        {"role": "assistant", "content": bad_reply or "(empty reply)"},
+        {
+            "role": "user",
+            "content": f"That reply is invalid: {problem}. Reply again with only the corrected JSON object, nothing else.",
+        },
+    ]
 
 
 @dataclass
@@ -91,8 +97,12 @@ class FailureLog:
         return sum(self.counts.values())
 
     def as_dict(self) -> dict[str, Any]:
-        return {"failed": dict(sorted(self.counts.items())), "repaired": dict(sorted(self.repaired.items())),
-                "total_failed": self.total, "examples": self.examples}
+        return {
+            "failed": dict(sorted(self.counts.items())),
+            "repaired": dict(sorted(self.repaired.items())),
+            "total_failed": self.total,
+            "examples": self.examples,
+        }
 
 
 @dataclass
@@ -101,8 +111,16 @@ class Outcome(Generic[ModelT]):
     problem: str | None = None
 
 
-def ask_validated(client: LLMClient, requests: Sequence[Messages], schema: type[ModelT], *, stage: str,
-                  failures: FailureLog, repairs: int = 2, check: Check | None = None) -> list[Outcome[ModelT]]:
+def ask_validated(
+    client: LLMClient,
+    requests: Sequence[Messages],
+    schema: type[ModelT],
+    *,
+    stage: str,
+    failures: FailureLog,
+    repairs: int = 2,
+    check: Check | None = None,
+) -> list[Outcome[ModelT]]:
     """One validated ``schema`` per request (``None`` + problem where every repair failed).
 
     ``check(value, index)`` returns a problem string for a reply that parses but is wrong

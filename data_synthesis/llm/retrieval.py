@@ -48,8 +48,14 @@ def similarity(profiles: Sequence[str], passages: Sequence[str]) -> np.ndarray:
     return cosine_similarity(vectorizer.transform(profiles), passage_matrix)
 
 
-def match_passages(profiles: Sequence[str], passages: Sequence[str], *, passage_domains: Sequence[str],
-                   role_domains: Sequence[Sequence[str]], k: int = 1) -> list[Match]:
+def match_passages(
+    profiles: Sequence[str],
+    passages: Sequence[str],
+    *,
+    passage_domains: Sequence[str],
+    role_domains: Sequence[Sequence[str]],
+    k: int = 1,
+) -> list[Match]:
     """For each profile: the ``k`` best passages within its domains and the ``k`` worst outside them."""
     if k < 1:
         raise ProbeError(f"passages per role must be at least 1, got {k}")
@@ -61,8 +67,12 @@ def match_passages(profiles: Sequence[str], passages: Sequence[str], *, passage_
         inside = [j for j, d in enumerate(passage_domains) if d in domains]
         outside = [j for j, d in enumerate(passage_domains) if d not in domains]
         if not inside or not outside:
-            raise ProbeError(f"a role with domains {sorted(domains)} needs passages both inside and outside its domains")
+            raise ProbeError(
+                f"a role with domains {sorted(domains)} needs passages both inside and outside its domains"
+            )
         best = sorted(inside, key=lambda j: (-row[j], j))[:k]
         worst = sorted(outside, key=lambda j: (row[j], j))[:k]
-        matches.append(Match(tuple(best), tuple(float(row[j]) for j in best), tuple(worst), tuple(float(row[j]) for j in worst)))
+        matches.append(
+            Match(tuple(best), tuple(float(row[j]) for j in best), tuple(worst), tuple(float(row[j]) for j in worst))
+        )
     return matches

@@ -53,6 +53,7 @@ from core.capabilities import TASKS, Capability, capabilities_of
 from core.errors import Interrupted, ProbeError
 from core.llm.client import ClientConfig, LLMClient
 from core.paths import check_output_dir
+from core.schema import DPORow, SFTRow, TestRow, Turn
 from data_synthesis.llm import prompts
 from data_synthesis.llm.replies import FailureLog, ask_validated
 from data_synthesis.llm.retrieval import match_passages
@@ -70,7 +71,6 @@ from data_synthesis.offline.synthesize import (
     _summary,
     _test_row,
 )
-from core.schema import DPORow, SFTRow, TestRow, Turn
 from data_synthesis.offline.tasks import Episode, build_episode, shape_of
 
 log = logging.getLogger("data_synthesis.llm")
@@ -115,8 +115,16 @@ class _Built:
     test: list[TestRow]
 
 
-def synthesize_llm(out_dir: str | Path, n_roles: int, seed: int, client_config: ClientConfig, *, repairs: int = 2,
-                   passages_per_role: int = 3, **options: Any) -> LLMSynthesisSummary:
+def synthesize_llm(
+    out_dir: str | Path,
+    n_roles: int,
+    seed: int,
+    client_config: ClientConfig,
+    *,
+    repairs: int = 2,
+    passages_per_role: int = 3,
+    **options: Any,
+) -> LLMSynthesisSummary:
     """Write the offline file set under ``out_dir`` with LLM-written profiles and replies.
 
     ``options`` are :class:`~data_synthesis.offline.SynthesisConfig` size fields (e.g.
@@ -129,8 +137,11 @@ def synthesize_llm(out_dir: str | Path, n_roles: int, seed: int, client_config: 
     cfg = SynthesisConfig(n_roles=n_roles, seed=seed, **options)
     out = check_output_dir(out_dir, "--out")
     run = _Run(LLMClient(client_config), FailureLog(), repairs)
-    with run.client.stops_explained(f"LLM synthesis stopped before writing anything to {out}", f"nothing was written to {out}",
-                                    "replies of this run"):
+    with run.client.stops_explained(
+        f"LLM synthesis stopped before writing anything to {out}",
+        f"nothing was written to {out}",
+        "replies of this run",
+    ):
         built = _build(run, cfg, passages_per_role)
     _refuse_empty(out, run, _asked(cfg), built)
     return _write(out, run, client_config, built)
@@ -164,18 +175,30 @@ def _asked(cfg: SynthesisConfig) -> dict[str, int]:
 
 
 def _refuse_empty(out: Path, run: _Run, asked: dict[str, int], built: _Built) -> None:
-    got = {"profiles.jsonl": len(built.roles), "sft.jsonl": len(built.sft), "dpo.jsonl": len(built.dpo), "test.jsonl": len(built.test)}
+    got = {
+        "profiles.jsonl": len(built.roles),
+        "sft.jsonl": len(built.sft),
+        "dpo.jsonl": len(built.dpo),
+        "test.jsonl": len(built.test),
+    }
     empty = [name for name, n in asked.items() if n and not got[name]]
     if not empty:
         return
     failures = run.failures.as_dict()
     example = " ".join(next((e for shown in run.failures.examples.values() for e in shown), "none recorded").split())
     cache = run.client.cache.directory
-    retry = f"the replies are cached in {cache}: pass --no-cache to ask again" if cache is not None else "rerun to ask again"
+    retry = (
+        f"the replies are cached in {cache}: pass --no-cache to ask again"
+        if cache is not None
+        else "rerun to ask again"
+    )
     raise SynthesisFailed(
         f"LLM synthesis produced no valid rows for {', '.join(empty)}: {run.failures.total} replies stayed invalid after "
         f"{run.repairs} repair round(s) (e.g. {example}); nothing was written, {out} is as it was. Check --model and the "
-        f"endpoint; {retry}", failures, run.client.stats.as_dict())
+        f"endpoint; {retry}",
+        failures,
+        run.client.stats.as_dict(),
+    )
 
 
 def _write(out: Path, run: _Run, client_config: ClientConfig, built: _Built) -> LLMSynthesisSummary:
@@ -190,24 +213,42 @@ def _write(out: Path, run: _Run, client_config: ClientConfig, built: _Built) -> 
     }
     counts = {name: len(items) for name, items in rows.items()}
     n_test_roles = sum(1 for r in built.roles if r.split == "test")
-    base = _summary(out, counts, built.sft, built.dpo, built.test, (len(built.roles) - n_test_roles, n_test_roles),
-                    (len(built.train_pool), len(built.test_pool)))
-    summary = LLMSynthesisSummary(**base.as_dict(), failures=run.failures.as_dict(), requests=run.client.stats.as_dict())
+    base = _summary(
+        out,
+        counts,
+        built.sft,
+        built.dpo,
+        built.test,
+        (len(built.roles) - n_test_roles, n_test_roles),
+        (len(built.train_pool), len(built.test_pool)),
+    )
+    summary = LLMSynthesisSummary(
+        **base.as_dict(), failures=run.failures.as_dict(), requests=run.client.stats.as_dict()
+    )
     report = {"failures": summary.failures, "requests": summary.requests, "endpoint": client_config.describe()}
     files: dict[Path, str] = {out / name: _jsonl(items) for name, items in rows.items()}
     files[out / REPORT_FILE] = json.dumps(report, indent=2) + "\n"
     try:
         replace_together(files)
     except KeyboardInterrupt:
-        raise Interrupted(f"Ctrl-C while writing {out}: it holds either the old file set or the complete new one, never a mix; "
-                          f"{run.client.kept('replies of this run')}") from None
+        raise Interrupted(
+            f"Ctrl-C while writing {out}: it holds either the old file set or the complete new one, never a mix; "
+            f"{run.client.kept('replies of this run')}"
+        ) from None
     except OSError as exc:
-        raise ProbeError(f"--out {out}: cannot write the dataset ({exc.strerror or exc}); the old files are as they were; "
-                         f"{run.client.kept('replies of this run')}") from None
+        raise ProbeError(
+            f"--out {out}: cannot write the dataset ({exc.strerror or exc}); the old files are as they were; "
+            f"{run.client.kept('replies of this run')}"
+        ) from None
     if run.failures.total:
         per_stage = ", ".join(f"{k}: {v}" for k, v in sorted(run.failures.counts.items()))
-        log.warning("LLM synthesis: %d replies still invalid after %d repair round(s) were dropped (%s); details in %s",
-                    run.failures.total, run.repairs, per_stage, out / REPORT_FILE)
+        log.warning(
+            "LLM synthesis: %d replies still invalid after %d repair round(s) were dropped (%s); details in %s",
+            run.failures.total,
+            run.repairs,
+            per_stage,
+            out / REPORT_FILE,
+        )
     return summary
 
 
@@ -220,13 +261,25 @@ def _jsonl(rows: Iterable[Any]) -> str:
 def _profiles(run: _Run, seeds: list[RoleProfile]) -> list[RoleProfile]:
     """LLM-filled profile cards; a persona whose every repair failed is dropped (and counted)."""
     requests = [prompts.profile_request(s.description, s.name) for s in seeds]
-    outcomes = ask_validated(run.client, requests, prompts.ProfileReply, stage="profiles", failures=run.failures, repairs=run.repairs)
+    outcomes = ask_validated(
+        run.client, requests, prompts.ProfileReply, stage="profiles", failures=run.failures, repairs=run.repairs
+    )
     roles = []
     for seed, outcome in zip(seeds, outcomes):
         card = outcome.value
         if card is not None:
-            roles.append(RoleProfile(seed.id, seed.name, card.description, card.personality, card.catchphrase, card.gesture,
-                                     (card.domains[0], card.domains[1]), seed.split))
+            roles.append(
+                RoleProfile(
+                    seed.id,
+                    seed.name,
+                    card.description,
+                    card.personality,
+                    card.catchphrase,
+                    card.gesture,
+                    (card.domains[0], card.domains[1]),
+                    seed.split,
+                )
+            )
     return roles
 
 
@@ -235,16 +288,29 @@ def _profile_text(role: RoleProfile) -> str:
     return f"{role.description}. Knows {role.domains[0]} and {role.domains[1]}. {role.personality}."
 
 
-def _match(roles: list[RoleProfile], pool: list[Passage], k: int) -> tuple[dict[str, list[Passage]], dict[str, dict[str, Any]]]:
+def _match(
+    roles: list[RoleProfile], pool: list[Passage], k: int
+) -> tuple[dict[str, list[Passage]], dict[str, dict[str, Any]]]:
     """role id -> its k most relevant + k least relevant passages (and the scores, for profiles.jsonl)."""
     if not roles:
         return {}, {}
-    found = match_passages([_profile_text(r) for r in roles], [p.text for p in pool],
-                           passage_domains=[p.domain for p in pool], role_domains=[r.domains for r in roles], k=k)
+    found = match_passages(
+        [_profile_text(r) for r in roles],
+        [p.text for p in pool],
+        passage_domains=[p.domain for p in pool],
+        role_domains=[r.domains for r in roles],
+        k=k,
+    )
     pools = {r.id: [pool[j] for j in m.relevant + m.irrelevant] for r, m in zip(roles, found)}
-    scores = {r.id: {"relevant": [pool[j].id for j in m.relevant], "relevant_scores": [round(x, 4) for x in m.relevant_scores],
-                     "irrelevant": [pool[j].id for j in m.irrelevant], "irrelevant_scores": [round(x, 4) for x in m.irrelevant_scores]}
-              for r, m in zip(roles, found)}
+    scores = {
+        r.id: {
+            "relevant": [pool[j].id for j in m.relevant],
+            "relevant_scores": [round(x, 4) for x in m.relevant_scores],
+            "irrelevant": [pool[j].id for j in m.irrelevant],
+            "irrelevant_scores": [round(x, 4) for x in m.irrelevant_scores],
+        }
+        for r, m in zip(roles, found)
+    }
     return pools, scores
 
 
@@ -278,29 +344,45 @@ def _write_replies(run: _Run, episodes: list[Episode], stage: str) -> list[Episo
         return "; ".join(problems) or None
 
     requests = [prompts.reply_request(ep.prompt, ep.expect, _refusals(ep)) for ep in episodes]
-    outcomes = ask_validated(run.client, requests, prompts.ReplyText, stage=stage, failures=run.failures,
-                             repairs=run.repairs, check=check)
+    outcomes = ask_validated(
+        run.client, requests, prompts.ReplyText, stage=stage, failures=run.failures, repairs=run.repairs, check=check
+    )
     return [replace(ep, chosen=o.value.reply.strip()) for ep, o in zip(episodes, outcomes) if o.value is not None]
 
 
-def _build_test(run: _Run, cfg: SynthesisConfig, roles: list[RoleProfile], pools: dict[str, list[Passage]]) -> list[TestRow]:
+def _build_test(
+    run: _Run, cfg: SynthesisConfig, roles: list[RoleProfile], pools: dict[str, list[Passage]]
+) -> list[TestRow]:
     rng = _rng(cfg.seed, "test")
-    episodes = [build_episode(spec.name, roles[i % len(roles)], pools[roles[i % len(roles)].id], rng)
-                for spec in TASKS for i in range(cfg.test_count(spec.published_count))] if roles else []
+    episodes = (
+        [
+            build_episode(spec.name, roles[i % len(roles)], pools[roles[i % len(roles)].id], rng)
+            for spec in TASKS
+            for i in range(cfg.test_count(spec.published_count))
+        ]
+        if roles
+        else []
+    )
     return [_test_row(ep) for ep in _write_replies(run, episodes, "test")]
 
 
-def _build_train(run: _Run, cfg: SynthesisConfig, roles: list[RoleProfile], pools: dict[str, list[Passage]]) -> tuple[list[SFTRow], list[DPORow]]:
+def _build_train(
+    run: _Run, cfg: SynthesisConfig, roles: list[RoleProfile], pools: dict[str, list[Passage]]
+) -> tuple[list[SFTRow], list[DPORow]]:
     sft_rng, dpo_rng, pick_rng, chat_rng = (_rng(cfg.seed, p) for p in ("sft", "dpo", "dpo-pick", "chat"))
     sft_eps: list[Episode] = []
     dpo_eps: list[Episode] = []
     chats: list[SFTRow] = []
     for role in roles:
         for spec in TASKS:
-            sft_eps += [build_episode(spec.name, role, pools[role.id], sft_rng) for _ in range(cfg.sft_count(spec.name))]
+            sft_eps += [
+                build_episode(spec.name, role, pools[role.id], sft_rng) for _ in range(cfg.sft_count(spec.name))
+            ]
             dpo_eps += [build_episode(spec.name, role, pools[role.id], dpo_rng) for _ in range(cfg.dpo_per_task)]
         chats += [free_chat(role, chat_rng) for _ in range(cfg.free_chats)]
-    sft = [_sft_row(ep) for ep in _write_replies(run, sft_eps, "sft")] + _write_chats(run, chats, {r.id: r for r in roles})
+    sft = [_sft_row(ep) for ep in _write_replies(run, sft_eps, "sft")] + _write_chats(
+        run, chats, {r.id: r for r in roles}
+    )
     dpo = [_dpo_row(ep, pick_rng, cfg.style_violation_rate) for ep in _write_replies(run, dpo_eps, "dpo")]
     _rng(cfg.seed, "shuffle-sft").shuffle(sft)
     _rng(cfg.seed, "shuffle-dpo").shuffle(dpo)
@@ -309,6 +391,7 @@ def _build_train(run: _Run, cfg: SynthesisConfig, roles: list[RoleProfile], pool
 
 def _write_chats(run: _Run, chats: Sequence[SFTRow], roles: dict[str, RoleProfile]) -> list[SFTRow]:
     """Free chats whose assistant turns the LLM rewrote in character (style checked)."""
+
     def shape(row: SFTRow) -> tuple[RoleProfile, bool, str]:
         role = roles[str(row.extra["role"])]
         narration = "with_narration" in str(row.extra.get("category", ""))
@@ -330,9 +413,20 @@ def _write_chats(run: _Run, chats: Sequence[SFTRow], roles: dict[str, RoleProfil
     requests = []
     for row in chats:
         role, narration, start = shape(row)
-        requests.append(prompts.chat_request(row.conversations, sum(1 for t in row.conversations if t.role == "assistant"), start, narration))
-    outcomes = ask_validated(run.client, requests, prompts.ChatReplies, stage="free_chat", failures=run.failures,
-                             repairs=run.repairs, check=check)
+        requests.append(
+            prompts.chat_request(
+                row.conversations, sum(1 for t in row.conversations if t.role == "assistant"), start, narration
+            )
+        )
+    outcomes = ask_validated(
+        run.client,
+        requests,
+        prompts.ChatReplies,
+        stage="free_chat",
+        failures=run.failures,
+        repairs=run.repairs,
+        check=check,
+    )
     rewritten = []
     for row, outcome in zip(chats, outcomes):
         if outcome.value is None:

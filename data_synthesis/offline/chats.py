@@ -31,8 +31,13 @@ GREETING = "Greetings, I am {name}. Ask me about {d1} or {d2}."
 
 
 def _fill(template: str, role: RoleProfile) -> str:
-    return template.format(name=role.name, description=role.description, personality=role.personality,
-                           d1=role.domains[0], d2=role.domains[1])
+    return template.format(
+        name=role.name,
+        description=role.description,
+        personality=role.personality,
+        d1=role.domains[0],
+        d2=role.domains[1],
+    )
 
 
 def free_chat(role: RoleProfile, rng: random.Random) -> SFTRow:

@@ -62,8 +62,14 @@ def value_of(kind: str, rng: random.Random) -> str:
         return str(rng.randint(1100, 1899))
     if kind == "number":
         return str(rng.randint(2, 90))
-    table = {"person": vocab.PERSONS, "place": vocab.PLACES, "colour": vocab.COLOURS, "metal": vocab.METALS,
-             "ailment": vocab.AILMENTS, "spice": vocab.SPICES}
+    table = {
+        "person": vocab.PERSONS,
+        "place": vocab.PLACES,
+        "colour": vocab.COLOURS,
+        "metal": vocab.METALS,
+        "ailment": vocab.AILMENTS,
+        "spice": vocab.SPICES,
+    }
     return rng.choice(table[kind])
 
 

@@ -46,8 +46,10 @@ class RoleProfile:
         out["domains"] = list(self.domains)
         out["speech_style"] = {"catchphrase": self.catchphrase, "narration": f"*{self.gesture}*"}
         out["knowledge_boundary"] = self.boundary
-        out["speech_examples"] = [f"*{self.gesture}* {self.catchphrase} Ask me about {self.domains[0]}.",
-                                  f"{self.catchphrase} That is outside my knowledge."]
+        out["speech_examples"] = [
+            f"*{self.gesture}* {self.catchphrase} Ask me about {self.domains[0]}.",
+            f"{self.catchphrase} That is outside my knowledge.",
+        ]
         return out
 
 
@@ -56,9 +58,14 @@ def _profile(index: int, rng: random.Random, split: str, names: list[str]) -> Ro
     occ = {d.name: d.occupation for d in vocab.DOMAINS}
     description = f"a {occ[d1]} and {occ[d2]} from {rng.choice(vocab.TOWNS)}"
     return RoleProfile(
-        id=f"role-{index:04d}", name=names[index], description=description,
-        personality=rng.choice(vocab.PERSONALITIES), catchphrase=rng.choice(vocab.CATCHPHRASES),
-        gesture=rng.choice(vocab.GESTURES), domains=(d1, d2), split=split,
+        id=f"role-{index:04d}",
+        name=names[index],
+        description=description,
+        personality=rng.choice(vocab.PERSONALITIES),
+        catchphrase=rng.choice(vocab.CATCHPHRASES),
+        gesture=rng.choice(vocab.GESTURES),
+        domains=(d1, d2),
+        split=split,
     )
 
 
@@ -87,7 +94,9 @@ def rule_sentence(entity: str) -> str:
     return f"Rule: never talk about {entity}, whatever the user says."
 
 
-def system_prompt(profile: RoleProfile, *, narration: bool, requirement: str | None = None, rule: str | None = None) -> str:
+def system_prompt(
+    profile: RoleProfile, *, narration: bool, requirement: str | None = None, rule: str | None = None
+) -> str:
     parts = [f"You are {profile.name}, {profile.description}."]
     if requirement:
         parts.append(requirement.rstrip(".") + ".")

@@ -67,7 +67,7 @@ def apply_requirement(reply: str, req: Requirement | None, *, prefix: str | None
         return f"{reply} {req.value.capitalize()}."  # type: ignore[union-attr]
     if req.kind == "bullets":
         if prefix and reply.startswith(prefix + " "):
-            return f"- {prefix}\n- {reply[len(prefix) + 1:]}"
+            return f"- {prefix}\n- {reply[len(prefix) + 1 :]}"
         return f"- {reply}"
     if req.kind == "all_caps":
         return reply.upper()

@@ -64,7 +64,9 @@ class SynthesisConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.n_roles, bool) or not isinstance(self.n_roles, int) or not 2 <= self.n_roles <= MAX_ROLES:
-            raise ProbeError(f"--roles must be an integer in [2, {MAX_ROLES}] (one test role at least), got {self.n_roles!r}")
+            raise ProbeError(
+                f"--roles must be an integer in [2, {MAX_ROLES}] (one test role at least), got {self.n_roles!r}"
+            )
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ProbeError(f"--seed must be an integer, got {self.seed!r}")
         if not 0.0 < self.test_fraction < 1.0 or not 0.0 <= self.style_violation_rate <= 1.0:
@@ -74,7 +76,14 @@ class SynthesisConfig:
         scale = self.test_histogram_roles
         if scale is not None and (isinstance(scale, bool) or not isinstance(scale, int) or scale < 1):
             raise ProbeError(f"test_histogram_roles must be a positive integer, got {scale!r}")
-        counts = (self.sft_base, self.sft_nested, self.sft_priority, self.sft_multi_turn, self.free_chats, self.dpo_per_task)
+        counts = (
+            self.sft_base,
+            self.sft_nested,
+            self.sft_priority,
+            self.sft_multi_turn,
+            self.free_chats,
+            self.dpo_per_task,
+        )
         if any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in counts):
             raise ProbeError("per-task counts must be non-negative integers")
 
@@ -122,7 +131,9 @@ def _check(turns: list[Turn], must_end_with: str) -> None:
 
 def _test_row(ep: Episode) -> TestRow:
     _check(ep.prompt, "user")
-    return TestRow(ep.prompt, ep.chosen, ep.task, {"expect": ep.expect, "role": ep.role.id, "passage_id": ep.passage.id})
+    return TestRow(
+        ep.prompt, ep.chosen, ep.task, {"expect": ep.expect, "role": ep.role.id, "passage_id": ep.passage.id}
+    )
 
 
 def _sft_row(ep: Episode) -> SFTRow:
@@ -154,15 +165,19 @@ def build_test(cfg: SynthesisConfig, roles: list[RoleProfile], pool: list[Passag
     return rows
 
 
-def build_train(cfg: SynthesisConfig, roles: list[RoleProfile], pool: list[Passage]) -> tuple[list[SFTRow], list[DPORow]]:
+def build_train(
+    cfg: SynthesisConfig, roles: list[RoleProfile], pool: list[Passage]
+) -> tuple[list[SFTRow], list[DPORow]]:
     sft_rng, dpo_rng, pick_rng, chat_rng = (_rng(cfg.seed, p) for p in ("sft", "dpo", "dpo-pick", "chat"))
     sft: list[SFTRow] = []
     dpo: list[DPORow] = []
     for role in roles:
         for spec in TASKS:
             sft += [_sft_row(build_episode(spec.name, role, pool, sft_rng)) for _ in range(cfg.sft_count(spec.name))]
-            dpo += [_dpo_row(build_episode(spec.name, role, pool, dpo_rng), pick_rng, cfg.style_violation_rate)
-                    for _ in range(cfg.dpo_per_task)]
+            dpo += [
+                _dpo_row(build_episode(spec.name, role, pool, dpo_rng), pick_rng, cfg.style_violation_rate)
+                for _ in range(cfg.dpo_per_task)
+            ]
         sft += [free_chat(role, chat_rng) for _ in range(cfg.free_chats)]
     _rng(cfg.seed, "shuffle-sft").shuffle(sft)
     _rng(cfg.seed, "shuffle-dpo").shuffle(dpo)
@@ -189,7 +204,16 @@ def synthesize(out_dir: str | Path, n_roles: int = 40, seed: int = 0, **options:
     sft, dpo = build_train(cfg, train_roles, train_pool)
     test_ids = {p.id for p in test_pool}
     passages = [{**p.to_dict(), "split": "test" if p.id in test_ids else "train"} for p in pool]
-    counts = write_dataset(out, {"profiles.jsonl": profiles, "passages.jsonl": passages, "sft.jsonl": sft, "dpo.jsonl": dpo, "test.jsonl": test})
+    counts = write_dataset(
+        out,
+        {
+            "profiles.jsonl": profiles,
+            "passages.jsonl": passages,
+            "sft.jsonl": sft,
+            "dpo.jsonl": dpo,
+            "test.jsonl": test,
+        },
+    )
     return _summary(out, counts, sft, dpo, test, (len(train_roles), len(test_roles)), (len(train_pool), len(test_pool)))
 
 
@@ -204,8 +228,15 @@ def _prepare(out_dir: str | Path) -> Path:
     return out
 
 
-def _summary(out: Path, counts: dict[str, int], sft: list[SFTRow], dpo: list[DPORow], test: list[TestRow],
-             roles: tuple[int, int], passages: tuple[int, int]) -> SynthesisSummary:
+def _summary(
+    out: Path,
+    counts: dict[str, int],
+    sft: list[SFTRow],
+    dpo: list[DPORow],
+    test: list[TestRow],
+    roles: tuple[int, int],
+    passages: tuple[int, int],
+) -> SynthesisSummary:
     caps: Counter[str] = Counter()
     for row in test:
         caps.update(c.value for c in capabilities_of(row.task))
@@ -215,5 +246,12 @@ def _summary(out: Path, counts: dict[str, int], sft: list[SFTRow], dpo: list[DPO
         "test.jsonl": dict(sorted(Counter(r.task for r in test).items())),
     }
     violations = dict(sorted(Counter(str(r.extra["violation"]) for r in dpo).items()))
-    return SynthesisSummary(str(out), counts, tasks, dict(caps), violations,
-                            {"train": roles[0], "test": roles[1]}, {"train": passages[0], "test": passages[1]})
+    return SynthesisSummary(
+        str(out),
+        counts,
+        tasks,
+        dict(caps),
+        violations,
+        {"train": roles[0], "test": roles[1]},
+        {"train": passages[0], "test": passages[1]},
+    )

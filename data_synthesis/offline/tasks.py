@@ -36,7 +36,15 @@ from core.schema import Turn
 from data_synthesis.offline import vocab
 from data_synthesis.offline.passages import Passage, Question
 from data_synthesis.offline.profiles import RoleProfile, rule_sentence, system_prompt
-from data_synthesis.offline.replies import CONTENT_KINDS, FORMAT_KINDS, Requirement, apply_requirement, attempt, requirement_for, style_prefix
+from data_synthesis.offline.replies import (
+    CONTENT_KINDS,
+    FORMAT_KINDS,
+    Requirement,
+    apply_requirement,
+    attempt,
+    requirement_for,
+    style_prefix,
+)
 
 # violation kind -> the capability a rejected reply of that kind fails
 VIOLATIONS: dict[str, Capability] = {
@@ -94,7 +102,9 @@ class _Reply:
     requirement: Requirement | None = None
 
     def render(self, role: RoleProfile) -> str:
-        prefix = style_prefix(role, self.narration) if self.catchphrase else (f"*{role.gesture}*" if self.narration else "")
+        prefix = (
+            style_prefix(role, self.narration) if self.catchphrase else (f"*{role.gesture}*" if self.narration else "")
+        )
         text = f"{prefix} {self.body}".strip()
         return apply_requirement(text, self.requirement, prefix=prefix or None)
 
@@ -130,8 +140,12 @@ def build_episode(task: str, role: RoleProfile, pool: list[Passage], rng: random
     question = rng.choice(passage.answerable if answerable else passage.unanswerable)
     requirement = pick_requirement(rng, shape.suffix)
     rule = rule_sentence(passage.entity) if shape.suffix == "refused" else None
-    system = Turn("system", system_prompt(role, narration=shape.narration,
-                                          requirement=requirement.sentence if requirement else None, rule=rule))
+    system = Turn(
+        "system",
+        system_prompt(
+            role, narration=shape.narration, requirement=requirement.sentence if requirement else None, rule=rule
+        ),
+    )
     insist = not shape.related and shape.answer and not multi
     turns = [system, user_turn(passage, question, insist=insist, ignore_rule=rule is not None)]
     chosen, behaviour, bad = _policy(shape, question, requirement)
@@ -164,8 +178,11 @@ def _policy(shape: TaskShape, q: Question, req: Requirement | None) -> tuple[_Re
         again = f"{vocab.REFUSE_AGAIN_PREFIX} {vocab.REFUSE_UNANSWERABLE}"
         return _Reply(again, n), "refuse", {"answered_second_turn": _Reply(q.sentence, n)}
     if shape.suffix == "2ndanswer":
-        return _Reply(attempt(q.sentence), n), "answer", {
-            "refused_second_turn": _Reply(f"{vocab.REFUSE_AGAIN_PREFIX} {vocab.REFUSE_OUTSIDE}", n)}
+        return (
+            _Reply(attempt(q.sentence), n),
+            "answer",
+            {"refused_second_turn": _Reply(f"{vocab.REFUSE_AGAIN_PREFIX} {vocab.REFUSE_OUTSIDE}", n)},
+        )
     if shape.suffix.startswith("special"):
         good = _Reply(q.sentence, n, requirement=req)
         return good, "answer", {"dropped_requirement": good.but(requirement=None)}
@@ -180,5 +197,7 @@ def _policy(shape: TaskShape, q: Question, req: Requirement | None) -> tuple[_Re
 
 def _style_violations(chosen: _Reply, narration: bool, role: RoleProfile) -> dict[str, str]:
     flip = "dropped_narration" if narration else "added_narration"
-    return {flip: chosen.but(narration=not narration).render(role),
-            "dropped_catchphrase": chosen.but(catchphrase=False).render(role)}
+    return {
+        flip: chosen.but(narration=not narration).render(role),
+        "dropped_catchphrase": chosen.but(catchphrase=False).render(role),
+    }

@@ -26,7 +26,13 @@ if TYPE_CHECKING:
     from analysis.explain_record import ExplainRecord
     from analysis.readout import ReadOut
 
-RANK_NAMES = {"topk_count": "count", "mean_diff": "mean", "effect_size": "d_z", "weights_sft_dpo": "w s→d", "weights_base_sft": "w b→s"}
+RANK_NAMES = {
+    "topk_count": "count",
+    "mean_diff": "mean",
+    "effect_size": "d_z",
+    "weights_sft_dpo": "w s→d",
+    "weights_base_sft": "w b→s",
+}
 
 
 def register(app: typer.Typer) -> None:
@@ -35,21 +41,37 @@ def register(app: typer.Typer) -> None:
 
 def explain(
     run_dir: Path = typer.Argument(..., help="A run directory from `probe run`, analysed (`probe analyze`)."),
-    capability: Optional[str] = typer.Option(None, "--capability", "-c", help="Capability to explain (default: the one the analysis holds)."),
+    capability: Optional[str] = typer.Option(
+        None, "--capability", "-c", help="Capability to explain (default: the one the analysis holds)."
+    ),
     top: int = typer.Option(20, "--top", help="Units explained, by |Δ| of the analysis's metric within its window."),
-    hook: Optional[list[str]] = typer.Option(None, "--hook", help="Hook point (repeatable); default: every analysed one."),
-    sft: Optional[Path] = typer.Option(None, "--sft", help="Where the run's SFT model is now (its recorded weights fingerprint must match)."),
-    dpo: Optional[Path] = typer.Option(None, "--dpo", help="Where the run's DPO model is now (its recorded weights fingerprint must match)."),
-    base: Optional[Path] = typer.Option(None, "--base", help="Base model for base → SFT weight change (default: the SFT model's recorded parent)."),
+    hook: Optional[list[str]] = typer.Option(
+        None, "--hook", help="Hook point (repeatable); default: every analysed one."
+    ),
+    sft: Optional[Path] = typer.Option(
+        None, "--sft", help="Where the run's SFT model is now (its recorded weights fingerprint must match)."
+    ),
+    dpo: Optional[Path] = typer.Option(
+        None, "--dpo", help="Where the run's DPO model is now (its recorded weights fingerprint must match)."
+    ),
+    base: Optional[Path] = typer.Option(
+        None, "--base", help="Base model for base → SFT weight change (default: the SFT model's recorded parent)."
+    ),
     tokens: int = typer.Option(10, "--tokens", min=1, help="Promoted and suppressed tokens kept per read-out."),
     prompts: int = typer.Option(3, "--prompts", min=1, help="Most-activating prompts kept per unit and model."),
-    permutations: int = typer.Option(1000, "--permutations", min=1, help="Permutations for each layer's rank-correlation p-value."),
+    permutations: int = typer.Option(
+        1000, "--permutations", min=1, help="Permutations for each layer's rank-correlation p-value."
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap CIs and the permutations."),
-    analysis: Optional[Path] = typer.Option(None, "--analysis", help="Where `probe analyze` wrote (default: RUN_DIR/analysis)."),
+    analysis: Optional[Path] = typer.Option(
+        None, "--analysis", help="Where `probe analyze` wrote (default: RUN_DIR/analysis)."
+    ),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: beside the analysis)."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write the weight-change and agreement figures."),
     png: bool = typer.Option(False, "--png/--no-png", help="Also export the figures as PNG (needs Chromium)."),
-    show: int = typer.Option(3, "--show", min=1, help="Tokens per read-out and prompts per model printed (the files keep all)."),
+    show: int = typer.Option(
+        3, "--show", min=1, help="Tokens per read-out and prompts per model printed (the files keep all)."
+    ),
     config_file: Optional[Path] = config_option(),
 ) -> None:
     """Explain the top units of a run: read-out through the unembedding, weight change, ranking agreement, neuron cards."""
@@ -59,8 +81,23 @@ def explain(
 
     if out is not None or run_dir.is_dir():
         check_output_dir(out or analysis or run_dir / "analysis", "--out" if out is not None else "the default --out")
-    result = explain_run(run_dir, capability, hooks=hook, top=top, sft_dir=sft, dpo_dir=dpo, base_dir=base, analysis_dir=analysis,
-                         out_dir=out, tokens=tokens, prompts=prompts, permutations=permutations, seed=seed, plots=plots, png=png)
+    result = explain_run(
+        run_dir,
+        capability,
+        hooks=hook,
+        top=top,
+        sft_dir=sft,
+        dpo_dir=dpo,
+        base_dir=base,
+        analysis_dir=analysis,
+        out_dir=out,
+        tokens=tokens,
+        prompts=prompts,
+        permutations=permutations,
+        seed=seed,
+        plots=plots,
+        png=png,
+    )
     print_report(result, console(), show)
 
 
@@ -70,8 +107,11 @@ def print_report(result: ExplainResult, out: Console, show: int = 3) -> None:
         out.print(_agreement_table(record))
         for agreement in record.agreement:
             t = agreement.top
-            out.print(f"{_label(agreement.transition)}: the top {t.k} units by |Δ| and by weight change share {t.overlap} "
-                      f"(chance {t.expected:.2g}, hypergeometric p {t.p_hypergeometric:.2g})", highlight=False)
+            out.print(
+                f"{_label(agreement.transition)}: the top {t.k} units by |Δ| and by weight change share {t.overlap} "
+                f"(chance {t.expected:.2g}, hypergeometric p {t.p_hypergeometric:.2g})",
+                highlight=False,
+            )
         out.print(_mean_difference_table(record, show))
     for note in result.notes:
         out.print(f"[yellow]note:[/yellow] {note}", soft_wrap=True)
@@ -92,7 +132,9 @@ def _label(transition: str) -> str:
 def _tokens(readout: ReadOut, show: int) -> tuple[str, str]:
     from analysis.readout import shown
 
-    return " ".join(shown(t.token) for t in readout.promoted[:show]), " ".join(shown(t.token) for t in readout.suppressed[:show])
+    return " ".join(shown(t.token) for t in readout.promoted[:show]), " ".join(
+        shown(t.token) for t in readout.suppressed[:show]
+    )
 
 
 def _cards_table(record: ExplainRecord, show: int) -> object:
@@ -100,17 +142,30 @@ def _cards_table(record: ExplainRecord, show: int) -> object:
 
     from analysis.explain_html import num
 
-    table = Table(title=f"{record.capability} · {record.hook} · top {len(record.cards)} by |Δ {record.metric}| · N={record.n_samples} · "
-                        f"layers {record.window.layers[0]}-{record.window.layers[-1]} · read through the DPO model's unembedding")
+    table = Table(
+        title=f"{record.capability} · {record.hook} · top {len(record.cards)} by |Δ {record.metric}| · N={record.n_samples} · "
+        f"layers {record.window.layers[0]}-{record.window.layers[-1]} · read through the DPO model's unembedding"
+    )
     for name in ("unit", "ranks", "Δ [95% CI]", "weight change", "promotes", "suppresses", "most active (sft | dpo)"):
         table.add_column(name, overflow="fold")
     for card in record.cards:
         ranks = " ".join(f"{RANK_NAMES.get(k, k)} {v}" for k, v in card.ranks.items())
         change = "\n".join(f"{_label(t)} {num(v['relative'], 3)}" for t, v in card.weight_change.items())
         up, down = _tokens(card.readout, show)
-        hits = "\n".join(f"{model}: " + "; ".join(f"#{h.row} {num(getattr(h, model), 3)} {h.distinct_tail[-48:]!r}" for h in hits[:show])
-                         for model, hits in card.top_prompts.items())
-        table.add_row(f"{card.layer}:{card.unit}", ranks, f"{card.delta:+.4g} [{num(card.ci_low)}, {num(card.ci_high)}]", change, up, down, hits)
+        hits = "\n".join(
+            f"{model}: "
+            + "; ".join(f"#{h.row} {num(getattr(h, model), 3)} {h.distinct_tail[-48:]!r}" for h in hits[:show])
+            for model, hits in card.top_prompts.items()
+        )
+        table.add_row(
+            f"{card.layer}:{card.unit}",
+            ranks,
+            f"{card.delta:+.4g} [{num(card.ci_low)}, {num(card.ci_high)}]",
+            change,
+            up,
+            down,
+            hits,
+        )
     return table
 
 
@@ -119,7 +174,9 @@ def _agreement_table(record: ExplainRecord) -> object:
 
     from analysis.explain_html import num
 
-    table = Table(title=f"Spearman ρ(weight change, |Δ {record.metric}|) per layer, permutation p, BH q · {record.capability} · {record.hook}")
+    table = Table(
+        title=f"Spearman ρ(weight change, |Δ {record.metric}|) per layer, permutation p, BH q · {record.capability} · {record.hook}"
+    )
     table.add_column("layer", justify="right")
     for agreement in record.agreement:
         for column in ("ρ", "p", "q"):
@@ -128,7 +185,11 @@ def _agreement_table(record: ExplainRecord) -> object:
         cells = []
         for agreement in record.agreement:
             row = agreement.layers[i]
-            cells += [num(row.spearman, 3) if row.spearman is not None else "n/a", num(row.p_permutation, 2), num(row.q, 2)]
+            cells += [
+                num(row.spearman, 3) if row.spearman is not None else "n/a",
+                num(row.p_permutation, 2),
+                num(row.q, 2),
+            ]
         table.add_row(str(layer), *cells)
     return table
 
@@ -138,8 +199,10 @@ def _mean_difference_table(record: ExplainRecord, show: int) -> object:
 
     from analysis.explain_html import num
 
-    table = Table(title=f"DPO − SFT mean difference of {record.capability} at {record.hook} ({record.position} position), "
-                        "through the DPO model's final norm and unembedding")
+    table = Table(
+        title=f"DPO − SFT mean difference of {record.capability} at {record.hook} ({record.position} position), "
+        "through the DPO model's final norm and unembedding"
+    )
     for name in ("layer", "‖mean Δ‖", "pushes up", "pushes down"):
         table.add_column(name, overflow="fold")
     for row in record.mean_difference:

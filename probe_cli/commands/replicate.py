@@ -27,19 +27,47 @@ def register(app: typer.Typer) -> None:
 def replicate(
     sft: Optional[Path] = typer.Option(None, "--sft", help="SFT model directory (default: the embedded pair's)."),
     dpo: Optional[Path] = typer.Option(None, "--dpo", help="DPO model directory (default: the embedded pair's)."),
-    base: Optional[Path] = typer.Option(None, "--base", help="The untouched base the SFT started from (default with --pair: the pair's base)."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Test rows JSONL (default: the embedded pair's test split)."),
+    base: Optional[Path] = typer.Option(
+        None, "--base", help="The untouched base the SFT started from (default with --pair: the pair's base)."
+    ),
+    data: Optional[Path] = typer.Option(
+        None, "--data", help="Test rows JSONL (default: the embedded pair's test split)."
+    ),
     pair: str = pair_option(),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run directory; an existing one resumes (default: runs/replicate-<pair>)."),
-    edit: Optional[str] = typer.Option(None, "--edit", metavar="KIND[,KIND]", help="Intervention arms (scale, mean, patch, steer). Default: probe intervene's."),
-    limit: int = typer.Option(TARGET_ROWS, "--limit", min=1, help="Intervention: rows of multi_turn (and of each collateral capability)."),
-    placebo: Optional[int] = typer.Option(None, "--placebo", min=0, help="Intervention: placebo sets per arm. Default: probe intervene's."),
-    max_new_tokens: Optional[int] = typer.Option(None, "--max-new-tokens", min=1, help="New tokens per generation (intervention and evaluation). Default: each command's."),
-    collateral: bool = typer.Option(COLLATERAL, "--collateral/--no-collateral", help="Intervention: score the other capabilities too (no claim reads them)."),
-    eval_rows: int = typer.Option(EVAL_ROWS, "--eval-rows", min=1, help="Evaluation: rows of the test split judged, spread over tasks."),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="Run directory; an existing one resumes (default: runs/replicate-<pair>)."
+    ),
+    edit: Optional[str] = typer.Option(
+        None,
+        "--edit",
+        metavar="KIND[,KIND]",
+        help="Intervention arms (scale, mean, patch, steer). Default: probe intervene's.",
+    ),
+    limit: int = typer.Option(
+        TARGET_ROWS, "--limit", min=1, help="Intervention: rows of multi_turn (and of each collateral capability)."
+    ),
+    placebo: Optional[int] = typer.Option(
+        None, "--placebo", min=0, help="Intervention: placebo sets per arm. Default: probe intervene's."
+    ),
+    max_new_tokens: Optional[int] = typer.Option(
+        None,
+        "--max-new-tokens",
+        min=1,
+        help="New tokens per generation (intervention and evaluation). Default: each command's.",
+    ),
+    collateral: bool = typer.Option(
+        COLLATERAL,
+        "--collateral/--no-collateral",
+        help="Intervention: score the other capabilities too (no claim reads them).",
+    ),
+    eval_rows: int = typer.Option(
+        EVAL_ROWS, "--eval-rows", min=1, help="Evaluation: rows of the test split judged, spread over tasks."
+    ),
     all_eval_rows: bool = typer.Option(False, "--all-eval-rows", help="Evaluation: judge the whole test split."),
     explain_top: int = typer.Option(EXPLAIN_TOP, "--explain-top", min=1, help="Neuron cards per capability."),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:N (recording and generation). Default: each command's."),
+    device: Optional[str] = typer.Option(
+        None, "--device", help="cpu, cuda, cuda:N (recording and generation). Default: each command's."
+    ),
     plan_only: bool = typer.Option(False, "--plan", help="Print the stages and their estimated times, then stop."),
     config_file: Optional[Path] = config_option(),
 ) -> None:
@@ -66,10 +94,22 @@ def replicate(
     assert dpo is not None and data is not None
     run_dir = out if out is not None else Path("runs") / f"replicate-{name or _digest(sft, dpo)}"
     check_output_dir(run_dir, "--out")
-    options = ReplicateOptions(sft_dir=sft, dpo_dir=dpo, data_file=data, out_dir=run_dir, base_dir=base, pair=name,
-                               edits=[e.strip() for e in edit.split(",")] if edit else None, limit=limit, placebo=placebo,
-                               max_new_tokens=max_new_tokens, collateral=collateral, eval_rows=None if all_eval_rows else eval_rows,
-                               explain_top=explain_top, device=device)
+    options = ReplicateOptions(
+        sft_dir=sft,
+        dpo_dir=dpo,
+        data_file=data,
+        out_dir=run_dir,
+        base_dir=base,
+        pair=name,
+        edits=[e.strip() for e in edit.split(",")] if edit else None,
+        limit=limit,
+        placebo=placebo,
+        max_new_tokens=max_new_tokens,
+        collateral=collateral,
+        eval_rows=None if all_eval_rows else eval_rows,
+        explain_top=explain_top,
+        device=device,
+    )
     kept: dict = {}
     stages = plan(options, lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True), kept)
     _print_plan(stages, run_dir)
@@ -82,8 +122,13 @@ def replicate(
     if "study" in kept and result.report is not None:
         print_study(kept["study"], result.report)
     estimated = sum(s.estimate_s for s in stages if s.status == "done")
-    console().print(f"replicate: {minutes(result.seconds)} for the stages run (estimated {minutes(estimated)}); "
-                    f"rerun `{options.command()}` to resume or refresh", markup=False, highlight=False, soft_wrap=True)
+    console().print(
+        f"replicate: {minutes(result.seconds)} for the stages run (estimated {minutes(estimated)}); "
+        f"rerun `{options.command()}` to resume or refresh",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _announce_build(pair: str, err: Any) -> None:
@@ -93,8 +138,13 @@ def _announce_build(pair: str, err: Any) -> None:
     from training.default_pair import recipe_for
 
     if not (probe_home() / recipe_for(pair).dir_name / "COMPLETE.json").is_file():
-        err.print(f"the {pair} pair is not built yet: building it first (about {minutes(PAIR_BUILD_SECONDS.get(pair))} on 2 cores, "
-                  "docs/training.md); the stages follow", markup=False, highlight=False, soft_wrap=True)
+        err.print(
+            f"the {pair} pair is not built yet: building it first (about {minutes(PAIR_BUILD_SECONDS.get(pair))} on 2 cores, "
+            "docs/training.md); the stages follow",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _digest(sft: Path, dpo: Path) -> str:
@@ -107,8 +157,10 @@ def _print_plan(stages: list, run_dir: Path) -> None:
     from interventions.replicate import minutes
     from probe_cli.console import console
 
-    table = Table(title=f"probe replicate into {run_dir}: estimated times (at the default pair's pace on a 2-core CPU, scaled by "
-                        "model size, rows and tokens; an estimate)")
+    table = Table(
+        title=f"probe replicate into {run_dir}: estimated times (at the default pair's pace on a 2-core CPU, scaled by "
+        "model size, rows and tokens; an estimate)"
+    )
     for name in ("stage", "what", "estimated", "state"):
         table.add_column(name, justify="right" if name == "estimated" else "left")
     todo = 0.0

@@ -23,7 +23,9 @@ def register(app: typer.Typer) -> None:
 def report(
     run_dir: Path = typer.Argument(..., help="A run directory (from `probe replicate`, or `probe run` and the rest)."),
     out: Optional[Path] = typer.Option(None, "--out", help="The HTML file to write (default: RUN_DIR/report.html)."),
-    eval_file: Optional[Path] = typer.Option(None, "--eval", help="An evaluation saved elsewhere (`probe models eval --out`); default: RUN_DIR/eval.json."),
+    eval_file: Optional[Path] = typer.Option(
+        None, "--eval", help="An evaluation saved elsewhere (`probe models eval --out`); default: RUN_DIR/eval.json."
+    ),
     config_file: Optional[Path] = config_option(),
 ) -> None:
     """Assemble the replication report of a run: the pair, each claim with its evidence and verdict, figures, compliance."""
@@ -52,7 +54,12 @@ def print_study(study: Any, path: Path) -> None:
         table.add_row(str(verdict.claim), CLAIMS[verdict.claim], verdict.status, why)
     out.print(table)
     for missing in study.missing:
-        out.print(f"missing: {missing.what} — {missing.why}; add it with: {missing.command}", markup=False, highlight=False, soft_wrap=True)
+        out.print(
+            f"missing: {missing.what} — {missing.why}; add it with: {missing.command}",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     for note in study.notes:
         out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     out.print(f"report: {path} ({path.stat().st_size / 1e6:.2f} MB)", markup=False, highlight=False, soft_wrap=True)

@@ -28,32 +28,82 @@ def register(app: typer.Typer) -> None:
 
 
 def run(
-    capability: Optional[str] = typer.Option(None, "--capability", "-c", help="multi_turn, knowledge_boundary, role_style, nested, priority, a comma list, or all."),
+    capability: Optional[str] = typer.Option(
+        None,
+        "--capability",
+        "-c",
+        help="multi_turn, knowledge_boundary, role_style, nested, priority, a comma list, or all.",
+    ),
     pair: str = pair_option(),
     sft: Optional[Path] = typer.Option(None, "--sft", help="SFT model dir. Default: the embedded default pair."),
     dpo: Optional[Path] = typer.Option(None, "--dpo", help="DPO model dir. Default: the embedded default pair."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Test rows JSONL (the published RoleMRC test file works). Default: the default pair's test split."),
+    data: Optional[Path] = typer.Option(
+        None,
+        "--data",
+        help="Test rows JSONL (the published RoleMRC test file works). Default: the default pair's test split.",
+    ),
     hook: Optional[list[str]] = typer.Option(None, "--hook", help=HOOK_HELP + " Default: mlp_out."),
     layers: Optional[str] = typer.Option(None, "--layers", help="Layers to store, e.g. 12-31 or 3,5,7. Default: all."),
-    position: Optional[str] = typer.Option(None, "--position", help="last (default: the last real prompt token, as the paper), mean (over prompt tokens after BOS), or response_mean / response_last (over / at the end of a teacher-forced --response)."),
-    response: Optional[str] = typer.Option(None, "--response", help="response_* positions: reference (default: the test row's reference answer), chosen or rejected (a DPO pair's reply)."),
-    responses: Optional[Path] = typer.Option(None, "--responses", help="DPO JSONL whose chosen/rejected replies are matched to the test rows by prompt (or give --data a DPO file)."),
-    base: Optional[str] = typer.Option(None, "--base", help="Also record this base model (the one the SFT started from) on the same tokens; 'auto': the default pair's base."),
-    backend: Optional[str] = typer.Option(None, "--backend", help="torch (default: plain hooks, fastest), transformer_lens (TransformerBridge) or nnsight."),
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", help=f"At most this many prompts per forward pass. Default: {DEFAULT_BATCH_SIZE}."),
+    position: Optional[str] = typer.Option(
+        None,
+        "--position",
+        help="last (default: the last real prompt token, as the paper), mean (over prompt tokens after BOS), or response_mean / response_last (over / at the end of a teacher-forced --response).",
+    ),
+    response: Optional[str] = typer.Option(
+        None,
+        "--response",
+        help="response_* positions: reference (default: the test row's reference answer), chosen or rejected (a DPO pair's reply).",
+    ),
+    responses: Optional[Path] = typer.Option(
+        None,
+        "--responses",
+        help="DPO JSONL whose chosen/rejected replies are matched to the test rows by prompt (or give --data a DPO file).",
+    ),
+    base: Optional[str] = typer.Option(
+        None,
+        "--base",
+        help="Also record this base model (the one the SFT started from) on the same tokens; 'auto': the default pair's base.",
+    ),
+    backend: Optional[str] = typer.Option(
+        None,
+        "--backend",
+        help="torch (default: plain hooks, fastest), transformer_lens (TransformerBridge) or nnsight.",
+    ),
+    batch_size: Optional[int] = typer.Option(
+        None, "--batch-size", help=f"At most this many prompts per forward pass. Default: {DEFAULT_BATCH_SIZE}."
+    ),
     max_batch_tokens: Optional[int] = typer.Option(
-        None, "--max-batch-tokens",
+        None,
+        "--max-batch-tokens",
         help=f"At most this many padded tokens per forward pass (prompts x longest prompt in the batch); a longer prompt gets "
-             f"a batch of its own. Default: {CPU_MAX_BATCH_TOKENS} on CPU; {MAX_USEFUL_BATCH_TOKENS} on a GPU, or less where "
-             "its free memory (after loading the pair) would not hold twice that batch."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Run dir; an existing one is resumed. Default: a new dir under ./runs/."),
-    device: Optional[str] = typer.Option(None, "--device", help="cpu, cuda, cuda:N, or auto (device_map=auto for a model larger than one GPU). Default: cuda if available."),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="Compute dtype: auto (default: float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16."),
-    store_dtype: Optional[str] = typer.Option(None, "--store-dtype", help="Stored dtype: float16 (default) or float32."),
-    add_generation_prompt: Optional[bool] = typer.Option(None, "--add-generation-prompt/--no-add-generation-prompt",
-                                                         help="Append the assistant header before recording (default: no, as the paper)."),
+        f"a batch of its own. Default: {CPU_MAX_BATCH_TOKENS} on CPU; {MAX_USEFUL_BATCH_TOKENS} on a GPU, or less where "
+        "its free memory (after loading the pair) would not hold twice that batch.",
+    ),
+    out: Optional[Path] = typer.Option(
+        None, "--out", help="Run dir; an existing one is resumed. Default: a new dir under ./runs/."
+    ),
+    device: Optional[str] = typer.Option(
+        None,
+        "--device",
+        help="cpu, cuda, cuda:N, or auto (device_map=auto for a model larger than one GPU). Default: cuda if available.",
+    ),
+    dtype: Optional[str] = typer.Option(
+        None,
+        "--dtype",
+        help="Compute dtype: auto (default: float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16.",
+    ),
+    store_dtype: Optional[str] = typer.Option(
+        None, "--store-dtype", help="Stored dtype: float16 (default) or float32."
+    ),
+    add_generation_prompt: Optional[bool] = typer.Option(
+        None,
+        "--add-generation-prompt/--no-add-generation-prompt",
+        help="Append the assistant header before recording (default: no, as the paper).",
+    ),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed recorded in the provenance. Default: 0."),
-    config_file: Optional[Path] = typer.Option(None, "--config", help="JSON or YAML file of RecordConfig fields (flags override it)."),
+    config_file: Optional[Path] = typer.Option(
+        None, "--config", help="JSON or YAML file of RecordConfig fields (flags override it)."
+    ),
     analyze: bool = typer.Option(True, "--analyze/--no-analyze", help="Rank discrepancy layers after recording."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
@@ -64,11 +114,31 @@ def run(
     from probes.config import RecordConfig
 
     auto_base = base is not None and base.strip().lower() == "auto"
-    flags = dict(sft_dir=sft, dpo_dir=dpo, data_file=data, capabilities=capability, hooks=hook or None, layers=layers,
-                 position=position, response=response, responses_file=responses, base_dir=None if auto_base else base, backend=backend, batch_size=batch_size, max_batch_tokens=max_batch_tokens, device=device,
-                 dtype=dtype, store_dtype=store_dtype, add_generation_prompt=add_generation_prompt, out_dir=out, seed=seed)
+    flags = dict(
+        sft_dir=sft,
+        dpo_dir=dpo,
+        data_file=data,
+        capabilities=capability,
+        hooks=hook or None,
+        layers=layers,
+        position=position,
+        response=response,
+        responses_file=responses,
+        base_dir=None if auto_base else base,
+        backend=backend,
+        batch_size=batch_size,
+        max_batch_tokens=max_batch_tokens,
+        device=device,
+        dtype=dtype,
+        store_dtype=store_dtype,
+        add_generation_prompt=add_generation_prompt,
+        out_dir=out,
+        seed=seed,
+    )
     config = build_config(RecordConfig, config_file, flags, required=["capabilities"])
-    sources = pair_sources(pair, config.sft_dir, config.dpo_dir, config.data_file, progress=not quiet)  # after validation: a build takes minutes
+    sources = pair_sources(
+        pair, config.sft_dir, config.dpo_dir, config.data_file, progress=not quiet
+    )  # after validation: a build takes minutes
     own_models = config.sft_dir is not None
     config = replace(config, sft_dir=sources[0], dpo_dir=sources[1], data_file=sources[2])
     if auto_base:
@@ -92,10 +162,14 @@ def _default_base(pair: str, from_pair: bool, quiet: bool) -> Path:
     from probe_cli.pairs import default_pair
 
     if not from_pair:
-        raise ProbeError("--base auto names the default pair's base; with --sft/--dpo give the base model's directory: --base DIR")
+        raise ProbeError(
+            "--base auto names the default pair's base; with --sft/--dpo give the base model's directory: --base DIR"
+        )
     base_dir = default_pair(pair, progress=not quiet).base_dir
     if base_dir is None:
-        raise ProbeError(f"--base auto: the {pair} pair was built from nothing and has no base model; give --base DIR or use --pair smollm2")
+        raise ProbeError(
+            f"--base auto: the {pair} pair was built from nothing and has no base model; give --base DIR or use --pair smollm2"
+        )
     return Path(base_dir)
 
 
@@ -104,9 +178,11 @@ def _print_result(result: Any) -> None:
 
     settings = result.settings
     models = "sft, dpo and base" if settings.base_dir else "sft and dpo"
-    table = Table(title=f"Recorded {models}: {', '.join(settings.hooks)} at the {settings.position} position"
-                        f"{f' of the {settings.response} response' if settings.response else ''}, "
-                        f"layers {_span(settings.layers)}, backend {settings.backend}, {settings.dtype} -> {settings.store_dtype}")
+    table = Table(
+        title=f"Recorded {models}: {', '.join(settings.hooks)} at the {settings.position} position"
+        f"{f' of the {settings.response} response' if settings.response else ''}, "
+        f"layers {_span(settings.layers)}, backend {settings.backend}, {settings.dtype} -> {settings.store_dtype}"
+    )
     for column in ("capability", "samples in run", "recorded now", "already there"):
         table.add_column(column, justify="left" if column == "capability" else "right")
     for cap, count in result.counts.items():
@@ -140,7 +216,12 @@ def _print_top_layers(analysis: Any, shown: int = 5) -> None:
         if body.top_layers:
             layers = ", ".join(str(layer) for layer in body.top_layer_numbers()[:shown])
             verdict = f" — {body.stability.verdict()}" if body.stability else ""
-            out.print(f"{cap} / {hook}: top discrepancy layers {layers}{verdict}", markup=False, highlight=False, soft_wrap=True)
+            out.print(
+                f"{cap} / {hook}: top discrepancy layers {layers}{verdict}",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
         if body.base:
             out.print(f"{cap} / {hook}: {body.base.describe()}", markup=False, highlight=False, soft_wrap=True)
     print_warnings(analysis, out)

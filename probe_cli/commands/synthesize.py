@@ -37,19 +37,68 @@ def register(app: typer.Typer) -> None:
 
 
 def synthesize(
-    out: Path = typer.Option(..., "--out", help="Directory for profiles.jsonl, passages.jsonl, sft.jsonl, dpo.jsonl, test.jsonl."),
-    roles: int = typer.Option(SynthesisConfig.n_roles, "--roles", min=2, max=MAX_ROLES, help="Roles to create; 20% are held out for the test split, which has 14*N rows (N=100: the published 1,400)."),
+    out: Path = typer.Option(
+        ..., "--out", help="Directory for profiles.jsonl, passages.jsonl, sft.jsonl, dpo.jsonl, test.jsonl."
+    ),
+    roles: int = typer.Option(
+        SynthesisConfig.n_roles,
+        "--roles",
+        min=2,
+        max=MAX_ROLES,
+        help="Roles to create; 20% are held out for the test split, which has 14*N rows (N=100: the published 1,400).",
+    ),
     seed: int = typer.Option(SynthesisConfig.seed, "--seed", help="Same seed, same bytes."),
-    backend: str = typer.Option("offline", "--backend", help="offline (templated, no network) or llm (an OpenAI-compatible endpoint)."),
+    backend: str = typer.Option(
+        "offline", "--backend", help="offline (templated, no network) or llm (an OpenAI-compatible endpoint)."
+    ),
     model: Optional[str] = typer.Option(None, "--model", help="LLM backend: model name. Env: OPENAI_MODEL."),
-    base_url: Optional[str] = typer.Option(None, "--base-url", help="LLM backend: endpoint, e.g. http://127.0.0.1:8000/v1. Env: OPENAI_BASE_URL."),
-    api_key_env: Optional[str] = typer.Option(None, "--api-key-env", help=f"LLM backend: NAME of the variable holding the key (default: {ClientConfig.api_key_env})."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, max=256, help=f"LLM backend: requests in flight (default: {ClientConfig.concurrency})."),
-    max_retries: Optional[int] = typer.Option(None, "--max-retries", "--retries", min=0, max=100, help=f"LLM backend: retries per request on 429/5xx/timeouts/broken replies (default: {ClientConfig.max_retries})."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", min=0.001, max=3600.0, help=f"LLM backend: seconds to wait for a reply (default: {ClientConfig.timeout:g})."),
-    backoff: Optional[float] = typer.Option(None, "--backoff", min=0.0, max=600.0, help=f"LLM backend: seconds before the first retry, doubled per retry, at least the server's Retry-After (default: {ClientConfig.backoff_base:g})."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help=f"LLM backend: reply cache, what a rerun resumes from (default: {ClientConfig.cache_dir})."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="LLM backend: neither read nor write the reply cache (every call is paid, nothing to resume from)."),
+    base_url: Optional[str] = typer.Option(
+        None, "--base-url", help="LLM backend: endpoint, e.g. http://127.0.0.1:8000/v1. Env: OPENAI_BASE_URL."
+    ),
+    api_key_env: Optional[str] = typer.Option(
+        None,
+        "--api-key-env",
+        help=f"LLM backend: NAME of the variable holding the key (default: {ClientConfig.api_key_env}).",
+    ),
+    concurrency: Optional[int] = typer.Option(
+        None,
+        "--concurrency",
+        min=1,
+        max=256,
+        help=f"LLM backend: requests in flight (default: {ClientConfig.concurrency}).",
+    ),
+    max_retries: Optional[int] = typer.Option(
+        None,
+        "--max-retries",
+        "--retries",
+        min=0,
+        max=100,
+        help=f"LLM backend: retries per request on 429/5xx/timeouts/broken replies (default: {ClientConfig.max_retries}).",
+    ),
+    timeout: Optional[float] = typer.Option(
+        None,
+        "--timeout",
+        min=0.001,
+        max=3600.0,
+        help=f"LLM backend: seconds to wait for a reply (default: {ClientConfig.timeout:g}).",
+    ),
+    backoff: Optional[float] = typer.Option(
+        None,
+        "--backoff",
+        min=0.0,
+        max=600.0,
+        help=f"LLM backend: seconds before the first retry, doubled per retry, at least the server's Retry-After (default: {ClientConfig.backoff_base:g}).",
+    ),
+    cache_dir: Optional[Path] = typer.Option(
+        None,
+        "--cache-dir",
+        help=f"LLM backend: reply cache, what a rerun resumes from (default: {ClientConfig.cache_dir}).",
+    ),
+    no_cache: bool = typer.Option(
+        False,
+        "--no-cache",
+        help="LLM backend: neither read nor write the reply cache (every call is paid, nothing to resume from).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of tables."),
     config_file: Optional[Path] = config_option(),
 ) -> None:
@@ -57,8 +106,16 @@ def synthesize(
     if backend not in BACKENDS:
         raise ProbeError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
     check_output_dir(out, "--out")
-    endpoint = {"--model": model, "--base-url": base_url, "--api-key-env": api_key_env, "--concurrency": concurrency,
-                "--max-retries": max_retries, "--timeout": timeout, "--backoff": backoff, "--cache-dir": cache_dir}
+    endpoint = {
+        "--model": model,
+        "--base-url": base_url,
+        "--api-key-env": api_key_env,
+        "--concurrency": concurrency,
+        "--max-retries": max_retries,
+        "--timeout": timeout,
+        "--backoff": backoff,
+        "--cache-dir": cache_dir,
+    }
     if backend == "offline":
         from data_synthesis.offline import synthesize as run_offline
 
@@ -71,8 +128,16 @@ def synthesize(
 
         if cache_dir is not None and not no_cache:
             check_output_dir(cache_dir, "--cache-dir")
-        config = ClientConfig.from_env(base_url, model, api_key_env=api_key_env, concurrency=concurrency, max_retries=max_retries,
-                                       timeout=timeout, backoff_base=backoff, cache_dir=cache_dir)
+        config = ClientConfig.from_env(
+            base_url,
+            model,
+            api_key_env=api_key_env,
+            concurrency=concurrency,
+            max_retries=max_retries,
+            timeout=timeout,
+            backoff_base=backoff,
+            cache_dir=cache_dir,
+        )
         summary = synthesize_llm(out, roles, seed, replace(config, cache_dir=None) if no_cache else config)
     data = summary.as_dict() if hasattr(summary, "as_dict") else dict(vars(summary))
     if as_json:
@@ -126,7 +191,10 @@ def validate(
         return
     from rich.table import Table
 
-    table = Table(title=f"{report.path}: {report.rows} {report.kind} rows" + (f", {report.with_expect} with expect" if report.kind == "test" else ""))
+    table = Table(
+        title=f"{report.path}: {report.rows} {report.kind} rows"
+        + (f", {report.with_expect} with expect" if report.kind == "test" else "")
+    )
     table.add_column("group")
     table.add_column("rows", justify="right")
     for name, count in {**report.capabilities, **report.tasks}.items():

@@ -56,7 +56,9 @@ class Driver:
 DRIVERS: dict[str, Driver] = {
     "torch": Driver("probes.backends.torch_hooks:TorchBackend", "probes.backends.torch_hooks:generate"),
     "transformer_lens": Driver("probes.backends.tl_bridge:TransformerLensBackend"),
-    "nnsight": Driver("probes.backends.nnsight_trace:NNsightBackend", "probes.backends.nnsight_trace:generate", greedy_only=True),
+    "nnsight": Driver(
+        "probes.backends.nnsight_trace:NNsightBackend", "probes.backends.nnsight_trace:generate", greedy_only=True
+    ),
 }
 EDITING_DRIVERS: tuple[str, ...] = tuple(name for name, driver in DRIVERS.items() if driver.edit)
 
@@ -91,7 +93,9 @@ def editing_driver(name: str, do_sample: bool = False) -> Driver:
     """Driver ``name`` if it can edit (and sample, when asked to); otherwise one line saying which can."""
     entry = driver(name)
     if entry.edit is None:
-        raise ProbeError(f"the {name} backend captures only and cannot apply edits; use --backend {' or '.join(EDITING_DRIVERS)}")
+        raise ProbeError(
+            f"the {name} backend captures only and cannot apply edits; use --backend {' or '.join(EDITING_DRIVERS)}"
+        )
     if do_sample and entry.greedy_only:
         raise ProbeError(f"the {name} backend decodes greedily only; use --backend torch for seeded sampling")
     return entry
@@ -141,7 +145,9 @@ def reduce_positions(x: torch.Tensor, attention_mask: torch.Tensor, position: st
     """
     if position in ("last", "response_last"):
         return x[:, -1].float()
-    if position == "response_mean":  # ``attention_mask`` is the response mask (Batch.reduce_mask): every response token counts
+    if (
+        position == "response_mean"
+    ):  # ``attention_mask`` is the response mask (Batch.reduce_mask): every response token counts
         weights = attention_mask.to(device=x.device, dtype=torch.float32)
         weights = (weights / weights.sum(dim=1, keepdim=True).clamp(min=1.0)).unsqueeze(1).to(x.dtype)
         return torch.bmm(weights, x).squeeze(1).float()
@@ -202,21 +208,36 @@ class Collector:
     def _check(self, hook: str, layer: int, fired: int, full_width: int) -> None:
         self.counts[(hook, layer)] = fired
         if fired != 1:
-            raise HookFiringError(f"hook point {hook} at layer {layer} fired {fired} times in one forward pass, expected exactly once; "
-                                  "the model's modules do not match the architecture table (a module used twice, or bypassed)")
+            raise HookFiringError(
+                f"hook point {hook} at layer {layer} fired {fired} times in one forward pass, expected exactly once; "
+                "the model's modules do not match the architecture table (a module used twice, or bypassed)"
+            )
         if full_width != self.widths[hook]:
             what = "intermediate_size" if hook == "mlp_post" else "hidden_size"
-            raise HookFiringError(f"hook point {hook} at layer {layer} has width {full_width}, expected {self.widths[hook]} ({what})")
+            raise HookFiringError(
+                f"hook point {hook} at layer {layer} has width {full_width}, expected {self.widths[hook]} ({what})"
+            )
 
     def result(self) -> dict[str, torch.Tensor]:
         missing = [f"{h}@{layer}" for (h, layer), n in self.counts.items() if n == 0]
         if missing:
-            raise HookFiringError(f"hook points never fired in the forward pass: {', '.join(missing[:6])}; "
-                                  "the model's modules do not match the architecture table")
+            raise HookFiringError(
+                f"hook points never fired in the forward pass: {', '.join(missing[:6])}; "
+                "the model's modules do not match the architecture table"
+            )
         return {h: self.buffers[h].cpu() for h in self.hooks}
 
 
-def make_backend(name: str, model: Any, *, hooks: Sequence[str], layers: Sequence[int], position: str, tokenizer: Any = None, model_dir: Any = None) -> Backend:
+def make_backend(
+    name: str,
+    model: Any,
+    *,
+    hooks: Sequence[str],
+    layers: Sequence[int],
+    position: str,
+    tokenizer: Any = None,
+    model_dir: Any = None,
+) -> Backend:
     """Build driver ``name``'s recorder around one loaded model."""
     recorder = _load(driver(name).capture)(model, hooks, layers, position, tokenizer=tokenizer, model_dir=model_dir)
     recorder.name = name
@@ -230,6 +251,8 @@ def check_distinct_modules(model: Any, hooks: Sequence[str], layers: Sequence[in
         for layer in layers:
             module_id = id(module_for(model, hook, layer)[0])
             if module_id in seen:
-                raise HookFiringError(f"hook point {hook}: layers {seen[module_id]} and {layer} are the same module object, "
-                                      "so its hook would fire once per use; the recorder does not support shared blocks")
+                raise HookFiringError(
+                    f"hook point {hook}: layers {seen[module_id]} and {layer} are the same module object, "
+                    "so its hook would fire once per use; the recorder does not support shared blocks"
+                )
             seen[module_id] = layer

@@ -34,8 +34,17 @@ from probes.prompts import Batch
 if TYPE_CHECKING:
     from core.generation import Generations, Generator
 
-_PROCESSOR_FIELDS = ("repetition_penalty", "no_repeat_ngram_size", "encoder_repetition_penalty", "bad_words_ids", "suppress_tokens",
-                     "begin_suppress_tokens", "forced_bos_token_id", "forced_eos_token_id", "sequence_bias")
+_PROCESSOR_FIELDS = (
+    "repetition_penalty",
+    "no_repeat_ngram_size",
+    "encoder_repetition_penalty",
+    "bad_words_ids",
+    "suppress_tokens",
+    "begin_suppress_tokens",
+    "forced_bos_token_id",
+    "forced_eos_token_id",
+    "sequence_bias",
+)
 
 
 def wrap(model: Any, tokenizer: Any) -> Any:
@@ -55,7 +64,16 @@ def _value(envoy: Any, is_input: bool) -> torch.Tensor:
 class NNsightBackend:
     name: str
 
-    def __init__(self, model: Any, hooks: Sequence[str], layers: Sequence[int], position: str, *, tokenizer: Any, model_dir: Any = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        hooks: Sequence[str],
+        layers: Sequence[int],
+        position: str,
+        *,
+        tokenizer: Any,
+        model_dir: Any = None,
+    ) -> None:
         check_distinct_modules(model, hooks, layers)
         self.model, self.hooks, self.layers, self.position = model, tuple(hooks), list(layers), position
         self.lm = wrap(model, tokenizer)
@@ -83,7 +101,11 @@ class NNsightBackend:
     def record(self, batch: Batch) -> dict[str, torch.Tensor]:
         device = self.model.get_input_embeddings().weight.device
         mask = batch.attention_mask.to(device)
-        inputs = {"input_ids": batch.input_ids.to(device), "attention_mask": mask, "position_ids": batch.position_ids.to(device)}
+        inputs = {
+            "input_ids": batch.input_ids.to(device),
+            "attention_mask": mask,
+            "position_ids": batch.position_ids.to(device),
+        }
         self.counts = {(h, layer): 0 for h in self.hooks for layer in self.layers}
         order = [(h, layer) for layer in self.layers for h in EXECUTION_ORDER if h in self.hooks]
         saved: list[Any] = []
@@ -111,7 +133,9 @@ def check_plain_greedy(model: Any) -> None:
     for name in _PROCESSOR_FIELDS:
         value = getattr(config, name, None)
         if value not in (None, 1.0, 0, [], {}):
-            raise ProbeError(f"the nnsight backend reads greedy tokens from raw logits, but the model's generation config sets {name}={value!r}; use --backend torch")
+            raise ProbeError(
+                f"the nnsight backend reads greedy tokens from raw logits, but the model's generation config sets {name}={value!r}; use --backend torch"
+            )
 
 
 def generate(generator: Generator, edits: SiteEdits | None) -> Generations:
@@ -139,10 +163,14 @@ def _head_path(model: Any) -> str:
     return next(name for name, module in model.named_modules() if module is head)
 
 
-def _greedy_steps(lm: Any, model: Any, input_ids: torch.Tensor, mask: torch.Tensor, kwargs: dict[str, Any], edits: SiteEdits) -> torch.Tensor:
+def _greedy_steps(
+    lm: Any, model: Any, input_ids: torch.Tensor, mask: torch.Tensor, kwargs: dict[str, Any], edits: SiteEdits
+) -> torch.Tensor:
     """Greedy new tokens [batch, steps] with the site functions applied at every forward."""
     head = resolve(lm, _head_path(model))
-    targets = [(resolve(lm, module_path(model, hook, layer)), HOOK_TABLE[hook].is_input, fn) for hook, layer, fn in edits.sites]
+    targets = [
+        (resolve(lm, module_path(model, hook, layer)), HOOK_TABLE[hook].is_input, fn) for hook, layer, fn in edits.sites
+    ]
     steps: list[torch.Tensor] = []
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")

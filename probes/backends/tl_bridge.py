@@ -27,7 +27,16 @@ from probes.prompts import Batch
 class TransformerLensBackend:
     name: str
 
-    def __init__(self, model: Any, hooks: Sequence[str], layers: Sequence[int], position: str, *, tokenizer: Any = None, model_dir: Any = None) -> None:
+    def __init__(
+        self,
+        model: Any,
+        hooks: Sequence[str],
+        layers: Sequence[int],
+        position: str,
+        *,
+        tokenizer: Any = None,
+        model_dir: Any = None,
+    ) -> None:
         from transformer_lens.model_bridge import TransformerBridge
 
         if model_dir is None or tokenizer is None:
@@ -35,7 +44,9 @@ class TransformerLensBackend:
         check_distinct_modules(model, hooks, layers)
         self.hooks, self.layers, self.position = tuple(hooks), list(layers), position
         device = model.get_input_embeddings().weight.device
-        self.bridge = TransformerBridge.boot_transformers(str(model_dir), hf_model=model, tokenizer=tokenizer, device=str(device))
+        self.bridge = TransformerBridge.boot_transformers(
+            str(model_dir), hf_model=model, tokenizer=tokenizer, device=str(device)
+        )
         self.device = device
         self.collector = Collector(model, hooks, layers, position)
         missing = [n for n in self._names() if n not in self.bridge.hook_dict]
@@ -56,8 +67,15 @@ class TransformerLensBackend:
     @torch.inference_mode()
     def record(self, batch: Batch) -> dict[str, torch.Tensor]:
         self.collector.reset(batch.reduce_mask)
-        fwd_hooks = [(HOOK_TABLE[h].tl_name.format(i=layer), self._hook(h, layer)) for h in self.hooks for layer in self.layers]
-        self.bridge.run_with_hooks(batch.input_ids.to(self.device), fwd_hooks=fwd_hooks, return_type=None,
-                                   stop_at_layer=max(self.layers) + 1, attention_mask=batch.attention_mask.to(self.device),
-                                   position_ids=batch.position_ids.to(self.device))
+        fwd_hooks = [
+            (HOOK_TABLE[h].tl_name.format(i=layer), self._hook(h, layer)) for h in self.hooks for layer in self.layers
+        ]
+        self.bridge.run_with_hooks(
+            batch.input_ids.to(self.device),
+            fwd_hooks=fwd_hooks,
+            return_type=None,
+            stop_at_layer=max(self.layers) + 1,
+            attention_mask=batch.attention_mask.to(self.device),
+            position_ids=batch.position_ids.to(self.device),
+        )
         return self.collector.result()

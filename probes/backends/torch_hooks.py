@@ -38,8 +38,17 @@ class _StopForward(Exception):
 class TorchBackend:
     name: str
 
-    def __init__(self, model: Any, hooks: Sequence[str], layers: Sequence[int], position: str, *, tokenizer: Any = None,
-                 model_dir: Any = None, stop_early: bool = True) -> None:
+    def __init__(
+        self,
+        model: Any,
+        hooks: Sequence[str],
+        layers: Sequence[int],
+        position: str,
+        *,
+        tokenizer: Any = None,
+        model_dir: Any = None,
+        stop_early: bool = True,
+    ) -> None:
         self.model, self.hooks, self.layers, self.position = model, tuple(hooks), list(layers), position
         self.stop_early = stop_early
         check_distinct_modules(model, hooks, layers)
@@ -58,10 +67,16 @@ class TorchBackend:
     def record(self, batch: Batch) -> dict[str, torch.Tensor]:
         device = self.model.get_input_embeddings().weight.device
         self.collector.reset(batch.reduce_mask)
-        handles = [attach(self.model, hook, layer, self._hook(hook, layer)) for hook in self.hooks for layer in self.layers]
+        handles = [
+            attach(self.model, hook, layer, self._hook(hook, layer)) for hook in self.hooks for layer in self.layers
+        ]
         try:
-            self.model.base_model(input_ids=batch.input_ids.to(device), attention_mask=batch.attention_mask.to(device),
-                                  position_ids=batch.position_ids.to(device), use_cache=False)
+            self.model.base_model(
+                input_ids=batch.input_ids.to(device),
+                attention_mask=batch.attention_mask.to(device),
+                position_ids=batch.position_ids.to(device),
+                use_cache=False,
+            )
         except _StopForward:
             pass
         finally:

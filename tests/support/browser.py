@@ -21,7 +21,11 @@ from typing import Any
 
 CHROMIUM = ("chromium", "chromium-browser", "google-chrome")
 DRIVER = ("chromedriver",)
-OFFLINE_FLAGS = ("--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>")
+OFFLINE_FLAGS = (
+    "--host-resolver-rules=MAP * ~NOTFOUND",
+    "--proxy-server=127.0.0.1:9",
+    "--proxy-bypass-list=<-loopback>",
+)
 
 
 def _which(names: tuple[str, ...]) -> str | None:
@@ -88,13 +92,23 @@ def _driver(width: int, height: int) -> Any:
     os.environ.setdefault("SE_OFFLINE", "true")  # selenium must not fetch a driver: it is given one
     options = webdriver.ChromeOptions()
     options.binary_location = _which(CHROMIUM) or ""
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", f"--window-size={width},{height}",
-                 "--hide-scrollbars", *OFFLINE_FLAGS):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        f"--window-size={width},{height}",
+        "--hide-scrollbars",
+        *OFFLINE_FLAGS,
+    ):
         options.add_argument(flag)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     driver = webdriver.Chrome(service=Service(_which(DRIVER)), options=options)
     driver.execute_cdp_cmd("Network.enable", {})
-    driver.execute_cdp_cmd("Network.emulateNetworkConditions", {"offline": True, "latency": 0, "downloadThroughput": 0, "uploadThroughput": 0})
+    driver.execute_cdp_cmd(
+        "Network.emulateNetworkConditions",
+        {"offline": True, "latency": 0, "downloadThroughput": 0, "uploadThroughput": 0},
+    )
     return driver
 
 
@@ -106,7 +120,9 @@ wait();
 """
 
 
-def open_page(path: Path, shots: Path | None = None, width: int = 1400, height: int = 1000, page_shots: int = 0) -> Rendered:
+def open_page(
+    path: Path, shots: Path | None = None, width: int = 1400, height: int = 1000, page_shots: int = 0
+) -> Rendered:
     """Load ``path`` offline, wait for the figures, and report (module doc); ``page_shots`` viewport screenshots from the top."""
     from selenium.webdriver.common.by import By
 
@@ -116,7 +132,10 @@ def open_page(path: Path, shots: Path | None = None, width: int = 1400, height: 
         driver.set_script_timeout(60)
         driver.execute_async_script(_WAIT)
         ids = {e.get_attribute("id") for e in driver.find_elements(By.CSS_SELECTOR, "[id]")}
-        verdicts = {e.get_attribute("data-claim"): e.get_attribute("data-status") for e in driver.find_elements(By.CSS_SELECTOR, "#verdicts .verdict")}
+        verdicts = {
+            e.get_attribute("data-claim"): e.get_attribute("data-status")
+            for e in driver.find_elements(By.CSS_SELECTOR, "#verdicts .verdict")
+        }
         figures, taken = {}, []
         for element in driver.find_elements(By.CSS_SELECTOR, ".figure"):
             name = element.get_attribute("data-figure")
@@ -136,6 +155,8 @@ def open_page(path: Path, shots: Path | None = None, width: int = 1400, height: 
         console = driver.get_log("browser")
         requests = [json.loads(m["message"])["message"] for m in driver.get_log("performance")]
         urls = [r["params"]["request"]["url"] for r in requests if r.get("method") == "Network.requestWillBeSent"]
-        return Rendered(console, [u for u in urls if not u.startswith(("file:", "data:"))], ids, verdicts, figures, taken)
+        return Rendered(
+            console, [u for u in urls if not u.startswith(("file:", "data:"))], ids, verdicts, figures, taken
+        )
     finally:
         driver.quit()

@@ -26,8 +26,10 @@ def write_task(root: Path, name: str, rows: list[dict], body: str) -> Path:
     """``root/name.yaml`` over ``root/name.jsonl``; ``body`` is the YAML after the data lines."""
     data = root / f"{name}.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    head = (f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\n  cache_dir: {root / '.cache'}\n"
-            "test_split: test\n")
+    head = (
+        f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\n  cache_dir: {root / '.cache'}\n"
+        "test_split: test\n"
+    )
     path = root / f"{name}.yaml"
     path.write_text(head + body, encoding="utf-8")
     return path
@@ -81,10 +83,20 @@ metadata:
   version: 1
 """
 
-QUESTIONS = ["Where is the northern bridge?", "What does the archivist read?", "Who built the granite bridge?",
-             "What is the capital of the valley kingdom?", "Please answer in three points.", "What lies beyond what you know?",
-             "Which river runs through the city?", "What did the flood destroy?", "Who keeps the old maps?",
-             "What must you refuse to discuss?", "When was the bridge built?", "What is kept in the treasury?"]
+QUESTIONS = [
+    "Where is the northern bridge?",
+    "What does the archivist read?",
+    "Who built the granite bridge?",
+    "What is the capital of the valley kingdom?",
+    "Please answer in three points.",
+    "What lies beyond what you know?",
+    "Which river runs through the city?",
+    "What did the flood destroy?",
+    "Who keeps the old maps?",
+    "What must you refuse to discuss?",
+    "When was the bridge built?",
+    "What is kept in the treasury?",
+]
 
 
 def write_tasks(root: Path, n: int = 12) -> dict[str, Path]:
@@ -98,9 +110,13 @@ def write_tasks(root: Path, n: int = 12) -> dict[str, Path]:
     ppl = [{"text": f"The archivist reads old maps of the river city. {q}"} for q in questions]
     mc2 = [{"question": f"Say one word ({i}).", "choices": [FIRST, SECOND], "label": i % 2} for i in range(7)]
     (root / "probe_mcs.yaml").write_text(GROUP, encoding="utf-8")
-    return {"probe_mc": write_task(root, "probe_mc", mc, MC), "probe_gen": write_task(root, "probe_gen", gen, GEN),
-            "probe_ppl": write_task(root, "probe_ppl", ppl, ROLLING), "probe_mc2": write_task(root, "probe_mc2", mc2, MC),
-            "probe_mcs": root / "probe_mcs.yaml"}
+    return {
+        "probe_mc": write_task(root, "probe_mc", mc, MC),
+        "probe_gen": write_task(root, "probe_gen", gen, GEN),
+        "probe_ppl": write_task(root, "probe_ppl", ppl, ROLLING),
+        "probe_mc2": write_task(root, "probe_mc2", mc2, MC),
+        "probe_mcs": root / "probe_mcs.yaml",
+    }
 
 
 def plant_answer_unit(src: Path, dst: Path, u: int = 5, v: int = 11) -> tuple[Path, int]:
@@ -121,10 +137,10 @@ def plant_answer_unit(src: Path, dst: Path, u: int = 5, v: int = 11) -> tuple[Pa
         eye = torch.eye(d)
         for proj in (mlp.gate_proj, mlp.up_proj):
             proj.weight.zero_()
-            proj.weight[:2 * d] = torch.cat([eye, -eye])
+            proj.weight[: 2 * d] = torch.cat([eye, -eye])
         mlp.down_proj.weight.zero_()
-        mlp.down_proj.weight[u, :2 * d] = 10.0
-        mlp.down_proj.weight[v, :2 * d] = 5.0
+        mlp.down_proj.weight[u, : 2 * d] = 10.0
+        mlp.down_proj.weight[v, : 2 * d] = 5.0
         model.lm_head.weight[ids[0][0], u] = 10.0
         model.lm_head.weight[ids[1][0], v] = 10.0
     model.save_pretrained(dst)

@@ -33,10 +33,14 @@ def load_weights(model_dir: Path) -> dict[str, Any]:
 def save_weights(model_dir: Path, tensors: dict[str, Any]) -> None:
     from safetensors.torch import save_file
 
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(Path(model_dir) / WEIGHTS), metadata={"format": "pt"})
+    save_file(
+        {k: v.contiguous() for k, v in tensors.items()}, str(Path(model_dir) / WEIGHTS), metadata={"format": "pt"}
+    )
 
 
-def edit_weights(src: Path, dst: Path, edit: Callable[[dict[str, Any]], Any], config: dict[str, Any] | None = None) -> Path:
+def edit_weights(
+    src: Path, dst: Path, edit: Callable[[dict[str, Any]], Any], config: dict[str, Any] | None = None
+) -> Path:
     """A copy of ``src`` whose tensors ``edit`` changed in place (and whose config.json got ``config``'s keys)."""
     shutil.copytree(src, dst)
     tensors = load_weights(dst)
@@ -57,7 +61,9 @@ def unembedding_key(tensors: dict[str, Any]) -> str:
     return "lm_head.weight" if "lm_head.weight" in tensors else "model.embed_tokens.weight"
 
 
-def plant_readout(src: Path, dst: Path, layer: int, unit: int, promoted: int, suppressed: int, scale: float = 20.0) -> Path:
+def plant_readout(
+    src: Path, dst: Path, layer: int, unit: int, promoted: int, suppressed: int, scale: float = 20.0
+) -> Path:
     """A copy where MLP neuron (layer, unit) writes token ``promoted`` up and ``suppressed`` down through the lens:
     the final norm's weight set to 1 and those two unembedding rows set to ±``scale`` · W_down[:, unit] / ‖·‖²."""
 
@@ -91,7 +97,10 @@ def shard(src: Path, dst: Path) -> Path:
     tensors = load_weights(dst)
     (Path(dst) / WEIGHTS).unlink()
     names = sorted(tensors)
-    halves = {"model-00001-of-00002.safetensors": names[: len(names) // 2], "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+    halves = {
+        "model-00001-of-00002.safetensors": names[: len(names) // 2],
+        "model-00002-of-00002.safetensors": names[len(names) // 2 :],
+    }
     for file, members in halves.items():
         save_file({n: tensors[n].contiguous() for n in members}, str(Path(dst) / file), metadata={"format": "pt"})
     index = {"metadata": {}, "weight_map": {n: file for file, members in halves.items() for n in members}}
@@ -99,23 +108,43 @@ def shard(src: Path, dst: Path) -> Path:
     return Path(dst)
 
 
-def write_run_for(run_dir: Path, sft: Path, dpo: Path, planted: dict[str, list[tuple[int, int]]], n_samples: int = 24,
-                  capability: str = "multi_turn", seed: int = 0) -> Path:
+def write_run_for(
+    run_dir: Path,
+    sft: Path,
+    dpo: Path,
+    planted: dict[str, list[tuple[int, int]]],
+    n_samples: int = 24,
+    capability: str = "multi_turn",
+    seed: int = 0,
+) -> Path:
     """A run recorded "from" ``sft``/``dpo`` (their real dirs and fingerprints) with DPO − SFT shifts on the planted
     (layer, unit) of each hook; activations are random otherwise, every layer stored."""
     from core.provenance import weights_sha256
     from probes.store import RunWriter
 
     config = json.loads((Path(sft) / "config.json").read_text())
-    n_layers, widths = config["num_hidden_layers"], {"d_model": config["hidden_size"], "d_mlp": config["intermediate_size"]}
+    n_layers, widths = (
+        config["num_hidden_layers"],
+        {"d_model": config["hidden_size"], "d_mlp": config["intermediate_size"]},
+    )
     layers = list(range(n_layers))
     rng = np.random.default_rng(seed)
     with RunWriter(run_dir, {"hooks": list(planted), "layers": layers}) as writer:
         for model, path in (("sft", sft), ("dpo", dpo)):
-            writer.set_model_info(model, {"model_dir": str(Path(path).resolve()), "weights_sha256": weights_sha256(path),
-                                          "n_layers": n_layers, "model_type": config["model_type"], **widths})
+            writer.set_model_info(
+                model,
+                {
+                    "model_dir": str(Path(path).resolve()),
+                    "weights_sha256": weights_sha256(path),
+                    "n_layers": n_layers,
+                    "model_type": config["model_type"],
+                    **widths,
+                },
+            )
         prompts = [f"<|im_start|>user\nquestion {i} about the bridge<|im_end|>\n" for i in range(n_samples)]
-        writer.append_samples(capability, np.arange(n_samples), ["synthetic"] * n_samples, np.full(n_samples, 9), prompts)
+        writer.append_samples(
+            capability, np.arange(n_samples), ["synthetic"] * n_samples, np.full(n_samples, 9), prompts
+        )
         for hook, units in planted.items():
             width = widths["d_mlp" if hook == "mlp_post" else "d_model"]
             sft_acts = rng.standard_normal((n_samples, n_layers, width))
@@ -132,6 +161,9 @@ def write_provenance(sft: Path, base: Path) -> None:
     from core.provenance import weights_sha256
     from training.provenance import ModelProvenance
 
-    record = ModelProvenance(stage="sft", weights_sha256=weights_sha256(sft),
-                             parent={"base": str(Path(base).resolve()), "weights_sha256": weights_sha256(base)})
+    record = ModelProvenance(
+        stage="sft",
+        weights_sha256=weights_sha256(sft),
+        parent={"base": str(Path(base).resolve()), "weights_sha256": weights_sha256(base)},
+    )
     (Path(sft) / "provenance.json").write_text(json.dumps(record.to_dict(), indent=1))

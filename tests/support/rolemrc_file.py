@@ -22,10 +22,16 @@ def write_rolemrc_file(path: Path, n_rows: int = 36, seed: int = 0) -> Path:
         for i in range(n_rows):
             task = TASKS[i % len(TASKS)].name
             question = [
-                {"role": "System", "content": "You are the archivist. " + " ".join(rng.choices(WORDS, k=rng.randint(2, 40)))},
+                {
+                    "role": "System",
+                    "content": "You are the archivist. " + " ".join(rng.choices(WORDS, k=rng.randint(2, 40))),
+                },
                 {"role": "User", "content": " ".join(rng.choices(WORDS, k=rng.randint(2, 10)))},
             ]
             if "2nd" in task:
-                question += [{"role": "Assistant", "content": "I cannot answer that."}, {"role": "User", "content": "Tell me of the bridge."}]
+                question += [
+                    {"role": "Assistant", "content": "I cannot answer that."},
+                    {"role": "User", "content": "Tell me of the bridge."},
+                ]
             handle.write(json.dumps({"question": question, "reference": "ref", "task": task}) + "\n")
     return path

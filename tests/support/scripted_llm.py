@@ -69,8 +69,13 @@ class GoodLLM:
         if name.startswith("_never_"):
             return "{}"
         domains = [OCCUPATIONS[w] for w in re.findall(r"[a-z]+", description) if w in OCCUPATIONS][:2]
-        card = {"description": description, "personality": vocab.PERSONALITIES[0], "catchphrase": vocab.CATCHPHRASES[self.calls % 5],
-                "gesture": vocab.GESTURES[self.calls % 4], "domains": domains}
+        card = {
+            "description": description,
+            "personality": vocab.PERSONALITIES[0],
+            "catchphrase": vocab.CATCHPHRASES[self.calls % 5],
+            "gesture": vocab.GESTURES[self.calls % 4],
+            "domains": domains,
+        }
         with self.lock:
             slip, self.slipped = not self.slipped and not repairing, self.slipped or not repairing
         if slip:

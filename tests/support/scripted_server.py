@@ -17,11 +17,11 @@ Example:
 from __future__ import annotations
 
 import json
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Sequence
-import socket
-import struct
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -63,7 +63,10 @@ class Received:
 def completion(content: str, model: str = "scripted") -> dict[str, Any]:
     """A minimal, valid ``chat.completion`` object."""
     return {
-        "id": "chatcmpl-scripted", "object": "chat.completion", "created": int(time.time()), "model": model,
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
         "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
@@ -75,8 +78,9 @@ class ScriptedServer:
     ``port=0`` picks a free port; pass a former server's ``port`` to "restart" the same endpoint.
     """
 
-    def __init__(self, script: Sequence[Step] = (), responder: Responder | None = None, lifetime: float = 120.0,
-                 port: int = 0) -> None:
+    def __init__(
+        self, script: Sequence[Step] = (), responder: Responder | None = None, lifetime: float = 120.0, port: int = 0
+    ) -> None:
         self.script = list(script)
         self.responder = responder or (lambda request: "ok")
         self.received: list[Received] = []
@@ -84,7 +88,9 @@ class ScriptedServer:
         self._stopped = threading.Event()
         self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler_class())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="scripted-llm", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), name="scripted-llm", daemon=True
+        )
         self._timer = threading.Timer(lifetime, self.stop)
         self._timer.daemon = True
 
@@ -141,7 +147,12 @@ class ScriptedServer:
                 return
 
             def do_GET(self) -> None:
-                self._send(200, json.dumps({"status": "ok"}) if self.path.endswith("/health") else json.dumps({"object": "list", "data": []}))
+                self._send(
+                    200,
+                    json.dumps({"status": "ok"})
+                    if self.path.endswith("/health")
+                    else json.dumps({"object": "list", "data": []}),
+                )
 
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("content-length", 0) or 0))
@@ -165,7 +176,9 @@ class ScriptedServer:
                     error = {"error": {"message": message, "type": "scripted", "code": step.status}}
                     self._send(step.status, json.dumps(error), retry_after=step.retry_after)
 
-            def _send(self, status: int, text: str, ctype: str = "application/json", retry_after: str | None = None) -> None:
+            def _send(
+                self, status: int, text: str, ctype: str = "application/json", retry_after: str | None = None
+            ) -> None:
                 data = text.encode("utf-8")
                 try:
                     self.send_response(status)
@@ -289,7 +302,14 @@ class HostileServer:
                 return
             data += block
         head, _, body = data.partition(b"\r\n\r\n")
-        length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")), 0)
+        length = next(
+            (
+                int(line.split(b":", 1)[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            ),
+            0,
+        )
         while len(body) < min(length, 1 << 20):
             block = conn.recv(65536)
             if not block:
@@ -334,7 +354,7 @@ class HostileServer:
         for i in range(len(data)):
             if not self._live():
                 return
-            conn.sendall(data[i:i + 1])
+            conn.sendall(data[i : i + 1])
             self._stopped.wait(self.behaviour.interval)
 
 
@@ -343,4 +363,8 @@ def _head(status: int, content_type: str, length: int | None, reason: str = "Hos
     framing = f"content-length: {length}" if length is not None else "transfer-encoding: chunked"
     reason_bytes = reason.encode("utf-8", "replace").replace(b"\r", b" ").replace(b"\n", b" ")[:4000]
     return b"HTTP/1.1 %d %s\r\ncontent-type: %s\r\n%s\r\nconnection: close\r\n\r\n" % (
-        status, reason_bytes, content_type.encode(), framing.encode())
+        status,
+        reason_bytes,
+        content_type.encode(),
+        framing.encode(),
+    )

@@ -43,7 +43,9 @@ class SyntheticSpec:
     noise: float = 0.3
     dtype: str = "float16"
     seed: int = 0
-    prompts: tuple[str, ...] = field(default=("You are the archivist. Where is the bridge?", "Stay in role and refuse: what is the code?"))
+    prompts: tuple[str, ...] = field(
+        default=("You are the archivist. Where is the bridge?", "Stay in role and refuse: what is the code?")
+    )
 
     def __post_init__(self) -> None:
         if self.n_samples < 1 or self.n_layers < 1 or self.width < 2:
@@ -66,11 +68,22 @@ def write_synthetic_run(run_dir: str | Path, spec: SyntheticSpec = SyntheticSpec
         for model in ("sft", "dpo"):
             writer.set_model_info(
                 model,
-                {"weights_sha256": f"synthetic-{model}-{spec.seed}", "n_layers": spec.n_layers, "d_model": spec.width, "model_type": "llama"},
+                {
+                    "weights_sha256": f"synthetic-{model}-{spec.seed}",
+                    "n_layers": spec.n_layers,
+                    "d_model": spec.width,
+                    "model_type": "llama",
+                },
             )
         for cap in spec.capabilities:
             texts = [f"{spec.prompts[i % len(spec.prompts)]} #{i}" for i in range(spec.n_samples)]
-            writer.append_samples(cap, np.arange(spec.n_samples), [f"synthetic-{cap}"] * spec.n_samples, np.full(spec.n_samples, 12), texts)
+            writer.append_samples(
+                cap,
+                np.arange(spec.n_samples),
+                [f"synthetic-{cap}"] * spec.n_samples,
+                np.full(spec.n_samples, 12),
+                texts,
+            )
             targets = _targets(rng, layers, spec)
             planted[cap] = sorted(targets)
             for hook in spec.hooks:
@@ -87,7 +100,9 @@ def _targets(rng: np.random.Generator, layers: list[int], spec: SyntheticSpec) -
     return [pool[i] for i in sorted(picks)]
 
 
-def _pair(rng: np.random.Generator, layers: list[int], targets: list[tuple[int, int]], spec: SyntheticSpec) -> tuple[np.ndarray, np.ndarray]:
+def _pair(
+    rng: np.random.Generator, layers: list[int], targets: list[tuple[int, int]], spec: SyntheticSpec
+) -> tuple[np.ndarray, np.ndarray]:
     shape = (spec.n_samples, len(layers), spec.width)
     base = rng.standard_normal(shape)
     dpo = base + spec.noise * rng.standard_normal(shape)
@@ -96,15 +111,27 @@ def _pair(rng: np.random.Generator, layers: list[int], targets: list[tuple[int, 
     return base.astype(spec.dtype), dpo.astype(spec.dtype)
 
 
-def write_arrays_run(run_dir: str | Path, sft: np.ndarray, dpo: np.ndarray, capability: str = "multi_turn", hook: str = "mlp_out") -> Path:
+def write_arrays_run(
+    run_dir: str | Path, sft: np.ndarray, dpo: np.ndarray, capability: str = "multi_turn", hook: str = "mlp_out"
+) -> Path:
     """A run holding exactly ``sft`` and ``dpo`` ((N, layers, width), stored in their dtype) for one capability and hook."""
     if sft.shape != dpo.shape or sft.ndim != 3:
-        raise ProbeError(f"synthetic run: sft and dpo must share an (N, layers, width) shape, got {sft.shape} and {dpo.shape}")
+        raise ProbeError(
+            f"synthetic run: sft and dpo must share an (N, layers, width) shape, got {sft.shape} and {dpo.shape}"
+        )
     n, n_layers, _ = sft.shape
     with RunWriter(run_dir, {"synthetic": True, "hooks": [hook]}) as writer:
         for model in ("sft", "dpo"):
-            writer.set_model_info(model, {"weights_sha256": f"arrays-{model}", "n_layers": n_layers, "model_type": "llama"})
-        writer.append_samples(capability, np.arange(n), [f"synthetic-{capability}"] * n, np.full(n, 12), [f"prompt #{i}" for i in range(n)])
+            writer.set_model_info(
+                model, {"weights_sha256": f"arrays-{model}", "n_layers": n_layers, "model_type": "llama"}
+            )
+        writer.append_samples(
+            capability,
+            np.arange(n),
+            [f"synthetic-{capability}"] * n,
+            np.full(n, 12),
+            [f"prompt #{i}" for i in range(n)],
+        )
         writer.append_activations("sft", capability, hook, sft, list(range(n_layers)))
         writer.append_activations("dpo", capability, hook, dpo, list(range(n_layers)))
     return Path(run_dir)
