@@ -35,7 +35,10 @@ demo: setup base
 	$(VENV)/bin/probe run --capability multi_turn
 
 test: setup chromium base
-	$(PY) -m pytest -q
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy   # the product packages; warm from .mypy_cache in seconds, a first run takes minutes
+	$(PY) -m pytest -q -n 2 --dist loadfile   # two workers; a file's tests go to one (module fixtures)
 
 bench: setup
 	$(PY) benchmarks/run_all.py

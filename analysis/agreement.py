@@ -41,7 +41,8 @@ class LayerAgreement:
 
 @dataclass(frozen=True)
 class TopOverlap:
-    """How many of the ``k`` units first by |Δ| are also among the ``k`` first by weight change, and how many chance gives."""
+    """How many of the ``k`` units first by |Δ| are also among the ``k`` first by weight change,
+    and how many chance gives."""
 
     k: int
     n_units: int

@@ -34,7 +34,7 @@ def attribution_maps(
     from probes.attribution import attribute_run
 
     window = layers if isinstance(layers, Window) else None
-    wanted = list(window.layers) if window is not None else list(layers)
+    wanted = list(layers.layers) if isinstance(layers, Window) else list(layers)
     path = attribute_run(
         run.run_dir,
         m=config.attribution_m,

@@ -23,8 +23,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -53,28 +52,16 @@ class BaseComparison:
     def describe(self) -> str:
         r = "n/a" if self.mean_correlation is None else f"{self.mean_correlation:+.2f}"
         return (
-            f"SFT−base vs DPO−SFT, top {self.k} units: Jaccard {self.jaccard:.3f} (matched random {self.random_jaccard:.3f}, "
-            f"95th percentile {self.random_p95:.3f}; {self.share_random_at_least:.1%} of {self.n_draws} draws reach it); "
-            f"per-layer correlation of Δ, mean r {r}; SFT−base top layers "
-            f"{', '.join(str(i) for i in self.sft_minus_base_top_layers[:5])}"
+            f"SFT−base vs DPO−SFT, top {self.k} units: Jaccard {self.jaccard:.3f} (matched random "
+            f"{self.random_jaccard:.3f}, 95th percentile {self.random_p95:.3f}; "
+            f"{self.share_random_at_least:.1%} of {self.n_draws} draws reach it); per-layer correlation of Δ, "
+            f"mean r {r}; SFT−base top layers {', '.join(str(i) for i in self.sft_minus_base_top_layers[:5])}"
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        body = asdict(self)
-        body["layer_correlation"] = {str(layer): r for layer, r in self.layer_correlation.items()}
-        return body
-
-    @classmethod
-    def from_dict(cls, body: dict[str, Any]) -> BaseComparison:
-        values = dict(body)
-        values["layer_correlation"] = {
-            int(k): (None if v is None else float(v)) for k, v in body["layer_correlation"].items()
-        }
-        return cls(**values)
 
 
 def top_set(maps: MetricMaps, k: int) -> np.ndarray:
-    """(n, 2) rows of (layer row, unit): the ``k`` units of largest |Δ| (Δ = 0 never counts), ties by layer then unit."""
+    """(n, 2) rows of (layer row, unit): the ``k`` units of largest |Δ| (Δ = 0 never counts),
+    ties by layer then unit."""
     return ranked_units(maps, np.abs(maps.delta) > 0)[:k]
 
 

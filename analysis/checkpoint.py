@@ -32,12 +32,15 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from core.errors import ProbeError
 from core.models import check_model_dir, weight_files
 from probes.hook_points import ARCHITECTURES
 from probes.pair import ModelShape, compare_configs, shape_of
+
+if TYPE_CHECKING:
+    import torch
 
 MlpPart = Literal["gate", "up", "down"]
 SUPPORTED: tuple[str, ...] = ("llama", "mistral", "qwen2", "qwen3")
@@ -105,7 +108,7 @@ class Checkpoint:
         return by_name
 
     def _check_unembedding(self) -> None:
-        if not self.tied and self._resolve(LAYOUT.unembedding, required=False) is None:
+        if not self.tied and self._find(LAYOUT.unembedding) is None:
             raise ProbeError(
                 f"{self.flag} {self.dir}: the config says the embeddings are not tied, but the weights hold no "
                 f"{LAYOUT.unembedding}; the directory is incomplete"
@@ -113,16 +116,19 @@ class Checkpoint:
 
     # --- names ------------------------------------------------------------------------------------------------------
 
-    def _resolve(self, name: str, required: bool = True) -> str | None:
-        """``name`` as the file spells it (with or without the ``model.`` prefix)."""
-        for candidate in (name, name.removeprefix("model.")):
-            if candidate in self._files:
-                return candidate
-        if required:
+    def _find(self, name: str) -> str | None:
+        """``name`` as the file spells it (with or without the ``model.`` prefix), or None."""
+        return next((c for c in (name, name.removeprefix("model.")) if c in self._files), None)
+
+    def _resolve(self, name: str) -> str:
+        """``name`` as the file spells it, or :class:`ProbeError`."""
+        found = self._find(name)
+        if found is None:
             raise ProbeError(
-                f"{self.flag} {self.dir}: no tensor {name} in its weights; is it a {'/'.join(SUPPORTED)}-style checkpoint?"
+                f"{self.flag} {self.dir}: no tensor {name} in its weights; "
+                f"is it a {'/'.join(SUPPORTED)}-style checkpoint?"
             )
-        return None
+        return found
 
     def block_name(self, layer: int, part: str) -> str:
         """The full tensor name of ``part`` (``mlp.down_proj.weight``, ...) in block ``layer``."""
@@ -146,9 +152,9 @@ class Checkpoint:
     # --- tensors ----------------------------------------------------------------------------------------------------
 
     def has(self, name: str) -> bool:
-        return self._resolve(name, required=False) is not None
+        return self._find(name) is not None
 
-    def tensor(self, name: str) -> Any:
+    def tensor(self, name: str) -> torch.Tensor:
         """One tensor as float32 (bf16/fp16 widened), read from disk now."""
         resolved = self._resolve(name)
         return self._files[resolved].get_tensor(resolved).float()
@@ -157,23 +163,23 @@ class Checkpoint:
         resolved = self._resolve(name)
         return tuple(self._files[resolved].get_slice(resolved).get_shape())
 
-    def optional(self, name: str) -> Any | None:
+    def optional(self, name: str) -> torch.Tensor | None:
         """A tensor that some checkpoints lack (a bias), or None."""
         return self.tensor(name) if self.has(name) else None
 
-    def mlp_weight(self, layer: int, part: MlpPart) -> Any:
+    def mlp_weight(self, layer: int, part: MlpPart) -> torch.Tensor:
         """``gate``/``up``: [d_mlp, d_model]; ``down``: [d_model, d_mlp] (column u is what neuron u writes)."""
         return self.tensor(self.mlp_name(layer, part))
 
-    def attention_out(self, layer: int) -> Any:
+    def attention_out(self, layer: int) -> torch.Tensor:
         """The attention's output projection, [d_model, n_heads × d_head] (row c writes residual coordinate c)."""
         return self.tensor(self.attention_out_name(layer))
 
-    def unembedding(self) -> Any:
+    def unembedding(self) -> torch.Tensor:
         """[vocab, d_model]: the rows the final residual is dotted with to give the logits."""
         return self.tensor(self.unembedding_name)
 
-    def final_norm(self) -> Any:
+    def final_norm(self) -> torch.Tensor:
         """[d_model]: the final RMSNorm's weight."""
         return self.tensor(LAYOUT.final_norm)
 

@@ -10,27 +10,23 @@ Example:
     >>> AnalysisConfig(metric="mean_diff", normalize="width")
     Traceback (most recent call last):
     ...
-    core.errors.ProbeError: --normalize width only applies to --metric topk_count (the authors' /d_model scaling of count differences)
+    core.errors.ProbeError: --normalize width only applies to --metric topk_count (the authors' /d_model scaling ...)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from core.config_file import NON_NEGATIVE, POSITIVE, SEED, OptionError, Range, typed_config
+from core.config_fields import option
+from core.config_file import NON_NEGATIVE, POSITIVE, SEED, Range, choice, typed_config
 from core.errors import ProbeError
 
-ACTIVATION_METRICS: tuple[str, ...] = (
-    "topk_count",
-    "mean_diff",
-    "effect_size",
-)  # computed from the recorded activations alone
-METRICS: tuple[str, ...] = (
-    *ACTIVATION_METRICS,
-    "attribution",
-)  # attribution: a gradient pass through the models, analysis.attribution_maps
+# computed from the recorded activations alone
+ACTIVATION_METRICS: tuple[str, ...] = ("topk_count", "mean_diff", "effect_size")
+# attribution: a gradient pass through the models, analysis.attribution_maps
+METRICS: tuple[str, ...] = (*ACTIVATION_METRICS, "attribution")
 ATTRIBUTION_MS: tuple[str, ...] = ("reference_logprob", "dpo_margin")  # probes.attribution.M_CHOICES
 ATTRIBUTION_POSITIONS: tuple[str, ...] = ("all", "response")
 NORMALIZATIONS: tuple[str, ...] = ("samples", "width")
@@ -49,23 +45,51 @@ class AnalysisConfig:
     (:mod:`analysis.stability`); 0 disables it.
     """
 
-    metric: str = "topk_count"
-    top_percent: Annotated[float, Range(0, 100, low_open=True)] = 20.0
-    layers: str | None = None
-    normalize: str = "samples"
-    top_k: Annotated[int, POSITIVE] = 64
-    fdr_alpha: Annotated[float, Range(0, 1, low_open=True, high_open=True)] = 0.05
-    rule: str = "top_k_abs"
-    threshold: Annotated[float, NON_NEGATIVE] = 0.0  # a minimum |delta|
-    test: str = "t"
-    reorder: bool = False
-    top_units: Annotated[int, POSITIVE] = field(default=20, metadata={"flag": None})
-    stability_resamples: Annotated[int, NON_NEGATIVE] = 20  # 0 disables the bootstrap
-    stability_seed: Annotated[int, SEED] = field(default=0, metadata={"flag": None})
-    attribution_m: str = "reference_logprob"  # --metric attribution: the metric m whose change is attributed
-    attribution_positions: str = "all"
-    attribution_rows: Annotated[int, POSITIVE] = 256  # dpo_margin: pairs per capability
-    dpo_data: Path | None = None  # dpo_margin: the DPO pairs (default: the run's --responses, or its DPO --data)
+    metric: str = option(
+        "topk_count",
+        "topk_count (the paper's top-k% membership counts), mean_diff, effect_size (paired d_z), or attribution "
+        "(gradient x (SFT - DPO) activation: the estimated change of --attribution-m if the DPO unit took the SFT "
+        "value; loads the run's models).",
+    )
+    top_percent: Annotated[float, Range(0, 100, low_open=True)] = option(
+        20.0, "topk_count: share of units kept per sample and layer, in percent."
+    )
+    layers: str | None = option(
+        None,
+        "Layer window, e.g. 12-31, 12-, 3,5,7 or all; must lie in the model (default: the paper's 12-31 scaled by "
+        "depth, 11-29 of 30 layers).",
+    )
+    normalize: str = option(
+        "samples",
+        "topk_count: divide count differences by the number of samples, or by the width (the authors' script).",
+    )
+    top_k: Annotated[int, POSITIVE] = option(64, "Units in each neuron set (the cap, for --rule fdr).")
+    fdr_alpha: Annotated[float, Range(0, 1, low_open=True, high_open=True)] = option(
+        0.05, "Benjamini-Hochberg level across layers x units."
+    )
+    rule: str = option(
+        "top_k_abs", "Neuron selection: top_k_abs (largest |Δ|) or fdr (BH-significant, |Δ| >= --threshold)."
+    )
+    threshold: Annotated[float, NON_NEGATIVE] = option(0.0, "Minimum |Δ| for a selected unit.")
+    test: str = option("t", "mean_diff/effect_size: paired t-test (t) or Wilcoxon signed-rank (wilcoxon).")
+    reorder: bool = option(False, "Plot units sorted by summed |Δ| (as the authors' lin_heat_map intended).")
+    top_units: Annotated[int, POSITIVE] = option(20, "Units listed per capability and hook in summary.json.", flag=None)
+    stability_resamples: Annotated[int, NON_NEGATIVE] = option(
+        20, "Bootstrap resamples of the prompts for the top layers' stability (0: off)."
+    )
+    stability_seed: Annotated[int, SEED] = option(0, "Seed of the bootstrap.", flag=None)
+    attribution_m: str = option(
+        "reference_logprob",
+        "attribution: reference_logprob (DPO log-prob of each test row's reference answer) or dpo_margin (chosen - "
+        "rejected log-prob on the capability's DPO pairs).",
+    )
+    attribution_positions: str = option(
+        "all", "attribution: sum over all tokens (the positions an intervention acts at) or the response tokens only."
+    )
+    attribution_rows: Annotated[int, POSITIVE] = option(256, "attribution with dpo_margin: DPO pairs per capability.")
+    dpo_data: Path | None = option(
+        None, "attribution with dpo_margin: the DPO pairs (default: the run's --responses file or DPO --data)."
+    )
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -76,9 +100,11 @@ class AnalysisConfig:
             ("attribution_m", ATTRIBUTION_MS),
             ("attribution_positions", ATTRIBUTION_POSITIONS),
         ):
-            if getattr(self, name) not in allowed:
-                raise OptionError(name, f"one of {', '.join(allowed)}", getattr(self, name))
+            choice(name, getattr(self, name), allowed)
+        if self.dpo_data is not None:
+            object.__setattr__(self, "dpo_data", Path(self.dpo_data))  # frozen: the one place a value is converted
         if self.normalize == "width" and self.metric != "topk_count":
             raise ProbeError(
-                "--normalize width only applies to --metric topk_count (the authors' /d_model scaling of count differences)"
+                "--normalize width only applies to --metric topk_count "
+                "(the authors' /d_model scaling of count differences)"
             )

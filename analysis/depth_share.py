@@ -57,16 +57,17 @@ class DepthShareResult:
 
     def describe(self) -> str:
         return (
-            f"{self.capability}/{self.hook}: layers {format_layers(self.window)} hold {self.share:.1%} of the summed mean |Δ| "
-            f"[95% CI {self.ci_low:.1%}, {self.ci_high:.1%}] against {self.uniform:.1%} under a uniform spread"
+            f"{self.capability}/{self.hook}: layers {format_layers(self.window)} hold {self.share:.1%} of the summed "
+            f"mean |Δ| [95% CI {self.ci_low:.1%}, {self.ci_high:.1%}] against {self.uniform:.1%} under a uniform spread"
         )
 
 
 def untestable_reason(stored: list[int], n_model_layers: int) -> str | None:
     """Why the share cannot be formed from these recorded layers (None: it can).
 
-    >>> untestable_reason(list(range(12, 32)), 32)
-    'the recording holds layers 12-31 only, all inside the window 12-31: a share of the whole depth needs the layers outside it (record without --layers)'
+    >>> print(untestable_reason(list(range(12, 32)), 32))
+    the recording holds layers 12-31 only, all inside the window 12-31: a share of the whole depth needs the layers
+    outside it (record without --layers)
     >>> untestable_reason(list(range(32)), 32) is None
     True
     """
@@ -77,7 +78,8 @@ def untestable_reason(stored: list[int], n_model_layers: int) -> str | None:
     if not outside:
         return (
             f"the recording holds layers {format_layers(stored)} only, all inside the window "
-            f"{format_layers(default_window(n_model_layers))}: a share of the whole depth needs the layers outside it (record without --layers)"
+            f"{format_layers(default_window(n_model_layers))}: a share of the whole depth needs the layers outside it "
+            "(record without --layers)"
         )
     return None
 

@@ -7,11 +7,12 @@ activation ranking, layer by layer (:mod:`analysis.agreement`); (4) reads the DP
 difference of every window layer through the DPO model's final norm and unembedding
 (:mod:`analysis.readout`); (5) writes a card per top unit of the saved analysis (ranked as
 ``probe analyze`` ranked them: |Δ| of its metric, within its window, nonzero only). Outputs,
-written together into ``RUN_DIR/analysis/`` (or ``out_dir``), beside the activation maps::
+written together into the run's analysis directory (or ``out_dir``), beside the activation maps
+(:class:`core.run_dir.AnalysisDir` names them)::
 
-    weight_change.h5                         /{sft_dpo,base_sft}/{hook}/{relative,absolute,layers,components/*}
-    explain_<capability>_<hook>.json         the ExplainRecord (analysis.explain_record)
-    explain_<capability>_<hook>.html         the cards as one page
+    weight change                            /{sft_dpo,base_sft}/{hook}/{relative,absolute,layers,components/*}
+    explain record, per capability × hook    the ExplainRecord (analysis.explain_record)
+    explain page, per capability × hook      the cards as one page
     plots/weight_change_<hook>.html          the weight-change maps (log10 relative change)
     plots/explain_<capability>_<hook>_agreement.html   per-layer Spearman ρ, both transitions
 
@@ -20,9 +21,10 @@ Mistakes are one :class:`~core.errors.ProbeError` before any weight is read: no 
 it ranked, models missing or not the recorded ones, shapes that differ.
 
 Example:
-    >>> result = explain_run("runs/latest", "multi_turn", top=10)                  # doctest: +SKIP
-    >>> card = result.records["mlp_post"].cards[0]                                  # doctest: +SKIP
-    >>> card.layer, card.unit, card.ranks["weights_sft_dpo"], [t.token for t in card.readout.promoted[:3]]   # doctest: +SKIP
+    >>> result = explain_run("runs/latest", "multi_turn", top=10)  # doctest: +SKIP
+    >>> card = result.records["mlp_post"].cards[0]  # doctest: +SKIP
+    >>> promoted = [t.token for t in card.readout.promoted[:3]]  # doctest: +SKIP
+    >>> card.layer, card.unit, card.ranks["weights_sft_dpo"], promoted  # doctest: +SKIP
     (22, 699, 15911, ['CreateModel', 'ournal', 'paralleled'])
 """
 
@@ -47,11 +49,10 @@ from analysis.readout import Lens, TokenText, mean_difference, read_out, unit_di
 from analysis.summary import AnalysisSummary
 from analysis.weight_change import UnitChange, save_weight_change, weight_change, weight_change_figure
 from core.errors import ProbeError
+from core.run_dir import AnalysisDir, RunDir
 from core.stats import paired_bootstrap_ci
 from probes.hook_points import validate_hook
 from probes.store import RunReader
-
-WEIGHTS_FILE = "weight_change.h5"
 
 
 @dataclass
@@ -101,15 +102,17 @@ def explain_run(
 
     ``capability`` None: the one the analysis holds (an error naming them when it holds several); ``hooks`` None:
     every hook point it analysed for the capability. ``analysis_dir``: where ``probe analyze`` wrote (None:
-    ``RUN_DIR/analysis``); ``out_dir``: where to write (None: beside the analysis). ``png`` None: PNGs when Chromium exists.
+    ``RUN_DIR/analysis``); ``out_dir``: where to write (None: beside the analysis).
+    ``png`` None: PNGs when Chromium exists.
     """
     from core.atomic import file_set
 
     run_path = Path(run_dir)
-    analysis = Path(analysis_dir) if analysis_dir is not None else run_path / "analysis"
+    saved_dir = AnalysisDir(analysis_dir) if analysis_dir is not None else RunDir(run_path).analysis
+    analysis = saved_dir.root
     target = Path(out_dir) if out_dir is not None else analysis
     with RunReader(run_path) as run:
-        summary = _saved_summary(run_path, analysis)
+        summary = _saved_summary(run_path, saved_dir)
         capability = _capability(summary, capability)
         wanted = _hooks(summary, capability, hooks)
         saved = _saved_maps(analysis / summary.maps, capability, wanted, summary.run_dir)
@@ -146,7 +149,8 @@ def neuron_card(
     """One unit's card, ranked against ``maps`` (e.g. the heatmap notebook's); writes nothing."""
     if layer not in maps.layers or not 0 <= unit < maps.width:
         raise ProbeError(
-            f"layer {layer}, unit {unit} is not in the map (layers {maps.layers[0]}-{maps.layers[-1]}, units 0-{maps.width - 1})"
+            f"layer {layer}, unit {unit} is not in the map (layers {maps.layers[0]}-{maps.layers[-1]}, "
+            f"units 0-{maps.width - 1})"
         )
     with RunReader(run_dir) as run, open_models(run, sft_dir, dpo_dir, base_dir) as models:
         context = _context(run, maps.capability, models, [maps.hook], tokens, prompts, seed)
@@ -156,8 +160,8 @@ def neuron_card(
 # --- inputs ----------------------------------------------------------------------------------------------------------
 
 
-def _saved_summary(run_path: Path, analysis: Path) -> AnalysisSummary:
-    path = analysis / "summary.json"
+def _saved_summary(run_path: Path, analysis: AnalysisDir) -> AnalysisSummary:
+    path = analysis.summary
     if not path.is_file():
         raise ProbeError(
             f"{run_path}: no analysis here ({path} is missing); run `probe analyze {run_path}` first"
@@ -273,7 +277,8 @@ def _record(
 
 
 def _rank_maps(values: np.ndarray) -> np.ndarray:
-    """1-based ranks of a (layers, units) map, largest first, ties by layer then unit (the ranking rule of analysis.profile)."""
+    """1-based ranks of a (layers, units) map, largest first,
+    ties by layer then unit (the ranking rule of analysis.profile)."""
     rows, units = np.indices(values.shape)
     order = np.lexsort((units.ravel(), rows.ravel(), -values.ravel()))
     ranks = np.empty(values.size, dtype=np.int64)
@@ -442,31 +447,36 @@ def _lens_record(context: _Context) -> dict[str, Any]:
 def _write(result: ExplainResult, context: _Context, folder: Path, plots: bool, png: bool | None) -> None:
     from analysis.plots import write_figures
 
+    staged, final = AnalysisDir(folder), AnalysisDir(result.out_dir)
     changes = [c for by_hook in context.changes.values() for c in by_hook.values()]
-    save_weight_change(changes, folder / WEIGHTS_FILE, context.models.fingerprints())
+    save_weight_change(changes, staged.weight_change, context.models.fingerprints())
     figures = {}
     if plots:
         for hook, record in result.records.items():
             figures[f"weight_change_{hook}"] = weight_change_figure(
                 [by_hook[hook] for by_hook in context.changes.values()], record.window.layers
             )
-            figures[f"explain_{record.capability}_{hook}_agreement"] = agreement_figure(record)
-    written, notes = write_figures(figures, folder / "plots", png) if figures else ([], [])
+            figures[f"{final.explain_record(record.capability, hook).stem}_agreement"] = agreement_figure(record)
+    written, notes = write_figures(figures, staged.plots, png) if figures else ([], [])
     result.notes.extend(notes)
     written_names = {p.name for p in written}
-    result.files.append(result.out_dir / WEIGHTS_FILE)
+    result.files.append(final.weight_change)
     for hook, record in list(result.records.items()):
-        stem = f"explain_{record.capability}_{hook}"
-        files = {"record": f"{stem}.json", "page": f"{stem}.html", "weight_change": WEIGHTS_FILE}
+        stem = final.explain_record(record.capability, hook).stem
+        files = {
+            "record": final.explain_record(record.capability, hook).name,
+            "page": final.explain_page(record.capability, hook).name,
+            "weight_change": final.weight_change.name,
+        }
         for key, name in (
             ("weight_change_plot", f"weight_change_{hook}.html"),
             ("agreement_plot", f"{stem}_agreement.html"),
         ):
             if name in written_names:
-                files[key] = f"plots/{name}"
+                files[key] = f"{final.plots.name}/{name}"
         record = replace(record, files=files)
         result.records[hook] = record
         record.save(folder / files["record"])
         (folder / files["page"]).write_text(page_html(record), encoding="utf-8")
         result.files += [result.out_dir / files["record"], result.out_dir / files["page"]]
-    result.files += [result.out_dir / "plots" / p.name for p in written]
+    result.files += [final.plots / p.name for p in written]

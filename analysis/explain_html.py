@@ -21,7 +21,8 @@ from analysis.weight_change import LABELS
 
 _STYLE = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px;color:#222}
-table{border-collapse:collapse;margin:.4em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top}
+table{border-collapse:collapse;margin:.4em 0}
+td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top}
 .card{border:1px solid #888;border-radius:6px;padding:.6em 1em;margin:1em 0}.up{color:#a11}.down{color:#116}
 code{background:#f4f4f4;padding:0 2px}.note{color:#555;font-size:.92em}
 """
@@ -51,7 +52,8 @@ def card_html(card: NeuronCard, hook: str, metric: str = "") -> str:
     """One unit's card as an HTML fragment."""
     ranks = "".join(f"<tr><th>{_e(name)}</th><td>{rank}</td></tr>" for name, rank in card.ranks.items())
     change = "".join(
-        f"<tr><th>{_e(LABELS.get(t, t))}</th><td>{' · '.join(f'{_e(k)} {num(v, 3)}' for k, v in parts.items())}</td></tr>"
+        f"<tr><th>{_e(LABELS.get(t, t))}</th><td>{' · '.join(f'{_e(k)} {num(v, 3)}' for k, v in parts.items())}</td>"
+        "</tr>"
         for t, parts in card.weight_change.items()
     )
     prompts = "".join(
@@ -65,14 +67,16 @@ def card_html(card: NeuronCard, hook: str, metric: str = "") -> str:
         f"<table><tr><th colspan=2>rank in the window</th></tr>{ranks}</table>"
         f"<table><tr><th colspan=2>weight change ‖Δw‖/‖w‖ (total, then parts)</th></tr>{change}</table>"
         f"<p><b>writes</b> (through the final norm and the unembedding)</p>{tokens_html(card.readout)}"
-        f"<table><tr><th colspan=2>most active on (row, sample, task: SFT → DPO value, prompt end)</th></tr>{prompts}</table></div>"
+        "<table><tr><th colspan=2>most active on (row, sample, task: SFT → DPO value, prompt end)</th>"
+        f"</tr>{prompts}</table></div>"
     )
 
 
 def _hit(hit: Any) -> str:
     return (
         f"<div>#{hit.row} (sample {hit.sample_id}, {_e(hit.task)}): {num(hit.sft, 3)} → {num(hit.dpo, 3)} "
-        f"<span class=note>{_e(hit.distinct_tail)}</span> <span class=note>[end: {_e(hit.prompt_tail[-60:])}]</span></div>"
+        f"<span class=note>{_e(hit.distinct_tail)}</span> <span class=note>[end: {_e(hit.prompt_tail[-60:])}]</span>"
+        "</div>"
     )
 
 
@@ -85,13 +89,17 @@ def page_html(record: ExplainRecord) -> str:
     )
     notes = "".join(f"<li>{_e(n)}</li>" for n in record.notes)
     parts = [
-        f"<!doctype html><html><head><meta charset=utf-8><title>{_e(title)}</title><style>{_STYLE}</style></head><body>",
-        f"<h1>{_e(title)}</h1><p>run <code>{_e(record.run_dir)}</code>; metric {_e(record.metric)}, N={record.n_samples}, "
+        f"<!doctype html><html><head><meta charset=utf-8><title>{_e(title)}</title><style>{_STYLE}</style></head>"
+        "<body>",
+        f"<h1>{_e(title)}</h1>"
+        f"<p>run <code>{_e(record.run_dir)}</code>; metric {_e(record.metric)}, N={record.n_samples}, "
         f"position {_e(record.position)}; window: {_e(record.window.describe())}</p>",
         f"<table><tr><th>model</th><th>directory</th><th>weights_sha256</th></tr>{models}</table>",
         f"<p class=note>Read-outs use the {_e(record.lens.get('model'))} model's final norm and unembedding "
-        f"(<code>{_e(record.lens.get('unembedding'))}</code>{', tied embeddings' if record.lens.get('tied_embeddings') else ''}); "
-        f"they ignore {_e(record.lens.get('ignores'))}. Token scores are logit effects per unit of the direction, before 1/rms.</p>",
+        f"(<code>{_e(record.lens.get('unembedding'))}</code>"
+        f"{', tied embeddings' if record.lens.get('tied_embeddings') else ''}); "
+        f"they ignore {_e(record.lens.get('ignores'))}. Token scores are logit effects per unit of the direction, "
+        "before 1/rms.</p>",
         f"<ul class=note>{notes}</ul>" if notes else "",
         _agreement_html(record),
         _mean_difference_html(record),

@@ -1,7 +1,7 @@
 """The checkpoints an explanation reads: exactly the run's two models, and their base where it can be found.
 
 A run names its models by directory *and* by weights fingerprint
-(:func:`core.provenance.weights_sha256`, ``models/{sft,dpo}`` of ``activations.h5``). A card
+(:func:`core.provenance.weights_sha256`, ``models/{sft,dpo}`` of the recording). A card
 that read other weights than the activations came from would explain another model, so
 :func:`open_models` refuses, each in one line: a model directory that is gone (``--sft`` /
 ``--dpo`` say where it is now), one whose weights are not the recorded ones, and a pair (or
@@ -74,7 +74,8 @@ def _recorded_dir(run: RunReader, model: str, given: str | Path | None) -> Path:
     recorded = str(run.model_info(model).get("model_dir") or run.settings.model_dir(model) or "")
     if not recorded:
         raise ProbeError(
-            f"{run.path}: the run does not record where its {model} model is; pass --{model} DIR (the model it recorded)"
+            f"{run.path}: the run does not record where its {model} model is; "
+            f"pass --{model} DIR (the model it recorded)"
         )
     path = Path(recorded)
     if not path.is_dir():

@@ -4,33 +4,31 @@
 a :class:`NeuronCard` per top unit, the read-out of the DPO − SFT mean difference per layer,
 the agreement between the weight-change and activation rankings, and where every input came
 from (run, window, the models' directories and weights fingerprints, the lens). The records
-are plain dataclasses; :func:`to_plain` and :func:`from_plain` turn any of them into JSON
-values and back by their type hints, so no field list is written twice. A float that is not
-finite (a relative weight change from an all-zero row is +inf) is stored as ``null`` and read
-back as NaN. :meth:`ExplainRecord.load` refuses another format or version with one line.
+are plain dataclasses, turned into JSON values and back by their type hints (:mod:`core.records`),
+so no field list is written twice. A float that is not finite (a relative weight change from an
+all-zero row is +inf) is stored as ``null`` and read back as NaN. :meth:`ExplainRecord.load`
+refuses another format or version with one line.
 
 Example:
+    >>> from core.records import from_json, to_json
     >>> card = NeuronCard(3, 7, {"topk_count": 1}, 0.25, 0.1, 0.4, 0.001, 0.01, 12.0, 52.0, {}, ReadOut([], []), {})
-    >>> from_plain(NeuronCard, to_plain(card)) == card
+    >>> from_json(NeuronCard, to_json(card)) == card
     True
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import os
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from analysis.agreement import LayerAgreement, TopOverlap
 from analysis.readout import ReadOut, TokenScore
 from analysis.window import Window
 from core.errors import ProbeError
+from core.records import RecordError, from_json, nonfinite_as_null, to_json
 
 FORMAT = "rolemrc-probe/explain"
 VERSION = 1
@@ -42,8 +40,6 @@ __all__ = [
     "PromptHit",
     "ReadOut",
     "TokenScore",
-    "from_plain",
-    "to_plain",
 ]
 
 
@@ -112,6 +108,9 @@ class Agreement:
 class ExplainRecord:
     """``explain_<capability>_<hook>.json`` (module doc). ``models``: role -> ``{dir, weights_sha256}``."""
 
+    FORMAT: ClassVar[str] = FORMAT
+    VERSION: ClassVar[int] = VERSION
+
     run_dir: str
     capability: str
     hook: str
@@ -128,11 +127,9 @@ class ExplainRecord:
     files: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "version": VERSION, **to_plain(self)}
-
     @classmethod
-    def from_dict(cls, body: Any, where: str = "explain record") -> ExplainRecord:
+    def read(cls, body: Any, where: str = "explain record") -> ExplainRecord:
+        """``body`` as a record, after its format and version; what this toolkit cannot read is one line."""
         if not isinstance(body, dict) or body.get("format") != FORMAT:
             raise ProbeError(f'{where}: not an explain record (expected "format": "{FORMAT}")')
         if body.get("version") != VERSION:
@@ -141,62 +138,18 @@ class ExplainRecord:
                 "rerun `probe explain RUN_DIR -c CAPABILITY`"
             )
         try:
-            return from_plain(cls, {k: v for k, v in body.items() if k not in ("format", "version")})
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise ProbeError(
-                f"{where}: a malformed explain record ({type(exc).__name__}: {exc}); rerun `probe explain`"
-            ) from None
+            return from_json(cls, body)
+        except RecordError as exc:
+            raise ProbeError(f"{where}: a malformed explain record ({exc}); rerun `probe explain`") from None
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ExplainRecord:
         from core.inputs import read_json
 
-        return cls.from_dict(read_json(Path(path), "explain record"), str(path))
+        return cls.read(read_json(Path(path), "explain record"), str(path))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         from core.atomic import write_atomic
 
-        write_atomic(Path(path), json.dumps(self.to_dict(), indent=1, allow_nan=False, ensure_ascii=False) + "\n")
-
-
-def to_plain(value: Any) -> Any:
-    """A dataclass (nested), list, dict or scalar as JSON values; non-finite floats become None."""
-    if isinstance(value, Window):
-        return value.to_dict()
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, (list, tuple)):
-        return [to_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): to_plain(v) for k, v in value.items()}
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if hasattr(value, "item") and callable(value.item):  # a numpy scalar
-        return to_plain(value.item())
-    return value
-
-
-def from_plain(kind: Any, value: Any) -> Any:
-    """``value`` read back as ``kind`` (a dataclass, ``list[X]``, ``dict[str, X]``, ``X | None`` or a scalar type)."""
-    if kind is Window:
-        return Window.from_dict(value)
-    if dataclasses.is_dataclass(kind):
-        hints = typing.get_type_hints(kind)
-        names = {f.name for f in dataclasses.fields(kind)}
-        return kind(**{name: from_plain(hints[name], value[name]) for name in names if name in value})
-    origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        return from_plain(next(a for a in args if a is not type(None)), value)
-    if origin is list:
-        return [from_plain(args[0], v) for v in value]
-    if origin is dict:
-        return {str(k): from_plain(args[1], v) for k, v in value.items()}
-    if kind is float:
-        return math.nan if value is None else float(value)
-    if kind in (int, str, bool):
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
-        return value
-    return value  # Any
+        body = nonfinite_as_null(to_json(self))
+        write_atomic(Path(path), json.dumps(body, indent=1, allow_nan=False, ensure_ascii=False) + "\n")

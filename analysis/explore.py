@@ -25,6 +25,7 @@ import pandas as pd
 from analysis.maps import MetricMaps
 from analysis.profile import layer_profile, top_units
 from core.errors import ProbeError
+from core.records import to_json
 from probes.store import MODELS, RunReader
 
 
@@ -35,7 +36,7 @@ def open_explorer(
     where = "PROBE_RUN_DIR" if os.environ.get("PROBE_RUN_DIR") else "RUN_DIR"
     if not Path(run_dir).is_dir():
         raise ProbeError(f"{where}={str(run_dir)!r}: not a directory; expected a run directory written by `probe run`")
-    run = RunReader(run_dir)
+    run = RunReader(Path(run_dir))
     try:
         return run, *_explorer_choice(run, capability, hook)
     except ProbeError:
@@ -109,9 +110,9 @@ def _tail(text: str, width: int) -> str:
 
 def top_units_frame(maps: MetricMaps, n: int = 20) -> pd.DataFrame:
     """The ``n`` units of largest |Δ| as a table (layer, unit, Δ, per-model values, p, q)."""
-    return pd.DataFrame(top_units(maps, n))
+    return pd.DataFrame(to_json(top_units(maps, n)))
 
 
 def profile_frame(maps: MetricMaps, alpha: float = 0.05) -> pd.DataFrame:
     """The ranked per-layer profile as a table."""
-    return pd.DataFrame(layer_profile(maps, alpha))
+    return pd.DataFrame(to_json(layer_profile(maps, alpha)))

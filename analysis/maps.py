@@ -29,9 +29,10 @@ read layer window only, straight from HDF5, and processed one layer at a time on
 thread pool, so memory is two float16 copies of the window plus a few float32 rows.
 
 Example:
-    >>> with RunReader(run_dir) as run:                                        # doctest: +SKIP
-    ...     maps = compute_maps(run, "multi_turn", "mlp_out", resolve_window(None, 32, list(range(32))), AnalysisConfig())
-    >>> maps.delta.shape                                                       # doctest: +SKIP
+    >>> window = resolve_window(None, 32, list(range(32)))  # doctest: +SKIP
+    >>> with RunReader(run_dir) as run:  # doctest: +SKIP
+    ...     maps = compute_maps(run, "multi_turn", "mlp_out", window, AnalysisConfig())
+    >>> maps.delta.shape  # doctest: +SKIP
     (2, 4096)
 """
 
@@ -53,6 +54,7 @@ from analysis.topk import column_counts, k_for, map_layers, topk_mask
 from analysis.window import Window
 from core.atomic import atomic_path
 from core.errors import ProbeError
+from core.records import from_json, to_json
 from core.stats import mcnemar_p
 from probes.store import RunReader
 
@@ -124,7 +126,7 @@ def compute_maps(
     config: AnalysisConfig,
     models: tuple[str, str] = ("sft", "dpo"),
 ) -> MetricMaps:
-    """The maps of ``config.metric`` for one capability and hook over ``layers`` (a :class:`Window` is kept on the maps).
+    """The maps of ``config.metric`` for one capability and hook over ``layers`` (a :class:`Window` stays on them).
 
     ``models``: (before, after); ``("base", "sft")`` gives the SFT − base maps of a run recorded with ``--base``
     (:mod:`analysis.base_compare`), whose ``sft``/``dpo`` arrays then hold base and SFT.
@@ -134,7 +136,7 @@ def compute_maps(
 
         return attribution_maps(run, capability, hook, layers, config)
     window = layers if isinstance(layers, Window) else None
-    layers = list(window.layers) if window is not None else list(layers)
+    layers = list(layers.layers) if isinstance(layers, Window) else list(layers)
     n = run.n_samples(capability)
     if n == 0:
         raise ProbeError(f"{run.path}: capability {capability!r} has no complete samples; nothing to analyse")
@@ -250,7 +252,7 @@ def save_maps(maps: list[MetricMaps], path: str | Path) -> Path:
             if m.layer_rms is not None:
                 group.create_dataset("layer_rms", data=m.layer_rms)
             if m.window is not None:
-                group.attrs["window"] = json.dumps(m.window.to_dict())
+                group.attrs["window"] = json.dumps(to_json(m.window))
             group.attrs["metric"] = m.metric
             group.attrs["n_samples"] = m.n_samples
             group.attrs["settings"] = json.dumps(m.settings, sort_keys=True)
@@ -277,7 +279,7 @@ def load_maps(path: str | Path) -> list[MetricMaps]:
                         n_samples=int(g.attrs["n_samples"]),
                         settings=json.loads(g.attrs["settings"]),
                         layer_rms=np.asarray(g["layer_rms"]) if "layer_rms" in g else None,
-                        window=Window.from_dict(json.loads(g.attrs["window"])) if "window" in g.attrs else None,
+                        window=from_json(Window, json.loads(g.attrs["window"])) if "window" in g.attrs else None,
                         **arrays,
                     )
                 )

@@ -4,7 +4,9 @@ A neuron set is a list of ``(layer, unit, delta)`` on one hook point, plus every
 needed to know where it came from: the metric and capability that ranked it, the
 selection rule, the run directory and the hashes of the two models. JSON, so it can be
 read, edited or written by hand; it round-trips exactly (floats are written with
-``repr`` precision by ``json``).
+``repr`` precision by ``json``). It is written by :func:`core.records.to_json`; since a
+hand-written file is expected, :meth:`NeuronSet.read` checks each field itself and says
+in one line what a field must be.
 
 Example file::
 
@@ -19,13 +21,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from core.atomic import write_atomic
 from core.errors import ProbeError
 from core.inputs import read_json, shown
+from core.records import to_json
 
 FORMAT = "rolemrc-probe/neuron-set"
 VERSION = 1
@@ -40,6 +43,9 @@ class Neuron:
 
 @dataclass
 class NeuronSet:
+    FORMAT: ClassVar[str] = FORMAT
+    VERSION: ClassVar[int] = VERSION
+
     neurons: list[Neuron]
     hook: str
     metric: str = "manual"
@@ -61,18 +67,14 @@ class NeuronSet:
             out.setdefault(n.layer, []).append(n.unit)
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        body = asdict(self)
-        body["neurons"] = [asdict(n) for n in self.neurons]
-        return {"format": FORMAT, "version": VERSION, **body}
-
     def save(self, path: str | Path) -> Path:
         target = Path(path)
-        write_atomic(target, json.dumps(self.to_dict(), indent=1) + "\n")
+        write_atomic(target, json.dumps(to_json(self), indent=1) + "\n")
         return target
 
     @classmethod
-    def from_dict(cls, obj: Any, source: str = "neuron set") -> NeuronSet:
+    def read(cls, obj: Any, source: str = "neuron set") -> NeuronSet:
+        """``obj`` (a parsed file) as a neuron set; a wrong field is one line naming ``source`` and the field."""
         if not isinstance(obj, dict) or obj.get("format") != FORMAT:
             raise ProbeError(f"{source}: not a neuron-set file (expected a JSON object with format {FORMAT!r})")
         version = obj.get("version", VERSION)
@@ -108,7 +110,7 @@ class NeuronSet:
 
     @classmethod
     def load(cls, path: str | Path) -> NeuronSet:
-        return cls.from_dict(read_json(path, "neuron-set file"), str(path))
+        return cls.read(read_json(path, "neuron-set file"), str(path))
 
 
 def _optional(obj: dict[str, Any], key: str, kind: type, source: str, expected: str, default: Any = None) -> Any:
@@ -118,7 +120,7 @@ def _optional(obj: dict[str, Any], key: str, kind: type, source: str, expected: 
         return kind() if default is None else default
     if not isinstance(value, kind):
         raise ProbeError(f"{source}: '{key}' must be {expected}, got {type(value).__name__}")
-    return dict(value) if kind is dict else value
+    return dict(value) if isinstance(value, dict) else value
 
 
 def _check_units(neurons: list[Neuron], source: str) -> None:

@@ -67,7 +67,7 @@ def chromium_available() -> bool:
 def title_of(capability: str) -> str:
     """'multi_turn' -> 'Multi-turn Instructions' (the paper's panel titles); unknown names unchanged."""
     try:
-        return parse_capability(capability).title
+        return parse_capability(capability).panel_title
     except ProbeError:
         return capability
 
@@ -128,7 +128,10 @@ def maps_figure(maps: MetricMaps, reorder: bool = False) -> go.Figure:
 
 def _title(maps: MetricMaps) -> str:
     """Capability, hook, metric, N and layers, then a subtitle with why these layers (when known)."""
-    head = f"{title_of(maps.capability)} · {maps.hook} · {maps.metric} (N={maps.n_samples}) · layers {format_layers(maps.layers)}"
+    head = (
+        f"{title_of(maps.capability)} · {maps.hook} · {maps.metric} (N={maps.n_samples}) "
+        f"· layers {format_layers(maps.layers)}"
+    )
     return head + _window_subtitle([maps])
 
 
@@ -140,14 +143,14 @@ def _window_subtitle(all_maps: list[MetricMaps]) -> str:
 
 def profile_figure(maps: MetricMaps, alpha: float) -> go.Figure:
     """Per layer: mean |Δ| (bars, left axis) and share of FDR-significant units (line, right axis)."""
-    by_layer = sorted(layer_profile(maps, alpha), key=lambda r: r["layer"])
-    layers = [r["layer"] for r in by_layer]
+    by_layer = sorted(layer_profile(maps, alpha), key=lambda r: r.layer)
+    layers = [r.layer for r in by_layer]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
-    fig.add_trace(go.Bar(x=layers, y=[r["mean_abs_delta"] for r in by_layer], name="mean |Δ|"), secondary_y=False)
+    fig.add_trace(go.Bar(x=layers, y=[r.mean_abs_delta for r in by_layer], name="mean |Δ|"), secondary_y=False)
     fig.add_trace(
         go.Scatter(
             x=layers,
-            y=[r["share_significant"] for r in by_layer],
+            y=[r.share_significant for r in by_layer],
             name=f"share with q ≤ {alpha:g}",
             mode="lines+markers",
         ),
@@ -235,7 +238,8 @@ def write_figures(figures: dict[str, go.Figure], out_dir: Path, png: bool | None
     if not chromium_available():
         if png:
             raise ProbeError(
-                "--png: PNG export needs Chromium (kaleido renders with it); install it (`make chromium`) or pass --no-png"
+                "--png: PNG export needs Chromium (kaleido renders with it); install it (`make chromium`) "
+                "or pass --no-png"
             )
         warnings.append("PNG export skipped: no Chromium found (kaleido needs it); HTML plots were written")
         return paths, warnings

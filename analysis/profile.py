@@ -8,20 +8,53 @@ looks as important as one in a layer that drives the output. Layers are
 ranked by mean |Δ|, ties by layer index; units by |Δ|, ties by layer then unit, so
 rankings are deterministic.
 
+Both rankings are typed rows (:class:`RankedLayer`, :class:`RankedUnit`), stored in
+``summary.json`` as ``top_layers`` and ``top_units`` by :mod:`core.records`.
+
 Example:
-    >>> profile = layer_profile(maps, alpha=0.05)                  # doctest: +SKIP
-    >>> profile[0]                                                 # doctest: +SKIP
-    {'rank': 1, 'layer': 19, 'mean_abs_delta': 0.031, 'share_significant': 0.12, 'n_significant': 491, 'rms_sft': 0.41, 'rms_dpo': 0.43}
+    >>> top = layer_profile(maps, alpha=0.05)[0]                                  # doctest: +SKIP
+    >>> top.rank, top.layer, top.mean_abs_delta, top.share_significant, top.rms_dpo   # doctest: +SKIP
+    (1, 19, 0.031, 0.12, 0.43)
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from core.records import OMIT_NONE
+
 if TYPE_CHECKING:
     from analysis.maps import MetricMaps
+
+
+@dataclass(frozen=True)
+class RankedLayer:
+    """One layer of the profile: its rank by mean |Δ|, the share and count of units significant at the FDR level,
+    and its RMS activation per model (None for maps that carry no activation scale)."""
+
+    rank: int
+    layer: int
+    mean_abs_delta: float
+    share_significant: float
+    n_significant: int
+    rms_sft: float | None = field(default=None, metadata=OMIT_NONE)
+    rms_dpo: float | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True)
+class RankedUnit:
+    """One unit of the top list: its layer and index, Δ, the per-model values Δ is taken between, p and q."""
+
+    layer: int
+    unit: int
+    delta: float
+    sft: float
+    dpo: float
+    p: float
+    q: float
 
 
 def layer_scores(delta: np.ndarray) -> np.ndarray:
@@ -43,22 +76,22 @@ def rank_layers(scores: np.ndarray, layers: list[int]) -> list[int]:
     return [layers[i] for i in order]
 
 
-def layer_profile(maps: MetricMaps, alpha: float) -> list[dict[str, Any]]:
-    """One entry per layer in the map, ranked by mean |Δ| (:func:`layer_scores`, :func:`rank_layers`)."""
+def layer_profile(maps: MetricMaps, alpha: float) -> list[RankedLayer]:
+    """One row per layer in the map, ranked by mean |Δ| (:func:`layer_scores`, :func:`rank_layers`)."""
     mean_abs = layer_scores(maps.delta)
     significant = maps.significant(alpha)
-    rows = [
-        {
-            "layer": layer,
-            "mean_abs_delta": float(mean_abs[i]),
-            "share_significant": float(significant[i].mean()),
-            "n_significant": int(significant[i].sum()),
-            **_scale(maps, i),
-        }
-        for i, layer in enumerate(maps.layers)
+    row_of = {layer: i for i, layer in enumerate(maps.layers)}
+    return [
+        RankedLayer(
+            rank=rank,
+            layer=layer,
+            mean_abs_delta=float(mean_abs[row_of[layer]]),
+            share_significant=float(significant[row_of[layer]].mean()),
+            n_significant=int(significant[row_of[layer]].sum()),
+            **_scale(maps, row_of[layer]),
+        )
+        for rank, layer in enumerate(rank_layers(mean_abs, maps.layers), start=1)
     ]
-    by_layer = {row["layer"]: row for row in rows}
-    return [{"rank": rank, **by_layer[layer]} for rank, layer in enumerate(rank_layers(mean_abs, maps.layers), start=1)]
 
 
 def _scale(maps: MetricMaps, row: int) -> dict[str, float]:
@@ -75,22 +108,20 @@ def ranked_units(maps: MetricMaps, mask: np.ndarray | None = None) -> np.ndarray
     return np.stack([rows[order], units[order]], axis=1)
 
 
-def top_units(maps: MetricMaps, n: int) -> list[dict[str, Any]]:
+def top_units(maps: MetricMaps, n: int) -> list[RankedUnit]:
     """The ``n`` units of largest |Δ| with their per-model values, p and q."""
-    out: list[dict[str, Any]] = []
-    for row, unit in _top_pairs(maps, n):
-        out.append(
-            {
-                "layer": maps.layers[row],
-                "unit": int(unit),
-                "delta": float(maps.delta[row, unit]),
-                "sft": float(maps.sft[row, unit]),
-                "dpo": float(maps.dpo[row, unit]),
-                "p": float(maps.pvalues[row, unit]),
-                "q": float(maps.qvalues[row, unit]),
-            }
+    return [
+        RankedUnit(
+            layer=maps.layers[row],
+            unit=int(unit),
+            delta=float(maps.delta[row, unit]),
+            sft=float(maps.sft[row, unit]),
+            dpo=float(maps.dpo[row, unit]),
+            p=float(maps.pvalues[row, unit]),
+            q=float(maps.qvalues[row, unit]),
         )
-    return out
+        for row, unit in _top_pairs(maps, n)
+    ]
 
 
 def _top_pairs(maps: MetricMaps, n: int) -> np.ndarray:

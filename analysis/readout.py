@@ -59,7 +59,8 @@ class TokenScore:
 
 @dataclass(frozen=True)
 class ReadOut:
-    """The tokens a direction pushes up most (``promoted``, largest first) and down most (``suppressed``, most negative first)."""
+    """The tokens a direction pushes up most (``promoted``, largest first) and down most (``suppressed``,
+    most negative first)."""
 
     promoted: list[TokenScore]
     suppressed: list[TokenScore]
@@ -156,10 +157,11 @@ class TokenText:
 
             self._decode: Callable[[list[int]], str] = Tokenizer.from_file(str(file)).decode
         else:
+            from core.chat import decode_text
             from core.models import load_tokenizer
 
             tokenizer = load_tokenizer(model_dir, flag)
-            self._decode = lambda ids: tokenizer.decode(ids)
+            self._decode = lambda ids: decode_text(tokenizer, ids)
         self._cache: dict[int, str] = {}
 
     def __call__(self, token_id: int) -> str:

@@ -1,30 +1,32 @@
-"""``analyze_run``: from a run directory to maps, neuron sets, plots and ``summary.json``.
+"""``analyze_run``: from a run directory to maps, neuron sets, plots and the summary.
 
 This is the one entry point the CLI (``probe analyze``), ``probe run`` and the
-interventions' ranking fallback call. It reads ``RUN_DIR/activations.h5`` through
+interventions' ranking fallback call. It reads the run's recording through
 :class:`probes.store.RunReader` (read-only; nothing already written is touched) and
-writes into ``RUN_DIR/analysis/`` (or ``out_dir``)::
+writes into the run's analysis directory (or ``out_dir``), whose file names
+:class:`core.run_dir.AnalysisDir` gives::
 
-    summary.json                          per capability × hook: the window used and why, top layers (and how stable
-                                          their ranking is under a bootstrap of the prompts) and units; settings, warnings
-    maps_<metric>.h5                      /{capability}/{hook}/{sft,dpo,delta,pvalues,qvalues,layers}
-    maps_<metric>_sft_minus_base.h5       the same for SFT − base, in a run recorded with --base (analysis.base_compare);
-                                          the overlap and correlation with DPO − SFT are ``base`` in summary.json
-    neurons_<capability>_<hook>.json      the selected neuron set (analysis.neuron_sets format)
-    plots/<capability>_<hook>_<metric>_maps.html|png, ..._profile.html|png, all_<hook>_<metric>.html|png
-    plots/plotly.min.js                   shared by the HTML files (offline)
+    summary          per capability × hook: the window used and why, top layers (and how stable their ranking is
+                     under a bootstrap of the prompts) and units; settings, warnings
+    maps             /{capability}/{hook}/{sft,dpo,delta,pvalues,qvalues,layers}, one file per metric
+    base maps        the same for SFT − base, in a run recorded with --base (analysis.base_compare); the overlap and
+                     correlation with DPO − SFT are ``base`` in the summary
+    neuron sets      one per capability × hook: the selected units (analysis.neuron_sets format)
+    plots/           <capability>_<hook>_<metric>_maps.html|png, ..._profile.html|png, all_<hook>_<metric>.html|png,
+                     and plotly.min.js, shared by the HTML files (offline)
 
 The files are written as one set (:func:`core.atomic.file_set`): into a staging folder first,
 then renamed into place together, with the neuron set of a capability × hook that no longer
 selects any unit removed in the same step; an analysis that fails, fills the disk or is
 interrupted leaves the previous analysis exactly as it was, never new maps or neuron sets
-beside an old ``summary.json``. The results are deterministic (no timestamps, stable tie
-rules), so two analyses of one run give byte-identical ``summary.json``.
+beside an old summary. The results are deterministic (no timestamps, stable tie
+rules), so two analyses of one run give byte-identical summaries.
 
 Example:
-    >>> result = analyze_run("runs/demo", capabilities=["multi_turn"], plots=False)    # doctest: +SKIP
+    >>> config = AnalysisConfig(metric="effect_size", layers="12-31")
+    >>> result = analyze_run("runs/demo", config, capabilities=["multi_turn"], plots=False)    # doctest: +SKIP
     >>> result.summary.hook("multi_turn", "mlp_out").top_layers[0]                   # doctest: +SKIP
-    {'rank': 1, 'layer': 19, 'mean_abs_delta': 0.031, 'share_significant': 0.12, 'n_significant': 491}
+    RankedLayer(rank=1, layer=19, mean_abs_delta=0.031, share_significant=0.12, n_significant=491, ...)
 """
 
 from __future__ import annotations
@@ -45,15 +47,15 @@ from analysis.window import format_layers, resolve_window
 from core.atomic import StagedSet, file_set
 from core.capabilities import parse_capabilities
 from core.errors import ProbeError
+from core.run_dir import AnalysisDir, RunDir
 from probes.hook_points import validate_hook
 from probes.store import MODELS, RunReader
 
 
 @dataclass
-class AnalysisResult:
-    """What an analysis produced: the summary (as in ``summary.json``) and every path written."""
+class AnalysisOutputs:
+    """Every output of an analysis but its summary: maps in memory and paths, filled in as the set is written."""
 
-    summary: AnalysisSummary | None
     out_dir: Path
     summary_path: Path
     maps_path: Path
@@ -62,71 +64,41 @@ class AnalysisResult:
     plots: list[Path] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     stability: dict[tuple[str, str], LayerStability] = field(default_factory=dict)
-    base_maps: dict[tuple[str, str], MetricMaps] = field(
-        default_factory=dict
-    )  # SFT − base, in a run recorded with --base
+    # SFT − base, in a run recorded with --base
+    base_maps: dict[tuple[str, str], MetricMaps] = field(default_factory=dict)
     base_comparison: dict[tuple[str, str], BaseComparison] = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class AnalysisResult(AnalysisOutputs):
+    """What an analysis produced: every output, and the summary built from them last (as in ``summary_path``)."""
+
+    summary: AnalysisSummary
 
 
 def analyze_run(
     run_dir: str | Path,
+    config: AnalysisConfig = AnalysisConfig(),
     *,
-    metric: str = AnalysisConfig.metric,
-    top_percent: float = AnalysisConfig.top_percent,
-    layers: str | None = AnalysisConfig.layers,
     capabilities: str | list[str] | tuple[str, ...] | None = None,
     hooks: str | list[str] | tuple[str, ...] | None = None,
-    normalize: str = AnalysisConfig.normalize,
-    top_k: int = AnalysisConfig.top_k,
-    fdr_alpha: float = AnalysisConfig.fdr_alpha,
     out_dir: str | Path | None = None,
     plots: bool = True,
     png: bool | None = None,
-    rule: str = AnalysisConfig.rule,
-    threshold: float = AnalysisConfig.threshold,
-    test: str = AnalysisConfig.test,
-    reorder: bool = AnalysisConfig.reorder,
-    stability_resamples: int = AnalysisConfig.stability_resamples,
-    stability_seed: int = AnalysisConfig.stability_seed,
-    top_units: int = AnalysisConfig.top_units,
-    attribution_m: str = AnalysisConfig.attribution_m,
-    attribution_positions: str = AnalysisConfig.attribution_positions,
-    attribution_rows: int = AnalysisConfig.attribution_rows,
-    dpo_data: str | Path | None = AnalysisConfig.dpo_data,
 ) -> AnalysisResult:
-    """Analyse a recorded run; see the module docstring for the files written.
+    """Analyse a recorded run as ``config`` says (metric, window, neuron selection, bootstrap; see
+    :class:`analysis.config.AnalysisConfig`); see the module docstring for the files written.
 
-    ``layers``: None = the default window (the paper's 12-31 scaled by depth,
-    :func:`analysis.window.resolve_window`). ``capabilities``/``hooks``: None = everything
-    recorded. ``png``: None = when Chromium exists. ``rule``/``threshold``: neuron selection
-    (:func:`analysis.select.select_neurons`). ``stability_resamples``: bootstrap resamples of
-    the prompts for the layer ranking's stability (:mod:`analysis.stability`; 0: none).
+    ``capabilities``/``hooks``: None = everything recorded. ``out_dir``: None = ``RUN_DIR/analysis``.
+    ``plots``: write the figures; ``png``: also as PNG (None = when Chromium exists).
     """
-    config = AnalysisConfig(
-        metric=metric,
-        top_percent=top_percent,
-        layers=layers,
-        normalize=normalize,
-        top_k=top_k,
-        fdr_alpha=fdr_alpha,
-        rule=rule,
-        threshold=threshold,
-        test=test,
-        reorder=reorder,
-        stability_resamples=stability_resamples,
-        stability_seed=stability_seed,
-        top_units=top_units,
-        attribution_m=attribution_m,
-        attribution_positions=attribution_positions,
-        attribution_rows=attribution_rows,
-        dpo_data=Path(dpo_data) if dpo_data is not None else None,
-    )
     if plots and png is True and not plots_module.chromium_available():
         raise ProbeError(
             "--png: PNG export needs Chromium (kaleido renders with it); install it (`make chromium`) or pass --no-png"
         )
     run_path = Path(run_dir)
-    target = Path(out_dir) if out_dir is not None else run_path / "analysis"
+    layout = AnalysisDir(out_dir) if out_dir is not None else RunDir(run_path).analysis
+    target = layout.root
     with RunReader(run_path) as run:
         selected = _capabilities(run, capabilities)
         hashes = {m: str(run.model_info(m).get("weights_sha256", "")) for m in MODELS}
@@ -139,14 +111,12 @@ def analyze_run(
                 warnings.extend(n for n in window.warnings if n not in warnings)
                 all_maps[(cap, hook)] = compute_maps(run, cap, hook, window, config)
         base_maps = _base_maps(run, all_maps, config)
-    result = AnalysisResult(
-        None, target, target / "summary.json", target / f"maps_{config.metric}.h5", all_maps, warnings=warnings
-    )
+    result = AnalysisOutputs(target, layout.summary, layout.maps(config.metric), all_maps, warnings=warnings)
     result.base_maps = base_maps
     result.base_comparison = {
         key: replace(
             compare_maps(maps, all_maps[key], config.top_k, seed=config.stability_seed),
-            sft_minus_base_maps=_base_maps_name(config),
+            sft_minus_base_maps=layout.base_maps(config.metric).name,
         )
         for key, maps in base_maps.items()
     }
@@ -154,43 +124,42 @@ def analyze_run(
         result.stability = {key: _stability(maps, config) for key, maps in all_maps.items()}
     try:
         with file_set(target) as staged:
-            _write_set(result, config, str(run_path), hashes, staged, png if plots else False, plots)
+            summary = _write_set(result, config, str(run_path), hashes, staged, png if plots else False, plots)
     except OSError as exc:
         raise ProbeError(
             f"{target}: writing the analysis failed ({exc.strerror or exc}); nothing there was replaced, the previous "
             "analysis is as it was: free space (or fix permissions) and rerun"
         ) from None
-    return result
+    return AnalysisResult(**vars(result), summary=summary)
 
 
 def _write_set(
-    result: AnalysisResult,
+    result: AnalysisOutputs,
     config: AnalysisConfig,
     run_dir: str,
     hashes: dict[str, str],
     staged: StagedSet,
     png: bool | None,
     plots: bool,
-) -> None:
-    """Every output, written below ``staged.folder``; :func:`core.atomic.file_set` moves them into place together."""
+) -> AnalysisSummary:
+    """Every output, written below ``staged.folder`` (:func:`core.atomic.file_set` moves them into place together);
+    returns the summary, written last."""
     save_maps(list(result.maps.values()), staged.folder / result.maps_path.name)
     if result.base_maps:
-        save_maps(list(result.base_maps.values()), staged.folder / _base_maps_name(config))
+        save_maps(list(result.base_maps.values()), AnalysisDir(staged.folder).base_maps(config.metric))
     _write_neuron_sets(result, config, run_dir, hashes, staged)
     if plots:
         _write_plots(result, config, png, staged.folder)
-    result.summary = _summary(result, config, run_dir, hashes)
-    result.summary.save(staged.folder / result.summary_path.name)
-
-
-def _base_maps_name(config: AnalysisConfig) -> str:
-    return f"maps_{config.metric}_sft_minus_base.h5"
+    summary = _summary(result, config, run_dir, hashes)
+    summary.save(staged.folder / result.summary_path.name)
+    return summary
 
 
 def _base_maps(
     run: RunReader, maps: dict[tuple[str, str], MetricMaps], config: AnalysisConfig
 ) -> dict[tuple[str, str], MetricMaps]:
-    """SFT − base maps over the same windows, when the run recorded a base (not for attribution: it ranks DPO units only)."""
+    """SFT − base maps over the same windows, when the run recorded a base (not for attribution:
+    it ranks DPO units only)."""
     if "base" not in run.models() or config.metric == "attribution":
         return {}
     plain = replace(config, stability_resamples=0)
@@ -228,7 +197,8 @@ def _hooks(run: RunReader, capability: str, names: str | list[str] | tuple[str, 
     for hook in wanted:
         if hook not in recorded:
             raise ProbeError(
-                f"--hook {hook}: not recorded for capability {capability!r} in {run.run_dir} (recorded: {', '.join(recorded)})"
+                f"--hook {hook}: not recorded for capability {capability!r} in {run.run_dir} (recorded: "
+                f"{', '.join(recorded)})"
             )
     return wanted
 
@@ -248,17 +218,17 @@ def _stability(maps: MetricMaps, config: AnalysisConfig) -> LayerStability:
 
 
 def _write_neuron_sets(
-    result: AnalysisResult, config: AnalysisConfig, run_dir: str, hashes: dict[str, str], staged: StagedSet
+    result: AnalysisOutputs, config: AnalysisConfig, run_dir: str, hashes: dict[str, str], staged: StagedSet
 ) -> None:
     for (cap, hook), maps in result.maps.items():
         chosen = select_neurons(maps, config.rule, config.top_k, config.threshold, config.fdr_alpha, run_dir, hashes)
-        name = f"neurons_{cap}_{hook}.json"
+        final = AnalysisDir(result.out_dir).neuron_set(cap, hook)
         if len(chosen) == 0:
             result.warnings.append(f"{cap}/{hook}: no unit qualifies under --rule {config.rule}; no neuron set written")
-            staged.obsolete.append(result.out_dir / name)  # an older set must not outlive the analysis that replaced it
+            staged.obsolete.append(final)  # an older set must not outlive the analysis that replaced it
             continue
-        chosen.save(staged.folder / name)
-        result.neuron_sets[(cap, hook)] = result.out_dir / name
+        chosen.save(AnalysisDir(staged.folder).neuron_set(cap, hook))
+        result.neuron_sets[(cap, hook)] = final
         quiet_note = _quiet_units_note(maps, [n.layer for n in chosen.neurons], config.metric)
         if quiet_note:
             result.warnings.append(f"{cap}/{hook}: {quiet_note}")
@@ -272,27 +242,27 @@ def _quiet_units_note(maps: MetricMaps, unit_layers: list[int], metric: str, rat
         return None
     advice = " (scale-blind metric; --metric mean_diff ranks by size)" if metric != "mean_diff" else ""
     return (
-        f"{n_quiet} of {len(unit_layers)} selected units sit in layers {format_layers(sorted(quiet))}, whose RMS activation "
-        f"is below {ratio:.0%} of layer {maps.loudest_layer()}'s: scaling them may change nothing downstream{advice}"
+        f"{n_quiet} of {len(unit_layers)} selected units sit in layers {format_layers(sorted(quiet))}, "
+        f"whose RMS activation is below {ratio:.0%} of layer {maps.loudest_layer()}'s: "
+        f"scaling them may change nothing downstream{advice}"
     )
 
 
-def _write_plots(result: AnalysisResult, config: AnalysisConfig, png: bool | None, folder: Path) -> None:
+def _write_plots(result: AnalysisOutputs, config: AnalysisConfig, png: bool | None, folder: Path) -> None:
     figures = {}
     for (cap, hook), maps in result.maps.items():
-        stem = f"{cap}_{hook}_{config.metric}"
-        figures[f"{stem}_maps"] = maps_figure(maps, config.reorder)
-        figures[f"{stem}_profile"] = profile_figure(maps, config.fdr_alpha)
+        figures[AnalysisDir(folder).maps_plot(cap, hook, config.metric).stem] = maps_figure(maps, config.reorder)
+        figures[f"{cap}_{hook}_{config.metric}_profile"] = profile_figure(maps, config.fdr_alpha)
     for hook in dict.fromkeys(h for _, h in result.maps):
         figures[f"all_{hook}_{config.metric}"] = faceted_figure(
             [m for (_, h), m in result.maps.items() if h == hook], config.reorder
         )
-    paths, notes = write_figures(figures, folder / "plots", png)
-    result.plots.extend(result.out_dir / "plots" / p.name for p in paths)
+    paths, notes = write_figures(figures, AnalysisDir(folder).plots, png)
+    result.plots.extend(AnalysisDir(result.out_dir).plots / p.name for p in paths)
     result.warnings.extend(notes)
 
 
-def _summary(result: AnalysisResult, config: AnalysisConfig, run_dir: str, hashes: dict[str, str]) -> AnalysisSummary:
+def _summary(result: AnalysisOutputs, config: AnalysisConfig, run_dir: str, hashes: dict[str, str]) -> AnalysisSummary:
     per_cap: dict[str, dict[str, HookSummary]] = {}
     for (cap, hook), maps in result.maps.items():
         significant = maps.significant(config.fdr_alpha)

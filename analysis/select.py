@@ -15,7 +15,7 @@ capability, hook, the rule and its parameters, the run directory and the model h
 
 Example:
     >>> ns = select_neurons(maps, rule="top_k_abs", k=64)                 # doctest: +SKIP
-    >>> ns.save(run_dir / "analysis" / "neurons_multi_turn_mlp_out.json")  # doctest: +SKIP
+    >>> ns.save(RunDir(run_dir).analysis.neuron_set("multi_turn", "mlp_out"))  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -29,7 +29,6 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -65,7 +64,7 @@ class Resamples:
         return int(self.indices.shape[0])
 
     def count_differences(self, in_sft: np.ndarray, in_dpo: np.ndarray) -> np.ndarray:
-        """(N, W) top-k membership per model -> (B, W) float64 count_dpo - count_sft on each resample (exact integers)."""
+        """(N, W) top-k membership per model -> (B, W) float64 count_dpo - count_sft per resample (exact integers)."""
         moved = in_dpo.astype(np.float32)
         moved -= in_sft
         return (self.weights @ moved).astype(np.float64)
@@ -116,37 +115,12 @@ class LayerStability:
         """One line: the real top layers, then the verdict."""
         return f"top layers {', '.join(str(i) for i in self.top_layers)} — {self.verdict()}"
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready; ``layer_frequency`` keys become strings."""
-        return {
-            "n_resamples": self.n_resamples,
-            "seed": self.seed,
-            "k": self.k,
-            "top_layers": list(self.top_layers),
-            "kept_at_least": self.kept_at_least,
-            "resamples_meeting": self.resamples_meeting,
-            "mean_overlap": self.mean_overlap,
-            "layer_frequency": {str(layer): count for layer, count in self.layer_frequency.items()},
-        }
-
-    @classmethod
-    def from_dict(cls, body: dict[str, Any]) -> LayerStability:
-        return cls(
-            int(body["n_resamples"]),
-            int(body["seed"]),
-            int(body["k"]),
-            [int(i) for i in body["top_layers"]],
-            int(body["kept_at_least"]),
-            int(body["resamples_meeting"]),
-            float(body["mean_overlap"]),
-            {int(k): int(v) for k, v in body["layer_frequency"].items()},
-        )
-
 
 def layer_stability(
     layers: list[int], scores: np.ndarray, resampled: np.ndarray, seed: int, k: int = TOP_K
 ) -> LayerStability:
-    """Compare the real top-``k`` layers (``scores``, (L,)) with each resample's (``resampled``, (L, B)); see the module doc."""
+    """Compare the real top-``k`` layers (``scores``, (L,)) with each resample's (``resampled``, (L, B));
+    see the module doc."""
     top = rank_layers(scores, layers)[:k]
     k = len(top)
     resample_tops = [rank_layers(resampled[:, b], layers)[:k] for b in range(resampled.shape[1])]

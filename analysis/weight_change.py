@@ -109,7 +109,8 @@ def _squares(a: Any, b: Any, dim: int) -> Squares:
 
 
 def _part(a: Checkpoint, b: Checkpoint, weight: str, bias: str, dim: int) -> Squares:
-    """The per-unit squares of one weight (rows: ``dim=1``; columns: ``dim=0``) plus its bias entry where there is one."""
+    """The per-unit squares of one weight (rows: ``dim=1``; columns: ``dim=0``)
+    plus its bias entry where there is one."""
     same_tensor_shape(a, b, weight)
     total = _squares(a.tensor(weight), b.tensor(weight), dim)
     if dim == 1 and a.has(bias) and b.has(bias):
@@ -194,7 +195,7 @@ def tensor_change(a: Checkpoint, b: Checkpoint, name: str) -> float:
 
 
 def save_weight_change(changes: list[UnitChange], path: str | Path, models: dict[str, dict[str, str]]) -> Path:
-    """``/{transition}/{hook}/{relative, absolute, layers, components/<part>}`` plus the models' dirs and fingerprints."""
+    """``/{transition}/{hook}/{relative, absolute, layers, components/<part>}``, the models' dirs and fingerprints."""
     import h5py
 
     target = Path(path)

@@ -16,21 +16,23 @@ model, i.e. the last 20/32 of its depth. Three cases:
 Example:
     >>> window = resolve_window(None, n_model_layers=30, stored=list(range(30)))
     >>> print(window.describe())
-    layers 11-29 — default window: the last 20/32 of depth, layers 11-29 of a 30-layer model (the paper's 12-31 scaled by depth)
+    layers 11-29 — default window: the last 20/32 of depth, layers 11-29 of a 30-layer model
+    (the paper's 12-31 scaled by depth)
     >>> resolve_window("12-20", n_model_layers=30, stored=list(range(30))).reason
     '--layers 12-20 (given)'
     >>> resolve_window("12-31", n_model_layers=30, stored=list(range(30)))
     Traceback (most recent call last):
     ...
-    core.errors.ProbeError: --layers 12-31: the model has 30 layers (0-29); layer 30 is outside it (leave --layers out for the default window 11-29, the paper's 12-31 scaled by depth)
+    core.errors.ProbeError: --layers 12-31: the model has 30 layers (0-29); layer 30 is outside it
+    (leave --layers out for the default window 11-29, the paper's 12-31 scaled by depth)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 from core.errors import ProbeError
+from core.records import SKIP
 from probes.hook_points import layer_ranges, parse_layers
 
 
@@ -40,19 +42,13 @@ def format_layers(layers: list[int]) -> str:
     >>> format_layers([0, 1, 2, 5, 7, 8])
     '0-2,5,7-8'
     """
-    parts: list[str] = []
-    start = prev = None
+    runs: list[list[int]] = []
     for layer in sorted(layers):
-        if start is None:
-            start = prev = layer
-        elif layer == prev + 1:
-            prev = layer
+        if runs and layer == runs[-1][-1] + 1:
+            runs[-1].append(layer)
         else:
-            parts.append(f"{start}-{prev}" if prev != start else f"{start}")
-            start = prev = layer
-    if start is not None:
-        parts.append(f"{start}-{prev}" if prev != start else f"{start}")
-    return ",".join(parts)
+            runs.append([layer])
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}" for run in runs)
 
 
 def default_window(n_model_layers: int) -> list[int]:
@@ -70,7 +66,10 @@ class Window:
 
     ``warnings`` (not part of the record) are the cuts to say out loud.
 
-    >>> Window.from_dict(Window([3, 4], "3-4", "--layers 3-4 (given)", 8).to_dict())
+    >>> from core.records import from_json, to_json
+    >>> to_json(Window([3, 4], "3-4", "--layers 3-4 (given)", 8, ("cut",)))
+    {'layers': [3, 4], 'spec': '3-4', 'reason': '--layers 3-4 (given)', 'n_model_layers': 8}
+    >>> from_json(Window, _)
     Window(layers=[3, 4], spec='3-4', reason='--layers 3-4 (given)', n_model_layers=8, warnings=())
     """
 
@@ -78,24 +77,11 @@ class Window:
     spec: str | None
     reason: str
     n_model_layers: int
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = field(default=(), metadata=SKIP)
 
     def describe(self) -> str:
         """One line: the layers, then why."""
         return f"layers {format_layers(self.layers)} — {self.reason}"
-
-    def to_dict(self) -> dict[str, Any]:
-        """The ``window`` record of ``summary.json``."""
-        return {
-            "layers": list(self.layers),
-            "spec": self.spec,
-            "reason": self.reason,
-            "n_model_layers": self.n_model_layers,
-        }
-
-    @classmethod
-    def from_dict(cls, body: dict[str, Any]) -> Window:
-        return cls([int(i) for i in body["layers"]], body["spec"], str(body["reason"]), int(body["n_model_layers"]))
 
 
 def resolve_window(spec: str | None, n_model_layers: int, stored: list[int]) -> Window:
@@ -111,18 +97,23 @@ def resolve_window(spec: str | None, n_model_layers: int, stored: list[int]) -> 
     else:
         requested = default_window(n_model_layers)
         span = format_layers(requested)
-        reason = f"default window: the last 20/32 of depth, layers {span} of a {n_model_layers}-layer model (the paper's 12-31 scaled by depth)"
+        reason = (
+            f"default window: the last 20/32 of depth, layers {span} of a {n_model_layers}-layer model (the "
+            "paper's 12-31 scaled by depth)"
+        )
         label = f"default window {span}"
     in_run = set(stored)
     recorded = [i for i in requested if i in in_run]
     if not recorded:
         raise ProbeError(
-            f"{label}: none of layers {format_layers(requested)} was recorded in this run (recorded: {format_layers(stored) or 'none'})"
+            f"{label}: none of layers {format_layers(requested)} was recorded in this run (recorded: "
+            f"{format_layers(stored) or 'none'})"
         )
     warnings: tuple[str, ...] = ()
     if len(recorded) < len(requested):
         warnings = (
-            f"{label}: only layers {format_layers(recorded)} of {format_layers(requested)} were recorded; analysing those",
+            f"{label}: only layers {format_layers(recorded)} of {format_layers(requested)} were recorded; "
+            "analysing those",
         )
         reason += f"; cut to {format_layers(recorded)}, the layers recorded"
     return Window(recorded, text or None, reason, n_model_layers, warnings)
@@ -130,12 +121,12 @@ def resolve_window(spec: str | None, n_model_layers: int, stored: list[int]) -> 
 
 def _explicit(spec: str, n_model_layers: int) -> list[int]:
     """``parse_layers`` against the model; a layer outside it is an error that names the model's depth."""
-    outside = [
-        max(lo, n_model_layers) for lo, hi in layer_ranges(spec, n_model_layers) if hi >= n_model_layers
-    ]  # a malformed spec fails here
+    # a malformed spec fails here
+    outside = [max(lo, n_model_layers) for lo, hi in layer_ranges(spec, n_model_layers) if hi >= n_model_layers]
     if not outside:
         return parse_layers(spec, n_model_layers)
     raise ProbeError(
-        f"--layers {spec}: the model has {n_model_layers} layers (0-{n_model_layers - 1}); layer {outside[0]} is outside it "
-        f"(leave --layers out for the default window {format_layers(default_window(n_model_layers))}, the paper's 12-31 scaled by depth)"
+        f"--layers {spec}: the model has {n_model_layers} layers (0-{n_model_layers - 1}); "
+        f"layer {outside[0]} is outside it (leave --layers out for the default window "
+        f"{format_layers(default_window(n_model_layers))}, the paper's 12-31 scaled by depth)"
     )

@@ -39,7 +39,7 @@ def _best_of(fn, repeats: int) -> tuple[float, float, object]:
 
 
 def _analyze_run_time(acts: np.ndarray) -> float:
-    from analysis import analyze_run
+    from analysis import AnalysisConfig, analyze_run
     from probes.store import RunWriter
 
     n, layers, width = acts.shape
@@ -53,7 +53,7 @@ def _analyze_run_time(acts: np.ndarray) -> float:
             noisy = (acts + 0.1 * rng.standard_normal(acts.shape, dtype=np.float32)).astype(np.float16)
             writer.append_activations("dpo", "multi_turn", "mlp_out", noisy, list(range(layers)))
         start = time.perf_counter()
-        analyze_run(tmp, layers="12-31", plots=False)
+        analyze_run(tmp, AnalysisConfig(layers="12-31"), plots=False)
         return time.perf_counter() - start
 
 
@@ -70,7 +70,8 @@ def main() -> int:
     print(f"array: {acts.shape} float16 ({acts.nbytes / 2**20:.0f} MiB), top 20%, cpu_count={os.cpu_count()}")
     fast_s, fast_cpu, fast = _best_of(lambda: topk_counts(acts, 20.0), args.repeats)
     print(
-        f"vectorised topk_counts (partition + tie fix, threaded): {fast_s:.3f} s wall, {fast_cpu:.3f} s CPU (best of {args.repeats})"
+        f"vectorised topk_counts (partition + tie fix, threaded): {fast_s:.3f} s wall, "
+        f"{fast_cpu:.3f} s CPU (best of {args.repeats})"
     )
     ref_s, ref_cpu, ref = _best_of(lambda: authors_topk_counts(acts, 20.0), 1)
     print(f"authors' per-layer argsort:                            {ref_s:.3f} s wall, {ref_cpu:.3f} s CPU")
@@ -81,11 +82,13 @@ def main() -> int:
     same = np.array_equal(fast[:2], reference_topk_counts(acts[:, :2], 20.0))
     agree = float((fast == ref).mean())
     print(
-        f"equal to the plain reference (layers 0-1, ties included): {same}; cells equal to the authors' counts: {agree:.2%}"
+        f"equal to the plain reference (layers 0-1, ties included): {same}; cells equal to the authors' counts: "
+        f"{agree:.2%}"
     )
     if not args.no_run:
         print(
-            f"analyze_run end to end (HDF5 read of layers 12-31 + counts + McNemar + BH + files, no plots): {_analyze_run_time(acts):.2f} s"
+            "analyze_run end to end (HDF5 read of layers 12-31 + counts + McNemar + BH + files, no plots): "
+            f"{_analyze_run_time(acts):.2f} s"
         )
     ok = same and fast_s <= 1.0 and speedup >= 10.0
     print(f"verdict: {'PASS' if ok else 'MISS'} (target <= 1.0 s and >= 10x; got {fast_s:.3f} s and {speedup:.1f}x)")

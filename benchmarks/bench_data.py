@@ -38,7 +38,8 @@ def main() -> int:
             rows = sum(summary.files.values())
             print(
                 f"synthesize --roles {n}: {took:.2f} s, {rows} rows ({rows / took:,.0f} rows/s), "
-                f"sft {summary.files['sft.jsonl']}, dpo {summary.files['dpo.jsonl']}, test {summary.files['test.jsonl']}"
+                f"sft {summary.files['sft.jsonl']}, dpo {summary.files['dpo.jsonl']}, "
+                f"test {summary.files['test.jsonl']}"
             )
             verdict &= took < TARGET_SYNTH_S
         test = read_test_rows(Path(tmp) / f"r{roles[-1]}" / "test.jsonl")
@@ -49,7 +50,8 @@ def main() -> int:
         print(f"rule judge: {rate:,.0f} verdicts/s over {len(test)} rows")
         verdict &= rate >= TARGET_VERDICTS_PER_S
     print(
-        f"verdict: {'PASS' if verdict else 'MISS'} (synthesis < {TARGET_SYNTH_S:.0f} s per size, judge >= {TARGET_VERDICTS_PER_S:,}/s)"
+        f"verdict: {'PASS' if verdict else 'MISS'} (synthesis < {TARGET_SYNTH_S:.0f} s per size, "
+        f"judge >= {TARGET_VERDICTS_PER_S:,}/s)"
     )
     return 0
 

@@ -19,7 +19,8 @@ share of it reached (aim >= 75%), the peak memory of each path, the estimate pri
 generating against the time taken, and every token that differs between the two paths.
 
     python benchmarks/bench_interventions.py --shared runs/latest --rows 16
-    python benchmarks/bench_interventions.py --shared runs/latest --rows 16 --neurons runs/latest/analysis_mean_diff/neurons_multi_turn_mlp_out.json
+    python benchmarks/bench_interventions.py --shared runs/latest --rows 16 \
+        --neurons runs/latest/analysis_mean_diff/neurons_multi_turn_mlp_out.json
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
     """Part 2: one A/B's passes arm by arm, then in shared batches."""
     import time
 
+    from core.decoding import GenerationConfig
     from core.shared_generation import SharedDecoder
     from interventions.ab import _Runner
     from interventions.config import ABConfig
@@ -102,8 +104,7 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
         neurons=args.neurons,
         limit=args.rows,
         collateral=False,
-        max_new_tokens=args.new_tokens,
-        batch_size=args.batch_size,
+        generation=GenerationConfig(max_new_tokens=args.new_tokens, batch_size=args.batch_size),
     )
     runner = _Runner(config, lambda line: None, None)
     passes = runner.passes()
@@ -111,9 +112,11 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
     generator = runner.generators[config.model]
     layers = sorted(runner.neurons.by_layer())
     print(
-        f"{len(passes)} passes (baseline, {len(runner.arms)} arms, {len(passes) - 1 - len(runner.arms)} placebos) x {len(runner.rows)} multi_turn "
-        f"rows x up to {config.max_new_tokens} new tokens; {len(runner.neurons)} units of {runner.neurons.hook} in layers "
-        f"{layers[0]}-{layers[-1]} of {model.config.num_hidden_layers}; batch {config.batch_size}; torch threads {torch.get_num_threads()}"
+        f"{len(passes)} passes (baseline, {len(runner.arms)} arms, {len(passes) - 1 - len(runner.arms)} placebos) "
+        f"x {len(runner.rows)} multi_turn rows x up to {config.generation.max_new_tokens} new tokens; "
+        f"{len(runner.neurons)} units of {runner.neurons.hook} in layers {layers[0]}-{layers[-1]} of "
+        f"{model.config.num_hidden_layers}; batch {config.generation.batch_size}; "
+        f"torch threads {torch.get_num_threads()}"
     )
     decoder = SharedDecoder(generator.generator, attach=attach)
     compiled = [site_edits(model, edits) if edits else None for _, _, edits in passes]
@@ -135,8 +138,8 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
         f"(estimated before generating: {estimate:.0f} s)"
     )
     print(
-        f"speed-up: {speedup:.3f}x; ceiling for this configuration {ceiling:.2f}x (fork at block {decoder.fork_layer(compiled)}); "
-        f"reached {speedup / ceiling:.0%}"
+        f"speed-up: {speedup:.3f}x; ceiling for this configuration {ceiling:.2f}x (fork at block "
+        f"{decoder.fork_layer(compiled)}); reached {speedup / ceiling:.0%}"
     )
     differing = [
         (key, row)
@@ -146,13 +149,15 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
     ]
     tokens = sum(len(g.ids[row]) for g in per_arm for row in range(len(g.ids)))
     print(
-        f"tokens that differ between the paths: {len(differing)} rows of {len(passes) * len(runner.rows)} ({tokens} tokens generated per path)"
+        f"tokens that differ between the paths: {len(differing)} rows of {len(passes) * len(runner.rows)} ({tokens} "
+        "tokens generated per path)"
     )
     for key, row in differing[:20]:
         print(f"  differs: {key}, row {row}")
     print(
-        f"verdict: {'PASS' if speedup >= 3.0 else 'FAIL'} (target >= 3x); ceiling share {'PASS' if speedup / ceiling >= 0.75 else 'FAIL'} "
-        f"(aim >= 75%); identical tokens {'PASS' if not differing else 'FAIL'}"
+        f"verdict: {'PASS' if speedup >= 3.0 else 'FAIL'} (target >= 3x); "
+        f"ceiling share {'PASS' if speedup / ceiling >= 0.75 else 'FAIL'} (aim >= 75%); "
+        f"identical tokens {'PASS' if not differing else 'FAIL'}"
     )
     return 0
 
@@ -221,8 +226,9 @@ def main() -> int:
     config = GenerationConfig(max_new_tokens=args.new_tokens, batch_size=args.batch_size)
     intervention = Intervention(neurons, PAPER_FACTOR)
     print(
-        f"model: {n_layers(model)} layers, d_model {units}; {args.prompts} prompts x {args.new_tokens} new tokens, batch {args.batch_size}; "
-        f"{len(neurons)} units over layers {layers[0]}-{layers[-1]}; torch threads {torch.get_num_threads()}"
+        f"model: {n_layers(model)} layers, d_model {units}; {args.prompts} prompts x {args.new_tokens} new tokens, "
+        f"batch {args.batch_size}; {len(neurons)} units over layers {layers[0]}-{layers[-1]}; "
+        f"torch threads {torch.get_num_threads()}"
     )
 
     results: dict[str, list[float]] = {"no hooks": [], "torch hooks": [], "nnsight": []}
@@ -241,15 +247,15 @@ def main() -> int:
                 ("nnsight", generators["nnsight"], intervention),
             ):
                 out = gen.run(arm)
-                results[name].append(
-                    args.prompts * args.new_tokens / out.seconds
-                )  # every row generates exactly new_tokens
+                # every row generates exactly new_tokens
+                results[name].append(args.prompts * args.new_tokens / out.seconds)
     finally:
         model.generation_config.min_new_tokens = original
     best = {name: max(values) for name, values in results.items()}
     for name, value in best.items():
         print(
-            f"{name:>12}: {value:8.1f} tokens/s (best of {args.repeats}; all: {', '.join(f'{v:.0f}' for v in results[name])})"
+            f"{name:>12}: {value:8.1f} tokens/s (best of {args.repeats}; all: "
+            f"{', '.join(f'{v:.0f}' for v in results[name])})"
         )
     ratio = best["torch hooks"] / best["no hooks"]
     print(f"hooked / unhooked throughput: {ratio:.3f}x  (nnsight: {best['nnsight'] / best['no hooks']:.3f}x)")

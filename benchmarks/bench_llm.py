@@ -16,9 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(
-    0, str(Path(__file__).resolve().parents[1])
-)  # the repo root: the scripted server lives in tests/support
+# the repo root: the scripted server lives in tests/support
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from core.llm.client import ClientConfig, LLMClient
 from tests.support.scripted_server import ScriptedServer
@@ -59,7 +58,8 @@ def main() -> int:
         parallel = _timed(LLMClient(base.with_overrides(concurrency=8)), _batch(m, "parallel"))
         speedup = serial / parallel
         print(
-            f"concurrency: {m} requests x 100 ms: serial {serial:.2f} s, concurrency 8 {parallel:.2f} s, speed-up {speedup:.1f}x"
+            f"concurrency: {m} requests x 100 ms: serial {serial:.2f} s, concurrency 8 {parallel:.2f} s, "
+            f"speed-up {speedup:.1f}x"
         )
     ok = sent == 0 and speedup >= 5
     print(f"verdict: {'PASS' if ok else 'BELOW TARGET'} (cache rerun sends 0 requests; concurrency 8 speed-up >= 5x)")

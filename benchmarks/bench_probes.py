@@ -112,7 +112,8 @@ def build_pair(root: Path) -> tuple[Path, Path]:
 
 
 def build_random(shape: str, root: Path, device: str, dtype: str, tokenizer_vocab: bool) -> tuple[Any, Any, Path]:
-    """One random Llama of a public checkpoint's widths, built on ``device``; its dir holds config and tokenizer only."""
+    """One random Llama of a public checkpoint's widths, built on ``device``;
+    its dir holds config and tokenizer only."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
@@ -173,7 +174,7 @@ def load_prompts(tokenizer: Any, rows: list[Any], data: Path, capability: str = 
     from probes.prompts import build_prompts
 
     prompts = build_prompts(tokenizer, rows, Capability(capability), add_generation_prompt=False)
-    if not prompts.sample_ids:
+    if not len(prompts):
         raise SystemExit(f"--data {data}: no row of capability {capability}")
     return prompts
 
@@ -266,8 +267,8 @@ def bench_budgets(
         )
     lengths = [len(i) for i in prompts.ids]
     print(
-        f"prompts: {len(prompts)}, {min(lengths)}-{max(lengths)} tokens ({sum(lengths) / len(lengths):.0f} on average); "
-        f"activation estimate {estimate / 1024:.1f} KiB per padded token"
+        f"prompts: {len(prompts)}, {min(lengths)}-{max(lengths)} tokens ({sum(lengths) / len(lengths):.0f} on "
+        f"average); activation estimate {estimate / 1024:.1f} KiB per padded token"
     )
     reference: dict[int, Any] = {}
     for label, batch_size, budget in ways:
@@ -277,7 +278,7 @@ def bench_budgets(
         def record() -> None:
             for b in batches:
                 out = backend.record(b)["mlp_out"]
-                values.update({sid: out[i] for i, sid in enumerate(b.sample_ids)})
+                values.update({sid: out[i] for i, sid in enumerate(b.samples.sample_ids.tolist())})
 
         try:
             base = _gpu_reset()
@@ -296,8 +297,9 @@ def bench_budgets(
         diff = max(float((values[k].float() - reference[k].float()).abs().max()) for k in reference)
         scale = max(float(reference[k].float().abs().max()) for k in reference)
         print(
-            f"{label:34s} {len(batches):4d} batches, largest {padded:6d} padded tokens, {len(prompts) / seconds:8.1f} prompts/s"
-            f"{memory}; largest difference vs {ways[0][0]}: {diff:.3g} ({diff / scale:.1e} of the largest value)"
+            f"{label:34s} {len(batches):4d} batches, largest {padded:6d} padded tokens, "
+            f"{len(prompts) / seconds:8.1f} prompts/s{memory}; largest difference vs {ways[0][0]}: "
+            f"{diff:.3g} ({diff / scale:.1e} of the largest value)"
         )
 
 
@@ -367,7 +369,7 @@ def bench_reference(
         str(model_dir), hf_model=model, tokenizer=tok, device=str(device), dtype=model.dtype
     )
     names = [f"blocks.{i}.hook_mlp_out" for i in range(bridge.cfg.n_layers)]
-    rows = [all_rows[prompts.sample_ids[i]] for i in reference_sample(prompts, n_prompts)]
+    rows = [all_rows[prompts.samples.sample_ids[i]] for i in reference_sample(prompts, n_prompts)]
     # the reference renders without lowercasing and passes the string, so TL prepends a second BOS
     texts = [
         tok.apply_chat_template(
@@ -417,8 +419,9 @@ RSS_SCRIPT = """
 import resource, sys
 from probes.config import RecordConfig
 from probes.recording import record_run
-record_run(RecordConfig(sft_dir=sys.argv[1], dpo_dir=sys.argv[2], data_file=sys.argv[3], out_dir=sys.argv[4],
-                        capabilities="multi_turn", hooks="mlp_out,mlp_post", batch_size=int(sys.argv[5])), progress=False)
+config = RecordConfig(sft_dir=sys.argv[1], dpo_dir=sys.argv[2], data_file=sys.argv[3], out_dir=sys.argv[4],
+                      capabilities="multi_turn", hooks="mlp_out,mlp_post", batch_size=int(sys.argv[5]))
+record_run(config, progress=False)
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
@@ -517,7 +520,8 @@ def bench_issue25(args: argparse.Namespace, tmp: Path) -> None:
         )
         seconds = time.perf_counter() - started
         print(
-            f"  {name:<28} {seconds:7.1f} s  ({sum(result.counts.values())} prompts, {'+'.join(['sft', 'dpo'] + (['base'] if extra.get('base_dir') else []))})"
+            f"  {name:<28} {seconds:7.1f} s  ({sum(result.counts.values())} prompts, "
+            f"{'+'.join(['sft', 'dpo'] + (['base'] if extra.get('base_dir') else []))})"
         )
         return seconds, out
 
@@ -669,9 +673,8 @@ def main() -> int:
         if not args.skip_reference:
             print("== 3. the authors' loop (reported ratio, no target), at two prompt lengths")
             sets = []
-            for k, words in enumerate(
-                args.reference_words
-            ):  # ours first: the bridge switches the model to eager attention
+            # ours first: the bridge switches the model to eager attention
+            for k, words in enumerate(args.reference_words):
                 path = write_rows(tmp / f"reference_{k}.jsonl", args.reference_prompts * 4, seed=3 + k, words=words)
                 rows = read_test_rows(path)
                 length_set = load_prompts(tokenizer, rows, path)

@@ -78,7 +78,8 @@ def main() -> None:
         print(f"build total: {wall:.1f} s wall, {cpu:.1f} s CPU (target <= {target:.0f} s wall on 2 quiet cores)")
         print(f"VERDICT: {'PASS' if wall <= target else 'FAIL'} build {wall:.0f} s vs target {target:.0f} s")
         print(
-            f"VERDICT: {'PASS' if cached <= CACHED_TARGET_S else 'FAIL'} cached call {cached:.1f} s vs target {CACHED_TARGET_S:.0f} s"
+            f"VERDICT: {'PASS' if cached <= CACHED_TARGET_S else 'FAIL'} cached call {cached:.1f} s vs target "
+            f"{CACHED_TARGET_S:.0f} s"
         )
         if args.eval:
             evaluate(pair, args.eval)

@@ -7,9 +7,12 @@ round (core ← data_synthesis ← training ← probes ← analysis ← interven
 Modules:
     errors, paths, inputs, atomic   one-line errors, output-path checks, the JSON/JSONL reader, atomic writes
     schema, capabilities, rows      the RoleMRC row types, the 18 tasks → 5 capabilities, the row files
+    records                         the one codec of every stored record: dataclass <-> JSON, typed and versioned
+    run_dir, locks                  the run directory's layout (every file name in it), the one file lock
     home, builds, provenance        the toolkit home, cached builds, hashing and the one weights fingerprint
     chat, templates, models         chat rendering, known templates, model and tokenizer loading
-    generation                      the one generation path (EOS policy, seeding, batching, hooks)
+    generation, shared_generation   generation with ``model.generate`` (EOS policy, seeding, batching, hooks); many
+                                    greedy arms decoded at once with the same prompts, batches and stops
     stats                           McNemar, Wilson, bootstrap
     config_file                     ``--config FILE`` for every command
     llm, judges                     the OpenAI-compatible client; the judges and the judge factory

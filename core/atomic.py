@@ -22,6 +22,16 @@ A set of files made by writers of their own (h5py, plotly, kaleido) goes through
 one is complete they are renamed into place together, with the files the new set no longer
 has removed in the same step; an error or Ctrl-C before then leaves the old set untouched.
 
+A finished directory (a build, a trained model) takes the place of the old one through
+:func:`replace_dir`. Where the kernel can exchange two names in one step (Linux
+``renameat2(RENAME_EXCHANGE)``: ext4, xfs, btrfs, tmpfs and others) the destination names a
+whole directory at every moment, the old one and then the new one; the old one, now under the
+new one's name, is removed last, so a crash leaves it there (where the next build's clean-up of
+its private folders, or the caller's, finds it). Elsewhere the old directory is first renamed to
+``.<name>.old``: for the microseconds between that rename and the next the destination is
+missing, and a crash there leaves the old directory at ``.<name>.old`` (removed by the next
+swap) and the new one under its own name. Either way no directory is ever half old and half new.
+
 A written file gets the mode a plain ``open(path, "w")`` would give it: a new file
 ``0o666 & ~umask``, a replaced file the mode it had (the temporary files of
 :func:`tempfile.mkstemp` are ``0o600`` and would otherwise end up as the target's mode).
@@ -45,6 +55,9 @@ Example:
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import functools
 import os
 import shutil
 import signal
@@ -60,7 +73,16 @@ from typing import IO, Any, Union
 Content = Union[str, bytes, Callable[[IO[bytes]], Any]]
 """What a file is made of: text (written as UTF-8), bytes, or a function that writes to a binary handle."""
 
-__all__ = ["Content", "StagedSet", "atomic_file", "atomic_path", "file_set", "replace_together", "write_atomic"]
+__all__ = [
+    "Content",
+    "StagedSet",
+    "atomic_file",
+    "atomic_path",
+    "file_set",
+    "replace_dir",
+    "replace_together",
+    "write_atomic",
+]
 
 
 @contextmanager
@@ -103,7 +125,7 @@ def write_atomic(path: str | os.PathLike[str], content: Content, *, durable: boo
         _fill(handle, content)
 
 
-def replace_together(files: Mapping[str | os.PathLike[str], Content], *, durable: bool = True) -> None:
+def replace_together(files: Mapping[Path, Content], *, durable: bool = True) -> None:
     """Write every file of ``files`` to a temporary name, then rename them all; on any failure, none.
 
     A producer that raises (or a full disk, or Ctrl-C) while any member is written leaves
@@ -165,6 +187,72 @@ def file_set(target_dir: str | os.PathLike[str], *, durable: bool = True) -> Ite
                 sync_folder(folder)
     finally:
         shutil.rmtree(staged.folder, ignore_errors=True)
+
+
+def replace_dir(new: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+    """Put the finished directory ``new`` at ``target`` (on the same file system), replacing what is there.
+
+    ``target`` is never missing where the kernel can exchange two names (see the module doc); the old
+    directory (or file, or link) is removed once the new one is in place.
+    """
+    source, destination = Path(new), Path(target)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    backup = destination.with_name(f".{destination.name}.old")
+    _remove(backup)  # left by a swap killed between its two renames
+    with _sigint_deferred():
+        old = _swap_in(source, destination, backup)
+    sync_folder(destination.parent)
+    if old is not None:
+        _remove(old)
+
+
+def _swap_in(new: Path, target: Path, backup: Path) -> Path | None:
+    """Move ``new`` to ``target``; returns where the old ``target`` went (None when there was none)."""
+    if not os.path.lexists(target):
+        os.replace(new, target)
+        return None
+    if _exchange(new, target):
+        return new
+    os.replace(target, backup)
+    os.replace(new, target)
+    return backup
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    """libc's ``renameat2`` (Linux, glibc 2.28 and later), or None where there is none."""
+    try:
+        return getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    except OSError:
+        return None
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the names ``a`` and ``b`` in one step; False where the system or file system cannot."""
+    rename = _renameat2()
+    if rename is None:
+        return False
+    if rename(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    number = ctypes.get_errno()
+    if number in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(number, os.strerror(number), str(a), None, str(b))
+
+
+def _remove(path: Path) -> None:
+    """Delete a directory tree, a file or a link (not what a link points at); what cannot be deleted stays."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def _stage(target: Path, content: Content, durable: bool) -> str:

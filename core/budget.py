@@ -6,7 +6,10 @@ no faster (larger batches of long prompts are slower still on the 2-core machine
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedConfig
 
 # Past about this many padded tokens a batch is no faster, while a wider batch spans more prompt
 # lengths and so pads more: measured on an H100 with the 8B shape, and on the 2-core CPU with the
@@ -19,7 +22,7 @@ GPU_MEMORY_FRACTION = 0.5
 _ROUND = 256  # budgets derived from free memory are rounded down, so that they are the same from call to call
 
 
-def activation_bytes_per_token(config: Any, dtype_bytes: int, longest: int) -> int:
+def activation_bytes_per_token(config: PreTrainedConfig, dtype_bytes: int, longest: int) -> int:
     """Peak transient memory of one padded token inside one decoder block.
 
     A block holds, at its peak, the residual stream and its normed copy, q/k/v and the
@@ -35,7 +38,7 @@ def activation_bytes_per_token(config: Any, dtype_bytes: int, longest: int) -> i
     return dtype_bytes * (6 * hidden + 3 * intermediate) + 4 * longest
 
 
-def default_max_batch_tokens(device: str, config: Any, dtype_bytes: int, longest: int) -> int:
+def default_max_batch_tokens(device: str, config: PreTrainedConfig, dtype_bytes: int, longest: int) -> int:
     """The budget for a device: :data:`CPU_MAX_BATCH_TOKENS` on CPU; on a GPU :data:`MAX_USEFUL_BATCH_TOKENS`,
     less where free memory is short.
 

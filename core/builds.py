@@ -4,11 +4,12 @@ A cached directory that takes minutes to build must never be used half-finished 
 someone changed a file in it. The pattern, shared by :mod:`training.smollm2` and
 :mod:`training.default_pair`:
 
-* build into a private ``.<name>.build-<pid>`` directory beside the target, under an
-  exclusive file lock (a second process waits, then finds the finished build);
+* build into a private ``.<name>.build-<pid>`` directory beside the target (:func:`building`),
+  under an exclusive file lock (:func:`core.locks.file_lock`: a second process waits, then
+  finds the finished build);
 * write ``COMPLETE.json`` last: an *identity* (what was built: recipe, source hashes,
   version) and the SHA-256 of every file;
-* rename into place in one step;
+* swap it into place (:func:`core.atomic.replace_dir`);
 * on every later call, :func:`verify_marker` re-hashes the files against the marker; any
   difference (a changed, missing or added file, or another identity) means rebuild.
 
@@ -24,15 +25,16 @@ Example:
 
 from __future__ import annotations
 
-import fcntl
 import json
+import os
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from core.atomic import write_atomic
+from core.atomic import replace_dir, write_atomic
 from core.provenance import file_sha256
 
 MARKER = "COMPLETE.json"
@@ -93,12 +95,15 @@ def verify_marker(root: Path, identity: dict[str, Any]) -> str | None:
 
 
 @contextmanager
-def exclusive_lock(path: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``path`` (created with its parents) for the block."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+def building(target: Path) -> Iterator[Path]:
+    """A private ``.<name>.build-<pid>`` path beside ``target`` to build into (not yet created); it replaces
+    ``target`` when the block ends without error, and is removed in every case. Call it under the build's lock:
+    the folders of killed builds are removed first."""
+    for stale in target.parent.glob(f".{target.name}.build-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    work = target.parent / f".{target.name}.build-{os.getpid()}"
+    try:
+        yield work
+        replace_dir(work, target)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

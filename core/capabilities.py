@@ -34,7 +34,7 @@ class Capability(str, Enum):
         return PAPER_NAMES[self]
 
     @property
-    def title(self) -> str:
+    def panel_title(self) -> str:
         return TITLES[self]
 
 

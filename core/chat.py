@@ -30,12 +30,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
 from core.errors import ProbeError
 from core.models import printable
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedConfig, PreTrainedTokenizerBase
 
 Messages = list[dict[str, str]]
 
@@ -43,8 +46,11 @@ Messages = list[dict[str, str]]
 class Turn(Protocol):
     """Anything with a role and a content (``core.schema.Turn``)."""
 
-    role: str
-    content: str
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def content(self) -> str: ...
 
 
 def to_messages(turns: Sequence[Turn] | Messages) -> Messages:
@@ -56,7 +62,7 @@ def _get(turn: Any, key: str) -> Any:
     return turn[key] if isinstance(turn, dict) else getattr(turn, key)
 
 
-def control_token_texts(tokenizer: Any) -> list[str]:
+def control_token_texts(tokenizer: PreTrainedTokenizerBase) -> list[str]:
     """The text of every special token the tokenizer knows (longest first)."""
     texts = set(tokenizer.all_special_tokens)
     for token in getattr(tokenizer, "added_tokens_decoder", {}).values():
@@ -75,20 +81,21 @@ def check_no_control_text(messages: Messages, controls: Sequence[str], where: Ca
             if text in message["content"]:
                 raise ProbeError(
                     f"{where()}: message {number} ({message['role']}) contains the text of the control token "
-                    f"{text!r}, which would be read as that token and change the turn structure; remove it from the data"
+                    f"{text!r}, which would be read as that token and change the turn structure; "
+                    "remove it from the data"
                 )
 
 
 TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "tokenizer_config.json")  # where transformers reads it
 
 
-def set_template(tokenizer: Any, template: str, source: str) -> None:
+def set_template(tokenizer: PreTrainedTokenizerBase, template: str, source: str) -> None:
     """Give the tokenizer ``template``, remembering ``source`` (a file, a built-in name) for error messages."""
     tokenizer.chat_template = template
     tokenizer.probe_template_source = (template, source)
 
 
-def template_source(tokenizer: Any, template: str | None = None) -> str:
+def template_source(tokenizer: PreTrainedTokenizerBase, template: str | None = None) -> str:
     """Where the template in use came from: the file :func:`set_template` was given, else the model directory's
     file that holds it (``chat_template.jinja`` ...), else a description."""
     own = tokenizer.chat_template
@@ -102,7 +109,7 @@ def template_source(tokenizer: Any, template: str | None = None) -> str:
 
 
 def render_text(
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     messages: Messages,
     *,
     add_generation_prompt: bool,
@@ -116,9 +123,10 @@ def render_text(
     template's file (and line, for a syntax error) and the conversation ``where()`` names.
     """
     try:
-        return tokenizer.apply_chat_template(
+        text = tokenizer.apply_chat_template(
             messages, add_generation_prompt=add_generation_prompt, tokenize=False, chat_template=template
         )
+        return cast(str, text)  # tokenize=False: the text
     except Exception as exc:  # noqa: BLE001 - the template's own failure, of any kind, is the template's fault
         line = getattr(exc, "lineno", None)
         source = template_source(tokenizer, template) + (f":{line}" if isinstance(line, int) and line > 0 else "")
@@ -128,13 +136,13 @@ def render_text(
         ) from None
 
 
-def encode_text(tokenizer: Any, text: str) -> list[int]:
+def encode_text(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     """Token ids of rendered text, with nothing added in front or behind."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def encode_conversations(
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     conversations: Sequence[Sequence[Turn] | Messages],
     *,
     add_generation_prompt: bool,
@@ -166,7 +174,7 @@ def encode_conversations(
     return encoded
 
 
-def context_length(config: Any) -> int | None:
+def context_length(config: PreTrainedConfig) -> int | None:
     """The longest sequence a model was built for (``max_position_embeddings``), if its config says."""
     value = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
     return int(value) if value else None
@@ -181,7 +189,8 @@ def check_context(ids: Sequence[Sequence[int]], limit: int | None, where: Callab
     >>> check_context([[1] * 5], 4, lambda i: f"row {i + 1}")
     Traceback (most recent call last):
     ...
-    core.errors.ProbeError: row 1: the prompt is 5 tokens, longer than the model's context of 4 tokens (max_position_embeddings); shorten or drop the row
+    core.errors.ProbeError: row 1: the prompt is 5 tokens, longer than the model's context of 4 tokens
+    (max_position_embeddings); shorten or drop the row
     """
     if limit is None:
         return
@@ -190,11 +199,17 @@ def check_context(ids: Sequence[Sequence[int]], limit: int | None, where: Callab
             plus = f" plus {extra} new tokens" if extra else ""
             raise ProbeError(
                 f"{where(index)}: the prompt is {len(row)} tokens{plus}, longer than the model's context of {limit} "
-                f"tokens (max_position_embeddings); shorten or drop the row{', or lower --max-new-tokens' if extra else ''}"
+                "tokens (max_position_embeddings); shorten or drop the "
+                f"row{', or lower --max-new-tokens' if extra else ''}"
             )
 
 
-def pad_id_of(tokenizer: Any) -> int:
+def decode_text(tokenizer: PreTrainedTokenizerBase, ids: list[int], *, skip_special_tokens: bool = False) -> str:
+    """The text of one sequence of token ids (transformers types ``decode`` as also returning a batch's texts)."""
+    return cast(str, tokenizer.decode(ids, skip_special_tokens=skip_special_tokens))
+
+
+def pad_id_of(tokenizer: PreTrainedTokenizerBase) -> int:
     """The id used for left padding: the pad token, else EOS."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     if pad is None:

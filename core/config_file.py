@@ -31,7 +31,7 @@ Example:
     ... class Demo:
     ...     batch_size: Annotated[int, Range(1)] = 8
     ...     hooks: str = "mlp_out"
-    >>> path = pathlib.Path(tempfile.mkdtemp()) / "run.json"
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "demo.json"
     >>> _ = path.write_text(json.dumps({"batch-size": 4}))
     >>> build_config(Demo, path, {"hooks": "attn_out", "batch_size": None})
     Demo(batch_size=4, hooks='attn_out')
@@ -39,7 +39,7 @@ Example:
     >>> build_config(Demo, path, {})
     Traceback (most recent call last):
     ...
-    core.config_file.OptionError: --config .../run.json: batch_size: expected an integer >= 1, got '4'
+    core.config_file.OptionError: --config .../demo.json: batch_size: expected an integer >= 1, got '4'
     >>> Demo(batch_size=0)
     Traceback (most recent call last):
     ...
@@ -54,17 +54,19 @@ import numbers
 import os
 import re
 import types
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from enum import Enum
-from functools import lru_cache
+from functools import reduce
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
+from core.config_fields import MISSING, default_of, flag_of_field, flat_aliases, flat_fields, flat_values
 from core.errors import DataError, ProbeError
 from core.inputs import MAX_DEPTH, check_input_file, read_json, shown
 
 MAX_CONFIG_BYTES = 256 * 1024  # hand-written settings are a few hundred bytes; this also bounds the YAML parser's time
 _INT64 = 2**63
+_FIELDS: dict[type, dict[str, tuple[Any, str | None]]] = {}  # fields_of, by class
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +87,8 @@ class Range:
             return f"{'>' if self.low_open else '>='} {_number(self.low)}"
         if self.low is None:
             return f"{'<' if self.high_open else '<='} {_number(self.high)}"
-        return f"in {'(' if self.low_open else '['}{_number(self.low)}, {_number(self.high)}{')' if self.high_open else ']'}"
+        opening, closing = "(" if self.low_open else "[", ")" if self.high_open else "]"
+        return f"in {opening}{_number(self.low)}, {_number(self.high)}{closing}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +126,8 @@ class OptionError(ProbeError):
 
 
 def typed(value: Any, hint: Any, key: str) -> Any:
-    """``value`` as the type ``hint`` says (a list for ``tuple[...]`` becomes a tuple), or :class:`OptionError` at ``key``."""
+    """``value`` as the type ``hint`` says (a list for ``tuple[...]`` becomes a tuple), or :class:`OptionError` at
+    ``key``."""
     origin, args = get_origin(hint), get_args(hint)
     if origin is Annotated:
         try:
@@ -137,7 +141,8 @@ def typed(value: Any, hint: Any, key: str) -> Any:
             if isinstance(mark, Directory) and out is not None and os.path.lexists(out) and not os.path.isdir(out):
                 bad = OptionError(
                     key,
-                    message=f"expected a directory (or a path to create one), got {_shown(value)}, which is not a directory",
+                    message=f"expected a directory (or a path to create one), got {_shown(value)}, "
+                    "which is not a directory",
                 )
             if bad is not None:
                 bad.near = True  # the right type, out of bounds: a union says this, not "expected A or B"
@@ -181,13 +186,31 @@ def describe(hint: Any) -> str:
         return "a mapping of names to values"
     if origin is Literal or (isinstance(hint, type) and issubclass(hint, Enum) and not issubclass(hint, str)):
         return "one of " + ", ".join(str(getattr(a, "value", a)) for a in (args if origin is Literal else hint))
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return f"a {hint.__name__}"
     return _SINGULAR.get(_base(hint), "a value")
 
 
+def choice(
+    key: str, value: Any, choices: Iterable[str], *, lenient: bool = False, aliases: Mapping[str, str] | None = None
+) -> str:
+    """``value`` if it is one of ``choices``, else :class:`OptionError` at ``key`` (``--key: expected one of a, b, got
+    'c'``). ``lenient``: case, outer spaces and dashes do not matter (``Float-32`` is ``float_32``), and the result
+    is the spelling in ``choices``; ``aliases`` maps a short name to its choice (``tl`` -> ``transformer_lens``)."""
+    allowed = tuple(choices)
+    name = value.strip().lower().replace("-", "_") if lenient and isinstance(value, str) else value
+    name = (aliases or {}).get(name, name) if isinstance(name, str) else name
+    if name not in allowed:
+        raise OptionError(key, f"one of {', '.join(allowed)}", value)
+    return name
+
+
 def typed_config(cls: type) -> type:
-    """Class decorator (below ``@dataclass``, so that ``__init__`` calls it): ``__post_init__`` first checks every field by its hint
-    (:func:`check_fields`), then runs the class's own checks; an :class:`OptionError` from either is
-    said at the field's flag (``metadata["flag"]``). Subclasses inherit it."""
+    """Class decorator (below ``@dataclass``, so that ``__init__`` calls it): ``__post_init__`` first checks every
+    field by its hint (:func:`check_fields`), then runs the class's own checks; an :class:`OptionError` from either is
+    said at the field's flag (``metadata["flag"]``). Subclasses inherit it. The settings of a nested config
+    (:func:`core.config_fields.nested`) read through as read-only attributes: ``config.do_sample`` is
+    ``config.generation.do_sample``."""
     own = getattr(cls, "__post_init__", None)
     own = getattr(own, "__wrapped__", own)  # a subclass decorated again: its base's own checks, once
 
@@ -201,13 +224,20 @@ def typed_config(cls: type) -> type:
                 raise
             raise exc.at(flag_of(type(self), exc.field)) from None
 
-    __post_init__.__wrapped__ = own  # type: ignore[attr-defined]
-    cls.__post_init__ = __post_init__  # type: ignore[attr-defined]
+    setattr(__post_init__, "__wrapped__", own)
+    setattr(cls, "__post_init__", __post_init__)
+    for name, path in flat_aliases(cls).items():  # a nested config's settings read by their flat names too
+        setattr(cls, name, _read_through(path))
     return cls
 
 
+def _read_through(path: tuple[str, ...]) -> property:
+    return property(lambda config: reduce(getattr, path, config), doc=".".join(path))
+
+
 def check_fields(config: Any) -> None:
-    """Every field of the dataclass instance ``config`` against its hint; the first bad one raises :class:`OptionError`."""
+    """Every field of the dataclass instance ``config`` against its hint; the first bad one raises
+    :class:`OptionError`."""
     for name, (hint, _) in fields_of(type(config)).items():
         typed(getattr(config, name), hint, name)
 
@@ -223,31 +253,31 @@ def check_mapping(cls: type, values: dict[str, Any], key: str) -> dict[str, Any]
     return {name: typed(value, fields[name][0], f"{key}.{name}") for name, value in values.items()}
 
 
-@lru_cache(maxsize=None)
 def fields_of(cls: type) -> dict[str, tuple[Any, str | None]]:
     """``{name: (hint, flag)}`` for the init fields of ``cls`` that a user sets (not ``_private``): with the
     dataclass defaults, all an option parser needs (type, bounds and flag name of each option)."""
-    hints = get_type_hints(cls, include_extras=True)
-    return {
-        f.name: (hints[f.name], f.metadata.get("flag", "--" + f.name.replace("_", "-")))
-        for f in dataclasses.fields(cls)
-        if f.init and not f.name.startswith("_")
-    }
+    if cls not in _FIELDS:
+        hints = get_type_hints(cls, include_extras=True)
+        fields = [f for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")]
+        _FIELDS[cls] = {f.name: (hints[f.name], flag_of_field(f)) for f in fields}
+    return _FIELDS[cls]
 
 
 def flag_of(cls: type, name: str) -> str | None:
-    """The command-line flag of field ``name``: its ``metadata["flag"]`` (None: it has none), else ``--name-with-dashes``."""
+    """The command-line flag of field ``name``: its ``metadata["flag"]`` (None: it has none), else
+    ``--name-with-dashes``."""
     return fields_of(cls)[name][1]
 
 
 def read_config_file(path: str | os.PathLike[str], cls: type, flag: str = "--config") -> dict[str, Any]:
-    """The file's values, checked and converted by their fields' hints (:func:`typed`); one line naming file and key for anything else."""
-    fields = fields_of(cls)
+    """The file's values by setting (:func:`core.config_fields.flat_fields`: a nested config's fields are keys too),
+    checked and converted by their hints (:func:`typed`); one line naming file and key for anything else."""
+    fields = flat_fields(cls)
     values = read_config_mapping(path, fields, flag)
     out = {}
     for key, value in values.items():
         try:
-            out[key] = typed(value, fields[key][0], key)
+            out[key] = typed(value, fields[key].hint, key)
         except OptionError as exc:
             raise exc.at(f"{flag} {path}: {exc.field}") from None
     return out
@@ -262,7 +292,8 @@ def build_config(
     required: Iterable[str] = (),
     flag: str = "--config",
 ) -> Any:
-    """``cls`` from the file at ``path`` (if any) overridden by ``flags`` (None: not given).
+    """``cls`` from the file at ``path`` (if any) overridden by ``flags`` (None: not given), both by setting name
+    (:func:`core.config_fields.flat_fields`): the one precedence, field default < file < flag.
 
     A field named in ``merge`` (a mapping) takes the file's keys updated by the flag's. A field
     without a default, or named in ``required``, must come from one of the two. An
@@ -274,16 +305,46 @@ def build_config(
         if key in given and key in from_file:
             given[key] = {**from_file[key], **given[key]}
     options = {**from_file, **given}
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    for name in [*(n for n, f in fields.items() if f.init and _no_default(f)), *required]:
+    fields = flat_fields(cls)
+    for name in [*(n for n, f in fields.items() if f.default is MISSING), *required]:
         if name not in options:
-            raise ProbeError(f"missing option {flag_of(cls, name) or name} (give it on the command line or in {flag})")
+            raise ProbeError(f"missing option {fields[name].flag or name} (give it on the command line or in {flag})")
     try:
-        return cls(**options)
+        return from_settings(cls, options)
     except OptionError as exc:
         if exc.field in from_file and exc.field not in given:
             raise exc.at(f"{flag} {path}: {exc.field}") from None
         raise
+
+
+def from_settings(cls: type, values: dict[str, Any]) -> Any:
+    """``cls`` from ``values`` by setting name: each nested config is its default with the values that name its
+    fields, and an :class:`OptionError` inside it is said at the outer setting (``--judge-retries``)."""
+    fields = flat_fields(cls)
+    own = {key: value for key, value in values.items() if len(fields[key].path) == 1}
+    inner: dict[str, dict[str, Any]] = {}
+    for key, value in values.items():
+        if len(fields[key].path) > 1:
+            inner.setdefault(fields[key].path[0], {})[key] = value
+    for holder, given in inner.items():
+        own[holder] = _nested_config(cls, holder, given)
+    return cls(**own)
+
+
+def _nested_config(cls: type, holder: str, given: dict[str, Any]) -> Any:
+    outer = flat_fields(cls)
+    default = default_of(next(f for f in dataclasses.fields(cls) if f.name == holder))
+    inner = flat_fields(type(default))
+    by_path = {f.path: name for name, f in inner.items()}
+    values = {**flat_values(default), **{by_path[outer[key].path[1:]]: value for key, value in given.items()}}
+    try:
+        return from_settings(type(default), values)
+    except OptionError as exc:
+        path = (holder, *inner[exc.field].path) if exc.field in inner else None
+        key = next((k for k, f in outer.items() if f.path == path), None)
+        if key is None:  # a field the outer config does not expose: said as the nested config says it
+            raise
+        raise OptionError(key + exc.key[len(exc.field) :], message=exc.message, flag=outer[key].flag) from None
 
 
 def merged_options(from_file: dict[str, Any], from_flags: dict[str, Any]) -> dict[str, Any]:
@@ -292,7 +353,8 @@ def merged_options(from_file: dict[str, Any], from_flags: dict[str, Any]) -> dic
 
 
 def read_config_mapping(path: str | os.PathLike[str], allowed: Iterable[str], flag: str = "--config") -> dict[str, Any]:
-    """The file's mapping, keys with dashes turned to underscores; one line naming the file for a key not in ``allowed``."""
+    """The file's mapping, keys with dashes turned to underscores; one line naming the file for a key not in
+    ``allowed``."""
     p = Path(path)
     try:
         size = check_input_file(p, "config file (JSON or YAML)").stat().st_size
@@ -334,9 +396,8 @@ def _read_yaml(path: Path) -> Any:
         raise DataError(str(path), None, f"cannot read the config file ({exc.strerror or exc})") from None
     try:
         depth = 0
-        for event in yaml.parse(
-            text, Loader=loader
-        ):  # a flat pass first: the loaders recurse (libyaml's crashes) and share aliases
+        # a flat pass first: the loaders recurse (libyaml's crashes) and share aliases
+        for event in yaml.parse(text, Loader=loader):
             if isinstance(event, yaml.AliasEvent):
                 raise DataError(
                     str(path),
@@ -369,7 +430,7 @@ def _fits(value: Any, hint: Any, origin: Any, args: tuple[Any, ...]) -> bool:
     if hint is bool:
         return type(value) is bool
     if hint is int:
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool) and -_INT64 <= value < _INT64
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool) and -_INT64 <= int(value) < _INT64
     if hint is float:
         return isinstance(value, numbers.Real) and not isinstance(value, bool) and _finite(value)
     if hint is str:
@@ -378,8 +439,8 @@ def _fits(value: Any, hint: Any, origin: Any, args: tuple[Any, ...]) -> bool:
         return isinstance(value, os.PathLike) or (
             isinstance(value, str) and value.strip() != "" and "\x00" not in value
         )
-    if isinstance(hint, type) and issubclass(hint, Enum):
-        return isinstance(value, hint)
+    if isinstance(hint, type) and (issubclass(hint, Enum) or dataclasses.is_dataclass(hint)):
+        return isinstance(value, hint)  # a nested config checked itself when it was made
     if origin in (list, tuple, Sequence):
         return isinstance(value, (list, tuple)) and (origin is not tuple or len(args) == 2 and args[1] is Ellipsis)
     if origin is dict:
@@ -399,10 +460,6 @@ def _finite(value: Any) -> bool:
 def _base(hint: Any) -> Any:
     hint = get_args(hint)[0] if get_origin(hint) is Annotated else hint
     return str if isinstance(hint, type) and issubclass(hint, str) else hint
-
-
-def _no_default(f: dataclasses.Field[Any]) -> bool:
-    return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
 
 
 def _names(keys: list[str], shown_at_most: int = 8) -> str:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+from core.config_fields import option
 from core.config_file import ABOVE_ZERO, POSITIVE, SEED, Range, typed_config
 
 TEMPERATURE = ABOVE_ZERO
@@ -28,14 +29,20 @@ TOP_P = Range(0, 1, low_open=True)  # nucleus sampling keeps tokens up to this m
 @dataclass(frozen=True)
 @typed_config
 class GenerationConfig:
-    """Bounds are in the hints (:mod:`core.config_file`); a config with ``top_p`` or ``temperature`` fields uses the same ranges."""
+    """Bounds are in the hints (:mod:`core.config_file`), help and flags on the fields (:mod:`core.config_fields`);
+    a config holds one as a nested config (``ABConfig.generation``)."""
 
-    max_new_tokens: Annotated[int, POSITIVE] = 64
-    batch_size: Annotated[int, POSITIVE] = 16
-    do_sample: bool = False
-    temperature: Annotated[float, TEMPERATURE] = 1.0
-    top_p: Annotated[float, TOP_P] = 1.0
-    seed: Annotated[int, SEED] = 0
+    max_new_tokens: Annotated[int, POSITIVE] = option(64, "Tokens generated per prompt.")
+    batch_size: Annotated[int, POSITIVE] = option(16, "Prompts per generation batch.")
+    do_sample: bool = option(
+        False,
+        "Seeded sampling instead of greedy decoding (the same seed in every pass).",
+        flag="--sample",
+        off_flag="--greedy",
+    )
+    temperature: Annotated[float, TEMPERATURE] = option(1.0, "Sampling temperature (with --sample).")
+    top_p: Annotated[float, TOP_P] = option(1.0, "Nucleus sampling: the smallest set of tokens this likely.", flag=None)
+    seed: Annotated[int, SEED] = option(0, "Seed of sampling.")
 
     def generate_kwargs(self, pad_id: int, stop: list[int]) -> dict[str, Any]:
         kwargs: dict[str, Any] = dict(max_new_tokens=self.max_new_tokens, pad_token_id=pad_id, eos_token_id=stop)

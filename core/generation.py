@@ -1,4 +1,4 @@
-"""How every stage generates: evaluation, A/B interventions and notebooks render, batch, stop and decode the same way.
+"""How every stage generates: evaluation, A/B runs and notebooks render, batch, stop and seed through one Generator.
 
 A response must not depend on which stage produced it, and an A/B comparison only means
 something if its arms differ by the intervention alone. :class:`Generator` fixes all of
@@ -18,8 +18,9 @@ prompts, batches and stop tokens greedily with its own loop, to run many edited 
 finished rows leave its batches); on supported architectures its tokens equal ``generate``'s.
 
 Example:
-    >>> gen = Generator(model, tokenizer, [row.question for row in rows], GenerationConfig(max_new_tokens=32))  # doctest: +SKIP
-    >>> baseline = gen.run()                                                                                  # doctest: +SKIP
+    >>> prompts = [row.question for row in rows]  # doctest: +SKIP
+    >>> gen = Generator(model, tokenizer, prompts, GenerationConfig(max_new_tokens=32))  # doctest: +SKIP
+    >>> baseline = gen.run()  # doctest: +SKIP
     >>> cut_at_stop([5, 6, 4, 9], [4])
     [5, 6]
 """
@@ -30,13 +31,25 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from core.chat import Messages, Turn, check_context, context_length, encode_conversations, left_pad, pad_id_of
+from core.chat import (
+    Messages,
+    Turn,
+    check_context,
+    context_length,
+    decode_text,
+    encode_conversations,
+    left_pad,
+    pad_id_of,
+)
 from core.decoding import GenerationConfig
 from core.errors import ProbeError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 @dataclass
@@ -53,9 +66,10 @@ class Generations:
         return sum(len(i) for i in self.ids)
 
 
-def stop_ids(model: Any, tokenizer: Any) -> list[int]:
+def stop_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
     """Every token that ends a response: the tokenizer's EOS, the generation config's, and the chat template's
-    end-of-turn token (Qwen2-base-style tokenizers end turns with ``<|im_end|>`` while their EOS is ``<|endoftext|>``)."""
+    end-of-turn token (Qwen2-base-style tokenizers end turns with ``<|im_end|>`` while their EOS is
+    ``<|endoftext|>``)."""
     from core.templates import turn_end_token
 
     ids: list[int] = []
@@ -87,13 +101,14 @@ class Generator:
 
     def __init__(
         self,
-        model: Any,
-        tokenizer: Any,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
         conversations: Sequence[Sequence[Turn] | Messages],
         config: GenerationConfig = GenerationConfig(),
         where: Callable[[int], str] | None = None,
     ) -> None:
-        """``where(i)`` names conversation ``i`` in rendering errors (default ``"row i"``, its index in ``conversations``)."""
+        """``where(i)`` names conversation ``i`` in rendering errors (default ``"row i"``,
+        its index in ``conversations``)."""
         self.model, self.tokenizer, self.config = model, tokenizer, config
         self.pad_id = pad_id_of(tokenizer)
         self.stop = stop_ids(model, tokenizer)
@@ -112,7 +127,7 @@ class Generator:
         return left_pad([self.prompts[i] for i in batch], self.pad_id, self.device)
 
     def decode(self, ids: list[list[int]], seconds: float, hook_stats: dict[str, int] | None = None) -> Generations:
-        texts = [self.tokenizer.decode(i, skip_special_tokens=True).strip() for i in ids]
+        texts = [decode_text(self.tokenizer, i, skip_special_tokens=True).strip() for i in ids]
         return Generations(ids, texts, seconds, hook_stats)
 
     @torch.no_grad()
@@ -124,7 +139,8 @@ class Generator:
             input_ids, mask = self.padded(batch)
             if self.config.do_sample:
                 torch.manual_seed(self.config.seed + number)  # the same stream in every run
-            out = self.model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
+            # PreTrainedModel's type lacks GenerationMixin, which every causal LM mixes in
+            out = self.model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)  # type: ignore[operator]
             for row, sequence in zip(batch, out[:, input_ids.shape[1] :].tolist()):
                 result[row] = cut_at_stop(sequence, self.stop)
         return result
@@ -134,13 +150,14 @@ class Generator:
         start = time.perf_counter()
         with context if context is not None else nullcontext() as entered:
             ids = self.token_ids()
-        stats = entered.as_dict() if hasattr(entered, "as_dict") else None
+        as_dict = getattr(entered, "as_dict", None)
+        stats = as_dict() if as_dict is not None else None
         return self.decode(ids, time.perf_counter() - start, stats)
 
 
 def generate_responses(
-    model: Any,
-    tokenizer: Any,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
     conversations: Sequence[Sequence[Turn] | Messages],
     config: GenerationConfig = GenerationConfig(),
     where: Callable[[int], str] | None = None,

@@ -30,7 +30,8 @@ Example:
     >>> next(rows)
     Traceback (most recent call last):
     ...
-    core.errors.DataError: ...rows.jsonl:4: not UTF-8 text (byte 0xff at column 8); expected UTF-8 JSON: re-save the file as UTF-8 (e.g. iconv -t UTF-8)
+    core.errors.DataError: ...rows.jsonl:4: not UTF-8 text (byte 0xff at column 8); expected UTF-8 JSON:
+    re-save the file as UTF-8 (e.g. iconv -t UTF-8)
 """
 
 from __future__ import annotations
@@ -171,7 +172,8 @@ def _parse(path: Path, line: int | None, text: str, raw: bytes, expected: str) -
             raise DataError(
                 str(path),
                 line,
-                f"the escape \\u{ord(bad):04x} is half of a UTF-16 surrogate pair, not a character; expected valid Unicode text",
+                f"the escape \\u{ord(bad):04x} is half of a UTF-16 surrogate pair, not a character; "
+                "expected valid Unicode text",
             )
     return value
 
@@ -206,4 +208,7 @@ def _refuse_wide_encoding(path: Path, head: bytes) -> None:
 
 
 def _not_utf8(byte: int, column: int) -> str:
-    return f"not UTF-8 text (byte 0x{byte:02x} at column {column}); expected UTF-8 JSON: re-save the file as UTF-8 (e.g. iconv -t UTF-8)"
+    return (
+        f"not UTF-8 text (byte 0x{byte:02x} at column {column}); expected UTF-8 JSON: "
+        "re-save the file as UTF-8 (e.g. iconv -t UTF-8)"
+    )

@@ -34,10 +34,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from core.errors import ProbeError
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 SAFE_INDEX = "model.safetensors.index.json"
 BIN_INDEX = "pytorch_model.bin.index.json"
@@ -99,13 +104,15 @@ def refuse_custom_code(file: Path, body: Any, flag: str) -> None:
     if found is not None:
         raise ProbeError(
             f"{flag} {file}: its auto_map names the model's own Python code ({_brief(found)}); the toolkit never "
-            "runs a model directory's code (trust_remote_code is off): use a model whose architecture transformers ships"
+            "runs a model directory's code (trust_remote_code is off): "
+            "use a model whose architecture transformers ships"
         )
 
 
 def _auto_map(body: Any, depth: int = 0) -> Any:
     if depth > 20:
         return None
+    children: Iterable[Any]
     if isinstance(body, dict):
         if "auto_map" in body:
             return body["auto_map"]
@@ -205,7 +212,8 @@ def check_safetensors(file: Path, size: int, flag: str) -> Shapes:
         length = int.from_bytes(head, "little") if len(head) == 8 else -1
         if length < 2 or length > _MAX_HEADER or 8 + length > size:
             raise ProbeError(
-                f"{damaged} (header length {length} does not fit a {size}-byte file); it is truncated or not safetensors"
+                f"{damaged} (header length {length} does not fit a {size}-byte file); "
+                "it is truncated or not safetensors"
             )
         raw = handle.read(length)
     try:
@@ -237,7 +245,8 @@ def check_pickled_weights(file: Path, flag: str) -> Shapes:
     except pickle.UnpicklingError as exc:
         refused = next((ln.strip() for ln in str(exc).splitlines() if "GLOBAL" in ln), "it holds more than tensors")
         raise ProbeError(
-            f"{flag} {file}: refused: the pickle asks to run code, not only to hold tensors ({printable(refused, 120)}); "
+            f"{flag} {file}: refused: the pickle asks to run code, "
+            f"not only to hold tensors ({printable(refused, 120)}); "
             "the toolkit loads .bin weights only with weights_only=True; save the model as safetensors"
         ) from None
     except Exception as exc:  # noqa: BLE001 - a damaged zip or pickle raises anything from EOFError to RuntimeError
@@ -299,8 +308,8 @@ def check_config_sizes(config: dict[str, Any], shapes: Shapes, where: str) -> No
     for key in _WIDTHS:
         if key in sizes and sizes[key] > largest:
             raise ProbeError(
-                f"{where}: {key} {sizes[key]} is larger than any dimension of the weights' tensors (at most {largest}); "
-                "the config does not belong to these weights"
+                f"{where}: {key} {sizes[key]} is larger than any dimension of the weights' tensors (at most "
+                f"{largest}); the config does not belong to these weights"
             )
     _check_depth(sizes, shapes, where)
     _check_embedding(sizes, shapes, where)
@@ -308,9 +317,8 @@ def check_config_sizes(config: dict[str, Any], shapes: Shapes, where: str) -> No
     heads, kv = sizes.get("num_attention_heads"), sizes.get("num_key_value_heads")
     if heads and kv and heads % kv:
         raise ProbeError(f"{where}: num_key_value_heads {kv} does not divide num_attention_heads {heads}")
-    for (
-        key
-    ) in _TOKEN_IDS:  # only their type: transformers' own configs carry ids like -1, and generation checks its own
+    # only their type: transformers' own configs carry ids like -1, and generation checks its own
+    for key in _TOKEN_IDS:
         _check_token_ids(config.get(key), key, None, where, allow_negative=True)
     if isinstance(config.get("text_config"), dict):
         check_config_sizes(config["text_config"], shapes, f"{where} (text_config)")
@@ -400,7 +408,7 @@ def _load_errors() -> tuple[type[BaseException], ...]:
     return OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError, StrictDataclassError
 
 
-def load_config(path: str | Path, flag: str = "--model") -> Any:
+def load_config(path: str | Path, flag: str = "--model") -> PreTrainedConfig:
     """The directory's transformers config, from a checked directory, never running its code."""
     from transformers import AutoConfig
 
@@ -415,7 +423,7 @@ def _first_line(exc: BaseException) -> str:
     return printable(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
 
 
-def load_tokenizer(path: str | Path, flag: str = "--model") -> Any:
+def load_tokenizer(path: str | Path, flag: str = "--model") -> PreTrainedTokenizerBase:
     """The directory's tokenizer, with a pad token (EOS when it has none)."""
     from transformers import AutoTokenizer
 
@@ -429,7 +437,9 @@ def load_tokenizer(path: str | Path, flag: str = "--model") -> Any:
     return tokenizer
 
 
-def load_model(path: str | Path, flag: str, *, dtype: Any = None, device: str = "cpu", eval_mode: bool = False) -> Any:
+def load_model(
+    path: str | Path, flag: str, *, dtype: torch.dtype | None = None, device: str = "cpu", eval_mode: bool = False
+) -> PreTrainedModel:
     """The causal LM in ``path`` (fp32 by default); ``device="auto"`` spreads it with ``device_map``."""
     import torch
     from transformers import AutoModelForCausalLM
@@ -449,7 +459,8 @@ def load_model(path: str | Path, flag: str, *, dtype: Any = None, device: str = 
     except _load_errors() as exc:
         raise ProbeError(f"{flag} {path}: cannot load as a causal language model ({_first_line(exc)})") from None
     if device not in ("auto", "cpu"):
-        model.to(device)
+        # transformers wraps PreTrainedModel.to in functools.wraps, which mypy reads as an unbound function
+        model.to(device)  # type: ignore[arg-type]
     if eval_mode:
         model.eval()
         model.requires_grad_(False)
@@ -506,7 +517,8 @@ def generation_config(path: Path, config: dict[str, Any], flag: str) -> Any:
         except ProbeError:
             if file.exists():
                 warn(
-                    f"{flag} {file}: {key} {_brief(body.get(key))} is not a token id below the vocabulary size {vocab}; ignored"
+                    f"{flag} {file}: {key} {_brief(body.get(key))} is not a token id below the vocabulary size "
+                    f"{vocab}; ignored"
                 )
     ignored = sorted(k for k in body if k not in _GENERATION_IDS and k not in _GENERATION_UNUSED)
     if ignored and file.exists():
@@ -530,8 +542,8 @@ def _generation_body(file: Path, flag: str) -> dict[str, Any]:
 
 
 def load_causal_lm(
-    path: str | Path, flag: str, *, dtype: Any = None, device: str = "cpu", eval_mode: bool = False
-) -> tuple[Any, Any]:
+    path: str | Path, flag: str, *, dtype: torch.dtype | None = None, device: str = "cpu", eval_mode: bool = False
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """(model, tokenizer) from a checked directory, fp32 by default, offline."""
     tokenizer = load_tokenizer(path, flag)
     model = load_model(path, flag, dtype=dtype, device=device, eval_mode=eval_mode)
@@ -547,9 +559,14 @@ def same_directory(a: str | Path, b: str | Path) -> bool:
         return False
 
 
-def check_vocab_fits(model: Any, tokenizer: Any, where: str) -> None:
+def input_embedding(model: PreTrainedModel) -> torch.Tensor:
+    """The input embedding matrix ``[vocab, d_model]``; its device is where token ids go."""
+    return cast("torch.Tensor", model.get_input_embeddings().weight)
+
+
+def check_vocab_fits(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, where: str) -> None:
     """Every token id the tokenizer can produce must have an embedding row."""
-    rows = model.get_input_embeddings().weight.shape[0]
+    rows = input_embedding(model).shape[0]
     if len(tokenizer) > rows:
         raise ProbeError(
             f"{where}: tokenizer mismatch: the tokenizer has {len(tokenizer)} tokens but the model embeds only {rows}; "
@@ -558,7 +575,10 @@ def check_vocab_fits(model: Any, tokenizer: Any, where: str) -> None:
 
 
 def tokenizer_differences(
-    a: Any, b: Any, labels: tuple[str, str] = ("sft", "dpo"), chat_template: bool = True
+    a: PreTrainedTokenizerBase,
+    b: PreTrainedTokenizerBase,
+    labels: tuple[str, str] = ("sft", "dpo"),
+    chat_template: bool = True,
 ) -> list[str]:
     """Differences in vocabulary, special tokens and (optionally) chat template, one line each, naming examples."""
     first, second = labels
@@ -582,7 +602,9 @@ def tokenizer_differences(
     return problems
 
 
-def check_same_tokenizer(a: Any, b: Any, what: str, labels: tuple[str, str] = ("policy", "reference")) -> None:
+def check_same_tokenizer(
+    a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase, what: str, labels: tuple[str, str] = ("policy", "reference")
+) -> None:
     """Refuse two tokenizers that would give other ids for the same text (the chat template may differ)."""
     problems = tokenizer_differences(a, b, labels, chat_template=False)
     if problems:

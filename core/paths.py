@@ -51,7 +51,7 @@ def check_output_dir(path: str | os.PathLike[str], flag: str) -> Path:
 def check_output_file(
     path: str | os.PathLike[str], flag: str, inputs: Mapping[str, str | os.PathLike[str] | None] | None = None
 ) -> Path:
-    """``path`` as a :class:`Path` if a command can write a file there (its missing parents are created), else :class:`ProbeError`.
+    """``path`` as a :class:`Path` if a command can write a file there (creating its parents), else :class:`ProbeError`.
 
     ``inputs``: ``{flag: path}`` of the files the command reads; an output that is one of them is refused.
     """
@@ -63,7 +63,8 @@ def check_output_file(
 def check_not_an_input(
     path: str | os.PathLike[str], flag: str, inputs: Mapping[str, str | os.PathLike[str] | None]
 ) -> None:
-    """Refuse an output file that is one of ``inputs`` ({flag: path}; None for an input not given): writing it would destroy it."""
+    """Refuse an output file that is one of ``inputs`` ({flag: path}; None for an input not given):
+    writing it would destroy it."""
     for input_flag, source in inputs.items():
         if source is not None and _same_file(Path(path), Path(source)):
             raise ProbeError(

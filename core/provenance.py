@@ -20,15 +20,18 @@ Example:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import platform
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-WEIGHT_SUFFIXES: tuple[str, ...] = (".safetensors", ".bin", ".pt", ".pth")
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 _BLOCK = 1 << 22
 
 
@@ -99,12 +102,22 @@ def _blocks(handle: Any, n_bytes: int | None = None, block: int = 1 << 20) -> It
         yield chunk
 
 
-def _tensor_digest(model_dir: Path) -> str:
+def _hashed_files(model_dir: Path) -> list[Path]:
+    """The files the fingerprint reads: every ``*.safetensors``, then every ``pytorch_model*.bin`` (not
+    ``training_args.bin``, which holds paths). Unlike :func:`core.models.weight_files` (what transformers loads)
+    it follows no index and accepts a directory without weights: a fingerprint describes, it does not check."""
+    if not model_dir.is_dir():  # the fingerprint of no directory would look like one of an empty directory
+        raise FileNotFoundError(errno.ENOENT, "no model directory", str(model_dir))
+    return sorted(model_dir.glob("*.safetensors")) + sorted(model_dir.glob("pytorch_model*.bin"))
+
+
+def _tensor_digest(files: list[Path]) -> str:
     digest = hashlib.sha256()
-    for path in sorted(model_dir.glob("*.safetensors")):
-        for record in _safetensors_records(path):
-            digest.update(record)
-    for path in sorted(model_dir.glob("pytorch_model*.bin")):  # not training_args.bin (it holds paths)
+    for path in files:
+        if path.suffix == ".safetensors":
+            for record in _safetensors_records(path):
+                digest.update(record)
+            continue
         digest.update(path.name.encode())
         with path.open("rb") as handle:
             for chunk in _blocks(handle):
@@ -112,19 +125,15 @@ def _tensor_digest(model_dir: Path) -> str:
     return digest.hexdigest()
 
 
-def weight_files(model_dir: str | os.PathLike[str]) -> list[Path]:
-    return sorted(p for p in Path(model_dir).iterdir() if p.is_file() and p.suffix in WEIGHT_SUFFIXES)
-
-
 def weights_sha256(model_dir: str | os.PathLike[str]) -> str:
     """The one weights fingerprint: SHA-256 over the directory's tensors (see the module docstring), cached."""
     directory = Path(model_dir).resolve()
-    files = weight_files(directory)
+    files = _hashed_files(directory)
     stats = [f.stat() for f in files]
     key = "tensors|" + "|".join(f"{f}:{s.st_size}:{s.st_mtime_ns}" for f, s in zip(files, stats))
     cache = _load_cache()
     if key not in cache:
-        cache[key] = _tensor_digest(directory)
+        cache[key] = _tensor_digest(files)
         _save_cache(cache)
     return str(cache[key])
 
@@ -135,7 +144,7 @@ def text_sha256(value: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def tokenizer_fingerprint(tokenizer: Any) -> dict[str, Any]:
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
     """What must match for two tokenizers to turn the same text into the same ids."""
     return {
         "vocab": sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1]),
@@ -146,11 +155,11 @@ def tokenizer_fingerprint(tokenizer: Any) -> dict[str, Any]:
     }
 
 
-def tokenizer_sha256(tokenizer: Any) -> str:
+def tokenizer_sha256(tokenizer: PreTrainedTokenizerBase) -> str:
     return text_sha256(tokenizer_fingerprint(tokenizer))
 
 
-def chat_template_sha256(tokenizer: Any) -> str:
+def chat_template_sha256(tokenizer: PreTrainedTokenizerBase) -> str:
     return text_sha256(tokenizer.chat_template or "")
 
 

@@ -20,12 +20,13 @@ import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any, TypeVar, cast
 
 from core.atomic import replace_together, write_atomic
 from core.capabilities import ALL_CAPABILITIES, TASKS_BY_NAME, Capability, capabilities_of
 from core.errors import DataError, ProbeError
 from core.inputs import iter_jsonl, shown
+from core.records import to_json
 from core.schema import ROLES, DPORow, Role, SFTRow, TestRow, Turn, validate_conversation, validate_expect
 
 RowT = TypeVar("RowT")
@@ -72,7 +73,7 @@ def _turns(value: Any, field: str, must_end_with: Role | None) -> list[Turn]:
             )
         if not isinstance(content, str):
             raise _LineError(f"field {field!r}, turn {i}: content must be a string")
-        turns.append(Turn(role.lower(), content))  # type: ignore[arg-type]
+        turns.append(Turn(cast(Role, role.lower()), content))
     problem = validate_conversation(turns, must_end_with=must_end_with)
     if problem:
         raise _LineError(f"field {field!r}: {problem}")
@@ -134,7 +135,7 @@ def read_dpo_rows(path: str | os.PathLike[str]) -> list[DPORow]:
 
 
 def write_jsonl(path: str | os.PathLike[str], rows: Iterable[Any]) -> int:
-    """Atomically write rows (objects with ``to_dict`` or plain dicts); returns the count.
+    """Atomically write rows (records or plain dicts, as :func:`core.records.to_json` writes them); returns the count.
 
     An ``OSError`` (a full disk, a read-only place) becomes one :class:`ProbeError`: the
     file that was there before is kept.
@@ -179,8 +180,7 @@ class _JsonlWriter:
 
     def __call__(self, handle: IO[bytes]) -> None:
         for row in self.rows:
-            obj = row.to_dict() if hasattr(row, "to_dict") else row
-            handle.write((json.dumps(obj, ensure_ascii=False, sort_keys=False) + "\n").encode("utf-8"))
+            handle.write((json.dumps(to_json(row), ensure_ascii=False, sort_keys=False) + "\n").encode("utf-8"))
             self.count += 1
         self.done = True
 

@@ -5,7 +5,8 @@ SFT rows ``{conversations}``, DPO rows ``{prompt, chosen, rejected}``, each turn
 ``{role, content}``. Roles are lowercased on read (the published test file writes
 ``System``/``User``/``Assistant``; chat templates only know lowercase roles). Any
 other field of a row (our ``expect`` block, an ``id``) is kept in ``extra`` and
-written back unchanged, so a published file round-trips.
+written back unchanged beside the row's own fields (:data:`core.records.MERGED`), so a
+published file round-trips through :func:`core.records.to_json`.
 
 Validation lives in :func:`validate_conversation` so that every reader, and every
 synthesizer, checks conversations the same way. A test row's ``expect`` block (written by
@@ -18,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from core.records import MERGED
+
 Role = Literal["system", "user", "assistant"]
 ROLES: tuple[str, ...] = ("system", "user", "assistant")
 
@@ -27,9 +30,6 @@ class Turn:
     role: Role
     content: str
 
-    def to_dict(self) -> dict[str, str]:
-        return {"role": self.role, "content": self.content}
-
 
 @dataclass
 class TestRow:
@@ -38,7 +38,7 @@ class TestRow:
     question: list[Turn]
     reference: str
     task: str
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict, metadata=MERGED)
 
     __test__ = False  # not a pytest class
 
@@ -47,24 +47,13 @@ class TestRow:
         """Machine-checkable expectations written by the offline synthesizer (absent in published files)."""
         return self.extra.get("expect")
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "question": [t.to_dict() for t in self.question],
-            "reference": self.reference,
-            "task": self.task,
-            **self.extra,
-        }
-
 
 @dataclass
 class SFTRow:
     """A whole conversation; loss is taken on the assistant turns."""
 
     conversations: list[Turn]
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"conversations": [t.to_dict() for t in self.conversations], **self.extra}
+    extra: dict[str, Any] = field(default_factory=dict, metadata=MERGED)
 
 
 @dataclass
@@ -74,15 +63,7 @@ class DPORow:
     prompt: list[Turn]
     chosen: str
     rejected: str
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "prompt": [t.to_dict() for t in self.prompt],
-            "chosen": self.chosen,
-            "rejected": self.rejected,
-            **self.extra,
-        }
+    extra: dict[str, Any] = field(default_factory=dict, metadata=MERGED)
 
 
 EXPECT_TYPES: dict[str, type] = {

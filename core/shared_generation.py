@@ -46,13 +46,16 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
 
 from core.budget import default_cache_bytes, default_max_batch_tokens
 from core.generation import Generations, Generator
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 class SiteEdits(Protocol):
@@ -64,7 +67,24 @@ class SiteEdits(Protocol):
 
 
 # attach(model, hook, layer, fn) -> a handle with remove(): where a site's function runs (probes.hook_points.attach)
-Attach = Callable[[nn.Module, str, int, Callable[[torch.Tensor], torch.Tensor]], Any]
+Attach = Callable[["PreTrainedModel", str, int, Callable[[torch.Tensor], torch.Tensor | None]], Any]
+
+
+class Decoder(Protocol):
+    """What this module runs of ``model.get_decoder()`` (the decoder stack of a shared architecture)."""
+
+    @property
+    def embed_tokens(self) -> nn.Module: ...
+
+    @property
+    def layers(self) -> nn.ModuleList: ...
+
+    @property
+    def norm(self) -> nn.Module: ...
+
+    @property
+    def rotary_emb(self) -> nn.Module: ...
+
 
 # Model types whose decoder forward is embed -> rotary -> blocks -> norm, reproduced by this module.
 SHARED_ARCHITECTURES: tuple[str, ...] = ("llama", "qwen2", "qwen3", "mistral")
@@ -87,12 +107,13 @@ COMPACT_SHARE = 8  # drop finished rows from the caches once 1/8 of the rows hav
 DECODE_COST = 3.0  # one row's decode step through one block, in prompt tokens through one block (2-core CPU, SmolLM2)
 HEAD_BLOCKS = 8.0  # the LM head of one row, in blocks (SmolLM2: 28M weights against 3.5M per block)
 
-BatchDone = Callable[
-    [int, int, int, float, bool], None
-]  # (batches done, batches in all, its prompts, its seconds, read back)
+# (batches done, batches in all, its prompts, its seconds, read back)
+BatchDone = Callable[[int, int, int, float, bool], None]
 
 
-def unshareable(model: nn.Module, do_sample: bool, backend: str, passes: Sequence[SiteEdits | None] = ()) -> str | None:
+def unshareable(
+    model: PreTrainedModel, do_sample: bool, backend: str, passes: Sequence[SiteEdits | None] = ()
+) -> str | None:
     """Why these passes cannot decode in shared batches on ``model`` (``None``: they can)."""
     if do_sample:
         return "sampling decodes arm by arm (each arm draws its own seeded stream)"
@@ -100,7 +121,10 @@ def unshareable(model: nn.Module, do_sample: bool, backend: str, passes: Sequenc
         return f"the {backend} backend decodes arm by arm"
     model_type = getattr(model.config, "model_type", "")
     if model_type not in SHARED_ARCHITECTURES:
-        return f"model type {model_type!r} decodes arm by arm (shared decoding reproduces {', '.join(SHARED_ARCHITECTURES)})"
+        return (
+            f"model type {model_type!r} decodes arm by arm (shared decoding reproduces "
+            f"{', '.join(SHARED_ARCHITECTURES)})"
+        )
     if set(getattr(model.config, "layer_types", None) or ["full_attention"]) != {"full_attention"}:
         return "sliding-window attention layers decode arm by arm"
     generation = model.generation_config
@@ -115,8 +139,9 @@ def unshareable(model: nn.Module, do_sample: bool, backend: str, passes: Sequenc
     return None
 
 
-def pass_unshareable(model: nn.Module, edits: SiteEdits | None) -> str | None:
-    """Why one pass cannot join shared batches on ``model`` (``None``: it can; a patch can, its source runs once per group)."""
+def pass_unshareable(model: PreTrainedModel, edits: SiteEdits | None) -> str | None:
+    """Why one pass cannot join shared batches on ``model`` (``None``: it can; a patch can,
+    its source runs once per group)."""
     if edits is None or edits.around is None:
         return None
     source = getattr(edits.around, "source", None)
@@ -147,16 +172,16 @@ class _Batch:
     tokens: list[list[list[int]]]  # [arm][prompt] -> generated ids
     lower: Any = None  # DynamicCache of the blocks below the fork layer, one row per group
     upper: Any = None  # DynamicCache of the fork layer and above, one row per row
-    sources: list[Any] = field(
-        default_factory=list
-    )  # per patch source: DynamicCache of its blocks up to its top site, per group
+    # per patch source: DynamicCache of its blocks up to its top site, per group
+    sources: list[Any] = field(default_factory=list)
     row_group_index: torch.Tensor | None = None  # row_group as a tensor, for the forward running now
     source_needed: set[int] = field(default_factory=set)  # the patch sources these arms read
     spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # arm -> its rows
 
 
 class SharedDecoder:
-    """Greedy decoding of many passes (compiled edits, or ``None`` for unedited) over one :class:`Generator`'s prompts."""
+    """Greedy decoding of many passes (compiled edits, or ``None`` for unedited)
+    over one :class:`Generator`'s prompts."""
 
     def __init__(self, generator: Generator, max_batch_tokens: int | None = None, attach: Attach | None = None) -> None:
         """``attach`` places the passes' site functions (needed only for edited passes)."""
@@ -242,8 +267,8 @@ class SharedDecoder:
 
     def estimate_seconds(self, passes: Sequence[SiteEdits | None]) -> float:
         """Decoding time at the pace of one timed prompt pass of the first batch, with every row decoding to the token
-        limit and no arm diverging (early stops make it shorter, diverging arms longer); a decode step of one row through
-        one block costs about :data:`DECODE_COST` prompt tokens'."""
+        limit and no arm diverging (early stops make it shorter, diverging arms longer); a decode step of one row
+        through one block costs about :data:`DECODE_COST` prompt tokens'."""
         input_ids, mask = self.generator.padded(self.generator.batches[0])
         start = time.perf_counter()
         with torch.no_grad():
@@ -282,7 +307,7 @@ class SharedDecoder:
         return tokens, broken
 
     def _decode_arms(self, batch: Sequence[int], arms: list[int]) -> tuple[list[list[list[int]]], list[int]]:
-        """Decode the passes ``arms`` on one batch of prompts; their tokens and broken-logit counts in ``arms`` order."""
+        """Decode passes ``arms`` on one batch of prompts: their tokens and broken-logit counts in ``arms`` order."""
         input_ids, mask = self.generator.padded(batch)
         n_arms, n_prompts = len(arms), len(batch)
         local = {arm: k for k, arm in enumerate(arms)}
@@ -353,12 +378,11 @@ class SharedDecoder:
                 where[(group, chosen[row])] = len(entries)
                 first_of.setdefault(group, len(entries))
                 entries.append((group, chosen[row]))
-        for group in range(
-            len(state.group_prompt)
-        ):  # a group whose rows all finished keeps its rows fed until they are dropped
+        # a group whose rows all finished keeps its rows fed until they are dropped
+        for group in range(len(state.group_prompt)):
             if group not in first_of:
                 first_of[group] = len(entries)
-                entries.append((group, state.group_input[group, -1].item()))
+                entries.append((group, int(state.group_input[group, -1].item())))
         state.row_group = [
             where.get((g, chosen[r]), first_of[g]) if state.row_alive[r] else first_of[g]
             for r, g in enumerate(state.row_group)
@@ -405,10 +429,10 @@ class SharedDecoder:
         positions: torch.Tensor,
         cache: Any,
         allow_skip: bool,
-        decoder: nn.Module | None = None,
+        decoder: Decoder | None = None,
     ) -> tuple[torch.Tensor, Any]:
-        """Run ``layers`` of ``decoder`` (default: the model's) on ``hidden`` (rows of prompts ``row_prompt``) with ``cache``;
-        a prompt pass runs in budgeted slices of rows."""
+        """Run ``layers`` of ``decoder`` (default: the model's) on ``hidden`` (rows of prompts ``row_prompt``) with
+        ``cache``; a prompt pass runs in budgeted slices of rows."""
         if not layers:
             return hidden, cache
         decoder = decoder if decoder is not None else self.decoder
@@ -432,7 +456,7 @@ class SharedDecoder:
 
     def _forward(
         self,
-        decoder: nn.Module,
+        decoder: Decoder,
         hidden: torch.Tensor,
         layers: range,
         row_prompt: list[int],
@@ -441,7 +465,7 @@ class SharedDecoder:
         allow_skip: bool,
         offset: int = 0,
     ) -> torch.Tensor:
-        """One forward of ``layers``; ``offset``: the first of the batch's rows that ``hidden`` holds (for the edits)."""
+        """One forward of ``layers``; ``offset``: the first of the batch's rows in ``hidden`` (for the edits)."""
         from transformers.masking_utils import create_causal_mask
 
         assert self._state is not None
@@ -469,7 +493,8 @@ class SharedDecoder:
         return hidden
 
     def _run_sources(self, state: _Batch, positions: torch.Tensor, allow_skip: bool) -> None:
-        """Each patch source on the groups' tokens, up to its highest site; its values there are kept for the patch arms."""
+        """Each patch source on the groups' tokens, up to its highest site;
+        its values there are kept for the patch arms."""
         if not state.sources:
             state.sources = [None] * len(self._sources.models)
         for k, (model, top) in enumerate(zip(self._sources.models, self._sources.tops)):
@@ -538,7 +563,7 @@ class _Sources:
     source values), and each patch pass's lockstep gets, per forward, its source's values at its units for its rows."""
 
     def __init__(self, passes: Sequence[SiteEdits | None]) -> None:
-        self.models: list[nn.Module] = []
+        self.models: list[PreTrainedModel] = []
         self.sites: list[set[tuple[str, int]]] = []
         self.lockstep: dict[int, tuple[Any, int]] = {}  # pass -> (its lockstep, its source's index)
         for number, edits in enumerate(passes):
@@ -572,7 +597,8 @@ class _Sources:
         self._parts[k] = {}
 
     def fill(self, number: int, groups: torch.Tensor) -> None:
-        """Pass ``number``'s lockstep values for the rows whose groups are ``groups``: its units of its source's values."""
+        """Pass ``number``'s lockstep values for the rows whose groups are ``groups``:
+        its units of its source's values."""
         lockstep, k = self.lockstep[number]
         lockstep.values = {
             site: self.values[k][site].index_select(0, groups).index_select(-1, units.to(groups.device))

@@ -26,6 +26,9 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
+# paired outcomes, one per prompt: a sequence or a 1-D array
+Outcomes = Sequence[float] | np.ndarray
+
 
 def mcnemar_p(n01: np.ndarray | int, n10: np.ndarray | int) -> np.ndarray:
     """Two-sided exact McNemar p-values from discordant counts (elementwise; 1.0 where there are none)."""
@@ -49,7 +52,7 @@ def wilson(passed: int, n: int, confidence: float = 0.95) -> tuple[float, float]
     return float(ci.low), float(ci.high)
 
 
-def paired(before: Sequence[float], after: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+def paired(before: Outcomes, after: Outcomes) -> tuple[np.ndarray, np.ndarray]:
     """Two equal-length 1-D float arrays, or ``ValueError``."""
     b, a = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
     if b.shape != a.shape or b.ndim != 1:
@@ -58,8 +61,8 @@ def paired(before: Sequence[float], after: Sequence[float]) -> tuple[np.ndarray,
 
 
 def paired_bootstrap_ci(
-    before: Sequence[float],
-    after: Sequence[float],
+    before: Outcomes,
+    after: Outcomes,
     *,
     confidence: float = 0.95,
     n_resamples: int = 10_000,

@@ -29,17 +29,20 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from core.chat import Messages, control_token_texts, encode_text, render_text, set_template, to_messages
 from core.errors import ProbeError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 LLAMA3_TEMPLATE = (
     "{{ bos_token }}{% for message in messages %}"
     "{% if message['role'] == 'assistant' %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}"
     "{% generation %}{{ message['content'] | trim }}{{ eos_token }}{% endgeneration %}"
-    "{% else %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + (message['content'] | trim) + eos_token }}"
-    "{% endif %}{% endfor %}"
+    "{% else %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + (message['content'] | trim) "
+    "+ eos_token }}{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
 )
 CHATML_TEMPLATE = (
@@ -63,7 +66,7 @@ _PROBE: Messages = [
 
 
 def has_generation_markers(template: str | None) -> bool:
-    return bool(template) and _MARKER.search(template) is not None
+    return template is not None and _MARKER.search(template) is not None
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ def _loop_span(template: str) -> tuple[int, int, str]:
     )
 
 
-def _measure_assistant_turn(tokenizer: Any, template: str) -> tuple[str, bool, str, str]:
+def _measure_assistant_turn(tokenizer: PreTrainedTokenizerBase, template: str) -> tuple[str, bool, str, str]:
     """(header, content trimmed?, end-of-turn token text, trailer) of an assistant message."""
     probe = lambda: "the toolkit's probe conversation (system, user, assistant)"  # noqa: E731
     before = render_text(tokenizer, _PROBE[:2], add_generation_prompt=False, template=template, where=probe)
@@ -111,7 +114,7 @@ def _measure_assistant_turn(tokenizer: Any, template: str) -> tuple[str, bool, s
     return header, trimmed, end, trailer[len(end) :]
 
 
-def turn_end_token(tokenizer: Any) -> str | None:
+def turn_end_token(tokenizer: PreTrainedTokenizerBase) -> str | None:
     """The special token that ends an assistant turn in the tokenizer's own template (``<|eot_id|>``,
     ``<|im_end|>``), or None when the template has none or cannot be measured."""
     if not getattr(tokenizer, "chat_template", None):
@@ -126,7 +129,7 @@ def _jinja_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("\n", "\\n") + "'"
 
 
-def patch_generation_markers(tokenizer: Any, template: str) -> str:
+def patch_generation_markers(tokenizer: PreTrainedTokenizerBase, template: str) -> str:
     """A copy of ``template`` whose assistant content and end-of-turn token are in ``{% generation %}``."""
     body_start, body_end, var = _loop_span(template)
     header, trimmed, eot, trailer = _measure_assistant_turn(tokenizer, template)
@@ -140,7 +143,7 @@ def patch_generation_markers(tokenizer: Any, template: str) -> str:
     return template[:body_start] + patched_body + template[body_end:]
 
 
-def _trl_template(tokenizer: Any) -> str | None:
+def _trl_template(tokenizer: PreTrainedTokenizerBase) -> str | None:
     try:
         from trl.chat_template_utils import get_training_chat_template
     except ImportError:
@@ -161,7 +164,9 @@ def rendering_cases(conversations: Sequence[Messages]) -> list[tuple[Messages, b
     return cases
 
 
-def prove_same_rendering(tokenizer: Any, own: str, copy: str, conversations: Sequence[Messages]) -> int:
+def prove_same_rendering(
+    tokenizer: PreTrainedTokenizerBase, own: str, copy: str, conversations: Sequence[Messages]
+) -> int:
     """Render every case with both templates; returns the number of cases, raises on the first difference."""
     cases = rendering_cases(conversations)
     for number, (messages, generation_prompt) in enumerate(cases):
@@ -177,13 +182,14 @@ def prove_same_rendering(tokenizer: Any, own: str, copy: str, conversations: Seq
         if a != b:
             at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
             raise ProbeError(
-                f"the training copy of the chat template renders case {number} (generation prompt: {generation_prompt}) "
-                f"differently from the model's own at token {at}; pass --chat-template with a marked template"
+                f"the training copy of the chat template renders case {number} (generation prompt: "
+                f"{generation_prompt}) differently from the model's own at token {at}; "
+                "pass --chat-template with a marked template"
             )
     return len(cases)
 
 
-def training_template(tokenizer: Any, conversations: Sequence[Messages]) -> TrainingTemplate:
+def training_template(tokenizer: PreTrainedTokenizerBase, conversations: Sequence[Messages]) -> TrainingTemplate:
     """The tokenizer's template with generation markers, proven to render like the original (module docstring)."""
     own = tokenizer.chat_template
     if not own:
@@ -199,7 +205,7 @@ def training_template(tokenizer: Any, conversations: Sequence[Messages]) -> Trai
     return candidate
 
 
-def choose_chat_template(tokenizer: Any, choice: str) -> str:
+def choose_chat_template(tokenizer: PreTrainedTokenizerBase, choice: str) -> str:
     """Set the tokenizer's own template per ``choice`` (auto | llama3 | chatml | path); returns what was used.
 
     ``auto`` keeps the tokenizer's template and refuses a tokenizer without one: guessing a

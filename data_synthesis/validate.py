@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 from core.errors import DataError, ProbeError
 from core.rows import group_by_capability, iter_jsonl, read_dpo_rows, read_sft_rows, read_test_rows
@@ -34,9 +33,6 @@ class FileReport:
     tasks: dict[str, int] = field(default_factory=dict)  # rows per task (test rows, or extra "task" fields)
     capabilities: dict[str, int] = field(default_factory=dict)  # test files only
     with_expect: int = 0  # test rows carrying an expect block (rule-judgeable)
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def detect_kind(path: str | os.PathLike[str]) -> str:

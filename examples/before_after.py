@@ -9,7 +9,8 @@ percentile, plus a few prompts whose response changed.
     python examples/before_after.py runs/<run> --factor 0 --limit 40 --placebo 5
     # units ranked by the size of the change rather than by rank counts:
     probe analyze runs/<run> --metric mean_diff --out runs/<run>/analysis_mean_diff
-    python examples/before_after.py runs/<run> --neurons runs/<run>/analysis_mean_diff/neurons_multi_turn_mlp_out.json --top-k 32 --factor 0
+    python examples/before_after.py runs/<run> --top-k 32 --factor 0 \
+        --neurons runs/<run>/analysis_mean_diff/neurons_multi_turn_mlp_out.json
     # or on any model and data file, with explicit units:
     python examples/before_after.py --model-dir DIR --data test.jsonl --units 14:3,14:9,20:0 --factor 0
 
@@ -23,16 +24,19 @@ import json
 import sys
 from pathlib import Path
 
+from core.decoding import GenerationConfig
 from core.errors import ProbeError
+from core.run_dir import ACTIVATIONS_FILE
 from interventions import ABConfig, run_ab
 from interventions.report import fmt_delta, fmt_p, fmt_pct, fmt_percentile
 
 
 def newest_run(root: Path = Path("runs")) -> Path:
-    runs = sorted((p.parent for p in root.glob("*/activations.h5")), key=lambda p: p.stat().st_mtime)
+    runs = sorted((p.parent for p in root.glob(f"*/{ACTIVATIONS_FILE}")), key=lambda p: p.stat().st_mtime)
     if not runs:
         raise ProbeError(
-            f"no run under {root}/: record one first with `probe run --capability multi_turn`, or pass --model-dir/--data/--units"
+            f"no run under {root}/: record one first with `probe run --capability multi_turn`, "
+            "or pass --model-dir/--data/--units"
         )
     return runs[-1]
 
@@ -79,23 +83,26 @@ def main(argv: list[str] | None = None) -> int:
         data_file=args.data,
         limit=args.limit,
         placebo=args.placebo,
-        max_new_tokens=args.max_new_tokens,
+        generation=GenerationConfig(max_new_tokens=args.max_new_tokens),
         out_dir=args.out,
     )
     report = run_ab(config, progress=lambda line: print(f"  .. {line}", file=sys.stderr))
 
     arm = report.main
     print(
-        f"\nScaling {report.neurons['size']} units of {report.neurons['hook']} by {arm.factor!r} in the {report.model} model ({report.dtype})"
+        f"\nScaling {report.neurons['size']} units of {report.neurons['hook']} by {arm.factor!r} in the {report.model} "
+        f"model ({report.dtype})"
     )
     print(
-        f"{'capability':<20} {'before':>7} {'after':>7} {'delta':>7}  {'95% CI':<16} {'p':>7} {'placebo':>8} {'changed':>8}"
+        f"{'capability':<20} {'before':>7} {'after':>7} {'delta':>7}  {'95% CI':<16} {'p':>7} {'placebo':>8} "
+        f"{'changed':>8}"
     )
     for c in arm.capabilities:
         placebo = fmt_percentile(c.placebo["percentile"]) if c.placebo else "-"
         print(
             f"{c.capability:<20} {fmt_pct(c.before):>7} {fmt_pct(c.after):>7} {fmt_delta(c.delta):>7}  "
-            f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]{'':<2} {fmt_p(c.p_value):>7} {placebo:>8} {c.rows_changed:>4}/{c.n_rows}"
+            f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]{'':<2} {fmt_p(c.p_value):>7} {placebo:>8} "
+            f"{c.rows_changed:>4}/{c.n_rows}"
         )
     for flag in arm.guard.flags:
         print(f"NO-OP WARNING: {flag}")
@@ -107,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
             if record["changed"].get(arm.name) and shown < 3:
                 shown += 1
                 print(
-                    f"\n[{record['task']}]\n  before: {record['baseline'][:120]!r}\n  after:  {record['intervened'][arm.name][:120]!r}"
+                    f"\n[{record['task']}]\n  before: "
+                    f"{record['baseline'][:120]!r}\n  after:  {record['intervened'][arm.name][:120]!r}"
                 )
     print(f"\nreport: {report.paths['markdown']}")
     return 0

@@ -15,8 +15,7 @@ The pipeline, in order:
    arm uses the same batches and decoding as its baseline;
 5. judge every arm, compute per capability the paired statistics against the baseline of
    the model it ran on (:mod:`interventions.stats`), place each arm's Δ among its placebo
-   Δs, fill the no-op guard; write ``ab_report.json``, ``ab_report.md`` and
-   ``generations.jsonl``.
+   Δs, fill the no-op guard; write the report and the generations (:mod:`interventions.report`).
 
 Example:
     >>> report = run_ab(ABConfig(run_dir="runs/x", capability="multi_turn", placebo=20))   # doctest: +SKIP
@@ -27,9 +26,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from dataclasses import replace
 from itertools import zip_longest
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -37,7 +37,7 @@ import torch
 from analysis.neuron_sets import NeuronSet
 from core.capabilities import Capability
 from core.errors import Interrupted, ProbeError
-from core.generation import GenerationConfig, Generations
+from core.generation import Generations
 from core.judges import Judge, make_judge
 from core.models import check_same_tokenizer, load_causal_lm
 from core.rows import group_by_capability, read_test_rows, row_location
@@ -55,12 +55,16 @@ from interventions.selection import (
     check_against_model,
     describe,
     load_neuron_file,
+    merged,
     parse_units,
     ranking_from_run,
 )
 from interventions.stats import paired_delta, placebo_compare
 from probes.backends.base import SiteEdits
 from probes.hook_points import attach
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 Progress = Callable[[str], None]
 
@@ -86,7 +90,7 @@ def resolve_source_dir(config: ABConfig) -> Path:
 
 
 def resolve_sources(config: ABConfig) -> tuple[Path, Path]:
-    """(model_dir, data_file): explicit overrides win, then what the run recorded (the CLI's ``--pair`` fills the rest)."""
+    """(model_dir, data_file): explicit overrides win, then what the run recorded (``--pair`` fills the rest)."""
     model_dir, data_file = config.model_dir, config.data_file
     if config.run_dir is None and (model_dir is None or data_file is None):
         raise ProbeError("an intervention needs a run directory, or --model-dir and --data")
@@ -129,8 +133,9 @@ def provenance_warnings(neurons: NeuronSet, model: str, model_dir: Path) -> list
         []
         if not hashes.get("sft") or hashes.get("sft") != hashes.get("dpo")
         else [
-            f"the neuron set was ranked on one model recorded twice (SFT and DPO weights are both {hashes['sft'][:12]}...): "
-            "its DPO-SFT discrepancies are noise, so the selected units mean nothing; record a real SFT/DPO pair"
+            "the neuron set was ranked on one model recorded twice (SFT and DPO weights are both "
+            f"{hashes['sft'][:12]}...): its DPO-SFT discrepancies are noise, so the selected units mean nothing; "
+            "record a real SFT/DPO pair"
         ]
     )
     return same + _weights_warning(neurons, model, model_dir)
@@ -146,8 +151,8 @@ def _weights_warning(neurons: NeuronSet, model: str, model_dir: Path) -> list[st
     if actual == expected:
         return []
     return [
-        f"the neuron set was ranked on {model} weights {expected[:12]}..., but {model_dir} has weights {actual[:12]}...: "
-        "the selected units may not mean the same thing in this model"
+        f"the neuron set was ranked on {model} weights {expected[:12]}..., "
+        f"but {model_dir} has weights {actual[:12]}...: the selected units may not mean the same thing in this model"
     ]
 
 
@@ -224,10 +229,13 @@ def _with_bleu(
 class _Runner:
     """Holds what every arm shares: models, generators, rows, judge, baselines, the planned arms."""
 
-    def __init__(self, config: ABConfig, progress: Progress, judge: Judge | None) -> None:
+    def __init__(
+        self, config: ABConfig, progress: Progress, judge: Judge | None, selections: dict[str, NeuronSet] | None = None
+    ) -> None:
         self.config, self.progress = config, progress
         self.model_dir, self.data_file = resolve_sources(config)
-        self.neurons = resolve_neurons(config)
+        self.selections = selections or {"": resolve_neurons(config)}  # rule -> its units ("": the one set)
+        self.neurons = self.selections[""] if "" in self.selections else merged(list(self.selections.values()))
         all_rows = read_test_rows(self.data_file)
         unique, self.groups = select_rows(all_rows, config)
         self.rows = [all_rows[i] for i in unique]
@@ -236,9 +244,14 @@ class _Runner:
         self.models: dict[str, Any] = {}
         self.tokenizer = self._load(config.model)[1]
         source = f"--units {config.units}" if config.units else str(config.neurons or "the run's neuron set")
-        check_against_model(self.neurons, self.models[config.model], source)
+        for rule, chosen in self.selections.items():
+            check_against_model(chosen, self.models[config.model], f"--select {rule}" if rule else source)
         self.torch_dtype = self.models[config.model].dtype
-        self.arms = plan_arms(RunData(config, self.neurons, self.model))
+        self.arms = [
+            replace(arm, rule=rule, label=f"{rule}: {arm.label}" if rule else arm.label)
+            for rule, chosen in self.selections.items()
+            for arm in plan_arms(RunData(config, chosen, self.model))
+        ]
         for arm in self.arms:  # every edit and placebo is checked before any generation, so a mistake costs seconds
             model = self.model(arm.model)
             for edit in arm.edits:
@@ -246,14 +259,7 @@ class _Runner:
             if not any(e.noop_reason(self.torch_dtype) for e in arm.edits):
                 arm.placebo_edits = draw_placebos(arm, model, config.placebo, config.seed)
         self.judge = judge or make_judge(config.judge, config.judge_client())
-        self.gen_config = GenerationConfig(
-            max_new_tokens=config.max_new_tokens,
-            batch_size=config.batch_size,
-            do_sample=config.do_sample,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            seed=config.seed,
-        )
+        self.gen_config = replace(config.generation, seed=config.seed)  # the run's one seed
         self.generators = {
             name: ABGenerator(model, self.tokenizer, self.rows, self.gen_config, config.backend, where=self._row_name)
             for name, model in self.models.items()
@@ -263,7 +269,7 @@ class _Runner:
             config.out_dir, fingerprint(config.to_dict(), list(self.dirs.values()), self.data_file, self.row_ids, units)
         )
         self.baselines: dict[str, tuple[Generations, ArmScores]] = {}
-        self.total_passes = len(self.models) + sum(1 + len(arm.placebo_edits) for arm in self.arms)
+        self.total_passes = len(self.passes())
         self.passes_done = 0  # passes started, read back or generated
         self.generated: list[float] = []  # seconds of each pass generated in this process
         self.pregenerated: dict[str, Generations] = {}  # passes decoded in shared batches, by store key
@@ -284,7 +290,7 @@ class _Runner:
         self.dirs[name], self.models[name] = Path(directory), model
         return model, tokenizer
 
-    def model(self, name: str) -> Any:
+    def model(self, name: str) -> PreTrainedModel:
         """Model ``name`` of the pair, loaded on first use (the other model is needed only to patch from it)."""
         if name not in self.models:
             self._load(name)
@@ -293,8 +299,9 @@ class _Runner:
     def start(self) -> None:
         """Generate every pass that decodes in shared batches, then generate (or read back) and judge each baseline."""
         self.progress(
-            f"{self.total_passes} generation passes over {len(self.rows)} prompts, up to {self.config.max_new_tokens} new tokens each: "
-            f"{len(self.models)} baseline(s), {len(self.arms)} arm(s), {self.total_passes - len(self.models) - len(self.arms)} placebo arms"
+            f"{self.total_passes} generation passes over {len(self.rows)} prompts, "
+            f"up to {self.config.generation.max_new_tokens} new tokens each: {len(self.models)} baseline(s), "
+            f"{len(self.arms)} arm(s), {self.total_passes - len(self.models) - len(self.arms)} placebo arms"
         )
         if self.config.engine == "shared":
             self._share()
@@ -310,12 +317,15 @@ class _Runner:
             self.progress(f"{alone} more passes decode arm by arm{self._left()} (a patch pass runs two models)")
 
     def passes(self) -> list[tuple[str, str, tuple[Edit, ...]]]:
-        """(store key, model, edits) of every generation pass: the baselines, each arm, each placebo arm."""
-        named = [(f"baseline {name}", name, ()) for name in self.models]
+        """(store key, model, edits) of every generation pass: the baselines, each arm, each placebo arm.
+
+        A key holds the hash of the pass's edits, not its rule, so two rules that make the same pass share it."""
+        named: list[tuple[str, str, tuple[Edit, ...]]] = [(f"baseline {name}", name, ()) for name in self.models]
         for arm in self.arms:
             named.append((arm.name, arm.model, arm.edits))
             named += [(f"{arm.name} placebo {k}", arm.model, edits) for k, edits in enumerate(arm.placebo_edits)]
-        return [(name if not edits else f"{name} {_edits_key(edits)}", model, edits) for name, model, edits in named]
+        keyed = {(name if not edits else f"{name} {_edits_key(edits)}"): (model, edits) for name, model, edits in named}
+        return [(key, model, edits) for key, (model, edits) in keyed.items()]
 
     def _share(self) -> None:
         """Decode each model's shareable passes together (:mod:`core.shared_generation`); the rest go arm by arm."""
@@ -326,7 +336,7 @@ class _Runner:
         for name, passes in by_model.items():
             reasons = {key: pass_unshareable(self.models[name], compiled) for key, compiled in passes}
             shared = [(key, compiled) for key, compiled in passes if reasons[key] is None]
-            reason = unshareable(self.models[name], self.config.do_sample, self.config.backend)
+            reason = unshareable(self.models[name], self.config.generation.do_sample, self.config.backend)
             if reason is not None:
                 self.progress(f"{name} model: {reason}")
                 continue
@@ -345,8 +355,8 @@ class _Runner:
         decoder = SharedDecoder(self.generators[name].generator, self.config.max_batch_tokens, attach)
         tag = f"shared {name} {hashlib.sha256(' '.join(key for key, _ in shared).encode()).hexdigest()[:16]} batch"
         self.progress(
-            f"{name} model: {len(shared)} passes decode together in {len(decoder.generator.batches)} batches of prompts; "
-            f"{decoder.describe([c for _, c in shared])}"
+            f"{name} model: {len(shared)} passes decode together in {len(decoder.generator.batches)} batches of "
+            f"prompts; {decoder.describe([c for _, c in shared])}"
         )
         self.progress(
             f"estimated time: about {_minutes(decoder.estimate_seconds([c for _, c in shared]))} "
@@ -418,7 +428,8 @@ class _Runner:
         return generations, score_arm(self.judge, self.rows, generations.texts)
 
     def results(self, arm: tuple[Generations, ArmScores], model: str, full: bool = True) -> list[CapabilityResult]:
-        """Per-capability results against ``model``'s baseline; ``full=False`` (placebo arms) skips the bootstrap CI and BLEU."""
+        """Per-capability results against ``model``'s baseline; ``full=False`` (placebo arms)
+        skips the bootstrap CI and BLEU."""
         base, out = self.baselines[model], []
         for cap, idx in self.groups.items():
             result = capability_result(
@@ -429,7 +440,8 @@ class _Runner:
 
     def arm_result(self, arm: Arm, number: int) -> tuple[ArmResult, Generations]:
         self.progress(
-            f"arm {number}/{len(self.arms)}: {arm.label} ({arm.model} model, {len(self.neurons)} units){self._left()}"
+            f"arm {number}/{len(self.arms)}: {arm.label} ({arm.model} model, {len(self.selections[arm.rule])} units)"
+            f"{self._left()}"
         )
         generated = self.scored(arm.name, arm.model, arm.edits)
         base = self.baselines[arm.model][0]
@@ -453,7 +465,7 @@ class _Runner:
             guard,
             generated[0].seconds,
             generated[0].n_tokens,
-            name=arm.name,
+            name=arm.title,
             label=arm.label,
             model=arm.model,
             edits=arm.describe(),
@@ -476,7 +488,7 @@ class _Runner:
         deltas: dict[str, list[float]] = {cap.value: [] for cap in self.groups}
         changed: dict[str, list[int]] = {cap.value: [] for cap in self.groups}
         for k, edits in enumerate(arm.placebo_edits):
-            self.progress(f"{arm.name}: placebo {k + 1}/{len(arm.placebo_edits)}{self._left()}")
+            self.progress(f"{arm.title}: placebo {k + 1}/{len(arm.placebo_edits)}{self._left()}")
             for capability in self.results(
                 self.scored(f"{arm.name} placebo {k}", arm.model, edits), arm.model, full=False
             ):
@@ -524,19 +536,29 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
-def run_ab(config: ABConfig, progress: Progress | None = None, judge: Judge | None = None) -> ABReport:
+def run_ab(
+    config: ABConfig,
+    progress: Progress | None = None,
+    judge: Judge | None = None,
+    *,
+    selections: dict[str, NeuronSet] | None = None,
+    annotate: Callable[[ABReport], None] | None = None,
+) -> ABReport:
     """Run the whole A/B evaluation described by ``config``; write files if ``config.out_dir``.
 
     ``progress`` receives one line per stage; ``judge`` replaces the judge named in the
     config (any object with the :class:`~core.judges.base.Judge` protocol).
+    ``selections`` (rule -> units) replaces the config's neuron set by several: each rule gets
+    every arm of the configured edits and its own placebos, and all share one baseline and one set
+    of passes (:mod:`interventions.select_compare`); ``annotate`` adds to the report before it is written.
     Ctrl-C raises :class:`~core.errors.Interrupted` naming the arms kept for a resume
     (see :mod:`interventions.arms`).
     """
     runner: _Runner | None = None
     try:
-        runner = _Runner(config, progress or _quiet, judge)
+        runner = _Runner(config, progress or _quiet, judge, selections)
         runner.start()
-        return _evaluate(runner)
+        return _evaluate(runner, annotate)
     except (KeyboardInterrupt, Interrupted) as exc:
         kept = (
             runner.kept()
@@ -547,19 +569,18 @@ def run_ab(config: ABConfig, progress: Progress | None = None, judge: Judge | No
         raise Interrupted(f"A/B evaluation stopped{cause}: {kept}") from None
 
 
-def _evaluate(runner: _Runner) -> ABReport:
+def _evaluate(runner: _Runner, annotate: Callable[[ABReport], None] | None = None) -> ABReport:
     config = runner.config
     results: list[ArmResult] = []
     generations: dict[str, Generations] = {}
     for number, arm in enumerate(runner.arms, 1):
         result, generated = runner.arm_result(arm, number)
         results.append(result)
-        generations[arm.name] = generated
+        generations[arm.title] = generated
     baselines = {
         name: {"seconds": g.seconds, "tokens": g.n_tokens, "rows": len(runner.rows)}
         for name, (g, _) in runner.baselines.items()
     }
-    main = next(r for r in results if r.role == "main")
     report = ABReport(
         capability=config.capability,
         model=config.model,
@@ -573,9 +594,11 @@ def _evaluate(runner: _Runner) -> ABReport:
         arms=results,
         config=config.to_dict(),
         warnings=provenance_warnings(runner.neurons, config.model, runner.model_dir)
-        + list(main.guard.flags)
+        + [flag for arm in results if arm.role == "main" for flag in arm.guard.flags]
         + [fault for arm in results for fault in arm.guard.faults],
     )
+    if annotate is not None:
+        annotate(report)
     if config.out_dir is not None:
         from interventions.report import write_report
 

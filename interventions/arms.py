@@ -34,15 +34,16 @@ from typing import Any
 
 from core.atomic import write_atomic
 from core.generation import Generations
+from core.run_dir import InterventionDir
 
-DIR_NAME = ".arms"
 _IRRELEVANT = ("out_dir", "judge", "judge_base_url", "judge_model", "n_bootstrap")
 
 
 def fingerprint(
     config: dict[str, Any], model_dirs: list[Path], data_file: Path, row_ids: list[int], units: list[tuple[int, int]]
 ) -> str:
-    """A hash of everything an arm's generations depend on (each arm's own edits are in its name, see :func:`file_name`)."""
+    """A hash of everything an arm's generations depend on (each arm's own edits are in its name,
+    see :func:`file_name`)."""
     from core.models import weight_files
     from core.provenance import file_sha256
 
@@ -66,7 +67,7 @@ class ArmStore:
     """``OUT/.arms``: one JSON file per finished arm; inactive (keeps nothing) when ``out_dir`` is None."""
 
     def __init__(self, out_dir: str | Path | None, key: str) -> None:
-        self.root = Path(out_dir) / DIR_NAME if out_dir is not None else None
+        self.root = InterventionDir(out_dir).arms if out_dir is not None else None
         self.key = key
         if self.root is not None and self._stamp() != key:
             shutil.rmtree(self.root, ignore_errors=True)

@@ -13,25 +13,30 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 from core.capabilities import Capability, parse_capability
-from core.config_file import NON_NEGATIVE, POSITIVE, SEED, OptionError, Range, typed_config
-from core.decoding import TEMPERATURE, TOP_P
+from core.config_fields import flat_values, nested, option
+from core.config_file import NON_NEGATIVE, POSITIVE, SEED, Range, choice, typed_config
+from core.decoding import GenerationConfig
 from core.devices import check_device
 from core.errors import ProbeError
 from core.judges import JUDGES
-from core.llm.config import ClientConfig
-from interventions.recipes import ARM_RECIPES, RUN_RECIPES
-from interventions.scaling import PAPER_FACTOR, validate_factor
-from probes.backends.base import DRIVERS, editing_driver
-from probes.hook_points import validate_hook
-from probes.store import MODELS
+from core.llm.config import ClientConfig, ClientOptions
+from core.run_dir import ACTIVATIONS_FILE
 
+PAPER_FACTOR: float = 1.0 - 1e-6  # the paper's scale factor (interventions.scaling applies it)
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 ENGINES: tuple[str, ...] = ("shared", "per-arm")
+
+
+def _parse_factors(spec: str) -> list[float]:
+    """``--dose 0,0.5``: the factors of a dose sweep."""
+    from interventions.scaling import parse_factors
+
+    return parse_factors(spec)
 
 
 @dataclass
@@ -39,77 +44,121 @@ ENGINES: tuple[str, ...] = ("shared", "per-arm")
 class ABConfig:
     """What to intervene on, how to generate, how to judge, how to control."""
 
-    run_dir: str | Path | None = None
-    capability: str = "multi_turn"
-    model: str = "dpo"
-    edits: str | list[str] = field(
-        default_factory=lambda: ["scale"], metadata={"flag": "--edit"}
-    )  # arm recipes: scale, mean, patch, steer
-    factor: float = PAPER_FACTOR
-    neurons: str | Path | None = None  # a neuron-set file
-    top_k: Annotated[int, POSITIVE] | None = None  # top K of the file, or of the run's ranking
-    units: str | None = None  # "14:3,14:9,20:0"
-    hook: str = "mlp_out"  # for --top-k from a run and --units
-    doses: list[float] = field(default_factory=list, metadata={"flag": "--dose"})
-    positive_control: bool = field(
-        default=True, metadata={"flag": "--control"}
-    )  # also run factor 0 (effect-size guard)
-    placebo: Annotated[int, NON_NEGATIVE] = 20
-    seed: Annotated[int, SEED] = 0
-    judge: str = "rules"
-    judge_base_url: str | None = None
-    judge_model: str | None = None
-    judge_timeout: Annotated[float, Range(0.001, 3600)] | None = (
-        None  # LLM judge: seconds per request, retries, first backoff (None: the client's defaults)
+    run_dir: str | Path | None = option(None, "Run directory from `probe run` (model dirs, data file, ranking).")
+    capability: str = option("multi_turn", "Target capability (the others are scored as collateral).", aliases=["-c"])
+    model: str = option("dpo", "Which model of the pair to intervene on: sft or dpo.")
+    edits: str | list[str] = option(
+        help="Arms, comma-separated or repeated: scale (factor, doses, control), mean (the other model's mean), "
+        "patch (both ways between the pair), steer (mean-difference vector).",
+        default_factory=lambda: ["scale"],
+        flag="--edit",
+        metavar="KIND[,KIND]",
+        repeat=True,
     )
-    judge_retries: Annotated[int, Range(0, 100)] | None = None
-    judge_backoff: Annotated[float, Range(0, 600)] | None = None
-    max_new_tokens: Annotated[int, POSITIVE] = (
-        32  # with 160 rows and 20 placebos, what a 2-core laptop can afford (docs/interventions.md)
+    factor: float = option(PAPER_FACTOR, "Scale factor (0 ablates; the default is the paper's).")
+    neurons: str | Path | None = option(None, "Neuron-set JSON file (from `probe analyze`).")
+    top_k: Annotated[int, POSITIVE] | None = option(
+        None, "Top K units by |delta| of the run's ranking (or of --neurons)."
     )
-    batch_size: Annotated[int, POSITIVE] = 16
-    do_sample: bool = field(default=False, metadata={"flag": "--sample"})
-    temperature: Annotated[float, TEMPERATURE] = 1.0
-    top_p: Annotated[float, TOP_P] = field(default=1.0, metadata={"flag": None})
-    dtype: str = "float32"
-    device: str = "cpu"
-    backend: str = "torch"
-    engine: str = "shared"  # shared: every arm of a model decodes in shared batches; per-arm: one generate() per arm
-    max_batch_tokens: Annotated[int, POSITIVE] | None = (
-        None  # shared engine: padded tokens per prompt-pass forward (default: the device's)
+    units: str | None = option(None, "Explicit units LAYER:UNIT[,...], e.g. 14:3,14:9,20:0.")
+    select: str | list[str] = option(
+        help="Compare selection rules (count, mean_diff, effect_size, attribution, weight): the same edit "
+        "(factor 0 unless --factor) on each rule's top --top-k units (64), each with its own placebos, in one report.",
+        default_factory=list,
+        metavar="RULE[,RULE]",
     )
-    limit: Annotated[int, POSITIVE] | None = None  # rows per capability
-    collateral: bool = True  # score the other capabilities too
-    collateral_rows: Annotated[int, NON_NEGATIVE] | None = (
-        16  # rows per other capability (None: as many as --limit allows)
+    hook: str = option("mlp_out", "Hook point for --top-k from a run and --units.")
+    doses: list[float] = option(
+        help="Dose sweep: comma-separated factors, e.g. 0,0.5,0.999999.",
+        default_factory=list,
+        flag="--dose",
+        flag_type=str,
+        from_flag=_parse_factors,
     )
-    n_bootstrap: Annotated[int, Range(100)] = field(default=10_000, metadata={"flag": "--bootstrap"})
-    model_dir: str | Path | None = None  # overrides the run's model dir (no run: default pair)
-    source_dir: str | Path | None = None  # the other model of the pair, the patch source (default: the run's)
-    data_file: str | Path | None = field(
-        default=None, metadata={"flag": "--data"}
-    )  # overrides the run's data file (no run: default pair's test split)
-    out_dir: str | Path | None = None
+    positive_control: bool = option(
+        True, "Also run factor 0 as a positive control (effect-size guard).", flag="--control"
+    )
+    placebo: Annotated[int, NON_NEGATIVE] = option(20, "Random matched neuron sets for the placebo control (0 = none).")
+    seed: Annotated[int, SEED] = option(0, "Seed for placebo draws, bootstrap and sampling.")
+    judge: str = option("rules", "rules (offline, synthetic data) or llm (OpenAI-compatible endpoint).")
+    judge_endpoint: ClientOptions = nested(
+        ClientOptions,
+        prefix="judge_",
+        only=["base_url", "model", "timeout", "retries", "backoff"],
+        help_prefix="LLM judge: ",
+    )
+    generation: GenerationConfig = nested(
+        GenerationConfig,
+        # 32 tokens: with 160 rows and 20 placebos, what a 2-core laptop can afford (docs/interventions.md)
+        default_factory=lambda: GenerationConfig(max_new_tokens=32),
+        skip=["seed"],  # one seed for the run: ABConfig.seed seeds sampling too
+    )
+    dtype: str = option("float32", "Model dtype: float32, bfloat16 or float16.")
+    device: str = option("cpu", "Torch device, e.g. cpu or cuda.")
+    backend: str = option("torch", "torch (hooks) or nnsight.")
+    engine: str = option(
+        "shared",
+        "shared (every arm of a model decodes in shared batches, sharing the blocks below the edits) "
+        "or per-arm (one generate() per arm).",
+    )
+    max_batch_tokens: Annotated[int, POSITIVE] | None = option(
+        None, "Shared engine: padded tokens per prompt-pass forward (default: the device's, 2048 on CPU)."
+    )
+    limit: Annotated[int, POSITIVE] | None = option(None, "At most N rows per capability (interleaved across tasks).")
+    collateral: bool = option(True, "Score the other capabilities too.")
+    collateral_rows: Annotated[int, NON_NEGATIVE] | None = option(
+        16, "Rows of each other capability scored as collateral (interleaved across tasks; none: as --limit allows)."
+    )
+    n_bootstrap: Annotated[int, Range(100)] = option(
+        10_000, "Paired bootstrap resamples of each Δ.", flag="--bootstrap"
+    )
+    model_dir: str | Path | None = option(
+        None, "Model to intervene on (default: the run's --model, or the embedded default pair's)."
+    )
+    source_dir: str | Path | None = option(
+        None, "The other model of the pair, the source of --edit patch (default: the run's, or the default pair's)."
+    )
+    data_file: str | Path | None = option(
+        None, "Test rows JSONL (default: the run's data file, or the default pair's test split).", flag="--data"
+    )
+    out_dir: str | Path | None = option(
+        None, "Output dir (default: RUN_DIR/interventions/<capability>_<model>_<time>).", flag="--out"
+    )
 
     def __post_init__(self) -> None:
+        # the checks need torch, numpy and h5py: imported here, so that `probe --help` imports none of them
+        from interventions.recipes import RUN_RECIPES
+        from interventions.scaling import validate_factor
+        from interventions.select_rules import rule_names
+        from probes.backends.base import DRIVERS, editing_driver
+        from probes.hook_points import validate_hook
+        from probes.store import MODELS
+
         self.target: Capability = parse_capability(self.capability)
         self.capability = self.target.value
         self.factor = validate_factor(self.factor)
         self.doses = [validate_factor(f, "--dose") for f in self.doses]
-        _choice(self.model, MODELS, "--model")
-        _choice(self.judge, JUDGES, "--judge")
-        _choice(self.dtype, DTYPES, "--dtype")
-        _choice(self.backend, tuple(DRIVERS), "--backend")
-        _choice(self.engine, ENGINES, "--engine")
+        for name, allowed in (
+            ("model", MODELS),
+            ("judge", JUDGES),
+            ("dtype", DTYPES),
+            ("backend", DRIVERS),
+            ("engine", ENGINES),
+        ):
+            choice(name, getattr(self, name), allowed)
         self.device = check_device(self.device, "--device", allow_auto=True)
-        editing_driver(self.backend, self.do_sample)
+        editing_driver(self.backend, self.generation.do_sample)
         self.edits = _edit_names(self.edits)
         needs_run = [name for name in self.edits if name in RUN_RECIPES]
         if needs_run and self.run_dir is None:
             raise ProbeError(
-                f"--edit {needs_run[0]} needs a run directory: it reads the models' means from the run's activations.h5"
+                f"--edit {needs_run[0]} needs a run directory: it reads the models' means from the run's "
+                f"{ACTIVATIONS_FILE}"
             )
         validate_hook(self.hook)
+        self.select = rule_names(self.select)
+        if self.select:
+            _check_select(self)
         if self.units is not None and (self.neurons is not None or self.top_k is not None):
             raise ProbeError("--units cannot be combined with --neurons or --top-k; give one neuron source")
         if self.run_dir is None and self.units is None and self.neurons is None:
@@ -119,10 +168,7 @@ class ABConfig:
 
     def judge_client(self) -> ClientConfig | None:
         """The LLM judge's endpoint (flags, then ``OPENAI_*``), or ``None`` for the rule judge."""
-        if self.judge != "llm":
-            return None
-        given = {"timeout": self.judge_timeout, "max_retries": self.judge_retries, "backoff_base": self.judge_backoff}
-        return ClientConfig.from_env(base_url=self.judge_base_url, model=self.judge_model, **given)
+        return self.judge_endpoint.client() if self.judge == "llm" else None
 
     @property
     def factors(self) -> list[float]:
@@ -134,28 +180,40 @@ class ABConfig:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields; credentials in the judge's URL are masked (the report and the resume fingerprint keep this)."""
+        """JSON-ready settings by their flat names (:func:`core.config_fields.flat_values`, as ``--config`` files name
+        them); credentials in the judge's URL are masked (the report and the resume fingerprint keep this)."""
         from core.llm.scrub import without_url_credentials
 
-        body = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
+        body = {k: (str(v) if isinstance(v, Path) else v) for k, v in flat_values(self).items()}
         if body["judge_base_url"]:
             body["judge_base_url"] = without_url_credentials(body["judge_base_url"])
         return body
 
 
+def _check_select(config: ABConfig) -> None:
+    """What ``--select`` cannot be combined with: a neuron source of its own, no run, a dose sweep."""
+    if config.units is not None or config.neurons is not None:
+        raise ProbeError(
+            "--select cannot be combined with --neurons or --units: each rule picks its own units (--top-k: how many)"
+        )
+    if config.run_dir is None:
+        raise ProbeError("--select needs a run directory: each rule ranks the units of that run")
+    if config.doses:
+        raise ProbeError(
+            "--select runs one edit per rule: leave out --dose (sweep doses on one rule's set with --neurons)"
+        )
+
+
 def _edit_names(edits: list[str] | str) -> list[str]:
-    """``["scale", "mean"]`` or ``"scale,mean"``, each a known recipe, without repeats."""
-    names = edits.split(",") if isinstance(edits, str) else list(edits)
+    """``["scale", "mean"]``, ``"scale,mean"`` or ``["scale,mean"]``, each a known recipe, without repeats."""
+    names = [name for item in ([edits] if isinstance(edits, str) else edits) for name in str(item).split(",")]
+    from interventions.recipes import ARM_RECIPES
+
     out: list[str] = []
-    for name in (str(n).strip() for n in names):
-        _choice(name, tuple(ARM_RECIPES), "edits")
+    for name in (n.strip() for n in names):
+        choice("edits", name, ARM_RECIPES)
         if name not in out:
             out.append(name)
     if not out:
         raise ProbeError(f"--edit: give at least one of {', '.join(ARM_RECIPES)}")
     return out
-
-
-def _choice(value: str, allowed: tuple[str, ...], name: str) -> None:
-    if value not in allowed:
-        raise OptionError(name.lstrip("-").replace("-", "_"), f"one of {', '.join(allowed)}", value)

@@ -37,14 +37,13 @@ import hashlib
 import json
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
-from torch import nn
 
 from analysis.neuron_sets import NeuronSet
 from core.errors import ProbeError
@@ -55,6 +54,9 @@ from interventions.selection import check_against_model
 from interventions.sites import EditStats, add_fn, scale_fn, write_fn
 from probes.backends.base import SiteEdits
 from probes.hook_points import n_layers, validate_hook, width
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 EDIT_KINDS: dict[str, type[Edit]] = {}
 
@@ -71,16 +73,16 @@ class Edit(ABC):
     kind: ClassVar[str]
 
     @abstractmethod
-    def check(self, model: nn.Module) -> None:
+    def check(self, model: PreTrainedModel) -> None:
         """Raise :class:`ProbeError` if the edit cannot apply to ``model``."""
 
     @abstractmethod
-    def compile(self, model: nn.Module, stats: EditStats) -> SiteEdits:
+    def compile(self, model: PreTrainedModel, stats: EditStats) -> SiteEdits:
         """What the drivers apply: ``(hook, layer, fn)`` for each site the edit touches, and any context to enter around
         the whole generation; the site functions count into ``stats``."""
 
     @abstractmethod
-    def placebos(self, model: nn.Module, n: int, seed: int) -> list[Edit]:
+    def placebos(self, model: PreTrainedModel, n: int, seed: int) -> list[Edit]:
         """``n`` edits of the same kind and size that touch what a random choice would."""
 
     def noop_reason(self, dtype: torch.dtype) -> str | None:
@@ -109,10 +111,10 @@ class UnitEdit(Edit):
 
     units: NeuronSet
 
-    def check(self, model: nn.Module) -> None:
+    def check(self, model: PreTrainedModel) -> None:
         check_against_model(self.units, model)
 
-    def placebos(self, model: nn.Module, n: int, seed: int) -> list[Edit]:
+    def placebos(self, model: PreTrainedModel, n: int, seed: int) -> list[Edit]:
         return [self.on_units(s) for s in placebo_sets(self.units, width(model, self.units.hook), n, seed)]
 
     def on_units(self, units: NeuronSet) -> Edit:
@@ -138,11 +140,11 @@ class Scale(UnitEdit):
     def __post_init__(self) -> None:
         object.__setattr__(self, "factor", validate_factor(self.factor))
 
-    def check(self, model: nn.Module) -> None:
+    def check(self, model: PreTrainedModel) -> None:
         super().check(model)
         check_finite_in_dtype(model, [self.factor], f"--factor {self.factor!r}")
 
-    def compile(self, model: nn.Module, stats: EditStats) -> SiteEdits:
+    def compile(self, model: PreTrainedModel, stats: EditStats) -> SiteEdits:
         return SiteEdits(
             [
                 (self.units.hook, layer, scale_fn(index, self.factor, stats))
@@ -155,8 +157,8 @@ class Scale(UnitEdit):
             return None
         name = str(dtype).removeprefix("torch.")
         return (
-            f"factor {self.factor!r} rounds to exactly 1 in {name}: x*f == x for every {name} value, so the intervention is a "
-            f"no-op (use float32, or |1-f| large enough for {name})"
+            f"factor {self.factor!r} rounds to exactly 1 in {name}: x*f == x for every {name} value, "
+            f"so the intervention is a no-op (use float32, or |1-f| large enough for {name})"
         )
 
     def changed_fraction(self, dtype: torch.dtype) -> float:
@@ -195,18 +197,18 @@ class Set(UnitEdit):
             return replace(self, units=units)
         return replace(self, units=units, values=tuple(float(self.pool[n.layer][n.unit]) for n in units.neurons))
 
-    def check(self, model: nn.Module) -> None:
+    def check(self, model: PreTrainedModel) -> None:
         super().check(model)
         check_finite_in_dtype(model, self.values, "set: a value")
 
-    def compile(self, model: nn.Module, stats: EditStats) -> SiteEdits:
+    def compile(self, model: PreTrainedModel, stats: EditStats) -> SiteEdits:
         by_layer: dict[int, list[float]] = {}
         for neuron, value in zip(self.units.neurons, self.values):
             by_layer.setdefault(neuron.layer, []).append(value)
         out = []
         for layer, index in self.layer_index().items():
             constants = torch.tensor(by_layer[layer], dtype=torch.float32)
-            out.append((self.units.hook, layer, write_fn(index, lambda c=constants: c, stats)))
+            out.append((self.units.hook, layer, write_fn(index, _constant(constants), stats)))
         return SiteEdits(out)
 
     def describe(self) -> dict[str, Any]:
@@ -219,23 +221,25 @@ class Set(UnitEdit):
 @register
 @dataclass(frozen=True)
 class Patch(UnitEdit):
-    """Each unit takes the value ``source`` computes on the same tokens, at every forward (the source runs in lockstep)."""
+    """Each unit takes the value ``source`` computes on the same tokens,
+    at every forward (the source runs in lockstep)."""
 
     kind: ClassVar[str] = "patch"
-    source: nn.Module | None = field(default=None, compare=False)
+    source: PreTrainedModel | None = field(default=None, compare=False)
     source_name: str = "source"
 
-    def check(self, model: nn.Module) -> None:
+    def check(self, model: PreTrainedModel) -> None:
         super().check(model)
         if self.source is None:
             raise ProbeError("patch: no source model given")
         check_same_shape(model, self.source, self.source_name)
 
-    def compile(self, model: nn.Module, stats: EditStats) -> SiteEdits:
+    def compile(self, model: PreTrainedModel, stats: EditStats) -> SiteEdits:
+        assert self.source is not None  # check() refuses a patch without a source
         hook, index = self.units.hook, self.layer_index()
         lockstep = Lockstep(model, self.source, {(hook, layer): units for layer, units in index.items()})
         sites = [
-            (hook, layer, write_fn(units, lambda key=(hook, layer): lockstep.values[key], stats))
+            (hook, layer, write_fn(units, _lockstep_values(lockstep, hook, layer), stats))
             for layer, units in index.items()
         ]
         return SiteEdits(sites, lockstep)
@@ -265,21 +269,22 @@ class Add(Edit):
         if not self.vector or not all(math.isfinite(v) for v in self.vector):
             raise ProbeError("add: the vector must be a non-empty list of finite numbers")
 
-    def check(self, model: nn.Module) -> None:
+    def check(self, model: PreTrainedModel) -> None:
         expected, total = width(model, self.hook), n_layers(model)
         if len(self.vector) != expected:
             raise ProbeError(
-                f"add: a vector of width {len(self.vector)} does not fit {self.hook}, which is {expected} wide in this model"
+                f"add: a vector of width {len(self.vector)} does not fit {self.hook}, "
+                f"which is {expected} wide in this model"
             )
         if not 0 <= self.layer < total:
             raise ProbeError(f"add: layer {self.layer} is outside the model, which has layers 0-{total - 1}")
 
-    def compile(self, model: nn.Module, stats: EditStats) -> SiteEdits:
+    def compile(self, model: PreTrainedModel, stats: EditStats) -> SiteEdits:
         return SiteEdits(
             [(self.hook, self.layer, add_fn(torch.tensor(self.vector, dtype=torch.float32) * self.alpha, stats))]
         )
 
-    def placebos(self, model: nn.Module, n: int, seed: int) -> list[Edit]:
+    def placebos(self, model: PreTrainedModel, n: int, seed: int) -> list[Edit]:
         norm = float(np.linalg.norm(np.asarray(self.vector, dtype=np.float64)))
         rng = np.random.default_rng([seed, self.layer])
         out: list[Edit] = []
@@ -314,8 +319,18 @@ class Add(Edit):
         return f"add {self.source or 'vector'} at {self.hook} {self.layer}"
 
 
-def check_same_shape(model: nn.Module, source: nn.Module, source_name: str = "source") -> None:
-    """A source model must have the patched model's configuration and module layout (the checks ``probe run`` makes of a pair)."""
+def _constant(values: torch.Tensor) -> Callable[[], torch.Tensor]:
+    return lambda: values
+
+
+def _lockstep_values(lockstep: Lockstep, hook: str, layer: int) -> Callable[[], torch.Tensor]:
+    """The source's values at (hook, layer) of the forward running now."""
+    return lambda: lockstep.values[(hook, layer)]
+
+
+def check_same_shape(model: PreTrainedModel, source: PreTrainedModel, source_name: str = "source") -> None:
+    """A source model must have the patched model's configuration and module layout (the checks ``probe run`` makes of
+    a pair)."""
     from probes.pair import compare_configs, compare_layouts
 
     names = ("patched", source_name)
@@ -326,7 +341,7 @@ def check_same_shape(model: nn.Module, source: nn.Module, source_name: str = "so
         )
 
 
-def check_finite_in_dtype(model: nn.Module, values: Sequence[float], what: str) -> None:
+def check_finite_in_dtype(model: PreTrainedModel, values: Sequence[float], what: str) -> None:
     """Refuse a number the model's dtype cannot hold (the edit is computed in float32 and cast back)."""
     dtype = next(model.parameters()).dtype
     largest = torch.finfo(dtype).max
@@ -337,7 +352,7 @@ def check_finite_in_dtype(model: nn.Module, values: Sequence[float], what: str) 
         )
 
 
-def site_edits(model: nn.Module, chosen: Sequence[Edit]) -> SiteEdits:
+def site_edits(model: PreTrainedModel, chosen: Sequence[Edit]) -> SiteEdits:
     """The drivers' form of ``chosen``: every site function, every context to enter, one shared stats object."""
     from contextlib import ExitStack
 
@@ -361,8 +376,9 @@ def site_edits(model: nn.Module, chosen: Sequence[Edit]) -> SiteEdits:
 
 
 @contextmanager
-def edits(model: nn.Module, *chosen: Edit) -> Iterator[EditStats]:
-    """Within the block, every forward of ``model`` has ``chosen`` applied (torch hooks; removed on exit, also on error)."""
+def edits(model: PreTrainedModel, *chosen: Edit) -> Iterator[EditStats]:
+    """Within the block, every forward of ``model`` has ``chosen`` applied (torch hooks; removed on exit,
+    also on error)."""
     from probes.backends.torch_hooks import applied
 
     plan = site_edits(model, chosen)

@@ -33,14 +33,20 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from core.config_file import NON_NEGATIVE, POSITIVE, SEED, Range, typed_config
 from core.errors import ProbeError
+from core.run_dir import InterventionDir
 from interventions.config import ABConfig
 from interventions.lmeval_compare import GroupInfo, Items, TaskInfo, add_placebo, compare_pass, identical, items_of
 from interventions.lmeval_report import ArmReport, LMEvalReport, include_in_ab, write_report
 from interventions.scaling import PAPER_FACTOR
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from analysis.neuron_sets import NeuronSet
 
 Progress = Callable[[str], None]
 
@@ -106,11 +112,14 @@ class LMEvalConfig:
         for path in self.include_path:
             if not Path(path).exists():
                 raise ProbeError(
-                    f"--include-path {path}: no such file or directory; give a directory (or file) of lm-eval task YAMLs"
+                    f"--include-path {path}: no such file or directory; give a directory (or file) "
+                    "of lm-eval task YAMLs"
                 )
-        if self.ab_report is not None and not (Path(self.ab_report) / "ab_report.md").is_file():
+        markdown = InterventionDir(self.ab_report).markdown if self.ab_report is not None else None
+        if markdown is not None and not markdown.is_file():
             raise ProbeError(
-                f"--ab-report {self.ab_report}: no ab_report.md there; give the output directory of `probe intervene`"
+                f"--ab-report {self.ab_report}: no {markdown.name} there; give the output directory of "
+                "`probe intervene`"
             )
         self.ab_config()  # the edit options, checked as `probe intervene` checks them
 
@@ -133,15 +142,15 @@ class LMEvalConfig:
 
 
 def ab_defaults(ab_dir: str | Path) -> dict[str, Any]:
-    """The edit options of an A/B run (``probe intervene --out DIR``), from its ``ab_report.json``."""
+    """The edit options of an A/B run (``probe intervene --out DIR``), from its JSON report."""
     import json
 
-    path = Path(ab_dir) / "ab_report.json"
+    path = InterventionDir(ab_dir).report
     try:
         config = json.loads(path.read_text(encoding="utf-8")).get("config", {})
     except (OSError, ValueError, AttributeError):
         raise ProbeError(
-            f"--ab-report {ab_dir}: no readable ab_report.json there; give the output directory of `probe intervene`"
+            f"--ab-report {ab_dir}: no readable {path.name} there; give the output directory of `probe intervene`"
         ) from None
     keys = (EDIT_FIELDS - {"edit"}) | {"model_dir", "dtype"}
     return {k: v for k, v in config.items() if k in keys and v not in (None, [])}
@@ -150,7 +159,7 @@ def ab_defaults(ab_dir: str | Path) -> dict[str, Any]:
 # --- the edit -------------------------------------------------------------------------------------------------------
 
 
-def checked_neurons(ab: ABConfig, model: Any) -> Any:
+def checked_neurons(ab: ABConfig, model: PreTrainedModel) -> NeuronSet:
     """The units the options name (``probe intervene``'s resolver), checked against ``model`` (a skeleton will do)."""
     from interventions.ab import resolve_neurons
     from interventions.selection import check_against_model
@@ -162,8 +171,9 @@ def checked_neurons(ab: ABConfig, model: Any) -> Any:
     return neurons
 
 
-def skeleton(model_dir: str | Path) -> Any:
-    """The model of ``model_dir`` built on the meta device: its layout and sizes, no weights, in a fraction of a second."""
+def skeleton(model_dir: str | Path) -> PreTrainedModel:
+    """The model of ``model_dir`` built on the meta device: its layout and sizes, no weights,
+    in a fraction of a second."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -174,7 +184,9 @@ def skeleton(model_dir: str | Path) -> Any:
         return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(model_dir), trust_remote_code=False))
 
 
-def edit_arms(ab: ABConfig, model: Any, model_dir: str | Path, neurons: Any = None) -> tuple[Any, list[Any]]:
+def edit_arms(
+    ab: ABConfig, model: PreTrainedModel, model_dir: str | Path, neurons: Any = None
+) -> tuple[Any, list[Any]]:
     """(neurons, arms) for ``model``: the units resolved and checked, one arm per recipe (and dose) that runs on it."""
     from core.models import check_same_tokenizer, load_causal_lm, load_tokenizer
     from interventions.ab import resolve_source_dir
@@ -183,7 +195,7 @@ def edit_arms(ab: ABConfig, model: Any, model_dir: str | Path, neurons: Any = No
     neurons = neurons if neurons is not None else checked_neurons(ab, model)
     models = {ab.model: model}
 
-    def model_of(name: str) -> Any:
+    def model_of(name: str) -> PreTrainedModel:
         if name not in models:
             source, tokenizer = load_causal_lm(
                 resolve_source_dir(ab), "--source-dir", dtype=model.dtype, device=str(model.device), eval_mode=True
@@ -204,7 +216,7 @@ def edit_arms(ab: ABConfig, model: Any, model_dir: str | Path, neurons: Any = No
     return neurons, arms
 
 
-def single_arm(spec: dict[str, Any], model: Any, model_dir: str | Path) -> Any:
+def single_arm(spec: dict[str, Any], model: PreTrainedModel, model_dir: str | Path) -> Any:
     """The one arm that ``probe-edited``'s edit options (lm-eval ``model_args``) describe."""
     from interventions.lmeval_model import MODEL_NAME
 
@@ -239,7 +251,8 @@ class TaskSet:
 
 @contextmanager
 def offline_hub() -> Iterator[bool]:
-    """Within the block the hub is off unless ``HF_DATASETS_OFFLINE`` (else ``HF_HUB_OFFLINE``) says ``0``; yields whether it is off."""
+    """Within the block the hub is off unless ``HF_DATASETS_OFFLINE`` (else ``HF_HUB_OFFLINE``) says ``0``;
+    yields whether it is off."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", os.environ["HF_HUB_OFFLINE"])
     offline = os.environ["HF_DATASETS_OFFLINE"].strip().upper() in _TRUE
@@ -257,7 +270,8 @@ def offline_hub() -> Iterator[bool]:
 
 @contextmanager
 def lm_eval_warnings_off() -> Iterator[None]:
-    """lm-eval's log below ERROR off within the block: it repeats its task-loading advice on every pass; our report says what matters."""
+    """lm-eval's log below ERROR off within the block: it repeats its task-loading advice on every pass;
+    our report says what matters."""
     import logging
 
     logger = logging.getLogger("lm_eval")
@@ -298,8 +312,9 @@ def task_errors(what: str, loading: bool = True) -> Iterator[None]:
             ) from None
         if isinstance(exc, ModuleNotFoundError) and loading:
             raise ProbeError(
-                f"task {what} needs the Python package {exc.name!r}, which is not installed: install lm-eval's extra for the "
-                f'task (for IFEval: pip install "lm_eval[ifeval]==0.4.13") or the package itself'
+                f"task {what} needs the Python package {exc.name!r}, which is not installed: "
+                "install lm-eval's extra for the "
+                'task (for IFEval: pip install "lm_eval[ifeval]==0.4.13") or the package itself'
             ) from None
         user_side = (KeyError, ValueError, TypeError, OSError, yaml.YAMLError, AttributeError, ImportError)
         if loading and isinstance(exc, user_side):
@@ -308,7 +323,8 @@ def task_errors(what: str, loading: bool = True) -> Iterator[None]:
 
 
 def _known(manager: Any, name: str) -> list[str]:
-    """The task names ``name`` stands for in ``manager`` (itself, a YAML file, or a wildcard's matches); ``[]`` if none."""
+    """The task names ``name`` stands for in ``manager`` (itself, a YAML file, or a wildcard's matches);
+    ``[]`` if none."""
     if name.endswith((".yaml", ".yml")) and Path(name).is_file():
         return [name]
     if name in manager.all_tasks:
@@ -342,8 +358,8 @@ def load_tasks(names: list[str], include_path: list[str | Path]) -> TaskSet:
         for task_name, task in loaded["tasks"].items():
             if task_name in given:
                 raise ProbeError(
-                    f"--tasks: task {task_name!r} comes with both {given[task_name]!r} and {name!r}; lm-eval runs a task once, "
-                    "so give it once"
+                    f"--tasks: task {task_name!r} comes with both {given[task_name]!r} and {name!r}; "
+                    "lm-eval runs a task once, so give it once"
                 )
             given[task_name] = name
             infos[task_name] = TaskInfo(
@@ -398,20 +414,22 @@ def evaluate(lm: Any, tasks: TaskSet, config: LMEvalConfig) -> Pass:
         )
     if out is None:
         raise ProbeError(
-            "lm-eval returned no results in this process (a data-parallel helper rank); run `probe lmeval` as one process"
+            "lm-eval returned no results in this process (a data-parallel helper rank); "
+            "run `probe lmeval` as one process"
         )
     return Pass(out["results"], items_of(out["samples"]), time.perf_counter() - start, lm.edit_stats())
 
 
 def _flags(arm: Any, dtype: Any, stats: dict[str, int], same: bool) -> list[str]:
-    """Why this arm's Δ may be a no-op: the edit cannot change a value, the hooks changed none, or no item's output changed."""
+    """Why this arm's Δ may be a no-op: the edit cannot change a value, the hooks changed none,
+    or no item's output changed."""
     flags = [reason for reason in (e.noop_reason(dtype) for e in arm.edits) if reason]
     if not flags and stats.get("calls") and not stats.get("values_changed"):
         flags.append(f"the hooks ran {stats['calls']} times and changed no activation value")
     if same:
         flags.append(
-            "every item's log-likelihoods and generated text are identical to the unedited pass's: every Δ is exactly 0 "
-            "by construction, not a measured null"
+            "every item's log-likelihoods and generated text are identical to the unedited pass's: "
+            "every Δ is exactly 0 by construction, not a measured null"
         )
     return flags
 
@@ -436,11 +454,10 @@ def run_lmeval(config: LMEvalConfig, progress: Progress | None = None) -> LMEval
     ab = config.ab_config()
     model_dir = resolve_model_dir(ab)
     ab = replace(ab, model_dir=model_dir)
-    neurons = checked_neurons(
-        ab, skeleton(model_dir)
-    )  # units that do not fit the model: one line before anything loads
+    # units that do not fit the model: one line before anything loads
+    neurons = checked_neurons(ab, skeleton(model_dir))
     with offline_hub():
-        tasks = load_tasks(config.tasks, config.include_path)
+        tasks = load_tasks(cast("list[str]", config.tasks), config.include_path)  # split in __post_init__
         say(f"loading {model_dir}")
         lm = register()(pretrained=model_dir, dtype=config.dtype, device=config.device, batch_size=config.batch_size)
         neurons, arms = edit_arms(ab, lm.model, model_dir, neurons)

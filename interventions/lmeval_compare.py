@@ -50,7 +50,7 @@ class TaskInfo:
 
 @dataclass(frozen=True)
 class GroupInfo:
-    """An lm-eval group: its leaf tasks and the metrics it aggregates (metric, filters or None for all, weight_by_size)."""
+    """An lm-eval group: its leaf tasks and the metrics it aggregates (metric, filters or None: all, weight_by_size)."""
 
     leaves: tuple[str, ...]
     metrics: tuple[tuple[str, tuple[str, ...] | None, bool], ...]
@@ -106,7 +106,8 @@ class MetricRow:
 
 @dataclass
 class Items:
-    """One pass's per-item output of one task: per filter, per metric, doc id → value; doc id → filtered response; doc id → target."""
+    """One pass's per-item output of one task: per filter, per metric, doc id → value; doc id → filtered response;
+    doc id → target."""
 
     values: dict[str, dict[str, dict[int, Any]]] = field(default_factory=dict)
     responses: dict[str, dict[int, Any]] = field(default_factory=dict)
@@ -216,8 +217,8 @@ def compare_group(
 
 
 def changed_items(output_type: str, before: dict[int, Any], after: dict[int, Any]) -> int:
-    """Items whose output differs: the choice of highest log-likelihood (multiple choice), the text (generation), else the
-    response itself (a log-likelihood)."""
+    """Items whose output differs: the choice of highest log-likelihood (multiple choice), the text (generation), else
+    the response itself (a log-likelihood)."""
 
     def chosen(resp: Any) -> Any:
         scores = [r[0] if isinstance(r, (list, tuple)) else r for r in resp]

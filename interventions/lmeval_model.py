@@ -101,7 +101,8 @@ def _define() -> type:
                 self.use(edits)
 
         def use(self, chosen: Sequence[Edit], label: str = "") -> None:
-            """Apply ``chosen`` (checked against the model now) in every later request; ``()`` for the unedited model."""
+            """Apply ``chosen`` (checked against the model now) in every later request;
+            ``()`` for the unedited model."""
             for edit in chosen:
                 edit.check(self.model)
             self.active = tuple(chosen)

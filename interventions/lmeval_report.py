@@ -9,7 +9,7 @@ printed above the table they qualify. ``lmeval_items.jsonl`` holds, per task, it
 every pass's metric values and responses, for auditing one item.
 
 :func:`include_in_ab` puts the table into an A/B run's directory: the two report files beside
-``ab_report.json``, and a section appended to ``ab_report.md`` (replaced, not repeated, when the
+the A/B report, and a section appended to its markdown (replaced, not repeated, when the
 same tasks are measured again).
 
 Example:
@@ -27,6 +27,7 @@ from typing import Any
 
 from core.atomic import write_atomic
 from core.errors import ProbeError
+from core.run_dir import InterventionDir
 from interventions.lmeval_compare import Items, MetricRow
 from interventions.report import fmt_p, fmt_percentile
 
@@ -119,8 +120,8 @@ def markdown(report: LMEvalReport, heading: str = "#") -> str:
     out = [
         f"{heading} lm-evaluation-harness before and after the edit",
         "",
-        f"Model `{report.model_dir}` ({report.model}, {report.dtype}, {report.device}); lm-eval {report.lm_eval_version}; "
-        f"tasks {', '.join(report.tasks)}"
+        f"Model `{report.model_dir}` ({report.model}, {report.dtype}, {report.device}); "
+        f"lm-eval {report.lm_eval_version}; tasks {', '.join(report.tasks)}"
         + (f"; at most {report.limit} items per task" if report.limit else "")
         + (f"; {report.num_fewshot}-shot" if report.num_fewshot is not None else "")
         + ".",
@@ -144,14 +145,16 @@ def markdown(report: LMEvalReport, heading: str = "#") -> str:
         if placebo:
             out += [
                 "",
-                f"Placebo: {arm.placebo['n_sets']} sets ({arm.placebo.get('family', '')}, seed {arm.placebo.get('seed')}); "
-                "the column gives the percentile of Δ among theirs and the empirical two-sided p.",
+                f"Placebo: {arm.placebo['n_sets']} sets ({arm.placebo.get('family', '')}, "
+                f"seed {arm.placebo.get('seed')}); the column gives the percentile of Δ among theirs and the "
+                "empirical two-sided p.",
             ]
     out += [
         "",
         "Δ = edited − unedited on the same items; 95% CI: paired bootstrap over items (for a group, within each task); "
         "McNemar: exact, on the items whose 0/1 score flipped (lost/gained); *changed*: items whose answer of highest "
-        "log-likelihood (multiple choice), generated text, or log-likelihood (scoring tasks) differs from the unedited pass.",
+        "log-likelihood (multiple choice), generated text, or log-likelihood (scoring tasks) "
+        "differs from the unedited pass.",
         "",
     ]
     return "\n".join(out)
@@ -228,10 +231,12 @@ def write_report(
 
 
 def include_in_ab(report: LMEvalReport, ab_dir: Path) -> Path:
-    """Append (or replace) the report's section in ``ab_dir/ab_report.md``; returns that file."""
-    target = ab_dir / "ab_report.md"
+    """Append (or replace) the report's section in the markdown report of ``ab_dir``; returns that file."""
+    target = InterventionDir(ab_dir).markdown
     if not target.is_file():
-        raise ProbeError(f"--ab-report {ab_dir}: no ab_report.md there; give the output directory of `probe intervene`")
+        raise ProbeError(
+            f"--ab-report {ab_dir}: no {target.name} there; give the output directory of `probe intervene`"
+        )
     text = target.read_text(encoding="utf-8")
     kept = text.split(SECTION)[0].rstrip()
     files = [Path(report.paths[k]) for k in ("json", "items") if k in report.paths]

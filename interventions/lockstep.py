@@ -22,12 +22,15 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
 from probes.hook_points import attach
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 class _SourceDone(Exception):
@@ -35,7 +38,9 @@ class _SourceDone(Exception):
 
 
 class Lockstep:
-    def __init__(self, target: nn.Module, source: nn.Module, sites: dict[tuple[str, int], torch.Tensor]) -> None:
+    def __init__(
+        self, target: PreTrainedModel, source: PreTrainedModel, sites: dict[tuple[str, int], torch.Tensor]
+    ) -> None:
         self.target, self.source, self.sites = target, source, sites
         self.values: dict[tuple[str, int], torch.Tensor] = {}
         self._cache: Any = None
@@ -66,7 +71,7 @@ class Lockstep:
         input_ids = kwargs.get("input_ids", args[0] if args else None)
         past = kwargs.get("past_key_values")
         use_cache = bool(kwargs.get("use_cache")) and past is not None
-        if not use_cache or past.get_seq_length() == 0:
+        if past is None or not use_cache or past.get_seq_length() == 0:
             self._cache = self._new_cache() if use_cache else None
         self.values = {}
         inputs = {key: kwargs.get(key) for key in ("attention_mask", "position_ids", "cache_position")}

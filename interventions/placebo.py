@@ -33,7 +33,9 @@ def placebo_sets(real: NeuronSet, width: int, n_sets: int = 20, seed: int = 0) -
     for layer, units in by_layer.items():
         if width - len(units) < len(units):
             raise ProbeError(
-                f"placebo: layer {layer} has {len(units)} of {width} units selected; too few others remain to draw a matched random set; select fewer units there (--top-k) or pass --placebo 0"
+                f"placebo: layer {layer} has {len(units)} of {width} units selected; "
+                "too few others remain to draw a matched random set; select fewer units there (--top-k) "
+                "or pass --placebo 0"
             )
     rng = np.random.default_rng(seed)
     out: list[NeuronSet] = []

@@ -9,7 +9,7 @@ the run recorded into arms:
 ``scale``   the units scaled by ``--factor`` (main), each ``--dose``, and factor 0 as the
             positive control; placebos for the main factor
 ``mean``    mean-ablation: the units set to the *other* model's mean over the capability's prompts
-            (read from ``activations.h5``, at the recorded position)
+            (read from the run's recording, at the recorded position)
 ``patch``   cross-checkpoint patching both ways: ``DPO ← SFT`` (DPO generates, the units take
             SFT's values on the same tokens) and ``SFT ← DPO``
 ``steer``   the other model's mean minus this model's, at the hook point of each layer holding
@@ -37,7 +37,7 @@ from interventions.selection import require_recorded
 from probes.store import MODELS, RunReader
 
 if TYPE_CHECKING:
-    from torch import nn
+    from transformers import PreTrainedModel
 
     from interventions.config import ABConfig
 
@@ -50,7 +50,7 @@ def other(model: str) -> str:
 class Arm:
     """Edits applied to one model of the pair, compared with that model's baseline."""
 
-    name: str  # unique and stable: the arm's key in reports and in the resume store
+    name: str  # stable, unique within a rule; with the edits' hash, the arm's key in the resume store
     label: str  # what it does, in words
     role: str  # "main" | "dose" | "control" | "arm"
     model: str  # the model that generates
@@ -58,6 +58,12 @@ class Arm:
     placebo: bool = True  # run the edits' placebo family
     factor: float | None = None  # scale arms
     placebo_edits: list[tuple[Edit, ...]] = field(default_factory=list)
+    rule: str = ""  # the selection rule whose units it edits (``--select``); "" for the run's one neuron set
+
+    @property
+    def title(self) -> str:
+        """The arm's name in the report: ``name``, after its rule when there is one ("count: scale 0.0")."""
+        return f"{self.rule}: {self.name}" if self.rule else self.name
 
     def describe(self) -> list[dict[str, Any]]:
         return [edit.describe() for edit in self.edits]
@@ -66,7 +72,7 @@ class Arm:
 class RunData:
     """What recipes read: the config, the selected units, the loaded models, the run's per-model means."""
 
-    def __init__(self, config: ABConfig, units: NeuronSet, model_of: Callable[[str], nn.Module]) -> None:
+    def __init__(self, config: ABConfig, units: NeuronSet, model_of: Callable[[str], PreTrainedModel]) -> None:
         self.config, self.units, self.model_of = config, units, model_of
         self._means: dict[str, dict[int, np.ndarray]] | None = None
 
@@ -160,8 +166,8 @@ def steer_arms(data: RunData) -> list[Arm]:
     return [
         Arm(
             "steer",
-            f"steer {cfg.model.upper()} toward {source.upper()}: + ({source.upper()} − {cfg.model.upper()}) mean at {hook} "
-            f"layer{'s' if len(layers) > 1 else ''} {where}",
+            f"steer {cfg.model.upper()} toward {source.upper()}: + ({source.upper()} − {cfg.model.upper()}) "
+            f"mean at {hook} layer{'s' if len(layers) > 1 else ''} {where}",
             "arm",
             cfg.model,
             edits,
@@ -186,7 +192,7 @@ def plan_arms(data: RunData) -> list[Arm]:
     return arms
 
 
-def draw_placebos(arm: Arm, model: nn.Module, n: int, seed: int) -> list[tuple[Edit, ...]]:
+def draw_placebos(arm: Arm, model: PreTrainedModel, n: int, seed: int) -> list[tuple[Edit, ...]]:
     """The arm's ``n`` placebo arms: each edit replaced by the k-th member of its placebo family."""
     if not arm.placebo or n == 0:
         return []

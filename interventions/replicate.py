@@ -1,4 +1,4 @@
-"""``replicate``: the whole §7 study of one SFT/DPO pair, stage by stage, each resuming where it stopped, ending in the report.
+"""``replicate``: the whole §7 study of one SFT/DPO pair, stage by stage, each resuming where it stopped, then a report.
 
 Stages, each the library call behind one ``probe`` command, with that command's defaults unless
 :class:`ReplicateOptions` says otherwise:
@@ -10,13 +10,14 @@ explain     neuron cards of each capability's top units (``probe explain``)
 intervene   the A/B on multi_turn with its controls (``probe intervene RUN -c multi_turn --limit 48 --no-collateral``;
             resumes batch by batch)
 evaluate    compliance of base, SFT and DPO (``probe models eval``, :data:`EVAL_ROWS` rows by default)
-report      ``RUN_DIR/report.html`` (``probe report``)
+report      the run's report (``probe report``)
 ==========  =====================================================================================
 
 A stage whose outputs are already complete is skipped (:meth:`Stage.complete`); an interrupted
 one starts again where its own resume lets it (recorded batches, finished generation passes) or
-from its start (analyze, explain, evaluate: minutes at most). ``RUN_DIR/replicate.json`` keeps the
-options, the command line that reproduces the run and each stage's estimated and measured time.
+from its start (analyze, explain, evaluate: minutes at most). The replicate record
+(:attr:`core.run_dir.RunDir.replicate_file`) keeps the options, the command line that reproduces
+the run and each stage's estimated and measured time.
 
 Before anything runs, :func:`plan` estimates each stage's time from the model's parameter count,
 the rows, the prompt tokens and the new tokens, at the pace measured on the default pair on this
@@ -24,7 +25,9 @@ project's 2-core CPU machine (:mod:`interventions.replicate_estimate`). It is an
 other machines, other loads, early stops and the shared decoding engine move it.
 
 Example:
-    >>> options = ReplicateOptions(sft_dir=Path("s"), dpo_dir=Path("d"), data_file=Path("t.jsonl"), out_dir=Path("runs/r"))
+    >>> options = ReplicateOptions(
+    ...     sft_dir=Path("s"), dpo_dir=Path("d"), data_file=Path("t.jsonl"), out_dir=Path("runs/r")
+    ... )
     >>> options.command()
     'probe replicate --sft s --dpo d --data t.jsonl --out runs/r'
 """
@@ -36,9 +39,10 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import Interrupted
+from core.run_dir import RunDir
 from interventions.replicate_checks import (
     all_explained,
     analysed,
@@ -50,16 +54,21 @@ from interventions.replicate_checks import (
     recorded_complete,
 )
 from interventions.replicate_estimate import estimate, minutes
-from interventions.study_layout import EVAL_FILE, INTERVENTION_DIR, REPLICATE_FILE, REPORT_FILE, q
+from interventions.study_layout import INTERVENTION_DIR, q
 from interventions.study_verdicts import TARGET
+
+if TYPE_CHECKING:
+    from interventions.config import ABConfig
+    from probes.config import RecordConfig
 
 Progress = Callable[[str], None]
 
-EVAL_ROWS = 280  # rows of the test split `models eval` judges by default here (spread over tasks): half the default pair's split
+# rows of the test split `models eval` judges by default here (spread over tasks): half the default pair's split
+EVAL_ROWS = 280
 EXPLAIN_TOP = 10  # neuron cards per capability
-# The A/B: probe intervene's defaults (scale at the paper's factor, the factor-0 control, 20 placebo sets, its token limit),
-# except that it generates TARGET_ROWS multi_turn rows and no collateral capability, to fit the 45-minute budget on the
-# default pair (2 cores): no claim reads the collateral rows. --limit and --collateral give them back.
+# The A/B: probe intervene's defaults (scale at the paper's factor, the factor-0 control, 20 placebo sets, its token
+# limit), except that it generates TARGET_ROWS multi_turn rows and no collateral capability, to fit the 45-minute
+# budget on the default pair (2 cores): no claim reads the collateral rows. --limit and --collateral give them back.
 TARGET_ROWS = 48
 COLLATERAL = False
 PAIR_BUILD_SECONDS = {
@@ -149,19 +158,19 @@ class ReplicateResult:
 # --- the stages ------------------------------------------------------------------------------------------------------
 
 
-def ab_config(options: ReplicateOptions) -> Any:
+def ab_config(options: ReplicateOptions) -> ABConfig:
+    from core.config_file import from_settings
     from interventions.config import ABConfig
 
-    return ABConfig(
-        run_dir=options.out_dir,
-        capability=TARGET,
-        out_dir=options.out_dir / "interventions" / INTERVENTION_DIR,
-        **options.intervention(),
+    out_dir = RunDir(options.out_dir).intervention(INTERVENTION_DIR).root
+    return from_settings(
+        ABConfig, dict(run_dir=options.out_dir, capability=TARGET, out_dir=out_dir, **options.intervention())
     )
 
 
 def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | None = None) -> list[Stage]:
-    """The stages with their estimates (module doc); nothing runs. ``kept`` receives the report's study when it is made."""
+    """The stages with their estimates (module doc); nothing runs.
+    ``kept`` receives the report's study when it is made."""
     from probes.config import RecordConfig
 
     record_config = RecordConfig(
@@ -201,8 +210,8 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
         Stage(
             "intervene",
             f"A/B on {TARGET}: edits {','.join(config.edits)}, factors {', '.join(repr(f) for f in config.factors)}, "
-            f"{config.placebo} placebo sets, {config.limit or 'all'} {TARGET} rows{' and collateral rows' if config.collateral else ''}, "
-            f"{config.max_new_tokens} new tokens",
+            f"{config.placebo} placebo sets, {config.limit or 'all'} {TARGET} "
+            f"rows{' and collateral rows' if config.collateral else ''}, {config.generation.max_new_tokens} new tokens",
             seconds["intervene"],
             lambda: intervention_complete(out, options.intervention()),
             lambda: _intervene(config, progress),
@@ -216,7 +225,7 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
         ),
         Stage(
             "report",
-            f"{out / REPORT_FILE}",
+            f"{RunDir(out).report_file}",
             seconds["report"],
             lambda: False,
             lambda: _report(out, kept if kept is not None else {}),
@@ -224,7 +233,7 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
     ]
 
 
-def _record(config: Any) -> str:
+def _record(config: RecordConfig) -> str:
     from probes.recording import record_run
 
     result = record_run(config, progress=False)
@@ -253,7 +262,7 @@ def _explain(options: ReplicateOptions, progress: Progress) -> str:
     return f"cards for {', '.join(done) or 'nothing new'}"
 
 
-def _intervene(config: Any, progress: Progress) -> str:
+def _intervene(config: ABConfig, progress: Progress) -> str:
     from interventions.ab import run_ab
 
     report = run_ab(config, progress=progress)
@@ -276,8 +285,8 @@ def _evaluate(options: ReplicateOptions, progress: Progress) -> str:
         progress=lambda name: progress(f"generating and judging: {name}"),
         base_dir=options.base_dir,
     )
-    result.save(options.out_dir / EVAL_FILE)
-    return f"{sum(result.task_counts.values())} rows -> {options.out_dir / EVAL_FILE}"
+    result.save(RunDir(options.out_dir).eval_file)
+    return f"{sum(result.task_counts.values())} rows -> {RunDir(options.out_dir).eval_file}"
 
 
 def _report(out: Path, kept: dict[str, Any]) -> str:
@@ -305,13 +314,13 @@ def _save(options: ReplicateOptions, stages: list[Stage], started: str) -> None:
             for s in stages
         ],
     }
-    write_atomic(options.out_dir / REPLICATE_FILE, json.dumps(body, indent=1) + "\n")
+    write_atomic(RunDir(options.out_dir).replicate_file, json.dumps(body, indent=1) + "\n")
 
 
 def _previous_seconds(out: Path) -> dict[str, float]:
-    """Each stage's measured seconds in an earlier ``replicate.json`` of this run (kept for the stages skipped now)."""
+    """Each stage's measured seconds in an earlier replicate record of this run (kept for the stages skipped now)."""
     try:
-        body = json.loads((out / REPLICATE_FILE).read_text(encoding="utf-8"))
+        body = json.loads(RunDir(out).replicate_file.read_text(encoding="utf-8"))
         return {
             str(s["name"]): float(s["seconds"])
             for s in body.get("stages", [])
@@ -322,7 +331,7 @@ def _previous_seconds(out: Path) -> dict[str, float]:
 
 
 def run_stages(options: ReplicateOptions, stages: list[Stage], progress: Progress) -> ReplicateResult:
-    """Run the stages in order, skipping complete ones; ``replicate.json`` after each. Ctrl-C says where to resume."""
+    """Run the stages in order, skipping complete ones; the replicate record after each. Ctrl-C says where to resume."""
     started, began = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
     options.out_dir.mkdir(parents=True, exist_ok=True)
     before = _previous_seconds(options.out_dir)
@@ -339,13 +348,16 @@ def run_stages(options: ReplicateOptions, stages: list[Stage], progress: Progres
             line = stage.run()
         except (KeyboardInterrupt, Interrupted) as exc:
             raise Interrupted(
-                f"replicate stopped in stage {stage.name}{f' ({exc})' if str(exc) else ''}; finished stages are kept: rerun "
-                f"`{options.command()}` to resume"
+                f"replicate stopped in stage {stage.name}{f' ({exc})' if str(exc) else ''}; finished stages are kept: "
+                f"rerun `{options.command()}` to resume"
             ) from None
         stage.status, stage.seconds = "done", time.perf_counter() - start
         progress(
-            f"[{number}/{len(stages)}] {stage.name}: {line} ({minutes(stage.seconds)}, estimated {minutes(stage.estimate_s)})"
+            f"[{number}/{len(stages)}] {stage.name}: {line} ({minutes(stage.seconds)}, "
+            f"estimated {minutes(stage.estimate_s)})"
         )
         _save(options, stages, started)
     _save(options, stages, started)
-    return ReplicateResult(options.out_dir, stages, options.out_dir / REPORT_FILE, seconds=time.perf_counter() - began)
+    return ReplicateResult(
+        options.out_dir, stages, RunDir(options.out_dir).report_file, seconds=time.perf_counter() - began
+    )

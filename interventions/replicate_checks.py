@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.errors import ProbeError
-from interventions.study_layout import EVAL_FILE, INTERVENTION_DIR
+from core.run_dir import RunDir
+from interventions.study_layout import INTERVENTION_DIR
 
 if TYPE_CHECKING:
     from interventions.replicate import ReplicateOptions
@@ -39,7 +40,7 @@ def recorded_complete(options: ReplicateOptions) -> bool:
     """Every capability of the data file recorded in full for both models, from these model directories."""
     from probes.store import RunReader
 
-    if not (options.out_dir / "activations.h5").is_file():
+    if not RunDir(options.out_dir).activations.is_file():
         return False
     try:
         with RunReader(options.out_dir) as run:
@@ -57,8 +58,8 @@ def analysis_complete(out: Path) -> bool:
     from analysis.summary import AnalysisSummary
     from probes.store import RunReader
 
-    summary = out / "analysis" / "summary.json"
-    if not newer(summary, out / "activations.h5"):
+    summary = RunDir(out).analysis.summary
+    if not newer(summary, RunDir(out).activations):
         return False
     try:
         with RunReader(out) as run:
@@ -69,15 +70,15 @@ def analysis_complete(out: Path) -> bool:
 
 
 def explained(out: Path, capability: str) -> bool:
-    summary = out / "analysis" / "summary.json"
-    return any(newer(p, summary) for p in (out / "analysis").glob(f"explain_{capability}_*.json"))
+    analysis = RunDir(out).analysis
+    return any(newer(p, analysis.summary) for p in analysis.explain_records(capability))
 
 
 def intervention_complete(out: Path, given: dict[str, Any]) -> bool:
     from interventions.results import ABReport
 
-    path = out / "interventions" / INTERVENTION_DIR / "ab_report.json"
-    if not newer(path, out / "analysis" / "summary.json"):
+    path = RunDir(out).intervention(INTERVENTION_DIR).report
+    if not newer(path, RunDir(out).analysis.summary):
         return False
     try:
         config = ABReport.load(path).config
@@ -87,8 +88,8 @@ def intervention_complete(out: Path, given: dict[str, Any]) -> bool:
 
 
 def evaluation_complete(options: ReplicateOptions) -> bool:
-    """``eval.json`` judges these two models on as many rows as asked."""
-    path = options.out_dir / EVAL_FILE
+    """The evaluation file judges these two models on as many rows as asked."""
+    path = RunDir(options.out_dir).eval_file
     if not path.is_file():
         return False
     try:
@@ -108,7 +109,7 @@ def analysed(out: Path) -> list[str]:
     from analysis.summary import AnalysisSummary
 
     try:
-        return list(AnalysisSummary.load(out / "analysis" / "summary.json").capabilities)
+        return list(AnalysisSummary.load(RunDir(out).analysis.summary).capabilities)
     except ProbeError:
         return []
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from interventions.config import ABConfig
     from interventions.replicate import ReplicateOptions
 
 # Pace on the default pair (SmolLM2-135M, 134.5 M parameters), CPU float32, the project's 2-core machine, 2026-11-23:
@@ -72,8 +73,9 @@ def prompt_tokens(sft_dir: Path, data_file: Path) -> dict[str, list[int]]:
     return {cap.value: [lengths[i] for i, _ in items] for cap, items in groups.items() if items}
 
 
-def ab_passes(config: Any) -> tuple[float, int]:
-    """(generation passes weighted by cost, rows) of an A/B config: baselines, arms and placebo arms (interventions.recipes)."""
+def ab_passes(config: ABConfig) -> tuple[float, int]:
+    """(generation passes weighted by cost, rows) of an A/B config: baselines,
+    arms and placebo arms (interventions.recipes)."""
     arms = {"scale": (len(config.factors), 1), "mean": (1, 1), "patch": (2, 2), "steer": (1, 1)}
     weight, placebo_arms, models = 0.0, 0, {config.model}
     for name in config.edits:
@@ -86,7 +88,7 @@ def ab_passes(config: Any) -> tuple[float, int]:
     return weight + len(models), placebo_arms
 
 
-def estimate(options: ReplicateOptions, ab_config: Any) -> dict[str, float]:
+def estimate(options: ReplicateOptions, ab_config: ABConfig) -> dict[str, float]:
     """Seconds per stage (module doc: an estimate at the default pair's measured pace, scaled)."""
     from core.rows import read_test_rows
     from interventions.ab import select_rows
@@ -107,7 +109,7 @@ def estimate(options: ReplicateOptions, ab_config: Any) -> dict[str, float]:
         "record": 10 * scale + 2 * sum(map(sum, lengths.values())) * PROMPT_SECONDS * scale,
         "analyze": 5.0 + 2.0 * len(lengths),
         "explain": EXPLAIN_SECONDS * scale * len(lengths),
-        "intervene": 10 * scale + weight * len(unique) * per_row(ab_config.max_new_tokens),
+        "intervene": 10 * scale + weight * len(unique) * per_row(ab_config.generation.max_new_tokens),
         "evaluate": 10 * scale + models * n_eval * per_row(options.max_new_tokens or EVAL_GENERATION.max_new_tokens),
         "report": 10.0 + 2.0 * len(lengths),
     }

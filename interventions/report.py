@@ -1,4 +1,4 @@
-"""Write an A/B run to disk: ``ab_report.json``, ``ab_report.md`` and ``generations.jsonl``.
+"""Write an A/B run to disk: its report as JSON and markdown, and its generations (:mod:`core.run_dir`).
 
 The markdown starts with one table of every arm on the target capability, the same columns
 for every edit kind: Δ with its 95% CI, the exact McNemar p, where Δ falls among the arm's
@@ -22,21 +22,22 @@ from typing import Any
 from core.atomic import write_atomic
 from core.capabilities import capabilities_of
 from core.generation import Generations
+from core.run_dir import InterventionDir
 from core.schema import TestRow
 from interventions.results import ABReport, ArmResult
 from interventions.scoring import ArmScores
 
 
-def fmt_pct(x: float) -> str:
+def fmt_pct(x: float | None) -> str:
     return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
 
 
-def fmt_delta(x: float) -> str:
+def fmt_delta(x: float | None) -> str:
     """A difference of proportions in percentage points."""
     return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:+.1f}"
 
 
-def fmt_p(p: float) -> str:
+def fmt_p(p: float | None) -> str:
     if p is None or not math.isfinite(p):
         return "n/a"
     return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
@@ -61,7 +62,8 @@ def _placebo_cell(placebo: dict[str, Any] | None) -> str:
 
 def arm_table(arm: ArmResult) -> list[str]:
     lines = [
-        "| capability | n | before | after | Δ (pts) | 95% CI | McNemar p | placebo pct | generations changed | ROUGE-L before→after | BLEU before→after |",
+        "| capability | n | before | after | Δ (pts) | 95% CI | McNemar p | placebo pct | generations changed | "
+        "ROUGE-L before→after | BLEU before→after |",
         "|---|---:|---:|---:|---:|---|---:|---|---:|---|---|",
     ]
     for c in arm.capabilities:
@@ -69,7 +71,8 @@ def arm_table(arm: ArmResult) -> list[str]:
         lines.append(
             f"| {name} | {c.n_scored} | {fmt_pct(c.before)} | {fmt_pct(c.after)} | {fmt_delta(c.delta)} | "
             f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}] | {fmt_p(c.p_value)} | {_placebo_cell(c.placebo)} | "
-            f"{c.rows_changed}/{c.n_rows} | {c.rouge_l_before:.3f}→{c.rouge_l_after:.3f} | {c.bleu_before:.1f}→{c.bleu_after:.1f} |"
+            f"{c.rows_changed}/{c.n_rows} | {c.rouge_l_before:.3f}→{c.rouge_l_after:.3f} | "
+            f"{c.bleu_before:.1f}→{c.bleu_after:.1f} |"
         )
     return lines
 
@@ -83,8 +86,10 @@ def markdown(report: ABReport) -> str:
     out = [
         f"# A/B intervention: {report.capability} ({report.model} model)",
         "",
-        f"- model: `{report.model_dir}` ({report.dtype}, backend {report.backend}); data: `{report.data_file}`; judge: {report.judge}",
-        f"- units: {n['size']} units of `{n['hook']}` (layer:count {layers}); selection: {n['selection'] or n['metric']}",
+        f"- model: `{report.model_dir}` ({report.dtype}, backend {report.backend}); data: `{report.data_file}`; "
+        f"judge: {report.judge}",
+        f"- units: {n['size']} units of `{n['hook']}` (layer:count {layers}); selection: "
+        + ("every rule's own units, below" if report.selection else f"{n['selection'] or n['metric']}"),
         f"- baselines: {baselines}",
         "",
     ]
@@ -93,6 +98,10 @@ def markdown(report: ABReport) -> str:
     out.extend(f"> **WARNING:** {w}" for w in other)
     if other:
         out.append("")
+    if report.selection:
+        from interventions.select_compare import selection_markdown
+
+        out.extend(selection_markdown(report))
     out.extend(summary_table(report))
     for arm in report.arms:
         out.append(f"## {arm.label or arm.name} ({arm.role}, {arm.model} model)")
@@ -105,7 +114,7 @@ def markdown(report: ABReport) -> str:
             out.append("")
         out.extend(arm_table(arm))
         out.append("")
-    if len(report.scale_arms) > 1:
+    if len(report.scale_arms) > 1 and not report.selection:  # under --select each rule has one scale arm
         out.extend(dose_table(report))
     return "\n".join(out) + "\n"
 
@@ -140,15 +149,17 @@ def dose_table(report: ABReport) -> list[str]:
     lines = [
         f"## Dose sweep ({report.capability})",
         "",
-        "| factor | role | after | Δ (pts) | 95% CI | McNemar p | generations changed | changed in dtype | hook values changed | no-op |",
+        "| factor | role | after | Δ (pts) | 95% CI | McNemar p | generations changed | changed in dtype | hook "
+        "values changed | no-op |",
         "|---:|---|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for arm in report.scale_arms:
         c, g = arm.capability(report.capability), arm.guard
         hook = "n/a" if g.values_changed is None else f"{g.values_changed}/{g.values_seen}"
         lines.append(
-            f"| {arm.factor!r} | {arm.role} | {fmt_pct(c.after)} | {fmt_delta(c.delta)} | [{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}] | "
-            f"{fmt_p(c.p_value)} | {g.rows_changed}/{g.rows} | {100 * g.changed_fraction_in_dtype:.1f}% | {hook} | {'YES' if g.is_noop else 'no'} |"
+            f"| {arm.factor!r} | {arm.role} | {fmt_pct(c.after)} | {fmt_delta(c.delta)} | [{fmt_delta(c.ci_low)}, "
+            f"{fmt_delta(c.ci_high)}] | {fmt_p(c.p_value)} | {g.rows_changed}/{g.rows} | "
+            f"{100 * g.changed_fraction_in_dtype:.1f}% | {hook} | {'YES' if g.is_noop else 'no'} |"
         )
     return lines + [""]
 
@@ -172,7 +183,8 @@ def generation_records(
     main_model: str,
     arms: dict[str, tuple[str, Generations]],
 ) -> list[dict[str, Any]]:
-    """One record per row: its baseline(s), every arm's text, and whether the arm changed its tokens (``arms``: name -> (model, generations))."""
+    """One record per row: its baseline(s), every arm's text, and whether the arm changed its tokens (``arms``:
+    name -> (model, generations))."""
     records = []
     for k, row in enumerate(rows):
         records.append(
@@ -201,17 +213,14 @@ def write_report(
     out_dir: Path,
 ) -> ABReport:
     out_dir.mkdir(parents=True, exist_ok=True)
-    report.paths = {
-        "json": str(out_dir / "ab_report.json"),
-        "markdown": str(out_dir / "ab_report.md"),
-        "generations": str(out_dir / "generations.jsonl"),
-    }
+    files = InterventionDir(out_dir)
+    report.paths = {"json": str(files.report), "markdown": str(files.markdown), "generations": str(files.generations)}
     by_name = {arm.name: (arm.model, arms[arm.name]) for arm in report.arms}
     lines = [
         json.dumps(r, ensure_ascii=False)
         for r in generation_records(rows, row_ids, baselines, base_scores, report.model, by_name)
     ]
-    write_atomic(out_dir / "generations.jsonl", "\n".join(lines) + "\n")
-    write_atomic(out_dir / "ab_report.md", markdown(report))
-    write_atomic(out_dir / "ab_report.json", json.dumps(_finite(report.to_dict()), indent=1, allow_nan=False) + "\n")
+    write_atomic(files.generations, "\n".join(lines) + "\n")
+    write_atomic(files.markdown, markdown(report))
+    write_atomic(files.report, json.dumps(_finite(report.to_dict()), indent=1, allow_nan=False) + "\n")
     return report

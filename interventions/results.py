@@ -84,13 +84,14 @@ def build_guard(
         flags.append("the hooks did not change a single activation value during generation")
     if rows_changed == 0 and rows > 0:
         flags.append(
-            f"not a single generated token changed vs the baseline on {rows} prompts: treat Δ=0 as a no-op, not as a null result"
+            f"not a single generated token changed vs the baseline on {rows} prompts: treat Δ=0 as a no-op, "
+            "not as a null result"
         )
     faults = (
         [
             f"{edit} broke the model: its logits were inf/NaN or the same for every token at {degenerate} forward "
-            "positions, so these generations are degenerate (often empty) and say nothing about the units; use an edit of "
-            "moderate size"
+            "positions, so these generations are degenerate (often empty) and say nothing about the units; "
+            "use an edit of moderate size"
         ]
         if degenerate
         else []
@@ -143,9 +144,8 @@ class ArmResult:
     label: str = ""  # what it did, in words
     model: str = "dpo"  # the model that generated
     edits: list[dict[str, Any]] = field(default_factory=list)  # each edit's full description
-    placebo: dict[str, Any] = field(
-        default_factory=dict
-    )  # n_sets, seed, family, skipped; per-capability results in capabilities
+    # n_sets, seed, family, skipped; per-capability results in capabilities
+    placebo: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.name = self.name or f"scale {self.factor!r}"
@@ -192,6 +192,8 @@ class ABReport:
     config: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     paths: dict[str, str] = field(default_factory=dict)
+    # --select: each rule's units, their source and overlap, the verdicts (interventions.select_compare)
+    selection: dict[str, Any] = field(default_factory=dict)
 
     @property
     def baseline(self) -> dict[str, Any]:
@@ -222,6 +224,11 @@ class ABReport:
             if arm.name == name:
                 return arm
         raise KeyError(name)
+
+    def units_of(self, arm: ArmResult) -> dict[str, Any]:
+        """The units ``arm`` edited (``neurons``'s description): its rule's under ``--select``, else the report's."""
+        rule = next((r for r in self.selection.get("rules", []) if arm.name in r["arms"]), None)
+        return rule["units"] if rule else self.neurons
 
     def to_dict(self) -> dict[str, Any]:
         body = {f.name: getattr(self, f.name) for f in fields(self)}

@@ -29,17 +29,20 @@ import functools
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
-from torch import nn
 
 from analysis.neuron_sets import NeuronSet
 from core.errors import ProbeError
+from interventions.config import PAPER_FACTOR
 from interventions.sites import EditStats
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 ScaleStats = EditStats  # the former name
 
-PAPER_FACTOR: float = 1.0 - 1e-6
 FLOAT32_MAX: float = float(torch.finfo(torch.float32).max)
 
 
@@ -49,7 +52,8 @@ def validate_factor(factor: float, name: str = "--factor") -> float:
         raise ProbeError(f"{name} must be a finite number (0 ablates, 1 is no change), got {factor!r}")
     if abs(float(factor)) > FLOAT32_MAX:
         raise ProbeError(
-            f"{name} {factor!r} overflows float32 (largest {FLOAT32_MAX:.4g}), in which the edit is computed; use a factor of moderate size"
+            f"{name} {factor!r} overflows float32 (largest {FLOAT32_MAX:.4g}), in which the edit is computed; "
+            "use a factor of moderate size"
         )
     return float(factor)
 
@@ -72,7 +76,7 @@ def parse_factors(spec: str, name: str = "--dose") -> list[float]:
 
 
 @contextmanager
-def scaled_units(model: nn.Module, neurons: NeuronSet, factor: float = PAPER_FACTOR) -> Iterator[EditStats]:
+def scaled_units(model: PreTrainedModel, neurons: NeuronSet, factor: float = PAPER_FACTOR) -> Iterator[EditStats]:
     """Within the block, every forward of ``model`` sees the units of ``neurons`` scaled by ``factor``
     (the same as ``edits(model, Scale(neurons, factor))``)."""
     from interventions.edits import Scale, edits

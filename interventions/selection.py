@@ -15,16 +15,18 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from analysis.neuron_sets import Neuron, NeuronSet
 from core.errors import ProbeError
+from core.run_dir import RunDir
 from probes.hook_points import n_layers, validate_hook, width
 
-MAX_INDEX = (
-    1 << 20
-)  # wider than any hook point and deeper than any model: a range past it is a typo, refused before it is expanded
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+# wider than any hook point and deeper than any model: a range past it is a typo, refused before it is expanded
+MAX_INDEX = 1 << 20
 
 
 def parse_units(spec: str, hook: str = "mlp_out") -> NeuronSet:
@@ -49,7 +51,8 @@ def parse_units(spec: str, hook: str = "mlp_out") -> NeuronSet:
             ) from None
         if layer >= MAX_INDEX or hi >= MAX_INDEX:
             raise ProbeError(
-                f"--units {spec!r}: {part!r} reaches past {MAX_INDEX - 1}, beyond any model's layers and units; check the range"
+                f"--units {spec!r}: {part!r} reaches past {MAX_INDEX - 1}, beyond any model's layers and units; "
+                "check the range"
             )
         neurons.extend(Neuron(layer, unit) for unit in range(lo, hi + 1))
     if not neurons:
@@ -75,7 +78,8 @@ def top_k_of(neurons: NeuronSet, k: int) -> NeuronSet:
         raise ProbeError(f"--top-k must be at least 1, got {k}")
     if k > len(neurons):
         raise ProbeError(
-            f"--top-k {k}: the ranking has only {len(neurons)} units; ask for fewer or re-run `probe analyze --top-k {k}`"
+            f"--top-k {k}: the ranking has only {len(neurons)} units; "
+            f"ask for fewer or re-run `probe analyze --top-k {k}`"
         )
     ranked = sorted(neurons.neurons, key=lambda n: (-abs(n.delta), n.layer, n.unit))[:k]
     selection = {**neurons.selection, "top_k": k}
@@ -87,23 +91,26 @@ def top_k_of(neurons: NeuronSet, k: int) -> NeuronSet:
 def ranking_from_run(run_dir: str | Path, capability: str, hook: str, k: int) -> NeuronSet:
     """Top ``k`` units of the run's discrepancy ranking for one capability and hook point.
 
-    Uses ``RUN_DIR/analysis/neurons_<capability>_<hook>.json`` when it holds at least
-    ``k`` units; otherwise ranks afresh through :func:`analysis.analyze_run` into
-    ``RUN_DIR/analysis/top<k>/`` (so an existing analysis is never overwritten).
+    Uses the neuron set of the run's analysis when it holds at least ``k`` units; otherwise
+    ranks afresh through :func:`analysis.analyze_run` into the analysis's ``top<k>``
+    folder (:meth:`core.run_dir.AnalysisDir.top`; an existing analysis is never overwritten).
     """
     if k < 1:
         raise ProbeError(f"--top-k must be at least 1, got {k}")
-    existing = Path(run_dir) / "analysis" / f"neurons_{capability}_{hook}.json"
+    analysis = RunDir(run_dir).analysis
+    existing = analysis.neuron_set(capability, hook)
     if existing.is_file():
         ranked = NeuronSet.load(existing)
         if len(ranked) >= k:
             return top_k_of(ranked, k)
-    out_dir = Path(run_dir) / "analysis" / f"top{k}"
-    target = out_dir / f"neurons_{capability}_{hook}.json"
+    out_dir = analysis.top(k).root
+    target = analysis.top(k).neuron_set(capability, hook)
     if not target.is_file():
-        from analysis import analyze_run  # analysis is upstream of interventions
+        from analysis import AnalysisConfig, analyze_run  # analysis is upstream of interventions
 
-        analyze_run(run_dir, capabilities=[capability], hooks=[hook], top_k=k, out_dir=out_dir, plots=False)
+        analyze_run(
+            run_dir, AnalysisConfig(top_k=k), capabilities=[capability], hooks=[hook], out_dir=out_dir, plots=False
+        )
     if not target.is_file():
         raise ProbeError(
             f"{run_dir}: analysis wrote no ranking for capability={capability} hook={hook}; was it recorded?"
@@ -118,12 +125,13 @@ def analysed_neuron_set(run_dir: str | Path, capability: str, hook: str) -> Neur
     analysed, so it is named with what the run did record; only a recorded one gets
     "run ``probe analyze``".
     """
-    path = Path(run_dir) / "analysis" / f"neurons_{capability}_{hook}.json"
+    path = RunDir(run_dir).analysis.neuron_set(capability, hook)
     if path.is_file():
         return NeuronSet.load(path)
     require_recorded(run_dir, capability, hook)
     raise ProbeError(
-        f"{path}: no neuron set for capability={capability} hook={hook}; run `probe analyze {run_dir}` or pass --top-k/--neurons/--units"
+        f"{path}: no neuron set for capability={capability} hook={hook}; "
+        f"run `probe analyze {run_dir}` or pass --top-k/--neurons/--units"
     )
 
 
@@ -134,18 +142,19 @@ def require_recorded(run_dir: str | Path, capability: str, hook: str) -> None:
         recorded = run.capabilities()
         if capability not in recorded:
             raise ProbeError(
-                f"{run_dir}: capability {capability!r} was not recorded in this run (recorded: {', '.join(recorded) or 'none'}); "
-                f"choose one of those with --capability, or record it with `probe run --capability {capability}`"
+                f"{run_dir}: capability {capability!r} was not recorded in this run (recorded: "
+                f"{', '.join(recorded) or 'none'}); choose one of those with --capability, "
+                f"or record it with `probe run --capability {capability}`"
             )
         hooks = [h for h in run.hooks(capability, MODELS[0]) if all(h in run.hooks(capability, m) for m in MODELS)]
         if hook not in hooks:
             raise ProbeError(
-                f"{run_dir}: hook {hook!r} was not recorded for capability {capability!r} (recorded: {', '.join(hooks) or 'none'}); "
-                "choose one of those with --hook"
+                f"{run_dir}: hook {hook!r} was not recorded for capability {capability!r} (recorded: "
+                f"{', '.join(hooks) or 'none'}); choose one of those with --hook"
             )
 
 
-def check_against_model(neurons: NeuronSet, model: nn.Module, source: str = "neuron set") -> None:
+def check_against_model(neurons: NeuronSet, model: PreTrainedModel, source: str = "neuron set") -> None:
     """Raise :class:`ProbeError` if a layer or unit lies outside the model's hook point."""
     validate_hook(neurons.hook)
     total, units = n_layers(model), width(model, neurons.hook)
@@ -158,6 +167,24 @@ def check_against_model(neurons: NeuronSet, model: nn.Module, source: str = "neu
             raise ProbeError(
                 f"{source}: unit {n.unit} of layer {n.layer} is outside {neurons.hook}, which has units 0-{units - 1}"
             )
+
+
+def merged(sets: list[NeuronSet]) -> NeuronSet:
+    """Every unit of ``sets`` (one hook point) once, in first-seen order: all that several selection rules edit."""
+    seen: dict[tuple[int, int], Neuron] = {}
+    for neurons in sets:
+        for n in neurons.neurons:
+            seen.setdefault((n.layer, n.unit), Neuron(n.layer, n.unit))
+    first = sets[0]
+    return NeuronSet(
+        list(seen.values()),
+        first.hook,
+        metric="merged",
+        capability=first.capability,
+        selection={"rule": "merged", "rules": [s.metric for s in sets]},
+        run_dir=first.run_dir,
+        model_hashes=dict(first.model_hashes),
+    )
 
 
 def describe(neurons: NeuronSet) -> dict[str, object]:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from core.stats import discordant, mcnemar_p, paired, paired_bootstrap_ci
+from core.stats import Outcomes, discordant, mcnemar_p, paired, paired_bootstrap_ci
 
 
 @dataclass(frozen=True)
@@ -49,14 +49,14 @@ class PairedDelta:
         return {**out, "discordant_lost": mc["b"], "discordant_gained": mc["c"], "p_value": mc["p_value"]}
 
 
-def mcnemar_exact(before: Sequence[int], after: Sequence[int]) -> McNemar:
+def mcnemar_exact(before: Outcomes, after: Outcomes) -> McNemar:
     """Exact (binomial) McNemar test on paired 0/1 outcomes."""
     b, c = discordant(*paired(before, after))
     return McNemar(b, c, float(mcnemar_p(b, c)))
 
 
 def paired_delta(
-    before: Sequence[int], after: Sequence[int], *, n_resamples: int = 10_000, seed: int = 0, with_ci: bool = True
+    before: Outcomes, after: Outcomes, *, n_resamples: int = 10_000, seed: int = 0, with_ci: bool = True
 ) -> PairedDelta:
     """Compliance before/after, Δ with its 95% paired bootstrap CI, and the exact McNemar test.
 

@@ -1,12 +1,12 @@
 """Everything a replication report of the paper's §7 says, gathered from one run directory as typed records.
 
-:func:`gather_study` reads what ``RUN_DIR`` holds, and only that: the recording
-(``activations.h5``), the analysis (``analysis/summary.json``, the maps, the neuron cards of
-``probe explain``), the interventions (``interventions/*/ab_report.json``), an evaluation of the
-pair (``eval.json``, from ``probe models eval --out``) and, when ``probe replicate`` made the
-run, its record (``replicate.json``). Every part may be missing or unreadable: it then becomes a
-:class:`Missing` item naming the command that adds it, and the claims that needed it get a
-``not run`` verdict (:mod:`interventions.study_verdicts`); nothing raises past a part.
+:func:`gather_study` reads what ``RUN_DIR`` holds, and only that (:class:`core.run_dir.RunDir`
+names the files): the recording, the analysis (the summary, the maps, the neuron cards of
+``probe explain``), the A/B reports under ``interventions/``, an evaluation of the pair (from
+``probe models eval --out``) and, when ``probe replicate`` made the run, its record. Every part
+may be missing or unreadable: it then becomes a :class:`Missing` item naming the command that adds
+it, and the claims that needed it get a ``not run`` verdict (:mod:`interventions.study_verdicts`);
+nothing raises past a part.
 
 The verdicts are decided by the rules of :mod:`interventions.study_verdicts`, from records built
 out of the files (:mod:`interventions.study_evidence`), and rendered by :mod:`interventions.study_html`.
@@ -33,8 +33,9 @@ from analysis.maps import MetricMaps
 from analysis.summary import AnalysisSummary
 from core.capabilities import ALL_CAPABILITIES
 from core.errors import ProbeError
+from core.run_dir import InterventionDir, RunDir
 from interventions.results import ABReport, ArmResult
-from interventions.study_layout import EVAL_FILE, REPLICATE_FILE, TARGET, Commands
+from interventions.study_layout import TARGET, Commands
 from interventions.study_verdicts import Verdict
 
 PAPER_HOOK = "mlp_out"  # the paper's Llama hook point: the claims read it when it was analysed
@@ -77,9 +78,8 @@ class Study:
     models: list[ModelEntry] = field(default_factory=list)
     data_file: str = ""
     data_sha256: str = ""
-    recording: dict[str, Any] = field(
-        default_factory=dict
-    )  # hooks, layers, position, capabilities, n per capability, when
+    # hooks, layers, position, capabilities, n per capability, when
+    recording: dict[str, Any] = field(default_factory=dict)
     summary: AnalysisSummary | None = None
     hook: str = PAPER_HOOK
     maps: dict[str, MetricMaps] = field(default_factory=dict)  # capability -> maps at ``hook``
@@ -103,26 +103,28 @@ class Study:
 
 
 def gather_study(run_dir: str | Path, eval_file: str | Path | None = None) -> Study:
-    """Read ``run_dir`` into a :class:`Study` with its verdicts; one :class:`ProbeError` only when it is no run at all."""
+    """Read ``run_dir`` into a :class:`Study` with its verdicts;
+    one :class:`ProbeError` only when it is no run at all."""
     from core.provenance import library_versions
 
-    run_path = Path(run_dir)
-    if not (run_path / "activations.h5").is_file() and not (run_path / "analysis" / "summary.json").is_file():
+    run_path, run = Path(run_dir), RunDir(run_dir)
+    if not run.activations.is_file() and not run.analysis.summary.is_file():
         raise ProbeError(
-            f"{run_path}: not a run directory (no activations.h5, no analysis/summary.json); make one with "
+            f"{run_path}: not a run directory (no {run.activations.name}, no "
+            f"{run.analysis.summary.relative_to(run.root).as_posix()}); make one with "
             f"`probe replicate --out {run_path}` (or `probe run ... --out {run_path}`)"
         )
     versions = library_versions()
     study = Study(
         run_path, time.strftime("%Y-%m-%d %H:%M:%S %Z"), versions.get("rolemrc-probe", "unknown"), _machine(versions)
     )
-    study.replicate = _optional_json(study, run_path / REPLICATE_FILE, "the replicate record")
+    study.replicate = _optional_json(study, run.replicate_file, "the replicate record")
     _read_recording(study)
     _read_analysis(study)
     _read_depth(study)
     _read_explains(study)
     _read_reports(study)
-    _read_evaluation(study, Path(eval_file) if eval_file is not None else run_path / EVAL_FILE)
+    _read_evaluation(study, Path(eval_file) if eval_file is not None else run.eval_file)
     from interventions.study_evidence import decide
 
     decide(study)
@@ -226,7 +228,8 @@ def _model_entry(role: str, directory: str, recorded: str) -> ModelEntry:
     from core.provenance import weights_sha256
     from training.provenance import read_provenance
 
-    current, provenance = "", {}
+    current = ""
+    provenance: dict[str, Any] = {}
     path = Path(directory)
     if directory and path.is_dir():
         try:
@@ -269,8 +272,9 @@ _RECIPE_KEYS = (
 
 
 def _base_of(study: Study) -> tuple[str, str] | None:
-    """The base (directory, fingerprint): the replicate record's, else the run's own (``probe run --base``), else the SFT
-    model's recorded parent; the fingerprint is the one recorded for it (the SFT's provenance names its parent's)."""
+    """The base (directory, fingerprint): the replicate record's, else the run's own (``probe run --base``), else the
+    SFT model's recorded parent; the fingerprint is the one recorded for it (the SFT's provenance names its
+    parent's)."""
     sft = study.model("sft")
     parent = (sft.provenance.get("parent") or {}) if sft else {}
     named = str((study.replicate or {}).get("base_dir") or study.recording.get("base_dir") or parent.get("base") or "")
@@ -288,7 +292,7 @@ def _base_of(study: Study) -> tuple[str, str] | None:
 def _read_analysis(study: Study) -> None:
     from analysis.maps import load_maps
 
-    path = study.run_dir / "analysis" / "summary.json"
+    path = RunDir(study.run_dir).analysis.summary
     if not path.is_file():
         study.missing.append(Missing("the analysis", f"{path} is missing", Commands(study).analyze()))
         return
@@ -332,7 +336,7 @@ def _read_depth(study: Study) -> None:
 
 def _read_explains(study: Study) -> None:
     for cap in analysed_capabilities(study):
-        path = study.run_dir / "analysis" / f"explain_{cap}_{study.hook}.json"
+        path = RunDir(study.run_dir).analysis.explain_record(cap, study.hook)
         if not path.is_file():
             study.missing.append(
                 Missing(f"neuron cards of {cap}", f"{path.name} is missing", Commands(study).explain(cap))
@@ -348,11 +352,9 @@ def _read_explains(study: Study) -> None:
 
 
 def _read_reports(study: Study) -> None:
-    root = study.run_dir / "interventions"
+    root = RunDir(study.run_dir).interventions
     seen: set[Path] = set()
-    paths = (
-        sorted(root.glob("*/ab_report.json"), key=lambda p: (p.stat().st_mtime, p.parent.name)) if root.is_dir() else []
-    )
+    paths = sorted(RunDir(study.run_dir).intervention_reports(), key=lambda p: (p.stat().st_mtime, p.parent.name))
     for path in paths:
         real = path.resolve()
         if real in seen:
@@ -366,7 +368,7 @@ def _read_reports(study: Study) -> None:
         study.missing.append(
             Missing(
                 "interventions on multi_turn",
-                f"no ab_report.json for {TARGET} under {root}",
+                f"no {InterventionDir(root).report.name} for {TARGET} under {root}",
                 Commands(study).intervene(),
             )
         )

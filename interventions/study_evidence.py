@@ -8,8 +8,9 @@ most placebo sets, then the main arm, then the newest report) and which arms ans
 name, the same preference), and :func:`decide`, which fills ``study.verdicts``.
 
 Example:
-    >>> eval_difference({"table": [{"capability": "multi_turn", "n": 10, "sft_rate": 1.0, "dpo_rate": 0.9, "delta": -0.1,
-    ...                              "delta_ci": [-0.3, 0.0], "mcnemar_p": 1.0}]}).delta
+    >>> row = {"capability": "multi_turn", "n": 10, "sft_rate": 1.0, "dpo_rate": 0.9, "delta": -0.1,
+    ...        "delta_ci": [-0.3, 0.0], "mcnemar_p": 1.0}
+    >>> eval_difference({"table": [row]}).delta
     -0.1
 """
 
@@ -46,7 +47,8 @@ def eval_row(evaluation: dict[str, Any] | None, capability: str) -> dict[str, An
 
 
 def eval_difference(evaluation: dict[str, Any] | None, capability: str = TARGET) -> Difference | None:
-    """DPO − SFT on ``capability`` from an evaluation's table (``before`` = SFT); n = 0 when it has no such row; None without one."""
+    """DPO − SFT on ``capability`` from an evaluation's table (``before`` = SFT); n = 0 when it has no such row;
+    None without one."""
     if not evaluation:
         return None
     row = eval_row(evaluation, capability)

@@ -1,4 +1,4 @@
-"""The report's plotly figures: depth share, layer profile, down-sampled heatmaps, placebo histograms, dose curves, compliance.
+"""The report's plotly figures: depth share, layer profile, down-sampled heatmaps, placebo histograms, dose, compliance.
 
 Each function takes the study's records and returns a ``plotly.graph_objects.Figure`` (or None
 when there is nothing to draw). Heatmaps are down-sampled to at most :data:`MAX_COLUMNS` columns
@@ -31,7 +31,8 @@ _MODELS = (("base", "untouched base", "#999999"), ("sft", "SFT", "#1f77b4"), ("d
 
 
 def pool_columns(values: np.ndarray, max_columns: int) -> tuple[np.ndarray, list[int]]:
-    """(layers, units) -> (layers, ≤ max_columns) keeping each bin's value of largest magnitude; and each bin's first unit."""
+    """(layers, units) -> (layers, ≤ max_columns) keeping each bin's value of largest magnitude;
+    and each bin's first unit."""
     width = values.shape[1]
     size = max(1, math.ceil(width / max_columns))
     if size == 1:

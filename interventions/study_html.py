@@ -28,6 +28,7 @@ from typing import Any
 
 from analysis.explain_html import card_html
 from core.errors import ProbeError
+from core.run_dir import RunDir
 from interventions.report import fmt_delta, fmt_p, fmt_pct
 from interventions.study import Study, analysed_capabilities, gather_study
 from interventions.study_evidence import arm_evidence, eval_row
@@ -39,7 +40,7 @@ from interventions.study_figures import (
     placebo_figure,
     profile_figure,
 )
-from interventions.study_layout import CAUSAL_COMMAND_EXTRA, REPORT_FILE, Commands
+from interventions.study_layout import CAUSAL_COMMAND_EXTRA, Commands
 from interventions.study_page import Page, e, seconds, verdict_html
 from interventions.study_verdicts import CANNOT_TEST, CLAIMS, MIN_PLACEBO_SETS, PLACEBO_PERCENTILE, TARGET
 
@@ -61,7 +62,8 @@ SECTIONS = (
 
 
 def render(study: Study, where: str | Path | None = None) -> str:
-    """The whole page (module doc); ``where``: the folder the page will be written to (links to the run's own plots are relative to it)."""
+    """The whole page (module doc); ``where``: the folder the page will be written to (links to the run's own plots are
+    relative to it)."""
     page = Page(Path(where) if where is not None else study.run_dir)
     _header(page, study)
     _verdicts(page, study)
@@ -90,14 +92,16 @@ def _header(page: Page, study: Study) -> None:
 def _verdicts(page: Page, study: Study) -> None:
     page.section("verdicts", "The claims and their verdicts")
     rows = "".join(
-        f"<tr><td>{v.claim}</td><td>{e(CLAIMS[v.claim])}</td><td class=vcell>{verdict_html(v, v.status != CANNOT_TEST)}</td><td>{e(v.reason)}</td></tr>"
+        f"<tr><td>{v.claim}</td><td>{e(CLAIMS[v.claim])}</td>"
+        f"<td class=vcell>{verdict_html(v, v.status != CANNOT_TEST)}</td><td>{e(v.reason)}</td></tr>"
         for v in study.verdicts
     )
     page.add(
         f"<table><tr><th>#</th><th>claim</th><th>verdict</th><th>why</th></tr>{rows}</table>",
-        "<p class=note>The rules are fixed in <code>interventions/study_verdicts.py</code> and <code>docs/report.md</code>: a "
-        f"difference counts when its 95% CI excludes 0 and its exact McNemar p &lt; 0.05; an intervention counts when it "
-        f"also lies at or beyond the {PLACEBO_PERCENTILE:.0f}th percentile of at least {MIN_PLACEBO_SETS} placebo sets.</p>",
+        "<p class=note>The rules are fixed in <code>interventions/study_verdicts.py</code> and "
+        "<code>docs/report.md</code>: a difference counts when its 95% CI excludes 0 and its exact McNemar p &lt; "
+        f"0.05; an intervention counts when it also lies at or beyond the {PLACEBO_PERCENTILE:.0f}th percentile of at "
+        f"least {MIN_PLACEBO_SETS} placebo sets.</p>",
     )
     page.end()
 
@@ -115,25 +119,27 @@ def _pair(page: Page, study: Study) -> None:
         )
         trained = _provenance_cell(m.provenance)
         rows.append(
-            f"<tr><td>{e(m.role)}</td><td><code>{e(m.directory)}</code></td><td><code>{e(m.recorded_sha256[:16] or '—')}</code></td>"
-            f"<td><code>{e(m.current_sha256[:16] or 'not found')}</code> {same}</td><td>{trained}</td></tr>"
+            f"<tr><td>{e(m.role)}</td><td><code>{e(m.directory)}</code></td><td>"
+            f"<code>{e(m.recorded_sha256[:16] or '—')}</code></td><td>"
+            f"<code>{e(m.current_sha256[:16] or 'not found')}</code> {same}</td><td>{trained}</td></tr>"
         )
     page.add(
-        "<table><tr><th>model</th><th>directory</th><th>weights fingerprint (recorded)</th><th>now</th><th>training (provenance)</th></tr>"
-        + "".join(rows)
-        + "</table>"
+        "<table><tr><th>model</th><th>directory</th><th>weights fingerprint (recorded)</th><th>now</th>"
+        "<th>training (provenance)</th></tr>" + "".join(rows) + "</table>"
     )
     rec = study.recording
     if rec:
         counts = ", ".join(f"{c} {n}" for c, n in rec.get("n", {}).items())
         page.add(
-            f"<p>Data <code>{e(study.data_file)}</code> (sha256 {e(study.data_sha256[:16])}…). Recorded {e(counts)} prompts at "
-            f"{e(', '.join(rec.get('hooks', [])))}, {e(rec.get('position'))} position, {e(rec.get('dtype'))}, backend "
-            f"{e(rec.get('backend'))}, {len(rec.get('layers', []))} layers, on {e(rec.get('device'))} at {e(rec.get('recorded_at'))}.</p>"
+            f"<p>Data <code>{e(study.data_file)}</code> (sha256 {e(study.data_sha256[:16])}…). "
+            f"Recorded {e(counts)} prompts at {e(', '.join(rec.get('hooks', [])))}, {e(rec.get('position'))} position, "
+            f"{e(rec.get('dtype'))}, backend {e(rec.get('backend'))}, {len(rec.get('layers', []))} layers, "
+            f"on {e(rec.get('device'))} at {e(rec.get('recorded_at'))}.</p>"
         )
     machine = "; ".join(f"{k} {v}" for k, v in study.machine.items())
     page.add(
-        f"<p>Toolkit rolemrc-probe {e(study.toolkit_version)}; this report made on {e(machine)}, {e(study.created)}.</p>"
+        f"<p>Toolkit rolemrc-probe {e(study.toolkit_version)}; this report made on {e(machine)}, "
+        f"{e(study.created)}.</p>"
     )
     page.end()
 
@@ -147,8 +153,8 @@ def _provenance_cell(prov: dict[str, Any]) -> str:
     recipe = ", ".join(f"{k} {v}" for k, v in (prov.get("recipe") or {}).items())
     data = prov.get("data") or {}
     return (
-        f"{e(prov.get('stage'))} on <code>{e(Path(str(data.get('file', ''))).name)}</code> ({e(data.get('rows'))} rows, sha256 "
-        f"{e(str(data.get('sha256', ''))[:12])}…); {e(recipe)}; final loss {e(prov.get('final_loss'))}"
+        f"{e(prov.get('stage'))} on <code>{e(Path(str(data.get('file', ''))).name)}</code> ({e(data.get('rows'))} "
+        f"rows, sha256 {e(str(data.get('sha256', ''))[:12])}…); {e(recipe)}; final loss {e(prov.get('final_loss'))}"
     )
 
 
@@ -170,12 +176,14 @@ def _claim1(page: Page, study: Study) -> None:
             top = ", ".join(str(i) for i in body.top_layer_numbers()[:5]) if body else "—"
             stability = body.stability.verdict() if body and body.stability else "—"
             rows.append(
-                f"<tr><td>{e(s.capability)}</td><td>{s.n_samples}</td><td>{100 * s.share:.1f}%</td><td>[{100 * s.ci_low:.1f}, "
-                f"{100 * s.ci_high:.1f}]</td><td>{100 * s.uniform:.1f}%</td><td>{e(top)}</td><td>{e(stability)}</td></tr>"
+                f"<tr><td>{e(s.capability)}</td><td>{s.n_samples}</td><td>{100 * s.share:.1f}%</td>"
+                f"<td>[{100 * s.ci_low:.1f}, {100 * s.ci_high:.1f}]</td><td>{100 * s.uniform:.1f}%</td>"
+                f"<td>{e(top)}</td><td>{e(stability)}</td></tr>"
             )
         page.add(
-            "<table><tr><th>capability</th><th>N</th><th>window's share of |Δ|</th><th>95% CI</th><th>uniform share</th>"
-            "<th>top layers (analysis window)</th><th>their stability</th></tr>" + "".join(rows) + "</table>"
+            "<table><tr><th>capability</th><th>N</th><th>window's share of |Δ|</th><th>95% CI</th>"
+            "<th>uniform share</th><th>top layers (analysis window)</th>"
+            "<th>their stability</th></tr>" + "".join(rows) + "</table>"
         )
     page.end()
 
@@ -184,7 +192,8 @@ def _difference_cells(row: dict[str, Any]) -> str:
     ci = row.get("delta_ci") or [math.nan, math.nan]
     return (
         f"<td>{row.get('n')}</td><td>{fmt_pct(row.get('sft_rate'))}</td><td>{fmt_pct(row.get('dpo_rate'))}</td>"
-        f"<td>{fmt_delta(row.get('delta'))}</td><td>[{fmt_delta(ci[0])}, {fmt_delta(ci[1])}]</td><td>{fmt_p(row.get('mcnemar_p'))}</td>"
+        f"<td>{fmt_delta(row.get('delta'))}</td><td>[{fmt_delta(ci[0])}, {fmt_delta(ci[1])}]</td>"
+        f"<td>{fmt_p(row.get('mcnemar_p'))}</td>"
     )
 
 
@@ -196,7 +205,8 @@ def _claim2(page: Page, study: Study) -> None:
         table = study.evaluation.get("table", [])
         ordered = sorted(table, key=lambda r: (r.get("capability") != TARGET, r.get("capability") == "overall"))
         rows = "".join(
-            f"<tr><td>{'<b>' if r.get('capability') == TARGET else ''}{e(r.get('capability'))}</td>{_difference_cells(r)}</tr>"
+            f"<tr><td>{'<b>' if r.get('capability') == TARGET else ''}{e(r.get('capability'))}</td>"
+            f"{_difference_cells(r)}</tr>"
             for r in ordered
         )
         page.add(
@@ -215,15 +225,18 @@ def _arm_row(report: Any, arm: Any) -> str:
     hook = "n/a" if g.values_changed is None else f"{g.values_changed}/{g.values_seen}"
     state = "INVALID" if g.faults else ("NO-OP" if g.is_noop else "")
     return (
-        f"<tr><td>{e(arm.name)}</td><td>{e(arm.model)}</td><td>{c.n_scored}</td><td>{fmt_pct(c.before)}</td><td>{fmt_pct(c.after)}</td>"
-        f"<td>{fmt_delta(c.delta)}</td><td>[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]</td><td>{fmt_p(c.p_value)}</td><td>{pct}</td>"
-        f"<td>{c.rows_changed}/{c.n_rows}</td><td>{100 * g.changed_fraction_in_dtype:.1f}%</td><td>{hook}</td><td>{state}</td></tr>"
+        f"<tr><td>{e(arm.name)}</td><td>{e(arm.model)}</td><td>{c.n_scored}</td><td>{fmt_pct(c.before)}</td>"
+        f"<td>{fmt_pct(c.after)}</td><td>{fmt_delta(c.delta)}</td>"
+        f"<td>[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]</td><td>{fmt_p(c.p_value)}</td><td>{pct}</td>"
+        f"<td>{c.rows_changed}/{c.n_rows}</td><td>{100 * g.changed_fraction_in_dtype:.1f}%</td><td>{hook}</td>"
+        f"<td>{state}</td></tr>"
     )
 
 
 _ARM_HEAD = (
-    "<tr><th>arm</th><th>model</th><th>n</th><th>before</th><th>after</th><th>Δ (pts)</th><th>95% CI</th><th>McNemar p</th>"
-    "<th>placebo percentile</th><th>generations changed</th><th>dtype values it changes</th><th>hook values changed</th><th>guard</th></tr>"
+    "<tr><th>arm</th><th>model</th><th>n</th><th>before</th><th>after</th><th>Δ (pts)</th><th>95% CI</th>"
+    "<th>McNemar p</th><th>placebo percentile</th><th>generations changed</th><th>dtype values it changes</th>"
+    "<th>hook values changed</th><th>guard</th></tr>"
 )
 
 
@@ -235,8 +248,9 @@ def _claim3(page: Page, study: Study) -> None:
         loaded, arm = study.paper_arm
         flags = "".join(f"<li>{e(f)}</li>" for f in [*arm.guard.flags, *arm.guard.faults])
         page.add(
-            f"<p>From <code>{e(loaded.path)}</code> ({e(loaded.report.dtype)}, {loaded.report.neurons.get('size')} units of "
-            f"{e(loaded.report.neurons.get('hook'))}).</p><table>{_ARM_HEAD}{_arm_row(loaded.report, arm)}</table>"
+            f"<p>From <code>{e(loaded.path)}</code> ({e(loaded.report.dtype)}, "
+            f"{loaded.report.neurons.get('size')} units of {e(loaded.report.neurons.get('hook'))}).</p>"
+            f"<table>{_ARM_HEAD}{_arm_row(loaded.report, arm)}</table>"
         )
         if flags:
             page.add(f"<p><b>No-op guard:</b></p><ul>{flags}</ul>")
@@ -264,7 +278,7 @@ def _layers(page: Page, study: Study) -> None:
         page.absent("the analysis maps", Commands(study).analyze())
     for cap, maps in study.maps.items():
         page.figure(f"heatmap-{cap}", heatmap_figure(maps))
-        full = study.run_dir / "analysis" / "plots" / f"{cap}_{maps.hook}_{maps.metric}_maps.html"
+        full = RunDir(study.run_dir).analysis.maps_plot(cap, maps.hook, maps.metric)
         if full.is_file():
             link = os.path.relpath(full.resolve(), page.where.resolve())
             page.add(f'<p class=note>Every unit at full resolution: <a href="{e(link)}">{e(link)}</a></p>')
@@ -279,12 +293,13 @@ def _units(page: Page, study: Study) -> None:
     for cap in caps:
         body = study.summary.hook(cap, study.hook) if study.summary else None
         units = "".join(
-            f"<tr><td>{u['layer']}</td><td>{u['unit']}</td><td>{u['delta']:.4g}</td><td>{u['sft']:.4g}</td><td>{u['dpo']:.4g}</td>"
-            f"<td>{fmt_p(u['q'])}</td></tr>"
+            f"<tr><td>{u.layer}</td><td>{u.unit}</td><td>{u.delta:.4g}</td><td>{u.sft:.4g}</td><td>{u.dpo:.4g}</td>"
+            f"<td>{fmt_p(u.q)}</td></tr>"
             for u in (body.top_units[:10] if body else [])
         )
         page.add(
-            f"<h3>{e(cap)}</h3><table><tr><th>layer</th><th>unit</th><th>Δ</th><th>SFT</th><th>DPO</th><th>q</th></tr>{units}</table>"
+            f"<h3>{e(cap)}</h3><table><tr><th>layer</th><th>unit</th><th>Δ</th><th>SFT</th><th>DPO</th><th>q</th>"
+            f"</tr>{units}</table>"
         )
         record = study.explains.get(cap)
         if record is None:
@@ -292,8 +307,8 @@ def _units(page: Page, study: Study) -> None:
             continue
         cards = "".join(card_html(card, record.hook, record.metric) for card in record.cards[:N_CARDS])
         page.add(
-            f"<details><summary>neuron cards of the top {min(N_CARDS, len(record.cards))} units (all {len(record.cards)}: "
-            f"<code>analysis/{e(record.files.get('page', ''))}</code>)</summary>{cards}</details>"
+            f"<details><summary>neuron cards of the top {min(N_CARDS, len(record.cards))} units (all "
+            f"{len(record.cards)}: <code>analysis/{e(record.files.get('page', ''))}</code>)</summary>{cards}</details>"
         )
     page.end()
 
@@ -307,8 +322,9 @@ def _interventions(page: Page, study: Study) -> None:
         n = report.neurons
         page.add(
             f"<h3>{e(report.capability)} · {e(report.model)} model · <code>{e(loaded.path.parent.name)}</code></h3>"
-            f"<p class=note>{n.get('size')} units of {e(n.get('hook'))}; {e(report.dtype)}, backend {e(report.backend)}, judge "
-            f"{e(report.judge)}; placebo family per arm in <code>{e(loaded.path)}</code></p>",
+            f"<p class=note>{n.get('size')} units of {e(n.get('hook'))}; {e(report.dtype)}, "
+            f"backend {e(report.backend)}, judge {e(report.judge)}; placebo family per arm in "
+            f"<code>{e(loaded.path)}</code></p>",
             f"<table>{_ARM_HEAD}{''.join(_arm_row(report, a) for a in report.arms)}</table>",
         )
         for j, arm in enumerate(report.arms):
@@ -335,9 +351,11 @@ def _compliance(page: Page, study: Study) -> None:
     head = "<th>base</th><th>SFT − base</th>" if base else ""
     generation = study.evaluation.get("generation") or {}
     page.add(
-        f"<table><tr><th>capability</th>{head}<th>n</th><th>SFT</th><th>DPO</th><th>DPO − SFT</th><th>95% CI</th><th>McNemar p</th></tr>"
-        f"{''.join(rows)}</table><p class=note>test file <code>{e(study.evaluation.get('test_file'))}</code>; "
-        f"{sum((study.evaluation.get('task_counts') or {}).values())} rows; up to {e(generation.get('max_new_tokens'))} new tokens.</p>"
+        f"<table><tr><th>capability</th>{head}<th>n</th><th>SFT</th><th>DPO</th><th>DPO − SFT</th><th>95% CI</th>"
+        f"<th>McNemar p</th></tr>{''.join(rows)}</table>"
+        f"<p class=note>test file <code>{e(study.evaluation.get('test_file'))}</code>; "
+        f"{sum((study.evaluation.get('task_counts') or {}).values())} rows; "
+        f"up to {e(generation.get('max_new_tokens'))} new tokens.</p>"
     )
     if eval_row(study.evaluation, TARGET) is None:
         page.add(f"<p class=missing>The evaluation has no {TARGET} row.</p>")
@@ -376,11 +394,11 @@ def _reproduce(page: Page, study: Study) -> None:
 def write_report(
     run_dir: str | Path, out: str | Path | None = None, eval_file: str | Path | None = None
 ) -> tuple[Path, Study]:
-    """Gather ``run_dir``, render it, write ``out`` (default ``RUN_DIR/report.html``) atomically; returns (path, study)."""
+    """Gather ``run_dir``, render it, write ``out`` (default: the run's report file) atomically; (path, study)."""
     from core.atomic import write_atomic
 
     study = gather_study(run_dir, eval_file)
-    target = Path(out) if out is not None else Path(run_dir) / REPORT_FILE
+    target = Path(out) if out is not None else RunDir(run_dir).report_file
     page = render(study, target.parent)
     try:
         write_atomic(target, page)
@@ -392,10 +410,11 @@ def write_report(
 
 
 def show(path: str | Path, height: int = 900) -> Any:
-    """The report at ``path`` for a notebook cell: an ``<iframe srcdoc>`` holding the whole page (it needs no server)."""
+    """The report at ``path`` for a notebook cell: an ``<iframe srcdoc>`` holding the whole page (no server)."""
     from IPython.display import HTML
 
     text = Path(path).read_text(encoding="utf-8")
     return HTML(
-        f'<iframe srcdoc="{html.escape(text, quote=True)}" style="width:100%;height:{int(height)}px;border:1px solid #ccc"></iframe>'
+        f'<iframe srcdoc="{html.escape(text, quote=True)}" '
+        f'style="width:100%;height:{int(height)}px;border:1px solid #ccc"></iframe>'
     )

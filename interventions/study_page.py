@@ -7,8 +7,9 @@ opens offline. :func:`e` escapes every text that came from a file.
 
 Example:
     >>> from interventions.study_verdicts import Verdict
-    >>> verdict_html(Verdict(2, "not run", "no evaluation", "probe models eval"))
-    '<span class="verdict v-not-run" data-claim="2" data-status="not run">not run</span> <span class=why>(probe models eval)</span>'
+    >>> print(verdict_html(Verdict(2, "not run", "no evaluation", "probe models eval")))
+    <span class="verdict v-not-run" data-claim="2" data-status="not run">not run</span>
+    <span class=why>(probe models eval)</span>
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from interventions.study_verdicts import Verdict
 
 STYLE = """
 body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:1280px;color:#222;line-height:1.4;padding:0 1em}
-table{border-collapse:collapse;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
+table{border-collapse:collapse;margin:.5em 0}
+td,th{border:1px solid #ccc;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#f6f6f6}code,pre{background:#f4f4f4;padding:0 3px}pre{padding:.6em;white-space:pre-wrap}
 nav a{margin-right:.8em}.note{color:#555;font-size:.92em}.missing{color:#8a4b00}
 .verdict{font-weight:600;padding:1px 6px;border-radius:4px;white-space:nowrap}
@@ -45,7 +47,8 @@ def status_class(status: str) -> str:
 
 
 def verdict_html(verdict: Verdict, parenthesis: bool = True) -> str:
-    """The status as a badge, then its parenthesis ('cannot be tested here (why)', 'not run (command)') as plain text."""
+    """The status as a badge, then its parenthesis ('cannot be tested here (why)', 'not run (command)')
+    as plain text."""
     badge = (
         f'<span class="verdict {status_class(verdict.status)}" data-claim="{verdict.claim}" '
         f'data-status="{e(verdict.status)}">{e(verdict.status)}</span>'
@@ -55,7 +58,8 @@ def verdict_html(verdict: Verdict, parenthesis: bool = True) -> str:
 
 
 class Page:
-    """Collects the body and the figures (each a div plus its script); ``where``: the folder the file goes to (for relative links)."""
+    """Collects the body and the figures (each a div plus its script); ``where``:
+    the folder the file goes to (for relative links)."""
 
     def __init__(self, where: Path) -> None:
         self.where = where
@@ -93,7 +97,8 @@ class Page:
 
         return "\n".join(
             [
-                f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{e(title)}</title><style>{STYLE}</style>",
+                f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{e(title)}</title>"
+                f"<style>{STYLE}</style>",
                 f'<script type="text/javascript">{get_plotlyjs()}</script></head><body>',
                 *self.parts,
                 f"<p class=note>figures: {len(self.figures)}</p></body></html>",

@@ -1,4 +1,4 @@
-"""The rules that turn the evidence of a run into a verdict per claim of the paper's §7, fixed before any result is read.
+"""The rules that turn a run's evidence into a verdict per claim of the paper's §7, fixed before any result is read.
 
 Four claims, one function each, every threshold a named constant below. The functions read
 small typed records (:class:`DepthShare`, :class:`Difference`, :class:`ArmEvidence`), not
@@ -43,9 +43,8 @@ PLACEBO_PERCENTILE = (
     95.0  # the real Δ must lie at or above this percentile of its placebo Δs (at or below 100 − this for a drop)
 )
 MIN_PLACEBO_SETS = 19  # fewer sets cannot put Δ beyond 95% of them with an empirical p ≤ 0.05 (p = 1/(R+1))
-PAPER_FACTOR = (
-    1.0 - 1e-6
-)  # the paper's scaling factor (equals interventions.scaling.PAPER_FACTOR, without importing torch)
+# the paper's scaling factor (equals interventions.scaling.PAPER_FACTOR, without importing torch)
+PAPER_FACTOR = 1.0 - 1e-6
 FACTOR_TOLERANCE = 1e-12
 
 NO_TARGET_ROWS = (
@@ -100,7 +99,8 @@ class DepthShare:
 
 @dataclass(frozen=True)
 class Difference:
-    """A paired difference of compliance rates on the same rows: ``after − before`` with its 95% CI and exact McNemar p."""
+    """A paired difference of compliance rates on the same rows:
+    ``after − before`` with its 95% CI and exact McNemar p."""
 
     n: int
     before: float
@@ -151,7 +151,8 @@ class ArmEvidence:
         )
 
     def specific(self) -> bool:
-        """A specific effect: significant (:meth:`Difference.significant`) and beyond its placebos, on valid generations."""
+        """A specific effect: significant (:meth:`Difference.significant`) and beyond its placebos,
+        on valid generations."""
         return not self.faults and self.effect.significant() and self.beyond_placebo()
 
 
@@ -164,7 +165,10 @@ def _pts(x: float) -> str:
 
 
 def _difference(d: Difference) -> str:
-    return f"{_pct(d.before)} → {_pct(d.after)}, Δ {_pts(d.delta)} pts [95% CI {_pts(d.ci_low)}, {_pts(d.ci_high)}], McNemar p {d.p_value:.3g}, n {d.n}"
+    return (
+        f"{_pct(d.before)} → {_pct(d.after)}, Δ {_pts(d.delta)} pts [95% CI {_pts(d.ci_low)}, {_pts(d.ci_high)}], "
+        f"McNemar p {d.p_value:.3g}, n {d.n}"
+    )
 
 
 # --- claim 1 ---------------------------------------------------------------------------------------------------------
@@ -281,10 +285,11 @@ ABLATION = "scale 0.0"
 
 
 def expected_sign(arm: ArmEvidence, behaviour: int) -> int:
-    """The sign of Δ an arm should show if its units carry the behaviour change (``behaviour``: sign of DPO − SFT); 0: none.
+    """The sign of Δ an arm should show if its units carry the change (``behaviour``: sign of DPO − SFT); 0: none.
 
     >>> d = Difference(30, 1.0, 0.8, -0.2, -0.3, -0.1, 0.01)
-    >>> expected_sign(ArmEvidence("patch dpo<-sft", "dpo", d), -1), expected_sign(ArmEvidence("scale 0.0", "dpo", d), -1)
+    >>> patch, scale = ArmEvidence("patch dpo<-sft", "dpo", d), ArmEvidence("scale 0.0", "dpo", d)
+    >>> expected_sign(patch, -1), expected_sign(scale, -1)
     (1, 0)
     """
     if arm.name not in DIRECTIONAL:
@@ -311,7 +316,8 @@ def units_cause(
         return Verdict(
             4,
             CANNOT_TEST,
-            f"SFT and DPO comply alike on multi_turn ({_difference(behaviour)}): there is no behaviour change for the units to cause",
+            f"SFT and DPO comply alike on multi_turn ({_difference(behaviour)}): "
+            "there is no behaviour change for the units to cause",
         )
     placed = [a for a in arms if a.placebo_sets >= MIN_PLACEBO_SETS and not a.faults]
     if not placed:

@@ -89,5 +89,5 @@ def _hint(param: Any) -> Any:
         return Any  # an enum or a custom type: the conversion below is the check
     if hint in (int, float) and (param.min is not None or param.max is not None):
         hint = Annotated[hint, Range(param.min, param.max)]
-    hint = list[hint] if param.multiple else hint  # type: ignore[valid-type]
+    hint = list[hint] if param.multiple else hint  # type: ignore[valid-type]  # a hint built at run time, for typer
     return hint | None if param.default is None and not param.required else hint  # null: as if not given

@@ -64,7 +64,8 @@ _register_commands()
 
 
 def _stop(prefix: str, message: str, code: int, error: BaseException | None = None) -> NoReturn:
-    """Print the one line and exit; a further Ctrl-C while the interpreter shuts down changes nothing, so it is ignored."""
+    """Print the one line and exit; a further Ctrl-C while the interpreter shuts down changes nothing,
+    so it is ignored."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     if not _said_by_another_rank(error):

@@ -9,13 +9,19 @@ for a quick smoke run) here, building the pair on first use.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from core.errors import ProbeError
 
-PAIR_HELP = "Embedded default pair used when no model is given: smollm2 (default, built on first use) or tiny (fast smoke subject)."
+if TYPE_CHECKING:
+    from training.default_pair import DefaultPair
+
+PAIR_HELP = (
+    "Embedded default pair used when no model is given: smollm2 (default, built on first use) "
+    "or tiny (fast smoke subject)."
+)
 
 
 def pair_option() -> Any:
@@ -24,7 +30,7 @@ def pair_option() -> Any:
     return typer.Option(DEFAULT_PAIR, "--pair", help=PAIR_HELP)
 
 
-def default_pair(name: str, progress: bool = True) -> Any:
+def default_pair(name: str, progress: bool = True) -> DefaultPair:
     """The verified default pair ``name`` (built if absent)."""
     import training.default_pair as default_pairs
 
@@ -33,11 +39,11 @@ def default_pair(name: str, progress: bool = True) -> Any:
 
 def pair_sources(
     name: str, sft: Path | None, dpo: Path | None, data: Path | None, progress: bool = True
-) -> tuple[Path | None, Path | None, Path | None]:
+) -> tuple[Path, Path, Path]:
     """(sft, dpo, data) with the missing ones taken from the default pair ``name``."""
     if (sft is None) != (dpo is None):
         raise ProbeError("give both --sft and --dpo, or neither (to use the embedded default pair)")
-    if sft is not None and data is not None:
+    if sft is not None and dpo is not None and data is not None:
         return sft, dpo, data
     pair = default_pair(name, progress)
     return sft or pair.sft_dir, dpo or pair.dpo_dir, data or pair.test_file

@@ -25,7 +25,7 @@ the graph starts at the input embeddings).
 
 Batches follow :mod:`probes.batching` (length-sorted, padded-token budget, a quarter of the
 recording budget by default: a backward keeps every layer's activations). The result is one
-HDF5 file per *m* in the run dir, ``attribution_<m>.h5``::
+HDF5 file per *m* in the run dir (:meth:`core.run_dir.RunDir.attribution`)::
 
     /{capability}/{hook}/attribution   (N, n_layers, width) float32  per-prompt attr, summed over positions
     /{capability}/{hook}/sft, dpo      (N, n_layers, width) float32  mean activation over the same positions
@@ -48,14 +48,23 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from core.errors import ProbeError
+from core.models import input_embedding
+from core.run_dir import RunDir
 from probes.hook_points import attach
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from probes.pair import ModelPair
+    from probes.settings import RunSettings
 
 M_CHOICES: tuple[str, ...] = ("reference_logprob", "dpo_margin")
 DEFAULT_M = "reference_logprob"
@@ -97,7 +106,7 @@ def position_mask(batch: dict[str, torch.Tensor], positions: str) -> torch.Tenso
 
 @contextmanager
 def _captured(
-    model: Any,
+    model: PreTrainedModel,
     sites: Sequence[tuple[str, int]],
     replace: Callable[[str, int, torch.Tensor], torch.Tensor | None] | None = None,
 ) -> Iterator[dict[tuple[str, int], torch.Tensor]]:
@@ -119,7 +128,7 @@ def _captured(
             handle.remove()
 
 
-def response_logprobs(model: Any, batch: dict[str, torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
+def response_logprobs(model: PreTrainedModel, batch: dict[str, torch.Tensor], hidden: torch.Tensor) -> torch.Tensor:
     """[B] Σ log p(response token) from the final hidden states [B, T, D]; the LM head runs only where it is read."""
     response = batch["response_mask"].to(hidden.device)
     predicts = response[:, 1:].bool()  # position t predicts token t+1
@@ -130,8 +139,8 @@ def response_logprobs(model: Any, batch: dict[str, torch.Tensor], hidden: torch.
     return torch.zeros(hidden.shape[0], device=hidden.device, dtype=picked.dtype).index_add(0, rows, picked)
 
 
-def _forward(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    device = model.get_input_embeddings().weight.device
+def _forward(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    device = input_embedding(model).device
     out = model.base_model(
         input_ids=batch["input_ids"].to(device),
         attention_mask=batch["attention_mask"].to(device),
@@ -142,7 +151,7 @@ def _forward(model: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 @contextmanager
-def _grad_from_embeddings(model: Any) -> Iterator[None]:
+def _grad_from_embeddings(model: PreTrainedModel) -> Iterator[None]:
     """Autograd on from the input embeddings, with the parameters left frozen (no parameter gradient is kept)."""
     handle = model.get_input_embeddings().register_forward_hook(lambda _m, _i, out: out.detach().requires_grad_(True))
     try:
@@ -153,7 +162,7 @@ def _grad_from_embeddings(model: Any) -> Iterator[None]:
 
 
 def sft_sites(
-    sft: Any, batch: dict[str, torch.Tensor], sites: Sequence[tuple[str, int]]
+    sft: PreTrainedModel, batch: dict[str, torch.Tensor], sites: Sequence[tuple[str, int]]
 ) -> dict[tuple[str, int], torch.Tensor]:
     """The SFT model's full tensors at ``sites`` (no autograd)."""
     with torch.inference_mode(), _captured(sft, sites) as seen:
@@ -162,7 +171,12 @@ def sft_sites(
 
 
 def attribute_batch(
-    sft: Any, dpo: Any, items: Sequence[Item], pad_id: int, sites: Sequence[tuple[str, int]], positions: str
+    sft: PreTrainedModel,
+    dpo: PreTrainedModel,
+    items: Sequence[Item],
+    pad_id: int,
+    sites: Sequence[tuple[str, int]],
+    positions: str,
 ) -> tuple[torch.Tensor, dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]:
     """(m per sequence [B] (signed), {site: (attr [B, W], mean SFT activation [B, W], mean DPO activation [B, W])})."""
     batch = batch_tensors(items, pad_id)
@@ -186,8 +200,8 @@ def attribute_batch(
 
 
 def patched_deltas(
-    sft: Any,
-    dpo: Any,
+    sft: PreTrainedModel,
+    dpo: PreTrainedModel,
     items: Sequence[Item],
     pad_id: int,
     hook: str,
@@ -195,7 +209,8 @@ def patched_deltas(
     units: Sequence[int],
     positions: str = "all",
 ) -> np.ndarray:
-    """Ground truth for :func:`attribute_batch`: (len(units),) Δm when DPO's unit takes SFT's value at the positions, one unit at a time."""
+    """Ground truth for :func:`attribute_batch`: (len(units),) Δm when DPO's unit takes SFT's value at the positions,
+    one unit at a time."""
     batch = batch_tensors(items, pad_id)
     reference = sft_sites(sft, batch, [(hook, layer)])[(hook, layer)]
     signs = torch.tensor([i.sign for i in items])
@@ -220,10 +235,6 @@ def patched_deltas(
 # --- a whole run ---------------------------------------------------------------------------------------------------
 
 
-def attribution_path(run_dir: str | Path, m: str) -> Path:
-    return Path(run_dir) / f"attribution_{m}.h5"
-
-
 @dataclass(frozen=True)
 class _Plan:
     capability: str
@@ -231,7 +242,7 @@ class _Plan:
     sample_ids: list[int]
 
 
-def _key(settings: Any, m: str, positions: str, dpo_file: Path | None, rows: int) -> str:
+def _key(settings: RunSettings, m: str, positions: str, dpo_file: Path | None, rows: int) -> str:
     body = {
         "m": m,
         "positions": positions,
@@ -246,7 +257,7 @@ def _key(settings: Any, m: str, positions: str, dpo_file: Path | None, rows: int
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def _reference_plans(settings: Any, capabilities: list[str], tokenizer: Any) -> list[_Plan]:
+def _reference_plans(settings: RunSettings, capabilities: list[str], tokenizer: PreTrainedTokenizerBase) -> list[_Plan]:
     from core.capabilities import parse_capabilities
     from core.rows import group_by_capability, row_location
     from probes.responses import read_rows, response_lookup, teacher_forced
@@ -255,23 +266,25 @@ def _reference_plans(settings: Any, capabilities: list[str], tokenizer: Any) -> 
     rows = read_rows(data)
     if rows and "chosen" in rows[0].extra:
         raise ProbeError(
-            f"m = reference_logprob needs test rows with references; {data} is a DPO file: use --attribution-m dpo_margin"
+            f"m = reference_logprob needs test rows with references; {data} is a DPO file: "
+            "use --attribution-m dpo_margin"
         )
     lookup = response_lookup(rows, "reference", None, data)
     plans = []
     for cap, members in group_by_capability(rows, parse_capabilities(",".join(capabilities))).items():
-        items, ids = [], []
+        items: list[Item] = []
+        ids: list[int] = []
         for index, row in members:
-            tokens, n = teacher_forced(
-                tokenizer, row.question, lookup(index), lambda index=index: row_location(index, data)
-            )
+            tokens, n = teacher_forced(tokenizer, row.question, lookup(index), partial(row_location, index, data))
             items.append(Item(tokens, n, len(ids)))
             ids.append(index)
         plans.append(_Plan(cap.value, items, ids))
     return plans
 
 
-def _margin_plans(dpo_file: Path, capabilities: list[str], tokenizer: Any, max_rows: int) -> list[_Plan]:
+def _margin_plans(
+    dpo_file: Path, capabilities: list[str], tokenizer: PreTrainedTokenizerBase, max_rows: int
+) -> list[_Plan]:
     from core.capabilities import parse_capabilities
     from core.rows import group_by_capability, row_location
     from probes.responses import is_dpo_file, read_rows, teacher_forced
@@ -283,7 +296,8 @@ def _margin_plans(dpo_file: Path, capabilities: list[str], tokenizer: Any, max_r
     for cap, members in group_by_capability(rows, parse_capabilities(",".join(capabilities))).items():
         if not members:
             raise ProbeError(f"m = dpo_margin: {dpo_file} has no DPO pair of a {cap.value} task")
-        items, ids = [], []
+        items: list[Item] = []
+        ids: list[int] = []
         for index, row in members[:max_rows]:
             where = lambda index=index: row_location(index, dpo_file)  # noqa: E731
             for which, sign in (("chosen", 1.0), ("rejected", -1.0)):
@@ -294,8 +308,9 @@ def _margin_plans(dpo_file: Path, capabilities: list[str], tokenizer: Any, max_r
     return plans
 
 
-def dpo_file_of(settings: Any, given: Path | None) -> Path | None:
-    """The DPO pairs for dpo_margin: ``given``, else the run's --responses file, else its --data if that is a DPO file."""
+def dpo_file_of(settings: RunSettings, given: Path | None) -> Path | None:
+    """The DPO pairs for dpo_margin: ``given``, else the run's --responses file,
+    else its --data if that is a DPO file."""
     from probes.responses import is_dpo_file
 
     if given is not None:
@@ -315,7 +330,7 @@ def attribute_run(
     device: str | None = None,
     progress: bool = False,
 ) -> Path:
-    """Compute (or reuse) ``RUN_DIR/attribution_<m>.h5`` for every capability and hook of the run; see the module doc."""
+    """Compute (or reuse) the attribution file of ``m`` for every capability and hook of the run; see the module doc."""
     import h5py
 
     from core.atomic import atomic_path
@@ -338,7 +353,7 @@ def attribute_run(
             "m = dpo_margin needs DPO pairs: --dpo-data FILE (or a run recorded with --responses or a DPO --data)"
         )
     key = _key(settings, m, positions, source, max_rows)
-    path = attribution_path(run_dir, m)
+    path = RunDir(run_dir).attribution(m)
     if path.is_file():
         with h5py.File(path, "r") as f:
             if f.attrs.get("key") == key:
@@ -347,22 +362,21 @@ def attribute_run(
         raise ProbeError(
             f"{run_dir}: the run does not say where its models are (sft_dir/dpo_dir); attribution needs them"
         )
-    for model, want in (("sft", settings.sft_weights_sha256), ("dpo", settings.dpo_weights_sha256)):
-        where = Path(settings.model_dir(model))
+    for role, want in (("sft", settings.sft_weights_sha256), ("dpo", settings.dpo_weights_sha256)):
+        where = Path(settings.model_dir(role))
         if not (where / "config.json").is_file() or (want and weights_sha256(where) != want):
             raise ProbeError(
-                f"{run_dir}: the {model} model the run recorded ({where}) is gone or changed since; "
+                f"{run_dir}: the {role} model the run recorded ({where}) is gone or changed since; "
                 "attribution needs the same weights"
             )
     started = time.perf_counter()
     pair = load_pair(settings.sft_dir, settings.dpo_dir, device=device, dtype=settings.dtype or "auto")
     for model in (pair.sft, pair.dpo):
         model.requires_grad_(False)
-    plans = (
-        _reference_plans(settings, capabilities, pair.tokenizer)
-        if m == "reference_logprob"
-        else _margin_plans(source, capabilities, pair.tokenizer, max_rows)
-    )  # type: ignore[arg-type]
+    if source is None:
+        plans = _reference_plans(settings, capabilities, pair.tokenizer)
+    else:
+        plans = _margin_plans(source, capabilities, pair.tokenizer, max_rows)
     budget = max_batch_tokens or max(256, (CPU_MAX_BATCH_TOKENS if pair.device == "cpu" else 8192) // 4)
     pad_id = pad_id_of(pair.tokenizer)
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
@@ -385,7 +399,7 @@ def attribute_run(
 def _attribute_plan(
     f: Any,
     plan: _Plan,
-    pair: Any,
+    pair: ModelPair,
     sites: list[tuple[str, int]],
     pad_id: int,
     positions: str,

@@ -17,20 +17,18 @@ Example:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from core.capabilities import Capability, parse_capabilities
-from core.config_file import DIRECTORY, POSITIVE, SEED, OptionError, Range, typed_config
+from core.config_fields import option
+from core.config_file import DIRECTORY, POSITIVE, SEED, OptionError, Range, choice, typed_config
 from core.errors import ProbeError
-from probes.backends.base import DRIVERS
-from probes.batching import DEFAULT_BATCH_SIZE
-from probes.hook_points import HOOK_POINTS, validate_hook
+from probes.batching import CPU_MAX_BATCH_TOKENS, DEFAULT_BATCH_SIZE, MAX_USEFUL_BATCH_TOKENS
 from probes.responses import RESPONSES, is_response_position
 
 POSITIONS: tuple[str, ...] = ("last", "mean", "response_mean", "response_last")  # response_*: probes.responses
-BACKENDS: tuple[str, ...] = tuple(DRIVERS)
 COMPUTE_DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
 STORE_DTYPES: tuple[str, ...] = ("float16", "float32")
 # A padded-token budget past which nothing changes: 128x the useful maximum (MAX_USEFUL_BATCH_TOKENS), far more than
@@ -40,16 +38,9 @@ _LAYER = Annotated[int, Range(0)]
 _LAYER_SPEC = re.compile(r"^\s*(all|\d+(\s*-\s*\d*)?(\s*,\s*\d+(\s*-\s*\d*)?)*)\s*$", re.IGNORECASE)
 
 
-def _choice(value: str, choices: tuple[str, ...], name: str) -> str:
-    normalized = value.strip().lower().replace("-", "_")
-    if normalized == "tl":
-        normalized = "transformer_lens"
-    if normalized not in choices:
-        raise OptionError(name, f"one of {', '.join(choices)}", value)
-    return normalized
-
-
 def _hooks(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    from probes.hook_points import HOOK_POINTS, validate_hook  # torch: not for `probe --help`
+
     items = value.split(",") if isinstance(value, str) else [p for v in value for p in v.split(",")]
     hooks: list[str] = []
     for item in (i.strip() for i in items):
@@ -97,40 +88,82 @@ class RecordConfig:
     row's reference, or a DPO pair's chosen/rejected reply from ``responses_file`` or a DPO ``data_file``) after each
     prompt and read its tokens (:mod:`probes.responses`). ``base_dir``: the model the SFT started from, recorded too,
     on the same tokens and batches, as model ``base``. A batch holds at most ``batch_size`` prompts and, padded, at most
-    ``max_batch_tokens`` tokens (None: derived from the device, see :mod:`probes.batching`). ``out_dir`` None makes a new ``runs/<timestamp>_<capabilities>``.
+    ``max_batch_tokens`` tokens (None: derived from the device, see :mod:`probes.batching`). ``out_dir`` None makes a
+    new ``runs/<timestamp>_<capabilities>``. Each field's help is the help of its ``probe run`` option.
     """
 
-    sft_dir: Path | None = field(default=None, metadata={"flag": "--sft"})
-    dpo_dir: Path | None = field(default=None, metadata={"flag": "--dpo"})
-    data_file: Path | None = field(default=None, metadata={"flag": "--data"})
-    capabilities: str | list[str] | tuple[Capability, ...] = field(
-        default="multi_turn", metadata={"flag": "--capability"}
+    sft_dir: Path | None = option(None, "SFT model dir (default: the embedded default pair).", flag="--sft")
+    dpo_dir: Path | None = option(None, "DPO model dir (default: the embedded default pair).", flag="--dpo")
+    data_file: Path | None = option(
+        None,
+        "Test rows JSONL (the published RoleMRC test file works; default: the default pair's test split).",
+        flag="--data",
     )
-    hooks: str | list[str] | tuple[str, ...] = field(default=("mlp_out",), metadata={"flag": "--hook"})
-    layers: str | list[_LAYER] | tuple[_LAYER, ...] | None = None
-    position: str = "last"
-    response: str = "reference"  # which response a response_* position teacher-forces (probes.responses)
-    responses_file: Path | None = field(default=None, metadata={"flag": "--responses"})
-    base_dir: Path | None = field(
-        default=None, metadata={"flag": "--base"}
-    )  # a third model, recorded on the same tokens
-    backend: str = "torch"
-    batch_size: Annotated[int, POSITIVE] = DEFAULT_BATCH_SIZE
-    max_batch_tokens: Annotated[int, Range(1, MAX_BATCH_TOKENS)] | None = None
-    device: str | None = None
-    dtype: str = "auto"
-    store_dtype: str = "float16"
-    add_generation_prompt: bool = False
-    out_dir: Annotated[Path, DIRECTORY] | None = field(default=None, metadata={"flag": "--out"})
-    seed: Annotated[int, SEED] = 0
-    runs_root: Annotated[Path, DIRECTORY] = field(default=Path("runs"), metadata={"flag": None})
+    capabilities: str | list[str] | tuple[Capability, ...] = option(
+        "multi_turn",
+        "multi_turn, knowledge_boundary, role_style, nested, priority, a comma list, or all.",
+        flag="--capability",
+        aliases=["-c"],
+    )
+    hooks: str | list[str] | tuple[str, ...] = option(
+        ("mlp_out",),
+        "Hook point(s): mlp_out (the paper's), attn_out, resid_post, mlp_post (true MLP neurons). "
+        "Repeat or comma-separate.",
+        flag="--hook",
+        repeat=True,
+    )
+    layers: str | list[_LAYER] | tuple[_LAYER, ...] | None = option(
+        None, "Layers to store, e.g. 12-31 or 3,5,7 (default: all)."
+    )
+    position: str = option(
+        "last",
+        "last (the last real prompt token, as the paper), mean (over prompt tokens after BOS), or response_mean / "
+        "response_last (over / at the end of a teacher-forced --response).",
+    )
+    response: str = option(
+        "reference",
+        "response_* positions: reference (the test row's reference answer), chosen or rejected (a DPO pair's reply).",
+    )
+    responses_file: Path | None = option(
+        None,
+        "DPO JSONL whose chosen/rejected replies are matched to the test rows by prompt (or give --data a DPO file).",
+        flag="--responses",
+    )
+    base_dir: Path | None = option(
+        None,
+        "Also record this base model (the one the SFT started from) on the same tokens; 'auto': the default pair's "
+        "base.",
+        flag="--base",
+    )
+    backend: str = option("torch", "torch (plain hooks, fastest), transformer_lens (TransformerBridge) or nnsight.")
+    batch_size: Annotated[int, POSITIVE] = option(DEFAULT_BATCH_SIZE, "At most this many prompts per forward pass.")
+    max_batch_tokens: Annotated[int, Range(1, MAX_BATCH_TOKENS)] | None = option(
+        None,
+        "At most this many padded tokens per forward pass (prompts x longest prompt in the batch); a longer prompt "
+        f"gets a batch of its own. Default: {CPU_MAX_BATCH_TOKENS} on CPU; {MAX_USEFUL_BATCH_TOKENS} on a GPU, or "
+        "less where its free memory (after loading the pair) would not hold twice that batch.",
+    )
+    device: str | None = option(
+        None,
+        "cpu, cuda, cuda:N, or auto (device_map=auto for a model larger than one GPU; default: cuda if available).",
+    )
+    dtype: str = option("auto", "Compute dtype: auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16.")
+    store_dtype: str = option("float16", "Stored dtype: float16 or float32.")
+    add_generation_prompt: bool = option(False, "Append the assistant header before recording (the paper does not).")
+    out_dir: Annotated[Path, DIRECTORY] | None = option(
+        None, "Run dir; an existing one is resumed (default: a new dir under ./runs/).", flag="--out"
+    )
+    seed: Annotated[int, SEED] = option(0, "Seed recorded in the provenance.")
+    runs_root: Annotated[Path, DIRECTORY] = option(Path("runs"), flag=None)
 
     def __post_init__(self) -> None:
         self.capabilities = _named("capabilities", parse_capabilities, self.capabilities)
         self.hooks = _hooks(self.hooks)
         self.layers = _layers(self.layers)
-        self.position = _choice(self.position, POSITIONS, "position")
-        self.response = _choice(self.response, RESPONSES, "response")
+        from probes.backends.base import DRIVERS  # torch: not for `probe --help`
+
+        self.position = choice("position", self.position, POSITIONS, lenient=True)
+        self.response = choice("response", self.response, RESPONSES, lenient=True)
         if not is_response_position(self.position) and (
             self.response != "reference" or self.responses_file is not None
         ):
@@ -139,9 +172,9 @@ class RecordConfig:
                 message=f"--response and --responses apply to --position response_mean or response_last, "
                 f"not {self.position}",
             )
-        self.backend = _choice(self.backend, BACKENDS, "backend")
-        self.dtype = _choice(self.dtype, COMPUTE_DTYPES, "dtype")
-        self.store_dtype = _choice(self.store_dtype, STORE_DTYPES, "store_dtype")
+        self.backend = choice("backend", self.backend, DRIVERS, lenient=True, aliases={"tl": "transformer_lens"})
+        self.dtype = choice("dtype", self.dtype, COMPUTE_DTYPES, lenient=True)
+        self.store_dtype = choice("store_dtype", self.store_dtype, STORE_DTYPES, lenient=True)
         if self.device is not None:
             self.device = self.device.strip().lower()
             if not re.match(r"^(auto|cpu|cuda(:\d+)?|mps)$", self.device):
@@ -160,8 +193,12 @@ class RecordConfig:
                 raise OptionError(name, message=f"no such file: {path}")
 
     @property
+    def parsed_capabilities(self) -> tuple[Capability, ...]:
+        return cast("tuple[Capability, ...]", self.capabilities)  # parsed in __post_init__
+
+    @property
     def capability_names(self) -> list[str]:
-        return [c.value for c in self.capabilities]  # type: ignore[union-attr]
+        return [c.value for c in self.parsed_capabilities]
 
     def layer_spec(self) -> str | None:
         """The layer selection as a spec string for :func:`probes.hook_points.parse_layers`."""

@@ -5,7 +5,7 @@ copies of the same command with ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` set. Each
 the pair on its own device and records its share of one global batch plan
 (:mod:`probes.batching`: batch *k* of the pending list belongs to rank ``k % N``) into the
 run's journal, where every batch is its own shard. Rank 0 holds the run-dir lock, writes
-``run.json``, waits for the others and consolidates. A rank killed mid-way leaves whole
+the settings file, waits for the others and consolidates. A rank killed mid-way leaves whole
 shards behind; the next launch (of any size, one process too) records only what is missing.
 Because the batches are the same whoever records them, the file equals a one-process run's.
 
@@ -52,6 +52,7 @@ from typing import Any, TypeVar
 from core.errors import Interrupted, ProbeError
 
 T = TypeVar("T")
+E = TypeVar("E", bound=BaseException)
 # Rank 0 waits at a barrier while the others finish their share; the default 30 minutes can be too short.
 BARRIER_TIMEOUT = timedelta(hours=12)
 JOIN_TIMEOUT_VARIABLE = "PROBE_JOIN_TIMEOUT"
@@ -71,9 +72,9 @@ class PeerLost(ProbeError):
         self.dead = dead
 
 
-def reported_by(error: BaseException, reporter: int) -> BaseException:
+def reported_by(error: E, reporter: int) -> E:
     """``error``, marked with the rank that prints it (:data:`EVERY_RANK`, :data:`EACH_MACHINE` or a rank)."""
-    error.reporter = reporter  # type: ignore[attr-defined]
+    error.reporter = reporter  # type: ignore[attr-defined]  # the rank that prints it travels on the exception
     return error
 
 
@@ -114,7 +115,7 @@ class World:
 
     def agree(self, step: Callable[[], T]) -> T:
         """Run ``step`` on every rank; if it fails on any with a ProbeError, raise that error on all."""
-        result, error = None, None
+        error: ProbeError | None = None
         try:
             result = step()
         except PeerLost:
@@ -124,13 +125,13 @@ class World:
         if not self.distributed:
             if error is not None:
                 raise error
-            return result  # type: ignore[return-value]
+            return result
         failures = self.gather(None if error is None else (self.rank, str(error)))
         failed = [f for f in failures if f is not None]
         if failed:
             rank, message = failed[0]
             raise (error if error is not None else ProbeError(f"rank {rank}: {message}"))
-        return result  # type: ignore[return-value]
+        return result
 
     def on_main(self, step: Callable[[], T]) -> T:
         """Run ``step`` on rank 0 only and hand its result (or its ProbeError) to every rank."""
@@ -287,7 +288,7 @@ def _mark_left(session: _Session) -> None:
 
 
 def _rendezvous(world: World, timeout: float) -> _Session:
-    """Meet the other ranks through the store, polling so that Ctrl-C and the deadline act within a fraction of a second."""
+    """Meet the other ranks through the store, polling, so that Ctrl-C and the deadline act within a moment."""
     deadline = time.monotonic() + timeout
     agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
     prefix = (
@@ -351,9 +352,10 @@ def _connect(world: World, deadline: float, timeout: float, agent_store: bool) -
         if time.monotonic() > deadline:
             raise reported_by(
                 ProbeError(
-                    f"rank {world.rank} of {world.size} could not reach rank 0 at MASTER_ADDR={host} MASTER_PORT={port} within "
-                    f"{timeout:g} s ({JOIN_TIMEOUT_VARIABLE}; {problem}); start every rank (torchrun --nproc-per-node N starts "
-                    "them for you), or unset WORLD_SIZE for one process"
+                    f"rank {world.rank} of {world.size} could not reach rank 0 at MASTER_ADDR={host} "
+                    f"MASTER_PORT={port} within {timeout:g} s ({JOIN_TIMEOUT_VARIABLE}; {problem}); "
+                    "start every rank (torchrun --nproc-per-node N starts them for you), "
+                    "or unset WORLD_SIZE for one process"
                 ),
                 EVERY_RANK,
             ) from None
@@ -373,8 +375,8 @@ def _not_joined(world: World, count: int, timeout: float) -> ProbeError:
     return reported_by(
         ProbeError(
             f"only {count} of the {world.size} processes (WORLD_SIZE={world.size}) started within {timeout:g} s "
-            f"({JOIN_TIMEOUT_VARIABLE}); start every rank (torchrun --nproc-per-node N starts them for you), or unset WORLD_SIZE "
-            "for one process"
+            f"({JOIN_TIMEOUT_VARIABLE}); start every rank (torchrun --nproc-per-node N starts them for you), "
+            "or unset WORLD_SIZE for one process"
         ),
         0,
     )
@@ -386,7 +388,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _collective(call: Callable[[], T]) -> T:
-    """A collective whose failure (a peer that closed its connections) becomes PeerLost, or the Ctrl-C that caused it."""
+    """A collective whose failure (a peer that closed its connections) becomes PeerLost,
+    or the Ctrl-C that caused it."""
     try:
         return call()
     except RuntimeError as exc:
@@ -414,7 +417,8 @@ def peer_lost(detail: str, wait: float = 0.0) -> PeerLost:
 
 
 def _dead_ranks(session: _Session) -> list[int]:
-    """Ranks whose process is gone from this machine without leaving the group; rank 0 when the store it hosted is gone."""
+    """Ranks whose process is gone from this machine without leaving the group;
+    rank 0 when the store it hosted is gone."""
     world, here = session.world, socket.gethostname()
     dead = []
     for rank in range(world.size):
@@ -480,7 +484,7 @@ def _signal_handlers(session: _Session) -> Iterator[None]:
 
 
 def machine_device(device: str | None, world: World) -> str | None:
-    """``--device`` checked against this machine, then this rank's share of it: before the group starts or a model loads.
+    """``--device`` checked against this machine, then this rank's share, before the group starts or a model loads.
 
     Every rank of a machine makes the same check, so local rank 0 alone prints a refusal.
     """
@@ -522,7 +526,7 @@ def rank_device(device: str | None, world: World) -> str | None:
 
 
 def launch(argv: list[str]) -> int:
-    """``torchrun ARGV`` whose exit status is its ranks': 130 after Ctrl-C, 2 after an ``error:`` line, and no report of its own.
+    """``torchrun ARGV`` exiting as its ranks do (130 after Ctrl-C, 2 after an ``error:`` line), adding no report.
 
     torchrun exits 1 with a Python traceback and a failure table whenever a rank fails or it
     gets a signal. Here its log lines are silenced and its exceptions mapped: the ranks have
@@ -557,8 +561,8 @@ def _launch_status(exit_codes: dict[int, int]) -> int:
         for rank, code in sorted(exit_codes.items())
     )
     print(
-        f"error: the data-parallel launch failed ({described}) and no rank said why; whole batches are kept in the run's "
-        "journal: rerun the same command to resume",
+        f"error: the data-parallel launch failed ({described}) and no rank said why; "
+        "whole batches are kept in the run's journal: rerun the same command to resume",
         file=sys.stderr,
         flush=True,
     )

@@ -33,13 +33,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
 from core.errors import ProbeError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 Part = Literal["attention", "mlp", "down_proj", "block"]
 
@@ -114,7 +117,7 @@ def validate_hook(hook: str) -> str:
     return hook
 
 
-def architecture_of(model: nn.Module) -> Architecture:
+def architecture_of(model: PreTrainedModel) -> Architecture:
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if model_type not in ARCHITECTURES:
         raise ProbeError(f"unsupported architecture {model_type!r}; supported: {', '.join(sorted(ARCHITECTURES))}")
@@ -128,15 +131,15 @@ def resolve(root: Any, dotted: str) -> Any:
     return root
 
 
-def blocks(model: nn.Module) -> nn.ModuleList:
+def blocks(model: PreTrainedModel) -> nn.ModuleList:
     return resolve(model, architecture_of(model).layers)
 
 
-def n_layers(model: nn.Module) -> int:
+def n_layers(model: PreTrainedModel) -> int:
     return len(blocks(model))
 
 
-def width(model: nn.Module, hook: str) -> int:
+def width(model: PreTrainedModel, hook: str) -> int:
     """The expected width of a hook point: d_model, or intermediate_size (d_mlp)."""
     config = model.config
     if HOOK_TABLE[validate_hook(hook)].width == "d_model":
@@ -145,7 +148,7 @@ def width(model: nn.Module, hook: str) -> int:
     return int(size) if size else 4 * int(config.n_embd)
 
 
-def module_path(model: nn.Module, hook: str, layer: int) -> str:
+def module_path(model: PreTrainedModel, hook: str, layer: int) -> str:
     """The dotted path from the model to the module carrying ``hook`` at ``layer`` (also its nnsight envoy path)."""
     arch = architecture_of(model)
     total = n_layers(model)
@@ -155,12 +158,12 @@ def module_path(model: nn.Module, hook: str, layer: int) -> str:
     return f"{arch.layers}.{layer}" + (f".{inner}" if inner else "")
 
 
-def module_for(model: nn.Module, hook: str, layer: int) -> tuple[nn.Module, bool]:
+def module_for(model: PreTrainedModel, hook: str, layer: int) -> tuple[nn.Module, bool]:
     """The module to hook and whether the tensor is its *input* (pre-hook) rather than its output."""
     return resolve(model, module_path(model, hook, layer)), HOOK_TABLE[hook].is_input
 
 
-def attach(model: nn.Module, hook: str, layer: int, fn: HookFn) -> RemovableHandle:
+def attach(model: PreTrainedModel, hook: str, layer: int, fn: HookFn) -> RemovableHandle:
     """Call ``fn`` on the hook point's tensor ``[batch, pos, width]`` at every forward.
 
     If ``fn`` returns a tensor, it replaces the hook point's value downstream.
@@ -198,14 +201,16 @@ def parse_layers(spec: str | None, total: int) -> list[int]:
     for lo, hi in layer_ranges(spec, total):
         if lo < 0 or hi >= total:
             raise ProbeError(
-                f"--layers {spec!r}: layer {lo if lo < 0 else max(lo, total)} is outside the model, which has layers 0-{total - 1}"
+                f"--layers {spec!r}: layer {lo if lo < 0 else max(lo, total)} is outside the model, "
+                f"which has layers 0-{total - 1}"
             )
         layers.update(range(lo, hi + 1))
     return sorted(layers)
 
 
 def layer_ranges(spec: str, total: int) -> list[tuple[int, int]]:
-    """The inclusive ranges of a layer spec, unexpanded and unchecked against the model ('12-' ends at ``total - 1``)."""
+    """The inclusive ranges of a layer spec, unexpanded and unchecked against the model ('12-' ends at
+    ``total - 1``)."""
     if spec.strip().lower() in ("", "all"):
         return [(0, total - 1)]
     ranges = []

@@ -2,13 +2,14 @@
 
 HDF5 is not crash-safe: a process killed (``kill -9``, OOM killer, power loss) while
 h5py is updating metadata can leave a file that no longer opens, taking every batch
-already recorded with it. So a recording never writes into ``activations.h5`` in place:
+already recorded with it. So a recording never writes into the run's HDF5 file in place
+(:class:`core.run_dir.RunDir` names the files below):
 
-1. each finished batch (both models, all hooks, its sample metadata) is written to
-   ``journal/<capability>/<start>.npz`` as a temporary file, fsynced, then renamed into
+1. each finished batch (both models, all hooks, its sample metadata) is written to its
+   shard in the journal as a temporary file, fsynced, then renamed into
    place: a shard either exists complete or not at all;
 2. at the end of the run the shards are appended, in order, to a *copy* of the current
-   ``activations.h5`` (through :class:`probes.store.RunWriter`, one shard in memory at a
+   HDF5 file (through :class:`probes.store.RunWriter`, one shard in memory at a
    time); the copy is fsynced and closed, then renamed over the original, and only then
    are the shards deleted. A write that fails (a full disk, say) closes the copy without
    another write, deletes it, and leaves the original and every shard as they were.
@@ -16,33 +17,28 @@ already recorded with it. So a recording never writes into ``activations.h5`` in
 Killed at any moment, the directory holds the last consolidated file plus whole shards.
 The next run counts both as done (a shard whose samples are already in the file is a
 leftover of step 2 and is dropped), records the rest with the same batch boundaries,
-and consolidates: the result is identical to an uninterrupted run. ``run.json`` (written
+and consolidates: the result is identical to an uninterrupted run. The settings file (written
 atomically before the first shard) keeps the settings, so a mismatched rerun is refused
 even before anything was consolidated.
 
 Nothing in the journal is trusted as it is found. A shard is named ``<start>.npz`` with nine
-digits; any other ``.npz`` in ``journal/<capability>/`` is refused in one line (it may be a
+digits; any other ``.npz`` in a capability's folder of the journal is refused in one line (it may be a
 renamed shard, and guessing would drop a batch or mix in another run's), while files of other
 kinds are left alone. A shard is read with :func:`numpy.load`'s rules and more: no pickled
 (object) arrays, every member's claimed shape held by its bytes before anything is allocated,
 the arrays a batch needs with the shapes and types it needs; a damaged zip or a wrong member
 is one line naming the shard and saying to delete it (its batch is then recorded again).
-``run.json`` must be a JSON object whose ``settings`` is an object.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
 import os
-import re
 import shutil
 import sys
 import zipfile
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -51,95 +47,37 @@ import numpy as np
 
 from core.atomic import sync_folder, write_atomic
 from core.errors import ProbeError
-from core.inputs import read_json
-from probes.store import ACTIVATIONS_FILE, ALL_MODELS, MAX_INFLATION, MODELS, RunWriter, read_file_settings
+from core.records import to_json
+from core.run_dir import RunDir
+from probes.samples import SampleColumns
+from probes.store import ALL_MODELS, MAX_INFLATION, MODELS, RunWriter, read_file_settings
 
-JOURNAL_DIR = "journal"
-RUN_JSON = "run.json"
-_STAGING = ".consolidate"
-SHARD_NAME = re.compile(r"^[0-9]{9}\.npz$")
 _SHARD_TEXT = ("tasks", "prompts")
 _SHARD_INTS = ("sample_ids", "prompt_lengths")
 
 
-def atomic_write_bytes(path: Path, write: Any) -> None:
-    """Write through ``write(handle)`` to a temp file, fsync, rename into place, fsync the folder (:mod:`core.atomic`)."""
-    write_atomic(path, write)
-
-
-@contextmanager
-def run_lock(run_dir: Path) -> Iterator[None]:
-    """Hold an exclusive lock on the run dir; a second recorder into it is refused, not interleaved."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    handle = (run_dir / ".lock").open("a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        raise ProbeError(
-            f"{run_dir}: another `probe run` is recording into this directory; wait for it or use another --out"
-        ) from None
-    try:
-        yield
-    finally:
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
-
-
-def read_run_json(run_dir: Path) -> dict[str, Any] | None:
-    """``run.json`` as a JSON object whose ``settings`` is an object, or None when there is none."""
-    path = run_dir / RUN_JSON
-    if not path.is_file():
-        return None
-    body = read_json(path, "run record (run.json)")
-    if not isinstance(body, dict) or not isinstance(body.get("settings"), dict):
-        found = (
-            type(body).__name__
-            if not isinstance(body, dict)
-            else "no 'settings' object"
-            if "settings" not in body
-            else f"'settings' holding {type(body['settings']).__name__}"
-        )
-        raise ProbeError(
-            f"{path}: expected a JSON object with a 'settings' object (the run's settings), found {found}; "
-            "was it edited by hand? Restore it or record into a new --out"
-        )
-    return body
-
-
-def write_run_json(run_dir: Path, content: dict[str, Any]) -> None:
-    data = json.dumps(content, indent=2, sort_keys=True).encode()
-    atomic_write_bytes(run_dir / RUN_JSON, lambda handle: handle.write(data))
-
-
 @dataclass(frozen=True)
 class Shard:
-    """One recorded batch: metadata and {(model, hook): [B, layers, width]} in the store dtype."""
+    """One recorded batch: its samples and {(model, hook): [B, layers, width]} in the store dtype."""
 
     capability: str
     start: int
-    sample_ids: np.ndarray
-    tasks: list[str]
-    prompt_lengths: np.ndarray
-    prompts: list[str]
+    samples: SampleColumns
     activations: dict[tuple[str, str], np.ndarray]
 
 
-def shard_path(run_dir: Path, capability: str, start: int) -> Path:
-    return run_dir / JOURNAL_DIR / capability / f"{start:09d}.npz"
-
-
 def write_shard(run_dir: Path, shard: Shard) -> Path:
+    samples = shard.samples
     arrays: dict[str, np.ndarray] = {
-        "sample_ids": np.asarray(shard.sample_ids, dtype=np.int64),
-        "tasks": np.asarray(shard.tasks, dtype=str),
-        "prompt_lengths": np.asarray(shard.prompt_lengths, dtype=np.int32),
-        "prompts": np.asarray(shard.prompts, dtype=str),
+        "sample_ids": samples.sample_ids,
+        "tasks": np.asarray(samples.tasks, dtype=str),
+        "prompt_lengths": samples.prompt_lengths,
+        "prompts": np.asarray(samples.prompts, dtype=str),
     }
     for (model, hook), values in shard.activations.items():
         arrays[f"act__{model}__{hook}"] = values
-    path = shard_path(run_dir, shard.capability, shard.start)
-    atomic_write_bytes(path, lambda handle: np.savez(handle, **arrays))
+    path = RunDir(run_dir).shard(shard.capability, shard.start)
+    write_atomic(path, lambda handle: np.savez(handle, **arrays))  # type: ignore[arg-type]  # stub: **arrays as allow_pickle
     return path
 
 
@@ -147,30 +85,13 @@ def read_shard(path: Path, capability: str) -> Shard:
     """One shard, every member checked (see the module doc); a fault is one line naming the shard."""
     arrays = _shard_arrays(path, capability)
     acts = {(model, hook): values for (model, hook), values in _activation_members(arrays, path).items()}
-    return Shard(
-        capability,
-        int(path.stem),
-        arrays["sample_ids"].astype(np.int64),
+    samples = SampleColumns(
+        arrays["sample_ids"],
         [str(t) for t in arrays["tasks"]],
-        arrays["prompt_lengths"].astype(np.int32),
+        arrays["prompt_lengths"],
         [str(p) for p in arrays["prompts"]],
-        acts,
     )
-
-
-def list_shards(run_dir: Path, capability: str) -> list[Path]:
-    """Complete shards of a capability in batch order; a ``.npz`` not named as a shard is refused."""
-    folder = run_dir / JOURNAL_DIR / capability
-    if not folder.is_dir():
-        return []
-    found = sorted(folder.glob("*.npz"))
-    stray = [p for p in found if not SHARD_NAME.match(p.name)]
-    if stray:
-        raise ProbeError(
-            f"{stray[0]}: not a journal shard name (expected <batch start>.npz with nine digits, e.g. 000000064.npz); "
-            f"the journal holds only shards: move the file out of {folder}"
-        )
-    return sorted(found, key=lambda p: int(p.stem))
+    return Shard(capability, int(path.stem), samples, acts)
 
 
 def check_shard(path: Path, capability: str, layers: int | None = None, hooks: set[str] | None = None) -> np.ndarray:
@@ -192,7 +113,7 @@ def _shard_fault(path: Path, what: str) -> ProbeError:
 
 
 def _shard_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """Each member's (shape, dtype) from its .npy header, with the bytes it claims checked against the bytes it holds."""
+    """Each member's (shape, dtype) from its .npy header; the bytes it claims are checked against those it holds."""
     size = path.stat().st_size
     headers: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
     try:
@@ -289,24 +210,12 @@ def _activation_members(arrays: dict[str, np.ndarray], path: Path) -> dict[tuple
             path,
             f"no activations for {unpaired[0] if unpaired else 'any model'}; a shard holds both models' activations",
         )
-    return acts  # type: ignore[return-value]
-
-
-def remove_stale_temp(run_dir: Path) -> None:
-    """Delete half-written shards of a killed recorder; only when no recorder is writing (under the lock, before recording)."""
-    for tmp in (run_dir / JOURNAL_DIR).glob("*/.*.tmp"):
-        tmp.unlink(missing_ok=True)
-
-
-def has_recordings(run_dir: Path) -> bool:
-    """Whether anything was recorded here: a consolidated file or at least one shard."""
-    return (run_dir / ACTIVATIONS_FILE).is_file() or any((run_dir / JOURNAL_DIR).glob("*/*.npz"))
+    return acts  # type: ignore[return-value]  # keys act__<model>__<hook>__...: the slice is (model, hook)
 
 
 def committed_ids(run_dir: Path, capability: str) -> np.ndarray:
     """Sample ids of a capability already in the consolidated file (rows complete for every dataset)."""
-    path = run_dir / ACTIVATIONS_FILE
-    if not path.is_file():
+    if not RunDir(run_dir).activations.is_file():
         return np.zeros(0, dtype=np.int64)
     from probes.store import RunReader
 
@@ -329,7 +238,7 @@ class ConsolidationPlan:
 
 
 def consolidate(run_dir: Path, capabilities: list[str], plan: ConsolidationPlan) -> dict[str, int]:
-    """Append every pending shard to a copy of activations.h5 and swap it in atomically.
+    """Append every pending shard to a copy of the run's HDF5 file and swap it in atomically.
 
     Returns rows appended per capability. Shards whose samples are already in the file are
     dropped without appending (leftovers of a consolidation killed after its rename).
@@ -340,17 +249,18 @@ def consolidate(run_dir: Path, capabilities: list[str], plan: ConsolidationPlan)
     error and exits without closing anything; this process only deletes the copy, so the
     original file and every shard stay as they were, and says how to resume.
     """
-    pending = {cap: list_shards(run_dir, cap) for cap in capabilities}
-    target = run_dir / ACTIVATIONS_FILE
+    run = RunDir(run_dir)
+    pending = {cap: run.shards(cap) for cap in capabilities}
+    target = run.activations
     if target.is_file() and not any(pending.values()):
         return {cap: 0 for cap in capabilities}
     for cap, paths in pending.items():
         for path in paths:
             check_shard(path, cap, len(plan.layers), set(plan.tl_names))
-    staging = run_dir / _STAGING
+    staging = run.consolidating
     try:
         appended = _write_staging_in_child(run_dir, capabilities, pending, plan)
-        os.replace(staging / ACTIVATIONS_FILE, target)
+        os.replace(RunDir(staging).activations, target)
         sync_folder(run_dir)
     except OSError as exc:
         shutil.rmtree(staging, ignore_errors=True)
@@ -397,15 +307,15 @@ def _write_staging(
     run_dir: Path, capabilities: list[str], pending: dict[str, list[Path]], plan: ConsolidationPlan
 ) -> dict[str, int]:
     """The new file, complete, fsynced and closed, beside the old one (in the child process)."""
-    staging, target = run_dir / _STAGING, run_dir / ACTIVATIONS_FILE
+    staging, target = RunDir(run_dir).consolidating, RunDir(run_dir).activations
+    new = RunDir(staging).activations
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     if target.is_file():
-        shutil.copyfile(target, staging / ACTIVATIONS_FILE)
+        shutil.copyfile(target, new)
     appended = {cap: 0 for cap in capabilities}
-    writer = RunWriter(
-        staging, plan.settings, toolkit_version=plan.toolkit_version
-    )  # no `with`: a failed write must not be retried on close
+    # no `with`: a failed write must not be retried on close
+    writer = RunWriter(staging, plan.settings, toolkit_version=plan.toolkit_version)
     writer.file.attrs["provenance"] = json.dumps(
         _with_history(writer.file.attrs.get("provenance"), plan.provenance), sort_keys=True
     )
@@ -414,7 +324,7 @@ def _write_staging(
     for cap in capabilities:
         appended[cap] = _append_capability(writer, cap, pending[cap], plan)
     writer.close()
-    with (staging / ACTIVATIONS_FILE).open("rb+") as handle:
+    with new.open("rb+") as handle:
         os.fsync(handle.fileno())
     return appended
 
@@ -454,9 +364,9 @@ def _child_main() -> None:
 def write_failure(run_dir: Path, exc: OSError) -> ProbeError:
     """A failed write (disk full, read-only, no permission) as one line: what is kept, and how to resume."""
     reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc)).splitlines()[0]
-    shards = sum(1 for _ in (run_dir / JOURNAL_DIR).glob("*/*.npz"))
-    kept = f"{shards} recorded batches are kept in {run_dir / JOURNAL_DIR}"
-    kept += f" and {run_dir / ACTIVATIONS_FILE} is unchanged" if (run_dir / ACTIVATIONS_FILE).is_file() else ""
+    run = RunDir(run_dir)
+    kept = f"{run.shard_count()} recorded batches are kept in {run.journal}"
+    kept += f" and {run.activations} is unchanged" if run.activations.is_file() else ""
     return ProbeError(
         f"{run_dir}: writing failed ({reason}); {kept}; free space (or fix permissions) and rerun the same "
         "command to resume"
@@ -476,30 +386,25 @@ def _append_capability(writer: RunWriter, capability: str, shards: list[Path], p
     appended = 0
     for path in shards:
         shard = read_shard(path, capability)
-        keep = np.array([int(i) not in done for i in shard.sample_ids], dtype=bool)
+        keep = np.array([int(i) not in done for i in shard.samples.sample_ids], dtype=bool)
         if not keep.any():
             continue
         idx = np.flatnonzero(keep)
-        writer.append_samples(
-            capability,
-            shard.sample_ids[idx],
-            [shard.tasks[i] for i in idx],
-            shard.prompt_lengths[idx],
-            [shard.prompts[i] for i in idx],
-        )
+        new = shard.samples.take(idx)
+        writer.append_samples(capability, new.sample_ids, new.tasks, new.prompt_lengths, new.prompts)
         for (model, hook), values in sorted(shard.activations.items()):
             writer.append_activations(model, capability, hook, values[idx], plan.layers, plan.tl_names[hook])
-        done.update(int(i) for i in shard.sample_ids[idx])
+        done.update(new.sample_ids.tolist())
         appended += len(idx)
     return appended
 
 
 def h5_settings(run_dir: Path) -> dict[str, Any] | None:
     """The settings of the consolidated file, read and checked as :class:`probes.store.RunReader` does."""
-    path = run_dir / ACTIVATIONS_FILE
+    path = RunDir(run_dir).activations
     if not path.is_file():
         return None
-    return read_file_settings(path).to_dict()
+    return to_json(read_file_settings(path))
 
 
 if __name__ == "__main__":

@@ -20,12 +20,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.chat import context_length
 from core.errors import ProbeError
 from core.models import check_model_dir, load_model, load_tokenizer, tokenizer_differences
 from probes.hook_points import ARCHITECTURES
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 _CONFIG_KEYS: tuple[str, ...] = (
     "model_type",
@@ -76,18 +79,18 @@ def _diff(label: str, a: Any, b: Any, names: tuple[str, str]) -> str | None:
     return None if a == b else f"{label}: {names[0]} {a!r} vs {names[1]} {b!r}"
 
 
-def compare_configs(sft: Any, dpo: Any, names: tuple[str, str] = ("sft", "dpo")) -> list[str]:
+def compare_configs(sft: object, dpo: object, names: tuple[str, str] = ("sft", "dpo")) -> list[str]:
     """Differences between two configs on the keys that fix the activation layout."""
     problems = [_diff(key, getattr(sft, key, None), getattr(dpo, key, None), names) for key in _CONFIG_KEYS]
     return [p for p in problems if p]
 
 
-def compare_tokenizers(sft: Any, dpo: Any) -> list[str]:
+def compare_tokenizers(sft: PreTrainedTokenizerBase, dpo: PreTrainedTokenizerBase) -> list[str]:
     """Differences in vocabulary, special tokens and chat template."""
     return tokenizer_differences(sft, dpo, ("sft", "dpo"))
 
 
-def compare_layouts(sft: Any, dpo: Any, names: tuple[str, str] = ("sft", "dpo")) -> list[str]:
+def compare_layouts(sft: PreTrainedModel, dpo: PreTrainedModel, names: tuple[str, str] = ("sft", "dpo")) -> list[str]:
     """Differences in parameter names and shapes (the module layout)."""
     a = {name: tuple(p.shape) for name, p in sft.named_parameters()}
     b = {name: tuple(p.shape) for name, p in dpo.named_parameters()}
@@ -126,9 +129,9 @@ def resolve_dtype(dtype: str, device: str) -> Any:
 class ModelPair:
     """Both models (eval mode, no grad needed), the shared tokenizer and provenance."""
 
-    sft: Any
-    dpo: Any
-    tokenizer: Any
+    sft: PreTrainedModel
+    dpo: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
     sft_dir: Path
     dpo_dir: Path
     shape: ModelShape
@@ -136,7 +139,7 @@ class ModelPair:
     dtype: Any
     info: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def models(self) -> dict[str, Any]:
+    def models(self) -> dict[str, PreTrainedModel]:
         return {"sft": self.sft, "dpo": self.dpo}
 
 
@@ -150,7 +153,7 @@ def check_pair_configs(sft_dir: str | Path, dpo_dir: str | Path) -> ModelShape:
     return shape_of(config_a, sft_dir)
 
 
-def model_info(model_dir: Path, shape: ModelShape, tokenizer: Any) -> dict[str, Any]:
+def model_info(model_dir: Path, shape: ModelShape, tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
     from core.provenance import chat_template_sha256, tokenizer_sha256, weights_sha256
 
     return {
@@ -192,7 +195,7 @@ def check_base_config(sft_dir: str | Path, base_dir: str | Path) -> None:
         raise ProbeError(f"--base {base_dir} is not comparable with --sft {sft_dir}: " + "; ".join(problems))
 
 
-def load_base(base_dir: str | Path, pair: ModelPair) -> tuple[Any, dict[str, Any]]:
+def load_base(base_dir: str | Path, pair: ModelPair) -> tuple[PreTrainedModel, dict[str, Any]]:
     """(model, provenance) of the base model, refused unless it reads the pair's token ids and has its module layout.
 
     The base is fed the pair's token ids (rendered with the SFT tokenizer's chat template), so its vocabulary and
@@ -202,8 +205,9 @@ def load_base(base_dir: str | Path, pair: ModelPair) -> tuple[Any, dict[str, Any
     check_base_config(pair.sft_dir, base_dir)
     tokenizer = load_tokenizer(base_dir, "--base")
     problems = tokenizer_differences(pair.tokenizer, tokenizer, ("sft", "base"), chat_template=False)
-    model = None if problems else load_model(base_dir, "--base", dtype=pair.dtype, device=pair.device, eval_mode=True)
-    problems = problems or compare_layouts(pair.sft, model, ("sft", "base"))
+    if not problems:
+        model = load_model(base_dir, "--base", dtype=pair.dtype, device=pair.device, eval_mode=True)
+        problems = compare_layouts(pair.sft, model, ("sft", "base"))
     if problems:
         raise ProbeError(f"--base {base_dir} is not comparable with --sft {pair.sft_dir}: " + "; ".join(problems))
     return model, model_info(base_dir, pair.shape, tokenizer)

@@ -13,7 +13,7 @@ row's index in the data file, so nothing is lost by the reordering.
 
 Example:
     >>> prompts = build_prompts(tokenizer, rows, Capability.MULTI_TURN, add_generation_prompt=False)  # doctest: +SKIP
-    >>> prompts.texts[0].startswith("<|im_start|>system")                                            # doctest: +SKIP
+    >>> prompts.samples.prompts[0].startswith("<|im_start|>system")                                  # doctest: +SKIP
     True
 """
 
@@ -22,35 +22,39 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from core.capabilities import Capability
-from core.chat import check_context, encode_conversations, left_pad
+from core.chat import check_context, decode_text, encode_conversations, left_pad
 from core.rows import group_by_capability, row_location
 from core.schema import TestRow
+from probes.samples import SampleColumns
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
 class PromptSet:
-    """One capability's prompts in recording order."""
+    """One capability's prompts in recording order: their sample columns and token ids."""
 
     capability: str
-    sample_ids: list[int]  # row index in the data file
-    tasks: list[str]
+    samples: SampleColumns
     ids: list[list[int]]  # token ids as the chat template renders them
-    texts: list[str]  # rendered prompt text
     response_lengths: list[int] | None = (
         None  # teacher-forced response tokens at the end of each sequence (probes.responses)
     )
 
     def __len__(self) -> int:
-        return len(self.sample_ids)
+        return len(self.samples)
 
 
 def build_prompts(
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     rows: Sequence[TestRow],
     capability: Capability,
     *,
@@ -63,7 +67,10 @@ def build_prompts(
     than ``max_tokens`` (the model's context) is refused. ``response(row_index)``: teacher-force that text after each
     prompt as the assistant's turn (:func:`probes.responses.teacher_forced`; ``add_generation_prompt`` is then moot)."""
     members = group_by_capability(rows, [capability])[capability]
-    where = lambda i: row_location(members[i][0], source)  # noqa: E731
+
+    def where(i: int) -> str:
+        return row_location(members[i][0], source)
+
     lengths: list[int] | None = None
     if response is None:
         ids = encode_conversations(
@@ -73,18 +80,22 @@ def build_prompts(
         from probes.responses import teacher_forced
 
         forced = [
-            teacher_forced(tokenizer, row.question, response(index), lambda k=k: where(k))
+            teacher_forced(tokenizer, row.question, response(index), partial(where, k))
             for k, (index, row) in enumerate(members)
         ]
         ids, lengths = [f[0] for f in forced], [f[1] for f in forced]
     check_context(ids, max_tokens, where)
     order = sorted(range(len(members)), key=lambda i: len(ids[i]))
+    samples = SampleColumns(
+        sample_ids=np.array([members[i][0] for i in order], dtype=np.int64),
+        tasks=[members[i][1].task for i in order],
+        prompt_lengths=np.array([len(ids[i]) for i in order], dtype=np.int32),
+        prompts=[decode_text(tokenizer, ids[i]) for i in order],
+    )
     return PromptSet(
         capability=capability.value,
-        sample_ids=[members[i][0] for i in order],
-        tasks=[members[i][1].task for i in order],
+        samples=samples,
         ids=[ids[i] for i in order],
-        texts=[tokenizer.decode(ids[i], skip_special_tokens=False) for i in order],
         response_lengths=None if lengths is None else [lengths[i] for i in order],
     )
 
@@ -95,10 +106,7 @@ class Batch:
 
     capability: str
     start: int
-    sample_ids: list[int]
-    tasks: list[str]
-    texts: list[str]
-    lengths: list[int]
+    samples: SampleColumns
     input_ids: torch.Tensor  # [B, T] long
     attention_mask: torch.Tensor  # [B, T] long, 0 on left padding
     position_ids: torch.Tensor  # [B, T] long, 0 at the first real token
@@ -107,7 +115,7 @@ class Batch:
     )
 
     def __len__(self) -> int:
-        return len(self.sample_ids)
+        return len(self.samples)
 
     @property
     def reduce_mask(self) -> torch.Tensor:
@@ -136,10 +144,7 @@ def make_batch(prompts: PromptSet, positions: Sequence[int], pad_id: int) -> Bat
     return Batch(
         prompts.capability,
         positions[0],
-        [prompts.sample_ids[p] for p in positions],
-        [prompts.tasks[p] for p in positions],
-        [prompts.texts[p] for p in positions],
-        [len(i) for i in ids],
+        prompts.samples.take(positions),
         input_ids,
         mask,
         position_ids_for(mask),

@@ -8,13 +8,13 @@ expensive happens, and every expensive step survives an interruption:
 3. render every prompt with the SFT tokenizer (a row carrying control-token text is
    refused here, named by file and line, before the run dir exists);
 4. hash weights, tokenizer, chat template and data; refuse a run dir recorded with
-   other settings (``run.json`` / the file's ``settings``; a start that recorded nothing
-   binds nothing); load the pair (tokenizers and module layouts compared), skip what is
-   done; only then write ``run.json``;
+   other settings (the settings file / the HDF5 file's ``settings``; a start that recorded
+   nothing binds nothing); load the pair (tokenizers and module layouts compared), skip what
+   is done; only then write the settings file;
 5. plan the batches (:mod:`probes.batching`: up to ``--batch-size`` prompts and
    ``--max-batch-tokens`` padded tokens each), then per batch: both models through the
    backend, one shard written atomically;
-6. consolidate the shards into ``activations.h5`` (see :mod:`probes.journal`).
+6. consolidate the shards into the run's HDF5 file (see :mod:`probes.journal`).
 
 With ``--position response_mean|response_last`` each prompt is followed by a teacher-forced
 response (:mod:`probes.responses`), rendered in step 3; with ``--base`` a third model, ``base``,
@@ -22,12 +22,12 @@ is checked in step 2, loaded beside the pair in step 4 and recorded in the same 
 shards in step 5.
 
 Under torchrun / accelerate launch every process runs steps 1-5 on its own share of the
-batches and rank 0 alone holds the lock, writes ``run.json`` and consolidates
+batches and rank 0 alone holds the lock, writes the settings file and consolidates
 (:mod:`probes.distributed`); the file is the one a single process would write.
 
 Example:
-    >>> result = record_run(RecordConfig(capabilities="multi_turn", sft_dir="m/sft", dpo_dir="m/dpo"))   # doctest: +SKIP
-    >>> result.run_dir, result.counts                                                                     # doctest: +SKIP
+    >>> result = record_run(RecordConfig(capabilities="multi_turn", sft_dir="m/sft", dpo_dir="m/dpo"))  # doctest: +SKIP
+    >>> result.run_dir, result.counts  # doctest: +SKIP
     (PosixPath('runs/20261122-081500_multi_turn'), {'multi_turn': 400})
 """
 
@@ -37,12 +37,14 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from core.chat import pad_id_of
 from core.errors import Interrupted, ProbeError
+from core.records import to_json
+from core.run_dir import RunDir
 from probes.batching import pending_batches, plan_batches
 from probes.config import RecordConfig
 from probes.distributed import PeerLost, World, joined, machine_device, reported_once, world_from_env
@@ -53,20 +55,18 @@ from probes.journal import (
     committed_ids,
     consolidate,
     h5_settings,
-    has_recordings,
-    list_shards,
-    read_run_json,
-    remove_stale_temp,
-    run_lock,
-    shard_path,
     shard_sample_ids,
     write_failure,
-    write_run_json,
     write_shard,
 )
 from probes.prompts import PromptSet, build_prompts, make_batch
 from probes.responses import is_response_position, read_rows, response_lookup
 from probes.settings import RunSettings
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from probes.pair import ModelPair
 
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 
@@ -124,7 +124,11 @@ def _position_policy(config: RecordConfig) -> str:
 
 
 def _settings(
-    config: RecordConfig, sources: tuple[Path, Path, Path], layers: list[int], dtype: str, tokenizer: Any
+    config: RecordConfig,
+    sources: tuple[Path, Path, Path],
+    layers: list[int],
+    dtype: str,
+    tokenizer: PreTrainedTokenizerBase,
 ) -> RunSettings:
     from core.provenance import chat_template_sha256, file_sha256, tokenizer_sha256, toolkit_version, weights_sha256
 
@@ -163,15 +167,14 @@ def check_compatible(run_dir: Path, settings: RunSettings) -> RunSettings | None
     Settings left by a start that recorded nothing (it failed on its first batch, say) bind
     nothing: the corrected call reuses the directory.
     """
-    if not has_recordings(run_dir):
+    run = RunDir(run_dir)
+    if not run.has_recordings():
         return None
-    existing = read_run_json(run_dir)
-    raw, where = (
-        (existing["settings"], run_dir / "run.json") if existing else (h5_settings(run_dir), run_dir / "activations.h5")
-    )
+    existing = run.read_settings_file()
+    raw, where = (existing["settings"], run.settings_file) if existing else (h5_settings(run_dir), run.activations)
     if not raw:
         return None
-    recorded = RunSettings.from_dict(raw, str(where))
+    recorded = RunSettings.read(raw, str(where))
     diffs = recorded.differences(settings)
     if diffs:
         raise ProbeError(
@@ -184,9 +187,9 @@ def check_compatible(run_dir: Path, settings: RunSettings) -> RunSettings | None
 def done_ids(run_dir: Path, prompts: PromptSet) -> set[int]:
     """Sample ids of a capability already in the file or the journal; refuses ids this run's prompts do not have."""
     done = set(committed_ids(run_dir, prompts.capability).tolist())
-    for path in list_shards(run_dir, prompts.capability):
+    for path in RunDir(run_dir).shards(prompts.capability):
         done.update(shard_sample_ids(path).tolist())
-    unknown = done - set(prompts.sample_ids)
+    unknown = done - set(prompts.samples.sample_ids.tolist())
     if unknown:
         raise ProbeError(
             f"{run_dir}: {len(unknown)} recorded samples of {prompts.capability} are not among this run's prompts "
@@ -223,7 +226,7 @@ def plan_work(
         spans = plan_batches([len(i) for i in prompts.ids], batch_size, max_batch_tokens)
         work += [
             Work(prompts, positions)
-            for positions in pending_batches(spans, prompts.sample_ids, done[prompts.capability])
+            for positions in pending_batches(spans, prompts.samples.sample_ids.tolist(), done[prompts.capability])
         ]
     return work
 
@@ -241,18 +244,7 @@ def _record_batches(
                     values, store_dtype, f"{model} {batch.capability} {hook} batch at {batch.start}"
                 )
         try:
-            write_shard(
-                run_dir,
-                Shard(
-                    batch.capability,
-                    batch.start,
-                    np.asarray(batch.sample_ids),
-                    batch.tasks,
-                    np.asarray(batch.lengths),
-                    batch.texts,
-                    acts,
-                ),
-            )
+            write_shard(run_dir, Shard(batch.capability, batch.start, batch.samples, acts))
         except OSError as exc:
             raise write_failure(run_dir, exc) from None
         recorded[batch.capability] = recorded.get(batch.capability, 0) + len(batch)
@@ -282,7 +274,7 @@ class _Inputs:
     sources: tuple[Path, Path, Path]
     layers: list[int]
     dtype: str
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     prompt_sets: list[PromptSet]
 
 
@@ -310,7 +302,8 @@ def _prepare(config: RecordConfig) -> _Inputs:
     tokenizer = load_tokenizer(sources[0], "--sft")
     if not tokenizer.chat_template:
         raise ProbeError(
-            f"--sft {sources[0]}: the tokenizer has no chat template; prompts cannot be rendered as the model was trained"
+            f"--sft {sources[0]}: the tokenizer has no chat template; "
+            "prompts cannot be rendered as the model was trained"
         )
     # rendered before the run dir is touched: a refused row (control-token text) leaves nothing behind
     prompt_sets = [
@@ -323,12 +316,12 @@ def _prepare(config: RecordConfig) -> _Inputs:
             max_tokens=shape.max_positions,
             response=response,
         )
-        for cap in config.capabilities
-    ]  # type: ignore[union-attr]
+        for cap in config.parsed_capabilities
+    ]
     return _Inputs(sources, layers, dtype, tokenizer, prompt_sets)
 
 
-def _batch_budget(config: RecordConfig, pair: Any, prompt_sets: list[PromptSet], world: World) -> int:
+def _batch_budget(config: RecordConfig, pair: ModelPair, prompt_sets: list[PromptSet], world: World) -> int:
     """``--max-batch-tokens``, or the device's default; the smallest over ranks, so that all plan the same batches."""
     from probes.batching import default_max_batch_tokens
 
@@ -342,11 +335,12 @@ def _batch_budget(config: RecordConfig, pair: Any, prompt_sets: list[PromptSet],
 
 
 def _start_on_main(run_dir: Path, settings: RunSettings, prompt_sets: list[PromptSet]) -> dict[str, set[int]]:
-    """Rank 0, under the lock, once the pair is loaded: what is already recorded; ``run.json`` holds the settings kept."""
-    remove_stale_temp(run_dir)
+    """Rank 0, under the lock, once the pair is loaded: what is already recorded; the settings file keeps them."""
+    run = RunDir(run_dir)
+    run.remove_stale_temp()
     done = {p.capability: done_ids(run_dir, p) for p in prompt_sets}
     try:
-        write_run_json(run_dir, {"settings": settings.to_dict()})
+        run.write_settings_file(to_json(settings))
     except OSError as exc:
         raise write_failure(run_dir, exc) from None
     return done
@@ -384,19 +378,19 @@ def _record_into(
     with ExitStack() as stack:
 
         def lock_and_settings() -> RunSettings:
-            stack.enter_context(run_lock(run_dir))
+            stack.enter_context(RunDir(run_dir).lock())
             settings = _settings(config, inputs.sources, inputs.layers, inputs.dtype, inputs.tokenizer)
-            return (
-                check_compatible(run_dir, settings) or settings
-            )  # before the minutes a load takes; the lock keeps it true
+            # before the minutes a load takes; the lock keeps it true
+            return check_compatible(run_dir, settings) or settings
 
         settings = world.on_main(lock_and_settings)
         torch.manual_seed(config.seed)
         pair = world.agree(lambda: load_pair(inputs.sources[0], inputs.sources[1], device=device, dtype=config.dtype))
         models, model_dirs = pair.models(), {"sft": inputs.sources[0], "dpo": inputs.sources[1]}
-        if config.base_dir is not None:  # a third model on the same tokens, batches and journal
-            base, pair.info["base"] = world.agree(lambda: load_base(config.base_dir, pair))
-            models["base"], model_dirs["base"] = base, config.base_dir
+        base_dir = config.base_dir
+        if base_dir is not None:  # a third model on the same tokens, batches and journal
+            base, pair.info["base"] = world.agree(lambda: load_base(base_dir, pair))
+            models["base"], model_dirs["base"] = base, base_dir
         pad_id = pad_id_of(pair.tokenizer)
         budget = _batch_budget(config, pair, inputs.prompt_sets, world)
         done = world.on_main(lambda: _start_on_main(run_dir, settings, inputs.prompt_sets))
@@ -461,20 +455,21 @@ def _warnings(settings: RunSettings) -> list[str]:
 
 
 def _finish_on_main(
-    run_dir: Path, inputs: _Inputs, pair: Any, settings: RunSettings, call: dict[str, Any], work: list[Work]
+    run_dir: Path, inputs: _Inputs, pair: ModelPair, settings: RunSettings, call: dict[str, Any], work: list[Work]
 ) -> None:
     """Rank 0, after every rank's share: check the journal holds every planned batch, then consolidate."""
     from core.provenance import library_versions, toolkit_version
 
-    missing = [w for w in work if not shard_path(run_dir, w.prompts.capability, w.positions[0]).is_file()]
+    run = RunDir(run_dir)
+    missing = [w for w in work if not run.shard(w.prompts.capability, w.positions[0]).is_file()]
     if missing:
         raise ProbeError(
-            f"{len(missing)} batches recorded by other processes are not in {run_dir / 'journal'}: with several nodes, "
+            f"{len(missing)} batches recorded by other processes are not in {run.journal}: with several nodes, "
             "--out must be a directory every node sees (a shared filesystem); rerun the same command to resume"
         )
     provenance = {"versions": library_versions(), **call}
     plan = ConsolidationPlan(
-        settings.to_dict(),
+        to_json(settings),
         pair.info,
         inputs.layers,
         {h: HOOK_TABLE[h].tl_name for h in settings.hooks},
@@ -493,14 +488,14 @@ def _sum_counts(per_rank: list[dict[str, int]]) -> dict[str, int]:
 
 
 def _interrupted(run_dir: Path) -> Interrupted:
-    shards = sum(1 for _ in (run_dir / "journal").glob("*/*.npz"))
+    run = RunDir(run_dir)
     consolidated = (
-        "the consolidated activations.h5 is whole"
-        if (run_dir / "activations.h5").is_file()
+        f"the consolidated {run.activations.name} is whole"
+        if run.activations.is_file()
         else "nothing was consolidated yet"
     )
     return Interrupted(
-        f"recording stopped; {shards} recorded batches are kept in {run_dir / 'journal'} and {consolidated}; "
+        f"recording stopped; {run.shard_count()} recorded batches are kept in {run.journal} and {consolidated}; "
         f"rerun the same command (with --out {run_dir}) to resume"
     )
 
@@ -509,9 +504,9 @@ def _stopped(run_dir: Path | None, lost: PeerLost) -> PeerLost:
     """A lost peer, with what is kept and how to resume (the same rank reports it)."""
     if run_dir is None:
         return PeerLost(f"{lost}; nothing was recorded; rerun the same command", lost.reporter, lost.dead)
-    shards = sum(1 for _ in (run_dir / "journal").glob("*/*.npz"))
+    run = RunDir(run_dir)
     return PeerLost(
-        f"{lost}; {shards} recorded batches are kept in {run_dir / 'journal'}; rerun the same command "
+        f"{lost}; {run.shard_count()} recorded batches are kept in {run.journal}; rerun the same command "
         f"(with --out {run_dir}) to resume",
         lost.reporter,
         lost.dead,
@@ -522,7 +517,7 @@ def _check_rows(rows: list[Any], config: RecordConfig, data_file: Path) -> None:
     """Refuse a data file with no row for any requested capability (nothing would be recorded)."""
     from core.rows import group_by_capability
 
-    groups = group_by_capability(rows, config.capabilities)  # type: ignore[arg-type]
+    groups = group_by_capability(rows, config.parsed_capabilities)
     if not any(groups.values()):
         raise ProbeError(
             f"--data {data_file}: no row belongs to {', '.join(config.capability_names)} "

@@ -31,12 +31,15 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.capabilities import TASKS_BY_NAME
 from core.errors import DataError, ProbeError
 from core.rows import read_dpo_rows, read_test_rows, row_location
 from core.schema import DPORow, TestRow, Turn
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 RESPONSE_POSITIONS: tuple[str, ...] = ("response_mean", "response_last")
 RESPONSES: tuple[str, ...] = ("reference", "chosen", "rejected")
@@ -61,7 +64,8 @@ def is_dpo_file(path: str | os.PathLike[str]) -> bool:
 
 
 def read_rows(path: str | os.PathLike[str]) -> list[TestRow]:
-    """Test rows, or a DPO file's rows as test rows (``question`` = the prompt; chosen and rejected kept in ``extra``)."""
+    """Test rows, or a DPO file's rows as test rows (``question`` = the prompt;
+    chosen and rejected kept in ``extra``)."""
     if not is_dpo_file(path):
         return read_test_rows(path)
     rows = []
@@ -134,7 +138,10 @@ def _non_empty(text: str, index: int, source: Path, what: str) -> str:
 
 
 def teacher_forced(
-    tokenizer: Any, question: Sequence[Turn], response: str, where: Callable[[], str] = lambda: "a row"
+    tokenizer: PreTrainedTokenizerBase,
+    question: Sequence[Turn],
+    response: str,
+    where: Callable[[], str] = lambda: "a row",
 ) -> tuple[list[int], int]:
     """(token ids of the prompt followed by ``response`` as the assistant's turn, number of response tokens)."""
     from core.chat import encode_conversations

@@ -1,12 +1,12 @@
-"""A run's settings as one typed, versioned record, written to ``run.json`` and the HDF5 file alike.
+"""A run's settings as one typed, versioned record, written to the run's settings file and HDF5 file alike.
 
 The settings say what must be equal for two recordings to share a run directory (the
 weights, tokenizer, template and data fingerprints; hooks, layers, position, backend,
-dtypes) and where the inputs came from. They are written twice on purpose: ``run.json``
-binds the directory from the moment the pair is loaded, before anything is consolidated,
-and the ``settings`` attribute of ``activations.h5`` keeps the file self-describing when it
-is copied alone. Both are :meth:`RunSettings.to_dict` of the same object, and every reader
-goes through :meth:`RunSettings.from_dict`, so no reader guesses a key.
+dtypes) and where the inputs came from. They are written twice on purpose: the settings
+file (:attr:`core.run_dir.RunDir.settings_file`) binds the directory from the moment the pair
+is loaded, before anything is consolidated, and the ``settings`` attribute of the HDF5 file
+keeps it self-describing when it is copied alone. Both are :func:`core.records.to_json` of the
+same object, and every reader goes through :meth:`RunSettings.read`, so no reader guesses a key.
 
 Files written before the version field (version 1) have the same keys and open unchanged; so do files
 written before the response and base fields (they read as "no response, no base");
@@ -14,7 +14,8 @@ a version newer than this toolkit's is refused with one line.
 
 Example:
     >>> s = RunSettings(hooks=["mlp_out"], layers=[0, 1], data_sha256="ab")
-    >>> RunSettings.from_dict(s.to_dict()) == s
+    >>> from core.records import to_json
+    >>> RunSettings.read(to_json(s)) == s
     True
     >>> s.differences(RunSettings(hooks=["mlp_out"], layers=[0, 1], data_sha256="cd"))
     ["data_sha256: run has 'ab', this call asks 'cd'"]
@@ -22,11 +23,12 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from core.errors import ProbeError
 from core.inputs import shown
+from core.records import RecordError, from_json
 
 VERSION = 2
 # Settings that must be equal for two recordings to share one run dir.
@@ -53,6 +55,8 @@ COMPAT_KEYS: tuple[str, ...] = (
 class RunSettings:
     """What a run recorded and from what; empty strings where a writer (a synthetic run) had nothing to say."""
 
+    VERSION: ClassVar[int] = VERSION
+
     hooks: list[str] = field(default_factory=list)
     layers: list[int] = field(default_factory=list)
     position: str = "last"
@@ -76,7 +80,6 @@ class RunSettings:
     responses_sha256: str = ""
     base_dir: str = ""  # the third model, recorded as "base" ("": none)
     base_weights_sha256: str = ""
-    version: int = VERSION
 
     def model_dir(self, model: str) -> str:
         """The directory the run loaded ``model`` (``sft``, ``dpo`` or ``base``) from."""
@@ -90,11 +93,9 @@ class RunSettings:
             if getattr(self, key) != getattr(asked, key)
         ]
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     @classmethod
-    def from_dict(cls, body: Any, where: str = "run settings") -> RunSettings:
+    def read(cls, body: Any, where: str = "run settings") -> RunSettings:
+        """``body`` as settings (no version: version 1, the same keys); what this toolkit cannot read is one line."""
         if not isinstance(body, dict):
             raise ProbeError(f"{where}: run settings must be a JSON object, got {type(body).__name__}")
         version = body.get("version", 1)
@@ -103,48 +104,14 @@ class RunSettings:
                 f"{where}: run settings version {version!r}, newer than this toolkit reads ({VERSION}); "
                 "update the toolkit or record into a new --out"
             )
-        values = {key: _typed(key, value, where) for key, value in body.items() if key in _KINDS}
-        values["version"] = VERSION
-        return cls(**values)
+        try:
+            return from_json(cls, body)
+        except RecordError as exc:
+            expected = _DESCRIBED.get(exc.field, exc.expected)
+            raise ProbeError(
+                f"{where}: malformed run settings ({exc.field} is {shown(body[exc.field])}, expected {expected}); "
+                "record into a new --out"
+            ) from None
 
 
-_KINDS: dict[str, str] = {
-    f.name: "list[str]"
-    if f.name == "hooks"
-    else "list[int]"
-    if f.name == "layers"
-    else "bool"
-    if f.type == "bool"
-    else "int"
-    if f.type == "int"
-    else "str"
-    for f in fields(RunSettings)
-}
-
-
-def _typed(key: str, value: Any, where: str) -> Any:
-    """``value`` of settings field ``key`` if it has the field's type (a list of hooks, of layers, text, a flag...)."""
-    kind = _KINDS[key]
-    element = {"list[str]": str, "list[int]": int}.get(kind)
-    if element is not None:
-        good = isinstance(value, list) and all(isinstance(v, element) and not isinstance(v, bool) for v in value)
-    elif kind == "bool":
-        good = isinstance(value, bool)
-    elif kind == "int":
-        good = isinstance(value, int) and not isinstance(value, bool)
-    else:
-        good = isinstance(value, str)
-    if not good:
-        raise ProbeError(
-            f"{where}: malformed run settings ({key} is {shown(value)}, expected {_DESCRIBED[kind]}); record into a new --out"
-        )
-    return list(value) if element is not None else value
-
-
-_DESCRIBED = {
-    "list[str]": "a list of hook names",
-    "list[int]": "a list of layer numbers",
-    "bool": "true or false",
-    "int": "an integer",
-    "str": "text",
-}
+_DESCRIBED = {"hooks": "a list of hook names", "layers": "a list of layer numbers"}  # beside the codec's words

@@ -1,8 +1,8 @@
 """The on-disk layout of a run's activations: one HDF5 file per run directory.
 
-Layout of ``RUN_DIR/activations.h5`` (schema version 1)::
+Layout of the run's HDF5 file (:attr:`core.run_dir.RunDir.activations`; schema version 1)::
 
-    /                                   attrs: schema_version, toolkit_version, settings (JSON)
+    /                                   attrs: schema_version, toolkit_version, settings (JSON), provenance (JSON)
     /models/{sft,dpo[,base]}            attrs: model_dir, weights_sha256, tokenizer_sha256,
                                                chat_template_sha256, model_type, n_layers,
                                                d_model, d_mlp
@@ -32,7 +32,7 @@ attribute is a segfault). That process returns the metadata as JSON, or one line
 is wrong, or dies; each of the last two becomes one :class:`~core.errors.ProbeError` here.
 The metadata is then typed and checked against itself: ``settings`` is JSON whose sha256
 matches ``settings_sha256`` (when written), every dataset has its ``layers``, the hooks, layers
-and dtype match the settings (and ``run.json`` beside the file), datasets with external
+and dtype match the settings (and the settings file beside it), datasets with external
 storage or virtual datasets are refused (they would read other files as activations), and
 every size a dataset claims is held in the file: all its chunks allocated, inside the file,
 and at most :data:`MAX_INFLATION` times the file's size, so a crafted shape cannot allocate
@@ -57,17 +57,17 @@ import h5py
 import numpy as np
 
 from core.errors import ProbeError
+from core.records import to_json
+from core.run_dir import RunDir
+from probes.samples import SAMPLE_FIELDS, SampleColumns
 from probes.settings import COMPAT_KEYS, RunSettings
 
-ACTIVATIONS_FILE = "activations.h5"
 SCHEMA_VERSION = 1
 MODELS: tuple[str, ...] = ("sft", "dpo")  # every run has both
-OPTIONAL_MODELS: tuple[str, ...] = (
-    "base",
-)  # recorded when asked (``probe run --base``); a run without it has no base group
+# recorded when asked (``probe run --base``); a run without it has no base group
+OPTIONAL_MODELS: tuple[str, ...] = ("base",)
 ALL_MODELS: tuple[str, ...] = MODELS + OPTIONAL_MODELS
 STORE_DTYPES: tuple[str, ...] = ("float16", "float32")
-SAMPLE_FIELDS: dict[str, str] = {"sample_ids": "i", "tasks": "text", "prompt_lengths": "i", "prompts": "text"}
 MAX_INFLATION = 1100  # deflate cannot expand data more than ~1032-fold; a claim beyond that is not in the file
 MAX_MODEL_LAYERS = 100_000
 CHECK_TIMEOUT_S = 300
@@ -76,22 +76,8 @@ _ROOT_ATTRS = ("schema_version", "toolkit_version", "settings", "settings_sha256
 _CHECKED: dict[tuple[Any, ...], dict[str, Any]] = {}
 
 
-def activations_path(run_dir: str | Path) -> Path:
-    return Path(run_dir) / ACTIVATIONS_FILE
-
-
 def settings_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-@dataclass(frozen=True)
-class SampleInfo:
-    """Per-sample metadata of one capability, aligned with its activation rows."""
-
-    sample_ids: np.ndarray  # (N,) int64
-    tasks: list[str]
-    prompt_lengths: np.ndarray  # (N,) int32
-    prompts: list[str]
 
 
 @dataclass(frozen=True)
@@ -119,9 +105,9 @@ class RunReader:
 
     def __init__(self, run_dir: str | Path) -> None:
         self.run_dir = Path(run_dir)
-        self.path = activations_path(run_dir)
+        self.path = RunDir(run_dir).activations
         if not self.path.is_file():
-            raise ProbeError(f"{self.run_dir}: no {ACTIVATIONS_FILE} here; record activations first with `probe run`")
+            raise ProbeError(f"{self.run_dir}: no {self.path.name} here; record activations first with `probe run`")
         layout = checked_metadata(self.path)
         self.settings = _settings(layout["root"], self.path)
         self._models = {m: _model_info(layout["models"].get(m, {}), m, self.path) for m in ALL_MODELS}
@@ -164,7 +150,8 @@ class RunReader:
         if found is None:
             have = ", ".join(self.capabilities()) or "none"
             raise ProbeError(
-                f"{self.path}: no activations for model={model} capability={capability} hook={hook} (capabilities recorded: {have})"
+                f"{self.path}: no activations for model={model} capability={capability} hook={hook} (capabilities "
+                f"recorded: {have})"
             )
         return found
 
@@ -208,10 +195,11 @@ class RunReader:
         with self._damage_named(f"activations of model {model}, capability {capability}, hook {hook}"):
             return dataset[selection]
 
-    def samples(self, capability: str) -> SampleInfo:
+    def samples(self, capability: str) -> SampleColumns:
         if capability not in self._samples:
             raise ProbeError(
-                f"{self.path}: no samples of capability {capability!r} (recorded: {', '.join(self.capabilities()) or 'none'})"
+                f"{self.path}: no samples of capability {capability!r} (recorded: "
+                f"{', '.join(self.capabilities()) or 'none'})"
             )
         n = self.n_samples(capability)
         group = self._file[f"samples/{capability}"]
@@ -219,11 +207,11 @@ class RunReader:
             return self._sample_info(group, n)
 
     @staticmethod
-    def _sample_info(group: h5py.Group, n: int) -> SampleInfo:
-        return SampleInfo(
-            sample_ids=np.asarray(group["sample_ids"][:n], dtype=np.int64),
+    def _sample_info(group: h5py.Group, n: int) -> SampleColumns:
+        return SampleColumns(
+            sample_ids=group["sample_ids"][:n],
             tasks=[_plain(t) for t in group["tasks"][:n]],
-            prompt_lengths=np.asarray(group["prompt_lengths"][:n], dtype=np.int32),
+            prompt_lengths=group["prompt_lengths"][:n],
             prompts=[_plain(p) for p in group["prompts"][:n]],
         )
 
@@ -374,7 +362,8 @@ def _sample_fields(group: h5py.Group, cap: str, size: int) -> dict[str, Any]:
         dataset = group.get(name)
         if not isinstance(dataset, h5py.Dataset):
             raise _Refused(
-                f"samples/{cap}/{name} is missing or not a dataset; expected the per-sample {name} (was the file written by `probe run`?)"
+                f"samples/{cap}/{name} is missing or not a dataset; expected the per-sample {name} (was the file "
+                "written by `probe run`?)"
             )
         _check_storage(dataset, size)
         try:
@@ -419,13 +408,14 @@ def _check_storage(dataset: h5py.Dataset, size: int) -> None:
         held = dataset.id.get_storage_size() if plist.get_layout() != h5py.h5d.COMPACT else claimed
         if held < claimed:
             raise _Refused(
-                f"{dataset.name} claims {dataset.shape} ({claimed:,} bytes) but holds {held:,} bytes; the file is truncated or crafted"
+                f"{dataset.name} claims {dataset.shape} ({claimed:,} bytes) but holds {held:,} bytes; "
+                "the file is truncated or crafted"
             )
         return
     if claimed > MAX_INFLATION * size:
         raise _Refused(
-            f"{dataset.name} claims shape {dataset.shape} ({claimed:,} bytes), more than a {size:,}-byte file can hold; "
-            "the file is damaged or crafted"
+            f"{dataset.name} claims shape {dataset.shape} ({claimed:,} bytes), "
+            f"more than a {size:,}-byte file can hold; the file is damaged or crafted"
         )
     needed = math.prod(math.ceil(n / c) for n, c in zip(dataset.shape, dataset.chunks))
     allocated = dataset.id.get_num_chunks()
@@ -481,7 +471,7 @@ def _settings(root: dict[str, Any], path: Path) -> RunSettings:
             f"{path}: the 'settings' attribute is not JSON ({str(exc)[:80]}); the file is damaged: "
             "record again into a new --out"
         ) from None
-    return RunSettings.from_dict(body, f"{path}: attribute 'settings'")
+    return RunSettings.read(body, f"{path}: attribute 'settings'")
 
 
 def _model_info(info: dict[str, Any], model: str, path: Path) -> dict[str, Any]:
@@ -493,7 +483,8 @@ def _model_info(info: dict[str, Any], model: str, path: Path) -> dict[str, Any]:
             or not 0 < value <= MAX_MODEL_LAYERS * (1 if key == "n_layers" else 100)
         ):
             raise ProbeError(
-                f"{path}: models/{model} attribute {key} is {value!r}; expected a positive integer of a real model's size"
+                f"{path}: models/{model} attribute {key} is {value!r}; "
+                "expected a positive integer of a real model's size"
             )
     return info
 
@@ -523,7 +514,8 @@ def _stored(info: dict[str, Any], name: str, path: Path) -> StoredDataset:
         raise ProbeError(f"{path}: {name} holds {info['dtype']}; expected one of {', '.join(STORE_DTYPES)}")
     if layers is None:
         raise ProbeError(
-            f"{path}: {name} has no 'layers' attribute; expected the recorded layer numbers (was the file written by `probe run`?)"
+            f"{path}: {name} has no 'layers' attribute; expected the recorded layer numbers (was the file written by "
+            "`probe run`?)"
         )
     if isinstance(layers, int):
         layers = [layers]
@@ -558,8 +550,8 @@ def _check_against_settings(run: RunReader, path: Path) -> None:
             )
         if s.layers and stored.layers != list(s.layers):
             raise ProbeError(
-                f"{path}: {name} stores layers {stored.layers[:8]} but the run's settings say {list(s.layers)[:8]}; the run "
-                "does not match its own settings"
+                f"{path}: {name} stores layers {stored.layers[:8]} but the run's settings say {list(s.layers)[:8]}; "
+                "the run does not match its own settings"
             )
         if s.store_dtype and stored.dtype != s.store_dtype:
             raise ProbeError(
@@ -579,19 +571,16 @@ def _check_against_settings(run: RunReader, path: Path) -> None:
 
 
 def _check_against_run_json(run_dir: Path, settings: RunSettings, path: Path) -> None:
-    """``run.json`` beside the file binds the directory: where both exist they must agree."""
-    from probes.journal import RUN_JSON, read_run_json
-
-    if not (run_dir / RUN_JSON).is_file():
-        return
-    existing = read_run_json(run_dir)
+    """The settings file beside the HDF5 file binds the directory: where both exist they must agree."""
+    run = RunDir(run_dir)
+    existing = run.read_settings_file()
     if existing is None:
         return
-    beside = RunSettings.from_dict(existing["settings"], str(run_dir / RUN_JSON))
+    beside = RunSettings.read(existing["settings"], str(run.settings_file))
     diffs = [key for key in COMPAT_KEYS if getattr(beside, key) != getattr(settings, key)]
     if diffs:
         raise ProbeError(
-            f"{path}: its settings differ from {run_dir / RUN_JSON} in {', '.join(diffs[:4])}; the run does not match "
+            f"{path}: its settings differ from {run.settings_file} in {', '.join(diffs[:4])}; the run does not match "
             "its own settings (was one of the files copied from another run?)"
         )
 
@@ -613,15 +602,15 @@ class RunWriter:
         toolkit_version: str = "0.1.0",
         chunk_rows: int = 64,
     ) -> None:
-        self.path = activations_path(run_dir)
+        self.path = RunDir(run_dir).activations
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = h5py.File(self.path, "a")
         self.chunk_rows = chunk_rows
         if "settings" not in self._file.attrs:
             self._file.attrs["schema_version"] = SCHEMA_VERSION
             self._file.attrs["toolkit_version"] = toolkit_version
-            body = settings if isinstance(settings, dict) else settings.to_dict()
-            text = json.dumps(RunSettings.from_dict(body).to_dict(), sort_keys=True)
+            body = settings if isinstance(settings, dict) else to_json(settings)
+            text = json.dumps(to_json(RunSettings.read(body)), sort_keys=True)
             self._file.attrs["settings"] = text
             self._file.attrs["settings_sha256"] = settings_sha256(text)
 

@@ -31,6 +31,14 @@ CORPUS = [
 ] * 40
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``pytest -n 2`` (``make test``) the two workers share the cores: one torch thread each, and one in
+    every process a test starts."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        os.environ["OMP_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def tiny_corpus() -> list[str]:
     return list(CORPUS)

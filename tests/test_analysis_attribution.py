@@ -17,6 +17,7 @@ import pytest
 from scipy.stats import spearmanr
 
 from core.chat import pad_id_of
+from core.records import to_json
 from core.rows import read_test_rows
 from probes.attribution import Item, attribute_batch, patched_deltas
 from probes.config import RecordConfig
@@ -99,7 +100,7 @@ def test_probe_analyze_metric_attribution_writes_maps_and_a_neuron_set(small_run
 
 
 def test_dpo_margin_runs_on_the_runs_dpo_pairs(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
-    from analysis import analyze_run
+    from analysis import AnalysisConfig, analyze_run
 
     pairs = tmp_path / "dpo.jsonl"
     with pairs.open("w") as handle:
@@ -107,7 +108,7 @@ def test_dpo_margin_runs_on_the_runs_dpo_pairs(tiny_pair, rolemrc_file: Path, tm
             handle.write(
                 json.dumps(
                     {
-                        "prompt": [t.to_dict() for t in row.question],
+                        "prompt": [to_json(t) for t in row.question],
                         "chosen": "Gladly, here it is.",
                         "rejected": "No.",
                         "task": row.task,
@@ -128,10 +129,11 @@ def test_dpo_margin_runs_on_the_runs_dpo_pairs(tiny_pair, rolemrc_file: Path, tm
         ),
         progress=False,
     )
-    result = analyze_run(out, metric="attribution", attribution_m="dpo_margin", plots=False, stability_resamples=0)
+    result = analyze_run(
+        out, AnalysisConfig(metric="attribution", attribution_m="dpo_margin", stability_resamples=0), plots=False
+    )
     maps = result.maps[("priority", "mlp_out")]
     assert maps.settings["m"] == "dpo_margin" and np.isfinite(maps.delta).all() and np.abs(maps.delta).max() > 0
     with pytest.raises(Exception, match="DPO file"):
-        analyze_run(
-            out, metric="attribution", plots=False, stability_resamples=0
-        )  # reference_logprob: a DPO file has no reference
+        # reference_logprob: a DPO file has no reference
+        analyze_run(out, AnalysisConfig(metric="attribution", stability_resamples=0), plots=False)

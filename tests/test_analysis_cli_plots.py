@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis import analyze_run
+from analysis import AnalysisConfig, analyze_run
 from analysis.plots import chromium_available
+from core.records import to_json
 from probe_cli.main import main
 from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 
@@ -84,7 +85,7 @@ def test_analyze_without_activations_exits_2_in_a_real_process(tmp_path: Path) -
 
 
 def test_html_plots_are_offline_and_complete(run_dir: Path, tmp_path: Path) -> None:
-    result = analyze_run(run_dir, layers="8-15", out_dir=tmp_path, png=False, reorder=True)
+    result = analyze_run(run_dir, AnalysisConfig(layers="8-15", reorder=True), out_dir=tmp_path, png=False)
     names = {p.name for p in result.plots}
     for cap in ("multi_turn", "nested"):
         assert {f"{cap}_mlp_out_topk_count_maps.html", f"{cap}_mlp_out_topk_count_profile.html"} <= names
@@ -93,7 +94,7 @@ def test_html_plots_are_offline_and_complete(run_dir: Path, tmp_path: Path) -> N
     page = (tmp_path / "plots" / "multi_turn_mlp_out_topk_count_maps.html").read_text()
     assert 'src="plotly.min.js"' in page and "cdn.plot.ly" not in page
     assert "DPO \\u2212 SFT" in page and '"zmid":0.0' in page  # JSON-escaped title; diverging scale centred at 0
-    assert result.summary.to_dict()["capabilities"]["multi_turn"]["mlp_out"]["plots"] == [
+    assert to_json(result.summary)["capabilities"]["multi_turn"]["mlp_out"]["plots"] == [
         "multi_turn_mlp_out_topk_count_maps.html",
         "multi_turn_mlp_out_topk_count_profile.html",
     ]
@@ -102,7 +103,7 @@ def test_html_plots_are_offline_and_complete(run_dir: Path, tmp_path: Path) -> N
 @pytest.mark.slow
 @pytest.mark.skipif(not chromium_available(), reason="PNG export needs Chromium (kaleido)")
 def test_png_export_with_chromium(run_dir: Path, tmp_path: Path) -> None:
-    result = analyze_run(run_dir, capabilities=["nested"], layers="12-15", out_dir=tmp_path, png=True)
+    result = analyze_run(run_dir, AnalysisConfig(layers="12-15"), capabilities=["nested"], out_dir=tmp_path, png=True)
     pngs = [p for p in result.plots if p.suffix == ".png"]
     assert len(pngs) == 3 and result.warnings == []
     for png in pngs:

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import analysis.plots as plots
-from analysis import analyze_run, select_neurons
+from analysis import AnalysisConfig, analyze_run, select_neurons
 from analysis.explore import profile_frame, top_prompts, top_units_frame, unit_activations
 from core.errors import ProbeError
+from core.records import to_json
 from probes.store import RunReader
 from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 
@@ -53,7 +54,7 @@ def test_drill_down_rejects_bad_targets(run_dir: Path, layer: int, unit: int, mo
 
 
 def test_tables_and_strict_fdr_selection(run_dir: Path, tmp_path: Path) -> None:
-    result = analyze_run(run_dir, metric="effect_size", out_dir=tmp_path, plots=False)
+    result = analyze_run(run_dir, AnalysisConfig(metric="effect_size"), out_dir=tmp_path, plots=False)
     maps = result.maps[("multi_turn", "mlp_out")]
     assert list(profile_frame(maps).columns) == [
         "rank",
@@ -72,10 +73,12 @@ def test_tables_and_strict_fdr_selection(run_dir: Path, tmp_path: Path) -> None:
 
 
 def test_fdr_rule_with_nothing_significant_writes_no_set_and_says_so(run_dir: Path, tmp_path: Path) -> None:
-    result = analyze_run(run_dir, metric="effect_size", rule="fdr", threshold=1e9, out_dir=tmp_path, plots=False)
+    result = analyze_run(
+        run_dir, AnalysisConfig(metric="effect_size", rule="fdr", threshold=1e9), out_dir=tmp_path, plots=False
+    )
     assert result.neuron_sets == {} and not list(tmp_path.glob("neurons_*.json"))
-    assert any("no unit qualifies under --rule fdr" in w for w in result.summary.to_dict()["warnings"])
-    assert result.summary.to_dict()["capabilities"]["multi_turn"]["mlp_out"]["neuron_set"] is None
+    assert any("no unit qualifies under --rule fdr" in w for w in to_json(result.summary)["warnings"])
+    assert to_json(result.summary)["capabilities"]["multi_turn"]["mlp_out"]["neuron_set"] is None
 
 
 def test_png_without_chromium(run_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

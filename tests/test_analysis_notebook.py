@@ -41,7 +41,10 @@ def test_notebook_executes_top_to_bottom(tmp_path: Path, monkeypatch: pytest.Mon
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "showing priority / mlp_out / topk_count over layers 6-15" in text
-    default = "window: layers 6-15 — default window: the last 20/32 of depth, layers 6-15 of a 16-layer model (the paper's 12-31 scaled by depth)"
+    default = (
+        "window: layers 6-15 — default window: the last 20/32 of depth, "
+        "layers 6-15 of a 16-layer model (the paper's 12-31 scaled by depth)"
+    )
     assert text.count(default) == 2  # the notebook's own window and the saved analysis' (summary.json)
     assert "— stable in " in text and "resamples (≥4 of 5 kept)" in text
     figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]

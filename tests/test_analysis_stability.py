@@ -1,4 +1,5 @@
-"""Bootstrap stability of the layer ranking: a clear signal is stable, noise is not, same seed same figure, summary round trip."""
+"""Bootstrap stability of the layer ranking: a clear signal is stable, noise is not, same seed same figure,
+summary round trip."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from analysis import AnalysisConfig, analyze_run
 from analysis.profile import layer_scores
 from analysis.stability import LayerStability, Resamples
 from core.errors import ProbeError
+from core.records import from_json, to_json
 from tests.support.synthetic_runs import write_arrays_run
 
 N, LAYERS, WIDTH = 60, 24, 32
@@ -22,7 +24,7 @@ KEY = ("multi_turn", "mlp_out")
 
 
 def _pair(*, overwhelming: bool, clear: bool) -> tuple[np.ndarray, np.ndarray]:
-    """DPO = SFT + small noise; optionally half the units of one layer shifted by 3 and a quarter of four others by 1."""
+    """DPO = SFT + small noise; optionally half the units of one layer shifted by 3, a quarter of four others by 1."""
     rng = np.random.default_rng(3)
     sft = rng.standard_normal((N, LAYERS, WIDTH))
     dpo = sft + 0.3 * rng.standard_normal((N, LAYERS, WIDTH))
@@ -46,7 +48,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _stability(run_dir: Path, out: Path, **kwargs) -> LayerStability:
-    return analyze_run(run_dir, layers="all", out_dir=out, plots=False, **kwargs).stability[KEY]
+    return analyze_run(run_dir, AnalysisConfig(layers="all", **kwargs), out_dir=out, plots=False).stability[KEY]
 
 
 @pytest.mark.parametrize("metric", ["topk_count", "mean_diff", "effect_size"])
@@ -66,9 +68,8 @@ def test_one_overwhelming_layer_is_always_in_the_top_but_the_rest_of_the_top_fiv
 ) -> None:
     record = _stability(runs["one_layer"], tmp_path)
     assert record.top_layers[0] == OVERWHELMING and record.layer_frequency[OVERWHELMING] == 20
-    assert (
-        record.resamples_meeting < 18 and "unstable, below the 18/20 target" in record.verdict()
-    )  # reported, never an error
+    # reported, never an error
+    assert record.resamples_meeting < 18 and "unstable, below the 18/20 target" in record.verdict()
 
 
 def test_pure_noise_gives_a_low_figure(runs, tmp_path: Path) -> None:
@@ -85,7 +86,7 @@ def test_same_seed_same_figure_and_the_seed_is_recorded(runs, tmp_path: Path) ->
 
 
 def test_summary_json_round_trips_the_record(runs, tmp_path: Path) -> None:
-    result = analyze_run(runs["clear"], layers="all", out_dir=tmp_path, plots=False)
+    result = analyze_run(runs["clear"], AnalysisConfig(layers="all"), out_dir=tmp_path, plots=False)
     body = json.loads(result.summary_path.read_text())["capabilities"]["multi_turn"]["mlp_out"]["stability"]
     assert list(body) == [
         "n_resamples",
@@ -97,14 +98,16 @@ def test_summary_json_round_trips_the_record(runs, tmp_path: Path) -> None:
         "mean_overlap",
         "layer_frequency",
     ]
-    assert LayerStability.from_dict(body) == result.stability[KEY]
-    assert LayerStability.from_dict(body).to_dict() == body
+    assert from_json(LayerStability, body) == result.stability[KEY]
+    assert to_json(from_json(LayerStability, body)) == body
 
 
 def test_zero_resamples_disables_it(runs, tmp_path: Path) -> None:
-    result = analyze_run(runs["clear"], layers="all", out_dir=tmp_path, plots=False, stability_resamples=0)
+    result = analyze_run(
+        runs["clear"], AnalysisConfig(layers="all", stability_resamples=0), out_dir=tmp_path, plots=False
+    )
     assert result.stability == {} and result.maps[KEY].resampled_scores is None
-    assert result.summary.to_dict()["capabilities"]["multi_turn"]["mlp_out"]["stability"] is None
+    assert to_json(result.summary)["capabilities"]["multi_turn"]["mlp_out"]["stability"] is None
 
 
 @pytest.mark.parametrize(
@@ -123,12 +126,9 @@ def test_a_resample_of_every_prompt_once_reproduces_the_real_scores(
     monkeypatch.setattr(maps_module.Resamples, "draw", staticmethod(identity))
     result = analyze_run(
         runs["noise"],
-        metric=metric,
-        normalize=normalize,
-        layers="all",
+        AnalysisConfig(metric=metric, normalize=normalize, layers="all", stability_resamples=3),
         out_dir=tmp_path,
         plots=False,
-        stability_resamples=3,
     )
     maps = result.maps[KEY]
     real = layer_scores(maps.delta)

@@ -1,4 +1,5 @@
-"""The layer window: the depth-scaled default, explicit windows that must lie in the model, and every output naming it."""
+"""The layer window: the depth-scaled default, explicit windows that must lie in the model,
+and every output naming it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from analysis import analyze_run, load_maps
 from analysis.plots import faceted_figure, maps_figure, profile_figure
 from analysis.window import Window, default_window, format_layers, resolve_window
 from core.errors import ProbeError
+from core.records import from_json, to_json
 from probe_cli.main import main
 from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 
@@ -35,7 +37,8 @@ def test_default_window_examples(depth: int, span: str) -> None:
     assert format_layers(window.layers) == span and window.spec is None and window.warnings == ()
     assert (
         window.reason
-        == f"default window: the last 20/32 of depth, layers {span} of a {depth}-layer model (the paper's 12-31 scaled by depth)"
+        == f"default window: the last 20/32 of depth, layers {span} of a {depth}-layer model (the paper's 12-31 scaled "
+        "by depth)"
     )
 
 
@@ -84,8 +87,8 @@ def test_a_window_cut_by_the_recording_is_a_warning_and_part_of_the_reason() -> 
 
 def test_window_record_round_trips() -> None:
     window = resolve_window("4-6", 8, list(range(8)))
-    assert Window.from_dict(window.to_dict()) == window
-    assert window.to_dict() == {
+    assert from_json(Window, to_json(window)) == window
+    assert to_json(window) == {
         "layers": [4, 5, 6],
         "spec": "4-6",
         "reason": "--layers 4-6 (given)",
@@ -103,14 +106,14 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_summary_maps_file_and_plots_name_the_window(run_dir: Path, tmp_path: Path) -> None:
     result = analyze_run(run_dir, out_dir=tmp_path, plots=False)
     for cap in ("multi_turn", "nested"):
-        body = result.summary.to_dict()["capabilities"][cap]["mlp_out"]
+        body = to_json(result.summary)["capabilities"][cap]["mlp_out"]
         assert body["window"] == {
             "layers": list(range(6, 16)),
             "spec": None,
             "reason": DEFAULT_16,
             "n_model_layers": 16,
         }
-    assert result.summary.to_dict()["settings"]["layers"] is None
+    assert to_json(result.summary)["settings"]["layers"] is None
     assert all(
         loaded.window == result.maps[(loaded.capability, loaded.hook)].window for loaded in load_maps(result.maps_path)
     )

@@ -71,7 +71,8 @@ class Pipeline:
 def pipeline(
     request: pytest.FixtureRequest, chat_bases: dict[str, Path], data: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Pipeline:
-    """Base -> SFT -> DPO through the CLI, then one ``probe run -c all`` per backend (the torch one analysed)."""
+    """Base -> SFT -> DPO through the CLI, then one ``probe run -c all`` per backend and ``probe analyze`` of the
+    torch one (``--no-png``: no test here looks at a PNG, and rendering them starts a browser)."""
     name = request.param
     root = tmp_path_factory.mktemp(f"pipeline-{name}")
     base = chat_bases[name]
@@ -97,8 +98,9 @@ def pipeline(
             "--out",
             runs[backend],
             "--quiet",
-            *([] if backend == "torch" else ["--no-analyze"]),
+            "--no-analyze",
         )
+    ok("analyze", runs["torch"], "--no-png")
     return Pipeline(name, base, root / "sft", root / "dpo", data, runs, root)
 
 
@@ -273,9 +275,8 @@ def test_recorded_prompts_are_the_templates_own_tokens(pipeline: Pipeline) -> No
                 assert int(length) == len(own) and tokenizer(text, add_special_tokens=False)["input_ids"] == own
                 assert own[0] == start and own.count(start) == len(messages)  # one <|im_start|> per turn, none added
                 assert messages[0]["role"] == "system" and spec.default_system not in text
-                assert text.endswith("<|im_end|>\n") and not text.endswith(
-                    "assistant\n"
-                )  # no generation prompt (the paper's)
+                # no generation prompt (the paper's)
+                assert text.endswith("<|im_end|>\n") and not text.endswith("assistant\n")
     if spec.bos_token is None:
         assert tokenizer.bos_token is None and tokenizer.bos_token_id is None
     else:

@@ -45,9 +45,8 @@ def test_run_reads_a_config_file_and_flags_override_it(tiny_pair, rolemrc_file: 
     )
     assert code == 0, err
     settings = json.loads((out / "run.json").read_text())["settings"]
-    assert (
-        settings["hooks"] == ["mlp_out"] and settings["store_dtype"] == "float32"
-    )  # the flag won; the file set the rest
+    # the flag won; the file set the rest
+    assert settings["hooks"] == ["mlp_out"] and settings["store_dtype"] == "float32"
     assert (out / "activations.h5").is_file()
 
 

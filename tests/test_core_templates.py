@@ -180,7 +180,8 @@ def test_the_markers_cover_exactly_each_reply_and_its_end_token(
 @pytest.mark.parametrize("name", ["smollm2", "qwen2"])
 def test_a_reply_before_any_system_turn_is_refused_not_mistrained(name: str, tokenizers: dict[str, Any]) -> None:
     """The patch re-emits an assistant turn without the template's default-system branch, so a conversation whose very
-    first message is a reply would render differently; the proof catches it and refuses (one line), never trains on it."""
+    first message is a reply would render differently; the proof catches it and refuses (one line) instead of
+    training on it."""
     tokenizer = _prepared(tokenizers, CASES[name])
     first_reply = [
         {"role": "assistant", "content": "Hello."},
@@ -230,6 +231,9 @@ def test_probe_train_sft_refuses_a_tokenizer_without_a_template(
 def test_the_messages_loop_is_found_past_nested_loops() -> None:
     from core.templates import _loop_span
 
-    template = "{% for tool in tools %}T{% endfor %}{% for m in messages[1:] %}{% for x in m.parts %}X{% endfor %}B{% endfor %}Z"
+    template = (
+        "{% for tool in tools %}T{% endfor %}{% for m in messages[1:] %}{% for x in m.parts %}X{% endfor %}B{% "
+        "endfor %}Z"
+    )
     start, stop, var = _loop_span(template)
     assert template[start:stop] == "{% for x in m.parts %}X{% endfor %}B" and var == "m"

@@ -19,6 +19,7 @@ import pytest
 from analysis.neuron_sets import FORMAT, NeuronSet
 from core.errors import DataError, ProbeError
 from core.judges.files import read_responses
+from core.records import to_json
 from core.rows import read_dpo_rows, read_sft_rows, read_test_rows, write_jsonl
 from data_synthesis.validate import validate_file
 from probe_cli.main import main
@@ -219,8 +220,8 @@ def test_a_utf8_bom_is_accepted_also_where_cat_joined_two_files(tmp_path: Path, 
     read, row = READERS[kind]
     bom = b"\xef\xbb\xbf"
     rows = read(_bytes_file(tmp_path, bom + _line(row) + b"\n" + bom + _line(row) + b"\n"))
-    assert [r.to_dict() for r in rows] == [
-        r.to_dict() for r in read(_bytes_file(tmp_path, _line(row) + b"\n" + _line(row), "plain.jsonl"))
+    assert [to_json(r) for r in rows] == [
+        to_json(r) for r in read(_bytes_file(tmp_path, _line(row) + b"\n" + _line(row), "plain.jsonl"))
     ]
 
 
@@ -270,7 +271,7 @@ def test_nesting_up_to_the_limit_round_trips(tmp_path: Path) -> None:
         nested = [nested]
     rows = read_test_rows(_bytes_file(tmp_path, _line({**GOOD, "x": nested})))
     write_jsonl(tmp_path / "copy.jsonl", rows)
-    assert [r.to_dict() for r in read_test_rows(tmp_path / "copy.jsonl")] == [r.to_dict() for r in rows]
+    assert [to_json(r) for r in read_test_rows(tmp_path / "copy.jsonl")] == [to_json(r) for r in rows]
 
 
 def test_a_number_of_thousands_of_digits_is_one_line(tmp_path: Path) -> None:
@@ -404,16 +405,19 @@ def test_a_synthesis_that_fails_while_writing_keeps_every_old_file(
 ) -> None:
     import errno
 
+    import core.rows
     from core.schema import TestRow
 
     out = tmp_path / "data"
     assert main_exit(["synthesize", "--out", str(out), "--roles", "2", "--seed", "1"]) in (0, None)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
 
-    def disk_full(self: TestRow) -> dict:
-        raise OSError(errno.ENOSPC, "No space left on device")
+    def disk_full(row: object) -> object:
+        if isinstance(row, TestRow):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return to_json(row)
 
-    monkeypatch.setattr(TestRow, "to_dict", disk_full)  # test.jsonl is written last
+    monkeypatch.setattr(core.rows, "to_json", disk_full)  # test.jsonl is written last
     capsys.readouterr()
     _one_line_error(
         capsys,

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from analysis.explain_record import ExplainRecord
+from core.records import to_json
 from tests.chat_models import cli, ok, one_error_line
 from tests.support.planted_weights import edit_weights, plant_readout, write_provenance, write_run_for
 
@@ -48,8 +49,9 @@ def _noise(scale: float, seed: int):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def planted(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """base (the tiny Llama) -> sft (noise, provenance naming the base) -> dpo (planted read-out and gate row), and the run."""
-    from analysis import analyze_run
+    """base (the tiny Llama) -> sft (noise, provenance naming the base) -> dpo (planted read-out and gate row),
+    and the run."""
+    from analysis import AnalysisConfig, analyze_run
 
     root = tmp_path_factory.mktemp("planted")
     sft = edit_weights(tiny_model_dir, root / "sft", _noise(0.05, 1))
@@ -59,7 +61,7 @@ def planted(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> d
         readout, root / "dpo", lambda w: w[f"model.layers.{NEURON[0]}.mlp.gate_proj.weight"][NEURON[1]].mul_(3.0)
     )
     run = write_run_for(root / "run", sft, dpo, {"mlp_post": [NEURON], "mlp_out": [COORDINATE]})
-    analyze_run(run, plots=False, stability_resamples=0)
+    analyze_run(run, AnalysisConfig(stability_resamples=0), plots=False)
     return {"base": tiny_model_dir, "sft": sft, "dpo": dpo, "run": run, "root": root}
 
 
@@ -89,7 +91,7 @@ def test_the_planted_neuron_s_card_names_its_token(planted: dict[str, Path]) -> 
         == [a.layer for a in record.agreement[0].layers]
     )
     assert record.agreement[0].top.units[0] == list(NEURON)  # the planted neuron tops both rankings
-    assert ExplainRecord.from_dict(json.loads(json.dumps(record.to_dict()))) == record
+    assert ExplainRecord.read(json.loads(json.dumps(to_json(record)))) == record
     analysis = planted["run"] / "analysis"
     for name in (
         "weight_change.h5",
@@ -121,9 +123,9 @@ def test_bad_input_is_one_error_line(case: str, planted: dict[str, Path], tmp_pa
     if case == "missing":
         moved = edit_weights(planted["sft"], tmp_path / "sft", lambda w: None)
         run = write_run_for(tmp_path / "run", moved, planted["dpo"], {"mlp_post": [NEURON]})
-        from analysis import analyze_run
+        from analysis import AnalysisConfig, analyze_run
 
-        analyze_run(run, plots=False, stability_resamples=0)
+        analyze_run(run, AnalysisConfig(stability_resamples=0), plots=False)
         shutil.rmtree(moved)
     elif case == "other_weights":
         extra = ["--dpo", str(planted["base"])]
@@ -252,7 +254,6 @@ def test_the_notebook_s_card_cell_shows_the_picked_unit(planted: dict[str, Path]
     assert (
         len(shown) == 1 and f"layer {NEURON[0]} · unit {NEURON[1]}" in shown[0] and html.escape(repr(token)) in shown[0]
     )
-    assert (
-        "<th>mean_diff</th><td>1</td>" in shown[0]
-    )  # ranked against the notebook's maps (the planted neuron is first by mean Δ)
+    # ranked against the notebook's maps (the planted neuron is first by mean Δ)
+    assert "<th>mean_diff</th><td>1</td>" in shown[0]
     assert "no neuron card: " in capsys.readouterr().out

@@ -63,9 +63,8 @@ def test_the_lens_is_the_model_s_own_unembedding(
     shape: str, tiny_model_dir: Path, tied: Path, chat_bases: dict[str, Path], tmp_path: Path
 ) -> None:
     source = {"llama_untied": tiny_model_dir, "llama_tied": tied}.get(shape) or chat_bases[shape]
-    norm = edit_weights(
-        source, tmp_path / "m", lambda w: w["model.norm.weight"].uniform_(0.5, 1.5)
-    )  # a norm that matters
+    # a norm that matters
+    norm = edit_weights(source, tmp_path / "m", lambda w: w["model.norm.weight"].uniform_(0.5, 1.5))
     with Checkpoint(norm, "--dpo") as model:
         assert model.tied is (shape != "llama_untied")
         units = [(0, 1), (model.shape.n_layers - 1, 3)]

@@ -11,9 +11,9 @@ strings; BOMs and every line ending. The property, for each reader and command:
   exit status 2 (CLI); never another exception, and never a partial output file.
 
 The seed is fixed (``derandomize=True``) and the examples bounded, so a run is reproducible
-and takes seconds (``PROBE_FUZZ_EXAMPLES`` raises the bound for a longer hunt); each test also asserts that both outcomes occurred, so a generator that
-drifts into producing only garbage (or only valid rows) fails instead of passing vacuously.
-Run with ``-s`` to see each test's counts.
+and takes seconds (``PROBE_FUZZ_EXAMPLES`` raises the bound for a longer hunt); each test also asserts that both
+outcomes occurred, so a generator that drifts into producing only garbage (or only valid rows) fails instead of passing
+vacuously. Run with ``-s`` to see each test's counts.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from analysis.neuron_sets import FORMAT, NeuronSet
 from core.capabilities import TASKS
 from core.errors import DataError, ProbeError
 from core.judges.files import read_responses
+from core.records import to_json
 from core.rows import read_dpo_rows, read_sft_rows, read_test_rows, write_jsonl
 from data_synthesis.validate import validate_file
 from probe_cli.main import main
@@ -265,7 +266,7 @@ def _one_line(message: str, path: Path) -> None:
 
 
 def _canonical(items: list[Any]) -> str:
-    return json.dumps([i.to_dict() if hasattr(i, "to_dict") else i for i in items], sort_keys=True)
+    return json.dumps(to_json(items), sort_keys=True)
 
 
 def _rows_or_error(read: Callable[[Path], list[Any]], data: bytes) -> str:
@@ -333,7 +334,7 @@ def test_neuron_sets_round_trip_or_fail_in_one_line() -> None:
                 _one_line(str(exc), path)
                 return "refused"
             again = NeuronSet.load(loaded.save(Path(tmp) / "copy.json"))
-            assert json.dumps(again.to_dict(), sort_keys=True) == json.dumps(loaded.to_dict(), sort_keys=True)
+            assert json.dumps(to_json(again), sort_keys=True) == json.dumps(to_json(loaded), sort_keys=True)
             return "round-tripped"
 
     _report("neuron sets", _fuzz(json_file(NEURON_SET), check))
@@ -447,7 +448,8 @@ def test_cli_judge_writes_all_verdicts_or_none() -> None:
 
 
 def test_cli_intervene_reads_any_neuron_file_before_loading_a_model() -> None:
-    """`--neurons` is read before the model: every file ends in one line (the model dir is empty), and no --out appears."""
+    """`--neurons` is read before the model: every file ends in one line (the model dir is empty),
+    and no --out appears."""
 
     def check(data: bytes) -> str:
         with tempfile.TemporaryDirectory() as tmp:

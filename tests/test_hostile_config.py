@@ -45,7 +45,7 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
 )
 
-# ---------------------------------------------------------------- what each command's fields must be (written out, not read from the code)
+# ------------------------------------------ what each command's fields must be (written out, not read from the code)
 
 SWITCHES = {
     "run": ["add_generation_prompt"],
@@ -397,7 +397,8 @@ def test_runs_root_that_is_a_file_is_one_line(
     one_line_error(
         capsys,
         [*_argv("run", tiny_pair, rolemrc_file, tmp_path), "--config", str(config)],
-        f"--config {config}: runs_root: expected a directory (or a path to create one), got '{tmp_path / 'runs'}', which is not a directory",
+        f"--config {config}: runs_root: expected a directory (or a path to create one), got '{tmp_path / 'runs'}', "
+        "which is not a directory",
     )
 
 
@@ -479,7 +480,8 @@ def test_overwrite_false_leaves_a_trained_model_byte_identical(
     tmp_path: Path,
     capsys,
 ) -> None:
-    """The issue's data loss: ``{"overwrite": "false"}`` was truthy and replaced the model; now neither spelling touches it."""
+    """The issue's data loss: ``{"overwrite": "false"}`` was truthy and replaced the model;
+    now neither spelling touches it."""
     import shutil
 
     model = Path(shutil.copytree(tiny_model_dir, tmp_path / "sft"))
@@ -637,8 +639,8 @@ def test_any_option_file_is_typed_or_refused_in_one_line(
     monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
     capsys,
 ) -> None:
-    """The same property for the commands whose file names their options: every run ends in one ``error:`` line here (the
-    flags name missing files), and a value no flag of its type could give is refused naming the file and key."""
+    """The same property for the commands whose file names their options: every run ends in one ``error:`` line here
+    (the flags name missing files), and a value no flag of its type could give is refused naming the file and key."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "a_file").write_text("x")
     options = _options(argv)

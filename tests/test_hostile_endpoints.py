@@ -46,9 +46,8 @@ from tests.support.scripted_server import Hostile, HostileServer, ScriptedServer
 
 pytestmark = pytest.mark.server
 ROOT = Path(__file__).resolve().parents[1]
-KEY = "sk-proj-" + "".join(
-    f"{c}{c.lower()}{i % 10}" for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZ" * 2)
-)  # 164 chars
+# 164 chars
+KEY = "sk-proj-" + "".join(f"{c}{c.lower()}{i % 10}" for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZ" * 2))
 PASSWORD = "pw-Zq81xTT0pA"
 TIMEOUT = 0.2
 BOUND_S = 2 * TIMEOUT + 3.0  # at most two attempts of --timeout each, plus the command around them on a loaded machine
@@ -228,9 +227,8 @@ def test_a_hostile_endpoint_ends_in_one_line_within_the_deadline_and_leaks_no_se
     assert NEEDLES[behaviour.kind] in lines[0], lines[0]
     assert outcome.seconds < BOUND_S, (behaviour.kind, outcome.seconds)
     assert "no verdict was written" in lines[0] and not (tmp / "verdicts.jsonl").exists()
-    assert_clean(
-        outcome, tmp / "cache", ALL_RUNS if credentials else KEY_RUNS
-    )  # without it in the URL, the password is just text
+    # without it in the URL, the password is just text
+    assert_clean(outcome, tmp / "cache", ALL_RUNS if credentials else KEY_RUNS)
 
 
 def test_the_deadline_bounds_the_whole_reply_not_each_read(tmp_path: Path) -> None:
@@ -258,7 +256,7 @@ def test_a_body_over_the_cap_is_refused_without_holding_more_than_the_cap(kind: 
         try:
             with pytest.raises(
                 ProbeError, match=r"malformed reply \(the body is .*over the 1 MiB cap\) after 1 attempt"
-            ) as info:
+            ):
                 client.chat([{"role": "user", "content": "hi"}])
             peak = tracemalloc.get_traced_memory()[1]
         finally:

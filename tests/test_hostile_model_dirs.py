@@ -36,6 +36,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.errors import ProbeError
+from core.records import to_json
 from tests.support.cli import exit_of, one_line_error
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -371,7 +372,8 @@ NONSENSE = {
 def test_generation_config_nonsense_is_ignored_with_one_warning(
     tiny_pair: tuple[Path, Path], data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Every nonsense value at once: the evaluation runs, warns once per kind of problem, and scores as the clean pair."""
+    """Every nonsense value at once: the evaluation runs, warns once per kind of problem,
+    and scores as the clean pair."""
     clean_out, odd_out = tmp_path / "clean.json", tmp_path / "odd.json"
     short = ["--max-new-tokens", "8"]
     code, _, err = exit_of(_eval(*tiny_pair, data) + short + ["--out", str(clean_out)], capsys)
@@ -417,7 +419,7 @@ def test_a_file_dropped_into_the_default_pair_is_noticed(tmp_path: Path, monkeyp
     for sub in ("sft", "dpo", "data"):
         (root / sub).mkdir(parents=True)
         (root / sub / "config.json").write_text("{}")
-    write_marker(root, {"recipe": recipe.to_dict()})
+    write_marker(root, {"recipe": to_json(recipe)})
     assert default_pair.verify(root, recipe) is None
     (root / "sft" / "special_tokens_map.json").write_text('{"eos_token": "<x>", "pad_token": "<x>"}')
     assert default_pair.verify(root, recipe) == "sft/special_tokens_map.json was added after the build"

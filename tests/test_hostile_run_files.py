@@ -28,23 +28,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analysis import analyze_run
+from analysis import AnalysisConfig, analyze_run
 from analysis.explore import open_explorer
 from analysis.neuron_sets import FORMAT, NeuronSet
 from core.atomic import file_set, replace_together, write_atomic
 from core.errors import ProbeError
+from core.records import to_json
+from core.run_dir import RUN_JSON, RunDir
 from probes.journal import (
-    RUN_JSON,
     Shard,
     check_shard,
     committed_ids,
     h5_settings,
-    list_shards,
-    read_run_json,
     read_shard,
-    shard_path,
     write_shard,
 )
+from probes.samples import SampleColumns
 from probes.store import RunReader
 from tests.support.cli import exit_of, one_line_error
 from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
@@ -105,7 +104,7 @@ def _read_in_child(run_dir: Path) -> subprocess.CompletedProcess[str]:
 
 
 def _settings_type_offset(raw: bytes) -> int:
-    """The first byte of the datatype of the root ``settings`` attribute (variable-length string: class 9, version 1)."""
+    """The first byte of the datatype of the root ``settings`` attribute (a variable-length string: class 9, v1)."""
     name = raw.index(b"settings\x00")
     return raw.index(b"\x19", name)
 
@@ -264,7 +263,7 @@ def test_run_json_that_disagrees_with_the_file_or_lacks_settings_is_one_line(
 ) -> None:
     run_dir = _copy(small_run, tmp_path)
     with RunReader(run_dir) as run:
-        settings = run.settings.to_dict()
+        settings = to_json(run.settings)
     (run_dir / RUN_JSON).write_text(json.dumps({"settings": {**settings, "data_sha256": "another data file"}}))
     one_line_error(
         capsys,
@@ -282,7 +281,7 @@ def test_run_json_that_disagrees_with_the_file_or_lacks_settings_is_one_line(
     )
     with pytest.raises(ProbeError, match="found 'settings' holding str"):
         (run_dir / RUN_JSON).write_text(json.dumps({"settings": "x"}))
-        read_run_json(run_dir)
+        RunDir(run_dir).read_settings_file()
     (run_dir / RUN_JSON).write_text(json.dumps({"settings": settings}))
     assert h5_settings(run_dir) == settings
 
@@ -350,9 +349,8 @@ def test_any_attribute_value_is_read_or_refused_in_one_line(
 
 def _shard(start: int = 0, rows: int = 2) -> Shard:
     acts = {(m, "mlp_out"): np.full((rows, 4, 4), i, dtype=np.float16) for i, m in enumerate(("sft", "dpo"))}
-    return Shard(
-        "multi_turn", start, np.arange(start, start + rows), ["t"] * rows, np.full(rows, 5), ["p"] * rows, acts
-    )
+    samples = SampleColumns(np.arange(start, start + rows), ["t"] * rows, np.full(rows, 5), ["p"] * rows)
+    return Shard("multi_turn", start, samples, acts)
 
 
 def _pickled_shard(path: Path) -> None:
@@ -412,14 +410,14 @@ def test_a_damaged_or_crafted_shard_is_one_line_naming_it(case: str, tmp_path: P
 def test_a_stray_npz_in_the_journal_is_refused_and_other_files_are_left_alone(tmp_path: Path) -> None:
     write_shard(tmp_path, _shard(0))
     write_shard(tmp_path, _shard(2))
-    folder = shard_path(tmp_path, "multi_turn", 0).parent
+    folder = RunDir(tmp_path).shard("multi_turn", 0).parent
     (folder / "README.txt").write_text("my notes")
-    assert [p.name for p in list_shards(tmp_path, "multi_turn")] == ["000000000.npz", "000000002.npz"]
+    assert [p.name for p in RunDir(tmp_path).shards("multi_turn")] == ["000000000.npz", "000000002.npz"]
     shutil.copy(folder / "000000000.npz", folder / "notes.npz")
     with pytest.raises(
         ProbeError, match=r"notes\.npz: not a journal shard name \(expected <batch start>\.npz with nine digits"
     ):
-        list_shards(tmp_path, "multi_turn")
+        RunDir(tmp_path).shards("multi_turn")
 
 
 def test_a_shard_of_other_layers_or_hooks_is_refused_against_the_run(tmp_path: Path) -> None:
@@ -450,7 +448,8 @@ def test_mutated_shards_are_read_exactly_or_refused_in_one_line(
     except ProbeError as exc:
         assert "\n" not in str(exc) and str(exc).startswith(str(path))
         return
-    assert shard.sample_ids.tolist() == original.sample_ids.tolist() and shard.prompts == original.prompts
+    assert shard.samples.sample_ids.tolist() == original.samples.sample_ids.tolist()
+    assert shard.samples.prompts == original.samples.prompts
     for key, values in original.activations.items():
         np.testing.assert_array_equal(shard.activations[key], values)
 
@@ -466,27 +465,26 @@ def test_an_interrupted_reanalysis_leaves_the_previous_analysis_whole(
     small_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_dir = _copy(small_run, tmp_path)
-    analyze_run(run_dir, top_k=3, plots=False, stability_resamples=0)
+    analyze_run(run_dir, AnalysisConfig(top_k=3, stability_resamples=0), plots=False)
     before = _files(run_dir / "analysis")
     import analysis.summary
 
     def interrupted(*_: object, **__: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(
-        analysis.summary.AnalysisSummary, "save", interrupted
-    )  # maps and neuron sets are written by now
+    # maps and neuron sets are written by now
+    monkeypatch.setattr(analysis.summary.AnalysisSummary, "save", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        analyze_run(run_dir, top_k=5, plots=False, stability_resamples=0)
+        analyze_run(run_dir, AnalysisConfig(top_k=5, stability_resamples=0), plots=False)
     assert _files(run_dir / "analysis") == before
     assert [p.name for p in (run_dir / "analysis").iterdir() if p.name.startswith(".")] == []
 
 
 def test_a_reanalysis_that_selects_nothing_removes_the_old_neuron_set(small_run: Path, tmp_path: Path) -> None:
     run_dir = _copy(small_run, tmp_path)
-    first = analyze_run(run_dir, top_k=3, plots=False, stability_resamples=0)
+    first = analyze_run(run_dir, AnalysisConfig(top_k=3, stability_resamples=0), plots=False)
     assert first.neuron_sets[("multi_turn", "mlp_out")].is_file()
-    again = analyze_run(run_dir, rule="fdr", threshold=1e9, plots=False, stability_resamples=0)
+    again = analyze_run(run_dir, AnalysisConfig(rule="fdr", threshold=1e9, stability_resamples=0), plots=False)
     assert not again.neuron_sets and not (run_dir / "analysis" / "neurons_multi_turn_mlp_out.json").exists()
     assert again.summary is not None and again.summary.capabilities["multi_turn"]["mlp_out"].neuron_set is None
 
@@ -503,7 +501,7 @@ main(sys.argv[2:])
 @pytest.mark.slow
 def test_a_full_disk_in_analyze_is_one_line_and_keeps_the_old_analysis(small_run: Path, tmp_path: Path) -> None:
     run_dir = _copy(small_run, tmp_path)
-    analyze_run(run_dir, top_k=3, plots=False, stability_resamples=0)
+    analyze_run(run_dir, AnalysisConfig(top_k=3, stability_resamples=0), plots=False)
     before = _files(run_dir / "analysis")
     done = subprocess.run(
         [sys.executable, "-c", LIMITED, str(1_000_000), "analyze", str(run_dir), "--top-k", "5", "--no-png"],
@@ -522,7 +520,7 @@ def test_a_full_disk_in_analyze_is_one_line_and_keeps_the_old_analysis(small_run
 
 
 def test_the_plots_carry_their_own_plotly_js(small_run: Path, tmp_path: Path) -> None:
-    result = analyze_run(_copy(small_run, tmp_path), plots=True, png=False, stability_resamples=0)
+    result = analyze_run(_copy(small_run, tmp_path), AnalysisConfig(stability_resamples=0), plots=True, png=False)
     bundle = result.out_dir / "plots" / "plotly.min.js"
     from plotly.offline import get_plotlyjs
 
@@ -596,7 +594,7 @@ def test_models_eval_keeps_its_result_when_out_cannot_be_written(
     ) as info:
         result.save(tmp_path / "out" / "result.json")
     kept = Path(str(info.value).split("kept in ")[1].split(":")[0])
-    assert kept.parent == tmp_path and json.loads(kept.read_text()) == json.loads(json.dumps(result.to_dict()))
+    assert kept.parent == tmp_path and json.loads(kept.read_text()) == json.loads(json.dumps(to_json(result)))
 
 
 # ------------------------------------------------------------------ modes, versions, notebook parameters
@@ -641,8 +639,8 @@ def test_written_files_keep_the_umask_and_a_replaced_file_its_mode(tmp_path: Pat
 def test_a_neuron_set_version_this_toolkit_does_not_read_is_one_line(version: object, message: str) -> None:
     body = {"format": FORMAT, "version": version, "hook": "mlp_out", "neurons": [{"layer": 1, "unit": 2}]}
     with pytest.raises(ProbeError, match="^" + re.escape(f"set.json: {message}")):
-        NeuronSet.from_dict(body, "set.json")
-    assert len(NeuronSet.from_dict({**body, "version": 1}, "set.json")) == 1
+        NeuronSet.read(body, "set.json")
+    assert len(NeuronSet.read({**body, "version": 1}, "set.json")) == 1
 
 
 def test_the_explorer_parameters_are_checked_in_one_line(
@@ -710,19 +708,18 @@ def test_a_resume_over_a_pickled_or_stray_shard_is_one_line(
         "--quiet",
     ]
     before = _sha(out / "activations.h5")
-    stray = shard_path(out, "multi_turn", 0).with_name("notes.npz")
+    stray = RunDir(out).shard("multi_turn", 0).with_name("notes.npz")
     stray.parent.mkdir(parents=True, exist_ok=True)
     _pickled_shard(stray)
-    pickled = shard_path(out, "multi_turn", 999)
+    pickled = RunDir(out).shard("multi_turn", 999)
     for needle in (
         "notes.npz: not a journal shard name",
         f"{pickled}: member 'prompts.npy' holds Python objects (a pickle)",
     ):
         capsys.readouterr()
         code, _, err = exit_of(argv, capsys)
-        errors = [
-            line for line in err.splitlines() if line.startswith("error:")
-        ]  # transformers' weight-loading bars may precede it
+        # transformers' weight-loading bars may precede it
+        errors = [line for line in err.splitlines() if line.startswith("error:")]
         assert code == 2 and len(errors) == 1 and needle in errors[0] and "Traceback" not in err, err
         if stray.exists():
             stray.rename(pickled)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from core.config_file import from_settings
+from core.decoding import GenerationConfig
 from core.errors import ProbeError
 from interventions.ab import run_ab
 from interventions.config import ABConfig
@@ -40,8 +42,7 @@ def ab_run(tiny_pair, test_file: Path, tmp_path_factory: pytest.TempPathFactory)
         capability="multi_turn",
         placebo=3,
         limit=4,
-        max_new_tokens=8,
-        batch_size=8,
+        generation=GenerationConfig(max_new_tokens=8, batch_size=8),
         doses=[0.5],
         n_bootstrap=500,
         out_dir=out,
@@ -129,7 +130,7 @@ def test_bfloat16_paper_factor_is_flagged_as_noop(tiny_pair, test_file: Path, tm
         positive_control=False,
         collateral=False,
         limit=3,
-        max_new_tokens=6,
+        generation=GenerationConfig(max_new_tokens=6),
         n_bootstrap=200,
         out_dir=tmp_path,
     )
@@ -139,9 +140,8 @@ def test_bfloat16_paper_factor_is_flagged_as_noop(tiny_pair, test_file: Path, tm
     assert guard.rows_changed == 0 and report.main.capability("multi_turn").delta == 0
     assert any("rounds to exactly 1 in bfloat16" in w for w in report.warnings)
     assert "NO-OP WARNING" in (tmp_path / "ab_report.md").read_text()
-    assert (
-        report.placebo["n_sets"] == 0 and "no-op in bfloat16" in report.placebo["skipped"]
-    )  # placebos of a no-op are no-ops
+    # placebos of a no-op are no-ops
+    assert report.placebo["n_sets"] == 0 and "no-op in bfloat16" in report.placebo["skipped"]
 
 
 def test_an_impossible_placebo_fails_before_any_generation(tiny_pair, test_file: Path, tmp_path: Path, monkeypatch):
@@ -218,28 +218,34 @@ def test_notebook_plots_the_dose_sweep(ab_run, monkeypatch):
 def test_the_llm_judge_of_an_ab_run_takes_the_endpoint_limits(tmp_path: Path) -> None:
     from core.judges import make_judge
 
-    config = ABConfig(
-        units=UNITS,
-        hook=HOOK,
-        judge="llm",
-        judge_model="m",
-        judge_base_url="http://127.0.0.1:9/v1",
-        judge_timeout=0.5,
-        judge_retries=1,
-        judge_backoff=0.05,
-        out_dir=tmp_path,
-    )
-    judge = make_judge(config.judge, config.judge_client())
-    assert (judge.config.timeout, judge.config.max_retries, judge.config.backoff_base) == (0.5, 1, 0.05)
-    with pytest.raises(ProbeError, match="--judge-retries"):
-        ABConfig(
+    config = from_settings(  # the judge's endpoint by the names flags and --config files give it
+        ABConfig,
+        dict(
             units=UNITS,
             hook=HOOK,
             judge="llm",
             judge_model="m",
             judge_base_url="http://127.0.0.1:9/v1",
-            judge_retries=-1,
+            judge_timeout=0.5,
+            judge_retries=1,
+            judge_backoff=0.05,
             out_dir=tmp_path,
+        ),
+    )
+    judge = make_judge(config.judge, config.judge_client())
+    assert (judge.config.timeout, judge.config.max_retries, judge.config.backoff_base) == (0.5, 1, 0.05)
+    with pytest.raises(ProbeError, match="--judge-retries"):
+        from_settings(
+            ABConfig,
+            dict(
+                units=UNITS,
+                hook=HOOK,
+                judge="llm",
+                judge_model="m",
+                judge_base_url="http://127.0.0.1:9/v1",
+                judge_retries=-1,
+                out_dir=tmp_path,
+            ),
         ).judge_client()
 
 

@@ -12,7 +12,7 @@ from probe_cli.main import main
 
 @pytest.fixture(scope="module")
 def analysed_run(tiny_pair, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from analysis import analyze_run
+    from analysis import AnalysisConfig, analyze_run
     from data_synthesis.offline import synthesize
     from probes.config import RecordConfig
     from probes.recording import record_run
@@ -33,7 +33,9 @@ def analysed_run(tiny_pair, tmp_path_factory: pytest.TempPathFactory) -> Path:
         progress=False,
     )
     run_dir = Path(getattr(result, "run_dir", root / "run"))
-    analyze_run(run_dir, layers="0-3", capabilities=["multi_turn"], hooks=["mlp_out"], top_k=32, plots=False)
+    analyze_run(
+        run_dir, AnalysisConfig(layers="0-3", top_k=32), capabilities=["multi_turn"], hooks=["mlp_out"], plots=False
+    )
     return run_dir
 
 

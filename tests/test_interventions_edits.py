@@ -139,9 +139,8 @@ def test_patching_the_residual_stream_reproduces_the_source_logits_at_that_layer
         torch.testing.assert_close(got[layer], want[layer], rtol=0, atol=1e-5)
     config = GenerationConfig(max_new_tokens=8, batch_size=3)
     source_tokens = ABGenerator(source, tok, rows, config).run().ids
-    assert (
-        ABGenerator(hybrid, tok, rows, config).run(Patch(units, source=source)).ids == source_tokens
-    )  # with the KV cache, in lockstep
+    # with the KV cache, in lockstep
+    assert ABGenerator(hybrid, tok, rows, config).run(Patch(units, source=source)).ids == source_tokens
 
 
 def test_a_patch_under_the_kv_cache_equals_a_full_recomputation(pair):
@@ -188,7 +187,8 @@ def test_bad_edits_are_one_line_before_any_generation(pair, tiny_model_dir):
     other_shape = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     with pytest.raises(
         ProbeError,
-        match=r"patch: the source model is not another checkpoint of the patched one: (model_type|num_hidden_layers|hidden_size): patched .* vs source ",
+        match=r"patch: the source model is not another checkpoint of the patched one: "
+        r"(model_type|num_hidden_layers|hidden_size): patched .* vs source ",
     ):
         Patch(parse_units("1:0-3", "mlp_out"), source=other_shape).check(target)
     with pytest.raises(ProbeError, match=r"add: a vector of width 5 does not fit mlp_out, which is \d+ wide"):

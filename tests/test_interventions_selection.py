@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from analysis.neuron_sets import Neuron, NeuronSet
+from core.decoding import GenerationConfig
 from core.errors import ProbeError
 from interventions.config import ABConfig
 from interventions.scaling import PAPER_FACTOR, parse_factors, validate_factor
@@ -98,7 +99,7 @@ def test_config_validation():
         (dict(), "no neurons"),
         (dict(units="1:2", factor=float("nan")), "finite number"),
         (dict(units="1:2", model="base"), "--model"),
-        (dict(units="1:2", backend="nnsight", do_sample=True), "decodes greedily only"),
+        (dict(units="1:2", backend="nnsight", generation=GenerationConfig(do_sample=True)), "decodes greedily only"),
         (dict(units="1:2", backend="transformer_lens"), "captures only and cannot apply edits"),
         (dict(units="1:2", edits=["scale", "shift"]), "--edit: expected one of .*got 'shift'"),
         (dict(units="1:2", edits=["mean"]), "needs a run directory"),

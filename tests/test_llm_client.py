@@ -21,6 +21,7 @@ import pytest
 
 from core.errors import ProbeError
 from core.llm.client import ClientConfig, LLMClient
+from core.records import to_json
 from tests.support.scripted_server import ScriptedServer, Step
 
 pytestmark = pytest.mark.server
@@ -55,7 +56,7 @@ def test_every_fault_kind_is_retried_until_a_valid_reply(tmp_path: Path) -> None
         reply = client.chat(MSG)
         assert reply.content == "hi" and not reply.cached
         assert len(server.chat_requests) == 7
-        assert client.stats.as_dict() == {"requests": 7, "answered": 1, "cache_hits": 0, "retries": 6, "failures": 0}
+        assert to_json(client.stats) == {"requests": 7, "answered": 1, "cache_hits": 0, "retries": 6, "failures": 0}
         body = server.chat_requests[-1].body
         assert (
             body is not None

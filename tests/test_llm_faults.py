@@ -202,7 +202,8 @@ def test_fault_ends_in_success_after_a_retry_or_in_one_line(
             server.stop()
     outcome = "exit 0" if result.code == 0 else result.stderr.strip()
     print(
-        f"\n{kind:10} {case:22} {'transient' if transient else 'persistent':10} {result.seconds:6.2f} s  {outcome[:150]}"
+        f"\n{kind:10} {case:22} {'transient' if transient else 'persistent':10} {result.seconds:6.2f} "
+        f"s  {outcome[:150]}"
     )
     assert result.seconds < BOUND_S, result.seconds
     if transient:

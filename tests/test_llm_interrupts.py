@@ -119,7 +119,7 @@ def assert_interrupted(code: int, err: str, latency: float | None, what: str) ->
 
 
 def count_cached(cache: Path, kept: int) -> int:
-    """Entries in the reply cache: what the message said, plus at most the one other request in flight (--concurrency 2)."""
+    """Entries in the reply cache: what the message said, plus at most one other request in flight (--concurrency 2)."""
     cached = len(list(cache.glob("??/*.json")))
     assert HOLD - 2 <= kept <= cached <= kept + 1, (kept, cached)
     return cached

@@ -25,7 +25,10 @@ K, S, N, M, P = (
     Capability.MULTI_TURN,
     Capability.PRIORITY,
 )
-SYSTEM = "You are Mara, a river pilot who speaks briefly. You must end every reply with the word 'ahoy'. Passage: The bridge opened in 1902."
+SYSTEM = (
+    "You are Mara, a river pilot who speaks briefly. You must end every reply with the word 'ahoy'. Passage: "
+    "The bridge opened in 1902."
+)
 
 
 def row(task: str, turns: list[tuple[str, str]] | None = None, **expect: object) -> TestRow:

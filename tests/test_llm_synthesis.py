@@ -84,8 +84,8 @@ def test_llm_synthesis_writes_the_offline_file_set_and_counts_failures(
         assert all(s == 1 for s in judge.judge_one(row, row.reference).scores.values()), row.task
     # Matching: relevant passage inside the role's domains, irrelevant outside; test roles only see test passages.
     split = {
-        json.loads(l)["id"]: json.loads(l)["split"]
-        for l in (tmp_path / "llm" / "passages.jsonl").read_text().splitlines()
+        json.loads(line)["id"]: json.loads(line)["split"]
+        for line in (tmp_path / "llm" / "passages.jsonl").read_text().splitlines()
     }
     for p in profiles:
         m = p["match"]

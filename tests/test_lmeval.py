@@ -87,9 +87,8 @@ def test_unedited_bridge_gives_hf_results_item_for_item(lm_eval: Any, tiny_model
             assert [_per_item(s) for s in run["samples"][task]] == [_per_item(s) for s in hf["samples"][task]], task
             assert run["results"][task] == hf["results"][task]
     stats = identity.edit_stats()
-    assert (
-        stats["calls"] > 0 and stats["values_seen"] > 0 and stats["values_changed"] == 0
-    )  # the hooks ran, and ×1 is exact
+    # the hooks ran, and ×1 is exact
+    assert stats["calls"] > 0 and stats["values_seen"] > 0 and stats["values_changed"] == 0
 
 
 def test_model_args_string_applies_the_edit(lm_eval: Any, planted: tuple[Path, int], task_dir: Path) -> None:
@@ -150,16 +149,14 @@ def test_ablating_the_planted_unit_is_detected(
             0.0,
         ]  # random units of the same layer do nothing
     ppl = rows[("probe_ppl", "bits_per_byte", "none")]
-    assert (
-        ppl.method == "aggregation" and not ppl.binary and ppl.p_value is None and ppl.ci_low > 0
-    )  # the third request type is edited too
+    # the third request type is edited too
+    assert ppl.method == "aggregation" and not ppl.binary and ppl.p_value is None and ppl.ci_low > 0
     mc2, group = rows[("probe_mc2", "acc", "none")], rows[("probe_mcs", "acc", "none")]
     assert (mc2.before, mc2.after) == (4 / 7, 3 / 7)
     assert group.group and group.n == 19 and group.method == "group"
     assert group.before == pytest.approx(report.baseline["lm_eval_results"]["probe_mcs"]["acc,none"])
-    assert group.after == pytest.approx(
-        arm.lm_eval_results["probe_mcs"]["acc,none"]
-    )  # the group score as lm-eval computes it
+    # the group score as lm-eval computes it
+    assert group.after == pytest.approx(arm.lm_eval_results["probe_mcs"]["acc,none"])
     assert arm.hook_stats["values_changed"] > 0 and not arm.flags
     markdown = (out / "lmeval_report.md").read_text()
     assert "| probe_mc | acc | none | 12 | 100.0% | 0.0% | -100.0 pts |" in markdown
@@ -182,9 +179,8 @@ def test_every_edit_kind_runs_through_lm_eval(
     from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 
     model_dir, layer = planted
-    run = (
-        tmp_path / "run"
-    )  # the means of `mean` and `steer`; the planted unit's recorded values are a few units, not 320
+    # the means of `mean` and `steer`; the planted unit's recorded values are a few units, not 320
+    run = tmp_path / "run"
     write_synthetic_run(run, SyntheticSpec(n_samples=8, n_layers=4, width=32, capabilities=("multi_turn",)))
     out = tmp_path / "out"
     code, _, err = exit_of(
@@ -220,9 +216,8 @@ def test_every_edit_kind_runs_through_lm_eval(
     after = {arm.name: {row.task: row.after for row in arm.rows} for arm in report.arms}
     for name in ("scale 0.0", "mean", "patch dpo<-sft"):  # the unit loses its planted value: every answer flips
         assert after[name] == {"probe_mc": 0.0, "probe_gen": 0.0}, name
-    assert (
-        after["scale 1.0"] == after["steer"] == {"probe_mc": 1.0, "probe_gen": 1.0}
-    )  # a small vector does not outweigh the plant
+    # a small vector does not outweigh the plant
+    assert after["scale 1.0"] == after["steer"] == {"probe_mc": 1.0, "probe_gen": 1.0}
     noop = report.arm("scale 1.0").flags
     assert any("rounds to exactly 1" in f for f in noop) and any("identical to the unedited pass" in f for f in noop)
     assert not report.arm("steer").flags and report.arm("steer").hook_stats["values_changed"] > 0
@@ -276,9 +271,8 @@ def test_a_bad_task_name_is_one_line(
 
     made: list[bool] = []
 
-    class Manager(
-        lm_eval.tasks.TaskManager
-    ):  # lm-eval's own index takes 10-20 s; here it is left out, and what was asked for recorded
+    # lm-eval's own index takes 10-20 s; here it is left out, and what was asked for recorded
+    class Manager(lm_eval.tasks.TaskManager):
         def __init__(self, include_path: Any = None, include_defaults: bool = True, **kwargs: Any) -> None:
             made.append(include_defaults)
             super().__init__(include_path=include_path, include_defaults=False, **kwargs)
@@ -369,8 +363,8 @@ def test_without_the_extra_it_says_how_to_install(
 
 def test_the_cli_and_library_import_without_lm_eval() -> None:
     code = (
-        "import sys; import probe_cli.main, interventions.lmeval, interventions.lmeval_model, interventions.lmeval_report; "
-        "print('lm_eval' in sys.modules)"
+        "import sys; import probe_cli.main, interventions.lmeval, interventions.lmeval_model, "
+        "interventions.lmeval_report; print('lm_eval' in sys.modules)"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1]

@@ -111,9 +111,8 @@ def test_a_start_that_recorded_nothing_does_not_bind_the_directory(
 ) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "run"
     out.mkdir()
-    (out / "run.json").write_text(
-        json.dumps({"settings": {"hooks": ["attn_out"], "layers": [0]}})
-    )  # a failed start's leftovers
+    # a failed start's leftovers
+    (out / "run.json").write_text(json.dumps({"settings": {"hooks": ["attn_out"], "layers": [0]}}))
     result = record_run(_config(tiny_pair, rolemrc_file, out, batch_size=8), progress=False)
     assert sum(result.recorded.values()) == sum(result.counts.values()) > 0
     assert json.loads((out / "run.json").read_text())["settings"]["hooks"] == ["mlp_out", "mlp_post"]

@@ -60,7 +60,8 @@ def test_bad_arguments_exit_2_with_one_clear_line(
 
 def test_a_data_file_without_the_capability_is_refused(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     only_priority = tmp_path / "priority_only.jsonl"
-    only_priority.write_text("".join(l + "\n" for l in rolemrc_file.read_text().splitlines() if '-refused"' in l))
+    lines = rolemrc_file.read_text().splitlines()
+    only_priority.write_text("".join(line + "\n" for line in lines if '-refused"' in line))
     code, _, err = exit_of(
         [
             "run",
@@ -100,9 +101,8 @@ def test_probe_run_with_no_paths_uses_the_default_pair_and_a_new_runs_dir(
     import training.default_pair as default_pair
 
     fake = default_pair.DefaultPair(tmp_path, tmp_path, rolemrc_file, tiny_pair[0], tiny_pair[1])
-    monkeypatch.setattr(
-        default_pair, "ensure_default_pair", lambda *a, **k: fake
-    )  # the real one trains a pair: minutes
+    # the real one trains a pair: minutes
+    monkeypatch.setattr(default_pair, "ensure_default_pair", lambda *a, **k: fake)
     monkeypatch.chdir(tmp_path)
     code, printed, _ = exit_of(
         [

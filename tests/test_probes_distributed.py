@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from probes.journal import JOURNAL_DIR
+from core.run_dir import JOURNAL_DIR
 from tests.support.runs import run_arrays
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,6 +133,5 @@ def test_device_auto_is_refused_with_several_processes(tiny_pair, rolemrc_file: 
     done = _launch(["-m", "probe_cli"], [*_args(tiny_pair, rolemrc_file, tmp_path / "x"), "--device", "auto"])
     assert done.returncode != 0
     assert "error: --device auto: with 2 processes each rank picks cuda:LOCAL_RANK" in done.stderr
-    assert (
-        "probes/" not in done.stderr and "probe_cli/" not in done.stderr
-    )  # torchrun's own report follows, with its traceback
+    # torchrun's own report follows, with its traceback
+    assert "probes/" not in done.stderr and "probe_cli/" not in done.stderr

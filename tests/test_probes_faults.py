@@ -193,9 +193,8 @@ def test_ctrl_c_during_recording_says_what_was_kept_and_resumes_identically(
     import time
 
     out = tmp_path / "run"
-    args = [
-        a if a != "2" else "1" for a in _args(tiny_pair, rolemrc_file, out, "multi_turn,priority")
-    ]  # batch size 1: many shards
+    # batch size 1: many shards
+    args = [a if a != "2" else "1" for a in _args(tiny_pair, rolemrc_file, out, "multi_turn,priority")]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "probe_cli", *args],
@@ -222,9 +221,8 @@ def test_ctrl_c_during_recording_says_what_was_kept_and_resumes_identically(
     assert sum(resumed.resumed.values()) > 0
     reference, result = run_arrays(stages["reference"]), run_arrays(out)
     for key in reference:
-        np.testing.assert_allclose(
-            reference[key], result[key], rtol=1e-5, atol=1e-6, err_msg=key
-        )  # batch size 1 vs 2: round-off
+        # batch size 1 vs 2: round-off
+        np.testing.assert_allclose(reference[key], result[key], rtol=1e-5, atol=1e-6, err_msg=key)
 
 
 @pytest.mark.parametrize("kind", ["file", "below_a_file"])

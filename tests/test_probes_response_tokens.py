@@ -22,9 +22,10 @@ import numpy as np
 import pytest
 import torch
 
+from core.records import to_json
 from core.rows import read_test_rows
+from core.run_dir import JOURNAL_DIR
 from probes.config import RecordConfig
-from probes.journal import JOURNAL_DIR
 from probes.recording import record_run
 from probes.store import RunReader
 from tests.support.cli import exit_of, one_line_error
@@ -154,8 +155,10 @@ SCRIPT = """
 import sys
 from probes.config import RecordConfig
 from probes.recording import record_run
-record_run(RecordConfig(sft_dir=sys.argv[1], dpo_dir=sys.argv[2], data_file=sys.argv[3], out_dir=sys.argv[4], base_dir=sys.argv[5],
-                        capabilities="multi_turn,priority", hooks="mlp_out", position="response_mean", batch_size=1), progress=False)
+config = RecordConfig(sft_dir=sys.argv[1], dpo_dir=sys.argv[2], data_file=sys.argv[3], out_dir=sys.argv[4],
+                      base_dir=sys.argv[5], capabilities="multi_turn,priority", hooks="mlp_out",
+                      position="response_mean", batch_size=1)
+record_run(config, progress=False)
 """
 
 
@@ -228,7 +231,7 @@ def _dpo_file(path: Path, rows: list, drop: int | None = None) -> Path:  # type:
                 handle.write(
                     json.dumps(
                         {
-                            "prompt": [t.to_dict() for t in row.question],
+                            "prompt": [to_json(t) for t in row.question],
                             "chosen": "Yes, gladly.",
                             "rejected": "No.",
                             "task": row.task,

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from core.run_dir import JOURNAL_DIR
 from probes.config import RecordConfig
-from probes.journal import JOURNAL_DIR
 from probes.recording import record_run
 from tests.support.runs import run_arrays
 

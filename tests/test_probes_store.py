@@ -12,8 +12,8 @@ import pytest
 
 from core.errors import ProbeError
 from core.provenance import file_sha256, weights_sha256
+from core.run_dir import JOURNAL_DIR, RUN_JSON
 from probes.config import RecordConfig
-from probes.journal import JOURNAL_DIR, RUN_JSON
 from probes.recording import record_run
 from probes.store import RunReader
 from tests.support.runs import run_arrays
@@ -72,7 +72,10 @@ def test_round_trip_matches_a_direct_forward_and_keeps_provenance(
         )
         assert run.layers("multi_turn", "mlp_out") == [1, 2, 3]
         samples = run.samples("multi_turn")
-        assert sorted(samples.sample_ids.tolist()) == sorted(prompts.sample_ids) and len(samples.sample_ids) == 8
+        assert (
+            sorted(samples.sample_ids.tolist()) == sorted(prompts.samples.sample_ids.tolist())
+            and len(samples.sample_ids) == 8
+        )
         assert all("2nd" in t for t in samples.tasks)
         assert all(
             p.count("<|begin_of_text|>") == 1 and "<|start_header_id|>user" in p and "User" not in p.split(">")[1]

@@ -1,4 +1,4 @@
-"""`probe replicate --pair tiny` end to end: the plan with estimates, every stage, the report, a resume that skips, the notebook.
+"""`probe replicate --pair tiny` end to end: the plan with estimates, every stage, the report, a resume, the notebook.
 
 The embedded tiny pair takes minutes to train, so the pair is the session's tiny random pair (the same
 stand-in `tests/test_probes_cli.py` uses) on the synthesized test split; everything after the pair runs
@@ -38,9 +38,8 @@ def tiny_default(tiny_pair, tiny_model_dir: Path, chat_data: Path, tmp_path_fact
         root, chat_data, chat_data / "test.jsonl", tiny_pair[0], tiny_pair[1], base_dir=tiny_model_dir
     )
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(
-            default_pair, "ensure_default_pair", lambda *a, **k: fake
-        )  # the real one trains the tiny pair: minutes
+        # the real one trains the tiny pair: minutes
+        patch.setattr(default_pair, "ensure_default_pair", lambda *a, **k: fake)
         patch.setenv("PROBE_HOME", str(root / "home"))  # the weights-fingerprint cache
         patch.setenv("OMP_NUM_THREADS", "1")
         yield root

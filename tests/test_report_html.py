@@ -1,4 +1,4 @@
-"""`probe report`: a self-contained page with every section and verdict, from a full run and from runs with parts missing.
+"""`probe report`: a self-contained page with every section and verdict, from a full run and from runs missing parts.
 
 The full run is a synthetic recording (a discrepancy planted in the last layers), its analysis, a hand-made
 A/B report and a hand-made evaluation, so every verdict and figure has its evidence without a model. The page
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import analyze_run
+from analysis import AnalysisConfig, analyze_run
 from interventions.results import ABReport, ArmResult, CapabilityResult, NoOpGuard
 from interventions.study_html import SECTIONS, write_report
 from tests.support.cli import exit_of, one_line_error
@@ -66,7 +66,8 @@ def _arm(name: str, role: str, result: CapabilityResult, model: str = "dpo", fac
 
 
 def ab_report() -> ABReport:
-    """Scaling at the paper's factor changes nothing; patching SFT's values into DPO lifts multi_turn beyond 20 placebos."""
+    """Scaling at the paper's factor changes nothing; patching SFT's values into DPO lifts multi_turn beyond 20
+    placebos."""
     flat = [0.0] * 18 + [0.033, -0.033]
     arms = [
         _arm("scale 0.999999", "main", _result(0.0, 0.0, 0.0, 1.0, flat), factor=0.999999),
@@ -145,7 +146,7 @@ def bare_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A recorded and analysed run, nothing else."""
     run = tmp_path_factory.mktemp("report") / "bare"
     write_synthetic_run(run, SPEC)
-    analyze_run(run, png=False, stability_resamples=5)
+    analyze_run(run, AnalysisConfig(stability_resamples=5), png=False)
     return run
 
 
@@ -169,9 +170,8 @@ def test_a_full_run_gets_every_section_verdict_and_figure(full_run: Path) -> Non
         assert f'<section id="{key}">' in page, key
     for verdict in study.verdicts:
         assert f'data-claim="{verdict.claim}" data-status="{verdict.status}"' in page
-    assert page.count("<script") == 1 + page.count(
-        'class=figure data-figure="'
-    )  # plotly.js once, then one script per figure
+    # plotly.js once, then one script per figure
+    assert page.count("<script") == 1 + page.count('class=figure data-figure="')
     assert "cdn.plot.ly" not in page.split("</script>", 1)[1] and "https://" not in page.split("</script>", 1)[1]
     names = {"depth-share", "layer-profile", "heatmap-multi_turn", "heatmap-nested", "compliance", "dose-0"}
     assert names | {"placebo-0-0", "placebo-0-3", "placebo-0-4"} <= set(_figures(page))
@@ -220,7 +220,7 @@ def test_broken_or_partial_runs_still_give_a_report(
     write_synthetic_run(
         window_only, SyntheticSpec(n_samples=20, n_layers=16, width=12, stored_layers=tuple(range(6, 16)))
     )
-    analyze_run(window_only, plots=False, stability_resamples=0)
+    analyze_run(window_only, AnalysisConfig(stability_resamples=0), plots=False)
     _, study = write_report(window_only)
     assert study.verdicts[0].status == "cannot be tested here" and "record without --layers" in study.verdicts[0].reason
 

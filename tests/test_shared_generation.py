@@ -30,7 +30,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module", params=["llama", "chatml", "nobos"])
 def subject(request, tiny_model_dir, chat_bases, chat_data, tmp_path_factory):
-    """(model, source, tokenizer, rows): one tiny architecture, a perturbed copy (its other checkpoint), the synthetic test rows."""
+    """(model, source, tokenizer, rows): one tiny architecture, a perturbed copy (its other checkpoint),
+    the synthetic test rows."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tests.chat_models import perturbed_copy
@@ -63,9 +64,8 @@ def test_every_arm_decoded_together_equals_the_arm_generated_alone(subject, hook
     _stop_early(generator.generator)
     edits = _edits(model, source, hook)
     alone = [generator.run()] + [generator.run(edit) for edit in edits]
-    decoder = SharedDecoder(
-        generator.generator, max_batch_tokens=120, attach=attach
-    )  # prompt passes split into slices of rows
+    # prompt passes split into slices of rows
+    decoder = SharedDecoder(generator.generator, max_batch_tokens=120, attach=attach)
     together = decoder.run([None] + [site_edits(model, [edit]) for edit in edits])
     assert [g.ids for g in together] == [g.ids for g in alone]
     assert [g.texts for g in together] == [g.texts for g in alone]
@@ -133,8 +133,7 @@ def _config(tiny_pair, test_file: Path, out: Path, engine: str, **extra) -> ABCo
         hook="resid_post",
         placebo=3,
         limit=6,
-        max_new_tokens=8,
-        batch_size=4,
+        generation=GenerationConfig(max_new_tokens=8, batch_size=4),
         doses=[0.5],
         n_bootstrap=200,
         engine=engine,

@@ -246,9 +246,8 @@ def test_converted_directory_reloads_with_the_same_logits(
     assert ids.shape[1] > 10 and ids[0, 0].item() == 1  # <|im_start|> opens the template; nothing added before it
     ours = _logits(model, ids)
     assert torch.allclose(ours, _logits(_gguf_loaded(path), ids), atol=1e-6, rtol=0)
-    assert torch.allclose(
-        ours, _logits(reference, ids), atol=1e-5, rtol=0
-    )  # the fixture is a faithful llama.cpp layout
+    # the fixture is a faithful llama.cpp layout
+    assert torch.allclose(ours, _logits(reference, ids), atol=1e-5, rtol=0)
     assert model.dtype == torch.float32
 
 
@@ -457,9 +456,8 @@ def _cli_error(returncode: int, stderr: str, *needles: str) -> None:
     assert "Traceback" not in stderr, stderr
     lines = [ln for ln in stderr.splitlines() if ln.strip()]
     errors = [ln for ln in lines if ln.startswith("error: ")]
-    assert len(errors) == 1 and errors[0] == lines[-1], (
-        stderr
-    )  # progress lines may come first; the error is one line, last
+    # progress lines may come first; the error is one line, last
+    assert len(errors) == 1 and errors[0] == lines[-1], stderr
     for needle in needles:
         assert needle in errors[0], errors[0]
 

@@ -74,6 +74,8 @@ def test_real_base_trains_records_and_analyzes(base_dir: Path, tmp_path: Path) -
             "2",
             "--batch-size",
             "2",
+            "--grad-accum",
+            "1",
             "--max-length",
             "192",
             "--learning-rate",

@@ -13,6 +13,7 @@ import h5py
 import pytest
 
 from core.errors import ProbeError
+from core.records import to_json
 from probes.settings import VERSION, RunSettings
 from training.provenance import ModelProvenance, read_provenance
 
@@ -35,19 +36,19 @@ def test_run_json_and_the_hdf5_settings_are_one_record(tiny_pair, rolemrc_file: 
     in_json = json.loads((result.run_dir / "run.json").read_text())["settings"]
     with h5py.File(result.run_dir / "activations.h5") as handle:
         in_h5 = json.loads(handle.attrs["settings"])
-    assert in_json == in_h5 == result.settings.to_dict() and in_json["version"] == VERSION
+    assert in_json == in_h5 == to_json(result.settings) and in_json["version"] == VERSION
     with RunReader(result.run_dir) as run:
         assert run.settings == result.settings and run.settings.model_dir("dpo") == str(tiny_pair[1].resolve())
 
 
 def test_version_1_settings_open_and_a_newer_version_is_refused() -> None:
-    old = RunSettings(hooks=["mlp_out"], layers=[1, 2], data_sha256="ab").to_dict()
+    old = to_json(RunSettings(hooks=["mlp_out"], layers=[1, 2], data_sha256="ab"))
     del old["version"]
-    assert RunSettings.from_dict(old) == RunSettings(hooks=["mlp_out"], layers=[1, 2], data_sha256="ab")
+    assert RunSettings.read(old) == RunSettings(hooks=["mlp_out"], layers=[1, 2], data_sha256="ab")
     with pytest.raises(ProbeError, match=r"x/run.json: run settings version 99, newer than this toolkit reads"):
-        RunSettings.from_dict({**old, "version": 99}, "x/run.json")
+        RunSettings.read({**old, "version": 99}, "x/run.json")
     with pytest.raises(ProbeError, match=r"x/run.json: malformed run settings"):
-        RunSettings.from_dict({**old, "layers": ["one"]}, "x/run.json")
+        RunSettings.read({**old, "layers": ["one"]}, "x/run.json")
 
 
 def test_a_resume_refused_for_other_settings_names_what_differs() -> None:
@@ -61,9 +62,9 @@ def test_a_resume_refused_for_other_settings_names_what_differs() -> None:
 
 def test_model_provenance_round_trips_keeps_extra_keys_and_reads_old_files(tmp_path: Path) -> None:
     record = ModelProvenance(stage="sft", weights_sha256="w", final_loss=0.5, world_size=2, extra={"note": "x"})
-    body = record.to_dict()
+    body = to_json(record)
     assert body["format"] == "rolemrc-probe/model-provenance" and body["note"] == "x"
-    assert ModelProvenance.from_dict(body) == record
+    assert ModelProvenance.read(body) == record
     (tmp_path / "provenance.json").write_text(
         json.dumps({"stage": "dpo", "weights_sha256": "w", "parent": {"base": "tiny"}})
     )

@@ -189,8 +189,10 @@ def test_one_weights_fingerprint_links_provenance_to_the_run_that_recorded_it(
     assert settings.sft_weights_sha256 == _provenance(sft_dir)["weights_sha256"]
     assert settings.dpo_weights_sha256 == _provenance(dpo_dir)["weights_sha256"]
     assert _provenance(dpo_dir)["parent"]["weights_sha256"] == settings.sft_weights_sha256
-    from analysis import analyze_run
+    from analysis import AnalysisConfig, analyze_run
 
-    analysis = analyze_run(result.run_dir, plots=False, metric="mean_diff")  # two prompts: top-k counts rarely differ
+    analysis = analyze_run(
+        result.run_dir, AnalysisConfig(metric="mean_diff"), plots=False
+    )  # two prompts: top-k counts rarely differ
     neurons = NeuronSet.load(analysis.neuron_sets[("priority", "mlp_out")])
     assert neurons.model_hashes["dpo"] == _provenance(dpo_dir)["weights_sha256"]

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
+
+if TYPE_CHECKING:
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 
 class LossRecorder(TrainerCallback):
@@ -20,7 +23,9 @@ class LossRecorder(TrainerCallback):
         self.records: list[dict[str, Any]] = []
         self.summary: dict[str, Any] = {}
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         """A resumed run starts with the losses its checkpoint logged, so provenance lists every step."""
         self.records = [
             {"step": entry["step"], **{k: v for k, v in entry.items() if k != "step" and isinstance(v, (int, float))}}
@@ -28,7 +33,14 @@ class LossRecorder(TrainerCallback):
             if "loss" in entry
         ]
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         if not logs:
             return
         if "loss" in logs:
@@ -49,11 +61,18 @@ class StepProgress(TrainerCallback):
         self.report = report
         self.loss: float | None = None
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         if logs and "loss" in logs:
             self.loss = float(logs["loss"])
 
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         self.report(state.global_step, state.max_steps, self.loss)
 
 
@@ -65,13 +84,17 @@ class GracefulStop(TrainerCallback):
         self.in_loop = False
         self.stopped_at: int | None = None
 
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self.in_loop = True
 
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self.in_loop = False
 
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> Any:
         if self.requested and self.stopped_at is None:
             self.stopped_at = state.global_step
             control.should_save = True

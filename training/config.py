@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Annotated, Any
 
+from core.config_fields import option
 from core.config_file import (
     ABOVE_ZERO,
     DIRECTORY,
@@ -42,6 +43,7 @@ from core.config_file import (
     Range,
     build_config,
     check_mapping,
+    choice,
     typed_config,
 )
 from core.errors import ProbeError
@@ -112,24 +114,34 @@ RECIPES: dict[str, dict[str, dict[str, Any]]] = {"sft": _SFT_RECIPES, "dpo": _DP
 class _RunConfig:
     """Hyperparameters shared by both stages; ``None`` means "the recipe's value"."""
 
-    data: Path
-    out: Annotated[Path, DIRECTORY]
-    recipe: str | None = None  # None: "tiny" for the tiny base (and its children), "paper" for a real model
-    learning_rate: Annotated[float, ABOVE_ZERO] | None = None
-    lr_scheduler: str | None = None
-    warmup_ratio: Annotated[float, Range(0, 1, high_open=True)] | None = None
-    epochs: Annotated[float, ABOVE_ZERO] | None = None
-    max_steps: Annotated[int, Range(-1)] = -1  # > 0 overrides epochs
-    batch_size: Annotated[int, POSITIVE] | None = None
-    grad_accum: Annotated[int, POSITIVE] | None = None
-    max_length: Annotated[int, Range(16)] | None = None
-    weight_decay: Annotated[float, NON_NEGATIVE] | None = None
-    seed: Annotated[int, SEED] | None = None
-    bf16: bool | None = None  # None = auto (GPU with bf16 support)
-    gradient_checkpointing: bool | None = None
-    max_rows: Annotated[int, POSITIVE] | None = None  # use only the first N rows of the data file
-    logging_steps: Annotated[int, POSITIVE] = 1
-    overwrite: bool = False
+    data: Path = option(help="Directory with the stage's data file, sft.jsonl or dpo.jsonl (or the file itself).")
+    out: Annotated[Path, DIRECTORY] = option(help="Output model directory.")
+    recipe: str | None = option(
+        None,
+        "Hyperparameter recipe: 'paper' (RoleMRC's scripts; the default for a real model) or 'tiny' "
+        "(the default for the embedded tiny base and its children).",
+    )
+    learning_rate: Annotated[float, ABOVE_ZERO] | None = option(None, "Peak learning rate.", aliases=["--lr"])
+    lr_scheduler: str | None = option(None, f"{', '.join(SCHEDULERS)}.")
+    warmup_ratio: Annotated[float, Range(0, 1, high_open=True)] | None = option(
+        None, "Fraction of steps spent warming up."
+    )
+    epochs: Annotated[float, ABOVE_ZERO] | None = option(None, "Training epochs (ignored when --max-steps is given).")
+    max_steps: Annotated[int, Range(-1)] = option(-1, "Stop after this many optimizer steps (-1: train for --epochs).")
+    batch_size: Annotated[int, POSITIVE] | None = option(None, "Per-device batch size.")
+    grad_accum: Annotated[int, POSITIVE] | None = option(None, "Gradient accumulation steps.")
+    max_length: Annotated[int, Range(16)] | None = option(None, "Truncate sequences to this many tokens.")
+    weight_decay: Annotated[float, NON_NEGATIVE] | None = option(None, "Weight decay.")
+    seed: Annotated[int, SEED] | None = option(
+        None, "Seed for initialisation and data order (same seed, same model on CPU)."
+    )
+    bf16: bool | None = option(
+        None, "bfloat16 training: on with a bf16 GPU, off on CPU by default (an explicit --bf16 on CPU is an error)."
+    )
+    gradient_checkpointing: bool | None = option(None, "Trade speed for memory.")
+    max_rows: Annotated[int, POSITIVE] | None = option(None, "Train on the first N rows only.")
+    logging_steps: Annotated[int, POSITIVE] = option(1, "Log the loss every N optimizer steps.")
+    overwrite: bool = option(False, "Replace an existing --out once the new run has finished.")
     _stage: str = field(default="", init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -137,8 +149,7 @@ class _RunConfig:
         recipes = RECIPES[self._stage]
         if self.recipe is None:
             self.recipe = "tiny" if self._is_tiny() else "paper"
-        if self.recipe not in recipes:
-            raise OptionError("recipe", f"one of {', '.join(recipes)}", self.recipe)
+        choice("recipe", self.recipe, recipes)
         for name, value in recipes[self.recipe].items():
             if getattr(self, name) is None:
                 setattr(self, name, value)
@@ -148,8 +159,7 @@ class _RunConfig:
         raise NotImplementedError
 
     def _validate(self) -> None:
-        if self.lr_scheduler not in SCHEDULERS:
-            raise OptionError("lr_scheduler", f"one of {', '.join(SCHEDULERS)}", self.lr_scheduler)
+        choice("lr_scheduler", self.lr_scheduler, SCHEDULERS)
         if self.max_steps == 0:
             raise OptionError("max_steps", "a positive integer (or -1: train for --epochs)", self.max_steps)
 
@@ -165,7 +175,8 @@ class _RunConfig:
 
     @classmethod
     def from_sources(cls, config_file: str | Path | None = None, **overrides: Any) -> Any:
-        """Build from a JSON/YAML file, then explicit ``overrides`` (``None`` values are ignored; ``tiny_spec`` adds to the file's)."""
+        """Build from a JSON/YAML file, then explicit ``overrides`` (``None`` values are ignored; ``tiny_spec`` adds
+        to the file's)."""
         return build_config(cls, config_file, overrides, merge=["tiny_spec"])
 
 
@@ -179,10 +190,10 @@ class SFTRunConfig(_RunConfig):
     to ``"llama3"`` / ``"chatml"`` when the tokenizer has none; a path to a Jinja file is read.
     """
 
-    base: str
-    tiny_spec: dict[str, Any] = field(default_factory=dict, metadata={"flag": None})
-    chat_template: str = "auto"
-    assistant_only_loss: bool = True
+    base: str = option(help="'tiny' or a local Hugging Face causal-LM directory.")
+    tiny_spec: dict[str, Any] = option(default_factory=dict, flag=None)  # flags: --tiny-layers, --tiny-width, ...
+    chat_template: str = option("auto", "auto, llama3, chatml, or a Jinja file.")
+    assistant_only_loss: bool = option(True, "Loss on the assistant turns only.")
     _stage: str = field(default="sft", init=False, repr=False)
 
     def _is_tiny(self) -> bool:
@@ -204,11 +215,11 @@ class SFTRunConfig(_RunConfig):
 class DPORunConfig(_RunConfig):
     """DPO of the SFT model in ``sft`` on ``dpo.jsonl``; the reference is ``ref`` (default: the SFT model itself)."""
 
-    sft: Path
-    ref: Path | None = None
-    beta: Annotated[float, ABOVE_ZERO] | None = None
-    loss_type: str = "sigmoid"
-    precompute_ref: bool = False
+    sft: Path = option(help="The SFT model directory (policy start and reference).")
+    ref: Path | None = option(None, "Reference model (default: the SFT model).")
+    beta: Annotated[float, ABOVE_ZERO] | None = option(None, "DPO beta (default: the recipe's).")
+    loss_type: str = option("sigmoid", f"{', '.join(LOSS_TYPES)} (the paper: sigmoid).")
+    precompute_ref: bool = option(False, "Compute reference log-probs once before training.")
     _stage: str = field(default="dpo", init=False, repr=False)
 
     def _is_tiny(self) -> bool:
@@ -225,5 +236,4 @@ class DPORunConfig(_RunConfig):
         super()._validate()
         self.sft = Path(self.sft)
         self.ref = Path(self.ref) if self.ref is not None else None
-        if self.loss_type not in LOSS_TYPES:
-            raise OptionError("loss_type", f"one of {', '.join(LOSS_TYPES)}", self.loss_type)
+        choice("loss_type", self.loss_type, LOSS_TYPES)

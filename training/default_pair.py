@@ -14,9 +14,9 @@ trains itself under ``$PROBE_HOME``. Two recipes are kept, each in its own direc
   ``-2ndanswer`` pairs) are dropped, so it shows a miniature multi-turn tax by
   construction; both files are kept in ``data/`` (``dpo_full.jsonl`` and ``dpo.jsonl``).
 
-The build is all-or-nothing: it runs in a private ``.<dir>.build-<pid>`` directory, writes
-``COMPLETE.json`` (recipe, version and the SHA-256 of every file) last, and is renamed
-into place in one step. A later call verifies that marker against the files, so an
+The build is all-or-nothing (:mod:`core.builds`): it runs in a private ``.<dir>.build-<pid>``
+directory, writes ``COMPLETE.json`` (recipe, version and the SHA-256 of every file) last, and
+is swapped into place in one step. A later call verifies that marker against the files, so an
 interrupted or tampered build is rebuilt, never used; a verified one returns at once.
 A file lock keeps two processes from building at the same time.
 
@@ -28,18 +28,18 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.builds import exclusive_lock, verify_marker, write_marker
+from core.builds import building, verify_marker, write_marker
 from core.errors import Interrupted, ProbeError
 from core.home import probe_home
+from core.locks import file_lock
+from core.records import to_json
 
 VERSION = 3
 # violation kinds whose DPO pairs the tiny pair drops (they reward answering, see module docstring)
@@ -80,9 +80,6 @@ class DefaultPairRecipe:
     @property
     def dir_name(self) -> str:
         return f"{self.base}_pair"
-
-    def to_dict(self) -> dict[str, Any]:
-        return json.loads(json.dumps(asdict(self)))
 
 
 # Full fine-tuning of all weights, as the paper did; sized for about 10 minutes on 2 cores
@@ -166,7 +163,7 @@ def _base_dir(home: Path, recipe: DefaultPairRecipe) -> Path | None:
 
 def verify(root: Path, recipe: DefaultPairRecipe = DEFAULT_RECIPE) -> str | None:
     """What is wrong with the build at ``root``, or None when it is complete and intact."""
-    return verify_marker(root, {"recipe": recipe.to_dict()})
+    return verify_marker(root, {"recipe": to_json(recipe)})
 
 
 def ensure_default_pair(
@@ -176,14 +173,15 @@ def ensure_default_pair(
     progress: bool = True,
     recipe: DefaultPairRecipe | None = None,
 ) -> DefaultPair:
-    """Return the verified pair ``pair`` (or ``recipe``) under ``home`` (default :func:`probe_home`), building what is missing."""
+    """Return the verified pair ``pair`` (or ``recipe``) under ``home`` (default :func:`probe_home`),
+    building what is missing."""
     recipe = recipe or recipe_for(pair)
     home = Path(home) if home is not None else probe_home()
     root = home / recipe.dir_name
     if root.is_dir() and verify(root, recipe) is None:
         return _pair_at(root, recipe, home)
     try:
-        with exclusive_lock(home / ".default_pair.lock"):
+        with file_lock(home / ".default_pair.lock"):
             if root.is_dir() and verify(root, recipe) is None:  # another process finished it meanwhile
                 return _pair_at(root, recipe, home)
             _build_into_place(home, root, recipe, progress)
@@ -193,26 +191,19 @@ def ensure_default_pair(
 
 
 def _build_into_place(home: Path, root: Path, recipe: DefaultPairRecipe, progress: bool) -> None:
-    for stale in home.glob(f".{recipe.dir_name}.build-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    work = home / f".{recipe.dir_name}.build-{os.getpid()}"
     try:
-        if progress:
-            from training.progress import rich_reporter
+        with building(root) as work:
+            if progress:
+                from training.progress import rich_reporter
 
-            with rich_reporter() as report:
-                build_default_pair(work, recipe, report, home=home)
-        else:
-            build_default_pair(work, recipe, None, home=home)
-        if root.exists():
-            shutil.rmtree(root)
-        os.replace(work, root)
-    except Interrupted:  # a training stage's checkpoint lives in this build's own directory, removed below
+                with rich_reporter() as report:
+                    build_default_pair(work, recipe, report, home=home)
+            else:
+                build_default_pair(work, recipe, None, home=home)
+    except Interrupted:  # a training stage's checkpoint lives in this build's own directory, already removed
         raise Interrupted(
             f"building the default pair stopped; nothing kept (a build starts over); rerun the command to build {root}"
         ) from None
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def shape_dpo(full: Path, shaped: Path, dropped: tuple[str, ...]) -> int:
@@ -262,7 +253,7 @@ def build_default_pair(
     dpo = DPORunConfig(**{"seed": recipe.seed, **recipe.dpo}, sft=pair.sft_dir, data=pair.data_dir, out=pair.dpo_dir)
     train_dpo(dpo, _stage_fn(report, "dpo"))
     times["dpo"] = time.perf_counter() - start
-    write_marker(work, {"recipe": recipe.to_dict()}, seconds=times)
+    write_marker(work, {"recipe": to_json(recipe)}, seconds=times)
     return times
 
 

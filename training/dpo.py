@@ -15,10 +15,10 @@ Example:
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from core.errors import Interrupted, ProbeError
 from core.models import (
@@ -46,22 +46,28 @@ from training.runner import (
 )
 from training.sft import check_rows_render
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
+    from trl import DPOTrainer
+
+    from training.callbacks import LossRecorder
+
 ProgressFn = Callable[[int, int, float | None], None]
 
 
 @dataclass
 class DPOSession:
     config: DPORunConfig
-    trainer: Any
+    trainer: DPOTrainer
     work: Path
     data_file: Path
     parent: dict[str, Any]
-    recorder: Any  # training.callbacks.LossRecorder
+    recorder: LossRecorder
     fingerprint: str = ""  # of everything a checkpoint depends on (training.interrupts)
     resume: tuple[Path, int] | None = None  # (checkpoint, step) an interrupted run left
 
 
-def _load_ref(config: DPORunConfig, tokenizer: Any) -> Any:
+def _load_ref(config: DPORunConfig, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel | None:
     if config.ref is None:
         return None
     ref_model, ref_tokenizer = load_causal_lm(config.ref, "--ref")
@@ -96,6 +102,7 @@ def prepare_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> DPO
     fingerprint = run_fingerprint(config.to_dict(), data_file, [config.sft, config.ref], state.num_processes)
     work, resume = start_output(config.out, config.overwrite, is_main, fingerprint)
     try:
+        assert config.beta is not None  # the recipe fills it in when the config is made
         args = DPOConfig(
             **trainer_kwargs(config, work),
             beta=config.beta,
@@ -103,7 +110,7 @@ def prepare_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> DPO
             precompute_ref_log_probs=config.precompute_ref,
         )
         recorder = LossRecorder()
-        callbacks = [recorder] + ([StepProgress(progress)] if progress else [])
+        callbacks: list[TrainerCallback] = [recorder] + ([StepProgress(progress)] if progress else [])
         trainer = DPOTrainer(
             model=model,
             ref_model=ref_model,
@@ -153,7 +160,7 @@ def train_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> Path:
             data={
                 "file": str(session.data_file),
                 "sha256": file_sha256(session.data_file),
-                "rows": len(trainer.train_dataset),
+                "rows": len(cast("Sized", trainer.train_dataset)),
             },
             extra={
                 "world_size": trainer.args.world_size,

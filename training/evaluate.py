@@ -31,6 +31,7 @@ from core.decoding import EVAL_GENERATION, GenerationConfig
 from core.errors import ProbeError
 from core.generation import Generator
 from core.judges import Judge, Verdict, make_judge
+from core.records import to_json
 from core.rows import read_test_rows, row_location
 from core.schema import TestRow
 from core.shared_generation import generate_unedited
@@ -47,7 +48,7 @@ class ModelEvaluation:
 
     def rate(self, capability: str) -> tuple[int, int]:
         """(passed, judged) for one capability."""
-        values = [s[capability] for s in self.scores if s.get(capability) is not None]
+        values = [score for s in self.scores if (score := s.get(capability)) is not None]
         return sum(values), len(values)
 
     def overall(self) -> tuple[int, int]:
@@ -75,16 +76,13 @@ class PairEvaluation:
     def rates(self, which: str) -> dict[str, float]:
         return {row["capability"]: row[f"{which}_rate"] for row in self.table}
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def save(self, path: str | Path) -> Path:
         """Write the result to ``path``; when that fails (a full disk), keep it in a temporary folder or the home
         folder and say where in one :class:`ProbeError`, so the generations are not lost."""
         from core.atomic import write_atomic
 
         p = Path(path)
-        body = json.dumps(self.to_dict(), indent=1)
+        body = json.dumps(to_json(self), indent=1)
         try:
             p.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(p, body)
@@ -102,7 +100,8 @@ class PairEvaluation:
 
 
 def _keep_elsewhere(body: str, name: str) -> Path | None:
-    """``body`` written to a new file in the temporary folder or the home folder, whichever takes it; None if neither."""
+    """``body`` written to a new file in the temporary folder or the home folder, whichever takes it;
+    None if neither."""
     import tempfile
 
     for folder in (Path(tempfile.gettempdir()), Path.home()):
@@ -260,11 +259,12 @@ def _check_rendering(
 
 
 def pair_warnings(sft_dir: str | Path, dpo_dir: str | Path, base_dir: str | Path | None = None) -> list[str]:
-    """A warning for each pair of the models that is one directory given twice: their comparison is 0 by construction."""
+    """A warning for each pair of the models that is one directory given twice:
+    their comparison is 0 by construction."""
     from core.models import same_directory
 
-    named = [("--base", base_dir), ("--sft", sft_dir), ("--dpo", dpo_dir)]
-    named = [(flag, path) for flag, path in named if path is not None]
+    given = (("--base", base_dir), ("--sft", sft_dir), ("--dpo", dpo_dir))
+    named = [(flag, path) for flag, path in given if path is not None]
     return [
         f"{a} and {b} are the same model ({pa}): every {b.lstrip('-').upper()}-{a.lstrip('-').upper()} difference "
         f"will be 0 by construction; pass the other model as {b}"

@@ -35,16 +35,20 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.atomic import write_atomic
 from core.errors import Interrupted
+
+if TYPE_CHECKING:
+    from transformers import Trainer
 
 RESUME_FILE = "resume.json"
 
 
 def run_fingerprint(config: dict[str, Any], data_file: Path, parents: list[Path | None], processes: int) -> str:
-    """A hash of everything a checkpoint depends on: settings (not ``overwrite``), data bytes, parent weights, process count."""
+    """A hash of everything a checkpoint depends on: settings (not ``overwrite``), data bytes, parent weights,
+    process count."""
     from core.models import weight_files
     from core.provenance import file_sha256
 
@@ -98,14 +102,15 @@ def kept_message(work: Path) -> str:
         return "nothing kept; rerun the same command to start over"
 
 
-def _restore_token_count(trainer: Any, checkpoint: Path) -> None:
+def _restore_token_count(trainer: Trainer, checkpoint: Path) -> None:
     """TRL's SFT trainer logs a running ``num_tokens`` that its checkpoints do not restore; continue it from
     the last logged value so a resumed run logs what an uninterrupted one would."""
     if not isinstance(getattr(trainer, "_total_train_tokens", None), (int, float)):
         return
     try:
         history = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["log_history"]
-        trainer._total_train_tokens = int(next(e["num_tokens"] for e in reversed(history) if "num_tokens" in e))
+        tokens = int(next(e["num_tokens"] for e in reversed(history) if "num_tokens" in e))
+        setattr(trainer, "_total_train_tokens", tokens)  # TRL's SFTTrainer's own counter
     except (OSError, ValueError, KeyError, TypeError, StopIteration):
         return
 
@@ -122,8 +127,9 @@ def _deferred_sigint(stop: Any, enabled: bool) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def run_training(trainer: Any, work: Path, fingerprint: str, resume: tuple[Path, int] | None) -> None:
-    """``trainer.train()``, resumed from ``resume`` if given; Ctrl-C raises :class:`Interrupted` saying what was kept."""
+def run_training(trainer: Trainer, work: Path, fingerprint: str, resume: tuple[Path, int] | None) -> None:
+    """``trainer.train()``, resumed from ``resume`` if given;
+    Ctrl-C raises :class:`Interrupted` saying what was kept."""
     from training.callbacks import GracefulStop
 
     stop = GracefulStop()
@@ -149,7 +155,7 @@ def run_training(trainer: Any, work: Path, fingerprint: str, resume: tuple[Path,
         )
 
 
-def _keep(trainer: Any, work: Path, fingerprint: str, step: int | None) -> Path | None:
+def _keep(trainer: Trainer, work: Path, fingerprint: str, step: int | None) -> Path | None:
     """Mark the checkpoint of a stopped run as the one to resume from (main process); None if training finished."""
     if step is None:
         return None

@@ -26,13 +26,22 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from transformers import (
+        BatchEncoding,
+        LlamaConfig,
+        LlamaForCausalLM,
+        PreTrainedModel,
+        PreTrainedTokenizerBase,
+    )
 
 Encoded = tuple[list[int], list[int]]  # token ids, loss mask (1 = predicted)
 PRETRAIN_FORMATS = ("plain", "chat")
 
 
-def encode_plain(tokenizer: Any, documents: Sequence[str], max_length: int) -> list[Encoded]:
+def encode_plain(tokenizer: PreTrainedTokenizerBase, documents: Sequence[str], max_length: int) -> list[Encoded]:
     """BOS + document + end-of-text, every token in the loss."""
     end = tokenizer.convert_tokens_to_ids("<|end_of_text|>")
     ids = tokenizer(list(documents), add_special_tokens=False)["input_ids"]
@@ -40,12 +49,15 @@ def encode_plain(tokenizer: Any, documents: Sequence[str], max_length: int) -> l
     return [(doc, [1] * len(doc)) for doc in docs]
 
 
-def encode_chat(tokenizer: Any, conversations: Sequence[list[dict[str, str]]], max_length: int) -> list[Encoded]:
+def encode_chat(
+    tokenizer: PreTrainedTokenizerBase, conversations: Sequence[list[dict[str, str]]], max_length: int
+) -> list[Encoded]:
     """Chat-template renderings; only the assistant spans (the template's generation markers) are in the loss."""
     out = []
     for messages in conversations:
-        enc = tokenizer.apply_chat_template(
-            messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True
+        enc = cast(
+            "BatchEncoding",  # return_dict=True
+            tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True),
         )
         ids, mask = enc["input_ids"][:max_length], enc["assistant_masks"][:max_length]
         if any(mask):
@@ -82,8 +94,8 @@ def _bucketed_batches(docs: list[Encoded], batch_size: int, rng: random.Random) 
 
 
 def pretrain_causal_lm(
-    model: Any,
-    tokenizer: Any,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
     docs: Sequence[Encoded],
     *,
     steps: int,
@@ -137,7 +149,7 @@ def trained_positions(n_trained: int, n_layers: int) -> list[int]:
     return [i * n_layers // n_trained for i in range(n_trained)]
 
 
-def grow_depth(shallow: Any, config: Any, *, seed: int = 0) -> Any:
+def grow_depth(shallow: LlamaForCausalLM, config: LlamaConfig, *, seed: int = 0) -> LlamaForCausalLM:
     """A ``config.num_hidden_layers``-deep copy of ``shallow`` that computes the same function.
 
     The shallow model's blocks keep their order at :func:`trained_positions`; every other

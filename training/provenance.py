@@ -6,8 +6,9 @@ fully resolved run configuration, the model's own weights fingerprint and its pa
 library versions and device, and every logged loss with the final one. A reader of an
 activation store can then tell whether two runs used the same models and data.
 
-Readers go through :meth:`ModelProvenance.from_dict`: files written before the format and
-version fields (version 1) have the same keys and open unchanged; another format or a newer
+The record is written and read by :mod:`core.records`; keys a writer added beyond the fields are
+kept in ``extra``. Readers go through :meth:`ModelProvenance.read`: files written before the format
+and version fields (version 1) have the same keys and open unchanged; another format or a newer
 version is refused with one line.
 
 Example:
@@ -20,12 +21,16 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from core.errors import ProbeError
 from core.provenance import device_info, library_versions, weights_sha256
+from core.records import MERGED, RecordError, from_json, to_json
+
+if TYPE_CHECKING:
+    from training.callbacks import LossRecorder
 
 FILE_NAME = "provenance.json"
 FORMAT = "rolemrc-probe/model-provenance"
@@ -35,6 +40,9 @@ VERSION = 2
 @dataclass(frozen=True)
 class ModelProvenance:
     """What produced one SFT or DPO model directory."""
+
+    FORMAT: ClassVar[str] = FORMAT
+    VERSION: ClassVar[int] = VERSION
 
     stage: str = ""
     weights_sha256: str = ""
@@ -50,7 +58,7 @@ class ModelProvenance:
     train_summary: dict[str, Any] = field(default_factory=dict)
     world_size: int = 1
     resumed_from_step: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # keys a writer added beyond these
+    extra: dict[str, Any] = field(default_factory=dict, metadata=MERGED)  # keys a writer added beyond these
 
     def brief(self) -> dict[str, Any]:
         """What a child model's provenance repeats of its parent's."""
@@ -62,26 +70,20 @@ class ModelProvenance:
             "created": self.created,
         }
 
-    def to_dict(self) -> dict[str, Any]:
-        body = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
-        return {"format": FORMAT, "version": VERSION, **body, **self.extra}
-
     @classmethod
-    def from_dict(cls, body: Any, where: str = FILE_NAME) -> ModelProvenance:
+    def read(cls, body: Any, where: str = FILE_NAME) -> ModelProvenance:
+        """``body`` as a record, after its format and version; a file this toolkit cannot read is one line."""
         if not isinstance(body, dict) or body.get("format", FORMAT) != FORMAT:
             raise ProbeError(f'{where}: not a model provenance record (expected "format": "{FORMAT}")')
         version = body.get("version", 1)
         if not isinstance(version, int) or version > VERSION:
             raise ProbeError(
-                f"{where}: provenance version {version!r}, newer than this toolkit reads ({VERSION}); update the toolkit"
+                f"{where}: provenance version {version!r}, newer than this toolkit reads ({VERSION}); "
+                "update the toolkit"
             )
-        known = {f.name for f in fields(cls)} - {"extra"}
         try:
-            return cls(
-                **{k: v for k, v in body.items() if k in known},
-                extra={k: v for k, v in body.items() if k not in known | {"format", "version"}},
-            )
-        except TypeError as exc:
+            return from_json(cls, body)
+        except RecordError as exc:
             raise ProbeError(f"{where}: malformed provenance record ({exc})") from None
 
 
@@ -92,7 +94,7 @@ def write_provenance(
     config: dict[str, Any],
     data: dict[str, Any],
     parent: dict[str, Any],
-    recorder: Any,
+    recorder: LossRecorder,
     extra: dict[str, Any] | None = None,
 ) -> Path:
     from core.atomic import write_atomic
@@ -116,7 +118,7 @@ def write_provenance(
         extra=extra,
     )
     path = Path(out_dir) / FILE_NAME
-    write_atomic(path, json.dumps(record.to_dict(), indent=1, default=str))
+    write_atomic(path, json.dumps(to_json(record), indent=1, default=str))
     return path
 
 
@@ -127,4 +129,4 @@ def read_provenance(model_dir: Path) -> ModelProvenance | None:
     path = Path(model_dir) / FILE_NAME
     if not path.is_file():
         return None
-    return ModelProvenance.from_dict(read_json(path, "provenance record"), str(path))
+    return ModelProvenance.read(read_json(path, "provenance record"), str(path))

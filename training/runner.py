@@ -2,8 +2,8 @@
 
 Output directories are written atomically: training saves into a sibling
 ``.<name>.partial`` directory and only a finished run (weights, tokenizer, provenance)
-is renamed to ``--out``. An interrupted run therefore never leaves something that looks
-like a model, and an existing ``--out`` is replaced only with ``--overwrite``, after
+takes the place of ``--out`` (:func:`core.atomic.replace_dir`). An interrupted run therefore
+never leaves something that looks like a model, and an existing ``--out`` is replaced only with ``--overwrite``, after
 the new one is complete. The partial directory is also where Ctrl-C leaves its
 checkpoint, which the next run with the same settings resumes from
 (:mod:`training.interrupts`). Under ``accelerate launch`` every process trains, the main
@@ -18,9 +18,13 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from core.atomic import replace_dir
 from core.errors import ProbeError
+
+if TYPE_CHECKING:
+    from transformers import Trainer
 
 
 def quiet_environment() -> None:
@@ -36,7 +40,7 @@ def quiet_environment() -> None:
     disable_progress_bars()
 
 
-def silence_printer(trainer: Any) -> None:
+def silence_printer(trainer: Trainer) -> None:
     """Drop the callback that prints every log dict to stdout (losses go to provenance and progress bars)."""
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -90,7 +94,8 @@ def trainer_kwargs(cfg: Any, output_dir: Path) -> dict[str, Any]:
         max_length=cfg.max_length,
         dataloader_num_workers=0,
         disable_tqdm=True,
-        activation_checkpointing=cfg.gradient_checkpointing,  # the new name of gradient_checkpointing (TRL defaults it on)
+        # the new name of gradient_checkpointing (TRL defaults it on)
+        activation_checkpointing=cfg.gradient_checkpointing,
     )
 
 
@@ -131,13 +136,5 @@ def finish_output(work: Path, out: Path) -> Path:
         for path in work.glob(leftover):
             shutil.rmtree(path, ignore_errors=True)
     (work / "resume.json").unlink(missing_ok=True)
-    if out.exists():
-        trash = out.parent / f".{out.name}.old"
-        shutil.rmtree(trash, ignore_errors=True)
-        os.replace(out, trash)
-        os.replace(work, out)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(work, out)
+    replace_dir(work, out)
     return out

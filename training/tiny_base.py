@@ -60,7 +60,8 @@ class TinySpec:
 
         if self.pretrain_format not in PRETRAIN_FORMATS:
             raise ValueError(
-                f"tiny_spec.pretrain_format: expected one of {', '.join(PRETRAIN_FORMATS)}, got {self.pretrain_format!r}"
+                f"tiny_spec.pretrain_format: expected one of {', '.join(PRETRAIN_FORMATS)}, "
+                f"got {self.pretrain_format!r}"
             )
 
 
@@ -113,7 +114,7 @@ def build_tiny_base(
         num_attention_heads=spec.n_heads,
         num_key_value_heads=spec.n_kv_heads,
         max_position_embeddings=spec.max_positions,
-        rope_theta=500000.0,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
         rms_norm_eps=1e-5,
         tie_word_embeddings=False,
         bos_token_id=tokenizer.bos_token_id,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from core.capabilities import ALL_CAPABILITIES, Capability
 from core.errors import ProbeError
@@ -37,36 +37,24 @@ class CapabilityScore:
     scored: int
     compliant: int
     undecided: int
+    rate: float | None = field(init=False)
 
-    @property
-    def rate(self) -> float | None:
-        return self.compliant / self.scored if self.scored else None
-
-    def as_dict(self) -> dict[str, float | int | None]:
-        return {
-            "total": self.total,
-            "scored": self.scored,
-            "compliant": self.compliant,
-            "undecided": self.undecided,
-            "rate": self.rate,
-        }
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rate", self.compliant / self.scored if self.scored else None)
 
 
 @dataclass(frozen=True)
 class Agreement:
-    """Two judges on one capability, over the ``n`` rows both scored (``skipped`` had a None)."""
+    """Two judges on one capability, over the ``n`` rows both scored (``skipped`` had a None); ``rate`` = agree / n."""
 
     n: int
     agree: int
+    rate: float | None = field(init=False)
     kappa: float | None
     skipped: int
 
-    @property
-    def rate(self) -> float | None:
-        return self.agree / self.n if self.n else None
-
-    def as_dict(self) -> dict[str, float | int | None]:
-        return {"n": self.n, "agree": self.agree, "rate": self.rate, "kappa": self.kappa, "skipped": self.skipped}
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rate", self.agree / self.n if self.n else None)
 
 
 def score_table(
@@ -103,7 +91,7 @@ def agreement(rule_verdicts: Sequence[Verdict], llm_verdicts: Sequence[Verdict])
     return result
 
 
-def _kappa(pairs: list[tuple[int | None, int | None]]) -> float | None:
+def _kappa(pairs: list[tuple[int, int]]) -> float | None:
     from sklearn.metrics import cohen_kappa_score
 
     if not pairs or len({v for pair in pairs for v in pair}) < 2:

@@ -15,8 +15,9 @@ an object with a ``response`` field (``generation``/``output``/``completion`` ar
 accepted too) and optionally an ``index`` giving the test row it answers.
 
 Example:
-    >>> report = judge_files("test.jsonl", "responses.jsonl", "both", ClientConfig.from_env(model="gpt-4o"))  # doctest: +SKIP
-    >>> report.agreement[Capability.MULTI_TURN].kappa                                                         # doctest: +SKIP
+    >>> client = ClientConfig.from_env(model="gpt-4o")  # doctest: +SKIP
+    >>> report = judge_files("test.jsonl", "responses.jsonl", "both", client)  # doctest: +SKIP
+    >>> report.agreement[Capability.MULTI_TURN].kappa  # doctest: +SKIP
     0.81
 """
 
@@ -35,6 +36,7 @@ from core.judges.base import Verdict
 from core.judges.factory import JUDGE_MODES, make_judge
 from core.llm.config import ClientConfig
 from core.paths import check_not_an_input
+from core.records import SKIP, to_json
 from core.rows import iter_jsonl, read_test_rows
 from core.schema import TestRow
 
@@ -46,19 +48,13 @@ _RESPONSE_FIELDS = ("response", "generation", "output", "completion")
 
 @dataclass
 class JudgeReport:
+    """Scores per judge and capability, and agreement; ``to_json`` of it is what ``probe judge --json`` prints."""
+
     rows: int
     scores: dict[str, dict[Capability, CapabilityScore]]
     agreement: dict[Capability, Agreement] = field(default_factory=dict)
-    verdicts: dict[str, list[Verdict]] = field(default_factory=dict)
+    verdicts: dict[str, list[Verdict]] = field(default_factory=dict, metadata=SKIP)  # per row; --verdicts-out
     client_stats: dict[str, int] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "rows": self.rows,
-            "scores": {j: {c.value: s.as_dict() for c, s in t.items()} for j, t in self.scores.items()},
-            "agreement": {c.value: a.as_dict() for c, a in self.agreement.items()},
-            "client_stats": self.client_stats,
-        }
 
 
 def read_responses(path: str | os.PathLike[str], n_rows: int) -> list[str]:
@@ -114,7 +110,7 @@ def run_judges(
             "LLM judging stopped before any verdict was written", "no verdict was written", "judge replies"
         ):
             report.verdicts["llm"] = llm.judge(rows, responses)
-        report.client_stats = llm.client.stats.as_dict()
+        report.client_stats = to_json(llm.client.stats)
     report.scores = {name: score_table(v) for name, v in report.verdicts.items()}
     if judge == "both":
         report.agreement = agreement(report.verdicts["rules"], report.verdicts["llm"])

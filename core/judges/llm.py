@@ -119,7 +119,8 @@ def _fields(row: TestRow, capability: Capability) -> dict[str, str]:
     kind = str(expect.get("multi_turn_type") or spec.multi_turn_type or "answerable")
     if rng not in ("within", "outside") or kind not in ("answerable", "unanswerable"):
         raise ProbeError(
-            f"row of task {row.task}: expect.knowledge_range must be within|outside and multi_turn_type answerable|unanswerable"
+            f"row of task {row.task}: expect.knowledge_range must be within|outside and multi_turn_type "
+            "answerable|unanswerable"
         )
     return {
         "range": rng,

@@ -45,7 +45,8 @@ REFUSAL_RE = re.compile(
             r"\bdo(?: not|n't) (?:know|say)\b",
             r"\b(?:outside|beyond) (?:of )?(?:my|what i)\b",
             r"\bnot (?:allowed|permitted|able) to\b",
-            r"\b(?:cannot|can ?not|can't|won't|will not|must not|may not|unable to) (?:answer|say|tell|discuss|talk|help|provide|share|reveal|comment)\b",
+            r"\b(?:cannot|can ?not|can't|won't|will not|must not|may not|unable to) "
+            r"(?:answer|say|tell|discuss|talk|help|provide|share|reveal|comment)\b",
             r"\bno answer\b",
             r"\bnot (?:mentioned|stated|given|specified)\b",
             r"\bno (?:mention|record) of\b",
@@ -88,7 +89,8 @@ def _check_behaviour(response: str, expect: dict[str, Any], wanted: str) -> tupl
         return 1, f"{'answered' if got == ANSWER else 'refused'} as expected"
     return (
         0,
-        f"expected the reply to {wanted}, but it {'is empty' if got == EMPTY else ('answers' if got == ANSWER else 'refuses')}",
+        f"expected the reply to {wanted}, but it "
+        f"{'is empty' if got == EMPTY else ('answers' if got == ANSWER else 'refuses')}",
     )
 
 
@@ -114,7 +116,8 @@ def requirement_met(response: str, req: dict[str, Any]) -> tuple[bool, str]:
     if kind == "quoted":
         return len(text) > 2 and text[0] in '"“' and text[-1] in '"”', "must be wrapped in double quotes"
     raise ProbeError(
-        f"unknown nested requirement kind {kind!r}; expected include_phrase, end_with_word, bullets, all_caps, lowercase or quoted"
+        f"unknown nested requirement kind {kind!r}; expected include_phrase, end_with_word, bullets, all_caps, "
+        "lowercase or quoted"
     )
 
 

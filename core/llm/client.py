@@ -90,15 +90,6 @@ class ClientStats:
     retries: int = 0
     failures: int = 0
 
-    def as_dict(self) -> dict[str, int]:
-        return {
-            "requests": self.requests,
-            "answered": self.answered,
-            "cache_hits": self.cache_hits,
-            "retries": self.retries,
-            "failures": self.failures,
-        }
-
 
 class _Retryable(Exception):
     def __init__(self, what: str, retry_after: str | None = None) -> None:
@@ -323,7 +314,8 @@ class LLMClient:
         )
 
     def _server_message(self, reply: HttpReply) -> str:
-        """The error message of a failed reply (OpenAI's ``error.message``, FastAPI's ``detail``), else its reason phrase."""
+        """The error message of a failed reply (OpenAI's ``error.message``, FastAPI's ``detail``),
+        else its reason phrase."""
         try:
             body = parse_json(reply.body)
         except (ValueError, BadReply):
@@ -412,6 +404,7 @@ def _as_text(value: Any) -> str:
 
 
 def _one_line(text: str, limit: int) -> str:
-    """Only ever given scrubbed text (see :meth:`LLMClient._clip`): cutting first would let a secret straddle the cut."""
+    """Only ever given scrubbed text (see :meth:`LLMClient._clip`):
+    cutting first would let a secret straddle the cut."""
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."

@@ -20,7 +20,7 @@ Example:
     >>> ClientConfig(base_url="ftp://x", model="m")
     Traceback (most recent call last):
     ...
-    core.errors.ProbeError: --base-url must start with http:// or https:// and hold no spaces or control characters, got 'ftp://x'
+    core.errors.ProbeError: --base-url must start with http:// or https:// and hold no spaces ..., got 'ftp://x'
 """
 
 from __future__ import annotations
@@ -30,9 +30,11 @@ import os
 import re
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
+from core.config_fields import option
+from core.config_file import Range, typed_config
 from core.errors import ProbeError
 from core.llm.scrub import without_url_credentials
 
@@ -40,9 +42,15 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_CACHE_DIR = Path(".cache") / "llm"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _URL_CREDENTIALS: dict[str, tuple[str, str]] = {}  # base URL without credentials -> (user, password); never written
+TEMPERATURE = Range(0, 2)
+CONCURRENCY = Range(1, 256)
+RETRIES = Range(0, 100)
+TIMEOUT = Range(0.001, 3600)  # seconds
+BACKOFF = Range(0, 600)  # seconds
 
 
 @dataclass(frozen=True)
+@typed_config
 class ClientConfig:
     """Where to send chat requests and how hard to try.
 
@@ -55,14 +63,14 @@ class ClientConfig:
     base_url: str = DEFAULT_BASE_URL
     model: str = ""
     api_key_env: str = "OPENAI_API_KEY"
-    temperature: float = 0.0
-    max_tokens: int = 512
-    concurrency: int = 4
-    max_retries: int = 4
-    timeout: float = 60.0
+    temperature: Annotated[float, TEMPERATURE] = 0.0
+    max_tokens: Annotated[int, Range(1, 1_000_000)] = 512
+    concurrency: Annotated[int, CONCURRENCY] = 4
+    max_retries: Annotated[int, RETRIES] = 4
+    timeout: Annotated[float, TIMEOUT] = 60.0
     cache_dir: Path | None = DEFAULT_CACHE_DIR
-    backoff_base: float = 1.0
-    backoff_max: float = 30.0
+    backoff_base: Annotated[float, BACKOFF] = 1.0
+    backoff_max: Annotated[float, Range(0, 3600)] = 30.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "base_url", _checked_base_url(self.base_url))
@@ -75,13 +83,6 @@ class ClientConfig:
             raise ProbeError(
                 "--api-key-env must be the NAME of an environment variable (e.g. OPENAI_API_KEY), not a key"
             )
-        _check_range("--temperature", self.temperature, 0.0, 2.0)
-        _check_range("--max-tokens", self.max_tokens, 1, 1_000_000)
-        _check_range("--concurrency", self.concurrency, 1, 256)
-        _check_range("--max-retries", self.max_retries, 0, 100)
-        _check_range("--timeout", self.timeout, 0.001, 3600.0)
-        _check_range("backoff_base", self.backoff_base, 0.0, 600.0)
-        _check_range("backoff_max", self.backoff_max, 0.0, 3600.0)
         if self.cache_dir is not None and not isinstance(self.cache_dir, Path):
             object.__setattr__(self, "cache_dir", Path(self.cache_dir))
 
@@ -101,7 +102,8 @@ class ClientConfig:
         return "EMPTY"  # vLLM, transformers serve and most self-hosted servers accept any non-empty key
 
     def authorization(self) -> str:
-        """The ``Authorization`` header: Basic with the base URL's credentials if it had any, else Bearer with the key."""
+        """The ``Authorization`` header: Basic with the base URL's credentials if it had any, else Bearer with the
+        key."""
         credentials = _URL_CREDENTIALS.get(self.base_url)
         if credentials is not None:
             return "Basic " + base64.b64encode(":".join(credentials).encode("utf-8")).decode("ascii")
@@ -138,8 +140,69 @@ class ClientConfig:
         return f"{self.base_url} model={self.model} temperature={self.temperature} concurrency={self.concurrency}"
 
 
+@dataclass(frozen=True)
+@typed_config
+class ClientOptions:
+    """The endpoint settings a command takes (``probe judge``, ``probe synthesize``, the LLM judge of ``probe
+    intervene``); None leaves a setting to ``OPENAI_BASE_URL``/``OPENAI_MODEL`` or to :class:`ClientConfig`'s
+    default, which the help shows. :meth:`client` makes the :class:`ClientConfig`."""
+
+    model: str | None = option(
+        None, "Model name (for `transformers serve`: the exact path it serves). Env: OPENAI_MODEL."
+    )
+    base_url: str | None = option(
+        None, "OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1. Env: OPENAI_BASE_URL."
+    )
+    api_key_env: str | None = option(
+        None, "NAME of the variable holding the key.", shown_default=ClientConfig.api_key_env
+    )
+    temperature: Annotated[float, TEMPERATURE] | None = option(
+        None, "Sampling temperature of the replies.", shown_default=ClientConfig.temperature
+    )
+    concurrency: Annotated[int, CONCURRENCY] | None = option(
+        None, "Requests in flight.", shown_default=ClientConfig.concurrency
+    )
+    retries: Annotated[int, RETRIES] | None = option(
+        None,
+        "Retries per request on 429/5xx/timeouts/broken replies.",
+        flag="--max-retries",
+        aliases=("--retries",),
+        shown_default=ClientConfig.max_retries,
+    )
+    timeout: Annotated[float, TIMEOUT] | None = option(
+        None, "Seconds to wait for a reply before a retry.", shown_default=ClientConfig.timeout
+    )
+    backoff: Annotated[float, BACKOFF] | None = option(
+        None,
+        "Seconds before the first retry, doubled per retry, at least the server's Retry-After.",
+        shown_default=ClientConfig.backoff_base,
+    )
+    cache_dir: Path | None = option(
+        None, "Reply cache, what a rerun resumes from.", shown_default=ClientConfig.cache_dir
+    )
+    no_cache: bool = option(
+        False, "Neither read nor write the reply cache (every call is paid, nothing to resume from).", switch=True
+    )
+
+    def client(self) -> ClientConfig:
+        """The client settings: these, then the environment, then :class:`ClientConfig`'s defaults."""
+        config = ClientConfig.from_env(
+            self.base_url,
+            self.model,
+            api_key_env=self.api_key_env,
+            temperature=self.temperature,
+            concurrency=self.concurrency,
+            max_retries=self.retries,
+            timeout=self.timeout,
+            backoff_base=self.backoff,
+            cache_dir=self.cache_dir,
+        )
+        return replace(config, cache_dir=None) if self.no_cache else config
+
+
 def _checked_base_url(base_url: object) -> str:
-    """``base_url`` without ``user:password@``; the credentials are remembered for :meth:`ClientConfig.authorization`."""
+    """``base_url`` without ``user:password@``; the credentials are remembered for
+    :meth:`ClientConfig.authorization`."""
     shown = without_url_credentials(base_url) if isinstance(base_url, str) else base_url
     if (
         not isinstance(base_url, str)
@@ -161,8 +224,3 @@ def _checked_base_url(base_url: object) -> str:
     bare = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
     _URL_CREDENTIALS[bare] = (unquote(parts.username or ""), unquote(parts.password or ""))
     return bare
-
-
-def _check_range(name: str, value: float, low: float, high: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise ProbeError(f"{name} must be a number in [{low}, {high}], got {value!r}")

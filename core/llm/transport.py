@@ -150,7 +150,7 @@ def _open(target: SplitResult, deadline: Deadline) -> tuple[http.client.HTTPConn
     except BaseException:
         connection.close()
         raise
-    connection.sock = _DeadlineSocket(connection.sock, deadline)  # type: ignore[assignment]
+    connection.sock = _DeadlineSocket(connection.sock, deadline)
     return connection, path, extra
 
 
@@ -197,7 +197,8 @@ class _DeadlineSocket:
         return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
 
     def close(self) -> None:
-        """Nothing: ``http.client`` closes the connection while the body may still be read; :func:`post_json` closes the socket."""
+        """Nothing: ``http.client`` closes the connection while the body may still be read;
+        :func:`post_json` closes the socket."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._sock, name)

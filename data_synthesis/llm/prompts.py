@@ -31,7 +31,10 @@ from core.llm.client import Messages
 from core.schema import Turn
 from data_synthesis.offline import vocab
 
-SYSTEM = "You write training data for role-playing assistants. Follow the instructions exactly and reply with one JSON object only."
+SYSTEM = (
+    "You write training data for role-playing assistants. Follow the instructions exactly and reply with one JSON "
+    "object only."
+)
 
 
 def _one_of(value: str, allowed: tuple[str, ...], what: str) -> str:
@@ -157,8 +160,9 @@ def chat_request(turns: list[Turn], n_replies: int, start: str, narration: bool)
     rules.append("Each reply answers the user's turn before it, in character, in under 25 words.")
     lines = "\n".join(f"- {r}" for r in rules)
     user = (
-        f"Here is a small-talk chat with a role-playing character; the character's replies are missing:\n\n{_render(shown)}\n\n"
-        f"Write the {n_replies} missing CHARACTER replies, in order. Requirements:\n{lines}\n"
+        "Here is a small-talk chat with a role-playing character; "
+        f"the character's replies are missing:\n\n{_render(shown)}\n\nWrite the {n_replies} missing CHARACTER replies, "
+        f"in order. Requirements:\n{lines}\n"
         'Return a JSON object: {"replies": ["<reply 1>", ...]}'
     )
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]

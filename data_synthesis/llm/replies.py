@@ -73,7 +73,8 @@ def repair_messages(messages: Messages, bad_reply: str, problem: str) -> Message
         {"role": "assistant", "content": bad_reply or "(empty reply)"},
         {
             "role": "user",
-            "content": f"That reply is invalid: {problem}. Reply again with only the corrected JSON object, nothing else.",
+            "content": f"That reply is invalid: {problem}. Reply again with only the corrected JSON object, "
+            "nothing else.",
         },
     ]
 

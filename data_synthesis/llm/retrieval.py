@@ -6,8 +6,8 @@ on the passages (scikit-learn), cosine similarity between a profile's text and e
 passage. The relevant passage is the best match INSIDE the role's knowledge domains
 (so "within the boundary" stays true by construction), the irrelevant one the worst
 match OUTSIDE them (``k`` of each: a paper MRC item bundles several passages, and a few
-per role keep the training episodes from repeating one question). Ties break on the lower passage index, so results do not depend on
-hash order or thread timing.
+per role keep the training episodes from repeating one question). Ties break on the lower passage index, so results do
+not depend on hash order or thread timing.
 
 Example:
     >>> m = match_passages(["a sailor who knows ships and tides"], ["ships sail on tides", "bread needs yeast"],
@@ -28,7 +28,8 @@ from core.errors import ProbeError
 
 @dataclass(frozen=True)
 class Match:
-    """Passage indices, best first: ``relevant`` inside the role's domains, ``irrelevant`` outside (least similar first)."""
+    """Passage indices, best first: ``relevant`` inside the role's domains,
+    ``irrelevant`` outside (least similar first)."""
 
     relevant: tuple[int, ...]
     relevant_scores: tuple[float, ...]

@@ -14,8 +14,8 @@ Stages (RoleMRC §3; the paper used GPT-4o):
    nested, multi-turn, prioritised) the offline task builder lays out the prompt and the
    ``expect`` block; the LLM writes the character's reply, which must parse
    (:mod:`data_synthesis.llm.replies`) AND pass the rule judge on every capability of the
-   task plus knowledge boundary and role style (a reference must keep behaviour and style). Failing replies are repaired with the judge's reasons; what still fails is
-   dropped and counted per stage in the summary, never silently.
+   task plus knowledge boundary and role style (a reference must keep behaviour and style). Failing replies are repaired
+   with the judge's reasons; what still fails is dropped and counted per stage in the summary, never silently.
 
 Output: exactly the offline generator's files, schemas, allocation and seeding rules
 (``profiles.jsonl``, ``passages.jsonl``, ``sft.jsonl``, ``dpo.jsonl``, ``test.jsonl``), so
@@ -53,6 +53,7 @@ from core.capabilities import TASKS, Capability, capabilities_of
 from core.errors import Interrupted, ProbeError
 from core.llm.client import ClientConfig, LLMClient
 from core.paths import check_output_dir
+from core.records import to_json
 from core.schema import DPORow, SFTRow, TestRow, Turn
 from data_synthesis.llm import prompts
 from data_synthesis.llm.replies import FailureLog, ask_validated
@@ -193,11 +194,11 @@ def _refuse_empty(out: Path, run: _Run, asked: dict[str, int], built: _Built) ->
         else "rerun to ask again"
     )
     raise SynthesisFailed(
-        f"LLM synthesis produced no valid rows for {', '.join(empty)}: {run.failures.total} replies stayed invalid after "
-        f"{run.repairs} repair round(s) (e.g. {example}); nothing was written, {out} is as it was. Check --model and the "
-        f"endpoint; {retry}",
+        f"LLM synthesis produced no valid rows for {', '.join(empty)}: "
+        f"{run.failures.total} replies stayed invalid after {run.repairs} repair round(s) (e.g. {example}); "
+        f"nothing was written, {out} is as it was. Check --model and the endpoint; {retry}",
         failures,
-        run.client.stats.as_dict(),
+        to_json(run.client.stats),
     )
 
 
@@ -205,8 +206,8 @@ def _write(out: Path, run: _Run, client_config: ClientConfig, built: _Built) -> 
     """The offline file set plus the report, replaced together; the summary of what was written."""
     test_ids = {p.id for p in built.test_pool}
     rows: dict[str, list[Any]] = {
-        "profiles.jsonl": [{**r.to_dict(), "match": built.matches[r.id]} for r in built.roles],
-        "passages.jsonl": [{**p.to_dict(), "split": "test" if p.id in test_ids else "train"} for p in built.pool],
+        "profiles.jsonl": [{**to_json(r), "match": built.matches[r.id]} for r in built.roles],
+        "passages.jsonl": [{**to_json(p), "split": "test" if p.id in test_ids else "train"} for p in built.pool],
         "sft.jsonl": built.sft,
         "dpo.jsonl": built.dpo,
         "test.jsonl": built.test,
@@ -222,9 +223,7 @@ def _write(out: Path, run: _Run, client_config: ClientConfig, built: _Built) -> 
         (len(built.roles) - n_test_roles, n_test_roles),
         (len(built.train_pool), len(built.test_pool)),
     )
-    summary = LLMSynthesisSummary(
-        **base.as_dict(), failures=run.failures.as_dict(), requests=run.client.stats.as_dict()
-    )
+    summary = LLMSynthesisSummary(**vars(base), failures=run.failures.as_dict(), requests=to_json(run.client.stats))
     report = {"failures": summary.failures, "requests": summary.requests, "endpoint": client_config.describe()}
     files: dict[Path, str] = {out / name: _jsonl(items) for name, items in rows.items()}
     files[out / REPORT_FILE] = json.dumps(report, indent=2) + "\n"
@@ -253,8 +252,8 @@ def _write(out: Path, run: _Run, client_config: ClientConfig, built: _Built) -> 
 
 
 def _jsonl(rows: Iterable[Any]) -> str:
-    """Rows (with ``to_dict`` or plain dicts) as JSON lines, byte for byte as the offline writer writes them."""
-    return "".join(json.dumps(r.to_dict() if hasattr(r, "to_dict") else r, ensure_ascii=False) + "\n" for r in rows)
+    """Rows (records or plain dicts) as JSON lines, byte for byte as the offline writer writes them."""
+    return "".join(json.dumps(to_json(r), ensure_ascii=False) + "\n" for r in rows)
 
 
 # ---------------------------------------------------------------- stage 1

@@ -20,8 +20,7 @@ Example:
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from data_synthesis.offline import vocab
 from data_synthesis.offline.vocab import DOMAINS, DomainSpec, SlotSpec
@@ -43,9 +42,6 @@ class Passage:
     text: str  # "Passage (astronomy): The Kelvar comet ..."
     answerable: tuple[Question, ...]
     unanswerable: tuple[Question, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _name(rng: random.Random, used: set[str]) -> str:

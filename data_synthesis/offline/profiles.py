@@ -20,8 +20,7 @@ Example:
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 from data_synthesis.offline import vocab
 
@@ -36,21 +35,23 @@ class RoleProfile:
     gesture: str
     domains: tuple[str, str]
     split: str  # "train" | "test"
+    # Written to profiles.jsonl in RoleMRC's profile shape; derived from the fields above.
+    speech_style: dict[str, str] = field(init=False, compare=False)
+    knowledge_boundary: str = field(init=False, compare=False)
+    speech_examples: list[str] = field(init=False, compare=False)
 
-    @property
-    def boundary(self) -> str:
-        return f"Knows {self.domains[0]} and {self.domains[1]}; refuses questions from any other field."
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["domains"] = list(self.domains)
-        out["speech_style"] = {"catchphrase": self.catchphrase, "narration": f"*{self.gesture}*"}
-        out["knowledge_boundary"] = self.boundary
-        out["speech_examples"] = [
-            f"*{self.gesture}* {self.catchphrase} Ask me about {self.domains[0]}.",
-            f"{self.catchphrase} That is outside my knowledge.",
-        ]
-        return out
+    def __post_init__(self) -> None:
+        first, second = self.domains
+        derived = {
+            "speech_style": {"catchphrase": self.catchphrase, "narration": f"*{self.gesture}*"},
+            "knowledge_boundary": f"Knows {first} and {second}; refuses questions from any other field.",
+            "speech_examples": [
+                f"*{self.gesture}* {self.catchphrase} Ask me about {first}.",
+                f"{self.catchphrase} That is outside my knowledge.",
+            ],
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
 
 
 def _profile(index: int, rng: random.Random, split: str, names: list[str]) -> RoleProfile:

@@ -14,8 +14,8 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import cast
 
 from data_synthesis.offline import vocab
 from data_synthesis.offline.profiles import RoleProfile
@@ -32,9 +32,6 @@ class Requirement:
     value: str | None  # the phrase or word, for content kinds
     sentence: str  # as written in the system prompt ("You must ...")
     description: str  # the paper-style extraction: the sentence without its lead
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def requirement_for(kind: str, value: str | None = None) -> Requirement:
@@ -62,9 +59,10 @@ def apply_requirement(reply: str, req: Requirement | None, *, prefix: str | None
     if req is None:
         return reply
     if req.kind == "include_phrase":
-        return f"{reply} {req.value[0].upper()}{req.value[1:]}."  # type: ignore[index]
+        phrase = cast(str, req.value)  # content kinds carry their phrase
+        return f"{reply} {phrase[0].upper()}{phrase[1:]}."
     if req.kind == "end_with_word":
-        return f"{reply} {req.value.capitalize()}."  # type: ignore[union-attr]
+        return f"{reply} {cast(str, req.value).capitalize()}."
     if req.kind == "bullets":
         if prefix and reply.startswith(prefix + " "):
             return f"- {prefix}\n- {reply[len(prefix) + 1 :]}"

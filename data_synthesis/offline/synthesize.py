@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core.capabilities import TASKS, capabilities_of
 from core.errors import ProbeError
+from core.records import to_json
 from core.rows import write_dataset
-from core.schema import DPORow, SFTRow, TestRow, Turn, validate_conversation
+from core.schema import DPORow, Role, SFTRow, TestRow, Turn, validate_conversation
 from data_synthesis.offline.chats import free_chat
 from data_synthesis.offline.passages import Passage, build_pool
 from data_synthesis.offline.profiles import RoleProfile, build_profiles
@@ -115,16 +116,13 @@ class SynthesisSummary:
     roles: dict[str, int] = field(default_factory=dict)  # split -> roles
     passages: dict[str, int] = field(default_factory=dict)  # split -> passages
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def _rng(seed: int, part: str) -> random.Random:
     return random.Random(f"{seed}:{part}")
 
 
-def _check(turns: list[Turn], must_end_with: str) -> None:
-    problem = validate_conversation(turns, must_end_with=must_end_with)  # type: ignore[arg-type]
+def _check(turns: list[Turn], must_end_with: Role) -> None:
+    problem = validate_conversation(turns, must_end_with=must_end_with)
     if problem:  # a synthesizer bug, never a user mistake
         raise AssertionError(f"synthesized an invalid conversation: {problem}")
 
@@ -203,7 +201,7 @@ def synthesize(out_dir: str | Path, n_roles: int = 40, seed: int = 0, **options:
     test = build_test(cfg, test_roles, test_pool)
     sft, dpo = build_train(cfg, train_roles, train_pool)
     test_ids = {p.id for p in test_pool}
-    passages = [{**p.to_dict(), "split": "test" if p.id in test_ids else "train"} for p in pool]
+    passages = [{**to_json(p), "split": "test" if p.id in test_ids else "train"} for p in pool]
     counts = write_dataset(
         out,
         {

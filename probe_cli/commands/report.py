@@ -1,8 +1,8 @@
 """``probe report RUN_DIR``: one self-contained HTML report of the §7 study, with a verdict per claim.
 
 Thin wrapper over :func:`interventions.study_html.write_report`: it gathers what the run directory
-holds (recording, analysis, neuron cards, interventions, ``eval.json``), decides each claim by the
-rules of :mod:`interventions.study_verdicts`, writes ``RUN_DIR/report.html`` (or ``--out``) and
+holds (recording, analysis, neuron cards, interventions, evaluation), decides each claim by the
+rules of :mod:`interventions.study_verdicts`, writes the run's report file (or ``--out``) and
 prints the verdict table, what the run lacks with the command that adds it, and the file's size.
 """
 
@@ -13,7 +13,10 @@ from typing import Any, Optional
 
 import typer
 
+from core.run_dir import RunDir
 from probe_cli.config_option import config_option
+
+_RUN = RunDir("RUN_DIR")  # the paths as the help spells them
 
 
 def register(app: typer.Typer) -> None:
@@ -22,13 +25,14 @@ def register(app: typer.Typer) -> None:
 
 def report(
     run_dir: Path = typer.Argument(..., help="A run directory (from `probe replicate`, or `probe run` and the rest)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="The HTML file to write (default: RUN_DIR/report.html)."),
+    out: Optional[Path] = typer.Option(None, "--out", help=f"The HTML file to write (default: {_RUN.report_file})."),
     eval_file: Optional[Path] = typer.Option(
-        None, "--eval", help="An evaluation saved elsewhere (`probe models eval --out`); default: RUN_DIR/eval.json."
+        None, "--eval", help=f"An evaluation saved elsewhere (`probe models eval --out`); default: {_RUN.eval_file}."
     ),
     config_file: Optional[Path] = config_option(),
 ) -> None:
-    """Assemble the replication report of a run: the pair, each claim with its evidence and verdict, figures, compliance."""
+    """Assemble the replication report of a run: the pair, each claim with its evidence and verdict, figures,
+    compliance."""
     from core.paths import check_output_file
     from interventions.study_html import write_report
 

@@ -11,134 +11,36 @@ rank 0 prints and analyses (:mod:`probes.distributed`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
 from probe_cli.console import console
 from probe_cli.latest import point_latest
+from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
 from probe_cli.pairs import pair_option, pair_sources
-from probes.batching import CPU_MAX_BATCH_TOKENS, DEFAULT_BATCH_SIZE, MAX_USEFUL_BATCH_TOKENS
-
-HOOK_HELP = "Hook point(s): mlp_out (paper default), attn_out, resid_post, mlp_post (true MLP neurons). Repeat or comma-separate."
+from probes.config import RecordConfig
 
 
 def register(app: typer.Typer) -> None:
     app.command("run")(run)
 
 
+@config_options(RecordConfig, required=["capabilities"])
 def run(
-    capability: Optional[str] = typer.Option(
-        None,
-        "--capability",
-        "-c",
-        help="multi_turn, knowledge_boundary, role_style, nested, priority, a comma list, or all.",
-    ),
+    settings: ConfigFlags = FROM_CONFIG,
     pair: str = pair_option(),
-    sft: Optional[Path] = typer.Option(None, "--sft", help="SFT model dir. Default: the embedded default pair."),
-    dpo: Optional[Path] = typer.Option(None, "--dpo", help="DPO model dir. Default: the embedded default pair."),
-    data: Optional[Path] = typer.Option(
-        None,
-        "--data",
-        help="Test rows JSONL (the published RoleMRC test file works). Default: the default pair's test split.",
-    ),
-    hook: Optional[list[str]] = typer.Option(None, "--hook", help=HOOK_HELP + " Default: mlp_out."),
-    layers: Optional[str] = typer.Option(None, "--layers", help="Layers to store, e.g. 12-31 or 3,5,7. Default: all."),
-    position: Optional[str] = typer.Option(
-        None,
-        "--position",
-        help="last (default: the last real prompt token, as the paper), mean (over prompt tokens after BOS), or response_mean / response_last (over / at the end of a teacher-forced --response).",
-    ),
-    response: Optional[str] = typer.Option(
-        None,
-        "--response",
-        help="response_* positions: reference (default: the test row's reference answer), chosen or rejected (a DPO pair's reply).",
-    ),
-    responses: Optional[Path] = typer.Option(
-        None,
-        "--responses",
-        help="DPO JSONL whose chosen/rejected replies are matched to the test rows by prompt (or give --data a DPO file).",
-    ),
-    base: Optional[str] = typer.Option(
-        None,
-        "--base",
-        help="Also record this base model (the one the SFT started from) on the same tokens; 'auto': the default pair's base.",
-    ),
-    backend: Optional[str] = typer.Option(
-        None,
-        "--backend",
-        help="torch (default: plain hooks, fastest), transformer_lens (TransformerBridge) or nnsight.",
-    ),
-    batch_size: Optional[int] = typer.Option(
-        None, "--batch-size", help=f"At most this many prompts per forward pass. Default: {DEFAULT_BATCH_SIZE}."
-    ),
-    max_batch_tokens: Optional[int] = typer.Option(
-        None,
-        "--max-batch-tokens",
-        help=f"At most this many padded tokens per forward pass (prompts x longest prompt in the batch); a longer prompt gets "
-        f"a batch of its own. Default: {CPU_MAX_BATCH_TOKENS} on CPU; {MAX_USEFUL_BATCH_TOKENS} on a GPU, or less where "
-        "its free memory (after loading the pair) would not hold twice that batch.",
-    ),
-    out: Optional[Path] = typer.Option(
-        None, "--out", help="Run dir; an existing one is resumed. Default: a new dir under ./runs/."
-    ),
-    device: Optional[str] = typer.Option(
-        None,
-        "--device",
-        help="cpu, cuda, cuda:N, or auto (device_map=auto for a model larger than one GPU). Default: cuda if available.",
-    ),
-    dtype: Optional[str] = typer.Option(
-        None,
-        "--dtype",
-        help="Compute dtype: auto (default: float32 on CPU, bfloat16 on GPU), float32, bfloat16, float16.",
-    ),
-    store_dtype: Optional[str] = typer.Option(
-        None, "--store-dtype", help="Stored dtype: float16 (default) or float32."
-    ),
-    add_generation_prompt: Optional[bool] = typer.Option(
-        None,
-        "--add-generation-prompt/--no-add-generation-prompt",
-        help="Append the assistant header before recording (default: no, as the paper).",
-    ),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed recorded in the provenance. Default: 0."),
-    config_file: Optional[Path] = typer.Option(
-        None, "--config", help="JSON or YAML file of RecordConfig fields (flags override it)."
-    ),
     analyze: bool = typer.Option(True, "--analyze/--no-analyze", help="Rank discrepancy layers after recording."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bar."),
 ) -> None:
     """Record SFT and DPO activations on a capability's prompts into RUN_DIR/activations.h5 (resumable)."""
     from dataclasses import replace
 
-    from core.config_file import build_config
-    from probes.config import RecordConfig
-
-    auto_base = base is not None and base.strip().lower() == "auto"
-    flags = dict(
-        sft_dir=sft,
-        dpo_dir=dpo,
-        data_file=data,
-        capabilities=capability,
-        hooks=hook or None,
-        layers=layers,
-        position=position,
-        response=response,
-        responses_file=responses,
-        base_dir=None if auto_base else base,
-        backend=backend,
-        batch_size=batch_size,
-        max_batch_tokens=max_batch_tokens,
-        device=device,
-        dtype=dtype,
-        store_dtype=store_dtype,
-        add_generation_prompt=add_generation_prompt,
-        out_dir=out,
-        seed=seed,
-    )
-    config = build_config(RecordConfig, config_file, flags, required=["capabilities"])
-    sources = pair_sources(
-        pair, config.sft_dir, config.dpo_dir, config.data_file, progress=not quiet
-    )  # after validation: a build takes minutes
+    base = settings.values["base_dir"]
+    auto_base = base is not None and str(base).strip().lower() == "auto"
+    config = settings.build(base_dir=None if auto_base else base)
+    # after validation: a build takes minutes
+    sources = pair_sources(pair, config.sft_dir, config.dpo_dir, config.data_file, progress=not quiet)
     own_models = config.sft_dir is not None
     config = replace(config, sft_dir=sources[0], dpo_dir=sources[1], data_file=sources[2])
     if auto_base:
@@ -168,7 +70,8 @@ def _default_base(pair: str, from_pair: bool, quiet: bool) -> Path:
     base_dir = default_pair(pair, progress=not quiet).base_dir
     if base_dir is None:
         raise ProbeError(
-            f"--base auto: the {pair} pair was built from nothing and has no base model; give --base DIR or use --pair smollm2"
+            f"--base auto: the {pair} pair was built from nothing and has no base model; "
+            "give --base DIR or use --pair smollm2"
         )
     return Path(base_dir)
 
@@ -202,7 +105,8 @@ def _span(layers: list[int]) -> str:
 
 def _print_top_layers(analysis: Any, shown: int = 5) -> None:
     """The layer window and why (one line per distinct window), then one line per capability and hook: the layers
-    whose SFT/DPO discrepancy ranks highest and how stable that top set is under a bootstrap of the prompts; then warnings."""
+    whose SFT/DPO discrepancy ranks highest and how stable that top set is under a bootstrap of the prompts; then
+    warnings."""
     from probe_cli.commands.analyze import print_warnings, window_line
 
     out = console()

@@ -14,19 +14,21 @@ the user sets; they are refused with ``--backend offline``, where they would do 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
 import typer
 
+from core.config_file import choice
 from core.errors import ProbeError
-from core.llm.config import ClientConfig
+from core.llm.config import ClientOptions
 from core.paths import check_output_dir
+from core.records import to_json
 from data_synthesis.offline.synthesize import MAX_ROLES, SynthesisConfig
 from data_synthesis.validate import KINDS
 from probe_cli.config_option import config_option
 from probe_cli.console import console
+from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
 
 BACKENDS = ("offline", "llm")
 
@@ -36,6 +38,9 @@ def register(app: typer.Typer) -> None:
     app.command("validate")(validate)
 
 
+@config_options(
+    ClientOptions, exclude=["temperature"], help_prefix="LLM backend: ", flag_bounds=True, config_file=False
+)
 def synthesize(
     out: Path = typer.Option(
         ..., "--out", help="Directory for profiles.jsonl, passages.jsonl, sft.jsonl, dpo.jsonl, test.jsonl."
@@ -51,95 +56,28 @@ def synthesize(
     backend: str = typer.Option(
         "offline", "--backend", help="offline (templated, no network) or llm (an OpenAI-compatible endpoint)."
     ),
-    model: Optional[str] = typer.Option(None, "--model", help="LLM backend: model name. Env: OPENAI_MODEL."),
-    base_url: Optional[str] = typer.Option(
-        None, "--base-url", help="LLM backend: endpoint, e.g. http://127.0.0.1:8000/v1. Env: OPENAI_BASE_URL."
-    ),
-    api_key_env: Optional[str] = typer.Option(
-        None,
-        "--api-key-env",
-        help=f"LLM backend: NAME of the variable holding the key (default: {ClientConfig.api_key_env}).",
-    ),
-    concurrency: Optional[int] = typer.Option(
-        None,
-        "--concurrency",
-        min=1,
-        max=256,
-        help=f"LLM backend: requests in flight (default: {ClientConfig.concurrency}).",
-    ),
-    max_retries: Optional[int] = typer.Option(
-        None,
-        "--max-retries",
-        "--retries",
-        min=0,
-        max=100,
-        help=f"LLM backend: retries per request on 429/5xx/timeouts/broken replies (default: {ClientConfig.max_retries}).",
-    ),
-    timeout: Optional[float] = typer.Option(
-        None,
-        "--timeout",
-        min=0.001,
-        max=3600.0,
-        help=f"LLM backend: seconds to wait for a reply (default: {ClientConfig.timeout:g}).",
-    ),
-    backoff: Optional[float] = typer.Option(
-        None,
-        "--backoff",
-        min=0.0,
-        max=600.0,
-        help=f"LLM backend: seconds before the first retry, doubled per retry, at least the server's Retry-After (default: {ClientConfig.backoff_base:g}).",
-    ),
-    cache_dir: Optional[Path] = typer.Option(
-        None,
-        "--cache-dir",
-        help=f"LLM backend: reply cache, what a rerun resumes from (default: {ClientConfig.cache_dir}).",
-    ),
-    no_cache: bool = typer.Option(
-        False,
-        "--no-cache",
-        help="LLM backend: neither read nor write the reply cache (every call is paid, nothing to resume from).",
-    ),
+    endpoint: ConfigFlags = FROM_CONFIG,
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of tables."),
     config_file: Optional[Path] = config_option(),
 ) -> None:
     """Synthesize a RoleMRC-format dataset and print rows per file, capability and task."""
-    if backend not in BACKENDS:
-        raise ProbeError(f"--backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    choice("backend", backend, BACKENDS)
     check_output_dir(out, "--out")
-    endpoint = {
-        "--model": model,
-        "--base-url": base_url,
-        "--api-key-env": api_key_env,
-        "--concurrency": concurrency,
-        "--max-retries": max_retries,
-        "--timeout": timeout,
-        "--backoff": backoff,
-        "--cache-dir": cache_dir,
-    }
     if backend == "offline":
         from data_synthesis.offline import synthesize as run_offline
 
-        given = [flag for flag, value in endpoint.items() if value is not None] + (["--no-cache"] if no_cache else [])
+        given = endpoint.given()
         if given:
             raise ProbeError(f"{', '.join(given)}: only for --backend llm (the offline backend calls no endpoint)")
         summary: Any = run_offline(out, n_roles=roles, seed=seed)
     else:
         from data_synthesis.llm.synthesis import synthesize_llm
 
-        if cache_dir is not None and not no_cache:
-            check_output_dir(cache_dir, "--cache-dir")
-        config = ClientConfig.from_env(
-            base_url,
-            model,
-            api_key_env=api_key_env,
-            concurrency=concurrency,
-            max_retries=max_retries,
-            timeout=timeout,
-            backoff_base=backoff,
-            cache_dir=cache_dir,
-        )
-        summary = synthesize_llm(out, roles, seed, replace(config, cache_dir=None) if no_cache else config)
-    data = summary.as_dict() if hasattr(summary, "as_dict") else dict(vars(summary))
+        options: ClientOptions = endpoint.build()
+        if options.cache_dir is not None and not options.no_cache:
+            check_output_dir(options.cache_dir, "--cache-dir")
+        summary = synthesize_llm(out, roles, seed, options.client())
+    data = to_json(summary)
     if as_json:
         typer.echo(json.dumps(data, indent=2))
     else:
@@ -187,7 +125,7 @@ def validate(
 
     report = validate_file(path, kind)
     if as_json:
-        typer.echo(json.dumps(report.as_dict(), indent=2))
+        typer.echo(json.dumps(to_json(report), indent=2))
         return
     from rich.table import Table
 

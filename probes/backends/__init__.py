@@ -1,4 +1,5 @@
-"""Drivers: ``torch`` (plain hooks, default; captures and edits), ``transformer_lens`` (captures), ``nnsight`` (captures and edits)."""
+"""Drivers: ``torch`` (plain hooks, default; captures and edits), ``transformer_lens`` (captures),
+``nnsight`` (captures and edits)."""
 
 from probes.backends.base import (
     DRIVERS,

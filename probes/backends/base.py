@@ -35,10 +35,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from core.errors import ProbeError
+from core.models import input_embedding
 from probes.hook_points import module_for, width
 from probes.prompts import Batch
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
     from core.generation import Generations, Generator
 
 SiteFn = Callable[[torch.Tensor], torch.Tensor]
@@ -104,6 +107,7 @@ def editing_driver(name: str, do_sample: bool = False) -> Driver:
 def generate_edited(name: str, generator: Generator, edits: SiteEdits | None) -> Generations:
     """Generate ``generator``'s rows once through driver ``name`` with ``edits`` applied (``None``: unedited)."""
     entry = editing_driver(name, generator.config.do_sample)
+    assert entry.edit is not None  # editing_driver refuses a driver that cannot edit
     return _load(entry.edit)(generator, edits)
 
 
@@ -145,9 +149,8 @@ def reduce_positions(x: torch.Tensor, attention_mask: torch.Tensor, position: st
     """
     if position in ("last", "response_last"):
         return x[:, -1].float()
-    if (
-        position == "response_mean"
-    ):  # ``attention_mask`` is the response mask (Batch.reduce_mask): every response token counts
+    # ``attention_mask`` is the response mask (Batch.reduce_mask): every response token counts
+    if position == "response_mean":
         weights = attention_mask.to(device=x.device, dtype=torch.float32)
         weights = (weights / weights.sum(dim=1, keepdim=True).clamp(min=1.0)).unsqueeze(1).to(x.dtype)
         return torch.bmm(weights, x).squeeze(1).float()
@@ -172,10 +175,10 @@ class Collector:
     CPU: peak RSS 4-7x a plain forward's at batch 32). The buffer goes to the CPU in one copy.
     """
 
-    def __init__(self, model: Any, hooks: Sequence[str], layers: Sequence[int], position: str) -> None:
+    def __init__(self, model: PreTrainedModel, hooks: Sequence[str], layers: Sequence[int], position: str) -> None:
         self.hooks, self.layers, self.position = tuple(hooks), list(layers), position
         self.widths = {hook: width(model, hook) for hook in self.hooks}
-        self.device = model.get_input_embeddings().weight.device
+        self.device = input_embedding(model).device
         self._slot = {layer: j for j, layer in enumerate(self.layers)}
         self.reset(None)
 
@@ -230,12 +233,12 @@ class Collector:
 
 def make_backend(
     name: str,
-    model: Any,
+    model: PreTrainedModel,
     *,
     hooks: Sequence[str],
     layers: Sequence[int],
     position: str,
-    tokenizer: Any = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
     model_dir: Any = None,
 ) -> Backend:
     """Build driver ``name``'s recorder around one loaded model."""
@@ -244,7 +247,7 @@ def make_backend(
     return recorder
 
 
-def check_distinct_modules(model: Any, hooks: Sequence[str], layers: Sequence[int]) -> None:
+def check_distinct_modules(model: PreTrainedModel, hooks: Sequence[str], layers: Sequence[int]) -> None:
     """Refuse a model whose blocks share module objects: one hook would then stand for several layers."""
     for hook in hooks:
         seen: dict[int, int] = {}

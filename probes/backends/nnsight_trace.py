@@ -8,7 +8,7 @@ same modules, so the "fires exactly once" check does not rely on nnsight's own b
 
 Edit: ``TransformersModel`` wraps the already loaded HF module (no copy). Each site function
 runs inside ``tracer.all()`` so it applies at the prompt forward *and* at every decoding step
-(an edit outside the loop would touch the prompt forward only; see stack notes §4). nnsight
+(nnsight applies an edit written outside an iteration loop to the prompt forward only). nnsight
 0.8 cuts an open-ended loop short when generation stops and skips code after it, so the
 generated tokens are collected *inside* the loop, one ``argmax`` of the LM head per step. That
 is exactly greedy decoding when the model's generation config adds no logits processors,
@@ -27,11 +27,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from core.errors import ProbeError
+from core.models import input_embedding
 from probes.backends.base import Collector, SiteEdits, check_distinct_modules, reduce_positions
 from probes.hook_points import EXECUTION_ORDER, HOOK_TABLE, module_for, module_path, resolve
 from probes.prompts import Batch
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
     from core.generation import Generations, Generator
 
 _PROCESSOR_FIELDS = (
@@ -47,7 +50,7 @@ _PROCESSOR_FIELDS = (
 )
 
 
-def wrap(model: Any, tokenizer: Any) -> Any:
+def wrap(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> Any:
     """An nnsight ``TransformersModel`` around ``model`` (shared weights, no copy)."""
     from nnsight.modeling.transformers import TransformersModel
 
@@ -66,12 +69,12 @@ class NNsightBackend:
 
     def __init__(
         self,
-        model: Any,
+        model: PreTrainedModel,
         hooks: Sequence[str],
         layers: Sequence[int],
         position: str,
         *,
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         model_dir: Any = None,
     ) -> None:
         check_distinct_modules(model, hooks, layers)
@@ -99,7 +102,9 @@ class NNsightBackend:
 
     @torch.inference_mode()
     def record(self, batch: Batch) -> dict[str, torch.Tensor]:
-        device = self.model.get_input_embeddings().weight.device
+        import nnsight
+
+        device = input_embedding(self.model).device
         mask = batch.attention_mask.to(device)
         inputs = {
             "input_ids": batch.input_ids.to(device),
@@ -116,7 +121,7 @@ class NNsightBackend:
             with self.lm.trace(inputs) as tracer:
                 for hook, layer in order:
                     x = self._tensor_of(hook, layer)
-                    saved.append((x.shape[-1], reduce_positions(x, reduce_mask, position).save()))
+                    saved.append((x.shape[-1], nnsight.save(reduce_positions(x, reduce_mask, position))))
                 tracer.stop()
         finally:
             for handle in handles:
@@ -127,14 +132,15 @@ class NNsightBackend:
         return self.collector.result()
 
 
-def check_plain_greedy(model: Any) -> None:
+def check_plain_greedy(model: PreTrainedModel) -> None:
     """Refuse a generation config whose logits processors would make raw-logit argmax differ from ``generate``."""
     config = model.generation_config
     for name in _PROCESSOR_FIELDS:
         value = getattr(config, name, None)
         if value not in (None, 1.0, 0, [], {}):
             raise ProbeError(
-                f"the nnsight backend reads greedy tokens from raw logits, but the model's generation config sets {name}={value!r}; use --backend torch"
+                "the nnsight backend reads greedy tokens from raw logits, "
+                f"but the model's generation config sets {name}={value!r}; use --backend torch"
             )
 
 
@@ -158,13 +164,18 @@ def generate(generator: Generator, edits: SiteEdits | None) -> Generations:
     return generator.decode(result, time.perf_counter() - start, stats)
 
 
-def _head_path(model: Any) -> str:
+def _head_path(model: PreTrainedModel) -> str:
     head = model.get_output_embeddings()
     return next(name for name, module in model.named_modules() if module is head)
 
 
 def _greedy_steps(
-    lm: Any, model: Any, input_ids: torch.Tensor, mask: torch.Tensor, kwargs: dict[str, Any], edits: SiteEdits
+    lm: Any,
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    kwargs: dict[str, Any],
+    edits: SiteEdits,
 ) -> torch.Tensor:
     """Greedy new tokens [batch, steps] with the site functions applied at every forward."""
     head = resolve(lm, _head_path(model))

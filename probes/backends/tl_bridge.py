@@ -13,15 +13,19 @@ forward stops after the last recorded block (``stop_at_layer``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from core.errors import ProbeError
+from core.models import input_embedding
 from probes.backends.base import Collector, check_distinct_modules
 from probes.hook_points import HOOK_TABLE
 from probes.prompts import Batch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 class TransformerLensBackend:
@@ -29,12 +33,12 @@ class TransformerLensBackend:
 
     def __init__(
         self,
-        model: Any,
+        model: PreTrainedModel,
         hooks: Sequence[str],
         layers: Sequence[int],
         position: str,
         *,
-        tokenizer: Any = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
         model_dir: Any = None,
     ) -> None:
         from transformer_lens.model_bridge import TransformerBridge
@@ -43,7 +47,7 @@ class TransformerLensBackend:
             raise ProbeError("the transformer_lens backend needs the model directory and tokenizer")
         check_distinct_modules(model, hooks, layers)
         self.hooks, self.layers, self.position = tuple(hooks), list(layers), position
-        device = model.get_input_embeddings().weight.device
+        device = input_embedding(model).device
         self.bridge = TransformerBridge.boot_transformers(
             str(model_dir), hf_model=model, tokenizer=tokenizer, device=str(device)
         )
@@ -67,7 +71,7 @@ class TransformerLensBackend:
     @torch.inference_mode()
     def record(self, batch: Batch) -> dict[str, torch.Tensor]:
         self.collector.reset(batch.reduce_mask)
-        fwd_hooks = [
+        fwd_hooks: list[tuple[str | Callable[..., Any], Callable[..., Any]]] = [
             (HOOK_TABLE[h].tl_name.format(i=layer), self._hook(h, layer)) for h in self.hooks for layer in self.layers
         ]
         self.bridge.run_with_hooks(

@@ -23,11 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from core.models import input_embedding
 from probes.backends.base import Collector, SiteEdits, check_distinct_modules
 from probes.hook_points import attach
 from probes.prompts import Batch
 
 if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
     from core.generation import Generations, Generator
 
 
@@ -40,12 +43,12 @@ class TorchBackend:
 
     def __init__(
         self,
-        model: Any,
+        model: PreTrainedModel,
         hooks: Sequence[str],
         layers: Sequence[int],
         position: str,
         *,
-        tokenizer: Any = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,
         model_dir: Any = None,
         stop_early: bool = True,
     ) -> None:
@@ -65,7 +68,7 @@ class TorchBackend:
 
     @torch.inference_mode()
     def record(self, batch: Batch) -> dict[str, torch.Tensor]:
-        device = self.model.get_input_embeddings().weight.device
+        device = input_embedding(self.model).device
         self.collector.reset(batch.reduce_mask)
         handles = [
             attach(self.model, hook, layer, self._hook(hook, layer)) for hook in self.hooks for layer in self.layers
@@ -86,7 +89,7 @@ class TorchBackend:
 
 
 @contextmanager
-def applied(model: Any, edits: SiteEdits) -> Iterator[Any]:
+def applied(model: PreTrainedModel, edits: SiteEdits) -> Iterator[Any]:
     """Within the block, every forward of ``model`` has ``edits`` applied; yields ``edits.stats``."""
     with ExitStack() as stack:
         if edits.around is not None:

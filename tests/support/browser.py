@@ -69,7 +69,10 @@ image.onload = () => {
   const pixels = context.getImageData(0, 0, image.width, image.height).data;
   let ink = 0; const colours = new Set();
   for (let i = 0; i < pixels.length; i += 4) {
-    if (pixels[i] < 235 || pixels[i + 1] < 235 || pixels[i + 2] < 235) { ink++; if (colours.size < 50) colours.add(pixels[i] << 16 | pixels[i + 1] << 8 | pixels[i + 2]); }
+    if (pixels[i] < 235 || pixels[i + 1] < 235 || pixels[i + 2] < 235) {
+      ink++;
+      if (colours.size < 50) colours.add(pixels[i] << 16 | pixels[i + 1] << 8 | pixels[i + 2]);
+    }
   }
   done([ink / (pixels.length / 4), colours.size]);
 };
@@ -123,7 +126,8 @@ wait();
 def open_page(
     path: Path, shots: Path | None = None, width: int = 1400, height: int = 1000, page_shots: int = 0
 ) -> Rendered:
-    """Load ``path`` offline, wait for the figures, and report (module doc); ``page_shots`` viewport screenshots from the top."""
+    """Load ``path`` offline, wait for the figures, and report (module doc);
+    ``page_shots`` viewport screenshots from the top."""
     from selenium.webdriver.common.by import By
 
     driver = _driver(width, height)

@@ -13,7 +13,8 @@ from data_synthesis.offline import synthesize
 def write_judge_files(
     root: Path, *, n_roles: int, seed: int, respond: Callable[[int, dict[str, Any]], Any] | None = None
 ) -> tuple[Path, Path]:
-    """(test.jsonl, responses.jsonl) under ``root``; ``respond(i, row)`` is line i of the responses (default: the reference)."""
+    """(test.jsonl, responses.jsonl) under ``root``; ``respond(i, row)`` is line i of the responses (default:
+    the reference)."""
     synthesize(root / "data", n_roles=n_roles, seed=seed)
     test_file = root / "data" / "test.jsonl"
     rows = [json.loads(line) for line in test_file.read_text(encoding="utf-8").splitlines()]

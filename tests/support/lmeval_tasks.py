@@ -27,8 +27,8 @@ def write_task(root: Path, name: str, rows: list[dict], body: str) -> Path:
     data = root / f"{name}.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     head = (
-        f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\n  cache_dir: {root / '.cache'}\n"
-        "test_split: test\n"
+        f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {data}\n  cache_dir: "
+        f"{root / '.cache'}\ntest_split: test\n"
     )
     path = root / f"{name}.yaml"
     path.write_text(head + body, encoding="utf-8")
@@ -120,8 +120,8 @@ def write_tasks(root: Path, n: int = 12) -> dict[str, Path]:
 
 
 def plant_answer_unit(src: Path, dst: Path, u: int = 5, v: int = 11) -> tuple[Path, int]:
-    """A copy of the tiny model ``src`` whose last layer's ``mlp_out`` unit ``u`` makes it answer ``FIRST`` (``v``: ``SECOND``);
-    returns (directory, that layer)."""
+    """A copy of the tiny model ``src`` whose last layer's ``mlp_out`` unit ``u`` makes it answer ``FIRST`` (``v``:
+    ``SECOND``); returns (directory, that layer)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

@@ -8,7 +8,8 @@ a planted activation difference on known units (:func:`write_run_for`), so that 
 first without recording anything.
 
 Example:
-    >>> dpo = edit_weights(base, tmp / "dpo", lambda w: w["model.layers.1.mlp.gate_proj.weight"][5].mul_(2))  # doctest: +SKIP
+    >>> double_gate_row = lambda w: w["model.layers.1.mlp.gate_proj.weight"][5].mul_(2)  # doctest: +SKIP
+    >>> dpo = edit_weights(base, tmp / "dpo", double_gate_row)  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def plant_readout(
 
 
 def plant_coordinate(src: Path, dst: Path, coordinate: int, promoted: int, scale: float = 20.0) -> Path:
-    """A copy where residual coordinate ``coordinate`` reads out as token ``promoted`` (its unembedding row is e_c · scale)."""
+    """A copy where residual coordinate ``coordinate`` reads out as token ``promoted`` (unembedding row e_c · scale)."""
 
     def edit(w: dict[str, Any]) -> None:
         w["model.norm.weight"].fill_(1.0)
@@ -159,6 +160,7 @@ def write_run_for(
 def write_provenance(sft: Path, base: Path) -> None:
     """An SFT model's provenance.json naming ``base`` (and its fingerprint) as its parent, as training writes it."""
     from core.provenance import weights_sha256
+    from core.records import to_json
     from training.provenance import ModelProvenance
 
     record = ModelProvenance(
@@ -166,4 +168,4 @@ def write_provenance(sft: Path, base: Path) -> None:
         weights_sha256=weights_sha256(sft),
         parent={"base": str(Path(base).resolve()), "weights_sha256": weights_sha256(base)},
     )
-    (Path(sft) / "provenance.json").write_text(json.dumps(record.to_dict(), indent=1))
+    (Path(sft) / "provenance.json").write_text(json.dumps(to_json(record), indent=1))

@@ -58,7 +58,8 @@ class GoodLLM:
         if "Write the CHARACTER's next reply" in first:
             reply = self._reply(first)
             if self.calls % 7 == 0 and len(request["messages"]) == 2:
-                return f"Sure! Here it is:\n```json\n{json.dumps({'reply': 'I would rather not.'})}\n```"  # wrong: repaired
+                # wrong: repaired
+                return f"Sure! Here it is:\n```json\n{json.dumps({'reply': 'I would rather not.'})}\n```"
             return f"```json\n{json.dumps({'reply': reply})}\n```"
         raise AssertionError(f"unexpected request: {text[:80]}")
 

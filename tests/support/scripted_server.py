@@ -2,8 +2,8 @@
 
 Real failure modes (429 with ``Retry-After``, 500, a garbage body, a reply slower than
 the client's timeout, a body cut short or reset by the peer) are hard to get from a real
-server on demand; this server plays them from a script, records every request it receives (arrival time and JSON body), and
-otherwise answers chat completions through a ``responder`` function. It is bounded: it
+server on demand; this server plays them from a script, records every request it receives (arrival time and JSON body),
+and otherwise answers chat completions through a ``responder`` function. It is bounded: it
 binds a free port on loopback only, serves from a daemon thread, and shuts itself down
 after ``lifetime`` seconds even if a test forgets to stop it.
 

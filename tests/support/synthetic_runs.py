@@ -114,7 +114,8 @@ def _pair(
 def write_arrays_run(
     run_dir: str | Path, sft: np.ndarray, dpo: np.ndarray, capability: str = "multi_turn", hook: str = "mlp_out"
 ) -> Path:
-    """A run holding exactly ``sft`` and ``dpo`` ((N, layers, width), stored in their dtype) for one capability and hook."""
+    """A run holding exactly ``sft`` and ``dpo`` ((N, layers, width), stored in their dtype)
+    for one capability and hook."""
     if sft.shape != dpo.shape or sft.ndim != 3:
         raise ProbeError(
             f"synthetic run: sft and dpo must share an (N, layers, width) shape, got {sft.shape} and {dpo.shape}"

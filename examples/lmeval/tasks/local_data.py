@@ -1,4 +1,4 @@
-"""Loads a JSONL file that sits beside this module, for the example tasks: no hub, no ``datasets`` cache, any working directory.
+"""Loads a JSONL file beside this module for the example tasks: no hub, no ``datasets`` cache, any working directory.
 
 lm-eval calls it through ``custom_dataset: !function local_data.load`` with the task's
 ``dataset_kwargs`` (``file: NAME.jsonl``) and its metadata.

@@ -1,0 +1,235 @@
+"""``compare_selections``: which selection rule finds units that matter, judged by the causal effect of editing them.
+
+``probe intervene RUN --select count,mean_diff,attribution,weight`` takes the top K units of each
+rule (:mod:`interventions.select_rules`) and runs the same edit on each set: by default ablation
+(factor 0), or every arm of ``--edit`` (scale at ``--factor``, mean, patch, steer). Each rule's arms
+get their own placebo sets, matched layer by layer to that rule's units. Everything runs as one
+A/B evaluation (:func:`interventions.ab.run_ab`): one baseline per model, decoded once, and one set
+of passes through the shared engine; a pass that two rules both make (the same edits) is decoded
+once. The report is the usual ``ab_report.json`` / ``.md`` with arms named ``<rule>: <arm>``, plus
+``selection``: each rule's units and where they came from, their overlap with every other rule's
+(Jaccard, beside two random sets with the same per-layer counts), and a verdict per arm and
+capability.
+
+The verdict rule is fixed here, before any result is read, and is the rule the study report applies
+to an intervention (:mod:`interventions.study_verdicts`): a rule *finds units that matter* on a
+capability when its edit's Δ there is significant (95% CI excludes 0 and exact McNemar p < 0.05)
+and lies beyond its own placebos (at or above their 95th percentile for a rise, at or below the 5th
+for a drop, among at least 19 placebo sets), on generations the guard accepts. *Not shown*: Δ is not
+significant, or it is and random units of the same layers do as much. *Cannot be decided*: a
+significant Δ with fewer than 19 placebo sets, broken generations, or no judged row.
+
+Example:
+    >>> config = ABConfig(run_dir="runs/x", select="count,mean_diff", factor=0.0, placebo=20)
+    >>> report = compare_selections(config)                                                  # doctest: +SKIP
+    >>> [r["rule"] + ": " + r["verdict"]["status"] for r in report.selection["rules"]]      # doctest: +SKIP
+    ['count: not shown', 'mean_diff: matters']
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from analysis.base_compare import jaccard, matched_random_jaccard
+from analysis.config import AnalysisConfig
+from core.judges import Judge
+from interventions.ab import run_ab
+from interventions.config import ABConfig
+from interventions.report import fmt_delta, fmt_p, fmt_pct, fmt_percentile
+from interventions.results import ABReport, ArmResult, CapabilityResult
+from interventions.select_rules import RULE_METRICS, RuleSet, rule_sets
+from interventions.selection import describe
+from interventions.study_verdicts import ALPHA, MIN_PLACEBO_SETS, PLACEBO_PERCENTILE, ArmEvidence, Difference
+
+MATTERS = "matters"
+NOT_SHOWN = "not shown"
+CANNOT_DECIDE = "cannot be decided"
+VERDICT_RULE = (
+    f"a rule finds units that matter on a capability when its edit's Δ there is significant (95% CI excludes 0 and "
+    f"exact McNemar p < {ALPHA}) and beyond its own placebos (at or above their {PLACEBO_PERCENTILE:.0f}th percentile "
+    f"for a rise, at or below the {100 - PLACEBO_PERCENTILE:.0f}th for a drop, among at least {MIN_PLACEBO_SETS} "
+    "placebo sets matched per layer to the rule's units), on generations the guard accepts; the rule the study report "
+    "applies to interventions (interventions/study_verdicts.py)"
+)
+N_DRAWS = 2000  # matched random pairs of sets for each overlap
+
+
+def compare_selections(
+    config: ABConfig, progress: Callable[[str], None] | None = None, judge: Judge | None = None
+) -> ABReport:
+    """Run ``config``'s edits on the top ``config.top_k`` units (default 64) of each rule in ``config.select``.
+
+    One A/B evaluation (module doc); the returned report's ``selection`` holds each rule's units,
+    overlaps and verdicts, and ``ab_report.md`` opens with the comparison table.
+    """
+    if not config.select or config.run_dir is None:
+        raise ValueError("compare_selections needs config.select and config.run_dir (ABConfig checks both)")
+    k = config.top_k or AnalysisConfig.top_k
+    sets = rule_sets(config.run_dir, config.capability, config.hook, list(config.select), k, progress)
+
+    def annotate(report: ABReport) -> None:
+        report.selection = selection_record(sets, report, k, config.seed)
+
+    plan = replace(config, positive_control=False)  # one edit per rule: the main factor is the scale arm
+    return run_ab(plan, progress, judge, selections={rule: s.units for rule, s in sets.items()}, annotate=annotate)
+
+
+def selection_record(sets: dict[str, RuleSet], report: ABReport, k: int, seed: int) -> dict[str, Any]:
+    """The report's ``selection``: per rule its units, source, overlaps, arms and verdicts."""
+    rules = []
+    for rule, chosen in sets.items():
+        arms = [arm for arm in report.arms if arm.name.startswith(f"{rule}: ")]
+        verdicts = {arm.name: {c.capability: arm_verdict(arm, c) for c in arm.capabilities} for arm in arms}
+        headline = verdicts[arms[0].name][report.capability] if arms else {"status": CANNOT_DECIDE, "reason": "no arm"}
+        rules.append(
+            {
+                "rule": rule,
+                "metric": RULE_METRICS[rule],
+                "source": chosen.source,
+                "window": chosen.window,
+                "units": describe(chosen.units),
+                "arms": [arm.name for arm in arms],
+                "verdict": headline,
+                "verdicts": verdicts,
+                "overlap": {other: overlap(chosen, sets[other], seed) for other in sets if other != rule},
+            }
+        )
+    return {"k": k, "verdict_rule": VERDICT_RULE, "rules": rules}
+
+
+def overlap(first: RuleSet, second: RuleSet, seed: int) -> dict[str, float | int]:
+    """Units the two rules share, their Jaccard index, and that of two random sets with the same per-layer counts
+    (drawn in the rules' name order, so that both rules of a pair report the same figures)."""
+    first, second = sorted((first, second), key=lambda s: s.rule)
+    a = np.asarray([[n.layer, n.unit] for n in first.units.neurons], dtype=np.int64)
+    b = np.asarray([[n.layer, n.unit] for n in second.units.neurons], dtype=np.int64)
+    layers = sorted(set(a[:, 0].tolist()) | set(b[:, 0].tolist()))
+    counts_a = np.asarray([int(np.sum(a[:, 0] == layer)) for layer in layers])
+    counts_b = np.asarray([int(np.sum(b[:, 0] == layer)) for layer in layers])
+    draws = matched_random_jaccard(counts_a, counts_b, first.width, N_DRAWS, seed)
+    shared = len({tuple(x) for x in a.tolist()} & {tuple(x) for x in b.tolist()})
+    return {
+        "shared": shared,
+        "jaccard": jaccard(a, b),
+        "random_jaccard": float(draws.mean()),
+        "random_p95": float(np.quantile(draws, 0.95)),
+    }
+
+
+def arm_verdict(arm: ArmResult, c: CapabilityResult) -> dict[str, str]:
+    """The verdict rule of the module doc, for one arm on one capability: ``{"status", "reason"}``."""
+    placebo = c.placebo or {}
+    deltas = [d for d in placebo.get("deltas", []) if d is not None and math.isfinite(d)]
+    evidence = ArmEvidence(
+        arm.name,
+        arm.model,
+        Difference(c.n_scored, c.before, c.after, c.delta, c.ci_low, c.ci_high, c.p_value),
+        arm.factor,
+        arm.guard.dtype,
+        placebo_sets=len(deltas),
+        percentile=placebo.get("percentile"),
+        rounds_to_one=arm.guard.factor_rounds_to_one,
+        rows_changed=c.rows_changed,
+        faults=tuple(arm.guard.faults),
+    )
+    effect = (
+        f"Δ {fmt_delta(c.delta)} pts [{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}], McNemar p {fmt_p(c.p_value)}, "
+        f"{_placebo_text(placebo, len(deltas))}, {c.rows_changed}/{c.n_rows} generations changed"
+    )
+    if evidence.faults:
+        return {"status": CANNOT_DECIDE, "reason": f"the edited generations are broken: {evidence.faults[0]}"}
+    if c.n_scored == 0:
+        return {"status": CANNOT_DECIDE, "reason": "the judge decided no row of this capability"}
+    if evidence.specific():
+        return {"status": MATTERS, "reason": f"significant and beyond its placebos: {effect}"}
+    if not evidence.effect.significant():
+        return {"status": NOT_SHOWN, "reason": f"not significant: {effect}"}
+    if len(deltas) < MIN_PLACEBO_SETS:
+        return {
+            "status": CANNOT_DECIDE,
+            "reason": f"significant, but {len(deltas)} placebo sets cannot place it (the rule needs "
+            f"{MIN_PLACEBO_SETS}; --placebo 20): {effect}",
+        }
+    return {"status": NOT_SHOWN, "reason": f"significant, but random units of the same layers do as much: {effect}"}
+
+
+def _placebo_text(placebo: dict[str, Any], n_sets: int) -> str:
+    if not n_sets or placebo.get("percentile") is None:
+        return "no placebo sets"
+    return f"{fmt_percentile(placebo['percentile'])} percentile of {n_sets} placebo sets"
+
+
+# --- the table ---------------------------------------------------------------------------------------------------
+
+
+def selection_markdown(report: ABReport) -> list[str]:
+    """The comparison as markdown: how each rule picked its units, one block of rows per rule, then the overlaps."""
+    selection = report.selection
+    rules = selection["rules"]
+    out = [
+        f"## Which rule finds units that matter (top {selection['k']} units of each rule, {report.capability} target)",
+        "",
+        f"Verdict: {selection['verdict_rule']}.",
+        "",
+    ]
+    for body in rules:
+        units = body["units"]
+        layers = ", ".join(f"{layer}:{count}" for layer, count in units["per_layer"].items())
+        out.append(
+            f"- **{body['rule']}**: {units['size']} units of `{units['hook']}` (layer:count {layers}), {body['source']}"
+        )
+    out += [
+        "",
+        "| rule | arm | capability | n | before → after | Δ (pts) | 95% CI | McNemar p | placebo pct "
+        "| generations changed | Δ per unit (pts) | verdict |",
+        "|---|---|---|---:|---|---:|---|---:|---|---:|---:|---|",
+    ]
+    arms = {arm.name: arm for arm in report.arms}
+    for body in rules:
+        size = body["units"]["size"]
+        for name in body["arms"]:
+            arm = arms[name]
+            for c in arm.capabilities:
+                verdict = body["verdicts"][name][c.capability]["status"]
+                capability = f"**{c.capability}**" if c.target else c.capability
+                out.append(
+                    f"| {body['rule']} | {name.split(': ', 1)[1]} | {capability} | "
+                    f"{c.n_scored} | {fmt_pct(c.before)} → {fmt_pct(c.after)} | {fmt_delta(c.delta)} | "
+                    f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}] | {fmt_p(c.p_value)} | {_pct_cell(c.placebo)} | "
+                    f"{c.rows_changed}/{c.n_rows} | {_per_unit(c.delta, size)} | {verdict} |"
+                )
+    return out + ["", *overlap_markdown(rules), ""]
+
+
+def overlap_markdown(rules: list[dict[str, Any]]) -> list[str]:
+    """Rule × rule: units shared, Jaccard, and the matched random Jaccard."""
+    names = [body["rule"] for body in rules]
+    out = [
+        "Overlap of the rules' units: units shared, Jaccard index (random: the mean Jaccard of two random sets "
+        "with the same per-layer counts)",
+        "",
+        "| | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for body in rules:
+        cells = []
+        for other in names:
+            o = body["overlap"].get(other)
+            cells.append("—" if o is None else f"{o['shared']}, {o['jaccard']:.3f} (random {o['random_jaccard']:.3f})")
+        out.append(f"| {body['rule']} | " + " | ".join(cells) + " |")
+    return out
+
+
+def _pct_cell(placebo: dict[str, Any] | None) -> str:
+    if not placebo or placebo.get("percentile") is None or not math.isfinite(placebo["percentile"]):
+        return "—"
+    return f"{fmt_percentile(placebo['percentile'])} (p={fmt_p(placebo['p_empirical'])}, {len(placebo['deltas'])} sets)"
+
+
+def _per_unit(delta: float, size: int) -> str:
+    return "n/a" if not math.isfinite(delta) or not size else f"{100 * delta / size:+.3f}"

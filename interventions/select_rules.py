@@ -1,0 +1,215 @@
+"""Selection rules: the K units each rule picks from a run, and where its ranking comes from.
+
+Every rule scores each unit of the capability's layer window and keeps the K of largest
+|score|, ties by layer then unit (the neuron-set rule of ``probe analyze``,
+:func:`analysis.select.select_neurons`); a unit scored 0 is never picked.
+
+===============  =====================================================================================
+``count``        the paper's top-k% membership count (metric ``topk_count``)
+``mean_diff``    the mean paired DPO − SFT activation difference
+``effect_size``  Cohen's d_z of that difference
+``attribution``  gradient attribution, the estimated change of *m* if the DPO unit took its SFT value
+``weight``       the relative SFT → DPO change of the unit's own weights (:mod:`analysis.weight_change`)
+===============  =====================================================================================
+
+Where a ranking comes from, in this order:
+
+1. a saved analysis of the run under the rule's metric: the first ``RUN_DIR/analysis*/summary.json``
+   (``analysis`` itself first, then by name) of that metric that analysed the capability × hook; its
+   maps, its window and its settings;
+2. otherwise, for ``count``, ``mean_diff`` and ``effect_size``: the maps computed afresh from
+   ``activations.h5`` with the default settings over the default window (seconds);
+3. ``attribution`` has no such fallback: it is a gradient pass through both models (about 8 minutes
+   for 160 prompts of the default pair on 2 cores), so a run without it is one error naming the
+   ``probe analyze`` command that makes it;
+4. ``weight``: a ``weight_change.h5`` of ``probe explain`` under ``RUN_DIR/analysis*/`` whose models
+   are the run's, else computed from the run's checkpoints in memory (seconds), over the default window.
+
+Example:
+    >>> sets = rule_sets("runs/latest", "multi_turn", "mlp_out", ["count", "mean_diff"], k=64)   # doctest: +SKIP
+    >>> sets["mean_diff"].units.by_layer().keys(), sets["count"].source                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from analysis.neuron_sets import Neuron, NeuronSet
+from core.config_file import OptionError
+from core.errors import ProbeError
+from core.run_dir import AnalysisDir, RunDir
+
+if TYPE_CHECKING:
+    from analysis.maps import MetricMaps
+    from analysis.window import Window
+    from probes.store import RunReader
+
+RULE_METRICS: dict[str, str] = {
+    "count": "topk_count",
+    "mean_diff": "mean_diff",
+    "effect_size": "effect_size",
+    "attribution": "attribution",
+    "weight": "weight_change",
+}
+FRESH_METRICS = ("topk_count", "mean_diff", "effect_size")  # cheap to rank afresh from the recorded activations
+
+
+def rule_names(spec: str | list[str]) -> list[str]:
+    """``"count,mean_diff"`` or a list, each a known rule, without repeats (empty: no comparison)."""
+    names = spec.split(",") if isinstance(spec, str) else [str(n) for n in spec]
+    out: list[str] = []
+    for name in (n.strip() for n in names):
+        if name and name not in RULE_METRICS:
+            raise OptionError("select", f"rules from {', '.join(RULE_METRICS)}", name)
+        if name and name not in out:
+            out.append(name)
+    return out
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """One rule's units and where they came from."""
+
+    rule: str
+    units: NeuronSet
+    source: str  # the ranking, in words: a saved analysis's maps file, or how it was computed
+    window: str  # the layers it ranked, e.g. "11-29"
+    width: int  # units per layer at the hook point
+
+
+def rule_sets(
+    run_dir: str | Path,
+    capability: str,
+    hook: str,
+    rules: list[str],
+    k: int,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, RuleSet]:
+    """Each rule's top ``k`` units of ``capability`` at ``hook`` (module doc); a rule without one is a ProbeError."""
+    from interventions.selection import require_recorded
+    from probes.store import RunReader
+
+    require_recorded(run_dir, capability, hook)
+    out: dict[str, RuleSet] = {}
+    with RunReader(run_dir) as run:
+        for rule in sorted(rules, key=lambda r: r != "attribution"):  # the one that can fail, first
+            out[rule] = _rule_set(run, Path(run_dir), rule, capability, hook, k)
+            if progress is not None:
+                progress(f"{rule}: top {len(out[rule].units)} units of layers {out[rule].window}, {out[rule].source}")
+    return {rule: out[rule] for rule in rules}
+
+
+def _rule_set(run: RunReader, run_dir: Path, rule: str, capability: str, hook: str, k: int) -> RuleSet:
+    from analysis.select import select_neurons
+    from analysis.window import format_layers
+
+    if rule == "weight":
+        return _weight_set(run, run_dir, capability, hook, k)
+    metric = RULE_METRICS[rule]
+    saved = saved_maps(run_dir, metric, capability, hook)
+    if saved is not None:
+        maps, path = saved
+        source = f"from {path} (probe analyze)"
+    elif metric in FRESH_METRICS:
+        maps = _fresh_maps(run, metric, capability, hook)
+        source = f"ranked afresh from activations.h5 (no saved {metric} analysis; default settings)"
+    else:
+        command = (
+            f"probe analyze {run_dir} --metric {metric} -c {capability} --hook {hook} --out {run_dir}/analysis_{metric}"
+        )
+        raise ProbeError(
+            f"--select {rule}: {run_dir} has no {metric} analysis of {capability}/{hook}; run `{command}` first "
+            "(a gradient pass through both models: about 8 min for 160 prompts of the default pair on 2 CPU cores)"
+        )
+    units = select_neurons(maps, "top_k_abs", k, run_dir=str(run_dir), model_hashes=_hashes(run))
+    if not len(units):
+        raise ProbeError(f"--select {rule}: the {metric} ranking of {capability}/{hook} scores every unit 0")
+    return RuleSet(rule, units, source, format_layers(maps.layers), maps.width)
+
+
+def saved_maps(run_dir: Path, metric: str, capability: str, hook: str) -> tuple[MetricMaps, Path] | None:
+    """The maps of the first saved analysis of ``metric`` that covers ``capability`` × ``hook`` (module doc), if any."""
+    from analysis.maps import load_maps
+    from analysis.summary import AnalysisSummary
+
+    for folder in _analysis_dirs(run_dir):
+        try:
+            summary = AnalysisSummary.load(folder.summary)
+        except ProbeError:
+            continue
+        if summary.metric != metric or hook not in summary.capabilities.get(capability, {}):
+            continue
+        path = folder.root / summary.maps
+        found = [m for m in load_maps(path) if m.capability == capability and m.hook == hook]
+        if found:
+            return found[0], path
+    return None
+
+
+def _analysis_dirs(run_dir: Path) -> list[AnalysisDir]:
+    """The run's default analysis folder, then every other ``analysis*`` folder beside it, by name."""
+    first = RunDir(run_dir).analysis.root
+    others = sorted(p for p in run_dir.glob(f"{first.name}*") if p != first)
+    return [AnalysisDir(p) for p in [first, *others] if p.is_dir()]
+
+
+def _window(run: RunReader, capability: str, hook: str) -> Window:
+    from analysis.window import resolve_window
+
+    stored = run.layers(capability, hook)
+    declared = run.model_info("dpo").get("n_layers")
+    depth = declared if isinstance(declared, int) and declared > 0 else max(stored) + 1
+    return resolve_window(None, depth, stored)
+
+
+def _fresh_maps(run: RunReader, metric: str, capability: str, hook: str) -> MetricMaps:
+    from analysis.config import AnalysisConfig
+    from analysis.maps import compute_maps
+
+    config = AnalysisConfig(metric=metric, stability_resamples=0)
+    return compute_maps(run, capability, hook, _window(run, capability, hook), config)
+
+
+def _hashes(run: RunReader) -> dict[str, str]:
+    return {m: str(run.model_info(m).get("weights_sha256", "")) for m in ("sft", "dpo")}
+
+
+def _weight_set(run: RunReader, run_dir: Path, capability: str, hook: str, k: int) -> RuleSet:
+    from analysis.window import format_layers
+
+    window = _window(run, capability, hook).layers
+    relative, source = _weight_change(run, run_dir, hook)
+    scores = np.nan_to_num(relative[window], posinf=np.finfo(np.float64).max)
+    rows, units = np.nonzero(scores > 0)
+    order = np.lexsort((units, rows, -scores[rows, units]))[:k]
+    neurons = [Neuron(window[rows[i]], int(units[i]), float(scores[rows[i], units[i]])) for i in order]
+    if not neurons:
+        raise ProbeError(f"--select weight: SFT → DPO changed no weight of {hook} in layers {format_layers(window)}")
+    selection = {"rule": "top_k_abs", "k": k, "window": format_layers(window), "score": "relative weight change"}
+    units_set = NeuronSet(neurons, hook, "weight_change", capability, selection, str(run_dir), _hashes(run))
+    return RuleSet("weight", units_set, source, format_layers(window), int(relative.shape[1]))
+
+
+def _weight_change(run: RunReader, run_dir: Path, hook: str) -> tuple[np.ndarray, str]:
+    """(n_layers, width) relative SFT → DPO change per unit, every layer, and where it came from."""
+    from analysis.explain_models import open_models
+    from analysis.weight_change import load_weight_change, weight_change
+
+    hashes = _hashes(run)
+    for folder in _analysis_dirs(run_dir):
+        path = folder.weight_change
+        if not path.is_file():
+            continue
+        changes, fingerprints = load_weight_change(path)
+        if all(fingerprints.get(m, {}).get("weights_sha256") == hashes[m] for m in hashes):
+            for change in changes:
+                if change.transition == "sft_dpo" and change.hook == hook:
+                    return change.relative, f"from {path} (probe explain)"
+    with open_models(run) as models:
+        change = weight_change(models.sft, models.dpo, [hook], "sft_dpo")[hook]
+    return change.relative, "computed from the run's checkpoints (no weight_change.h5 from probe explain)"

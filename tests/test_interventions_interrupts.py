@@ -1,0 +1,99 @@
+"""Ctrl-C during ``probe intervene``: finished arms are kept, a rerun resumes to the same report.
+
+Each case runs the real command in a subprocess and interrupts it with a real SIGINT when a
+stage line shows (see tests/support/interrupts.py). Training's interrupts are in
+tests/test_interrupts.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.interrupts import assert_interrupted, probe
+
+
+def _intervene(model: Path, data: Path, out: Path) -> list[str]:
+    return [
+        "intervene",
+        "--model-dir",
+        str(model),
+        "--data",
+        str(data / "test.jsonl"),
+        "--units",
+        "1:0,1:3,2:5,3:7",
+        "--factor",
+        "0.5",
+        "--placebo",
+        "6",
+        "--limit",
+        "3",
+        "--max-new-tokens",
+        "12",
+        "--out",
+        str(out),
+    ]
+
+
+def _report(out: Path) -> dict:
+    """The report without what legitimately differs between two runs: timings and paths."""
+    body = json.loads((out / "ab_report.json").read_text())
+    for arm in body["arms"]:
+        arm.pop("seconds")
+    body["baseline"].pop("seconds")
+    for baseline in body["baselines"].values():
+        baseline.pop("seconds")
+    body.pop("paths")
+    body["config"].pop("out_dir")
+    return body
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["shared", "per-arm"])
+def test_intervene_keeps_finished_arms_and_resumes_to_the_same_report(
+    tiny_model_dir: Path, chat_data: Path, tmp_path: Path, engine: str
+) -> None:
+    """Shared decoding keeps each finished batch of prompts (every pass's tokens); the per-arm engine,
+    each finished pass."""
+
+    def args(out: Path) -> list[str]:
+        return [*_intervene(tiny_model_dir, chat_data, out), "--engine", engine, "--batch-size", "4"]
+
+    whole = probe(args(tmp_path / "whole"), tmp_path)
+    assert whole.code == 0, whole.stderr
+    cut = probe(
+        args(tmp_path / "cut"), tmp_path, "dpo model: batch 2/" if engine == "shared" else "scale 0.5: placebo 2/6"
+    )
+    assert_interrupted(cut, "finished and kept in", f"--out {tmp_path / 'cut'}")
+    kept = sorted(p.name for p in (tmp_path / "cut" / ".arms").glob("*.json"))
+    if engine == "shared":
+        assert kept and all(name.startswith("shared_dpo_") for name in kept) and "batch(es) of prompts" in cut.stderr
+    else:
+        assert "baseline_dpo.json" in kept
+    assert not (tmp_path / "cut" / "ab_report.json").exists()
+    resumed = probe(args(tmp_path / "cut"), tmp_path)
+    assert resumed.code == 0, resumed.stderr
+    assert (
+        ("read back" in resumed.stderr)
+        if engine == "shared"
+        else ("baseline dpo: read back from an interrupted run" in resumed.stderr)
+    )
+    assert (tmp_path / "whole" / "generations.jsonl").read_bytes() == (
+        tmp_path / "cut" / "generations.jsonl"
+    ).read_bytes()
+    assert _report(tmp_path / "whole") == _report(tmp_path / "cut")
+    assert not (tmp_path / "cut" / ".arms").exists()
+
+
+@pytest.mark.slow
+def test_intervene_discards_arms_kept_under_other_settings(
+    tiny_model_dir: Path, chat_data: Path, tmp_path: Path
+) -> None:
+    cut = probe(_intervene(tiny_model_dir, chat_data, tmp_path / "cut"), tmp_path, "scale 0.5: placebo 1/6")
+    assert_interrupted(cut, "kept in")
+    other = [*_intervene(tiny_model_dir, chat_data, tmp_path / "cut"), "--max-new-tokens", "6"]
+    rerun = probe(other, tmp_path)
+    assert rerun.code == 0, rerun.stderr
+    assert "read back" not in rerun.stderr
