@@ -347,11 +347,6 @@ def _nested_config(cls: type, holder: str, given: dict[str, Any]) -> Any:
         raise OptionError(key + exc.key[len(exc.field) :], message=exc.message, flag=outer[key].flag) from None
 
 
-def merged_options(from_file: dict[str, Any], from_flags: dict[str, Any]) -> dict[str, Any]:
-    """File values, overridden by every flag that was given (not None); what neither gives is left to the dataclass."""
-    return {**from_file, **{key: value for key, value in from_flags.items() if value is not None}}
-
-
 def read_config_mapping(path: str | os.PathLike[str], allowed: Iterable[str], flag: str = "--config") -> dict[str, Any]:
     """The file's mapping, keys with dashes turned to underscores; one line naming the file for a key not in
     ``allowed``."""

@@ -5,9 +5,10 @@ every command and notebook finds the same models without being told where they a
 and a user can move or wipe the cache by setting one variable.
 
 Example:
-    >>> import os; os.environ["PROBE_HOME"] = "/tmp/probe-home"
+    >>> import os; saved = os.environ.get("PROBE_HOME"); os.environ["PROBE_HOME"] = "/tmp/probe-home"
     >>> str(probe_home())
     '/tmp/probe-home'
+    >>> _ = os.environ.pop("PROBE_HOME") if saved is None else os.environ.update(PROBE_HOME=saved)
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from interventions.config import PAPER_FACTOR as PAPER_FACTOR  # re-exported: the claims name it
 from interventions.study_layout import TARGET  # the capability of claims 2-4, as in the paper
 
 SUPPORTED = "supported"
@@ -43,8 +44,6 @@ PLACEBO_PERCENTILE = (
     95.0  # the real Δ must lie at or above this percentile of its placebo Δs (at or below 100 − this for a drop)
 )
 MIN_PLACEBO_SETS = 19  # fewer sets cannot put Δ beyond 95% of them with an empirical p ≤ 0.05 (p = 1/(R+1))
-# the paper's scaling factor (equals interventions.scaling.PAPER_FACTOR, without importing torch)
-PAPER_FACTOR = 1.0 - 1e-6
 FACTOR_TOLERANCE = 1e-12
 
 NO_TARGET_ROWS = (
