@@ -87,8 +87,8 @@ def _one_layer(
 
 def top_overlap(activation: np.ndarray, weights: np.ndarray, layers: list[int], k: int) -> TopOverlap:
     """The top-``k`` units of the window by |activation Δ| (nonzero only) and by weight change, compared."""
-    by_delta = _ranked(np.abs(activation), k)
-    by_weight = _ranked(np.where(np.isfinite(weights), weights, np.finfo(np.float64).max), k)
+    by_delta = top_positive(np.abs(activation), k)
+    by_weight = top_positive(np.where(np.isfinite(weights), weights, np.finfo(np.float64).max), k)
     in_weight = set(by_weight)
     shared = [pair for pair in by_delta if pair in in_weight]
     n_units = int(activation.size)
@@ -103,7 +103,7 @@ def top_overlap(activation: np.ndarray, weights: np.ndarray, layers: list[int], 
     )
 
 
-def _ranked(values: np.ndarray, k: int) -> list[tuple[int, int]]:
+def top_positive(values: np.ndarray, k: int) -> list[tuple[int, int]]:
     """(row, unit) of the ``k`` largest positive values, largest first, ties by row then unit."""
     rows, units = np.nonzero(values > 0)
     order = np.lexsort((units, rows, -values[rows, units]))[:k]

@@ -29,7 +29,7 @@ import numpy as np
 from analysis.config import AnalysisConfig
 from analysis.maps import compute_maps
 from analysis.profile import layer_scores
-from analysis.window import default_window, format_layers
+from analysis.window import default_window, format_layers, model_depth
 from probes.store import RunReader
 
 N_RESAMPLES = 200
@@ -101,8 +101,7 @@ def depth_share(
     config = replace(base, layers=None, stability_resamples=n_resamples, stability_seed=seed)
     with RunReader(run_dir) as run:
         stored = run.layers(capability, hook)
-        declared = run.model_info("sft").get("n_layers")
-        n_model = int(declared) if isinstance(declared, int) and declared > 0 else (max(stored) + 1 if stored else 0)
+        n_model = model_depth(run, stored)
         why = untestable_reason(stored, n_model)
         if why:
             return why

@@ -43,7 +43,7 @@ from analysis.profile import layer_profile, layer_scores, top_units
 from analysis.select import select_neurons
 from analysis.stability import LayerStability, layer_stability
 from analysis.summary import AnalysisSummary, HookSummary
-from analysis.window import format_layers, resolve_window
+from analysis.window import format_layers, model_depth, resolve_window
 from core.atomic import StagedSet, file_set
 from core.capabilities import parse_capabilities
 from core.errors import ProbeError
@@ -102,7 +102,7 @@ def analyze_run(
     with RunReader(run_path) as run:
         selected = _capabilities(run, capabilities)
         hashes = {m: str(run.model_info(m).get("weights_sha256", "")) for m in MODELS}
-        n_model = _model_layers(run, selected)
+        n_model = model_depth(run, (layer for c in selected for h in run.hooks(c) for layer in run.layers(c, h)))
         warnings: list[str] = []
         all_maps: dict[tuple[str, str], MetricMaps] = {}
         for cap in selected:
@@ -201,15 +201,6 @@ def _hooks(run: RunReader, capability: str, names: str | list[str] | tuple[str, 
                 f"{', '.join(recorded)})"
             )
     return wanted
-
-
-def _model_layers(run: RunReader, capabilities: list[str]) -> int:
-    """The model's depth from the recorded model info, else the highest stored layer + 1."""
-    declared = run.model_info("sft").get("n_layers")
-    if isinstance(declared, int) and declared > 0:
-        return declared
-    stored = [max(run.layers(c, h)) for c in capabilities for h in run.hooks(c) if run.layers(c, h)]
-    return max(stored) + 1 if stored else 0
 
 
 def _stability(maps: MetricMaps, config: AnalysisConfig) -> LayerStability:

@@ -29,11 +29,16 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from core.errors import ProbeError
 from core.records import SKIP
 from probes.hook_points import layer_ranges, parse_layers
+
+if TYPE_CHECKING:
+    from probes.store import RunReader
 
 
 def format_layers(layers: list[int]) -> str:
@@ -49,6 +54,14 @@ def format_layers(layers: list[int]) -> str:
         else:
             runs.append([layer])
     return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}" for run in runs)
+
+
+def model_depth(run: RunReader, stored: Iterable[int]) -> int:
+    """The model's depth from the run's recorded model info, else the highest stored layer + 1 (0 if none)."""
+    declared = run.model_info("sft").get("n_layers")
+    if isinstance(declared, int) and declared > 0:
+        return declared
+    return max(stored, default=-1) + 1
 
 
 def default_window(n_model_layers: int) -> list[int]:

@@ -124,7 +124,7 @@ def _rule_set(run: RunReader, run_dir: Path, rule: str, capability: str, hook: s
         )
         raise ProbeError(
             f"--select {rule}: {run_dir} has no {metric} analysis of {capability}/{hook}; run `{command}` first "
-            "(a gradient pass through both models: about 8 min for 160 prompts of the default pair on 2 CPU cores)"
+            "(a gradient pass through both models, minutes on a CPU; docs/interventions.md has the default pair's time)"
         )
     units = select_neurons(maps, "top_k_abs", k, run_dir=str(run_dir), model_hashes=_hashes(run))
     if not len(units):
@@ -159,12 +159,10 @@ def _analysis_dirs(run_dir: Path) -> list[AnalysisDir]:
 
 
 def _window(run: RunReader, capability: str, hook: str) -> Window:
-    from analysis.window import resolve_window
+    from analysis.window import model_depth, resolve_window
 
     stored = run.layers(capability, hook)
-    declared = run.model_info("dpo").get("n_layers")
-    depth = declared if isinstance(declared, int) and declared > 0 else max(stored) + 1
-    return resolve_window(None, depth, stored)
+    return resolve_window(None, model_depth(run, stored), stored)
 
 
 def _fresh_maps(run: RunReader, metric: str, capability: str, hook: str) -> MetricMaps:
@@ -180,14 +178,13 @@ def _hashes(run: RunReader) -> dict[str, str]:
 
 
 def _weight_set(run: RunReader, run_dir: Path, capability: str, hook: str, k: int) -> RuleSet:
+    from analysis.agreement import top_positive
     from analysis.window import format_layers
 
     window = _window(run, capability, hook).layers
     relative, source = _weight_change(run, run_dir, hook)
     scores = np.nan_to_num(relative[window], posinf=np.finfo(np.float64).max)
-    rows, units = np.nonzero(scores > 0)
-    order = np.lexsort((units, rows, -scores[rows, units]))[:k]
-    neurons = [Neuron(window[rows[i]], int(units[i]), float(scores[rows[i], units[i]])) for i in order]
+    neurons = [Neuron(window[row], unit, float(scores[row, unit])) for row, unit in top_positive(scores, k)]
     if not neurons:
         raise ProbeError(f"--select weight: SFT → DPO changed no weight of {hook} in layers {format_layers(window)}")
     selection = {"rule": "top_k_abs", "k": k, "window": format_layers(window), "score": "relative weight change"}
