@@ -21,7 +21,7 @@ Mistakes are one :class:`~core.errors.ProbeError` before any weight is read: no 
 it ranked, models missing or not the recorded ones, shapes that differ.
 
 Example:
-    >>> result = explain_run("runs/latest", "multi_turn", top=10)  # doctest: +SKIP
+    >>> result = explain_run("runs/latest", ExplainConfig(capability="multi_turn", top=10))  # doctest: +SKIP
     >>> card = result.records["mlp_post"].cards[0]  # doctest: +SKIP
     >>> promoted = [t.token for t in card.readout.promoted[:3]]  # doctest: +SKIP
     >>> card.layer, card.unit, card.ranks["weights_sft_dpo"], promoted  # doctest: +SKIP
@@ -40,6 +40,7 @@ import numpy as np
 from analysis.agreement import layer_agreement, top_overlap
 from analysis.checkpoint import config_summary
 from analysis.config import ACTIVATION_METRICS, TESTS, AnalysisConfig
+from analysis.explain_config import ExplainConfig
 from analysis.explain_html import agreement_figure, page_html
 from analysis.explain_models import ModelSet, open_models
 from analysis.explain_record import Agreement, ExplainRecord, LayerReadOut, NeuronCard, PromptHit
@@ -80,51 +81,29 @@ class _Context:
     seed: int
 
 
-def explain_run(
-    run_dir: str | Path,
-    capability: str | None = None,
-    *,
-    hooks: list[str] | None = None,
-    top: int = 20,
-    sft_dir: str | Path | None = None,
-    dpo_dir: str | Path | None = None,
-    base_dir: str | Path | None = None,
-    analysis_dir: str | Path | None = None,
-    out_dir: str | Path | None = None,
-    tokens: int = 10,
-    prompts: int = 3,
-    permutations: int = 1000,
-    seed: int = 0,
-    plots: bool = True,
-    png: bool | None = False,
-) -> ExplainResult:
-    """Explain the top ``top`` units of ``capability`` at each analysed hook point (module doc); writes the outputs.
-
-    ``capability`` None: the one the analysis holds (an error naming them when it holds several); ``hooks`` None:
-    every hook point it analysed for the capability. ``analysis_dir``: where ``probe analyze`` wrote (None:
-    ``RUN_DIR/analysis``); ``out_dir``: where to write (None: beside the analysis).
-    ``png`` None: PNGs when Chromium exists.
-    """
+def explain_run(run_dir: str | Path, config: ExplainConfig = ExplainConfig()) -> ExplainResult:
+    """Explain the top ``config.top`` units of ``config.capability`` at each analysed hook point (module doc;
+    :class:`analysis.explain_config.ExplainConfig` says what each setting means); writes the outputs."""
     from core.atomic import file_set
 
     run_path = Path(run_dir)
-    saved_dir = AnalysisDir(analysis_dir) if analysis_dir is not None else RunDir(run_path).analysis
+    saved_dir = AnalysisDir(config.analysis_dir) if config.analysis_dir is not None else RunDir(run_path).analysis
     analysis = saved_dir.root
-    target = Path(out_dir) if out_dir is not None else analysis
+    target = Path(config.out_dir) if config.out_dir is not None else analysis
     with RunReader(run_path) as run:
         summary = _saved_summary(run_path, saved_dir)
-        capability = _capability(summary, capability)
-        wanted = _hooks(summary, capability, hooks)
+        capability = _capability(summary, config.capability)
+        wanted = _hooks(summary, capability, config.hooks)
         saved = _saved_maps(analysis / summary.maps, capability, wanted, summary.run_dir)
         for maps in saved.values():
-            _check_top(maps, top)
-        with open_models(run, sft_dir, dpo_dir, base_dir) as models:
-            context = _context(run, capability, models, wanted, tokens, prompts, seed)
-            records = {hook: _record(context, saved[hook], summary, top, permutations) for hook in wanted}
+            _check_top(maps, config.top)
+        with open_models(run, config.sft_dir, config.dpo_dir, config.base_dir) as models:
+            context = _context(run, capability, models, wanted, config.tokens, config.prompts, config.seed)
+            records = {hook: _record(context, saved[hook], summary, config.top, config.permutations) for hook in wanted}
     result = ExplainResult(records, target, notes=list(models.notes))
     try:
         with file_set(target) as staged:
-            _write(result, context, staged.folder, plots, png)
+            _write(result, context, staged.folder, config.plots, config.png)
     except OSError as exc:
         raise ProbeError(
             f"{target}: writing the explanation failed ({exc.strerror or exc}); nothing there was replaced: "

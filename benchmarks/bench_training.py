@@ -87,10 +87,12 @@ def main() -> None:
 
 def evaluate(pair: object, n: int) -> None:
     from probe_cli.commands.models import print_table
+    from training.eval_config import PairEvalConfig
     from training.evaluate import evaluate_pair
 
     start = time.perf_counter()
-    result = evaluate_pair(pair.sft_dir, pair.dpo_dir, pair.test_file, max_rows=n, base_dir=pair.base_dir)  # type: ignore[attr-defined]
+    config = PairEvalConfig(pair.sft_dir, pair.dpo_dir, pair.test_file, base_dir=pair.base_dir, max_rows=n)  # type: ignore[attr-defined]
+    result = evaluate_pair(config)
     print(f"evaluation of {sum(result.task_counts.values())} rows: {time.perf_counter() - start:.1f} s")
     print_table(result)
     overall = {r["capability"]: r for r in result.table}["overall"]

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     arm = report.main
     print(
-        f"\nScaling {report.neurons['size']} units of {report.neurons['hook']} by {arm.factor!r} in the {report.model} "
+        f"\nScaling {report.neurons.size} units of {report.neurons.hook} by {arm.factor!r} in the {report.model} "
         f"model ({report.dtype})"
     )
     print(
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{'changed':>8}"
     )
     for c in arm.capabilities:
-        placebo = fmt_percentile(c.placebo["percentile"]) if c.placebo else "-"
+        placebo = fmt_percentile(c.placebo.percentile) if c.placebo else "-"
         print(
             f"{c.capability:<20} {fmt_pct(c.before):>7} {fmt_pct(c.after):>7} {fmt_delta(c.delta):>7}  "
             f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]{'':<2} {fmt_p(c.p_value):>7} {placebo:>8} "

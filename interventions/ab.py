@@ -48,7 +48,19 @@ from interventions.config import ABConfig
 from interventions.edits import Edit, site_edits
 from interventions.generation import ABGenerator
 from interventions.recipes import Arm, RunData, draw_placebos, other, plan_arms
-from interventions.results import ABReport, ArmResult, CapabilityResult, build_guard
+from interventions.results import (
+    ABReport,
+    ArmPlacebo,
+    ArmResult,
+    BaselinePass,
+    CapabilityResult,
+    NoOpGuard,
+    NoPlacebo,
+    PlaceboDrawn,
+    PlaceboRank,
+    PlaceboSkipped,
+    build_guard,
+)
 from interventions.scoring import ArmScores, corpus_bleu, score_arm
 from interventions.selection import (
     analysed_neuron_set,
@@ -206,9 +218,9 @@ def capability_result(
         delta=stats.delta,
         ci_low=stats.ci_low,
         ci_high=stats.ci_high,
-        p_value=stats.mcnemar.p_value,
-        discordant_lost=stats.mcnemar.b,
-        discordant_gained=stats.mcnemar.c,
+        p_value=stats.p_value,
+        discordant_lost=stats.lost,
+        discordant_gained=stats.gained,
         rows_changed=sum(base[0].ids[i] != arm[0].ids[i] for i in idx),
         rouge_l_before=float(np.mean([base[1].rouge_l[i] for i in idx])),
         rouge_l_after=float(np.mean([arm[1].rouge_l[i] for i in idx])),
@@ -458,10 +470,11 @@ class _Runner:
             len(self.rows),
             rows_changed,
         )
+        capabilities = self.results(generated, arm.model)
         result = ArmResult(
             arm.factor,
             arm.role,
-            self.results(generated, arm.model),
+            capabilities,
             guard,
             generated[0].seconds,
             generated[0].n_tokens,
@@ -469,22 +482,19 @@ class _Runner:
             label=arm.label,
             model=arm.model,
             edits=arm.describe(),
+            placebo=self.placebo(arm, guard, capabilities),
         )
-        result.placebo = self.placebo(arm, result)
         return result, generated[0]
 
-    def placebo(self, arm: Arm, result: ArmResult) -> dict[str, Any]:
+    def placebo(self, arm: Arm, guard: NoOpGuard, capabilities: list[CapabilityResult]) -> ArmPlacebo:
+        """The arm's placebo passes; each capability's Δ is ranked among theirs (``capabilities``' ``placebo``)."""
         cfg = self.config
         family = _family(arm)
         if not arm.placebo:
-            return {}
+            return NoPlacebo()
         if not arm.placebo_edits:
-            why = (
-                f"no-op in {cfg.dtype}: {result.guard.flags[0]}"
-                if result.guard.flags and cfg.placebo
-                else "--placebo 0"
-            )
-            return {"n_sets": 0, "seed": cfg.seed, "family": family, "skipped": why}
+            why = f"no-op in {cfg.dtype}: {guard.flags[0]}" if guard.flags and cfg.placebo else "--placebo 0"
+            return PlaceboSkipped(n_sets=0, seed=cfg.seed, family=family, skipped=why)
         deltas: dict[str, list[float]] = {cap.value: [] for cap in self.groups}
         changed: dict[str, list[int]] = {cap.value: [] for cap in self.groups}
         for k, edits in enumerate(arm.placebo_edits):
@@ -494,24 +504,21 @@ class _Runner:
             ):
                 deltas[capability.capability].append(capability.delta)
                 changed[capability.capability].append(capability.rows_changed)
-        for capability in result.capabilities:
+        for capability in capabilities:
             cmp = placebo_compare(capability.delta, deltas[capability.capability])
-            capability.placebo = {
-                "percentile": cmp.percentile,
-                "p_empirical": cmp.p_empirical,
-                "deltas": cmp.placebo,
-                "rows_changed_mean": float(np.mean(changed[capability.capability])),
-            }
-        return {
-            "n_sets": len(arm.placebo_edits),
-            "seed": cfg.seed,
-            "family": family,
-            "factor": arm.factor,
-            "sets": [
+            capability.placebo = PlaceboRank(
+                cmp.percentile, cmp.p_empirical, cmp.placebo, float(np.mean(changed[capability.capability]))
+            )
+        return PlaceboDrawn(
+            n_sets=len(arm.placebo_edits),
+            seed=cfg.seed,
+            family=family,
+            factor=arm.factor,
+            sets=[
                 _placebo_summary(edits[0]) if len(edits) == 1 else [_placebo_summary(e) for e in edits]
                 for edits in arm.placebo_edits
             ],
-        }
+        )
 
 
 def _family(arm: Arm) -> str:
@@ -578,8 +585,7 @@ def _evaluate(runner: _Runner, annotate: Callable[[ABReport], None] | None = Non
         results.append(result)
         generations[arm.title] = generated
     baselines = {
-        name: {"seconds": g.seconds, "tokens": g.n_tokens, "rows": len(runner.rows)}
-        for name, (g, _) in runner.baselines.items()
+        name: BaselinePass(g.seconds, g.n_tokens, len(runner.rows)) for name, (g, _) in runner.baselines.items()
     }
     report = ABReport(
         capability=config.capability,

@@ -31,17 +31,24 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from core.config_file import NON_NEGATIVE, POSITIVE, SEED, Range, typed_config
 from core.errors import ProbeError
-from core.run_dir import InterventionDir
 from interventions.config import ABConfig
 from interventions.lmeval_compare import GroupInfo, Items, TaskInfo, add_placebo, compare_pass, identical, items_of
-from interventions.lmeval_report import ArmReport, LMEvalReport, include_in_ab, write_report
-from interventions.scaling import PAPER_FACTOR
+from interventions.lmeval_config import LMEvalConfig
+from interventions.lmeval_report import (
+    ArmReport,
+    LMEvalReport,
+    PlaceboPasses,
+    PlaceboPassesSkipped,
+    UneditedPass,
+    include_in_ab,
+    write_report,
+)
+from interventions.results import NoPlacebo
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -50,110 +57,7 @@ if TYPE_CHECKING:
 
 Progress = Callable[[str], None]
 
-# ABConfig's fields that say which edit to make; `probe-edited` takes them as model_args too ("edit" = "edits")
-EDIT_FIELDS: frozenset[str] = frozenset(
-    {
-        "run_dir",
-        "capability",
-        "model",
-        "edits",
-        "edit",
-        "factor",
-        "doses",
-        "neurons",
-        "top_k",
-        "units",
-        "hook",
-        "source_dir",
-    }
-)
 _TRUE = {"1", "ON", "YES", "TRUE"}
-
-
-@dataclass
-@typed_config
-class LMEvalConfig:
-    """Which lm-eval tasks, which model, which edit (the options of ``probe intervene``), and how to compare."""
-
-    tasks: str | list[str] = field(default_factory=list)  # task or group names, or task YAML files; "a,b" or a list
-    run_dir: str | Path | None = None
-    model_dir: str | Path | None = None  # the model evaluated (default: the run's --model)
-    capability: str = "multi_turn"
-    model: str = "dpo"  # which model of the pair --model-dir is (the "other" model's mean, patch source, steering)
-    edits: str | list[str] = field(default_factory=lambda: ["scale"], metadata={"flag": "--edit"})
-    factor: float = PAPER_FACTOR
-    doses: list[float] = field(default_factory=list, metadata={"flag": "--dose"})  # more scale arms
-    neurons: str | Path | None = None
-    top_k: Annotated[int, POSITIVE] | None = None
-    units: str | None = None
-    hook: str = "mlp_out"
-    source_dir: str | Path | None = None
-    placebo: Annotated[int, NON_NEGATIVE] = 0  # random-unit placebo passes per arm (each is a full lm-eval pass)
-    include_path: list[str | Path] = field(default_factory=list)  # directories or files of task YAMLs
-    limit: Annotated[int, POSITIVE] | None = None  # items per task
-    num_fewshot: Annotated[int, NON_NEGATIVE] | None = None
-    apply_chat_template: bool = field(default=False, metadata={"flag": "--chat-template"})
-    gen_kwargs: str | None = None  # lm-eval's "max_gen_toks=64,temperature=0"
-    batch_size: Annotated[int, POSITIVE] = 8
-    dtype: str = "float32"
-    device: str = "cpu"
-    seed: Annotated[int, SEED] = 0  # bootstrap and placebo draws (lm-eval keeps its own seeds)
-    n_bootstrap: Annotated[int, Range(100)] = field(default=10_000, metadata={"flag": "--bootstrap"})
-    ab_report: str | Path | None = None  # an A/B output directory whose report includes this one
-    out_dir: str | Path | None = None
-
-    def __post_init__(self) -> None:
-        names = self.tasks.split(",") if isinstance(self.tasks, str) else list(self.tasks)
-        self.tasks = [n.strip() for n in names if n.strip()]
-        if not self.tasks:
-            raise ProbeError(
-                "--tasks: give at least one lm-eval task, group or task YAML file, e.g. --tasks mmlu,gsm8k"
-            )
-        for path in self.include_path:
-            if not Path(path).exists():
-                raise ProbeError(
-                    f"--include-path {path}: no such file or directory; give a directory (or file) "
-                    "of lm-eval task YAMLs"
-                )
-        markdown = InterventionDir(self.ab_report).markdown if self.ab_report is not None else None
-        if markdown is not None and not markdown.is_file():
-            raise ProbeError(
-                f"--ab-report {self.ab_report}: no {markdown.name} there; give the output directory of "
-                "`probe intervene`"
-            )
-        self.ab_config()  # the edit options, checked as `probe intervene` checks them
-
-    def ab_config(self) -> ABConfig:
-        """The edit as ``probe intervene`` describes it (one arm per recipe; no factor-0 control)."""
-        values = {name: getattr(self, name) for name in EDIT_FIELDS if name != "edit"}
-        return ABConfig(
-            **values,
-            model_dir=self.model_dir,
-            positive_control=False,
-            placebo=self.placebo,
-            seed=self.seed,
-            dtype=self.dtype,
-            device=self.device,
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        body = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
-        return {**body, "include_path": [str(p) for p in self.include_path]}
-
-
-def ab_defaults(ab_dir: str | Path) -> dict[str, Any]:
-    """The edit options of an A/B run (``probe intervene --out DIR``), from its JSON report."""
-    import json
-
-    path = InterventionDir(ab_dir).report
-    try:
-        config = json.loads(path.read_text(encoding="utf-8")).get("config", {})
-    except (OSError, ValueError, AttributeError):
-        raise ProbeError(
-            f"--ab-report {ab_dir}: no readable {path.name} there; give the output directory of `probe intervene`"
-        ) from None
-    keys = (EDIT_FIELDS - {"edit"}) | {"model_dir", "dtype"}
-    return {k: v for k, v in config.items() if k in keys and v not in (None, [])}
 
 
 # --- the edit -------------------------------------------------------------------------------------------------------
@@ -499,7 +403,7 @@ def _run(
         placebo = _placebo(arm, lm, tasks, config, base, rows, say)
         reports.append(
             ArmReport(
-                arm.name, arm.label, arm.describe(), run.seconds, run.hook_stats, rows, flags, placebo, run.results
+                arm.name, arm.label, arm.describe(), run.seconds, run.hook_stats, flags, placebo, run.results, rows=rows
             )
         )
         arm_items[arm.name] = run.items
@@ -514,10 +418,10 @@ def _run(
         config.limit,
         config.num_fewshot,
         describe(neurons),
-        {"seconds": base.seconds, "lm_eval_results": base.results},
-        reports,
+        UneditedPass(base.seconds, base.results),
         config.to_dict(),
         provenance_warnings(neurons, ab.model, model_dir),
+        arms=reports,
     )
     if config.out_dir is not None:
         write_report(report, base.items, arm_items, Path(config.out_dir))
@@ -528,14 +432,14 @@ def _run(
 
 def _placebo(
     arm: Any, lm: Any, tasks: TaskSet, config: LMEvalConfig, base: Pass, rows: list[Any], say: Progress
-) -> dict[str, Any]:
+) -> PlaceboPassesSkipped | PlaceboPasses | NoPlacebo:
     """The arm's placebo passes (the edits' placebo family), and where each row's Δ falls among theirs."""
     from interventions.recipes import draw_placebos
 
     if not arm.placebo or not config.placebo:
-        return {}
+        return NoPlacebo()
     if any(e.noop_reason(lm.model.dtype) for e in arm.edits):
-        return {"n_sets": 0, "skipped": f"the edit is a no-op in {config.dtype}"}
+        return PlaceboPassesSkipped(0, f"the edit is a no-op in {config.dtype}")
     sets = draw_placebos(arm, lm.model, config.placebo, config.seed)
     placebo_rows = []
     for k, edits in enumerate(sets):
@@ -551,9 +455,9 @@ def _placebo(
         if {e.kind for e in arm.edits} == {"add"}
         else "random units, same hook point and count per layer"
     )
-    return {
-        "n_sets": len(sets),
-        "seed": config.seed,
-        "family": family,
-        "sets": [[e.describe().get("units") for e in edits] for edits in sets],
-    }
+    return PlaceboPasses(
+        n_sets=len(sets),
+        seed=config.seed,
+        family=family,
+        sets=[[e.describe().get("units") for e in edits] for edits in sets],
+    )

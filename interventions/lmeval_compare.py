@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from core.stats import mcnemar_p
-from interventions.stats import paired_delta, placebo_compare
+from interventions.results import PlaceboRank
+from interventions.stats import PairedDelta, paired_delta, placebo_compare
 
 GENERIC_RESAMPLES = 1000
 
@@ -56,20 +57,12 @@ class GroupInfo:
     metrics: tuple[tuple[str, tuple[str, ...] | None, bool], ...]
 
 
-@dataclass
-class Paired:
-    """Before/after of one metric on paired items."""
+@dataclass(frozen=True)
+class Paired(PairedDelta):
+    """Before/after of one metric on paired items; McNemar (``p_value``, ``lost``, ``gained``) only for a metric that
+    is 0 or 1 per item (``binary``), else NaN and 0."""
 
-    n: int
-    before: float
-    after: float
-    delta: float
-    ci_low: float
-    ci_high: float
-    binary: bool
-    p_value: float | None  # exact McNemar, 0/1 metrics only
-    lost: int = 0  # items 1 before, 0 after
-    gained: int = 0
+    binary: bool = False
     method: str = "mean"  # "mean" | "aggregation" (recomputed per resample) | "group"
 
 
@@ -94,14 +87,11 @@ class MetricRow:
     method: str
     items_changed: int | None  # None for a group row
     group: bool = False
-    placebo: dict[str, Any] | None = None
+    placebo: PlaceboRank | None = None  # with --placebo
 
     @property
     def key(self) -> tuple[str, str, str]:
         return self.task, self.metric, self.filter
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -147,20 +137,9 @@ def compare_values(
     b, a = _numbers(before), _numbers(after)
     if _is_mean(agg) and b is not None and a is not None:
         binary = bool(np.isin(b, (0.0, 1.0)).all() and np.isin(a, (0.0, 1.0)).all())
-        stats = paired_delta(b, a, n_resamples=n_resamples, seed=seed)
-        mc = stats.mcnemar
-        return Paired(
-            stats.n,
-            stats.before,
-            stats.after,
-            stats.delta,
-            stats.ci_low,
-            stats.ci_high,
-            binary,
-            mc.p_value if binary else None,
-            mc.b if binary else 0,
-            mc.c if binary else 0,
-        )
+        s = paired_delta(b, a, n_resamples=n_resamples, seed=seed)
+        mcnemar = (s.p_value, s.lost, s.gained) if binary else (math.nan, 0, 0)
+        return Paired(s.n, s.before, s.after, s.delta, s.ci_low, s.ci_high, *mcnemar, binary=binary)
     assert callable(agg), "a non-mean metric needs its aggregation function"
     return _recomputed(list(before), list(after), agg, min(n_resamples, GENERIC_RESAMPLES), seed)
 
@@ -181,7 +160,7 @@ def _recomputed(
     low, high = (
         (float(np.percentile(finite, 2.5)), float(np.percentile(finite, 97.5))) if finite else (math.nan, math.nan)
     )
-    return Paired(n, first, second, second - first, low, high, False, None, method="aggregation")
+    return Paired(n, first, second, second - first, low, high, math.nan, method="aggregation")
 
 
 def compare_group(
@@ -208,11 +187,11 @@ def compare_group(
         after - before,
         float(np.percentile(boot, 2.5)),
         float(np.percentile(boot, 97.5)),
-        binary,
-        float(mcnemar_p(lost, gained)) if binary else None,
+        float(mcnemar_p(lost, gained)) if binary else math.nan,
         lost if binary else 0,
         gained if binary else 0,
-        "group",
+        binary=binary,
+        method="group",
     )
 
 
@@ -313,7 +292,7 @@ def _row(
         p.ci_low,
         p.ci_high,
         p.binary,
-        p.p_value,
+        p.p_value if p.binary else None,
         p.lost,
         p.gained,
         p.method,
@@ -328,4 +307,4 @@ def add_placebo(rows: list[MetricRow], placebo_rows: list[list[MetricRow]]) -> N
         deltas = [r.delta for pr in placebo_rows for r in pr if r.key == row.key]
         if deltas:
             cmp = placebo_compare(row.delta, deltas)
-            row.placebo = {"percentile": cmp.percentile, "p_empirical": cmp.p_empirical, "deltas": cmp.placebo}
+            row.placebo = PlaceboRank(cmp.percentile, cmp.p_empirical, cmp.placebo)

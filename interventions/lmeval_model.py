@@ -8,7 +8,7 @@ launch``) and wraps each request method, ``loglikelihood``, ``loglikelihood_roll
 ones ``probe intervene`` generates with. With no edit, or with edits that are exact no-ops
 (``Scale(units, 1.0)``), its per-item results are identical to ``hf``'s.
 
-The edit is given the way ``probe intervene`` takes it (``interventions.lmeval.EDIT_FIELDS``), or
+The edit is given the way ``probe intervene`` takes it (``interventions.lmeval_config.EDIT_FIELDS``), or
 as ready :class:`~interventions.edits.Edit` objects. From Python::
 
     import interventions.lmeval_model as m; m.register()
@@ -149,6 +149,6 @@ def _define() -> type:
 
 
 def _edit_fields() -> frozenset[str]:
-    from interventions.lmeval import EDIT_FIELDS
+    from interventions.lmeval_config import EDIT_FIELDS
 
     return EDIT_FIELDS

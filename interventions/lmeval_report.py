@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from core.atomic import write_atomic
 from core.errors import ProbeError
+from core.records import from_json, nonfinite_as_null, to_json
 from core.run_dir import InterventionDir
 from interventions.lmeval_compare import Items, MetricRow
 from interventions.report import fmt_p, fmt_percentile
+from interventions.results import NoPlacebo, Placebo, UnitsSummary
 
 SECTION = "<!-- probe lmeval -->"
 
@@ -46,30 +48,47 @@ def fmt_change(x: float | None, binary: bool) -> str:
     return f"{100 * x:+.1f} pts" if binary else f"{x:+.4g}"
 
 
+@dataclass(kw_only=True)
+class PlaceboPasses(Placebo):
+    """The placebo passes an arm was compared with (each a full lm-eval pass)."""
+
+    sets: list[list[Any]]  # per pass, each edit's units ([[layer, unit], ...]; None for a direction)
+
+
+@dataclass
+class PlaceboPassesSkipped:
+    """An arm whose edit is a no-op in the dtype: no placebo pass."""
+
+    n_sets: int
+    skipped: str  # why
+
+
 @dataclass
 class ArmReport:
-    """One edited pass against the unedited one."""
+    """One edited pass against the unedited one (``rows`` last in the file)."""
 
     name: str
     label: str
-    edits: list[dict[str, Any]]
+    edits: list[dict[str, Any]]  # each edit's full description (its kind's own keys)
     seconds: float
     hook_stats: dict[str, int]
-    rows: list[MetricRow]
     flags: list[str] = field(default_factory=list)  # why a null Δ may be a no-op
-    placebo: dict[str, Any] = field(default_factory=dict)
+    placebo: PlaceboPassesSkipped | PlaceboPasses | NoPlacebo = field(default_factory=NoPlacebo)
     lm_eval_results: dict[str, Any] = field(default_factory=dict)  # lm-eval's own "results" of this pass
+    rows: list[MetricRow] = field(kw_only=True)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            **{f.name: getattr(self, f.name) for f in fields(self) if f.name != "rows"},
-            "rows": [r.to_dict() for r in self.rows],
-        }
+
+@dataclass
+class UneditedPass:
+    """The unedited lm-eval pass: how long it took, and lm-eval's own "results"."""
+
+    seconds: float
+    lm_eval_results: dict[str, Any]
 
 
 @dataclass
 class LMEvalReport:
-    """Everything ``probe lmeval`` measured, JSON-ready."""
+    """Everything ``probe lmeval`` measured, JSON-ready (``arms`` last in the file)."""
 
     model_dir: str
     model: str
@@ -79,13 +98,13 @@ class LMEvalReport:
     tasks: list[str]
     limit: int | None
     num_fewshot: int | None
-    neurons: dict[str, Any]
-    baseline: dict[str, Any]  # seconds, lm-eval's own results
-    arms: list[ArmReport]
-    config: dict[str, Any]
+    neurons: UnitsSummary
+    baseline: UneditedPass
+    config: dict[str, Any]  # LMEvalConfig's settings
     warnings: list[str] = field(default_factory=list)
     paths: dict[str, str] = field(default_factory=dict)
-    version: int = 1
+    version: int = 1  # a field, not the codec's VERSION: the file has it here, after paths
+    arms: list[ArmReport] = field(kw_only=True)
 
     def arm(self, name: str) -> ArmReport:
         found = [a for a in self.arms if a.name == name]
@@ -93,26 +112,9 @@ class LMEvalReport:
             raise ProbeError(f"no arm {name!r} in this report (arms: {', '.join(a.name for a in self.arms)})")
         return found[0]
 
-    def to_dict(self) -> dict[str, Any]:
-        body = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "arms"}
-        return {**body, "arms": [a.to_dict() for a in self.arms]}
-
     @classmethod
     def load(cls, path: str | Path) -> LMEvalReport:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-        names = {f.name for f in fields(MetricRow)}
-        arm_names = {f.name for f in fields(ArmReport)}
-        arms = [
-            ArmReport(
-                **{
-                    **{k: v for k, v in a.items() if k in arm_names},
-                    "rows": [MetricRow(**{k: v for k, v in r.items() if k in names}) for r in a["rows"]],
-                }
-            )
-            for a in data["arms"]
-        ]
-        own = {f.name for f in fields(cls)}
-        return cls(**{**{k: v for k, v in data.items() if k in own}, "arms": arms})
+        return from_json(cls, json.loads(Path(path).read_text(encoding="utf-8")))
 
 
 def markdown(report: LMEvalReport, heading: str = "#") -> str:
@@ -126,27 +128,27 @@ def markdown(report: LMEvalReport, heading: str = "#") -> str:
         + (f"; {report.num_fewshot}-shot" if report.num_fewshot is not None else "")
         + ".",
         "",
-        f"Units: {_units(report.neurons)}. Unedited pass: {report.baseline.get('seconds', float('nan')):.0f} s.",
+        f"Units: {_units(report.neurons)}. Unedited pass: {report.baseline.seconds:.0f} s.",
         "",
     ]
     out += [f"**warning:** {w}" for w in report.warnings]
     for arm in report.arms:
         out += ["", f"{heading}# {arm.label} ({arm.seconds:.0f} s)", ""]
         out += [f"**NO-OP WARNING:** {flag}" for flag in arm.flags] + ([""] if arm.flags else [])
-        placebo = bool(arm.placebo.get("n_sets"))
+        drawn = arm.placebo if isinstance(arm.placebo, PlaceboPasses) and arm.placebo.n_sets else None
         head = ["task", "metric", "filter", "n", "before", "after", "Δ", "95% CI", "McNemar p", "changed"] + (
-            ["placebo"] if placebo else []
+            ["placebo"] if drawn else []
         )
         out += [
             "| " + " | ".join(head) + " |",
             "|" + "|".join("---" if h in ("task", "metric", "filter") else "---:" for h in head) + "|",
         ]
-        out += ["| " + " | ".join(_cells(row, placebo)) + " |" for row in arm.rows]
-        if placebo:
+        out += ["| " + " | ".join(_cells(row, drawn is not None)) + " |" for row in arm.rows]
+        if drawn:
             out += [
                 "",
-                f"Placebo: {arm.placebo['n_sets']} sets ({arm.placebo.get('family', '')}, "
-                f"seed {arm.placebo.get('seed')}); the column gives the percentile of Δ among theirs and the "
+                f"Placebo: {drawn.n_sets} sets ({drawn.family}, "
+                f"seed {drawn.seed}); the column gives the percentile of Δ among theirs and the "
                 "empirical two-sided p.",
             ]
     out += [
@@ -160,11 +162,9 @@ def markdown(report: LMEvalReport, heading: str = "#") -> str:
     return "\n".join(out)
 
 
-def _units(neurons: dict[str, Any]) -> str:
-    if not neurons:
-        return "none (the edit is a vector)"
-    layers = ", ".join(f"{n} in layer {layer}" for layer, n in neurons.get("per_layer", {}).items())
-    return f"{neurons.get('size')} of {neurons.get('hook')} ({layers})"
+def _units(neurons: UnitsSummary) -> str:
+    layers = ", ".join(f"{n} in layer {layer}" for layer, n in neurons.per_layer.items())
+    return f"{neurons.size} of {neurons.hook} ({layers})"
 
 
 def _cells(row: MetricRow, placebo: bool) -> list[str]:
@@ -186,9 +186,7 @@ def _cells(row: MetricRow, placebo: bool) -> list[str]:
     ]
     if placebo:
         cells.append(
-            f"{fmt_percentile(row.placebo['percentile'])} (p={fmt_p(row.placebo['p_empirical'])})"
-            if row.placebo
-            else "—"
+            f"{fmt_percentile(row.placebo.percentile)} (p={fmt_p(row.placebo.p_empirical)})" if row.placebo else "—"
         )
     return cells
 
@@ -225,7 +223,7 @@ def write_report(
     write_atomic(out_dir / "lmeval_report.md", markdown(report))
     write_atomic(
         out_dir / "lmeval_report.json",
-        json.dumps(_finite(report.to_dict()), indent=1, default=_plain, allow_nan=False) + "\n",
+        json.dumps(nonfinite_as_null(to_json(report)), indent=1, default=_plain, allow_nan=False) + "\n",
     )
     return report
 
@@ -252,14 +250,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (set, frozenset)):
         return sorted(value)
     return str(value)
-
-
-def _finite(value: Any) -> Any:
-    """NaN and inf as null (strict JSON)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    return value

@@ -39,8 +39,10 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+from core.config_fields import option
+from core.config_file import NON_NEGATIVE, POSITIVE, typed_config
 from core.errors import Interrupted
 from core.run_dir import RunDir
 from interventions.replicate_checks import (
@@ -77,24 +79,53 @@ PAIR_BUILD_SECONDS = {
 }  # building an embedded pair from its base (README, docs/training.md)
 
 
-@dataclass
-class ReplicateOptions:
-    """What to replicate and how; ``None`` = the stage command's own default."""
+def _kinds(spec: str) -> list[str] | None:
+    """``--edit scale,mean``: the intervention arms (None for an empty one: ``probe intervene``'s)."""
+    return [e.strip() for e in spec.split(",")] if spec else None
 
-    sft_dir: Path
-    dpo_dir: Path
-    data_file: Path
-    out_dir: Path
-    base_dir: Path | None = None
-    pair: str | None = None  # the default pair these came from (for the command line)
-    edits: list[str] | None = None
-    limit: int | None = TARGET_ROWS
-    placebo: int | None = None
-    max_new_tokens: int | None = None
-    collateral: bool | None = COLLATERAL
-    eval_rows: int | None = EVAL_ROWS  # None: the whole split
-    explain_top: int = EXPLAIN_TOP
-    device: str | None = None
+
+@dataclass
+@typed_config
+class ReplicateOptions:
+    """What to replicate and how; ``None`` = the stage command's own default. The fields make the options of
+    ``probe replicate`` (:mod:`probe_cli.options`), which fills in the paths from the embedded pair."""
+
+    sft_dir: Path = option(help="SFT model directory (default: the embedded pair's).", flag="--sft")
+    dpo_dir: Path = option(help="DPO model directory (default: the embedded pair's).", flag="--dpo")
+    data_file: Path = option(help="Test rows JSONL (default: the embedded pair's test split).", flag="--data")
+    out_dir: Path = option(
+        help="Run directory; an existing one resumes (default: runs/replicate-<pair>).", flag="--out"
+    )
+    base_dir: Path | None = option(
+        None, "The untouched base the SFT started from (default with --pair: the pair's base).", flag="--base"
+    )
+    pair: str | None = option(None, "The default pair these came from (for the command line).", flag=None)
+    edits: list[str] | None = option(
+        None,
+        "Intervention arms (scale, mean, patch, steer).",
+        flag="--edit",
+        metavar="KIND[,KIND]",
+        flag_type=str,
+        from_flag=_kinds,
+        shown_default="probe intervene's",
+    )
+    limit: Annotated[int, POSITIVE] | None = option(
+        TARGET_ROWS, "Intervention: rows of multi_turn (and of each collateral capability)."
+    )
+    placebo: Annotated[int, NON_NEGATIVE] | None = option(
+        None, "Intervention: placebo sets per arm.", shown_default="probe intervene's"
+    )
+    max_new_tokens: Annotated[int, POSITIVE] | None = option(
+        None, "New tokens per generation (intervention and evaluation).", shown_default="each command's"
+    )
+    collateral: bool | None = option(
+        COLLATERAL, "Intervention: score the other capabilities too (no claim reads them)."
+    )
+    eval_rows: Annotated[int, POSITIVE] | None = option(  # None: the whole split (--all-eval-rows)
+        EVAL_ROWS, "Evaluation: rows of the test split judged, spread over tasks."
+    )
+    explain_top: Annotated[int, POSITIVE] = option(EXPLAIN_TOP, "Neuron cards per capability.")
+    device: str | None = option(None, "cpu, cuda, cuda:N (recording and generation).", shown_default="each command's")
 
     def intervention(self) -> dict[str, Any]:
         """The ABConfig fields given (the rest keep ``probe intervene``'s defaults)."""
@@ -249,13 +280,15 @@ def _analyze(out: Path) -> str:
 
 def _explain(options: ReplicateOptions, progress: Progress) -> str:
     from analysis.explain import explain_run
+    from analysis.explain_config import ExplainConfig
 
     done = []
     for cap in analysed(options.out_dir):
         if explained(options.out_dir, cap):
             continue
         progress(f"explain {cap}")
-        result = explain_run(options.out_dir, cap, top=options.explain_top, base_dir=options.base_dir, png=False)
+        config = ExplainConfig(capability=cap, top=options.explain_top, base_dir=options.base_dir, png=False)
+        result = explain_run(options.out_dir, config)
         done.append(cap)
         for note in dict.fromkeys(result.notes):
             progress(f"note: {note}")
@@ -273,18 +306,19 @@ def _evaluate(options: ReplicateOptions, progress: Progress) -> str:
     from dataclasses import replace
 
     from core.decoding import EVAL_GENERATION
+    from training.eval_config import PairEvalConfig
     from training.evaluate import evaluate_pair
 
     generation = replace(EVAL_GENERATION, max_new_tokens=options.max_new_tokens or EVAL_GENERATION.max_new_tokens)
-    result = evaluate_pair(
+    config = PairEvalConfig(
         options.sft_dir,
         options.dpo_dir,
         options.data_file,
+        base_dir=options.base_dir,
         max_rows=options.eval_rows,
         generation=generation,
-        progress=lambda name: progress(f"generating and judging: {name}"),
-        base_dir=options.base_dir,
     )
+    result = evaluate_pair(config, progress=lambda name: progress(f"generating and judging: {name}"))
     result.save(RunDir(options.out_dir).eval_file)
     return f"{sum(result.task_counts.values())} rows -> {RunDir(options.out_dir).eval_file}"
 

@@ -24,7 +24,15 @@ from core.capabilities import capabilities_of
 from core.generation import Generations
 from core.run_dir import InterventionDir
 from core.schema import TestRow
-from interventions.results import ABReport, ArmResult
+from interventions.results import (
+    ABReport,
+    ArmPlacebo,
+    ArmResult,
+    NoPlacebo,
+    PlaceboRank,
+    PlaceboSkipped,
+    Selection,
+)
 from interventions.scoring import ArmScores
 
 
@@ -54,10 +62,10 @@ def fmt_percentile(x: float) -> str:
     return f"{n}{suffix}"
 
 
-def _placebo_cell(placebo: dict[str, Any] | None) -> str:
-    if not placebo:
+def _placebo_cell(placebo: PlaceboRank | None) -> str:
+    if placebo is None:
         return "—"
-    return f"{fmt_percentile(placebo['percentile'])} (p={fmt_p(placebo['p_empirical'])})"
+    return f"{fmt_percentile(placebo.percentile)} (p={fmt_p(placebo.p_empirical)})"
 
 
 def arm_table(arm: ArmResult) -> list[str]:
@@ -79,17 +87,19 @@ def arm_table(arm: ArmResult) -> list[str]:
 
 def markdown(report: ABReport) -> str:
     n = report.neurons
-    layers = ", ".join(f"{layer}:{count}" for layer, count in n["per_layer"].items())
+    layers = ", ".join(f"{layer}:{count}" for layer, count in n.per_layer.items())
     baselines = "; ".join(
-        f"{name}: {b['rows']} prompts, {b['tokens']} generated tokens" for name, b in report.baselines.items()
+        f"{name}: {b.rows} prompts, {b.tokens} generated tokens" for name, b in report.baselines.items()
     )
     out = [
         f"# A/B intervention: {report.capability} ({report.model} model)",
         "",
         f"- model: `{report.model_dir}` ({report.dtype}, backend {report.backend}); data: `{report.data_file}`; "
         f"judge: {report.judge}",
-        f"- units: {n['size']} units of `{n['hook']}` (layer:count {layers}); selection: "
-        + ("every rule's own units, below" if report.selection else f"{n['selection'] or n['metric']}"),
+        f"- units: {n.size} units of `{n.hook}` (layer:count {layers}); selection: "
+        + (
+            "every rule's own units, below" if isinstance(report.selection, Selection) else f"{n.selection or n.metric}"
+        ),
         f"- baselines: {baselines}",
         "",
     ]
@@ -98,10 +108,10 @@ def markdown(report: ABReport) -> str:
     out.extend(f"> **WARNING:** {w}" for w in other)
     if other:
         out.append("")
-    if report.selection:
+    if isinstance(report.selection, Selection):
         from interventions.select_compare import selection_markdown
 
-        out.extend(selection_markdown(report))
+        out.extend(selection_markdown(report, report.selection))
     out.extend(summary_table(report))
     for arm in report.arms:
         out.append(f"## {arm.label or arm.name} ({arm.role}, {arm.model} model)")
@@ -114,16 +124,16 @@ def markdown(report: ABReport) -> str:
             out.append("")
         out.extend(arm_table(arm))
         out.append("")
-    if len(report.scale_arms) > 1 and not report.selection:  # under --select each rule has one scale arm
+    if len(report.scale_arms) > 1 and not isinstance(report.selection, Selection):  # --select: one per rule
         out.extend(dose_table(report))
     return "\n".join(out) + "\n"
 
 
-def _placebo_line(placebo: dict[str, Any]) -> str:
-    if not placebo:
+def _placebo_line(placebo: ArmPlacebo) -> str:
+    if isinstance(placebo, NoPlacebo):
         return "none for this arm"
-    text = f"{placebo['n_sets']} {placebo.get('family', 'random matched sets')}, seed {placebo['seed']}"
-    return text + (f" (skipped: {placebo['skipped']})" if placebo.get("skipped") else "")
+    text = f"{placebo.n_sets} {placebo.family or 'random matched sets'}, seed {placebo.seed}"
+    return text + (f" (skipped: {placebo.skipped})" if isinstance(placebo, PlaceboSkipped) else "")
 
 
 def summary_table(report: ABReport) -> list[str]:
@@ -162,17 +172,6 @@ def dose_table(report: ABReport) -> list[str]:
             f"{100 * g.changed_fraction_in_dtype:.1f}% | {hook} | {'YES' if g.is_noop else 'no'} |"
         )
     return lines + [""]
-
-
-def _finite(value: Any) -> Any:
-    """NaN/inf become null, so the JSON is standard."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_finite(v) for v in value]
-    return value
 
 
 def generation_records(
@@ -222,5 +221,5 @@ def write_report(
     ]
     write_atomic(files.generations, "\n".join(lines) + "\n")
     write_atomic(files.markdown, markdown(report))
-    write_atomic(files.report, json.dumps(_finite(report.to_dict()), indent=1, allow_nan=False) + "\n")
+    report.save(files.report)
     return report

@@ -1,9 +1,13 @@
 """The A/B report as typed records that round-trip through JSON.
 
 ``ab_report.json`` is the interface between a run and whatever reads it later (the
-markdown table, the dose-sweep notebook, a user's own script), so every record here has
-``to_dict`` and ``from_dict``; unknown keys are ignored on read, so a newer report still
-loads in an older notebook.
+markdown table, the dose-sweep notebook, a user's own script), so every record here is written
+and read by :mod:`core.records`, down to the units (:class:`UnitsSummary`), the baselines
+(:class:`BaselinePass`), the placebos (:class:`PlaceboRank` per capability; per arm one of
+:class:`PlaceboDrawn`, :class:`PlaceboSkipped`, :class:`NoPlacebo`) and ``--select``'s comparison
+(:class:`Selection`, else :class:`NoSelection`). Where the file holds ``{}`` (no placebo, no
+selection) an empty record stands for it. Unknown keys are ignored on read, so a newer report
+still loads in an older notebook; a value of the wrong type is refused in one line.
 
 The no-op guard lives in the result on purpose: an edit that changes no value whatever the
 activations (a factor that rounds to 1 in the model's dtype, a zero steering vector), hooks
@@ -20,16 +24,13 @@ full descriptions and its own placebo comparison; version 1 reports (scale arms 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from core.errors import ProbeError
-
-
-def _pick(cls: type, data: dict[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in data.items() if k in names}
+from core.records import OMIT_NONE, from_json, nonfinite_as_null, to_json
 
 
 @dataclass
@@ -47,21 +48,13 @@ class NoOpGuard:
     degenerate_logits: int | None = None  # forward positions whose logits were inf/NaN or constant (LogitWatch)
     faults: list[str] = field(default_factory=list)  # why the arm's generations are broken (not a no-op: garbage)
     edit: str = ""  # what the arm did, in words
+    # computed from the fields above, and written for readers of the JSON alone
+    factor_rounds_to_one: bool = field(init=False)
+    is_noop: bool = field(init=False)
 
-    @property
-    def factor_rounds_to_one(self) -> bool:
-        return self.changed_fraction_in_dtype == 0.0
-
-    @property
-    def is_noop(self) -> bool:
-        return bool(self.flags)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "factor_rounds_to_one": self.factor_rounds_to_one, "is_noop": self.is_noop}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> NoOpGuard:
-        return cls(**_pick(cls, data))
+    def __post_init__(self) -> None:
+        self.factor_rounds_to_one = self.changed_fraction_in_dtype == 0.0
+        self.is_noop = bool(self.flags)
 
 
 def build_guard(
@@ -102,6 +95,17 @@ def build_guard(
 
 
 @dataclass
+class PlaceboRank:
+    """Where one capability's Δ falls among the Δs of the arm's placebo sets
+    (:func:`~interventions.stats.placebo_compare`), and how many generations a set changed on average."""
+
+    percentile: float
+    p_empirical: float
+    deltas: list[float]
+    rows_changed_mean: float | None = field(default=None, metadata=OMIT_NONE)  # A/B arms; lm-eval passes: none
+
+
+@dataclass
 class CapabilityResult:
     """Before/after on one capability's rows for one intervention arm."""
 
@@ -123,11 +127,43 @@ class CapabilityResult:
     rouge_l_after: float
     bleu_before: float
     bleu_after: float
-    placebo: dict[str, Any] | None = None  # percentile, p_empirical, deltas, rows_changed_mean
+    placebo: PlaceboRank | None = None  # arms with placebo sets
 
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CapabilityResult:
-        return cls(**_pick(cls, data))
+
+@dataclass(kw_only=True)
+class Placebo:
+    """An arm's placebo settings: how many sets, their seed and how they were drawn."""
+
+    n_sets: int
+    seed: int
+    family: str = ""  # what a set is (random units, same hook point and count per layer; ...); not in version 1
+
+
+@dataclass(kw_only=True)
+class PlaceboDrawn(Placebo):
+    """The placebo sets an arm was compared with."""
+
+    factor: float | None  # the arm's (scale arms)
+    # per set, each edit's units ([[layer, unit], ...]) or direction ({"layer", "norm"}); a list of them for several
+    sets: list[Any]
+
+
+@dataclass(kw_only=True)
+class PlaceboSkipped(Placebo):
+    """An arm that could have had placebo sets and has none (``--placebo 0``, or an edit that is a no-op)."""
+
+    skipped: str  # why
+
+
+@dataclass
+class NoPlacebo:
+    """An arm without placebo sets (the doses, the positive control): ``{}`` in the report."""
+
+    n_sets: ClassVar[int] = 0
+
+
+# read in this order: a version-1 skipped placebo also holds a factor and (empty) sets
+ArmPlacebo = PlaceboSkipped | PlaceboDrawn | NoPlacebo
 
 
 @dataclass
@@ -143,9 +179,8 @@ class ArmResult:
     name: str = ""  # e.g. "scale 0.0", "mean", "patch dpo<-sft", "steer"
     label: str = ""  # what it did, in words
     model: str = "dpo"  # the model that generated
-    edits: list[dict[str, Any]] = field(default_factory=list)  # each edit's full description
-    # n_sets, seed, family, skipped; per-capability results in capabilities
-    placebo: dict[str, Any] = field(default_factory=dict)
+    edits: list[dict[str, Any]] = field(default_factory=list)  # each edit's full description (its kind's own keys)
+    placebo: ArmPlacebo = field(default_factory=NoPlacebo)  # where each Δ falls among them: in capabilities
 
     def __post_init__(self) -> None:
         self.name = self.name or f"scale {self.factor!r}"
@@ -156,28 +191,88 @@ class ArmResult:
                 return result
         raise KeyError(name)
 
-    def to_dict(self) -> dict[str, Any]:
-        body = {f.name: getattr(self, f.name) for f in fields(self)}
-        return {**body, "capabilities": [asdict(c) for c in self.capabilities], "guard": self.guard.to_dict()}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ArmResult:
-        values = _pick(cls, data)
-        values["factor"] = None if data.get("factor") is None else float(data["factor"])
-        values["role"] = str(data.get("role", "dose"))
-        values["capabilities"] = [CapabilityResult.from_dict(c) for c in data["capabilities"]]
-        values["guard"] = NoOpGuard.from_dict(data["guard"])
-        values["seconds"], values["tokens"] = float(data.get("seconds", 0.0)), int(data.get("tokens", 0))
-        return cls(**values)
-
 
 FORMAT = "rolemrc-probe/ab-report"
 VERSION = 2
 
 
 @dataclass
+class UnitsSummary:
+    """The units an edit touches (:func:`interventions.selection.describe`): size, count per layer, provenance."""
+
+    hook: str
+    size: int
+    per_layer: dict[int, int]  # layer -> units, by layer
+    metric: str
+    capability: str
+    selection: dict[str, Any]  # the neuron set's own record of how it was chosen (analysis.neuron_sets)
+    run_dir: str
+    units: list[tuple[int, int]]  # (layer, unit)
+
+
+@dataclass
+class RuleVerdict:
+    """A selection rule's verdict on one capability (:mod:`interventions.select_compare`), and why."""
+
+    status: str  # matters, not shown, cannot be decided
+    reason: str
+
+
+@dataclass
+class Overlap:
+    """Two rules' units: how many they share, their Jaccard index, and that of random sets with the same per-layer
+    counts (mean and 95th percentile)."""
+
+    shared: int
+    jaccard: float
+    random_jaccard: float
+    random_p95: float
+
+
+@dataclass
+class RuleSelection:
+    """One rule of ``--select``: its units and where they came from, its arms and their verdicts."""
+
+    rule: str
+    metric: str
+    source: str  # the ranking, in words
+    window: str  # the layers it ranked
+    units: UnitsSummary
+    arms: list[str]
+    verdict: RuleVerdict  # its first arm's, on the target capability
+    verdicts: dict[str, dict[str, RuleVerdict]]  # arm -> capability -> verdict
+    overlap: dict[str, Overlap]  # by the other rule
+
+
+@dataclass
+class Selection:
+    """What ``--select`` compared: the top ``k`` units of each rule, judged by ``verdict_rule``."""
+
+    k: int
+    verdict_rule: str
+    rules: list[RuleSelection]
+
+
+@dataclass
+class NoSelection:
+    """A run without ``--select``: ``{}`` in the report."""
+
+
+@dataclass
+class BaselinePass:
+    """One model's unedited generation pass over the rows."""
+
+    seconds: float
+    tokens: int
+    rows: int
+
+
+@dataclass
 class ABReport:
     """Everything ``probe intervene`` writes to ``ab_report.json``."""
+
+    FORMAT: ClassVar[str] = FORMAT
+    VERSION: ClassVar[int] = VERSION
 
     capability: str
     model: str
@@ -186,24 +281,20 @@ class ABReport:
     dtype: str
     backend: str
     judge: str
-    neurons: dict[str, Any]
-    baselines: dict[str, dict[str, Any]]  # per model that generated a baseline: seconds, tokens, rows
+    neurons: UnitsSummary
+    baselines: dict[str, BaselinePass]  # per model that generated a baseline
     arms: list[ArmResult]  # in the order they ran; the main arm first
-    config: dict[str, Any]
+    config: dict[str, Any]  # ABConfig.to_dict(): the settings by their flat names
     warnings: list[str] = field(default_factory=list)
     paths: dict[str, str] = field(default_factory=dict)
-    # --select: each rule's units, their source and overlap, the verdicts (interventions.select_compare)
-    selection: dict[str, Any] = field(default_factory=dict)
+    selection: Selection | NoSelection = field(default_factory=NoSelection)
+    baseline: BaselinePass = field(init=False)  # the intervened model's, for readers of the JSON alone, as the next
+    placebo: ArmPlacebo = field(init=False)  # the main arm's
 
-    @property
-    def baseline(self) -> dict[str, Any]:
-        """The intervened model's baseline."""
-        return self.baselines[self.model]
-
-    @property
-    def placebo(self) -> dict[str, Any]:
-        """The main arm's placebo settings."""
-        return self.main.placebo
+    def __post_init__(self) -> None:
+        if not self.arms:
+            raise ValueError("no arms")
+        self.baseline, self.placebo = self.baselines[self.model], self.main.placebo
 
     @property
     def main(self) -> ArmResult:
@@ -225,37 +316,29 @@ class ABReport:
                 return arm
         raise KeyError(name)
 
-    def units_of(self, arm: ArmResult) -> dict[str, Any]:
-        """The units ``arm`` edited (``neurons``'s description): its rule's under ``--select``, else the report's."""
-        rule = next((r for r in self.selection.get("rules", []) if arm.name in r["arms"]), None)
-        return rule["units"] if rule else self.neurons
+    def units_of(self, arm: ArmResult) -> UnitsSummary:
+        """The units ``arm`` edited: its rule's under ``--select``, else the report's."""
+        rules = self.selection.rules if isinstance(self.selection, Selection) else []
+        return next((r.units for r in rules if arm.name in r.arms), self.neurons)
 
-    def to_dict(self) -> dict[str, Any]:
-        body = {f.name: getattr(self, f.name) for f in fields(self)}
-        body["arms"] = [a.to_dict() for a in self.arms]
-        body.update(baseline=self.baseline, placebo=self.placebo)  # for readers of the JSON alone
-        return {"format": FORMAT, "version": VERSION, **body}
+    def save(self, path: Path) -> None:
+        """Strict JSON (NaN and inf as null), atomically."""
+        from core.atomic import write_atomic
+
+        write_atomic(path, json.dumps(nonfinite_as_null(to_json(self)), indent=1, allow_nan=False) + "\n")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ABReport:
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
+    def read(cls, body: Any) -> ABReport:
+        """A report's JSON as a report (versions 1 and 2); :class:`ProbeError` for another format or version."""
+        if not isinstance(body, dict) or body.get("format") != FORMAT:
             raise ProbeError(f"not an A/B report (expected format {FORMAT!r})")
-        version = data.get("version")
+        version = body.get("version")
         if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= VERSION:
             raise ProbeError(
                 f"A/B report version {version!r}: this toolkit reads versions 1-{VERSION}; "
                 "a newer report needs a newer toolkit"
             )
-        values = _pick(cls, data)
-        if version == 1:
-            values["arms"] = [ArmResult.from_dict(a) for a in [data["main"], *data.get("doses", [])]]
-            values["arms"][0].placebo = data.get("placebo") or {}
-            values["baselines"] = {data["model"]: data["baseline"]}
-        else:
-            values["arms"] = [ArmResult.from_dict(a) for a in data["arms"]]
-        if not values["arms"]:
-            raise ValueError("no arms")
-        return cls(**values)
+        return from_json(cls, body if version == VERSION else _from_version_1(body))
 
     @classmethod
     def load(cls, path: str | Path) -> ABReport:
@@ -264,8 +347,15 @@ class ABReport:
         p = Path(path)
         body = read_json(p, "A/B report")
         try:
-            return cls.from_dict(body)
+            return cls.read(body)
         except ProbeError as exc:
             raise ProbeError(f"{p}: {exc}") from None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProbeError(f"{p}: not a valid A/B report ({exc})") from None
+
+
+def _from_version_1(body: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 report (scale arms only: ``main``, ``doses``, one ``baseline``, the main arm's ``placebo``)
+    in version 2's shape."""
+    main = {**body["main"], "placebo": body.get("placebo") or {}}
+    return {**body, "arms": [main, *body.get("doses", [])], "baselines": {body["model"]: body["baseline"]}}

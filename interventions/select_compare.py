@@ -22,7 +22,7 @@ significant Δ with fewer than 19 placebo sets, broken generations, or no judged
 Example:
     >>> config = ABConfig(run_dir="runs/x", select="count,mean_diff", factor=0.0, placebo=20)
     >>> report = compare_selections(config)                                                  # doctest: +SKIP
-    >>> [r["rule"] + ": " + r["verdict"]["status"] for r in report.selection["rules"]]      # doctest: +SKIP
+    >>> [r.rule + ": " + r.verdict.status for r in report.selection.rules]                  # doctest: +SKIP
     ['count: not shown', 'mean_diff: matters']
 """
 
@@ -31,7 +31,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 import numpy as np
 
@@ -41,7 +40,16 @@ from core.judges import Judge
 from interventions.ab import run_ab
 from interventions.config import ABConfig
 from interventions.report import fmt_delta, fmt_p, fmt_pct, fmt_percentile
-from interventions.results import ABReport, ArmResult, CapabilityResult
+from interventions.results import (
+    ABReport,
+    ArmResult,
+    CapabilityResult,
+    Overlap,
+    PlaceboRank,
+    RuleSelection,
+    RuleVerdict,
+    Selection,
+)
 from interventions.select_rules import RULE_METRICS, RuleSet, rule_sets
 from interventions.selection import describe
 from interventions.study_verdicts import ALPHA, MIN_PLACEBO_SETS, PLACEBO_PERCENTILE, ArmEvidence, Difference
@@ -79,30 +87,30 @@ def compare_selections(
     return run_ab(plan, progress, judge, selections={rule: s.units for rule, s in sets.items()}, annotate=annotate)
 
 
-def selection_record(sets: dict[str, RuleSet], report: ABReport, k: int, seed: int) -> dict[str, Any]:
+def selection_record(sets: dict[str, RuleSet], report: ABReport, k: int, seed: int) -> Selection:
     """The report's ``selection``: per rule its units, source, overlaps, arms and verdicts."""
     rules = []
     for rule, chosen in sets.items():
         arms = [arm for arm in report.arms if arm.name.startswith(f"{rule}: ")]
         verdicts = {arm.name: {c.capability: arm_verdict(arm, c) for c in arm.capabilities} for arm in arms}
-        headline = verdicts[arms[0].name][report.capability] if arms else {"status": CANNOT_DECIDE, "reason": "no arm"}
+        headline = verdicts[arms[0].name][report.capability] if arms else RuleVerdict(CANNOT_DECIDE, "no arm")
         rules.append(
-            {
-                "rule": rule,
-                "metric": RULE_METRICS[rule],
-                "source": chosen.source,
-                "window": chosen.window,
-                "units": describe(chosen.units),
-                "arms": [arm.name for arm in arms],
-                "verdict": headline,
-                "verdicts": verdicts,
-                "overlap": {other: overlap(chosen, sets[other], seed) for other in sets if other != rule},
-            }
+            RuleSelection(
+                rule=rule,
+                metric=RULE_METRICS[rule],
+                source=chosen.source,
+                window=chosen.window,
+                units=describe(chosen.units),
+                arms=[arm.name for arm in arms],
+                verdict=headline,
+                verdicts=verdicts,
+                overlap={other: overlap(chosen, sets[other], seed) for other in sets if other != rule},
+            )
         )
-    return {"k": k, "verdict_rule": VERDICT_RULE, "rules": rules}
+    return Selection(k, VERDICT_RULE, rules)
 
 
-def overlap(first: RuleSet, second: RuleSet, seed: int) -> dict[str, float | int]:
+def overlap(first: RuleSet, second: RuleSet, seed: int) -> Overlap:
     """Units the two rules share, their Jaccard index, and that of two random sets with the same per-layer counts
     (drawn in the rules' name order, so that both rules of a pair report the same figures)."""
     first, second = sorted((first, second), key=lambda s: s.rule)
@@ -113,18 +121,12 @@ def overlap(first: RuleSet, second: RuleSet, seed: int) -> dict[str, float | int
     counts_b = np.asarray([int(np.sum(b[:, 0] == layer)) for layer in layers])
     draws = matched_random_jaccard(counts_a, counts_b, first.width, N_DRAWS, seed)
     shared = len({tuple(x) for x in a.tolist()} & {tuple(x) for x in b.tolist()})
-    return {
-        "shared": shared,
-        "jaccard": jaccard(a, b),
-        "random_jaccard": float(draws.mean()),
-        "random_p95": float(np.quantile(draws, 0.95)),
-    }
+    return Overlap(shared, jaccard(a, b), float(draws.mean()), float(np.quantile(draws, 0.95)))
 
 
-def arm_verdict(arm: ArmResult, c: CapabilityResult) -> dict[str, str]:
-    """The verdict rule of the module doc, for one arm on one capability: ``{"status", "reason"}``."""
-    placebo = c.placebo or {}
-    deltas = [d for d in placebo.get("deltas", []) if d is not None and math.isfinite(d)]
+def arm_verdict(arm: ArmResult, c: CapabilityResult) -> RuleVerdict:
+    """The verdict rule of the module doc, for one arm on one capability."""
+    deltas = [d for d in (c.placebo.deltas if c.placebo else []) if math.isfinite(d)]
     evidence = ArmEvidence(
         arm.name,
         arm.model,
@@ -132,57 +134,53 @@ def arm_verdict(arm: ArmResult, c: CapabilityResult) -> dict[str, str]:
         arm.factor,
         arm.guard.dtype,
         placebo_sets=len(deltas),
-        percentile=placebo.get("percentile"),
+        percentile=c.placebo.percentile if c.placebo else None,
         rounds_to_one=arm.guard.factor_rounds_to_one,
         rows_changed=c.rows_changed,
         faults=tuple(arm.guard.faults),
     )
     effect = (
         f"Δ {fmt_delta(c.delta)} pts [{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}], McNemar p {fmt_p(c.p_value)}, "
-        f"{_placebo_text(placebo, len(deltas))}, {c.rows_changed}/{c.n_rows} generations changed"
+        f"{_placebo_text(c.placebo, len(deltas))}, {c.rows_changed}/{c.n_rows} generations changed"
     )
     if evidence.faults:
-        return {"status": CANNOT_DECIDE, "reason": f"the edited generations are broken: {evidence.faults[0]}"}
+        return RuleVerdict(CANNOT_DECIDE, f"the edited generations are broken: {evidence.faults[0]}")
     if c.n_scored == 0:
-        return {"status": CANNOT_DECIDE, "reason": "the judge decided no row of this capability"}
+        return RuleVerdict(CANNOT_DECIDE, "the judge decided no row of this capability")
     if evidence.specific():
-        return {"status": MATTERS, "reason": f"significant and beyond its placebos: {effect}"}
+        return RuleVerdict(MATTERS, f"significant and beyond its placebos: {effect}")
     if not evidence.effect.significant():
-        return {"status": NOT_SHOWN, "reason": f"not significant: {effect}"}
+        return RuleVerdict(NOT_SHOWN, f"not significant: {effect}")
     if len(deltas) < MIN_PLACEBO_SETS:
-        return {
-            "status": CANNOT_DECIDE,
-            "reason": f"significant, but {len(deltas)} placebo sets cannot place it (the rule needs "
+        return RuleVerdict(
+            CANNOT_DECIDE,
+            f"significant, but {len(deltas)} placebo sets cannot place it (the rule needs "
             f"{MIN_PLACEBO_SETS}; --placebo 20): {effect}",
-        }
-    return {"status": NOT_SHOWN, "reason": f"significant, but random units of the same layers do as much: {effect}"}
+        )
+    return RuleVerdict(NOT_SHOWN, f"significant, but random units of the same layers do as much: {effect}")
 
 
-def _placebo_text(placebo: dict[str, Any], n_sets: int) -> str:
-    if not n_sets or placebo.get("percentile") is None:
+def _placebo_text(placebo: PlaceboRank | None, n_sets: int) -> str:
+    if not n_sets or placebo is None:
         return "no placebo sets"
-    return f"{fmt_percentile(placebo['percentile'])} percentile of {n_sets} placebo sets"
+    return f"{fmt_percentile(placebo.percentile)} percentile of {n_sets} placebo sets"
 
 
 # --- the table ---------------------------------------------------------------------------------------------------
 
 
-def selection_markdown(report: ABReport) -> list[str]:
+def selection_markdown(report: ABReport, selection: Selection) -> list[str]:
     """The comparison as markdown: how each rule picked its units, one block of rows per rule, then the overlaps."""
-    selection = report.selection
-    rules = selection["rules"]
     out = [
-        f"## Which rule finds units that matter (top {selection['k']} units of each rule, {report.capability} target)",
+        f"## Which rule finds units that matter (top {selection.k} units of each rule, {report.capability} target)",
         "",
-        f"Verdict: {selection['verdict_rule']}.",
+        f"Verdict: {selection.verdict_rule}.",
         "",
     ]
-    for body in rules:
-        units = body["units"]
-        layers = ", ".join(f"{layer}:{count}" for layer, count in units["per_layer"].items())
-        out.append(
-            f"- **{body['rule']}**: {units['size']} units of `{units['hook']}` (layer:count {layers}), {body['source']}"
-        )
+    for body in selection.rules:
+        units = body.units
+        layers = ", ".join(f"{layer}:{count}" for layer, count in units.per_layer.items())
+        out.append(f"- **{body.rule}**: {units.size} units of `{units.hook}` (layer:count {layers}), {body.source}")
     out += [
         "",
         "| rule | arm | capability | n | before → after | Δ (pts) | 95% CI | McNemar p | placebo pct "
@@ -190,25 +188,25 @@ def selection_markdown(report: ABReport) -> list[str]:
         "|---|---|---|---:|---|---:|---|---:|---|---:|---:|---|",
     ]
     arms = {arm.name: arm for arm in report.arms}
-    for body in rules:
-        size = body["units"]["size"]
-        for name in body["arms"]:
+    for body in selection.rules:
+        size = body.units.size
+        for name in body.arms:
             arm = arms[name]
             for c in arm.capabilities:
-                verdict = body["verdicts"][name][c.capability]["status"]
+                verdict = body.verdicts[name][c.capability].status
                 capability = f"**{c.capability}**" if c.target else c.capability
                 out.append(
-                    f"| {body['rule']} | {name.split(': ', 1)[1]} | {capability} | "
+                    f"| {body.rule} | {name.split(': ', 1)[1]} | {capability} | "
                     f"{c.n_scored} | {fmt_pct(c.before)} → {fmt_pct(c.after)} | {fmt_delta(c.delta)} | "
                     f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}] | {fmt_p(c.p_value)} | {_pct_cell(c.placebo)} | "
                     f"{c.rows_changed}/{c.n_rows} | {_per_unit(c.delta, size)} | {verdict} |"
                 )
-    return out + ["", *overlap_markdown(rules), ""]
+    return out + ["", *overlap_markdown(selection.rules), ""]
 
 
-def overlap_markdown(rules: list[dict[str, Any]]) -> list[str]:
+def overlap_markdown(rules: list[RuleSelection]) -> list[str]:
     """Rule × rule: units shared, Jaccard, and the matched random Jaccard."""
-    names = [body["rule"] for body in rules]
+    names = [body.rule for body in rules]
     out = [
         "Overlap of the rules' units: units shared, Jaccard index (random: the mean Jaccard of two random sets "
         "with the same per-layer counts)",
@@ -219,16 +217,16 @@ def overlap_markdown(rules: list[dict[str, Any]]) -> list[str]:
     for body in rules:
         cells = []
         for other in names:
-            o = body["overlap"].get(other)
-            cells.append("—" if o is None else f"{o['shared']}, {o['jaccard']:.3f} (random {o['random_jaccard']:.3f})")
-        out.append(f"| {body['rule']} | " + " | ".join(cells) + " |")
+            o = body.overlap.get(other)
+            cells.append("—" if o is None else f"{o.shared}, {o.jaccard:.3f} (random {o.random_jaccard:.3f})")
+        out.append(f"| {body.rule} | " + " | ".join(cells) + " |")
     return out
 
 
-def _pct_cell(placebo: dict[str, Any] | None) -> str:
-    if not placebo or placebo.get("percentile") is None or not math.isfinite(placebo["percentile"]):
+def _pct_cell(placebo: PlaceboRank | None) -> str:
+    if placebo is None or not math.isfinite(placebo.percentile):
         return "—"
-    return f"{fmt_percentile(placebo['percentile'])} (p={fmt_p(placebo['p_empirical'])}, {len(placebo['deltas'])} sets)"
+    return f"{fmt_percentile(placebo.percentile)} (p={fmt_p(placebo.p_empirical)}, {len(placebo.deltas)} sets)"
 
 
 def _per_unit(delta: float, size: int) -> str:

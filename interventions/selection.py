@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from analysis.neuron_sets import Neuron, NeuronSet
 from core.errors import ProbeError
 from core.run_dir import RunDir
+from interventions.results import UnitsSummary
 from probes.hook_points import n_layers, validate_hook, width
 
 if TYPE_CHECKING:
@@ -187,15 +188,15 @@ def merged(sets: list[NeuronSet]) -> NeuronSet:
     )
 
 
-def describe(neurons: NeuronSet) -> dict[str, object]:
-    """A small JSON-ready summary: size, per-layer counts, provenance."""
-    return {
-        "hook": neurons.hook,
-        "size": len(neurons),
-        "per_layer": {str(layer): len(units) for layer, units in sorted(neurons.by_layer().items())},
-        "metric": neurons.metric,
-        "capability": neurons.capability,
-        "selection": neurons.selection,
-        "run_dir": neurons.run_dir,
-        "units": [[n.layer, n.unit] for n in neurons.neurons],
-    }
+def describe(neurons: NeuronSet) -> UnitsSummary:
+    """The set as the reports give it: size, per-layer counts, provenance."""
+    return UnitsSummary(
+        hook=neurons.hook,
+        size=len(neurons),
+        per_layer={layer: len(units) for layer, units in sorted(neurons.by_layer().items())},
+        metric=neurons.metric,
+        capability=neurons.capability,
+        selection=neurons.selection,
+        run_dir=neurons.run_dir,
+        units=[(n.layer, n.unit) for n in neurons.neurons],
+    )

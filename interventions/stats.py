@@ -19,7 +19,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -35,18 +35,20 @@ class McNemar:
 
 @dataclass(frozen=True)
 class PairedDelta:
+    """Two rates on the same items: Δ = after − before with its 95% CI, and the exact McNemar p with the discordant
+    counts it rests on. The one paired-difference record: the verdict rules read it as
+    :class:`interventions.study_verdicts.Difference`, lm-eval's comparison extends it
+    (:class:`interventions.lmeval_compare.Paired`)."""
+
     n: int
     before: float
     after: float
     delta: float
     ci_low: float
     ci_high: float
-    mcnemar: McNemar
-
-    def as_dict(self) -> dict[str, float | int]:
-        out = asdict(self)
-        mc = out.pop("mcnemar")
-        return {**out, "discordant_lost": mc["b"], "discordant_gained": mc["c"], "p_value": mc["p_value"]}
+    p_value: float  # exact McNemar
+    lost: int = 0  # McNemar's b: 1 before, 0 after (0 where not counted)
+    gained: int = 0  # c: 0 before, 1 after
 
 
 def mcnemar_exact(before: Outcomes, after: Outcomes) -> McNemar:
@@ -66,11 +68,14 @@ def paired_delta(
     n = int(b.size)
     if n == 0:
         nan = float("nan")
-        return PairedDelta(0, nan, nan, nan, nan, nan, McNemar(0, 0, 1.0))
+        return PairedDelta(0, nan, nan, nan, nan, nan, 1.0)
     low, high = (
         paired_bootstrap_ci(b, a, n_resamples=n_resamples, seed=seed) if with_ci else (float("nan"), float("nan"))
     )
-    return PairedDelta(n, float(b.mean()), float(a.mean()), float(a.mean() - b.mean()), low, high, mcnemar_exact(b, a))
+    mc = mcnemar_exact(b, a)
+    return PairedDelta(
+        n, float(b.mean()), float(a.mean()), float(a.mean() - b.mean()), low, high, mc.p_value, mc.b, mc.c
+    )
 
 
 @dataclass(frozen=True)
@@ -79,9 +84,6 @@ class PlaceboComparison:
     placebo: list[float]
     percentile: float  # % of placebo Δ below the real Δ (ties count half)
     p_empirical: float  # two-sided, +1 corrected
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def placebo_compare(real: float, placebo: Sequence[float]) -> PlaceboComparison:

@@ -76,8 +76,7 @@ def _f(value: Any) -> float:
 def arm_evidence(report: ABReport, arm: ArmResult) -> ArmEvidence:
     """An arm of a report on its target capability, as the verdict rules read it."""
     c = arm.capability(report.capability)
-    placebo = c.placebo or {}
-    sets = int(arm.placebo.get("n_sets", 0) or 0) if placebo else 0
+    sets = arm.placebo.n_sets if c.placebo else 0
     return ArmEvidence(
         name=arm.name,
         model=arm.model,
@@ -85,7 +84,7 @@ def arm_evidence(report: ABReport, arm: ArmResult) -> ArmEvidence:
         dtype=report.dtype,
         effect=Difference(c.n_scored, c.before, c.after, c.delta, c.ci_low, c.ci_high, c.p_value),
         placebo_sets=sets,
-        percentile=_f(placebo.get("percentile")) if placebo else None,
+        percentile=c.placebo.percentile if c.placebo else None,
         rounds_to_one=arm.factor is not None and arm.guard.factor_rounds_to_one,
         rows_changed=c.rows_changed,
         faults=tuple(arm.guard.faults),
@@ -94,7 +93,7 @@ def arm_evidence(report: ABReport, arm: ArmResult) -> ArmEvidence:
 
 def _preference(loaded: LoadedReport, arm: ArmResult) -> tuple[int, int, float]:
     """Prefer an arm with placebos (more is better), then the main arm, then the newest report."""
-    return int(arm.placebo.get("n_sets", 0) or 0), int(arm.role == "main"), loaded.path.stat().st_mtime
+    return arm.placebo.n_sets, int(arm.role == "main"), loaded.path.stat().st_mtime
 
 
 def _paper_arm(study: Study) -> tuple[LoadedReport, ArmResult] | None:

@@ -154,7 +154,7 @@ def heatmap_figure(maps: MetricMaps) -> go.Figure:
 def placebo_figure(report: ABReport, arm: ArmResult) -> go.Figure | None:
     """How many placebo sets gave each Δ on the target capability (Δs are whole rows), with the real Δ marked."""
     c = arm.capability(report.capability)
-    deltas = [round(100 * d, 6) for d in (c.placebo or {}).get("deltas", []) if d is not None and math.isfinite(d)]
+    deltas = [round(100 * d, 6) for d in (c.placebo.deltas if c.placebo else []) if math.isfinite(d)]
     if not deltas:
         return None
     values = sorted(set(deltas))

@@ -30,6 +30,7 @@ from analysis.explain_html import card_html
 from core.errors import ProbeError
 from core.run_dir import RunDir
 from interventions.report import fmt_delta, fmt_p, fmt_pct
+from interventions.results import ABReport, ArmResult
 from interventions.study import Study, analysed_capabilities, gather_study
 from interventions.study_evidence import arm_evidence, eval_row
 from interventions.study_figures import (
@@ -216,11 +217,10 @@ def _claim2(page: Page, study: Study) -> None:
     page.end()
 
 
-def _arm_row(report: Any, arm: Any) -> str:
+def _arm_row(report: ABReport, arm: ArmResult) -> str:
     c = arm.capability(report.capability)
-    placebo = c.placebo or {}
-    sets = int(arm.placebo.get("n_sets", 0) or 0)
-    pct = f"{placebo['percentile']:.0f} of {sets}" if placebo and placebo.get("percentile") is not None else "—"
+    sets = arm.placebo.n_sets
+    pct = f"{c.placebo.percentile:.0f} of {sets}" if c.placebo and math.isfinite(c.placebo.percentile) else "—"
     g = arm.guard
     hook = "n/a" if g.values_changed is None else f"{g.values_changed}/{g.values_seen}"
     state = "INVALID" if g.faults else ("NO-OP" if g.is_noop else "")
@@ -249,7 +249,7 @@ def _claim3(page: Page, study: Study) -> None:
         flags = "".join(f"<li>{e(f)}</li>" for f in [*arm.guard.flags, *arm.guard.faults])
         page.add(
             f"<p>From <code>{e(loaded.path)}</code> ({e(loaded.report.dtype)}, "
-            f"{loaded.report.neurons.get('size')} units of {e(loaded.report.neurons.get('hook'))}).</p>"
+            f"{loaded.report.neurons.size} units of {e(loaded.report.neurons.hook)}).</p>"
             f"<table>{_ARM_HEAD}{_arm_row(loaded.report, arm)}</table>"
         )
         if flags:
@@ -322,7 +322,7 @@ def _interventions(page: Page, study: Study) -> None:
         n = report.neurons
         page.add(
             f"<h3>{e(report.capability)} · {e(report.model)} model · <code>{e(loaded.path.parent.name)}</code></h3>"
-            f"<p class=note>{n.get('size')} units of {e(n.get('hook'))}; {e(report.dtype)}, "
+            f"<p class=note>{n.size} units of {e(n.hook)}; {e(report.dtype)}, "
             f"backend {e(report.backend)}, judge {e(report.judge)}; placebo family per arm in "
             f"<code>{e(loaded.path)}</code></p>",
             f"<table>{_ARM_HEAD}{''.join(_arm_row(report, a) for a in report.arms)}</table>",

@@ -30,6 +30,7 @@ import math
 from dataclasses import dataclass, field
 
 from interventions.config import PAPER_FACTOR as PAPER_FACTOR  # re-exported: the claims name it
+from interventions.stats import PairedDelta
 from interventions.study_layout import TARGET  # the capability of claims 2-4, as in the paper
 
 SUPPORTED = "supported"
@@ -97,17 +98,9 @@ class DepthShare:
 
 
 @dataclass(frozen=True)
-class Difference:
-    """A paired difference of compliance rates on the same rows:
-    ``after − before`` with its 95% CI and exact McNemar p."""
-
-    n: int
-    before: float
-    after: float
-    delta: float
-    ci_low: float
-    ci_high: float
-    p_value: float
+class Difference(PairedDelta):
+    """A paired difference of compliance rates on the same rows (:class:`~interventions.stats.PairedDelta`:
+    ``after − before`` with its 95% CI and exact McNemar p), as the rules read it."""
 
     def significant(self) -> bool:
         """CI excludes 0 and McNemar p < :data:`ALPHA` (on the side of ``delta``)."""

@@ -1,10 +1,12 @@
-"""``--config FILE`` for the commands whose options are all their settings (synthesize, validate, judge, models).
+"""``--config FILE`` keyed by long option name, for the commands whose files always were (judge, models, replicate,
+explain, report, synthesize, validate).
 
-``probe run``, ``analyze``, ``intervene`` and ``train`` read their file into their config
-dataclass (:func:`core.config_file.read_config_file`). The other commands have no such
-object: their options *are* the settings, so their file names options by long name
-(``max-retries`` or ``max_retries``). The file becomes the command's ``default_map``, which
-the option parser consults for every option not given on the command line: flags win,
+``probe run``, ``analyze``, ``intervene``, ``train`` and ``lmeval`` read their file into their config
+dataclass (:func:`core.config_file.read_config_file`), keyed by field name. The commands here name options by long
+name (``max-retries`` or ``max_retries``, ``sft`` for ``--sft``), whether their options are typed out or made from
+a config dataclass (:func:`probe_cli.options.config_options` with ``config_file=False``, so ``--sft`` of
+:class:`training.eval_config.PairEvalConfig` is still the key ``sft``). The file becomes the command's
+``default_map``, which the option parser consults for every option not given on the command line: flags win,
 and a required option may come from the file. Each value from the file is checked by the
 typed path every config file goes through (:func:`core.config_file.typed`: ``true``/``false``
 for a switch, a JSON number for a number, the option's ``min``/``max`` as its bounds), then

@@ -32,7 +32,7 @@ from typing import Annotated, Any, Optional, TypeVar, Union, cast, get_args, get
 
 import typer
 
-from core.config_fields import MISSING, FlatField, flat_fields, led
+from core.config_fields import MISSING, FlatField, flat_fields
 from core.config_file import Range, build_config
 
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -62,18 +62,12 @@ class ConfigFlags:
         flags = {**self.values, **values}
         return build_config(self.cls, self.config_file, flags, merge=merge, required=self.required)
 
-    def given(self) -> list[str]:
-        """The flags given (on the command line, or through a ``--config`` default map), in option order."""
-        fields = flat_fields(self.cls)
-        return [str(fields[name].flag) for name, value in self.values.items() if value is not None]
-
 
 def config_options(
     cls: type,
     *,
     exclude: Iterable[str] = (),
     required: Iterable[str] = (),
-    help_prefix: str = "",
     flag_bounds: bool = False,
     config_file: bool = True,
 ) -> Callable[[Command], Command]:
@@ -82,9 +76,9 @@ def config_options(
     them as :class:`ConfigFlags`.
 
     ``required``: settings the command needs even though the field has a default (no default is shown for them).
-    ``help_prefix`` leads every help line ("LLM backend: "). ``flag_bounds``: the option parser checks a number
-    against its field's ``Range`` (for the commands whose ``--config`` fills the parser's defaults,
-    :mod:`probe_cli.config_option`, which reads the bounds from there).
+    ``flag_bounds``: the option parser checks a number against its field's ``Range`` (for the commands whose
+    ``--config`` fills the parser's defaults, :mod:`probe_cli.config_option`, which reads the bounds from there).
+    A nested config's help lines are led by its ``help_prefix`` (:func:`core.config_fields.nested`).
     """
     skipped, needed = set(exclude), tuple(required)
     fields = [f for f in flat_fields(cls).values() if f.flag is not None and f.name not in skipped]
@@ -96,7 +90,7 @@ def config_options(
         clash = set(signature.parameters) & {f.name for f in fields}
         if clash:
             raise TypeError(f"{command.__name__}: parameters {sorted(clash)} are settings of {cls.__name__} too")
-        made = [_parameter(f, help_prefix, flag_bounds, f.name in needed) for f in fields]
+        made = [_parameter(f, flag_bounds, f.name in needed) for f in fields]
         if config_file:
             made.append(_config_parameter(cls))
 
@@ -113,11 +107,10 @@ def config_options(
     return decorate
 
 
-def help_text(f: FlatField, prefix: str = "", required: bool = False) -> str:
+def help_text(f: FlatField, required: bool = False) -> str:
     """The option's help: the field's, then its default ("Default: 20."), said from the field."""
     shown = None if required else shown_default(f)
-    text = led(prefix, f.help)
-    return f"{text} Default: {shown}." if shown is not None else text
+    return f"{f.help} Default: {shown}." if shown is not None else f.help
 
 
 def shown_default(f: FlatField) -> str | None:
@@ -147,15 +140,13 @@ def option_type(f: FlatField) -> Any:
     return list[base] if f.cli.get("repeat") else base  # type: ignore[valid-type]  # a type chosen at run time
 
 
-def _parameter(f: FlatField, prefix: str, flag_bounds: bool, required: bool) -> inspect.Parameter:
+def _parameter(f: FlatField, flag_bounds: bool, required: bool) -> inspect.Parameter:
     kind = option_type(f)
     flags = [str(f.flag)]
     if kind is bool and not f.cli.get("switch"):
         flags = [f"{f.flag}/{f.cli.get('off_flag', '--no-' + str(f.flag)[2:])}"]
     bounds = _bounds(f.hint) if flag_bounds else {}
-    info = typer.Option(
-        None, *flags, *f.aliases, help=help_text(f, prefix, required), metavar=f.cli.get("metavar"), **bounds
-    )
+    info = typer.Option(None, *flags, *f.aliases, help=help_text(f, required), metavar=f.cli.get("metavar"), **bounds)
     return inspect.Parameter(f.name, _PLACE, default=info, annotation=Optional[kind])
 
 

@@ -29,7 +29,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
-def close_pair(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def close_pair(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     """The tiny base and a copy perturbed by 2% (small differences: the regime a first-order estimate is for)."""
     from probes.pair import load_pair
     from tests.chat_models import perturbed_copy
@@ -43,7 +43,7 @@ def test_attribution_rank_correlates_with_true_single_unit_patching(
     close_pair,
     rolemrc_file: Path,
     hook: str,
-    layer: int,  # type: ignore[no-untyped-def]
+    layer: int,
     width: int,
     positions: str,
 ) -> None:
@@ -63,7 +63,7 @@ def test_attribution_rank_correlates_with_true_single_unit_patching(
 
 
 @pytest.fixture(scope="module")
-def small_run(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
+def small_run(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("attr-run") / "run"
     record_run(
         RecordConfig(
@@ -80,7 +80,7 @@ def small_run(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFa
     return out
 
 
-def test_probe_analyze_metric_attribution_writes_maps_and_a_neuron_set(small_run: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_probe_analyze_metric_attribution_writes_maps_and_a_neuron_set(small_run: Path, capsys) -> None:
     from analysis.maps import load_maps
     from analysis.neuron_sets import NeuronSet
 
@@ -99,7 +99,7 @@ def test_probe_analyze_metric_attribution_writes_maps_and_a_neuron_set(small_run
     assert exit_of(args, capsys)[0] == 0 and cached.stat().st_mtime_ns == before  # the pass is reused
 
 
-def test_dpo_margin_runs_on_the_runs_dpo_pairs(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_dpo_margin_runs_on_the_runs_dpo_pairs(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:
     from analysis import AnalysisConfig, analyze_run
 
     pairs = tmp_path / "dpo.jsonl"

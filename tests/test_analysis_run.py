@@ -147,7 +147,7 @@ def test_outputs_are_deterministic_and_maps_round_trip(run, tmp_path: Path) -> N
             assert np.array_equal(getattr(loaded, name), getattr(original, name))
 
 
-def test_a_maps_write_that_fails_leaves_the_old_file_and_no_temporary(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_maps_write_that_fails_leaves_the_old_file_and_no_temporary(run, tmp_path: Path) -> None:
     from dataclasses import replace
 
     from analysis.maps import save_maps
@@ -253,7 +253,7 @@ def test_layer_scale_is_kept_and_a_neuron_set_in_silent_layers_is_flagged(tmp_pa
     assert not any("selected units" in w for w in by_size.warnings)
 
 
-def test_summary_json_is_read_back_through_one_type_and_old_versions_are_refused(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_summary_json_is_read_back_through_one_type_and_old_versions_are_refused(run, tmp_path: Path) -> None:
     import json
 
     from analysis.summary import AnalysisSummary

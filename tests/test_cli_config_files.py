@@ -18,11 +18,11 @@ from tests.support.cli import exit_of, one_line_error
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _pair(tiny_pair, data: Path) -> list[str]:  # type: ignore[no-untyped-def]
+def _pair(tiny_pair, data: Path) -> list[str]:
     return ["--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--data", str(data)]
 
 
-def test_run_reads_a_config_file_and_flags_override_it(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_run_reads_a_config_file_and_flags_override_it(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:
     config = tmp_path / "record.json"
     config.write_text(
         json.dumps({"capabilities": "priority", "hooks": ["mlp_post"], "batch-size": 2, "store_dtype": "float32"})
@@ -52,7 +52,7 @@ def test_run_reads_a_config_file_and_flags_override_it(tiny_pair, rolemrc_file: 
 
 def test_analyze_reads_a_config_file_and_flags_override_it(
     tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     out = tmp_path / "run"
     assert (
         exit_of(
@@ -89,7 +89,7 @@ def test_analyze_reads_a_config_file_and_flags_override_it(
 )
 def test_a_bad_config_file_is_one_line(
     content, message: str, tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     import re
 
     bad = tmp_path / "bad.json"
@@ -105,7 +105,7 @@ def test_a_bad_config_file_is_one_line(
 
 def test_intervene_reads_a_config_file_and_flags_override_it(
     tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     config = tmp_path / "ab.json"
     config.write_text(
         json.dumps(
@@ -149,7 +149,7 @@ def test_intervene_reads_a_config_file_and_flags_override_it(
 # synthesize, validate, judge and models: the file names the command's options by long name
 
 
-def test_synthesize_reads_a_config_file_and_a_flag_overrides_it(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_synthesize_reads_a_config_file_and_a_flag_overrides_it(tmp_path: Path, capsys) -> None:
     config = tmp_path / "synth.yaml"
     config.write_text(f"roles: 3\nseed: 5\nout: {tmp_path / 'from_file'}\njson: true\n")
     code, out, err = exit_of(["synthesize", "--config", str(config), "--seed", "6"], capsys)
@@ -161,7 +161,7 @@ def test_synthesize_reads_a_config_file_and_a_flag_overrides_it(tmp_path: Path, 
         assert (tmp_path / "from_file" / name).read_bytes() == (tmp_path / "from_flags" / name).read_bytes()
 
 
-def test_judge_reads_its_options_from_a_config_file(rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_judge_reads_its_options_from_a_config_file(rolemrc_file: Path, tmp_path: Path, capsys) -> None:
     responses = tmp_path / "responses.jsonl"
     responses.write_text("".join(json.dumps("I cannot say.") + "\n" for _ in rolemrc_file.read_text().splitlines()))
     config = tmp_path / "judge.json"
@@ -175,7 +175,7 @@ def test_judge_reads_its_options_from_a_config_file(rolemrc_file: Path, tmp_path
     assert code == 0 and json.loads(out)["rows"] == 3, err
 
 
-def test_validate_takes_its_kind_from_a_config_file(rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_validate_takes_its_kind_from_a_config_file(rolemrc_file: Path, tmp_path: Path, capsys) -> None:
     config = tmp_path / "validate.yaml"
     config.write_text("kind: sft\n")
     one_line_error(capsys, ["validate", str(rolemrc_file), "--config", str(config)], f"{rolemrc_file}:1:", "SFT row")
@@ -185,7 +185,7 @@ def test_validate_takes_its_kind_from_a_config_file(rolemrc_file: Path, tmp_path
     assert code == 0 and json.loads(out)["kind"] == "test", err
 
 
-def test_models_eval_reads_a_config_file(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_models_eval_reads_a_config_file(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:
     result = tmp_path / "eval.json"
     config = tmp_path / "eval.yaml"
     config.write_text(f"max-rows: 4\nmax-new-tokens: 2\nbatch-size: 2\nout: {result}\n")
@@ -220,7 +220,7 @@ def test_models_eval_reads_a_config_file(tiny_pair, rolemrc_file: Path, tmp_path
         ["models", "fetch-base"],
     ],
 )
-def test_every_command_refuses_an_unknown_key_naming_the_file(argv: list[str], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_every_command_refuses_an_unknown_key_naming_the_file(argv: list[str], tmp_path: Path, capsys) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("max-retriez: 2\n")
     one_line_error(
@@ -239,7 +239,7 @@ def test_every_command_refuses_an_unknown_key_naming_the_file(argv: list[str], t
 )
 def test_a_bad_value_in_a_command_config_is_one_line_and_writes_nothing(
     content: str, message: str, tmp_path: Path, capsys
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(content)
     one_line_error(capsys, ["synthesize", "--config", str(bad), "--out", str(tmp_path / "data")], message)

@@ -21,28 +21,41 @@ from typer.main import get_command
 from typer.testing import CliRunner
 
 from analysis.config import AnalysisConfig
-from core.config_fields import flat_fields, flat_values, led, nested, option
+from analysis.explain_config import ExplainConfig
+from core.config_fields import flat_fields, flat_values, nested, option
 from core.config_file import POSITIVE, build_config, from_settings, typed_config
 from core.decoding import GenerationConfig
 from core.errors import ProbeError
 from core.llm.config import ClientOptions
+from data_synthesis.dataset import SynthesizeConfig
 from interventions.config import ABConfig
+from interventions.lmeval_config import LMEvalConfig
+from interventions.replicate import ReplicateOptions
 from probe_cli.main import app
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, shown_default
 from probes.config import RecordConfig
+from tests.support.cli import one_line_error
 from training.config import DPORunConfig, SFTRunConfig
+from training.eval_config import PairEvalConfig
 
-# command -> (its config class, the settings that are not options of it, the lead of every help line)
-COMMANDS: dict[tuple[str, ...], tuple[type, set[str], str]] = {
-    ("run",): (RecordConfig, set(), ""),
-    ("analyze",): (AnalysisConfig, set(), ""),
-    ("intervene",): (ABConfig, {"run_dir"}, ""),  # the RUN_DIR argument
-    ("train", "sft"): (SFTRunConfig, set(), ""),
-    ("train", "dpo"): (DPORunConfig, set(), ""),
-    ("judge",): (ClientOptions, set(), ""),
-    ("synthesize",): (ClientOptions, {"temperature"}, "LLM backend: "),
+# command -> (its config class, the settings that are not options of it)
+COMMANDS: dict[tuple[str, ...], tuple[type, set[str]]] = {
+    ("run",): (RecordConfig, set()),
+    ("analyze",): (AnalysisConfig, set()),
+    ("intervene",): (ABConfig, {"run_dir"}),  # the RUN_DIR argument
+    ("train", "sft"): (SFTRunConfig, set()),
+    ("train", "dpo"): (DPORunConfig, set()),
+    ("judge",): (ClientOptions, set()),
+    ("synthesize",): (SynthesizeConfig, set()),  # the endpoint's help led by "LLM backend: " (nested)
+    ("lmeval",): (LMEvalConfig, {"run_dir"}),  # the RUN_DIR argument
+    ("models", "eval"): (PairEvalConfig, set()),
+    ("replicate",): (ReplicateOptions, set()),
+    ("explain",): (ExplainConfig, set()),
 }
-REQUIRED = {("run",): {"capabilities"}}  # needed on the command line although the field has a default
+REQUIRED = {
+    ("run",): {"capabilities"},
+    ("lmeval",): {"tasks"},
+}  # needed on the command line although the field has a default
 
 
 def _options(path: tuple[str, ...]) -> dict[str, Any]:
@@ -55,7 +68,7 @@ def _options(path: tuple[str, ...]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("path", list(COMMANDS), ids=" ".join)
 def test_each_option_is_its_field(path: tuple[str, ...]) -> None:
-    cls, not_options, lead = COMMANDS[path]
+    cls, not_options = COMMANDS[path]
     options = _options(path)
     for name, field in flat_fields(cls).items():
         if field.flag is None or name in not_options:
@@ -66,7 +79,7 @@ def test_each_option_is_its_field(path: tuple[str, ...]) -> None:
         assert opt.default is None, name  # not given: the file, then the field decide
         shown = None if name in REQUIRED.get(path, set()) else shown_default(field)
         said = f" Default: {shown}." if shown is not None else ""
-        assert field.help and opt.help == led(lead, field.help) + said, (name, opt.help)
+        assert field.help and opt.help == field.help + said, (name, opt.help)
         assert opt.help.count("Default:") <= 1, (name, opt.help)  # the field's default, said once
 
 
@@ -75,6 +88,26 @@ def test_no_help_restates_a_default_of_its_own(path: tuple[str, ...]) -> None:
     """A "(default 60)" typed into a help line goes stale when the field changes; only the generated one is left."""
     for name, opt in _options(path).items():
         assert not re.search(r"\(default:? [\d.]+( s)?\)", opt.help or ""), (name, opt.help)
+
+
+@pytest.mark.parametrize(
+    "argv, key, message",
+    [
+        (["models", "eval"], "sft: a", "give both --sft and --dpo"),
+        (["replicate"], "dpo: a", "give both --sft and --dpo"),
+        (["replicate"], "edit: 3", "edit: expected a string, got 3"),
+        (["explain", "{tmp}/run"], "tokens: 0", "tokens: expected an integer >= 1, got 0"),
+        (["synthesize", "--out", "{tmp}/data"], "max-retries: 2", "--max-retries: only for --backend llm"),
+    ],
+)
+def test_a_config_file_keeps_its_long_option_names(
+    argv: list[str], key: str, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The commands whose files always named options by long name (``sft`` for ``--sft``, ``edit`` for ``--edit``)
+    read them so still, although their options are now made from fields (``sft_dir``, ``edits``)."""
+    path = tmp_path / "config.yaml"
+    path.write_text(key + "\n")
+    one_line_error(capsys, [*(a.format(tmp=tmp_path) for a in argv), "--config", str(path)], message)
 
 
 def test_the_shown_defaults_are_the_fields_defaults() -> None:

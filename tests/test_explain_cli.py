@@ -36,7 +36,7 @@ def probe_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         yield
 
 
-def _noise(scale: float, seed: int):  # type: ignore[no-untyped-def]
+def _noise(scale: float, seed: int):
     def edit(w: dict) -> None:
         import torch
 
@@ -212,7 +212,7 @@ def _card_cell() -> str:
     return next(c.source for c in notebook.cells if c.cell_type == "code" and "neuron_card(" in c.source)
 
 
-def test_the_notebook_s_card_cell_shows_the_picked_unit(planted: dict[str, Path], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_the_notebook_s_card_cell_shows_the_picked_unit(planted: dict[str, Path], tmp_path: Path, capsys) -> None:
     """The heatmap notebook's card cell, run on the notebook's own maps: a card for its unit, or one line why not."""
     import IPython.display
 

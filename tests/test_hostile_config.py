@@ -289,7 +289,7 @@ def test_any_config_file_is_typed_or_refused_in_one_line(
     command: str,
     stubbed: None,
     tiny_pair,
-    rolemrc_file: Path,  # type: ignore[no-untyped-def]
+    rolemrc_file: Path,
     tmp_path: Path,
     capsys,
 ) -> None:
@@ -374,7 +374,7 @@ def test_each_listed_case_is_one_line_naming_the_file_and_key(
     content: Any,
     message: str,
     stubbed: None,
-    tiny_pair,  # type: ignore[no-untyped-def]
+    tiny_pair,
     rolemrc_file: Path,
     tmp_path: Path,
     capsys,
@@ -390,7 +390,7 @@ def test_each_listed_case_is_one_line_naming_the_file_and_key(
 
 def test_runs_root_that_is_a_file_is_one_line(
     stubbed: None, tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     (tmp_path / "runs").write_text("not a directory")
     config = tmp_path / "c.json"
     config.write_text(json.dumps({"runs_root": str(tmp_path / "runs")}))
@@ -402,7 +402,7 @@ def test_runs_root_that_is_a_file_is_one_line(
     )
 
 
-def test_flags_get_the_same_bounds(stubbed: None, tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_flags_get_the_same_bounds(stubbed: None, tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:
     one_line_error(
         capsys,
         [*_argv("run", tiny_pair, rolemrc_file, tmp_path), "--max-batch-tokens", str(10**20)],
@@ -423,7 +423,7 @@ def test_flags_get_the_same_bounds(stubbed: None, tiny_pair, rolemrc_file: Path,
 def test_a_flag_overrides_a_bad_range_only_the_file_gave_but_the_file_is_still_typed(
     stubbed: None,
     tiny_pair,
-    rolemrc_file: Path,  # type: ignore[no-untyped-def]
+    rolemrc_file: Path,
     tmp_path: Path,
     capsys,
 ) -> None:
@@ -444,7 +444,7 @@ def test_a_flag_overrides_a_bad_range_only_the_file_gave_but_the_file_is_still_t
 
 def test_booleans_and_lists_from_the_file_arrive_as_written(
     stubbed: None, tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     config = tmp_path / "c.yaml"
     config.write_text(
         "add_generation_prompt: false\nlayers: [3, 1]\nhooks: [mlp_out, attn_out]\nmax_batch_tokens: 4096\n"
@@ -476,7 +476,7 @@ def _tree_digest(root: Path) -> dict[str, str]:
 def test_overwrite_false_leaves_a_trained_model_byte_identical(
     overwrite: Any,
     tiny_model_dir: Path,
-    rolemrc_file: Path,  # type: ignore[no-untyped-def]
+    rolemrc_file: Path,
     tmp_path: Path,
     capsys,
 ) -> None:
@@ -636,7 +636,7 @@ def _options(argv: list[str]) -> dict[str, Any]:
 def test_any_option_file_is_typed_or_refused_in_one_line(
     argv: list[str],
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+    monkeypatch: pytest.MonkeyPatch,
     capsys,
 ) -> None:
     """The same property for the commands whose file names their options: every run ends in one ``error:`` line here
@@ -678,7 +678,7 @@ def test_any_option_file_is_typed_or_refused_in_one_line(
         ('{"temperature": NaN}', "temperature: expected a number in [0, 2], got nan"),
     ],
 )
-def test_option_files_are_typed_the_same_way(content: str, message: str, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_option_files_are_typed_the_same_way(content: str, message: str, tmp_path: Path, capsys) -> None:
     config = tmp_path / "judge.json"
     config.write_text(content)
     one_line_error(capsys, ["judge", "--config", str(config)], f"--config {config}: {message}")

@@ -99,13 +99,13 @@ def test_probe_run_refuses_a_device_it_lacks_before_loading(
     device: str,
     tiny_pair,
     rolemrc_file: Path,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import probes.pair
 
-    def no_load(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def no_load(*args, **kwargs):
         raise AssertionError("a model was loaded before the device was checked")
 
     monkeypatch.setattr(probes.pair, "load_pair", no_load)
@@ -137,7 +137,7 @@ def test_probe_run_refuses_a_device_it_lacks_before_loading(
 def test_under_a_launcher_an_argument_error_is_printed_by_local_rank_0_alone(
     local_rank: str,
     lines: int,
-    tiny_pair,  # type: ignore[no-untyped-def]
+    tiny_pair,
     rolemrc_file: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -211,7 +211,7 @@ def _launch(*args: str) -> list[str]:
     return [sys.executable, "-m", "probes.distributed", "--standalone", "--nproc-per-node=2", *args]
 
 
-def _probe_run(tiny_pair, data: Path, out: Path, *extra: str) -> list[str]:  # type: ignore[no-untyped-def]
+def _probe_run(tiny_pair, data: Path, out: Path, *extra: str) -> list[str]:
     return [
         "-m",
         "probe_cli",
@@ -235,7 +235,7 @@ def _probe_run(tiny_pair, data: Path, out: Path, *extra: str) -> list[str]:  # t
 
 
 @pytest.mark.slow
-def test_a_device_torchrun_lacks_is_one_line_from_rank_0(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_device_torchrun_lacks_is_one_line_from_rank_0(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:
     if cuda_count() > 1:
         pytest.skip("this machine has the second GPU the test asks for")
     out = tmp_path / "run"
@@ -282,7 +282,7 @@ def test_each_rank_says_which_peer_it_waited_for_within_the_join_timeout(
 
 
 @pytest.mark.slow
-def test_a_missing_peer_ends_in_one_line_within_the_join_timeout(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_missing_peer_ends_in_one_line_within_the_join_timeout(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:
     said = "error: only 1 of the 2 processes (WORLD_SIZE=2) started within 2 s"
     env = _env(
         WORLD_SIZE="2",

@@ -669,7 +669,7 @@ def test_the_explorer_parameters_are_checked_in_one_line(
 def test_a_resume_over_a_pickled_or_stray_shard_is_one_line(
     tiny_pair,
     rolemrc_file: Path,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from probes.config import RecordConfig

@@ -61,7 +61,7 @@ def test_report_files_and_round_trip(ab_run):
     assert {a.role for a in loaded.arms} == {"main", "dose", "control"}
     assert loaded.main.capability("multi_turn").delta == report.main.capability("multi_turn").delta
     records = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
-    assert len(records) == report.baseline["rows"]
+    assert len(records) == report.baseline.rows
     assert set(records[0]["intervened"]) == {f"scale {PAPER_FACTOR!r}", "scale 0.5", "scale 0.0"}
 
 
@@ -82,16 +82,16 @@ def test_every_capability_is_scored_with_paired_statistics(ab_run):
 
 def test_placebo_results_are_attached_to_the_main_arm(ab_run):
     report, _ = ab_run
-    assert report.placebo["n_sets"] == 3 and len(report.placebo["sets"]) == 3
-    real = {tuple(u) for u in report.neurons["units"]}
-    for units in report.placebo["sets"]:
-        assert len(units) == report.neurons["size"] and not real & {tuple(u) for u in units}
+    assert report.placebo.n_sets == 3 and len(report.placebo.sets) == 3
+    real = {tuple(u) for u in report.neurons.units}
+    for units in report.placebo.sets:
+        assert len(units) == report.neurons.size and not real & {tuple(u) for u in units}
     for c in report.main.capabilities:
-        assert c.placebo is not None and len(c.placebo["deltas"]) == 3
-        deltas = c.placebo["deltas"]
+        assert c.placebo is not None and len(c.placebo.deltas) == 3
+        deltas = c.placebo.deltas
         below, ties = sum(d < c.delta for d in deltas), sum(d == c.delta for d in deltas)
-        assert c.placebo["percentile"] == pytest.approx(100 * (below + ties / 2) / 3)
-        assert c.placebo["p_empirical"] == pytest.approx((1 + sum(abs(d) >= abs(c.delta) - 1e-12 for d in deltas)) / 4)
+        assert c.placebo.percentile == pytest.approx(100 * (below + ties / 2) / 3)
+        assert c.placebo.p_empirical == pytest.approx((1 + sum(abs(d) >= abs(c.delta) - 1e-12 for d in deltas)) / 4)
     assert all(c.placebo is None for arm in report.doses for c in arm.capabilities)
 
 
@@ -141,7 +141,7 @@ def test_bfloat16_paper_factor_is_flagged_as_noop(tiny_pair, test_file: Path, tm
     assert any("rounds to exactly 1 in bfloat16" in w for w in report.warnings)
     assert "NO-OP WARNING" in (tmp_path / "ab_report.md").read_text()
     # placebos of a no-op are no-ops
-    assert report.placebo["n_sets"] == 0 and "no-op in bfloat16" in report.placebo["skipped"]
+    assert report.placebo.n_sets == 0 and "no-op in bfloat16" in report.placebo.skipped
 
 
 def test_an_impossible_placebo_fails_before_any_generation(tiny_pair, test_file: Path, tmp_path: Path, monkeypatch):

@@ -10,6 +10,7 @@ import pytest
 
 from core.decoding import GenerationConfig
 from core.errors import Interrupted
+from core.records import to_json
 from interventions.ab import run_ab
 from interventions.config import ABConfig
 from interventions.select_compare import compare_selections
@@ -70,23 +71,23 @@ def compared(select_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tupl
 
 def test_one_block_per_rule_each_with_placebos_matched_per_layer_to_its_own_units(compared):
     report, _, out = compared
-    rules = report.selection["rules"]
-    assert [r["rule"] for r in rules] == RULES and report.selection["k"] == 6
+    rules = report.selection.rules
+    assert [r.rule for r in rules] == RULES and report.selection.k == 6
     arms = {arm.name: arm for arm in report.arms}
     assert list(arms) == [f"{rule}: scale 0.0" for rule in RULES]
     for body in rules:
-        units = {tuple(u) for u in body["units"]["units"]}
-        assert len(units) == 6 and body["arms"] == [f"{body['rule']}: scale 0.0"]
-        arm = arms[body["arms"][0]]
-        assert arm.placebo["n_sets"] == 3
-        for drawn in arm.placebo["sets"]:
+        units = {tuple(u) for u in body.units.units}
+        assert len(units) == 6 and body.arms == [f"{body.rule}: scale 0.0"]
+        arm = arms[body.arms[0]]
+        assert arm.placebo.n_sets == 3
+        for drawn in arm.placebo.sets:
             layers = [layer for layer, _ in drawn]
-            assert {str(layer): layers.count(layer) for layer in set(layers)} == body["units"]["per_layer"]
+            assert {layer: layers.count(layer) for layer in set(layers)} == body.units.per_layer
             assert not units & {tuple(u) for u in drawn}
         for c in arm.capabilities:
-            assert len(c.placebo["deltas"]) == 3
-            assert body["verdicts"][arm.name][c.capability]["status"] in ("matters", "not shown", "cannot be decided")
-        assert body["verdict"] == body["verdicts"][arm.name]["multi_turn"]
+            assert len(c.placebo.deltas) == 3
+            assert body.verdicts[arm.name][c.capability].status in ("matters", "not shown", "cannot be decided")
+        assert body.verdict == body.verdicts[arm.name]["multi_turn"]
     markdown = (out / "ab_report.md").read_text()
     n_capabilities = len(arms["count: scale 0.0"].capabilities)
     for rule in RULES:
@@ -103,31 +104,31 @@ def test_each_rule_says_where_its_units_came_from_and_how_they_overlap(compared,
     from probes.store import RunReader
 
     report, _, _ = compared
-    rules = {r["rule"]: r for r in report.selection["rules"]}
-    assert str(select_run / "analysis" / "maps_topk_count.h5") in rules["count"]["source"]
-    assert "ranked afresh" in rules["mean_diff"]["source"]
-    assert str(select_run / "analysis_attribution") in rules["attribution"]["source"]
-    assert "computed from the run's checkpoints" in rules["weight"]["source"]
+    rules = {r.rule: r for r in report.selection.rules}
+    assert str(select_run / "analysis" / "maps_topk_count.h5") in rules["count"].source
+    assert "ranked afresh" in rules["mean_diff"].source
+    assert str(select_run / "analysis_attribution") in rules["attribution"].source
+    assert "computed from the run's checkpoints" in rules["weight"].source
     with RunReader(select_run) as run, open_models(run) as models:
         relative = weight_change(models.sft, models.dpo, ["mlp_out"], "sft_dpo")["mlp_out"].relative
     window = [2, 3]  # the default window of a 4-layer model
     top = sorted(((relative[layer, unit], layer, unit) for layer in window for unit in range(32)), reverse=True)[:6]
-    assert {(layer, unit) for _, layer, unit in top} == {tuple(u) for u in rules["weight"]["units"]["units"]}
+    assert {(layer, unit) for _, layer, unit in top} == {tuple(u) for u in rules["weight"].units.units}
     for rule, body in rules.items():
-        mine = {tuple(u) for u in body["units"]["units"]}
-        for other, o in body["overlap"].items():
-            theirs = {tuple(u) for u in rules[other]["units"]["units"]}
-            assert o["shared"] == len(mine & theirs) and o["jaccard"] == pytest.approx(
+        mine = {tuple(u) for u in body.units.units}
+        for other, o in body.overlap.items():
+            theirs = {tuple(u) for u in rules[other].units.units}
+            assert o.shared == len(mine & theirs) and o.jaccard == pytest.approx(
                 len(mine & theirs) / len(mine | theirs)
             )
-            assert 0 <= o["random_jaccard"] <= 1 and rules[other]["overlap"][rule] == o
+            assert 0 <= o.random_jaccard <= 1 and rules[other].overlap[rule] == o
 
 
 def test_the_rules_share_one_baseline_and_one_set_of_passes(compared):
     report, lines, _ = compared
     assert list(report.baselines) == ["dpo"]
     assert lines.count(next(line for line in lines if "generation passes over" in line)) == 1
-    passes = 1 + sum(1 + arm.placebo["n_sets"] for arm in report.arms)  # one baseline, then each rule's own passes
+    passes = 1 + sum(1 + arm.placebo.n_sets for arm in report.arms)  # one baseline, then each rule's own passes
     assert any(
         line.startswith(f"{passes} generation passes over") and "1 baseline(s), 4 arm(s)" in line for line in lines
     )
@@ -143,7 +144,7 @@ def test_a_rule_whose_units_equal_another_rules_gives_identical_figures(select_r
         progress=lines.append,
         selections={"first": units, "second": units},
     )
-    first, second = (report.arm(f"{rule}: scale 0.0").to_dict() for rule in ("first", "second"))
+    first, second = (to_json(report.arm(f"{rule}: scale 0.0")) for rule in ("first", "second"))
     for body in (first, second):
         for key in ("name", "label", "seconds"):
             body.pop(key)
@@ -168,7 +169,7 @@ def test_a_killed_select_run_resumes_to_the_same_report(select_run: Path, tmp_pa
 
     def figures(report) -> list:
         return [
-            (arm.name, [(c.capability, c.delta, c.rows_changed, c.placebo["deltas"]) for c in arm.capabilities])
+            (arm.name, [(c.capability, c.delta, c.rows_changed, c.placebo.deltas) for c in arm.capabilities])
             for arm in report.arms
         ]
 

@@ -144,7 +144,7 @@ def test_ablating_the_planted_unit_is_detected(
         row = rows[key]
         assert (row.n, row.before, row.after, row.delta, row.items_changed) == (12, 1.0, 0.0, -1.0, 12)
         assert row.binary and row.ci_high < 0 and row.p_value < 0.001 and row.discordant_lost == 12
-        assert row.placebo["percentile"] == 0.0 and row.placebo["deltas"] == [
+        assert row.placebo.percentile == 0.0 and row.placebo.deltas == [
             0.0,
             0.0,
         ]  # random units of the same layer do nothing
@@ -154,7 +154,7 @@ def test_ablating_the_planted_unit_is_detected(
     mc2, group = rows[("probe_mc2", "acc", "none")], rows[("probe_mcs", "acc", "none")]
     assert (mc2.before, mc2.after) == (4 / 7, 3 / 7)
     assert group.group and group.n == 19 and group.method == "group"
-    assert group.before == pytest.approx(report.baseline["lm_eval_results"]["probe_mcs"]["acc,none"])
+    assert group.before == pytest.approx(report.baseline.lm_eval_results["probe_mcs"]["acc,none"])
     # the group score as lm-eval computes it
     assert group.after == pytest.approx(arm.lm_eval_results["probe_mcs"]["acc,none"])
     assert arm.hook_stats["values_changed"] > 0 and not arm.flags

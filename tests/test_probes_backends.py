@@ -20,18 +20,18 @@ LAYERS = [0, 1, 2, 3]
 
 
 @pytest.fixture(scope="module")
-def pair(tiny_pair: tuple[Path, Path]):  # type: ignore[no-untyped-def]
+def pair(tiny_pair: tuple[Path, Path]):
     return load_pair(*tiny_pair, device="cpu", dtype="float32")
 
 
 @pytest.fixture(scope="module")
-def prompts(pair, rolemrc_file: Path):  # type: ignore[no-untyped-def]
+def prompts(pair, rolemrc_file: Path):
     return build_prompts(
         pair.tokenizer, read_test_rows(rolemrc_file), Capability.KNOWLEDGE_BOUNDARY, add_generation_prompt=False
     )
 
 
-def _batch(pair, prompts, start: int, stop: int):  # type: ignore[no-untyped-def]
+def _batch(pair, prompts, start: int, stop: int):
     return make_batch(prompts, range(start, stop), pad_id_of(pair.tokenizer))
 
 
@@ -42,7 +42,7 @@ def _fresh_model(model_dir: Path) -> nn.Module:
 
 
 @pytest.mark.slow
-def test_three_backends_agree_within_1e5_on_all_hooks(tiny_pair, pair, prompts) -> None:  # type: ignore[no-untyped-def]
+def test_three_backends_agree_within_1e5_on_all_hooks(tiny_pair, pair, prompts) -> None:
     batch = _batch(pair, prompts, 0, len(prompts))  # mixed lengths: real left padding
     assert (batch.attention_mask == 0).any()
     model = _fresh_model(tiny_pair[1])  # the TL bridge switches its model to eager attention: keep `pair` pristine
@@ -69,7 +69,7 @@ def test_three_backends_agree_within_1e5_on_all_hooks(tiny_pair, pair, prompts) 
                 assert diff < 1e-5, f"{name} {hook} {position}: max abs diff {diff}"
 
 
-def test_mlp_post_is_intermediate_size_wide_and_layers_are_selected(pair, prompts) -> None:  # type: ignore[no-untyped-def]
+def test_mlp_post_is_intermediate_size_wide_and_layers_are_selected(pair, prompts) -> None:
     out = make_backend("torch", pair.sft, hooks=("mlp_post", "mlp_out"), layers=[1, 3], position="last").record(
         _batch(pair, prompts, 0, 3)
     )
@@ -82,7 +82,7 @@ def test_mlp_post_is_intermediate_size_wide_and_layers_are_selected(pair, prompt
 
 
 @pytest.mark.parametrize("backend", ["torch", "nnsight"])
-def test_a_prompts_activations_do_not_depend_on_its_batch_mates(tiny_pair, pair, prompts, backend: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_prompts_activations_do_not_depend_on_its_batch_mates(tiny_pair, pair, prompts, backend: str) -> None:
     model = pair.sft if backend == "torch" else _fresh_model(tiny_pair[0])
     for position in ("last", "mean"):
         rec = make_backend(
@@ -96,7 +96,7 @@ def test_a_prompts_activations_do_not_depend_on_its_batch_mates(tiny_pair, pair,
             torch.testing.assert_close(crowd[hook][:1], alone[hook], atol=1e-5, rtol=1e-5)
 
 
-def test_position_ids_count_from_the_first_real_token(pair, prompts) -> None:  # type: ignore[no-untyped-def]
+def test_position_ids_count_from_the_first_real_token(pair, prompts) -> None:
     batch = _batch(pair, prompts, 0, len(prompts))
     lengths = batch.attention_mask.sum(1)
     assert torch.equal(batch.position_ids[:, -1], lengths - 1)
@@ -132,7 +132,7 @@ class _Bypass(nn.Module):
         return torch.zeros(*x.shape[:-1], self.width)
 
 
-def test_hook_firing_twice_or_never_is_refused(tiny_pair, pair, prompts) -> None:  # type: ignore[no-untyped-def]
+def test_hook_firing_twice_or_never_is_refused(tiny_pair, pair, prompts) -> None:
     batch = _batch(pair, prompts, 0, 2)
     model = _fresh_model(tiny_pair[0])
     model.model.layers[1].mlp = _DoubleDown(model.model.layers[1].mlp)
@@ -148,7 +148,7 @@ def test_hook_firing_twice_or_never_is_refused(tiny_pair, pair, prompts) -> None
         make_backend("torch", model, hooks=("mlp_out",), layers=LAYERS, position="last")
 
 
-def test_width_mismatch_is_refused(tiny_pair, pair, prompts) -> None:  # type: ignore[no-untyped-def]
+def test_width_mismatch_is_refused(tiny_pair, pair, prompts) -> None:
     model = _fresh_model(tiny_pair[0])
     model.config.intermediate_size = 48  # the config lies about the MLP width
     with pytest.raises(HookFiringError, match="mlp_post at layer 0 has width 64, expected 48"):
@@ -157,7 +157,7 @@ def test_width_mismatch_is_refused(tiny_pair, pair, prompts) -> None:  # type: i
         )
 
 
-def test_recording_leaves_no_hooks_behind(pair, prompts) -> None:  # type: ignore[no-untyped-def]
+def test_recording_leaves_no_hooks_behind(pair, prompts) -> None:
     before = sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in pair.sft.modules())
     make_backend("torch", pair.sft, hooks=HOOK_POINTS, layers=LAYERS, position="mean").record(
         _batch(pair, prompts, 0, 2)
@@ -177,7 +177,7 @@ def _tensors_in(value: object) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("position", ["last", "mean"])
-def test_the_recorder_keeps_no_view_of_a_full_sequence_output(pair, prompts, position: str) -> None:  # type: ignore[no-untyped-def]
+def test_the_recorder_keeps_no_view_of_a_full_sequence_output(pair, prompts, position: str) -> None:
     """Only [B, W] copies survive a hook: a kept view of a [B, T, W] output pins one such tensor per layer
     and hook until the next batch (measured: peak RSS 4-7x a plain forward's at batch 32)."""
     storages: list[int] = []  # addresses repeat once an output is freed: that is the point

@@ -49,7 +49,7 @@ def test_pending_keeps_only_missing_positions_of_a_partly_done_batch() -> None:
     assert pending_batches(spans, list(range(100, 107)), done={100, 101, 102, 103}) == [[4, 5], [6]]
 
 
-def _config(tiny_pair, data: Path, out: Path, capabilities: str = "all", **kw) -> RecordConfig:  # type: ignore[no-untyped-def]
+def _config(tiny_pair, data: Path, out: Path, capabilities: str = "all", **kw) -> RecordConfig:
     return RecordConfig(
         sft_dir=tiny_pair[0],
         dpo_dir=tiny_pair[1],
@@ -68,7 +68,7 @@ def _calls(run_dir: Path) -> list[dict]:
     return calls
 
 
-def test_token_budget_matches_fixed_batches_row_for_row(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_token_budget_matches_fixed_batches_row_for_row(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:
     fixed = record_run(_config(tiny_pair, rolemrc_file, tmp_path / "fixed", batch_size=4), progress=False)
     with RunReader(fixed.run_dir) as run:
         longest = max(int(run.samples(c).prompt_lengths.max()) for c in run.capabilities())
@@ -91,7 +91,7 @@ def test_token_budget_matches_fixed_batches_row_for_row(tiny_pair, rolemrc_file:
 
 def test_resume_with_other_batch_limits_records_each_prompt_once_and_says_so(
     tiny_pair, rolemrc_file: Path, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     out = tmp_path / "run"
     first = record_run(_config(tiny_pair, rolemrc_file, out, capabilities="multi_turn", batch_size=3), progress=False)
     second = record_run(_config(tiny_pair, rolemrc_file, out, batch_size=5, max_batch_tokens=10_000), progress=False)
@@ -108,7 +108,7 @@ def test_resume_with_other_batch_limits_records_each_prompt_once_and_says_so(
 
 def test_a_start_that_recorded_nothing_does_not_bind_the_directory(
     tiny_pair, rolemrc_file: Path, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     out = tmp_path / "run"
     out.mkdir()
     # a failed start's leftovers

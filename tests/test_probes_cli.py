@@ -17,7 +17,7 @@ from probes.store import RunReader
 from tests.support.cli import exit_of
 
 
-def _pair_args(tiny_pair, data: Path) -> list[str]:  # type: ignore[no-untyped-def]
+def _pair_args(tiny_pair, data: Path) -> list[str]:
     return ["--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--data", str(data)]
 
 
@@ -51,14 +51,14 @@ def _pair_args(tiny_pair, data: Path) -> list[str]:  # type: ignore[no-untyped-d
 )
 def test_bad_arguments_exit_2_with_one_clear_line(
     tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys, args, message
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     code, _, err = exit_of(["run", *args, *_pair_args(tiny_pair, rolemrc_file), "--out", str(tmp_path / "r")], capsys)
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("error: ") and message in err, err
     assert not (tmp_path / "r" / "activations.h5").exists()
 
 
-def test_a_data_file_without_the_capability_is_refused(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_a_data_file_without_the_capability_is_refused(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:
     only_priority = tmp_path / "priority_only.jsonl"
     lines = rolemrc_file.read_text().splitlines()
     only_priority.write_text("".join(line + "\n" for line in lines if '-refused"' in line))
@@ -81,7 +81,7 @@ def test_a_data_file_without_the_capability_is_refused(tiny_pair, rolemrc_file: 
     assert code == 2 and "no row belongs to multi_turn (4 rows in the file)" in err
 
 
-def test_missing_model_dir_and_half_a_pair_are_refused(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_missing_model_dir_and_half_a_pair_are_refused(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:
     code, _, err = exit_of(
         ["run", "-c", "multi_turn", "--sft", str(tmp_path / "nope"), "--dpo", str(tiny_pair[1])], capsys
     )
@@ -94,7 +94,7 @@ def test_missing_model_dir_and_half_a_pair_are_refused(tiny_pair, rolemrc_file: 
 def test_probe_run_with_no_paths_uses_the_default_pair_and_a_new_runs_dir(
     tiny_pair,
     rolemrc_file: Path,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
     capsys,
     monkeypatch,
 ) -> None:
@@ -140,13 +140,13 @@ def _copy(src: Path, dst: Path) -> Path:
 def _no_weights_loaded(monkeypatch: pytest.MonkeyPatch) -> None:
     import transformers
 
-    def refuse(*_a, **_k):  # type: ignore[no-untyped-def]
+    def refuse(*_a, **_k):
         raise AssertionError("weights were loaded before the pair was checked")
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", refuse)
 
 
-def test_pair_with_other_layer_count_is_refused_before_loading(tiny_pair, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_pair_with_other_layer_count_is_refused_before_loading(tiny_pair, tmp_path: Path, monkeypatch) -> None:
     other = _copy(tiny_pair[1], tmp_path / "deeper")
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -165,7 +165,7 @@ def test_pair_with_other_layer_count_is_refused_before_loading(tiny_pair, tmp_pa
 
 def test_pair_with_other_chat_template_or_vocab_is_refused_before_loading(
     tiny_pair, tmp_path: Path, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     templated = _copy(tiny_pair[1], tmp_path / "templated")
     template = templated / "chat_template.jinja"
     template.write_text(template.read_text().replace("eos_token", "'<|end_of_text|>'"))

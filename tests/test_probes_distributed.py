@@ -35,7 +35,7 @@ def _env() -> dict[str, str]:
     }
 
 
-def _args(tiny_pair, data: Path, out: Path) -> list[str]:  # type: ignore[no-untyped-def]
+def _args(tiny_pair, data: Path, out: Path) -> list[str]:
     return [
         "run",
         "--capability",
@@ -73,7 +73,7 @@ def _launch(entry: list[str], args: list[str], nproc: int = 2) -> subprocess.Com
 
 
 @pytest.fixture(scope="module")
-def one_process(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
+def one_process(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dp") / "single"
     done = subprocess.run(
         [sys.executable, "-m", "probe_cli", *_args(tiny_pair, rolemrc_file, out)],
@@ -103,7 +103,7 @@ def _calls(run_dir: Path) -> list[dict]:
 
 def test_two_processes_write_the_one_process_file(
     tiny_pair, rolemrc_file: Path, one_process: Path, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     out = tmp_path / "dp"
     done = _launch(["-m", "probe_cli"], _args(tiny_pair, rolemrc_file, out))
     assert done.returncode == 0, done.stderr[-3000:]
@@ -115,7 +115,7 @@ def test_two_processes_write_the_one_process_file(
 
 def test_a_killed_rank_resumes_on_the_next_launch(
     tiny_pair, rolemrc_file: Path, one_process: Path, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     out = tmp_path / "dp"
     killed = _launch([str(ROOT / "tests" / "support" / "dp_kill_rank.py")], _args(tiny_pair, rolemrc_file, out))
     assert killed.returncode != 0
@@ -129,7 +129,7 @@ def test_a_killed_rank_resumes_on_the_next_launch(
     assert 0 < sum(recorded_now.values()) < total  # the kept batches were not recorded again
 
 
-def test_device_auto_is_refused_with_several_processes(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_device_auto_is_refused_with_several_processes(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:
     done = _launch(["-m", "probe_cli"], [*_args(tiny_pair, rolemrc_file, tmp_path / "x"), "--device", "auto"])
     assert done.returncode != 0
     assert "error: --device auto: with 2 processes each rank picks cuda:LOCAL_RANK" in done.stderr

@@ -39,7 +39,7 @@ main(sys.argv[2:])
 """
 
 
-def _args(tiny_pair, data: Path, out: Path, capabilities: str) -> list[str]:  # type: ignore[no-untyped-def]
+def _args(tiny_pair, data: Path, out: Path, capabilities: str) -> list[str]:
     return [
         "run",
         "-c",
@@ -63,7 +63,7 @@ def _args(tiny_pair, data: Path, out: Path, capabilities: str) -> list[str]:  # 
     ]
 
 
-def _config(tiny_pair, data: Path, out: Path, capabilities: str) -> RecordConfig:  # type: ignore[no-untyped-def]
+def _config(tiny_pair, data: Path, out: Path, capabilities: str) -> RecordConfig:
     return RecordConfig(
         sft_dir=tiny_pair[0],
         dpo_dir=tiny_pair[1],
@@ -81,7 +81,7 @@ def _sha(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def stages(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:  # type: ignore[no-untyped-def]
+def stages(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """``first``: multi_turn recorded; ``reference``: multi_turn then priority, never interrupted."""
     root = tmp_path_factory.mktemp("faults")
     record_run(_config(tiny_pair, rolemrc_file, root / "first", "multi_turn"), progress=False)
@@ -100,7 +100,7 @@ def _limits(stages: dict[str, Path]) -> dict[str, int]:
 @pytest.mark.parametrize("step", ["shard", "copy", "append", "finish"])
 def test_a_full_disk_at_each_step_loses_nothing_and_resumes(
     step: str, stages: dict[str, Path], tiny_pair, rolemrc_file: Path, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     out = Path(shutil.copytree(stages["first"], tmp_path / "run"))
     before = _sha(out / "activations.h5")
     limit = _limits(stages)[step]
@@ -130,7 +130,7 @@ def test_a_full_disk_at_each_step_loses_nothing_and_resumes(
         np.testing.assert_array_equal(reference[key], result[key], err_msg=key)
 
 
-def test_a_damaged_chunk_is_one_line_naming_what_it_holds(stages: dict[str, Path], tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_a_damaged_chunk_is_one_line_naming_what_it_holds(stages: dict[str, Path], tmp_path: Path, capsys) -> None:
     from probe_cli.main import main
 
     out = Path(shutil.copytree(stages["reference"], tmp_path / "run"))
@@ -154,7 +154,7 @@ def test_a_damaged_chunk_is_one_line_naming_what_it_holds(stages: dict[str, Path
 
 def test_a_prompt_longer_than_the_context_is_refused_by_file_and_line(
     tiny_pair, rolemrc_file: Path, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from core.errors import ProbeError
 
     limit = json.loads((tiny_pair[0] / "config.json").read_text())["max_position_embeddings"]
@@ -171,7 +171,7 @@ def test_a_prompt_longer_than_the_context_is_refused_by_file_and_line(
     assert not (tmp_path / "run" / "run.json").exists()
 
 
-def test_one_model_twice_is_recorded_with_a_warning(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_one_model_twice_is_recorded_with_a_warning(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:
     result = record_run(
         RecordConfig(
             sft_dir=tiny_pair[0],
@@ -188,7 +188,7 @@ def test_one_model_twice_is_recorded_with_a_warning(tiny_pair, rolemrc_file: Pat
 @pytest.mark.slow
 def test_ctrl_c_during_recording_says_what_was_kept_and_resumes_identically(
     stages: dict[str, Path], tiny_pair, rolemrc_file: Path, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     import signal
     import time
 
@@ -228,7 +228,7 @@ def test_ctrl_c_during_recording_says_what_was_kept_and_resumes_identically(
 @pytest.mark.parametrize("kind", ["file", "below_a_file"])
 def test_run_out_of_the_wrong_kind_is_one_line_before_any_work(
     kind: str, tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from probe_cli.main import main
 
     existing = tmp_path / "notes.txt"

@@ -41,12 +41,12 @@ def base_dir(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     return perturbed_copy(tiny_model_dir, tmp_path_factory.mktemp("base") / "base", seed=2, scale=0.2)
 
 
-def _config(tiny_pair, data: Path, out: Path, **extra) -> RecordConfig:  # type: ignore[no-untyped-def]
+def _config(tiny_pair, data: Path, out: Path, **extra) -> RecordConfig:
     return RecordConfig(sft_dir=tiny_pair[0], dpo_dir=tiny_pair[1], data_file=data, out_dir=out, **extra)
 
 
 @pytest.fixture(scope="module")
-def response_run(tiny_pair, base_dir: Path, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
+def response_run(tiny_pair, base_dir: Path, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("response-run") / "run"
     record_run(
         _config(
@@ -93,7 +93,7 @@ def _by_hand(model_dir: Path, question: list, reference: str, layer: int) -> dic
 def test_response_recording_equals_a_hand_made_teacher_forced_forward(
     response_run: Path,
     tiny_pair,
-    base_dir: Path,  # type: ignore[no-untyped-def]
+    base_dir: Path,
     rolemrc_file: Path,
     tmp_path: Path,
 ) -> None:
@@ -134,7 +134,7 @@ def test_response_recording_equals_a_hand_made_teacher_forced_forward(
                     np.testing.assert_allclose(got, expected["mlp_out"][-1].numpy(), atol=2e-5)
 
 
-def test_analyze_reports_sft_minus_base_against_dpo_minus_sft(response_run: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_analyze_reports_sft_minus_base_against_dpo_minus_sft(response_run: Path, capsys) -> None:
     code, out, err = exit_of(
         ["analyze", str(response_run), "--no-plots", "--top-k", "8", "--stability-resamples", "0"], capsys
     )
@@ -180,7 +180,7 @@ def _arrays(run_dir: Path) -> dict[str, np.ndarray]:
 def test_a_base_and_pair_run_killed_with_sigkill_resumes_bit_identically(
     tiny_pair,
     base_dir: Path,
-    rolemrc_file: Path,  # type: ignore[no-untyped-def]
+    rolemrc_file: Path,
     tmp_path: Path,
 ) -> None:
     killed = tmp_path / "killed"
@@ -242,7 +242,7 @@ def _dpo_file(path: Path, rows: list, drop: int | None = None) -> Path:  # type:
     return path
 
 
-def test_chosen_responses_come_from_a_matching_dpo_file(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_chosen_responses_come_from_a_matching_dpo_file(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:
     pairs = _dpo_file(tmp_path / "dpo.jsonl", read_test_rows(rolemrc_file))
     out = tmp_path / "chosen"
     record_run(
@@ -264,7 +264,7 @@ def test_chosen_responses_come_from_a_matching_dpo_file(tiny_pair, rolemrc_file:
 
 def test_mismatched_responses_and_base_are_one_error_line(
     tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from tests.test_probes_cli import _copy
 
     rows = read_test_rows(rolemrc_file)
@@ -307,7 +307,7 @@ def test_mismatched_responses_and_base_are_one_error_line(
 def test_a_template_that_does_not_continue_the_prompt_is_one_error_line(
     tiny_pair,
     rolemrc_file: Path,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
     capsys,
 ) -> None:
     """Another tokenizer/template than the rows were made for: the prompt is not the start of prompt + response."""

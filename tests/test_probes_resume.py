@@ -33,7 +33,7 @@ record_run(RecordConfig(sft_dir=sys.argv[1], dpo_dir=sys.argv[2], data_file=sys.
 """
 
 
-def _config(tiny_pair, data: Path, out: Path) -> RecordConfig:  # type: ignore[no-untyped-def]
+def _config(tiny_pair, data: Path, out: Path) -> RecordConfig:
     return RecordConfig(
         sft_dir=tiny_pair[0],
         dpo_dir=tiny_pair[1],
@@ -52,7 +52,7 @@ def _shards(run_dir: Path) -> int:
 @pytest.mark.slow
 def test_sigkill_mid_run_then_resume_is_identical_to_uninterrupted(
     tiny_pair, rolemrc_file: Path, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     killed_dir = tmp_path / "killed"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(

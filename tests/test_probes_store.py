@@ -21,7 +21,7 @@ from tests.support.runs import run_arrays
 HOOKS = ("mlp_out", "mlp_post")
 
 
-def _config(tiny_pair, data: Path, out: Path, **kw) -> RecordConfig:  # type: ignore[no-untyped-def]
+def _config(tiny_pair, data: Path, out: Path, **kw) -> RecordConfig:
     base = dict(
         sft_dir=tiny_pair[0],
         dpo_dir=tiny_pair[1],
@@ -37,7 +37,7 @@ def _config(tiny_pair, data: Path, out: Path, **kw) -> RecordConfig:  # type: ig
 
 
 @pytest.fixture(scope="module")
-def full_run(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:  # type: ignore[no-untyped-def]
+def full_run(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("runs") / "full"
     record_run(_config(tiny_pair, rolemrc_file, out), progress=False)
     return out
@@ -46,7 +46,7 @@ def full_run(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFac
 @pytest.mark.slow
 def test_round_trip_matches_a_direct_forward_and_keeps_provenance(
     tiny_pair, rolemrc_file: Path, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from core.capabilities import Capability
     from core.chat import pad_id_of
     from core.rows import read_test_rows
@@ -103,7 +103,7 @@ def test_round_trip_matches_a_direct_forward_and_keeps_provenance(
     )
 
 
-def test_default_store_is_float16_and_rerun_skips_everything(tiny_pair, rolemrc_file: Path, full_run: Path) -> None:  # type: ignore[no-untyped-def]
+def test_default_store_is_float16_and_rerun_skips_everything(tiny_pair, rolemrc_file: Path, full_run: Path) -> None:
     before = run_arrays(full_run)
     with RunReader(full_run) as run:
         assert run.dataset("sft", "priority", "mlp_out").dtype == np.float16
@@ -114,7 +114,7 @@ def test_default_store_is_float16_and_rerun_skips_everything(tiny_pair, rolemrc_
     assert before.keys() == after.keys() and all(np.array_equal(before[k], after[k]) for k in before)
 
 
-def test_a_new_capability_can_be_added_to_a_run(tiny_pair, rolemrc_file: Path, full_run: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_a_new_capability_can_be_added_to_a_run(tiny_pair, rolemrc_file: Path, full_run: Path, tmp_path: Path) -> None:
     import shutil
 
     out = Path(shutil.copytree(full_run, tmp_path / "grow"))
@@ -128,7 +128,7 @@ def test_a_new_capability_can_be_added_to_a_run(tiny_pair, rolemrc_file: Path, f
 @pytest.mark.parametrize(
     "change", [dict(position="mean"), dict(hooks="mlp_out"), dict(layers="0-3"), dict(store_dtype="float32")]
 )
-def test_mixing_incompatible_settings_is_refused(tiny_pair, rolemrc_file: Path, full_run: Path, change: dict) -> None:  # type: ignore[no-untyped-def]
+def test_mixing_incompatible_settings_is_refused(tiny_pair, rolemrc_file: Path, full_run: Path, change: dict) -> None:
     before = run_arrays(full_run)
     key = next(iter(change))
     with pytest.raises(ProbeError, match=f"recorded with other settings.*{key if key != 'hooks' else 'hooks'}"):
@@ -139,7 +139,7 @@ def test_mixing_incompatible_settings_is_refused(tiny_pair, rolemrc_file: Path, 
 
 def test_other_data_or_swapped_models_are_refused(
     tiny_pair, rolemrc_file: Path, full_run: Path, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     other = tmp_path / "other.jsonl"
     other.write_text(rolemrc_file.read_text().replace("archivist", "librarian"))
     with pytest.raises(ProbeError, match="data_sha256"):
@@ -159,7 +159,7 @@ def _simulate_crash(monkeypatch: pytest.MonkeyPatch, target: str, after_calls: i
     if target == "replace_h5":
         real = os.replace
 
-        def replace(src, dst):  # type: ignore[no-untyped-def]
+        def replace(src, dst):
             if str(dst).endswith("activations.h5"):
                 raise Killed
             return real(src, dst)
@@ -168,7 +168,7 @@ def _simulate_crash(monkeypatch: pytest.MonkeyPatch, target: str, after_calls: i
     else:
         real_unlink = Path.unlink
 
-        def unlink(self, missing_ok=False):  # type: ignore[no-untyped-def]
+        def unlink(self, missing_ok=False):
             if self.suffix == ".npz":
                 calls["n"] += 1
                 if calls["n"] > after_calls:
@@ -184,7 +184,7 @@ def test_crash_during_consolidation_resumes_to_identicalrun_arrays(
     tiny_pair,
     rolemrc_file: Path,
     full_run: Path,
-    tmp_path: Path,  # type: ignore[no-untyped-def]
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     crash: str,
 ) -> None:

@@ -30,7 +30,7 @@ def _probe(argv: list[str]) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="module")
-def tiny_default(tiny_pair, tiny_model_dir: Path, chat_data: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+def tiny_default(tiny_pair, tiny_model_dir: Path, chat_data: Path, tmp_path_factory: pytest.TempPathFactory):
     import training.default_pair as default_pair
 
     root = tmp_path_factory.mktemp("replicate")

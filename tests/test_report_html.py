@@ -14,7 +14,19 @@ from pathlib import Path
 import pytest
 
 from analysis import AnalysisConfig, analyze_run
-from interventions.results import ABReport, ArmResult, CapabilityResult, NoOpGuard
+from core.records import to_json
+from interventions.results import (
+    ABReport,
+    ArmPlacebo,
+    ArmResult,
+    BaselinePass,
+    CapabilityResult,
+    NoOpGuard,
+    NoPlacebo,
+    PlaceboDrawn,
+    PlaceboRank,
+    UnitsSummary,
+)
 from interventions.study_html import SECTIONS, write_report
 from tests.support.cli import exit_of, one_line_error
 from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
@@ -26,16 +38,7 @@ MAX_BYTES = 10_000_000
 def _result(
     delta: float, low: float, high: float, p: float, deltas: list[float] | None, before: float = 0.6
 ) -> CapabilityResult:
-    placebo = (
-        {
-            "percentile": 100.0 * sum(d < delta for d in deltas) / len(deltas),
-            "p_empirical": 0.05,
-            "deltas": deltas,
-            "rows_changed_mean": 2.0,
-        }
-        if deltas
-        else None
-    )
+    placebo = PlaceboRank(100.0 * sum(d < delta for d in deltas) / len(deltas), 0.05, deltas, 2.0) if deltas else None
     return CapabilityResult(
         "multi_turn",
         True,
@@ -61,7 +64,11 @@ def _result(
 
 def _arm(name: str, role: str, result: CapabilityResult, model: str = "dpo", factor: float | None = None) -> ArmResult:
     guard = NoOpGuard(factor, "float32", 1.0, 900, 900, 30, result.rows_changed)
-    placebo = {"n_sets": len(result.placebo["deltas"]), "seed": 0, "family": "random units"} if result.placebo else {}
+    placebo: ArmPlacebo = (
+        PlaceboDrawn(n_sets=len(result.placebo.deltas), seed=0, family="random units", factor=factor, sets=[])
+        if result.placebo
+        else NoPlacebo()
+    )
     return ArmResult(factor, role, [result], guard, 2.0, 300, name=name, label=name, model=model, placebo=placebo)
 
 
@@ -76,16 +83,9 @@ def ab_report() -> ABReport:
         _arm("mean", "arm", _result(0.033, -0.033, 0.1, 1.0, flat)),
         _arm("patch dpo<-sft", "arm", _result(0.3, 0.17, 0.43, 0.002, flat)),
     ]
-    neurons = {
-        "hook": "mlp_out",
-        "size": 6,
-        "per_layer": {"14": 3, "15": 3},
-        "metric": "topk_count",
-        "capability": "multi_turn",
-        "selection": "top_k_abs",
-        "run_dir": "run",
-        "units": [[14, 1], [15, 2]],
-    }
+    neurons = UnitsSummary(
+        "mlp_out", 6, {14: 3, 15: 3}, "topk_count", "multi_turn", {"rule": "top_k_abs"}, "run", [(14, 1), (15, 2)]
+    )
     return ABReport(
         "multi_turn",
         "dpo",
@@ -95,7 +95,7 @@ def ab_report() -> ABReport:
         "torch",
         "rules",
         neurons,
-        {"dpo": {"seconds": 3.0, "tokens": 500, "rows": 30}, "sft": {"seconds": 3.0, "tokens": 500, "rows": 30}},
+        {"dpo": BaselinePass(3.0, 500, 30), "sft": BaselinePass(3.0, 500, 30)},
         arms,
         {"capability": "multi_turn", "placebo": 20, "edits": ["scale", "mean", "patch"]},
     )
@@ -154,7 +154,7 @@ def bare_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def full_run(bare_run: Path) -> Path:
     run = Path(shutil.copytree(bare_run, bare_run.parent / "full"))
     (run / "interventions" / "ab").mkdir(parents=True)
-    (run / "interventions" / "ab" / "ab_report.json").write_text(json.dumps(ab_report().to_dict()))
+    (run / "interventions" / "ab" / "ab_report.json").write_text(json.dumps(to_json(ab_report())))
     (run / "eval.json").write_text(json.dumps(evaluation()))
     return run
 

@@ -18,7 +18,7 @@ from probes.settings import VERSION, RunSettings
 from training.provenance import ModelProvenance, read_provenance
 
 
-def test_run_json_and_the_hdf5_settings_are_one_record(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_run_json_and_the_hdf5_settings_are_one_record(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:
     from probes.config import RecordConfig
     from probes.recording import record_run
     from probes.store import RunReader

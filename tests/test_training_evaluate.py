@@ -11,6 +11,7 @@ from core.capabilities import TASKS
 from core.rows import read_test_rows
 from core.stats import wilson
 from data_synthesis.offline import synthesize
+from training.eval_config import PairEvalConfig
 from training.evaluate import (
     ModelEvaluation,
     add_base_columns,
@@ -84,9 +85,10 @@ def test_evaluate_pair_on_tiny_models(tiny_pair: tuple[Path, Path], test_file: P
     from core.generation import GenerationConfig
 
     sft, dpo = tiny_pair
-    result = evaluate_pair(
+    config = PairEvalConfig(
         sft, dpo, test_file, max_rows=18, generation=GenerationConfig(max_new_tokens=6, batch_size=9)
     )
+    result = evaluate_pair(config)
     assert result.judge == "rules" and result.base is None
     assert sum(result.task_counts.values()) == 18 and len(result.sft.responses) == 18
     caps = [r["capability"] for r in result.table]

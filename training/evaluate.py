@@ -11,7 +11,8 @@ A row *complies* when every capability it is judged on scores 1 (undecided score
 counted separately and excluded).
 
 Example:
-    >>> result = evaluate_pair("runs/sft", "runs/dpo", "data/test.jsonl", max_rows=200)   # doctest: +SKIP
+    >>> config = PairEvalConfig("runs/sft", "runs/dpo", "data/test.jsonl", max_rows=200)
+    >>> result = evaluate_pair(config)                                                     # doctest: +SKIP
     >>> result.rates("sft")["multi_turn"]                                                  # doctest: +SKIP
     0.93
 """
@@ -36,6 +37,7 @@ from core.rows import read_test_rows, row_location
 from core.schema import TestRow
 from core.shared_generation import generate_unedited
 from core.stats import discordant, mcnemar_p, paired_bootstrap_ci, wilson
+from training.eval_config import PairEvalConfig
 
 
 @dataclass
@@ -275,32 +277,25 @@ def pair_warnings(sft_dir: str | Path, dpo_dir: str | Path, base_dir: str | Path
 
 
 def evaluate_pair(
-    sft_dir: str | Path,
-    dpo_dir: str | Path,
-    test_file: str | Path,
-    *,
-    max_rows: int | None = None,
-    judge: Judge | None = None,
-    generation: GenerationConfig = EVAL_GENERATION,
-    progress: Callable[[str], None] | None = None,
-    base_dir: str | Path | None = None,
+    config: PairEvalConfig, *, judge: Judge | None = None, progress: Callable[[str], None] | None = None
 ) -> PairEvaluation:
-    """Judge both models (and the untouched ``base_dir``, if given) on the (optionally subsampled) test split."""
-    all_rows = read_test_rows(test_file)
-    rows = select_rows(all_rows, max_rows)
+    """Judge both models (and the untouched ``config.base_dir``, if given) on the (optionally subsampled) test
+    split."""
+    all_rows = read_test_rows(config.test_file)
+    rows = select_rows(all_rows, config.max_rows)
     if not rows:
-        raise ProbeError(f"--test {test_file}: the file has no rows")
-    where = _row_namer(test_file, all_rows, rows)
-    for flag, path in (("--sft", sft_dir), ("--dpo", dpo_dir), ("--base", base_dir)):
+        raise ProbeError(f"--test {config.test_file}: the file has no rows")
+    where = _row_namer(config.test_file, all_rows, rows)
+    for flag, path in (("--sft", config.sft_dir), ("--dpo", config.dpo_dir), ("--base", config.base_dir)):
         if path is not None:  # a broken directory or template fails now, not after the other models' generations
             _check_rendering(path, rows, where, flag)
     judge = judge or make_judge("rules")
     results = {}
-    models = [("base", base_dir)] if base_dir is not None else []
-    for name, path in models + [("sft", sft_dir), ("dpo", dpo_dir)]:
+    models = [("base", config.base_dir)] if config.base_dir is not None else []
+    for name, path in models + [("sft", config.sft_dir), ("dpo", config.dpo_dir)]:
         if progress:
             progress(name)
-        results[name] = evaluate_model(path, rows, judge, generation, where, flag=f"--{name}")
+        results[name] = evaluate_model(path, rows, judge, config.generation, where, flag=f"--{name}")
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.task] = counts.get(row.task, 0) + 1
@@ -308,13 +303,13 @@ def evaluate_pair(
     if "base" in results:
         add_base_columns(table, results["base"], results["sft"])
     return PairEvaluation(
-        str(test_file),
+        str(config.test_file),
         counts,
         getattr(judge, "name", type(judge).__name__),
-        asdict(generation),
+        asdict(config.generation),
         results["sft"],
         results["dpo"],
         table,
         results.get("base"),
-        pair_warnings(sft_dir, dpo_dir, base_dir),
+        pair_warnings(config.sft_dir, config.dpo_dir, config.base_dir),
     )

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from analysis.explain_config import ExplainConfig
 from probe_cli.config_option import config_option
+from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -39,36 +41,10 @@ def register(app: typer.Typer) -> None:
     app.command("explain")(explain)
 
 
+@config_options(ExplainConfig, flag_bounds=True, config_file=False)
 def explain(
     run_dir: Path = typer.Argument(..., help="A run directory from `probe run`, analysed (`probe analyze`)."),
-    capability: Optional[str] = typer.Option(
-        None, "--capability", "-c", help="Capability to explain (default: the one the analysis holds)."
-    ),
-    top: int = typer.Option(20, "--top", help="Units explained, by |Δ| of the analysis's metric within its window."),
-    hook: Optional[list[str]] = typer.Option(
-        None, "--hook", help="Hook point (repeatable); default: every analysed one."
-    ),
-    sft: Optional[Path] = typer.Option(
-        None, "--sft", help="Where the run's SFT model is now (its recorded weights fingerprint must match)."
-    ),
-    dpo: Optional[Path] = typer.Option(
-        None, "--dpo", help="Where the run's DPO model is now (its recorded weights fingerprint must match)."
-    ),
-    base: Optional[Path] = typer.Option(
-        None, "--base", help="Base model for base → SFT weight change (default: the SFT model's recorded parent)."
-    ),
-    tokens: int = typer.Option(10, "--tokens", min=1, help="Promoted and suppressed tokens kept per read-out."),
-    prompts: int = typer.Option(3, "--prompts", min=1, help="Most-activating prompts kept per unit and model."),
-    permutations: int = typer.Option(
-        1000, "--permutations", min=1, help="Permutations for each layer's rank-correlation p-value."
-    ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the bootstrap CIs and the permutations."),
-    analysis: Optional[Path] = typer.Option(
-        None, "--analysis", help="Where `probe analyze` wrote (default: RUN_DIR/analysis)."
-    ),
-    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: beside the analysis)."),
-    plots: bool = typer.Option(True, "--plots/--no-plots", help="Write the weight-change and agreement figures."),
-    png: bool = typer.Option(False, "--png/--no-png", help="Also export the figures as PNG (needs Chromium)."),
+    settings: ConfigFlags = FROM_CONFIG,
     show: int = typer.Option(
         3, "--show", min=1, help="Tokens per read-out and prompts per model printed (the files keep all)."
     ),
@@ -81,28 +57,11 @@ def explain(
     from core.run_dir import RunDir
     from probe_cli.console import console
 
-    if out is not None or run_dir.is_dir():
-        check_output_dir(
-            out or analysis or RunDir(run_dir).analysis.root, "--out" if out is not None else "the default --out"
-        )
-    result = explain_run(
-        run_dir,
-        capability,
-        hooks=hook,
-        top=top,
-        sft_dir=sft,
-        dpo_dir=dpo,
-        base_dir=base,
-        analysis_dir=analysis,
-        out_dir=out,
-        tokens=tokens,
-        prompts=prompts,
-        permutations=permutations,
-        seed=seed,
-        plots=plots,
-        png=png,
-    )
-    print_report(result, console(), show)
+    config = settings.build()
+    if config.out_dir is not None or run_dir.is_dir():
+        default_out = config.analysis_dir or RunDir(run_dir).analysis.root
+        check_output_dir(config.out_dir or default_out, "--out" if config.out_dir is not None else "the default --out")
+    print_report(explain_run(run_dir, config), console(), show)
 
 
 def print_report(result: ExplainResult, out: Console, show: int = 3) -> None:

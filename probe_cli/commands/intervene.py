@@ -26,7 +26,7 @@ from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, help_tex
 from probe_cli.pairs import default_pair, pair_option
 
 if TYPE_CHECKING:
-    from interventions.results import ABReport
+    from interventions.results import ABReport, PlaceboRank
 
 
 def register(app: typer.Typer) -> None:
@@ -50,6 +50,7 @@ def intervene(
     from dataclasses import replace
 
     from interventions.ab import run_ab
+    from interventions.results import Selection
     from interventions.select_compare import compare_selections, selection_markdown
 
     err = console(stderr=True)
@@ -72,8 +73,10 @@ def intervene(
     report = run(config, progress=lambda line: err.print(f"[dim]{line}[/dim]"))
     point_latest(Path(config.out_dir))
     _print(report)
-    if report.selection:
-        console().print("\n".join(selection_markdown(report)), markup=False, highlight=False, soft_wrap=True)
+    if isinstance(report.selection, Selection):
+        console().print(
+            "\n".join(selection_markdown(report, report.selection)), markup=False, highlight=False, soft_wrap=True
+        )
 
 
 def _print(report: ABReport) -> None:
@@ -88,8 +91,8 @@ def _print(report: ABReport) -> None:
             out.print(f"[yellow]warning:[/yellow] {warning}")
     for arm in report.arms:
         table = Table(
-            title=f"{arm.label or arm.name} ({arm.role}) on {report.units_of(arm)['size']} units of "
-            f"{report.neurons['hook']}, {arm.model} model, {report.dtype}"
+            title=f"{arm.label or arm.name} ({arm.role}) on {report.units_of(arm).size} units of "
+            f"{report.neurons.hook}, {arm.model} model, {report.dtype}"
         )
         for name in ("capability", "n", "before", "after", "Δ pts", "95% CI", "McNemar p", "placebo pct", "changed"):
             table.add_column(
@@ -134,7 +137,7 @@ def _print(report: ABReport) -> None:
         out.print(f"{kind}: {path}", soft_wrap=True)
 
 
-def _placebo(placebo: dict | None) -> str:
+def _placebo(placebo: PlaceboRank | None) -> str:
     from interventions.report import fmt_p
 
-    return f"{placebo['percentile']:.0f} (p={fmt_p(placebo['p_empirical'])})" if placebo else "-"
+    return f"{placebo.percentile:.0f} (p={fmt_p(placebo.p_empirical)})" if placebo else "-"

@@ -16,11 +16,12 @@ from typing import Any, Optional
 
 import typer
 
-from core.decoding import EVAL_GENERATION
 from core.paths import check_output_dir, check_output_file
 from probe_cli.config_option import config_option
 from probe_cli.console import console
+from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
 from probe_cli.pairs import default_pair, pair_option, pair_sources
+from training.eval_config import PairEvalConfig
 
 models_app = typer.Typer(
     help="The embedded default SFT/DPO pair, its pretrained base and its evaluation.", no_args_is_help=True
@@ -113,25 +114,18 @@ def print_table(result: Any) -> None:
 
 
 @models_app.command("eval")
+@config_options(PairEvalConfig, flag_bounds=True, config_file=False)
 def evaluate(
-    sft: Optional[Path] = typer.Option(None, "--sft", help="SFT model directory (default: the default pair's)."),
-    dpo: Optional[Path] = typer.Option(None, "--dpo", help="DPO model directory (default: the default pair's)."),
-    test: Optional[Path] = typer.Option(None, "--test", help="Test JSONL (default: the default pair's test.jsonl)."),
-    base: Optional[Path] = typer.Option(
-        None, "--base", help="Also judge this untouched model (default with the default pair: its pretrained base)."
-    ),
+    settings: ConfigFlags = FROM_CONFIG,
     pair_name: str = pair_option(),
-    max_rows: Optional[int] = typer.Option(None, "--max-rows", min=1, help="Judge at most N rows, spread over tasks."),
-    max_new_tokens: int = typer.Option(EVAL_GENERATION.max_new_tokens, "--max-new-tokens", min=1),
-    batch_size: int = typer.Option(EVAL_GENERATION.batch_size, "--batch-size", min=1),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the full result (responses, scores) as JSON."),
     config_file: Optional[Path] = config_option(),
 ) -> None:
     """Greedy generation + rule judge: per-capability compliance of SFT vs DPO."""
-    from dataclasses import replace
-
     from training.evaluate import evaluate_pair, pair_warnings
 
+    given = settings.values
+    sft, dpo, test, base = given["sft_dir"], given["dpo_dir"], given["test_file"], given["base_dir"]
     if out is not None:
         check_output_file(out, "--out", {"--test": test})
     if sft is None and dpo is None:
@@ -141,15 +135,8 @@ def evaluate(
     err = console(stderr=True)
     for warning in pair_warnings(sft, dpo, base):
         err.print(f"[yellow]warning:[/yellow] {warning}")
-    result = evaluate_pair(
-        sft,
-        dpo,
-        test,
-        max_rows=max_rows,
-        generation=replace(EVAL_GENERATION, max_new_tokens=max_new_tokens, batch_size=batch_size),
-        progress=lambda name: err.print(f"generating and judging: {name}"),
-        base_dir=base,
-    )
+    config = settings.build(sft_dir=sft, dpo_dir=dpo, test_file=test, base_dir=base)
+    result = evaluate_pair(config, progress=lambda name: err.print(f"generating and judging: {name}"))
     print_table(result)
     if out:
         result.save(out)

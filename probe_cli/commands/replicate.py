@@ -15,8 +15,9 @@ from typing import Any, Optional
 
 import typer
 
-from interventions.replicate import COLLATERAL, EVAL_ROWS, EXPLAIN_TOP, TARGET_ROWS
+from interventions.replicate import ReplicateOptions
 from probe_cli.config_option import config_option
+from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
 from probe_cli.pairs import pair_option
 
 
@@ -24,93 +25,46 @@ def register(app: typer.Typer) -> None:
     app.command("replicate")(replicate)
 
 
+@config_options(ReplicateOptions, flag_bounds=True, config_file=False)
 def replicate(
-    sft: Optional[Path] = typer.Option(None, "--sft", help="SFT model directory (default: the embedded pair's)."),
-    dpo: Optional[Path] = typer.Option(None, "--dpo", help="DPO model directory (default: the embedded pair's)."),
-    base: Optional[Path] = typer.Option(
-        None, "--base", help="The untouched base the SFT started from (default with --pair: the pair's base)."
-    ),
-    data: Optional[Path] = typer.Option(
-        None, "--data", help="Test rows JSONL (default: the embedded pair's test split)."
-    ),
-    pair: str = pair_option(),
-    out: Optional[Path] = typer.Option(
-        None, "--out", help="Run directory; an existing one resumes (default: runs/replicate-<pair>)."
-    ),
-    edit: Optional[str] = typer.Option(
-        None,
-        "--edit",
-        metavar="KIND[,KIND]",
-        help="Intervention arms (scale, mean, patch, steer). Default: probe intervene's.",
-    ),
-    limit: int = typer.Option(
-        TARGET_ROWS, "--limit", min=1, help="Intervention: rows of multi_turn (and of each collateral capability)."
-    ),
-    placebo: Optional[int] = typer.Option(
-        None, "--placebo", min=0, help="Intervention: placebo sets per arm. Default: probe intervene's."
-    ),
-    max_new_tokens: Optional[int] = typer.Option(
-        None,
-        "--max-new-tokens",
-        min=1,
-        help="New tokens per generation (intervention and evaluation). Default: each command's.",
-    ),
-    collateral: bool = typer.Option(
-        COLLATERAL,
-        "--collateral/--no-collateral",
-        help="Intervention: score the other capabilities too (no claim reads them).",
-    ),
-    eval_rows: int = typer.Option(
-        EVAL_ROWS, "--eval-rows", min=1, help="Evaluation: rows of the test split judged, spread over tasks."
-    ),
+    settings: ConfigFlags = FROM_CONFIG,
+    pair_name: str = pair_option(),
     all_eval_rows: bool = typer.Option(False, "--all-eval-rows", help="Evaluation: judge the whole test split."),
-    explain_top: int = typer.Option(EXPLAIN_TOP, "--explain-top", min=1, help="Neuron cards per capability."),
-    device: Optional[str] = typer.Option(
-        None, "--device", help="cpu, cuda, cuda:N (recording and generation). Default: each command's."
-    ),
     plan_only: bool = typer.Option(False, "--plan", help="Print the stages and their estimated times, then stop."),
     config_file: Optional[Path] = config_option(),
 ) -> None:
     """Record every capability, analyse, explain, intervene on multi_turn with controls, evaluate,
     and write the report."""
+    from dataclasses import replace
+
     from core.errors import ProbeError
     from core.paths import check_output_dir
-    from interventions.replicate import ReplicateOptions, minutes, plan, run_stages
+    from interventions.replicate import minutes, plan, run_stages
     from probe_cli.console import console
     from probe_cli.latest import point_latest
     from probe_cli.pairs import default_pair
 
     err = console(stderr=True)
+    given = settings.values
+    sft, dpo, base, data = given["sft_dir"], given["dpo_dir"], given["base_dir"], given["data_file"]
     if (sft is None) != (dpo is None):
         raise ProbeError("give both --sft and --dpo, or neither (to use the embedded default pair)")
     if sft is None:
-        _announce_build(pair, err)
-        built = default_pair(pair)
+        _announce_build(pair_name, err)
+        built = default_pair(pair_name)
         sft, dpo, base, data = built.sft_dir, built.dpo_dir, base or built.base_dir, data or built.test_file
-        name = pair
+        name = pair_name
     else:
         if data is None:
-            data = default_pair(pair).test_file
+            data = default_pair(pair_name).test_file
         name = None
     assert dpo is not None and data is not None
+    out = given["out_dir"]
     run_dir = out if out is not None else Path("runs") / f"replicate-{name or _digest(sft, dpo)}"
     check_output_dir(run_dir, "--out")
-    options = ReplicateOptions(
-        sft_dir=sft,
-        dpo_dir=dpo,
-        data_file=data,
-        out_dir=run_dir,
-        base_dir=base,
-        pair=name,
-        edits=[e.strip() for e in edit.split(",")] if edit else None,
-        limit=limit,
-        placebo=placebo,
-        max_new_tokens=max_new_tokens,
-        collateral=collateral,
-        eval_rows=None if all_eval_rows else eval_rows,
-        explain_top=explain_top,
-        device=device,
-    )
+    options = settings.build(sft_dir=sft, dpo_dir=dpo, data_file=data, out_dir=run_dir, base_dir=base, pair=name)
+    if all_eval_rows:
+        options = replace(options, eval_rows=None)
     kept: dict = {}
     stages = plan(options, lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True), kept)
     _print_plan(stages, run_dir)

@@ -1,7 +1,8 @@
 """``probe synthesize`` writes a RoleMRC-format dataset; ``probe validate`` checks one file.
 
-Thin wrapper: ``--backend offline`` calls :func:`data_synthesis.offline.synthesize`
-(seeded, no network, seconds); ``--backend llm`` calls
+Thin wrapper over :func:`data_synthesis.dataset.synthesize_dataset`, whose
+:class:`~data_synthesis.dataset.SynthesizeConfig` makes the options: ``--backend offline`` calls
+:func:`data_synthesis.offline.synthesize` (seeded, no network, seconds); ``--backend llm`` calls
 :func:`data_synthesis.llm.synthesis.synthesize_llm` against an OpenAI-compatible
 endpoint. Both return a summary that is printed as rich tables.
 
@@ -19,18 +20,13 @@ from typing import Any, Optional
 
 import typer
 
-from core.config_file import choice
-from core.errors import ProbeError
-from core.llm.config import ClientOptions
 from core.paths import check_output_dir
 from core.records import to_json
-from data_synthesis.offline.synthesize import MAX_ROLES, SynthesisConfig
+from data_synthesis.dataset import SynthesizeConfig, synthesize_dataset
 from data_synthesis.validate import KINDS
 from probe_cli.config_option import config_option
 from probe_cli.console import console
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
-
-BACKENDS = ("offline", "llm")
 
 
 def register(app: typer.Typer) -> None:
@@ -38,46 +34,19 @@ def register(app: typer.Typer) -> None:
     app.command("validate")(validate)
 
 
-@config_options(
-    ClientOptions, exclude=["temperature"], help_prefix="LLM backend: ", flag_bounds=True, config_file=False
-)
+@config_options(SynthesizeConfig, flag_bounds=True, config_file=False)
 def synthesize(
     out: Path = typer.Option(
         ..., "--out", help="Directory for profiles.jsonl, passages.jsonl, sft.jsonl, dpo.jsonl, test.jsonl."
     ),
-    roles: int = typer.Option(
-        SynthesisConfig.n_roles,
-        "--roles",
-        min=2,
-        max=MAX_ROLES,
-        help="Roles to create; 20% are held out for the test split, which has 14*N rows (N=100: the published 1,400).",
-    ),
-    seed: int = typer.Option(SynthesisConfig.seed, "--seed", help="Same seed, same bytes."),
-    backend: str = typer.Option(
-        "offline", "--backend", help="offline (templated, no network) or llm (an OpenAI-compatible endpoint)."
-    ),
-    endpoint: ConfigFlags = FROM_CONFIG,
+    settings: ConfigFlags = FROM_CONFIG,
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of tables."),
     config_file: Optional[Path] = config_option(),
 ) -> None:
     """Synthesize a RoleMRC-format dataset and print rows per file, capability and task."""
-    choice("backend", backend, BACKENDS)
+    config = settings.build()
     check_output_dir(out, "--out")
-    if backend == "offline":
-        from data_synthesis.offline import synthesize as run_offline
-
-        given = endpoint.given()
-        if given:
-            raise ProbeError(f"{', '.join(given)}: only for --backend llm (the offline backend calls no endpoint)")
-        summary: Any = run_offline(out, n_roles=roles, seed=seed)
-    else:
-        from data_synthesis.llm.synthesis import synthesize_llm
-
-        options: ClientOptions = endpoint.build()
-        if options.cache_dir is not None and not options.no_cache:
-            check_output_dir(options.cache_dir, "--cache-dir")
-        summary = synthesize_llm(out, roles, seed, options.client())
-    data = to_json(summary)
+    data = to_json(synthesize_dataset(out, config))
     if as_json:
         typer.echo(json.dumps(data, indent=2))
     else:

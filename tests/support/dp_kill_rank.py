@@ -16,7 +16,7 @@ from probe_cli.main import main
 def _die_after_first_shard() -> None:
     write_shard = recording.write_shard
 
-    def write_then_die(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def write_then_die(*args, **kwargs):
         write_shard(*args, **kwargs)
         os._exit(9)
 
