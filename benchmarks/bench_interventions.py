@@ -21,6 +21,16 @@ generating against the time taken, and every token that differs between the two 
     python benchmarks/bench_interventions.py --shared runs/latest --rows 16
     python benchmarks/bench_interventions.py --shared runs/latest --rows 16 \
         --neurons runs/latest/analysis_mean_diff/neurons_multi_turn_mlp_out.json
+
+Part 3 (``--floor RUN_DIR``): can ``probe intervene RUN_DIR -c multi_turn`` with its defaults (or ``--rows``,
+``--placebo``, ``--neurons``, ``--new-tokens``, ``--no-collateral``) finish within ``--budget`` minutes on this
+machine with *any* engine that computes each arm exactly? It counts the weight FLOPs that no sharing between arms
+removes (the padded prompt tokens through the blocks below the fork once, through the blocks from the fork up once
+per pass; each generated token likewise, plus the LM head per pass) and divides them by this machine's best rate for
+the model's own matrix products at the engine's batch size. Attention and everything else count as free, so the
+floor is a lower bound; it prints it for prompt passes alone and with every row decoding to the token limit.
+
+    python benchmarks/bench_interventions.py --floor runs/latest
 """
 
 from __future__ import annotations
@@ -162,6 +172,79 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
     return 0
 
 
+def floor(args: argparse.Namespace) -> int:
+    """Part 3: the weight-FLOP floor of one A/B on this machine, against the time budget."""
+    from core.decoding import GenerationConfig
+    from core.shared_generation import SharedDecoder
+    from interventions.ab import _Runner
+    from interventions.config import ABConfig
+    from interventions.edits import site_edits
+
+    overrides = {"limit": args.rows} if "--rows" in sys.argv else {}
+    generation = {"max_new_tokens": args.new_tokens} if "--new-tokens" in sys.argv else {}
+    config = ABConfig(
+        run_dir=args.floor,
+        capability="multi_turn",
+        placebo=args.placebo,
+        neurons=args.neurons,
+        collateral=not args.no_collateral,
+        generation=GenerationConfig(**({"max_new_tokens": 32} | generation)),
+        **overrides,
+    )
+    runner = _Runner(config, lambda line: None, None)
+    passes = runner.passes()
+    model = runner.models[config.model]
+    generator = runner.generators[config.model].generator
+    decoder = SharedDecoder(generator)
+    fork = decoder.fork_layer([site_edits(model, edits) if edits else None for _, _, edits in passes])
+    total, n = int(model.config.num_hidden_layers), len(passes)
+    blocks_per_token = fork + n * (total - fork)
+    padded = sum(len(batch) * max(len(generator.prompts[i]) for i in batch) for batch in generator.batches)
+    steps = len(generator.prompts) * config.generation.max_new_tokens
+    block = model.get_decoder().layers[0]
+    block_weights = sum(p.numel() for p in block.parameters() if p.dim() == 2)
+    head_weights = model.get_output_embeddings().weight.numel()
+    prompt_flops = 2 * padded * blocks_per_token * block_weights
+    decode_flops = 2 * steps * (blocks_per_token * block_weights + n * head_weights)
+    rate = _gemm_rate(block, decoder.max_batch_tokens)
+    budget = args.budget * 60
+    print(
+        f"{n} passes over {len(generator.prompts)} prompts ({padded} padded prompt tokens), up to "
+        f"{config.generation.max_new_tokens} new tokens; fork at block {fork} of {total}; "
+        f"torch threads {torch.get_num_threads()}"
+    )
+    print(f"this machine's matrix products at {decoder.max_batch_tokens} rows: {rate / 1e9:.0f} GFLOP/s (best of 6)")
+    for label, flops in (
+        ("prompt passes alone", prompt_flops),
+        ("with every row decoding to the limit", prompt_flops + decode_flops),
+    ):
+        seconds = flops / rate
+        print(f"floor, {label}: {flops / 1e12:.1f} TFLOP = {seconds / 60:.1f} min")
+    verdict = "PASS" if prompt_flops / rate <= budget else "FAIL"
+    print(
+        f"verdict: {verdict} (the prompt passes alone {'fit' if verdict == 'PASS' else 'exceed'} the "
+        f"{args.budget:g}-minute budget at this machine's peak; any exact engine is slower than the floor)"
+    )
+    return 0
+
+
+def _gemm_rate(block: torch.nn.Module, rows: int) -> float:
+    """FLOP/s of one block's matrix products on ``rows`` rows (best of six), as the engine's prompt passes run them."""
+    import time
+
+    weights = [p.detach() for p in block.parameters() if p.dim() == 2]
+    inputs = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=w.dtype) for w in weights}
+    flops = sum(2 * rows * w.numel() for w in weights)
+    best = float("inf")
+    with torch.no_grad():
+        for _ in range(6):
+            start = time.perf_counter()
+            for w in weights:
+                inputs[w.shape[1]] @ w.T
+            best = min(best, time.perf_counter() - start)
+    return flops / best
+
+
 def _ceiling(model: torch.nn.Module, generator: object, fork: int, n_passes: int, per_arm: list) -> float:
     """Weight FLOPs arm by arm over those of perfect sharing: prompt tokens through every block once per arm against the
     blocks below the fork once and the rest once per arm; each generated token through every block and the LM head once
@@ -193,9 +276,14 @@ def main() -> int:
         "--top-k", type=int, default=None, help="part 2: top K units of the run's ranking (default: its neuron set)"
     )
     parser.add_argument("--neurons", type=Path, default=None, help="part 2: a neuron-set file (default: the run's)")
-    parser.add_argument("--rows", type=int, default=32, help="part 2: multi_turn rows")
-    parser.add_argument("--placebo", type=int, default=20, help="part 2: placebo arms")
+    parser.add_argument("--rows", type=int, default=32, help="part 2: multi_turn rows; part 3: rows per capability")
+    parser.add_argument("--placebo", type=int, default=20, help="parts 2 and 3: placebo arms")
+    parser.add_argument("--floor", type=Path, default=None, metavar="RUN_DIR", help="part 3: the FLOP floor of an A/B")
+    parser.add_argument("--budget", type=float, default=15.0, help="part 3: minutes")
+    parser.add_argument("--no-collateral", action="store_true", help="part 3: the target capability's rows only")
     args = parser.parse_args()
+    if args.floor is not None:
+        return floor(args)
     if args.shared is not None:
         args.new_tokens = 64 if "--new-tokens" not in sys.argv else args.new_tokens
         return shared_vs_per_arm(args)

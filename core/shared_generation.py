@@ -105,7 +105,9 @@ _NEUTRAL_GENERATION: dict[str, Any] = {
     "exponential_decay_length_penalty": None,
 }
 COMPACT_SHARE = 8  # drop finished rows from the caches once 1/8 of the rows have finished
-DECODE_COST = 3.0  # one row's decode step through one block, in prompt tokens through one block (2-core CPU, SmolLM2)
+# one row's decode step through one block, in prompt tokens through one block, with every row decoding to the limit;
+# fitted to the default A/B on the default pair (2-core CPU, 2026-11-24: estimated with it 23 min, took 22 min 56 s)
+DECODE_COST = 0.75
 HEAD_BLOCKS = 8.0  # the LM head of one row, in blocks (SmolLM2: 28M weights against 3.5M per block)
 
 # (batches done, batches in all, its prompts, its seconds, read back)
@@ -267,9 +269,10 @@ class SharedDecoder:
         )
 
     def estimate_seconds(self, passes: Sequence[SiteEdits | None]) -> float:
-        """Decoding time at the pace of one timed prompt pass of the first batch, with every row decoding to the token
-        limit and no arm diverging (early stops make it shorter, diverging arms longer); a decode step of one row
-        through one block costs about :data:`DECODE_COST` prompt tokens'."""
+        """Decoding time at the pace of one timed prompt pass of the first batch, counting every row to the token limit
+        and no arm diverging; a decode step of one row through one block costs about :data:`DECODE_COST` prompt
+        tokens', a figure fitted where rows stop after about two thirds of the limit (earlier stops make a run
+        shorter, later ones and diverging arms longer)."""
         input_ids, mask = self.generator.padded(self.generator.batches[0])
         start = time.perf_counter()
         with torch.no_grad():
