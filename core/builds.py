@@ -5,8 +5,8 @@ someone changed a file in it. The pattern, shared by :mod:`training.smollm2` and
 :mod:`training.default_pair`:
 
 * build into a private ``.<name>.build-<pid>`` directory beside the target (:func:`building`),
-  under an exclusive file lock (:func:`core.locks.file_lock`: a second process waits, then
-  finds the finished build);
+  under an exclusive file lock (:func:`build_lock`: a second process says that it waits, waits,
+  then finds the finished build);
 * write ``COMPLETE.json`` last: an *identity* (what was built: recipe, source hashes,
   version) and the SHA-256 of every file;
 * swap it into place (:func:`core.atomic.replace_dir`);
@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,9 +36,21 @@ from pathlib import Path
 from typing import Any
 
 from core.atomic import replace_dir, write_atomic
+from core.locks import file_lock
 from core.provenance import file_sha256
 
 MARKER = "COMPLETE.json"
+
+
+@contextmanager
+def build_lock(path: Path, what: str) -> Iterator[None]:
+    """Hold the build lock ``path`` of ``what``; if another process holds it, say so on stderr, then wait for it."""
+
+    def waiting() -> None:
+        print(f"waiting: another process is building {what} (lock {path})", file=sys.stderr, flush=True)
+
+    with file_lock(path, waiting=waiting):
+        yield
 
 
 def hash_tree(root: Path) -> dict[str, str]:

@@ -35,10 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.builds import building, verify_marker, write_marker
+from core.builds import build_lock, building, verify_marker, write_marker
 from core.errors import Interrupted, ProbeError
 from core.home import probe_home
-from core.locks import file_lock
 from core.records import to_json
 
 VERSION = 3
@@ -181,7 +180,7 @@ def ensure_default_pair(
     if root.is_dir() and verify(root, recipe) is None:
         return _pair_at(root, recipe, home)
     try:
-        with file_lock(home / ".default_pair.lock"):
+        with build_lock(home / ".default_pair.lock", f"the default pair in {home}"):
             if root.is_dir() and verify(root, recipe) is None:  # another process finished it meanwhile
                 return _pair_at(root, recipe, home)
             _build_into_place(home, root, recipe, progress)

