@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from hypothesis import strategies as st
 from core.devices import check_device, cuda_count, mps_available
 from core.errors import ProbeError
 from tests.support.cli import one_line_error
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PEERS = str(ROOT / "tests" / "support" / "dp_peers.py")
@@ -189,12 +189,6 @@ def _env(**extra: str) -> dict[str, str]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _lines(stderr: str, prefix: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith(prefix)]
 
@@ -270,7 +264,7 @@ def test_each_rank_says_which_peer_it_waited_for_within_the_join_timeout(
 
     for name, value in {
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
+        "MASTER_PORT": str(free_port()),
         "PROBE_JOIN_TIMEOUT": "1",
     }.items():
         monkeypatch.setenv(name, value)
@@ -289,7 +283,7 @@ def test_a_missing_peer_ends_in_one_line_within_the_join_timeout(tiny_pair, role
         RANK="0",
         LOCAL_RANK="0",
         MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(_free_port()),
+        MASTER_PORT=str(free_port()),
         PROBE_JOIN_TIMEOUT="2",
     )
     started = time.monotonic()
@@ -318,7 +312,7 @@ def test_ctrl_c_stops_the_wait_for_a_missing_peer_at_once(monkeypatch: pytest.Mo
 
     for name, value in {
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
+        "MASTER_PORT": str(free_port()),
         "PROBE_JOIN_TIMEOUT": "60",
     }.items():
         monkeypatch.setenv(name, value)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,15 +27,10 @@ from core.judges.agreement import score_table
 from core.judges.llm import LLMJudge
 from core.llm.client import ClientConfig
 from core.schema import TestRow, Turn
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
 STARTUP_SECONDS = 120
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _healthy(url: str) -> bool:
@@ -67,7 +61,7 @@ def served(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     root = tmp_path_factory.mktemp("serve")
     hub_cache = root / "hub"
     hub_cache.mkdir()  # /v1/models answers 500 without an existing hub cache (stack.md §7)
-    port, log = _free_port(), root / "serve.log"
+    port, log = free_port(), root / "serve.log"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(hub_cache), "TOKENIZERS_PARALLELISM": "false"}
     command = [
         str(Path(sys.executable).parent / "transformers"),

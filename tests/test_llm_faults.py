@@ -19,7 +19,6 @@ replace it with empty files and exit 0), and must not create a new one.
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ import pytest
 from data_synthesis.offline import FILES, synthesize
 from probe_cli.main import main
 from tests.support.judge_files import write_judge_files
+from tests.support.ports import free_port
 from tests.support.scripted_llm import GoodLLM
 from tests.support.scripted_server import Received, ScriptedServer, Step, completion
 
@@ -86,12 +86,6 @@ def run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, arg
     seconds = time.monotonic() - started
     out, err = capsys.readouterr()
     return Result(int(info.value.code or 0), out, err, seconds)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def assert_no_key_on_disk(root: Path) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from core.rows import write_jsonl
 from core.schema import DPORow, SFTRow, Turn
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -198,7 +199,7 @@ def test_two_process_cpu_run_under_accelerate(small_data: Path, tmp_path: Path) 
         "--dynamo_backend",
         "no",
         "--main_process_port",
-        "29517",
+        str(free_port()),
         "--module",
         "probe_cli.main",
         "train",
