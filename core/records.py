@@ -8,7 +8,9 @@ through the same way. :func:`from_json` reads such values back by the fields' ty
 (``X | None``, ``list[X]``, ``tuple[X, ...]``, ``dict[K, V]`` with int keys parsed from their
 text, ``Literal``, enums, paths, nested records; ``Any`` as found) and refuses a missing field
 or a value of another type with one :class:`RecordError` naming where it is. Keys that are not
-fields are ignored, so a file written by a newer toolkit with more fields still opens. A
+fields are ignored, so a file written by a newer toolkit with more fields still opens; but a
+record without fields stands for ``{}`` and reads nothing else, so that as the last arm of a
+union (``Drawn | NoPlacebo``) it does not take in a malformed block of another arm. A
 ``float`` field reads ``null`` as NaN: writers of strict JSON store a non-finite float as
 ``null`` (:func:`nonfinite_as_null`).
 
@@ -22,7 +24,10 @@ one of
 * :data:`OMIT_NONE`: the key is left out while the value is None (and an absent key reads as the default);
 * :data:`MERGED`: a ``dict[str, Any]`` field whose items are written into the record itself, after
   the fields; reading gives it every key that is not a field (nor ``format``/``version``);
-* :data:`SKIP`: not part of the record: neither written nor read (it keeps its default).
+* :data:`SKIP`: not part of the record: neither written nor read (it keeps its default);
+* :func:`flatten`: a nested record whose fields are written into the record itself, in its place,
+  and read back from the record's keys; it may rename them and move keys, to keep a file's own
+  names and order.
 
 A field declared ``init=False`` (a value computed in ``__post_init__``) is written in its place and
 computed again on reading.
@@ -42,6 +47,15 @@ Example:
     Traceback (most recent call last):
     ...
     core.records.RecordError: layer: expected an integer, got '3'
+    >>> @dataclass
+    ... class NoNote:
+    ...     '''No note: ``{}`` in the file.'''
+    >>> from_json(NoNote, {}), to_json(NoNote())
+    (NoNote(), {})
+    >>> from_json(NoNote, {"note": 1})
+    Traceback (most recent call last):
+    ...
+    core.records.RecordError: expected an empty object, got {'note': 1}
 """
 
 from __future__ import annotations
@@ -52,7 +66,7 @@ import functools
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -65,6 +79,43 @@ OMIT_NONE: Mapping[str, str] = types.MappingProxyType({JSON: _OMIT_NONE})
 MERGED: Mapping[str, str] = types.MappingProxyType({JSON: _MERGED})
 SKIP: Mapping[str, str] = types.MappingProxyType({JSON: _SKIP})
 ENVELOPE = ("format", "version")
+
+
+@dataclasses.dataclass(frozen=True)
+class Flatten:
+    """The :func:`flatten` hook: under which key each nested field is written, and which keys move."""
+
+    rename: Mapping[str, str]  # nested field -> its key in the record (else its own name)
+    after: Mapping[str, str]  # key -> the key it is written right after
+
+    def key(self, name: str) -> str:
+        return self.rename.get(name, name)
+
+
+def flatten(rename: Mapping[str, str] | None = None, *, after: Mapping[str, str] | None = None) -> Mapping[str, Any]:
+    """``metadata=`` of a nested record written into its parent: its fields become the parent's keys, in its place.
+
+    ``rename`` gives a field another key; ``after`` writes a key (the nested record's or the parent's)
+    right after another one, where a file's order is not the declaration order. Reading takes the
+    nested fields back from those keys.
+
+    >>> from dataclasses import field, make_dataclass
+    >>> Rate = make_dataclass("Rate", [("n", int), ("rate", float)])
+    >>> hook = flatten({"n": "items"}, after={"note": "items"})
+    >>> Row = make_dataclass("Row", [("task", str), ("note", str), ("score", Rate, field(metadata=hook))])
+    >>> to_json(Row("mmlu", "ok", Rate(12, 0.5)))
+    {'task': 'mmlu', 'items': 12, 'note': 'ok', 'rate': 0.5}
+    >>> from_json(Row, {"task": "mmlu", "items": 12, "note": "ok", "rate": 0.5})
+    Row(task='mmlu', note='ok', score=Rate(n=12, rate=0.5))
+    >>> from_json(Row, {"task": "mmlu", "note": "ok", "rate": 0.5})
+    Traceback (most recent call last):
+    ...
+    core.records.RecordError: items: missing
+    """
+    hook = Flatten(types.MappingProxyType(dict(rename or {})), types.MappingProxyType(dict(after or {})))
+    return types.MappingProxyType({JSON: hook})
+
+
 _WORDS: dict[Any, str] = {
     int: "an integer",
     float: "a number",
@@ -125,14 +176,34 @@ def _record_json(record: Any) -> dict[str, Any]:
         body["format"] = kind.FORMAT
     if hasattr(kind, "VERSION"):
         body["version"] = kind.VERSION
+    return {**body, **_fields_json(record)}
+
+
+def _fields_json(record: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {}
     merged: dict[str, Any] = {}
+    moves: dict[str, str] = {}
     for f in dataclasses.fields(record):
         hook, value = f.metadata.get(JSON), getattr(record, f.name)
-        if hook == _MERGED:
+        if isinstance(hook, Flatten):
+            body.update({hook.key(k): v for k, v in _fields_json(value).items()})
+            moves.update(hook.after)
+        elif hook == _MERGED:
             merged = {str(k): to_json(v) for k, v in value.items()}
         elif hook != _SKIP and not (hook == _OMIT_NONE and value is None):
             body[f.name] = to_json(value)
+    for key, anchor in moves.items():
+        body = _moved(body, key, anchor)
     return {**body, **merged}
+
+
+def _moved(body: dict[str, Any], key: str, anchor: str) -> dict[str, Any]:
+    """``body`` with ``key`` right after ``anchor`` (unchanged where either is absent)."""
+    if key not in body or anchor not in body:
+        return body
+    rest = [(k, v) for k, v in body.items() if k != key]
+    at = next(i for i, (k, _) in enumerate(rest) if k == anchor) + 1
+    return dict([*rest[:at], (key, body[key]), *rest[at:]])
 
 
 def _key_json(key: Any) -> str:
@@ -187,23 +258,49 @@ def _read(kind: Any, value: Any, path: tuple[str | int, ...]) -> Any:
 def _read_record(kind: Any, body: Any, path: tuple[str | int, ...]) -> Any:
     if not isinstance(body, dict):
         raise RecordError(path, "an object", body)
+    if body and not dataclasses.fields(kind):
+        raise RecordError(path, "an empty object", body)
+    return _read_fields(kind, body, path, _own_name)
+
+
+def _read_fields(kind: Any, body: dict[str, Any], path: tuple[str | int, ...], key: Callable[[str], str]) -> Any:
+    """``kind`` from ``body``, each field from the key ``key`` gives its name (:func:`flatten` renames)."""
     hints = _hints(kind)
     values: dict[str, Any] = {}
     merged: str | None = None
     for f in dataclasses.fields(kind):
-        hook = f.metadata.get(JSON)
+        hook, name = f.metadata.get(JSON), key(f.name)
         if not f.init or hook == _SKIP:
             continue
-        if hook == _MERGED:
+        if isinstance(hook, Flatten):
+            values[f.name] = _read_fields(hints[f.name], body, path, _renamed(key, hook))
+        elif hook == _MERGED:
             merged = f.name
-        elif f.name in body:
-            values[f.name] = _read(hints[f.name], body[f.name], (*path, f.name))
+        elif name in body:
+            values[f.name] = _read(hints[f.name], body[name], (*path, name))
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise RecordError((*path, f.name), "a value", missing=True)
+            raise RecordError((*path, name), "a value", missing=True)
     if merged is not None:
-        known = {f.name for f in dataclasses.fields(kind)} | set(ENVELOPE)
+        known = _keys(kind, key) | set(ENVELOPE)
         values[merged] = {k: v for k, v in body.items() if k not in known}
     return kind(**values)
+
+
+def _own_name(name: str) -> str:
+    return name
+
+
+def _renamed(key: Callable[[str], str], hook: Flatten) -> Callable[[str], str]:
+    return lambda name: key(hook.key(name))
+
+
+def _keys(kind: Any, key: Callable[[str], str]) -> set[str]:
+    """The keys ``kind``'s fields are written under."""
+    keys: set[str] = set()
+    for f in dataclasses.fields(kind):
+        hook = f.metadata.get(JSON)
+        keys |= _keys(_hints(kind)[f.name], _renamed(key, hook)) if isinstance(hook, Flatten) else {key(f.name)}
+    return keys
 
 
 def _read_union(args: tuple[Any, ...], value: Any, path: tuple[str | int, ...]) -> Any:

@@ -99,9 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     for c in arm.capabilities:
         placebo = fmt_percentile(c.placebo.percentile) if c.placebo else "-"
+        e = c.effect
         print(
-            f"{c.capability:<20} {fmt_pct(c.before):>7} {fmt_pct(c.after):>7} {fmt_delta(c.delta):>7}  "
-            f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]{'':<2} {fmt_p(c.p_value):>7} {placebo:>8} "
+            f"{c.capability:<20} {fmt_pct(e.before):>7} {fmt_pct(e.after):>7} {fmt_delta(e.delta):>7}  "
+            f"[{fmt_delta(e.ci_low)}, {fmt_delta(e.ci_high)}]{'':<2} {fmt_p(e.p_value):>7} {placebo:>8} "
             f"{c.rows_changed:>4}/{c.n_rows}"
         )
     for flag in arm.guard.flags:

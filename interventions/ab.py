@@ -19,7 +19,7 @@ The pipeline, in order:
 
 Example:
     >>> report = run_ab(ABConfig(run_dir="runs/x", capability="multi_turn", placebo=20))   # doctest: +SKIP
-    >>> report.main.capability("multi_turn").delta                                          # doctest: +SKIP
+    >>> report.main.capability("multi_turn").effect.delta                                   # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -204,23 +204,15 @@ def capability_result(
     """Paired statistics of one capability for one arm against the baseline (``with_ci=False``: no bootstrap)."""
     before_all, after_all = _scores(base[1], cap, idx), _scores(arm[1], cap, idx)
     pairs = [(b, a) for b, a in zip(before_all, after_all) if b is not None and a is not None]
-    stats = paired_delta(
+    effect = paired_delta(
         [b for b, _ in pairs], [a for _, a in pairs], n_resamples=n_bootstrap, seed=seed, with_ci=with_ci
     )
     return CapabilityResult(
         capability=cap.value,
         target=target,
         n_rows=len(idx),
-        n_scored=len(pairs),
         undecided=len(idx) - len(pairs),
-        before=stats.before,
-        after=stats.after,
-        delta=stats.delta,
-        ci_low=stats.ci_low,
-        ci_high=stats.ci_high,
-        p_value=stats.p_value,
-        discordant_lost=stats.lost,
-        discordant_gained=stats.gained,
+        effect=effect,
         rows_changed=sum(base[0].ids[i] != arm[0].ids[i] for i in idx),
         rouge_l_before=float(np.mean([base[1].rouge_l[i] for i in idx])),
         rouge_l_after=float(np.mean([arm[1].rouge_l[i] for i in idx])),
@@ -502,10 +494,10 @@ class _Runner:
             for capability in self.results(
                 self.scored(f"{arm.name} placebo {k}", arm.model, edits), arm.model, full=False
             ):
-                deltas[capability.capability].append(capability.delta)
+                deltas[capability.capability].append(capability.effect.delta)
                 changed[capability.capability].append(capability.rows_changed)
         for capability in capabilities:
-            cmp = placebo_compare(capability.delta, deltas[capability.capability])
+            cmp = placebo_compare(capability.effect.delta, deltas[capability.capability])
             capability.placebo = PlaceboRank(
                 cmp.percentile, cmp.p_empirical, cmp.placebo, float(np.mean(changed[capability.capability]))
             )

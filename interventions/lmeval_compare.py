@@ -33,9 +33,10 @@ from typing import Any
 
 import numpy as np
 
+from core.records import flatten
 from core.stats import mcnemar_p
 from interventions.results import PlaceboRank
-from interventions.stats import PairedDelta, paired_delta, placebo_compare
+from interventions.stats import DISCORDANT_KEYS, PairedDelta, paired_delta, placebo_compare
 
 GENERIC_RESAMPLES = 1000
 
@@ -74,17 +75,8 @@ class MetricRow:
     metric: str
     filter: str
     higher_is_better: bool | None
-    n: int
-    before: float
-    after: float
-    delta: float
-    ci_low: float
-    ci_high: float
-    binary: bool
-    p_value: float | None
-    discordant_lost: int
-    discordant_gained: int
-    method: str
+    # before/after, Δ with its CI, McNemar where binary: written flat, in the file's keys and order
+    effect: Paired = field(metadata=flatten(DISCORDANT_KEYS, after={"binary": "ci_high"}))
     items_changed: int | None  # None for a group row
     group: bool = False
     placebo: PlaceboRank | None = None  # with --placebo
@@ -280,31 +272,13 @@ def _group_rows(
 def _row(
     task: str, metric: str, flt: str, higher: bool | None, p: Paired, changed: int | None, group: bool = False
 ) -> MetricRow:
-    return MetricRow(
-        task,
-        metric,
-        flt,
-        higher,
-        p.n,
-        p.before,
-        p.after,
-        p.delta,
-        p.ci_low,
-        p.ci_high,
-        p.binary,
-        p.p_value if p.binary else None,
-        p.lost,
-        p.gained,
-        p.method,
-        changed,
-        group,
-    )
+    return MetricRow(task, metric, flt, higher, p, changed, group)
 
 
 def add_placebo(rows: list[MetricRow], placebo_rows: list[list[MetricRow]]) -> None:
     """Place each row's Δ among the same row's Δs of the placebo passes (percentile, empirical p)."""
     for row in rows:
-        deltas = [r.delta for pr in placebo_rows for r in pr if r.key == row.key]
+        deltas = [r.effect.delta for pr in placebo_rows for r in pr if r.key == row.key]
         if deltas:
-            cmp = placebo_compare(row.delta, deltas)
+            cmp = placebo_compare(row.effect.delta, deltas)
             row.placebo = PlaceboRank(cmp.percentile, cmp.p_empirical, cmp.placebo)

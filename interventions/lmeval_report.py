@@ -169,17 +169,18 @@ def _units(neurons: UnitsSummary) -> str:
 
 def _cells(row: MetricRow, placebo: bool) -> list[str]:
     task = f"**{row.task}** (group)" if row.group else row.task
-    p = fmt_p(row.p_value) + f" ({row.discordant_lost}↓ {row.discordant_gained}↑)" if row.p_value is not None else "—"
-    changed = "—" if row.items_changed is None else f"{row.items_changed}/{row.n}"
-    ci = f"[{fmt_change(row.ci_low, row.binary)}, {fmt_change(row.ci_high, row.binary)}]"
+    effect, binary = row.effect, row.effect.binary
+    p = fmt_p(effect.p_value) + f" ({effect.lost}↓ {effect.gained}↑)" if binary else "—"
+    changed = "—" if row.items_changed is None else f"{row.items_changed}/{effect.n}"
+    ci = f"[{fmt_change(effect.ci_low, binary)}, {fmt_change(effect.ci_high, binary)}]"
     cells = [
         task,
         row.metric,
         row.filter,
-        str(row.n),
-        fmt_value(row.before, row.binary),
-        fmt_value(row.after, row.binary),
-        fmt_change(row.delta, row.binary),
+        str(effect.n),
+        fmt_value(effect.before, binary),
+        fmt_value(effect.after, binary),
+        fmt_change(effect.delta, binary),
         ci,
         p,
         changed,

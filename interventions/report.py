@@ -75,10 +75,10 @@ def arm_table(arm: ArmResult) -> list[str]:
         "|---|---:|---:|---:|---:|---|---:|---|---:|---|---|",
     ]
     for c in arm.capabilities:
-        name = f"**{c.capability}**" if c.target else c.capability
+        name, e = (f"**{c.capability}**" if c.target else c.capability), c.effect
         lines.append(
-            f"| {name} | {c.n_scored} | {fmt_pct(c.before)} | {fmt_pct(c.after)} | {fmt_delta(c.delta)} | "
-            f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}] | {fmt_p(c.p_value)} | {_placebo_cell(c.placebo)} | "
+            f"| {name} | {e.n} | {fmt_pct(e.before)} | {fmt_pct(e.after)} | {fmt_delta(e.delta)} | "
+            f"[{fmt_delta(e.ci_low)}, {fmt_delta(e.ci_high)}] | {fmt_p(e.p_value)} | {_placebo_cell(c.placebo)} | "
             f"{c.rows_changed}/{c.n_rows} | {c.rouge_l_before:.3f}→{c.rouge_l_after:.3f} | "
             f"{c.bleu_before:.1f}→{c.bleu_after:.1f} |"
         )
@@ -146,10 +146,10 @@ def summary_table(report: ABReport) -> list[str]:
     ]
     for arm in report.arms:
         c = arm.capability(report.capability)
-        verdict = "INVALID" if arm.guard.faults else ("YES" if arm.guard.is_noop else "no")
+        e, verdict = c.effect, "INVALID" if arm.guard.faults else ("YES" if arm.guard.is_noop else "no")
         lines.append(
-            f"| {arm.name} | {arm.model} | {fmt_pct(c.before)} | {fmt_pct(c.after)} | {fmt_delta(c.delta)} | "
-            f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}] | {fmt_p(c.p_value)} | {_placebo_cell(c.placebo)} | "
+            f"| {arm.name} | {arm.model} | {fmt_pct(e.before)} | {fmt_pct(e.after)} | {fmt_delta(e.delta)} | "
+            f"[{fmt_delta(e.ci_low)}, {fmt_delta(e.ci_high)}] | {fmt_p(e.p_value)} | {_placebo_cell(c.placebo)} | "
             f"{c.rows_changed}/{c.n_rows} | {verdict} |"
         )
     return lines + [""]
@@ -164,11 +164,11 @@ def dose_table(report: ABReport) -> list[str]:
         "|---:|---|---:|---:|---|---:|---:|---:|---:|---|",
     ]
     for arm in report.scale_arms:
-        c, g = arm.capability(report.capability), arm.guard
+        e, g = arm.capability(report.capability).effect, arm.guard
         hook = "n/a" if g.values_changed is None else f"{g.values_changed}/{g.values_seen}"
         lines.append(
-            f"| {arm.factor!r} | {arm.role} | {fmt_pct(c.after)} | {fmt_delta(c.delta)} | [{fmt_delta(c.ci_low)}, "
-            f"{fmt_delta(c.ci_high)}] | {fmt_p(c.p_value)} | {g.rows_changed}/{g.rows} | "
+            f"| {arm.factor!r} | {arm.role} | {fmt_pct(e.after)} | {fmt_delta(e.delta)} | [{fmt_delta(e.ci_low)}, "
+            f"{fmt_delta(e.ci_high)}] | {fmt_p(e.p_value)} | {g.rows_changed}/{g.rows} | "
             f"{100 * g.changed_fraction_in_dtype:.1f}% | {hook} | {'YES' if g.is_noop else 'no'} |"
         )
     return lines + [""]

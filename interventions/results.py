@@ -6,8 +6,10 @@ and read by :mod:`core.records`, down to the units (:class:`UnitsSummary`), the 
 (:class:`BaselinePass`), the placebos (:class:`PlaceboRank` per capability; per arm one of
 :class:`PlaceboDrawn`, :class:`PlaceboSkipped`, :class:`NoPlacebo`) and ``--select``'s comparison
 (:class:`Selection`, else :class:`NoSelection`). Where the file holds ``{}`` (no placebo, no
-selection) an empty record stands for it. Unknown keys are ignored on read, so a newer report
-still loads in an older notebook; a value of the wrong type is refused in one line.
+selection) an empty record stands for it, and reads nothing else: a malformed block is refused, not
+taken for none. Otherwise unknown keys are ignored on read, so a newer report still loads in an
+older notebook; a value of the wrong type is refused in one line. A capability's paired statistics
+(:class:`~interventions.stats.PairedDelta`) are written flat, under the keys the file has always had.
 
 The no-op guard lives in the result on purpose: an edit that changes no value whatever the
 activations (a factor that rounds to 1 in the model's dtype, a zero steering vector), hooks
@@ -30,7 +32,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from core.errors import ProbeError
-from core.records import OMIT_NONE, from_json, nonfinite_as_null, to_json
+from core.records import OMIT_NONE, flatten, from_json, nonfinite_as_null, to_json
+from interventions.stats import DISCORDANT_KEYS, PairedDelta
 
 
 @dataclass
@@ -107,21 +110,14 @@ class PlaceboRank:
 
 @dataclass
 class CapabilityResult:
-    """Before/after on one capability's rows for one intervention arm."""
+    """Before/after on one capability's rows for one intervention arm (``effect`` written flat, in the file's keys)."""
 
     capability: str
     target: bool
     n_rows: int
-    n_scored: int  # rows with a verdict in both arms
-    undecided: int
-    before: float
-    after: float
-    delta: float
-    ci_low: float
-    ci_high: float
-    p_value: float  # exact McNemar
-    discordant_lost: int
-    discordant_gained: int
+    undecided: int  # rows the judge left undecided in one arm or both
+    # compliance before/after; its ``n`` is the rows with a verdict in both arms (``n_scored`` in the file)
+    effect: PairedDelta = field(metadata=flatten({**DISCORDANT_KEYS, "n": "n_scored"}, after={"undecided": "n_scored"}))
     rows_changed: int
     rouge_l_before: float
     rouge_l_after: float

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import numpy as np
 
@@ -130,7 +130,7 @@ def arm_verdict(arm: ArmResult, c: CapabilityResult) -> RuleVerdict:
     evidence = ArmEvidence(
         arm.name,
         arm.model,
-        Difference(c.n_scored, c.before, c.after, c.delta, c.ci_low, c.ci_high, c.p_value),
+        Difference(**asdict(c.effect)),
         arm.factor,
         arm.guard.dtype,
         placebo_sets=len(deltas),
@@ -139,13 +139,14 @@ def arm_verdict(arm: ArmResult, c: CapabilityResult) -> RuleVerdict:
         rows_changed=c.rows_changed,
         faults=tuple(arm.guard.faults),
     )
+    d = evidence.effect
     effect = (
-        f"Δ {fmt_delta(c.delta)} pts [{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}], McNemar p {fmt_p(c.p_value)}, "
+        f"Δ {fmt_delta(d.delta)} pts [{fmt_delta(d.ci_low)}, {fmt_delta(d.ci_high)}], McNemar p {fmt_p(d.p_value)}, "
         f"{_placebo_text(c.placebo, len(deltas))}, {c.rows_changed}/{c.n_rows} generations changed"
     )
     if evidence.faults:
         return RuleVerdict(CANNOT_DECIDE, f"the edited generations are broken: {evidence.faults[0]}")
-    if c.n_scored == 0:
+    if d.n == 0:
         return RuleVerdict(CANNOT_DECIDE, "the judge decided no row of this capability")
     if evidence.specific():
         return RuleVerdict(MATTERS, f"significant and beyond its placebos: {effect}")
@@ -194,12 +195,12 @@ def selection_markdown(report: ABReport, selection: Selection) -> list[str]:
             arm = arms[name]
             for c in arm.capabilities:
                 verdict = body.verdicts[name][c.capability].status
-                capability = f"**{c.capability}**" if c.target else c.capability
+                capability, d = (f"**{c.capability}**" if c.target else c.capability), c.effect
                 out.append(
                     f"| {body.rule} | {name.split(': ', 1)[1]} | {capability} | "
-                    f"{c.n_scored} | {fmt_pct(c.before)} → {fmt_pct(c.after)} | {fmt_delta(c.delta)} | "
-                    f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}] | {fmt_p(c.p_value)} | {_pct_cell(c.placebo)} | "
-                    f"{c.rows_changed}/{c.n_rows} | {_per_unit(c.delta, size)} | {verdict} |"
+                    f"{d.n} | {fmt_pct(d.before)} → {fmt_pct(d.after)} | {fmt_delta(d.delta)} | "
+                    f"[{fmt_delta(d.ci_low)}, {fmt_delta(d.ci_high)}] | {fmt_p(d.p_value)} | {_pct_cell(c.placebo)} | "
+                    f"{c.rows_changed}/{c.n_rows} | {_per_unit(d.delta, size)} | {verdict} |"
                 )
     return out + ["", *overlap_markdown(selection.rules), ""]
 

@@ -51,6 +51,10 @@ class PairedDelta:
     gained: int = 0  # c: 0 before, 1 after
 
 
+# the keys of McNemar's counts in the report files, where a PairedDelta is written flat (core.records.flatten)
+DISCORDANT_KEYS = {"lost": "discordant_lost", "gained": "discordant_gained"}
+
+
 def mcnemar_exact(before: Outcomes, after: Outcomes) -> McNemar:
     """Exact (binomial) McNemar test on paired 0/1 outcomes."""
     b, c = discordant(*paired(before, after))

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import math
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from interventions.results import ABReport, ArmResult
@@ -82,7 +83,7 @@ def arm_evidence(report: ABReport, arm: ArmResult) -> ArmEvidence:
         model=arm.model,
         factor=arm.factor,
         dtype=report.dtype,
-        effect=Difference(c.n_scored, c.before, c.after, c.delta, c.ci_low, c.ci_high, c.p_value),
+        effect=Difference(**asdict(c.effect)),
         placebo_sets=sets,
         percentile=c.placebo.percentile if c.placebo else None,
         rounds_to_one=arm.factor is not None and arm.guard.factor_rounds_to_one,

@@ -158,7 +158,7 @@ def placebo_figure(report: ABReport, arm: ArmResult) -> go.Figure | None:
     if not deltas:
         return None
     values = sorted(set(deltas))
-    step = 100 / max(1, c.n_scored)
+    step, real = 100 / max(1, c.effect.n), 100 * c.effect.delta
     fig = go.Figure(
         go.Bar(
             x=values,
@@ -169,8 +169,8 @@ def placebo_figure(report: ABReport, arm: ArmResult) -> go.Figure | None:
             hovertemplate="Δ %{x:+.1f}: %{y} placebo sets<extra></extra>",
         )
     )
-    fig.add_vline(x=100 * c.delta, line_color="#d62728", line_width=3, annotation_text=f"real Δ {100 * c.delta:+.1f}")
-    low, high = min(values + [100 * c.delta]), max(values + [100 * c.delta])
+    fig.add_vline(x=real, line_color="#d62728", line_width=3, annotation_text=f"real Δ {real:+.1f}")
+    low, high = min(values + [real]), max(values + [real])
     fig.update_layout(
         title=f"{arm.name} ({arm.model}): the real Δ among {len(deltas)} placebo sets, {report.capability}",
         xaxis_title="Δ compliance (points)",
@@ -191,19 +191,20 @@ def dose_figure(report: ABReport) -> go.Figure | None:
     if len(arms) < 2:
         return None
     results = [a.capability(report.capability) for a in arms]
+    effects = [c.effect for c in results]
     x = [repr(a.factor) for a in arms]
     fig = make_subplots(specs=[[{"secondary_y": True}]])
     fig.add_trace(
         go.Scatter(
             x=x,
-            y=[100 * c.delta for c in results],
+            y=[100 * e.delta for e in effects],
             mode="lines+markers",
             name="Δ compliance (points)",
             error_y={
                 "type": "data",
                 "symmetric": False,
-                "array": [_err(100 * c.ci_high, 100 * c.delta) for c in results],
-                "arrayminus": [_err(100 * c.delta, 100 * c.ci_low) for c in results],
+                "array": [_err(100 * e.ci_high, 100 * e.delta) for e in effects],
+                "arrayminus": [_err(100 * e.delta, 100 * e.ci_low) for e in effects],
             },
         ),
         secondary_y=False,

@@ -219,15 +219,15 @@ def _claim2(page: Page, study: Study) -> None:
 
 def _arm_row(report: ABReport, arm: ArmResult) -> str:
     c = arm.capability(report.capability)
-    sets = arm.placebo.n_sets
+    d, sets = c.effect, arm.placebo.n_sets
     pct = f"{c.placebo.percentile:.0f} of {sets}" if c.placebo and math.isfinite(c.placebo.percentile) else "—"
     g = arm.guard
     hook = "n/a" if g.values_changed is None else f"{g.values_changed}/{g.values_seen}"
     state = "INVALID" if g.faults else ("NO-OP" if g.is_noop else "")
     return (
-        f"<tr><td>{e(arm.name)}</td><td>{e(arm.model)}</td><td>{c.n_scored}</td><td>{fmt_pct(c.before)}</td>"
-        f"<td>{fmt_pct(c.after)}</td><td>{fmt_delta(c.delta)}</td>"
-        f"<td>[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]</td><td>{fmt_p(c.p_value)}</td><td>{pct}</td>"
+        f"<tr><td>{e(arm.name)}</td><td>{e(arm.model)}</td><td>{d.n}</td><td>{fmt_pct(d.before)}</td>"
+        f"<td>{fmt_pct(d.after)}</td><td>{fmt_delta(d.delta)}</td>"
+        f"<td>[{fmt_delta(d.ci_low)}, {fmt_delta(d.ci_high)}]</td><td>{fmt_p(d.p_value)}</td><td>{pct}</td>"
         f"<td>{c.rows_changed}/{c.n_rows}</td><td>{100 * g.changed_fraction_in_dtype:.1f}%</td><td>{hook}</td>"
         f"<td>{state}</td></tr>"
     )

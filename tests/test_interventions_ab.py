@@ -59,7 +59,7 @@ def test_report_files_and_round_trip(ab_run):
     assert [a.factor for a in loaded.scale_arms] == [0.0, 0.5, PAPER_FACTOR]
     assert [a.name for a in loaded.arms] == [f"scale {PAPER_FACTOR!r}", "scale 0.5", "scale 0.0"]
     assert {a.role for a in loaded.arms} == {"main", "dose", "control"}
-    assert loaded.main.capability("multi_turn").delta == report.main.capability("multi_turn").delta
+    assert loaded.main.capability("multi_turn").effect.delta == report.main.capability("multi_turn").effect.delta
     records = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
     assert len(records) == report.baseline.rows
     assert set(records[0]["intervened"]) == {f"scale {PAPER_FACTOR!r}", "scale 0.5", "scale 0.0"}
@@ -72,11 +72,12 @@ def test_every_capability_is_scored_with_paired_statistics(ab_run):
     assert set(caps) == {"multi_turn", "knowledge_boundary", "role_style", "nested", "priority"}  # collateral
     for c in report.main.capabilities:
         assert 0 < c.n_rows <= 4
-        assert c.n_scored + c.undecided == c.n_rows
-        if c.n_scored:
-            assert c.delta == pytest.approx(c.after - c.before)
-            assert c.ci_low <= c.delta + 1e-12 and c.delta - 1e-12 <= c.ci_high
-            assert 0 < c.p_value <= 1
+        e = c.effect
+        assert e.n + c.undecided == c.n_rows
+        if e.n:
+            assert e.delta == pytest.approx(e.after - e.before)
+            assert e.ci_low <= e.delta + 1e-12 and e.delta - 1e-12 <= e.ci_high
+            assert 0 < e.p_value <= 1
         assert 0 <= c.rouge_l_before <= 1 and math.isfinite(c.bleu_before)
 
 
@@ -89,9 +90,10 @@ def test_placebo_results_are_attached_to_the_main_arm(ab_run):
     for c in report.main.capabilities:
         assert c.placebo is not None and len(c.placebo.deltas) == 3
         deltas = c.placebo.deltas
-        below, ties = sum(d < c.delta for d in deltas), sum(d == c.delta for d in deltas)
+        delta = c.effect.delta
+        below, ties = sum(d < delta for d in deltas), sum(d == delta for d in deltas)
         assert c.placebo.percentile == pytest.approx(100 * (below + ties / 2) / 3)
-        assert c.placebo.p_empirical == pytest.approx((1 + sum(abs(d) >= abs(c.delta) - 1e-12 for d in deltas)) / 4)
+        assert c.placebo.p_empirical == pytest.approx((1 + sum(abs(d) >= abs(delta) - 1e-12 for d in deltas)) / 4)
     assert all(c.placebo is None for arm in report.doses for c in arm.capabilities)
 
 
@@ -137,7 +139,7 @@ def test_bfloat16_paper_factor_is_flagged_as_noop(tiny_pair, test_file: Path, tm
     report = run_ab(config)
     guard = report.main.guard
     assert guard.factor_rounds_to_one and guard.is_noop and guard.values_changed == 0
-    assert guard.rows_changed == 0 and report.main.capability("multi_turn").delta == 0
+    assert guard.rows_changed == 0 and report.main.capability("multi_turn").effect.delta == 0
     assert any("rounds to exactly 1 in bfloat16" in w for w in report.warnings)
     assert "NO-OP WARNING" in (tmp_path / "ab_report.md").read_text()
     # placebos of a no-op are no-ops
@@ -269,4 +271,19 @@ def test_report_versions(ab_run, tmp_path: Path):
     for version in (3, "2", None):
         (tmp_path / "bad.json").write_text(json.dumps({**body, "version": version}))
         with pytest.raises(ProbeError, match=r"bad.json: A/B report version .*this toolkit reads versions 1-2"):
+            ABReport.load(tmp_path / "bad.json")
+
+
+def test_a_malformed_placebo_or_selection_is_one_line(ab_run, tmp_path: Path):
+    """A drawn placebo without its sets, or a selection without its rules, is refused, not read as none."""
+    _, out = ab_run
+    body = json.loads((out / "ab_report.json").read_text())
+    main, *others = body["arms"]
+    drawn = {k: v for k, v in main["placebo"].items() if k != "sets"}
+    for broken, where in (
+        ({**body, "arms": [{**main, "placebo": drawn}, *others]}, r"arms\[0\]\.placebo"),
+        ({**body, "selection": {"k": 3, "verdict_rule": "placebo"}}, "selection"),
+    ):
+        (tmp_path / "bad.json").write_text(json.dumps(broken))
+        with pytest.raises(ProbeError, match=rf"^\S*bad.json: not a valid A/B report \({where}: .*\)$"):
             ABReport.load(tmp_path / "bad.json")

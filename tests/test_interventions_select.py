@@ -169,7 +169,7 @@ def test_a_killed_select_run_resumes_to_the_same_report(select_run: Path, tmp_pa
 
     def figures(report) -> list:
         return [
-            (arm.name, [(c.capability, c.delta, c.rows_changed, c.placebo.deltas) for c in arm.capabilities])
+            (arm.name, [(c.capability, c.effect.delta, c.rows_changed, c.placebo.deltas) for c in arm.capabilities])
             for arm in report.arms
         ]
 

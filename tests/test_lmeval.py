@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -141,22 +142,22 @@ def test_ablating_the_planted_unit_is_detected(
     arm = report.arms[0]
     rows = {row.key: row for row in arm.rows}
     for key in (("probe_mc", "acc", "none"), ("probe_gen", "exact_match", "none")):
-        row = rows[key]
-        assert (row.n, row.before, row.after, row.delta, row.items_changed) == (12, 1.0, 0.0, -1.0, 12)
-        assert row.binary and row.ci_high < 0 and row.p_value < 0.001 and row.discordant_lost == 12
+        row, e = rows[key], rows[key].effect
+        assert (e.n, e.before, e.after, e.delta, row.items_changed) == (12, 1.0, 0.0, -1.0, 12)
+        assert e.binary and e.ci_high < 0 and e.p_value < 0.001 and e.lost == 12
         assert row.placebo.percentile == 0.0 and row.placebo.deltas == [
             0.0,
             0.0,
         ]  # random units of the same layer do nothing
-    ppl = rows[("probe_ppl", "bits_per_byte", "none")]
-    # the third request type is edited too
-    assert ppl.method == "aggregation" and not ppl.binary and ppl.p_value is None and ppl.ci_low > 0
-    mc2, group = rows[("probe_mc2", "acc", "none")], rows[("probe_mcs", "acc", "none")]
+    ppl = rows[("probe_ppl", "bits_per_byte", "none")].effect
+    # the third request type is edited too; no McNemar p (null in the file) for a metric that is not 0/1
+    assert ppl.method == "aggregation" and not ppl.binary and math.isnan(ppl.p_value) and ppl.ci_low > 0
+    mc2, group = rows[("probe_mc2", "acc", "none")].effect, rows[("probe_mcs", "acc", "none")]
     assert (mc2.before, mc2.after) == (4 / 7, 3 / 7)
-    assert group.group and group.n == 19 and group.method == "group"
-    assert group.before == pytest.approx(report.baseline.lm_eval_results["probe_mcs"]["acc,none"])
+    assert group.group and group.effect.n == 19 and group.effect.method == "group"
+    assert group.effect.before == pytest.approx(report.baseline.lm_eval_results["probe_mcs"]["acc,none"])
     # the group score as lm-eval computes it
-    assert group.after == pytest.approx(arm.lm_eval_results["probe_mcs"]["acc,none"])
+    assert group.effect.after == pytest.approx(arm.lm_eval_results["probe_mcs"]["acc,none"])
     assert arm.hook_stats["values_changed"] > 0 and not arm.flags
     markdown = (out / "lmeval_report.md").read_text()
     assert "| probe_mc | acc | none | 12 | 100.0% | 0.0% | -100.0 pts |" in markdown
@@ -213,7 +214,7 @@ def test_every_edit_kind_runs_through_lm_eval(
     assert code == 0, err
     report = LMEvalReport.load(out / "lmeval_report.json")
     assert [arm.name for arm in report.arms] == ["scale 0.0", "scale 1.0", "mean", "patch dpo<-sft", "steer"]
-    after = {arm.name: {row.task: row.after for row in arm.rows} for arm in report.arms}
+    after = {arm.name: {row.task: row.effect.after for row in arm.rows} for arm in report.arms}
     for name in ("scale 0.0", "mean", "patch dpo<-sft"):  # the unit loses its planted value: every answer flips
         assert after[name] == {"probe_mc": 0.0, "probe_gen": 0.0}, name
     # a small vector does not outweigh the plant

@@ -27,6 +27,7 @@ from interventions.results import (
     PlaceboRank,
     UnitsSummary,
 )
+from interventions.stats import PairedDelta
 from interventions.study_html import SECTIONS, write_report
 from tests.support.cli import exit_of, one_line_error
 from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
@@ -43,16 +44,8 @@ def _result(
         "multi_turn",
         True,
         30,
-        30,
         0,
-        before,
-        before + delta,
-        delta,
-        low,
-        high,
-        p,
-        1,
-        5,
+        PairedDelta(30, before, before + delta, delta, low, high, p, 1, 5),
         6,
         0.3,
         0.31,

@@ -185,4 +185,4 @@ def test_an_interrupted_shared_run_resumes_from_its_finished_batches(tiny_pair, 
     assert sum("read back" in line for line in lines) == 2
     fresh = run_ab(_config(tiny_pair, test_file, tmp_path / "fresh", "shared"))
     assert _without_timings(out / "ab_report.json") == _without_timings(tmp_path / "fresh" / "ab_report.json")
-    assert resumed.main.capability("multi_turn").delta == fresh.main.capability("multi_turn").delta
+    assert resumed.main.capability("multi_turn").effect.delta == fresh.main.capability("multi_turn").effect.delta

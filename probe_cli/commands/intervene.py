@@ -99,14 +99,15 @@ def _print(report: ABReport) -> None:
                 name, justify="left" if name in ("capability", "95% CI") else "right", no_wrap=name == "capability"
             )
         for c in arm.capabilities:
+            e = c.effect
             table.add_row(
                 c.capability + (" *" if c.target else ""),
-                str(c.n_scored),
-                fmt_pct(c.before),
-                fmt_pct(c.after),
-                fmt_delta(c.delta),
-                f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]",
-                fmt_p(c.p_value),
+                str(e.n),
+                fmt_pct(e.before),
+                fmt_pct(e.after),
+                fmt_delta(e.delta),
+                f"[{fmt_delta(e.ci_low)}, {fmt_delta(e.ci_high)}]",
+                fmt_p(e.p_value),
                 _placebo(c.placebo),
                 f"{c.rows_changed}/{c.n_rows}",
             )
@@ -123,12 +124,13 @@ def _print(report: ABReport) -> None:
             )
         for arm in report.arms:
             c = arm.capability(report.capability)
+            e = c.effect
             summary.add_row(
                 arm.name,
                 arm.model,
-                fmt_delta(c.delta),
-                f"[{fmt_delta(c.ci_low)}, {fmt_delta(c.ci_high)}]",
-                fmt_p(c.p_value),
+                fmt_delta(e.delta),
+                f"[{fmt_delta(e.ci_low)}, {fmt_delta(e.ci_high)}]",
+                fmt_p(e.p_value),
                 _placebo(c.placebo),
                 f"{c.rows_changed}/{c.n_rows}",
             )

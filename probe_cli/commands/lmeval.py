@@ -103,17 +103,18 @@ def _print(report: LMEvalReport) -> None:
                 no_wrap=name == "task",
             )
         for r in arm.rows:
+            effect, binary = r.effect, r.effect.binary
             cells = [
                 r.task + (" (group)" if r.group else ""),
                 r.metric,
                 r.filter,
-                str(r.n),
-                fmt_value(r.before, r.binary),
-                fmt_value(r.after, r.binary),
-                fmt_change(r.delta, r.binary),
-                f"[{fmt_change(r.ci_low, r.binary)}, {fmt_change(r.ci_high, r.binary)}]",
-                fmt_p(r.p_value) if r.p_value is not None else "-",
-                "-" if r.items_changed is None else f"{r.items_changed}/{r.n}",
+                str(effect.n),
+                fmt_value(effect.before, binary),
+                fmt_value(effect.after, binary),
+                fmt_change(effect.delta, binary),
+                f"[{fmt_change(effect.ci_low, binary)}, {fmt_change(effect.ci_high, binary)}]",
+                fmt_p(effect.p_value) if binary else "-",
+                "-" if r.items_changed is None else f"{r.items_changed}/{effect.n}",
             ]
             if arm.placebo.n_sets:
                 cells.append(
