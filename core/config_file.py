@@ -10,18 +10,19 @@ items are checked in turn, ``X | Y`` either. Bounds ride in the hint too:
 ``Annotated[Path, DIRECTORY]`` for a directory that may not exist yet but must not be a file.
 :func:`typed` applies a hint to a value; it is the only checker, used three ways:
 
-* :func:`read_config_file` checks each value of a config file against its field, so a bad one
-  is ``--config FILE: key: expected ..., got ...`` before anything else runs;
+* :func:`read_config` (and :func:`read_config_file`) checks each value of a config file against its field, so a
+  bad one is ``--config FILE: key: expected ..., got ...`` before anything else runs;
 * :func:`typed_config`, a class decorator, checks every field the same way first thing in the
   config's ``__post_init__``, for values from flags and library calls (``--batch-size: expected ...``);
-* :func:`build_config` merges file and flags and builds the config; an :class:`OptionError`
+* :func:`build_config` (:func:`config_from`) merges file and flags and builds the config; an :class:`OptionError`
   that ``__post_init__`` raises about a value the file gave (an unknown ``position``, say)
   is re-said as the file's key.
 
 A config file is JSON or YAML, at most :data:`MAX_CONFIG_BYTES`; YAML aliases (``*name``)
 are refused, so a kilobyte "billion laughs" file fails at once, and nesting is bounded
-before the YAML parser sees it. Keys may use dashes or underscores; an unknown key names
-the file and the known keys, so a typo never silently falls back to a default.
+before the YAML parser sees it. A setting's key is its name, its flag's long name or an alias's
+(``retries``, ``max-retries``), with dashes or underscores; an unknown key names the file and
+the known keys, so a typo never silently falls back to a default.
 
 Example:
     >>> import dataclasses, json, tempfile, pathlib
@@ -54,13 +55,13 @@ import numbers
 import os
 import re
 import types
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from enum import Enum
 from functools import reduce
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from core.config_fields import MISSING, default_of, flag_of_field, flat_aliases, flat_fields, flat_values
+from core.config_fields import MISSING, FlatField, default_of, flag_of_field, flat_aliases, flat_fields, flat_values
 from core.errors import DataError, ProbeError
 from core.inputs import MAX_DEPTH, check_input_file, read_json, shown
 
@@ -269,18 +270,59 @@ def flag_of(cls: type, name: str) -> str | None:
     return fields_of(cls)[name][1]
 
 
-def read_config_file(path: str | os.PathLike[str], cls: type, flag: str = "--config") -> dict[str, Any]:
-    """The file's values by setting (:func:`core.config_fields.flat_fields`: a nested config's fields are keys too),
-    checked and converted by their hints (:func:`typed`); one line naming file and key for anything else."""
+def config_keys(cls: type) -> dict[str, str]:
+    """The keys a config file may give a setting of ``cls`` as, each to the setting's name
+    (:func:`core.config_fields.flat_fields`): its name, its flag's long name and its aliases' long names, with
+    underscores for dashes (``retries``, ``max_retries``); a setting's name wins over another's flag."""
     fields = flat_fields(cls)
-    values = read_config_mapping(path, fields, flag)
-    out = {}
+    spelled = {
+        opt[2:].replace("-", "_"): name
+        for name, f in fields.items()
+        for opt in (f.flag, *f.aliases)
+        if opt is not None and opt.startswith("--")
+    }
+    return {**spelled, **{name: name for name in fields}}
+
+
+def read_config(
+    path: str | os.PathLike[str], cls: type, others: Collection[str] = (), flag: str = "--config"
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The file's values: the settings of ``cls`` by name, each checked and converted (:func:`typed`), and the keys
+    in ``others`` (a command's own options, which take their key before any setting) as the file gives them.
+
+    A setting's key is any of :func:`config_keys`. Under its name a value is what the field's hint says; under its
+    flag's name, for a flag that is parsed (``option(..., from_flag=...)``), it is the flag's text
+    (``edit: scale,mean``). Anything else is one line naming the file and the key."""
+    keys = {key: name for key, name in config_keys(cls).items() if key not in others}
+    values = read_config_mapping(path, [*keys, *others], flag)
+    fields = flat_fields(cls)
+    settings: dict[str, Any] = {}
+    seen: dict[str, str] = {}  # setting -> the key that gave it
     for key, value in values.items():
+        if key in others:
+            continue
+        name = keys[key]
+        if name in seen:
+            raise ProbeError(f"{flag} {path}: {seen[name]} and {key} name the same setting; give one")
+        seen[name] = key
         try:
-            out[key] = typed(value, fields[key].hint, key)
+            settings[name] = _from_file(fields[name], key, value)
         except OptionError as exc:
             raise exc.at(f"{flag} {path}: {exc.field}") from None
-    return out
+    return settings, {key: value for key, value in values.items() if key in others}
+
+
+def read_config_file(path: str | os.PathLike[str], cls: type, flag: str = "--config") -> dict[str, Any]:
+    """The file's values by setting (:func:`read_config`), for a file of ``cls``'s settings only."""
+    return read_config(path, cls, (), flag)[0]
+
+
+def _from_file(f: FlatField, key: str, value: Any) -> Any:
+    if key == f.name or "from_flag" not in f.cli or value is None:
+        return typed(value, f.hint, key)
+    text = f.cli.get("flag_type", str)
+    hint = list[text] if f.cli.get("repeat") else text  # type: ignore[valid-type]  # the flag's type, read at run time
+    return f.cli["from_flag"](typed(value, hint, key))
 
 
 def build_config(
@@ -293,13 +335,29 @@ def build_config(
     flag: str = "--config",
 ) -> Any:
     """``cls`` from the file at ``path`` (if any) overridden by ``flags`` (None: not given), both by setting name
-    (:func:`core.config_fields.flat_fields`): the one precedence, field default < file < flag.
+    (:func:`core.config_fields.flat_fields`): the one precedence, field default < file < flag
+    (:func:`config_from`)."""
+    from_file = read_config_file(path, cls, flag) if path is not None else {}
+    where = flag if path is None else f"{flag} {path}"
+    return config_from(cls, from_file, flags, where=where, merge=merge, required=required)
+
+
+def config_from(
+    cls: type,
+    from_file: dict[str, Any],
+    flags: dict[str, Any],
+    *,
+    where: str = "--config",
+    merge: Iterable[str] = (),
+    required: Iterable[str] = (),
+) -> Any:
+    """``cls`` from a file's settings (:func:`read_config`) overridden by ``flags`` (None: not given); ``where``
+    names the file (``--config FILE``).
 
     A field named in ``merge`` (a mapping) takes the file's keys updated by the flag's. A field
     without a default, or named in ``required``, must come from one of the two. An
-    :class:`OptionError` about a value that only the file gave names the file and the key.
+    :class:`OptionError` about a value that only the file gave is said at ``where`` and the key.
     """
-    from_file = read_config_file(path, cls, flag) if path is not None else {}
     given = {key: value for key, value in flags.items() if value is not None}
     for key in merge:
         if key in given and key in from_file:
@@ -308,12 +366,12 @@ def build_config(
     fields = flat_fields(cls)
     for name in [*(n for n, f in fields.items() if f.default is MISSING), *required]:
         if name not in options:
-            raise ProbeError(f"missing option {fields[name].flag or name} (give it on the command line or in {flag})")
+            raise ProbeError(f"missing option {fields[name].flag or name} (give it on the command line or in {where})")
     try:
         return from_settings(cls, options)
     except OptionError as exc:
         if exc.field in from_file and exc.field not in given:
-            raise exc.at(f"{flag} {path}: {exc.field}") from None
+            raise exc.at(f"{where}: {exc.field}") from None
         raise
 
 

@@ -13,12 +13,11 @@ the weight change, plots).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
 from analysis.explain_config import ExplainConfig
-from probe_cli.config_option import config_option
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
 
 if TYPE_CHECKING:
@@ -41,14 +40,13 @@ def register(app: typer.Typer) -> None:
     app.command("explain")(explain)
 
 
-@config_options(ExplainConfig, flag_bounds=True, config_file=False)
+@config_options(ExplainConfig)
 def explain(
     run_dir: Path = typer.Argument(..., help="A run directory from `probe run`, analysed (`probe analyze`)."),
     settings: ConfigFlags = FROM_CONFIG,
     show: int = typer.Option(
         3, "--show", min=1, help="Tokens per read-out and prompts per model printed (the files keep all)."
     ),
-    config_file: Optional[Path] = config_option(),
 ) -> None:
     """Explain the top units of a run: read-out through the unembedding, weight change, ranking agreement,
     neuron cards."""

@@ -18,7 +18,6 @@ from core.judges.factory import JUDGE_MODES
 from core.llm.config import ClientOptions
 from core.paths import check_output_dir, check_output_file
 from core.records import to_json
-from probe_cli.config_option import config_option
 from probe_cli.console import console
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
 
@@ -35,7 +34,7 @@ def register(app: typer.Typer) -> None:
     app.command("judge")(judge)
 
 
-@config_options(ClientOptions, flag_bounds=True, config_file=False)
+@config_options(ClientOptions)
 def judge(
     data: Path = typer.Option(..., "--data", help="Test rows (JSONL: question, reference, task[, expect])."),
     responses: Path = typer.Option(
@@ -46,7 +45,6 @@ def judge(
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Judge only the first N rows."),
     verdicts_out: Optional[Path] = typer.Option(None, "--verdicts-out", help="Write per-row verdicts (JSONL) here."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of a table."),
-    config_file: Optional[Path] = config_option(),
 ) -> None:
     """Score responses per capability; with --judge both, report rules-vs-LLM agreement and kappa."""
     from core.judges.files import judge_files

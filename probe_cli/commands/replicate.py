@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
 from interventions.replicate import ReplicateOptions
-from probe_cli.config_option import config_option
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
 from probe_cli.pairs import pair_option
 
@@ -25,13 +24,12 @@ def register(app: typer.Typer) -> None:
     app.command("replicate")(replicate)
 
 
-@config_options(ReplicateOptions, flag_bounds=True, config_file=False)
+@config_options(ReplicateOptions)
 def replicate(
     settings: ConfigFlags = FROM_CONFIG,
     pair_name: str = pair_option(),
     all_eval_rows: bool = typer.Option(False, "--all-eval-rows", help="Evaluation: judge the whole test split."),
     plan_only: bool = typer.Option(False, "--plan", help="Print the stages and their estimated times, then stop."),
-    config_file: Optional[Path] = config_option(),
 ) -> None:
     """Record every capability, analyse, explain, intervene on multi_turn with controls, evaluate,
     and write the report."""
@@ -45,8 +43,8 @@ def replicate(
     from probe_cli.pairs import default_pair
 
     err = console(stderr=True)
-    given = settings.values
-    sft, dpo, base, data = given["sft_dir"], given["dpo_dir"], given["base_dir"], given["data_file"]
+    given = settings.given
+    sft, dpo, base, data = given("sft_dir"), given("dpo_dir"), given("base_dir"), given("data_file")
     if (sft is None) != (dpo is None):
         raise ProbeError("give both --sft and --dpo, or neither (to use the embedded default pair)")
     if sft is None:
@@ -59,7 +57,7 @@ def replicate(
             data = default_pair(pair_name).test_file
         name = None
     assert dpo is not None and data is not None
-    out = given["out_dir"]
+    out = given("out_dir")
     run_dir = out if out is not None else Path("runs") / f"replicate-{name or _digest(sft, dpo)}"
     check_output_dir(run_dir, "--out")
     options = settings.build(sft_dir=sft, dpo_dir=dpo, data_file=data, out_dir=run_dir, base_dir=base, pair=name)

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import typer
 
 from core.run_dir import RunDir
-from probe_cli.config_option import config_option
+from probe_cli.options import config_options
 
 _RUN = RunDir("RUN_DIR")  # the paths as the help spells them
 
@@ -23,13 +23,13 @@ def register(app: typer.Typer) -> None:
     app.command("report")(report)
 
 
+@config_options()
 def report(
     run_dir: Path = typer.Argument(..., help="A run directory (from `probe replicate`, or `probe run` and the rest)."),
     out: Optional[Path] = typer.Option(None, "--out", help=f"The HTML file to write (default: {_RUN.report_file})."),
     eval_file: Optional[Path] = typer.Option(
         None, "--eval", help=f"An evaluation saved elsewhere (`probe models eval --out`); default: {_RUN.eval_file}."
     ),
-    config_file: Optional[Path] = config_option(),
 ) -> None:
     """Assemble the replication report of a run: the pair, each claim with its evidence and verdict, figures,
     compliance."""

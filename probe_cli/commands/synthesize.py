@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -24,7 +24,6 @@ from core.paths import check_output_dir
 from core.records import to_json
 from data_synthesis.dataset import SynthesizeConfig, synthesize_dataset
 from data_synthesis.validate import KINDS
-from probe_cli.config_option import config_option
 from probe_cli.console import console
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
 
@@ -34,14 +33,13 @@ def register(app: typer.Typer) -> None:
     app.command("validate")(validate)
 
 
-@config_options(SynthesizeConfig, flag_bounds=True, config_file=False)
+@config_options(SynthesizeConfig)
 def synthesize(
     out: Path = typer.Option(
         ..., "--out", help="Directory for profiles.jsonl, passages.jsonl, sft.jsonl, dpo.jsonl, test.jsonl."
     ),
     settings: ConfigFlags = FROM_CONFIG,
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of tables."),
-    config_file: Optional[Path] = config_option(),
 ) -> None:
     """Synthesize a RoleMRC-format dataset and print rows per file, capability and task."""
     config = settings.build()
@@ -83,11 +81,11 @@ def _print(data: dict[str, Any]) -> None:
     out.print(tasks)
 
 
+@config_options()
 def validate(
     path: Path = typer.Argument(..., help="A RoleMRC JSONL file: test, SFT or DPO rows (published or synthesized)."),
     kind: str = typer.Option(KINDS[0], "--kind", help="auto (from the first row), test, sft or dpo."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
-    config_file: Optional[Path] = config_option(),
 ) -> None:
     """Load every row of a data file (the first bad line is reported with file:line) and summarise it."""
     from data_synthesis.validate import validate_file
