@@ -213,7 +213,7 @@ def floor(args: argparse.Namespace) -> int:
         f"{config.generation.max_new_tokens} new tokens; fork at block {fork} of {total}; "
         f"torch threads {torch.get_num_threads()}"
     )
-    print(f"this machine's matrix products at {decoder.max_batch_tokens} rows: {rate / 1e9:.0f} GFLOP/s (best of 6)")
+    print(f"this machine's matrix products at {decoder.max_batch_tokens} rows: {rate / 1e9:.0f} GFLOP/s (best of 20)")
     for label, flops in (
         ("prompt passes alone", prompt_flops),
         ("with every row decoding to the limit", prompt_flops + decode_flops),
@@ -229,7 +229,7 @@ def floor(args: argparse.Namespace) -> int:
 
 
 def _gemm_rate(block: torch.nn.Module, rows: int) -> float:
-    """FLOP/s of one block's matrix products on ``rows`` rows (best of six), as the engine's prompt passes run them."""
+    """FLOP/s of one block's matrix products on ``rows`` rows (best of twenty), as prompt passes run them."""
     import time
 
     weights = [p.detach() for p in block.parameters() if p.dim() == 2]
@@ -237,7 +237,7 @@ def _gemm_rate(block: torch.nn.Module, rows: int) -> float:
     flops = sum(2 * rows * w.numel() for w in weights)
     best = float("inf")
     with torch.no_grad():
-        for _ in range(6):
+        for _ in range(21):
             start = time.perf_counter()
             for w in weights:
                 inputs[w.shape[1]] @ w.T
