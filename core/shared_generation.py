@@ -646,6 +646,10 @@ def _growing_layer_class() -> type:
             self.keys, self.values = keys[..., :end, :], values[..., :end, :]
             return self.keys, self.values
 
+        def reset(self) -> None:
+            self._buffers = None
+            super().reset()
+
         def batch_select_indices(self, indices: torch.Tensor) -> None:
             if self._buffers is not None and self.get_seq_length() > 0:
                 end = self.get_seq_length()

@@ -17,7 +17,7 @@ import torch
 from core.errors import Interrupted
 from core.generation import GenerationConfig, Generator
 from core.rows import read_test_rows
-from core.shared_generation import SharedDecoder, generate_unedited, unshareable
+from core.shared_generation import SharedDecoder, _growing_layer_class, generate_unedited, unshareable
 from interventions.ab import run_ab
 from interventions.config import ABConfig
 from interventions.edits import Add, Patch, Scale, Set, site_edits
@@ -186,3 +186,20 @@ def test_an_interrupted_shared_run_resumes_from_its_finished_batches(tiny_pair, 
     fresh = run_ab(_config(tiny_pair, test_file, tmp_path / "fresh", "shared"))
     assert _without_timings(out / "ab_report.json") == _without_timings(tmp_path / "fresh" / "ab_report.json")
     assert resumed.main.capability("multi_turn").effect.delta == fresh.main.capability("multi_turn").effect.delta
+
+
+def test_a_cache_layer_grows_in_place_keeps_what_it_held_and_selects_rows() -> None:
+    """The shared engine's cache layer: positions written in place while there is room, the cache kept when it grows
+    past it, rows selected for forks and finished rows, and a reset layer starts afresh."""
+    layer = _growing_layer_class()(2)
+    prompt = torch.randn(2, 3, 5, 8)
+    layer.update(prompt, -prompt)
+    steps = [torch.randn(2, 3, 1, 8) for _ in range(3)]  # the third passes the room for 2
+    for step in steps:
+        keys, values = layer.update(step, -step)
+    assert torch.equal(keys, torch.cat([prompt, *steps], dim=-2)) and torch.equal(values, -keys)
+    layer.batch_select_indices(torch.tensor([1, 1, 0]))
+    assert torch.equal(layer.keys, torch.cat([prompt, *steps], dim=-2)[[1, 1, 0]])
+    layer.reset()
+    fresh = torch.randn(4, 3, 2, 8)
+    assert torch.equal(layer.update(fresh, fresh)[0], fresh)
