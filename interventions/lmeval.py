@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from core.errors import ProbeError
+from core.records import to_json
 from interventions.config import ABConfig
 from interventions.lmeval_compare import GroupInfo, Items, TaskInfo, add_placebo, compare_pass, identical, items_of
 from interventions.lmeval_config import LMEvalConfig
@@ -419,7 +420,7 @@ def _run(
         config.num_fewshot,
         describe(neurons),
         UneditedPass(base.seconds, base.results),
-        config.to_dict(),
+        to_json(config),
         provenance_warnings(neurons, ab.model, model_dir),
         arms=reports,
     )

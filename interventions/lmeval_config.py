@@ -13,7 +13,7 @@ Example:
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -154,10 +154,6 @@ class LMEvalConfig:
             dtype=self.dtype,
             device=self.device,
         )
-
-    def to_dict(self) -> dict[str, Any]:
-        body = {k: str(v) if isinstance(v, Path) else v for k, v in asdict(self).items()}
-        return {**body, "include_path": [str(p) for p in self.include_path]}
 
 
 def ab_defaults(ab_dir: str | Path) -> dict[str, Any]:
