@@ -131,9 +131,18 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
     decoder = SharedDecoder(generator.generator, attach=attach)
     compiled = [site_edits(model, edits) if edits else None for _, _, edits in passes]
     estimate = decoder.estimate_seconds(compiled)
+    print(
+        f"shared batches estimated at {estimate:.0f} s; arm by arm first, {len(passes)} generate() passes:", flush=True
+    )
     with PeakMemory() as memory_per_arm:
         start = time.perf_counter()
-        per_arm = [generator.run(edits or None) for _, _, edits in passes]
+        per_arm = []
+        for number, (_, _, edits) in enumerate(passes, 1):
+            per_arm.append(generator.run(edits or None))
+            spent = time.perf_counter() - start
+            print(
+                f"  pass {number}/{len(passes)}, about {spent / number * (len(passes) - number):.0f} s left", flush=True
+            )
         per_arm_seconds = time.perf_counter() - start
     compiled = [site_edits(model, edits) if edits else None for _, _, edits in passes]
     with PeakMemory() as memory_shared:
@@ -174,23 +183,23 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
 
 def floor(args: argparse.Namespace) -> int:
     """Part 3: the weight-FLOP floor of one A/B on this machine, against the time budget."""
-    from core.decoding import GenerationConfig
+    from dataclasses import replace
+
     from core.shared_generation import SharedDecoder
     from interventions.ab import _Runner
     from interventions.config import ABConfig
     from interventions.edits import site_edits
 
-    overrides = {"limit": args.rows} if "--rows" in sys.argv else {}
-    generation = {"max_new_tokens": args.new_tokens} if "--new-tokens" in sys.argv else {}
-    config = ABConfig(
+    config = ABConfig(  # probe intervene's defaults but for what the flags of part 3 give
         run_dir=args.floor,
         capability="multi_turn",
         placebo=args.placebo,
         neurons=args.neurons,
         collateral=not args.no_collateral,
-        generation=GenerationConfig(**({"max_new_tokens": 32} | generation)),
-        **overrides,
+        limit=args.rows if "--rows" in sys.argv else None,
     )
+    if "--new-tokens" in sys.argv:
+        config = replace(config, generation=replace(config.generation, max_new_tokens=args.new_tokens))
     runner = _Runner(config, lambda line: None, None)
     passes = runner.passes()
     model = runner.models[config.model]
@@ -201,12 +210,10 @@ def floor(args: argparse.Namespace) -> int:
     blocks_per_token = fork + n * (total - fork)
     padded = sum(len(batch) * max(len(generator.prompts[i]) for i in batch) for batch in generator.batches)
     steps = len(generator.prompts) * config.generation.max_new_tokens
-    block = model.get_decoder().layers[0]
-    block_weights = sum(p.numel() for p in block.parameters() if p.dim() == 2)
-    head_weights = model.get_output_embeddings().weight.numel()
+    block_weights, head_weights = _weights(model)
     prompt_flops = 2 * padded * blocks_per_token * block_weights
     decode_flops = 2 * steps * (blocks_per_token * block_weights + n * head_weights)
-    rate = _gemm_rate(block, decoder.max_batch_tokens)
+    rate = _gemm_rate(model.get_decoder().layers[0], decoder.max_batch_tokens)
     budget = args.budget * 60
     print(
         f"{n} passes over {len(generator.prompts)} prompts ({padded} padded prompt tokens), up to "
@@ -226,6 +233,12 @@ def floor(args: argparse.Namespace) -> int:
         f"{args.budget:g}-minute budget at this machine's peak; any exact engine is slower than the floor)"
     )
     return 0
+
+
+def _weights(model: torch.nn.Module) -> tuple[int, int]:
+    """The weights of one block's matrix products, and of the LM head."""
+    block = model.get_decoder().layers[0]
+    return sum(p.numel() for p in block.parameters() if p.dim() == 2), model.get_output_embeddings().weight.numel()
 
 
 def _gemm_rate(block: torch.nn.Module, rows: int) -> float:
@@ -249,8 +262,7 @@ def _ceiling(model: torch.nn.Module, generator: object, fork: int, n_passes: int
     """Weight FLOPs arm by arm over those of perfect sharing: prompt tokens through every block once per arm against the
     blocks below the fork once and the rest once per arm; each generated token through every block and the LM head once
     per arm against the same split (as if no arm diverged)."""
-    block = sum(p.numel() for p in model.get_decoder().layers[0].parameters() if p.dim() == 2)
-    head = model.get_output_embeddings().weight.numel()
+    block, head = _weights(model)
     total = model.config.num_hidden_layers
     prompt_tokens = sum(len(p) for p in generator.prompts)
     steps = sum(len(ids) + 1 for ids in per_arm[0].ids)  # the baseline's tokens and its stop

@@ -30,9 +30,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import types
 from collections.abc import Callable, Iterable, Mapping
 from functools import reduce
-from typing import Any, get_type_hints
+from pathlib import Path
+from typing import Annotated, Any, Union, get_args, get_origin, get_type_hints
 
 MISSING: Any = dataclasses.MISSING
 _DERIVED = "--name-with-dashes"
@@ -201,3 +203,28 @@ def led(prefix: str, text: str) -> str:
     if not prefix or any(c.isupper() for c in first[1:]):
         return prefix + text
     return prefix + text[:1].lower() + text[1:]
+
+
+def flag_type(f: FlatField) -> Any:
+    """The Python type a setting's flag is parsed into, before ``from_flag`` (the command line's, and a config file's
+    under the flag's name)."""
+    if "flag_type" in f.cli:
+        base = f.cli["flag_type"]
+    else:
+        members = _members(f.hint)
+        base = next((t for t in (bool, Path, str) if t in members), None)
+        if base is None and len(members) == 1:
+            only = members[0]
+            base = get_args(only)[0] if get_origin(only) is list and f.cli.get("repeat") else only
+        if base not in (bool, Path, str, int, float):
+            raise TypeError(f"{f.name}: no option type for {f.hint!r}; give option(..., flag_type=...)")
+    return list[base] if f.cli.get("repeat") else base  # type: ignore[valid-type]  # a type chosen at run time
+
+
+def _members(hint: Any) -> list[Any]:
+    """The types a hint takes, without ``Annotated`` marks and None: ``Annotated[int, Range(1)] | None`` -> [int]."""
+    if get_origin(hint) is Annotated:
+        return _members(get_args(hint)[0])
+    if get_origin(hint) in (Union, types.UnionType):
+        return [m for arg in get_args(hint) if arg is not type(None) for m in _members(arg)]
+    return [hint]

@@ -61,7 +61,16 @@ from functools import reduce
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
-from core.config_fields import MISSING, FlatField, default_of, flag_of_field, flat_aliases, flat_fields, flat_values
+from core.config_fields import (
+    MISSING,
+    FlatField,
+    default_of,
+    flag_of_field,
+    flag_type,
+    flat_aliases,
+    flat_fields,
+    flat_values,
+)
 from core.errors import DataError, ProbeError
 from core.inputs import MAX_DEPTH, check_input_file, read_json, shown
 
@@ -320,9 +329,7 @@ def read_config_file(path: str | os.PathLike[str], cls: type, flag: str = "--con
 def _from_file(f: FlatField, key: str, value: Any) -> Any:
     if key == f.name or "from_flag" not in f.cli or value is None:
         return typed(value, f.hint, key)
-    text = f.cli.get("flag_type", str)
-    hint = list[text] if f.cli.get("repeat") else text  # type: ignore[valid-type]  # the flag's type, read at run time
-    return f.cli["from_flag"](typed(value, hint, key))
+    return f.cli["from_flag"](typed(value, flag_type(f), key))
 
 
 def build_config(

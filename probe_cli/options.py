@@ -32,16 +32,15 @@ from __future__ import annotations
 
 import functools
 import inspect
-import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional, TypeVar, Union, cast, get_args, get_origin
+from typing import Annotated, Any, Optional, TypeVar, cast
 
 import typer
 
-from core.config_fields import MISSING, FlatField, flat_fields
+from core.config_fields import MISSING, FlatField, flag_type, flat_fields
 from core.config_file import OptionError, Range, config_from, read_config, typed
 from core.errors import ProbeError
 
@@ -142,23 +141,8 @@ def shown_default(f: FlatField) -> str | None:
     return _said(value)
 
 
-def option_type(f: FlatField) -> Any:
-    """The Python type Typer parses the flag into (before ``from_flag``)."""
-    if "flag_type" in f.cli:
-        base = f.cli["flag_type"]
-    else:
-        members = _members(f.hint)
-        base = next((t for t in (bool, Path, str) if t in members), None)
-        if base is None and len(members) == 1:
-            only = members[0]
-            base = get_args(only)[0] if get_origin(only) is list and f.cli.get("repeat") else only
-        if base not in (bool, Path, str, int, float):
-            raise TypeError(f"{f.name}: no option type for {f.hint!r}; give option(..., flag_type=...)")
-    return list[base] if f.cli.get("repeat") else base  # type: ignore[valid-type]  # a type chosen at run time
-
-
 def _parameter(f: FlatField, required: bool) -> inspect.Parameter:
-    kind = option_type(f)
+    kind = flag_type(f)
     flags = [str(f.flag)]
     if kind is bool and not f.cli.get("switch"):
         flags = [f"{f.flag}/{f.cli.get('off_flag', '--no-' + str(f.flag)[2:])}"]
@@ -249,15 +233,6 @@ def _value(f: FlatField, value: Any) -> Any:
     except OptionError as exc:
         raise exc.at(f.flag) from None
     return value
-
-
-def _members(hint: Any) -> list[Any]:
-    """The types a hint takes, without ``Annotated`` marks and None: ``Annotated[int, Range(1)] | None`` -> [int]."""
-    if get_origin(hint) is Annotated:
-        return _members(get_args(hint)[0])
-    if get_origin(hint) in (Union, types.UnionType):
-        return [m for arg in get_args(hint) if arg is not type(None) for m in _members(arg)]
-    return [hint]
 
 
 def _said(value: Any) -> str:

@@ -220,35 +220,19 @@ def test_notebook_plots_the_dose_sweep(ab_run, monkeypatch):
 def test_the_llm_judge_of_an_ab_run_takes_the_endpoint_limits(tmp_path: Path) -> None:
     from core.judges import make_judge
 
-    config = from_settings(  # the judge's endpoint by the names flags and --config files give it
-        ABConfig,
-        dict(
-            units=UNITS,
-            hook=HOOK,
-            judge="llm",
-            judge_model="m",
-            judge_base_url="http://127.0.0.1:9/v1",
-            judge_timeout=0.5,
-            judge_retries=1,
-            judge_backoff=0.05,
-            out_dir=tmp_path,
-        ),
+    endpoint = dict(  # the judge's endpoint by the names flags and --config files give it
+        units=UNITS,
+        hook=HOOK,
+        judge="llm",
+        judge_model="m",
+        judge_base_url="http://127.0.0.1:9/v1",
+        out_dir=tmp_path,
     )
+    config = from_settings(ABConfig, {**endpoint, "judge_timeout": 0.5, "judge_retries": 1, "judge_backoff": 0.05})
     judge = make_judge(config.judge, config.judge_client())
     assert (judge.config.timeout, judge.config.max_retries, judge.config.backoff_base) == (0.5, 1, 0.05)
     with pytest.raises(ProbeError, match="--judge-retries"):
-        from_settings(
-            ABConfig,
-            dict(
-                units=UNITS,
-                hook=HOOK,
-                judge="llm",
-                judge_model="m",
-                judge_base_url="http://127.0.0.1:9/v1",
-                judge_retries=-1,
-                out_dir=tmp_path,
-            ),
-        ).judge_client()
+        from_settings(ABConfig, {**endpoint, "judge_retries": -1}).judge_client()
 
 
 def test_report_versions(ab_run, tmp_path: Path):
