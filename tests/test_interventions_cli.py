@@ -8,31 +8,14 @@ from pathlib import Path
 import pytest
 
 from probe_cli.main import main
+from tests.support.runs import recorded_multi_turn_run
 
 
 @pytest.fixture(scope="module")
 def analysed_run(tiny_pair, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from analysis import AnalysisConfig, analyze_run
-    from data_synthesis.offline import synthesize
-    from probes.config import RecordConfig
-    from probes.recording import record_run
 
-    root = tmp_path_factory.mktemp("intervene_run")
-    synthesize(root / "data", n_roles=10, seed=0)
-    result = record_run(
-        RecordConfig(
-            sft_dir=tiny_pair[0],
-            dpo_dir=tiny_pair[1],
-            data_file=root / "data" / "test.jsonl",
-            capabilities="multi_turn",
-            hooks="mlp_out",
-            out_dir=root / "run",
-            device="cpu",
-            dtype="float32",
-        ),
-        progress=False,
-    )
-    run_dir = Path(getattr(result, "run_dir", root / "run"))
+    run_dir = recorded_multi_turn_run(tiny_pair, tmp_path_factory.mktemp("intervene_run"), n_roles=10)
     analyze_run(
         run_dir, AnalysisConfig(layers="0-3", top_k=32), capabilities=["multi_turn"], hooks=["mlp_out"], plots=False
     )

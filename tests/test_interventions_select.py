@@ -17,6 +17,7 @@ from interventions.select_compare import compare_selections
 from interventions.selection import parse_units
 from probe_cli.main import main
 from tests.support.cli import one_line_error
+from tests.support.runs import recorded_multi_turn_run
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 RULES = ["count", "mean_diff", "attribution", "weight"]
@@ -27,24 +28,8 @@ def select_run(tiny_pair, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A recorded multi_turn run with a saved count analysis (``analysis/``) and an attribution one; mean_diff is not
     analysed, so that rule ranks afresh, and weight is computed from the checkpoints."""
     from analysis import AnalysisConfig, analyze_run
-    from data_synthesis.offline import synthesize
-    from probes.config import RecordConfig
-    from probes.recording import record_run
 
-    root = tmp_path_factory.mktemp("select_run")
-    synthesize(root / "data", n_roles=4, seed=0)
-    config = RecordConfig(
-        sft_dir=tiny_pair[0],
-        dpo_dir=tiny_pair[1],
-        data_file=root / "data" / "test.jsonl",
-        capabilities="multi_turn",
-        hooks="mlp_out",
-        out_dir=root / "run",
-        device="cpu",
-        dtype="float32",
-    )
-    record_run(config, progress=False)
-    run = root / "run"
+    run = recorded_multi_turn_run(tiny_pair, tmp_path_factory.mktemp("select_run"), n_roles=4)
     analyze_run(run, AnalysisConfig(stability_resamples=0), capabilities=["multi_turn"], hooks=["mlp_out"], plots=False)
     analyze_run(
         run,
