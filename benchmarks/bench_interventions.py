@@ -25,10 +25,11 @@ generating against the time taken, and every token that differs between the two 
 Part 3 (``--floor RUN_DIR``): can ``probe intervene RUN_DIR -c multi_turn`` with its defaults (or ``--rows``,
 ``--placebo``, ``--neurons``, ``--new-tokens``, ``--no-collateral``) finish within ``--budget`` minutes on this
 machine with *any* engine that computes each arm exactly? It counts the weight FLOPs that no sharing between arms
-removes (the padded prompt tokens through the blocks below the fork once, through the blocks from the fork up once
-per pass; each generated token likewise, plus the LM head per pass) and divides them by this machine's best rate for
-the model's own matrix products at the engine's batch size. Attention and everything else count as free, so the
-floor is a lower bound; it prints it for prompt passes alone and with every row decoding to the token limit.
+removes (each distinct prompt prefix's last token through the blocks below the fork once, through the blocks from
+the fork up once per pass; each generated token likewise, plus the LM head per pass) and divides them by this
+machine's best rate for the model's own matrix products at the engine's batch size. Attention and everything else
+count as free, so the floor is a lower bound; it prints it for prompt passes alone and with every row decoding to the
+token limit, and beside it the same count for the prompt tokens the shared engine runs (stems once, padding included).
 
     python benchmarks/bench_interventions.py --floor runs/latest
 """
@@ -150,7 +151,7 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
         shared = decoder.run(compiled)
         shared_seconds = time.perf_counter() - start
     speedup = per_arm_seconds / shared_seconds
-    ceiling = _ceiling(model, generator.generator, decoder.fork_layer(compiled), len(passes), per_arm)
+    ceiling = _ceiling(model, decoder, decoder.fork_layer(compiled), len(passes), per_arm)
     print(f"arm by arm (generate): {per_arm_seconds:7.1f} s, peak memory +{memory_per_arm.mib:.0f} MiB")
     print(
         f"shared batches:        {shared_seconds:7.1f} s, peak memory +{memory_shared.mib:.0f} MiB "
@@ -208,15 +209,17 @@ def floor(args: argparse.Namespace) -> int:
     fork = decoder.fork_layer([site_edits(model, edits) if edits else None for _, _, edits in passes])
     total, n = int(model.config.num_hidden_layers), len(passes)
     blocks_per_token = fork + n * (total - fork)
-    padded = sum(len(batch) * max(len(generator.prompts[i]) for i in batch) for batch in generator.batches)
+    distinct = _distinct_prefixes(generator.prompts)
+    padded = _engine_prompt_tokens(decoder)
     steps = len(generator.prompts) * config.generation.max_new_tokens
     block_weights, head_weights = _weights(model)
-    prompt_flops = 2 * padded * blocks_per_token * block_weights
+    prompt_flops = 2 * distinct * blocks_per_token * block_weights
     decode_flops = 2 * steps * (blocks_per_token * block_weights + n * head_weights)
     rate = _gemm_rate(model.get_decoder().layers[0], decoder.max_batch_tokens)
     budget = args.budget * 60
     print(
-        f"{n} passes over {len(generator.prompts)} prompts ({padded} padded prompt tokens), up to "
+        f"{n} passes over {len(generator.prompts)} prompts ({sum(map(len, generator.prompts))} prompt tokens, "
+        f"{distinct} distinct prefixes; the shared engine runs {padded} padded), up to "
         f"{config.generation.max_new_tokens} new tokens; fork at block {fork} of {total}; "
         f"torch threads {torch.get_num_threads()}"
     )
@@ -227,12 +230,33 @@ def floor(args: argparse.Namespace) -> int:
     ):
         seconds = flops / rate
         print(f"floor, {label}: {flops / 1e12:.1f} TFLOP = {seconds / 60:.1f} min")
+    engine = prompt_flops * padded / distinct
+    print(f"the shared engine's prompt passes at that rate: {engine / 1e12:.1f} TFLOP = {engine / rate / 60:.1f} min")
     verdict = "PASS" if prompt_flops / rate <= budget else "FAIL"
     print(
         f"verdict: {verdict} (the prompt passes alone {'fit' if verdict == 'PASS' else 'exceed'} the "
         f"{args.budget:g}-minute budget at this machine's peak; any exact engine is slower than the floor)"
     )
     return 0
+
+
+def _distinct_prefixes(prompts: list[list[int]]) -> int:
+    """How many distinct prefixes the prompts have (the nodes of their token trie): no exact engine runs fewer
+    prompt positions per pass."""
+    ordered = sorted(prompts)
+    return sum(len(p) - len(os.path.commonprefix([p, q])) for p, q in zip(ordered, [[], *ordered]))
+
+
+def _engine_prompt_tokens(decoder: object) -> int:
+    """The padded prompt tokens one pass of the shared engine runs: per batch, its stems and its prompts' remainders,
+    each padded to the batch's longest."""
+    prompts = decoder.generator.prompts
+    total = 0
+    for batch in decoder.batches:
+        stems = [stem.length for stem in batch if stem.length]
+        rest = [len(prompts[i]) - stem.length for stem in batch for i in stem.members]
+        total += len(stems) * max(stems, default=0) + len(rest) * max(rest)
+    return total
 
 
 def _weights(model: torch.nn.Module) -> tuple[int, int]:
@@ -258,16 +282,17 @@ def _gemm_rate(block: torch.nn.Module, rows: int) -> float:
     return flops / best
 
 
-def _ceiling(model: torch.nn.Module, generator: object, fork: int, n_passes: int, per_arm: list) -> float:
+def _ceiling(model: torch.nn.Module, decoder: object, fork: int, n_passes: int, per_arm: list) -> float:
     """Weight FLOPs arm by arm over those of perfect sharing: prompt tokens through every block once per arm against the
-    blocks below the fork once and the rest once per arm; each generated token through every block and the LM head once
-    per arm against the same split (as if no arm diverged)."""
+    shared engine's prompt tokens (stems once, unpadded) through the blocks below the fork once and the rest once per
+    arm; each generated token through every block and the LM head once per arm against the same split (as if no arm
+    diverged)."""
     block, head = _weights(model)
     total = model.config.num_hidden_layers
-    prompt_tokens = sum(len(p) for p in generator.prompts)
+    prompt_tokens = sum(len(p) for p in decoder.generator.prompts)
     steps = sum(len(ids) + 1 for ids in per_arm[0].ids)  # the baseline's tokens and its stop
     alone = n_passes * (prompt_tokens * total * block + steps * (total * block + head))
-    shared = prompt_tokens * block * (fork + n_passes * (total - fork)) + steps * (
+    shared = decoder.prompt_tokens() * block * (fork + n_passes * (total - fork)) + steps * (
         block * (fork + n_passes * (total - fork)) + n_passes * head
     )
     return alone / shared

@@ -12,6 +12,10 @@ of one model together, batch of prompts by batch of prompts:
 * **groups.** Rows with the same tokens so far form one *group*; the blocks below the fork layer run
   once per group and their keys and values are kept once per group. All arms of a prompt start in
   one group; when their next tokens differ, the group forks and the new groups copy its cache.
+* **stems.** Prompts that begin alike (the same system turn, the same passage) are batched together
+  (:func:`stem_batches`); their shared first tokens, the *stem*, run once per arm, and each prompt's
+  own remainder runs over the stem's keys and values (:class:`_Seed`). The A/B prompts of the default
+  pair share about a third of their tokens this way.
 * **finished rows** (a stop token, or ``max_new_tokens``) leave the batch; their rows and groups are
   dropped from the caches once an eighth of the rows have finished.
 * **budget.** Multi-token forwards (the prompt pass) run in slices of rows of at most the token
@@ -19,11 +23,12 @@ of one model together, batch of prompts by batch of prompts:
   the rows' caches would pass :func:`core.budget.default_cache_bytes`, the passes decode a batch of
   prompts in groups of arms (:meth:`SharedDecoder.arm_chunks`), each running the shared blocks once.
 
-Decoding reproduces ``generate``'s greedy path: the generator's batches, left padding, positions
+Decoding reproduces ``generate``'s greedy path: left padding, positions
 from the attention mask, masks built by the model's own ``create_causal_mask``, float32 argmax of
 the last position's logits, responses cut at the first stop token. Each block computes the same
 function of the same inputs for every row, so in float32 every arm's tokens equal those of the arm
-run alone up to kernel rounding: CPU matrix products give bit-identical rows only for some row counts
+run alone up to kernel rounding (the batches are the generator's where no prompts share a stem):
+CPU matrix products give bit-identical rows only for some row counts
 (``benchmarks/bench_interventions.py`` prints any token that differs on the default pair).
 
 * **patch sources.** A patch (an edit whose context is a source model run in lockstep) joins the
@@ -53,6 +58,7 @@ import torch
 from torch import nn
 
 from core.budget import default_cache_bytes, default_max_batch_tokens
+from core.chat import left_pad
 from core.generation import Generations, Generator
 
 if TYPE_CHECKING:
@@ -104,6 +110,7 @@ _NEUTRAL_GENERATION: dict[str, Any] = {
     "guidance_scale": None,
     "exponential_decay_length_penalty": None,
 }
+MIN_STEM = 16  # tokens prompts must share for their stem to run once (a shorter one is not worth its own pass)
 COMPACT_SHARE = 8  # drop finished rows from the caches once 1/8 of the rows have finished
 # one row's decode step through one block, in prompt tokens through one block, with every row decoding to the limit;
 # fitted to the default A/B on the default pair (2-core CPU, 2026-11-24: estimated with it 23 min, took 22 min 56 s)
@@ -160,6 +167,60 @@ def first_edited_layer(edits: SiteEdits | None, total: int) -> int:
     return min((layer for _, layer, _ in edits.sites), default=total) if edits is not None else total
 
 
+@dataclass(frozen=True)
+class Stem:
+    """Prompts (indices) that share their first ``length`` tokens, which run once for all of them (0: no shared run)."""
+
+    length: int
+    members: tuple[int, ...]
+
+
+def stem_batches(prompts: Sequence[Sequence[int]], batch_size: int) -> list[list[Stem]]:
+    """The prompts in batches of at most ``batch_size``, as stems.
+
+    In token order, a prompt joins the group before it while that raises the tokens the group shares,
+    (members - 1) x the stem's length, with at least :data:`MIN_STEM` shared; each prompt keeps at least
+    its last token to itself. Groups are batched whole, by their longest remainder. Prompts that share no
+    stem batch by length, as :class:`~core.generation.Generator` batches them.
+    """
+    groups: list[tuple[int, list[int]]] = []  # (tokens shared, prompts)
+    for index in sorted(range(len(prompts)), key=lambda i: list(prompts[i])):
+        if groups and len(groups[-1][1]) < batch_size:
+            length, group = groups[-1]
+            common = min(_common(prompts[group[0]], prompts[index]), len(prompts[index]) - 1, length)
+            if common >= MIN_STEM and len(group) * common > (len(group) - 1) * length:
+                groups[-1] = (common, [*group, index])
+                continue
+        groups.append((len(prompts[index]) - 1, [index]))
+    stems = [Stem(length, tuple(sorted(group))) for length, group in groups if len(group) > 1]
+    stems.sort(key=lambda s: (max(len(prompts[i]) for i in s.members) - s.length, s.members[0]))
+    lonely = sorted(
+        (Stem(0, (g[0],)) for _, g in groups if len(g) == 1), key=lambda s: (len(prompts[s.members[0]]), s.members[0])
+    )
+    batches: list[list[Stem]] = []
+    for stem in stems + lonely:
+        size = sum(len(s.members) for s in batches[-1]) if batches else batch_size
+        if size + len(stem.members) > batch_size or (batches and bool(batches[-1][0].length) != bool(stem.length)):
+            batches.append([])
+        batches[-1].append(stem)
+    return batches
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the prefix ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def members(batch: Sequence[Stem]) -> list[int]:
+    """The prompts of a batch of stems, in the order their rows run."""
+    return [i for stem in batch for i in stem.members]
+
+
 @dataclass
 class _Batch:
     """The state of one batch of prompts while its arms decode."""
@@ -198,6 +259,7 @@ class SharedDecoder:
         )
         self.max_cache_bytes = default_cache_bytes(str(generator.device))
         self._element_size = dtype_bytes
+        self.batches = stem_batches(generator.prompts, generator.config.batch_size)
         self._passes: list[SiteEdits | None] = []
         self._state: _Batch | None = None
         self._sources = _Sources([])
@@ -222,15 +284,22 @@ class SharedDecoder:
         counts: list[dict[str, int]] = [{} for _ in passes]  # what each pass's site functions saw, summed over batches
         seconds = 0.0
         with self._hooks():
-            for number, batch in enumerate(self.generator.batches):
+            for number, stems in enumerate(self.batches):
+                batch = members(stems)
                 body = kept(number) if kept is not None else None
-                if body is not None and not _fits(body, len(passes), len(batch)):
+                if body is not None and not _fits(body, len(passes), batch):
                     body = None
                 if body is None:
                     start, before = time.perf_counter(), [_stats(p) for p in passes]
-                    tokens, bad = self._decode(batch)
+                    tokens, bad = self._decode(stems)
                     counted = [{k: v - b.get(k, 0) for k, v in _stats(p).items()} for p, b in zip(passes, before)]
-                    body = {"tokens": tokens, "broken": bad, "stats": counted, "seconds": time.perf_counter() - start}
+                    body = {
+                        "prompts": batch,
+                        "tokens": tokens,
+                        "broken": bad,
+                        "stats": counted,
+                        "seconds": time.perf_counter() - start,
+                    }
                     if keep is not None:
                         keep(number, body)
                     body["fresh"] = True
@@ -244,7 +313,7 @@ class SharedDecoder:
                 if done is not None:
                     done(
                         number + 1,
-                        len(self.generator.batches),
+                        len(self.batches),
                         len(batch),
                         body["seconds"],
                         kept is not None and "fresh" not in body,
@@ -280,9 +349,14 @@ class SharedDecoder:
         per_token_block = (time.perf_counter() - start) / (mask.numel() * self.total)
         fork, arms = self.fork_layer(passes), len(passes)
         blocks = fork + arms * (self.total - fork)
-        prompt_tokens = sum(len(self.generator.prompts[i]) for b in self.generator.batches for i in b)
+        prompt_tokens = self.prompt_tokens()
         steps = len(self.generator.prompts) * self.generator.config.max_new_tokens
         return per_token_block * (prompt_tokens * blocks + steps * DECODE_COST * (blocks + arms * HEAD_BLOCKS))
+
+    def prompt_tokens(self) -> int:
+        """The prompt tokens one pass runs through each block: every stem once, and each prompt's remainder."""
+        prompts = self.generator.prompts
+        return sum(s.length + sum(len(prompts[i]) - s.length for i in s.members) for b in self.batches for s in b)
 
     # --- one batch of prompts ---------------------------------------------------------------------
 
@@ -301,25 +375,36 @@ class SharedDecoder:
         arms = list(range(len(self._passes)))
         return [arms[i : i + per_chunk] for i in range(0, len(arms), per_chunk)]
 
-    def _decode(self, batch: Sequence[int]) -> tuple[list[list[list[int]]], list[int]]:
+    def _decode(self, batch: Sequence[Stem]) -> tuple[list[list[list[int]]], list[int]]:
         tokens: list[list[list[int]]] = []
         broken: list[int] = []
-        for arms in self.arm_chunks(len(batch), len(self.generator.prompts[batch[-1]])):
+        stems = max((s.length for s in batch), default=0)
+        width = stems + max(len(self.generator.prompts[i]) - s.length for s in batch for i in s.members)
+        for arms in self.arm_chunks(len(members(batch)), width):
             chunk_tokens, chunk_broken = self._decode_arms(batch, arms)
             tokens += chunk_tokens
             broken += chunk_broken
         return tokens, broken
 
-    def _decode_arms(self, batch: Sequence[int], arms: list[int]) -> tuple[list[list[list[int]]], list[int]]:
+    def _decode_arms(self, batch: Sequence[Stem], arms: list[int]) -> tuple[list[list[list[int]]], list[int]]:
         """Decode passes ``arms`` on one batch of prompts: their tokens and broken-logit counts in ``arms`` order."""
-        input_ids, mask = self.generator.padded(batch)
-        n_arms, n_prompts = len(arms), len(batch)
+        prompts = [self.generator.prompts[i] for i in members(batch)]
+        n_arms, n_prompts = len(arms), len(prompts)
         local = {arm: k for k, arm in enumerate(arms)}
         fork = self.fork_layer([self._passes[a] for a in arms])
-        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        shared = [stem for stem in batch if stem.length]
+        stem_of: list[int] = []  # per prompt: its stem among ``shared`` (-1: none)
+        for stem in batch:
+            stem_of += [shared.index(stem) if stem.length else -1] * len(stem.members)
+        lengths = [stem.length for stem in batch for _ in stem.members]
+        input_ids, mask = left_pad(
+            [p[n:] for p, n in zip(prompts, lengths)], self.generator.pad_id, self.generator.device
+        )
+        after_stem = torch.tensor(lengths, device=mask.device).unsqueeze(1) * mask
+        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0) + after_stem
         state = self._state = _Batch(
             prompt_mask=mask,
-            last_position=positions[:, -1],
+            last_position=torch.tensor([len(p) - 1 for p in prompts], device=mask.device),
             row_arm=[a for a in arms for _ in range(n_prompts)],
             row_prompt=list(range(n_prompts)) * n_arms,
             row_group=list(range(n_prompts)) * n_arms,
@@ -330,27 +415,18 @@ class SharedDecoder:
         )
         state.source_needed = {self._sources.lockstep[a][1] for a in arms if a in self._sources.lockstep}
         self._set_spans(state)
+        if shared:
+            self._run_stems(state, arms, shared, stem_of, fork)
         broken = [0] * n_arms
-        allow_skip = bool(mask.all())  # generate's own mask decision for this batch: no padding, no mask
+        allow_skip = bool(state.prompt_mask.all())  # generate's own mask decision for a batch: no padding, no mask
         stop, limit = self.generator.stop, self.generator.config.max_new_tokens
         for step in range(limit):
-            first = step == 0
             group_positions = (
                 positions[state.group_prompt]
-                if first
+                if step == 0
                 else (state.last_position[state.group_prompt] + step).unsqueeze(1)
             )
-            self._run_sources(state, group_positions, allow_skip)
-            hidden = self.decoder.embed_tokens(state.group_input)
-            hidden, state.lower = self._blocks(
-                hidden, range(0, fork), state.group_prompt, group_positions, state.lower, allow_skip
-            )
-            state.row_group_index = torch.tensor(state.row_group, device=hidden.device)
-            hidden = hidden.index_select(0, state.row_group_index)
-            row_positions = group_positions.index_select(0, state.row_group_index)
-            hidden, state.upper = self._blocks(
-                hidden, range(fork, self.total), state.row_prompt, row_positions, state.upper, allow_skip
-            )
+            hidden = self._step(state, group_positions, fork, allow_skip)
             logits = self.model.get_output_embeddings()(self.decoder.norm(hidden[:, -1:]))[:, -1].to(torch.float32)
             bad = ((~torch.isfinite(logits)).any(-1) | (logits.amax(-1) == logits.amin(-1))).tolist()
             chosen = logits.argmax(-1).tolist()
@@ -371,6 +447,57 @@ class SharedDecoder:
             self._regroup(state, chosen)
         self._state = None
         return state.tokens, broken
+
+    def _step(self, state: _Batch, group_positions: torch.Tensor, fork: int, allow_skip: bool) -> torch.Tensor:
+        """One forward of every row (the groups' next tokens): the top block's output, a row per row."""
+        self._run_sources(state, group_positions, allow_skip)
+        hidden = self.decoder.embed_tokens(state.group_input)
+        hidden, state.lower = self._blocks(
+            hidden, range(0, fork), state.group_prompt, group_positions, state.lower, allow_skip
+        )
+        state.row_group_index = torch.tensor(state.row_group, device=hidden.device)
+        hidden = hidden.index_select(0, state.row_group_index)
+        row_positions = group_positions.index_select(0, state.row_group_index)
+        hidden, state.upper = self._blocks(
+            hidden, range(fork, self.total), state.row_prompt, row_positions, state.upper, allow_skip
+        )
+        return hidden
+
+    def _run_stems(self, state: _Batch, arms: list[int], shared: list[Stem], stem_of: list[int], fork: int) -> None:
+        """Run each shared stem once per arm, and seed ``state``'s caches with them: each prompt's rows start from its
+        stem's keys and values (a prompt with no stem from padding), its mask from the stem's."""
+        prompts = self.generator.prompts
+        ids, mask = left_pad(
+            [prompts[stem.members[0]][: stem.length] for stem in shared],
+            self.generator.pad_id,
+            state.prompt_mask.device,
+        )
+        n_arms, n_stems = len(arms), len(shared)
+        stems = self._state = _Batch(
+            prompt_mask=mask,
+            last_position=mask.new_zeros(n_stems),
+            row_arm=[a for a in arms for _ in range(n_stems)],
+            row_prompt=list(range(n_stems)) * n_arms,
+            row_group=list(range(n_stems)) * n_arms,
+            row_alive=[True] * (n_arms * n_stems),
+            group_prompt=list(range(n_stems)),
+            group_input=ids,
+            tokens=[],
+            source_needed=state.source_needed,
+        )
+        self._set_spans(stems)
+        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        self._step(stems, positions, fork, bool(mask.all()))
+        self._state = state
+        per_row = [stem + (arm * n_stems if stem >= 0 else 0) for arm in range(n_arms) for stem in stem_of]
+        state.lower = _Seed.of(stems.lower, range(0, fork), stem_of)
+        state.upper = _Seed.of(stems.upper, range(fork, self.total), per_row)
+        state.sources = [
+            _Seed.of(cache, range(0, top + 1), stem_of) for cache, top in zip(stems.sources, self._sources.tops)
+        ]
+        seen = mask.index_select(0, torch.tensor([max(k, 0) for k in stem_of], device=mask.device))
+        seen = seen * torch.tensor([k >= 0 for k in stem_of], device=mask.device).unsqueeze(1)
+        state.prompt_mask = torch.cat([seen.to(state.prompt_mask.dtype), state.prompt_mask], dim=1)
 
     def _regroup(self, state: _Batch, chosen: list[int]) -> None:
         """Fork each group whose live rows chose different tokens; drop finished rows once enough have finished."""
@@ -436,21 +563,21 @@ class SharedDecoder:
         decoder: Decoder | None = None,
     ) -> tuple[torch.Tensor, Any]:
         """Run ``layers`` of ``decoder`` (default: the model's) on ``hidden`` (rows of prompts ``row_prompt``) with
-        ``cache``; a prompt pass runs in budgeted slices of rows."""
+        ``cache``; a prompt pass (no cache yet, or one seeded with stems) runs in budgeted slices of rows."""
         if not layers:
             return hidden, cache
         decoder = decoder if decoder is not None else self.decoder
-        if cache is not None:
+        if cache is not None and not isinstance(cache, _Seed):
             return self._forward(decoder, hidden, layers, row_prompt, positions, cache, allow_skip), cache
         rows, length = hidden.shape[0], hidden.shape[1]
         step = max(1, self.max_batch_tokens // max(1, length))
-        if step >= rows:
+        if step >= rows and cache is None:
             cache = self._new_cache(self.generator.config.max_new_tokens)
             return self._forward(decoder, hidden, layers, row_prompt, positions, cache, allow_skip), cache
         parts, caches = [], []
         for start in range(0, rows, step):
             part = slice(start, start + step)
-            caches.append(self._new_cache())
+            caches.append(cache.take(part, self._new_cache()) if cache is not None else self._new_cache())
             parts.append(
                 self._forward(
                     decoder, hidden[part], layers, row_prompt[part], positions[part], caches[-1], allow_skip, start
@@ -672,11 +799,13 @@ def _stats(edits: SiteEdits | None) -> dict[str, int]:
     return edits.stats.as_dict() if edits is not None and edits.stats is not None else {}
 
 
-def _fits(body: dict[str, Any], n_passes: int, n_prompts: int) -> bool:
+def _fits(body: dict[str, Any], n_passes: int, prompts: list[int]) -> bool:
     """Whether a kept batch holds every pass's tokens for every prompt of the batch."""
     tokens, broken, stats = body.get("tokens"), body.get("broken"), body.get("stats")
+    n_prompts = len(prompts)
     return (
-        isinstance(tokens, list)
+        body.get("prompts") == prompts
+        and isinstance(tokens, list)
         and isinstance(broken, list)
         and isinstance(stats, list)
         and len(tokens) == n_passes == len(broken) == len(stats)
@@ -689,6 +818,38 @@ def _fits(body: dict[str, Any], n_passes: int, n_prompts: int) -> bool:
 def _select(cache: Any, indices: list[int], device: torch.device) -> None:
     if cache is not None:
         cache.batch_select_indices(torch.tensor(indices, device=device))
+
+
+@dataclass
+class _Seed:
+    """Where a prompt pass's rows start: row ``r`` from ``cache``'s row ``rows[r]`` (its stem's keys and values;
+    -1: none, which the mask hides), for ``layers``."""
+
+    cache: Any
+    layers: range
+    rows: torch.Tensor
+    _padded: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, cache: Any, layers: range, rows: list[int]) -> _Seed | None:
+        if cache is None:
+            return None
+        return cls(cache, layers, torch.tensor(rows, device=cache.layers[layers.start].keys.device))
+
+    def take(self, part: slice, into: Any) -> Any:
+        """``into`` holding the stems of rows ``part``."""
+        for index in self.layers:
+            if index not in self._padded:  # a last row of zeros, for the rows without a stem
+                layer = self.cache.layers[index]
+                self._padded[index] = (_zero_row(layer.keys), _zero_row(layer.values))
+            keys, values = self._padded[index]
+            rows = self.rows[part].remainder(keys.shape[0])
+            into.update(keys.index_select(0, rows), values.index_select(0, rows), index)
+        return into
+
+
+def _zero_row(x: torch.Tensor) -> torch.Tensor:
+    return torch.cat([x, x.new_zeros(1, *x.shape[1:])])
 
 
 def _joined(caches: list[Any], layers: range, into: Any) -> Any:

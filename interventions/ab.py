@@ -359,7 +359,7 @@ class _Runner:
         decoder = SharedDecoder(self.generators[name].generator, self.config.max_batch_tokens, attach)
         tag = f"shared {name} {hashlib.sha256(' '.join(key for key, _ in shared).encode()).hexdigest()[:16]} batch"
         self.progress(
-            f"{name} model: {len(shared)} passes decode together in {len(decoder.generator.batches)} batches of "
+            f"{name} model: {len(shared)} passes decode together in {len(decoder.batches)} batches of "
             f"prompts; {decoder.describe([c for _, c in shared])}"
         )
         self.progress(
