@@ -23,7 +23,7 @@ generating against the time taken, and every token that differs between the two 
         --neurons runs/latest/analysis_mean_diff/neurons_multi_turn_mlp_out.json
 
 Part 3 (``--floor RUN_DIR``): can ``probe intervene RUN_DIR -c multi_turn`` with its defaults (or ``--rows``,
-``--placebo``, ``--neurons``, ``--new-tokens``, ``--no-collateral``) finish within ``--budget`` minutes on this
+``--placebo``, ``--neurons``, ``--new-tokens``, ``--collateral``) finish within ``--budget`` minutes on this
 machine with *any* engine that computes each arm exactly? It counts the weight FLOPs that no sharing between arms
 removes (each distinct prompt prefix's last token through the blocks below the fork once, through the blocks from
 the fork up once per pass; each generated token likewise, plus the LM head per pass) and divides them by this
@@ -196,7 +196,7 @@ def floor(args: argparse.Namespace) -> int:
         capability="multi_turn",
         placebo=args.placebo,
         neurons=args.neurons,
-        collateral=not args.no_collateral,
+        collateral=args.collateral,
         limit=args.rows if "--rows" in sys.argv else None,
     )
     if "--new-tokens" in sys.argv:
@@ -317,7 +317,7 @@ def main() -> int:
     parser.add_argument("--placebo", type=int, default=20, help="parts 2 and 3: placebo arms")
     parser.add_argument("--floor", type=Path, default=None, metavar="RUN_DIR", help="part 3: the FLOP floor of an A/B")
     parser.add_argument("--budget", type=float, default=15.0, help="part 3: minutes")
-    parser.add_argument("--no-collateral", action="store_true", help="part 3: the target capability's rows only")
+    parser.add_argument("--collateral", action="store_true", help="part 3: the other capabilities' rows too")
     args = parser.parse_args()
     if args.floor is not None:
         return floor(args)

@@ -3,7 +3,7 @@
 The pipeline, in order:
 
 1. resolve the model dir and data file (from the run, or explicit overrides), pick the
-   rows (target capability first, then the others as collateral; ``limit`` rows per
+   rows (the target capability, and with ``collateral`` the others after it; ``limit`` rows per
    capability and at most ``collateral_rows`` of each other one, interleaved by task so a
    small limit still covers every task);
 2. resolve the neuron set (file, top K of the run's ranking, or an explicit list) and

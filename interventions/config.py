@@ -105,7 +105,9 @@ class ABConfig:
         None, "Shared engine: padded tokens per prompt-pass forward (default: the device's, 2048 on CPU)."
     )
     limit: Annotated[int, POSITIVE] | None = option(None, "At most N rows per capability (interleaved across tasks).")
-    collateral: bool = option(True, "Score the other capabilities too.")
+    collateral: bool = option(
+        False, "Score the other capabilities too (--collateral-rows of each, for every arm and placebo set)."
+    )
     collateral_rows: Annotated[int, NON_NEGATIVE] | None = option(
         16, "Rows of each other capability scored as collateral (interleaved across tasks; none: as --limit allows)."
     )

@@ -45,6 +45,7 @@ def ab_run(tiny_pair, test_file: Path, tmp_path_factory: pytest.TempPathFactory)
         generation=GenerationConfig(max_new_tokens=8, batch_size=8),
         doses=[0.5],
         n_bootstrap=500,
+        collateral=True,
         out_dir=out,
     )
     return run_ab(config), out
