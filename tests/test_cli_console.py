@@ -70,7 +70,7 @@ def intervene(model: Path, data: Path, out: Path, factor: str) -> list[str]:
 def test_piped_intervene_tables_are_not_cut(
     tiny_model_dir: Path, data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    out, _ = run(intervene(tiny_model_dir, data, tmp_path / "ab", "0.5"), capsys)
+    out, _ = run([*intervene(tiny_model_dir, data, tmp_path / "ab", "0.5"), "--collateral"], capsys)
     assert "…" not in out
     header = next(line for line in out.splitlines() if "capability" in line and "McNemar" in line)
     for column in ("before", "after", "Δ pts", "95% CI", "McNemar p", "placebo pct", "changed"):

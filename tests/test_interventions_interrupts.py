@@ -59,7 +59,7 @@ def test_intervene_keeps_finished_arms_and_resumes_to_the_same_report(
     each finished pass."""
 
     def args(out: Path) -> list[str]:
-        return [*_intervene(tiny_model_dir, chat_data, out), "--engine", engine, "--batch-size", "4"]
+        return [*_intervene(tiny_model_dir, chat_data, out), "--engine", engine, "--batch-size", "4", "--collateral"]
 
     whole = probe(args(tmp_path / "whole"), tmp_path)
     assert whole.code == 0, whole.stderr
