@@ -400,21 +400,9 @@ class SharedDecoder:
         input_ids, mask = left_pad(
             [p[n:] for p, n in zip(prompts, lengths)], self.generator.pad_id, self.generator.device
         )
-        after_stem = torch.tensor(lengths, device=mask.device).unsqueeze(1) * mask
-        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0) + after_stem
-        state = self._state = _Batch(
-            prompt_mask=mask,
-            last_position=torch.tensor([len(p) - 1 for p in prompts], device=mask.device),
-            row_arm=[a for a in arms for _ in range(n_prompts)],
-            row_prompt=list(range(n_prompts)) * n_arms,
-            row_group=list(range(n_prompts)) * n_arms,
-            row_alive=[True] * (n_arms * n_prompts),
-            group_prompt=list(range(n_prompts)),
-            group_input=input_ids,
-            tokens=[[[] for _ in range(n_prompts)] for _ in range(n_arms)],
-        )
-        state.source_needed = {self._sources.lockstep[a][1] for a in arms if a in self._sources.lockstep}
-        self._set_spans(state)
+        positions = _positions(mask) + torch.tensor(lengths, device=mask.device).unsqueeze(1) * mask
+        last = torch.tensor([len(p) - 1 for p in prompts], device=mask.device)
+        state = self._state = self._start(arms, input_ids, mask, last)
         if shared:
             self._run_stems(state, arms, shared, stem_of, fork)
         broken = [0] * n_arms
@@ -473,21 +461,8 @@ class SharedDecoder:
             state.prompt_mask.device,
         )
         n_arms, n_stems = len(arms), len(shared)
-        stems = self._state = _Batch(
-            prompt_mask=mask,
-            last_position=mask.new_zeros(n_stems),
-            row_arm=[a for a in arms for _ in range(n_stems)],
-            row_prompt=list(range(n_stems)) * n_arms,
-            row_group=list(range(n_stems)) * n_arms,
-            row_alive=[True] * (n_arms * n_stems),
-            group_prompt=list(range(n_stems)),
-            group_input=ids,
-            tokens=[],
-            source_needed=state.source_needed,
-        )
-        self._set_spans(stems)
-        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
-        self._step(stems, positions, fork, bool(mask.all()))
+        stems = self._state = self._start(arms, ids, mask, mask.new_zeros(n_stems))
+        self._step(stems, _positions(mask), fork, bool(mask.all()))
         self._state = state
         per_row = [stem + (arm * n_stems if stem >= 0 else 0) for arm in range(n_arms) for stem in stem_of]
         state.lower = _Seed.of(stems.lower, range(0, fork), stem_of)
@@ -498,6 +473,24 @@ class SharedDecoder:
         seen = mask.index_select(0, torch.tensor([max(k, 0) for k in stem_of], device=mask.device))
         seen = seen * torch.tensor([k >= 0 for k in stem_of], device=mask.device).unsqueeze(1)
         state.prompt_mask = torch.cat([seen.to(state.prompt_mask.dtype), state.prompt_mask], dim=1)
+
+    def _start(self, arms: list[int], inputs: torch.Tensor, mask: torch.Tensor, last: torch.Tensor) -> _Batch:
+        """A batch of every arm's row of each prompt of ``inputs`` (arm-major), each prompt its own group."""
+        n = inputs.shape[0]
+        state = _Batch(
+            prompt_mask=mask,
+            last_position=last,
+            row_arm=[a for a in arms for _ in range(n)],
+            row_prompt=list(range(n)) * len(arms),
+            row_group=list(range(n)) * len(arms),
+            row_alive=[True] * (len(arms) * n),
+            group_prompt=list(range(n)),
+            group_input=inputs,
+            tokens=[[[] for _ in range(n)] for _ in arms],
+        )
+        state.source_needed = {self._sources.lockstep[a][1] for a in arms if a in self._sources.lockstep}
+        self._set_spans(state)
+        return state
 
     def _regroup(self, state: _Batch, chosen: list[int]) -> None:
         """Fork each group whose live rows chose different tokens; drop finished rows once enough have finished."""
@@ -846,6 +839,11 @@ class _Seed:
             rows = self.rows[part].remainder(keys.shape[0])
             into.update(keys.index_select(0, rows), values.index_select(0, rows), index)
         return into
+
+
+def _positions(mask: torch.Tensor) -> torch.Tensor:
+    """Each token's position in its left-padded row (0 at the padding)."""
+    return (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
 
 
 def _zero_row(x: torch.Tensor) -> torch.Tensor:
