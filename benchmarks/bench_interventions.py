@@ -210,7 +210,7 @@ def floor(args: argparse.Namespace) -> int:
     total, n = int(model.config.num_hidden_layers), len(passes)
     blocks_per_token = fork + n * (total - fork)
     distinct = _distinct_prefixes(generator.prompts)
-    padded = _engine_prompt_tokens(decoder)
+    padded = decoder.padded_prompt_tokens()
     steps = len(generator.prompts) * config.generation.max_new_tokens
     block_weights, head_weights = _weights(model)
     prompt_flops = 2 * distinct * blocks_per_token * block_weights
@@ -245,18 +245,6 @@ def _distinct_prefixes(prompts: list[list[int]]) -> int:
     prompt positions per pass."""
     ordered = sorted(prompts)
     return sum(len(p) - len(os.path.commonprefix([p, q])) for p, q in zip(ordered, [[], *ordered]))
-
-
-def _engine_prompt_tokens(decoder: object) -> int:
-    """The padded prompt tokens one pass of the shared engine runs: per batch, its stems and its prompts' remainders,
-    each padded to the batch's longest."""
-    prompts = decoder.generator.prompts
-    total = 0
-    for batch in decoder.batches:
-        stems = [stem.length for stem in batch if stem.length]
-        rest = [len(prompts[i]) - stem.length for stem in batch for i in stem.members]
-        total += len(stems) * max(stems, default=0) + len(rest) * max(rest)
-    return total
 
 
 def _weights(model: torch.nn.Module) -> tuple[int, int]:

@@ -48,6 +48,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
@@ -175,7 +176,7 @@ class Stem:
     members: tuple[int, ...]
 
 
-def stem_batches(prompts: Sequence[Sequence[int]], batch_size: int) -> list[list[Stem]]:
+def stem_batches(prompts: Sequence[list[int]], batch_size: int) -> list[list[Stem]]:
     """The prompts in batches of at most ``batch_size``, as stems.
 
     In token order, a prompt joins the group before it while that raises the tokens the group shares,
@@ -187,7 +188,9 @@ def stem_batches(prompts: Sequence[Sequence[int]], batch_size: int) -> list[list
     for index in sorted(range(len(prompts)), key=lambda i: list(prompts[i])):
         if groups and len(groups[-1][1]) < batch_size:
             length, group = groups[-1]
-            common = min(_common(prompts[group[0]], prompts[index]), len(prompts[index]) - 1, length)
+            common = min(
+                len(os.path.commonprefix([prompts[group[0]], prompts[index]])), len(prompts[index]) - 1, length
+            )
             if common >= MIN_STEM and len(group) * common > (len(group) - 1) * length:
                 groups[-1] = (common, [*group, index])
                 continue
@@ -204,16 +207,6 @@ def stem_batches(prompts: Sequence[Sequence[int]], batch_size: int) -> list[list
             batches.append([])
         batches[-1].append(stem)
     return batches
-
-
-def _common(a: Sequence[int], b: Sequence[int]) -> int:
-    """The length of the prefix ``a`` and ``b`` share."""
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def members(batch: Sequence[Stem]) -> list[int]:
@@ -358,6 +351,19 @@ class SharedDecoder:
         prompts = self.generator.prompts
         return sum(s.length + sum(len(prompts[i]) - s.length for i in s.members) for b in self.batches for s in b)
 
+    def padded_prompt_tokens(self) -> int:
+        """The padded prompt tokens one pass runs: per batch, its stems and its prompts' remainders, each padded to the
+        batch's longest."""
+        return sum(
+            sum(bool(s.length) for s in b) * self._widths(b)[0] + len(members(b)) * self._widths(b)[1]
+            for b in self.batches
+        )
+
+    def _widths(self, batch: Sequence[Stem]) -> tuple[int, int]:
+        """A batch's longest stem and longest remainder after its stem."""
+        prompts = self.generator.prompts
+        return max(s.length for s in batch), max(len(prompts[i]) - s.length for s in batch for i in s.members)
+
     # --- one batch of prompts ---------------------------------------------------------------------
 
     @torch.no_grad()
@@ -378,9 +384,7 @@ class SharedDecoder:
     def _decode(self, batch: Sequence[Stem]) -> tuple[list[list[list[int]]], list[int]]:
         tokens: list[list[list[int]]] = []
         broken: list[int] = []
-        stems = max((s.length for s in batch), default=0)
-        width = stems + max(len(self.generator.prompts[i]) - s.length for s in batch for i in s.members)
-        for arms in self.arm_chunks(len(members(batch)), width):
+        for arms in self.arm_chunks(len(members(batch)), sum(self._widths(batch))):
             chunk_tokens, chunk_broken = self._decode_arms(batch, arms)
             tokens += chunk_tokens
             broken += chunk_broken
