@@ -1,7 +1,7 @@
 """Analysis: SFT-vs-DPO discrepancy maps, layer profiles, neuron sets and plots.
 
 ``from analysis import analyze_run`` is the entry point (see :mod:`analysis.run`).
-Exports are resolved lazily so that ``import analysis.neuron_sets`` (what
+Exports are resolved lazily so that ``import access.units`` (what
 interventions need) does not pull in plotly, scipy and h5py.
 """
 
@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from analysis.config import AnalysisConfig
-    from analysis.maps import MetricMaps, compute_maps, load_maps
+    from analysis.maps import compute_maps, load_maps
+    from analysis.metric_maps import MetricMaps
     from analysis.run import AnalysisResult, analyze_run
     from analysis.select import select_neurons
 
@@ -29,7 +30,7 @@ _HOMES = {
     "AnalysisConfig": "analysis.config",
     "AnalysisResult": "analysis.run",
     "analyze_run": "analysis.run",
-    "MetricMaps": "analysis.maps",
+    "MetricMaps": "analysis.metric_maps",
     "compute_maps": "analysis.maps",
     "load_maps": "analysis.maps",
     "select_neurons": "analysis.select",

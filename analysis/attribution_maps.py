@@ -30,7 +30,7 @@ from probes.store import RunReader
 def attribution_maps(
     run: RunReader, capability: str, hook: str, layers: Window | list[int], config: AnalysisConfig
 ) -> Any:
-    from analysis.maps import MetricMaps
+    from analysis.metric_maps import MetricMaps
     from probes.attribution import attribute_run
 
     window = layers if isinstance(layers, Window) else None

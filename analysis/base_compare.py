@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.maps import MetricMaps
+from analysis.metric_maps import MetricMaps
 from analysis.profile import ranked_units
 
 N_DRAWS = 2000

@@ -8,7 +8,7 @@ pair at a time. Loading two full models would cost twice a model's memory for th
 
 Tensor names are resolved for the Llama layout that Llama, Mistral, Qwen2 and Qwen3 share:
 the block list and the parts of a block come from the model family's row of
-:data:`probes.hook_points.ARCHITECTURES` (``model.layers``, ``self_attn``, ``mlp``,
+:data:`access.hook_points.ARCHITECTURES` (``model.layers``, ``self_attn``, ``mlp``,
 ``down_proj``), the rest from :data:`LAYOUT`. Two variations are handled:
 
 * **tied embeddings** (SmolLM2, Qwen2-0.5B): the file has no ``lm_head.weight``; the
@@ -34,16 +34,16 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, Literal
 
+from access.hook_points import ARCHITECTURES, families
+from access.pair import ModelShape, compare_configs, shape_of
 from core.errors import ProbeError
 from core.models import check_model_dir, weight_files
-from probes.hook_points import ARCHITECTURES
-from probes.pair import ModelShape, compare_configs, shape_of
 
 if TYPE_CHECKING:
     import torch
 
 MlpPart = Literal["gate", "up", "down"]
-SUPPORTED: tuple[str, ...] = ("llama", "mistral", "qwen2", "qwen3")
+SUPPORTED: tuple[str, ...] = families("checkpoint_readout")
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from access.hook_points import validate_hook
 from analysis.agreement import layer_agreement, top_overlap
 from analysis.checkpoint import config_summary
 from analysis.config import ACTIVATION_METRICS, TESTS, AnalysisConfig
@@ -44,7 +45,8 @@ from analysis.explain_config import ExplainConfig
 from analysis.explain_html import agreement_figure, page_html
 from analysis.explain_models import ModelSet, open_models
 from analysis.explain_record import Agreement, ExplainRecord, LayerReadOut, NeuronCard, PromptHit
-from analysis.maps import MetricMaps, compute_maps, load_maps, read_window
+from analysis.maps import compute_maps, load_maps, read_window
+from analysis.metric_maps import MetricMaps
 from analysis.profile import ranked_units
 from analysis.readout import Lens, TokenText, mean_difference, read_out, unit_directions
 from analysis.summary import AnalysisSummary
@@ -52,7 +54,6 @@ from analysis.weight_change import UnitChange, save_weight_change, weight_change
 from core.errors import ProbeError
 from core.run_dir import AnalysisDir, RunDir
 from core.stats import paired_bootstrap_ci
-from probes.hook_points import validate_hook
 from probes.store import RunReader
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.maps import MetricMaps
+from analysis.metric_maps import MetricMaps
 from analysis.profile import layer_profile, top_units
 from core.errors import ProbeError
 from core.records import to_json

@@ -39,7 +39,6 @@ Example:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +46,7 @@ import h5py
 import numpy as np
 
 from analysis.config import AnalysisConfig
+from analysis.metric_maps import MetricMaps
 from analysis.profile import layer_scores
 from analysis.stability import Resamples
 from analysis.stats import bh_qvalues, effect_size_dz, paired_pvalues
@@ -59,50 +59,6 @@ from core.stats import mcnemar_p
 from probes.store import RunReader
 
 _ARRAYS = ("sft", "dpo", "delta", "pvalues", "qvalues")
-
-
-@dataclass
-class MetricMaps:
-    """All maps of one capability × hook; arrays are (n_layers, width), rows follow ``layers``."""
-
-    capability: str
-    hook: str
-    metric: str
-    layers: list[int]
-    sft: np.ndarray
-    dpo: np.ndarray
-    delta: np.ndarray
-    pvalues: np.ndarray
-    qvalues: np.ndarray
-    n_samples: int
-    settings: dict[str, Any] = field(default_factory=dict)
-    layer_rms: np.ndarray | None = None  # (2, n_layers): RMS activation per layer, rows sft and dpo
-    window: Window | None = None  # which layers and why (None: computed for a bare list of layers)
-    resampled_scores: np.ndarray | None = None  # (n_layers, n_resamples): each bootstrap resample's mean |Δ| per layer
-
-    def loudness(self) -> np.ndarray | None:
-        """(n_layers,) RMS activation per layer, the larger of the two models'; None without ``layer_rms``."""
-        return None if self.layer_rms is None or self.layer_rms.size == 0 else self.layer_rms.max(axis=0)
-
-    def loudest_layer(self) -> int | None:
-        """The layer of largest RMS activation (larger of the two models); None without ``layer_rms``."""
-        loudness = self.loudness()
-        return None if loudness is None else self.layers[int(loudness.argmax())]
-
-    def quiet_layers(self, ratio: float = 0.01) -> list[int]:
-        """Layers whose RMS activation (larger of the two models) is below ``ratio`` × the loudest layer's."""
-        loudness = self.loudness()
-        if loudness is None:
-            return []
-        return [layer for layer, rms in zip(self.layers, loudness) if rms < ratio * loudness.max()]
-
-    @property
-    def width(self) -> int:
-        return int(self.delta.shape[1])
-
-    def significant(self, alpha: float) -> np.ndarray:
-        """(n_layers, width) bool: BH-significant at level ``alpha``."""
-        return self.qvalues <= alpha
 
 
 def read_window(run: RunReader, model: str, capability: str, hook: str, layers: list[int]) -> np.ndarray:

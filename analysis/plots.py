@@ -27,7 +27,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.maps import MetricMaps
+from analysis.metric_maps import MetricMaps
 from analysis.profile import layer_profile, unit_order
 from analysis.window import format_layers
 from core.atomic import atomic_path, write_atomic

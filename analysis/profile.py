@@ -27,7 +27,7 @@ import numpy as np
 from core.records import OMIT_NONE
 
 if TYPE_CHECKING:
-    from analysis.maps import MetricMaps
+    from analysis.metric_maps import MetricMaps
 
 
 @dataclass(frozen=True)

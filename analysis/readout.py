@@ -41,10 +41,10 @@ from typing import Any
 
 import numpy as np
 
+from access.hook_points import HOOK_TABLE
 from analysis.checkpoint import Checkpoint
 from analysis.maps import read_window
 from core.errors import ProbeError
-from probes.hook_points import HOOK_TABLE
 from probes.store import RunReader
 
 

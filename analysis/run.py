@@ -11,7 +11,7 @@ writes into the run's analysis directory (or ``out_dir``), whose file names
     maps             /{capability}/{hook}/{sft,dpo,delta,pvalues,qvalues,layers}, one file per metric
     base maps        the same for SFT − base, in a run recorded with --base (analysis.base_compare); the overlap and
                      correlation with DPO − SFT are ``base`` in the summary
-    neuron sets      one per capability × hook: the selected units (analysis.neuron_sets format)
+    neuron sets      one per capability × hook: the selected units (access.units format)
     plots/           <capability>_<hook>_<metric>_maps.html|png, ..._profile.html|png, all_<hook>_<metric>.html|png,
                      and plotly.min.js, shared by the HTML files (offline)
 
@@ -35,9 +35,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import analysis.plots as plots_module
+from access.hook_points import validate_hook
 from analysis.base_compare import BaseComparison, compare_maps
 from analysis.config import AnalysisConfig
-from analysis.maps import MetricMaps, compute_maps, save_maps
+from analysis.maps import compute_maps, save_maps
+from analysis.metric_maps import MetricMaps
 from analysis.plots import faceted_figure, maps_figure, profile_figure, write_figures
 from analysis.profile import layer_profile, layer_scores, top_units
 from analysis.select import select_neurons
@@ -48,7 +50,6 @@ from core.atomic import StagedSet, file_set
 from core.capabilities import parse_capabilities
 from core.errors import ProbeError
 from core.run_dir import AnalysisDir, RunDir
-from probes.hook_points import validate_hook
 from probes.store import MODELS, RunReader
 
 

@@ -10,7 +10,7 @@ Two rules, both within the analysed layer window:
     The units that survive Benjamini–Hochberg at ``alpha`` *and* have |Δ| ≥
     ``threshold``, ranked the same way; at most ``k`` of them (``k=None``: all).
 
-The result is an :class:`analysis.neuron_sets.NeuronSet` carrying the metric,
+The result is an :class:`access.units.NeuronSet` carrying the metric,
 capability, hook, the rule and its parameters, the run directory and the model hashes.
 
 Example:
@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from access.units import Neuron, NeuronSet
 from analysis.config import RULES
-from analysis.maps import MetricMaps
-from analysis.neuron_sets import Neuron, NeuronSet
+from analysis.metric_maps import MetricMaps
 from analysis.profile import ranked_units
 from analysis.window import format_layers
 from core.errors import ProbeError

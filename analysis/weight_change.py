@@ -41,10 +41,10 @@ from typing import Any
 
 import numpy as np
 
+from access.hook_points import HOOK_TABLE, validate_hook
 from analysis.checkpoint import LAYOUT, Checkpoint, MlpPart, check_same_shape, same_tensor_shape
 from core.atomic import atomic_path
 from core.errors import ProbeError
-from probes.hook_points import HOOK_TABLE, validate_hook
 
 FORMAT = "rolemrc-probe/weight-change"
 VERSION = 1

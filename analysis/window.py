@@ -33,9 +33,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from access.hook_points import layer_ranges, parse_layers
 from core.errors import ProbeError
 from core.records import SKIP
-from probes.hook_points import layer_ranges, parse_layers
 
 if TYPE_CHECKING:
     from probes.store import RunReader

@@ -12,7 +12,7 @@ timed too, for information.
 
 Part 2 (``--shared RUN_DIR``): a whole A/B as ``probe intervene`` plans it (baseline, main arm,
 control, ``--placebo`` placebo arms on the run's units), generated arm by arm with ``generate``
-and then in shared batches (:mod:`core.shared_generation`), side by side in one process on the
+and then in shared batches (:mod:`access.shared_generation`), side by side in one process on the
 same rows. It prints both times, the speed-up (target >= 3x), the ceiling for this configuration
 (weight FLOPs: the shared blocks counted once, the rest and the LM head once per arm) and the
 share of it reached (aim >= 75%), the peak memory of each path, the estimate printed before
@@ -100,12 +100,12 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
     """Part 2: one A/B's passes arm by arm, then in shared batches."""
     import time
 
+    from access.edits import site_edits
+    from access.hook_points import attach
+    from access.shared_generation import SharedDecoder
     from core.decoding import GenerationConfig
-    from core.shared_generation import SharedDecoder
     from interventions.ab import _Runner
     from interventions.config import ABConfig
-    from interventions.edits import site_edits
-    from probes.hook_points import attach
 
     config = ABConfig(
         run_dir=args.shared,
@@ -186,10 +186,10 @@ def floor(args: argparse.Namespace) -> int:
     """Part 3: the weight-FLOP floor of one A/B on this machine, against the time budget."""
     from dataclasses import replace
 
-    from core.shared_generation import SharedDecoder
+    from access.edits import site_edits
+    from access.shared_generation import SharedDecoder
     from interventions.ab import _Runner
     from interventions.config import ABConfig
-    from interventions.edits import site_edits
 
     config = ABConfig(  # probe intervene's defaults but for what the flags of part 3 give
         run_dir=args.floor,
@@ -313,12 +313,12 @@ def main() -> int:
         args.new_tokens = 64 if "--new-tokens" not in sys.argv else args.new_tokens
         return shared_vs_per_arm(args)
 
-    from analysis.neuron_sets import Neuron, NeuronSet
-    from core.generation import GenerationConfig
+    from access.edited_generation import ABGenerator, Intervention
+    from access.factors import PAPER_FACTOR
+    from access.generation import GenerationConfig
+    from access.hook_points import n_layers, width
+    from access.units import Neuron, NeuronSet
     from core.schema import TestRow, Turn
-    from interventions.generation import ABGenerator, Intervention
-    from interventions.scaling import PAPER_FACTOR
-    from probes.hook_points import n_layers, width
 
     torch.manual_seed(0)
     model, tokenizer = build_model(args.model_dir)

@@ -197,7 +197,7 @@ def bench_throughput(
     """(body-forward seconds, recording seconds, the first batch's recorded mlp_out) for one batch size."""
     import torch
 
-    from probes.backends import make_backend
+    from access.drivers import make_backend
 
     batches = batches_of(prompts, tokenizer, batch_size)
     n, n_layers = len(prompts), model.config.num_hidden_layers
@@ -245,7 +245,7 @@ def bench_budgets(
     """Fixed batch sizes vs token budgets on one wide-length prompt set: speed, memory, and equal values."""
     import torch
 
-    from probes.backends import make_backend
+    from access.drivers import make_backend
     from probes.batching import DEFAULT_BATCH_SIZE, activation_bytes_per_token, default_max_batch_tokens
 
     device = model.get_input_embeddings().weight.device
@@ -641,7 +641,7 @@ def main() -> int:
         tmp = Path(tmp_name)
         sft = dpo = None
         if args.shape == "tiny":
-            from probes.pair import load_pair
+            from access.pair import load_pair
 
             sft, dpo = (args.sft, args.dpo) if args.sft else build_pair(tmp)
             pair = load_pair(sft, dpo, device=args.device, dtype=args.dtype)

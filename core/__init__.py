@@ -2,7 +2,7 @@
 
 ``core`` holds what every stage needs and no stage owns, so that each thing has one
 source. Stages import from here and from earlier stages' outputs, never the other way
-round (core ← data_synthesis ← training ← probes ← analysis ← interventions ← CLI).
+round (core ← access ← data_synthesis ← training ← probes ← analysis ← interventions ← lmeval ← study ← CLI).
 
 Modules:
     errors, paths, inputs, atomic   one-line errors, output-path checks, the JSON/JSONL reader, atomic writes
@@ -11,8 +11,7 @@ Modules:
     run_dir, locks                  the run directory's layout (every file name in it), the one file lock
     home, builds, provenance        the toolkit home, cached builds, hashing and the one weights fingerprint
     chat, templates, models         chat rendering, known templates, model and tokenizer loading
-    generation, shared_generation   generation with ``model.generate`` (EOS policy, seeding, batching, hooks); many
-                                    greedy arms decoded at once with the same prompts, batches and stops
+    decoding, budget                how responses are decoded; how many tokens one forward may hold
     stats                           McNemar, Wilson, bootstrap
     config_file                     ``--config FILE`` for every command
     llm, judges                     the OpenAI-compatible client; the judges and the judge factory

@@ -1,6 +1,6 @@
 """How responses are decoded: :class:`GenerationConfig`, and the evaluation's settings.
 
-These are plain settings, kept apart from :mod:`core.generation` (which needs torch) so
+These are plain settings, kept apart from :mod:`access.generation` (which needs torch) so
 that the ``probe`` command can show their defaults in ``--help`` without importing torch.
 ``EVAL_GENERATION`` is what ``probe models eval`` and :func:`training.evaluate.evaluate_pair`
 use unless told otherwise: greedy, 64 new tokens, 32 prompts a batch.

@@ -11,14 +11,14 @@
       attribution_<m>.h5                 attribution scores per objective m (probes.attribution), a cache
       analysis/                          AnalysisDir: probe analyze and probe explain (--out puts it elsewhere)
       interventions/<capability>_<model>_<time>/   InterventionDir: one probe intervene (--out puts it elsewhere)
-      lmeval/<time>/                     one probe lmeval (interventions.lmeval_report; --out puts it elsewhere)
+      lmeval/<time>/                     one probe lmeval (lmeval.report; --out puts it elsewhere)
       eval.json, replicate.json, report.html       probe models eval --out, probe replicate, probe report
 
     analysis/
       summary.json                       the analysis (analysis.summary)
       maps_<metric>.h5                   the metric maps (analysis.maps)
       maps_<metric>_sft_minus_base.h5    the same for SFT − base, in a run recorded with --base
-      neurons_<capability>_<hook>.json   the selected neuron set (analysis.neuron_sets)
+      neurons_<capability>_<hook>.json   the selected neuron set (access.units)
       plots/                             <capability>_<hook>_<metric>_maps.html and the other figures
       top<k>/                            a ranking of k units made for probe intervene (an AnalysisDir)
       weight_change.h5                   probe explain: the weight change per unit (analysis.weight_change)

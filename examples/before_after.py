@@ -28,7 +28,7 @@ from core.decoding import GenerationConfig
 from core.errors import ProbeError
 from core.run_dir import ACTIVATIONS_FILE
 from interventions import ABConfig, run_ab
-from interventions.report import fmt_delta, fmt_p, fmt_pct, fmt_percentile
+from interventions.report import arm_table
 
 
 def newest_run(root: Path = Path("runs")) -> Path:
@@ -93,18 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\nScaling {report.neurons.size} units of {report.neurons.hook} by {arm.factor!r} in the {report.model} "
         f"model ({report.dtype})"
     )
-    print(
-        f"{'capability':<20} {'before':>7} {'after':>7} {'delta':>7}  {'95% CI':<16} {'p':>7} {'placebo':>8} "
-        f"{'changed':>8}"
-    )
-    for c in arm.capabilities:
-        placebo = fmt_percentile(c.placebo.percentile) if c.placebo else "-"
-        e = c.effect
-        print(
-            f"{c.capability:<20} {fmt_pct(e.before):>7} {fmt_pct(e.after):>7} {fmt_delta(e.delta):>7}  "
-            f"[{fmt_delta(e.ci_low)}, {fmt_delta(e.ci_high)}]{'':<2} {fmt_p(e.p_value):>7} {placebo:>8} "
-            f"{c.rows_changed:>4}/{c.n_rows}"
-        )
+    print("\n".join(arm_table(arm)))  # the A/B report's own table (interventions.cells)
     for flag in arm.guard.flags:
         print(f"NO-OP WARNING: {flag}")
 

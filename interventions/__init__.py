@@ -1,13 +1,11 @@
-"""Interventions: scale chosen neurons during generation and measure the effect, with controls.
+"""Interventions: the A/B experiment: edit chosen units during generation and measure the effect, with controls.
 
 The public surface:
 
-* :func:`scaled_units` — context manager scaling units of a hook point at every forward
-  (torch hooks; product in float32; hooks always removed);
-* :class:`ABGenerator` / :class:`Intervention` — repeatable batched generation of the same
-  prompts per arm, torch or nnsight backend;
 * :class:`ABConfig` / :func:`run_ab` / :class:`ABReport` — the placebo-controlled A/B
-  evaluation behind ``probe intervene``.
+  evaluation behind ``probe intervene``;
+* :func:`scaled_units`, :class:`ABGenerator` / :class:`Intervention` — re-exported from :mod:`access`, where
+  edits, drivers and generation live.
 
 Example:
     >>> from interventions import ABConfig, run_ab                                  # doctest: +SKIP
@@ -22,16 +20,16 @@ from typing import Any
 _EXPORTS = {
     "run_ab": "interventions.ab",
     "ABConfig": "interventions.config",
-    "ABGenerator": "interventions.generation",
-    "Generations": "core.generation",
-    "Intervention": "interventions.generation",
+    "ABGenerator": "access.edited_generation",
+    "Generations": "access.generation",
+    "Intervention": "access.edited_generation",
     "ABReport": "interventions.results",
     "ArmResult": "interventions.results",
     "CapabilityResult": "interventions.results",
     "NoOpGuard": "interventions.results",
-    "PAPER_FACTOR": "interventions.scaling",
-    "dtype_noop_fraction": "interventions.scaling",
-    "scaled_units": "interventions.scaling",
+    "PAPER_FACTOR": "access.factors",
+    "dtype_noop_fraction": "access.scaling",
+    "scaled_units": "access.edits",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -34,20 +34,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from analysis.neuron_sets import NeuronSet
+from access.drivers.base import SiteEdits
+from access.edited_generation import ABGenerator
+from access.edits import Edit, site_edits
+from access.generation import Generations
+from access.hook_points import attach
+from access.shared_generation import SharedDecoder, pass_unshareable, unshareable
+from access.units import NeuronSet, check_against_model
 from core.capabilities import Capability
 from core.errors import Interrupted, ProbeError
-from core.generation import Generations
 from core.judges import Judge, make_judge
 from core.models import check_same_tokenizer, load_causal_lm
 from core.rows import group_by_capability, read_test_rows, row_location
 from core.schema import TestRow
-from core.shared_generation import SharedDecoder, pass_unshareable, unshareable
 from interventions.arms import ArmStore, fingerprint
 from interventions.config import ABConfig
-from interventions.edits import Edit, site_edits
-from interventions.generation import ABGenerator
-from interventions.recipes import Arm, RunData, draw_placebos, other, plan_arms
+from interventions.recipes import Arm, RecipeSettings, RunData, draw_placebos, other, plan_arms
 from interventions.results import (
     ABReport,
     ArmPlacebo,
@@ -64,7 +66,6 @@ from interventions.results import (
 from interventions.scoring import ArmScores, corpus_bleu, score_arm
 from interventions.selection import (
     analysed_neuron_set,
-    check_against_model,
     describe,
     load_neuron_file,
     merged,
@@ -72,8 +73,6 @@ from interventions.selection import (
     ranking_from_run,
 )
 from interventions.stats import paired_delta, placebo_compare
-from probes.backends.base import SiteEdits
-from probes.hook_points import attach
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -254,7 +253,7 @@ class _Runner:
         self.arms = [
             replace(arm, rule=rule, label=f"{rule}: {arm.label}" if rule else arm.label)
             for rule, chosen in self.selections.items()
-            for arm in plan_arms(RunData(config, chosen, self.model))
+            for arm in plan_arms(RunData(recipe_settings(config), chosen, self.model))
         ]
         for arm in self.arms:  # every edit and placebo is checked before any generation, so a mistake costs seconds
             model = self.model(arm.model)
@@ -332,7 +331,7 @@ class _Runner:
         return [(key, model, edits) for key, (model, edits) in keyed.items()]
 
     def _share(self) -> None:
-        """Decode each model's shareable passes together (:mod:`core.shared_generation`); the rest go arm by arm."""
+        """Decode each model's shareable passes together (:mod:`access.shared_generation`); the rest go arm by arm."""
         by_model: dict[str, list[tuple[str, SiteEdits | None]]] = {}
         for key, name, edits in self.passes():
             by_model.setdefault(name, []).append((key, site_edits(self.model(name), edits) if edits else None))
@@ -611,3 +610,15 @@ def _evaluate(runner: _Runner, annotate: Callable[[ABReport], None] | None = Non
         )
         runner.store.clear()
     return report
+
+
+def recipe_settings(config: ABConfig) -> RecipeSettings:
+    """The part of ``config`` the arm recipes read."""
+    return RecipeSettings(
+        edits=tuple(config.edits),
+        factors=tuple(config.factors),
+        doses=tuple(config.doses),
+        model=config.model,
+        capability=config.capability,
+        run_dir=config.run_dir,
+    )

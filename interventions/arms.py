@@ -2,7 +2,7 @@
 
 An A/B evaluation is a baseline plus one generation pass per factor and per placebo set:
 minutes to hours, most of it generating. What is kept is the unit that finishes: passes that
-decode together in shared batches (:mod:`core.shared_generation`) keep each finished *batch of
+decode together in shared batches (:mod:`access.shared_generation`) keep each finished *batch of
 prompts*, with every pass's tokens for it, as ``OUT/.arms/shared_<model>_<hash>_batch_<k>.json``;
 a pass decoded alone (a patch, sampling, the nnsight backend) keeps itself whole as
 ``OUT/.arms/<arm>.json``. Each file is written under a temporary name, then renamed, so a file
@@ -32,8 +32,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from access.generation import Generations
 from core.atomic import write_atomic
-from core.generation import Generations
 from core.run_dir import InterventionDir
 
 _IRRELEVANT = ("out_dir", "judge", "judge_base_url", "judge_model", "n_bootstrap")

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+from access.driver_table import DEFAULT_DRIVER, DRIVERS, editing_driver
+from access.factors import PAPER_FACTOR, parse_factors, validate_factor
 from core.capabilities import Capability, parse_capability
 from core.config_fields import flat_values, nested, option
 from core.config_file import NON_NEGATIVE, POSITIVE, SEED, Range, choice, typed_config
@@ -27,15 +29,12 @@ from core.judges import JUDGES
 from core.llm.config import ClientConfig, ClientOptions
 from core.run_dir import ACTIVATIONS_FILE
 
-PAPER_FACTOR: float = 1.0 - 1e-6  # the paper's scale factor (interventions.scaling applies it)
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 ENGINES: tuple[str, ...] = ("shared", "per-arm")
 
 
 def _parse_factors(spec: str) -> list[float]:
     """``--dose 0,0.5``: the factors of a dose sweep."""
-    from interventions.scaling import parse_factors
-
     return parse_factors(spec)
 
 
@@ -95,7 +94,7 @@ class ABConfig:
     )
     dtype: str = option("float32", "Model dtype: float32, bfloat16 or float16.")
     device: str = option("cpu", "Torch device, e.g. cpu or cuda.")
-    backend: str = option("torch", "torch (hooks) or nnsight.")
+    backend: str = option(DEFAULT_DRIVER, "torch (hooks) or nnsight.")
     engine: str = option(
         "shared",
         "shared (every arm of a model decodes in shared batches, sharing the blocks below the edits) "
@@ -129,11 +128,9 @@ class ABConfig:
 
     def __post_init__(self) -> None:
         # the checks need torch, numpy and h5py: imported here, so that `probe --help` imports none of them
+        from access.hook_points import validate_hook
         from interventions.recipes import RUN_RECIPES
-        from interventions.scaling import validate_factor
         from interventions.select_rules import rule_names
-        from probes.backends.base import DRIVERS, editing_driver
-        from probes.hook_points import validate_hook
         from probes.store import MODELS
 
         self.target: Capability = parse_capability(self.capability)

@@ -19,27 +19,26 @@ the run recorded into arms:
 ==========  ====================================================================================
 
 A new recipe is one function registered here; a new edit kind is one class in
-:mod:`interventions.edits`.
+:mod:`access.edits`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from analysis.neuron_sets import NeuronSet
+from access.edits import Add, Edit, Patch, Scale, Set
+from access.units import NeuronSet
 from core.errors import ProbeError
-from interventions.edits import Add, Edit, Patch, Scale, Set
 from interventions.selection import require_recorded
 from probes.store import MODELS, RunReader
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
-
-    from interventions.config import ABConfig
 
 
 def other(model: str) -> str:
@@ -69,10 +68,22 @@ class Arm:
         return [edit.describe() for edit in self.edits]
 
 
-class RunData:
-    """What recipes read: the config, the selected units, the loaded models, the run's per-model means."""
+@dataclass(frozen=True)
+class RecipeSettings:
+    """What of an A/B config the recipes read (:func:`interventions.ab.recipe_settings` takes it from an ABConfig)."""
 
-    def __init__(self, config: ABConfig, units: NeuronSet, model_of: Callable[[str], PreTrainedModel]) -> None:
+    edits: tuple[str, ...]  # recipe names, in order: the first one's first arm is the main arm
+    factors: tuple[float, ...]  # the main factor first, then doses and the positive control
+    doses: tuple[float, ...]
+    model: str  # the edited model: "sft" or "dpo"
+    capability: str
+    run_dir: str | Path | None
+
+
+class RunData:
+    """What recipes read: the settings, the selected units, the loaded models, the run's per-model means."""
+
+    def __init__(self, config: RecipeSettings, units: NeuronSet, model_of: Callable[[str], PreTrainedModel]) -> None:
         self.config, self.units, self.model_of = config, units, model_of
         self._means: dict[str, dict[int, np.ndarray]] | None = None
 
@@ -83,7 +94,7 @@ class RunData:
         return self._means
 
 
-def read_means(config: ABConfig, units: NeuronSet, edit: str) -> dict[str, dict[int, np.ndarray]]:
+def read_means(config: RecipeSettings, units: NeuronSet, edit: str) -> dict[str, dict[int, np.ndarray]]:
     assert config.run_dir is not None, "ABConfig refuses these edits without a run"
     require_recorded(config.run_dir, config.capability, units.hook)
     with RunReader(config.run_dir) as run:

@@ -8,6 +8,7 @@ printed above the table they qualify, never in a footnote. All files are written
 atomically (temporary file, then rename) so an interrupted run never leaves a half report.
 
 Example:
+    >>> from interventions.cells import fmt_delta, fmt_pct
     >>> fmt_pct(0.905), fmt_delta(0.015)
     ('90.5%', '+1.5')
 """
@@ -15,74 +16,87 @@ Example:
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
+from access.generation import Generations
 from core.atomic import write_atomic
 from core.capabilities import capabilities_of
-from core.generation import Generations
 from core.run_dir import InterventionDir
 from core.schema import TestRow
+from interventions.cells import (
+    AFTER,
+    BEFORE,
+    BEFORE_AFTER,
+    CHANGED,
+    CI,
+    DELTA,
+    PLACEBO,
+    VERDICT,
+    N,
+    P,
+    Placement,
+    Row,
+    Strong,
+    extra,
+    fmt_per_unit,
+)
+from interventions.cells import markdown as markdown_table
 from interventions.results import (
     ABReport,
     ArmPlacebo,
     ArmResult,
+    CapabilityResult,
     NoPlacebo,
-    PlaceboRank,
     PlaceboSkipped,
+    RuleSelection,
     Selection,
 )
 from interventions.scoring import ArmScores
 
 
-def fmt_pct(x: float | None) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
+def capability_row(c: CapabilityResult, **cells: str) -> Row:
+    """One capability under one arm as a table row (``cells``: the table's own columns)."""
+    return Row(c.effect, placebo=Placement.of(c.placebo), changed=(c.rows_changed, c.n_rows), extra=cells)
 
 
-def fmt_delta(x: float | None) -> str:
-    """A difference of proportions in percentage points."""
-    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:+.1f}"
+def _capability(c: CapabilityResult) -> str:
+    return Strong(c.capability) if c.target else c.capability
 
 
-def fmt_p(p: float | None) -> str:
-    if p is None or not math.isfinite(p):
-        return "n/a"
-    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
+ARM_COLUMNS = [
+    extra("capability"),
+    N,
+    BEFORE,
+    AFTER,
+    DELTA,
+    CI,
+    P,
+    PLACEBO,
+    CHANGED,
+    extra("rouge", "ROUGE-L before→after"),
+    extra("bleu", "BLEU before→after"),
+]
 
 
-def fmt_percentile(x: float) -> str:
-    """A percentile as an ordinal: 1st, 2nd, 3rd, 11th, 72nd, 100th.
-
-    >>> [fmt_percentile(x) for x in (0.4, 2.5, 11, 72.5, 100)]
-    ['0th', '2nd', '11th', '72nd', '100th']
-    """
-    n = int(round(x))  # half to even, as the former "{:.0f}th"
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
+ARM_TERMINAL_COLUMNS = ARM_COLUMNS[:-2]  # the terminal leaves out ROUGE-L and BLEU
 
 
-def _placebo_cell(placebo: PlaceboRank | None) -> str:
-    if placebo is None:
-        return "—"
-    return f"{fmt_percentile(placebo.percentile)} (p={fmt_p(placebo.p_empirical)})"
+def arm_rows(arm: ArmResult) -> list[Row]:
+    """Per capability, compliance before and after under one arm."""
+    return [
+        capability_row(
+            c,
+            capability=_capability(c),
+            rouge=f"{c.rouge_l_before:.3f}→{c.rouge_l_after:.3f}",
+            bleu=f"{c.bleu_before:.1f}→{c.bleu_after:.1f}",
+        )
+        for c in arm.capabilities
+    ]
 
 
 def arm_table(arm: ArmResult) -> list[str]:
-    lines = [
-        "| capability | n | before | after | Δ (pts) | 95% CI | McNemar p | placebo pct | generations changed | "
-        "ROUGE-L before→after | BLEU before→after |",
-        "|---|---:|---:|---:|---:|---|---:|---|---:|---|---|",
-    ]
-    for c in arm.capabilities:
-        name, e = (f"**{c.capability}**" if c.target else c.capability), c.effect
-        lines.append(
-            f"| {name} | {e.n} | {fmt_pct(e.before)} | {fmt_pct(e.after)} | {fmt_delta(e.delta)} | "
-            f"[{fmt_delta(e.ci_low)}, {fmt_delta(e.ci_high)}] | {fmt_p(e.p_value)} | {_placebo_cell(c.placebo)} | "
-            f"{c.rows_changed}/{c.n_rows} | {c.rouge_l_before:.3f}→{c.rouge_l_after:.3f} | "
-            f"{c.bleu_before:.1f}→{c.bleu_after:.1f} |"
-        )
-    return lines
+    return markdown_table(ARM_COLUMNS, arm_rows(arm))
 
 
 def markdown(report: ABReport) -> str:
@@ -109,8 +123,6 @@ def markdown(report: ABReport) -> str:
     if other:
         out.append("")
     if isinstance(report.selection, Selection):
-        from interventions.select_compare import selection_markdown
-
         out.extend(selection_markdown(report, report.selection))
     out.extend(summary_table(report))
     for arm in report.arms:
@@ -136,42 +148,62 @@ def _placebo_line(placebo: ArmPlacebo) -> str:
     return text + (f" (skipped: {placebo.skipped})" if isinstance(placebo, PlaceboSkipped) else "")
 
 
-def summary_table(report: ABReport) -> list[str]:
+_ARM, _MODEL = extra("arm"), extra("model")
+SUMMARY_COLUMNS = [_ARM, _MODEL, BEFORE, AFTER, DELTA, CI, P, PLACEBO, CHANGED, extra("noop", "no-op")]
+
+
+SUMMARY_TERMINAL_COLUMNS = [_ARM, _MODEL, DELTA, CI, P, PLACEBO, CHANGED]
+
+
+def summary_rows(report: ABReport) -> list[Row]:
     """Every arm on the target capability, against the baseline of the model it ran on."""
-    lines = [
-        f"## Every arm on {report.capability}",
-        "",
-        "| arm | model | before | after | Δ (pts) | 95% CI | McNemar p | placebo pct | generations changed | no-op |",
-        "|---|---|---:|---:|---:|---|---:|---|---:|---|",
-    ]
-    for arm in report.arms:
-        c = arm.capability(report.capability)
-        e, verdict = c.effect, "INVALID" if arm.guard.faults else ("YES" if arm.guard.is_noop else "no")
-        lines.append(
-            f"| {arm.name} | {arm.model} | {fmt_pct(e.before)} | {fmt_pct(e.after)} | {fmt_delta(e.delta)} | "
-            f"[{fmt_delta(e.ci_low)}, {fmt_delta(e.ci_high)}] | {fmt_p(e.p_value)} | {_placebo_cell(c.placebo)} | "
-            f"{c.rows_changed}/{c.n_rows} | {verdict} |"
+    return [
+        capability_row(
+            arm.capability(report.capability),
+            arm=arm.name,
+            model=arm.model,
+            noop="INVALID" if arm.guard.faults else ("YES" if arm.guard.is_noop else "no"),
         )
-    return lines + [""]
+        for arm in report.arms
+    ]
+
+
+def summary_table(report: ABReport) -> list[str]:
+    return [f"## Every arm on {report.capability}", "", *markdown_table(SUMMARY_COLUMNS, summary_rows(report)), ""]
+
+
+_DOSE_COLUMNS = [
+    extra("factor", numeric=True),
+    extra("role"),
+    AFTER,
+    DELTA,
+    CI,
+    P,
+    CHANGED,
+    extra("dtype", "changed in dtype", numeric=True),
+    extra("hook", "hook values changed", numeric=True),
+    extra("noop", "no-op"),
+]
 
 
 def dose_table(report: ABReport) -> list[str]:
-    lines = [
-        f"## Dose sweep ({report.capability})",
-        "",
-        "| factor | role | after | Δ (pts) | 95% CI | McNemar p | generations changed | changed in dtype | hook "
-        "values changed | no-op |",
-        "|---:|---|---:|---:|---|---:|---:|---:|---:|---|",
-    ]
+    rows = []
     for arm in report.scale_arms:
-        e, g = arm.capability(report.capability).effect, arm.guard
-        hook = "n/a" if g.values_changed is None else f"{g.values_changed}/{g.values_seen}"
-        lines.append(
-            f"| {arm.factor!r} | {arm.role} | {fmt_pct(e.after)} | {fmt_delta(e.delta)} | [{fmt_delta(e.ci_low)}, "
-            f"{fmt_delta(e.ci_high)}] | {fmt_p(e.p_value)} | {g.rows_changed}/{g.rows} | "
-            f"{100 * g.changed_fraction_in_dtype:.1f}% | {hook} | {'YES' if g.is_noop else 'no'} |"
+        g = arm.guard
+        rows.append(
+            Row(
+                arm.capability(report.capability).effect,
+                changed=(g.rows_changed, g.rows),
+                extra={
+                    "factor": repr(arm.factor),
+                    "role": arm.role,
+                    "dtype": f"{100 * g.changed_fraction_in_dtype:.1f}%",
+                    "hook": "n/a" if g.values_changed is None else f"{g.values_changed}/{g.values_seen}",
+                    "noop": "YES" if g.is_noop else "no",
+                },
+            )
         )
-    return lines + [""]
+    return [f"## Dose sweep ({report.capability})", "", *markdown_table(_DOSE_COLUMNS, rows), ""]
 
 
 def generation_records(
@@ -223,3 +255,75 @@ def write_report(
     write_atomic(files.markdown, markdown(report))
     report.save(files.report)
     return report
+
+
+# --- the selection comparison (interventions.select_compare) ---------------------------------------------------
+
+
+_SELECTION_COLUMNS = [
+    extra("rule"),
+    extra("arm"),
+    extra("capability"),
+    N,
+    BEFORE_AFTER,
+    DELTA,
+    CI,
+    P,
+    PLACEBO,
+    CHANGED,
+    extra("per_unit", "Δ per unit (pts)", numeric=True),
+    VERDICT,
+]
+
+
+def selection_markdown(report: ABReport, selection: Selection) -> list[str]:
+    """The comparison as markdown: how each rule picked its units, one block of rows per rule, then the overlaps."""
+    out = [
+        f"## Which rule finds units that matter (top {selection.k} units of each rule, {report.capability} target)",
+        "",
+        f"Verdict: {selection.verdict_rule}.",
+        "",
+    ]
+    for body in selection.rules:
+        units = body.units
+        layers = ", ".join(f"{layer}:{count}" for layer, count in units.per_layer.items())
+        out.append(f"- **{body.rule}**: {units.size} units of `{units.hook}` (layer:count {layers}), {body.source}")
+    arms = {arm.name: arm for arm in report.arms}
+    rows = [
+        Row(
+            c.effect,
+            placebo=Placement.of(c.placebo),
+            changed=(c.rows_changed, c.n_rows),
+            verdict=body.verdicts[name][c.capability].status,
+            extra={
+                "rule": body.rule,
+                "arm": name.split(": ", 1)[1],
+                "capability": _capability(c),
+                "per_unit": fmt_per_unit(c.effect.delta, body.units.size),
+            },
+        )
+        for body in selection.rules
+        for name in body.arms
+        for c in arms[name].capabilities
+    ]
+    out += ["", *markdown_table(_SELECTION_COLUMNS, rows)]
+    return out + ["", *overlap_markdown(selection.rules), ""]
+
+
+def overlap_markdown(rules: list[RuleSelection]) -> list[str]:
+    """Rule × rule: units shared, Jaccard, and the matched random Jaccard."""
+    names = [body.rule for body in rules]
+    out = [
+        "Overlap of the rules' units: units shared, Jaccard index (random: the mean Jaccard of two random sets "
+        "with the same per-layer counts)",
+        "",
+        "| | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for body in rules:
+        cells = []
+        for other in names:
+            o = body.overlap.get(other)
+            cells.append("—" if o is None else f"{o.shared}, {o.jaccard:.3f} (random {o.random_jaccard:.3f})")
+        out.append(f"| {body.rule} | " + " | ".join(cells) + " |")
+    return out

@@ -201,7 +201,7 @@ class UnitsSummary:
     per_layer: dict[int, int]  # layer -> units, by layer
     metric: str
     capability: str
-    selection: dict[str, Any]  # the neuron set's own record of how it was chosen (analysis.neuron_sets)
+    selection: dict[str, Any]  # the neuron set's own record of how it was chosen (access.units)
     run_dir: str
     units: list[tuple[int, int]]  # (layer, unit)
 

@@ -12,7 +12,7 @@ once. The report is the usual ``ab_report.json`` / ``.md`` with arms named ``<ru
 capability.
 
 The verdict rule is fixed here, before any result is read, and is the rule the study report applies
-to an intervention (:mod:`interventions.study_verdicts`): a rule *finds units that matter* on a
+to an intervention (:mod:`study.verdicts`): a rule *finds units that matter* on a
 capability when its edit's Δ there is significant (95% CI excludes 0 and exact McNemar p < 0.05)
 and lies beyond its own placebos (at or above their 95th percentile for a rise, at or below the 5th
 for a drop, among at least 19 placebo sets), on generations the guard accepts. *Not shown*: Δ is not
@@ -38,31 +38,31 @@ from analysis.base_compare import jaccard, matched_random_jaccard
 from analysis.config import AnalysisConfig
 from core.judges import Judge
 from interventions.ab import run_ab
+from interventions.cells import Placement, effect_sentence, fmt_percentile
 from interventions.config import ABConfig
-from interventions.report import fmt_delta, fmt_p, fmt_pct, fmt_percentile
+from interventions.evidence import ALPHA, MIN_PLACEBO_SETS, PLACEBO_PERCENTILE, ArmEvidence, Difference
 from interventions.results import (
     ABReport,
     ArmResult,
     CapabilityResult,
     Overlap,
-    PlaceboRank,
     RuleSelection,
     RuleVerdict,
     Selection,
 )
 from interventions.select_rules import RULE_METRICS, RuleSet, rule_sets
 from interventions.selection import describe
-from interventions.study_verdicts import ALPHA, MIN_PLACEBO_SETS, PLACEBO_PERCENTILE, ArmEvidence, Difference
 
 MATTERS = "matters"
 NOT_SHOWN = "not shown"
 CANNOT_DECIDE = "cannot be decided"
 VERDICT_RULE = (
     f"a rule finds units that matter on a capability when its edit's Δ there is significant (95% CI excludes 0 and "
-    f"exact McNemar p < {ALPHA}) and beyond its own placebos (at or above their {PLACEBO_PERCENTILE:.0f}th percentile "
-    f"for a rise, at or below the {100 - PLACEBO_PERCENTILE:.0f}th for a drop, among at least {MIN_PLACEBO_SETS} "
+    f"exact McNemar p < {ALPHA}) and beyond its own placebos (at or above their "
+    f"{fmt_percentile(PLACEBO_PERCENTILE)} percentile for a rise, at or below the "
+    f"{fmt_percentile(100 - PLACEBO_PERCENTILE)} for a drop, among at least {MIN_PLACEBO_SETS} "
     "placebo sets matched per layer to the rule's units), on generations the guard accepts; the rule the study report "
-    "applies to interventions (interventions/study_verdicts.py)"
+    "applies to interventions (study/verdicts.py)"
 )
 N_DRAWS = 2000  # matched random pairs of sets for each overlap
 
@@ -140,10 +140,7 @@ def arm_verdict(arm: ArmResult, c: CapabilityResult) -> RuleVerdict:
         faults=tuple(arm.guard.faults),
     )
     d = evidence.effect
-    effect = (
-        f"Δ {fmt_delta(d.delta)} pts [{fmt_delta(d.ci_low)}, {fmt_delta(d.ci_high)}], McNemar p {fmt_p(d.p_value)}, "
-        f"{_placebo_text(c.placebo, len(deltas))}, {c.rows_changed}/{c.n_rows} generations changed"
-    )
+    effect = effect_sentence(d, Placement.of(c.placebo, len(deltas)), (c.rows_changed, c.n_rows))
     if evidence.faults:
         return RuleVerdict(CANNOT_DECIDE, f"the edited generations are broken: {evidence.faults[0]}")
     if d.n == 0:
@@ -159,76 +156,3 @@ def arm_verdict(arm: ArmResult, c: CapabilityResult) -> RuleVerdict:
             f"{MIN_PLACEBO_SETS}; --placebo 20): {effect}",
         )
     return RuleVerdict(NOT_SHOWN, f"significant, but random units of the same layers do as much: {effect}")
-
-
-def _placebo_text(placebo: PlaceboRank | None, n_sets: int) -> str:
-    if not n_sets or placebo is None:
-        return "no placebo sets"
-    return f"{fmt_percentile(placebo.percentile)} percentile of {n_sets} placebo sets"
-
-
-# --- the table ---------------------------------------------------------------------------------------------------
-
-
-def selection_markdown(report: ABReport, selection: Selection) -> list[str]:
-    """The comparison as markdown: how each rule picked its units, one block of rows per rule, then the overlaps."""
-    out = [
-        f"## Which rule finds units that matter (top {selection.k} units of each rule, {report.capability} target)",
-        "",
-        f"Verdict: {selection.verdict_rule}.",
-        "",
-    ]
-    for body in selection.rules:
-        units = body.units
-        layers = ", ".join(f"{layer}:{count}" for layer, count in units.per_layer.items())
-        out.append(f"- **{body.rule}**: {units.size} units of `{units.hook}` (layer:count {layers}), {body.source}")
-    out += [
-        "",
-        "| rule | arm | capability | n | before → after | Δ (pts) | 95% CI | McNemar p | placebo pct "
-        "| generations changed | Δ per unit (pts) | verdict |",
-        "|---|---|---|---:|---|---:|---|---:|---|---:|---:|---|",
-    ]
-    arms = {arm.name: arm for arm in report.arms}
-    for body in selection.rules:
-        size = body.units.size
-        for name in body.arms:
-            arm = arms[name]
-            for c in arm.capabilities:
-                verdict = body.verdicts[name][c.capability].status
-                capability, d = (f"**{c.capability}**" if c.target else c.capability), c.effect
-                out.append(
-                    f"| {body.rule} | {name.split(': ', 1)[1]} | {capability} | "
-                    f"{d.n} | {fmt_pct(d.before)} → {fmt_pct(d.after)} | {fmt_delta(d.delta)} | "
-                    f"[{fmt_delta(d.ci_low)}, {fmt_delta(d.ci_high)}] | {fmt_p(d.p_value)} | {_pct_cell(c.placebo)} | "
-                    f"{c.rows_changed}/{c.n_rows} | {_per_unit(d.delta, size)} | {verdict} |"
-                )
-    return out + ["", *overlap_markdown(selection.rules), ""]
-
-
-def overlap_markdown(rules: list[RuleSelection]) -> list[str]:
-    """Rule × rule: units shared, Jaccard, and the matched random Jaccard."""
-    names = [body.rule for body in rules]
-    out = [
-        "Overlap of the rules' units: units shared, Jaccard index (random: the mean Jaccard of two random sets "
-        "with the same per-layer counts)",
-        "",
-        "| | " + " | ".join(names) + " |",
-        "|---|" + "---|" * len(names),
-    ]
-    for body in rules:
-        cells = []
-        for other in names:
-            o = body.overlap.get(other)
-            cells.append("—" if o is None else f"{o.shared}, {o.jaccard:.3f} (random {o.random_jaccard:.3f})")
-        out.append(f"| {body.rule} | " + " | ".join(cells) + " |")
-    return out
-
-
-def _pct_cell(placebo: PlaceboRank | None) -> str:
-    if placebo is None or not math.isfinite(placebo.percentile):
-        return "—"
-    return f"{fmt_percentile(placebo.percentile)} (p={fmt_p(placebo.p_empirical)}, {len(placebo.deltas)} sets)"
-
-
-def _per_unit(delta: float, size: int) -> str:
-    return "n/a" if not math.isfinite(delta) or not size else f"{100 * delta / size:+.3f}"

@@ -39,13 +39,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from analysis.neuron_sets import Neuron, NeuronSet
+from access.units import Neuron, NeuronSet
 from core.config_file import OptionError
 from core.errors import ProbeError
 from core.run_dir import AnalysisDir, RunDir
 
 if TYPE_CHECKING:
-    from analysis.maps import MetricMaps
+    from analysis.metric_maps import MetricMaps
     from analysis.window import Window
     from probes.store import RunReader
 

@@ -1,6 +1,6 @@
 """Which units to scale: a neuron-set file, the top K of a run's ranking, or a ``layer:unit`` list.
 
-Every route ends in the same object, :class:`analysis.neuron_sets.NeuronSet`, so the
+Every route ends in the same object, :class:`access.units.NeuronSet`, so the
 intervention code never cares where a selection came from, and the report can always
 say. Selections are checked against the model *before* any forward: a layer or unit
 outside the hook point is a user mistake (:class:`ProbeError` naming the argument),
@@ -17,14 +17,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis.neuron_sets import Neuron, NeuronSet
+from access.hook_points import validate_hook
+from access.units import Neuron, NeuronSet
 from core.errors import ProbeError
 from core.run_dir import RunDir
 from interventions.results import UnitsSummary
-from probes.hook_points import n_layers, validate_hook, width
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+    pass
 
 # wider than any hook point and deeper than any model: a range past it is a typo, refused before it is expanded
 MAX_INDEX = 1 << 20
@@ -152,21 +152,6 @@ def require_recorded(run_dir: str | Path, capability: str, hook: str) -> None:
             raise ProbeError(
                 f"{run_dir}: hook {hook!r} was not recorded for capability {capability!r} (recorded: "
                 f"{', '.join(hooks) or 'none'}); choose one of those with --hook"
-            )
-
-
-def check_against_model(neurons: NeuronSet, model: PreTrainedModel, source: str = "neuron set") -> None:
-    """Raise :class:`ProbeError` if a layer or unit lies outside the model's hook point."""
-    validate_hook(neurons.hook)
-    total, units = n_layers(model), width(model, neurons.hook)
-    for n in neurons.neurons:
-        if not 0 <= n.layer < total:
-            raise ProbeError(
-                f"{source}: layer {n.layer} (unit {n.unit}) is outside the model, which has layers 0-{total - 1}"
-            )
-        if not 0 <= n.unit < units:
-            raise ProbeError(
-                f"{source}: unit {n.unit} of layer {n.layer} is outside {neurons.hook}, which has units 0-{units - 1}"
             )
 
 

@@ -37,8 +37,8 @@ class McNemar:
 class PairedDelta:
     """Two rates on the same items: Δ = after − before with its 95% CI, and the exact McNemar p with the discordant
     counts it rests on. The one paired-difference record: the verdict rules read it as
-    :class:`interventions.study_verdicts.Difference`, lm-eval's comparison extends it
-    (:class:`interventions.lmeval_compare.Paired`)."""
+    :class:`interventions.evidence.Difference`, lm-eval's comparison extends it
+    (:class:`lmeval.compare.Paired`)."""
 
     n: int
     before: float

@@ -55,15 +55,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from access.hook_points import attach
 from core.errors import ProbeError
 from core.models import input_embedding
 from core.run_dir import RunDir
-from probes.hook_points import attach
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from probes.pair import ModelPair
+    from access.pair import ModelPair
     from probes.settings import RunSettings
 
 M_CHOICES: tuple[str, ...] = ("reference_logprob", "dpo_margin")
@@ -84,8 +84,8 @@ class Item:
 
 def batch_tensors(items: Sequence[Item], pad_id: int) -> dict[str, torch.Tensor]:
     """Left-padded ids, attention mask, position ids and response mask of ``items``."""
+    from access.batches import position_ids_for
     from core.chat import left_pad
-    from probes.prompts import position_ids_for
 
     input_ids, mask = left_pad([i.ids for i in items], pad_id)
     response = torch.zeros_like(mask)
@@ -333,11 +333,11 @@ def attribute_run(
     """Compute (or reuse) the attribution file of ``m`` for every capability and hook of the run; see the module doc."""
     import h5py
 
+    from access.pair import load_pair
     from core.atomic import atomic_path
     from core.chat import pad_id_of
     from core.provenance import weights_sha256
     from probes.batching import CPU_MAX_BATCH_TOKENS
-    from probes.pair import load_pair
     from probes.store import RunReader
 
     if m not in M_CHOICES:

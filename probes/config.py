@@ -5,7 +5,7 @@ backend, position policy or dtype, a malformed layer spec, a batch size of 0, a 
 the wrong type) is rejected here, in ``__post_init__``, with a one-line :class:`ProbeError`:
 the field hints say each field's type and bounds (:mod:`core.config_file`), so a config
 file's values are checked by the same rules as flags. Checks that
-need the model's shape (a layer outside the model) happen in :func:`probes.pair.load_pair`
+need the model's shape (a layer outside the model) happen in :func:`access.pair.load_pair`
 from ``config.json`` alone, still before any weights are loaded.
 
 Example:
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, cast
 
+from access.driver_table import DEFAULT_DRIVER, DRIVERS
 from core.capabilities import Capability, parse_capabilities
 from core.config_fields import option
 from core.config_file import DIRECTORY, POSITIVE, SEED, OptionError, Range, choice, typed_config
@@ -39,7 +40,7 @@ _LAYER_SPEC = re.compile(r"^\s*(all|\d+(\s*-\s*\d*)?(\s*,\s*\d+(\s*-\s*\d*)?)*)\
 
 
 def _hooks(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    from probes.hook_points import HOOK_POINTS, validate_hook  # torch: not for `probe --help`
+    from access.hook_points import HOOK_POINTS, validate_hook  # torch: not for `probe --help`
 
     items = value.split(",") if isinstance(value, str) else [p for v in value for p in v.split(",")]
     hooks: list[str] = []
@@ -135,7 +136,9 @@ class RecordConfig:
         "base.",
         flag="--base",
     )
-    backend: str = option("torch", "torch (plain hooks, fastest), transformer_lens (TransformerBridge) or nnsight.")
+    backend: str = option(
+        DEFAULT_DRIVER, "torch (plain hooks, fastest), transformer_lens (TransformerBridge) or nnsight."
+    )
     batch_size: Annotated[int, POSITIVE] = option(DEFAULT_BATCH_SIZE, "At most this many prompts per forward pass.")
     max_batch_tokens: Annotated[int, Range(1, MAX_BATCH_TOKENS)] | None = option(
         None,
@@ -160,7 +163,6 @@ class RecordConfig:
         self.capabilities = _named("capabilities", parse_capabilities, self.capabilities)
         self.hooks = _hooks(self.hooks)
         self.layers = _layers(self.layers)
-        from probes.backends.base import DRIVERS  # torch: not for `probe --help`
 
         self.position = choice("position", self.position, POSITIONS, lenient=True)
         self.response = choice("response", self.response, RESPONSES, lenient=True)
@@ -201,7 +203,7 @@ class RecordConfig:
         return [c.value for c in self.parsed_capabilities]
 
     def layer_spec(self) -> str | None:
-        """The layer selection as a spec string for :func:`probes.hook_points.parse_layers`."""
+        """The layer selection as a spec string for :func:`access.hook_points.parse_layers`."""
         if self.layers is None or isinstance(self.layers, str):
             return self.layers
         return ",".join(str(i) for i in self.layers)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from access.batches import TokenBatch, position_ids_for
 from core.capabilities import Capability
 from core.chat import check_context, decode_text, encode_conversations, left_pad
 from core.rows import group_by_capability, row_location
@@ -100,36 +101,16 @@ def build_prompts(
     )
 
 
-@dataclass(frozen=True)
-class Batch:
+@dataclass(frozen=True, kw_only=True)
+class Batch(TokenBatch):
     """A left-padded batch: positions ``start..start+len`` of one PromptSet."""
 
     capability: str
     start: int
     samples: SampleColumns
-    input_ids: torch.Tensor  # [B, T] long
-    attention_mask: torch.Tensor  # [B, T] long, 0 on left padding
-    position_ids: torch.Tensor  # [B, T] long, 0 at the first real token
-    response_mask: torch.Tensor | None = (
-        None  # [B, T] long, 1 on the teacher-forced response tokens (None: no response)
-    )
 
     def __len__(self) -> int:
         return len(self.samples)
-
-    @property
-    def reduce_mask(self) -> torch.Tensor:
-        """The tokens a position policy reduces over: the response tokens when there are any, else the real tokens."""
-        return self.attention_mask if self.response_mask is None else self.response_mask
-
-
-def position_ids_for(attention_mask: torch.Tensor) -> torch.Tensor:
-    """[B, T] position of each real token counted from the row's first real token; 0 on padding.
-
-    >>> position_ids_for(torch.tensor([[0, 0, 1, 1], [1, 1, 1, 1]])).tolist()
-    [[0, 0, 0, 1], [0, 1, 2, 3]]
-    """
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 def make_batch(prompts: PromptSet, positions: Sequence[int], pad_id: int) -> Batch:
@@ -142,11 +123,11 @@ def make_batch(prompts: PromptSet, positions: Sequence[int], pad_id: int) -> Bat
         for row, p in enumerate(positions):  # left-padded: the response is the last tokens of each row
             response_mask[row, mask.shape[1] - prompts.response_lengths[p] :] = 1
     return Batch(
-        prompts.capability,
-        positions[0],
-        prompts.samples.take(positions),
-        input_ids,
-        mask,
-        position_ids_for(mask),
-        response_mask,
+        capability=prompts.capability,
+        start=positions[0],
+        samples=prompts.samples.take(positions),
+        input_ids=input_ids,
+        attention_mask=mask,
+        position_ids=position_ids_for(mask),
+        response_mask=response_mask,
     )

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from access.hook_points import HOOK_TABLE, parse_layers
 from core.chat import pad_id_of
 from core.errors import Interrupted, ProbeError
 from core.records import to_json
@@ -48,7 +49,6 @@ from core.run_dir import RunDir
 from probes.batching import pending_batches, plan_batches
 from probes.config import RecordConfig
 from probes.distributed import PeerLost, World, joined, machine_device, reported_once, world_from_env
-from probes.hook_points import HOOK_TABLE, parse_layers
 from probes.journal import (
     ConsolidationPlan,
     Shard,
@@ -66,7 +66,7 @@ from probes.settings import RunSettings
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from probes.pair import ModelPair
+    from access.pair import ModelPair
 
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 
@@ -280,9 +280,9 @@ class _Inputs:
 
 def _prepare(config: RecordConfig) -> _Inputs:
     """Everything checked before a model is loaded: configs, layers, rows, rendering."""
+    from access.pair import check_base_config, check_pair_configs, resolve_device, resolve_dtype
     from core.models import load_tokenizer
     from core.paths import check_output_dir
-    from probes.pair import check_base_config, check_pair_configs, resolve_device, resolve_dtype
 
     sources = resolve_sources(config)
     if config.out_dir is not None:
@@ -372,8 +372,8 @@ def _record_into(
 ) -> RunResult:
     import torch
 
-    from probes.backends import make_backend
-    from probes.pair import load_base, load_pair
+    from access.drivers import make_backend
+    from access.pair import load_base, load_pair
 
     with ExitStack() as stack:
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from access.driver_table import DEFAULT_DRIVER
 from core.errors import ProbeError
 from core.inputs import shown
 from core.records import RecordError, from_json
@@ -60,7 +61,7 @@ class RunSettings:
     hooks: list[str] = field(default_factory=list)
     layers: list[int] = field(default_factory=list)
     position: str = "last"
-    backend: str = "torch"
+    backend: str = DEFAULT_DRIVER
     dtype: str = ""
     store_dtype: str = ""
     add_generation_prompt: bool = False

@@ -31,7 +31,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module")
 def close_pair(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     """The tiny base and a copy perturbed by 2% (small differences: the regime a first-order estimate is for)."""
-    from probes.pair import load_pair
+    from access.pair import load_pair
     from tests.chat_models import perturbed_copy
 
     dpo = perturbed_copy(tiny_model_dir, tmp_path_factory.mktemp("close") / "dpo", seed=1, scale=0.02)
@@ -81,8 +81,8 @@ def small_run(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFa
 
 
 def test_probe_analyze_metric_attribution_writes_maps_and_a_neuron_set(small_run: Path, capsys) -> None:
+    from access.units import NeuronSet
     from analysis.maps import load_maps
-    from analysis.neuron_sets import NeuronSet
 
     args = ["analyze", str(small_run), "--metric", "attribution", "--no-png", "--top-k", "8"]
     code, out, err = exit_of(args, capsys)

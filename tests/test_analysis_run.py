@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from access.units import NeuronSet
 from analysis import AnalysisConfig, analyze_run, load_maps, select_neurons
-from analysis.neuron_sets import NeuronSet
 from core.errors import ProbeError
 from core.records import to_json
 from probes.store import RunReader

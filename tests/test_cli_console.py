@@ -73,7 +73,7 @@ def test_piped_intervene_tables_are_not_cut(
     out, _ = run([*intervene(tiny_model_dir, data, tmp_path / "ab", "0.5"), "--collateral"], capsys)
     assert "…" not in out
     header = next(line for line in out.splitlines() if "capability" in line and "McNemar" in line)
-    for column in ("before", "after", "Δ pts", "95% CI", "McNemar p", "placebo pct", "changed"):
+    for column in ("before", "after", "Δ (pts)", "95% CI", "McNemar p", "placebo percentile", "generations changed"):
         assert column in header, header
     assert "knowledge_boundary" in out and str(tmp_path / "ab" / "ab_report.md") in out
 
@@ -167,7 +167,7 @@ def test_models_eval_of_two_models_does_not_warn(
 def test_a_neuron_set_ranked_on_one_model_twice_is_flagged(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from analysis.neuron_sets import Neuron, NeuronSet
+    from access.units import Neuron, NeuronSet
     from interventions.ab import provenance_warnings
 
     monkeypatch.setenv("PROBE_HOME", str(tmp_path))  # the weights fingerprint is cached there

@@ -29,11 +29,11 @@ from core.errors import ProbeError
 from core.llm.config import ClientOptions
 from data_synthesis.dataset import SynthesizeConfig
 from interventions.config import ABConfig
-from interventions.lmeval_config import LMEvalConfig
-from interventions.replicate import ReplicateOptions
+from lmeval.config import LMEvalConfig
 from probe_cli.main import app
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, shown_default
 from probes.config import RecordConfig
+from study.replicate_config import ReplicateOptions
 from tests.support.cli import one_line_error
 from training.config import DPORunConfig, SFTRunConfig
 from training.eval_config import PairEvalConfig

@@ -1,4 +1,4 @@
-"""core.chat: one rendering for every stage; core.generation: one decoding for evaluation and A/B.
+"""core.chat: one rendering for every stage; access.generation: one decoding for evaluation and A/B.
 
 The rendering rule is "nothing is added in front of the template's own first token": a
 Llama-3 template emits its one ``<|begin_of_text|>`` (even when the tokenizer's
@@ -127,7 +127,7 @@ def test_generation_stops_at_the_templates_turn_end_even_when_eos_differs(
 
     from transformers import AutoModelForCausalLM
 
-    from core.generation import stop_ids
+    from access.generation import stop_ids
 
     tokenizer = copy.deepcopy(tokenizers["nobos"])
     tokenizer.eos_token = "<|endoftext|>"
@@ -197,12 +197,12 @@ def varied_models(chat_bases: dict[str, Path], tmp_path_factory: pytest.TempPath
 def test_evaluation_and_ab_generate_the_same_responses(
     name: str, varied_models: dict[str, Path], chat_data: Path
 ) -> None:
-    from analysis.neuron_sets import NeuronSet
-    from core.generation import GenerationConfig, Generator, generate_responses
+    from access.edited_generation import ABGenerator, Intervention
+    from access.generation import GenerationConfig, Generator, generate_responses
+    from access.units import NeuronSet
     from core.judges.rules import RuleJudge
     from core.models import load_causal_lm
     from core.rows import read_test_rows
-    from interventions.generation import ABGenerator, Intervention
     from interventions.selection import parse_units
     from training.evaluate import evaluate_model
 

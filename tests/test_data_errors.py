@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.neuron_sets import FORMAT, NeuronSet
+from access.units import FORMAT, NeuronSet
 from core.errors import DataError, ProbeError
 from core.judges.files import read_responses
 from core.records import to_json

@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from analysis.neuron_sets import FORMAT, NeuronSet
+from access.units import FORMAT, NeuronSet
 from core.capabilities import TASKS
 from core.errors import DataError, ProbeError
 from core.judges.files import read_responses

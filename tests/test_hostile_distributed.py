@@ -103,12 +103,12 @@ def test_probe_run_refuses_a_device_it_lacks_before_loading(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import probes.pair
+    import access.pair
 
     def no_load(*args, **kwargs):
         raise AssertionError("a model was loaded before the device was checked")
 
-    monkeypatch.setattr(probes.pair, "load_pair", no_load)
+    monkeypatch.setattr(access.pair, "load_pair", no_load)
     out = tmp_path / f"run-{abs(hash(device))}"
     one_line_error(
         capsys,

@@ -189,7 +189,7 @@ def test_every_loader_passes_trust_remote_code_false_itself(
     import builtins
 
     import core.models as models
-    from probes.pair import read_config
+    from access.pair import read_config
 
     evil = hostile_copy(tiny_model_dir, tmp_path, "evil")
     marker = tmp_path / MARKER
@@ -537,8 +537,8 @@ def outcomes() -> Counter[str]:
 def test_any_hostile_directory_loads_and_generates_or_is_one_line(
     change: tuple[str, Any], tiny_model_dir: Path, one_torch_thread: None, outcomes: Counter[str]
 ) -> None:
+    from access.generation import generate_responses
     from core.decoding import GenerationConfig
-    from core.generation import generate_responses
     from core.models import load_causal_lm
 
     kind, value = change

@@ -28,9 +28,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from access.units import FORMAT, NeuronSet
 from analysis import AnalysisConfig, analyze_run
 from analysis.explore import open_explorer
-from analysis.neuron_sets import FORMAT, NeuronSet
 from core.atomic import file_set, replace_together, write_atomic
 from core.errors import ProbeError
 from core.records import to_json

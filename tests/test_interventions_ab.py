@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from access.factors import PAPER_FACTOR
 from core.config_file import from_settings
 from core.decoding import GenerationConfig
 from core.errors import ProbeError
 from interventions.ab import run_ab
 from interventions.config import ABConfig
 from interventions.results import ABReport
-from interventions.scaling import PAPER_FACTOR
 
 REPO = Path(__file__).resolve().parents[1]
 UNITS = "1:0-15"  # half of the residual stream after block 1: ablating it must move even a random tiny model
@@ -114,7 +114,8 @@ def test_markdown_table(ab_run):
     report, out = ab_run
     text = (out / "ab_report.md").read_text()
     assert (
-        "| capability | n | before | after | Δ (pts) | 95% CI | McNemar p | placebo pct | generations changed |" in text
+        "| capability | n | before | after | Δ (pts) | 95% CI | McNemar p | placebo percentile | generations changed |"
+        in text
     )
     assert "## Dose sweep (multi_turn)" in text and "| **multi_turn** |" in text
     for flag in report.main.guard.flags:
@@ -148,8 +149,8 @@ def test_bfloat16_paper_factor_is_flagged_as_noop(tiny_pair, test_file: Path, tm
 
 
 def test_an_impossible_placebo_fails_before_any_generation(tiny_pair, test_file: Path, tmp_path: Path, monkeypatch):
+    from access.edited_generation import ABGenerator
     from core.errors import ProbeError
-    from interventions.generation import ABGenerator
 
     def no_generation(*_args, **_kwargs):
         raise AssertionError("generation started before the placebo sets were checked")

@@ -54,7 +54,7 @@ def test_intervene_on_a_recorded_run(analysed_run: Path, tmp_path: Path, capsys)
     assert report["placebo"]["n_sets"] == 2
     target = report["arms"][0]["capabilities"][0]
     assert target["capability"] == "multi_turn" and len(target["placebo"]["deltas"]) == 2
-    assert "placebo pct" in (out / "ab_report.md").read_text()
+    assert "placebo percentile" in (out / "ab_report.md").read_text()
     printed = capsys.readouterr().out
     assert "scale ×0.0 (main)" in printed and "multi_turn" in printed and str(out / "ab_report.md") in printed
 

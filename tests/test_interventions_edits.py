@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from access.edited_generation import ABGenerator
+from access.edits import EDIT_KINDS, Add, Edit, Patch, Scale, Set, edits
+from access.generation import GenerationConfig
+from access.hook_points import HOOK_POINTS, attach, n_layers, width
 from core.errors import ProbeError
-from core.generation import GenerationConfig
 from core.rows import read_test_rows
-from interventions.edits import EDIT_KINDS, Add, Edit, Patch, Scale, Set, edits
-from interventions.generation import ABGenerator
 from interventions.selection import parse_units
-from probes.hook_points import HOOK_POINTS, attach, n_layers, width
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 LAYER = 1
@@ -221,8 +221,8 @@ def test_an_edit_the_driver_cannot_apply_is_refused(pair):
 
 
 def test_the_former_scale_api_still_works(pair):
-    from interventions.generation import Intervention
-    from interventions.scaling import scaled_units
+    from access.edited_generation import Intervention
+    from access.edits import scaled_units
 
     target, _, tok, rows = pair
     units = parse_units(f"{LAYER}:0-7", "mlp_out")

@@ -7,16 +7,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis.neuron_sets import Neuron, NeuronSet
+from access.edited_generation import ABGenerator, Intervention
+from access.edits import scaled_units
+from access.factors import PAPER_FACTOR
+from access.generation import GenerationConfig
+from access.hook_points import HOOK_POINTS, attach, module_for
+from access.scaling import dtype_noop_fraction
+from access.units import Neuron, NeuronSet
 from core.chat import encode_conversations, left_pad
 from core.errors import ProbeError
-from core.generation import GenerationConfig
 from core.schema import TestRow, Turn
-from interventions.generation import ABGenerator, Intervention
 from interventions.results import build_guard
-from interventions.scaling import PAPER_FACTOR, dtype_noop_fraction, scaled_units
 from interventions.selection import parse_units
-from probes.hook_points import HOOK_POINTS, attach, module_for
 
 QUESTIONS = [
     "What is the capital of the valley kingdom?",

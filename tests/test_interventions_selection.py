@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis.neuron_sets import Neuron, NeuronSet
+from access.factors import PAPER_FACTOR, parse_factors, validate_factor
+from access.units import Neuron, NeuronSet
 from core.decoding import GenerationConfig
 from core.errors import ProbeError
 from interventions.config import ABConfig
-from interventions.scaling import PAPER_FACTOR, parse_factors, validate_factor
 from interventions.selection import load_neuron_file, parse_units, top_k_of
 from probe_cli.main import main
 

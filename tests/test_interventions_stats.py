@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analysis.neuron_sets import Neuron, NeuronSet
+from access.placebo import placebo_sets
+from access.units import Neuron, NeuronSet
 from core.errors import ProbeError
 from core.stats import paired_bootstrap_ci
-from interventions.placebo import placebo_sets
 from interventions.stats import mcnemar_exact, paired_delta, placebo_compare
 
 

@@ -47,7 +47,7 @@ def planted(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> t
 def _evaluate(lm_eval: Any, model: Any, task_dir: Path, tasks: list[str], model_args: Any = None) -> dict[str, Any]:
     from lm_eval.tasks import TaskManager
 
-    from interventions.lmeval_model import register
+    from lmeval.model import register
 
     register()
     manager = TaskManager(include_path=str(task_dir), include_defaults=False)
@@ -73,9 +73,9 @@ def _per_item(sample: dict[str, Any]) -> tuple[Any, ...]:
 
 
 def test_unedited_bridge_gives_hf_results_item_for_item(lm_eval: Any, tiny_model_dir: Path, task_dir: Path) -> None:
-    from interventions.edits import Scale
-    from interventions.lmeval_model import register
+    from access.edits import Scale
     from interventions.selection import parse_units
+    from lmeval.model import register
 
     hf = _evaluate(
         lm_eval, "hf", task_dir, TASKS, {"pretrained": str(tiny_model_dir), "dtype": "float32", "device": "cpu"}
@@ -111,7 +111,7 @@ def test_model_args_string_applies_the_edit(lm_eval: Any, planted: tuple[Path, i
 def test_ablating_the_planted_unit_is_detected(
     lm_eval: Any, planted: tuple[Path, int], task_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from interventions.lmeval_report import LMEvalReport
+    from lmeval.report import LMEvalReport
 
     model_dir, layer = planted
     out = tmp_path / "out"
@@ -160,12 +160,12 @@ def test_ablating_the_planted_unit_is_detected(
     assert group.effect.after == pytest.approx(arm.lm_eval_results["probe_mcs"]["acc,none"])
     assert arm.hook_stats["values_changed"] > 0 and not arm.flags
     markdown = (out / "lmeval_report.md").read_text()
-    assert "| probe_mc | acc | none | 12 | 100.0% | 0.0% | -100.0 pts |" in markdown
+    assert "| probe_mc | acc | none | 12 | 100.0% | 0.0% | -100.0 |" in markdown
     items = [json.loads(line) for line in (out / "lmeval_items.jsonl").read_text().splitlines()]
     assert {(i["task"], i["unedited"]["acc"], i["scale 0.0"]["acc"]) for i in items if i["task"] == "probe_mc"} == {
         ("probe_mc", 1.0, 0.0)
     }
-    assert "probe_gen" in stdout and "-100.0 pts" in stdout
+    assert "probe_gen" in stdout and "-100.0" in stdout
 
 
 def test_every_edit_kind_runs_through_lm_eval(
@@ -176,7 +176,7 @@ def test_every_edit_kind_runs_through_lm_eval(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from interventions.lmeval_report import LMEvalReport
+    from lmeval.report import LMEvalReport
     from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 
     model_dir, layer = planted
@@ -257,7 +257,7 @@ def test_ab_report_gets_the_table(
     text = (ab / "ab_report.md").read_text()
     assert text.startswith("# A/B report") and text.count("<!-- probe lmeval -->") == 1
     assert (
-        "| probe_mc | acc | none | 12 | 100.0% | 0.0% | -100.0 pts |" in text and (ab / "lmeval_report.json").is_file()
+        "| probe_mc | acc | none | 12 | 100.0% | 0.0% | -100.0 |" in text and (ab / "lmeval_report.json").is_file()
     )
 
 
@@ -363,10 +363,7 @@ def test_without_the_extra_it_says_how_to_install(
 
 
 def test_the_cli_and_library_import_without_lm_eval() -> None:
-    code = (
-        "import sys; import probe_cli.main, interventions.lmeval, interventions.lmeval_model, "
-        "interventions.lmeval_report; print('lm_eval' in sys.modules)"
-    )
+    code = "import sys; import probe_cli.main, lmeval.run, lmeval.model, lmeval.report; print('lm_eval' in sys.modules)"
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1]
     )

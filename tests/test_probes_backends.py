@@ -8,12 +8,12 @@ import pytest
 import torch
 from torch import nn
 
+from access.drivers import HookFiringError, make_backend
+from access.hook_points import HOOK_POINTS
+from access.pair import load_pair
 from core.capabilities import Capability
 from core.chat import pad_id_of
 from core.rows import read_test_rows
-from probes.backends import HookFiringError, make_backend
-from probes.hook_points import HOOK_POINTS
-from probes.pair import load_pair
 from probes.prompts import build_prompts, make_batch
 
 LAYERS = [0, 1, 2, 3]

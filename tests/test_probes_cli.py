@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from access.pair import load_pair
 from core.errors import ProbeError
-from probes.pair import load_pair
 from probes.store import RunReader
 from tests.support.cli import exit_of
 

@@ -47,11 +47,11 @@ def full_run(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFac
 def test_round_trip_matches_a_direct_forward_and_keeps_provenance(
     tiny_pair, rolemrc_file: Path, tmp_path: Path
 ) -> None:
+    from access.drivers import make_backend
+    from access.pair import load_pair
     from core.capabilities import Capability
     from core.chat import pad_id_of
     from core.rows import read_test_rows
-    from probes.backends import make_backend
-    from probes.pair import load_pair
     from probes.prompts import build_prompts, make_batch
 
     result = record_run(

@@ -28,7 +28,7 @@ from interventions.results import (
     UnitsSummary,
 )
 from interventions.stats import PairedDelta
-from interventions.study_html import SECTIONS, write_report
+from study.report_html import SECTIONS, write_report
 from tests.support.cli import exit_of, one_line_error
 from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from interventions.study_verdicts import (
+from study.verdicts import (
     CANNOT_TEST,
     CONTRADICTED,
     MIN_PLACEBO_SETS,
@@ -45,7 +45,7 @@ def arm(
 
 
 def test_the_paper_factor_is_the_one_the_interventions_use() -> None:
-    from interventions.scaling import PAPER_FACTOR as used
+    from access.factors import PAPER_FACTOR as used
 
     assert PAPER_FACTOR == used
 
@@ -110,7 +110,7 @@ def test_claim_2_not_run_names_the_command() -> None:
     "evidence, status, needle",
     [
         (arm("scale 0.999999", UP, pct=100.0), SUPPORTED, "beyond its placebos"),
-        (arm("scale 0.999999", UP, pct=80.0), NOT_SUPPORTED, "placebo percentile 80"),
+        (arm("scale 0.999999", UP, pct=80.0), NOT_SUPPORTED, "80th percentile of 20 placebo sets"),
         (arm("scale 0.999999", UP, sets=5, pct=100.0), CANNOT_TEST, "only 5 placebo sets"),
         (arm("scale 0.999999", DOWN, pct=0.0), CONTRADICTED, "lowered"),
         (arm("scale 0.999999", FLAT), NOT_SUPPORTED, "no lift"),

@@ -1,4 +1,4 @@
-"""Shared decoding (core.shared_generation): every arm of an A/B in shared batches gives each arm's own tokens.
+"""Shared decoding (access.shared_generation): every arm of an A/B in shared batches gives each arm's own tokens.
 
 The arms are compared with each arm generated alone by ``generate`` (the per-arm path) on the
 tiny Llama-3-style model, the ChatML model (BOS on every turn, tied embeddings) and the no-BOS
@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from core.errors import Interrupted
-from core.generation import GenerationConfig, Generator
-from core.rows import read_test_rows
-from core.shared_generation import (
+from access.edited_generation import ABGenerator
+from access.edits import Add, Patch, Scale, Set, site_edits
+from access.generation import GenerationConfig, Generator
+from access.hook_points import attach, width
+from access.shared_generation import (
     MIN_STEM,
     SharedDecoder,
     Stem,
@@ -27,12 +28,11 @@ from core.shared_generation import (
     stem_batches,
     unshareable,
 )
+from core.errors import Interrupted
+from core.rows import read_test_rows
 from interventions.ab import run_ab
 from interventions.config import ABConfig
-from interventions.edits import Add, Patch, Scale, Set, site_edits
-from interventions.generation import ABGenerator
 from interventions.selection import parse_units
-from probes.hook_points import attach, width
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -82,7 +82,7 @@ def test_the_dpo_minus_sft_interval_is_paired_and_brackets_the_difference() -> N
 
 @pytest.mark.slow
 def test_evaluate_pair_on_tiny_models(tiny_pair: tuple[Path, Path], test_file: Path, tmp_path: Path) -> None:
-    from core.generation import GenerationConfig
+    from access.generation import GenerationConfig
 
     sft, dpo = tiny_pair
     config = PairEvalConfig(

@@ -171,7 +171,7 @@ def test_weights_fingerprint_hashes_tensors_of_any_dtype_not_file_bytes(tmp_path
 def test_one_weights_fingerprint_links_provenance_to_the_run_that_recorded_it(
     sft_dir: Path, dpo_dir: Path, data_dir: Path, tmp_path: Path
 ) -> None:
-    from analysis.neuron_sets import NeuronSet
+    from access.units import NeuronSet
     from probes.config import RecordConfig
     from probes.recording import record_run
 

@@ -1,7 +1,7 @@
 """Per-capability compliance of an SFT/DPO pair: greedy generation + a judge.
 
 This is how the toolkit checks that a pair is worth probing: both models answer the
-test split with :func:`core.shared_generation.generate_unedited` (the same rendering the
+test split with :func:`access.shared_generation.generate_unedited` (the same rendering the
 probes and interventions use), the rule judge scores each answer on the row's
 capabilities, and the two models are compared per capability with paired counts.
 Uncertainty is reported rather than hidden: each rate carries a Wilson 95% interval,
@@ -27,15 +27,15 @@ from typing import Any
 
 import numpy as np
 
+from access.generation import Generator
+from access.shared_generation import generate_unedited
 from core.capabilities import ALL_CAPABILITIES, capabilities_of
 from core.decoding import EVAL_GENERATION, GenerationConfig
 from core.errors import ProbeError
-from core.generation import Generator
 from core.judges import Judge, Verdict, make_judge
 from core.records import to_json
 from core.rows import read_test_rows, row_location
 from core.schema import TestRow
-from core.shared_generation import generate_unedited
 from core.stats import discordant, mcnemar_p, paired_bootstrap_ci, wilson
 from training.eval_config import PairEvalConfig
 

@@ -26,7 +26,7 @@ from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, help_tex
 from probe_cli.pairs import default_pair, pair_option
 
 if TYPE_CHECKING:
-    from interventions.results import ABReport, PlaceboRank
+    from interventions.results import ABReport
 
 
 def register(app: typer.Typer) -> None:
@@ -50,8 +50,9 @@ def intervene(
     from dataclasses import replace
 
     from interventions.ab import run_ab
+    from interventions.report import selection_markdown
     from interventions.results import Selection
-    from interventions.select_compare import compare_selections, selection_markdown
+    from interventions.select_compare import compare_selections
 
     err = console(stderr=True)
     factor = settings.values["factor"]
@@ -80,9 +81,8 @@ def intervene(
 
 
 def _print(report: ABReport) -> None:
-    from rich.table import Table
-
-    from interventions.report import fmt_delta, fmt_p, fmt_pct
+    from interventions.cells import terminal
+    from interventions.report import ARM_TERMINAL_COLUMNS, SUMMARY_TERMINAL_COLUMNS, arm_rows, summary_rows
 
     out = console()
     guard_notes = {note for arm in report.arms for note in [*arm.guard.flags, *arm.guard.faults]}
@@ -90,56 +90,17 @@ def _print(report: ABReport) -> None:
         if warning not in guard_notes:
             out.print(f"[yellow]warning:[/yellow] {warning}")
     for arm in report.arms:
-        table = Table(
-            title=f"{arm.label or arm.name} ({arm.role}) on {report.units_of(arm).size} units of "
+        title = (
+            f"{arm.label or arm.name} ({arm.role}) on {report.units_of(arm).size} units of "
             f"{report.neurons.hook}, {arm.model} model, {report.dtype}"
         )
-        for name in ("capability", "n", "before", "after", "Δ pts", "95% CI", "McNemar p", "placebo pct", "changed"):
-            table.add_column(
-                name, justify="left" if name in ("capability", "95% CI") else "right", no_wrap=name == "capability"
-            )
-        for c in arm.capabilities:
-            e = c.effect
-            table.add_row(
-                c.capability + (" *" if c.target else ""),
-                str(e.n),
-                fmt_pct(e.before),
-                fmt_pct(e.after),
-                fmt_delta(e.delta),
-                f"[{fmt_delta(e.ci_low)}, {fmt_delta(e.ci_high)}]",
-                fmt_p(e.p_value),
-                _placebo(c.placebo),
-                f"{c.rows_changed}/{c.n_rows}",
-            )
-        out.print(table)
+        out.print(terminal(ARM_TERMINAL_COLUMNS, arm_rows(arm), title))
         for fault in arm.guard.faults:
             out.print(f"[bold red]INVALID:[/bold red] {fault}")
         for flag in arm.guard.flags:
             out.print(f"[bold red]NO-OP:[/bold red] {flag}")
     if len(report.arms) > 1:
-        summary = Table(title=f"every arm on {report.capability} (against the baseline of the model it ran on)")
-        for name in ("arm", "model", "Δ pts", "95% CI", "McNemar p", "placebo pct", "changed"):
-            summary.add_column(
-                name, justify="left" if name in ("arm", "model", "95% CI") else "right", no_wrap=name == "arm"
-            )
-        for arm in report.arms:
-            c = arm.capability(report.capability)
-            e = c.effect
-            summary.add_row(
-                arm.name,
-                arm.model,
-                fmt_delta(e.delta),
-                f"[{fmt_delta(e.ci_low)}, {fmt_delta(e.ci_high)}]",
-                fmt_p(e.p_value),
-                _placebo(c.placebo),
-                f"{c.rows_changed}/{c.n_rows}",
-            )
-        out.print(summary)
+        title = f"every arm on {report.capability} (against the baseline of the model it ran on)"
+        out.print(terminal(SUMMARY_TERMINAL_COLUMNS, summary_rows(report), title))
     for kind, path in report.paths.items():
         out.print(f"{kind}: {path}", soft_wrap=True)
-
-
-def _placebo(placebo: PlaceboRank | None) -> str:
-    from interventions.report import fmt_p
-
-    return f"{placebo.percentile:.0f} (p={fmt_p(placebo.p_empirical)})" if placebo else "-"

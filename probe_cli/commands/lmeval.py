@@ -1,7 +1,7 @@
 """``probe lmeval``: any lm-evaluation-harness task before and after an edit, with a paired test per task.
 
-Thin wrapper over :func:`interventions.lmeval.run_lmeval`: the options are the fields of
-:class:`interventions.lmeval_config.LMEvalConfig` (the edit options are ``probe intervene``'s, checked
+Thin wrapper over :func:`lmeval.run.run_lmeval`: the options are the fields of
+:class:`lmeval.config.LMEvalConfig` (the edit options are ``probe intervene``'s, checked
 the same way), the library writes ``lmeval_report.json``, ``lmeval_report.md`` and
 ``lmeval_items.jsonl``, and this prints one table per edited arm. lm-eval is an optional extra;
 without it the command says in one line how to install it, before anything else runs.
@@ -20,13 +20,13 @@ import typer
 from core.config_fields import flat_fields
 from core.paths import check_output_dir
 from core.run_dir import RunDir
-from interventions.lmeval_config import LMEvalConfig, ab_defaults
+from lmeval.config import LMEvalConfig, ab_defaults
 from probe_cli.console import console
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, help_text
 from probe_cli.pairs import default_pair, pair_option
 
 if TYPE_CHECKING:
-    from interventions.lmeval_report import LMEvalReport
+    from lmeval.report import LMEvalReport
 
 
 def register(app: typer.Typer) -> None:
@@ -43,8 +43,8 @@ def lmeval(
     and compare them item by item."""
     from dataclasses import replace
 
-    from interventions.lmeval import run_lmeval
-    from interventions.lmeval_model import require_lm_eval
+    from lmeval.model import require_lm_eval
+    from lmeval.run import run_lmeval
 
     require_lm_eval()
     given = {**settings.values, "run_dir": run_dir}
@@ -80,48 +80,17 @@ def _default_out(config: LMEvalConfig) -> Path:
 
 
 def _print(report: LMEvalReport) -> None:
-    from rich.table import Table
-
-    from interventions.lmeval_report import fmt_change, fmt_value
-    from interventions.report import fmt_p, fmt_percentile
+    from interventions.cells import terminal
+    from lmeval.report import columns, table_row
 
     out = console()
     for warning in report.warnings:
         out.print(f"[yellow]warning:[/yellow] {warning}")
     for arm in report.arms:
-        table = Table(
-            title=f"{arm.label} on {report.neurons.size} units of {report.neurons.hook}, "
-            f"{report.model} model, {report.dtype}"
+        title = (
+            f"{arm.label} on {report.neurons.size} units of {report.neurons.hook}, {report.model} model, {report.dtype}"
         )
-        columns = ["task", "metric", "filter", "n", "before", "after", "Δ", "95% CI", "McNemar p", "changed"] + (
-            ["placebo"] if arm.placebo.n_sets else []
-        )
-        for name in columns:
-            table.add_column(
-                name,
-                justify="left" if name in ("task", "metric", "filter", "95% CI") else "right",
-                no_wrap=name == "task",
-            )
-        for r in arm.rows:
-            effect, binary = r.effect, r.effect.binary
-            cells = [
-                r.task + (" (group)" if r.group else ""),
-                r.metric,
-                r.filter,
-                str(effect.n),
-                fmt_value(effect.before, binary),
-                fmt_value(effect.after, binary),
-                fmt_change(effect.delta, binary),
-                f"[{fmt_change(effect.ci_low, binary)}, {fmt_change(effect.ci_high, binary)}]",
-                fmt_p(effect.p_value) if binary else "-",
-                "-" if r.items_changed is None else f"{r.items_changed}/{effect.n}",
-            ]
-            if arm.placebo.n_sets:
-                cells.append(
-                    f"{fmt_percentile(r.placebo.percentile)} (p={fmt_p(r.placebo.p_empirical)})" if r.placebo else "-"
-                )
-            table.add_row(*cells)
-        out.print(table)
+        out.print(terminal(columns(bool(arm.placebo.n_sets)), [table_row(r) for r in arm.rows], title))
         for flag in arm.flags:
             out.print(f"[bold red]NO-OP:[/bold red] {flag}")
     for kind, path in report.paths.items():

@@ -70,46 +70,12 @@ def _check_home(home: Optional[Path]) -> None:
     check_output_dir(home or probe_home(), "--home" if home is not None else f"${ENV_VAR}")
 
 
-def _pct(rate: float, ci: Any) -> str:
-    return f"{100 * rate:5.1f}% [{100 * ci[0]:.0f}-{100 * ci[1]:.0f}]"
-
-
-def _delta(delta: float, ci: Any) -> str:
-    return f"{100 * delta:+.1f} [{100 * ci[0]:+.0f}, {100 * ci[1]:+.0f}]" if ci is not None else f"{100 * delta:+.1f}"
-
-
 def print_table(result: Any) -> None:
-    from rich.table import Table
+    from interventions.cells import evaluation_columns, evaluation_row, terminal
 
-    base = result.base is not None
-    table = Table(title=f"compliance ({result.judge} judge, greedy), {sum(result.task_counts.values())} test rows")
-    columns = (
-        ["capability", "n"]
-        + (["base", "SFT-base [95% CI]", "McNemar p (base/SFT)"] if base else [])
-        + ["SFT", "DPO", "DPO-SFT [95% CI]", "McNemar p"]
-    )
-    for col in columns:
-        table.add_column(col, justify="left" if col == "capability" else "right")
-    for row in result.table:
-        base_cells = (
-            [
-                _pct(row["base_rate"], row["base_ci"]),
-                _delta(row["sft_minus_base"], row.get("sft_minus_base_ci")),
-                f"{row['base_mcnemar_p']:.3g}",
-            ]
-            if base
-            else []
-        )
-        table.add_row(
-            row["capability"],
-            str(row["n"]),
-            *base_cells,
-            _pct(row["sft_rate"], row["sft_ci"]),
-            _pct(row["dpo_rate"], row["dpo_ci"]),
-            _delta(row["delta"], row.get("delta_ci")),
-            f"{row['mcnemar_p']:.3g}",
-        )
-    console().print(table)
+    title = f"compliance ({result.judge} judge, greedy), {sum(result.task_counts.values())} test rows"
+    columns = evaluation_columns(base=result.base is not None, intervals=True)
+    console().print(terminal(columns, [evaluation_row(row) for row in result.table], title))
 
 
 @models_app.command("eval")

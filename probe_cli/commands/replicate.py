@@ -1,6 +1,6 @@
 """``probe replicate``: the paper's §7 study on a pair, from recording to the report, each stage resuming.
 
-Thin wrapper over :mod:`interventions.replicate`: resolves the pair (``--sft/--dpo`` or the
+Thin wrapper over :mod:`study.replicate`: resolves the pair (``--sft/--dpo`` or the
 embedded ``--pair``, built first when absent), prints the stages with an estimated time for each
 and for the whole (``--plan`` stops there), runs them, and ends with the verdict table and the
 report's path and size (:func:`probe_cli.commands.report.print_study`). Running the same command
@@ -15,9 +15,9 @@ from typing import Any
 
 import typer
 
-from interventions.replicate import ReplicateOptions
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
 from probe_cli.pairs import pair_option
+from study.replicate_config import ReplicateOptions
 
 
 def register(app: typer.Typer) -> None:
@@ -37,10 +37,10 @@ def replicate(
 
     from core.errors import ProbeError
     from core.paths import check_output_dir
-    from interventions.replicate import minutes, plan, run_stages
     from probe_cli.console import console
     from probe_cli.latest import point_latest
     from probe_cli.pairs import default_pair
+    from study.replicate import minutes, plan, run_stages
 
     err = console(stderr=True)
     given = settings.given
@@ -87,7 +87,8 @@ def replicate(
 def _announce_build(pair: str, err: Any) -> None:
     """Say so before a pair build, which takes minutes and comes before the plan."""
     from core.home import probe_home
-    from interventions.replicate import PAIR_BUILD_SECONDS, minutes
+    from study.replicate_config import PAIR_BUILD_SECONDS
+    from study.replicate_estimate import minutes
     from training.default_pair import recipe_for
 
     if not (probe_home() / recipe_for(pair).dir_name / "COMPLETE.json").is_file():
@@ -107,8 +108,8 @@ def _digest(sft: Path, dpo: Path) -> str:
 def _print_plan(stages: list, run_dir: Path) -> None:
     from rich.table import Table
 
-    from interventions.replicate import minutes
     from probe_cli.console import console
+    from study.replicate import minutes
 
     table = Table(
         title=f"probe replicate into {run_dir}: estimated times (at the default pair's pace on a 2-core CPU, scaled by "

@@ -1,8 +1,8 @@
 """``probe report RUN_DIR``: one self-contained HTML report of the §7 study, with a verdict per claim.
 
-Thin wrapper over :func:`interventions.study_html.write_report`: it gathers what the run directory
+Thin wrapper over :func:`study.report_html.write_report`: it gathers what the run directory
 holds (recording, analysis, neuron cards, interventions, evaluation), decides each claim by the
-rules of :mod:`interventions.study_verdicts`, writes the run's report file (or ``--out``) and
+rules of :mod:`study.verdicts`, writes the run's report file (or ``--out``) and
 prints the verdict table, what the run lacks with the command that adds it, and the file's size.
 """
 
@@ -34,7 +34,7 @@ def report(
     """Assemble the replication report of a run: the pair, each claim with its evidence and verdict, figures,
     compliance."""
     from core.paths import check_output_file
-    from interventions.study_html import write_report
+    from study.report_html import write_report
 
     if out is not None:
         check_output_file(out, "--out", {"--eval": eval_file})
@@ -46,8 +46,8 @@ def print_study(study: Any, path: Path) -> None:
     """The verdict table, the missing parts with their commands, the notes, and where the report is and how large."""
     from rich.table import Table
 
-    from interventions.study_verdicts import CLAIMS, NOT_RUN
     from probe_cli.console import console
+    from study.verdicts import CLAIMS, NOT_RUN
 
     out = console()
     table = Table(title=f"§7 claims on {study.run_dir}")

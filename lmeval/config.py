@@ -1,0 +1,172 @@
+"""``LMEvalConfig``: one validated description of a ``probe lmeval`` run, for the CLI and the library.
+
+Its fields make the command's options (:mod:`probe_cli.options`) and its ``--config`` keys; the edit options are
+``probe intervene``'s (:class:`interventions.config.ABConfig`) and are checked by it. Kept apart from
+:mod:`lmeval.run` so that the command line reads it without torch.
+
+Example:
+    >>> cfg = LMEvalConfig(tasks="mmlu,gsm8k", model_dir="m", units="20:3,20:9", factor=0.0)
+    >>> cfg.tasks, cfg.ab_config().factors
+    (['mmlu', 'gsm8k'], [0.0])
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from access.factors import PAPER_FACTOR
+from core.config_fields import option
+from core.config_file import NON_NEGATIVE, POSITIVE, SEED, Range, typed_config
+from core.errors import ProbeError
+from core.run_dir import InterventionDir
+from interventions.config import ABConfig
+
+MODEL_NAME = "probe-edited"  # the lm-eval model that applies the toolkit's edits (lmeval.model)
+
+# ABConfig's fields that say which edit to make; `probe-edited` takes them as model_args too ("edit" = "edits")
+EDIT_FIELDS: frozenset[str] = frozenset(
+    {
+        "run_dir",
+        "capability",
+        "model",
+        "edits",
+        "edit",
+        "factor",
+        "doses",
+        "neurons",
+        "top_k",
+        "units",
+        "hook",
+        "source_dir",
+    }
+)
+
+
+def _kinds(specs: list[str]) -> list[str]:
+    """``--edit scale,mean --edit patch``: the edit kinds, in order."""
+    return [name for spec in specs for name in spec.split(",")]
+
+
+def _factors(spec: str) -> list[float]:
+    """``--dose 0,0.5``: the factors of more scale arms."""
+    from access.factors import parse_factors
+
+    return parse_factors(spec)
+
+
+@dataclass
+@typed_config
+class LMEvalConfig:
+    """Which lm-eval tasks, which model, which edit (the options of ``probe intervene``), and how to compare."""
+
+    tasks: str | list[str] = option(
+        help="lm-eval tasks, groups or task YAML files, comma-separated, e.g. mmlu,gsm8k.", default_factory=list
+    )
+    include_path: list[str | Path] = option(
+        help="Directory (or file) of local task YAMLs; repeatable.", default_factory=list, flag_type=Path, repeat=True
+    )
+    limit: Annotated[int, POSITIVE] | None = option(None, "At most N items per task (the same items in every pass).")
+    num_fewshot: Annotated[int, NON_NEGATIVE] | None = option(None, "Few-shot examples per item (default: the task's).")
+    apply_chat_template: bool = option(
+        False,
+        "Render prompts with the model's chat template (lm-eval's apply_chat_template).",
+        flag="--chat-template",
+    )
+    gen_kwargs: str | None = option(None, "lm-eval generation overrides, e.g. max_gen_toks=64.")
+    run_dir: str | Path | None = option(None, "Run directory from `probe run` (model dirs, ranking, means).")
+    capability: str = option(
+        "multi_turn", "The run's capability whose ranking and means define the edit.", aliases=["-c"]
+    )
+    model: str = option("dpo", "Which model of the pair to evaluate: sft or dpo.")
+    edits: str | list[str] = option(
+        help="Edited arms: scale (--factor, --dose), mean (the other model's mean), patch (from the other model), "
+        "steer (mean-difference vector).",
+        default_factory=lambda: ["scale"],
+        flag="--edit",
+        metavar="KIND[,KIND]",
+        repeat=True,
+        from_flag=_kinds,
+    )
+    factor: float = option(PAPER_FACTOR, "Scale factor (0 ablates; the default is the paper's 1 - 1e-6).")
+    doses: list[float] = option(
+        help="More scale arms: comma-separated factors, e.g. 0,0.5.",
+        default_factory=list,
+        flag="--dose",
+        flag_type=str,
+        from_flag=_factors,
+    )
+    neurons: str | Path | None = option(None, "Neuron-set JSON file (from `probe analyze`).")
+    top_k: Annotated[int, POSITIVE] | None = option(
+        None, "Top K units by |delta| of the run's ranking (or of --neurons)."
+    )
+    units: str | None = option(None, "Explicit units LAYER:UNIT[,...], e.g. 14:3,14:9,20:0.")
+    hook: str = option("mlp_out", "Hook point for --top-k from a run and --units.")
+    placebo: Annotated[int, NON_NEGATIVE] = option(0, "Random matched unit sets per arm, each a full lm-eval pass.")
+    seed: Annotated[int, SEED] = option(0, "Seed of the bootstrap and the placebo draws.")  # lm-eval keeps its own
+    n_bootstrap: Annotated[int, Range(100)] = option(10_000, "Bootstrap resamples for the CIs.", flag="--bootstrap")
+    batch_size: Annotated[int, POSITIVE] = option(8, "lm-eval batch size.")
+    dtype: str = option("float32", "Model dtype: float32, bfloat16 or float16.")
+    device: str = option("cpu", "Torch device, e.g. cpu or cuda.")
+    model_dir: str | Path | None = option(
+        None, "Model to evaluate (default: the run's --model, or the embedded default pair's)."
+    )
+    source_dir: str | Path | None = option(
+        None, "The other model of the pair, the source of --edit patch (default: the run's, or the default pair's)."
+    )
+    ab_report: str | Path | None = option(
+        None,
+        "Output dir of `probe intervene`: use its edit (flags override) and add this table to its ab_report.md.",
+    )
+    out_dir: str | Path | None = option(
+        None, "Output dir (default: RUN_DIR/lmeval/<time>, the --ab-report dir, or runs/lmeval/<time>).", flag="--out"
+    )
+
+    def __post_init__(self) -> None:
+        names = self.tasks.split(",") if isinstance(self.tasks, str) else list(self.tasks)
+        self.tasks = [n.strip() for n in names if n.strip()]
+        if not self.tasks:
+            raise ProbeError(
+                "--tasks: give at least one lm-eval task, group or task YAML file, e.g. --tasks mmlu,gsm8k"
+            )
+        for path in self.include_path:
+            if not Path(path).exists():
+                raise ProbeError(
+                    f"--include-path {path}: no such file or directory; give a directory (or file) "
+                    "of lm-eval task YAMLs"
+                )
+        markdown = InterventionDir(self.ab_report).markdown if self.ab_report is not None else None
+        if markdown is not None and not markdown.is_file():
+            raise ProbeError(
+                f"--ab-report {self.ab_report}: no {markdown.name} there; give the output directory of "
+                "`probe intervene`"
+            )
+        self.ab_config()  # the edit options, checked as `probe intervene` checks them
+
+    def ab_config(self) -> ABConfig:
+        """The edit as ``probe intervene`` describes it (one arm per recipe; no factor-0 control)."""
+        values = {name: getattr(self, name) for name in EDIT_FIELDS if name != "edit"}
+        return ABConfig(
+            **values,
+            model_dir=self.model_dir,
+            positive_control=False,
+            placebo=self.placebo,
+            seed=self.seed,
+            dtype=self.dtype,
+            device=self.device,
+        )
+
+
+def ab_defaults(ab_dir: str | Path) -> dict[str, Any]:
+    """The edit options of an A/B run (``probe intervene --out DIR``), from its JSON report."""
+    path = InterventionDir(ab_dir).report
+    try:
+        config = json.loads(path.read_text(encoding="utf-8")).get("config", {})
+    except (OSError, ValueError, AttributeError):
+        raise ProbeError(
+            f"--ab-report {ab_dir}: no readable {path.name} there; give the output directory of `probe intervene`"
+        ) from None
+    keys = (EDIT_FIELDS - {"edit"}) | {"model_dir", "dtype"}
+    return {k: v for k, v in config.items() if k in keys and v not in (None, [])}

@@ -1,0 +1,154 @@
+"""``probe-edited``: an lm-evaluation-harness model that is lm-eval's ``hf`` model with the toolkit's edits applied.
+
+lm-eval's own ``steered`` model can only add to a module's output, so it cannot scale, mean-ablate
+or patch single MLP units. This one subclasses lm-eval's :class:`~lm_eval.models.huggingface.HFLM`
+(same loading, batching, tokenization, chat templates, data parallelism under ``accelerate
+launch``) and wraps each request method, ``loglikelihood``, ``loglikelihood_rolling`` and
+``generate_until``, in :func:`access.edits.edits`: the toolkit's own torch hooks, the same
+ones ``probe intervene`` generates with. With no edit, or with edits that are exact no-ops
+(``Scale(units, 1.0)``), its per-item results are identical to ``hf``'s.
+
+The edit is given the way ``probe intervene`` takes it (``lmeval.config.EDIT_FIELDS``), or
+as ready :class:`~access.edits.Edit` objects. From Python::
+
+    import lmeval.model as m; m.register()
+    lm_eval.simple_evaluate(model="probe-edited", tasks=["mmlu"],
+                            model_args={"pretrained": "runs/dpo", "units": "20:3,20:9", "factor": 0.0})
+
+In an lm-eval ``model_args`` string commas separate arguments, so separate units with ``;``
+(``units=20:3;20:9``). ``probe lmeval`` builds one model, then switches its edits between passes
+(:meth:`use`), so the unedited and every edited pass share one loaded model.
+
+lm-eval is an optional extra: nothing here imports it until :func:`register` (or
+:func:`require_lm_eval`) is called, and without it the call is one :class:`ProbeError` saying how
+to install it.
+
+Example:
+    >>> INSTALL_HINT.split(":")[0]
+    'lm-evaluation-harness is not installed; it is an optional extra'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from core.errors import ProbeError
+from lmeval.config import MODEL_NAME
+
+LM_EVAL_PIN = "lm_eval[hf]==0.4.13"
+INSTALL_HINT = (
+    "lm-evaluation-harness is not installed; it is an optional extra: "
+    f'pip install -e ".[eval]" (or pip install "{LM_EVAL_PIN}")'
+)
+
+_CLASS: type | None = None
+
+
+def require_lm_eval() -> Any:
+    """The ``lm_eval`` package, or one :class:`ProbeError` saying how to install the extra."""
+    try:
+        import lm_eval
+        import lm_eval.models.huggingface  # noqa: F401  # the hf extra (torch, transformers, peft) must be there too
+    except ImportError:
+        raise ProbeError(INSTALL_HINT) from None
+    return lm_eval
+
+
+def register() -> type:
+    """Define the ``probe-edited`` model class (once) and register it with lm-eval; returns the class."""
+    global _CLASS
+    if _CLASS is None:
+        require_lm_eval()
+        _CLASS = _define()
+    return _CLASS
+
+
+def _define() -> type:
+    from lm_eval.api.registry import register_model
+    from lm_eval.models.huggingface import HFLM
+
+    from access.edits import Edit
+    from access.edits import edits as apply_edits
+    from core.models import check_model_dir
+
+    @register_model(MODEL_NAME)
+    class EditedLM(HFLM):
+        """lm-eval's ``hf`` model whose three request methods run with the toolkit's edits applied."""
+
+        def __init__(self, pretrained: str | Path, *, edits: Sequence[Edit] = (), **kwargs: Any) -> None:
+            spec = {key: kwargs.pop(key) for key in list(kwargs) if key in _edit_fields()}
+            if spec and edits:
+                raise ProbeError(
+                    f"{MODEL_NAME}: give the edit as objects (edits=) or as options ({', '.join(spec)}), not both"
+                )
+            check_model_dir(pretrained, "--model-dir")  # one line for a bad directory; never remote code
+            kwargs.setdefault("dtype", "float32")
+            kwargs.setdefault("device", "cpu")
+            kwargs["trust_remote_code"] = False
+            super().__init__(pretrained=str(pretrained), **kwargs)
+            self.active: tuple[Edit, ...] = ()
+            self.arm_label = "unedited"
+            self._stats: list[dict[str, int]] = []
+            if spec:
+                from lmeval.arms import single_arm
+
+                arm = single_arm(spec, self.model, pretrained)
+                self.use(arm.edits, arm.label)
+            elif edits:
+                self.use(edits)
+
+        def use(self, chosen: Sequence[Edit], label: str = "") -> None:
+            """Apply ``chosen`` (checked against the model now) in every later request;
+            ``()`` for the unedited model."""
+            for edit in chosen:
+                edit.check(self.model)
+            self.active = tuple(chosen)
+            self.arm_label = label or (", ".join(e.label() for e in chosen) if chosen else "unedited")
+            self._stats = []
+
+        def edit_stats(self) -> dict[str, int]:
+            """Hook calls and activation values seen and changed at the edited units since the last :meth:`use`."""
+            keys = ("calls", "values_seen", "values_changed")
+            return {key: sum(s[key] for s in self._stats) for key in keys}
+
+        @contextmanager
+        def _edited(self) -> Iterator[None]:
+            if not self.active:
+                yield
+                return
+            with apply_edits(self.model, *self.active) as stats:
+                yield
+            self._stats.append(stats.as_dict())
+
+        def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
+            with self._edited():
+                return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
+
+        def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
+            with self._edited():
+                return super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm)
+
+        def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
+            with self._edited():
+                return super().generate_until(requests, disable_tqdm=disable_tqdm)
+
+        def get_model_info(self) -> dict[str, Any]:
+            """HFLM's, without its hub query for the model's commit (a local directory has none)."""
+            return {
+                "model_num_parameters": self.model.num_parameters(),
+                "model_dtype": str(self.model.dtype),
+                "model_dir": str(self.pretrained),
+                "edits": [e.label() for e in self.active],
+                "arm": self.arm_label,
+            }
+
+    return EditedLM
+
+
+def _edit_fields() -> frozenset[str]:
+    from lmeval.config import EDIT_FIELDS
+
+    return EDIT_FIELDS

@@ -1,0 +1,146 @@
+"""The study's evidence as the verdict rules read it, and the four verdicts.
+
+The files hold A/B reports and an evaluation table; the rules of
+:mod:`study.verdicts` read small records. Here: DPO − SFT on a capability from the
+evaluation (:func:`eval_difference`), an arm of a report on its target capability
+(:func:`arm_evidence`), which arm answers claim 3 (the scale arm at the paper's factor on DPO: with
+most placebo sets, then the main arm, then the newest report) and which arms answer claim 4 (per
+name, the same preference), and :func:`decide`, which fills ``study.verdicts``.
+
+Example:
+    >>> row = {"capability": "multi_turn", "n": 10, "sft_rate": 1.0, "dpo_rate": 0.9, "delta": -0.1,
+    ...        "delta_ci": [-0.3, 0.0], "mcnemar_p": 1.0}
+    >>> eval_difference({"table": [row]}).delta
+    -0.1
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from interventions.results import ABReport, ArmResult
+from study.layout import CAUSAL_COMMAND_EXTRA
+from study.records import Commands
+from study.verdicts import (
+    ABLATION,
+    DIRECTIONAL,
+    FACTOR_TOLERANCE,
+    PAPER_FACTOR,
+    TARGET,
+    ArmEvidence,
+    DepthShare,
+    Difference,
+    alignment_tax,
+    late_layers,
+    paper_scaling,
+    units_cause,
+)
+
+if TYPE_CHECKING:
+    from study.records import LoadedReport, Study
+
+
+def eval_row(evaluation: dict[str, Any] | None, capability: str) -> dict[str, Any] | None:
+    if not evaluation:
+        return None
+    return next((r for r in evaluation.get("table", []) if r.get("capability") == capability), None)
+
+
+def eval_difference(evaluation: dict[str, Any] | None, capability: str = TARGET) -> Difference | None:
+    """DPO − SFT on ``capability`` from an evaluation's table (``before`` = SFT); n = 0 when it has no such row;
+    None without one."""
+    if not evaluation:
+        return None
+    row = eval_row(evaluation, capability)
+    if row is None:
+        return Difference(0, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan)
+    ci = row.get("delta_ci") or [math.nan, math.nan]
+    return Difference(
+        int(row.get("n") or 0),
+        _f(row.get("sft_rate")),
+        _f(row.get("dpo_rate")),
+        _f(row.get("delta")),
+        _f(ci[0]),
+        _f(ci[1]),
+        _f(row.get("mcnemar_p")),
+    )
+
+
+def _f(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def arm_evidence(report: ABReport, arm: ArmResult) -> ArmEvidence:
+    """An arm of a report on its target capability, as the verdict rules read it."""
+    c = arm.capability(report.capability)
+    sets = arm.placebo.n_sets if c.placebo else 0
+    return ArmEvidence(
+        name=arm.name,
+        model=arm.model,
+        factor=arm.factor,
+        dtype=report.dtype,
+        effect=Difference(**asdict(c.effect)),
+        placebo_sets=sets,
+        percentile=c.placebo.percentile if c.placebo else None,
+        rounds_to_one=arm.factor is not None and arm.guard.factor_rounds_to_one,
+        rows_changed=c.rows_changed,
+        faults=tuple(arm.guard.faults),
+    )
+
+
+def _preference(loaded: LoadedReport, arm: ArmResult) -> tuple[int, int, float]:
+    """Prefer an arm with placebos (more is better), then the main arm, then the newest report."""
+    return arm.placebo.n_sets, int(arm.role == "main"), loaded.path.stat().st_mtime
+
+
+def _paper_arm(study: Study) -> tuple[LoadedReport, ArmResult] | None:
+    found = [
+        (r, a)
+        for r in study.target_reports()
+        for a in r.report.arms
+        if a.factor is not None and abs(a.factor - PAPER_FACTOR) <= FACTOR_TOLERANCE and a.model == "dpo"
+    ]
+    return max(found, key=lambda pair: _preference(*pair)) if found else None
+
+
+def _causal_arms(study: Study) -> list[tuple[LoadedReport, ArmResult]]:
+    best: dict[str, tuple[LoadedReport, ArmResult]] = {}
+    for loaded in study.target_reports():
+        for arm in loaded.report.arms:
+            if arm.name in (*DIRECTIONAL, ABLATION) and (
+                arm.name not in best or _preference(loaded, arm) > _preference(*best[arm.name])
+            ):
+                best[arm.name] = (loaded, arm)
+    return list(best.values())
+
+
+def decide(study: Study) -> None:
+    """The four verdicts (:mod:`study.verdicts`) from the study's records."""
+    commands = Commands(study)
+    untestable = None
+    if study.summary is not None and study.recording and not study.depth:
+        untestable = next((n.split("no depth share: ", 1)[1] for n in study.notes if "no depth share: " in n), None)
+    shares = [DepthShare(r.capability, r.share, r.ci_low, r.ci_high, r.uniform) for r in study.depth.values()]
+    late = late_layers(shares or None, commands.analyze() if study.recording else commands.record(), untestable)
+    study.paper_arm = _paper_arm(study)
+    study.causal_arms = _causal_arms(study)
+    difference = eval_difference(study.evaluation)
+    study.verdicts = [
+        late,
+        alignment_tax(difference, commands.evaluate()),
+        paper_scaling(
+            arm_evidence(study.paper_arm[0].report, study.paper_arm[1]) if study.paper_arm else None,
+            commands.intervene(),
+        ),
+        units_cause(
+            [arm_evidence(r.report, a) for r, a in study.causal_arms] or None,
+            difference,
+            commands.intervene(CAUSAL_COMMAND_EXTRA),
+            commands.evaluate(),
+        ),
+    ]

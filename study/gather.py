@@ -1,0 +1,340 @@
+"""Everything a replication report of the paper's §7 says, gathered from one run directory as typed records.
+
+:func:`gather_study` reads what ``RUN_DIR`` holds, and only that (:class:`core.run_dir.RunDir`
+names the files): the recording, the analysis (the summary, the maps, the neuron cards of
+``probe explain``), the A/B reports under ``interventions/``, an evaluation of the pair (from
+``probe models eval --out``) and, when ``probe replicate`` made the run, its record. Every part
+may be missing or unreadable: it then becomes a :class:`Missing` item naming the command that adds
+it, and the claims that needed it get a ``not run`` verdict (:mod:`study.verdicts`);
+nothing raises past a part.
+
+The verdicts are decided by the rules of :mod:`study.verdicts`, from records built
+out of the files (:mod:`study.evidence`), and rendered by :mod:`study.report_html`.
+
+Example:
+    >>> study = gather_study("runs/latest")                              # doctest: +SKIP
+    >>> [v.describe() for v in study.verdicts]                           # doctest: +SKIP
+    ['supported', 'not supported', 'cannot be tested here (...)', 'not run (probe intervene ...)']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from analysis.explain_record import ExplainRecord
+from analysis.summary import AnalysisSummary
+from core.capabilities import ALL_CAPABILITIES
+from core.errors import ProbeError
+from core.run_dir import InterventionDir, RunDir
+from interventions.results import ABReport
+from study.layout import TARGET
+from study.records import PAPER_HOOK, Commands, LoadedReport, Missing, ModelEntry, Study
+
+
+def gather_study(run_dir: str | Path, eval_file: str | Path | None = None) -> Study:
+    """Read ``run_dir`` into a :class:`Study` with its verdicts;
+    one :class:`ProbeError` only when it is no run at all."""
+    from core.provenance import library_versions
+
+    run_path, run = Path(run_dir), RunDir(run_dir)
+    if not run.activations.is_file() and not run.analysis.summary.is_file():
+        raise ProbeError(
+            f"{run_path}: not a run directory (no {run.activations.name}, no "
+            f"{run.analysis.summary.relative_to(run.root).as_posix()}); make one with "
+            f"`probe replicate --out {run_path}` (or `probe run ... --out {run_path}`)"
+        )
+    versions = library_versions()
+    study = Study(
+        run_path, time.strftime("%Y-%m-%d %H:%M:%S %Z"), versions.get("rolemrc-probe", "unknown"), _machine(versions)
+    )
+    study.replicate = _optional_json(study, run.replicate_file, "the replicate record")
+    _read_recording(study)
+    _read_analysis(study)
+    _read_depth(study)
+    _read_explains(study)
+    _read_reports(study)
+    _read_evaluation(study, Path(eval_file) if eval_file is not None else run.eval_file)
+    from study.evidence import decide
+
+    decide(study)
+    commands = Commands(study)
+    study.commands = (
+        [str(study.replicate["command"])]
+        if study.replicate and study.replicate.get("command")
+        else [commands.replicate()]
+    )
+    study.commands.append(commands.report())
+    return study
+
+
+def _machine(versions: dict[str, str]) -> dict[str, Any]:
+    return {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": versions.get("python"),
+        "torch": versions.get("torch"),
+        "transformers": versions.get("transformers"),
+    }
+
+
+def _optional_json(study: Study, path: Path, what: str) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    from core.inputs import read_json
+
+    try:
+        body = read_json(path, what)
+    except ProbeError as exc:
+        study.notes.append(f"{what} could not be read: {exc}")
+        return None
+    if not isinstance(body, dict):
+        study.notes.append(f"{path}: {what} is not a JSON object; ignored")
+        return None
+    return body
+
+
+# --- the recording ---------------------------------------------------------------------------------------------------
+
+
+def _read_recording(study: Study) -> None:
+    from probes.store import MODELS, RunReader
+
+    try:
+        with RunReader(study.run_dir) as run:
+            settings = run.settings
+            infos = {m: run.model_info(m) for m in MODELS}
+            caps = run.capabilities()
+            study.recording = {
+                "capabilities": caps,
+                "n": {c: run.n_samples(c) for c in caps},
+                "hooks": list(settings.hooks),
+                "layers": list(settings.layers),
+                "position": settings.position,
+                "dtype": settings.dtype,
+                "backend": settings.backend,
+                "base_dir": getattr(settings, "base_dir", ""),
+                "base_weights_sha256": getattr(settings, "base_weights_sha256", ""),
+                **_recorded_when(run.path),
+            }
+    except ProbeError as exc:
+        study.missing.append(Missing("the recording", str(exc), "probe run (see `probe run --help`)"))
+        return
+    study.data_file, study.data_sha256 = settings.data_file, settings.data_sha256
+    for role in MODELS:
+        directory = str(infos[role].get("model_dir") or settings.model_dir(role))
+        study.models.append(
+            _model_entry(
+                role, directory, str(infos[role].get("weights_sha256") or getattr(settings, f"{role}_weights_sha256"))
+            )
+        )
+    base = _base_of(study)
+    if base:
+        study.models.insert(0, _model_entry("base", base[0], base[1]))
+    absent = [c.value for c in ALL_CAPABILITIES if c.value not in caps]
+    if absent:
+        study.missing.append(
+            Missing(
+                f"capabilities {', '.join(absent)}",
+                "not recorded in this run (claim 1 and the heatmaps cover only the recorded ones)",
+                Commands(study).record(",".join(absent)),
+            )
+        )
+
+
+def _recorded_when(path: Path) -> dict[str, Any]:
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            provenance = json.loads(f.attrs.get("provenance", "{}"))
+    except (OSError, ValueError, TypeError):
+        return {}
+    return {"recorded_at": provenance.get("recorded_at"), "device": provenance.get("device")}
+
+
+def _model_entry(role: str, directory: str, recorded: str) -> ModelEntry:
+    from core.provenance import weights_sha256
+    from training.provenance import read_provenance
+
+    current = ""
+    provenance: dict[str, Any] = {}
+    path = Path(directory)
+    if directory and path.is_dir():
+        try:
+            current = weights_sha256(path)
+            record = read_provenance(path)
+        except (OSError, ProbeError):
+            record = None
+        if record is not None and record.stage not in ("sft", "dpo"):
+            source = record.extra.get("source") or {}
+            provenance = {
+                "stage": record.stage,
+                "source": f"{record.extra.get('model', record.stage)}, from "
+                f"{source.get('package', '?')} {source.get('version', '')}".strip(),
+            }
+        elif record is not None:
+            provenance = {
+                "stage": record.stage,
+                "created": record.created,
+                "data": record.data,
+                "final_loss": record.final_loss,
+                "recipe": {k: record.config.get(k) for k in _RECIPE_KEYS if k in record.config},
+                "parent": record.parent,
+            }
+    return ModelEntry(role, directory, recorded, current, provenance)
+
+
+_RECIPE_KEYS = (
+    "recipe",
+    "learning_rate",
+    "lr_scheduler",
+    "epochs",
+    "max_steps",
+    "batch_size",
+    "grad_accum",
+    "max_length",
+    "beta",
+    "loss_type",
+    "seed",
+)
+
+
+def _base_of(study: Study) -> tuple[str, str] | None:
+    """The base (directory, fingerprint): the replicate record's, else the run's own (``probe run --base``), else the
+    SFT model's recorded parent; the fingerprint is the one recorded for it (the SFT's provenance names its
+    parent's)."""
+    sft = study.model("sft")
+    parent = (sft.provenance.get("parent") or {}) if sft else {}
+    named = str((study.replicate or {}).get("base_dir") or study.recording.get("base_dir") or parent.get("base") or "")
+    if not named or not Path(named).is_dir():
+        return None
+    recorded = str(study.recording.get("base_weights_sha256") or "")
+    if not recorded and parent.get("base") and Path(str(parent["base"])).resolve() == Path(named).resolve():
+        recorded = str(parent.get("weights_sha256") or "")
+    return named, recorded
+
+
+# --- the analysis ----------------------------------------------------------------------------------------------------
+
+
+def _read_analysis(study: Study) -> None:
+    from analysis.maps import load_maps
+
+    path = RunDir(study.run_dir).analysis.summary
+    if not path.is_file():
+        study.missing.append(Missing("the analysis", f"{path} is missing", Commands(study).analyze()))
+        return
+    try:
+        study.summary = AnalysisSummary.load(path)
+    except ProbeError as exc:
+        study.missing.append(Missing("the analysis", str(exc), Commands(study).analyze()))
+        return
+    hooks = [h for _, h, _ in study.summary.hooks()]
+    study.hook = PAPER_HOOK if PAPER_HOOK in hooks else (hooks[0] if hooks else PAPER_HOOK)
+    try:
+        study.maps = {m.capability: m for m in load_maps(path.parent / study.summary.maps) if m.hook == study.hook}
+    except (ProbeError, OSError, KeyError) as exc:
+        study.missing.append(Missing("the analysis maps (heatmaps)", str(exc), Commands(study).analyze()))
+
+
+def analysed_capabilities(study: Study) -> list[str]:
+    if study.summary is None:
+        return []
+    return [cap for cap, hook, _ in study.summary.hooks() if hook == study.hook]
+
+
+def _read_depth(study: Study) -> None:
+    from analysis.config import AnalysisConfig
+    from analysis.depth_share import depth_share
+
+    if study.summary is None or not study.recording:
+        return
+    settings = study.summary.settings
+    config = AnalysisConfig(**{k: settings[k] for k in ("metric", "top_percent", "normalize", "test") if k in settings})
+    for cap in analysed_capabilities(study):
+        try:
+            result = depth_share(study.run_dir, cap, study.hook, config)
+        except ProbeError as exc:
+            result = str(exc)
+        if isinstance(result, str):
+            study.notes.append(f"{cap}/{study.hook}: no depth share: {result}")
+        else:
+            study.depth[cap] = result
+
+
+def _read_explains(study: Study) -> None:
+    for cap in analysed_capabilities(study):
+        path = RunDir(study.run_dir).analysis.explain_record(cap, study.hook)
+        if not path.is_file():
+            study.missing.append(
+                Missing(f"neuron cards of {cap}", f"{path.name} is missing", Commands(study).explain(cap))
+            )
+            continue
+        try:
+            study.explains[cap] = ExplainRecord.load(path)
+        except ProbeError as exc:
+            study.missing.append(Missing(f"neuron cards of {cap}", str(exc), Commands(study).explain(cap)))
+
+
+# --- interventions and evaluation ------------------------------------------------------------------------------------
+
+
+def _read_reports(study: Study) -> None:
+    root = RunDir(study.run_dir).interventions
+    seen: set[Path] = set()
+    paths = sorted(RunDir(study.run_dir).intervention_reports(), key=lambda p: (p.stat().st_mtime, p.parent.name))
+    for path in paths:
+        real = path.resolve()
+        if real in seen:
+            continue  # the `latest` link
+        seen.add(real)
+        try:
+            study.reports.append(LoadedReport(path, ABReport.load(path)))
+        except (ProbeError, OSError) as exc:
+            study.notes.append(f"{path}: ignored, not readable: {exc}")
+    if not study.target_reports():
+        study.missing.append(
+            Missing(
+                "interventions on multi_turn",
+                f"no {InterventionDir(root).report.name} for {TARGET} under {root}",
+                Commands(study).intervene(),
+            )
+        )
+
+
+def _read_evaluation(study: Study, path: Path) -> None:
+    body = _optional_json(study, path, "the evaluation")
+    if body is None:
+        study.missing.append(
+            Missing(
+                "an evaluation of the pair (compliance)", f"{path} is missing or unreadable", Commands(study).evaluate()
+            )
+        )
+        return
+    table = body.get("table")
+    if not isinstance(table, list) or not all(isinstance(r, dict) and "capability" in r for r in table):
+        study.missing.append(
+            Missing(
+                "an evaluation of the pair (compliance)",
+                f"{path}: no compliance table in it",
+                Commands(study).evaluate(),
+            )
+        )
+        return
+    study.evaluation = body
+    evaluated = {str(((body.get(m) or {}).get("model_dir")) or "") for m in ("sft", "dpo")}
+    recorded = {m.directory for m in study.models if m.role in ("sft", "dpo")}
+    if (
+        recorded
+        and evaluated
+        and {str(Path(p).resolve()) for p in evaluated if p} != {str(Path(p).resolve()) for p in recorded if p}
+    ):
+        study.notes.append(
+            f"{path} evaluated {', '.join(sorted(evaluated))}, not the recorded models {', '.join(sorted(recorded))}"
+        )

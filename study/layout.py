@@ -1,0 +1,30 @@
+"""What the replication study adds to a run directory, and the commands that make each part.
+
+Kept apart from the modules that read them so that ``probe replicate``'s option defaults load
+without torch. :class:`Commands` spells, for one run's models, data and directory, the command that
+adds each part (what a report prints beside a part the run lacks). Beside the recording and the
+analysis (:class:`core.run_dir.RunDir` names every file):
+
+the evaluation file   ``probe models eval --out`` (the compliance of base, SFT and DPO)
+the replicate record  ``probe replicate``'s options, command line, each stage's estimated and measured time
+the report            ``probe report``
+``interventions/multi_turn_dpo_replicate/``   ``probe replicate``'s A/B on multi_turn (:data:`INTERVENTION_DIR`)
+
+Example:
+    >>> q("runs/my run")
+    "'runs/my run'"
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+INTERVENTION_DIR = "multi_turn_dpo_replicate"
+TARGET = "multi_turn"
+CAUSAL_COMMAND_EXTRA = " --factor 0 --edit scale,mean,patch,steer"  # the arms of claim 4, each against its own placebos
+
+
+def q(value: Any) -> str:
+    """A path or value quoted for a shell line."""
+    return shlex.quote(str(value))

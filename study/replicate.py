@@ -1,0 +1,298 @@
+"""``replicate``: the whole §7 study of one SFT/DPO pair, stage by stage, each resuming where it stopped, then a report.
+
+Stages, each the library call behind one ``probe`` command, with that command's defaults unless
+:class:`ReplicateOptions` says otherwise:
+
+==========  =====================================================================================
+record      every capability's prompts through both models (``probe run -c all``; resumes batch by batch)
+analyze     maps, layer profiles, neuron sets, plots (``probe analyze``; no PNG, the report inlines its own figures)
+explain     neuron cards of each capability's top units (``probe explain``)
+intervene   the A/B on multi_turn with its controls (``probe intervene RUN -c multi_turn --limit 48 --no-collateral``;
+            resumes batch by batch)
+evaluate    compliance of base, SFT and DPO (``probe models eval``, :data:`EVAL_ROWS` rows by default)
+report      the run's report (``probe report``)
+==========  =====================================================================================
+
+A stage whose outputs are already complete is skipped (:meth:`Stage.complete`); an interrupted
+one starts again where its own resume lets it (recorded batches, finished generation passes) or
+from its start (analyze, explain, evaluate: minutes at most). The replicate record
+(:attr:`core.run_dir.RunDir.replicate_file`) keeps the options, the command line that reproduces
+the run and each stage's estimated and measured time.
+
+Before anything runs, :func:`plan` estimates each stage's time from the model's parameter count,
+the rows, the prompt tokens and the new tokens, at the pace measured on the default pair on this
+project's 2-core CPU machine (:mod:`study.replicate_estimate`). It is an estimate:
+other machines, other loads, early stops and the shared decoding engine move it.
+
+Example:
+    >>> options = ReplicateOptions(
+    ...     sft_dir=Path("s"), dpo_dir=Path("d"), data_file=Path("t.jsonl"), out_dir=Path("runs/r")
+    ... )
+    >>> options.command()
+    'probe replicate --sft s --dpo d --data t.jsonl --out runs/r'
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from core.errors import Interrupted
+from core.run_dir import RunDir
+from study.layout import INTERVENTION_DIR
+from study.replicate_checks import (
+    all_explained,
+    analysed,
+    analysis_complete,
+    evaluation_complete,
+    expected_rows,
+    explained,
+    intervention_complete,
+    recorded_complete,
+)
+from study.replicate_config import ReplicateOptions
+from study.replicate_estimate import estimate, minutes
+from study.verdicts import TARGET
+
+if TYPE_CHECKING:
+    from interventions.config import ABConfig
+    from probes.config import RecordConfig
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Stage:
+    """One step: what it does, its estimated seconds, whether its outputs are complete, how to run it."""
+
+    name: str
+    what: str
+    estimate_s: float
+    complete: Callable[[], bool]
+    run: Callable[[], str]
+    status: str = "planned"  # planned | skipped (complete before this call) | running | done
+    seconds: float | None = None
+
+
+@dataclass
+class ReplicateResult:
+    out_dir: Path
+    stages: list[Stage]
+    report: Path | None = None
+    verdicts: list[Any] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+# --- the stages ------------------------------------------------------------------------------------------------------
+
+
+def ab_config(options: ReplicateOptions) -> ABConfig:
+    from core.config_file import from_settings
+    from interventions.config import ABConfig
+
+    out_dir = RunDir(options.out_dir).intervention(INTERVENTION_DIR).root
+    return from_settings(
+        ABConfig, dict(run_dir=options.out_dir, capability=TARGET, out_dir=out_dir, **options.intervention())
+    )
+
+
+def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | None = None) -> list[Stage]:
+    """The stages with their estimates (module doc); nothing runs.
+    ``kept`` receives the report's study when it is made."""
+    from probes.config import RecordConfig
+
+    record_config = RecordConfig(
+        sft_dir=options.sft_dir,
+        dpo_dir=options.dpo_dir,
+        data_file=options.data_file,
+        capabilities="all",
+        out_dir=options.out_dir,
+        device=options.device,
+    )
+    config = ab_config(options)
+    seconds = estimate(options, config)
+    out = options.out_dir
+    caps = list(expected_rows(options.data_file))
+    return [
+        Stage(
+            "record",
+            f"record {len(caps)} capabilities through both models ({', '.join(record_config.hooks)}, every layer)",
+            seconds["record"],
+            lambda: recorded_complete(options),
+            lambda: _record(record_config),
+        ),
+        Stage(
+            "analyze",
+            "maps, layer profiles, neuron sets and plots",
+            seconds["analyze"],
+            lambda: analysis_complete(out),
+            lambda: _analyze(out),
+        ),
+        Stage(
+            "explain",
+            f"neuron cards of the top {options.explain_top} units per capability",
+            seconds["explain"],
+            lambda: all_explained(out),
+            lambda: _explain(options, progress),
+        ),
+        Stage(
+            "intervene",
+            f"A/B on {TARGET}: edits {','.join(config.edits)}, factors {', '.join(repr(f) for f in config.factors)}, "
+            f"{config.placebo} placebo sets, {config.limit or 'all'} {TARGET} "
+            f"rows{' and collateral rows' if config.collateral else ''}, {config.generation.max_new_tokens} new tokens",
+            seconds["intervene"],
+            lambda: intervention_complete(out, options.intervention()),
+            lambda: _intervene(config, progress),
+        ),
+        Stage(
+            "evaluate",
+            f"compliance of {'base, ' if options.base_dir else ''}SFT and DPO on {options.eval_rows or 'all'} rows",
+            seconds["evaluate"],
+            lambda: evaluation_complete(options),
+            lambda: _evaluate(options, progress),
+        ),
+        Stage(
+            "report",
+            f"{RunDir(out).report_file}",
+            seconds["report"],
+            lambda: False,
+            lambda: _report(out, kept if kept is not None else {}),
+        ),
+    ]
+
+
+def _record(config: RecordConfig) -> str:
+    from probes.recording import record_run
+
+    result = record_run(config, progress=False)
+    return f"{sum(result.counts.values())} prompts in the run ({sum(result.recorded.values())} recorded now)"
+
+
+def _analyze(out: Path) -> str:
+    from analysis import analyze_run
+
+    result = analyze_run(out, png=False)
+    return f"{len(result.maps)} maps; {len(result.warnings)} warnings"
+
+
+def _explain(options: ReplicateOptions, progress: Progress) -> str:
+    from analysis.explain import explain_run
+    from analysis.explain_config import ExplainConfig
+
+    done = []
+    for cap in analysed(options.out_dir):
+        if explained(options.out_dir, cap):
+            continue
+        progress(f"explain {cap}")
+        config = ExplainConfig(capability=cap, top=options.explain_top, base_dir=options.base_dir, png=False)
+        result = explain_run(options.out_dir, config)
+        done.append(cap)
+        for note in dict.fromkeys(result.notes):
+            progress(f"note: {note}")
+    return f"cards for {', '.join(done) or 'nothing new'}"
+
+
+def _intervene(config: ABConfig, progress: Progress) -> str:
+    from interventions.ab import run_ab
+
+    report = run_ab(config, progress=progress)
+    return f"{len(report.arms)} arms -> {config.out_dir}"
+
+
+def _evaluate(options: ReplicateOptions, progress: Progress) -> str:
+    from dataclasses import replace
+
+    from core.decoding import EVAL_GENERATION
+    from training.eval_config import PairEvalConfig
+    from training.evaluate import evaluate_pair
+
+    generation = replace(EVAL_GENERATION, max_new_tokens=options.max_new_tokens or EVAL_GENERATION.max_new_tokens)
+    config = PairEvalConfig(
+        options.sft_dir,
+        options.dpo_dir,
+        options.data_file,
+        base_dir=options.base_dir,
+        max_rows=options.eval_rows,
+        generation=generation,
+    )
+    result = evaluate_pair(config, progress=lambda name: progress(f"generating and judging: {name}"))
+    result.save(RunDir(options.out_dir).eval_file)
+    return f"{sum(result.task_counts.values())} rows -> {RunDir(options.out_dir).eval_file}"
+
+
+def _report(out: Path, kept: dict[str, Any]) -> str:
+    from study.report_html import write_report
+
+    path, kept["study"] = write_report(out)
+    return f"{path} ({path.stat().st_size / 1e6:.1f} MB)"
+
+
+def _save(options: ReplicateOptions, stages: list[Stage], started: str) -> None:
+    from core.atomic import write_atomic
+
+    body = {
+        "format": "rolemrc-probe/replicate",
+        "version": 1,
+        "command": options.command(),
+        "started": started,
+        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
+        "sft_dir": str(options.sft_dir.resolve()),
+        "dpo_dir": str(options.dpo_dir.resolve()),
+        "base_dir": str(options.base_dir.resolve()) if options.base_dir else None,
+        "data_file": str(options.data_file.resolve()),
+        "stages": [
+            {"name": s.name, "what": s.what, "status": s.status, "estimate_s": s.estimate_s, "seconds": s.seconds}
+            for s in stages
+        ],
+    }
+    write_atomic(RunDir(options.out_dir).replicate_file, json.dumps(body, indent=1) + "\n")
+
+
+def _previous_seconds(out: Path) -> dict[str, float]:
+    """Each stage's measured seconds in an earlier replicate record of this run (kept for the stages skipped now)."""
+    try:
+        body = json.loads(RunDir(out).replicate_file.read_text(encoding="utf-8"))
+        return {
+            str(s["name"]): float(s["seconds"])
+            for s in body.get("stages", [])
+            if isinstance(s.get("seconds"), (int, float))
+        }
+    except (OSError, ValueError, TypeError, AttributeError, KeyError):
+        return {}
+
+
+def run_stages(options: ReplicateOptions, stages: list[Stage], progress: Progress) -> ReplicateResult:
+    """Run the stages in order, skipping complete ones; the replicate record after each. Ctrl-C says where to resume."""
+    started, began = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
+    options.out_dir.mkdir(parents=True, exist_ok=True)
+    before = _previous_seconds(options.out_dir)
+    for number, stage in enumerate(stages, 1):
+        if stage.complete():
+            stage.status, stage.seconds = "skipped", before.get(stage.name)  # the time it took when it ran
+            progress(f"[{number}/{len(stages)}] {stage.name}: already complete, skipped")
+            continue
+        progress(f"[{number}/{len(stages)}] {stage.name}: {stage.what} (estimated {minutes(stage.estimate_s)})")
+        stage.status = "running"
+        _save(options, stages, started)
+        start = time.perf_counter()
+        try:
+            line = stage.run()
+        except (KeyboardInterrupt, Interrupted) as exc:
+            raise Interrupted(
+                f"replicate stopped in stage {stage.name}{f' ({exc})' if str(exc) else ''}; finished stages are kept: "
+                f"rerun `{options.command()}` to resume"
+            ) from None
+        stage.status, stage.seconds = "done", time.perf_counter() - start
+        progress(
+            f"[{number}/{len(stages)}] {stage.name}: {line} ({minutes(stage.seconds)}, "
+            f"estimated {minutes(stage.estimate_s)})"
+        )
+        _save(options, stages, started)
+    _save(options, stages, started)
+    return ReplicateResult(
+        options.out_dir, stages, RunDir(options.out_dir).report_file, seconds=time.perf_counter() - began
+    )

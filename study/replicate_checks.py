@@ -1,0 +1,119 @@
+"""Which of ``probe replicate``'s stages are complete in a run directory, so that a second call skips them.
+
+Each check reads only what the stage writes and what it depends on: a stage is complete when its
+outputs exist, are newer than their inputs, and were made from the same models and options.
+
+Example:
+    >>> analysis_complete(Path("runs/replicate-smollm2"))          # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from core.errors import ProbeError
+from core.run_dir import RunDir
+from study.layout import INTERVENTION_DIR
+
+if TYPE_CHECKING:
+    from study.replicate_config import ReplicateOptions
+
+
+def newer(path: Path, *than: Path) -> bool:
+    """``path`` exists and is at least as new as each of ``than`` that exists."""
+    return path.is_file() and all(not t.exists() or path.stat().st_mtime >= t.stat().st_mtime for t in than)
+
+
+def expected_rows(data_file: Path) -> dict[str, int]:
+    """Rows per capability in the data file (capabilities without rows left out)."""
+    from core.capabilities import ALL_CAPABILITIES
+    from core.rows import group_by_capability, read_test_rows
+
+    groups = group_by_capability(read_test_rows(data_file), list(ALL_CAPABILITIES))
+    return {cap.value: len(items) for cap, items in groups.items() if items}
+
+
+def recorded_complete(options: ReplicateOptions) -> bool:
+    """Every capability of the data file recorded in full for both models, from these model directories."""
+    from probes.store import RunReader
+
+    if not RunDir(options.out_dir).activations.is_file():
+        return False
+    try:
+        with RunReader(options.out_dir) as run:
+            same = {Path(run.settings.sft_dir).resolve(), Path(run.settings.dpo_dir).resolve()} == {
+                options.sft_dir.resolve(),
+                options.dpo_dir.resolve(),
+            }
+            counts = {c: run.n_samples(c) for c in run.capabilities()}
+    except ProbeError:
+        return False
+    return same and all(counts.get(cap, 0) >= n for cap, n in expected_rows(options.data_file).items())
+
+
+def analysis_complete(out: Path) -> bool:
+    from analysis.summary import AnalysisSummary
+    from probes.store import RunReader
+
+    summary = RunDir(out).analysis.summary
+    if not newer(summary, RunDir(out).activations):
+        return False
+    try:
+        with RunReader(out) as run:
+            recorded = set(run.capabilities())
+        return recorded <= set(AnalysisSummary.load(summary).capabilities)
+    except ProbeError:
+        return False
+
+
+def explained(out: Path, capability: str) -> bool:
+    analysis = RunDir(out).analysis
+    return any(newer(p, analysis.summary) for p in analysis.explain_records(capability))
+
+
+def intervention_complete(out: Path, given: dict[str, Any]) -> bool:
+    from interventions.results import ABReport
+
+    path = RunDir(out).intervention(INTERVENTION_DIR).report
+    if not newer(path, RunDir(out).analysis.summary):
+        return False
+    try:
+        config = ABReport.load(path).config
+    except ProbeError:
+        return False
+    return all(config.get(k) == v for k, v in given.items())
+
+
+def evaluation_complete(options: ReplicateOptions) -> bool:
+    """The evaluation file judges these two models on as many rows as asked."""
+    path = RunDir(options.out_dir).eval_file
+    if not path.is_file():
+        return False
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+        dirs = {Path(body["sft"]["model_dir"]).resolve(), Path(body["dpo"]["model_dir"]).resolve()}
+        rows = sum(body["task_counts"].values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+    total = sum(expected_rows(options.data_file).values())
+    wanted = total if options.eval_rows is None else min(options.eval_rows, total)
+    with_base = options.base_dir is None or bool(body.get("base"))
+    return dirs == {options.sft_dir.resolve(), options.dpo_dir.resolve()} and rows == wanted and with_base
+
+
+def analysed(out: Path) -> list[str]:
+    """The capabilities of the run's saved analysis ([] without one)."""
+    from analysis.summary import AnalysisSummary
+
+    try:
+        return list(AnalysisSummary.load(RunDir(out).analysis.summary).capabilities)
+    except ProbeError:
+        return []
+
+
+def all_explained(out: Path) -> bool:
+    caps = analysed(out)
+    return bool(caps) and all(explained(out, c) for c in caps)

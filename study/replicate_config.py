@@ -1,0 +1,109 @@
+"""``ReplicateOptions``: what ``probe replicate`` replicates and how, for the CLI and the library."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from core.config_fields import option
+from core.config_file import NON_NEGATIVE, POSITIVE, typed_config
+from study.layout import q
+
+# rows of the test split `models eval` judges by default here (spread over tasks): half the default pair's split
+EVAL_ROWS = 280
+EXPLAIN_TOP = 10  # neuron cards per capability
+# The A/B: probe intervene's defaults (scale at the paper's factor, the factor-0 control, 20 placebo sets, its token
+# limit), except that it generates TARGET_ROWS multi_turn rows and no collateral capability, to fit the 45-minute
+# budget on the default pair (2 cores): no claim reads the collateral rows. --limit and --collateral give them back.
+TARGET_ROWS = 48
+COLLATERAL = False
+PAIR_BUILD_SECONDS = {
+    "smollm2": 600.0,
+    "tiny": 240.0,
+}  # building an embedded pair from its base (README, docs/training.md)
+
+
+def _kinds(spec: str) -> list[str] | None:
+    """``--edit scale,mean``: the intervention arms (None for an empty one: ``probe intervene``'s)."""
+    return [e.strip() for e in spec.split(",")] if spec else None
+
+
+@dataclass
+@typed_config
+class ReplicateOptions:
+    """What to replicate and how; ``None`` = the stage command's own default. The fields make the options of
+    ``probe replicate`` (:mod:`probe_cli.options`), which fills in the paths from the embedded pair."""
+
+    sft_dir: Path = option(help="SFT model directory (default: the embedded pair's).", flag="--sft")
+    dpo_dir: Path = option(help="DPO model directory (default: the embedded pair's).", flag="--dpo")
+    data_file: Path = option(help="Test rows JSONL (default: the embedded pair's test split).", flag="--data")
+    out_dir: Path = option(
+        help="Run directory; an existing one resumes (default: runs/replicate-<pair>).", flag="--out"
+    )
+    base_dir: Path | None = option(
+        None, "The untouched base the SFT started from (default with --pair: the pair's base).", flag="--base"
+    )
+    pair: str | None = option(None, "The default pair these came from (for the command line).", flag=None)
+    edits: list[str] | None = option(
+        None,
+        "Intervention arms (scale, mean, patch, steer).",
+        flag="--edit",
+        metavar="KIND[,KIND]",
+        flag_type=str,
+        from_flag=_kinds,
+        shown_default="probe intervene's",
+    )
+    limit: Annotated[int, POSITIVE] | None = option(
+        TARGET_ROWS, "Intervention: rows of multi_turn (and of each collateral capability)."
+    )
+    placebo: Annotated[int, NON_NEGATIVE] | None = option(
+        None, "Intervention: placebo sets per arm.", shown_default="probe intervene's"
+    )
+    max_new_tokens: Annotated[int, POSITIVE] | None = option(
+        None, "New tokens per generation (intervention and evaluation).", shown_default="each command's"
+    )
+    collateral: bool | None = option(
+        COLLATERAL, "Intervention: score the other capabilities too (no claim reads them)."
+    )
+    eval_rows: Annotated[int, POSITIVE] | None = option(  # None: the whole split (--all-eval-rows)
+        EVAL_ROWS, "Evaluation: rows of the test split judged, spread over tasks."
+    )
+    explain_top: Annotated[int, POSITIVE] = option(EXPLAIN_TOP, "Neuron cards per capability.")
+    device: str | None = option(None, "cpu, cuda, cuda:N (recording and generation).", shown_default="each command's")
+
+    def intervention(self) -> dict[str, Any]:
+        """The ABConfig fields given (the rest keep ``probe intervene``'s defaults)."""
+        given = {
+            "edits": self.edits,
+            "limit": self.limit,
+            "placebo": self.placebo,
+            "max_new_tokens": self.max_new_tokens,
+            "collateral": self.collateral,
+            "device": self.device,
+        }
+        return {k: v for k, v in given.items() if v is not None}
+
+    def command(self) -> str:
+        """The command line that runs this replication again."""
+        parts = ["probe replicate"] + (
+            [f"--pair {self.pair}"] if self.pair else [f"--sft {q(self.sft_dir)} --dpo {q(self.dpo_dir)}"]
+        )
+        if not self.pair:
+            parts += [f"--base {q(self.base_dir)}"] if self.base_dir else []
+            parts += [f"--data {q(self.data_file)}"]
+        flags = {
+            "--edit": ",".join(self.edits) if self.edits else None,
+            "--limit": self.limit if self.limit != TARGET_ROWS else None,
+            "--placebo": self.placebo,
+            "--max-new-tokens": self.max_new_tokens,
+            "--device": self.device,
+            "--eval-rows": self.eval_rows if self.eval_rows != EVAL_ROWS else None,
+            "--explain-top": self.explain_top if self.explain_top != EXPLAIN_TOP else None,
+        }
+        parts += [f"{flag} {value}" for flag, value in flags.items() if value is not None]
+        parts += (
+            [] if self.collateral in (None, COLLATERAL) else ["--collateral" if self.collateral else "--no-collateral"]
+        )
+        parts += ["--all-eval-rows"] if self.eval_rows is None else []
+        return " ".join(parts + [f"--out {q(self.out_dir)}"])

@@ -1,0 +1,122 @@
+"""How long each of ``probe replicate``'s stages should take, estimated before anything runs.
+
+From the DPO model's parameter count (its safetensors headers), the rows and their rendered
+prompt lengths, the new tokens and the number of generation passes, at the pace measured on the
+default pair on this project's 2-core CPU machine, scaled linearly by parameter count. It is an
+estimate: a loaded machine, early stops, the shared decoding engine and a GPU all move it, and
+``probe replicate`` prints the measured time beside it.
+
+Example:
+    >>> minutes(45), minutes(750)
+    ('45 s', '12.5 min')
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from interventions.config import ABConfig
+    from study.replicate_config import ReplicateOptions
+
+# Pace on the default pair (SmolLM2-135M, 134.5 M parameters), CPU float32, the project's 2-core machine, 2026-11-23:
+# `probe run -c all` recorded 2 x 82,420 prompt tokens in 216 s; `probe models eval` generated 3 x 560 rows of up to
+# 64 tokens (130 prompt tokens each on average) in 986 s. Scaled linearly by parameter count.
+REFERENCE_PARAMETERS = 134.5e6
+PROMPT_SECONDS = 1.3e-3  # per prompt token and model
+DECODE_SECONDS = 6.5e-3  # per generated token (up to the limit) and model
+EXPLAIN_SECONDS = 15.0  # per capability (docs/explain.md: 12-20 s for multi_turn)
+SHARED_DISCOUNT = (
+    0.6  # an arm decoded in shared batches costs about this share of a pass of its own (access.shared_generation)
+)
+PATCH_COST = 1.7  # a patch pass runs the source model in lockstep up to the patched layers
+
+
+def parameter_count(model_dir: Path) -> float:
+    """Parameters of a model directory, from its safetensors headers (else from config.json, roughly)."""
+    total = 0
+    for path in sorted(Path(model_dir).glob("*.safetensors")):
+        try:
+            with path.open("rb") as handle:
+                header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
+        except (OSError, ValueError):
+            continue
+        total += sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
+    if total:
+        return float(total)
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+        d, n, vocab = int(config["hidden_size"]), int(config["num_hidden_layers"]), int(config["vocab_size"])
+        return float(12 * n * d * d + vocab * d)
+    except (OSError, ValueError, KeyError, TypeError):
+        return REFERENCE_PARAMETERS
+
+
+def prompt_tokens(sft_dir: Path, data_file: Path) -> dict[str, list[int]]:
+    """Per capability, each row's rendered prompt length in tokens (with the generation prompt)."""
+    from core.capabilities import ALL_CAPABILITIES
+    from core.chat import encode_conversations
+    from core.models import load_tokenizer
+    from core.rows import group_by_capability, read_test_rows
+
+    rows = read_test_rows(data_file)
+    lengths = [
+        len(ids)
+        for ids in encode_conversations(
+            load_tokenizer(sft_dir, "--sft"), [r.question for r in rows], add_generation_prompt=True
+        )
+    ]
+    groups = group_by_capability(rows, list(ALL_CAPABILITIES))
+    return {cap.value: [lengths[i] for i, _ in items] for cap, items in groups.items() if items}
+
+
+def ab_passes(config: ABConfig) -> tuple[float, int]:
+    """(generation passes weighted by cost, rows) of an A/B config: baselines,
+    arms and placebo arms (interventions.recipes)."""
+    arms = {"scale": (len(config.factors), 1), "mean": (1, 1), "patch": (2, 2), "steer": (1, 1)}
+    weight, placebo_arms, models = 0.0, 0, {config.model}
+    for name in config.edits:
+        count, with_placebo = arms[name]
+        cost = PATCH_COST if name == "patch" else SHARED_DISCOUNT
+        weight += count * cost
+        placebo_arms += with_placebo
+        weight += with_placebo * config.placebo * cost
+        models |= {"sft", "dpo"} if name == "patch" else set()
+    return weight + len(models), placebo_arms
+
+
+def estimate(options: ReplicateOptions, ab_config: ABConfig) -> dict[str, float]:
+    """Seconds per stage (module doc: an estimate at the default pair's measured pace, scaled)."""
+    from core.rows import read_test_rows
+    from interventions.ab import select_rows
+    from training.evaluate import select_rows as eval_rows
+
+    scale = parameter_count(options.dpo_dir) / REFERENCE_PARAMETERS
+    lengths = prompt_tokens(options.sft_dir, options.data_file)
+    mean_prompt = sum(map(sum, lengths.values())) / max(1, sum(map(len, lengths.values())))
+    per_row = lambda new: (mean_prompt * PROMPT_SECONDS + new * DECODE_SECONDS) * scale  # noqa: E731
+    rows = read_test_rows(options.data_file)
+    unique, _ = select_rows(rows, ab_config)
+    weight, _ = ab_passes(ab_config)
+    n_eval = len(eval_rows(rows, options.eval_rows))
+    models = 3 if options.base_dir else 2
+    from core.decoding import EVAL_GENERATION
+
+    return {
+        "record": 10 * scale + 2 * sum(map(sum, lengths.values())) * PROMPT_SECONDS * scale,
+        "analyze": 5.0 + 2.0 * len(lengths),
+        "explain": EXPLAIN_SECONDS * scale * len(lengths),
+        "intervene": 10 * scale + weight * len(unique) * per_row(ab_config.generation.max_new_tokens),
+        "evaluate": 10 * scale + models * n_eval * per_row(options.max_new_tokens or EVAL_GENERATION.max_new_tokens),
+        "report": 10.0 + 2.0 * len(lengths),
+    }
+
+
+def minutes(seconds: float | None) -> str:
+    """'45 s', '12.5 min'."""
+    if seconds is None:
+        return "—"
+    return f"{seconds / 60:.1f} min" if seconds >= 90 else f"{seconds:.0f} s"

@@ -1,0 +1,425 @@
+"""The replication report as one self-contained HTML file: the pair, the claims with their verdicts, the evidence.
+
+:func:`render` turns a :class:`study.records.Study` into one page. plotly.js is inlined once
+in the head (``plotly.offline.get_plotlyjs``) and every figure is a ``<div>`` with its own small
+script, so the page opens offline and loads nothing from the network. Every text that came from a
+file (paths, prompts, tokens, commands) is escaped. Sections carry stable ids (``pair``,
+``verdicts``, ``claim-1`` … ``claim-4``, ``layers``, ``units``, ``interventions``, ``compliance``,
+``missing``, ``reproduce``), verdicts a ``data-claim``/``data-status`` pair, and figures a
+``data-figure`` name, so a browser test can find each. A part the run lacks is said where it would
+have been, with the command that adds it.
+
+:func:`write_report` gathers and renders a run and writes the file atomically; :func:`show` displays
+a written report inline in a notebook (an ``<iframe srcdoc>``, so its script runs apart from the
+notebook's).
+
+Example:
+    >>> path = write_report("runs/latest")                      # doctest: +SKIP
+    >>> show(path)                                               # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from pathlib import Path
+from typing import Any
+
+from analysis.explain_html import card_html
+from core.errors import ProbeError
+from core.run_dir import RunDir
+from interventions.cells import (
+    AFTER,
+    BEFORE,
+    CHANGED,
+    CI,
+    DELTA,
+    PLACEBO,
+    N,
+    P,
+    Row,
+    Strong,
+    evaluation_columns,
+    evaluation_row,
+    extra,
+    fmt_p,
+    fmt_percentile,
+    html_table,
+)
+from interventions.evidence import MIN_PLACEBO_SETS, PLACEBO_PERCENTILE
+from interventions.report import capability_row
+from interventions.results import ABReport, ArmResult
+from study.evidence import arm_evidence, eval_row
+from study.figures import (
+    compliance_figure,
+    depth_figure,
+    dose_figure,
+    heatmap_figure,
+    placebo_figure,
+    profile_figure,
+)
+from study.gather import analysed_capabilities, gather_study
+from study.layout import CAUSAL_COMMAND_EXTRA
+from study.page import Page, e, seconds, verdict_html
+from study.records import Commands, Study
+from study.verdicts import CANNOT_TEST, CLAIMS, TARGET
+
+N_CARDS = 5  # neuron cards shown per capability (the explain page keeps all)
+SECTIONS = (
+    "verdicts",
+    "pair",
+    "claim-1",
+    "claim-2",
+    "claim-3",
+    "claim-4",
+    "layers",
+    "units",
+    "interventions",
+    "compliance",
+    "missing",
+    "reproduce",
+)
+
+
+def render(study: Study, where: str | Path | None = None) -> str:
+    """The whole page (module doc); ``where``: the folder the page will be written to (links to the run's own plots are
+    relative to it)."""
+    page = Page(Path(where) if where is not None else study.run_dir)
+    _header(page, study)
+    _verdicts(page, study)
+    _pair(page, study)
+    _claim1(page, study)
+    _claim2(page, study)
+    _claim3(page, study)
+    _claim4(page, study)
+    _layers(page, study)
+    _units(page, study)
+    _interventions(page, study)
+    _compliance(page, study)
+    _missing(page, study)
+    _reproduce(page, study)
+    return page.document(f"Replication of RoleMRC §7 · {study.run_dir.name}")
+
+
+def _header(page: Page, study: Study) -> None:
+    links = "".join(f'<a href="#{key}">{key}</a>' for key in SECTIONS)
+    page.add(
+        f"<h1>Replication of the RoleMRC neuron study (§7)</h1><p>run <code>{e(study.run_dir)}</code> · report made "
+        f"{e(study.created)} · rolemrc-probe {e(study.toolkit_version)}</p><nav>{links}</nav>"
+    )
+
+
+def _verdicts(page: Page, study: Study) -> None:
+    page.section("verdicts", "The claims and their verdicts")
+    rows = "".join(
+        f"<tr><td>{v.claim}</td><td>{e(CLAIMS[v.claim])}</td>"
+        f"<td class=vcell>{verdict_html(v, v.status != CANNOT_TEST)}</td><td>{e(v.reason)}</td></tr>"
+        for v in study.verdicts
+    )
+    page.add(
+        f"<table><tr><th>#</th><th>claim</th><th>verdict</th><th>why</th></tr>{rows}</table>",
+        "<p class=note>The rules are fixed in <code>study/verdicts.py</code> and "
+        "<code>docs/report.md</code>: a difference counts when its 95% CI excludes 0 and its exact McNemar p &lt; "
+        "0.05; an intervention counts when it also lies at or beyond the "
+        f"{fmt_percentile(PLACEBO_PERCENTILE)} percentile of at least {MIN_PLACEBO_SETS} placebo sets.</p>",
+    )
+    page.end()
+
+
+def _pair(page: Page, study: Study) -> None:
+    page.section("pair", "The pair")
+    if not study.models:
+        page.absent("the recording (models, data)", "probe run")
+    rows = []
+    for m in study.models:
+        same = (
+            "—"
+            if not m.current_sha256 or not m.recorded_sha256
+            else ("same" if m.current_sha256 == m.recorded_sha256 else "DIFFERENT")
+        )
+        trained = _provenance_cell(m.provenance)
+        rows.append(
+            f"<tr><td>{e(m.role)}</td><td><code>{e(m.directory)}</code></td><td>"
+            f"<code>{e(m.recorded_sha256[:16] or '—')}</code></td><td>"
+            f"<code>{e(m.current_sha256[:16] or 'not found')}</code> {same}</td><td>{trained}</td></tr>"
+        )
+    page.add(
+        "<table><tr><th>model</th><th>directory</th><th>weights fingerprint (recorded)</th><th>now</th>"
+        "<th>training (provenance)</th></tr>" + "".join(rows) + "</table>"
+    )
+    rec = study.recording
+    if rec:
+        counts = ", ".join(f"{c} {n}" for c, n in rec.get("n", {}).items())
+        page.add(
+            f"<p>Data <code>{e(study.data_file)}</code> (sha256 {e(study.data_sha256[:16])}…). "
+            f"Recorded {e(counts)} prompts at {e(', '.join(rec.get('hooks', [])))}, {e(rec.get('position'))} position, "
+            f"{e(rec.get('dtype'))}, backend {e(rec.get('backend'))}, {len(rec.get('layers', []))} layers, "
+            f"on {e(rec.get('device'))} at {e(rec.get('recorded_at'))}.</p>"
+        )
+    machine = "; ".join(f"{k} {v}" for k, v in study.machine.items())
+    page.add(
+        f"<p>Toolkit rolemrc-probe {e(study.toolkit_version)}; this report made on {e(machine)}, "
+        f"{e(study.created)}.</p>"
+    )
+    page.end()
+
+
+def _provenance_cell(prov: dict[str, Any]) -> str:
+    """What trained the model (stage, data, recipe, final loss), or where an untrained base came from."""
+    if not prov:
+        return "—"
+    if prov.get("stage") not in ("sft", "dpo"):
+        return e(prov.get("source") or prov.get("stage") or "—")
+    recipe = ", ".join(f"{k} {v}" for k, v in (prov.get("recipe") or {}).items())
+    data = prov.get("data") or {}
+    return (
+        f"{e(prov.get('stage'))} on <code>{e(Path(str(data.get('file', ''))).name)}</code> ({e(data.get('rows'))} "
+        f"rows, sha256 {e(str(data.get('sha256', ''))[:12])}…); {e(recipe)}; final loss {e(prov.get('final_loss'))}"
+    )
+
+
+def _claim_head(page: Page, study: Study, claim: int) -> None:
+    page.section(f"claim-{claim}", f"Claim {claim}: {CLAIMS[claim]}")
+    verdict = study.verdicts[claim - 1]
+    why = "" if verdict.status == CANNOT_TEST else f"<p class=note>{e(verdict.reason)}</p>"
+    page.add(f"<p>Verdict: {verdict_html(verdict)}</p>{why}")
+
+
+def _claim1(page: Page, study: Study) -> None:
+    _claim_head(page, study, 1)
+    shares = list(study.depth.values())
+    page.figure("depth-share", depth_figure(shares))
+    if shares:
+        rows = []
+        for s in shares:
+            body = study.summary.capabilities.get(s.capability, {}).get(study.hook) if study.summary else None
+            top = ", ".join(str(i) for i in body.top_layer_numbers()[:5]) if body else "—"
+            stability = body.stability.verdict() if body and body.stability else "—"
+            rows.append(
+                f"<tr><td>{e(s.capability)}</td><td>{s.n_samples}</td><td>{100 * s.share:.1f}%</td>"
+                f"<td>[{100 * s.ci_low:.1f}, {100 * s.ci_high:.1f}]</td><td>{100 * s.uniform:.1f}%</td>"
+                f"<td>{e(top)}</td><td>{e(stability)}</td></tr>"
+            )
+        page.add(
+            "<table><tr><th>capability</th><th>N</th><th>window's share of |Δ|</th><th>95% CI</th>"
+            "<th>uniform share</th><th>top layers (analysis window)</th>"
+            "<th>their stability</th></tr>" + "".join(rows) + "</table>"
+        )
+    page.end()
+
+
+def _claim2(page: Page, study: Study) -> None:
+    _claim_head(page, study, 2)
+    if study.evaluation is None:
+        page.absent("an evaluation of the pair", Commands(study).evaluate())
+    else:
+        table = study.evaluation.get("table", [])
+        ordered = sorted(table, key=lambda r: (r.get("capability") != TARGET, r.get("capability") == "overall"))
+        rows = [evaluation_row(r, lambda name: Strong(name) if name == TARGET else name) for r in ordered]
+        page.add(html_table(evaluation_columns(base=False), rows))
+    page.end()
+
+
+def _arm_row(report: ABReport, arm: ArmResult) -> Row:
+    g = arm.guard
+    return capability_row(
+        arm.capability(report.capability),
+        arm=arm.name,
+        model=arm.model,
+        dtype=f"{100 * g.changed_fraction_in_dtype:.1f}%",
+        hook="n/a" if g.values_changed is None else f"{g.values_changed}/{g.values_seen}",
+        guard="INVALID" if g.faults else ("NO-OP" if g.is_noop else ""),
+    )
+
+
+_ARM_COLUMNS = [
+    extra("arm"),
+    extra("model"),
+    N,
+    BEFORE,
+    AFTER,
+    DELTA,
+    CI,
+    P,
+    PLACEBO,
+    CHANGED,
+    extra("dtype", "dtype values it changes", numeric=True),
+    extra("hook", "hook values changed", numeric=True),
+    extra("guard"),
+]
+
+
+def _arm_table(rows: list[Row]) -> str:
+    return html_table(_ARM_COLUMNS, rows)
+
+
+def _claim3(page: Page, study: Study) -> None:
+    _claim_head(page, study, 3)
+    if study.paper_arm is None:
+        page.absent("the scaling at 1 − 1e-6 on multi_turn", Commands(study).intervene())
+    else:
+        loaded, arm = study.paper_arm
+        flags = "".join(f"<li>{e(f)}</li>" for f in [*arm.guard.flags, *arm.guard.faults])
+        page.add(
+            f"<p>From <code>{e(loaded.path)}</code> ({e(loaded.report.dtype)}, "
+            f"{loaded.report.neurons.size} units of {e(loaded.report.neurons.hook)}).</p>"
+            f"{_arm_table([_arm_row(loaded.report, arm)])}"
+        )
+        if flags:
+            page.add(f"<p><b>No-op guard:</b></p><ul>{flags}</ul>")
+    page.end()
+
+
+def _claim4(page: Page, study: Study) -> None:
+    _claim_head(page, study, 4)
+    if not study.causal_arms:
+        page.absent("ablation, mean, patching or steering arms", Commands(study).intervene(CAUSAL_COMMAND_EXTRA))
+    else:
+        rows = [_arm_row(r.report, a) for r, a in study.causal_arms]
+        specific = [a.name for r, a in study.causal_arms if arm_evidence(r.report, a).specific()]
+        page.add(
+            f"{_arm_table(rows)}<p class=note>Arms with a specific effect (significant and beyond their "
+            f"placebos): {e(', '.join(specific) or 'none')}.</p>"
+        )
+    page.end()
+
+
+def _layers(page: Page, study: Study) -> None:
+    page.section("layers", "Layer profile and heatmaps")
+    page.figure("layer-profile", profile_figure(list(study.depth.values())))
+    if not study.maps:
+        page.absent("the analysis maps", Commands(study).analyze())
+    for cap, maps in study.maps.items():
+        page.figure(f"heatmap-{cap}", heatmap_figure(maps))
+        full = RunDir(study.run_dir).analysis.maps_plot(cap, maps.hook, maps.metric)
+        if full.is_file():
+            link = os.path.relpath(full.resolve(), page.where.resolve())
+            page.add(f'<p class=note>Every unit at full resolution: <a href="{e(link)}">{e(link)}</a></p>')
+    page.end()
+
+
+def _units(page: Page, study: Study) -> None:
+    page.section("units", "Top units and their neuron cards")
+    caps = analysed_capabilities(study)
+    if not caps:
+        page.absent("the analysis", Commands(study).analyze())
+    for cap in caps:
+        body = study.summary.hook(cap, study.hook) if study.summary else None
+        units = "".join(
+            f"<tr><td>{u.layer}</td><td>{u.unit}</td><td>{u.delta:.4g}</td><td>{u.sft:.4g}</td><td>{u.dpo:.4g}</td>"
+            f"<td>{fmt_p(u.q)}</td></tr>"
+            for u in (body.top_units[:10] if body else [])
+        )
+        page.add(
+            f"<h3>{e(cap)}</h3><table><tr><th>layer</th><th>unit</th><th>Δ</th><th>SFT</th><th>DPO</th><th>q</th>"
+            f"</tr>{units}</table>"
+        )
+        record = study.explains.get(cap)
+        if record is None:
+            page.absent(f"neuron cards of {cap}", Commands(study).explain(cap))
+            continue
+        cards = "".join(card_html(card, record.hook, record.metric) for card in record.cards[:N_CARDS])
+        page.add(
+            f"<details><summary>neuron cards of the top {min(N_CARDS, len(record.cards))} units (all "
+            f"{len(record.cards)}: <code>analysis/{e(record.files.get('page', ''))}</code>)</summary>{cards}</details>"
+        )
+    page.end()
+
+
+def _interventions(page: Page, study: Study) -> None:
+    page.section("interventions", "Interventions")
+    if not study.reports:
+        page.absent("any intervention", Commands(study).intervene())
+    for k, loaded in enumerate(study.reports):
+        report = loaded.report
+        n = report.neurons
+        page.add(
+            f"<h3>{e(report.capability)} · {e(report.model)} model · <code>{e(loaded.path.parent.name)}</code></h3>"
+            f"<p class=note>{n.size} units of {e(n.hook)}; {e(report.dtype)}, "
+            f"backend {e(report.backend)}, judge {e(report.judge)}; placebo family per arm in "
+            f"<code>{e(loaded.path)}</code></p>",
+            _arm_table([_arm_row(report, a) for a in report.arms]),
+        )
+        for j, arm in enumerate(report.arms):
+            page.figure(f"placebo-{k}-{j}", placebo_figure(report, arm))
+        page.figure(f"dose-{k}", dose_figure(report))
+    page.end()
+
+
+def _compliance(page: Page, study: Study) -> None:
+    page.section("compliance", "Compliance of base, SFT and DPO")
+    if study.evaluation is None:
+        page.absent("an evaluation of the pair", Commands(study).evaluate())
+        page.end()
+        return
+    table = study.evaluation.get("table", [])
+    page.figure("compliance", compliance_figure(table, str(study.evaluation.get("judge", "rules"))))
+    base = "base_rate" in (table[0] if table else {})
+    generation = study.evaluation.get("generation") or {}
+    page.add(
+        html_table(evaluation_columns(base), [evaluation_row(row) for row in table])
+        + f"<p class=note>test file <code>{e(study.evaluation.get('test_file'))}</code>; "
+        f"{sum((study.evaluation.get('task_counts') or {}).values())} rows; "
+        f"up to {e(generation.get('max_new_tokens'))} new tokens.</p>"
+    )
+    if eval_row(study.evaluation, TARGET) is None:
+        page.add(f"<p class=missing>The evaluation has no {TARGET} row.</p>")
+    page.end()
+
+
+def _missing(page: Page, study: Study) -> None:
+    page.section("missing", "What this run lacks")
+    if not study.missing:
+        page.add("<p>Nothing: every part of the study is in the run directory.</p>")
+    else:
+        rows = "".join(
+            f"<tr><td>{e(m.what)}</td><td>{e(m.why)}</td><td><code>{e(m.command)}</code></td></tr>"
+            for m in study.missing
+        )
+        page.add(f"<table><tr><th>part</th><th>why</th><th>command that adds it</th></tr>{rows}</table>")
+    if study.notes:
+        page.add("<ul class=note>" + "".join(f"<li>{e(n)}</li>" for n in study.notes) + "</ul>")
+    page.end()
+
+
+def _reproduce(page: Page, study: Study) -> None:
+    page.section("reproduce", "Reproduce this report")
+    page.add(f"<pre>{e(chr(10).join(study.commands))}</pre>")
+    stages = (study.replicate or {}).get("stages") or []
+    if stages:
+        rows = "".join(
+            f"<tr><td>{e(s.get('name'))}</td><td>{e(s.get('status'))}</td><td>{seconds(s.get('estimate_s'))}</td>"
+            f"<td>{seconds(s.get('seconds'))}</td></tr>"
+            for s in stages
+        )
+        page.add(f"<table><tr><th>stage</th><th>status</th><th>estimated</th><th>measured</th></tr>{rows}</table>")
+    page.end()
+
+
+def write_report(
+    run_dir: str | Path, out: str | Path | None = None, eval_file: str | Path | None = None
+) -> tuple[Path, Study]:
+    """Gather ``run_dir``, render it, write ``out`` (default: the run's report file) atomically; (path, study)."""
+    from core.atomic import write_atomic
+
+    study = gather_study(run_dir, eval_file)
+    target = Path(out) if out is not None else RunDir(run_dir).report_file
+    page = render(study, target.parent)
+    try:
+        write_atomic(target, page)
+    except OSError as exc:
+        raise ProbeError(
+            f"{target}: cannot write the report ({exc.strerror or exc}); pass --out FILE somewhere writable"
+        ) from None
+    return target, study
+
+
+def show(path: str | Path, height: int = 900) -> Any:
+    """The report at ``path`` for a notebook cell: an ``<iframe srcdoc>`` holding the whole page (no server)."""
+    from IPython.display import HTML
+
+    text = Path(path).read_text(encoding="utf-8")
+    return HTML(
+        f'<iframe srcdoc="{html.escape(text, quote=True)}" '
+        f'style="width:100%;height:{int(height)}px;border:1px solid #ccc"></iframe>'
+    )

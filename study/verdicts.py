@@ -1,0 +1,273 @@
+"""The rules that turn a run's evidence into a verdict per claim of the paper's §7, fixed before any result is read.
+
+Four claims, one function each, every threshold a named constant below. The functions read
+small typed records (:class:`DepthShare`, :class:`Difference`, :class:`ArmEvidence`), not
+files, so each rule is tested on hand-made records (``tests/test_report_verdicts.py``) and
+``docs/report.md`` states the same rules in words. Nothing here may be tuned to a result.
+
+A verdict is one of:
+
+* ``supported``: the evidence meets the claim's rule;
+* ``not supported``: the test ran and could have shown the claim, and did not;
+* ``contradicted``: the test ran and showed the opposite, with the same strength of evidence the
+  claim would have needed;
+* ``cannot be tested here``: the run holds what the test needs, but this setup cannot decide it
+  (a ceiling, a factor that rounds to 1 in the model's dtype, too few placebo sets, no behaviour
+  change to explain); the reason says which;
+* ``not run``: the evidence is missing; the verdict carries the command that produces it.
+
+Example:
+    >>> d = Difference(n=160, before=1.0, after=0.994, delta=-0.006, ci_low=-0.02, ci_high=0.0, p_value=1.0)
+    >>> alignment_tax(d, "probe models eval").status
+    'not supported'
+    >>> alignment_tax(None, "probe models eval --out RUN/eval.json").describe()
+    'not run (probe models eval --out RUN/eval.json)'
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from access.factors import PAPER_FACTOR as PAPER_FACTOR  # re-exported: the claims name it
+from interventions.cells import Placement, effect_sentence, fmt_pct
+from interventions.evidence import MIN_PLACEBO_SETS, ArmEvidence, Difference
+from study.layout import TARGET  # the capability of claims 2-4, as in the paper
+
+SUPPORTED = "supported"
+NOT_SUPPORTED = "not supported"
+CONTRADICTED = "contradicted"
+CANNOT_TEST = "cannot be tested here"
+NOT_RUN = "not run"
+STATUSES: tuple[str, ...] = (SUPPORTED, NOT_SUPPORTED, CONTRADICTED, CANNOT_TEST, NOT_RUN)
+
+FACTOR_TOLERANCE = 1e-12
+
+NO_TARGET_ROWS = (
+    f"the evaluation holds no judged {TARGET} row (too few rows were evaluated, or the rule judge could not decide "
+    "them: published rows need --judge llm)"
+)
+
+CLAIMS: dict[int, str] = {
+    1: "The SFT/DPO discrepancy concentrates in the later layers (paper: layers 12-31 of 32)",
+    2: "DPO pays an alignment tax on multi-turn instructions",
+    3: "Scaling the most-changed units by (1 - 1e-6) lifts multi-turn compliance",
+    4: "The most-changed units cause the behaviour change (beyond the paper)",
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One claim's verdict: ``status`` (one of :data:`STATUSES`), why, and for ``not run`` the command that runs it."""
+
+    claim: int
+    status: str
+    reason: str
+    command: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown verdict {self.status!r}")
+
+    def describe(self) -> str:
+        """'supported', 'cannot be tested here (why)', 'not run (command)'."""
+        if self.status == NOT_RUN:
+            return f"{NOT_RUN} ({self.command or self.reason})"
+        if self.status == CANNOT_TEST:
+            return f"{CANNOT_TEST} ({self.reason})"
+        return self.status
+
+
+@dataclass(frozen=True)
+class DepthShare:
+    """Claim 1's evidence for one capability: the window's share of the summed per-layer mean |Δ| over all layers.
+
+    ``uniform`` is the share the window would hold were |Δ| spread evenly (its layers over all layers);
+    ``ci_low``/``ci_high`` the 95% bootstrap interval of ``share`` over the prompts.
+    """
+
+    capability: str
+    share: float
+    ci_low: float
+    ci_high: float
+    uniform: float
+
+
+def _difference(d: Difference) -> str:
+    return effect_sentence(d, rates=True, placebo=False)
+
+
+def _placement(arm: ArmEvidence) -> Placement | None:
+    """Where the arm's Δ falls among its placebo sets (no empirical p in the evidence, and none in the prose)."""
+    return None if arm.percentile is None else Placement(arm.percentile, math.nan, arm.placebo_sets)
+
+
+# --- claim 1 ---------------------------------------------------------------------------------------------------------
+
+
+def late_layers(shares: list[DepthShare] | None, command: str, untestable: str | None = None) -> Verdict:
+    """Claim 1. Per capability, the window's share of |Δ| is *above* uniform when its 95% CI lies wholly above the
+    uniform share, *below* when wholly below. Supported: above for every capability analysed. Contradicted: below for
+    every one. Not supported: otherwise. ``untestable``: why the run cannot decide it (e.g. only the window's layers
+    were recorded, so no share can be formed); ``shares`` None: not run (``command``)."""
+    if untestable:
+        return Verdict(1, CANNOT_TEST, untestable)
+    if not shares:
+        return Verdict(1, NOT_RUN, "no analysis of the recorded activations", command)
+    above = [s.capability for s in shares if s.ci_low > s.uniform]
+    below = [s.capability for s in shares if s.ci_high < s.uniform]
+    listing = "; ".join(
+        f"{s.capability} {fmt_pct(s.share)} [{fmt_pct(s.ci_low)}, {fmt_pct(s.ci_high)}] vs {fmt_pct(s.uniform)}"
+        for s in shares
+    )
+    if len(above) == len(shares):
+        return Verdict(
+            1,
+            SUPPORTED,
+            f"for every capability the window holds more of |Δ| than a uniform spread, CI excluded: {listing}",
+        )
+    if len(below) == len(shares):
+        return Verdict(
+            1,
+            CONTRADICTED,
+            f"for every capability the window holds less of |Δ| than a uniform spread, CI excluded: {listing}",
+        )
+    rest = [s.capability for s in shares if s.capability not in above]
+    return Verdict(1, NOT_SUPPORTED, f"not above the uniform share with its CI for {', '.join(rest)}: {listing}")
+
+
+# --- claim 2 ---------------------------------------------------------------------------------------------------------
+
+
+def alignment_tax(multi_turn: Difference | None, command: str) -> Verdict:
+    """Claim 2, on DPO − SFT compliance on multi_turn (``before`` = SFT, ``after`` = DPO). Supported: DPO lower,
+    significant (CI below 0, McNemar p < :data:`ALPHA`). Contradicted: DPO higher, equally significant. Cannot be
+    tested: no judged multi_turn row, or SFT complies on none (no room for a tax). Not supported: otherwise."""
+    if multi_turn is None:
+        return Verdict(2, NOT_RUN, "no evaluation of the pair", command)
+    if multi_turn.n == 0:
+        return Verdict(2, CANNOT_TEST, NO_TARGET_ROWS)
+    text = _difference(multi_turn)
+    if multi_turn.significant():
+        return Verdict(
+            2,
+            SUPPORTED if multi_turn.delta < 0 else CONTRADICTED,
+            f"DPO {'loses' if multi_turn.delta < 0 else 'gains'} multi-turn compliance against SFT: {text}",
+        )
+    if multi_turn.before == 0:
+        return Verdict(2, CANNOT_TEST, f"SFT complies on no multi_turn row, so DPO has nothing to lose: {text}")
+    return Verdict(2, NOT_SUPPORTED, f"no significant multi-turn difference: {text}")
+
+
+# --- claim 3 ---------------------------------------------------------------------------------------------------------
+
+
+def paper_scaling(arm: ArmEvidence | None, command: str) -> Verdict:
+    """Claim 3, on the scale arm at :data:`PAPER_FACTOR` (the DPO model, multi_turn). Cannot be tested: the factor
+    rounds to 1 in the model's dtype, the generations are broken, the judge decided no row. Contradicted: compliance
+    drops, significant. Supported: it rises, significant, and beyond :data:`PLACEBO_PERCENTILE` of at least
+    :data:`MIN_PLACEBO_SETS` placebo sets. Cannot be tested: a significant rise with too few placebo sets to place it;
+    no room above a baseline already at 100%. Not supported: otherwise (including a rise random units match)."""
+    if arm is None:
+        return Verdict(3, NOT_RUN, "no intervention at the paper's factor on multi_turn", command)
+    if arm.rounds_to_one:
+        return Verdict(
+            3,
+            CANNOT_TEST,
+            f"1 − 1e-6 rounds to exactly 1 in {arm.dtype}, so the edit changes nothing; rerun with --dtype float32",
+        )
+    if arm.faults:
+        return Verdict(3, CANNOT_TEST, f"the edited model's generations are broken: {arm.faults[0]}")
+    d = arm.effect
+    if d.n == 0:
+        return Verdict(3, CANNOT_TEST, "the judge decided no multi_turn row of the intervention")
+    text = effect_sentence(d, _placement(arm), (arm.rows_changed, d.n), rates=True)
+    if d.significant() and d.delta < 0:
+        return Verdict(3, CONTRADICTED, f"scaling lowered multi-turn compliance: {text}")
+    if d.significant() and arm.placebo_sets < MIN_PLACEBO_SETS:
+        return Verdict(
+            3,
+            CANNOT_TEST,
+            f"a significant rise, but only {arm.placebo_sets} placebo sets ran (the rule needs "
+            f"{MIN_PLACEBO_SETS}; rerun with --placebo 20): {text}",
+        )
+    if arm.specific():
+        return Verdict(3, SUPPORTED, f"scaling lifted multi-turn compliance beyond its placebos: {text}")
+    if d.before >= 1.0 and d.delta == 0:
+        return Verdict(
+            3, CANNOT_TEST, f"the DPO baseline already complies on every row, so nothing can lift it: {text}"
+        )
+    return Verdict(3, NOT_SUPPORTED, f"no lift beyond chance and placebo: {text}")
+
+
+# --- claim 4 ---------------------------------------------------------------------------------------------------------
+
+# Arms that move one model's units toward the other model's (mean, patching, steering). If the units carry the
+# behaviour change, such an arm moves compliance toward the other model: on DPO with the sign of SFT − DPO, on SFT with
+# the sign of DPO − SFT. Ablation (scale 0) has no direction: it can show that the units matter, not that they carry
+# the difference between the two models.
+DIRECTIONAL = ("mean", "patch dpo<-sft", "patch sft<-dpo", "steer")
+ABLATION = "scale 0.0"
+
+
+def expected_sign(arm: ArmEvidence, behaviour: int) -> int:
+    """The sign of Δ an arm should show if its units carry the change (``behaviour``: sign of DPO − SFT); 0: none.
+
+    >>> d = Difference(30, 1.0, 0.8, -0.2, -0.3, -0.1, 0.01)
+    >>> patch, scale = ArmEvidence("patch dpo<-sft", "dpo", d), ArmEvidence("scale 0.0", "dpo", d)
+    >>> expected_sign(patch, -1), expected_sign(scale, -1)
+    (1, 0)
+    """
+    if arm.name not in DIRECTIONAL:
+        return 0
+    return behaviour if arm.model == "sft" else -behaviour
+
+
+def units_cause(
+    arms: list[ArmEvidence] | None, behaviour: Difference | None, command: str, eval_command: str
+) -> Verdict:
+    """Claim 4. Needs the behaviour change (DPO − SFT on multi_turn, from the evaluation) and the arms that move one
+    model's units toward the other's (mean, patch both ways, steer), each against its placebos. Cannot be tested: the
+    change is not significant (nothing to cause), or no arm has :data:`MIN_PLACEBO_SETS` placebo sets. Supported: an
+    arm shows a specific effect (:meth:`ArmEvidence.specific`) in the direction of the other model, and none against
+    it. Contradicted: specific effects only against it. Not supported: otherwise (ablation alone shows only that the
+    units matter, and is reported beside it)."""
+    if not arms:
+        return Verdict(4, NOT_RUN, "no ablation, mean, patching or steering arm on multi_turn", command)
+    if behaviour is None:
+        return Verdict(4, NOT_RUN, "no evaluation of the pair, so no behaviour change to explain", eval_command)
+    if behaviour.n == 0:
+        return Verdict(4, CANNOT_TEST, f"{NO_TARGET_ROWS}, so the behaviour change is unknown")
+    if not behaviour.significant():
+        return Verdict(
+            4,
+            CANNOT_TEST,
+            f"SFT and DPO comply alike on multi_turn ({_difference(behaviour)}): "
+            "there is no behaviour change for the units to cause",
+        )
+    placed = [a for a in arms if a.placebo_sets >= MIN_PLACEBO_SETS and not a.faults]
+    if not placed:
+        most = max(a.placebo_sets for a in arms)
+        return Verdict(
+            4,
+            CANNOT_TEST,
+            f"no arm ran with {MIN_PLACEBO_SETS} or more placebo sets (at most {most}); "
+            f"rerun with --placebo 20: {command}",
+        )
+    sign = behaviour.sign()
+    toward = [a.name for a in placed if a.specific() and expected_sign(a, sign) == a.effect.sign() != 0]
+    against = [a.name for a in placed if a.specific() and expected_sign(a, sign) == -a.effect.sign() != 0]
+    ablation = [a.name for a in placed if a.specific() and a.name == ABLATION]
+    listing = "; ".join(f"{a.name} ({a.model}): {effect_sentence(a.effect, _placement(a))}" for a in placed)
+    if toward and not against:
+        return Verdict(
+            4, SUPPORTED, f"{', '.join(toward)} moved compliance toward the other model beyond placebo: {listing}"
+        )
+    if against and not toward:
+        return Verdict(
+            4,
+            CONTRADICTED,
+            f"{', '.join(against)} moved compliance away from the other model beyond placebo: {listing}",
+        )
+    extra = " (ablation shows the units matter, not that they carry the SFT/DPO difference)" if ablation else ""
+    return Verdict(4, NOT_SUPPORTED, f"no arm moved compliance toward the other model beyond placebo{extra}: {listing}")
