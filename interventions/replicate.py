@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 from core.config_fields import option
-from core.config_file import NON_NEGATIVE, POSITIVE, typed_config
+from core.config_file import POSITIVE, RANDOM_SETS, typed_config
 from core.errors import Interrupted
 from core.run_dir import RunDir
 from interventions.replicate_checks import (
@@ -112,7 +112,7 @@ class ReplicateOptions:
     limit: Annotated[int, POSITIVE] | None = option(
         TARGET_ROWS, "Intervention: rows of multi_turn (and of each collateral capability)."
     )
-    placebo: Annotated[int, NON_NEGATIVE] | None = option(
+    placebo: Annotated[int, RANDOM_SETS] | None = option(
         None, "Intervention: placebo sets per arm.", shown_default="probe intervene's"
     )
     max_new_tokens: Annotated[int, POSITIVE] | None = option(

@@ -51,6 +51,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: at 80 columns a 46-character description column and no type for a flag
 )
 
 
