@@ -65,6 +65,10 @@ class LMEvalConfig:
     include_path: list[str | Path] = option(
         help="Directory (or file) of local task YAMLs; repeatable.", default_factory=list, flag_type=Path, repeat=True
     )
+    trust_task_code: bool = option(
+        False,
+        "Run the Python that local tasks name (!function, HF Evaluate metrics); only for task folders you trust.",
+    )
     limit: Annotated[int, POSITIVE] | None = option(None, "At most N items per task (the same items in every pass).")
     num_fewshot: Annotated[int, NON_NEGATIVE_COUNT] | None = option(
         None, "Few-shot examples per item (default: the task's)."
