@@ -90,9 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     except Interrupted as exc:
         _stop("interrupted", str(exc), exc.exit_code, exc)
     except ProbeError as exc:
-        if not _said_by_another_rank(exc):
-            print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        _stop("error", str(exc), 2, exc)
     except KeyboardInterrupt:
         _stop("interrupted", UNCAUGHT_INTERRUPT, Interrupted.exit_code)
 
