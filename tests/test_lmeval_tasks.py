@@ -5,7 +5,8 @@ named by ``--include-path`` or by its YAML path) must end in one ``error:`` line
 and line, before any model loads, with the marker file the code would write never written. With
 ``--trust-task-code`` a template still runs in the sandbox: reaching Python's internals or looping
 without bound is one line, and a trusted module that does not compile, import or run is one line
-naming its file and line. The toolkit's example tasks run without the flag from any directory.
+naming its file and line. The toolkit's example tasks run without the flag from any directory, and
+lm-eval's own templates (a seeded sample of them) render in the sandbox exactly as lm-eval renders them.
 """
 
 from __future__ import annotations
@@ -184,3 +185,51 @@ def test_the_example_tasks_run_without_the_flag_from_any_directory(
     code, stdout, err = exit_of([*argv, "--out", str(tmp_path / "out")], capsys)
     assert code == 0, err
     assert "probe_general_mc" in stdout and "probe_short_answer" in stdout
+
+
+def _templates_in(node: Any, found: set[str]) -> None:
+    import yaml
+
+    if isinstance(node, yaml.ScalarNode):
+        if node.tag != "!function" and ("{{" in node.value or "{%" in node.value):
+            found.add(node.value)
+    elif isinstance(node, (yaml.SequenceNode, yaml.MappingNode)):
+        for child in node.value:
+            for part in child if isinstance(child, tuple) else (child,):
+                _templates_in(part, found)
+
+
+def test_lm_evals_own_templates_render_as_in_its_plain_environment() -> None:
+    """Every template of a seeded fifth of lm-eval's own task files, over documents whose fields are a string, a
+    list or a number: the sandbox renders the same text, or fails where lm-eval fails; the check finds none unsafe."""
+    import random
+
+    import yaml
+    from jinja2 import meta
+    from lm_eval import utils
+
+    from interventions.lmeval_tasks import _unsafe_template, sandboxed_task_templates
+
+    files = sorted((Path(utils.__file__).parent / "tasks").rglob("*.yaml"))
+    templates: set[str] = set()
+    for path in random.Random(0).sample(files, len(files) // 5):
+        try:
+            _templates_in(yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.CSafeLoader), templates)
+        except yaml.YAMLError:
+            continue
+    plain = utils.env
+    with sandboxed_task_templates():
+        sandbox = utils.env
+    assert sandbox is not plain and len(templates) > 300
+    for template in sorted(templates):
+        assert _unsafe_template(template) is None, template
+        names = meta.find_undeclared_variables(plain.parse(template))
+        for value in ("Alpha beta", ["one", "two", "three"], 1):
+            doc = {name: value for name in names}
+            outcomes = []
+            for env in (plain, sandbox):
+                try:
+                    outcomes.append(env.from_string(template).render(**doc))
+                except Exception as exc:  # noqa: BLE001 - the same failure, of whatever kind, on both sides
+                    outcomes.append(type(exc).__name__)
+            assert outcomes[0] == outcomes[1], (template, value, outcomes)
