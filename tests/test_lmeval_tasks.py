@@ -233,3 +233,23 @@ def test_lm_evals_own_templates_render_as_in_its_plain_environment() -> None:
                 except Exception as exc:  # noqa: BLE001 - the same failure, of whatever kind, on both sides
                     outcomes.append(type(exc).__name__)
             assert outcomes[0] == outcomes[1], (template, value, outcomes)
+
+
+def test_a_models_endless_chat_template_is_one_line_under_lmeval(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    model = Path(shutil.copytree(tiny_model_dir, tmp_path / "model"))
+    (model / "chat_template.jinja").write_text(
+        "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", encoding="utf-8"
+    )
+    task = write_task(tmp_path, "plain", ROWS, MC)
+    start = time.monotonic()
+    code, _, err = exit_of(
+        ["lmeval", "--model-dir", str(model), "--units", "1:0", "--tasks", str(task), "--chat-template"], capsys
+    )
+    last = err.strip().splitlines()[-1]  # after the progress lines: the model loads before lm-eval renders
+    assert code == 2 and "Traceback" not in err and err.count("error:") == 1, err
+    assert last.startswith("error: ") and "a template fails (TemplateBudgetError" in last, last
+    assert time.monotonic() - start < 60
