@@ -65,6 +65,7 @@ from access.hook_points import attach, families
 from access.lockstep import Lockstep
 from core.budget import default_cache_bytes, default_max_batch_tokens
 from core.chat import left_pad
+from core.models import warn
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -273,7 +274,9 @@ class SharedDecoder:
             for number, stems in enumerate(self.batches):
                 batch = members(stems)
                 body = kept(number) if kept is not None else None
-                if body is not None and not _fits(body, len(passes), batch):
+                misfit = _misfit(body, len(passes), batch, self._vocabulary()) if body is not None else None
+                if misfit is not None:
+                    warn(f"the kept batch {number + 1} of {len(self.batches)} {misfit}; it is decoded again")
                     body = None
                 if body is None:
                     start, before = time.perf_counter(), [_stats(p) for p in passes]
@@ -310,6 +313,11 @@ class SharedDecoder:
         for arm in range(len(passes)):
             out.append(self.generator.decode(ids[arm], share, counts[arm] | {"degenerate_logits": broken[arm]}))
         return out
+
+    def _vocabulary(self) -> int:
+        """How many token ids the model can emit (the rows of its output layer)."""
+        head = self.model.get_output_embeddings()
+        return int(head.weight.shape[0]) if head is not None else int(self.model.config.vocab_size)
 
     def fork_layer(self, passes: Sequence[SiteEdits | None]) -> int:
         """The lowest block any pass edits: the blocks below it run once per group of rows."""
@@ -785,20 +793,26 @@ def _stats(edits: SiteEdits | None) -> dict[str, int]:
     return edits.stats.as_dict() if edits is not None and edits.stats is not None else {}
 
 
-def _fits(body: dict[str, Any], n_passes: int, prompts: list[int]) -> bool:
-    """Whether a kept batch holds every pass's tokens for every prompt of the batch."""
+def _misfit(body: dict[str, Any], n_passes: int, prompts: list[int], vocabulary: int) -> str | None:
+    """Why a kept batch cannot stand for this batch (None: it holds every pass's tokens for every prompt of it,
+    each a token id of the model)."""
     tokens, broken, stats = body.get("tokens"), body.get("broken"), body.get("stats")
-    n_prompts = len(prompts)
-    return (
-        body.get("prompts") == prompts
-        and isinstance(tokens, list)
+    if body.get("prompts") != prompts:
+        return "holds other prompts"
+    if not (
+        isinstance(tokens, list)
         and isinstance(broken, list)
         and isinstance(stats, list)
         and len(tokens) == n_passes == len(broken) == len(stats)
         and all(isinstance(s, dict) for s in stats)
-        and all(isinstance(t, list) and len(t) == n_prompts for t in tokens)
+        and all(isinstance(t, list) and len(t) == len(prompts) and all(isinstance(r, list) for r in t) for t in tokens)
         and isinstance(body.get("seconds"), (int, float))
-    )
+    ):
+        return f"is not every pass's tokens for its {len(prompts)} prompts ({n_passes} passes)"
+    ids = [i for per_prompt in tokens for row in per_prompt for i in row]
+    if not all(type(i) is int and 0 <= i < vocabulary for i in ids):
+        return f"holds token ids outside the model's vocabulary (0-{vocabulary - 1})"
+    return None
 
 
 def _select(cache: Any, indices: list[int], device: torch.device) -> None:

@@ -12,10 +12,8 @@ a run and is kept in ``RUN_DIR/attribution_<m>.h5`` for the next.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-import h5py
 import numpy as np
 
 from analysis.config import AnalysisConfig
@@ -24,6 +22,7 @@ from analysis.stability import Resamples
 from analysis.stats import bh_qvalues, paired_pvalues
 from analysis.window import Window
 from core.errors import ProbeError
+from core.hdf5 import array, json_attr, read_hdf5, text_attr
 from probes.store import RunReader
 
 
@@ -42,8 +41,8 @@ def attribution_maps(
         dpo_file=config.dpo_data,
         max_rows=config.attribution_rows,
     )
-    with h5py.File(path, "r") as f:
-        stored = json.loads(f.attrs["layers"])
+    with read_hdf5(path, "attribution file", "delete it and rerun: it is computed again") as f:
+        stored = json_attr(f, "layers")
         missing = [i for i in wanted if i not in stored]
         if missing or f"{capability}/{hook}" not in f:
             raise ProbeError(
@@ -52,16 +51,18 @@ def attribution_maps(
         slots = [stored.index(i) for i in wanted]
         group = f[f"{capability}/{hook}"]
         attr, sft, dpo = (
-            np.asarray(group[name][:, slots, :], dtype=np.float64) for name in ("attribution", "sft", "dpo")
+            array(group, name, 3)[:, slots, :].astype(np.float64) for name in ("attribution", "sft", "dpo")
         )
+        if not attr.shape == sft.shape == dpo.shape:
+            raise ValueError(f"{group.name}: attribution, sft and dpo differ in shape")
         settings: dict[str, Any] = {
             "fdr_alpha": config.fdr_alpha,
             "test": f"{config.test} (attribution against 0)",
-            "m": str(f.attrs["m"]),
-            "positions": str(f.attrs["positions"]),
+            "m": text_attr(f, "m"),
+            "positions": text_attr(f, "positions"),
         }
         if f.attrs.get("dpo_file"):
-            settings["dpo_file"] = str(f.attrs["dpo_file"])
+            settings["dpo_file"] = text_attr(f, "dpo_file")
     n = attr.shape[0]
     resamples = Resamples.draw(n, config.stability_resamples, config.stability_seed)
     zeros = np.zeros_like(attr[:, 0, :])

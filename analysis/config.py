@@ -74,7 +74,7 @@ class AnalysisConfig:
     test: str = option("t", "mean_diff/effect_size: paired t-test (t) or Wilcoxon signed-rank (wilcoxon).")
     reorder: bool = option(False, "Plot units sorted by summed |Δ| (as the authors' lin_heat_map intended).")
     top_units: Annotated[int, POSITIVE] = option(20, "Units listed per capability and hook in summary.json.", flag=None)
-    stability_resamples: Annotated[int, NON_NEGATIVE] = option(
+    stability_resamples: Annotated[int, Range(0, 10_000)] = option(
         20, "Bootstrap resamples of the prompts for the top layers' stability (0: off)."
     )
     stability_seed: Annotated[int, SEED] = option(0, "Seed of the bootstrap.", flag=None)

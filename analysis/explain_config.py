@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Annotated
 
 from core.config_fields import option
-from core.config_file import POSITIVE, typed_config
+from core.config_file import PERMUTATIONS, POSITIVE, SEED, typed_config
 
 
 @dataclass(frozen=True)
@@ -24,13 +24,13 @@ from core.config_file import POSITIVE, typed_config
 class ExplainConfig:
     """Which units (capability, hook points, the top ``top``), which checkpoints, how much to keep, where to write.
     ``capability`` None: the one the analysis holds (an error naming them when it holds several); ``hooks`` None:
-    every hook point it analysed for the capability. ``top`` and ``seed`` are checked where they are used (``--top``
-    against the units the analysis ranked)."""
+    every hook point it analysed for the capability. ``top`` is checked again where it is used (against the units
+    the analysis ranked)."""
 
     capability: str | None = option(
         None, "Capability to explain (default: the one the analysis holds).", aliases=["-c"]
     )
-    top: int = option(20, "Units explained, by |Δ| of the analysis's metric within its window.")
+    top: Annotated[int, POSITIVE] = option(20, "Units explained, by |Δ| of the analysis's metric within its window.")
     hooks: list[str] | None = option(
         None, "Hook point (repeatable); default: every analysed one.", flag="--hook", repeat=True
     )
@@ -45,8 +45,8 @@ class ExplainConfig:
     )
     tokens: Annotated[int, POSITIVE] = option(10, "Promoted and suppressed tokens kept per read-out.")
     prompts: Annotated[int, POSITIVE] = option(3, "Most-activating prompts kept per unit and model.")
-    permutations: Annotated[int, POSITIVE] = option(1000, "Permutations for each layer's rank-correlation p-value.")
-    seed: int = option(0, "Seed of the bootstrap CIs and the permutations.")
+    permutations: Annotated[int, PERMUTATIONS] = option(1000, "Permutations for each layer's rank-correlation p-value.")
+    seed: Annotated[int, SEED] = option(0, "Seed of the bootstrap CIs and the permutations.")
     analysis_dir: str | Path | None = option(
         None, "Where `probe analyze` wrote (default: RUN_DIR/analysis).", flag="--analysis"
     )

@@ -52,8 +52,8 @@ from analysis.stability import Resamples
 from analysis.stats import bh_qvalues, effect_size_dz, paired_pvalues
 from analysis.topk import column_counts, k_for, map_layers, topk_mask
 from analysis.window import Window
-from core.atomic import atomic_path
 from core.errors import ProbeError
+from core.hdf5 import array, json_attr, read_hdf5, text_attr, write_hdf5
 from core.records import from_json, to_json
 from core.stats import mcnemar_p
 from probes.store import RunReader
@@ -198,8 +198,8 @@ def _paired_layer(
 
 def save_maps(maps: list[MetricMaps], path: str | Path) -> Path:
     """Write maps to one HDF5 file, ``/{capability}/{hook}/{sft,dpo,delta,pvalues,qvalues,layers}``, atomically."""
-    target = Path(path)
-    with atomic_path(target) as tmp, h5py.File(tmp, "w") as f:
+
+    def fill(f: h5py.File) -> None:
         for m in maps:
             group = f.create_group(f"{m.capability}/{m.hook}")
             for name in _ARRAYS:
@@ -212,31 +212,37 @@ def save_maps(maps: list[MetricMaps], path: str | Path) -> Path:
             group.attrs["metric"] = m.metric
             group.attrs["n_samples"] = m.n_samples
             group.attrs["settings"] = json.dumps(m.settings, sort_keys=True)
-    return target
+
+    write_hdf5(path, fill)
+    return Path(path)
 
 
 def load_maps(path: str | Path) -> list[MetricMaps]:
-    """Read back what :func:`save_maps` wrote."""
-    p = Path(path)
-    if not p.is_file():
-        raise ProbeError(f"{p}: no maps file here; run `probe analyze` first")
-    out: list[MetricMaps] = []
-    with h5py.File(p, "r") as f:
-        for capability in f:
-            for hook in f[capability]:
-                g = f[f"{capability}/{hook}"]
-                arrays = {name: np.asarray(g[name]) for name in _ARRAYS}
-                out.append(
-                    MetricMaps(
-                        capability,
-                        hook,
-                        str(g.attrs["metric"]),
-                        [int(i) for i in g["layers"]],
-                        n_samples=int(g.attrs["n_samples"]),
-                        settings=json.loads(g.attrs["settings"]),
-                        layer_rms=np.asarray(g["layer_rms"]) if "layer_rms" in g else None,
-                        window=from_json(Window, json.loads(g.attrs["window"])) if "window" in g.attrs else None,
-                        **arrays,
-                    )
-                )
-    return out
+    """Read back what :func:`save_maps` wrote; a file that is not a maps file is a ProbeError naming it."""
+    with read_hdf5(path, "maps file", "run `probe analyze` again") as f:
+        return [_stored_maps(f[capability][hook], capability, hook) for capability in f for hook in f[capability]]
+
+
+def _stored_maps(g: h5py.Group, capability: str, hook: str) -> MetricMaps:
+    """One capability × hook as stored; a missing or misshapen member raises (the reader names the file)."""
+    arrays = {name: array(g, name, 2) for name in _ARRAYS}
+    layers = [int(i) for i in array(g, "layers", 1, "iu")]
+    if any(a.shape != arrays["delta"].shape for a in arrays.values()) or len(layers) != len(arrays["delta"]):
+        raise ValueError(f"{g.name}: the maps and layers differ in shape")
+    n_samples = g.attrs["n_samples"]
+    if not isinstance(n_samples, (int, np.integer)) or isinstance(n_samples, (bool, np.bool_)):
+        raise TypeError(f"{g.name}: attribute 'n_samples' is not an integer")
+    settings = json_attr(g, "settings")
+    if not isinstance(settings, dict):
+        raise TypeError(f"{g.name}: attribute 'settings' is not a JSON object")
+    return MetricMaps(
+        capability,
+        hook,
+        text_attr(g, "metric"),
+        layers,
+        n_samples=int(n_samples),
+        settings=settings,
+        layer_rms=array(g, "layer_rms", 2) if "layer_rms" in g else None,
+        window=from_json(Window, json_attr(g, "window")) if "window" in g.attrs else None,
+        **arrays,
+    )

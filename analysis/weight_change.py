@@ -43,7 +43,6 @@ import numpy as np
 
 from access.hook_points import HOOK_TABLE, validate_hook
 from analysis.checkpoint import LAYOUT, Checkpoint, MlpPart, check_same_shape, same_tensor_shape
-from core.atomic import atomic_path
 from core.errors import ProbeError
 
 FORMAT = "rolemrc-probe/weight-change"
@@ -196,10 +195,9 @@ def tensor_change(a: Checkpoint, b: Checkpoint, name: str) -> float:
 
 def save_weight_change(changes: list[UnitChange], path: str | Path, models: dict[str, dict[str, str]]) -> Path:
     """``/{transition}/{hook}/{relative, absolute, layers, components/<part>}``, the models' dirs and fingerprints."""
-    import h5py
+    from core.hdf5 import write_hdf5
 
-    target = Path(path)
-    with atomic_path(target) as tmp, h5py.File(tmp, "w") as f:
+    def fill(f: Any) -> None:
         f.attrs["format"], f.attrs["version"] = FORMAT, VERSION
         f.attrs["models"] = json.dumps(models, sort_keys=True)
         for change in changes:
@@ -209,32 +207,40 @@ def save_weight_change(changes: list[UnitChange], path: str | Path, models: dict
             group.create_dataset("layers", data=np.asarray(change.layers, dtype=np.int32))
             for name, values in change.components.items():
                 group.create_dataset(f"components/{name}", data=values, compression="gzip", compression_opts=4)
-    return target
+
+    write_hdf5(path, fill)
+    return Path(path)
 
 
 def load_weight_change(path: str | Path) -> tuple[list[UnitChange], dict[str, Any]]:
-    """What :func:`save_weight_change` wrote: the maps and the models they were computed from."""
-    import h5py
+    """What :func:`save_weight_change` wrote: the maps and the models they were computed from; a file that is not
+    one is a :class:`ProbeError` naming it."""
+    from core.hdf5 import json_attr, read_hdf5
 
-    p = Path(path)
-    if not p.is_file():
-        raise ProbeError(f"{p}: no weight-change file here; run `probe explain RUN_DIR` first")
-    with h5py.File(p, "r") as f:
+    remedy = "rerun `probe explain` (or delete the file: the change is then computed from the checkpoints)"
+    with read_hdf5(path, "weight-change file", remedy) as f:
         if f.attrs.get("format") != FORMAT or f.attrs.get("version") != VERSION:
-            raise ProbeError(f"{p}: not a weight-change file of version {VERSION}; rerun `probe explain`")
-        changes = [
-            UnitChange(
-                hook,
-                transition,
-                [int(i) for i in f[transition][hook]["layers"]],
-                np.asarray(f[transition][hook]["relative"]),
-                np.asarray(f[transition][hook]["absolute"]),
-                {n: np.asarray(v) for n, v in f[transition][hook].get("components", {}).items()},
-            )
-            for transition in f
-            for hook in f[transition]
-        ]
-        return changes, json.loads(f.attrs["models"])
+            raise ProbeError(f"{path}: not a weight-change file of version {VERSION}; {remedy}")
+        changes = [_stored_change(f[transition][hook], transition, hook) for transition in f for hook in f[transition]]
+        models = json_attr(f, "models")
+    if not isinstance(models, dict) or not all(isinstance(v, dict) for v in models.values()):
+        raise ProbeError(f"{path}: its 'models' attribute is not a JSON object of models; {remedy}")
+    return changes, models
+
+
+def _stored_change(group: Any, transition: str, hook: str) -> UnitChange:
+    """One hook point's maps as stored; shapes that do not agree raise ValueError (the reader names the file)."""
+    from core.hdf5 import array
+
+    if transition not in LABELS:
+        raise ValueError(f"unknown transition {transition!r}")
+    layers = [int(i) for i in array(group, "layers", 1, "iu")]
+    relative, absolute = array(group, "relative", 2), array(group, "absolute", 2)
+    parts = group.get("components", {})
+    components = {n: array(parts, n, 2) for n in parts}
+    if any(a.shape != relative.shape for a in (absolute, *components.values())) or len(layers) != len(relative):
+        raise ValueError(f"{group.name}: layers, relative, absolute and components differ in shape")
+    return UnitChange(hook, transition, layers, relative, absolute, components)
 
 
 def weight_change_figure(changes: list[UnitChange], window: list[int] | None = None) -> Any:

@@ -15,9 +15,10 @@ The rules, and why:
 * A message may not contain the text of a control token (``<|im_start|>``, ``<|eot_id|>``,
   ...): the tokenizer would read it as the real token and the prompt would have a turn
   structure the data never had. Such a row is refused with its index, message and token.
-* A chat template is a program that came with the model directory. Whatever it raises (its
-  own ``raise_exception``, a Jinja syntax error) and a render with no tokens is one
-  :class:`ProbeError` naming the template's file and the row, before any forward pass.
+* A chat template is a program that came with the model directory. It runs in Jinja's sandbox
+  with a budget of steps, time and size (:mod:`core.sandbox`). Whatever it raises (its own
+  ``raise_exception``, a Jinja syntax error, a loop past the budget) and a render with no tokens
+  is one :class:`ProbeError` naming the template's file and the row, before any forward pass.
 
 Example:
     >>> to_messages([{"role": "System", "content": "Be brief."}, {"role": "User", "content": "Hi"}])
@@ -36,6 +37,7 @@ import torch
 
 from core.errors import ProbeError
 from core.models import printable
+from core.sandbox import install_in_transformers
 
 if TYPE_CHECKING:
     from transformers import PreTrainedConfig, PreTrainedTokenizerBase
@@ -118,10 +120,12 @@ def render_text(
 ) -> str:
     """The template's text for ``messages`` (``template`` overrides the tokenizer's own).
 
-    A template is a model directory's Jinja program, run in transformers' sandbox: whatever it raises (its own
-    ``raise_exception``, a syntax error, an undefined name, a type error) is one :class:`ProbeError` naming the
-    template's file (and line, for a syntax error) and the conversation ``where()`` names.
+    A template is a model directory's Jinja program, run in transformers' sandbox with the toolkit's budget
+    (:func:`core.sandbox.install_in_transformers`): whatever it raises (its own ``raise_exception``, a syntax
+    error, an undefined name, a type error, a loop or a value past the budget) is one :class:`ProbeError` naming
+    the template's file (and line, for a syntax error) and the conversation ``where()`` names.
     """
+    install_in_transformers()
     try:
         text = tokenizer.apply_chat_template(
             messages, add_generation_prompt=add_generation_prompt, tokenize=False, chat_template=template

@@ -107,8 +107,15 @@ class Directory:
 
 
 DIRECTORY = Directory()
-POSITIVE = Range(1)  # counts: batch sizes, steps, units
-NON_NEGATIVE = Range(0)
+MAX_COUNT = 1_000_000
+"""The most of anything a user may ask for by number (rows, tokens, units, steps, a batch size): every count has a
+stated bound, so a typo of three zeros is one line, not a run that never ends."""
+POSITIVE = Range(1, MAX_COUNT)  # counts: batch sizes, steps, units
+NON_NEGATIVE = Range(0)  # amounts: a threshold, a weight decay
+NON_NEGATIVE_COUNT = Range(0, MAX_COUNT)  # counts where 0 means none
+RANDOM_SETS = Range(0, 1000)  # placebo sets: each costs what the arm it matches does
+RESAMPLES = Range(100, MAX_COUNT)  # bootstrap resamples
+PERMUTATIONS = Range(1, 100_000)  # permutations of a permutation test
 ABOVE_ZERO = Range(0, low_open=True)  # rates and scales: a learning rate, a temperature, DPO's beta
 SEED = Range(0, 2**32 - 1)  # what numpy's legacy seeding (transformers.set_seed) takes
 

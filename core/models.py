@@ -424,9 +424,13 @@ def _first_line(exc: BaseException) -> str:
 
 
 def load_tokenizer(path: str | Path, flag: str = "--model") -> PreTrainedTokenizerBase:
-    """The directory's tokenizer, with a pad token (EOS when it has none)."""
+    """The directory's tokenizer, with a pad token (EOS when it has none); its chat template will render within
+    the toolkit's budget (:mod:`core.sandbox`), also where transformers or TRL render it."""
     from transformers import AutoTokenizer
 
+    from core.sandbox import install_in_transformers
+
+    install_in_transformers()
     check_model_dir(path, flag)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)

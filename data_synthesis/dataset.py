@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 from core.config_fields import flat_fields, flat_values, nested, option
-from core.config_file import Range, choice, typed_config
+from core.config_file import SEED, Range, choice, typed_config
 from core.errors import ProbeError
 from core.llm.config import ClientOptions
 from data_synthesis.offline.synthesize import MAX_ROLES, SynthesisConfig
@@ -39,7 +39,7 @@ class SynthesizeConfig:
         SynthesisConfig.n_roles,
         "Roles to create; 20% are held out for the test split, which has 14*N rows (N=100: the published 1,400).",
     )
-    seed: int = option(SynthesisConfig.seed, "Same seed, same bytes.")
+    seed: Annotated[int, SEED] = option(SynthesisConfig.seed, "Same seed, same bytes.")
     backend: str = option("offline", "offline (templated, no network) or llm (an OpenAI-compatible endpoint).")
     endpoint: ClientOptions = nested(ClientOptions, skip=["temperature"], help_prefix="LLM backend: ")
 

@@ -6,7 +6,10 @@ decode together in shared batches (:mod:`access.shared_generation`) keep each fi
 prompts*, with every pass's tokens for it, as ``OUT/.arms/shared_<model>_<hash>_batch_<k>.json``;
 a pass decoded alone (a patch, sampling, the nnsight backend) keeps itself whole as
 ``OUT/.arms/<arm>.json``. Each file is written under a temporary name, then renamed, so a file
-there is always whole. A rerun into the same ``--out`` with the same settings reads
+there is always whole, and carries the sha256 of its content, its name and the fingerprint below
+(:func:`sealed`): a file changed since, or kept by another run or arm, is not used; one
+``warning:`` line names it and it is generated again (the shared decoder also refuses a kept
+batch whose token ids the model cannot emit). A rerun into the same ``--out`` with the same settings reads
 those passes back instead of generating them again; greedy decoding and per-batch
 seeded sampling make a generated arm a pure function of the settings, so the resumed
 report equals an uninterrupted one. The directory carries the fingerprint of everything
@@ -34,6 +37,7 @@ from typing import Any
 
 from access.generation import Generations
 from core.atomic import write_atomic
+from core.models import warn
 from core.run_dir import InterventionDir
 
 _IRRELEVANT = ("out_dir", "judge", "judge_base_url", "judge_model", "n_bootstrap")
@@ -103,14 +107,22 @@ class ArmStore:
         return generations
 
     def get_body(self, name: str) -> dict[str, Any] | None:
-        """The JSON object kept under ``name`` (an arm, or one batch of prompts decoded for every arm), if any."""
-        if self.root is None:
+        """The JSON object kept under ``name`` (an arm, or one batch of prompts decoded for every arm), if any.
+
+        A file whose checksum, settings or name do not match (see :func:`sealed`) is not used: one ``warning:``
+        line says so, and the caller makes it again."""
+        if self.root is None or not (self.root / file_name(name)).is_file():
             return None
+        path = self.root / file_name(name)
         try:
-            body = json.loads((self.root / file_name(name)).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            kept = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            kept = f"unreadable ({type(exc).__name__})"
+        fault = _seal_fault(kept, self.key, name)
+        if fault is not None:
+            warn(f"{path}: {fault}; it is generated again")
             return None
-        return body if isinstance(body, dict) else None
+        return kept["body"]  # checked by _seal_fault
 
     def put_body(self, name: str, body: dict[str, Any]) -> None:
         if self.root is None:
@@ -118,7 +130,7 @@ class ArmStore:
         if self._stamp() != self.key:
             self.root.mkdir(parents=True, exist_ok=True)
             write_atomic(self.root / "fingerprint", self.key + "\n")
-        write_atomic(self.root / file_name(name), json.dumps(body, ensure_ascii=False))
+        write_atomic(self.root / file_name(name), json.dumps(sealed(body, self.key, name), ensure_ascii=False))
 
     def finished(self) -> list[str]:
         if self.root is None or not self.root.is_dir():
@@ -128,3 +140,27 @@ class ArmStore:
     def clear(self) -> None:
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def sealed(body: dict[str, Any], key: str, name: str) -> dict[str, Any]:
+    """``body`` as it is kept: with the fingerprint of the settings that made it, its name, and the sha256 of all
+    three, so a file changed since, or kept by another run or arm, is told apart from a good one."""
+    return {"settings": key, "name": name, "sha256": _digest(body, key, name), "body": body}
+
+
+def _digest(body: Any, key: str, name: str) -> str:
+    text = json.dumps({"settings": key, "name": name, "body": body}, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _seal_fault(kept: Any, key: str, name: str) -> str | None:
+    """Why a kept file cannot be used (None: it can)."""
+    if isinstance(kept, str):
+        return kept
+    if not isinstance(kept, dict) or not isinstance(kept.get("body"), dict) or "sha256" not in kept:
+        return "not a file this toolkit keeps (no checksum)"
+    if kept.get("settings") != key or kept.get("name") != name:
+        return "kept under other settings"
+    if kept["sha256"] != _digest(kept["body"], key, name):
+        return "changed since it was kept (its checksum does not match)"
+    return None

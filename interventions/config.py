@@ -21,7 +21,7 @@ from access.driver_table import DEFAULT_DRIVER, DRIVERS, editing_driver
 from access.factors import PAPER_FACTOR, parse_factors, validate_factor
 from core.capabilities import Capability, parse_capability
 from core.config_fields import flat_values, nested, option
-from core.config_file import NON_NEGATIVE, POSITIVE, SEED, Range, choice, typed_config
+from core.config_file import NON_NEGATIVE_COUNT, POSITIVE, RANDOM_SETS, RESAMPLES, SEED, choice, typed_config
 from core.decoding import GenerationConfig
 from core.devices import check_device
 from core.errors import ProbeError
@@ -77,7 +77,7 @@ class ABConfig:
     positive_control: bool = option(
         True, "Also run factor 0 as a positive control (effect-size guard).", flag="--control"
     )
-    placebo: Annotated[int, NON_NEGATIVE] = option(20, "Random matched neuron sets for the placebo control (0 = none).")
+    placebo: Annotated[int, RANDOM_SETS] = option(20, "Random matched neuron sets for the placebo control (0 = none).")
     seed: Annotated[int, SEED] = option(0, "Seed for placebo draws, bootstrap and sampling.")
     judge: str = option("rules", "rules (offline, synthetic data) or llm (OpenAI-compatible endpoint).")
     judge_endpoint: ClientOptions = nested(
@@ -107,12 +107,10 @@ class ABConfig:
     collateral: bool = option(
         False, "Score the other capabilities too (--collateral-rows of each, for every arm and placebo set)."
     )
-    collateral_rows: Annotated[int, NON_NEGATIVE] | None = option(
+    collateral_rows: Annotated[int, NON_NEGATIVE_COUNT] | None = option(
         16, "Rows of each other capability scored as collateral (interleaved across tasks; none: as --limit allows)."
     )
-    n_bootstrap: Annotated[int, Range(100)] = option(
-        10_000, "Paired bootstrap resamples of each Δ.", flag="--bootstrap"
-    )
+    n_bootstrap: Annotated[int, RESAMPLES] = option(10_000, "Paired bootstrap resamples of each Δ.", flag="--bootstrap")
     model_dir: str | Path | None = option(
         None, "Model to intervene on (default: the run's --model, or the embedded default pair's)."
     )

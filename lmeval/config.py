@@ -19,7 +19,7 @@ from typing import Annotated, Any
 
 from access.factors import PAPER_FACTOR
 from core.config_fields import option
-from core.config_file import NON_NEGATIVE, POSITIVE, SEED, Range, typed_config
+from core.config_file import NON_NEGATIVE_COUNT, POSITIVE, RANDOM_SETS, RESAMPLES, SEED, typed_config
 from core.errors import ProbeError
 from core.run_dir import InterventionDir
 from interventions.config import ABConfig
@@ -68,8 +68,14 @@ class LMEvalConfig:
     include_path: list[str | Path] = option(
         help="Directory (or file) of local task YAMLs; repeatable.", default_factory=list, flag_type=Path, repeat=True
     )
+    trust_task_code: bool = option(
+        False,
+        "Run the Python that local tasks name (!function, HF Evaluate metrics); only for task folders you trust.",
+    )
     limit: Annotated[int, POSITIVE] | None = option(None, "At most N items per task (the same items in every pass).")
-    num_fewshot: Annotated[int, NON_NEGATIVE] | None = option(None, "Few-shot examples per item (default: the task's).")
+    num_fewshot: Annotated[int, NON_NEGATIVE_COUNT] | None = option(
+        None, "Few-shot examples per item (default: the task's)."
+    )
     apply_chat_template: bool = option(
         False,
         "Render prompts with the model's chat template (lm-eval's apply_chat_template).",
@@ -104,9 +110,9 @@ class LMEvalConfig:
     )
     units: str | None = option(None, "Explicit units LAYER:UNIT[,...], e.g. 14:3,14:9,20:0.")
     hook: str = option("mlp_out", "Hook point for --top-k from a run and --units.")
-    placebo: Annotated[int, NON_NEGATIVE] = option(0, "Random matched unit sets per arm, each a full lm-eval pass.")
+    placebo: Annotated[int, RANDOM_SETS] = option(0, "Random matched unit sets per arm, each a full lm-eval pass.")
     seed: Annotated[int, SEED] = option(0, "Seed of the bootstrap and the placebo draws.")  # lm-eval keeps its own
-    n_bootstrap: Annotated[int, Range(100)] = option(10_000, "Bootstrap resamples for the CIs.", flag="--bootstrap")
+    n_bootstrap: Annotated[int, RESAMPLES] = option(10_000, "Bootstrap resamples for the CIs.", flag="--bootstrap")
     batch_size: Annotated[int, POSITIVE] = option(8, "lm-eval batch size.")
     dtype: str = option("float32", "Model dtype: float32, bfloat16 or float16.")
     device: str = option("cpu", "Torch device, e.g. cpu or cuda.")

@@ -8,8 +8,9 @@ The pipeline, in order:
    and check them against the model built on the meta device (its layout, no weights);
 3. find and load the tasks (names, groups, or task YAML files; ``--include-path`` adds local task
    directories, searched alone first so that a local task costs no index of lm-eval's 14,000): an
-   unknown name, or a task whose dataset must come from the hub, is one :class:`ProbeError` line
-   before any weights load;
+   unknown name, a task whose dataset must come from the hub, or a local task that names Python
+   (``!function``) without ``--trust-task-code`` is one :class:`ProbeError` line before any weights
+   load; task templates render in a budgeted sandbox (:mod:`lmeval.tasks`);
 4. load the model once as ``probe-edited`` (:mod:`lmeval.model`) and build the arms
    with ``probe intervene``'s recipes (:mod:`interventions.recipes`), checked against it;
 5. run lm-eval's :func:`lm_eval.simple_evaluate` with ``log_samples`` unedited, then once per
@@ -33,7 +34,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from core.errors import ProbeError
 from core.records import to_json
@@ -51,9 +52,7 @@ from lmeval.report import (
     include_in_ab,
     write_report,
 )
-
-if TYPE_CHECKING:
-    pass
+from lmeval.tasks import TaskGate, sandboxed_task_templates, task_code_error, template_error
 
 Progress = Callable[[str], None]
 
@@ -71,6 +70,7 @@ class TaskSet:
     names: list[str]
     infos: dict[str, TaskInfo]
     groups: dict[str, GroupInfo]
+    gate: TaskGate
 
 
 @contextmanager
@@ -94,17 +94,23 @@ def offline_hub() -> Iterator[bool]:
 
 @contextmanager
 def lm_eval_warnings_off() -> Iterator[None]:
-    """lm-eval's log below ERROR off within the block: it repeats its task-loading advice on every pass;
-    our report says what matters."""
+    """lm-eval's log below ERROR and ``datasets``' progress bars off within the block: lm-eval repeats its
+    task-loading advice on every pass, and a bar would stand before an ``error:`` line; our report says what
+    matters."""
     import logging
 
+    import datasets
+
     logger = logging.getLogger("lm_eval")
-    level = logger.level
+    level, bars_on = logger.level, datasets.is_progress_bar_enabled()
     logger.setLevel(logging.ERROR)
+    datasets.disable_progress_bars()
     try:
         yield
     finally:
         logger.setLevel(level)
+        if bars_on:
+            datasets.enable_progress_bars()
 
 
 def _needs_network(exc: BaseException) -> bool:
@@ -116,9 +122,10 @@ def _needs_network(exc: BaseException) -> bool:
 
 
 @contextmanager
-def task_errors(what: str, loading: bool = True) -> Iterator[None]:
-    """A task that needs the hub, and (``loading``) one that cannot load (a missing file, a wrong YAML), as one
-    :class:`ProbeError` line; while evaluating, anything else keeps its traceback (it is a bug, not the user's task)."""
+def task_errors(what: str, loading: bool = True, code_dirs: set[Path] | None = None) -> Iterator[None]:
+    """A task that needs the hub, a task template Jinja refuses, what a trusted task's Python (in ``code_dirs``)
+    raises, and (``loading``) a task that cannot load (a missing file, a wrong YAML), as one :class:`ProbeError`
+    line; while evaluating, anything else keeps its traceback (it is a bug, not the user's task)."""
     import yaml
 
     try:
@@ -126,6 +133,9 @@ def task_errors(what: str, loading: bool = True) -> Iterator[None]:
     except ProbeError:
         raise
     except Exception as exc:  # noqa: BLE001 - lm-eval and datasets raise anything from a user's task definition
+        own = task_code_error(exc, code_dirs or set(), what) or template_error(exc, what)
+        if own is not None:
+            raise own from None
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         if _needs_network(exc):
             raise ProbeError(
@@ -156,8 +166,9 @@ def _known(manager: Any, name: str) -> list[str]:
     return list(manager.match_tasks([name])) if any(c in name for c in "*?[") else []
 
 
-def load_tasks(names: list[str], include_path: list[str | Path]) -> TaskSet:
-    """Find every name (local task directories first, alone), load each task, and describe it for the comparison."""
+def load_tasks(names: list[str], include_path: list[str | Path], trust_code: bool = False) -> TaskSet:
+    """Find every name (local task directories first, alone), load each task, and describe it for the comparison;
+    a local task that names Python is refused unless ``trust_code`` (:class:`TaskGate`)."""
     from lm_eval.tasks import TaskManager
 
     paths = [str(p) for p in include_path] or None
@@ -176,8 +187,9 @@ def load_tasks(names: list[str], include_path: list[str | Path]) -> TaskSet:
     infos: dict[str, TaskInfo] = {}
     groups: dict[str, GroupInfo] = {}
     given: dict[str, str] = {}
+    gate = TaskGate(trust_code)
     for name in expanded:
-        with task_errors(repr(name)), lm_eval_warnings_off():
+        with task_errors(repr(name), code_dirs=gate.dirs), gate.active(), lm_eval_warnings_off():
             loaded = manager.load([name])
         for task_name, task in loaded["tasks"].items():
             if task_name in given:
@@ -196,7 +208,7 @@ def load_tasks(names: list[str], include_path: list[str | Path]) -> TaskSet:
                 if m.aggregation == "mean"
             )
             groups[group_name] = GroupInfo(tuple(t.task_name for t in group.get_all_tasks()), metrics)
-    return TaskSet(manager, expanded, infos, groups)
+    return TaskSet(manager, expanded, infos, groups, gate)
 
 
 def _suggest(name: str, known: list[str]) -> str:
@@ -224,7 +236,8 @@ def evaluate(lm: Any, tasks: TaskSet, config: LMEvalConfig) -> Pass:
     import lm_eval
 
     start = time.perf_counter()
-    with task_errors(", ".join(repr(n) for n in tasks.names), loading=False), lm_eval_warnings_off():
+    what = ", ".join(repr(n) for n in tasks.names)
+    with task_errors(what, loading=False, code_dirs=tasks.gate.dirs), tasks.gate.active(), lm_eval_warnings_off():
         out = lm_eval.simple_evaluate(
             model=lm,
             tasks=list(tasks.names),
@@ -280,8 +293,8 @@ def run_lmeval(config: LMEvalConfig, progress: Progress | None = None) -> LMEval
     ab = replace(ab, model_dir=model_dir)
     # units that do not fit the model: one line before anything loads
     neurons = checked_neurons(ab, skeleton(model_dir))
-    with offline_hub():
-        tasks = load_tasks(cast("list[str]", config.tasks), config.include_path)  # split in __post_init__
+    with offline_hub(), sandboxed_task_templates():
+        tasks = load_tasks(cast("list[str]", config.tasks), config.include_path, config.trust_task_code)  # split
         say(f"loading {model_dir}")
         lm = register()(pretrained=model_dir, dtype=config.dtype, device=config.device, batch_size=config.batch_size)
         neurons, arms = edit_arms(ab, lm.model, model_dir, neurons)

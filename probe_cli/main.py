@@ -51,6 +51,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain help: at 80 columns a 46-character description column and no type for a flag
 )
 
 
@@ -89,9 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     except Interrupted as exc:
         _stop("interrupted", str(exc), exc.exit_code, exc)
     except ProbeError as exc:
-        if not _said_by_another_rank(exc):
-            print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        _stop("error", str(exc), 2, exc)
     except KeyboardInterrupt:
         _stop("interrupted", UNCAUGHT_INTERRUPT, Interrupted.exit_code)
 

@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional, TypeVar, cast
+from typing import Annotated, Any, Optional, TypeVar, Union, cast, get_args, get_origin
 
 import typer
 
@@ -124,9 +125,44 @@ def config_options(
 
 
 def help_text(f: FlatField, required: bool = False) -> str:
-    """The option's help: the field's, then its default ("Default: 20."), said from the field."""
+    """The option's help: the field's, then its default ("Default: 20.") and its bounds ("Range: [1, 1000]."), said
+    from the field."""
     shown = None if required else shown_default(f)
-    return f"{f.help} Default: {shown}." if shown is not None else f.help
+    text = f"{f.help} Default: {shown}." if shown is not None else f.help
+    bounds = bounds_of(f.hint)
+    return f"{text} {said_bounds(bounds)}" if bounds is not None else text
+
+
+def bounds_of(hint: Any) -> Range | None:
+    """The :class:`Range` a number hint carries (``Annotated[int, Range(1, 9)] | None`` -> ``Range(1, 9)``)."""
+    if get_origin(hint) is Annotated:
+        marks = [m for m in get_args(hint)[1:] if isinstance(m, Range)]
+        return marks[0] if marks else bounds_of(get_args(hint)[0])
+    if get_origin(hint) in (Union, types.UnionType):
+        return next((b for b in map(bounds_of, get_args(hint)) if b is not None), None)
+    return None
+
+
+def said_bounds(bounds: Range) -> str:
+    """How a help line states an option's bounds: ``Range: [1, 1000].``, ``Range: > 0.``"""
+    return f"Range: {str(bounds).removeprefix('in ')}."
+
+
+def count_option(default: int | None, flag: str, help: str, bounds: Range) -> Any:
+    """A command's own integer option bounded by ``bounds``, said in its help; a value outside is one ``error:`` line
+    naming the flag (or the ``--config`` file and key), as a config's setting is."""
+    hint = Annotated[int, bounds]
+
+    def check(ctx: typer.Context, param: typer.CallbackParam, value: Optional[int]) -> Optional[int]:
+        if value is not None:
+            try:
+                typed(value, hint, str(param.name))
+            except OptionError as exc:
+                raise exc.at(flag) from None
+        return value
+
+    check.bounds = bounds  # type: ignore[attr-defined]  # read by _hint, for a --config file's value
+    return typer.Option(default, flag, help=f"{help} {said_bounds(bounds)}", callback=check)
 
 
 def shown_default(f: FlatField) -> str | None:
@@ -216,8 +252,9 @@ def _hint(param: Any) -> Any:
     hint = param.type_descriptor.annotation
     if hint not in (bool, int, float, str, Path):
         return Any  # an enum or a custom type: the conversion is the check
-    if hint in (int, float) and (param.min is not None or param.max is not None):
-        hint = Annotated[hint, Range(param.min, param.max)]
+    bounds = getattr(param.callback, "bounds", None)  # a count_option
+    if hint in (int, float) and (bounds is not None or param.min is not None or param.max is not None):
+        hint = Annotated[hint, bounds or Range(param.min, param.max)]
     hint = list[hint] if param.multiple else hint  # type: ignore[valid-type]  # a hint built at run time, for typer
     return hint | None if param.default is None and not param.required else hint  # null: as if not given
 

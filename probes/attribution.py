@@ -331,11 +331,9 @@ def attribute_run(
     progress: bool = False,
 ) -> Path:
     """Compute (or reuse) the attribution file of ``m`` for every capability and hook of the run; see the module doc."""
-    import h5py
-
     from access.pair import load_pair
-    from core.atomic import atomic_path
     from core.chat import pad_id_of
+    from core.hdf5 import write_hdf5
     from core.provenance import weights_sha256
     from probes.batching import CPU_MAX_BATCH_TOKENS
     from probes.store import RunReader
@@ -354,10 +352,8 @@ def attribute_run(
         )
     key = _key(settings, m, positions, source, max_rows)
     path = RunDir(run_dir).attribution(m)
-    if path.is_file():
-        with h5py.File(path, "r") as f:
-            if f.attrs.get("key") == key:
-                return path
+    if _cached(path, key):
+        return path
     if not settings.sft_dir or not settings.dpo_dir:
         raise ProbeError(
             f"{run_dir}: the run does not say where its models are (sft_dir/dpo_dir); attribution needs them"
@@ -379,7 +375,8 @@ def attribute_run(
         plans = _margin_plans(source, capabilities, pair.tokenizer, max_rows)
     budget = max_batch_tokens or max(256, (CPU_MAX_BATCH_TOKENS if pair.device == "cpu" else 8192) // 4)
     pad_id = pad_id_of(pair.tokenizer)
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+
+    def fill(f: Any) -> None:
         for plan in plans:
             sites = [(h, layer) for h in hooks[plan.capability] for layer in settings.layers]
             _attribute_plan(f, plan, pair, sites, pad_id, positions, budget, settings.layers, hooks[plan.capability])
@@ -393,7 +390,30 @@ def attribute_run(
                 "seconds": time.perf_counter() - started,
             }
         )
+
+    try:
+        write_hdf5(path, fill)
+    except OSError as exc:
+        raise ProbeError(
+            f"{path}: writing the attribution failed ({exc.strerror or exc}); the file there was kept: free space "
+            "(or fix permissions) and rerun"
+        ) from None
     return path
+
+
+def _cached(path: Path, key: str) -> bool:
+    """Whether ``path`` holds the attribution of ``key``; a damaged file is a note, and is computed again."""
+    from core.hdf5 import read_hdf5, text_attr
+    from core.models import warn
+
+    if not path.is_file():
+        return False
+    try:
+        with read_hdf5(path, "attribution file", "computing it again") as f:
+            return text_attr(f, "key") == key
+    except ProbeError as exc:
+        warn(str(exc))
+        return False
 
 
 def _attribute_plan(

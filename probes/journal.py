@@ -253,6 +253,7 @@ def consolidate(run_dir: Path, capabilities: list[str], plan: ConsolidationPlan)
     pending = {cap: run.shards(cap) for cap in capabilities}
     target = run.activations
     if target.is_file() and not any(pending.values()):
+        _drop_empty_journal(run)
         return {cap: 0 for cap in capabilities}
     for cap, paths in pending.items():
         for path in paths:
@@ -269,7 +270,19 @@ def consolidate(run_dir: Path, capabilities: list[str], plan: ConsolidationPlan)
         for path in paths:
             path.unlink(missing_ok=True)
     shutil.rmtree(staging, ignore_errors=True)
+    _drop_empty_journal(run)
     return appended
+
+
+def _drop_empty_journal(run: RunDir) -> None:
+    """The journal exists only while it holds something: empty capability folders, then the journal, are removed
+    (a folder holding a file of the user's stays)."""
+    folders = [p for p in run.journal.iterdir() if p.is_dir()] if run.journal.is_dir() else []
+    for folder in [*folders, run.journal]:
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
 
 
 def _write_staging_in_child(

@@ -348,11 +348,15 @@ def _attr(obj: Any, name: str, where: str) -> Any:
     except Exception as exc:  # noqa: BLE001 - in the guard process: any failure to read is damage, said in one line
         raise _Refused(f"the attribute {name!r} of {where} cannot be read ({_first_line(exc)})") from None
     try:
-        json.dumps(value)
+        text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
         raise _Refused(
             f"the attribute {name!r} of {where} holds {type(value).__name__}; expected text or numbers"
         ) from None
+    try:
+        text.encode("utf-8")  # h5py hands invalid UTF-8 over as lone surrogates
+    except UnicodeEncodeError:
+        raise _Refused(f"the attribute {name!r} of {where} is not valid UTF-8 text; the file is damaged") from None
     return value
 
 
@@ -368,7 +372,9 @@ def _sample_fields(group: h5py.Group, cap: str, size: int) -> dict[str, Any]:
         _check_storage(dataset, size)
         try:
             kind = "text" if h5py.check_string_dtype(dataset.dtype) else dataset.dtype.kind
-            dataset[:]  # read whole: these are small, and a damaged string heap must crash here, not in the reader
+            values = dataset[:]  # read whole: these are small, and a damaged string heap must crash here, not later
+            for text in values.ravel() if kind == "text" else ():
+                text.decode("utf-8") if isinstance(text, bytes) else text.encode("utf-8")  # invalid UTF-8 raises
         except Exception as exc:  # noqa: BLE001 - the guard process
             raise _Refused(
                 f"samples/{cap}/{name} cannot be read ({_first_line(exc)}); record again into a new --out"

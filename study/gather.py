@@ -148,12 +148,13 @@ def _read_recording(study: Study) -> None:
 
 
 def _recorded_when(path: Path) -> dict[str, Any]:
-    import h5py
+    from probes.store import checked_metadata
 
-    try:
-        with h5py.File(path, "r") as f:
-            provenance = json.loads(f.attrs.get("provenance", "{}"))
-    except (OSError, ValueError, TypeError):
+    try:  # through the guard process: HDF5 itself crashes on some damaged files
+        provenance = json.loads(checked_metadata(path)["root"].get("provenance", "{}"))
+    except (ProbeError, OSError, ValueError, TypeError):
+        return {}
+    if not isinstance(provenance, dict):
         return {}
     return {"recorded_at": provenance.get("recorded_at"), "device": provenance.get("device")}
 

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from core.config_fields import option
-from core.config_file import NON_NEGATIVE, POSITIVE, typed_config
+from core.config_file import POSITIVE, RANDOM_SETS, typed_config
 from study.layout import q
 
 # rows of the test split `models eval` judges by default here (spread over tasks): half the default pair's split
@@ -57,7 +57,7 @@ class ReplicateOptions:
     limit: Annotated[int, POSITIVE] | None = option(
         TARGET_ROWS, "Intervention: rows of multi_turn (and of each collateral capability)."
     )
-    placebo: Annotated[int, NON_NEGATIVE] | None = option(
+    placebo: Annotated[int, RANDOM_SETS] | None = option(
         None, "Intervention: placebo sets per arm.", shown_default="probe intervene's"
     )
     max_new_tokens: Annotated[int, POSITIVE] | None = option(

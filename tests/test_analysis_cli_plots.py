@@ -56,7 +56,7 @@ def test_analyze_prints_top_layers_and_writes_outputs(
             ["--layers", "12-31"],
             "error: --layers 12-31: the model has 16 layers (0-15); layer 16 is outside it (leave --layers out",
         ),
-        (["--stability-resamples", "-1"], "error: --stability-resamples: expected an integer >= 0, got -1"),
+        (["--stability-resamples", "-1"], "error: --stability-resamples: expected an integer in [0, 10000], got -1"),
         (["--capability", "bogus"], "error: unknown capability 'bogus'"),
         (["--capability", "priority"], "error: capability 'priority' was not recorded"),
         (

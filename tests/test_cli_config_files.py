@@ -232,7 +232,7 @@ def test_every_command_refuses_an_unknown_key_naming_the_file(argv: list[str], t
     "content, message",
     [
         ("roles: 3000\n", "roles: expected an integer in [2, 800], got 3000"),
-        ("seed: abc\n", "seed: expected an integer, got 'abc'"),
+        ("seed: abc\n", "seed: expected an integer in [0, 4294967295], got 'abc'"),
         ("backend: gpt\n", "expected one of offline, llm, got 'gpt'"),
         ("model: m\n", "--model: only for --backend llm"),
     ],

@@ -31,7 +31,7 @@ from data_synthesis.dataset import SynthesizeConfig
 from interventions.config import ABConfig
 from lmeval.config import LMEvalConfig
 from probe_cli.main import app
-from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, shown_default
+from probe_cli.options import FROM_CONFIG, ConfigFlags, bounds_of, config_options, said_bounds, shown_default
 from probes.config import RecordConfig
 from study.replicate_config import ReplicateOptions
 from tests.support.cli import one_line_error
@@ -79,6 +79,8 @@ def test_each_option_is_its_field(path: tuple[str, ...]) -> None:
         assert opt.default is None, name  # not given: the file, then the field decide
         shown = None if name in REQUIRED.get(path, set()) else shown_default(field)
         said = f" Default: {shown}." if shown is not None else ""
+        bounds = bounds_of(field.hint)
+        said += f" {said_bounds(bounds)}" if bounds is not None else ""
         assert field.help and opt.help == field.help + said, (name, opt.help)
         assert opt.help.count("Default:") <= 1, (name, opt.help)  # the field's default, said once
 
@@ -96,7 +98,7 @@ def test_no_help_restates_a_default_of_its_own(path: tuple[str, ...]) -> None:
         (["models", "eval"], "sft: a", "give both --sft and --dpo"),
         (["replicate"], "dpo: a", "give both --sft and --dpo"),
         (["replicate"], "edit: 3", "edit: expected a string, got 3"),
-        (["explain", "{tmp}/run"], "tokens: 0", "tokens: expected an integer >= 1, got 0"),
+        (["explain", "{tmp}/run"], "tokens: 0", "tokens: expected an integer in [1, 1000000], got 0"),
         (["synthesize", "--out", "{tmp}/data"], "max-retries: 2", "--max-retries: only for --backend llm"),
     ],
 )
@@ -135,7 +137,7 @@ def test_nested_settings_keep_their_flat_names_in_reports_and_files(tmp_path: Pa
 def test_an_error_inside_a_nested_config_names_the_outer_flag_or_key(tmp_path: Path) -> None:
     with pytest.raises(ProbeError, match=r"^--judge-retries: expected an integer in \[0, 100\], got -1$"):
         from_settings(ABConfig, {"units": "1:0", "judge_retries": -1})
-    with pytest.raises(ProbeError, match=r"^--max-new-tokens: expected an integer >= 1, got 0$"):
+    with pytest.raises(ProbeError, match=r"^--max-new-tokens: expected an integer in \[1, 1000000\], got 0$"):
         from_settings(ABConfig, {"units": "1:0", "max_new_tokens": 0})
     path = tmp_path / "ab.json"
     path.write_text(json.dumps({"units": "1:0", "judge_backoff": 601}))

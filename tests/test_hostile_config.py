@@ -330,8 +330,8 @@ CASES = [
     ("run", {"add_generation_prompt": "false"}, "add_generation_prompt: expected true or false, got 'false'"),
     ("run", {"layers": 5}, "layers: expected a string or a list of integers, got 5"),
     ("run", {"layers": [3, "five"]}, "layers[1]: expected an integer >= 0, got 'five'"),
-    ("run", "batch_size: eight\n", "batch_size: expected an integer >= 1, got 'eight'"),
-    ("run", '{"batch_size": NaN}', "batch_size: expected an integer >= 1, got nan"),
+    ("run", "batch_size: eight\n", "batch_size: expected an integer in [1, 1000000], got 'eight'"),
+    ("run", '{"batch_size": NaN}', "batch_size: expected an integer in [1, 1000000], got nan"),
     ("run", '{"max_batch_tokens": Infinity}', "max_batch_tokens: expected an integer in [1, 1048576], got inf"),
     (
         "run",
@@ -350,9 +350,9 @@ CASES = [
         {"metric": "median"},
         "metric: expected one of topk_count, mean_diff, effect_size, attribution, got 'median'",
     ),
-    ("intervene", {"placebo": "x"}, "placebo: expected an integer >= 0, got 'x'"),
+    ("intervene", {"placebo": "x"}, "placebo: expected an integer in [0, 1000], got 'x'"),
     ("intervene", {"doses": 0.5}, "doses: expected a list of numbers, got 0.5"),
-    ("intervene", {"limit": "2"}, "limit: expected an integer >= 1, got '2'"),
+    ("intervene", {"limit": "2"}, "limit: expected an integer in [1, 1000000], got '2'"),
     ("intervene", {"positive_control": "false"}, "positive_control: expected true or false, got 'false'"),
     ("intervene", {"collateral": "false"}, "collateral: expected true or false, got 'false'"),
     ("intervene", {"do_sample": "false"}, "do_sample: expected true or false, got 'false'"),
@@ -438,7 +438,7 @@ def test_a_flag_overrides_a_bad_range_only_the_file_gave_but_the_file_is_still_t
     one_line_error(
         capsys,
         [*_argv("run", tiny_pair, rolemrc_file, tmp_path), "--batch-size", "8", "--config", str(config)],
-        f"--config {config}: batch_size: expected an integer >= 1, got '8'",
+        f"--config {config}: batch_size: expected an integer in [1, 1000000], got '8'",
     )
 
 
@@ -669,7 +669,7 @@ def test_any_option_file_is_typed_or_refused_in_one_line(
 @pytest.mark.parametrize(
     "content, message",
     [
-        ('{"limit": "2"}', "limit: expected an integer >= 1, got '2'"),
+        ('{"limit": "2"}', "limit: expected an integer in [1, 1000000], got '2'"),
         ('{"json": "false"}', "json: expected true or false, got 'false'"),
         ('{"temperature": NaN}', "temperature: expected a number in [0, 2], got nan"),
     ],

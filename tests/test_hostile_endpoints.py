@@ -21,6 +21,7 @@ seconds; ``PROBE_FUZZ_EXAMPLES`` raises the bound for a longer hunt.
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import signal
@@ -28,8 +29,11 @@ import subprocess
 import sys
 import time
 import tracemalloc
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote, quote_plus
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -39,10 +43,10 @@ from core.errors import ProbeError
 from core.llm.client import LLMClient
 from core.llm.config import ClientConfig
 from core.llm.scrub import MIN_SECRET_RUN, Scrubber
-from core.llm.transport import MAX_REPLY_BYTES
+from core.llm.transport import MAX_REDIRECTS, MAX_REPLY_BYTES
 from probe_cli.main import main
 from tests.support.judge_files import write_judge_files
-from tests.support.scripted_server import Hostile, HostileServer, ScriptedServer
+from tests.support.scripted_server import Hostile, HostileServer, ScriptedServer, Step
 
 pytestmark = pytest.mark.server
 ROOT = Path(__file__).resolve().parents[1]
@@ -215,7 +219,10 @@ def test_a_hostile_endpoint_ends_in_one_line_within_the_deadline_and_leaks_no_se
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     behaviour = data.draw(BEHAVIOURS[family], label="behaviour")
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    if credentials:  # URL credentials and a key together are refused, so the password is the secret here
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    else:
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
     caplog.set_level(logging.DEBUG)
     tmp = tmp_path_factory.mktemp("case")
     with HostileServer(behaviour, lifetime=30) as server:
@@ -227,8 +234,8 @@ def test_a_hostile_endpoint_ends_in_one_line_within_the_deadline_and_leaks_no_se
     assert NEEDLES[behaviour.kind] in lines[0], lines[0]
     assert outcome.seconds < BOUND_S, (behaviour.kind, outcome.seconds)
     assert "no verdict was written" in lines[0] and not (tmp / "verdicts.jsonl").exists()
-    # without it in the URL, the password is just text
-    assert_clean(outcome, tmp / "cache", ALL_RUNS if credentials else KEY_RUNS)
+    # without it in the URL, the password is just text; without the key in the environment, so is the key
+    assert_clean(outcome, tmp / "cache", runs_of(PASSWORD) if credentials else KEY_RUNS)
 
 
 def test_the_deadline_bounds_the_whole_reply_not_each_read(tmp_path: Path) -> None:
@@ -296,19 +303,145 @@ def test_base_url_credentials_are_sent_but_never_stored_or_printed(
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with ScriptedServer(responder=lambda request: "Score: 1") as server:
         url = server.base_url.replace("http://", f"http://admin:{PASSWORD}@")
         outcome = judge(url, tmp_path / "cache", judge_files, tmp_path / "verdicts.jsonl", capsys, caplog)
         sent = {k.lower(): v for k, v in server.chat_requests[0].headers.items()}
     assert outcome.code == 0, outcome.err
-    assert sent["authorization"].startswith("Basic ")  # the URL's credentials, as any HTTP client sends them
+    assert sent["authorization"] == "Basic " + base64.b64encode(f"admin:{PASSWORD}".encode()).decode()
     assert ClientConfig(base_url=url, model="m").base_url == server.base_url and PASSWORD not in repr(
         ClientConfig(base_url=url, model="m")
     )
     assert list((tmp_path / "cache").rglob("*.json"))
     assert_clean(outcome, tmp_path / "cache")
     assert PASSWORD not in (tmp_path / "verdicts.jsonl").read_text(encoding="utf-8")
+
+
+def test_url_credentials_with_a_key_are_one_line_and_nothing_is_sent(
+    tmp_path: Path,
+    judge_files: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request carries one Authorization header: neither the key nor the URL's credentials is dropped unsaid."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    with ScriptedServer(responder=lambda request: "Score: 1") as server:
+        url = server.base_url.replace("http://", f"http://admin:{PASSWORD}@")
+        outcome = judge(url, tmp_path / "cache", judge_files, tmp_path / "verdicts.jsonl", capsys, caplog)
+        assert not server.received
+    lines = outcome.err.strip().splitlines()
+    assert outcome.code == 2 and len(lines) == 1 and lines[0].startswith("error: "), outcome.err
+    assert "--base-url carries credentials" in lines[0] and "unset OPENAI_API_KEY" in lines[0], lines[0]
+    assert_clean(outcome, tmp_path / "cache")
+
+
+# Any character a URL can carry percent-encoded, ':' included, but none that prints as nothing or as
+# space (the scrubber removes invisible characters first, and 8 spaces may be in any output).
+SECRET_TEXT = st.characters(blacklist_categories=("Cs", "Cc", "Cf", "Zs", "Zl", "Zp", "Co", "Cn"))
+CREDENTIALS = st.tuples(
+    st.text(SECRET_TEXT, min_size=1, max_size=12) | st.just("user:with:colons"),
+    st.text(SECRET_TEXT, min_size=MIN_SECRET_RUN, max_size=24) | st.just("pä:ss:wörd-€-ключ"),
+)
+
+
+def every_encoding(user: str, password: str) -> set[str]:
+    """Every form of the credentials a test looks for: plain, percent-encoded and base64 in all three spellings."""
+    raw = f"{user}:{password}".encode()
+    b64 = {base64.b64encode(raw).decode(), base64.urlsafe_b64encode(raw).decode()}
+    return (
+        {password, f"{user}:{password}", f"{quote(user, safe='')}:{quote(password, safe='')}"}
+        | {quote(password, safe=""), quote(password), quote_plus(password)}
+        | b64
+        | {b.rstrip("=") for b in b64}
+    )
+
+
+def echo_credentials(server: ScriptedServer, fail: bool) -> Callable[[dict[str, Any]], str]:
+    """A responder that sends back the Authorization header it got, decoded and re-encoded every way."""
+
+    def respond(request: dict[str, Any]) -> str:
+        headers = {k.lower(): v for k, v in server.chat_requests[-1].headers.items()}
+        auth = headers.get("authorization", "")
+        plain = base64.b64decode(auth.removeprefix("Basic ")).decode("utf-8", "replace")
+        raw = plain.encode()
+        forms = [
+            auth,
+            plain,
+            plain.partition(":")[2],
+            quote(plain, safe=""),
+            quote_plus(plain),
+            base64.urlsafe_b64encode(raw).decode(),
+            base64.b64encode(raw).decode().rstrip("="),
+            base64.urlsafe_b64encode(raw).decode().rstrip("="),
+        ]
+        text = "you sent " + " | ".join(forms)
+        if fail:
+            raise RuntimeError(text)  # the server's 500 carries it as its error message
+        return "Score: 1\n" + text
+
+    return respond
+
+
+@ENDPOINT
+@given(credentials=CREDENTIALS, fail=st.booleans())
+def test_url_credentials_in_any_encoding_never_reach_an_output_a_log_or_the_cache(
+    credentials: tuple[str, str],
+    fail: bool,
+    judge_files: tuple[Path, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    user, password = credentials
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    caplog.set_level(logging.DEBUG)
+    tmp = tmp_path_factory.mktemp("credentials")
+    with ScriptedServer(lifetime=30) as server:
+        server.responder = echo_credentials(server, fail)
+        userinfo = f"{quote(user, safe='')}:{quote(password, safe='')}"
+        url = server.base_url.replace("http://", f"http://{userinfo}@")
+        outcome = judge(url, tmp / "cache", judge_files, tmp / "verdicts.jsonl", capsys, caplog)
+        sent = {k.lower(): v for k, v in server.chat_requests[0].headers.items()}["authorization"]
+    assert sent == "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    assert outcome.code == (2 if fail else 0), outcome.err
+    runs = set().union(*(runs_of(form) for form in every_encoding(user, password)))
+    assert_clean(outcome, tmp / "cache", runs)
+    if not fail:
+        assert not leaks((tmp / "verdicts.jsonl").read_text(encoding="utf-8"), runs)
+
+
+def test_a_same_origin_redirect_is_followed_and_another_origin_is_one_line(
+    tmp_path: Path,
+    judge_files: tuple[Path, Path],
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    moved = [Step(code, location="/v2/chat/completions") for code in (301, 302, 307, 308)]
+    with ScriptedServer(moved, responder=lambda request: "Score: 1") as server:
+        outcome = judge(server.base_url, tmp_path / "a", judge_files, tmp_path / "a.jsonl", capsys, caplog)
+        paths = [r.path for r in server.chat_requests]
+    assert outcome.code == 0, outcome.err
+    assert paths[:5] == ["/v1/chat/completions"] + ["/v2/chat/completions"] * 4, paths
+    with (
+        ScriptedServer() as elsewhere,
+        ScriptedServer([Step(307, location=elsewhere.base_url + "/chat/completions")]) as server,
+    ):
+        outcome = judge(server.base_url, tmp_path / "b", judge_files, tmp_path / "b.jsonl", capsys, caplog)
+        assert not elsewhere.received  # the key is not sent to another origin
+    lines = outcome.err.strip().splitlines()
+    assert outcome.code == 2 and len(lines) == 1 and lines[0].startswith("error: "), outcome.err
+    assert f"redirected to another origin, {elsewhere.base_url}/chat/completions" in lines[0], lines[0]
+    assert f"point --base-url at it (--base-url {elsewhere.base_url})" in lines[0], lines[0]
+    with ScriptedServer([Step(307, location="/v1/chat/completions")] * (MAX_REDIRECTS + 1)) as server:
+        outcome = judge(server.base_url, tmp_path / "c", judge_files, tmp_path / "c.jsonl", capsys, caplog)
+        assert len(server.chat_requests) == MAX_REDIRECTS + 1
+    lines = outcome.err.strip().splitlines()
+    assert outcome.code == 2 and len(lines) == 1 and f"redirected more than {MAX_REDIRECTS} times" in lines[0]
 
 
 def test_a_proxy_from_the_environment_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:

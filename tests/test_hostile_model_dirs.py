@@ -9,6 +9,9 @@ The properties a user relies on:
 * no model code runs, even when stdin answers ``y`` to any prompt (no prompt may appear);
 * every refusal is one ``error:`` line (exit 2) naming the file, and for a template the data
   row by file and line;
+* a chat template runs within a budget: a loop, a recursion or a value without bound (generated)
+  ends within seconds in one line naming the template's file, and the templates of the tiny
+  Llama, ChatML and Qwen-style models render byte for byte as in transformers' own sandbox;
 * a generation config is never a traceback: its token ids are checked, its other keys are
   ignored with one warning, and the responses are those of the clean model;
 * a file dropped into the verified default pair is noticed, and a wheel path that is a
@@ -110,6 +113,7 @@ TEMPLATES = {
     "raise": "{{ raise_exception('this template refuses every conversation') }}",
     "syntax": "{% for message in messages %}{{ message['content'] }",
     "empty": "{% if false %}never{% endif %}",
+    "loop": "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",  # 10^10 times
 }
 
 
@@ -264,7 +268,12 @@ def test_a_failing_chat_template_names_its_file_and_the_row(
     for d in (sft, dpo):
         with_template(d, TEMPLATES[kind])
     argv = _run(sft, dpo, data, tmp_path / "run") if command == "run" else _eval(sft, dpo, data)
-    what = {"raise": "refuses every conversation", "syntax": "TemplateSyntaxError", "empty": "empty prompt"}[kind]
+    what = {
+        "raise": "refuses every conversation",
+        "syntax": "TemplateSyntaxError",
+        "empty": "empty prompt",
+        "loop": "TemplateBudgetError",
+    }[kind]
     line = one_line_error(capsys, argv, f"{sft}/chat_template.jinja", f"{data}:", "(data row", what)
     if kind == "syntax":
         assert "chat_template.jinja:1:" in line
@@ -287,6 +296,119 @@ def test_a_template_given_with_chat_template_is_named_by_its_path(tiny_model_dir
     (tmp_path / "latin1.jinja").write_bytes(b"{{ '\xe9' }}")
     with pytest.raises(ProbeError, match="not UTF-8"):
         choose_chat_template(tokenizer, str(tmp_path / "latin1.jinja"))
+
+
+# a hostile template: a blow-up (loops, recursion, a huge value) inside one of a few settings
+BLOWUPS = {
+    "nested loops": "{% for i in range(100000) %}{% for j in range(100000) %}{{ '' }}{% endfor %}{% endfor %}",
+    "three loops": "{% for a in range(3000) %}{% for b in range(3000) %}{% for c in range(3000) %}"
+    "{% endfor %}{% endfor %}{% endfor %}",
+    "loops over a built string": "{% set s = 'ab' * 500000 %}{% for a in s %}{% for b in s %}{% endfor %}{% endfor %}",
+    "loop.length": "{% for i in range(100000) %}{% for j in range(100000) %}{{ loop.length }}{% endfor %}{% endfor %}",
+    "cycler": "{% set c = cycler(1, 2) %}{% for i in range(100000) %}{% for j in range(100000) %}{{ c.next() }}"
+    "{% endfor %}{% endfor %}",
+    "endless recursion": "{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}",
+    "exponential recursion": "{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{{ f(n - 1) }}{% endif %}{% endmacro %}"
+    "{{ f(60) }}",
+    "recursive loop": "{% for x in [1] recursive %}{{ loop([1]) }}{% endfor %}",
+    "string times 10^10": "{{ 'a' * 10**10 }}",
+    "list times 10^10": "{{ [1, 2] * 10**10 }}",
+    "huge power": "{{ 7 ** (10**10) }}",
+    "doubling with ~": "{% set ns = namespace(s='ab') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
+    "{% endfor %}{{ ns.s | length }}",
+    "doubling with +": "{% set ns = namespace(s=[1]) %}{% for i in range(64) %}{% set ns.s = ns.s + ns.s %}"
+    "{% endfor %}{{ ns.s | length }}",
+    "center": "{{ 'a' | center(10**10) }}",
+    "ljust": "{{ 'a'.ljust(10**10) }}",
+    "format width": "{{ '{:>9999999999}'.format(1) }}",
+    "percent width": "{{ '%9999999999d' % 1 }}",
+    "replace": "{{ ('a' * 1000000).replace('a', 'bb' * 1000) }}",
+    "join": "{{ ('a' * 1000000).join(range(100000) | map('string')) }}",
+    "indent": "{{ ('\n' * 1000000) | indent(1000) }}",
+    "set block": "{% set s = 'a' * 5000000 %}{% set x %}{% for i in range(1000) %}{{ s }}{% endfor %}{% endset %}"
+    "{{ x | length }}",
+    "output": "{% set s = 'a' * 5000000 %}{% for i in range(1000) %}{{ s }}{% endfor %}",
+    "lipsum": "{{ lipsum(10**8) }}",
+    "slice": "{{ [1] | slice(10**9) | list }}",
+    "tojson indent": "{{ [[[[1]]]] | tojson(indent=10**9) }}",
+}
+SETTINGS = [
+    "{}",
+    "{{% for message in messages %}}{{{{ message['content'] }}}}{{% endfor %}}{}",
+    "{{% if add_generation_prompt %}}{}{{% endif %}}",
+    "{{% macro outer() %}}{}{{% endmacro %}}{{{{ outer() }}}}",
+]
+
+
+# each blow-up once, in turn inside each setting
+HOSTILE_TEMPLATES = {
+    name: SETTINGS[number % len(SETTINGS)].format(BLOWUPS[name]) for number, name in enumerate(sorted(BLOWUPS))
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_TEMPLATES))
+def test_a_hostile_chat_template_ends_in_one_line_within_seconds(
+    name: str, chat_tokenizer: Any, tmp_path: Path
+) -> None:
+    import time
+
+    from core.chat import encode_conversations, set_template
+
+    template = HOSTILE_TEMPLATES[name]
+    path = tmp_path / "chat_template.jinja"
+    path.write_text(template, encoding="utf-8")
+    set_template(chat_tokenizer, template, str(path))
+    start = time.monotonic()
+    with pytest.raises(ProbeError) as info:
+        encode_conversations(
+            chat_tokenizer,
+            [[{"role": "user", "content": "hi"}]],
+            add_generation_prompt=True,
+            where=lambda i: f"data.jsonl:{i + 1}",
+        )
+    took = time.monotonic() - start
+    message = str(info.value)
+    assert message.startswith(f"{path}") and "data.jsonl:1" in message and "\n" not in message, (name, message)
+    assert took < 10, f"{name}: {took:.1f} s"  # the budget is 2 s of wall time
+
+
+@pytest.fixture(scope="module")
+def chat_tokenizer(tiny_model_dir: Path) -> Any:
+    from core.models import load_tokenizer
+
+    return load_tokenizer(tiny_model_dir, "--model")
+
+
+MESSAGE = st.fixed_dictionaries(
+    {"role": st.sampled_from(["system", "user", "assistant"]), "content": st.text(max_size=40)}
+)
+
+
+@settings(derandomize=True, max_examples=60, deadline=None, database=None)
+@given(messages=st.lists(MESSAGE, max_size=6), generation_prompt=st.booleans())
+def test_the_test_models_templates_render_as_in_the_plain_sandbox(
+    messages: list[dict[str, str]], generation_prompt: bool
+) -> None:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from transformers.utils import chat_template_utils
+
+    from core.sandbox import BudgetedSandbox, install_in_transformers
+    from core.templates import CHATML_TEMPLATE, LLAMA3_TEMPLATE
+    from tests.chat_models import QWEN2_TEMPLATE, SMOLLM2_TEMPLATE
+
+    install_in_transformers()
+    special = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "add_generation_prompt": generation_prompt}
+    for template in (LLAMA3_TEMPLATE, CHATML_TEMPLATE, SMOLLM2_TEMPLATE, QWEN2_TEMPLATE):
+        renders = []
+        for environment in (ImmutableSandboxedEnvironment, BudgetedSandbox):
+            chat_template_utils.ImmutableSandboxedEnvironment = environment  # type: ignore[misc]
+            try:
+                compiled = chat_template_utils._cached_compile_jinja_template(template)
+            finally:
+                chat_template_utils.ImmutableSandboxedEnvironment = BudgetedSandbox  # type: ignore[misc]
+            assert isinstance(compiled.environment, environment)
+            renders.append(compiled.render(messages=messages, **special))
+        assert renders[0] == renders[1]
 
 
 # ---------------------------------------------------------------- config sizes against the weights

@@ -344,6 +344,58 @@ def test_any_attribute_value_is_read_or_refused_in_one_line(
         assert "\n" not in str(exc) and str(run_dir) in str(exc)
 
 
+BAD_UTF8 = (b"\xff", b"\xc3", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80", b"\xc0\xaf")
+"""A stray byte, a cut two-byte sequence, an encoded surrogate, a five-byte form, an overlong slash."""
+
+
+def _text_places(path: Path) -> list[str]:
+    """Every text attribute (``<object>@<name>``) and text dataset of a run file."""
+    places: list[str] = []
+    with h5py.File(path, "r") as f:
+        for name, item in [("", f), *_items(f)]:
+            places += [f"{name}@{a}" for a in item.attrs if isinstance(item.attrs[a], str)]
+            if isinstance(item, h5py.Dataset) and h5py.check_string_dtype(item.dtype):
+                places.append(name)
+    return places
+
+
+def _items(f: h5py.File) -> list[tuple[str, Any]]:
+    found: list[tuple[str, Any]] = []
+    f.visititems(lambda name, item: found.append((name, item)))
+    return found
+
+
+def _spoil_text(f: h5py.File, place: str, bad: bytes, at: float) -> None:
+    """Put ``bad`` into the text at ``place``, at the share ``at`` of its length, as raw UTF-8-typed bytes."""
+    if "@" in place:
+        where, name = place.split("@")
+        node = f[where or "/"]
+        text = node.attrs[name].encode()
+        cut = int(len(text) * at)
+        del node.attrs[name]
+        node.attrs.create(name, text[:cut] + bad + text[cut:], dtype=h5py.string_dtype("utf-8"))
+    else:
+        text = f[place][0]
+        cut = int(len(text) * at)
+        f[place][0] = text[:cut] + bad + text[cut:]
+
+
+def test_invalid_utf8_in_any_text_of_a_run_file_is_one_line(small_run: Path, tmp_path: Path) -> None:
+    places = _text_places(small_run / "activations.h5")
+    assert "@settings" in places and "samples/multi_turn/prompts" in places
+    rng = np.random.default_rng(14)
+    for k, place in enumerate(places):
+        bad = BAD_UTF8[k % len(BAD_UTF8)]
+        run_dir = Path(shutil.copytree(small_run, tmp_path / f"{k}"))
+        with h5py.File(run_dir / "activations.h5", "a") as f:
+            _spoil_text(f, place, bad, float(rng.random()))
+        done = _read_in_child(run_dir)
+        lines = done.stdout.strip().splitlines()
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (place, bad, done.stderr[-2000:])
+        assert len(lines) == 1 and lines[0].startswith(f"error: {run_dir / 'activations.h5'}"), (place, bad, lines)
+        assert "UTF-8" in lines[0] or "Unicode" in lines[0], lines[0]
+
+
 # ------------------------------------------------------------------ journal shards
 
 

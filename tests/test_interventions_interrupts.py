@@ -8,6 +8,7 @@ tests/test_interrupts.py.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,70 @@ def test_intervene_discards_arms_kept_under_other_settings(
     rerun = probe(other, tmp_path)
     assert rerun.code == 0, rerun.stderr
     assert "read back" not in rerun.stderr
+
+
+def _shared_args(model: Path, data: Path, out: Path) -> list[str]:
+    return [*_intervene(model, data, out), "--engine", "shared", "--batch-size", "4", "--collateral"]
+
+
+@pytest.fixture(scope="module")
+def whole_and_cut(tiny_model_dir: Path, chat_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """An uninterrupted shared-engine run, and one cut after its first kept batches."""
+    root = tmp_path_factory.mktemp("kept")
+    whole = probe(_shared_args(tiny_model_dir, chat_data, root / "whole"), root)
+    assert whole.code == 0, whole.stderr
+    cut = probe(_shared_args(tiny_model_dir, chat_data, root / "cut"), root, "dpo model: batch 2/")
+    assert_interrupted(cut, "finished and kept in")
+    return {"whole": root / "whole", "cut": root / "cut", "home": root}
+
+
+def _spoil_tokens(kept: dict, key: str) -> dict:
+    """Another real token in the first row (well formed, the checksum left as it was)."""
+    row = kept["body"]["tokens"][0][0]
+    row[0] = (row[0] + 1) % 100
+    return kept
+
+
+def _out_of_range(kept: dict, key: str) -> dict:
+    """Token ids past any vocabulary, sealed with a checksum that matches: the decoder's own check must catch it."""
+    from interventions.arms import sealed
+
+    kept["body"]["tokens"][0][0][0] = 10**9
+    return sealed(kept["body"], key, kept["name"])
+
+
+def _other_settings(kept: dict, key: str) -> dict:
+    from interventions.arms import sealed
+
+    return sealed(kept["body"], "f" * 64, kept["name"])
+
+
+KEPT_FAULTS = {
+    "out-of-range ids, checksum not updated": (
+        lambda kept, key: {**kept, "body": {**kept["body"], "tokens": [[[10**9]]]}},
+        "its checksum does not match",
+    ),
+    "out-of-range ids, checksum matching": (_out_of_range, "holds token ids outside the model's vocabulary"),
+    "well-formed fake tokens": (_spoil_tokens, "its checksum does not match"),
+    "kept under other settings": (_other_settings, "kept under other settings"),
+    "no checksum (an older toolkit's file)": (lambda kept, key: kept["body"], "no checksum"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", sorted(KEPT_FAULTS))
+def test_a_kept_batch_that_does_not_check_is_decoded_again_with_a_warning(
+    fault: str, whole_and_cut: dict[str, Path], tiny_model_dir: Path, chat_data: Path, tmp_path: Path
+) -> None:
+    spoil, needle = KEPT_FAULTS[fault]
+    out = Path(shutil.copytree(whole_and_cut["cut"], tmp_path / "cut"))
+    batch = sorted((out / ".arms").glob("shared_dpo_*.json"))[0]
+    key = (out / ".arms" / "fingerprint").read_text().strip()
+    batch.write_text(json.dumps(spoil(json.loads(batch.read_text()), key)))
+    resumed = probe(_shared_args(tiny_model_dir, chat_data, out), whole_and_cut["home"])
+    assert resumed.code == 0 and "Traceback" not in resumed.stderr, resumed.stderr
+    warnings = [line for line in resumed.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and needle in warnings[0], resumed.stderr
+    assert ("decoded again" in warnings[0]) or (str(batch) in warnings[0] and "generated again" in warnings[0])
+    assert (whole_and_cut["whole"] / "generations.jsonl").read_bytes() == (out / "generations.jsonl").read_bytes()
+    assert _report(whole_and_cut["whole"]) == _report(out)

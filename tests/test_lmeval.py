@@ -256,9 +256,7 @@ def test_ab_report_gets_the_table(
         assert code == 0, err
     text = (ab / "ab_report.md").read_text()
     assert text.startswith("# A/B report") and text.count("<!-- probe lmeval -->") == 1
-    assert (
-        "| probe_mc | acc | none | 12 | 100.0% | 0.0% | -100.0 |" in text and (ab / "lmeval_report.json").is_file()
-    )
+    assert "| probe_mc | acc | none | 12 | 100.0% | 0.0% | -100.0 |" in text and (ab / "lmeval_report.json").is_file()
 
 
 def test_a_bad_task_name_is_one_line(

@@ -42,7 +42,10 @@ def _pair_args(tiny_pair, data: Path) -> list[str]:
             ["--capability", "multi_turn", "--position", "first"],
             "--position: expected one of last, mean, response_mean, response_last, got 'first'",
         ),
-        (["--capability", "multi_turn", "--batch-size", "0"], "--batch-size: expected an integer >= 1, got 0"),
+        (
+            ["--capability", "multi_turn", "--batch-size", "0"],
+            "--batch-size: expected an integer in [1, 1000000], got 0",
+        ),
         (
             ["--capability", "multi_turn", "--store-dtype", "bfloat16"],
             "--store-dtype: expected one of float16, float32, got 'bfloat16'",

@@ -71,6 +71,9 @@ def test_sigkill_mid_run_then_resume_is_identical_to_uninterrupted(
     done_before = _shards(killed_dir)
     assert done_before >= 2 and not (killed_dir / "activations.h5").exists()  # killed mid-run, before consolidation
 
+    notes = killed_dir / JOURNAL_DIR / "priority" / "notes.txt"
+    notes.parent.mkdir(parents=True, exist_ok=True)
+    notes.write_text("mine")
     resumed = record_run(_config(tiny_pair, rolemrc_file, killed_dir), progress=False)
     assert sum(resumed.resumed.values()) >= done_before
     assert sum(resumed.resumed.values()) + sum(resumed.recorded.values()) == sum(resumed.counts.values()) == 12
@@ -82,3 +85,9 @@ def test_sigkill_mid_run_then_resume_is_identical_to_uninterrupted(
     for key in a:
         assert np.array_equal(a[key], b[key]), key
     assert _shards(killed_dir) == 0
+    # the journal goes with its last shard; a file of the user's stays, with its folder
+    assert not (tmp_path / "uninterrupted" / JOURNAL_DIR).exists()
+    assert [p.relative_to(killed_dir) for p in (killed_dir / JOURNAL_DIR).rglob("*")] == [
+        Path(JOURNAL_DIR, "priority"),
+        Path(JOURNAL_DIR, "priority", "notes.txt"),
+    ]

@@ -36,6 +36,7 @@ from core.config_fields import option
 from core.config_file import (
     ABOVE_ZERO,
     DIRECTORY,
+    MAX_COUNT,
     NON_NEGATIVE,
     POSITIVE,
     SEED,
@@ -127,10 +128,12 @@ class _RunConfig:
         None, "Fraction of steps spent warming up."
     )
     epochs: Annotated[float, ABOVE_ZERO] | None = option(None, "Training epochs (ignored when --max-steps is given).")
-    max_steps: Annotated[int, Range(-1)] = option(-1, "Stop after this many optimizer steps (-1: train for --epochs).")
+    max_steps: Annotated[int, Range(-1, MAX_COUNT)] = option(
+        -1, "Stop after this many optimizer steps (-1: train for --epochs)."
+    )
     batch_size: Annotated[int, POSITIVE] | None = option(None, "Per-device batch size.")
     grad_accum: Annotated[int, POSITIVE] | None = option(None, "Gradient accumulation steps.")
-    max_length: Annotated[int, Range(16)] | None = option(None, "Truncate sequences to this many tokens.")
+    max_length: Annotated[int, Range(16, MAX_COUNT)] | None = option(None, "Truncate sequences to this many tokens.")
     weight_decay: Annotated[float, NON_NEGATIVE] | None = option(None, "Weight decay.")
     seed: Annotated[int, SEED] | None = option(
         None, "Seed for initialisation and data order (same seed, same model on CPU)."

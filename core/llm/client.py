@@ -63,7 +63,7 @@ from core.llm.backoff import BackoffPolicy
 from core.llm.cache import ReplyCache, normalise_base_url, request_key
 from core.llm.config import ClientConfig
 from core.llm.scrub import Scrubber
-from core.llm.transport import MAX_REPLY_BYTES, BadReply, HttpReply, parse_json, post_json
+from core.llm.transport import MAX_REDIRECTS, MAX_REPLY_BYTES, BadReply, HttpReply, Redirected, parse_json, post_json
 
 __all__ = ["ChatReply", "ClientConfig", "ClientStats", "LLMClient", "Messages"]
 
@@ -227,6 +227,8 @@ class LLMClient:
         payload = {"model": self.config.model, "messages": messages, **sent}
         try:
             reply = post_json(self._url, payload, self._headers, self.config.timeout, self.max_reply_bytes)
+        except Redirected as exc:
+            raise self._final(_redirect_advice(exc)) from None
         except (OSError, http.client.HTTPException, BadReply, ValueError) as exc:
             raise self._classify(exc) from None
         if 200 <= reply.status < 300:
@@ -391,6 +393,17 @@ def _run_bounded(jobs: Sequence[Callable[[], T]], workers: int, stop: threading.
     if errors:
         raise next((e for e in errors if not isinstance(e, _Stopped)), errors[0])
     return results
+
+
+def _redirect_advice(exc: Redirected) -> str:
+    """What a redirect this client does not follow means for the user: where it led, and the ``--base-url`` to use."""
+    if exc.loop:
+        return f"redirected more than {MAX_REDIRECTS} times, last to {exc.url}; point --base-url at the final URL"
+    base = exc.url.split("?", 1)[0].removesuffix("/chat/completions")
+    return (
+        f"redirected to another origin, {exc.url}; requests are not sent on to another origin (they carry the key): "
+        f"point --base-url at it (--base-url {base})"
+    )
 
 
 def _as_text(value: Any) -> str:

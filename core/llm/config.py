@@ -10,7 +10,9 @@ HTTP client is built.
 Credentials in the base URL (``http://user:password@host/v1``) are taken out of it when the
 config is made: ``base_url`` holds the URL without them (so it can be printed, logged and
 hashed into the reply cache), and the credentials are kept in this process only, sent as
-HTTP Basic authentication by :meth:`ClientConfig.authorization`.
+HTTP Basic authentication by :meth:`ClientConfig.authorization`. A request carries one
+``Authorization`` header, so URL credentials together with a key in the environment are
+refused in one line rather than one of them dropped.
 
 Example:
     >>> cfg = ClientConfig(base_url="http://127.0.0.1:8000/v1", model="/models/tiny", cache_dir=None)
@@ -41,7 +43,7 @@ from core.llm.scrub import without_url_credentials
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_CACHE_DIR = Path(".cache") / "llm"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_URL_CREDENTIALS: dict[str, tuple[str, str]] = {}  # base URL without credentials -> (user, password); never written
+_URL_CREDENTIALS: dict[str, tuple[str, str, str]] = {}  # bare base URL -> (user, password, userinfo as typed)
 TEMPERATURE = Range(0, 2)
 CONCURRENCY = Range(1, 256)
 RETRIES = Range(0, 100)
@@ -103,17 +105,26 @@ class ClientConfig:
 
     def authorization(self) -> str:
         """The ``Authorization`` header: Basic with the base URL's credentials if it had any, else Bearer with the
-        key."""
+        key. Both at once is refused: a request carries one such header, and neither may be dropped unsaid."""
         credentials = _URL_CREDENTIALS.get(self.base_url)
-        if credentials is not None:
-            return "Basic " + base64.b64encode(":".join(credentials).encode("utf-8")).decode("ascii")
-        return f"Bearer {self.api_key()}"
+        if credentials is None:
+            return f"Bearer {self.api_key()}"
+        if os.environ.get(self.api_key_env, "").strip():
+            raise ProbeError(
+                f"--base-url carries credentials (user:password@) and ${self.api_key_env} holds a key, but a request "
+                f"sends one of them; unset {self.api_key_env} to send the URL's credentials (HTTP Basic), or take "
+                "them out of the URL to send the key"
+            )
+        user, password, _ = credentials
+        return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
 
     def secrets(self) -> list[str]:
-        """What must never be shown: the key (unless the placeholder) and the base URL's credentials."""
+        """What must never be shown: the key (unless the placeholder) and the base URL's credentials, as typed
+        (percent-encoded) and decoded; :class:`~core.llm.scrub.Scrubber` masks each in every encoding."""
         key = os.environ.get(self.api_key_env, "").strip()
-        user, password = _URL_CREDENTIALS.get(self.base_url, ("", ""))
-        return [s for s in (key, password, f"{user}:{password}" if password else "") if s and s != "EMPTY"]
+        user, password, typed = _URL_CREDENTIALS.get(self.base_url, ("", "", ""))
+        both = f"{user}:{password}" if user or password else ""
+        return [s for s in (key, password, both, typed, user if not password else "") if s and s != "EMPTY"]
 
     def with_overrides(self, **changes: Any) -> ClientConfig:
         """A copy with some fields changed (``None`` values are ignored)."""
@@ -222,5 +233,6 @@ def _checked_base_url(base_url: object) -> str:
     if parts.username is None and parts.password is None:
         return base_url
     bare = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-    _URL_CREDENTIALS[bare] = (unquote(parts.username or ""), unquote(parts.password or ""))
+    typed = parts.netloc.rpartition("@")[0]
+    _URL_CREDENTIALS[bare] = (unquote(parts.username or ""), unquote(parts.password or ""), typed)
     return bare

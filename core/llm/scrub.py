@@ -12,8 +12,11 @@ an echoed key that straddled the cut through (154 of a 164-character key, issue 
    nothing reaches a terminal that moves the cursor, retitles the window or hides text, and
    a key cannot hide from step 3 behind characters that print as nothing;
 2. replaces ``scheme://user:password@`` in any URL by ``scheme://***@``;
-3. masks each secret (the API key, a URL's password) wherever any :data:`MIN_SECRET_RUN` or
-   more consecutive characters of it appear; a shorter secret wherever it appears whole.
+3. masks each secret (the API key, a URL's password and ``user:password``) in each of its
+   :func:`encodings` (as it is, percent-encoded, JSON-escaped, base64 standard, url-safe and
+   unpadded, as an ``Authorization: Basic`` header carries it) wherever any
+   :data:`MIN_SECRET_RUN` or more consecutive characters of it appear; a shorter one wherever
+   it appears whole.
 
 Example:
     >>> s = Scrubber(["sk-0123456789abcdef"])
@@ -23,12 +26,17 @@ Example:
     'ends with ***, starts with ***'
     >>> s.scrub("\\x1b[31mred\\x1b[0m \\x1b]0;title\\x07http://bob:hunter2@host/v1")
     'red http://***@host/v1'
+    >>> Scrubber(["bob:hunter2"]).scrub("Authorization: Basic Ym9iOmh1bnRlcjI=")
+    'Authorization: Basic ***'
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 from collections.abc import Iterable
+from urllib.parse import quote, quote_plus
 
 import numpy as np
 
@@ -62,7 +70,7 @@ class Scrubber:
     """
 
     def __init__(self, secrets: Iterable[str]) -> None:
-        kept = {s for s in secrets if s}
+        kept = {encoded for s in secrets if s for encoded in encodings(s)}
         self._short = sorted((s for s in kept if len(s) < MIN_SECRET_RUN), key=len, reverse=True)
         long = [s for s in kept if len(s) >= MIN_SECRET_RUN]
         self._hashes = np.unique(np.concatenate([_window_hashes(s) for s in long])) if long else None
@@ -104,6 +112,20 @@ def _window_hashes(text: str) -> np.ndarray:
     for offset in range(MIN_SECRET_RUN if n > 0 else 0):
         hashes = hashes * _PRIME + codes[offset : offset + n]
     return hashes
+
+
+def encodings(secret: str) -> set[str]:
+    """``secret`` as it may come back from an endpoint: as it is, percent-encoded (as in a URL or a
+    form), JSON-escaped, and its UTF-8 in base64 (standard, url-safe, each with and without padding)."""
+    raw = secret.encode("utf-8", "surrogatepass")
+    b64 = {base64.b64encode(raw).decode("ascii"), base64.urlsafe_b64encode(raw).decode("ascii")}
+    escaped = {json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+    return (
+        {secret, quote(secret, safe=""), quote(secret), quote_plus(secret)}
+        | escaped
+        | b64
+        | {text.rstrip("=") for text in b64}
+    )
 
 
 def without_url_credentials(text: str) -> str:

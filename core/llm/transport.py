@@ -12,7 +12,10 @@ and they read a body of any size into memory (300 MB took 2.3 GB). Here:
   the cap is ever held;
 * :func:`parse_json` refuses nesting deeper than the interpreter can parse (a ``RecursionError``
   before) as a :class:`BadReply`, not a traceback;
-* no compression is asked for (``Accept-Encoding: identity``), so a small body cannot inflate.
+* no compression is asked for (``Accept-Encoding: identity``), so a small body cannot inflate;
+* a redirect (301, 302, 303, 307, 308) to the same origin (scheme, host and port) is followed with
+  the same POST, at most :data:`MAX_REDIRECTS` times, within the same deadline; one to another
+  origin is not (the request carries the key) and raises :class:`Redirected`, naming where.
 
 Proxies from ``HTTP_PROXY``/``HTTPS_PROXY``/``NO_PROXY`` are honoured as before, except for
 loopback hosts, which are always reached directly; a proxy URL's ``user:password@`` is sent
@@ -38,18 +41,30 @@ import time
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import SplitResult, unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urljoin, urlsplit
 
 MAX_REPLY_BYTES = 16 * 2**20
 """The largest reply body read (16 MiB). A chat completion is kilobytes; 1,000,000 tokens of English
 text are about 4 MB. A larger body is refused without ever holding more than this."""
 
+MAX_REDIRECTS = 5
+"""Same-origin redirects followed for one request; one more is refused as a loop."""
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _BLOCK = 64 * 1024
 _LOOPBACK = ("localhost", "127.0.0.1", "::1")
 
 
 class BadReply(Exception):
     """The endpoint answered, but with bytes that cannot be a reply (too large, too deeply nested)."""
+
+
+class Redirected(Exception):
+    """The endpoint redirected where this client does not follow: to ``url`` on another origin, or in a loop."""
+
+    def __init__(self, url: str, loop: bool = False) -> None:
+        super().__init__(url)
+        self.url = url
+        self.loop = loop
 
 
 @dataclass(frozen=True)
@@ -77,14 +92,29 @@ class Deadline:
 def post_json(
     url: str, payload: Any, headers: dict[str, str], timeout: float, max_bytes: int = MAX_REPLY_BYTES
 ) -> HttpReply:
-    """POST ``payload`` as JSON to ``url``; the whole exchange ends within ``timeout`` seconds.
+    """POST ``payload`` as JSON to ``url``; the whole exchange, redirects included, ends within ``timeout`` seconds.
 
     Raises :class:`TimeoutError` at the deadline, :class:`BadReply` for a body over ``max_bytes``,
-    :class:`OSError` or :class:`http.client.HTTPException` for a failed connection or a broken reply.
+    :class:`Redirected` for a redirect it does not follow, :class:`OSError` or
+    :class:`http.client.HTTPException` for a failed connection or a broken reply.
     """
     deadline = Deadline(timeout)
-    target = urlsplit(url)
     body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    for _ in range(MAX_REDIRECTS + 1):
+        reply = _post_once(urlsplit(url), body, headers, deadline, max_bytes)
+        location = reply.headers.get("location") if reply.status in REDIRECTS else None
+        if location is None:
+            return reply
+        target = urljoin(url, location)
+        if _origin(target) != _origin(url):
+            raise Redirected(target)
+        url = target
+    raise Redirected(url, loop=True)
+
+
+def _post_once(
+    target: SplitResult, body: bytes, headers: dict[str, str], deadline: Deadline, max_bytes: int
+) -> HttpReply:
     connection, path, extra = _open(target, deadline)
     sock = connection.sock
     try:
@@ -103,6 +133,15 @@ def post_json(
     finally:
         connection.close()
         sock.close()
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:
+        port = -1
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port
 
 
 def parse_json(data: bytes) -> Any:

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from analysis.config import AnalysisConfig
+from core.config_file import Range
 from core.paths import check_output_dir
 from core.run_dir import ACTIVATIONS_FILE, RunDir
-from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
+from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, count_option
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -52,7 +53,7 @@ def analyze(
     png: Optional[bool] = typer.Option(
         None, "--png/--no-png", help="PNG export through kaleido (default: when Chromium is installed)."
     ),
-    show: int = typer.Option(5, "--show", min=1, help="Layers shown per capability and hook."),
+    show: int = count_option(5, "--show", "Layers shown per capability and hook.", Range(1, 10_000)),
 ) -> None:
     """Compare SFT and DPO activations of a run: maps, per-layer profile, neuron sets, plots."""
     from analysis import analyze_run

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import typer
 
 from analysis.explain_config import ExplainConfig
-from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
+from core.config_file import Range
+from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, count_option
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -44,8 +45,8 @@ def register(app: typer.Typer) -> None:
 def explain(
     run_dir: Path = typer.Argument(..., help="A run directory from `probe run`, analysed (`probe analyze`)."),
     settings: ConfigFlags = FROM_CONFIG,
-    show: int = typer.Option(
-        3, "--show", min=1, help="Tokens per read-out and prompts per model printed (the files keep all)."
+    show: int = count_option(
+        3, "--show", "Tokens per read-out and prompts per model printed (the files keep all).", Range(1, 10_000)
     ),
 ) -> None:
     """Explain the top units of a run: read-out through the unembedding, weight change, ranking agreement,

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from core.config_file import choice
+from core.config_file import POSITIVE, choice
 from core.judges.factory import JUDGE_MODES
 from core.llm.config import ClientOptions
 from core.paths import check_output_dir, check_output_file
 from core.records import to_json
 from probe_cli.console import console
-from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
+from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, count_option
 
 if TYPE_CHECKING:
     from core.judges.files import JudgeReport
@@ -42,7 +42,7 @@ def judge(
     ),
     judge_name: str = typer.Option(JUDGE_MODES[0], "--judge", help=JUDGE_HELP),
     endpoint: ConfigFlags = FROM_CONFIG,
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Judge only the first N rows."),
+    limit: Optional[int] = count_option(None, "--limit", "Judge only the first N rows.", POSITIVE),
     verdicts_out: Optional[Path] = typer.Option(None, "--verdicts-out", help="Write per-row verdicts (JSONL) here."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of a table."),
 ) -> None:

@@ -14,9 +14,10 @@ from typing import Any, Optional
 
 import typer
 
+from core.config_file import Range
 from core.paths import check_output_dir
 from probe_cli.console import console
-from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
+from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, count_option
 from training.config import DPORunConfig, SFTRunConfig
 
 train_app = typer.Typer(help="Fine-tune with TRL: SFT on sft.jsonl, then DPO on dpo.jsonl.", no_args_is_help=True)
@@ -44,9 +45,9 @@ def _run(train: Any, cfg: Any, title: str) -> None:
 @config_options(SFTRunConfig)
 def sft(
     settings: ConfigFlags = FROM_CONFIG,
-    tiny_layers: Optional[int] = typer.Option(None, "--tiny-layers", help="Layers of the tiny base."),
-    tiny_width: Optional[int] = typer.Option(None, "--tiny-width", help="Hidden size of the tiny base."),
-    tiny_mlp: Optional[int] = typer.Option(None, "--tiny-mlp", help="MLP width of the tiny base."),
+    tiny_layers: Optional[int] = count_option(None, "--tiny-layers", "Layers of the tiny base.", Range(1, 256)),
+    tiny_width: Optional[int] = count_option(None, "--tiny-width", "Hidden size of the tiny base.", Range(1, 65_536)),
+    tiny_mlp: Optional[int] = count_option(None, "--tiny-mlp", "MLP width of the tiny base.", Range(1, 262_144)),
 ) -> None:
     """Supervised fine-tuning (loss on assistant turns only) of BASE on DATA/sft.jsonl."""
     from training.sft import train_sft

@@ -45,6 +45,7 @@ class Step:
     message: str | None = None  # error message of an error status (default: "scripted status N")
     content_type: str = "text/plain"  # of a raw ``body``
     fault: str | None = None  # a transport fault instead of an answer: one of FAULTS
+    location: str | None = None  # a redirect: ``status`` (e.g. 307) with this Location header
 
 
 FAULTS = ("truncate", "reset", "drop")
@@ -165,7 +166,9 @@ class ScriptedServer:
                 step = server._next(body)
                 if step.delay:
                     server.hold(step.delay)
-                if step.fault is not None:
+                if step.location is not None:
+                    self._send(step.status, "", location=step.location)
+                elif step.fault is not None:
                     self._fault(step.fault, json.dumps(completion(step.content or "ok")))
                 elif step.body is not None:
                     self._send(step.status, step.body, step.content_type, step.retry_after)
@@ -177,7 +180,12 @@ class ScriptedServer:
                     self._send(step.status, json.dumps(error), retry_after=step.retry_after)
 
             def _send(
-                self, status: int, text: str, ctype: str = "application/json", retry_after: str | None = None
+                self,
+                status: int,
+                text: str,
+                ctype: str = "application/json",
+                retry_after: str | None = None,
+                location: str | None = None,
             ) -> None:
                 data = text.encode("utf-8")
                 try:
@@ -186,6 +194,8 @@ class ScriptedServer:
                     self.send_header("content-length", str(len(data)))
                     if retry_after is not None:
                         self.send_header("retry-after", retry_after)
+                    if location is not None:
+                        self.send_header("location", location)
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout test)

@@ -1,0 +1,89 @@
+"""A real full disk for one `probe` command: a small tmpfs in a private mount namespace.
+
+``unshare --user --map-root-user --mount`` gives the command a mount namespace of its own, where a
+tmpfs is mounted over an empty folder; the run directory is copied onto it, the rest of the tmpfs
+is filled but for ``free`` bytes, and the command runs there, so its writes fail with ``ENOSPC``
+exactly as on a full disk (not ``EFBIG``, as under a file-size limit). The run directory as the
+command left it is copied back out for the test to compare. Needs no privilege where unprivileged
+user namespaces are allowed (the default on Linux); :func:`full_disk_available` says whether they are.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = r"""
+mount -t tmpfs -o "size=$SIZE" tmpfs "$MOUNT" || exit 97
+cp -a "$SOURCE" "$MOUNT/run" || exit 98
+head -c "$SIZE" /dev/zero > "$MOUNT/filler" 2>/dev/null
+truncate -s "-$FREE" "$MOUNT/filler"
+"$PYTHON" -m probe_cli "$@" > "$OUTPUT/stdout" 2> "$OUTPUT/stderr"
+echo $? > "$OUTPUT/rc"
+rm -f "$MOUNT/filler"
+cp -a "$MOUNT/run" "$OUTPUT/run"
+"""
+
+
+@dataclass(frozen=True)
+class FullDiskRun:
+    """How the command ended: exit status (negative: killed by that signal), its output, the run dir it left."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    run_dir: Path
+
+
+@functools.cache
+def full_disk_available() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    done = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
+    return done.returncode == 0
+
+
+def run_on_full_disk(run_dir: Path, argv: list[str], work: Path, *, free: int = 0, env: dict[str, str]) -> FullDiskRun:
+    """``probe ARGV`` with ``{run}`` in ARGV standing for a copy of ``run_dir`` on a tmpfs with ``free`` bytes left."""
+    mount, output = work / "mount", work / "output"
+    mount.mkdir(parents=True)
+    output.mkdir()
+    size = _size(run_dir) + 4 * 1024 * 1024
+    args = [a.replace("{run}", str(mount / "run")) for a in argv]
+    done = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", SCRIPT, "full-disk", *args],
+        env={
+            **env,
+            "SIZE": str(size),
+            "MOUNT": str(mount),
+            "SOURCE": str(run_dir),
+            "FREE": str(free),
+            "PYTHON": sys.executable,
+            "OUTPUT": str(output),
+            "PYTHONPATH": str(ROOT),
+        },
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0 and (output / "rc").is_file(), done.stderr[-2000:]
+    code = int((output / "rc").read_text())
+    return FullDiskRun(
+        128 - code if code > 128 else code,
+        (output / "stdout").read_text(),
+        (output / "stderr").read_text(),
+        output / "run",
+    )
+
+
+def _size(folder: Path) -> int:
+    """Bytes ``folder`` takes on a tmpfs (each file rounded up to whole pages)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    return sum(-(-p.stat().st_size // page) * page + page for p in folder.rglob("*"))
