@@ -38,6 +38,7 @@ from interventions.cells import (
 )
 from interventions.report import ARM_TERMINAL_COLUMNS, arm_rows, arm_table
 from interventions.results import ArmResult, CapabilityResult, NoOpGuard, NoPlacebo, PlaceboRank
+from interventions.select_compare import arm_verdict
 from interventions.stats import PairedDelta
 from lmeval.compare import MetricRow, Paired
 from lmeval.report import columns as lmeval_columns
@@ -156,3 +157,13 @@ def test_only_the_cells_module_formats_a_paired_delta_cell(what: str) -> None:
         if pattern.search(line)
     ]
     assert not found, f"{what} outside interventions/cells.py:\n" + "\n".join(found)
+
+
+def test_a_verdict_reason_in_the_ab_json_keeps_its_words() -> None:
+    """``--select``'s verdict reasons are written to ab_report.json: the prose of a paired delta stays as it was."""
+    arm = _arm()
+    reason = arm_verdict(arm, arm.capabilities[0]).reason
+    assert reason == (
+        "significant, but random units of the same layers do as much: Δ +15.0 pts [+8.0, +22.0], McNemar p 4.0e-04, "
+        "72nd percentile of 20 placebo sets, 40/210 generations changed"
+    )
