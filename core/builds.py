@@ -120,3 +120,30 @@ def building(target: Path) -> Iterator[Path]:
         replace_dir(work, target)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def in_current_home(path: str | os.PathLike[str], home: Path | None = None) -> Path:
+    """``path`` inside a build of an earlier model home that is gone, at the same place in ``home`` (default
+    ``$PROBE_HOME``) when that home holds the same build; else ``path`` as it was. So a run recorded before the home
+    was copied or moved still names models and data that exist.
+
+    >>> import tempfile
+    >>> home = Path(tempfile.mkdtemp()); (home / "pair" / "sft").mkdir(parents=True)
+    >>> _ = (home / "pair" / MARKER).write_text("{}")
+    >>> in_current_home("/moved/away/pair/sft", home) == home / "pair" / "sft"
+    True
+    >>> in_current_home("/moved/away/other/sft", home)
+    PosixPath('/moved/away/other/sft')
+    """
+    from core.home import probe_home
+
+    given = Path(path)
+    if not given.is_absolute() or given.exists():
+        return given
+    root = home if home is not None else probe_home()
+    for start in range(1, len(given.parts) - 1):
+        build, rest = given.parts[start], given.parts[start + 1 :]
+        moved = root.joinpath(build, *rest)
+        if (root / build / MARKER).is_file() and moved.exists():
+            return moved
+    return given

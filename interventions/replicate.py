@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from core.config_fields import option
 from core.config_file import POSITIVE, RANDOM_SETS, typed_config
-from core.errors import Interrupted
+from core.errors import Interrupted, ProbeError
 from core.run_dir import RunDir
 from interventions.replicate_checks import (
     all_explained,
@@ -57,6 +57,7 @@ from interventions.replicate_checks import (
 )
 from interventions.replicate_estimate import estimate, minutes
 from interventions.study_layout import INTERVENTION_DIR, q
+from interventions.study_records import ReplicateRecord, StageRecord, load
 from interventions.study_verdicts import TARGET
 
 if TYPE_CHECKING:
@@ -138,6 +139,22 @@ class ReplicateOptions:
             "device": self.device,
         }
         return {k: v for k, v in given.items() if v is not None}
+
+    def inputs(self) -> dict[str, Path | None]:
+        """What the stages read, by option (a model directory for every file in it)."""
+        return {"--sft": self.sft_dir, "--dpo": self.dpo_dir, "--base": self.base_dir, "--data": self.data_file}
+
+    def outputs(self) -> list[Path]:
+        """The files the stages write at fixed names in the run directory."""
+        run = RunDir(self.out_dir)
+        return [
+            run.activations,
+            run.settings_file,
+            run.analysis.summary,
+            run.eval_file,
+            run.replicate_file,
+            run.report_file,
+        ]
 
     def command(self) -> str:
         """The command line that runs this replication again."""
@@ -332,35 +349,28 @@ def _report(out: Path, kept: dict[str, Any]) -> str:
 
 def _save(options: ReplicateOptions, stages: list[Stage], started: str) -> None:
     from core.atomic import write_atomic
+    from core.records import to_json
 
-    body = {
-        "format": "rolemrc-probe/replicate",
-        "version": 1,
-        "command": options.command(),
-        "started": started,
-        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
-        "sft_dir": str(options.sft_dir.resolve()),
-        "dpo_dir": str(options.dpo_dir.resolve()),
-        "base_dir": str(options.base_dir.resolve()) if options.base_dir else None,
-        "data_file": str(options.data_file.resolve()),
-        "stages": [
-            {"name": s.name, "what": s.what, "status": s.status, "estimate_s": s.estimate_s, "seconds": s.seconds}
-            for s in stages
-        ],
-    }
-    write_atomic(RunDir(options.out_dir).replicate_file, json.dumps(body, indent=1) + "\n")
+    record = ReplicateRecord(
+        command=options.command(),
+        started=started,
+        options={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
+        sft_dir=str(options.sft_dir.resolve()),
+        dpo_dir=str(options.dpo_dir.resolve()),
+        base_dir=str(options.base_dir.resolve()) if options.base_dir else None,
+        data_file=str(options.data_file.resolve()),
+        stages=[StageRecord(s.name, s.status, s.what, s.estimate_s, s.seconds) for s in stages],
+    )
+    write_atomic(RunDir(options.out_dir).replicate_file, json.dumps(to_json(record), indent=1) + "\n")
 
 
 def _previous_seconds(out: Path) -> dict[str, float]:
-    """Each stage's measured seconds in an earlier replicate record of this run (kept for the stages skipped now)."""
+    """Each stage's measured seconds in an earlier replicate record of this run (kept for the stages skipped now;
+    none from a record that is missing or malformed)."""
+    path = RunDir(out).replicate_file
     try:
-        body = json.loads(RunDir(out).replicate_file.read_text(encoding="utf-8"))
-        return {
-            str(s["name"]): float(s["seconds"])
-            for s in body.get("stages", [])
-            if isinstance(s.get("seconds"), (int, float))
-        }
-    except (OSError, ValueError, TypeError, AttributeError, KeyError):
+        return load(ReplicateRecord, path, "replicate record").seconds() if path.is_file() else {}
+    except ProbeError:
         return {}
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import html
 import math
-import os
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from core.run_dir import RunDir
 from interventions.report import fmt_delta, fmt_p, fmt_pct
 from interventions.results import ABReport, ArmResult
 from interventions.study import Study, analysed_capabilities, gather_study
-from interventions.study_evidence import arm_evidence, eval_row
+from interventions.study_evidence import arm_evidence
 from interventions.study_figures import (
     compliance_figure,
     depth_figure,
@@ -43,9 +42,12 @@ from interventions.study_figures import (
 )
 from interventions.study_layout import CAUSAL_COMMAND_EXTRA, Commands
 from interventions.study_page import Page, e, seconds, verdict_html
+from interventions.study_records import EvalRow
 from interventions.study_verdicts import CANNOT_TEST, CLAIMS, MIN_PLACEBO_SETS, PLACEBO_PERCENTILE, TARGET
 
 N_CARDS = 5  # neuron cards shown per capability (the explain page keeps all)
+REPORT_STAGE = "report"  # probe replicate's last stage, the one that writes this page
+THIS_PAGE = "this page"  # its status here: the record was saved while the page was being written
 SECTIONS = (
     "verdicts",
     "pair",
@@ -189,12 +191,12 @@ def _claim1(page: Page, study: Study) -> None:
     page.end()
 
 
-def _difference_cells(row: dict[str, Any]) -> str:
-    ci = row.get("delta_ci") or [math.nan, math.nan]
+def _difference_cells(row: EvalRow) -> str:
+    low, high = row.delta_ci
     return (
-        f"<td>{row.get('n')}</td><td>{fmt_pct(row.get('sft_rate'))}</td><td>{fmt_pct(row.get('dpo_rate'))}</td>"
-        f"<td>{fmt_delta(row.get('delta'))}</td><td>[{fmt_delta(ci[0])}, {fmt_delta(ci[1])}]</td>"
-        f"<td>{fmt_p(row.get('mcnemar_p'))}</td>"
+        f"<td>{row.n}</td><td>{fmt_pct(row.sft_rate)}</td><td>{fmt_pct(row.dpo_rate)}</td>"
+        f"<td>{fmt_delta(row.delta)}</td><td>[{fmt_delta(low)}, {fmt_delta(high)}]</td>"
+        f"<td>{fmt_p(row.mcnemar_p)}</td>"
     )
 
 
@@ -203,11 +205,9 @@ def _claim2(page: Page, study: Study) -> None:
     if study.evaluation is None:
         page.absent("an evaluation of the pair", Commands(study).evaluate())
     else:
-        table = study.evaluation.get("table", [])
-        ordered = sorted(table, key=lambda r: (r.get("capability") != TARGET, r.get("capability") == "overall"))
+        ordered = sorted(study.evaluation.table, key=lambda r: (r.capability != TARGET, r.capability == "overall"))
         rows = "".join(
-            f"<tr><td>{'<b>' if r.get('capability') == TARGET else ''}{e(r.get('capability'))}</td>"
-            f"{_difference_cells(r)}</tr>"
+            f"<tr><td>{'<b>' if r.capability == TARGET else ''}{e(r.capability)}</td>{_difference_cells(r)}</tr>"
             for r in ordered
         )
         page.add(
@@ -280,8 +280,7 @@ def _layers(page: Page, study: Study) -> None:
         page.figure(f"heatmap-{cap}", heatmap_figure(maps))
         full = RunDir(study.run_dir).analysis.maps_plot(cap, maps.hook, maps.metric)
         if full.is_file():
-            link = os.path.relpath(full.resolve(), page.where.resolve())
-            page.add(f'<p class=note>Every unit at full resolution: <a href="{e(link)}">{e(link)}</a></p>')
+            page.add(f"<p class=note>Every unit at full resolution: {page.link(full)}</p>")
     page.end()
 
 
@@ -339,25 +338,22 @@ def _compliance(page: Page, study: Study) -> None:
         page.absent("an evaluation of the pair", Commands(study).evaluate())
         page.end()
         return
-    table = study.evaluation.get("table", [])
-    page.figure("compliance", compliance_figure(table, str(study.evaluation.get("judge", "rules"))))
-    base = "base_rate" in (table[0] if table else {})
+    evaluation = study.evaluation
+    table = evaluation.table
+    page.figure("compliance", compliance_figure(table, evaluation.judge))
+    base = bool(table) and table[0].base_rate is not None
     rows = []
     for row in table:
-        cells = (
-            f"<td>{fmt_pct(row.get('base_rate'))}</td><td>{fmt_delta(row.get('sft_minus_base'))}</td>" if base else ""
-        )
-        rows.append(f"<tr><td>{e(row.get('capability'))}</td>{cells}{_difference_cells(row)}</tr>")
+        cells = f"<td>{fmt_pct(row.base_rate)}</td><td>{fmt_delta(row.sft_minus_base)}</td>" if base else ""
+        rows.append(f"<tr><td>{e(row.capability)}</td>{cells}{_difference_cells(row)}</tr>")
     head = "<th>base</th><th>SFT − base</th>" if base else ""
-    generation = study.evaluation.get("generation") or {}
     page.add(
         f"<table><tr><th>capability</th>{head}<th>n</th><th>SFT</th><th>DPO</th><th>DPO − SFT</th><th>95% CI</th>"
         f"<th>McNemar p</th></tr>{''.join(rows)}</table>"
-        f"<p class=note>test file <code>{e(study.evaluation.get('test_file'))}</code>; "
-        f"{sum((study.evaluation.get('task_counts') or {}).values())} rows; "
-        f"up to {e(generation.get('max_new_tokens'))} new tokens.</p>"
+        f"<p class=note>test file <code>{e(evaluation.test_file)}</code>; {evaluation.rows()} rows; "
+        f"up to {e(evaluation.generation.max_new_tokens)} new tokens.</p>"
     )
-    if eval_row(study.evaluation, TARGET) is None:
+    if evaluation.row(TARGET) is None:
         page.add(f"<p class=missing>The evaluation has no {TARGET} row.</p>")
     page.end()
 
@@ -380,11 +376,11 @@ def _missing(page: Page, study: Study) -> None:
 def _reproduce(page: Page, study: Study) -> None:
     page.section("reproduce", "Reproduce this report")
     page.add(f"<pre>{e(chr(10).join(study.commands))}</pre>")
-    stages = (study.replicate or {}).get("stages") or []
+    stages = study.replicate.stages if study.replicate else []
     if stages:
         rows = "".join(
-            f"<tr><td>{e(s.get('name'))}</td><td>{e(s.get('status'))}</td><td>{seconds(s.get('estimate_s'))}</td>"
-            f"<td>{seconds(s.get('seconds'))}</td></tr>"
+            f"<tr><td>{e(s.name)}</td><td>{e(THIS_PAGE if s.name == REPORT_STAGE else s.status)}</td>"
+            f"<td>{seconds(s.estimate_s)}</td><td>{seconds(s.seconds)}</td></tr>"
             for s in stages
         )
         page.add(f"<table><tr><th>stage</th><th>status</th><th>estimated</th><th>measured</th></tr>{rows}</table>")
@@ -394,11 +390,16 @@ def _reproduce(page: Page, study: Study) -> None:
 def write_report(
     run_dir: str | Path, out: str | Path | None = None, eval_file: str | Path | None = None
 ) -> tuple[Path, Study]:
-    """Gather ``run_dir``, render it, write ``out`` (default: the run's report file) atomically; (path, study)."""
+    """Gather ``run_dir``, render it, write ``out`` (default: the run's report file) atomically; (path, study).
+
+    An ``out`` that is one of the files the study read (through any link) is refused before anything is written
+    (:func:`core.paths.check_not_an_input`)."""
     from core.atomic import write_atomic
+    from core.paths import check_not_an_input
 
     study = gather_study(run_dir, eval_file)
     target = Path(out) if out is not None else RunDir(run_dir).report_file
+    check_not_an_input(target, "--out" if out is not None else "the report file", study.inputs)
     page = render(study, target.parent)
     try:
         write_atomic(target, page)

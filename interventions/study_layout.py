@@ -35,6 +35,14 @@ def q(value: Any) -> str:
     return shlex.quote(str(value))
 
 
+def q_path(value: str) -> str:
+    """A recorded path quoted for a shell line, moved into the current model home when it pointed into an earlier one
+    (:func:`core.builds.in_current_home`)."""
+    from core.builds import in_current_home
+
+    return q(in_current_home(value))
+
+
 class Commands:
     """The commands that produce each part, for this run's models, data and directory."""
 
@@ -44,11 +52,11 @@ class Commands:
         self.run = q(study.run_dir)
         # a recorded run names its models and data; without them, the default pair
         if sft is not None and dpo is not None and sft.directory and dpo.directory:
-            self.pair = f"--sft {q(sft.directory)} --dpo {q(dpo.directory)}"
+            self.pair = f"--sft {q_path(sft.directory)} --dpo {q_path(dpo.directory)}"
         else:
             self.pair = "--pair smollm2"
-        self.base = f" --base {q(base.directory)}" if base and base.directory else ""
-        self.data = f" --data {q(study.data_file)}" if study.data_file else ""
+        self.base = f" --base {q_path(base.directory)}" if base and base.directory else ""
+        self.data = f" --data {q_path(study.data_file)}" if study.data_file else ""
 
     def record(self, capabilities: str = "all") -> str:
         return f"probe run -c {capabilities} {self.pair}{self.data} --out {self.run}"

@@ -36,7 +36,7 @@ def replicate(
     from dataclasses import replace
 
     from core.errors import ProbeError
-    from core.paths import check_output_dir
+    from core.paths import check_output_dir, check_outputs
     from interventions.replicate import minutes, plan, run_stages
     from probe_cli.console import console
     from probe_cli.latest import point_latest
@@ -59,8 +59,9 @@ def replicate(
     assert dpo is not None and data is not None
     out = given("out_dir")
     run_dir = out if out is not None else Path("runs") / f"replicate-{name or _digest(sft, dpo)}"
-    check_output_dir(run_dir, "--out")
     options = settings.build(sft_dir=sft, dpo_dir=dpo, data_file=data, out_dir=run_dir, base_dir=base, pair=name)
+    check_output_dir(run_dir, "--out", options.inputs())
+    check_outputs("--out", run_dir, options.outputs(), options.inputs())
     if all_eval_rows:
         options = replace(options, eval_rows=None)
     kept: dict = {}
