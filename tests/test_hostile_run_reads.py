@@ -183,6 +183,19 @@ def _command_reads(name: str, run: Path) -> tuple[list[str], list[Path]]:
             [run / "activations.h5", run / "analysis" / "summary.json", *models],
         ),
         "replicate": (["replicate", *pair, "--data", str(data)], [data, *models]),
+        "intervene": (
+            [
+                "intervene",
+                str(run),
+                "--neurons",
+                str(neurons),
+                "--data",
+                str(data),
+                "--model-dir",
+                str(run.parent / "dpo"),
+            ],
+            [neurons, run / "activations.h5", data, *models[2:]],
+        ),
         "lmeval": (
             ["lmeval", "--tasks", "arc_easy", "--model-dir", str(run.parent / "dpo"), "--neurons", str(neurons)],
             [neurons, *models[2:]],
@@ -191,7 +204,7 @@ def _command_reads(name: str, run: Path) -> tuple[list[str], list[Path]]:
 
 
 @pytest.mark.parametrize("how", LINKS)
-@pytest.mark.parametrize("command", ["analyze", "explain", "replicate", "lmeval"])
+@pytest.mark.parametrize("command", ["analyze", "explain", "replicate", "lmeval", "intervene"])
 def test_out_onto_any_file_a_command_reads_is_refused_and_the_file_kept(
     command: str, how: str, full_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -203,13 +216,14 @@ def test_out_onto_any_file_a_command_reads_is_refused_and_the_file_kept(
         assert _digest(target) == before, target
 
 
-@pytest.mark.parametrize("command", ["replicate", "lmeval"])
+@pytest.mark.parametrize("command", ["replicate", "lmeval", "intervene"])
 def test_a_file_a_command_writes_into_its_out_that_is_an_input_is_refused(
     command: str, full_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``--out D`` where D/eval.json (D/lmeval_report.json) is a link to the --data (--neurons) file."""
+    """``--out D`` where D/eval.json (D/lmeval_report.json, D/ab_report.json) is a link to the --data (--neurons)
+    file."""
     argv, reads = _command_reads(command, full_run)
-    name = {"replicate": "eval.json", "lmeval": "lmeval_report.json"}[command]
+    name = {"replicate": "eval.json", "lmeval": "lmeval_report.json", "intervene": "ab_report.json"}[command]
     (tmp_path / name).symlink_to(reads[0])
     before = _digest(reads[0])
     one_line_error(capsys, [*argv, "--out", str(tmp_path)], f"its file {name} is the same file as")
