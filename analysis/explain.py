@@ -94,7 +94,7 @@ def explain_run(run_dir: str | Path, config: ExplainConfig = ExplainConfig()) ->
     with RunReader(run_path) as run:
         summary = _saved_summary(run_path, saved_dir)
         capability = _capability(summary, config.capability)
-        wanted = _hooks(summary, capability, config.hooks)
+        wanted = _hooks(summary, capability, config.hooks, run)
         saved = _saved_maps(analysis / summary.maps, capability, wanted, summary.run_dir)
         for maps in saved.values():
             _check_top(maps, config.top)
@@ -161,19 +161,37 @@ def _capability(summary: AnalysisSummary, capability: str | None) -> str:
     return analysed[0]
 
 
-def _hooks(summary: AnalysisSummary, capability: str, hooks: list[str] | None) -> list[str]:
+def _hooks(summary: AnalysisSummary, capability: str, hooks: list[str] | None, run: RunReader) -> list[str]:
     analysed = summary.capabilities.get(capability)
     if not analysed:
-        have = ", ".join(summary.capabilities) or "none"
-        raise ProbeError(
-            f"-c {capability}: not analysed in this run (analysed: {have}); run `probe analyze RUN_DIR -c {capability}`"
-        )
+        raise ProbeError(_not_analysed(summary, capability, run))
     if not hooks:
         return list(analysed)
     wanted = [validate_hook(h.strip()) for item in hooks for h in item.split(",") if h.strip()]
     for hook in wanted:
         summary.hook(capability, hook)  # one line naming what was analysed
     return list(dict.fromkeys(wanted))
+
+
+def _not_analysed(summary: AnalysisSummary, capability: str, run: RunReader) -> str:
+    """What to run for a capability the analysis lacks: analyse it, or first record it when the run has not."""
+    from shlex import quote
+
+    where = quote(str(run.run_dir))
+    analyse = f"`probe analyze {where} -c {quote(capability)}`"
+    recorded = run.capabilities()
+    if capability in recorded:
+        have = ", ".join(summary.capabilities) or "none"
+        return f"-c {capability}: not analysed in this run (analysed: {have}); run {analyse}"
+    settings = run.settings
+    given = {"--sft": settings.sft_dir, "--dpo": settings.dpo_dir, "--base": settings.base_dir}
+    given["--data"] = settings.data_file
+    models = "".join(f" {flag} {quote(value)}" for flag, value in given.items() if value)
+    return (
+        f"-c {capability}: not recorded in this run (recorded: {', '.join(recorded) or 'none'}); record it with "
+        f"`probe run -c {quote(capability)}{models} --out {where}` (and any other option the run was recorded "
+        f"with), then run {analyse}"
+    )
 
 
 def _saved_maps(path: Path, capability: str, hooks: list[str], run_dir: str) -> dict[str, MetricMaps]:

@@ -16,7 +16,10 @@ one :class:`~core.errors.ProbeError` that names the option, the path and what is
 
 An output file must also not be one of the command's inputs (:func:`check_not_an_input`):
 ``--out T`` with ``--test T`` would replace the test file with the result. The same file
-reached through another name (a relative path, a symbolic or hard link) counts as the same.
+reached through another name (a relative path, a symbolic or hard link) counts as the same:
+paths are compared resolved and by ``(st_dev, st_ino)``. An input that is a directory (a model
+directory) stands for every file in it. A command that fills a directory names the files it
+writes there (:func:`check_outputs`), and each is held against every input the same way.
 
 They create nothing that stays, so a refused command leaves the disk as it was. Whether
 an existing output may be replaced is each command's own rule (``--overwrite``, resume).
@@ -35,22 +38,28 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import os
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from core.errors import ProbeError
 
+Inputs = Mapping[str, str | os.PathLike[str] | None]
+MAX_DIR_FILES = 10_000  # files of one input directory compared (a model directory holds tens)
 
-def check_output_dir(path: str | os.PathLike[str], flag: str) -> Path:
-    """``path`` as a :class:`Path` if a command can create or fill a directory there, else :class:`ProbeError`."""
+
+def check_output_dir(path: str | os.PathLike[str], flag: str, inputs: Inputs | None = None) -> Path:
+    """``path`` as a :class:`Path` if a command can create or fill a directory there, else :class:`ProbeError`.
+
+    ``inputs``: ``{what: path}`` the command reads; a directory option naming one of them is refused.
+    """
+    check_not_an_input(path, flag, inputs or {})
     return _checked(Path(path), flag, _check_dir)
 
 
-def check_output_file(
-    path: str | os.PathLike[str], flag: str, inputs: Mapping[str, str | os.PathLike[str] | None] | None = None
-) -> Path:
+def check_output_file(path: str | os.PathLike[str], flag: str, inputs: Inputs | None = None) -> Path:
     """``path`` as a :class:`Path` if a command can write a file there (creating its parents), else :class:`ProbeError`.
 
     ``inputs``: ``{flag: path}`` of the files the command reads; an output that is one of them is refused.
@@ -60,25 +69,67 @@ def check_output_file(
     return checked
 
 
-def check_not_an_input(
-    path: str | os.PathLike[str], flag: str, inputs: Mapping[str, str | os.PathLike[str] | None]
-) -> None:
-    """Refuse an output file that is one of ``inputs`` ({flag: path}; None for an input not given):
-    writing it would destroy it."""
-    for input_flag, source in inputs.items():
-        if source is not None and _same_file(Path(path), Path(source)):
+def check_outputs(flag: str, where: str | os.PathLike[str], files: Iterable[Path], inputs: Inputs) -> None:
+    """Refuse when any of the ``files`` a command writes into its output directory ``where`` (option ``flag``) is one
+    of its ``inputs``; see the module doc.
+
+    >>> import tempfile, pathlib
+    >>> run = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (run / "test.jsonl").write_text("{}")
+    >>> (run / "eval.json").symlink_to(run / "test.jsonl")
+    >>> check_outputs("--out", run, [run / "eval.json"], {"--data": run / "test.jsonl"})
+    Traceback (most recent call last):
+    ...
+    core.errors.ProbeError: --out ...: its file eval.json is the same file as --data .../test.jsonl; ...
+    """
+    for path in files:
+        found = _input_at(path, inputs)
+        if found is not None:
             raise ProbeError(
-                f"{flag} {path}: is the same file as {input_flag} {source}; writing it would overwrite the input: "
-                "name another output file"
+                f"{flag} {where}: its file {Path(path).relative_to(where)} is the same file as {found}; writing it "
+                "would overwrite the input: name another output directory"
             )
 
 
+def check_not_an_input(path: str | os.PathLike[str], flag: str, inputs: Inputs) -> None:
+    """Refuse an output file that is one of ``inputs`` ({flag: path}; None for an input not given; a directory for
+    every file in it): writing it would destroy it."""
+    found = _input_at(Path(path), inputs)
+    if found is not None:
+        raise ProbeError(
+            f"{flag} {path}: is the same file as {found}; writing it would overwrite the input: name another output"
+            " file"
+        )
+
+
+def _input_at(path: Path, inputs: Inputs) -> str | None:
+    """'FLAG PATH' of the input ``path`` is (through any link), or None."""
+    for flag, source in inputs.items():
+        if source is None:
+            continue
+        same = next((f for f in _files_of(Path(source)) if _same_file(path, f)), None)
+        if same is not None:
+            return f"{flag} {source if same == Path(source) else same}"
+    return None
+
+
+def _files_of(source: Path) -> list[Path]:
+    """``source`` itself, or the files directly in it when it is a directory."""
+    try:
+        if source.is_dir():
+            return sorted(f for f in itertools.islice(source.iterdir(), MAX_DIR_FILES) if f.is_file())
+    except (OSError, ValueError):
+        return []
+    return [source]
+
+
 def _same_file(a: Path, b: Path) -> bool:
+    """The same file: by ``(st_dev, st_ino)`` when both exist (any link), else by the resolved path."""
     try:
         if a.exists() and b.exists():
             return os.path.samefile(a, b)
         return a.resolve() == b.resolve()
-    except (OSError, ValueError):
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: a symbolic-link loop (Python < 3.13)
         return False
 
 

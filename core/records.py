@@ -351,7 +351,10 @@ def _read_scalar(kind: Any, value: Any, path: tuple[str | int, ...]) -> Any:
         if value is None:
             return math.nan
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
+            try:
+                return float(value)
+            except OverflowError:  # an integer past float's range
+                raise RecordError(path, "a number within float's range", value) from None
     elif kind is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value

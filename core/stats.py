@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats
 
 # paired outcomes, one per prompt: a sequence or a 1-D array
 Outcomes = Sequence[float] | np.ndarray
@@ -35,6 +34,8 @@ def mcnemar_p(n01: np.ndarray | int, n10: np.ndarray | int) -> np.ndarray:
     n01 = np.asarray(n01, dtype=np.int64)
     n10 = np.asarray(n10, dtype=np.int64)
     total = n01 + n10
+    from scipy import stats  # here, not at the top: importing scipy.stats takes 0.7 s, too long for `probe --help`
+
     p = 2.0 * stats.binom.cdf(np.minimum(n01, n10), total, 0.5)
     return np.clip(np.where(total == 0, 1.0, p), 0.0, 1.0)
 
@@ -48,6 +49,8 @@ def wilson(passed: int, n: int, confidence: float = 0.95) -> tuple[float, float]
     """Wilson interval of a proportion; (nan, nan) when n == 0."""
     if n == 0:
         return float("nan"), float("nan")
+    from scipy import stats
+
     ci = stats.binomtest(passed, n).proportion_ci(confidence_level=confidence, method="wilson")
     return float(ci.low), float(ci.high)
 
@@ -75,6 +78,8 @@ def paired_bootstrap_ci(
         return float("nan"), float("nan")
     if np.all(diff == diff[0]):
         return float(diff[0]), float(diff[0])  # no variation: every resample gives the same mean
+    from scipy import stats
+
     result = stats.bootstrap(
         (diff,),
         np.mean,

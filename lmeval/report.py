@@ -210,19 +210,24 @@ def write_report(
 ) -> LMEvalReport:
     """Write the three files atomically into ``out_dir``; fills ``report.paths``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    report.paths = {
-        "json": str(out_dir / "lmeval_report.json"),
-        "markdown": str(out_dir / "lmeval_report.md"),
-        "items": str(out_dir / "lmeval_items.jsonl"),
-    }
+    files = report_files(out_dir)
+    report.paths = {kind: str(path) for kind, path in files.items()}
     lines = [json.dumps(r, ensure_ascii=False, default=_plain) for r in item_records(base, arms)]
-    write_atomic(out_dir / "lmeval_items.jsonl", "\n".join(lines) + "\n")
-    write_atomic(out_dir / "lmeval_report.md", markdown(report))
+    write_atomic(files["items"], "\n".join(lines) + "\n")
+    write_atomic(files["markdown"], markdown(report))
     write_atomic(
-        out_dir / "lmeval_report.json",
-        json.dumps(nonfinite_as_null(to_json(report)), indent=1, default=_plain, allow_nan=False) + "\n",
+        files["json"], json.dumps(nonfinite_as_null(to_json(report)), indent=1, default=_plain, allow_nan=False) + "\n"
     )
     return report
+
+
+def report_files(out_dir: Path) -> dict[str, Path]:
+    """The three files of a report in ``out_dir``, by kind."""
+    return {
+        "json": out_dir / "lmeval_report.json",
+        "markdown": out_dir / "lmeval_report.md",
+        "items": out_dir / "lmeval_items.jsonl",
+    }
 
 
 def include_in_ab(report: LMEvalReport, ab_dir: Path) -> Path:

@@ -28,10 +28,15 @@ kinds are left alone. A shard is read with :func:`numpy.load`'s rules and more: 
 (object) arrays, every member's claimed shape held by its bytes before anything is allocated,
 the arrays a batch needs with the shapes and types it needs; a damaged zip or a wrong member
 is one line naming the shard and saying to delete it (its batch is then recorded again).
+A shard also carries a seal: the sha256 of its members and of the run's binding settings
+(``run.json``). On resume a whole shard whose seal does not match (changed since it was recorded,
+recorded under other settings, or written by an older toolkit) is removed with one ``warning:`` line,
+and its batch is recorded again.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -50,10 +55,12 @@ from core.errors import ProbeError
 from core.records import to_json
 from core.run_dir import RunDir
 from probes.samples import SampleColumns
+from probes.settings import COMPAT_KEYS, RunSettings
 from probes.store import ALL_MODELS, MAX_INFLATION, MODELS, RunWriter, read_file_settings
 
 _SHARD_TEXT = ("tasks", "prompts")
 _SHARD_INTS = ("sample_ids", "prompt_lengths")
+_SEAL = "seal"  # [settings digest, content digest]
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,7 @@ def write_shard(run_dir: Path, shard: Shard) -> Path:
     }
     for (model, hook), values in shard.activations.items():
         arrays[f"act__{model}__{hook}"] = values
+    arrays[_SEAL] = np.asarray([settings_digest(run_dir), _content_digest(arrays)])
     path = RunDir(run_dir).shard(shard.capability, shard.start)
     write_atomic(path, lambda handle: np.savez(handle, **arrays))  # type: ignore[arg-type]  # stub: **arrays as allow_pickle
     return path
@@ -92,6 +100,41 @@ def read_shard(path: Path, capability: str) -> Shard:
         [str(p) for p in arrays["prompts"]],
     )
     return Shard(capability, int(path.stem), samples, acts)
+
+
+def settings_digest(run_dir: Path) -> str:
+    """The sha256 of the settings in ``run.json`` that bind a run (:data:`probes.settings.COMPAT_KEYS`); "" when
+    there is no settings file."""
+    existing = RunDir(run_dir).read_settings_file()
+    if existing is None:
+        return ""
+    settings = to_json(RunSettings.read(existing["settings"], str(RunDir(run_dir).settings_file)))
+    body = json.dumps({key: settings.get(key) for key in COMPAT_KEYS}, sort_keys=True)
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def _content_digest(arrays: dict[str, np.ndarray]) -> str:
+    """The sha256 of every member but the seal: names, types, shapes and bytes."""
+    digest = hashlib.sha256()
+    for name in sorted(n for n in arrays if n != _SEAL):
+        values = np.ascontiguousarray(arrays[name])
+        digest.update(f"{name}|{values.dtype.str}|{values.shape}|".encode())
+        digest.update(values.tobytes())
+    return digest.hexdigest()
+
+
+def seal_fault(path: Path, capability: str, settings: str) -> str | None:
+    """Why a whole, well-formed shard is not this run's batch as it was recorded (None: it is): no checksum (an
+    older toolkit's shard), recorded under other settings (``settings``: :func:`settings_digest`), or changed since."""
+    arrays = _shard_arrays(path, capability)
+    seal = arrays.get(_SEAL)
+    if seal is None:
+        return "it carries no checksum (an older toolkit's shard)"
+    if str(seal[0]) != settings:
+        return "it was recorded under other settings"
+    if str(seal[1]) != _content_digest(arrays):
+        return "it changed since it was recorded (its checksum does not match)"
+    return None
 
 
 def check_shard(path: Path, capability: str, layers: int | None = None, hooks: set[str] | None = None) -> np.ndarray:
@@ -163,6 +206,10 @@ def _check_shard_members(
         expected = _member_rule(name, dtype, hooks)
         if expected:
             raise _shard_fault(path, f"member {name!r} holds {dtype} {shape}; expected {expected}")
+        if name == _SEAL:
+            if shape != (2,):
+                raise _shard_fault(path, f"member {name!r} has shape {shape}; expected two checksums")
+            continue
         if len(shape) != (3 if name.startswith("act__") else 1) or shape[:1] != rows or not rows or rows[0] < 1:
             raise _shard_fault(
                 path,
@@ -177,7 +224,7 @@ def _member_rule(name: str, dtype: np.dtype, hooks: set[str] | None) -> str:
     """What member ``name`` must be, when its dtype or name is wrong; '' when it is right."""
     if name in _SHARD_INTS:
         return "" if dtype.kind in "iu" else "integers"
-    if name in _SHARD_TEXT:
+    if name in _SHARD_TEXT or name == _SEAL:
         return "" if dtype.kind == "U" else "text"
     parts = name.split("__")
     if (
@@ -186,7 +233,8 @@ def _member_rule(name: str, dtype: np.dtype, hooks: set[str] | None) -> str:
         or parts[1] not in ALL_MODELS
         or (hooks is not None and parts[2] not in hooks)
     ):
-        return f"one of sample_ids, tasks, prompt_lengths, prompts, act__<{'|'.join(ALL_MODELS)}>__<hook of this run>"
+        models = "|".join(ALL_MODELS)
+        return f"one of sample_ids, tasks, prompt_lengths, prompts, seal, act__<{models}>__<hook of this run>"
     return "" if dtype.kind == "f" else "floating-point activations"
 
 

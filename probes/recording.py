@@ -44,6 +44,7 @@ import numpy as np
 from access.hook_points import HOOK_TABLE, parse_layers
 from core.chat import pad_id_of
 from core.errors import Interrupted, ProbeError
+from core.models import warn
 from core.records import to_json
 from core.run_dir import RunDir
 from probes.batching import pending_batches, plan_batches
@@ -55,6 +56,8 @@ from probes.journal import (
     committed_ids,
     consolidate,
     h5_settings,
+    seal_fault,
+    settings_digest,
     shard_sample_ids,
     write_failure,
     write_shard,
@@ -187,8 +190,15 @@ def check_compatible(run_dir: Path, settings: RunSettings) -> RunSettings | None
 def done_ids(run_dir: Path, prompts: PromptSet) -> set[int]:
     """Sample ids of a capability already in the file or the journal; refuses ids this run's prompts do not have."""
     done = set(committed_ids(run_dir, prompts.capability).tolist())
+    settings = settings_digest(run_dir)
     for path in RunDir(run_dir).shards(prompts.capability):
-        done.update(shard_sample_ids(path).tolist())
+        ids = shard_sample_ids(path)
+        fault = seal_fault(path, prompts.capability, settings)
+        if fault is None:
+            done.update(ids.tolist())
+        else:
+            path.unlink()
+            warn(f"{path}: {fault}; removed, its batch is recorded again")
     unknown = done - set(prompts.samples.sample_ids.tolist())
     if unknown:
         raise ProbeError(

@@ -8,9 +8,9 @@ most placebo sets, then the main arm, then the newest report) and which arms ans
 name, the same preference), and :func:`decide`, which fills ``study.verdicts``.
 
 Example:
-    >>> row = {"capability": "multi_turn", "n": 10, "sft_rate": 1.0, "dpo_rate": 0.9, "delta": -0.1,
-    ...        "delta_ci": [-0.3, 0.0], "mcnemar_p": 1.0}
-    >>> eval_difference({"table": [row]}).delta
+    >>> from study.stored import EvalRow
+    >>> row = EvalRow("multi_turn", 10, 1.0, 0.9, -0.1, (-0.3, 0.0), 1.0)
+    >>> eval_difference(EvalRecord([row])).delta
     -0.1
 """
 
@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from interventions.results import ABReport, ArmResult
 from study.layout import CAUSAL_COMMAND_EXTRA
 from study.records import Commands
+from study.stored import EvalRecord
 from study.verdicts import (
     ABLATION,
     DIRECTIONAL,
@@ -42,37 +43,15 @@ if TYPE_CHECKING:
     from study.records import LoadedReport, Study
 
 
-def eval_row(evaluation: dict[str, Any] | None, capability: str) -> dict[str, Any] | None:
-    if not evaluation:
-        return None
-    return next((r for r in evaluation.get("table", []) if r.get("capability") == capability), None)
-
-
-def eval_difference(evaluation: dict[str, Any] | None, capability: str = TARGET) -> Difference | None:
+def eval_difference(evaluation: EvalRecord | None, capability: str = TARGET) -> Difference | None:
     """DPO − SFT on ``capability`` from an evaluation's table (``before`` = SFT); n = 0 when it has no such row;
     None without one."""
-    if not evaluation:
+    if evaluation is None:
         return None
-    row = eval_row(evaluation, capability)
+    row = evaluation.row(capability)
     if row is None:
         return Difference(0, math.nan, math.nan, math.nan, math.nan, math.nan, math.nan)
-    ci = row.get("delta_ci") or [math.nan, math.nan]
-    return Difference(
-        int(row.get("n") or 0),
-        _f(row.get("sft_rate")),
-        _f(row.get("dpo_rate")),
-        _f(row.get("delta")),
-        _f(ci[0]),
-        _f(ci[1]),
-        _f(row.get("mcnemar_p")),
-    )
-
-
-def _f(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
+    return Difference(row.n, row.sft_rate, row.dpo_rate, row.delta, *row.delta_ci, row.mcnemar_p)
 
 
 def arm_evidence(report: ABReport, arm: ArmResult) -> ArmEvidence:

@@ -25,6 +25,7 @@ from analysis.plots import delta_label, title_of
 from analysis.window import format_layers
 from interventions.cells import fmt_delta
 from interventions.results import ABReport, ArmResult
+from study.stored import EvalRow
 
 MAX_COLUMNS = 640
 _LAYOUT: dict[str, Any] = {"template": "plotly_white", "margin": {"t": 60, "l": 60, "r": 20, "b": 50}}
@@ -237,17 +238,21 @@ def _err(high: float, low: float) -> float:
     return high - low if math.isfinite(high) and math.isfinite(low) else 0.0
 
 
-def compliance_figure(table: list[dict[str, Any]], judge: str = "rules") -> go.Figure | None:
+def _or_nan(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def compliance_figure(table: list[EvalRow], judge: str = "rules") -> go.Figure | None:
     """Per capability, each evaluated model's compliance with its Wilson 95% interval."""
     if not table:
         return None
-    names = [row["capability"] for row in table]
+    names = [row.capability for row in table]
     fig = go.Figure()
     for key, label, colour in _MODELS:
-        if f"{key}_rate" not in table[0]:
+        if getattr(table[0], f"{key}_rate") is None:
             continue
-        rates = [100 * float(row[f"{key}_rate"]) for row in table]
-        cis = [[100 * float(v) for v in (row.get(f"{key}_ci") or [math.nan, math.nan])] for row in table]
+        rates = [100 * _or_nan(getattr(row, f"{key}_rate")) for row in table]
+        cis = [[100 * v for v in (getattr(row, f"{key}_ci", None) or (math.nan, math.nan))] for row in table]
         fig.add_trace(
             go.Bar(
                 x=names,

@@ -28,12 +28,14 @@ from typing import Any
 
 from analysis.explain_record import ExplainRecord
 from analysis.summary import AnalysisSummary
+from core.builds import in_current_home
 from core.capabilities import ALL_CAPABILITIES
 from core.errors import ProbeError
 from core.run_dir import InterventionDir, RunDir
 from interventions.results import ABReport
 from study.layout import TARGET
 from study.records import PAPER_HOOK, Commands, LoadedReport, Missing, ModelEntry, Study
+from study.stored import EvalRecord, ReplicateRecord, load
 
 
 def gather_study(run_dir: str | Path, eval_file: str | Path | None = None) -> Study:
@@ -52,22 +54,18 @@ def gather_study(run_dir: str | Path, eval_file: str | Path | None = None) -> St
     study = Study(
         run_path, time.strftime("%Y-%m-%d %H:%M:%S %Z"), versions.get("rolemrc-probe", "unknown"), _machine(versions)
     )
-    study.replicate = _optional_json(study, run.replicate_file, "the replicate record")
+    study.replicate = _read_replicate(study)
     _read_recording(study)
     _read_analysis(study)
     _read_depth(study)
     _read_explains(study)
     _read_reports(study)
-    _read_evaluation(study, Path(eval_file) if eval_file is not None else run.eval_file)
+    _read_evaluation(study, Path(eval_file) if eval_file is not None else run.eval_file, eval_file is not None)
     from study.evidence import decide
 
     decide(study)
     commands = Commands(study)
-    study.commands = (
-        [str(study.replicate["command"])]
-        if study.replicate and study.replicate.get("command")
-        else [commands.replicate()]
-    )
+    study.commands = [study.replicate.command if study.replicate and study.replicate.command else commands.replicate()]
     study.commands.append(commands.report())
     return study
 
@@ -83,20 +81,16 @@ def _machine(versions: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _optional_json(study: Study, path: Path, what: str) -> dict[str, Any] | None:
+def _read_replicate(study: Study) -> ReplicateRecord | None:
+    """The replicate record, when ``probe replicate`` made the run; a malformed one is a missing part."""
+    path = RunDir(study.run_dir).replicate_file
     if not path.is_file():
         return None
-    from core.inputs import read_json
-
     try:
-        body = read_json(path, what)
+        return load(ReplicateRecord, study.read("the replicate record", path), "replicate record")
     except ProbeError as exc:
-        study.notes.append(f"{what} could not be read: {exc}")
+        study.missing.append(Missing("the replicate record (stage times)", str(exc), Commands(study).replicate()))
         return None
-    if not isinstance(body, dict):
-        study.notes.append(f"{path}: {what} is not a JSON object; ignored")
-        return None
-    return body
 
 
 # --- the recording ---------------------------------------------------------------------------------------------------
@@ -107,6 +101,7 @@ def _read_recording(study: Study) -> None:
 
     try:
         with RunReader(study.run_dir) as run:
+            study.read("the recording", run.path)
             settings = run.settings
             infos = {m: run.model_info(m) for m in MODELS}
             caps = run.capabilities()
@@ -128,6 +123,8 @@ def _read_recording(study: Study) -> None:
     study.data_file, study.data_sha256 = settings.data_file, settings.data_sha256
     for role in MODELS:
         directory = str(infos[role].get("model_dir") or settings.model_dir(role))
+        if directory:
+            study.read(f"the {role} model directory", in_current_home(directory))
         study.models.append(
             _model_entry(
                 role, directory, str(infos[role].get("weights_sha256") or getattr(settings, f"{role}_weights_sha256"))
@@ -135,6 +132,7 @@ def _read_recording(study: Study) -> None:
         )
     base = _base_of(study)
     if base:
+        study.read("the base model directory", base[0])
         study.models.insert(0, _model_entry("base", base[0], base[1]))
     absent = [c.value for c in ALL_CAPABILITIES if c.value not in caps]
     if absent:
@@ -165,7 +163,7 @@ def _model_entry(role: str, directory: str, recorded: str) -> ModelEntry:
 
     current = ""
     provenance: dict[str, Any] = {}
-    path = Path(directory)
+    path = in_current_home(directory)  # a default pair's, after its home was copied or moved
     if directory and path.is_dir():
         try:
             current = weights_sha256(path)
@@ -212,13 +210,15 @@ def _base_of(study: Study) -> tuple[str, str] | None:
     parent's)."""
     sft = study.model("sft")
     parent = (sft.provenance.get("parent") or {}) if sft else {}
-    named = str((study.replicate or {}).get("base_dir") or study.recording.get("base_dir") or parent.get("base") or "")
-    if not named or not Path(named).is_dir():
+    replicated = study.replicate.base_dir if study.replicate else None
+    given = str(replicated or study.recording.get("base_dir") or parent.get("base") or "")
+    named = in_current_home(given) if given else None
+    if named is None or not named.is_dir():
         return None
     recorded = str(study.recording.get("base_weights_sha256") or "")
-    if not recorded and parent.get("base") and Path(str(parent["base"])).resolve() == Path(named).resolve():
+    if not recorded and parent.get("base") and in_current_home(str(parent["base"])).resolve() == named.resolve():
         recorded = str(parent.get("weights_sha256") or "")
-    return named, recorded
+    return str(named), recorded
 
 
 # --- the analysis ----------------------------------------------------------------------------------------------------
@@ -232,14 +232,15 @@ def _read_analysis(study: Study) -> None:
         study.missing.append(Missing("the analysis", f"{path} is missing", Commands(study).analyze()))
         return
     try:
-        study.summary = AnalysisSummary.load(path)
+        study.summary = AnalysisSummary.load(study.read("the analysis", path))
     except ProbeError as exc:
         study.missing.append(Missing("the analysis", str(exc), Commands(study).analyze()))
         return
     hooks = [h for _, h, _ in study.summary.hooks()]
     study.hook = PAPER_HOOK if PAPER_HOOK in hooks else (hooks[0] if hooks else PAPER_HOOK)
     try:
-        study.maps = {m.capability: m for m in load_maps(path.parent / study.summary.maps) if m.hook == study.hook}
+        maps = study.read("the analysis maps", path.parent / study.summary.maps)
+        study.maps = {m.capability: m for m in load_maps(maps) if m.hook == study.hook}
     except (ProbeError, OSError, KeyError) as exc:
         study.missing.append(Missing("the analysis maps (heatmaps)", str(exc), Commands(study).analyze()))
 
@@ -278,7 +279,7 @@ def _read_explains(study: Study) -> None:
             )
             continue
         try:
-            study.explains[cap] = ExplainRecord.load(path)
+            study.explains[cap] = ExplainRecord.load(study.read(f"the neuron cards of {cap}", path))
         except ProbeError as exc:
             study.missing.append(Missing(f"neuron cards of {cap}", str(exc), Commands(study).explain(cap)))
 
@@ -296,7 +297,9 @@ def _read_reports(study: Study) -> None:
             continue  # the `latest` link
         seen.add(real)
         try:
-            study.reports.append(LoadedReport(path, ABReport.load(path)))
+            study.reports.append(
+                LoadedReport(path, ABReport.load(study.read(f"the A/B report in {path.parent.name}", path)))
+            )
         except (ProbeError, OSError) as exc:
             study.notes.append(f"{path}: ignored, not readable: {exc}")
     if not study.target_reports():
@@ -309,32 +312,23 @@ def _read_reports(study: Study) -> None:
         )
 
 
-def _read_evaluation(study: Study, path: Path) -> None:
-    body = _optional_json(study, path, "the evaluation")
-    if body is None:
-        study.missing.append(
-            Missing(
-                "an evaluation of the pair (compliance)", f"{path} is missing or unreadable", Commands(study).evaluate()
-            )
-        )
+def _read_evaluation(study: Study, path: Path, given: bool) -> None:
+    """The evaluation of the pair (``--eval`` or the run's); missing or malformed, it is a missing part."""
+    lacks = "an evaluation of the pair (compliance)"
+    if not path.is_file() and not given:
+        study.missing.append(Missing(lacks, f"{path} is missing", Commands(study).evaluate()))
         return
-    table = body.get("table")
-    if not isinstance(table, list) or not all(isinstance(r, dict) and "capability" in r for r in table):
-        study.missing.append(
-            Missing(
-                "an evaluation of the pair (compliance)",
-                f"{path}: no compliance table in it",
-                Commands(study).evaluate(),
-            )
-        )
+    try:
+        study.evaluation = load(EvalRecord, study.read("--eval" if given else "the evaluation", path), "evaluation")
+    except ProbeError as exc:
+        study.missing.append(Missing(lacks, str(exc), Commands(study).evaluate()))
         return
-    study.evaluation = body
-    evaluated = {str(((body.get(m) or {}).get("model_dir")) or "") for m in ("sft", "dpo")}
-    recorded = {m.directory for m in study.models if m.role in ("sft", "dpo")}
+    evaluated = study.evaluation.model_dirs()
+    recorded = {m.directory for m in study.models if m.role in ("sft", "dpo") and m.directory}
     if (
         recorded
         and evaluated
-        and {str(Path(p).resolve()) for p in evaluated if p} != {str(Path(p).resolve()) for p in recorded if p}
+        and {str(Path(p).resolve()) for p in evaluated} != {str(Path(p).resolve()) for p in recorded}
     ):
         study.notes.append(
             f"{path} evaluated {', '.join(sorted(evaluated))}, not the recorded models {', '.join(sorted(recorded))}"

@@ -28,3 +28,11 @@ CAUSAL_COMMAND_EXTRA = " --factor 0 --edit scale,mean,patch,steer"  # the arms o
 def q(value: Any) -> str:
     """A path or value quoted for a shell line."""
     return shlex.quote(str(value))
+
+
+def q_path(value: str) -> str:
+    """A recorded path quoted for a shell line, moved into the current model home when it pointed into an earlier one
+    (:func:`core.builds.in_current_home`)."""
+    from core.builds import in_current_home
+
+    return q(in_current_home(value))

@@ -3,7 +3,9 @@
 :class:`Page` collects the body (sections with stable ids, a note where a part is missing) and the
 figures (each a ``<div class=figure data-figure=NAME>`` with its own small script), then
 :meth:`Page.document` wraps them with the style and plotly.js, inlined once in the head, so the file
-opens offline. :func:`e` escapes every text that came from a file.
+opens offline. :func:`e` escapes every text that came from a file, and :meth:`Page.link` writes a link to
+a file only as a relative path with every byte but letters, digits, ``-._~/`` percent-encoded, so no
+folder name (``javascript:…``, ``//host``, ``\\host``) can make it a link with a scheme or a host.
 
 Example:
     >>> from study.verdicts import Verdict
@@ -16,8 +18,10 @@ from __future__ import annotations
 
 import html
 import math
+import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from study.verdicts import Verdict
 
@@ -87,6 +91,11 @@ class Page:
     def end(self) -> None:
         self.add("</section>")
 
+    def link(self, target: Path) -> str:
+        """A link to the file ``target``: its path relative to the page's folder, percent-encoded (module doc)."""
+        relative = os.path.relpath(target.resolve(), self.where.resolve())
+        return f'<a href="{e(relative_href(relative))}">{e(relative)}</a>'
+
     def absent(self, what: str, command: str) -> None:
         """A part the run lacks, said where it would have been, with the command that adds it."""
         self.add(f"<p class=missing>Not in this run: {e(what)}. Add it with <code>{e(command)}</code>.</p>")
@@ -111,3 +120,15 @@ def seconds(value: Any) -> str:
     if not isinstance(value, (int, float)) or not math.isfinite(value):
         return "—"
     return f"{value / 60:.1f} min" if value >= 90 else f"{value:.0f} s"
+
+
+def relative_href(relative: str) -> str:
+    """A relative path as an ``href`` that cannot carry a scheme or a host.
+
+    >>> relative_href("javascript:alert(1)/plots/x.html")
+    'javascript%3Aalert%281%29/plots/x.html'
+    >>> relative_href("/x")
+    './/x'
+    """
+    href = quote(os.fsencode(relative), safe="/")
+    return f"./{href}" if href.startswith("/") else href

@@ -12,7 +12,8 @@ from analysis.metric_maps import MetricMaps
 from analysis.summary import AnalysisSummary
 from core.run_dir import RunDir
 from interventions.results import ABReport, ArmResult
-from study.layout import TARGET, q
+from study.layout import TARGET, q, q_path
+from study.stored import EvalRecord, ReplicateRecord
 from study.verdicts import Verdict
 
 PAPER_HOOK = "mlp_out"  # the paper's Llama hook point: the claims read it when it was analysed
@@ -63,14 +64,20 @@ class Study:
     depth: dict[str, DepthShareResult] = field(default_factory=dict)
     explains: dict[str, ExplainRecord] = field(default_factory=dict)
     reports: list[LoadedReport] = field(default_factory=list)
-    evaluation: dict[str, Any] | None = None
-    replicate: dict[str, Any] | None = None
+    evaluation: EvalRecord | None = None
+    replicate: ReplicateRecord | None = None
+    inputs: dict[str, Path] = field(default_factory=dict)  # every file (or model directory) read, by what it is
     verdicts: list[Verdict] = field(default_factory=list)
     missing: list[Missing] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     commands: list[str] = field(default_factory=list)
     paper_arm: tuple[LoadedReport, ArmResult] | None = None
     causal_arms: list[tuple[LoadedReport, ArmResult]] = field(default_factory=list)
+
+    def read(self, what: str, path: str | Path) -> Path:
+        """Note ``path`` as one of the files the study read (an output must not be one of them); returns it."""
+        self.inputs.setdefault(what, Path(path))
+        return Path(path)
 
     def model(self, role: str) -> ModelEntry | None:
         return next((m for m in self.models if m.role == role), None)
@@ -88,11 +95,11 @@ class Commands:
         self.run = q(study.run_dir)
         # a recorded run names its models and data; without them, the default pair
         if sft is not None and dpo is not None and sft.directory and dpo.directory:
-            self.pair = f"--sft {q(sft.directory)} --dpo {q(dpo.directory)}"
+            self.pair = f"--sft {q_path(sft.directory)} --dpo {q_path(dpo.directory)}"
         else:
             self.pair = "--pair smollm2"
-        self.base = f" --base {q(base.directory)}" if base and base.directory else ""
-        self.data = f" --data {q(study.data_file)}" if study.data_file else ""
+        self.base = f" --base {q_path(base.directory)}" if base and base.directory else ""
+        self.data = f" --data {q_path(study.data_file)}" if study.data_file else ""
 
     def record(self, capabilities: str = "all") -> str:
         return f"probe run -c {capabilities} {self.pair}{self.data} --out {self.run}"

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.errors import Interrupted
+from core.errors import Interrupted, ProbeError
 from core.run_dir import RunDir
 from study.layout import INTERVENTION_DIR
 from study.replicate_checks import (
@@ -56,6 +56,7 @@ from study.replicate_checks import (
 )
 from study.replicate_config import ReplicateOptions
 from study.replicate_estimate import estimate, minutes
+from study.stored import ReplicateRecord, StageRecord, load
 from study.verdicts import TARGET
 
 if TYPE_CHECKING:
@@ -233,35 +234,28 @@ def _report(out: Path, kept: dict[str, Any]) -> str:
 
 def _save(options: ReplicateOptions, stages: list[Stage], started: str) -> None:
     from core.atomic import write_atomic
+    from core.records import to_json
 
-    body = {
-        "format": "rolemrc-probe/replicate",
-        "version": 1,
-        "command": options.command(),
-        "started": started,
-        "options": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
-        "sft_dir": str(options.sft_dir.resolve()),
-        "dpo_dir": str(options.dpo_dir.resolve()),
-        "base_dir": str(options.base_dir.resolve()) if options.base_dir else None,
-        "data_file": str(options.data_file.resolve()),
-        "stages": [
-            {"name": s.name, "what": s.what, "status": s.status, "estimate_s": s.estimate_s, "seconds": s.seconds}
-            for s in stages
-        ],
-    }
-    write_atomic(RunDir(options.out_dir).replicate_file, json.dumps(body, indent=1) + "\n")
+    record = ReplicateRecord(
+        command=options.command(),
+        started=started,
+        options={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
+        sft_dir=str(options.sft_dir.resolve()),
+        dpo_dir=str(options.dpo_dir.resolve()),
+        base_dir=str(options.base_dir.resolve()) if options.base_dir else None,
+        data_file=str(options.data_file.resolve()),
+        stages=[StageRecord(s.name, s.status, s.what, s.estimate_s, s.seconds) for s in stages],
+    )
+    write_atomic(RunDir(options.out_dir).replicate_file, json.dumps(to_json(record), indent=1) + "\n")
 
 
 def _previous_seconds(out: Path) -> dict[str, float]:
-    """Each stage's measured seconds in an earlier replicate record of this run (kept for the stages skipped now)."""
+    """Each stage's measured seconds in an earlier replicate record of this run (kept for the stages skipped now;
+    none from a record that is missing or malformed)."""
+    path = RunDir(out).replicate_file
     try:
-        body = json.loads(RunDir(out).replicate_file.read_text(encoding="utf-8"))
-        return {
-            str(s["name"]): float(s["seconds"])
-            for s in body.get("stages", [])
-            if isinstance(s.get("seconds"), (int, float))
-        }
-    except (OSError, ValueError, TypeError, AttributeError, KeyError):
+        return load(ReplicateRecord, path, "replicate record").seconds() if path.is_file() else {}
+    except ProbeError:
         return {}
 
 

@@ -10,7 +10,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,19 +88,20 @@ def intervention_complete(out: Path, given: dict[str, Any]) -> bool:
 
 def evaluation_complete(options: ReplicateOptions) -> bool:
     """The evaluation file judges these two models on as many rows as asked."""
+    from study.stored import EvalRecord, load
+
     path = RunDir(options.out_dir).eval_file
     if not path.is_file():
         return False
     try:
-        body = json.loads(path.read_text(encoding="utf-8"))
-        dirs = {Path(body["sft"]["model_dir"]).resolve(), Path(body["dpo"]["model_dir"]).resolve()}
-        rows = sum(body["task_counts"].values())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        evaluation = load(EvalRecord, path, "evaluation")
+    except ProbeError:
         return False
+    dirs = {Path(evaluation.sft.model_dir).resolve(), Path(evaluation.dpo.model_dir).resolve()}
     total = sum(expected_rows(options.data_file).values())
     wanted = total if options.eval_rows is None else min(options.eval_rows, total)
-    with_base = options.base_dir is None or bool(body.get("base"))
-    return dirs == {options.sft_dir.resolve(), options.dpo_dir.resolve()} and rows == wanted and with_base
+    with_base = options.base_dir is None or evaluation.base is not None
+    return dirs == {options.sft_dir.resolve(), options.dpo_dir.resolve()} and evaluation.rows() == wanted and with_base
 
 
 def analysed(out: Path) -> list[str]:

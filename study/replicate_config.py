@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from core.config_fields import option
 from core.config_file import POSITIVE, RANDOM_SETS, typed_config
+from core.run_dir import RunDir
 from study.layout import q
 
 # rows of the test split `models eval` judges by default here (spread over tasks): half the default pair's split
@@ -83,6 +84,22 @@ class ReplicateOptions:
             "device": self.device,
         }
         return {k: v for k, v in given.items() if v is not None}
+
+    def inputs(self) -> dict[str, Path | None]:
+        """What the stages read, by option (a model directory for every file in it)."""
+        return {"--sft": self.sft_dir, "--dpo": self.dpo_dir, "--base": self.base_dir, "--data": self.data_file}
+
+    def outputs(self) -> list[Path]:
+        """The files the stages write at fixed names in the run directory."""
+        run = RunDir(self.out_dir)
+        return [
+            run.activations,
+            run.settings_file,
+            run.analysis.summary,
+            run.eval_file,
+            run.replicate_file,
+            run.report_file,
+        ]
 
     def command(self) -> str:
         """The command line that runs this replication again."""

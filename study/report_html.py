@@ -21,12 +21,12 @@ Example:
 from __future__ import annotations
 
 import html
-import os
 from pathlib import Path
 from typing import Any
 
 from analysis.explain_html import card_html
 from core.errors import ProbeError
+from core.records import to_json
 from core.run_dir import RunDir
 from interventions.cells import (
     AFTER,
@@ -49,7 +49,7 @@ from interventions.cells import (
 from interventions.evidence import MIN_PLACEBO_SETS, PLACEBO_PERCENTILE
 from interventions.report import capability_row
 from interventions.results import ABReport, ArmResult
-from study.evidence import arm_evidence, eval_row
+from study.evidence import arm_evidence
 from study.figures import (
     compliance_figure,
     depth_figure,
@@ -65,6 +65,8 @@ from study.records import Commands, Study
 from study.verdicts import CANNOT_TEST, CLAIMS, TARGET
 
 N_CARDS = 5  # neuron cards shown per capability (the explain page keeps all)
+REPORT_STAGE = "report"  # probe replicate's last stage, the one that writes this page
+THIS_PAGE = "this page"  # its status here: the record was saved while the page was being written
 SECTIONS = (
     "verdicts",
     "pair",
@@ -213,9 +215,8 @@ def _claim2(page: Page, study: Study) -> None:
     if study.evaluation is None:
         page.absent("an evaluation of the pair", Commands(study).evaluate())
     else:
-        table = study.evaluation.get("table", [])
-        ordered = sorted(table, key=lambda r: (r.get("capability") != TARGET, r.get("capability") == "overall"))
-        rows = [evaluation_row(r, lambda name: Strong(name) if name == TARGET else name) for r in ordered]
+        ordered = sorted(study.evaluation.table, key=lambda r: (r.capability != TARGET, r.capability == "overall"))
+        rows = [evaluation_row(to_json(r), lambda name: Strong(name) if name == TARGET else name) for r in ordered]
         page.add(html_table(evaluation_columns(base=False), rows))
     page.end()
 
@@ -293,8 +294,7 @@ def _layers(page: Page, study: Study) -> None:
         page.figure(f"heatmap-{cap}", heatmap_figure(maps))
         full = RunDir(study.run_dir).analysis.maps_plot(cap, maps.hook, maps.metric)
         if full.is_file():
-            link = os.path.relpath(full.resolve(), page.where.resolve())
-            page.add(f'<p class=note>Every unit at full resolution: <a href="{e(link)}">{e(link)}</a></p>')
+            page.add(f"<p class=note>Every unit at full resolution: {page.link(full)}</p>")
     page.end()
 
 
@@ -352,17 +352,16 @@ def _compliance(page: Page, study: Study) -> None:
         page.absent("an evaluation of the pair", Commands(study).evaluate())
         page.end()
         return
-    table = study.evaluation.get("table", [])
-    page.figure("compliance", compliance_figure(table, str(study.evaluation.get("judge", "rules"))))
-    base = "base_rate" in (table[0] if table else {})
-    generation = study.evaluation.get("generation") or {}
+    evaluation = study.evaluation
+    table = evaluation.table
+    page.figure("compliance", compliance_figure(table, evaluation.judge))
+    base = bool(table) and table[0].base_rate is not None
     page.add(
-        html_table(evaluation_columns(base), [evaluation_row(row) for row in table])
-        + f"<p class=note>test file <code>{e(study.evaluation.get('test_file'))}</code>; "
-        f"{sum((study.evaluation.get('task_counts') or {}).values())} rows; "
-        f"up to {e(generation.get('max_new_tokens'))} new tokens.</p>"
+        html_table(evaluation_columns(base), [evaluation_row(to_json(row)) for row in table])
+        + f"<p class=note>test file <code>{e(evaluation.test_file)}</code>; {evaluation.rows()} rows; "
+        f"up to {e(evaluation.generation.max_new_tokens)} new tokens.</p>"
     )
-    if eval_row(study.evaluation, TARGET) is None:
+    if evaluation.row(TARGET) is None:
         page.add(f"<p class=missing>The evaluation has no {TARGET} row.</p>")
     page.end()
 
@@ -385,11 +384,11 @@ def _missing(page: Page, study: Study) -> None:
 def _reproduce(page: Page, study: Study) -> None:
     page.section("reproduce", "Reproduce this report")
     page.add(f"<pre>{e(chr(10).join(study.commands))}</pre>")
-    stages = (study.replicate or {}).get("stages") or []
+    stages = study.replicate.stages if study.replicate else []
     if stages:
         rows = "".join(
-            f"<tr><td>{e(s.get('name'))}</td><td>{e(s.get('status'))}</td><td>{seconds(s.get('estimate_s'))}</td>"
-            f"<td>{seconds(s.get('seconds'))}</td></tr>"
+            f"<tr><td>{e(s.name)}</td><td>{e(THIS_PAGE if s.name == REPORT_STAGE else s.status)}</td>"
+            f"<td>{seconds(s.estimate_s)}</td><td>{seconds(s.seconds)}</td></tr>"
             for s in stages
         )
         page.add(f"<table><tr><th>stage</th><th>status</th><th>estimated</th><th>measured</th></tr>{rows}</table>")
@@ -399,11 +398,16 @@ def _reproduce(page: Page, study: Study) -> None:
 def write_report(
     run_dir: str | Path, out: str | Path | None = None, eval_file: str | Path | None = None
 ) -> tuple[Path, Study]:
-    """Gather ``run_dir``, render it, write ``out`` (default: the run's report file) atomically; (path, study)."""
+    """Gather ``run_dir``, render it, write ``out`` (default: the run's report file) atomically; (path, study).
+
+    An ``out`` that is one of the files the study read (through any link) is refused before anything is written
+    (:func:`core.paths.check_not_an_input`)."""
     from core.atomic import write_atomic
+    from core.paths import check_not_an_input
 
     study = gather_study(run_dir, eval_file)
     target = Path(out) if out is not None else RunDir(run_dir).report_file
+    check_not_an_input(target, "--out" if out is not None else "the report file", study.inputs)
     page = render(study, target.parent)
     try:
         write_atomic(target, page)

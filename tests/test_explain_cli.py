@@ -152,7 +152,7 @@ def test_bad_input_is_one_error_line(case: str, planted: dict[str, Path], tmp_pa
         "other_shape": "differ in shape",
         "top": "--top 100000: the analysis of multi_turn/mlp_out ranks only",
         "unanalysed": "probe analyze",
-        "capability": "not analysed",
+        "capability": "not recorded in this run",
     }[case]
     assert expected in line, line
     if case == "missing":

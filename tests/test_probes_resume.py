@@ -91,3 +91,77 @@ def test_sigkill_mid_run_then_resume_is_identical_to_uninterrupted(
         Path(JOURNAL_DIR, "priority"),
         Path(JOURNAL_DIR, "priority", "notes.txt"),
     ]
+
+
+@pytest.fixture(scope="module")
+def killed_and_whole(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A recording killed after its first shards, and the same recording never interrupted."""
+    root = tmp_path_factory.mktemp("sealed")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, str(tiny_pair[0]), str(tiny_pair[1]), str(rolemrc_file), str(root / "killed")],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 240
+    while _shards(root / "killed") < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert _shards(root / "killed") >= 3 and not (root / "killed" / "activations.h5").exists()
+    record_run(_config(tiny_pair, rolemrc_file, root / "whole"), progress=False)
+    return {"killed": root / "killed", "whole": root / "whole"}
+
+
+def _rewrite(path: Path, change) -> None:
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {name: data[name] for name in data.files}
+    change(arrays)
+    with path.open("wb") as handle:
+        np.savez(handle, **arrays)
+
+
+def _fake_activations(arrays: dict) -> None:
+    name = next(n for n in arrays if n.startswith("act__"))
+    arrays[name] = arrays[name] + np.ones_like(arrays[name])  # well formed, the checksum left as it was
+
+
+def _other_settings(arrays: dict) -> None:
+    arrays["seal"] = np.asarray(["0" * 64, str(arrays["seal"][1])])  # its content's checksum, another run's settings
+
+
+SHARD_SEALS = {
+    "well-formed fake activations": (_fake_activations, "changed since it was recorded"),
+    "recorded under other settings": (_other_settings, "recorded under other settings"),
+    "no checksum (an older toolkit's shard)": (lambda arrays: arrays.pop("seal"), "carries no checksum"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", sorted(SHARD_SEALS))
+def test_a_shard_whose_seal_does_not_match_is_recorded_again_with_a_warning(
+    fault: str,
+    killed_and_whole: dict[str, Path],
+    tiny_pair,
+    rolemrc_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import shutil
+
+    spoil, needle = SHARD_SEALS[fault]
+    out = Path(shutil.copytree(killed_and_whole["killed"], tmp_path / "run"))
+    shard = sorted((out / JOURNAL_DIR).glob("*/*.npz"))[0]
+    _rewrite(shard, spoil)
+    capsys.readouterr()
+    resumed = record_run(_config(tiny_pair, rolemrc_file, out), progress=False)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and warnings[0].startswith(f"warning: {shard}: ") and needle in warnings[0], warnings
+    assert warnings[0].endswith("removed, its batch is recorded again")
+    assert sum(resumed.recorded.values()) >= 1
+    a, b = run_arrays(killed_and_whole["whole"]), run_arrays(out)
+    assert a.keys() == b.keys()
+    for key in a:
+        assert np.array_equal(a[key], b[key]), key

@@ -205,7 +205,7 @@ def test_broken_or_partial_runs_still_give_a_report(
     (run / "analysis" / "explain_multi_turn_mlp_out.json").write_text("[]")
     code, out, err = exit_of(["report", str(run), "--out", str(tmp_path / "r.html")], capsys)
     assert code == 0 and not err.strip(), err
-    assert "ignored, not readable" in out and "no compliance table" in out and "not an explain record" in out
+    assert "ignored, not readable" in out and "not a valid evaluation" in out and "not an explain record" in out
     shutil.rmtree(run / "analysis")
     _, study = write_report(run, tmp_path / "r2.html")
     assert study.verdicts[0].describe() == f"not run (probe analyze {run})"

@@ -160,9 +160,10 @@ def _base_dir(home: Path, recipe: DefaultPairRecipe) -> Path | None:
     return base_dir(home)
 
 
-def verify(root: Path, recipe: DefaultPairRecipe = DEFAULT_RECIPE) -> str | None:
-    """What is wrong with the build at ``root``, or None when it is complete and intact."""
-    return verify_marker(root, {"recipe": to_json(recipe)})
+def verify(root: Path, recipe: DefaultPairRecipe = DEFAULT_RECIPE, *, rehash: bool = False) -> str | None:
+    """What is wrong with the build at ``root``, or None when it is complete and intact (``rehash``: read every
+    file, not only those whose size, time or inode changed; :func:`core.builds.verify_marker`)."""
+    return verify_marker(root, {"recipe": to_json(recipe)}, rehash=rehash)
 
 
 def ensure_default_pair(
@@ -171,17 +172,18 @@ def ensure_default_pair(
     pair: str = DEFAULT_PAIR,
     progress: bool = True,
     recipe: DefaultPairRecipe | None = None,
+    rehash: bool = False,
 ) -> DefaultPair:
     """Return the verified pair ``pair`` (or ``recipe``) under ``home`` (default :func:`probe_home`),
-    building what is missing."""
+    building what is missing; ``rehash`` reads every file of a cached pair (:func:`verify`)."""
     recipe = recipe or recipe_for(pair)
     home = Path(home) if home is not None else probe_home()
     root = home / recipe.dir_name
-    if root.is_dir() and verify(root, recipe) is None:
+    if root.is_dir() and verify(root, recipe, rehash=rehash) is None:
         return _pair_at(root, recipe, home)
     try:
         with build_lock(home / ".default_pair.lock", f"the default pair in {home}"):
-            if root.is_dir() and verify(root, recipe) is None:  # another process finished it meanwhile
+            if root.is_dir() and verify(root, recipe, rehash=rehash) is None:  # another process finished it meanwhile
                 return _pair_at(root, recipe, home)
             _build_into_place(home, root, recipe, progress)
     except OSError as exc:

@@ -61,7 +61,12 @@ def analyze(
 
     config = settings.build()
     if out is not None or run_dir.is_dir():
-        check_output_dir(out or RunDir(run_dir).analysis.root, "--out" if out is not None else "the default --out")
+        run = RunDir(run_dir)
+        check_output_dir(
+            out or run.analysis.root,
+            "--out" if out is not None else "the default --out",
+            {"RUN_DIR's recording": run.activations, "RUN_DIR's settings": run.settings_file},
+        )
     result = analyze_run(run_dir, config, capabilities=capability, hooks=hook, out_dir=out, plots=plots, png=png)
     print_report(result, console(), show)
 

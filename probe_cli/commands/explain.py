@@ -53,13 +53,22 @@ def explain(
     neuron cards."""
     from analysis.explain import explain_run
     from core.paths import check_output_dir
-    from core.run_dir import RunDir
+    from core.run_dir import AnalysisDir, RunDir
     from probe_cli.console import console
 
     config = settings.build()
     if config.out_dir is not None or run_dir.is_dir():
-        default_out = config.analysis_dir or RunDir(run_dir).analysis.root
-        check_output_dir(config.out_dir or default_out, "--out" if config.out_dir is not None else "the default --out")
+        run, analysis = RunDir(run_dir), AnalysisDir(config.analysis_dir or RunDir(run_dir).analysis.root)
+        inputs = {
+            "RUN_DIR's recording": run.activations,
+            "RUN_DIR's settings": run.settings_file,
+            "the analysis": analysis.summary,
+            "--sft": config.sft_dir,
+            "--dpo": config.dpo_dir,
+            "--base": config.base_dir,
+        }
+        flag = "--out" if config.out_dir is not None else "the default --out"
+        check_output_dir(config.out_dir or analysis.root, flag, inputs)
     print_report(explain_run(run_dir, config), console(), show)
 
 

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from core.config_fields import flat_fields
-from core.paths import check_output_dir
-from core.run_dir import RunDir
+from core.paths import check_output_dir, check_outputs
+from core.run_dir import InterventionDir, RunDir
 from interventions.config import ABConfig
 from probe_cli.console import console
 from probe_cli.latest import point_latest
@@ -61,7 +61,16 @@ def intervene(
     given_out = Path(config.out_dir) if config.out_dir is not None else None
     out_dir = given_out or _default_out(run_dir, config.capability, config.model)
     if given_out is not None or run_dir is None or run_dir.is_dir():
-        check_output_dir(out_dir, "--out" if given_out is not None else "the default --out")
+        flag, files = "--out" if given_out is not None else "the default --out", InterventionDir(out_dir)
+        inputs = {
+            "RUN_DIR's recording": RunDir(run_dir).activations if run_dir is not None else None,
+            "--neurons": config.neurons,
+            "--data": config.data_file,
+            "--model-dir": config.model_dir,
+            "--source-dir": config.source_dir,
+        }
+        check_output_dir(out_dir, flag, inputs)
+        check_outputs(flag, out_dir, [files.report, files.markdown, files.generations], inputs)
     model_dir, data, source = config.model_dir, config.data_file, config.source_dir
     if run_dir is None and (model_dir is None or data is None or ("patch" in config.edits and source is None)):
         default = default_pair(pair)

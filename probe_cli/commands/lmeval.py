@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from core.config_fields import flat_fields
-from core.paths import check_output_dir
-from core.run_dir import RunDir
+from core.paths import check_output_dir, check_outputs
+from core.run_dir import InterventionDir, RunDir
 from lmeval.config import LMEvalConfig, ab_defaults
 from probe_cli.console import console
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, help_text
@@ -44,6 +44,7 @@ def lmeval(
     from dataclasses import replace
 
     from lmeval.model import require_lm_eval
+    from lmeval.report import report_files
     from lmeval.run import run_lmeval
 
     require_lm_eval()
@@ -53,7 +54,9 @@ def lmeval(
         given = {key: value if value is not None else from_ab.get(key) for key, value in given.items()}
     config = _with_defaults(settings.build(**given), pair)
     out_dir = Path(config.out_dir) if config.out_dir is not None else _default_out(config)
-    check_output_dir(out_dir, "--out" if config.out_dir is not None else "the default --out")
+    flag, inputs = "--out" if config.out_dir is not None else "the default --out", _inputs(config)
+    check_output_dir(out_dir, flag, inputs)
+    check_outputs(flag, out_dir, report_files(out_dir).values(), inputs)
     err = console(stderr=True)
     report = run_lmeval(replace(config, out_dir=out_dir), progress=lambda line: err.print(f"[dim]{line}[/dim]"))
     _print(report)
@@ -70,6 +73,21 @@ def _with_defaults(config: LMEvalConfig, pair: str) -> LMEvalConfig:
     dirs = {"dpo": default.dpo_dir, "sft": default.sft_dir}
     source = config.source_dir or (dirs["sft" if config.model == "dpo" else "dpo"] if patch else None)
     return replace(config, model_dir=config.model_dir or dirs[config.model], source_dir=source)
+
+
+def _inputs(config: LMEvalConfig) -> dict[str, str | Path | None]:
+    """The files the command reads, by option (a model directory for every file in it)."""
+    run = RunDir(config.run_dir) if config.run_dir is not None else None
+    return {
+        "RUN_DIR's recording": run.activations if run else None,
+        "RUN_DIR's analysis": run.analysis.summary if run else None,
+        "--neurons": config.neurons,
+        "--model-dir": config.model_dir,
+        "--source-dir": config.source_dir,
+        "--ab-report": InterventionDir(config.ab_report).report if config.ab_report is not None else None,
+        **{f"--include-path {p}": p for p in config.include_path},
+        **{f"--tasks {t}": t for t in config.tasks if Path(t).is_file()},
+    }
 
 
 def _default_out(config: LMEvalConfig) -> Path:

@@ -35,6 +35,12 @@ def default(
     ),
     pair_name: str = pair_option(),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars."),
+    verify: bool = typer.Option(
+        False,
+        "--verify",
+        help="Re-hash every file of a cached pair. Without it a file whose size, modification time and inode are "
+        "those of the build is not read; a change that keeps all three is what --verify finds.",
+    ),
 ) -> None:
     """Build a default pair if absent (base, data, SFT, DPO) and print its paths."""
     from rich.table import Table
@@ -42,7 +48,7 @@ def default(
     from training.default_pair import ensure_default_pair
 
     _check_home(home)
-    pair = ensure_default_pair(home, pair=pair_name, progress=not quiet)
+    pair = ensure_default_pair(home, pair=pair_name, progress=not quiet, rehash=verify)
     table = Table(title=f"default pair ({pair_name})", show_header=False)
     for name in ("data_dir", "test_file", "base_dir", "sft_dir", "dpo_dir"):
         table.add_row(name, str(getattr(pair, name) or "-"))

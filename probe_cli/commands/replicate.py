@@ -36,11 +36,12 @@ def replicate(
     from dataclasses import replace
 
     from core.errors import ProbeError
-    from core.paths import check_output_dir
+    from core.paths import check_output_dir, check_outputs
     from probe_cli.console import console
     from probe_cli.latest import point_latest
     from probe_cli.pairs import default_pair
-    from study.replicate import minutes, plan, run_stages
+    from study.replicate import plan, run_stages
+    from study.replicate_estimate import minutes
 
     err = console(stderr=True)
     given = settings.given
@@ -59,8 +60,9 @@ def replicate(
     assert dpo is not None and data is not None
     out = given("out_dir")
     run_dir = out if out is not None else Path("runs") / f"replicate-{name or _digest(sft, dpo)}"
-    check_output_dir(run_dir, "--out")
     options = settings.build(sft_dir=sft, dpo_dir=dpo, data_file=data, out_dir=run_dir, base_dir=base, pair=name)
+    check_output_dir(run_dir, "--out", options.inputs())
+    check_outputs("--out", run_dir, options.outputs(), options.inputs())
     if all_eval_rows:
         options = replace(options, eval_rows=None)
     kept: dict = {}
@@ -109,7 +111,7 @@ def _print_plan(stages: list, run_dir: Path) -> None:
     from rich.table import Table
 
     from probe_cli.console import console
-    from study.replicate import minutes
+    from study.replicate_estimate import minutes
 
     table = Table(
         title=f"probe replicate into {run_dir}: estimated times (at the default pair's pace on a 2-core CPU, scaled by "

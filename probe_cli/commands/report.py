@@ -37,7 +37,7 @@ def report(
     from study.report_html import write_report
 
     if out is not None:
-        check_output_file(out, "--out", {"--eval": eval_file})
+        check_output_file(out, "--out")  # its kind, at once; write_report holds it against every file it reads
     path, study = write_report(run_dir, out, eval_file)
     print_study(study, path)
 

@@ -1,0 +1,130 @@
+"""The two records the study reads beside the recording: the replicate record and the evaluation, typed.
+
+``replicate.json`` (written by ``probe replicate``, :class:`ReplicateRecord`) and ``eval.json``
+(``probe models eval --out``, :class:`EvalRecord`; only the parts the report reads: the table, the
+models' directories, the test file, the rows per task and the new-token limit) are read through the
+project's one record codec (:mod:`core.records`): a value of another type, a missing key, a list where
+an object belongs or a number past float's range is one :class:`~core.errors.ProbeError` naming the
+file and the key (:func:`load`), never an ``AttributeError`` halfway through a page.
+
+Example:
+    >>> from core.records import from_json
+    >>> from_json(StageRecord, {"name": "record", "status": "done", "seconds": 12.5})
+    StageRecord(name='record', status='done', what='', estimate_s=None, seconds=12.5)
+    >>> from_json(ReplicateRecord, {"stages": [1]})
+    Traceback (most recent call last):
+    ...
+    core.records.RecordError: stages[0]: expected an object, got 1
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from core.errors import ProbeError
+from core.records import OMIT_NONE, RecordError, from_json
+
+T = TypeVar("T")
+NO_CI = (math.nan, math.nan)
+
+
+@dataclass(frozen=True)
+class StageRecord:
+    """One stage of ``probe replicate``: its name, status (planned, skipped, running, done) and times."""
+
+    name: str
+    status: str
+    what: str = ""
+    estimate_s: float | None = None
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class ReplicateRecord:
+    """``replicate.json``: the options, the command line that reproduces the run and each stage's times."""
+
+    FORMAT: ClassVar[str] = "rolemrc-probe/replicate"
+    VERSION: ClassVar[int] = 1
+
+    command: str = ""
+    started: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    sft_dir: str = ""
+    dpo_dir: str = ""
+    base_dir: str | None = None
+    data_file: str = ""
+    stages: list[StageRecord] = field(default_factory=list)
+
+    def seconds(self) -> dict[str, float]:
+        """Each stage's measured seconds (stages never measured left out)."""
+        return {s.name: s.seconds for s in self.stages if s.seconds is not None and math.isfinite(s.seconds)}
+
+
+@dataclass(frozen=True)
+class EvalRow:
+    """One capability (or ``overall``) of an evaluation's table: the rates of each model and DPO − SFT."""
+
+    capability: str
+    n: int
+    sft_rate: float
+    dpo_rate: float
+    delta: float
+    delta_ci: tuple[float, float] = NO_CI
+    mcnemar_p: float = math.nan
+    sft_ci: tuple[float, float] | None = field(default=None, metadata=OMIT_NONE)
+    dpo_ci: tuple[float, float] | None = field(default=None, metadata=OMIT_NONE)
+    base_rate: float | None = field(default=None, metadata=OMIT_NONE)
+    base_ci: tuple[float, float] | None = field(default=None, metadata=OMIT_NONE)
+    sft_minus_base: float | None = field(default=None, metadata=OMIT_NONE)
+    sft_minus_base_ci: tuple[float, float] | None = field(default=None, metadata=OMIT_NONE)
+    base_mcnemar_p: float | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """Which model directory an evaluation judged."""
+
+    model_dir: str = ""
+
+
+@dataclass(frozen=True)
+class EvalGeneration:
+    max_new_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class EvalRecord:
+    """``eval.json`` as the report reads it (``training.evaluate.PairEvaluation`` writes more)."""
+
+    table: list[EvalRow]
+    test_file: str = ""
+    task_counts: dict[str, int] = field(default_factory=dict)
+    judge: str = "rules"
+    generation: EvalGeneration = field(default_factory=EvalGeneration)
+    sft: ModelRef = field(default_factory=ModelRef)
+    dpo: ModelRef = field(default_factory=ModelRef)
+    base: ModelRef | None = None
+
+    def row(self, capability: str) -> EvalRow | None:
+        return next((r for r in self.table if r.capability == capability), None)
+
+    def rows(self) -> int:
+        return sum(self.task_counts.values())
+
+    def model_dirs(self) -> set[str]:
+        """The SFT and DPO directories it judged (those it names)."""
+        return {m.model_dir for m in (self.sft, self.dpo) if m.model_dir}
+
+
+def load(kind: type[T], path: str | Path, what: str) -> T:
+    """The record ``kind`` in the JSON file ``path``; one :class:`ProbeError` naming the file and the wrong key."""
+    from core.inputs import read_json
+
+    body = read_json(path, what)
+    try:
+        return from_json(kind, body)
+    except RecordError as exc:
+        raise ProbeError(f"{path}: not a valid {what}: {exc}") from None
