@@ -446,7 +446,7 @@ class SharedDecoder:
         self._run_sources(state, group_positions, allow_skip)
         hidden = self.decoder.embed_tokens(state.group_input)
         hidden, state.lower = self._blocks(
-            hidden, range(0, fork), state.group_prompt, group_positions, state.lower, allow_skip
+            hidden, range(fork), state.group_prompt, group_positions, state.lower, allow_skip
         )
         state.row_group_index = torch.tensor(state.row_group, device=hidden.device)
         hidden = hidden.index_select(0, state.row_group_index)
@@ -470,10 +470,10 @@ class SharedDecoder:
         self._step(stems, _positions(mask), fork, bool(mask.all()))
         self._state = state
         per_row = [stem + (arm * n_stems if stem >= 0 else 0) for arm in range(n_arms) for stem in stem_of]
-        state.lower = _Seed.of(stems.lower, range(0, fork), stem_of)
+        state.lower = _Seed.of(stems.lower, range(fork), stem_of)
         state.upper = _Seed.of(stems.upper, range(fork, self.total), per_row)
         state.sources = [
-            _Seed.of(cache, range(0, top + 1), stem_of) for cache, top in zip(stems.sources, self._sources.tops)
+            _Seed.of(cache, range(top + 1), stem_of) for cache, top in zip(stems.sources, self._sources.tops)
         ]
         seen = mask.index_select(0, torch.tensor([max(k, 0) for k in stem_of], device=mask.device))
         seen = seen * torch.tensor([k >= 0 for k in stem_of], device=mask.device).unsqueeze(1)
@@ -633,7 +633,7 @@ class SharedDecoder:
             decoder = model.get_decoder()
             hidden = decoder.embed_tokens(state.group_input)
             _, state.sources[k] = self._blocks(
-                hidden, range(0, top + 1), state.group_prompt, positions, state.sources[k], allow_skip, decoder
+                hidden, range(top + 1), state.group_prompt, positions, state.sources[k], allow_skip, decoder
             )
             self._sources.join(k)
 

@@ -100,7 +100,7 @@ class Checkpoint:
         for file in files:
             try:
                 handle = self._stack.enter_context(safe_open(str(file), framework="pt"))
-            except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types for a damaged file
+            except Exception as exc:  # safetensors raises its own error types for a damaged file
                 raise ProbeError(
                     f"{self.flag} {file}: cannot open the weights ({str(exc).splitlines()[0][:160]})"
                 ) from None

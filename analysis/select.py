@@ -65,7 +65,7 @@ def select_neurons(
         "threshold": threshold,
         "layers": [maps.layers[0], maps.layers[-1]],
         "window": format_layers(maps.layers),
-        "n_candidates": int(len(ranked)),
+        "n_candidates": len(ranked),
         "n_samples": maps.n_samples,
     }
     if rule == "fdr":

@@ -22,8 +22,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.topk import topk_counts  # noqa: E402
-from tests.support.topk_reference import authors_topk_counts, reference_topk_counts  # noqa: E402
+from analysis.topk import topk_counts
+from tests.support.topk_reference import authors_topk_counts, reference_topk_counts
 
 
 def _best_of(fn, repeats: int) -> tuple[float, float, object]:

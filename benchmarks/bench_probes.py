@@ -57,10 +57,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-WORDS = (
+TEXT = (
     "the archivist reads old maps of the river city and answers questions about its bridges granite flood "
     "northern valley kingdom capital treasury refuse narration profile passage question"
-).split()
+)
+WORDS = TEXT.split()
 MT_TASKS = ("role_related_mrc_refused_with_narration-2ndrefused", "role_unrelated_mrc_refused_no_narration-2ndanswer")
 LLAMA3_VOCAB = 128_256
 SHAPES: dict[str, dict[str, int]] = {  # widths of the public checkpoints; "tiny" is training.tiny_base.TinySpec

@@ -131,7 +131,7 @@ def render_text(
             messages, add_generation_prompt=add_generation_prompt, tokenize=False, chat_template=template
         )
         return cast(str, text)  # tokenize=False: the text
-    except Exception as exc:  # noqa: BLE001 - the template's own failure, of any kind, is the template's fault
+    except Exception as exc:  # the template's own failure, of any kind, is the template's fault
         line = getattr(exc, "lineno", None)
         source = template_source(tokenizer, template) + (f":{line}" if isinstance(line, int) and line > 0 else "")
         raise ProbeError(

@@ -241,8 +241,9 @@ def typed_config(cls: type) -> type:
                 raise
             raise exc.at(flag_of(type(self), exc.field)) from None
 
-    setattr(__post_init__, "__wrapped__", own)
-    setattr(cls, "__post_init__", __post_init__)
+    # setattr: neither a function nor a class declares these attributes to the type checker
+    setattr(__post_init__, "__wrapped__", own)  # noqa: B010
+    setattr(cls, "__post_init__", __post_init__)  # noqa: B010
     for name, path in flat_aliases(cls).items():  # a nested config's settings read by their flat names too
         setattr(cls, name, _read_through(path))
     return cls
@@ -509,7 +510,7 @@ def _fits(value: Any, hint: Any, origin: Any, args: tuple[Any, ...]) -> bool:
     if isinstance(hint, type) and (issubclass(hint, Enum) or dataclasses.is_dataclass(hint)):
         return isinstance(value, hint)  # a nested config checked itself when it was made
     if origin in (list, tuple, Sequence):
-        return isinstance(value, (list, tuple)) and (origin is not tuple or len(args) == 2 and args[1] is Ellipsis)
+        return isinstance(value, (list, tuple)) and (origin is not tuple or (len(args) == 2 and args[1] is Ellipsis))
     if origin is dict:
         return isinstance(value, dict) and all(isinstance(k, str) for k in value)
     if origin is Literal:

@@ -249,7 +249,7 @@ def check_pickled_weights(file: Path, flag: str) -> Shapes:
             f"not only to hold tensors ({printable(refused, 120)}); "
             "the toolkit loads .bin weights only with weights_only=True; save the model as safetensors"
         ) from None
-    except Exception as exc:  # noqa: BLE001 - a damaged zip or pickle raises anything from EOFError to RuntimeError
+    except Exception as exc:  # a damaged zip or pickle raises anything from EOFError to RuntimeError
         raise ProbeError(f"{flag} {file}: damaged or not a PyTorch weights file ({_first_line(exc)})") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ProbeError(f"{flag} {file}: not a state dict (expected a mapping of tensor name to tensor)")

@@ -339,7 +339,7 @@ class BudgetedSandbox(ImmutableSandboxedEnvironment):
             _format_string(owner)
         return super().wrap_str_format(value)
 
-    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         _step()
         if isinstance(getattr(__obj, "__self__", None), str) and getattr(__obj, "__name__", "") == "join" and args:
             args = (_listed(args[0]), *args[1:])

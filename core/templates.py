@@ -121,7 +121,7 @@ def turn_end_token(tokenizer: PreTrainedTokenizerBase) -> str | None:
         return None
     try:
         return _measure_assistant_turn(tokenizer, tokenizer.chat_template)[2] or None
-    except Exception:  # noqa: BLE001 - a template that cannot render the probe simply has no measurable end token
+    except Exception:  # a template that cannot render the probe simply has no measurable end token
         return None
 
 

@@ -51,7 +51,7 @@ def require_lm_eval() -> Any:
     """The ``lm_eval`` package, or one :class:`ProbeError` saying how to install the extra."""
     try:
         import lm_eval
-        import lm_eval.models.huggingface  # noqa: F401  # the hf extra (torch, transformers, peft) must be there too
+        import lm_eval.models.huggingface  # the hf extra (torch, transformers, peft) must be there too
     except ImportError:
         raise ProbeError(INSTALL_HINT) from None
     return lm_eval

@@ -132,7 +132,7 @@ def task_errors(what: str, loading: bool = True, code_dirs: set[Path] | None = N
         yield
     except ProbeError:
         raise
-    except Exception as exc:  # noqa: BLE001 - lm-eval and datasets raise anything from a user's task definition
+    except Exception as exc:  # lm-eval and datasets raise anything from a user's task definition
         own = task_code_error(exc, code_dirs or set(), what) or template_error(exc, what)
         if own is not None:
             raise own from None

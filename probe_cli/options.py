@@ -118,7 +118,8 @@ def config_options(
             return command(**kwargs, **{target: ConfigFlags(cls, values, path, needed, from_file)})
 
         at = [p.name for p in params].index(target) if target is not None else len(params)
-        setattr(run, "__signature__", signature.replace(parameters=[*params[:at], *made, *params[at + 1 :]]))
+        new = signature.replace(parameters=[*params[:at], *made, *params[at + 1 :]])
+        setattr(run, "__signature__", new)  # noqa: B010 - a function's type does not declare __signature__
         return cast(Command, run)
 
     return decorate
@@ -153,7 +154,7 @@ def count_option(default: int | None, flag: str, help: str, bounds: Range) -> An
     naming the flag (or the ``--config`` file and key), as a config's setting is."""
     hint = Annotated[int, bounds]
 
-    def check(ctx: typer.Context, param: typer.CallbackParam, value: Optional[int]) -> Optional[int]:
+    def check(ctx: typer.Context, param: typer.CallbackParam, value: int | None) -> int | None:
         if value is not None:
             try:
                 typed(value, hint, str(param.name))

@@ -302,7 +302,7 @@ def consolidate(run_dir: Path, capabilities: list[str], plan: ConsolidationPlan)
     target = run.activations
     if target.is_file() and not any(pending.values()):
         _drop_empty_journal(run)
-        return {cap: 0 for cap in capabilities}
+        return dict.fromkeys(capabilities, 0)
     for cap, paths in pending.items():
         for path in paths:
             check_shard(path, cap, len(plan.layers), set(plan.tl_names))
@@ -374,7 +374,7 @@ def _write_staging(
     staging.mkdir()
     if target.is_file():
         shutil.copyfile(target, new)
-    appended = {cap: 0 for cap in capabilities}
+    appended = dict.fromkeys(capabilities, 0)
     # no `with`: a failed write must not be retried on close
     writer = RunWriter(staging, plan.settings, toolkit_version=plan.toolkit_version)
     writer.file.attrs["provenance"] = json.dumps(

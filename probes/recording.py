@@ -438,7 +438,7 @@ def _record_into(
         }
         world.on_main(lambda: _finish_on_main(run_dir, inputs, pair, settings, call, work))
         counts = world.on_main(
-            lambda: {p.capability: int(len(committed_ids(run_dir, p.capability))) for p in inputs.prompt_sets}
+            lambda: {p.capability: len(committed_ids(run_dir, p.capability)) for p in inputs.prompt_sets}
         )
     resumed = {p.capability: len(done[p.capability]) for p in inputs.prompt_sets}
     recorded = {p.capability: recorded.get(p.capability, 0) for p in inputs.prompt_sets}

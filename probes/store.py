@@ -345,7 +345,7 @@ def _members(
 def _attr(obj: Any, name: str, where: str) -> Any:
     try:
         value = _plain(obj.attrs[name])
-    except Exception as exc:  # noqa: BLE001 - in the guard process: any failure to read is damage, said in one line
+    except Exception as exc:  # in the guard process: any failure to read is damage, said in one line
         raise _Refused(f"the attribute {name!r} of {where} cannot be read ({_first_line(exc)})") from None
     try:
         text = json.dumps(value, ensure_ascii=False)
@@ -375,7 +375,7 @@ def _sample_fields(group: h5py.Group, cap: str, size: int) -> dict[str, Any]:
             values = dataset[:]  # read whole: these are small, and a damaged string heap must crash here, not later
             for text in values.ravel() if kind == "text" else ():
                 text.decode("utf-8") if isinstance(text, bytes) else text.encode("utf-8")  # invalid UTF-8 raises
-        except Exception as exc:  # noqa: BLE001 - the guard process
+        except Exception as exc:  # the guard process
             raise _Refused(
                 f"samples/{cap}/{name} cannot be read ({_first_line(exc)}); record again into a new --out"
             ) from None
@@ -442,7 +442,7 @@ def _child_main(argv: list[str]) -> None:
         report = _walk(Path(argv[0]))
     except _Refused as exc:
         report = {"error": str(exc)}
-    except Exception as exc:  # noqa: BLE001 - the guard process turns any failure into one line for its parent
+    except Exception as exc:  # the guard process turns any failure into one line for its parent
         report = {"error": f"the file's metadata cannot be read ({_first_line(exc)}); record again into a new --out"}
     sys.stdout.write(json.dumps(report) + "\n")
     sys.stdout.flush()

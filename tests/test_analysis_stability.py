@@ -59,7 +59,7 @@ def test_a_clear_signal_is_stable_in_every_resample_with_the_overwhelming_layer_
     assert record.top_layers[0] == OVERWHELMING and set(record.top_layers) == {OVERWHELMING, *CLEAR}
     assert (record.n_resamples, record.seed, record.k, record.kept_at_least) == (20, 0, 5, 4)
     assert record.resamples_meeting == 20 and record.mean_overlap == 5.0
-    assert record.layer_frequency == {layer: 20 for layer in sorted(record.top_layers)}
+    assert record.layer_frequency == dict.fromkeys(sorted(record.top_layers), 20)
     assert record.verdict() == "stable in 20/20 resamples (≥4 of 5 kept)"
 
 

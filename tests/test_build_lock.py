@@ -39,8 +39,6 @@ def test_an_unheld_lock_is_taken_silently_and_a_refusing_lock_still_refuses(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     lock = tmp_path / ".smollm2_base.lock"
-    with build_lock(lock, "the SmolLM2 base"):
-        with pytest.raises(LockHeld):
-            with file_lock(lock, wait=False):
-                pass
+    with build_lock(lock, "the SmolLM2 base"), pytest.raises(LockHeld), file_lock(lock, wait=False):
+        pass
     assert capsys.readouterr().err == ""

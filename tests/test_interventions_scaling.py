@@ -128,12 +128,10 @@ def test_hooks_removed_even_on_error(tiny, batch):
 
 def test_units_outside_the_model_are_refused_before_any_hook(tiny):
     model, _ = tiny
-    with pytest.raises(ProbeError, match="units 0-31"):
-        with scaled_units(model, parse_units("1:32", "mlp_out"), 0.0):
-            pass
-    with pytest.raises(ProbeError, match="layers 0-3"):
-        with scaled_units(model, parse_units("4:0", "mlp_post"), 0.0):
-            pass
+    with pytest.raises(ProbeError, match="units 0-31"), scaled_units(model, parse_units("1:32", "mlp_out"), 0.0):
+        pass
+    with pytest.raises(ProbeError, match="layers 0-3"), scaled_units(model, parse_units("4:0", "mlp_post"), 0.0):
+        pass
     assert _no_hooks_left(model)
 
 

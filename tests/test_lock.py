@@ -15,7 +15,7 @@ import pytest
 from packaging.requirements import Requirement
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-import lock  # noqa: E402
+import lock
 
 
 def _requirements() -> list[Requirement]:

@@ -47,7 +47,7 @@ def arm(
 def test_the_paper_factor_is_the_one_the_interventions_use() -> None:
     from access.factors import PAPER_FACTOR as used
 
-    assert PAPER_FACTOR == used
+    assert used == PAPER_FACTOR
 
 
 @pytest.mark.parametrize(

@@ -72,9 +72,8 @@ def test_every_name_is_the_one_older_runs_have() -> None:
 
 def test_a_second_recorder_into_one_directory_is_refused_in_one_line(tmp_path: Path) -> None:
     run = RunDir(tmp_path / "run")
-    with run.lock():
-        with pytest.raises(ProbeError) as refused, run.lock():
-            pass
+    with run.lock(), pytest.raises(ProbeError) as refused, run.lock():
+        pass
     assert str(refused.value) == (
         f"{run.root}: another `probe run` is recording into this directory; wait for it or use another --out"
     )

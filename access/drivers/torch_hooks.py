@@ -62,7 +62,6 @@ class TorchBackend:
             self.collector.take(hook, layer, x)
             if self.stop_early and self.collector.complete:
                 raise _StopForward
-            return None
 
         return fn
 

@@ -11,7 +11,7 @@ window line and warnings (:func:`print_warnings`).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -37,20 +37,20 @@ def register(app: typer.Typer) -> None:
 def analyze(
     run_dir: Path = typer.Argument(..., help=f"A run directory holding {ACTIVATIONS_FILE} (from `probe run`)."),
     settings: ConfigFlags = FROM_CONFIG,
-    capability: Optional[list[str]] = typer.Option(
+    capability: list[str] | None = typer.Option(
         None,
         "--capability",
         "-c",
         help="Capability (repeatable, or comma-separated, or 'all'); default: every recorded one.",
     ),
-    hook: Optional[list[str]] = typer.Option(
+    hook: list[str] | None = typer.Option(
         None,
         "--hook",
         help="Hook point (repeatable): mlp_out, attn_out, resid_post, mlp_post; default: every recorded one.",
     ),
-    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: RUN_DIR/analysis)."),
+    out: Path | None = typer.Option(None, "--out", help="Output directory (default: RUN_DIR/analysis)."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plotly figures."),
-    png: Optional[bool] = typer.Option(
+    png: bool | None = typer.Option(
         None, "--png/--no-png", help="PNG export through kaleido (default: when Chromium is installed)."
     ),
     show: int = count_option(5, "--show", "Layers shown per capability and hook.", Range(1, 10_000)),

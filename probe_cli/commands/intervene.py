@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -33,7 +33,7 @@ def register(app: typer.Typer) -> None:
     app.command("intervene")(intervene)
 
 
-def _default_out(run_dir: Optional[Path], capability: str, model: str) -> Path:
+def _default_out(run_dir: Path | None, capability: str, model: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     runs = RunDir(run_dir if run_dir is not None else "runs")  # without a run, under runs/ alike
     return runs.intervention(f"{capability}_{model}_{stamp}").root
@@ -41,7 +41,7 @@ def _default_out(run_dir: Optional[Path], capability: str, model: str) -> Path:
 
 @config_options(ABConfig, exclude=["run_dir"])
 def intervene(
-    run_dir: Optional[Path] = typer.Argument(None, help=help_text(flat_fields(ABConfig)["run_dir"])),
+    run_dir: Path | None = typer.Argument(None, help=help_text(flat_fields(ABConfig)["run_dir"])),
     settings: ConfigFlags = FROM_CONFIG,
     pair: str = pair_option(),
 ) -> None:

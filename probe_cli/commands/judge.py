@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -42,8 +42,8 @@ def judge(
     ),
     judge_name: str = typer.Option(JUDGE_MODES[0], "--judge", help=JUDGE_HELP),
     endpoint: ConfigFlags = FROM_CONFIG,
-    limit: Optional[int] = count_option(None, "--limit", "Judge only the first N rows.", POSITIVE),
-    verdicts_out: Optional[Path] = typer.Option(None, "--verdicts-out", help="Write per-row verdicts (JSONL) here."),
+    limit: int | None = count_option(None, "--limit", "Judge only the first N rows.", POSITIVE),
+    verdicts_out: Path | None = typer.Option(None, "--verdicts-out", help="Write per-row verdicts (JSONL) here."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of a table."),
 ) -> None:
     """Score responses per capability; with --judge both, report rules-vs-LLM agreement and kappa."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -35,7 +35,7 @@ def register(app: typer.Typer) -> None:
 
 @config_options(LMEvalConfig, exclude=["run_dir"], required=["tasks"])
 def lmeval(
-    run_dir: Optional[Path] = typer.Argument(None, help=help_text(flat_fields(LMEvalConfig)["run_dir"])),
+    run_dir: Path | None = typer.Argument(None, help=help_text(flat_fields(LMEvalConfig)["run_dir"])),
     settings: ConfigFlags = FROM_CONFIG,
     pair: str = pair_option(),
 ) -> None:

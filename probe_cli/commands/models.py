@@ -12,7 +12,7 @@ prints the per-capability table with Wilson intervals and McNemar p-values.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -30,7 +30,7 @@ models_app = typer.Typer(
 @models_app.command("default")
 @config_options()
 def default(
-    home: Optional[Path] = typer.Option(
+    home: Path | None = typer.Option(
         None, "--home", help="Cache root (default: $PROBE_HOME or ~/.cache/rolemrc-probe)."
     ),
     pair_name: str = pair_option(),
@@ -58,7 +58,7 @@ def default(
 @models_app.command("fetch-base")
 @config_options()
 def fetch_base(
-    home: Optional[Path] = typer.Option(
+    home: Path | None = typer.Option(
         None, "--home", help="Cache root (default: $PROBE_HOME or ~/.cache/rolemrc-probe)."
     ),
 ) -> None:
@@ -70,7 +70,7 @@ def fetch_base(
     typer.echo(str(fetch(home)))
 
 
-def _check_home(home: Optional[Path]) -> None:
+def _check_home(home: Path | None) -> None:
     from core.home import ENV_VAR, probe_home
 
     check_output_dir(home or probe_home(), "--home" if home is not None else f"${ENV_VAR}")
@@ -89,7 +89,7 @@ def print_table(result: Any) -> None:
 def evaluate(
     settings: ConfigFlags = FROM_CONFIG,
     pair_name: str = pair_option(),
-    out: Optional[Path] = typer.Option(None, "--out", help="Also write the full result (responses, scores) as JSON."),
+    out: Path | None = typer.Option(None, "--out", help="Also write the full result (responses, scores) as JSON."),
 ) -> None:
     """Greedy generation + rule judge: per-capability compliance of SFT vs DPO."""
     from training.evaluate import evaluate_pair, pair_warnings

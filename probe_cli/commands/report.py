@@ -9,7 +9,7 @@ prints the verdict table, what the run lacks with the command that adds it, and 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -26,8 +26,8 @@ def register(app: typer.Typer) -> None:
 @config_options()
 def report(
     run_dir: Path = typer.Argument(..., help="A run directory (from `probe replicate`, or `probe run` and the rest)."),
-    out: Optional[Path] = typer.Option(None, "--out", help=f"The HTML file to write (default: {_RUN.report_file})."),
-    eval_file: Optional[Path] = typer.Option(
+    out: Path | None = typer.Option(None, "--out", help=f"The HTML file to write (default: {_RUN.report_file})."),
+    eval_file: Path | None = typer.Option(
         None, "--eval", help=f"An evaluation saved elsewhere (`probe models eval --out`); default: {_RUN.eval_file}."
     ),
 ) -> None:

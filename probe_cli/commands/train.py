@@ -10,7 +10,7 @@ command resumes from it (:mod:`training.interrupts`).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -45,9 +45,9 @@ def _run(train: Any, cfg: Any, title: str) -> None:
 @config_options(SFTRunConfig)
 def sft(
     settings: ConfigFlags = FROM_CONFIG,
-    tiny_layers: Optional[int] = count_option(None, "--tiny-layers", "Layers of the tiny base.", Range(1, 256)),
-    tiny_width: Optional[int] = count_option(None, "--tiny-width", "Hidden size of the tiny base.", Range(1, 65_536)),
-    tiny_mlp: Optional[int] = count_option(None, "--tiny-mlp", "MLP width of the tiny base.", Range(1, 262_144)),
+    tiny_layers: int | None = count_option(None, "--tiny-layers", "Layers of the tiny base.", Range(1, 256)),
+    tiny_width: int | None = count_option(None, "--tiny-width", "Hidden size of the tiny base.", Range(1, 65_536)),
+    tiny_mlp: int | None = count_option(None, "--tiny-mlp", "MLP width of the tiny base.", Range(1, 262_144)),
 ) -> None:
     """Supervised fine-tuning (loss on assistant turns only) of BASE on DATA/sft.jsonl."""
     from training.sft import train_sft

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from core.capabilities import TASKS
 
-WORDS = "the archivist reads old maps of the river city and answers questions about its bridges granite flood".split()
+TEXT = "the archivist reads old maps of the river city and answers questions about its bridges granite flood"
+WORDS = TEXT.split()
 
 
 def write_rolemrc_file(path: Path, n_rows: int = 36, seed: int = 0) -> Path:
