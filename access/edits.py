@@ -203,7 +203,7 @@ class Set(UnitEdit):
 
     def compile(self, model: PreTrainedModel, stats: EditStats) -> SiteEdits:
         by_layer: dict[int, list[float]] = {}
-        for neuron, value in zip(self.units.neurons, self.values):
+        for neuron, value in zip(self.units.neurons, self.values, strict=True):
             by_layer.setdefault(neuron.layer, []).append(value)
         out = []
         for layer, index in self.layer_index().items():

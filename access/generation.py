@@ -141,7 +141,7 @@ class Generator:
                 torch.manual_seed(self.config.seed + number)  # the same stream in every run
             # PreTrainedModel's type lacks GenerationMixin, which every causal LM mixes in
             out = self.model.generate(input_ids=input_ids, attention_mask=mask, **kwargs)  # type: ignore[operator]
-            for row, sequence in zip(batch, out[:, input_ids.shape[1] :].tolist()):
+            for row, sequence in zip(batch, out[:, input_ids.shape[1] :].tolist(), strict=True):
                 result[row] = cut_at_stop(sequence, self.stop)
         return result
 

@@ -183,7 +183,9 @@ def stem_batches(prompts: Sequence[list[int]], batch_size: int) -> list[list[Ste
         if groups and len(groups[-1][1]) < batch_size:
             length, group = groups[-1]
             common = min(
-                len(os.path.commonprefix([prompts[group[0]], prompts[index]])), len(prompts[index]) - 1, length
+                len(os.path.commonprefix([prompts[group[0]], prompts[index]])),  # noqa: RUF071 - token ids, as meant
+                len(prompts[index]) - 1,
+                length,
             )
             if common >= MIN_STEM and len(group) * common > (len(group) - 1) * length:
                 groups[-1] = (common, [*group, index])
@@ -281,7 +283,9 @@ class SharedDecoder:
                 if body is None:
                     start, before = time.perf_counter(), [_stats(p) for p in passes]
                     tokens, bad = self._decode(stems)
-                    counted = [{k: v - b.get(k, 0) for k, v in _stats(p).items()} for p, b in zip(passes, before)]
+                    counted = [
+                        {k: v - b.get(k, 0) for k, v in _stats(p).items()} for p, b in zip(passes, before, strict=True)
+                    ]
                     body = {
                         "prompts": batch,
                         "tokens": tokens,
@@ -293,7 +297,7 @@ class SharedDecoder:
                         keep(number, body)
                     body["fresh"] = True
                 for arm, per_prompt in enumerate(body["tokens"]):
-                    for prompt, row in zip(batch, per_prompt):
+                    for prompt, row in zip(batch, per_prompt, strict=True):
                         ids[arm][prompt] = row
                     broken[arm] += body["broken"][arm]
                     for key, value in body["stats"][arm].items():
@@ -403,7 +407,7 @@ class SharedDecoder:
             stem_of += [shared.index(stem) if stem.length else -1] * len(stem.members)
         lengths = [stem.length for stem in batch for _ in stem.members]
         input_ids, mask = left_pad(
-            [p[n:] for p, n in zip(prompts, lengths)], self.generator.pad_id, self.generator.device
+            [p[n:] for p, n in zip(prompts, lengths, strict=True)], self.generator.pad_id, self.generator.device
         )
         positions = _positions(mask) + torch.tensor(lengths, device=mask.device).unsqueeze(1) * mask
         last = torch.tensor([len(p) - 1 for p in prompts], device=mask.device)
@@ -423,7 +427,7 @@ class SharedDecoder:
             logits = self.model.get_output_embeddings()(self.decoder.norm(hidden[:, -1:]))[:, -1].to(torch.float32)
             bad = ((~torch.isfinite(logits)).any(-1) | (logits.amax(-1) == logits.amin(-1))).tolist()
             chosen = logits.argmax(-1).tolist()
-            for row, (token, is_bad) in enumerate(zip(chosen, bad)):
+            for row, (token, is_bad) in enumerate(zip(chosen, bad, strict=True)):
                 if not state.row_alive[row]:
                     continue
                 arm, prompt = local[state.row_arm[row]], state.row_prompt[row]
@@ -473,7 +477,8 @@ class SharedDecoder:
         state.lower = _Seed.of(stems.lower, range(fork), stem_of)
         state.upper = _Seed.of(stems.upper, range(fork, self.total), per_row)
         state.sources = [
-            _Seed.of(cache, range(top + 1), stem_of) for cache, top in zip(stems.sources, self._sources.tops)
+            _Seed.of(cache, range(top + 1), stem_of)
+            for cache, top in zip(stems.sources, self._sources.tops, strict=True)
         ]
         seen = mask.index_select(0, torch.tensor([max(k, 0) for k in stem_of], device=mask.device))
         seen = seen * torch.tensor([k >= 0 for k in stem_of], device=mask.device).unsqueeze(1)
@@ -626,7 +631,7 @@ class SharedDecoder:
         its values there are kept for the patch arms."""
         if not state.sources:
             state.sources = [None] * len(self._sources.models)
-        for k, (model, top) in enumerate(zip(self._sources.models, self._sources.tops)):
+        for k, (model, top) in enumerate(zip(self._sources.models, self._sources.tops, strict=True)):
             if k not in state.source_needed:
                 continue
             self._sources.reset(k)

@@ -57,11 +57,11 @@ def layer_agreement(
 ) -> list[LayerAgreement]:
     """Per row (layer) of two (layers, units) maps: ρ between |activation| and ``weights``, permutation p, BH q."""
     rng = np.random.default_rng(seed)
-    found = [_one_layer(np.abs(a), w, n_permutations, rng) for a, w in zip(activation, weights)]
+    found = [_one_layer(np.abs(a), w, n_permutations, rng) for a, w in zip(activation, weights, strict=True)]
     q = bh_qvalues(np.array([p for _, p in found])) if found else np.zeros(0)
     return [
         LayerAgreement(layer, rho, p, float(qi), int(activation.shape[1]))
-        for layer, (rho, p), qi in zip(layers, found, q)
+        for layer, (rho, p), qi in zip(layers, found, q, strict=True)
     ]
 
 

@@ -122,7 +122,7 @@ def depth_share(
         n_samples=maps.n_samples,
         layers=list(stored),
         scores=[float(s) for s in scores],
-        window=[i for i, w in zip(stored, in_window) if w],
+        window=[i for i, w in zip(stored, in_window, strict=True) if w],
         n_model_layers=n_model,
         share=share,
         ci_low=low,

@@ -301,7 +301,7 @@ def _cards(
     )
     samples = context.run.samples(maps.capability)
     cards = []
-    for (row, unit), readout in zip(units, readouts):
+    for (row, unit), readout in zip(units, readouts, strict=True):
         low, high = _delta_ci(acts["sft"][:, row], acts["dpo"][:, row], unit, maps, context.seed)
         cards.append(
             NeuronCard(
@@ -397,7 +397,7 @@ def common_end(texts: list[str]) -> str:
     """
     if len(texts) < 2:
         return ""
-    shared = os.path.commonprefix([t[::-1] for t in texts])[::-1]
+    shared = os.path.commonprefix([t[::-1] for t in texts])[::-1]  # noqa: RUF071 - text, compared character by character as meant
     limit = min(len(t) for t in texts) - 1
     return shared if len(shared) <= limit else shared[len(shared) - max(limit, 0) :]
 
@@ -412,7 +412,10 @@ def _mean_difference(context: _Context, maps: MetricMaps) -> list[LayerReadOut]:
         context.run, maps.capability, maps.hook, maps.layers, context.models.sft, context.models.dpo
     )
     readouts = read_out(context.lens, vectors, context.tokens, context.decode)
-    return [LayerReadOut(layer, float(np.linalg.norm(v)), r) for layer, v, r in zip(maps.layers, vectors, readouts)]
+    return [
+        LayerReadOut(layer, float(np.linalg.norm(v)), r)
+        for layer, v, r in zip(maps.layers, vectors, readouts, strict=True)
+    ]
 
 
 def _agreement(maps: MetricMaps, change: UnitChange, top: int, permutations: int, seed: int) -> Agreement:

@@ -43,7 +43,7 @@ class MetricMaps:
         loudness = self.loudness()
         if loudness is None:
             return []
-        return [layer for layer, rms in zip(self.layers, loudness) if rms < ratio * loudness.max()]
+        return [layer for layer, rms in zip(self.layers, loudness, strict=True) if rms < ratio * loudness.max()]
 
     @property
     def width(self) -> int:

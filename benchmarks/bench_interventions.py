@@ -163,8 +163,8 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
     )
     differing = [
         (key, row)
-        for (key, _, _), a, b in zip(passes, per_arm, shared)
-        for row, (x, y) in enumerate(zip(a.ids, b.ids))
+        for (key, _, _), a, b in zip(passes, per_arm, shared, strict=True)
+        for row, (x, y) in enumerate(zip(a.ids, b.ids, strict=True))
         if x != y
     ]
     tokens = sum(len(g.ids[row]) for g in per_arm for row in range(len(g.ids)))
@@ -244,7 +244,8 @@ def _distinct_prefixes(prompts: list[list[int]]) -> int:
     """How many distinct prefixes the prompts have (the nodes of their token trie): no exact engine runs fewer
     prompt positions per pass."""
     ordered = sorted(prompts)
-    return sum(len(p) - len(os.path.commonprefix([p, q])) for p, q in zip(ordered, [[], *ordered]))
+    pairs = zip(ordered, [[], *ordered], strict=False)  # each prompt with the one before it ([] for the first)
+    return sum(len(p) - len(os.path.commonprefix([p, q])) for p, q in pairs)  # noqa: RUF071 - token ids, as meant
 
 
 def _weights(model: torch.nn.Module) -> tuple[int, int]:

@@ -276,7 +276,7 @@ def bench_budgets(
         batches = batches_of(prompts, tokenizer, batch_size, budget)
         values: dict[int, Any] = {}
 
-        def record() -> None:
+        def record(batches: list[Any] = batches, values: dict[int, Any] = values) -> None:  # bound: this way's
             for b in batches:
                 out = backend.record(b)["mlp_out"]
                 values.update({sid: out[i] for i, sid in enumerate(b.samples.sample_ids.tolist())})

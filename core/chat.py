@@ -30,6 +30,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
@@ -166,8 +167,9 @@ def encode_conversations(
     encoded: list[list[int]] = []
     for index, turns in enumerate(conversations):
         messages = to_messages(turns)
-        check_no_control_text(messages, controls, lambda: where(index))
-        text = render_text(tokenizer, messages, add_generation_prompt=add_generation_prompt, where=lambda: where(index))
+        here = partial(where, index)
+        check_no_control_text(messages, controls, here)
+        text = render_text(tokenizer, messages, add_generation_prompt=add_generation_prompt, where=here)
         ids = encode_text(tokenizer, text)
         if not ids:
             raise ProbeError(

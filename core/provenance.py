@@ -130,7 +130,7 @@ def weights_sha256(model_dir: str | os.PathLike[str]) -> str:
     directory = Path(model_dir).resolve()
     files = _hashed_files(directory)
     stats = [f.stat() for f in files]
-    key = "tensors|" + "|".join(f"{f}:{s.st_size}:{s.st_mtime_ns}" for f, s in zip(files, stats))
+    key = "tensors|" + "|".join(f"{f}:{s.st_size}:{s.st_mtime_ns}" for f, s in zip(files, stats, strict=True))
     cache = _load_cache()
     if key not in cache:
         cache[key] = _tensor_digest(files)

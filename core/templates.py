@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from core.chat import Messages, control_token_texts, encode_text, render_text, set_template, to_messages
@@ -170,7 +171,7 @@ def prove_same_rendering(
     """Render every case with both templates; returns the number of cases, raises on the first difference."""
     cases = rendering_cases(conversations)
     for number, (messages, generation_prompt) in enumerate(cases):
-        where = lambda: f"rendering case {number} of the training data"  # noqa: E731
+        where = partial("rendering case {} of the training data".format, number)
         a = encode_text(
             tokenizer,
             render_text(tokenizer, messages, add_generation_prompt=generation_prompt, template=own, where=where),
@@ -180,7 +181,7 @@ def prove_same_rendering(
             render_text(tokenizer, messages, add_generation_prompt=generation_prompt, template=copy, where=where),
         )
         if a != b:
-            at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
             raise ProbeError(
                 f"the training copy of the chat template renders case {number} (generation prompt: "
                 f"{generation_prompt}) differently from the model's own at token {at}; "

@@ -202,7 +202,7 @@ def capability_result(
 ) -> CapabilityResult:
     """Paired statistics of one capability for one arm against the baseline (``with_ci=False``: no bootstrap)."""
     before_all, after_all = _scores(base[1], cap, idx), _scores(arm[1], cap, idx)
-    pairs = [(b, a) for b, a in zip(before_all, after_all) if b is not None and a is not None]
+    pairs = [(b, a) for b, a in zip(before_all, after_all, strict=True) if b is not None and a is not None]
     effect = paired_delta(
         [b for b, _ in pairs], [a for _, a in pairs], n_resamples=n_bootstrap, seed=seed, with_ci=with_ci
     )
@@ -386,7 +386,7 @@ class _Runner:
             kept=lambda b: self.store.get_body(f"{tag} {b}"),
             keep=lambda b, body: self.store.put_body(f"{tag} {b}", body),
         )
-        for (key, _), generations in zip(shared, results):
+        for (key, _), generations in zip(shared, results, strict=True):
             self.pregenerated[key] = generations
 
     def _left(self) -> str:
@@ -448,7 +448,7 @@ class _Runner:
         )
         generated = self.scored(arm.name, arm.model, arm.edits)
         base = self.baselines[arm.model][0]
-        rows_changed = sum(a != b for a, b in zip(generated[0].ids, base.ids))
+        rows_changed = sum(a != b for a, b in zip(generated[0].ids, base.ids, strict=True))
         dtype = self.torch_dtype
         reason = next((r for r in (e.noop_reason(dtype) for e in arm.edits) if r), None)
         guard = build_guard(

@@ -27,14 +27,14 @@ def rouge_l(responses: Sequence[str], references: Sequence[str]) -> list[float]:
     from rouge_score import rouge_scorer
 
     scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
-    return [scorer.score(ref, hyp)["rougeL"].fmeasure for hyp, ref in zip(responses, references)]
+    return [scorer.score(ref, hyp)["rougeL"].fmeasure for hyp, ref in zip(responses, references, strict=True)]
 
 
 def sentence_bleu(responses: Sequence[str], references: Sequence[str]) -> list[float]:
     """sacrebleu sentence BLEU (0-100, exponential smoothing) of each response."""
     import sacrebleu
 
-    return [sacrebleu.sentence_bleu(hyp, [ref]).score for hyp, ref in zip(responses, references)]
+    return [sacrebleu.sentence_bleu(hyp, [ref]).score for hyp, ref in zip(responses, references, strict=True)]
 
 
 def corpus_bleu(responses: Sequence[str], references: Sequence[str]) -> float:

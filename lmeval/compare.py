@@ -161,10 +161,10 @@ def compare_group(
     """A group's mean of its children's means (by size or equal weights), with a bootstrap within each child."""
     sizes = np.array([len(b) for b, _ in parts], dtype=float)
     weights = sizes / sizes.sum() if weight_by_size else np.full(len(parts), 1.0 / len(parts))
-    before = float(sum(w * b.mean() for w, (b, _) in zip(weights, parts)))
-    after = float(sum(w * a.mean() for w, (_, a) in zip(weights, parts)))
+    before = float(sum(w * b.mean() for w, (b, _) in zip(weights, parts, strict=True)))
+    after = float(sum(w * a.mean() for w, (_, a) in zip(weights, parts, strict=True)))
     rng, boot = np.random.default_rng(seed), np.zeros(n_resamples)
-    for w, (b, a) in zip(weights, parts):
+    for w, (b, a) in zip(weights, parts, strict=True):
         diff = a - b
         for start in range(0, n_resamples, 1000):  # bounded memory: 1000 resamples of one child at a time
             rows = min(1000, n_resamples - start)

@@ -187,7 +187,7 @@ def attribute_batch(
         grads = torch.autograd.grad((m * signs).sum(), [seen[s] for s in sites])
     weights = position_mask(batch, positions)
     out = {}
-    for site, grad in zip(sites, grads):
+    for site, grad in zip(sites, grads, strict=True):
         a_dpo, a_sft = seen[site].detach().float(), reference[site].float()
         w = weights.to(a_dpo.device).unsqueeze(-1)
         count = w.sum(dim=1).clamp(min=1.0)

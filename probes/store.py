@@ -423,7 +423,7 @@ def _check_storage(dataset: h5py.Dataset, size: int) -> None:
             f"{dataset.name} claims shape {dataset.shape} ({claimed:,} bytes), "
             f"more than a {size:,}-byte file can hold; the file is damaged or crafted"
         )
-    needed = math.prod(math.ceil(n / c) for n, c in zip(dataset.shape, dataset.chunks))
+    needed = math.prod(math.ceil(n / c) for n, c in zip(dataset.shape, dataset.chunks, strict=True))
     allocated = dataset.id.get_num_chunks()
     if allocated < needed:
         raise _Refused(

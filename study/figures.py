@@ -262,8 +262,8 @@ def compliance_figure(table: list[EvalRow], judge: str = "rules") -> go.Figure |
                 error_y={
                     "type": "data",
                     "symmetric": False,
-                    "array": [_err(c[1], r) for c, r in zip(cis, rates)],
-                    "arrayminus": [_err(r, c[0]) for c, r in zip(cis, rates)],
+                    "array": [_err(c[1], r) for c, r in zip(cis, rates, strict=True)],
+                    "arrayminus": [_err(r, c[0]) for c, r in zip(cis, rates, strict=True)],
                 },
             )
         )

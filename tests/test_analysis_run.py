@@ -39,7 +39,7 @@ def test_fdr_finds_the_planted_units_and_few_others(run, tmp_path: Path, metric:
     )
     for cap, units in planted.items():
         maps = _maps(result, cap)
-        found = {(maps.layers[r], int(u)) for r, u in zip(*np.nonzero(maps.significant(0.05)))}
+        found = {(maps.layers[r], int(u)) for r, u in zip(*np.nonzero(maps.significant(0.05)), strict=True)}
         assert set(units) <= found, (metric, cap, units, found)
         assert len(found - set(units)) <= 3
         top = to_json(result.summary)["capabilities"][cap]["mlp_out"]["top_units"][: len(units)]

@@ -143,7 +143,7 @@ def test_a_resample_of_every_prompt_once_reproduces_the_real_scores(
 
 def test_resample_weights_count_the_drawn_prompts() -> None:
     draws = Resamples.draw(n_samples=7, n_resamples=4, seed=1)
-    for rows, weights in zip(draws.indices, draws.weights):
+    for rows, weights in zip(draws.indices, draws.weights, strict=True):
         assert np.array_equal(np.bincount(rows, minlength=7), weights)
     assert np.array_equal(Resamples.draw(7, 4, 1).indices, draws.indices)
 

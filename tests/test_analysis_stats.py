@@ -12,7 +12,9 @@ from core.stats import mcnemar_p as mcnemar_exact
 def test_mcnemar_equals_binomtest() -> None:
     n01 = np.array([0, 3, 10, 7, 25, 0])
     n10 = np.array([0, 1, 0, 7, 11, 4])
-    expected = [1.0 if a + b == 0 else stats.binomtest(int(a), int(a + b), 0.5).pvalue for a, b in zip(n01, n10)]
+    expected = [
+        1.0 if a + b == 0 else stats.binomtest(int(a), int(a + b), 0.5).pvalue for a, b in zip(n01, n10, strict=True)
+    ]
     assert np.allclose(mcnemar_exact(n01, n10), expected)
 
 
@@ -49,7 +51,7 @@ def test_bh_over_layers_and_units_recovers_planted_signal() -> None:
         dpo[:, layer, unit] += 0.6
     p = np.stack([paired_pvalues(sft[:, i], dpo[:, i]) for i in range(layers)])
     q = bh_qvalues(p)
-    found = set(zip(*np.nonzero(q <= 0.05)))
+    found = set(zip(*np.nonzero(q <= 0.05), strict=True))
     assert set(planted) <= found
     assert len(found - set(planted)) <= 2  # 297 null units at FDR 5%
     assert q.shape == p.shape and np.all(q >= p)

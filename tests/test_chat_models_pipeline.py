@@ -268,7 +268,7 @@ def test_recorded_prompts_are_the_templates_own_tokens(pipeline: Pipeline) -> No
     with RunReader(pipeline.runs["torch"]) as run:
         for capability in run.capabilities():
             info = run.samples(capability)
-            for sample_id, text, length in zip(info.sample_ids, info.prompts, info.prompt_lengths):
+            for sample_id, text, length in zip(info.sample_ids, info.prompts, info.prompt_lengths, strict=True):
                 messages = to_messages(rows[int(sample_id)].question)
                 own = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True)["input_ids"]
                 assert text == tokenizer.apply_chat_template(messages, tokenize=False)

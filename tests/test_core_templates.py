@@ -169,10 +169,12 @@ def test_the_markers_cover_exactly_each_reply_and_its_end_token(
         )
         ids, mask = rendered["input_ids"], rendered["assistant_masks"]
         replies = [m["content"] for m in messages if m["role"] == "assistant"]
-        assert tokenizer.decode([i for i, m in zip(ids, mask) if m]) == "".join(content(r) + case.end for r in replies)
+        assert tokenizer.decode([i for i, m in zip(ids, mask, strict=True) if m]) == "".join(
+            content(r) + case.end for r in replies
+        )
         assert _runs(mask) == len(replies)  # one contiguous span per reply: no header, no user text inside
-        assert [i for i, m in zip(ids, mask) if m].count(end) == len(replies)
-        assert sum(i == end and not m for i, m in zip(ids, mask)) == sum(
+        assert [i for i, m in zip(ids, mask, strict=True) if m].count(end) == len(replies)
+        assert sum(i == end and not m for i, m in zip(ids, mask, strict=True)) == sum(
             1 for m in messages if m["role"] != "assistant"
         ) + (1 if case.template in (SMOLLM2_TEMPLATE, QWEN2_TEMPLATE) and messages[0]["role"] != "system" else 0)
 

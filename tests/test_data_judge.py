@@ -34,7 +34,7 @@ def test_rule_judge_implements_the_judge_protocol() -> None:
 def test_every_reference_passes_every_capability_of_its_row(dataset: Path) -> None:
     rows = read_test_rows(dataset / "test.jsonl")
     verdicts = JUDGE.judge(rows, [r.reference for r in rows])
-    for row, verdict in zip(rows, verdicts):
+    for row, verdict in zip(rows, verdicts, strict=True):
         assert set(verdict.scores) == set(capabilities_of(row.task))
         assert all(s == 1 for s in verdict.scores.values()), (row.task, verdict.reasons)
         # and the behaviour and style checks hold for every row, judged on them or not

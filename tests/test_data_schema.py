@@ -55,7 +55,7 @@ def test_published_rows_round_trip_unchanged_apart_from_role_case(published_file
     assert write_jsonl(out, rows) == 1400
     original = [json.loads(line) for line in published_file.read_text().splitlines()]
     again = [json.loads(line) for line in out.read_text().splitlines()]
-    for a, b in zip(original, again):
+    for a, b in zip(original, again, strict=True):
         for turn in a["question"]:
             turn["role"] = turn["role"].lower()
         assert a == b

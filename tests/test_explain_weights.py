@@ -37,7 +37,7 @@ def edited(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 def _top(change, n: int) -> set[tuple[int, int]]:
     flat = np.argsort(-change.relative, axis=None, kind="stable")[:n]
-    return {(int(r), int(u)) for r, u in zip(*np.unravel_index(flat, change.relative.shape))}
+    return {(int(r), int(u)) for r, u in zip(*np.unravel_index(flat, change.relative.shape), strict=True)}
 
 
 def test_planted_edits_rank_first_and_nothing_else_comes_close(tiny_model_dir: Path, edited: Path) -> None:
@@ -92,7 +92,7 @@ def test_the_map_file_round_trips(tiny_model_dir: Path, edited: Path, tmp_path: 
     models = {"sft": {"dir": str(tiny_model_dir), "weights_sha256": "x"}}
     back, meta = load_weight_change(save_weight_change(changes, tmp_path / "w.h5", models))
     assert meta == models
-    for old, new in zip(changes, back):
+    for old, new in zip(changes, back, strict=True):
         assert (new.hook, new.transition, new.layers) == (old.hook, old.transition, old.layers)
         assert np.array_equal(new.relative, old.relative) and set(new.components) == set(old.components)
 

@@ -524,7 +524,10 @@ def test_overwrite_false_leaves_a_trained_model_byte_identical(
 LAUGHS = "".join(
     [
         'lol: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n',
-        *(f"l{i}: &{b} [" + ",".join([f"*{a}"] * 9) + "]\n" for i, (a, b) in enumerate(zip("abcdefgh", "bcdefghi"))),
+        *(
+            f"l{i}: &{b} [" + ",".join([f"*{a}"] * 9) + "]\n"
+            for i, (a, b) in enumerate(zip("abcdefgh", "bcdefghi", strict=True))
+        ),
         "hooks: [" + ",".join(["*i"] * 9) + "]\n",
     ]
 )

@@ -155,7 +155,7 @@ def test_the_mean_and_steer_arms_read_the_runs_means(analysed_run: Path, every_a
         layers = run.layers("multi_turn", "mlp_out")
         sft, dpo = (run.activations(m, "multi_turn", "mlp_out").astype(np.float64).mean(axis=0) for m in ("sft", "dpo"))
     values = arms["mean"]["edits"][0]["values"]
-    for (layer, unit), value in zip(report["neurons"]["units"], values):
+    for (layer, unit), value in zip(report["neurons"]["units"], values, strict=True):
         assert value == pytest.approx(sft[layers.index(layer), unit])
     for edit in arms["steer"]["edits"]:
         np.testing.assert_allclose(edit["vector"], sft[layers.index(edit["layer"])] - dpo[layers.index(edit["layer"])])

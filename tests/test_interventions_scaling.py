@@ -184,7 +184,7 @@ def test_ablation_changes_generations(tiny):
     model, tok = tiny
     gen = ABGenerator(model, tok, _rows(), GenerationConfig(max_new_tokens=10, batch_size=4))
     base, ablated = gen.run(), gen.run(Intervention(parse_units("1:0-31,2:0-31", "mlp_out"), 0.0))
-    assert sum(a != b for a, b in zip(base.ids, ablated.ids)) > 0
+    assert sum(a != b for a, b in zip(base.ids, ablated.ids, strict=True)) > 0
     assert ablated.hook_stats is not None and ablated.hook_stats["values_changed"] > 0
 
 
@@ -200,7 +200,7 @@ def test_noop_guard_fires_in_bfloat16(tiny_model_dir: Path):
     gen = ABGenerator(model, tok, _rows(), GenerationConfig(max_new_tokens=6, batch_size=4))
     base, arm = gen.run(), gen.run(Intervention(parse_units("1:0-31,2:0-31", "mlp_out"), PAPER_FACTOR))
     assert arm.hook_stats["values_changed"] == 0 and arm.hook_stats["values_seen"] > 0
-    changed = sum(a != b for a, b in zip(base.ids, arm.ids))
+    changed = sum(a != b for a, b in zip(base.ids, arm.ids, strict=True))
     edit = Intervention(parse_units("1:0-31,2:0-31", "mlp_out"), PAPER_FACTOR)
     guard = build_guard(
         edit.label(),

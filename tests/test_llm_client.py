@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 import time
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -71,9 +72,9 @@ def test_backoff_grows_exponentially_and_honours_retry_after(tmp_path: Path) -> 
         client = LLMClient(config(server, None, backoff_base=0.1, max_retries=5))
         assert client.chat(MSG).content == "ok"
         times = [r.time for r in server.chat_requests]
-    gaps = [b - a for a, b in zip(times, times[1:])]
+    gaps = [b - a for a, b in pairwise(times)]
     # Lower bounds only (a slow machine makes gaps longer, never shorter): 0.1, 0.2, 0.4, then Retry-After 0.5.
-    for gap, floor in zip(gaps, (0.1, 0.2, 0.4, 0.5)):
+    for gap, floor in zip(gaps, (0.1, 0.2, 0.4, 0.5), strict=True):
         assert gap >= floor * 0.95, gaps
 
 

@@ -9,6 +9,7 @@ beyond float32 round-off.
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import h5py
@@ -36,7 +37,7 @@ def test_plan_covers_every_prompt_once_within_both_limits(seed: int) -> None:
         assert b - a <= batch_size
         assert b - a == 1 or (b - a) * max(lengths[a:b]) <= budget
     # greedy: the next prompt would not have fitted
-    for (a, b), _ in zip(spans, spans[1:]):
+    for (a, b), _ in pairwise(spans):
         assert b - a == batch_size or (b - a + 1) * max(lengths[a : b + 1]) > budget
 
 

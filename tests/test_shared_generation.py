@@ -79,7 +79,9 @@ def test_every_arm_decoded_together_equals_the_arm_generated_alone(subject, hook
     assert [g.ids for g in together] == [g.ids for g in alone]
     assert [g.texts for g in together] == [g.texts for g in alone]
     assert decoder.prompt_tokens() < sum(map(len, generator.generator.prompts)), "some prompts must share a stem"
-    for a, t in zip(alone[1:], together[1:]):  # a stem's values are seen once for the prompts that share it
+    for a, t in zip(
+        alone[1:], together[1:], strict=True
+    ):  # a stem's values are seen once for the prompts that share it
         assert t.hook_stats["values_seen"] > 0 and bool(t.hook_stats["values_changed"]) == bool(
             a.hook_stats["values_changed"]
         )

@@ -84,7 +84,7 @@ def test_prompt_tokens_are_masked(data_dir: Path, tmp_path: Path) -> None:
     from training.data import sft_records
 
     records = sft_records(session.data_file, 4)
-    for ids, labels, record in zip(batch["input_ids"], batch["labels"], records):
+    for ids, labels, record in zip(batch["input_ids"], batch["labels"], records, strict=True):
         trained = tokenizer.decode(ids[labels != -100])
         masked = tokenizer.decode(ids[(labels == -100) & (ids != tokenizer.pad_token_id)])
         assistant = [m["content"] for m in record["messages"] if m["role"] == "assistant"]

@@ -73,7 +73,7 @@ def test_chat_warm_start_trains_on_assistant_spans_only(tmp_path: Path) -> None:
     )
     tokenizer = AutoTokenizer.from_pretrained(base)
     [(ids, mask)] = encode_chat(tokenizer, [conversation], max_length=256)
-    trained = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+    trained = tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
     assert trained == "Onward! I am Ada.<|eot_id|>" and ids.count(tokenizer.bos_token_id) == 1
     spec = TinySpec(
         n_layers=4,

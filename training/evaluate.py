@@ -122,7 +122,9 @@ def _keep_elsewhere(body: str, name: str) -> Path | None:
 
 def judged_pairs(a: Sequence[int | None], b: Sequence[int | None]) -> tuple[np.ndarray, np.ndarray]:
     """The paired 0/1 outcomes where both sides were judged (a ``None`` on either side drops the pair)."""
-    pairs = np.array([(x, y) for x, y in zip(a, b) if x is not None and y is not None], dtype=np.int64).reshape(-1, 2)
+    pairs = np.array(
+        [(x, y) for x, y in zip(a, b, strict=True) if x is not None and y is not None], dtype=np.int64
+    ).reshape(-1, 2)
     return pairs[:, 0], pairs[:, 1]
 
 
@@ -237,7 +239,9 @@ def evaluate_model(
     model, tokenizer = load_causal_lm(Path(model_dir), flag, eval_mode=True)
     responses = generate_unedited(Generator(model, tokenizer, [row.question for row in rows], generation, where)).texts
     verdicts = judge.judge(rows, responses)
-    return ModelEvaluation(str(model_dir), responses, [_verdict_scores(v, r) for v, r in zip(verdicts, rows)])
+    return ModelEvaluation(
+        str(model_dir), responses, [_verdict_scores(v, r) for v, r in zip(verdicts, rows, strict=True)]
+    )
 
 
 def _row_namer(test_file: str | Path, all_rows: Sequence[TestRow], rows: Sequence[TestRow]) -> Callable[[int], str]:

@@ -163,7 +163,9 @@ def grow_depth(shallow: LlamaForCausalLM, config: LlamaConfig, *, seed: int = 0)
     grown.model.embed_tokens.load_state_dict(shallow.model.embed_tokens.state_dict())
     grown.model.norm.load_state_dict(shallow.model.norm.state_dict())
     grown.lm_head.load_state_dict(shallow.lm_head.state_dict())
-    placed = dict(zip(trained_positions(len(shallow.model.layers), config.num_hidden_layers), shallow.model.layers))
+    placed = dict(
+        zip(trained_positions(len(shallow.model.layers), config.num_hidden_layers), shallow.model.layers, strict=True)
+    )
     with torch.no_grad():
         for index, layer in enumerate(grown.model.layers):
             if index in placed:

@@ -20,6 +20,7 @@ import json
 import shutil
 from collections.abc import Callable, Sized
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -186,7 +187,7 @@ def check_rows_render(
     :mod:`core.chat`), naming its file and line: the trainer would read it as a real turn boundary."""
     controls = control_token_texts(tokenizer)
     for index, messages in enumerate(conversations):
-        check_no_control_text(messages, controls, lambda: row_location(index, data_file))
+        check_no_control_text(messages, controls, partial(row_location, index, data_file))
 
 
 def _parent_info(

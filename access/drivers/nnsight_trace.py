@@ -127,7 +127,7 @@ class NNsightBackend:
             for handle in handles:
                 handle.remove()
         self.collector.reset(batch.reduce_mask)
-        for (hook, layer), (width, value) in zip(order, saved):
+        for (hook, layer), (width, value) in zip(order, saved, strict=True):
             self.collector.take_reduced(hook, layer, self.counts[(hook, layer)], int(width), value)
         return self.collector.result()
 
@@ -158,7 +158,9 @@ def generate(generator: Generator, edits: SiteEdits | None) -> Generations:
     with edits.around if edits.around is not None else nullcontext():
         for batch in generator.batches:
             input_ids, mask = generator.padded(batch)
-            for row, sequence in zip(batch, _greedy_steps(lm, model, input_ids, mask, kwargs, edits).tolist()):
+            for row, sequence in zip(
+                batch, _greedy_steps(lm, model, input_ids, mask, kwargs, edits).tolist(), strict=True
+            ):
                 result[row] = cut_at_stop(sequence, generator.stop)
     stats = edits.stats.as_dict() if edits.stats is not None else None
     return generator.decode(result, time.perf_counter() - start, stats)

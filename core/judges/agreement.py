@@ -81,7 +81,7 @@ def agreement(rule_verdicts: Sequence[Verdict], llm_verdicts: Sequence[Verdict])
     for cap in ALL_CAPABILITIES:
         pairs = [
             (a.scores[cap], b.scores[cap])
-            for a, b in zip(rule_verdicts, llm_verdicts)
+            for a, b in zip(rule_verdicts, llm_verdicts, strict=True)
             if cap in a.scores and cap in b.scores
         ]
         if not pairs:

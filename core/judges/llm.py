@@ -208,7 +208,7 @@ class LLMJudge:
         replies = self.client.chat_many(prompts, max_tokens=self.max_tokens)
         scores: list[dict[Capability, int | None]] = [{} for _ in rows]
         reasons: list[dict[Capability, str]] = [{} for _ in rows]
-        for (i, cap), reply in zip(jobs, replies):
+        for (i, cap), reply in zip(jobs, replies, strict=True):
             score = parse_score(reply.content)
             scores[i][cap] = score
             shown = " ".join(reply.content.split())[:120]
@@ -220,7 +220,7 @@ class LLMJudge:
                 undecided,
                 len(jobs),
             )
-        return [Verdict(s, r) for s, r in zip(scores, reasons)]
+        return [Verdict(s, r) for s, r in zip(scores, reasons, strict=True)]
 
     def judge_one(self, row: TestRow, response: str) -> Verdict:
         return self.judge([row], [response])[0]

@@ -201,4 +201,4 @@ class RuleJudge:
             raise ProbeError(
                 f"the rule judge got {len(rows)} rows but {len(responses)} responses; expected one response per row"
             )
-        return [self.judge_one(row, response) for row, response in zip(rows, responses)]
+        return [self.judge_one(row, response) for row, response in zip(rows, responses, strict=True)]

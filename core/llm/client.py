@@ -171,7 +171,11 @@ class LLMClient:
         stop = threading.Event()
         jobs = [lambda i=i: self._chat(batch[i], full, stop) for _, i in unique]
         replies = dict(
-            zip((key for key, _ in unique), _run_bounded(jobs, min(self.config.concurrency, len(jobs)), stop))
+            zip(
+                (key for key, _ in unique),
+                _run_bounded(jobs, min(self.config.concurrency, len(jobs)), stop),
+                strict=True,
+            )
         )
         return [replies[key] for key in keys]
 

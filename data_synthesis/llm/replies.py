@@ -135,7 +135,7 @@ def ask_validated(
             break
         replies = client.chat_many([conversations[i] for i in pending])
         still: list[int] = []
-        for i, reply in zip(pending, replies):
+        for i, reply in zip(pending, replies, strict=True):
             try:
                 value = parse_reply(reply.content, schema)
                 problem = check(value, i) if check is not None else None

@@ -64,7 +64,7 @@ def match_passages(
         raise ValueError("passage_domains / role_domains must align with passages / profiles")
     scores = similarity(profiles, passages)
     matches = []
-    for row, domains in zip(scores, role_domains):
+    for row, domains in zip(scores, role_domains, strict=True):
         inside = [j for j, d in enumerate(passage_domains) if d in domains]
         outside = [j for j, d in enumerate(passage_domains) if d not in domains]
         if not inside or not outside:

@@ -264,7 +264,7 @@ def _profiles(run: _Run, seeds: list[RoleProfile]) -> list[RoleProfile]:
         run.client, requests, prompts.ProfileReply, stage="profiles", failures=run.failures, repairs=run.repairs
     )
     roles = []
-    for seed, outcome in zip(seeds, outcomes):
+    for seed, outcome in zip(seeds, outcomes, strict=True):
         card = outcome.value
         if card is not None:
             roles.append(
@@ -300,7 +300,7 @@ def _match(
         role_domains=[r.domains for r in roles],
         k=k,
     )
-    pools = {r.id: [pool[j] for j in m.relevant + m.irrelevant] for r, m in zip(roles, found)}
+    pools = {r.id: [pool[j] for j in m.relevant + m.irrelevant] for r, m in zip(roles, found, strict=True)}
     scores = {
         r.id: {
             "relevant": [pool[j].id for j in m.relevant],
@@ -308,7 +308,7 @@ def _match(
             "irrelevant": [pool[j].id for j in m.irrelevant],
             "irrelevant_scores": [round(x, 4) for x in m.irrelevant_scores],
         }
-        for r, m in zip(roles, found)
+        for r, m in zip(roles, found, strict=True)
     }
     return pools, scores
 
@@ -346,7 +346,11 @@ def _write_replies(run: _Run, episodes: list[Episode], stage: str) -> list[Episo
     outcomes = ask_validated(
         run.client, requests, prompts.ReplyText, stage=stage, failures=run.failures, repairs=run.repairs, check=check
     )
-    return [replace(ep, chosen=o.value.reply.strip()) for ep, o in zip(episodes, outcomes) if o.value is not None]
+    return [
+        replace(ep, chosen=o.value.reply.strip())
+        for ep, o in zip(episodes, outcomes, strict=True)
+        if o.value is not None
+    ]
 
 
 def _build_test(
@@ -427,7 +431,7 @@ def _write_chats(run: _Run, chats: Sequence[SFTRow], roles: dict[str, RoleProfil
         check=check,
     )
     rewritten = []
-    for row, outcome in zip(chats, outcomes):
+    for row, outcome in zip(chats, outcomes, strict=True):
         if outcome.value is None:
             continue
         replies = iter(r.strip() for r in outcome.value.replies)
