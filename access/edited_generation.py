@@ -28,7 +28,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from access.driver_table import DEFAULT_DRIVER, EDITING_DRIVERS, editing_driver
 from access.drivers.base import generate_edited
 from access.edits import Edit, Scale, site_edits
-from access.generation import GenerationConfig, Generations, Generator
+from access.generation import Generations, Generator
+from core.decoding import GenerationConfig
 from core.errors import ProbeError
 from core.schema import TestRow
 

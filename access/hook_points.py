@@ -100,7 +100,12 @@ class Architecture:
         ]
 
 
-_LLAMA_LIKE: dict[str, Any] = dict(layers="model.layers", attention="self_attn", mlp="mlp", down_proj="down_proj")
+_LLAMA_LIKE: dict[str, Any] = {
+    "layers": "model.layers",
+    "attention": "self_attn",
+    "mlp": "mlp",
+    "down_proj": "down_proj",
+}
 _FULL: dict[str, Any] = dict(_LLAMA_LIKE, shared_decoding=True, checkpoint_readout=True)
 ARCHITECTURES: dict[str, Architecture] = {
     "llama": Architecture("llama", **_FULL),

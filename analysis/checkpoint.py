@@ -104,7 +104,7 @@ class Checkpoint:
                 raise ProbeError(
                     f"{self.flag} {file}: cannot open the weights ({str(exc).splitlines()[0][:160]})"
                 ) from None
-            by_name.update((name, handle) for name in handle.keys())
+            by_name.update((name, handle) for name in handle.keys())  # noqa: SIM118 - safe_open is not iterable
         return by_name
 
     def _check_unembedding(self) -> None:

@@ -108,7 +108,8 @@ def _base(
     """``--base`` (checked for shape), else the SFT model's recorded parent when it is intact, else None with a note."""
     from training.provenance import read_provenance
 
-    parent = (read_provenance(sft.dir) or _NoProvenance()).parent
+    provenance = read_provenance(sft.dir)
+    parent = provenance.parent if provenance is not None else {}
     recorded_hash = str(parent.get("weights_sha256") or "")
     if given is not None:
         base = stack.enter_context(Checkpoint(Path(given), "--base"))
@@ -141,7 +142,3 @@ def _base(
         return None
     hashes["base"] = recorded_hash
     return base
-
-
-class _NoProvenance:
-    parent: dict[str, str] = {}

@@ -63,8 +63,7 @@ def dz_of_differences(diff: np.ndarray) -> np.ndarray:
     mean = diff.mean(axis=0)
     sd = diff.std(axis=0, ddof=1)
     with np.errstate(divide="ignore", invalid="ignore"):
-        dz = np.where(sd > 0, mean / np.where(sd > 0, sd, 1.0), 0.0)
-    return dz
+        return np.where(sd > 0, mean / np.where(sd > 0, sd, 1.0), 0.0)
 
 
 def bh_qvalues(pvalues: np.ndarray) -> np.ndarray:

@@ -42,7 +42,7 @@ def _analyze_run_time(acts: np.ndarray) -> float:
     from analysis import AnalysisConfig, analyze_run
     from probes.store import RunWriter
 
-    n, layers, width = acts.shape
+    n, layers, _ = acts.shape
     rng = np.random.default_rng(1)
     with tempfile.TemporaryDirectory(prefix="bench_analysis_") as tmp:
         with RunWriter(tmp, {"bench": True}, chunk_rows=64) as writer:

@@ -65,12 +65,20 @@ WORDS = TEXT.split()
 MT_TASKS = ("role_related_mrc_refused_with_narration-2ndrefused", "role_unrelated_mrc_refused_no_narration-2ndanswer")
 LLAMA3_VOCAB = 128_256
 SHAPES: dict[str, dict[str, int]] = {  # widths of the public checkpoints; "tiny" is training.tiny_base.TinySpec
-    "llama-1b": dict(
-        hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32, num_key_value_heads=8
-    ),
-    "llama-8b": dict(
-        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8
-    ),
+    "llama-1b": {
+        "hidden_size": 2048,
+        "intermediate_size": 8192,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+    },
+    "llama-8b": {
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+    },
 }
 
 

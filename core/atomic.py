@@ -65,12 +65,12 @@ import stat
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Union
+from typing import IO, Any
 
-Content = Union[str, bytes, Callable[[IO[bytes]], Any]]
+Content = str | bytes | Callable[[IO[bytes]], Any]
 """What a file is made of: text (written as UTF-8), bytes, or a function that writes to a binary handle."""
 
 __all__ = [
@@ -249,10 +249,8 @@ def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
     else:
-        try:
+        with suppress(OSError):
             path.unlink(missing_ok=True)
-        except OSError:
-            pass
 
 
 def _stage(target: Path, content: Content, durable: bool) -> str:

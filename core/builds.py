@@ -35,7 +35,7 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -132,10 +132,8 @@ def verify_marker(root: Path, identity: dict[str, Any], *, rehash: bool = False)
 
 def _restat(root: Path, record: dict[str, Any], seen: dict[str, list[int]]) -> None:
     """Record the sizes, times and inodes of files just found intact by their hashes (a copied or touched build)."""
-    try:
+    with suppress(OSError):  # a read-only cache is checked by hashing every time: slower, still right
         write_atomic(root / MARKER, json.dumps({**record, "stats": seen}, indent=1))
-    except OSError:
-        pass  # a read-only cache is checked by hashing every time: slower, still right
 
 
 @contextmanager

@@ -45,7 +45,7 @@ class GenerationConfig:
     seed: Annotated[int, SEED] = option(0, "Seed of sampling.")
 
     def generate_kwargs(self, pad_id: int, stop: list[int]) -> dict[str, Any]:
-        kwargs: dict[str, Any] = dict(max_new_tokens=self.max_new_tokens, pad_token_id=pad_id, eos_token_id=stop)
+        kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "pad_token_id": pad_id, "eos_token_id": stop}
         if self.do_sample:
             kwargs.update(do_sample=True, temperature=self.temperature, top_p=self.top_p)
         else:

@@ -26,6 +26,7 @@ import json
 import os
 import platform
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,10 +52,8 @@ def _load_cache() -> dict[str, Any]:
 def _save_cache(cache: dict[str, Any]) -> None:
     from core.atomic import write_atomic
 
-    try:
+    with suppress(OSError):  # a cache we cannot write only costs time
         write_atomic(_cache_file(), json.dumps(cache), durable=False)
-    except OSError:
-        pass  # a cache we cannot write only costs time
 
 
 def file_sha256(path: str | os.PathLike[str], cache: dict[str, Any] | None = None) -> str:

@@ -236,7 +236,7 @@ class _Filters(dict[str, Any]):
         return func if name in (_ITER, _SIZED) else _guarded_filter(name, func)
 
     def get(self, name: str, default: Any = None) -> Any:
-        return self[name] if name in self else default
+        return self[name] if name in self else default  # noqa: SIM401 - dict.get would skip __getitem__'s guard
 
 
 @pass_context

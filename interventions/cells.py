@@ -67,7 +67,7 @@ def fmt_percentile(x: float) -> str:
     >>> [fmt_percentile(x) for x in (0.4, 2.5, 11, 72.5, 100)]
     ['0th', '2nd', '11th', '72nd', '100th']
     """
-    n = int(round(x))  # half to even, as the former "{:.0f}th"
+    n = round(x)  # half to even, as the former "{:.0f}th"
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
     return f"{n}{suffix}"
 

@@ -307,7 +307,7 @@ def selection_markdown(report: ABReport, selection: Selection) -> list[str]:
         for c in arms[name].capabilities
     ]
     out += ["", *markdown_table(_SELECTION_COLUMNS, rows)]
-    return out + ["", *overlap_markdown(selection.rules), ""]
+    return [*out, "", *overlap_markdown(selection.rules), ""]
 
 
 def overlap_markdown(rules: list[RuleSelection]) -> list[str]:

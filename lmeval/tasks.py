@@ -280,7 +280,7 @@ def task_code_error(exc: BaseException, dirs: set[Path], what: str) -> ProbeErro
 
 
 def _inside(path: Path, dirs: set[Path]) -> bool:
-    if not path.suffix == ".py" or not dirs:
+    if path.suffix != ".py" or not dirs:
         return False
     resolved = path.resolve()
     return any(resolved.is_relative_to(d) for d in dirs) and "site-packages" not in resolved.parts

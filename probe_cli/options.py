@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Optional, TypeVar, Union, cast, get_args, get_origin
+from typing import Annotated, Any, TypeVar, Union, cast, get_args, get_origin
 
 import typer
 
@@ -184,7 +184,7 @@ def _parameter(f: FlatField, required: bool) -> inspect.Parameter:
     if kind is bool and not f.cli.get("switch"):
         flags = [f"{f.flag}/{f.cli.get('off_flag', '--no-' + str(f.flag)[2:])}"]
     info = typer.Option(None, *flags, *f.aliases, help=help_text(f, required), metavar=f.cli.get("metavar"))
-    return inspect.Parameter(f.name, _PLACE, default=info, annotation=Optional[kind])
+    return inspect.Parameter(f.name, _PLACE, default=info, annotation=kind | None)
 
 
 @dataclass(frozen=True)
@@ -219,7 +219,7 @@ def _config_parameter(cls: type | None, settings: set[str]) -> inspect.Parameter
         return _FileSettings(path, from_file)
 
     info = typer.Option(None, CONFIG_FLAG, help=said, is_eager=True, callback=read)
-    return inspect.Parameter(_CONFIG_PARAMETER, _PLACE, default=info, annotation=Optional[Path])
+    return inspect.Parameter(_CONFIG_PARAMETER, _PLACE, default=info, annotation=Path | None)
 
 
 def _own_options(ctx: typer.Context, exclude: set[str]) -> dict[str, str]:

@@ -44,7 +44,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -281,10 +281,8 @@ def joined(world: World) -> Iterator[World]:
 
 def _mark_left(session: _Session) -> None:
     """This rank leaves on purpose (done, or stopping with a message): the others must not call it dead."""
-    try:
+    with suppress(RuntimeError):  # the store went with rank 0
         session.store.set(session.prefix + f"left/{session.world.rank}", "1")
-    except RuntimeError:
-        pass  # the store went with rank 0
 
 
 def _rendezvous(world: World, timeout: float) -> _Session:

@@ -44,6 +44,7 @@ import shutil
 import sys
 import zipfile
 import zlib
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -327,10 +328,8 @@ def _drop_empty_journal(run: RunDir) -> None:
     (a folder holding a file of the user's stays)."""
     folders = [p for p in run.journal.iterdir() if p.is_dir()] if run.journal.is_dir() else []
     for folder in [*folders, run.journal]:
-        try:
+        with suppress(OSError):
             folder.rmdir()
-        except OSError:
-            pass
 
 
 def _write_staging_in_child(

@@ -658,8 +658,8 @@ class RunWriter:
         if name not in self._file:
             tail = values.shape[1:]
             chunks = (self.chunk_rows, *tail) if tail else (max(self.chunk_rows, 1024),)
-            compress = dict(compression="gzip", compression_opts=4, shuffle=True) if tail else {}
-            checksum = dict(fletcher32=True) if dtype is not _STR else {}
+            compress = {"compression": "gzip", "compression_opts": 4, "shuffle": True} if tail else {}
+            checksum = {"fletcher32": True} if dtype is not _STR else {}
             self._file.create_dataset(
                 name, shape=(0, *tail), maxshape=(None, *tail), dtype=dtype, chunks=chunks, **compress, **checksum
             )

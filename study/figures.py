@@ -172,7 +172,7 @@ def placebo_figure(report: ABReport, arm: ArmResult) -> go.Figure | None:
         )
     )
     fig.add_vline(x=real, line_color="#d62728", line_width=3, annotation_text=f"real Δ {fmt_delta(c.effect.delta)}")
-    low, high = min(values + [real]), max(values + [real])
+    low, high = min([*values, real]), max([*values, real])
     fig.update_layout(
         title=f"{arm.name} ({arm.model}): the real Δ among {len(deltas)} placebo sets, {report.capability}",
         xaxis_title="Δ compliance (points)",

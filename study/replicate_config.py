@@ -123,4 +123,4 @@ class ReplicateOptions:
             [] if self.collateral in (None, COLLATERAL) else ["--collateral" if self.collateral else "--no-collateral"]
         )
         parts += ["--all-eval-rows"] if self.eval_rows is None else []
-        return " ".join(parts + [f"--out {q(self.out_dir)}"])
+        return " ".join([*parts, f"--out {q(self.out_dir)}"])

@@ -204,7 +204,7 @@ def test_all_means_every_recorded_capability(run, tmp_path: Path, names) -> None
 
 
 def test_run_dir_without_activations_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(ProbeError, match="no activations.h5 here"):
+    with pytest.raises(ProbeError, match=r"no activations\.h5 here"):
         analyze_run(tmp_path, plots=False)
 
 

@@ -100,7 +100,7 @@ def test_the_lmeval_markdown_shares_the_cells_and_keeps_its_own_units() -> None:
         "| task | metric | filter | n | before | after | Δ | 95% CI | McNemar p | changed | placebo percentile |"
     )
     first, second = _cells(lines[2]), _cells(lines[3])
-    assert first[6:9] == CELLS[:2] + ["4.0e-04 (3↓ 33↑)"] and first[-1] == CELLS[3]
+    assert first[6:9] == [*CELLS[:2], "4.0e-04 (3↓ 33↑)"] and first[-1] == CELLS[3]
     assert second[4:10] == ["10.5", "11.25", "+0.75", "[+0.5, +1]", "—", "12/12"] and second[-1] == "—"
 
 

@@ -116,7 +116,7 @@ def test_models_eval_warns_about_one_model_given_twice(
 ) -> None:
     link = tmp_path / "same"
     os.symlink(tiny_model_dir, link)
-    out, err = run(
+    _, err = run(
         [
             "models",
             "eval",

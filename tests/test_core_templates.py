@@ -93,7 +93,7 @@ def conversations(chat_data: Path) -> dict[str, list[Messages]]:
     assert len(tasks) >= 19 and "free_chat" in tasks  # every task of the synthesizer is here
     training = [to_messages(row.conversations) for row in sft]
     training += [
-        to_messages(row.prompt) + [{"role": "assistant", "content": row.chosen}]
+        [*to_messages(row.prompt), {"role": "assistant", "content": row.chosen}]
         for row in read_dpo_rows(chat_data / "dpo.jsonl")
     ]
     prompts = [to_messages(row.question) for row in read_test_rows(chat_data / "test.jsonl")]

@@ -250,7 +250,7 @@ def test_a_directory_or_a_pipe_is_named_for_what_it_is(tmp_path: Path) -> None:
 
 def test_every_line_ending_numbers_lines_as_an_editor_does(tmp_path: Path) -> None:
     for newline in (b"\n", b"\r\n", b"\r"):
-        path = _bytes_file(tmp_path, newline.join([_line(GOOD), b"", b" \t", b'{"question": 1'] + [b""]))
+        path = _bytes_file(tmp_path, newline.join([_line(GOOD), b"", b" \t", b'{"question": 1', b""]))
         with pytest.raises(DataError, match=r":4: malformed JSON"):
             read_test_rows(path)
 

@@ -164,7 +164,9 @@ def test_cli_synthesize_200_roles_and_json_summary(tmp_path: Path) -> None:
 
 def test_test_split_can_be_sized_apart_from_the_training_roles(tmp_path: Path) -> None:
     summary = synthesize(tmp_path, n_roles=20, seed=3, test_histogram_roles=10)
-    assert sum(1 for _ in open(tmp_path / "test.jsonl")) == 140  # the published 1,400-row histogram at 10 roles
+    assert (
+        len((tmp_path / "test.jsonl").read_text(encoding="utf-8").splitlines()) == 140
+    )  # the published 1,400-row histogram at 10 roles
     assert summary.files["test.jsonl"] == 140 and sum(summary.capabilities.values()) >= 140
     with pytest.raises(ProbeError, match="test_histogram_roles"):
         synthesize(tmp_path / "bad", n_roles=20, test_histogram_roles=0)

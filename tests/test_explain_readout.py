@@ -80,11 +80,11 @@ def test_the_lens_is_the_model_s_own_unembedding(
 
 def test_untied_config_without_lm_head_is_one_line(tiny_model_dir: Path, tmp_path: Path) -> None:
     broken = edit_weights(tiny_model_dir, tmp_path / "broken", lambda w: w.pop("lm_head.weight"))
-    with pytest.raises(ProbeError, match="not tied, but the weights hold no lm_head.weight"):
+    with pytest.raises(ProbeError, match=r"not tied, but the weights hold no lm_head\.weight"):
         Checkpoint(broken, "--dpo")
 
 
 def test_an_unsupported_family_is_one_line(tiny_model_dir: Path, tmp_path: Path) -> None:
     other = edit_weights(tiny_model_dir, tmp_path / "gemma2", lambda w: None, {"model_type": "gemma2"})
-    with pytest.raises(ProbeError, match="explain reads llama, mistral, qwen2, qwen3 checkpoints.*not 'gemma2'"):
+    with pytest.raises(ProbeError, match=r"explain reads llama, mistral, qwen2, qwen3 checkpoints.*not 'gemma2'"):
         Checkpoint(other, "--dpo")

@@ -106,6 +106,9 @@ def test_a_pair_of_other_shapes_is_one_line(tiny_model_dir: Path, tmp_path: Path
                 w[name] = w[name][:, :48].clone()
 
     other = edit_weights(tiny_model_dir, tmp_path / "narrow", narrower, {"intermediate_size": 48})
-    with Checkpoint(tiny_model_dir, "--sft") as a, Checkpoint(other, "--dpo") as b:
-        with pytest.raises(ProbeError, match="differ in shape.*intermediate_size: --sft 64 vs --dpo 48"):
-            weight_change(a, b, ["mlp_post"], "sft_dpo")
+    with (
+        Checkpoint(tiny_model_dir, "--sft") as a,
+        Checkpoint(other, "--dpo") as b,
+        pytest.raises(ProbeError, match=r"differ in shape.*intermediate_size: --sft 64 vs --dpo 48"),
+    ):
+        weight_change(a, b, ["mlp_post"], "sft_dpo")

@@ -282,7 +282,7 @@ def test_the_cap_is_a_documented_constant() -> None:
     after=st.text(max_size=40),
     start=st.integers(0, len(KEY) - MIN_SECRET_RUN),
     length=st.integers(MIN_SECRET_RUN, len(KEY)),
-    escape=st.sampled_from([""] + ESCAPES),
+    escape=st.sampled_from(["", *ESCAPES]),
     cut=st.integers(0, 500),
 )
 def test_scrubbing_before_the_cut_leaves_no_run_of_the_key(

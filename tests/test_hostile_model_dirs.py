@@ -607,8 +607,8 @@ VALUES = (
     | st.lists(st.integers(-2, 400), max_size=3)
 )
 JINJA = st.sampled_from(
-    list(TEMPLATES.values())
-    + [
+    [
+        *TEMPLATES.values(),
         "{% for m in messages %}{{ m['content'] }}{% endfor %}",
         "{{ messages[0]['content'] + 5 }}",
         "{{ undefined_thing.x }}",

@@ -159,7 +159,7 @@ def test_an_impossible_placebo_fails_before_any_generation(tiny_pair, test_file:
     config = ABConfig(
         model_dir=tiny_pair[1], data_file=test_file, units="1:0-19", hook=HOOK, placebo=1, limit=1, out_dir=tmp_path
     )
-    with pytest.raises(ProbeError, match="layer 1 has 20 of 32 units selected.*--placebo 0"):
+    with pytest.raises(ProbeError, match=r"layer 1 has 20 of 32 units selected.*--placebo 0"):
         run_ab(config)
     assert not (tmp_path / "ab_report.json").exists()
 
@@ -222,14 +222,14 @@ def test_notebook_plots_the_dose_sweep(ab_run, monkeypatch):
 def test_the_llm_judge_of_an_ab_run_takes_the_endpoint_limits(tmp_path: Path) -> None:
     from core.judges import make_judge
 
-    endpoint = dict(  # the judge's endpoint by the names flags and --config files give it
-        units=UNITS,
-        hook=HOOK,
-        judge="llm",
-        judge_model="m",
-        judge_base_url="http://127.0.0.1:9/v1",
-        out_dir=tmp_path,
-    )
+    endpoint = {  # the judge's endpoint by the names flags and --config files give it
+        "units": UNITS,
+        "hook": HOOK,
+        "judge": "llm",
+        "judge_model": "m",
+        "judge_base_url": "http://127.0.0.1:9/v1",
+        "out_dir": tmp_path,
+    }
     config = from_settings(ABConfig, {**endpoint, "judge_timeout": 0.5, "judge_retries": 1, "judge_backoff": 0.05})
     judge = make_judge(config.judge, config.judge_client())
     assert (judge.config.timeout, judge.config.max_retries, judge.config.backoff_base) == (0.5, 1, 0.05)

@@ -173,8 +173,7 @@ def test_placebo_families(pair):
         assert p.vector != vector
 
 
-def test_fingerprints_follow_the_description(pair):
-    target, source, _, _ = pair
+def test_fingerprints_follow_the_description():
     units = parse_units("1:0-3", "mlp_out")
     assert Scale(units, 0.0).fingerprint() == Scale(parse_units("1:0-3", "mlp_out"), 0.0).fingerprint()
     assert Scale(units, 0.0).fingerprint() != Scale(units, 0.5).fingerprint() != Set(units, (0.0,) * 4).fingerprint()
@@ -183,7 +182,7 @@ def test_fingerprints_follow_the_description(pair):
 def test_bad_edits_are_one_line_before_any_generation(pair, tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
-    target, source, _, _ = pair
+    target, _, _, _ = pair
     other_shape = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     with pytest.raises(
         ProbeError,

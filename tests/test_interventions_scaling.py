@@ -49,7 +49,7 @@ def tiny(tiny_model_dir: Path):
 
 @pytest.fixture(scope="module")
 def batch(tiny):
-    model, tok = tiny
+    _, tok = tiny
     prompts = encode_conversations(tok, [r.question for r in _rows()], add_generation_prompt=True)
     return left_pad(prompts, tok.pad_token_id)
 
@@ -65,7 +65,7 @@ def _no_hooks_left(model) -> bool:
 
 @pytest.mark.parametrize("hook", HOOK_POINTS)
 def test_factor_one_is_bit_identical(tiny, batch, hook):
-    model, tok = tiny
+    model, _ = tiny
     neurons = parse_units("0:0-7,2:1,3:5-9", hook)
     clean = _logits(model, batch)
     with scaled_units(model, neurons, 1.0) as stats:
@@ -118,10 +118,12 @@ def test_factor_zero_zeroes_exactly_the_chosen_units(tiny, batch, hook):
 def test_hooks_removed_even_on_error(tiny, batch):
     model, _ = tiny
     clean = _logits(model, batch)
-    with pytest.raises(RuntimeError, match="boom"):
-        with scaled_units(model, parse_units("0:0-31,1:0-31,2:0-31,3:0-31", "mlp_out"), 0.0):
-            assert not torch.equal(_logits(model, batch), clean)
-            raise RuntimeError("boom")
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        scaled_units(model, parse_units("0:0-31,1:0-31,2:0-31,3:0-31", "mlp_out"), 0.0),
+    ):
+        assert not torch.equal(_logits(model, batch), clean)
+        raise RuntimeError("boom")
     assert _no_hooks_left(model)
     assert torch.equal(_logits(model, batch), clean)
 
@@ -139,15 +141,15 @@ def test_kv_cache_generation_equals_recomputation_without_cache(tiny, batch):
     """The hook fires on the prompt forward and on every cached step, so cached K/V are intervened too."""
     model, tok = tiny
     neurons = parse_units("1:0-15,2:3-20", "mlp_out")
-    kwargs = dict(
-        max_new_tokens=12,
-        min_new_tokens=12,
-        do_sample=False,
-        temperature=None,
-        top_p=None,
-        top_k=None,
-        pad_token_id=tok.pad_token_id,
-    )
+    kwargs = {
+        "max_new_tokens": 12,
+        "min_new_tokens": 12,
+        "do_sample": False,
+        "temperature": None,
+        "top_p": None,
+        "top_k": None,
+        "pad_token_id": tok.pad_token_id,
+    }
     input_ids, mask = batch
     with torch.no_grad(), scaled_units(model, neurons, 0.25):
         cached = model.generate(input_ids=input_ids, attention_mask=mask, use_cache=True, **kwargs)

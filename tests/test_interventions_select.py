@@ -42,7 +42,15 @@ def select_run(tiny_pair, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _config(run: Path, out: Path, batch_size: int = 8, **extra) -> ABConfig:
     generation = GenerationConfig(max_new_tokens=6, batch_size=batch_size)
-    settings = dict(run_dir=run, factor=0.0, top_k=6, placebo=3, limit=3, generation=generation, n_bootstrap=200)
+    settings = {
+        "run_dir": run,
+        "factor": 0.0,
+        "top_k": 6,
+        "placebo": 3,
+        "limit": 3,
+        "generation": generation,
+        "n_bootstrap": 200,
+    }
     return ABConfig(**{**settings, "out_dir": out, **extra})
 
 
@@ -143,7 +151,7 @@ def test_a_killed_select_run_resumes_to_the_same_report(select_run: Path, tmp_pa
         if "batch 1/" in line:
             raise KeyboardInterrupt
 
-    config = dict(select=["count", "mean_diff"], batch_size=4)
+    config = {"select": ["count", "mean_diff"], "batch_size": 4}
     with pytest.raises(Interrupted, match="rerun with the same options"):
         compare_selections(_config(select_run, tmp_path / "cut", **config), progress=stop_after_one_batch)
     assert (tmp_path / "cut" / ".arms").is_dir() and not (tmp_path / "cut" / "ab_report.json").exists()

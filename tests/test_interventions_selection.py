@@ -87,23 +87,26 @@ def test_bad_neuron_files(tmp_path: Path, content: str, match: str):
 
 
 def test_config_validation():
-    base = dict(model_dir="m", data_file="d.jsonl")
+    base = {"model_dir": "m", "data_file": "d.jsonl"}
     assert ABConfig(units="1:2", **base).factors == [PAPER_FACTOR, 0.0]
     assert ABConfig(units="1:2", doses=[0.5, 0.0], positive_control=True, **base).factors == [PAPER_FACTOR, 0.5, 0.0]
     for kwargs, match in [
-        (dict(units="1:2", neurons="x.json"), "cannot be combined"),
-        (dict(units="1:2", placebo=-1), "--placebo"),
-        (dict(units="1:2", judge="gpt"), "--judge"),
-        (dict(units="1:2", dtype="int8"), "--dtype"),
-        (dict(units="1:2", capability="charm"), "unknown capability"),
-        (dict(), "no neurons"),
-        (dict(units="1:2", factor=float("nan")), "finite number"),
-        (dict(units="1:2", model="base"), "--model"),
-        (dict(units="1:2", backend="nnsight", generation=GenerationConfig(do_sample=True)), "decodes greedily only"),
-        (dict(units="1:2", backend="transformer_lens"), "captures only and cannot apply edits"),
-        (dict(units="1:2", edits=["scale", "shift"]), "--edit: expected one of .*got 'shift'"),
-        (dict(units="1:2", edits=["mean"]), "needs a run directory"),
-        (dict(units="1:2", device="cuda:7"), "--device cuda:7"),
+        ({"units": "1:2", "neurons": "x.json"}, "cannot be combined"),
+        ({"units": "1:2", "placebo": -1}, "--placebo"),
+        ({"units": "1:2", "judge": "gpt"}, "--judge"),
+        ({"units": "1:2", "dtype": "int8"}, "--dtype"),
+        ({"units": "1:2", "capability": "charm"}, "unknown capability"),
+        ({}, "no neurons"),
+        ({"units": "1:2", "factor": float("nan")}, "finite number"),
+        ({"units": "1:2", "model": "base"}, "--model"),
+        (
+            {"units": "1:2", "backend": "nnsight", "generation": GenerationConfig(do_sample=True)},
+            "decodes greedily only",
+        ),
+        ({"units": "1:2", "backend": "transformer_lens"}, "captures only and cannot apply edits"),
+        ({"units": "1:2", "edits": ["scale", "shift"]}, "--edit: expected one of .*got 'shift'"),
+        ({"units": "1:2", "edits": ["mean"]}, "needs a run directory"),
+        ({"units": "1:2", "device": "cuda:7"}, "--device cuda:7"),
     ]:
         with pytest.raises(ProbeError, match=match):
             ABConfig(**{**base, **kwargs})

@@ -30,14 +30,14 @@ MSG = [{"role": "user", "content": "Say hi"}]
 
 
 def config(server: ScriptedServer, tmp_path: Path | None, **kw: object) -> ClientConfig:
-    values: dict[str, object] = dict(
-        base_url=server.base_url,
-        model="scripted-model",
-        backoff_base=0.01,
-        backoff_max=2.0,
-        timeout=5.0,
-        cache_dir=tmp_path / "cache" if tmp_path else None,
-    )
+    values: dict[str, object] = {
+        "base_url": server.base_url,
+        "model": "scripted-model",
+        "backoff_base": 0.01,
+        "backoff_max": 2.0,
+        "timeout": 5.0,
+        "cache_dir": tmp_path / "cache" if tmp_path else None,
+    }
     values.update(kw)
     return ClientConfig(**values)  # type: ignore[arg-type]
 
@@ -224,7 +224,7 @@ def test_the_key_is_sent_but_never_written_to_cache_or_logs(
     secret = "sk-test-DO-NOT-LEAK-0123456789"
     monkeypatch.setenv("MY_LLM_KEY", secret)
     caplog.set_level(logging.DEBUG)
-    with ScriptedServer([Step(429, retry_after="0"), Step(content="fine")] + [Step(401)]) as server:
+    with ScriptedServer([Step(429, retry_after="0"), Step(content="fine"), Step(401)]) as server:
         client = LLMClient(config(server, tmp_path, api_key_env="MY_LLM_KEY"))
         client.chat(MSG)
         with pytest.raises(ProbeError) as info:

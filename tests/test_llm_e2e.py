@@ -95,16 +95,16 @@ def served(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 def _config(served: Served, cache: Path, **kw: object) -> ClientConfig:
-    values: dict[str, object] = dict(
-        base_url=served.base_url,
-        model=served.model,
-        cache_dir=cache,
-        concurrency=2,
-        max_retries=1,
-        backoff_base=0.05,
-        timeout=60.0,
-        max_tokens=24,
-    )
+    values: dict[str, object] = {
+        "base_url": served.base_url,
+        "model": served.model,
+        "cache_dir": cache,
+        "concurrency": 2,
+        "max_retries": 1,
+        "backoff_base": 0.05,
+        "timeout": 60.0,
+        "max_tokens": 24,
+    }
     values.update(kw)
     return ClientConfig(**values)  # type: ignore[arg-type]
 
@@ -150,7 +150,7 @@ def test_llm_synthesis_through_a_real_server_counts_every_failure(served: Served
     from data_synthesis.llm.synthesis import SynthesisFailed, synthesize_llm
 
     before = served.chat_posts()
-    small = dict(sft_base=1, sft_nested=1, sft_priority=1, sft_multi_turn=1, free_chats=1, dpo_per_task=1)
+    small = {"sft_base": 1, "sft_nested": 1, "sft_priority": 1, "sft_multi_turn": 1, "free_chats": 1, "dpo_per_task": 1}
     with pytest.raises(SynthesisFailed) as info:
         synthesize_llm(
             tmp_path / "out", n_roles=2, seed=0, client_config=_config(served, tmp_path / "cache"), repairs=1, **small

@@ -24,7 +24,7 @@ from data_synthesis.offline import FILES, synthesize
 from tests.support.scripted_llm import GoodLLM
 from tests.support.scripted_server import ScriptedServer
 
-SMALL = dict(sft_base=1, sft_nested=1, sft_priority=1, sft_multi_turn=1, free_chats=1, dpo_per_task=1)
+SMALL = {"sft_base": 1, "sft_nested": 1, "sft_priority": 1, "sft_multi_turn": 1, "free_chats": 1, "dpo_per_task": 1}
 BROKEN_PERSONA = "role-0001"
 
 

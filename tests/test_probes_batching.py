@@ -65,8 +65,7 @@ def _config(tiny_pair, data: Path, out: Path, capabilities: str = "all", **kw) -
 
 def _calls(run_dir: Path) -> list[dict]:
     with h5py.File(run_dir / "activations.h5") as handle:
-        calls = json.loads(handle.attrs["provenance"])["calls"]
-    return calls
+        return json.loads(handle.attrs["provenance"])["calls"]
 
 
 def test_token_budget_matches_fixed_batches_row_for_row(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:

@@ -209,9 +209,13 @@ def test_a_base_and_pair_run_killed_with_sigkill_resumes_bit_identically(
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
     assert _shards(killed) >= 2 and not (killed / "activations.h5").exists()
 
-    extra = dict(
-        capabilities="multi_turn,priority", hooks="mlp_out", position="response_mean", base_dir=base_dir, batch_size=1
-    )
+    extra = {
+        "capabilities": "multi_turn,priority",
+        "hooks": "mlp_out",
+        "position": "response_mean",
+        "base_dir": base_dir,
+        "batch_size": 1,
+    }
     resumed = record_run(_config(tiny_pair, rolemrc_file, killed, **extra), progress=False)
     assert sum(resumed.resumed.values()) >= 2
     record_run(_config(tiny_pair, rolemrc_file, tmp_path / "whole", **extra), progress=False)

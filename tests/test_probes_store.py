@@ -22,16 +22,16 @@ HOOKS = ("mlp_out", "mlp_post")
 
 
 def _config(tiny_pair, data: Path, out: Path, **kw) -> RecordConfig:
-    base = dict(
-        sft_dir=tiny_pair[0],
-        dpo_dir=tiny_pair[1],
-        data_file=data,
-        capabilities="multi_turn,priority",
-        hooks=HOOKS,
-        out_dir=out,
-        batch_size=3,
-        layers="1-3",
-    )
+    base = {
+        "sft_dir": tiny_pair[0],
+        "dpo_dir": tiny_pair[1],
+        "data_file": data,
+        "capabilities": "multi_turn,priority",
+        "hooks": HOOKS,
+        "out_dir": out,
+        "batch_size": 3,
+        "layers": "1-3",
+    }
     base.update(kw)
     return RecordConfig(**base)
 
@@ -126,7 +126,7 @@ def test_a_new_capability_can_be_added_to_a_run(tiny_pair, rolemrc_file: Path, f
 
 
 @pytest.mark.parametrize(
-    "change", [dict(position="mean"), dict(hooks="mlp_out"), dict(layers="0-3"), dict(store_dtype="float32")]
+    "change", [{"position": "mean"}, {"hooks": "mlp_out"}, {"layers": "0-3"}, {"store_dtype": "float32"}]
 )
 def test_mixing_incompatible_settings_is_refused(tiny_pair, rolemrc_file: Path, full_run: Path, change: dict) -> None:
     before = run_arrays(full_run)

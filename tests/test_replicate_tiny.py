@@ -78,7 +78,7 @@ def test_replicate_runs_every_stage_and_ends_with_the_report(replicated: tuple[P
 def test_a_second_call_skips_every_finished_stage(replicated: tuple[Path, int, str, str], tiny_default: Path) -> None:
     out = replicated[0]
     before = (out / "activations.h5").stat().st_mtime_ns
-    code, printed, progress = _probe(["replicate", "--pair", "tiny", "--out", str(out), *OPTIONS])
+    code, _, progress = _probe(["replicate", "--pair", "tiny", "--out", str(out), *OPTIONS])
     assert code == 0, progress
     for stage in STAGES[:-1]:
         assert f"] {stage}: already complete, skipped" in progress

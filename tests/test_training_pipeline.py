@@ -23,17 +23,17 @@ TINY = {"n_layers": 2, "hidden_size": 32, "intermediate_size": 64, "vocab_size":
 
 
 def sft_config(data: Path, out: Path, **kw: object) -> SFTRunConfig:
-    values: dict[str, object] = dict(
-        base="tiny",
-        data=data,
-        out=out,
-        tiny_spec=TINY,
-        max_steps=8,
-        batch_size=8,
-        learning_rate=1e-2,
-        max_rows=64,
-        max_length=256,
-    )
+    values: dict[str, object] = {
+        "base": "tiny",
+        "data": data,
+        "out": out,
+        "tiny_spec": TINY,
+        "max_steps": 8,
+        "batch_size": 8,
+        "learning_rate": 1e-2,
+        "max_rows": 64,
+        "max_length": 256,
+    }
     values.update(kw)
     return SFTRunConfig(**values)  # type: ignore[arg-type]
 

@@ -296,7 +296,7 @@ def evaluate_pair(
     judge = judge or make_judge("rules")
     results = {}
     models = [("base", config.base_dir)] if config.base_dir is not None else []
-    for name, path in models + [("sft", config.sft_dir), ("dpo", config.dpo_dir)]:
+    for name, path in [*models, ("sft", config.sft_dir), ("dpo", config.dpo_dir)]:
         if progress:
             progress(name)
         results[name] = evaluate_model(path, rows, judge, config.generation, where, flag=f"--{name}")

@@ -45,7 +45,7 @@ def encode_plain(tokenizer: PreTrainedTokenizerBase, documents: Sequence[str], m
     """BOS + document + end-of-text, every token in the loss."""
     end = tokenizer.convert_tokens_to_ids("<|end_of_text|>")
     ids = tokenizer(list(documents), add_special_tokens=False)["input_ids"]
-    docs = [([tokenizer.bos_token_id] + doc + [end])[:max_length] for doc in ids if doc]
+    docs = [[tokenizer.bos_token_id, *doc, end][:max_length] for doc in ids if doc]
     return [(doc, [1] * len(doc)) for doc in docs]
 
 

@@ -73,30 +73,30 @@ def trainer_kwargs(cfg: Any, output_dir: Path) -> dict[str, Any]:
     """Keyword arguments shared by ``SFTConfig`` and ``DPOConfig``."""
     import torch
 
-    return dict(
-        output_dir=str(output_dir),
-        per_device_train_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.grad_accum,
-        learning_rate=cfg.learning_rate,
-        lr_scheduler_type=cfg.lr_scheduler,
-        warmup_steps=cfg.warmup_ratio,  # a float < 1 is a fraction of the total steps in transformers 5
-        num_train_epochs=cfg.epochs,
-        max_steps=cfg.max_steps,
-        weight_decay=cfg.weight_decay,
-        seed=cfg.seed,
-        data_seed=cfg.seed,
-        logging_steps=cfg.logging_steps,
-        save_strategy="no",
-        report_to="none",
-        use_cpu=not torch.cuda.is_available(),
-        bf16=resolve_bf16(cfg.bf16),
-        fp16=False,
-        max_length=cfg.max_length,
-        dataloader_num_workers=0,
-        disable_tqdm=True,
+    return {
+        "output_dir": str(output_dir),
+        "per_device_train_batch_size": cfg.batch_size,
+        "gradient_accumulation_steps": cfg.grad_accum,
+        "learning_rate": cfg.learning_rate,
+        "lr_scheduler_type": cfg.lr_scheduler,
+        "warmup_steps": cfg.warmup_ratio,  # a float < 1 is a fraction of the total steps in transformers 5
+        "num_train_epochs": cfg.epochs,
+        "max_steps": cfg.max_steps,
+        "weight_decay": cfg.weight_decay,
+        "seed": cfg.seed,
+        "data_seed": cfg.seed,
+        "logging_steps": cfg.logging_steps,
+        "save_strategy": "no",
+        "report_to": "none",
+        "use_cpu": not torch.cuda.is_available(),
+        "bf16": resolve_bf16(cfg.bf16),
+        "fp16": False,
+        "max_length": cfg.max_length,
+        "dataloader_num_workers": 0,
+        "disable_tqdm": True,
         # the new name of gradient_checkpointing (TRL defaults it on)
-        activation_checkpointing=cfg.gradient_checkpointing,
-    )
+        "activation_checkpointing": cfg.gradient_checkpointing,
+    }
 
 
 def partial_dir(out: Path) -> Path:

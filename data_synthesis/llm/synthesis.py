@@ -415,7 +415,7 @@ def _write_chats(run: _Run, chats: Sequence[SFTRow], roles: dict[str, RoleProfil
 
     requests = []
     for row in chats:
-        role, narration, start = shape(row)
+        _, narration, start = shape(row)
         requests.append(
             prompts.chat_request(
                 row.conversations, sum(1 for t in row.conversations if t.role == "assistant"), start, narration

@@ -28,6 +28,8 @@ from probe_cli.pairs import default_pair, pair_option
 if TYPE_CHECKING:
     from interventions.results import ABReport
 
+_RUN_DIR_HELP = help_text(flat_fields(ABConfig)["run_dir"])  # the RUN_DIR argument's help, from its field
+
 
 def register(app: typer.Typer) -> None:
     app.command("intervene")(intervene)
@@ -41,7 +43,7 @@ def _default_out(run_dir: Path | None, capability: str, model: str) -> Path:
 
 @config_options(ABConfig, exclude=["run_dir"])
 def intervene(
-    run_dir: Path | None = typer.Argument(None, help=help_text(flat_fields(ABConfig)["run_dir"])),
+    run_dir: Path | None = typer.Argument(None, help=_RUN_DIR_HELP),
     settings: ConfigFlags = FROM_CONFIG,
     pair: str = pair_option(),
 ) -> None:

@@ -28,6 +28,8 @@ from probe_cli.pairs import default_pair, pair_option
 if TYPE_CHECKING:
     from lmeval.report import LMEvalReport
 
+_RUN_DIR_HELP = help_text(flat_fields(LMEvalConfig)["run_dir"])  # the RUN_DIR argument's help, from its field
+
 
 def register(app: typer.Typer) -> None:
     app.command("lmeval")(lmeval)
@@ -35,7 +37,7 @@ def register(app: typer.Typer) -> None:
 
 @config_options(LMEvalConfig, exclude=["run_dir"], required=["tasks"])
 def lmeval(
-    run_dir: Path | None = typer.Argument(None, help=help_text(flat_fields(LMEvalConfig)["run_dir"])),
+    run_dir: Path | None = typer.Argument(None, help=_RUN_DIR_HELP),
     settings: ConfigFlags = FROM_CONFIG,
     pair: str = pair_option(),
 ) -> None:
