@@ -85,7 +85,7 @@ class Edit(ABC):
     def placebos(self, model: PreTrainedModel, n: int, seed: int) -> list[Edit]:
         """``n`` edits of the same kind and size that touch what a random choice would."""
 
-    def noop_reason(self, dtype: torch.dtype) -> str | None:
+    def noop_reason(self, dtype: torch.dtype) -> str | None:  # noqa: ARG002 - the Edit interface
         """Why the edit changes no value whatever the activations, or ``None``."""
         return None
 
@@ -144,7 +144,7 @@ class Scale(UnitEdit):
         super().check(model)
         check_finite_in_dtype(model, [self.factor], f"--factor {self.factor!r}")
 
-    def compile(self, model: PreTrainedModel, stats: EditStats) -> SiteEdits:
+    def compile(self, model: PreTrainedModel, stats: EditStats) -> SiteEdits:  # noqa: ARG002 - the Edit interface
         return SiteEdits(
             [
                 (self.units.hook, layer, scale_fn(index, self.factor, stats))
@@ -201,7 +201,7 @@ class Set(UnitEdit):
         super().check(model)
         check_finite_in_dtype(model, self.values, "set: a value")
 
-    def compile(self, model: PreTrainedModel, stats: EditStats) -> SiteEdits:
+    def compile(self, model: PreTrainedModel, stats: EditStats) -> SiteEdits:  # noqa: ARG002 - the Edit interface
         by_layer: dict[int, list[float]] = {}
         for neuron, value in zip(self.units.neurons, self.values, strict=True):
             by_layer.setdefault(neuron.layer, []).append(value)
@@ -279,12 +279,12 @@ class Add(Edit):
         if not 0 <= self.layer < total:
             raise ProbeError(f"add: layer {self.layer} is outside the model, which has layers 0-{total - 1}")
 
-    def compile(self, model: PreTrainedModel, stats: EditStats) -> SiteEdits:
+    def compile(self, model: PreTrainedModel, stats: EditStats) -> SiteEdits:  # noqa: ARG002 - the Edit interface
         return SiteEdits(
             [(self.hook, self.layer, add_fn(torch.tensor(self.vector, dtype=torch.float32) * self.alpha, stats))]
         )
 
-    def placebos(self, model: PreTrainedModel, n: int, seed: int) -> list[Edit]:
+    def placebos(self, model: PreTrainedModel, n: int, seed: int) -> list[Edit]:  # noqa: ARG002 - the Edit interface
         norm = float(np.linalg.norm(np.asarray(self.vector, dtype=np.float64)))
         rng = np.random.default_rng([seed, self.layer])
         out: list[Edit] = []
@@ -299,7 +299,7 @@ class Add(Edit):
             )
         return out
 
-    def noop_reason(self, dtype: torch.dtype) -> str | None:
+    def noop_reason(self, dtype: torch.dtype) -> str | None:  # noqa: ARG002 - the Edit interface
         if self.alpha == 0.0 or not any(self.vector):
             return "the steering vector is zero (alpha 0 or a zero vector): it adds nothing"
         return None

@@ -117,7 +117,7 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
         collateral=False,
         generation=GenerationConfig(max_new_tokens=args.new_tokens, batch_size=args.batch_size),
     )
-    runner = _Runner(config, lambda line: None, None)
+    runner = _Runner(config, lambda _line: None, None)
     passes = runner.passes()
     model = runner.models[config.model]
     generator = runner.generators[config.model]
@@ -201,7 +201,7 @@ def floor(args: argparse.Namespace) -> int:
     )
     if "--new-tokens" in sys.argv:
         config = replace(config, generation=replace(config.generation, max_new_tokens=args.new_tokens))
-    runner = _Runner(config, lambda line: None, None)
+    runner = _Runner(config, lambda _line: None, None)
     passes = runner.passes()
     model = runner.models[config.model]
     generator = runner.generators[config.model].generator

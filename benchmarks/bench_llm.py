@@ -37,7 +37,10 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=200)
     n = parser.parse_args().n
-    with tempfile.TemporaryDirectory() as tmp, ScriptedServer(responder=lambda r: "Score: 1", lifetime=600) as fast:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        ScriptedServer(responder=lambda _request: "Score: 1", lifetime=600) as fast,
+    ):
         cache = Path(tmp) / "cache"
         cfg = ClientConfig(base_url=fast.base_url, model="bench", cache_dir=cache, concurrency=1)
         cold = _timed(LLMClient(cfg), _batch(n, "overhead"))
@@ -47,7 +50,7 @@ def main() -> int:
         sent = rerun_client.stats.requests
         print(f"cache rerun: {n} replies in {warm:.3f} s ({n / warm:.0f}/s), requests sent {sent} (target 0)")
 
-    def slow(request: dict) -> str:
+    def slow(_request: dict) -> str:
         time.sleep(0.1)
         return "ok"
 

@@ -121,7 +121,7 @@ def _power(base: Any, exponent: Any) -> None:
         _int_fits(exponent * math.log2(abs(base)))
 
 
-def _percent(left: Any, right: Any) -> None:
+def _percent(left: Any, _right: Any) -> None:  # a binary operator's check: (left, right)
     if isinstance(left, str) and _WIDE_PERCENT.search(left):
         raise TemplateBudgetError("the template formats with a width or precision of a million or more, or `*`")
 
@@ -155,7 +155,7 @@ def _listed(items: Any) -> Any:
     return listed
 
 
-def _padded(text: Any, width: Any = 0, *_: Any, **__: Any) -> None:
+def _padded(_text: Any, width: Any = 0, *_: Any, **__: Any) -> None:
     if isinstance(width, int):
         _fits(width)
 

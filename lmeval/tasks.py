@@ -126,7 +126,7 @@ class _Scan:
         if isinstance(node, yaml.SequenceNode):
             children = list(node.value)
         elif isinstance(node, yaml.MappingNode):
-            found = self.mapping(node, path, line)
+            found = self.mapping(node, path)
             if found:
                 return found
             children = [n for pair in node.value for n in pair]
@@ -143,7 +143,7 @@ class _Scan:
                 )
         return None
 
-    def mapping(self, node: yaml.MappingNode, path: Path, line: int) -> Finding | None:
+    def mapping(self, node: yaml.MappingNode, path: Path) -> Finding | None:
         items = {k.value: v for k, v in node.value if isinstance(k, yaml.ScalarNode)}
         metric = items.get("metric")
         if isinstance(metric, yaml.ScalarNode) and metric.tag != "!function":

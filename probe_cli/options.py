@@ -154,7 +154,7 @@ def count_option(default: int | None, flag: str, help: str, bounds: Range) -> An
     naming the flag (or the ``--config`` file and key), as a config's setting is."""
     hint = Annotated[int, bounds]
 
-    def check(ctx: typer.Context, param: typer.CallbackParam, value: int | None) -> int | None:
+    def check(param: typer.CallbackParam, value: int | None) -> int | None:  # typer passes what it declares
         if value is not None:
             try:
                 typed(value, hint, str(param.name))
@@ -205,7 +205,7 @@ def _config_parameter(cls: type | None, settings: set[str]) -> inspect.Parameter
     own = "" if cls is None else f" or {cls.__name__} field name"
     said = f"JSON or YAML file of this command's options by long name{own} (flags override it)."
 
-    def read(ctx: typer.Context, param: Any, path: Path | None) -> _FileSettings | None:
+    def read(ctx: typer.Context, path: Path | None) -> _FileSettings | None:  # typer passes what it declares
         if path is None or ctx.resilient_parsing:
             return None
         options = _own_options(ctx, {_CONFIG_PARAMETER, *settings})

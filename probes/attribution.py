@@ -328,7 +328,6 @@ def attribute_run(
     max_rows: int = DEFAULT_ROWS,
     max_batch_tokens: int | None = None,
     device: str | None = None,
-    progress: bool = False,
 ) -> Path:
     """Compute (or reuse) the attribution file of ``m`` for every capability and hook of the run; see the module doc."""
     from access.pair import load_pair

@@ -456,12 +456,12 @@ def _signal_handlers(session: _Session) -> Iterator[None]:
         yield
         return
 
-    def on_sigint(signum: int, frame: Any) -> None:
+    def on_sigint(_signum: int, _frame: Any) -> None:
         session.interrupted = True
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         raise KeyboardInterrupt
 
-    def on_sigterm(signum: int, frame: Any) -> None:
+    def on_sigterm(_signum: int, _frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         lost = None if session.interrupted else peer_lost("SIGTERM")
         if lost is not None and lost.dead:

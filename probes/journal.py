@@ -92,7 +92,7 @@ def write_shard(run_dir: Path, shard: Shard) -> Path:
 
 def read_shard(path: Path, capability: str) -> Shard:
     """One shard, every member checked (see the module doc); a fault is one line naming the shard."""
-    arrays = _shard_arrays(path, capability)
+    arrays = _shard_arrays(path)
     acts = {(model, hook): values for (model, hook), values in _activation_members(arrays, path).items()}
     samples = SampleColumns(
         arrays["sample_ids"],
@@ -124,10 +124,10 @@ def _content_digest(arrays: dict[str, np.ndarray]) -> str:
     return digest.hexdigest()
 
 
-def seal_fault(path: Path, capability: str, settings: str) -> str | None:
+def seal_fault(path: Path, settings: str) -> str | None:
     """Why a whole, well-formed shard is not this run's batch as it was recorded (None: it is): no checksum (an
     older toolkit's shard), recorded under other settings (``settings``: :func:`settings_digest`), or changed since."""
-    arrays = _shard_arrays(path, capability)
+    arrays = _shard_arrays(path)
     seal = arrays.get(_SEAL)
     if seal is None:
         return "it carries no checksum (an older toolkit's shard)"
@@ -138,18 +138,18 @@ def seal_fault(path: Path, capability: str, settings: str) -> str | None:
     return None
 
 
-def check_shard(path: Path, capability: str, layers: int | None = None, hooks: set[str] | None = None) -> np.ndarray:
+def check_shard(path: Path, layers: int | None = None, hooks: set[str] | None = None) -> np.ndarray:
     """A shard's sample ids, after checking its members' names, types and claimed sizes (no activations are read).
 
     ``layers``/``hooks``: what the run records, when known; a shard of other shapes is refused.
     """
     headers = _shard_headers(path)
     _check_shard_members(headers, path, layers, hooks)
-    return _shard_arrays(path, capability, only=("sample_ids",))["sample_ids"].astype(np.int64)
+    return _shard_arrays(path, only=("sample_ids",))["sample_ids"].astype(np.int64)
 
 
 def shard_sample_ids(path: Path) -> np.ndarray:
-    return check_shard(path, path.parent.name)
+    return check_shard(path)
 
 
 def _shard_fault(path: Path, what: str) -> ProbeError:
@@ -239,7 +239,7 @@ def _member_rule(name: str, dtype: np.dtype, hooks: set[str] | None) -> str:
     return "" if dtype.kind == "f" else "floating-point activations"
 
 
-def _shard_arrays(path: Path, capability: str, only: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+def _shard_arrays(path: Path, only: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
     """The checked members of a shard (all, or ``only`` these), read without pickles."""
     headers = _shard_headers(path)
     _check_shard_members(headers, path, None, None)
@@ -304,9 +304,9 @@ def consolidate(run_dir: Path, capabilities: list[str], plan: ConsolidationPlan)
     if target.is_file() and not any(pending.values()):
         _drop_empty_journal(run)
         return dict.fromkeys(capabilities, 0)
-    for cap, paths in pending.items():
+    for paths in pending.values():
         for path in paths:
-            check_shard(path, cap, len(plan.layers), set(plan.tl_names))
+            check_shard(path, len(plan.layers), set(plan.tl_names))
     staging = run.consolidating
     try:
         appended = _write_staging_in_child(run_dir, capabilities, pending, plan)

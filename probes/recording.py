@@ -193,7 +193,7 @@ def done_ids(run_dir: Path, prompts: PromptSet) -> set[int]:
     settings = settings_digest(run_dir)
     for path in RunDir(run_dir).shards(prompts.capability):
         ids = shard_sample_ids(path)
-        fault = seal_fault(path, prompts.capability, settings)
+        fault = seal_fault(path, settings)
         if fault is None:
             done.update(ids.tolist())
         else:

@@ -31,7 +31,7 @@ CORPUS = [
 ] * 40
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def pytest_configure() -> None:
     """Under ``pytest -n 2`` (``make test``) the two workers share the cores: one torch thread each, and one in
     every process a test starts."""
     if "PYTEST_XDIST_WORKER" in os.environ:

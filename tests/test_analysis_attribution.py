@@ -99,7 +99,7 @@ def test_probe_analyze_metric_attribution_writes_maps_and_a_neuron_set(small_run
     assert exit_of(args, capsys)[0] == 0 and cached.stat().st_mtime_ns == before  # the pass is reused
 
 
-def test_dpo_margin_runs_on_the_runs_dpo_pairs(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:
+def test_dpo_margin_runs_on_the_runs_dpo_pairs(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:
     from analysis import AnalysisConfig, analyze_run
 
     pairs = tmp_path / "dpo.jsonl"

@@ -119,7 +119,7 @@ def test_a_resample_of_every_prompt_once_reproduces_the_real_scores(
 ) -> None:
     """The resampled path computes Δ the same way as the map: with weights all 1 it gives the real layer scores."""
 
-    def identity(n_samples: int, n_resamples: int, seed: int) -> Resamples:
+    def identity(n_samples: int, n_resamples: int, seed: int) -> Resamples:  # noqa: ARG001 - Resamples.draw's signature
         indices = np.tile(np.arange(n_samples), (n_resamples, 1))
         return Resamples(indices, np.ones((n_resamples, n_samples), dtype=np.float32))
 

@@ -121,7 +121,7 @@ def test_the_card_s_delta_and_ranks_are_the_analysis_s_own(planted: dict[str, Pa
 def test_bad_input_is_one_error_line(case: str, planted: dict[str, Path], tmp_path: Path) -> None:
     run, extra = planted["run"], []
     if case == "missing":
-        moved = edit_weights(planted["sft"], tmp_path / "sft", lambda w: None)
+        moved = edit_weights(planted["sft"], tmp_path / "sft", lambda _w: None)
         run = write_run_for(tmp_path / "run", moved, planted["dpo"], {"mlp_post": [NEURON]})
         from analysis import AnalysisConfig, analyze_run
 

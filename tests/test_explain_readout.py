@@ -85,6 +85,6 @@ def test_untied_config_without_lm_head_is_one_line(tiny_model_dir: Path, tmp_pat
 
 
 def test_an_unsupported_family_is_one_line(tiny_model_dir: Path, tmp_path: Path) -> None:
-    other = edit_weights(tiny_model_dir, tmp_path / "gemma2", lambda w: None, {"model_type": "gemma2"})
+    other = edit_weights(tiny_model_dir, tmp_path / "gemma2", lambda _w: None, {"model_type": "gemma2"})
     with pytest.raises(ProbeError, match=r"explain reads llama, mistral, qwen2, qwen3 checkpoints.*not 'gemma2'"):
         Checkpoint(other, "--dpo")

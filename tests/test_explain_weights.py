@@ -60,7 +60,7 @@ def test_planted_edits_rank_first_and_nothing_else_comes_close(tiny_model_dir: P
 
 
 def test_an_untouched_pair_is_zero_everywhere(tiny_model_dir: Path, tmp_path: Path) -> None:
-    copy = edit_weights(tiny_model_dir, tmp_path / "copy", lambda w: None)
+    copy = edit_weights(tiny_model_dir, tmp_path / "copy", lambda _w: None)
     with Checkpoint(tiny_model_dir, "--sft") as a, Checkpoint(copy, "--dpo") as b:
         changes = weight_change(a, b, HOOKS, "sft_dpo")
         assert tensor_change(a, b, b.unembedding_name) == 0.0

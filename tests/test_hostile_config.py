@@ -284,10 +284,10 @@ def _written(tmp_path: Path, items: list[tuple[str, Any]], suffix: str) -> tuple
     return values, config
 
 
+@pytest.mark.usefixtures("stubbed")
 @pytest.mark.parametrize("command", list(SWITCHES))
 def test_any_config_file_is_typed_or_refused_in_one_line(
     command: str,
-    stubbed: None,
     tiny_pair,
     rolemrc_file: Path,
     tmp_path: Path,
@@ -368,12 +368,12 @@ CASES = [
 ]
 
 
+@pytest.mark.usefixtures("stubbed")
 @pytest.mark.parametrize("command, content, message", CASES)
 def test_each_listed_case_is_one_line_naming_the_file_and_key(
     command: str,
     content: Any,
     message: str,
-    stubbed: None,
     tiny_pair,
     rolemrc_file: Path,
     tmp_path: Path,
@@ -388,9 +388,8 @@ def test_each_listed_case_is_one_line_naming_the_file_and_key(
     )
 
 
-def test_runs_root_that_is_a_file_is_one_line(
-    stubbed: None, tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys
-) -> None:
+@pytest.mark.usefixtures("stubbed")
+def test_runs_root_that_is_a_file_is_one_line(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:
     (tmp_path / "runs").write_text("not a directory")
     config = tmp_path / "c.json"
     config.write_text(json.dumps({"runs_root": str(tmp_path / "runs")}))
@@ -402,7 +401,8 @@ def test_runs_root_that_is_a_file_is_one_line(
     )
 
 
-def test_flags_get_the_same_bounds(stubbed: None, tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:
+@pytest.mark.usefixtures("stubbed")
+def test_flags_get_the_same_bounds(tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys) -> None:
     one_line_error(
         capsys,
         [*_argv("run", tiny_pair, rolemrc_file, tmp_path), "--max-batch-tokens", str(10**20)],
@@ -420,8 +420,8 @@ def test_flags_get_the_same_bounds(stubbed: None, tiny_pair, rolemrc_file: Path,
     )
 
 
+@pytest.mark.usefixtures("stubbed")
 def test_a_flag_overrides_a_bad_range_only_the_file_gave_but_the_file_is_still_typed(
-    stubbed: None,
     tiny_pair,
     rolemrc_file: Path,
     tmp_path: Path,
@@ -442,8 +442,9 @@ def test_a_flag_overrides_a_bad_range_only_the_file_gave_but_the_file_is_still_t
     )
 
 
+@pytest.mark.usefixtures("stubbed")
 def test_booleans_and_lists_from_the_file_arrive_as_written(
-    stubbed: None, tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys
+    tiny_pair, rolemrc_file: Path, tmp_path: Path, capsys
 ) -> None:
     config = tmp_path / "c.yaml"
     config.write_text(
@@ -472,11 +473,11 @@ def _tree_digest(root: Path) -> dict[str, str]:
     }
 
 
+@pytest.mark.usefixtures("rolemrc_file")
 @pytest.mark.parametrize("overwrite", ["false", False])
 def test_overwrite_false_leaves_a_trained_model_byte_identical(
     overwrite: Any,
     tiny_model_dir: Path,
-    rolemrc_file: Path,
     tmp_path: Path,
     capsys,
 ) -> None:

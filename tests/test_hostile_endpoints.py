@@ -238,7 +238,7 @@ def test_a_hostile_endpoint_ends_in_one_line_within_the_deadline_and_leaks_no_se
     assert_clean(outcome, tmp / "cache", runs_of(PASSWORD) if credentials else KEY_RUNS)
 
 
-def test_the_deadline_bounds_the_whole_reply_not_each_read(tmp_path: Path) -> None:
+def test_the_deadline_bounds_the_whole_reply_not_each_read() -> None:
     """A reply dripping a byte every 20 ms never waits 0.2 s on one read; the total deadline still ends it."""
     for kind in ("drip", "drip-headers", "endless"):
         with HostileServer(Hostile(kind, interval=0.02), lifetime=20) as server:
@@ -304,7 +304,7 @@ def test_base_url_credentials_are_sent_but_never_stored_or_printed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
-    with ScriptedServer(responder=lambda request: "Score: 1") as server:
+    with ScriptedServer(responder=lambda _request: "Score: 1") as server:
         url = server.base_url.replace("http://", f"http://admin:{PASSWORD}@")
         outcome = judge(url, tmp_path / "cache", judge_files, tmp_path / "verdicts.jsonl", capsys, caplog)
         sent = {k.lower(): v for k, v in server.chat_requests[0].headers.items()}
@@ -327,7 +327,7 @@ def test_url_credentials_with_a_key_are_one_line_and_nothing_is_sent(
 ) -> None:
     """A request carries one Authorization header: neither the key nor the URL's credentials is dropped unsaid."""
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    with ScriptedServer(responder=lambda request: "Score: 1") as server:
+    with ScriptedServer(responder=lambda _request: "Score: 1") as server:
         url = server.base_url.replace("http://", f"http://admin:{PASSWORD}@")
         outcome = judge(url, tmp_path / "cache", judge_files, tmp_path / "verdicts.jsonl", capsys, caplog)
         assert not server.received
@@ -361,7 +361,7 @@ def every_encoding(user: str, password: str) -> set[str]:
 def echo_credentials(server: ScriptedServer, fail: bool) -> Callable[[dict[str, Any]], str]:
     """A responder that sends back the Authorization header it got, decoded and re-encoded every way."""
 
-    def respond(request: dict[str, Any]) -> str:
+    def respond(_request: dict[str, Any]) -> str:
         headers = {k.lower(): v for k, v in server.chat_requests[-1].headers.items()}
         auth = headers.get("authorization", "")
         plain = base64.b64decode(auth.removeprefix("Basic ")).decode("utf-8", "replace")
@@ -422,7 +422,7 @@ def test_a_same_origin_redirect_is_followed_and_another_origin_is_one_line(
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
     moved = [Step(code, location="/v2/chat/completions") for code in (301, 302, 307, 308)]
-    with ScriptedServer(moved, responder=lambda request: "Score: 1") as server:
+    with ScriptedServer(moved, responder=lambda _request: "Score: 1") as server:
         outcome = judge(server.base_url, tmp_path / "a", judge_files, tmp_path / "a.jsonl", capsys, caplog)
         paths = [r.path for r in server.chat_requests]
     assert outcome.code == 0, outcome.err
@@ -445,7 +445,7 @@ def test_a_same_origin_redirect_is_followed_and_another_origin_is_one_line(
 
 
 def test_a_proxy_from_the_environment_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
-    with ScriptedServer(responder=lambda request: "via proxy") as proxy:
+    with ScriptedServer(responder=lambda _request: "via proxy") as proxy:
         monkeypatch.setenv("HTTP_PROXY", proxy.base_url.removesuffix("/v1"))
         monkeypatch.delenv("NO_PROXY", raising=False)
         monkeypatch.delenv("no_proxy", raising=False)

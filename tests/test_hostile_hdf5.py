@@ -160,8 +160,8 @@ DATASET_DAMAGE = {
     "other shape": lambda f, name: (f.__delitem__(name), f.create_dataset(name, data=np.zeros((3, 2, 1)))),
 }
 FILE_DAMAGE = {
-    "empty": lambda raw: b"",
-    "text": lambda raw: b"hello, not HDF5\n",
+    "empty": lambda _raw: b"",
+    "text": lambda _raw: b"hello, not HDF5\n",
     "random bytes": lambda raw: np.random.default_rng(0).bytes(len(raw)),
     **{f"truncated to {share:.0%}": (lambda raw, s=share: raw[: int(len(raw) * s)]) for share in (0.1, 0.5, 0.9, 0.99)},
 }
@@ -241,10 +241,11 @@ def test_intervene_select_weight_over_a_file_that_is_not_hdf5_is_one_line(
     )
 
 
+@pytest.mark.usefixtures("home")
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["text", "truncated to 50%", "/@key: invalid UTF-8", "/@key: a number"])
 def test_a_damaged_attribution_cache_is_computed_again_with_a_warning(
-    case: str, explained: Path, tmp_path: Path, home: Path, capsys: pytest.CaptureFixture[str]
+    case: str, explained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from probes.attribution import attribute_run
 

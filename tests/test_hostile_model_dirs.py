@@ -546,7 +546,7 @@ def test_a_file_dropped_into_the_default_pair_is_noticed(tmp_path: Path, monkeyp
     (root / "sft" / "special_tokens_map.json").write_text('{"eos_token": "<x>", "pad_token": "<x>"}')
     assert default_pair.verify(root, recipe) == "sft/special_tokens_map.json was added after the build"
     rebuilt: list[Path] = []
-    monkeypatch.setattr(default_pair, "_build_into_place", lambda home, target, *a: rebuilt.append(target))
+    monkeypatch.setattr(default_pair, "_build_into_place", lambda _home, target, *a: rebuilt.append(target))
     default_pair.ensure_default_pair(tmp_path, pair="tiny", progress=False)
     assert rebuilt == [root]
 
@@ -654,10 +654,11 @@ def outcomes() -> Counter[str]:
     return Counter()
 
 
+@pytest.mark.usefixtures("one_torch_thread")
 @HOSTILE
 @given(change=hostile_change())
 def test_any_hostile_directory_loads_and_generates_or_is_one_line(
-    change: tuple[str, Any], tiny_model_dir: Path, one_torch_thread: None, outcomes: Counter[str]
+    change: tuple[str, Any], tiny_model_dir: Path, outcomes: Counter[str]
 ) -> None:
     from access.generation import generate_responses
     from core.decoding import GenerationConfig

@@ -451,7 +451,7 @@ def test_a_damaged_or_crafted_shard_is_one_line_naming_it(case: str, tmp_path: P
     spoil, needle = SHARD_FAULTS[case]
     path = write_shard(tmp_path, _shard())
     spoil(path)
-    for read in (lambda: read_shard(path, "multi_turn"), lambda: check_shard(path, "multi_turn")):
+    for read in (lambda: read_shard(path, "multi_turn"), lambda: check_shard(path)):
         with pytest.raises(ProbeError) as info:
             read()
         message = str(info.value)
@@ -474,11 +474,11 @@ def test_a_stray_npz_in_the_journal_is_refused_and_other_files_are_left_alone(tm
 
 def test_a_shard_of_other_layers_or_hooks_is_refused_against_the_run(tmp_path: Path) -> None:
     path = write_shard(tmp_path, _shard())
-    assert check_shard(path, "multi_turn", 4, {"mlp_out"}).tolist() == [0, 1]
+    assert check_shard(path, 4, {"mlp_out"}).tolist() == [0, 1]
     with pytest.raises(ProbeError, match="holds 4 layers; the run records 3"):
-        check_shard(path, "multi_turn", 3, {"mlp_out"})
+        check_shard(path, 3, {"mlp_out"})
     with pytest.raises(ProbeError, match=re.escape("act__<sft|dpo|base>__<hook of this run>")):
-        check_shard(path, "multi_turn", 4, {"attn_out"})
+        check_shard(path, 4, {"attn_out"})
 
 
 @settings(FUZZ, max_examples=60)

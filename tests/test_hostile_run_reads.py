@@ -251,7 +251,7 @@ class _Links(HTMLParser):
         super().__init__()
         self.urls: list[str] = []
 
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+    def handle_starttag(self, _tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.urls += [v or "" for k, v in attrs if k in ("href", "src", "action", "formaction", "srcdoc", "xlink:href")]
 
 

@@ -115,7 +115,7 @@ def whole_and_cut(tiny_model_dir: Path, chat_data: Path, tmp_path_factory: pytes
     return {"whole": root / "whole", "cut": root / "cut", "home": root}
 
 
-def _spoil_tokens(kept: dict, key: str) -> dict:
+def _spoil_tokens(kept: dict, _key: str) -> dict:
     """Another real token in the first row (well formed, the checksum left as it was)."""
     row = kept["body"]["tokens"][0][0]
     row[0] = (row[0] + 1) % 100
@@ -130,7 +130,7 @@ def _out_of_range(kept: dict, key: str) -> dict:
     return sealed(kept["body"], key, kept["name"])
 
 
-def _other_settings(kept: dict, key: str) -> dict:
+def _other_settings(kept: dict, _key: str) -> dict:
     from interventions.arms import sealed
 
     return sealed(kept["body"], "f" * 64, kept["name"])
@@ -138,13 +138,13 @@ def _other_settings(kept: dict, key: str) -> dict:
 
 KEPT_FAULTS = {
     "out-of-range ids, checksum not updated": (
-        lambda kept, key: {**kept, "body": {**kept["body"], "tokens": [[[10**9]]]}},
+        lambda kept, _key: {**kept, "body": {**kept["body"], "tokens": [[[10**9]]]}},
         "its checksum does not match",
     ),
     "out-of-range ids, checksum matching": (_out_of_range, "holds token ids outside the model's vocabulary"),
     "well-formed fake tokens": (_spoil_tokens, "its checksum does not match"),
     "kept under other settings": (_other_settings, "kept under other settings"),
-    "no checksum (an older toolkit's file)": (lambda kept, key: kept["body"], "no checksum"),
+    "no checksum (an older toolkit's file)": (lambda kept, _key: kept["body"], "no checksum"),
 }
 
 

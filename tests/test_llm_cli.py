@@ -61,7 +61,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_judge_both_reports_scores_undecided_and_agreement(files: tuple[Path, Path], tmp_path: Path) -> None:
     data, responses = files
     replies = iter(["Score: 1", "**0**", "hmm"] * 1000)
-    with ScriptedServer(responder=lambda request: next(replies)) as server:
+    with ScriptedServer(responder=lambda _request: next(replies)) as server:
         result = probe(
             "--data",
             str(data),
@@ -134,7 +134,7 @@ def test_judge_table_and_errors(
     code, _, err = run("--responses", str(responses), "--judge", "llm", env={"OPENAI_MODEL": ""})
     assert code == 2 and "no model given" in err
     uncached = tmp_path / "uncached"
-    with ScriptedServer(responder=lambda request: "1") as server:
+    with ScriptedServer(responder=lambda _request: "1") as server:
         code, out, err = run(
             "--responses",
             str(responses),

@@ -67,7 +67,7 @@ def test_every_fault_kind_is_retried_until_a_valid_reply(tmp_path: Path) -> None
         )
 
 
-def test_backoff_grows_exponentially_and_honours_retry_after(tmp_path: Path) -> None:
+def test_backoff_grows_exponentially_and_honours_retry_after() -> None:
     with ScriptedServer([Step(500), Step(500), Step(500), Step(429, retry_after="0.5"), Step(content="ok")]) as server:
         client = LLMClient(config(server, None, backoff_base=0.1, max_retries=5))
         assert client.chat(MSG).content == "ok"
@@ -140,10 +140,10 @@ def test_cache_makes_a_rerun_free_and_is_keyed_by_request(tmp_path: Path) -> Non
         assert len(server.chat_requests) == 8
 
 
-def test_concurrency_is_bounded(tmp_path: Path) -> None:
+def test_concurrency_is_bounded() -> None:
     lock, state = threading.Lock(), {"now": 0, "peak": 0}
 
-    def slow(request: dict) -> str:
+    def slow(_request: dict) -> str:
         with lock:
             state["now"] += 1
             state["peak"] = max(state["peak"], state["now"])

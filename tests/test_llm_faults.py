@@ -143,7 +143,7 @@ def command(kind: str, base_url: str, tmp_path: Path, judge_files: tuple[Path, P
 
 
 def responder(kind: str) -> Callable[[dict], str]:
-    return GoodLLM() if kind == "synthesize" else (lambda request: "Score: 1")
+    return GoodLLM() if kind == "synthesize" else (lambda _request: "Score: 1")
 
 
 @dataclass
@@ -238,7 +238,7 @@ def test_replies_that_all_fail_validation_leave_an_existing_dataset_as_it_was(
     existing = tmp_path / "existing"
     synthesize(existing, n_roles=2, seed=0)
     before = _snapshot(existing)
-    with ScriptedServer(responder=lambda request: reply) as server:
+    with ScriptedServer(responder=lambda _request: reply) as server:
         args = ["--model", "scripted", "--base-url", server.base_url, "--roles", "2", *LIMITS]
         kept = run(
             capsys,
@@ -265,7 +265,7 @@ def test_library_raises_with_the_counts_and_writes_nothing(tmp_path: Path) -> No
     from core.llm.client import ClientConfig
     from data_synthesis.llm.synthesis import SynthesisFailed, synthesize_llm
 
-    with ScriptedServer(responder=lambda request: "{}") as server:
+    with ScriptedServer(responder=lambda _request: "{}") as server:
         config = ClientConfig(base_url=server.base_url, model="scripted", cache_dir=None, backoff_base=0.01)
         with pytest.raises(SynthesisFailed) as info:
             synthesize_llm(tmp_path / "out", n_roles=2, seed=0, client_config=config, repairs=1)
@@ -298,7 +298,7 @@ def test_a_file_set_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
     for name in names:
         (tmp_path / name).write_text(f"old {name}\n")
 
-    def disk_full(handle: object) -> None:
+    def disk_full(_handle: object) -> None:
         raise OSError(28, "No space left on device")
 
     with pytest.raises(OSError, match="No space left"):

@@ -43,8 +43,9 @@ def broken_persona(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(synthesis, "build_profiles", seeds)
 
 
+@pytest.mark.usefixtures("broken_persona")
 def test_llm_synthesis_writes_the_offline_file_set_and_counts_failures(
-    tmp_path: Path, broken_persona: None, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     llm = GoodLLM()
     with ScriptedServer(responder=llm) as server:

@@ -108,8 +108,9 @@ def test_model_args_string_applies_the_edit(lm_eval: Any, planted: tuple[Path, i
     )
 
 
+@pytest.mark.usefixtures("lm_eval")
 def test_ablating_the_planted_unit_is_detected(
-    lm_eval: Any, planted: tuple[Path, int], task_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    planted: tuple[Path, int], task_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from lmeval.report import LMEvalReport
 
@@ -168,8 +169,8 @@ def test_ablating_the_planted_unit_is_detected(
     assert "probe_gen" in stdout and "-100.0" in stdout
 
 
+@pytest.mark.usefixtures("lm_eval")
 def test_every_edit_kind_runs_through_lm_eval(
-    lm_eval: Any,
     planted: tuple[Path, int],
     tiny_model_dir: Path,
     task_dir: Path,
@@ -224,8 +225,9 @@ def test_every_edit_kind_runs_through_lm_eval(
     assert not report.arm("steer").flags and report.arm("steer").hook_stats["values_changed"] > 0
 
 
+@pytest.mark.usefixtures("lm_eval")
 def test_ab_report_gets_the_table(
-    lm_eval: Any, planted: tuple[Path, int], task_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    planted: tuple[Path, int], task_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     model_dir, layer = planted
     ab = tmp_path / "ab"
@@ -299,8 +301,9 @@ def test_a_bad_task_name_is_one_line(
     ]  # the local tasks alone first, then lm-eval's whole index before calling the name unknown
 
 
+@pytest.mark.usefixtures("lm_eval")
 def test_a_task_that_needs_the_hub_is_one_line(
-    lm_eval: Any, tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     body = "output_type: multiple_choice\ndoc_to_text: question\ndoc_to_choice: choices\ndoc_to_target: 0\n"
     (tmp_path / "hub.yaml").write_text(
@@ -324,6 +327,7 @@ def test_a_task_that_needs_the_hub_is_one_line(
     )
 
 
+@pytest.mark.usefixtures("lm_eval")
 @pytest.mark.parametrize(
     "argv, needles",
     [
@@ -334,7 +338,6 @@ def test_a_task_that_needs_the_hub_is_one_line(
     ],
 )
 def test_an_edit_that_does_not_fit_is_one_line(
-    lm_eval: Any,
     tiny_model_dir: Path,
     task_dir: Path,
     capsys: pytest.CaptureFixture[str],

@@ -33,7 +33,7 @@ def no_lm_eval_index(monkeypatch: pytest.MonkeyPatch) -> None:
     import lm_eval.tasks
 
     class Manager(lm_eval.tasks.TaskManager):
-        def __init__(self, include_path: Any = None, include_defaults: bool = True, **kwargs: Any) -> None:
+        def __init__(self, include_path: Any = None, include_defaults: bool = True, **kwargs: Any) -> None:  # noqa: ARG002 - lm_eval passes include_defaults= by keyword
             super().__init__(include_path=include_path, include_defaults=False, **kwargs)
 
     monkeypatch.setattr(lm_eval.tasks, "TaskManager", Manager)

@@ -125,7 +125,7 @@ def test_run_help_documents_the_token_budget() -> None:
     assert "--max-batch-tokens" in result.output and "padded tokens" in result.output
 
 
-def test_bad_budget_is_one_line(tmp_path: Path) -> None:
+def test_bad_budget_is_one_line() -> None:
     from core.errors import ProbeError
 
     with pytest.raises(ProbeError, match=r"--max-batch-tokens: expected an integer in \[1, 1048576\], got 0"):

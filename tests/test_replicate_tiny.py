@@ -75,7 +75,8 @@ def test_replicate_runs_every_stage_and_ends_with_the_report(replicated: tuple[P
     assert "not run" not in page.split('<section id="pair">')[0]  # every stage ran, so every claim has its evidence
 
 
-def test_a_second_call_skips_every_finished_stage(replicated: tuple[Path, int, str, str], tiny_default: Path) -> None:
+@pytest.mark.usefixtures("tiny_default")
+def test_a_second_call_skips_every_finished_stage(replicated: tuple[Path, int, str, str]) -> None:
     out = replicated[0]
     before = (out / "activations.h5").stat().st_mtime_ns
     code, _, progress = _probe(["replicate", "--pair", "tiny", "--out", str(out), *OPTIONS])

@@ -77,7 +77,8 @@ def test_empty_dataset(tmp_path: Path, tiny_model_dir: Path) -> None:
     one_line_error(result, "sft.jsonl", "no rows")
 
 
-def test_malformed_dataset_line_is_named(tmp_path: Path, tiny_model_dir: Path) -> None:
+@pytest.mark.usefixtures("tiny_model_dir")
+def test_malformed_dataset_line_is_named(tmp_path: Path) -> None:
     (tmp_path / "sft.jsonl").write_text('{"conversations": [{"role": "user", "content": "hi"}]}\n{"nope": 1}\n')
     result = probe(
         "train", "sft", "--base", "tiny", "--data", str(tmp_path / "sft.jsonl"), "--out", str(tmp_path / "o")

@@ -94,8 +94,9 @@ def test_prompt_tokens_are_masked(data_dir: Path, tmp_path: Path) -> None:
         assert "<|begin_of_text|>" in masked and "<|begin_of_text|>" not in trained
 
 
+@pytest.mark.usefixtures("data_dir")
 @pytest.mark.slow
-def test_outputs_reload_offline_with_provenance(sft_dir: Path, dpo_dir: Path, data_dir: Path) -> None:
+def test_outputs_reload_offline_with_provenance(sft_dir: Path, dpo_dir: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     for path, stage in ((sft_dir, "sft"), (dpo_dir, "dpo")):

@@ -266,4 +266,4 @@ def _stage(report: Report | None, name: str, done: int, total: int) -> None:
 def _stage_fn(report: Report | None, name: str) -> Callable[[int, int, float | None], None] | None:
     if report is None:
         return None
-    return lambda step, total, loss: report(name, step, total)
+    return lambda step, total, _loss: report(name, step, total)

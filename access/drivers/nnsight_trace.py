@@ -75,7 +75,7 @@ class NNsightBackend:
         position: str,
         *,
         tokenizer: PreTrainedTokenizerBase,
-        model_dir: Any = None,
+        model_dir: Any = None,  # noqa: ARG002 - the driver constructor's keyword, passed to every driver
     ) -> None:
         check_distinct_modules(model, hooks, layers)
         self.model, self.hooks, self.layers, self.position = model, tuple(hooks), list(layers), position

@@ -61,7 +61,7 @@ class TransformerLensBackend:
         return [HOOK_TABLE[h].tl_name.format(i=layer) for h in self.hooks for layer in self.layers]
 
     def _hook(self, hook: str, layer: int) -> Any:
-        def fn(x: torch.Tensor, hook: Any = None) -> None:  # TL calls fn(tensor, hook=HookPoint)
+        def fn(x: torch.Tensor, hook: Any = None) -> None:  # noqa: ARG001 - TL calls fn(tensor, hook=HookPoint)
             self.collector.take(hook_name, layer, x)
 
         hook_name = hook

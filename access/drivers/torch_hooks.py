@@ -48,8 +48,8 @@ class TorchBackend:
         layers: Sequence[int],
         position: str,
         *,
-        tokenizer: PreTrainedTokenizerBase | None = None,
-        model_dir: Any = None,
+        tokenizer: PreTrainedTokenizerBase | None = None,  # noqa: ARG002 - the driver constructor's keyword, passed to every driver
+        model_dir: Any = None,  # noqa: ARG002 - the driver constructor's keyword, passed to every driver
         stop_early: bool = True,
     ) -> None:
         self.model, self.hooks, self.layers, self.position = model, tuple(hooks), list(layers), position

@@ -103,7 +103,7 @@ def render_conversation(row: TestRow, response: str) -> str:
 
 def judge_prompt(row: TestRow, response: str, capability: Capability) -> str:
     """The full judge message for one row, response and capability."""
-    values = _fields(row, capability)
+    values = _fields(row)
     values["conversation"] = render_conversation(row, response)
     variant = {Capability.KNOWLEDGE_BOUNDARY: values["range"], Capability.MULTI_TURN: values["type"]}.get(capability)
     text = rubric(capability, variant)
@@ -112,7 +112,7 @@ def judge_prompt(row: TestRow, response: str, capability: Capability) -> str:
     return re.sub(r"\n{3,}", "\n\n", text)
 
 
-def _fields(row: TestRow, capability: Capability) -> dict[str, str]:
+def _fields(row: TestRow) -> dict[str, str]:
     spec = task_spec(row.task)
     expect: dict[str, Any] = row.expect or {}
     rng = str(expect.get("knowledge_range") or spec.knowledge_range or "within")

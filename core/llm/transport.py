@@ -232,7 +232,7 @@ class _DeadlineSocket:
         self._sock.settimeout(self._deadline.remaining())
         self._sock.sendall(data)
 
-    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
+    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:  # noqa: ARG002 - socket.makefile's signature
         return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
 
     def close(self) -> None:

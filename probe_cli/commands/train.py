@@ -28,7 +28,7 @@ def _run(train: Any, cfg: Any, title: str) -> None:
     from training.provenance import read_provenance
 
     with rich_reporter(console(stderr=True)) as report:
-        out = train(cfg, lambda step, total, loss: report(title, step, total))
+        out = train(cfg, lambda step, total, _loss: report(title, step, total))
     record = read_provenance(out)
     assert record is not None  # the trainer writes it last
     stdout = console()

@@ -18,7 +18,7 @@ def write_judge_files(
     synthesize(root / "data", n_roles=n_roles, seed=seed)
     test_file = root / "data" / "test.jsonl"
     rows = [json.loads(line) for line in test_file.read_text(encoding="utf-8").splitlines()]
-    respond = respond or (lambda i, row: row["reference"])
+    respond = respond or (lambda _i, row: row["reference"])
     responses = root / "responses.jsonl"
     responses.write_text("".join(json.dumps(respond(i, row)) + "\n" for i, row in enumerate(rows)), encoding="utf-8")
     return test_file, responses

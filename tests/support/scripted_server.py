@@ -83,7 +83,7 @@ class ScriptedServer:
         self, script: Sequence[Step] = (), responder: Responder | None = None, lifetime: float = 120.0, port: int = 0
     ) -> None:
         self.script = list(script)
-        self.responder = responder or (lambda request: "ok")
+        self.responder = responder or (lambda _request: "ok")
         self.received: list[Received] = []
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -144,7 +144,7 @@ class ScriptedServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
+            def log_message(self, _format: str, *args: Any) -> None:  # keep test output clean
                 return
 
             def do_GET(self) -> None:
