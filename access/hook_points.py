@@ -151,7 +151,8 @@ def resolve(root: Any, dotted: str) -> Any:
 
 
 def blocks(model: PreTrainedModel) -> nn.ModuleList:
-    return resolve(model, architecture_of(model).layers)
+    layers: nn.ModuleList = resolve(model, architecture_of(model).layers)
+    return layers
 
 
 def n_layers(model: PreTrainedModel) -> int:

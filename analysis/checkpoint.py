@@ -157,7 +157,8 @@ class Checkpoint:
     def tensor(self, name: str) -> torch.Tensor:
         """One tensor as float32 (bf16/fp16 widened), read from disk now."""
         resolved = self._resolve(name)
-        return self._files[resolved].get_tensor(resolved).float()
+        stored: torch.Tensor = self._files[resolved].get_tensor(resolved)
+        return stored.float()
 
     def tensor_shape(self, name: str) -> tuple[int, ...]:
         resolved = self._resolve(name)

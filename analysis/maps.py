@@ -90,7 +90,8 @@ def compute_maps(
     if config.metric == "attribution":
         from analysis.attribution_maps import attribution_maps
 
-        return attribution_maps(run, capability, hook, layers, config)
+        maps: MetricMaps = attribution_maps(run, capability, hook, layers, config)
+        return maps
     window = layers if isinstance(layers, Window) else None
     layers = list(layers.layers) if isinstance(layers, Window) else list(layers)
     n = run.n_samples(capability)

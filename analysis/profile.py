@@ -63,7 +63,7 @@ def layer_scores(delta: np.ndarray) -> np.ndarray:
     >>> layer_scores(np.array([[0.5, -0.5], [0.0, 0.25]])).tolist()
     [0.5, 0.125]
     """
-    return np.abs(delta).mean(axis=-1)
+    return np.asarray(np.abs(delta).mean(axis=-1))
 
 
 def rank_layers(scores: np.ndarray, layers: list[int]) -> list[int]:

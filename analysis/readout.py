@@ -80,7 +80,7 @@ class Lens:
     def logits(self, vectors: np.ndarray) -> np.ndarray:
         """(K, d_model) directions -> (K, vocab) direct logit effects, in float32 (one BLAS product)."""
         scaled = np.asarray(vectors, dtype=np.float32) * self.norm.astype(np.float32)
-        return scaled @ self.unembedding.T
+        return np.asarray(scaled @ self.unembedding.T)
 
 
 def read_out(lens: Lens, vectors: np.ndarray, k: int = 10, decode: Callable[[int], str] = str) -> list[ReadOut]:
@@ -136,7 +136,7 @@ def mean_difference(
     """(len(layers), d_model) float64: the DPO − SFT mean activation per layer, in the residual stream (module doc)."""
     means = {m: read_window(run, m, capability, hook, layers).astype(np.float64).mean(axis=0) for m in ("sft", "dpo")}
     if HOOK_TABLE[hook].width == "d_model":
-        return means["dpo"] - means["sft"]
+        return np.asarray(means["dpo"] - means["sft"])
     rows = []
     for i, layer in enumerate(layers):
         rows.append(

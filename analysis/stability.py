@@ -71,7 +71,7 @@ class Resamples:
 
     def mean_differences(self, diff: np.ndarray) -> np.ndarray:
         """(N, W) paired differences -> (B, W) their mean on each resample."""
-        return (self.weights.astype(np.float64) @ diff) / diff.shape[0]
+        return np.asarray((self.weights.astype(np.float64) @ diff) / diff.shape[0])
 
     def effect_sizes(self, diff: np.ndarray) -> np.ndarray:
         """(N, W) paired differences -> (B, W) d_z on each resample (:func:`analysis.stats.dz_of_differences`)."""

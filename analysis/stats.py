@@ -75,4 +75,4 @@ def bh_qvalues(pvalues: np.ndarray) -> np.ndarray:
     flat = np.asarray(pvalues, dtype=np.float64).ravel()
     if flat.size == 0:
         return np.asarray(pvalues, dtype=np.float64)
-    return stats.false_discovery_control(flat, method="bh").reshape(np.shape(pvalues))
+    return np.asarray(stats.false_discovery_control(flat, method="bh")).reshape(np.shape(pvalues))

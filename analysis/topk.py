@@ -177,4 +177,4 @@ def topk_counts(acts: np.ndarray, top_percent: float) -> np.ndarray:
 
 def column_counts(mask: np.ndarray) -> np.ndarray:
     """(N, W) bool -> (W,) int64 column counts (summing the bytes as uint8 -> int32 is 2x faster than bool -> int64)."""
-    return mask.view(np.uint8).sum(axis=0, dtype=np.int32).astype(np.int64)
+    return np.asarray(mask.view(np.uint8).sum(axis=0, dtype=np.int32), dtype=np.int64)

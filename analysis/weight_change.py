@@ -68,7 +68,7 @@ class Squares:
         return np.where(self.before > 0, ratio, np.where(self.delta > 0, np.inf, 0.0))
 
     def absolute(self) -> np.ndarray:
-        return np.sqrt(self.delta)
+        return np.asarray(np.sqrt(self.delta))
 
 
 @dataclass
@@ -83,7 +83,7 @@ class UnitChange:
     components: dict[str, np.ndarray] = field(default_factory=dict)
 
     def row(self, layer: int) -> np.ndarray:
-        return self.relative[self.layers.index(layer)]
+        return np.asarray(self.relative[self.layers.index(layer)])
 
     def unit(self, layer: int, unit: int) -> dict[str, float]:
         """One unit's figures: relative, absolute and each component's relative change."""

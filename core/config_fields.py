@@ -110,7 +110,8 @@ _FLAT: dict[type, dict[str, FlatField]] = {}  # flat_fields, by class
 
 def flag_of_field(f: dataclasses.Field[Any]) -> str | None:
     """A field's flag: its ``metadata["flag"]`` (None: it has none), else ``--name-with-dashes``."""
-    return f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+    flag: str | None = f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+    return flag
 
 
 def nesting_of(f: dataclasses.Field[Any]) -> Nesting | None:

@@ -414,7 +414,8 @@ def load_config(path: str | Path, flag: str = "--model") -> PreTrainedConfig:
 
     check_model_dir(path, flag)
     try:
-        return AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+        config: PreTrainedConfig = AutoConfig.from_pretrained(str(path), trust_remote_code=False)
+        return config
     except _load_errors() as exc:
         raise ProbeError(f"{flag} {path}: cannot read config.json ({_first_line(exc)})") from None
 

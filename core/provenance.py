@@ -44,7 +44,8 @@ def _cache_file() -> Path:
 
 def _load_cache() -> dict[str, Any]:
     try:
-        return json.loads(_cache_file().read_text())
+        cache: dict[str, Any] = json.loads(_cache_file().read_text())
+        return cache
     except (OSError, ValueError):
         return {}
 

@@ -83,9 +83,10 @@ def _turns(value: Any, field: str, must_end_with: Role | None) -> list[Turn]:
 def _string(obj: dict[str, Any], field: str) -> str:
     if field not in obj:
         raise _LineError(f"missing field {field!r}")
-    if not isinstance(obj[field], str):
+    value = obj[field]
+    if not isinstance(value, str):
         raise _LineError(f"field {field!r}: expected a string")
-    return obj[field]
+    return value
 
 
 def _extra(obj: dict[str, Any], known: tuple[str, ...]) -> dict[str, Any]:

@@ -359,8 +359,9 @@ def install_in_transformers() -> None:
     """
     from transformers.utils import chat_template_utils
 
-    if chat_template_utils.ImmutableSandboxedEnvironment is not BudgetedSandbox:
-        chat_template_utils.ImmutableSandboxedEnvironment = BudgetedSandbox  # type: ignore[misc]
+    names = vars(chat_template_utils)  # the module's globals: it imports the name from jinja2, not re-exporting it
+    if names["ImmutableSandboxedEnvironment"] is not BudgetedSandbox:
+        names["ImmutableSandboxedEnvironment"] = BudgetedSandbox
         chat_template_utils._compile_jinja_template.cache_clear()
 
 

@@ -19,7 +19,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from core.errors import DataError, ProbeError
-from core.rows import group_by_capability, iter_jsonl, read_dpo_rows, read_sft_rows, read_test_rows
+from core.inputs import iter_jsonl
+from core.rows import group_by_capability, read_dpo_rows, read_sft_rows, read_test_rows
 
 KINDS = ("auto", "test", "sft", "dpo")
 _FIELDS = (("question", "test"), ("conversations", "sft"), ("prompt", "dpo"))

@@ -244,7 +244,7 @@ class _Runner:
         self.rows = [all_rows[i] for i in unique]
         self.row_ids = unique
         self.dirs = {config.model: self.model_dir}
-        self.models: dict[str, Any] = {}
+        self.models: dict[str, PreTrainedModel] = {}
         self.tokenizer = self._load(config.model)[1]
         source = f"--units {config.units}" if config.units else str(config.neurons or "the run's neuron set")
         for rule, chosen in self.selections.items():

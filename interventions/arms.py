@@ -122,7 +122,8 @@ class ArmStore:
         if fault is not None:
             warn(f"{path}: {fault}; it is generated again")
             return None
-        return kept["body"]  # checked by _seal_fault
+        body: dict[str, Any] = kept["body"]  # checked by _seal_fault
+        return body
 
     def put_body(self, name: str, body: dict[str, Any]) -> None:
         if self.root is None:

@@ -37,7 +37,9 @@ def skeleton(model_dir: str | Path) -> PreTrainedModel:
 
     check_model_dir(model_dir, "--model-dir")
     with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(model_dir), trust_remote_code=False))
+        config = AutoConfig.from_pretrained(str(model_dir), trust_remote_code=False)
+        model: PreTrainedModel = AutoModelForCausalLM.from_config(config)
+        return model
 
 
 def edit_arms(

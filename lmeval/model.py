@@ -125,15 +125,18 @@ def _define() -> type:
 
         def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
             with self._edited():
-                return super().loglikelihood(requests, disable_tqdm=disable_tqdm)
+                out: list[tuple[float, bool]] = super().loglikelihood(requests, disable_tqdm=disable_tqdm)
+                return out
 
         def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
             with self._edited():
-                return super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm)
+                out: list[float] = super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm)
+                return out
 
         def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
             with self._edited():
-                return super().generate_until(requests, disable_tqdm=disable_tqdm)
+                out: list[str] = super().generate_until(requests, disable_tqdm=disable_tqdm)
+                return out
 
         def get_model_info(self) -> dict[str, Any]:
             """HFLM's, without its hub query for the model's commit (a local directory has none)."""

@@ -147,7 +147,8 @@ def _forward(model: PreTrainedModel, batch: dict[str, torch.Tensor]) -> torch.Te
         position_ids=batch["position_ids"].to(device),
         use_cache=False,
     )
-    return out.last_hidden_state
+    hidden: torch.Tensor = out.last_hidden_state
+    return hidden
 
 
 @contextmanager

@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from core.errors import Interrupted, ProbeError
 
@@ -149,7 +149,7 @@ class World:
         outcome, error = self.broadcast((outcome, error))
         if error is not None:
             raise ProbeError(error)
-        return outcome
+        return cast(T, outcome)  # step's result, broadcast from rank 0
 
     def gather(self, value: Any) -> list[Any]:
         if not self.distributed:
@@ -241,6 +241,7 @@ def joined(world: World) -> Iterator[World]:
         yield world
         return
     import torch.distributed as dist
+    from torch._C._distributed_c10d import PrefixStore  # where torch defines it (torch.distributed does not export it)
 
     if dist.is_initialized():
         yield world
@@ -258,7 +259,7 @@ def joined(world: World) -> Iterator[World]:
     try:
         dist.init_process_group(
             "gloo",
-            store=dist.PrefixStore("default_pg", session.store),
+            store=PrefixStore("default_pg", session.store),
             rank=world.rank,
             world_size=world.size,
             timeout=BARRIER_TIMEOUT,
@@ -322,7 +323,7 @@ def _rendezvous(world: World, timeout: float) -> _Session:
 
 def _connect(world: World, deadline: float, timeout: float, agent_store: bool) -> Any:
     """rank 0 hosts the store unless torchrun's agent does; the others retry until it answers or the deadline passes."""
-    from torch.distributed import TCPStore
+    from torch._C._distributed_c10d import TCPStore  # where torch defines it (torch.distributed does not export it)
 
     host, port = os.environ["MASTER_ADDR"], _env_int("MASTER_PORT", 0)
     if not 0 < port < 65536:

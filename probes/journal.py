@@ -351,7 +351,7 @@ def _write_staging_in_child(
     lines = done.stdout.strip().splitlines()
     report = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
     if done.returncode == 0 and "appended" in report:
-        return report["appended"]
+        return {str(cap): int(n) for cap, n in report["appended"].items()}
     if "refused" in report:
         raise ProbeError(report["refused"])
     if "error" in report:
@@ -464,7 +464,8 @@ def h5_settings(run_dir: Path) -> dict[str, Any] | None:
     path = RunDir(run_dir).activations
     if not path.is_file():
         return None
-    return to_json(read_file_settings(path))
+    settings: dict[str, Any] = to_json(read_file_settings(path))
+    return settings
 
 
 if __name__ == "__main__":

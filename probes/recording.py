@@ -216,7 +216,7 @@ def _to_store(values: Any, store_dtype: str, where: str) -> np.ndarray:
         raise ProbeError(
             f"{where}: activations exceed the float16 range ({np.abs(array).max():.3g}); use --store-dtype float32"
         )
-    return array.astype(store_dtype)
+    return np.asarray(array, dtype=store_dtype)
 
 
 @dataclass(frozen=True)
@@ -341,7 +341,7 @@ def _batch_budget(config: RecordConfig, pair: ModelPair, prompt_sets: list[Promp
 
     dtype_bytes = torch.tensor([], dtype=pair.dtype).element_size()
     longest = max(len(ids) for prompts in prompt_sets for ids in prompts.ids)
-    return min(world.gather(default_max_batch_tokens(pair.device, pair.sft.config, dtype_bytes, longest)))
+    return int(min(world.gather(default_max_batch_tokens(pair.device, pair.sft.config, dtype_bytes, longest))))
 
 
 def _start_on_main(run_dir: Path, settings: RunSettings, prompt_sets: list[PromptSet]) -> dict[str, set[int]]:

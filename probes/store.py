@@ -193,7 +193,8 @@ class RunReader:
         """``dataset[selection]`` without loading the rest; a damaged chunk is one line naming what it holds."""
         dataset = self._dataset(model, capability, hook)
         with self._damage_named(f"activations of model {model}, capability {capability}, hook {hook}"):
-            return dataset[selection]
+            values: np.ndarray = dataset[selection]
+            return values
 
     def samples(self, capability: str) -> SampleColumns:
         if capability not in self._samples:
@@ -509,7 +510,7 @@ def _sample_rows(fields: dict[str, Any], cap: str, path: Path) -> int:
         raise ProbeError(
             f"{path}: the sample records of {cap} have different lengths ({sorted(rows)}); the file is damaged"
         )
-    return rows.pop()
+    return int(rows.pop())
 
 
 def _stored(info: dict[str, Any], name: str, path: Path) -> StoredDataset:

@@ -20,8 +20,9 @@ import math
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
+from interventions.evidence import ArmEvidence, Difference
 from interventions.results import ABReport, ArmResult
-from study.layout import CAUSAL_COMMAND_EXTRA
+from study.layout import CAUSAL_COMMAND_EXTRA, TARGET
 from study.records import Commands
 from study.stored import EvalRecord
 from study.verdicts import (
@@ -29,10 +30,7 @@ from study.verdicts import (
     DIRECTIONAL,
     FACTOR_TOLERANCE,
     PAPER_FACTOR,
-    TARGET,
-    ArmEvidence,
     DepthShare,
-    Difference,
     alignment_tax,
     late_layers,
     paper_scaling,

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import Interrupted, ProbeError
 from core.run_dir import RunDir
-from study.layout import INTERVENTION_DIR
+from study.layout import INTERVENTION_DIR, TARGET
 from study.replicate_checks import (
     all_explained,
     analysed,
@@ -57,7 +57,6 @@ from study.replicate_checks import (
 from study.replicate_config import ReplicateOptions
 from study.replicate_estimate import estimate, minutes
 from study.stored import ReplicateRecord, StageRecord, load
-from study.verdicts import TARGET
 
 if TYPE_CHECKING:
     from interventions.config import ABConfig
@@ -96,9 +95,10 @@ def ab_config(options: ReplicateOptions) -> ABConfig:
     from interventions.config import ABConfig
 
     out_dir = RunDir(options.out_dir).intervention(INTERVENTION_DIR).root
-    return from_settings(
+    config: ABConfig = from_settings(
         ABConfig, dict(run_dir=options.out_dir, capability=TARGET, out_dir=out_dir, **options.intervention())
     )
+    return config
 
 
 def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | None = None) -> list[Stage]:

@@ -97,7 +97,10 @@ def estimate(options: ReplicateOptions, ab_config: ABConfig) -> dict[str, float]
     scale = parameter_count(options.dpo_dir) / REFERENCE_PARAMETERS
     lengths = prompt_tokens(options.sft_dir, options.data_file)
     mean_prompt = sum(map(sum, lengths.values())) / max(1, sum(map(len, lengths.values())))
-    per_row = lambda new: (mean_prompt * PROMPT_SECONDS + new * DECODE_SECONDS) * scale  # noqa: E731
+
+    def per_row(new: int) -> float:
+        return (mean_prompt * PROMPT_SECONDS + new * DECODE_SECONDS) * scale
+
     rows = read_test_rows(options.data_file)
     unique, _ = select_rows(rows, ab_config)
     weight, _ = ab_passes(ab_config)

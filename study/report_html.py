@@ -59,10 +59,10 @@ from study.figures import (
     profile_figure,
 )
 from study.gather import analysed_capabilities, gather_study
-from study.layout import CAUSAL_COMMAND_EXTRA
+from study.layout import CAUSAL_COMMAND_EXTRA, TARGET
 from study.page import Page, e, seconds, verdict_html
 from study.records import Commands, Study
-from study.verdicts import CANNOT_TEST, CLAIMS, TARGET
+from study.verdicts import CANNOT_TEST, CLAIMS
 
 N_CARDS = 5  # neuron cards shown per capability (the explain page keeps all)
 REPORT_STAGE = "report"  # probe replicate's last stage, the one that writes this page

@@ -48,7 +48,7 @@ from training.sft import check_rows_render
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback
-    from trl import DPOTrainer
+    from trl.trainer.dpo_trainer import DPOTrainer
 
     from training.callbacks import LossRecorder
 
@@ -84,7 +84,8 @@ def prepare_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> DPO
         check_model_dir(config.ref, "--ref")
     check_output(config.out, config.overwrite)
     quiet_environment()
-    from trl import DPOConfig, DPOTrainer
+    from trl.trainer.dpo_config import DPOConfig
+    from trl.trainer.dpo_trainer import DPOTrainer
 
     from training.callbacks import LossRecorder, StepProgress
 

@@ -174,4 +174,5 @@ def grow_depth(shallow: LlamaForCausalLM, config: LlamaConfig, *, seed: int = 0)
                 layer.self_attn.o_proj.weight.zero_()
                 layer.mlp.down_proj.weight.zero_()
     grown.generation_config = shallow.generation_config
-    return grown.eval()
+    grown.eval()
+    return grown

@@ -47,7 +47,7 @@ from training.runner import (
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase, TrainerCallback
-    from trl import SFTTrainer
+    from trl.trainer.sft_trainer import SFTTrainer
 
     from training.callbacks import LossRecorder
 
@@ -112,7 +112,8 @@ def prepare_sft(
         check_model_dir(Path(config.base), "--base")
     check_output(config.out, config.overwrite)
     quiet_environment()
-    from trl import SFTConfig, SFTTrainer
+    from trl.trainer.sft_config import SFTConfig
+    from trl.trainer.sft_trainer import SFTTrainer
 
     from training.callbacks import LossRecorder, StepProgress
 

@@ -72,7 +72,8 @@ def generate_edited(name: str, generator: Generator, edits: SiteEdits | None) ->
     """Generate ``generator``'s rows once through driver ``name`` with ``edits`` applied (``None``: unedited)."""
     entry = editing_driver(name, generator.config.do_sample)
     assert entry.edit is not None  # editing_driver refuses a driver that cannot edit
-    return _load(entry.edit)(generator, edits)
+    generate: Callable[[Generator, SiteEdits | None], Generations] = _load(entry.edit)
+    return generate(generator, edits)
 
 
 class HookFiringError(ProbeError):
@@ -206,7 +207,9 @@ def make_backend(
     model_dir: Any = None,
 ) -> Backend:
     """Build driver ``name``'s recorder around one loaded model."""
-    recorder = _load(driver(name).capture)(model, hooks, layers, position, tokenizer=tokenizer, model_dir=model_dir)
+    recorder: Backend = _load(driver(name).capture)(
+        model, hooks, layers, position, tokenizer=tokenizer, model_dir=model_dir
+    )
     recorder.name = name
     return recorder
 

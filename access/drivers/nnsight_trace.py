@@ -61,7 +61,8 @@ def wrap(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> Any:
 
 def _value(envoy: Any, is_input: bool) -> torch.Tensor:
     value = envoy.input if is_input else envoy.output
-    return value[0] if isinstance(value, tuple) else value
+    tensor: torch.Tensor = value[0] if isinstance(value, tuple) else value
+    return tensor
 
 
 class NNsightBackend:
@@ -168,7 +169,7 @@ def generate(generator: Generator, edits: SiteEdits | None) -> Generations:
 
 def _head_path(model: PreTrainedModel) -> str:
     head = model.get_output_embeddings()
-    return next(name for name, module in model.named_modules() if module is head)
+    return next(str(name) for name, module in model.named_modules() if module is head)
 
 
 def _greedy_steps(

@@ -31,13 +31,14 @@ from typing import IO, TYPE_CHECKING, Any, cast
 from core.atomic import write_atomic
 from core.capabilities import Capability
 from core.errors import DataError, ProbeError
+from core.inputs import iter_jsonl
 from core.judges.agreement import Agreement, CapabilityScore, agreement, score_table
 from core.judges.base import Verdict
 from core.judges.factory import JUDGE_MODES, make_judge
 from core.llm.config import ClientConfig
 from core.paths import check_not_an_input
 from core.records import SKIP, to_json
-from core.rows import iter_jsonl, read_test_rows
+from core.rows import read_test_rows
 from core.schema import TestRow
 
 if TYPE_CHECKING:

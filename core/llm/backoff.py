@@ -43,7 +43,7 @@ class BackoffPolicy:
         hinted = _seconds(retry_after)
         if hinted is not None:
             wait = max(wait, min(hinted, self.max_delay))
-        return wait
+        return float(wait)
 
 
 def _seconds(value: str | float | None) -> float | None:

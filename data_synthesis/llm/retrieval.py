@@ -46,7 +46,7 @@ def similarity(profiles: Sequence[str], passages: Sequence[str]) -> np.ndarray:
         raise ProbeError("the passage pool is empty; nothing to match roles against")
     vectorizer = TfidfVectorizer(stop_words="english", sublinear_tf=True, ngram_range=(1, 2))
     passage_matrix = vectorizer.fit_transform(passages)
-    return cosine_similarity(vectorizer.transform(profiles), passage_matrix)
+    return np.asarray(cosine_similarity(vectorizer.transform(profiles), passage_matrix))
 
 
 def match_passages(

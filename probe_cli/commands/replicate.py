@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
 from probe_cli.pairs import pair_option
 from study.replicate_config import ReplicateOptions
+
+if TYPE_CHECKING:
+    from study.replicate import Stage
 
 
 def register(app: typer.Typer) -> None:
@@ -65,7 +68,7 @@ def replicate(
     check_outputs("--out", run_dir, options.outputs(), options.inputs())
     if all_eval_rows:
         options = replace(options, eval_rows=None)
-    kept: dict = {}
+    kept: dict[str, Any] = {}
     stages = plan(options, lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True), kept)
     _print_plan(stages, run_dir)
     if plan_only:
@@ -107,7 +110,7 @@ def _digest(sft: Path, dpo: Path) -> str:
     return hashlib.sha256(f"{sft.resolve()}|{dpo.resolve()}".encode()).hexdigest()[:8]
 
 
-def _print_plan(stages: list, run_dir: Path) -> None:
+def _print_plan(stages: list[Stage], run_dir: Path) -> None:
     from rich.table import Table
 
     from probe_cli.console import console
