@@ -83,10 +83,12 @@ def _stop(prefix: str, message: str, code: int, error: BaseException | None = No
 
 
 @contextmanager
-def _sigterm_as_ctrl_c() -> Iterator[None]:
+def _sigterm_as_ctrl_c(in_process: bool) -> Iterator[None]:
     """SIGTERM (``kill``, ``timeout``, a job scheduler) is handled as Ctrl-C is, by whatever answers SIGINT at that
     moment (a training run finishes its step and keeps a checkpoint; elsewhere a KeyboardInterrupt, so partial
-    builds are removed), and ends in the same ``interrupted:`` line, with exit status 143."""
+    builds are removed), and ends in the same ``interrupted:`` line, with exit status 143. The SIGTERM handler is
+    put back at the end, and, for a caller in the same process (``in_process``: a test, a notebook), the SIGINT
+    one too, which :func:`_stop` ignores; else every process it starts afterwards would ignore Ctrl-C."""
 
     def on_sigterm(signum: int, frame: Any) -> None:
         _terminated.set()
@@ -101,11 +103,13 @@ def _sigterm_as_ctrl_c() -> Iterator[None]:
         yield
         return
     _terminated.clear()
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    previous, ctrl_c = signal.signal(signal.SIGTERM, on_sigterm), signal.getsignal(signal.SIGINT)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if in_process and ctrl_c is not None:  # None: a handler set outside Python, left as it is
+            signal.signal(signal.SIGINT, ctrl_c)
 
 
 def _said_by_another_rank(error: BaseException | None) -> bool:
@@ -119,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    with _sigterm_as_ctrl_c():
+    with _sigterm_as_ctrl_c(in_process=argv is not None):
         try:
             app(args=argv, standalone_mode=True)
         except Interrupted as exc:
