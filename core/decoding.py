@@ -11,7 +11,7 @@ Example:
     >>> GenerationConfig(max_new_tokens=0)
     Traceback (most recent call last):
     ...
-    core.config_file.OptionError: --max-new-tokens: expected an integer >= 1, got 0
+    core.config_file.OptionError: --max-new-tokens: expected an integer in [1, 1000000], got 0
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ here that becomes one line on stderr and exit status 2, with no traceback.
 Heavy libraries (torch, transformers) are imported inside commands, so
 ``probe --help`` stays fast.
 
-Ctrl-C ends in one line too, ``interrupted: ...``, and exit status 130. Library code that
+Ctrl-C ends in one line too, ``interrupted: ...``, and exit status 130; SIGTERM is handled as Ctrl-C is and
+exits 143. Library code that
 knows what is on disk catches :class:`KeyboardInterrupt` and raises
 :class:`~core.errors.Interrupted` saying what was kept and how to resume. A
 ``KeyboardInterrupt`` nobody caught gets a generic line: Typer would otherwise turn it
@@ -23,6 +24,8 @@ import pkgutil
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import typer
@@ -32,6 +35,8 @@ from core.errors import Interrupted, ProbeError
 from probe_cli import commands
 
 UNCAUGHT_INTERRUPT = "stopped by Ctrl-C before the command finished; rerun it"
+TERMINATED_EXIT = 143  # 128 + SIGTERM, as 130 is 128 + SIGINT
+_terminated = threading.Event()
 
 
 class _Group(TyperGroup):
@@ -66,12 +71,45 @@ _register_commands()
 
 def _stop(prefix: str, message: str, code: int, error: BaseException | None = None) -> NoReturn:
     """Print the one line and exit; a further Ctrl-C while the interpreter shuts down changes nothing,
-    so it is ignored."""
+    so it is ignored. A stop that SIGTERM began exits 143."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    terminated = prefix == "interrupted" and _terminated.is_set()
+    if terminated and message == UNCAUGHT_INTERRUPT:
+        message = message.replace("Ctrl-C", "SIGTERM")
     if not _said_by_another_rank(error):
         print(f"{prefix}: {' '.join(message.split())}", file=sys.stderr, flush=True)
-    sys.exit(code)
+    sys.exit(TERMINATED_EXIT if terminated else code)
+
+
+@contextmanager
+def _sigterm_as_ctrl_c(in_process: bool) -> Iterator[None]:
+    """SIGTERM (``kill``, ``timeout``, a job scheduler) is handled as Ctrl-C is, by whatever answers SIGINT at that
+    moment (a training run finishes its step and keeps a checkpoint; elsewhere a KeyboardInterrupt, so partial
+    builds are removed), and ends in the same ``interrupted:`` line, with exit status 143. The SIGTERM handler is
+    put back at the end, and, for a caller in the same process (``in_process``: a test, a notebook), the SIGINT
+    one too, which :func:`_stop` ignores; else every process it starts afterwards would ignore Ctrl-C."""
+
+    def on_sigterm(_signum: int, frame: Any) -> None:
+        _terminated.set()
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            handler(signal.SIGINT, frame)
+        elif handler == signal.SIG_DFL:  # nothing answers Ctrl-C either: end as SIGTERM would have
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _terminated.clear()
+    previous, ctrl_c = signal.signal(signal.SIGTERM, on_sigterm), signal.getsignal(signal.SIGINT)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if in_process and ctrl_c is not None:  # None: a handler set outside Python, left as it is
+            signal.signal(signal.SIGINT, ctrl_c)
 
 
 def _said_by_another_rank(error: BaseException | None) -> bool:
@@ -85,14 +123,15 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point of the console script."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    try:
-        app(args=argv, standalone_mode=True)
-    except Interrupted as exc:
-        _stop("interrupted", str(exc), exc.exit_code, exc)
-    except ProbeError as exc:
-        _stop("error", str(exc), 2, exc)
-    except KeyboardInterrupt:
-        _stop("interrupted", UNCAUGHT_INTERRUPT, Interrupted.exit_code)
+    with _sigterm_as_ctrl_c(in_process=argv is not None):
+        try:
+            app(args=argv, standalone_mode=True)
+        except Interrupted as exc:
+            _stop("interrupted", str(exc), exc.exit_code, exc)
+        except ProbeError as exc:
+            _stop("error", str(exc), 2, exc)
+        except KeyboardInterrupt:
+            _stop("interrupted", UNCAUGHT_INTERRUPT, Interrupted.exit_code)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ import h5py
 import numpy as np
 
 from core.errors import ProbeError
+from core.hdf5 import first_line
 from core.records import to_json
 from core.run_dir import RunDir
 from probes.samples import SAMPLE_FIELDS, SampleColumns
@@ -286,11 +287,6 @@ class _Refused(Exception):
     """A structural fault found by the child; its text is the one line the user sees."""
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0][:200]}" if text else type(exc).__name__
-
-
 def _walk(path: Path) -> dict[str, Any]:
     """(In the child.) Every piece of metadata the reader uses, each read once, with the layout checks."""
     try:
@@ -347,7 +343,7 @@ def _attr(obj: Any, name: str, where: str) -> Any:
     try:
         value = _plain(obj.attrs[name])
     except Exception as exc:  # in the guard process: any failure to read is damage, said in one line
-        raise _Refused(f"the attribute {name!r} of {where} cannot be read ({_first_line(exc)})") from None
+        raise _Refused(f"the attribute {name!r} of {where} cannot be read ({first_line(exc)})") from None
     try:
         text = json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
@@ -378,7 +374,7 @@ def _sample_fields(group: h5py.Group, cap: str, size: int) -> dict[str, Any]:
                 text.decode("utf-8") if isinstance(text, bytes) else text.encode("utf-8")  # invalid UTF-8 raises
         except Exception as exc:  # the guard process
             raise _Refused(
-                f"samples/{cap}/{name} cannot be read ({_first_line(exc)}); record again into a new --out"
+                f"samples/{cap}/{name} cannot be read ({first_line(exc)}); record again into a new --out"
             ) from None
         fields[name] = {"shape": list(dataset.shape), "kind": kind}
     return fields
@@ -444,7 +440,7 @@ def _child_main(argv: list[str]) -> None:
     except _Refused as exc:
         report = {"error": str(exc)}
     except Exception as exc:  # the guard process turns any failure into one line for its parent
-        report = {"error": f"the file's metadata cannot be read ({_first_line(exc)}); record again into a new --out"}
+        report = {"error": f"the file's metadata cannot be read ({first_line(exc)}); record again into a new --out"}
     sys.stdout.write(json.dumps(report) + "\n")
     sys.stdout.flush()
     os._exit(0)

@@ -437,6 +437,12 @@ def test_a_same_origin_redirect_is_followed_and_another_origin_is_one_line(
     assert outcome.code == 2 and len(lines) == 1 and lines[0].startswith("error: "), outcome.err
     assert f"redirected to another origin, {elsewhere.base_url}/chat/completions" in lines[0], lines[0]
     assert f"point --base-url at it (--base-url {elsewhere.base_url})" in lines[0], lines[0]
+    hostile = f"http://admin:{PASSWORD}@10.0.0.1/v1/chat/completions?key={KEY}&\x1b]0;pwned\x07" + "x" * 5000
+    with ScriptedServer([Step(302, location=hostile)]) as server:
+        outcome = judge(server.base_url, tmp_path / "d", judge_files, tmp_path / "d.jsonl", capsys, caplog)
+    lines = outcome.err.strip().splitlines()
+    assert outcome.code == 2 and len(lines) == 1 and "http://***@10.0.0.1/v1/chat/completions" in lines[0], lines
+    assert len(lines[0]) < 1000 and not leaks(lines[0]) and "\x1b" not in lines[0] and "\x07" not in lines[0]
     with ScriptedServer([Step(307, location="/v1/chat/completions")] * (MAX_REDIRECTS + 1)) as server:
         outcome = judge(server.base_url, tmp_path / "c", judge_files, tmp_path / "c.jsonl", capsys, caplog)
         assert len(server.chat_requests) == MAX_REDIRECTS + 1

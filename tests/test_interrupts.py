@@ -9,17 +9,46 @@ tests/test_interventions_interrupts.py, so that ``make test``'s two workers shar
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from core.errors import Interrupted
-from tests.support.interrupts import assert_interrupted, probe
+from tests.support.interrupts import ROOT, Outcome, assert_interrupted, probe
 
 
 def test_an_uncaught_ctrl_c_is_one_generic_line(tmp_path: Path) -> None:
     outcome = probe(["sleep"], tmp_path, "SLEEPING")
     assert_interrupted(outcome, "stopped by Ctrl-C before the command finished; rerun it")
+
+
+def test_sigterm_is_handled_as_ctrl_c_and_exits_143(tmp_path: Path) -> None:
+    outcome = probe(["sleep"], tmp_path, "SLEEPING", sig=signal.SIGTERM)
+    assert_interrupted(outcome, "stopped by SIGTERM before the command finished; rerun it", code=143)
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_pair_build_removes_the_build_folder_in_one_line(tmp_path: Path) -> None:
+    """A real build of the tiny pair, terminated once its data is written (the 12 MB ``.tiny_pair.build-<pid>``
+    folder that SIGTERM used to leave): one ``interrupted:`` line, exit 143, nothing of the build left."""
+    env = {**os.environ, "PROBE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "probe_cli", "models", "default", "--pair", "tiny", "--quiet"]
+    proc = subprocess.Popen(command, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 600
+    while not list(tmp_path.glob(".tiny_pair.build-*/data/test.jsonl")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    sent = time.monotonic()
+    out, err = proc.communicate(timeout=300)
+    outcome = Outcome(proc.returncode, out, err, time.monotonic() - sent)
+    assert_interrupted(outcome, "stopped by SIGTERM", code=143)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "file_hashes.json") == [".default_pair.lock"]
 
 
 # ---- probe train -------------------------------------------------------------------------------

@@ -232,7 +232,7 @@ class LLMClient:
         try:
             reply = post_json(self._url, payload, self._headers, self.config.timeout, self.max_reply_bytes)
         except Redirected as exc:
-            raise self._final(_redirect_advice(exc)) from None
+            raise self._final(_redirect_advice(self._clip(exc.url, 300), exc.loop)) from None
         except (OSError, http.client.HTTPException, BadReply, ValueError) as exc:
             raise self._classify(exc) from None
         if 200 <= reply.status < 300:
@@ -399,13 +399,14 @@ def _run_bounded(jobs: Sequence[Callable[[], T]], workers: int, stop: threading.
     return results
 
 
-def _redirect_advice(exc: Redirected) -> str:
-    """What a redirect this client does not follow means for the user: where it led, and the ``--base-url`` to use."""
-    if exc.loop:
-        return f"redirected more than {MAX_REDIRECTS} times, last to {exc.url}; point --base-url at the final URL"
-    base = exc.url.split("?", 1)[0].removesuffix("/chat/completions")
+def _redirect_advice(url: str, loop: bool) -> str:
+    """What a redirect this client does not follow (to ``url``, scrubbed) means for the user: where it led, and the
+    ``--base-url`` to use."""
+    if loop:
+        return f"redirected more than {MAX_REDIRECTS} times, last to {url}; point --base-url at the final URL"
+    base = url.split("?", 1)[0].removesuffix("/chat/completions")
     return (
-        f"redirected to another origin, {exc.url}; requests are not sent on to another origin (they carry the key): "
+        f"redirected to another origin, {url}; requests are not sent on to another origin (they carry the key): "
         f"point --base-url at it (--base-url {base})"
     )
 

@@ -5,7 +5,9 @@ tmpfs is mounted over an empty folder; the run directory is copied onto it, the 
 is filled but for ``free`` bytes, and the command runs there, so its writes fail with ``ENOSPC``
 exactly as on a full disk (not ``EFBIG``, as under a file-size limit). The run directory as the
 command left it is copied back out for the test to compare. Needs no privilege where unprivileged
-user namespaces are allowed (the default on Linux); :func:`full_disk_available` says whether they are.
+user namespaces are allowed (the default on most Linux systems). Where they are not (or with
+``PROBE_TEST_FSIZE=1``), the command runs on a copy of the run under a file-size limit of ``free``
+bytes instead (``RLIMIT_FSIZE``, ``SIGXFSZ`` ignored), and writes fail with ``EFBIG``, "File too large".
 """
 
 from __future__ import annotations
@@ -31,26 +33,40 @@ cp -a "$MOUNT/run" "$OUTPUT/run"
 """
 
 
+LIMITED = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1])))
+from probe_cli.main import main
+main(sys.argv[2:])
+"""
+
+
 @dataclass(frozen=True)
 class FullDiskRun:
-    """How the command ended: exit status (negative: killed by that signal), its output, the run dir it left."""
+    """How the command ended: exit status (negative: killed by that signal), its output, the run dir it left, and
+    what a failed write says (``No space left on device``, or ``File too large`` under the file-size limit)."""
 
     returncode: int
     stdout: str
     stderr: str
     run_dir: Path
+    reason: str
 
 
 @functools.cache
-def full_disk_available() -> bool:
-    if shutil.which("unshare") is None:
+def tmpfs_available() -> bool:
+    if shutil.which("unshare") is None or os.environ.get("PROBE_TEST_FSIZE"):
         return False
     done = subprocess.run(["unshare", "-rm", "true"], capture_output=True)
     return done.returncode == 0
 
 
 def run_on_full_disk(run_dir: Path, argv: list[str], work: Path, *, free: int = 0, env: dict[str, str]) -> FullDiskRun:
-    """``probe ARGV`` with ``{run}`` in ARGV standing for a copy of ``run_dir`` on a tmpfs with ``free`` bytes left."""
+    """``probe ARGV`` with ``{run}`` in ARGV standing for a copy of ``run_dir`` on a tmpfs with ``free`` bytes left
+    (or under a file-size limit of ``free`` bytes, see the module doc)."""
+    if not tmpfs_available():
+        return _under_file_size_limit(run_dir, argv, work, free, env)
     mount, output = work / "mount", work / "output"
     mount.mkdir(parents=True)
     output.mkdir()
@@ -80,7 +96,22 @@ def run_on_full_disk(run_dir: Path, argv: list[str], work: Path, *, free: int = 
         (output / "stdout").read_text(),
         (output / "stderr").read_text(),
         output / "run",
+        "No space left on device",
     )
+
+
+def _under_file_size_limit(run_dir: Path, argv: list[str], work: Path, free: int, env: dict[str, str]) -> FullDiskRun:
+    copy = Path(shutil.copytree(run_dir, work / "run"))
+    args = [a.replace("{run}", str(copy)) for a in argv]
+    done = subprocess.run(
+        [sys.executable, "-c", LIMITED, str(max(free, 4096)), *args],  # 4 KiB: Python needs a usable temp dir
+        env={**env, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    return FullDiskRun(done.returncode, done.stdout, done.stderr, copy, "File too large")
 
 
 def _size(folder: Path) -> int:

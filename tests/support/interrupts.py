@@ -53,11 +53,12 @@ class Outcome:
     code: int
     stdout: str
     stderr: str
-    latency: float | None  # seconds from the (last) SIGINT to the exit
+    latency: float | None  # seconds from the (last) signal to the exit
 
 
-def probe(args: list[str], home: Path, *markers: str, pause: float = 0.0) -> Outcome:
-    """Run ``probe ARGS``; send one SIGINT when each of ``markers`` starts a stderr line, in order."""
+def probe(args: list[str], home: Path, *markers: str, pause: float = 0.0, sig: int = signal.SIGINT) -> Outcome:
+    """Run ``probe ARGS``; send one ``sig`` (SIGINT: Ctrl-C) when each of ``markers`` starts a stderr line, in
+    order."""
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
@@ -82,7 +83,7 @@ def probe(args: list[str], home: Path, *markers: str, pause: float = 0.0) -> Out
         lines.append(line)
         if waiting and line.startswith(waiting[0]):
             waiting.pop(0)
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(sig)
             sent = time.monotonic()
     code = proc.wait(timeout=300)
     latency = None if sent is None else time.monotonic() - sent
@@ -91,14 +92,15 @@ def probe(args: list[str], home: Path, *markers: str, pause: float = 0.0) -> Out
     return Outcome(code, proc.stdout.read(), stderr, latency)
 
 
-def assert_interrupted(outcome: Outcome, *needles: str) -> str:
-    """Exit 130 within the bound, exactly one ``interrupted:`` line, no traceback; returns that line."""
-    assert outcome.code == 130, outcome.stderr
+def assert_interrupted(outcome: Outcome, *needles: str, code: int = 130) -> str:
+    """Exit ``code`` (130 after SIGINT, 143 after SIGTERM) within the bound, exactly one ``interrupted:`` line, no
+    traceback; returns that line."""
+    assert outcome.code == code, (outcome.code, outcome.stderr)
     assert outcome.latency is not None and outcome.latency < BOUND_S, outcome.latency
     assert "Traceback" not in outcome.stderr, outcome.stderr
     found = [ln for ln in outcome.stderr.splitlines() if ln.startswith("interrupted: ")]
     assert len(found) == 1, outcome.stderr
     for needle in needles:
         assert needle in found[0], found[0]
-    print(f"\nSIGINT -> exit 130 in {outcome.latency:.2f} s: {found[0]}")
+    print(f"\nsignal -> exit {code} in {outcome.latency:.2f} s: {found[0]}")
     return found[0]
