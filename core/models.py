@@ -27,6 +27,11 @@ line and not two billion modules. ``generation_config.json`` contributes only it
 (checked); the toolkit decodes with its own settings, and says which keys it ignores.
 
 Example:
+    >>> check_model_dir("/nonexistent/sft", "--sft")
+    Traceback (most recent call last):
+    core.errors.ProbeError: --sft /nonexistent/sft: no such directory; expected a local Hugging Face model directory
+    >>> printable("ok\\x1b[2J\\nnext")
+    'ok?[2J?next'
     >>> model, tok = load_causal_lm("runs/sft", "--sft")       # doctest: +SKIP
 """
 

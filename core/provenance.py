@@ -14,6 +14,10 @@ size, mtime) of the weight files in ``$PROBE_HOME/file_hashes.json`` (see :mod:`
 a changed file is re-hashed.
 
 Example:
+    >>> text_sha256({"b": 1, "a": [2, 3]}) == text_sha256({"a": [2, 3], "b": 1})   # canonical JSON: key order ignored
+    True
+    >>> text_sha256("abc")[:12]
+    'ba7816bf8f01'
     >>> weights_sha256("runs/../models/sft")          # doctest: +SKIP
     '3f1c...'
 """

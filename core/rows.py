@@ -8,6 +8,16 @@ RoleMRC schema. Writers are atomic (a temporary file renamed into place), so an
 interrupted write never leaves a half file where a good one was.
 
 Example:
+    >>> row = parse_test_row({"task": "role_unrelated_mrc_refused_no_narration", "reference": "I cannot say.",
+    ...                       "question": [{"role": "user", "content": "Who won the 1930 World Cup?"}]})
+    >>> {c.value: len(v) for c, v in group_by_capability([row]).items() if v}
+    {'knowledge_boundary': 1, 'role_style': 1}
+    >>> import tempfile, pathlib
+    >>> bad = pathlib.Path(tempfile.mkdtemp(), "test.jsonl")
+    >>> _ = bad.write_text('{"task": "role_unrelated_mrc_refused_no_narration"}\\n')
+    >>> read_test_rows(bad)
+    Traceback (most recent call last):
+    core.errors.DataError: .../test.jsonl:1: missing field 'question' (in a test row)
     >>> rows = read_test_rows("roleMRC_test.jsonl")          # doctest: +SKIP
     >>> groups = group_by_capability(rows)                   # doctest: +SKIP
     >>> {c.value: len(v) for c, v in groups.items()}         # doctest: +SKIP

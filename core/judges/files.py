@@ -15,6 +15,11 @@ an object with a ``response`` field (``generation``/``output``/``completion`` ar
 accepted too) and optionally an ``index`` giving the test row it answers.
 
 Example:
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp(), "responses.jsonl")
+    >>> _ = path.write_text('{"index": 1, "response": "Indeed."}\\n{"index": 0, "response": "Ahoy!"}\\n')
+    >>> read_responses(path, 2)   # aligned with the test rows by index
+    ['Ahoy!', 'Indeed.']
     >>> client = ClientConfig.from_env(model="gpt-4o")  # doctest: +SKIP
     >>> report = judge_files("test.jsonl", "responses.jsonl", "both", client)  # doctest: +SKIP
     >>> report.agreement[Capability.MULTI_TURN].kappa  # doctest: +SKIP

@@ -36,6 +36,11 @@ messages, reasons, the start of a malformed body, the reply itself) is scrubbed 
 terminal control sequences before it is cut to length, printed, logged or cached.
 
 Example:
+    >>> client = LLMClient(ClientConfig(base_url="http://127.0.0.1:8000/v1", model="tiny", cache_dir=None))
+    >>> client.params(max_tokens=64)   # sent with, and hashed into the cache key of, every request
+    {'temperature': 0.0, 'max_tokens': 64}
+    >>> client.kept()
+    'the reply cache is off (--no-cache), so nothing was kept; rerun the same command to start again'
     >>> cfg = ClientConfig.from_env(base_url="http://127.0.0.1:8000/v1", model="/models/tiny")  # doctest: +SKIP
     >>> client = LLMClient(cfg)                                                                  # doctest: +SKIP
     >>> client.chat_many([[{"role": "user", "content": "Say hi"}]])[0].content                    # doctest: +SKIP
