@@ -11,6 +11,10 @@ driver of :data:`access.drivers.DRIVERS` that can edit:
   the LM head (greedy only), over the generator's own batches and stop tokens.
 
 Example:
+    >>> watch = LogitWatch()
+    >>> watch.add(torch.tensor([[0.5, 2.0], [0.0, 0.0], [float("nan"), 1.0]]))   # healthy, flat, NaN
+    >>> watch.count
+    2
     >>> gen = ABGenerator(model, tokenizer, rows, GenerationConfig(max_new_tokens=32))   # doctest: +SKIP
     >>> base = gen.run()                                                                  # doctest: +SKIP
     >>> abl = gen.run(Scale(neurons, 0.0))                                               # doctest: +SKIP

@@ -25,6 +25,12 @@ Each kind is one class registered in :data:`EDIT_KINDS` and declares:
   resuming an interrupted A/B run) is the hash of that description.
 
 Example:
+    >>> from access.units import Neuron, NeuronSet
+    >>> paper = Scale(NeuronSet([Neuron(20, 7)], hook="mlp_out"), factor=1 - 1e-6)
+    >>> paper.describe()
+    {'kind': 'scale', 'factor': 0.999999, 'hook': 'mlp_out', 'units': [[20, 7]]}
+    >>> paper.noop_reason(torch.bfloat16)
+    'factor 0.999999 rounds to exactly 1 in bfloat16: x*f == x for every bfloat16 value, so ...'
     >>> with edits(model, Scale(units, 0.0)) as stats:            # doctest: +SKIP
     ...     out = model.generate(**batch)
     >>> with edits(dpo, Patch(units, source=sft)):                 # doctest: +SKIP

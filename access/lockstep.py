@@ -14,6 +14,13 @@ Because both models see the same tokens and the source's cache holds its own key
 a cached generation equals patching a full recomputation of the sequence.
 
 Example:
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> tiny = LlamaConfig(hidden_size=8, intermediate_size=16, num_attention_heads=2, num_hidden_layers=2)
+    >>> target, source = LlamaForCausalLM(tiny), LlamaForCausalLM(tiny)
+    >>> with Lockstep(target, source, {("mlp_post", 1): torch.tensor([3, 9])}) as step:
+    ...     _ = target(input_ids=torch.tensor([[4, 5, 6]]))
+    ...     step.values[("mlp_post", 1)].shape   # the source's units 3 and 9 on the target's 3 tokens
+    torch.Size([1, 3, 2])
     >>> with Lockstep(dpo, sft, {("mlp_out", 20): torch.tensor([3, 9])}) as step:   # doctest: +SKIP
     ...     dpo(**batch)
     >>> step.values[("mlp_out", 20)].shape                                             # doctest: +SKIP

@@ -11,6 +11,12 @@ before any forward pass, and names every difference it finds:
 3. after loading, the module layout (every parameter's name and shape).
 
 Example:
+    >>> from types import SimpleNamespace as Config
+    >>> sft = Config(model_type="llama", num_hidden_layers=2, hidden_size=64, intermediate_size=256)
+    >>> shape_of(sft)
+    ModelShape(model_type='llama', n_layers=2, d_model=64, d_mlp=256, max_positions=None)
+    >>> compare_configs(sft, Config(**{**vars(sft), "intermediate_size": 128}))
+    ['intermediate_size: sft 256 vs dpo 128']
     >>> pair = load_pair("models/sft", "models/dpo", device="cpu", dtype="float32")   # doctest: +SKIP
     >>> pair.shape.n_layers, pair.shape.d_mlp                                          # doctest: +SKIP
     (32, 14336)

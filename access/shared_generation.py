@@ -41,6 +41,9 @@ backend, other contexts around generation, architectures whose forward this modu
 reproduce, and generation configs with logits processors.
 
 Example:
+    >>> system = list(range(100, 120))   # 20 tokens that prompts 0 and 2 begin with
+    >>> stem_batches([[*system, 1, 2], [7, 8, 9], [*system, 3]], batch_size=4)
+    [[Stem(length=20, members=(0, 2))], [Stem(length=0, members=(1,))]]
     >>> decoder = SharedDecoder(generator)   # doctest: +SKIP
     >>> base, ablated = decoder.run([None, site_edits(model, [Scale(units, 0.0)])])   # doctest: +SKIP
 """

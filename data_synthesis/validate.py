@@ -7,6 +7,12 @@ starts. The kind is detected from the first row's fields (``question`` -> test,
 line-precise :class:`~core.errors.DataError`.
 
 Example:
+    >>> import json, tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp(), "chats.jsonl")
+    >>> chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Ahoy."}]
+    >>> _ = path.write_text(json.dumps({"conversations": chat, "task": "free_chat"}))
+    >>> report = validate_file(path); report.kind, report.rows, report.tasks   # the kind is told by the fields
+    ('sft', 1, {'free_chat': 1})
     >>> report = validate_file("roleMRC_test.jsonl")                  # doctest: +SKIP
     >>> report.kind, report.rows, report.capabilities["priority"]     # doctest: +SKIP
     ('test', 1400, 42)

@@ -11,6 +11,13 @@ Editing (:func:`generate`) attaches each site function with the same
 prompt forward and at every decoding step, and removes the hooks in ``finally``.
 
 Example:
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> from access.batches import TokenBatch, position_ids_for
+    >>> tiny = LlamaConfig(hidden_size=8, intermediate_size=16, num_attention_heads=2, num_hidden_layers=2)
+    >>> mask = torch.tensor([[0, 1, 1], [1, 1, 1]])   # row 0 is left-padded
+    >>> batch = TokenBatch(torch.tensor([[0, 5, 6], [4, 5, 6]]), mask, position_ids_for(mask))
+    >>> TorchBackend(LlamaForCausalLM(tiny), ["mlp_post"], [0, 1], "last").record(batch)["mlp_post"].shape
+    torch.Size([2, 2, 16])
     >>> TorchBackend(model, ["mlp_out"], [0, 1], "last").record(batch)["mlp_out"].shape   # doctest: +SKIP
     torch.Size([8, 2, 4096])
 """

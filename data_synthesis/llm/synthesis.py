@@ -33,6 +33,9 @@ leaves ``out_dir`` untouched; every reply received is already in the reply cache
 rerunning the same command resumes without asking again.
 
 Example:
+    >>> synthesize_llm("data/llm", n_roles=40, seed=0, client_config=ClientConfig(model="gpt-4o"), repairs=11)
+    Traceback (most recent call last):
+    core.errors.ProbeError: repairs must be an integer in [0, 10], got 11
     >>> cfg = ClientConfig.from_env(model="gpt-4o")                      # doctest: +SKIP
     >>> summary = synthesize_llm("data/llm", n_roles=40, seed=0, client_config=cfg)  # doctest: +SKIP
     >>> summary.failures["total_failed"]                                   # doctest: +SKIP

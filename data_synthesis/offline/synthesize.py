@@ -15,6 +15,13 @@ files are replaced together or not at all (:func:`core.rows.write_dataset`), so 
 synthesis that fails while writing never leaves a dataset mixing old and new files.
 
 Example:
+    >>> import tempfile
+    >>> small = synthesize(tempfile.mkdtemp(), n_roles=2, seed=0)   # one training role, one test role
+    >>> small.files
+    {'profiles.jsonl': 2, 'passages.jsonl': 160, 'sft.jsonl': 72, 'dpo.jsonl': 36, 'test.jsonl': 30}
+    >>> SynthesisConfig(n_roles=1)
+    Traceback (most recent call last):
+    core.errors.ProbeError: --roles must be an integer in [2, 800] (one test role at least), got 1
     >>> summary = synthesize("/tmp/rolemrc-demo", n_roles=10, seed=0)   # doctest: +SKIP
     >>> summary.files["test.jsonl"]                                      # doctest: +SKIP
     140
