@@ -9,6 +9,12 @@ error rather than a zero-step "training" run. Row order is kept exactly (no shuf
 here): the trainer's seeded sampler decides the order, so equal seeds give equal runs.
 
 Example:
+    >>> import json, tempfile
+    >>> data = Path(tempfile.mkdtemp())
+    >>> chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Ahoy."}]
+    >>> _ = (data / "roleMRC_train-sft_mix.jsonl").write_text(json.dumps({"conversations": chat}))
+    >>> path = resolve_data_file(data, "sft"); path.name, sft_records(path) == [{"messages": chat}]
+    ('roleMRC_train-sft_mix.jsonl', True)
     >>> path = resolve_data_file("data/", "sft")                  # doctest: +SKIP
     >>> ds, digest = sft_dataset(path)                            # doctest: +SKIP
     >>> ds[0]["messages"][0]["role"]                              # doctest: +SKIP

@@ -21,6 +21,14 @@ interrupted or tampered build is rebuilt, never used; a verified one returns at 
 A file lock keeps two processes from building at the same time.
 
 Example:
+    >>> recipe_for("tiny").dropped_violations   # the tiny pair's shaped DPO data leaves these pairs out
+    ('refused_answerable', 'refused_despite_insistence', 'refused_second_turn')
+    >>> recipe_for("llama")
+    Traceback (most recent call last):
+    core.errors.ProbeError: --pair llama: unknown default pair; expected one of smollm2, tiny
+    >>> import tempfile
+    >>> verify(Path(tempfile.mkdtemp()), recipe_for("tiny"))   # an empty directory is no build
+    'no completion marker (the build did not finish)'
     >>> pair = ensure_default_pair()                  # doctest: +SKIP
     >>> pair.sft_dir.name, pair.dpo_dir.name          # doctest: +SKIP
     ('sft', 'dpo')

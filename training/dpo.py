@@ -7,6 +7,12 @@ names a different reference, which must share the tokenizer. Rows are conversati
 template and generation prompt, the same rendering that evaluation and probing use.
 
 Example:
+    >>> cfg = DPORunConfig(sft="/no/runs/sft", data="/no/data", out="/no/runs/dpo", max_steps=10)
+    >>> cfg.recipe, cfg.beta, cfg.learning_rate   # what was not given comes from the paper's recipe
+    ('paper', 0.1, 4e-07)
+    >>> train_dpo(cfg)   # the cheap checks come first: nothing is loaded
+    Traceback (most recent call last):
+    core.errors.ProbeError: --data /no/data: no such file or directory
     >>> cfg = DPORunConfig(sft="runs/sft", data="data/", out="runs/dpo", max_steps=10)   # doctest: +SKIP
     >>> train_dpo(cfg)                                                                  # doctest: +SKIP
     PosixPath('runs/dpo')

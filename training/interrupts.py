@@ -22,6 +22,12 @@ The deferred stop is for single-process runs: under ``accelerate launch`` the la
 itself answers SIGINT by terminating the workers, and Ctrl-C keeps nothing.
 
 Example:
+    >>> import tempfile
+    >>> work = Path(tempfile.mkdtemp()); data = work / "sft.jsonl"; _ = data.write_text("{}\\n")
+    >>> run_fingerprint({"seed": 0, "overwrite": True}, data, [], 1) == run_fingerprint({"seed": 0}, data, [], 1)
+    True
+    >>> resume_point(work, "0f3a"), kept_message(work)   # nothing was interrupted here
+    (None, 'nothing kept; rerun the same command to start over')
     >>> run_training(trainer, work, fingerprint, resume=None)      # doctest: +SKIP
 """
 

@@ -5,6 +5,13 @@ usable without a terminal; this module supplies the rich implementation the CLI 
 :func:`training.default_pair.ensure_default_pair` use.
 
 Example:
+    >>> import io
+    >>> console = Console(file=io.StringIO(), width=70)   # not a terminal: the bars are drawn once, at the end
+    >>> with rich_reporter(console) as report:
+    ...     report("sft", 200, 200); report("dpo", 3, 100)
+    >>> print(console.file.getvalue())
+    sft ... 200/200 ...
+    dpo ... 3/100 ...
     >>> with rich_reporter() as report:          # doctest: +SKIP
     ...     report("sft", 10, 200)
 """

