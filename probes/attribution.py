@@ -37,6 +37,11 @@ HDF5 file per *m* in the run dir (:meth:`core.run_dir.RunDir.attribution`)::
 validate it.
 
 Example:
+    >>> batch = batch_tensors([Item([5, 6, 7, 8], n_response=2, row=0), Item([9, 7, 8], n_response=1, row=1)], pad_id=0)
+    >>> batch["input_ids"].tolist(), batch["response_mask"].tolist()   # left-padded; the responses end each row
+    ([[5, 6, 7, 8], [0, 9, 7, 8]], [[0, 0, 1, 1], [0, 0, 0, 1]])
+    >>> position_mask(batch, "all").tolist()   # positions="all": every real token
+    [[1.0, 1.0, 1.0, 1.0], [0.0, 1.0, 1.0, 1.0]]
     >>> path = attribute_run("runs/demo", m="reference_logprob")                     # doctest: +SKIP
 """
 

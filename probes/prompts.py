@@ -12,6 +12,11 @@ and tokenizer, which is what makes resuming deterministic. ``sample_ids`` keep e
 row's index in the data file, so nothing is lost by the reordering.
 
 Example:
+    >>> from probes.samples import SampleColumns
+    >>> samples = SampleColumns([7, 3], ["t", "t"], [2, 3], ["<a>", "<b>"])   # data rows 7 and 3, shortest first
+    >>> batch = make_batch(PromptSet("multi_turn", samples, ids=[[5, 6], [7, 8, 9]]), [0, 1], pad_id=0)
+    >>> batch.input_ids.tolist(), batch.position_ids.tolist(), batch.samples.sample_ids.tolist()
+    ([[0, 5, 6], [7, 8, 9]], [[0, 0, 1], [0, 1, 2]], [7, 3])
     >>> prompts = build_prompts(tokenizer, rows, Capability.MULTI_TURN, add_generation_prompt=False)  # doctest: +SKIP
     >>> prompts.samples.prompts[0].startswith("<|im_start|>system")                                  # doctest: +SKIP
     True

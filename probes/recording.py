@@ -26,6 +26,14 @@ batches and rank 0 alone holds the lock, writes the settings file and consolidat
 (:mod:`probes.distributed`); the file is the one a single process would write.
 
 Example:
+    >>> from probes.samples import SampleColumns
+    >>> samples = SampleColumns([4, 9, 2], ["t"] * 3, [2, 2, 3], ["a", "b", "c"])   # data rows 4, 9 and 2
+    >>> prompts = PromptSet("multi_turn", samples, [[1, 2], [3, 4], [5, 6, 7]])
+    >>> [w.positions for w in plan_work([prompts], {"multi_turn": {9}}, batch_size=2, max_batch_tokens=64)]
+    [[0], [2]]
+    >>> record_run(RecordConfig(capabilities="multi_turn"))
+    Traceback (most recent call last):
+    core.errors.ProbeError: recording needs --sft, --dpo and --data (the `probe` command fills them from --pair)
     >>> result = record_run(RecordConfig(capabilities="multi_turn", sft_dir="m/sft", dpo_dir="m/dpo"))  # doctest: +SKIP
     >>> result.run_dir, result.counts  # doctest: +SKIP
     (PosixPath('runs/20261122-081500_multi_turn'), {'multi_turn': 400})

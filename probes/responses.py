@@ -20,6 +20,13 @@ prompt as a prefix of the whole conversation (a tokenizer or template other than
 the rows were made for) is refused before anything is recorded.
 
 Example:
+    >>> import tempfile
+    >>> data = Path(tempfile.mkdtemp(), "dpo.jsonl")
+    >>> pair = {"prompt": [{"role": "user", "content": "Hi"}], "chosen": "Ahoy.", "rejected": "Hello."}
+    >>> _ = data.write_text(json.dumps({**pair, "task": "role_related_mrc_answer_no_narration"}))
+    >>> rows = read_rows(data)   # a DPO file as --data: its prompts are the rows
+    >>> response_lookup(rows, "chosen", None, data)(0), response_lookup(rows, "rejected", None, data)(0)
+    ('Ahoy.', 'Hello.')
     >>> ids, n = teacher_forced(tokenizer, row.question, row.reference)                  # doctest: +SKIP
     >>> tokenizer.decode(ids[-n:])                                                       # doctest: +SKIP
     'Ah, indeed! The capital is Elmsworth.<|im_end|>\\n'

@@ -96,6 +96,11 @@ class RunReader:
     """Read-only access to a run's activations, after the file's metadata was checked (see the module doc).
 
     Example:
+        >>> import tempfile
+        >>> run_dir = Path(tempfile.mkdtemp()); _ = (run_dir / "activations.h5").write_bytes(b"not HDF5")
+        >>> RunReader(run_dir)   # its metadata is read in a separate process first
+        Traceback (most recent call last):
+        core.errors.ProbeError: .../activations.h5: not a readable HDF5 file (...file signature not found))
         >>> run = RunReader("runs/2026-11-22_multi_turn")           # doctest: +SKIP
         >>> x = run.activations("dpo", "multi_turn", "mlp_out")     # doctest: +SKIP
         >>> x.shape, x.dtype                                        # doctest: +SKIP
