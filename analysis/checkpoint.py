@@ -21,6 +21,15 @@ Families whose blocks add more than an attention and an MLP to the residual stre
 post-norms, GPT-2's LayerNorm and Conv1D weights) are refused with one line.
 
 Example:
+    >>> import tempfile
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> tiny = LlamaConfig(vocab_size=64, hidden_size=8, intermediate_size=16,
+    ...                    num_attention_heads=2, num_hidden_layers=2)
+    >>> model_dir = Path(tempfile.mkdtemp()); LlamaForCausalLM(tiny).save_pretrained(model_dir)
+    >>> _ = (model_dir / "tokenizer_config.json").write_text("{}")
+    >>> with Checkpoint(model_dir, "--dpo") as dpo:
+    ...     dpo.mlp_weight(1, "down").shape, dpo.unembedding_name   # column u is what unit u writes
+    (torch.Size([8, 16]), 'lm_head.weight')
     >>> with Checkpoint("runs/dpo", "--dpo") as dpo:                      # doctest: +SKIP
     ...     dpo.mlp_weight(19, "down").shape, dpo.tied
     (torch.Size([576, 1536]), True)

@@ -10,6 +10,13 @@ run did not record, is one :class:`~core.errors.ProbeError` naming the parameter
 run holds.
 
 Example:
+    >>> d = np.array([[0.5, -2.0, 0.1], [0.0, 0.3, -0.4]])   # DPO − SFT at layers 12 and 13, 3 units each
+    >>> sft, p = np.zeros_like(d), np.full_like(d, 0.5)
+    >>> maps = MetricMaps("multi_turn", "mlp_out", "mean_diff", [12, 13], sft, d, d, p, p, n_samples=40)
+    >>> top_units_frame(maps, n=2)[["layer", "unit", "delta"]]
+       layer  unit  delta
+    0     12     1   -2.0
+    1     12     0    0.5
     >>> with RunReader("runs/demo") as run:                                             # doctest: +SKIP
     ...     top_prompts(run, "multi_turn", "mlp_out", layer=19, unit=7, n=5)
 """

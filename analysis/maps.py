@@ -29,6 +29,13 @@ read layer window only, straight from HDF5, and processed one layer at a time on
 thread pool, so memory is two float16 copies of the window plus a few float32 rows.
 
 Example:
+    >>> import tempfile
+    >>> d = np.array([[0.5, -2.0, 0.1], [0.0, 0.3, -0.4]])   # DPO − SFT at layers 12 and 13, 3 units each
+    >>> sft, p = np.zeros_like(d), np.full_like(d, 0.5)
+    >>> maps = MetricMaps("multi_turn", "mlp_out", "mean_diff", [12, 13], sft, d, d, p, p, n_samples=40)
+    >>> [back] = load_maps(save_maps([maps], Path(tempfile.mkdtemp(), "maps.h5")))
+    >>> back.layers, np.array_equal(back.delta, d)
+    ([12, 13], True)
     >>> window = resolve_window(None, 32, list(range(32)))  # doctest: +SKIP
     >>> with RunReader(run_dir) as run:  # doctest: +SKIP
     ...     maps = compute_maps(run, "multi_turn", "mlp_out", window, AnalysisConfig())

@@ -13,6 +13,11 @@ atomically, before any HTML (plotly would write it itself, in place). PNG goes t
 which needs a Chrome/Chromium binary; all PNGs are exported in one kaleido session.
 
 Example:
+    >>> d = np.array([[0.5, -2.0, 0.1], [0.0, 0.3, -0.4]])   # DPO − SFT at layers 12 and 13, 3 units each
+    >>> sft, p = np.zeros_like(d), np.full_like(d, 0.5)
+    >>> maps = MetricMaps("multi_turn", "mlp_out", "mean_diff", [12, 13], sft, d, d, p, p, n_samples=40)
+    >>> [trace.type for trace in maps_figure(maps).data], title_of("multi_turn")   # SFT, DPO, DPO − SFT
+    (['heatmap', 'heatmap', 'heatmap'], 'Multi-turn Instructions')
     >>> fig = maps_figure(maps)              # doctest: +SKIP
     >>> fig.show()                           # doctest: +SKIP
 """

@@ -14,6 +14,11 @@ The result is an :class:`access.units.NeuronSet` carrying the metric,
 capability, hook, the rule and its parameters, the run directory and the model hashes.
 
 Example:
+    >>> d = np.array([[0.5, -2.0, 0.1], [0.0, 0.3, -0.4]])   # DPO − SFT at layers 12 and 13, 3 units each
+    >>> sft, p = np.zeros_like(d), np.full_like(d, 0.5)
+    >>> maps = MetricMaps("multi_turn", "mlp_out", "mean_diff", [12, 13], sft, d, d, p, p, n_samples=40)
+    >>> [(n.layer, n.unit) for n in select_neurons(maps, rule="top_k_abs", k=3).neurons]   # largest |Δ| first
+    [(12, 1), (12, 0), (13, 2)]
     >>> ns = select_neurons(maps, rule="top_k_abs", k=64)                 # doctest: +SKIP
     >>> ns.save(RunDir(run_dir).analysis.neuron_set("multi_turn", "mlp_out"))  # doctest: +SKIP
 """

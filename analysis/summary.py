@@ -9,6 +9,13 @@ written and read by :mod:`core.records` (they round-trip exactly); :meth:`Analys
 refuses a file of another format or version with one line saying what to do.
 
 Example:
+    >>> from core.records import to_json
+    >>> empty = AnalysisSummary("runs/x", "topk_count", {}, {}, "maps.h5", [], {})
+    >>> AnalysisSummary.read(to_json(empty)) == empty   # the file's round trip; to_json writes format and version
+    True
+    >>> empty.hook("multi_turn", "mlp_out")
+    Traceback (most recent call last):
+    core.errors.ProbeError: runs/x: no analysis of multi_turn/mlp_out (analysed: none); run `probe analyze runs/x ...`
     >>> summary = AnalysisSummary.load("runs/latest/analysis/summary.json")       # doctest: +SKIP
     >>> summary.hook("multi_turn", "mlp_out").top_layer_numbers()[:3]              # doctest: +SKIP
     [26, 25, 27]
