@@ -8,6 +8,12 @@ The public surface:
   edits, drivers and generation live.
 
 Example:
+    >>> import interventions
+    >>> interventions.PAPER_FACTOR   # imported from access.factors on first use
+    0.999999
+    >>> interventions.run_abc
+    Traceback (most recent call last):
+    AttributeError: module 'interventions' has no attribute 'run_abc'
     >>> from interventions import ABConfig, run_ab                                  # doctest: +SKIP
     >>> report = run_ab(ABConfig(run_dir="runs/x", capability="multi_turn", factor=0.0))  # doctest: +SKIP
 """

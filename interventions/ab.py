@@ -18,6 +18,9 @@ The pipeline, in order:
    Δs, fill the no-op guard; write the report and the generations (:mod:`interventions.report`).
 
 Example:
+    >>> neurons = resolve_neurons(ABConfig(run_dir="/no/run", capability="multi_turn", units="20:7,21:3"))
+    >>> neurons.hook, [(n.layer, n.unit) for n in neurons.neurons]   # --units wins over the run's neuron set
+    ('mlp_out', [(20, 7), (21, 3)])
     >>> report = run_ab(ABConfig(run_dir="runs/x", capability="multi_turn", placebo=20))   # doctest: +SKIP
     >>> report.main.capability("multi_turn").effect.delta                                   # doctest: +SKIP
 """

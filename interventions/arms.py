@@ -22,6 +22,11 @@ statistics are recomputed from the texts, so a rerun may change the judge. The
 directory is removed once the report is written.
 
 Example:
+    >>> import tempfile
+    >>> out = Path(tempfile.mkdtemp())
+    >>> _ = ArmStore(out, "settings-1").put("baseline", Generations([[5, 6]], ["Ahoy."], seconds=0.5))
+    >>> ArmStore(out, "settings-1").get("baseline").texts, ArmStore(out, "settings-2").get("baseline")
+    (['Ahoy.'], None)
     >>> store = ArmStore(Path("runs/ab"), fingerprint)                  # doctest: +SKIP
     >>> store.get("baseline") or store.put("baseline", generator.run())  # doctest: +SKIP
 """

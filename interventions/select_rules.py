@@ -26,6 +26,11 @@ Where a ranking comes from, in this order:
    are the run's, else computed from the run's checkpoints in memory (seconds), over the default window.
 
 Example:
+    >>> rule_names("count, mean_diff,count")
+    ['count', 'mean_diff']
+    >>> rule_names("count,votes")
+    Traceback (most recent call last):
+    core.config_file.OptionError: --select: expected rules from count, mean_diff, ..., got 'votes'
     >>> sets = rule_sets("runs/latest", "multi_turn", "mlp_out", ["count", "mean_diff"], k=64)   # doctest: +SKIP
     >>> sets["mean_diff"].units.by_layer().keys(), sets["count"].source                          # doctest: +SKIP
 """

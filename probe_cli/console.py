@@ -8,6 +8,8 @@ width their content needs and long lines stay on one line. On a terminal rich ke
 sizing to the window. Every command prints through :func:`console`.
 
 Example:
+    >>> console().width   # doctest's stdout is no terminal: wide, so no table cell is cut
+    4096
     >>> console().print("[bold]done[/bold]")      # doctest: +SKIP
 """
 

@@ -12,6 +12,13 @@ The verdicts are decided by the rules of :mod:`study.verdicts`, from records bui
 out of the files (:mod:`study.evidence`), and rendered by :mod:`study.report_html`.
 
 Example:
+    >>> import tempfile
+    >>> from analysis.summary import AnalysisSummary
+    >>> summary = RunDir(tempfile.mkdtemp()).analysis.summary; summary.parent.mkdir()
+    >>> AnalysisSummary("runs/x", "topk_count", {}, {}, "maps.h5", [], {}).save(summary)   # an analysis of nothing
+    >>> study = gather_study(summary.parent.parent)
+    >>> [v.describe().split(" (")[0] for v in study.verdicts], study.missing[0].what
+    (['not run', 'not run', 'not run', 'not run'], 'the recording')
     >>> study = gather_study("runs/latest")                              # doctest: +SKIP
     >>> [v.describe() for v in study.verdicts]                           # doctest: +SKIP
     ['supported', 'not supported', 'cannot be tested here (...)', 'not run (probe intervene ...)']

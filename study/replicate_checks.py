@@ -4,6 +4,12 @@ Each check reads only what the stage writes and what it depends on: a stage is c
 outputs exist, are newer than their inputs, and were made from the same models and options.
 
 Example:
+    >>> import tempfile
+    >>> run = Path(tempfile.mkdtemp()); (run / "test.jsonl").touch()
+    >>> newer(run / "eval.json", run / "test.jsonl")   # no output yet
+    False
+    >>> (run / "eval.json").touch(); newer(run / "eval.json", run / "test.jsonl"), analysis_complete(run)
+    (True, False)
     >>> analysis_complete(Path("runs/replicate-smollm2"))          # doctest: +SKIP
     True
 """

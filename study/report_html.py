@@ -14,6 +14,14 @@ a written report inline in a notebook (an ``<iframe srcdoc>``, so its script run
 notebook's).
 
 Example:
+    >>> import re
+    >>> import tempfile
+    >>> from analysis.summary import AnalysisSummary
+    >>> summary = RunDir(tempfile.mkdtemp()).analysis.summary; summary.parent.mkdir()
+    >>> AnalysisSummary("runs/x", "topk_count", {}, {}, "maps.h5", [], {}).save(summary)   # an analysis of nothing
+    >>> re.findall('<section id="([a-z0-9-]+)"', render(gather_study(summary.parent.parent)))
+    ['verdicts', 'pair', 'claim-1', 'claim-2', 'claim-3', 'claim-4', 'layers', 'units', 'interventions',
+     'compliance', 'missing', 'reproduce']
     >>> path = write_report("runs/latest")                      # doctest: +SKIP
     >>> show(path)                                               # doctest: +SKIP
 """
