@@ -11,6 +11,15 @@ directory is still there with the recorded fingerprint; otherwise base → SFT i
 a note says why.
 
 Example:
+    >>> import tempfile
+    >>> from probes.settings import RunSettings
+    >>> from probes.store import RunWriter
+    >>> run_dir = Path(tempfile.mkdtemp())   # a run that recorded its models in directories since removed
+    >>> RunWriter(run_dir, RunSettings(sft_dir="/gone/sft", dpo_dir="/gone/dpo")).close()
+    >>> with RunReader(run_dir) as run, open_models(run):
+    ...     pass
+    Traceback (most recent call last):
+    core.errors.ProbeError: ...: its sft model /gone/sft is missing (the run recorded it there); pass --sft DIR ...
     >>> with RunReader("runs/latest") as run, open_models(run) as models:      # doctest: +SKIP
     ...     models.base is not None, models.fingerprints()["dpo"]["weights_sha256"][:8]
     (True, '725cde8b')
