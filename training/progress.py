@@ -6,7 +6,7 @@ usable without a terminal; this module supplies the rich implementation the CLI 
 
 Example:
     >>> import io
-    >>> console = Console(file=io.StringIO(), width=70)   # not a terminal: the bars are drawn once, at the end
+    >>> console = Console(file=io.StringIO(), width=70, force_terminal=False)   # the bars are drawn once, at the end
     >>> with rich_reporter(console) as report:
     ...     report("sft", 200, 200); report("dpo", 3, 100)
     >>> print(console.file.getvalue())
