@@ -77,9 +77,13 @@ def _stop(prefix: str, message: str, code: int, error: BaseException | None = No
     terminated = prefix == "interrupted" and _terminated.is_set()
     if terminated and message == UNCAUGHT_INTERRUPT:
         message = message.replace("Ctrl-C", "SIGTERM")
-    if not _said_by_another_rank(error):
-        print(f"{prefix}: {' '.join(message.split())}", file=sys.stderr, flush=True)
-    sys.exit(TERMINATED_EXIT if terminated else code)
+    status = TERMINATED_EXIT if terminated else code
+    if _said_by_another_rank(error):
+        from probes.distributed import leave_quietly
+
+        leave_quietly(status)
+    print(f"{prefix}: {' '.join(message.split())}", file=sys.stderr, flush=True)
+    sys.exit(status)
 
 
 @contextmanager

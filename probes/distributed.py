@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 from core.errors import Interrupted, ProbeError
 
@@ -216,7 +216,21 @@ def reported_once(world: World) -> Iterator[None]:
     except ProbeError as exc:
         if world.speaks(exc):
             raise
-        raise SystemExit(getattr(exc, "exit_code", 2)) from None
+        leave_quietly(getattr(exc, "exit_code", 2))
+
+
+SPEAKER_GRACE = 10.0  # seconds a silent rank waits for the rank that prints the error (torchrun ends it sooner)
+
+
+def leave_quietly(code: int) -> NoReturn:
+    """Exit with ``code`` and no line, but not before the rank that prints the error could: torchrun stops every
+    rank as soon as one ends, so a silent rank that left first could cut the speaker off before its line. The wait
+    ends with torchrun's SIGTERM (once the speaker has ended) or after :data:`SPEAKER_GRACE` seconds."""
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: os._exit(code))
+        time.sleep(SPEAKER_GRACE)
+    raise SystemExit(code)
 
 
 @dataclass
