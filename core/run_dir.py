@@ -11,7 +11,7 @@
       attribution_<m>.h5                 attribution scores per objective m (probes.attribution), a cache
       analysis/                          AnalysisDir: probe analyze and probe explain (--out puts it elsewhere)
       interventions/<capability>_<model>_<time>/   InterventionDir: one probe intervene (--out puts it elsewhere)
-      lmeval/<time>/                     one probe lmeval (lmeval.report; --out puts it elsewhere)
+      lmeval/<time>/                     LMEvalDir: one probe lmeval (--out puts it elsewhere)
       eval.json, replicate.json, report.html       probe models eval --out, probe replicate, probe report
 
     analysis/
@@ -28,10 +28,17 @@
       ab_report.json, ab_report.md, generations.jsonl   the A/B report (interventions.report)
       .arms/                             finished arms, for a resume (interventions.arms)
 
+    lmeval/<time>/
+      lmeval_report.json, lmeval_report.md, lmeval_items.jsonl   the benchmark report (lmeval.report)
+
+A dataset folder (``probe synthesize --out``, the default pair's ``data/``) is a :class:`DataDir`:
+``sft.jsonl``, ``dpo.jsonl``, ``test.jsonl``, and from the offline synthesizer ``profiles.jsonl`` and
+``passages.jsonl``; the default pair keeps its unshaped DPO rows as ``dpo_full.jsonl``.
+
 Every name is the one older toolkit versions wrote, so old run directories keep opening
 (``tests/test_run_dir.py`` pins them). A stage
-takes its paths from :class:`RunDir`, :class:`AnalysisDir` or :class:`InterventionDir` and builds
-none itself; what a file holds is documented by the module that writes it.
+takes its paths from :class:`RunDir`, :class:`AnalysisDir`, :class:`InterventionDir`, :class:`LMEvalDir` or
+:class:`DataDir` and builds none itself; what a file holds is documented by the module that writes it.
 
 Example:
     >>> run = RunDir("runs/demo")
@@ -56,7 +63,17 @@ from core.errors import ProbeError
 from core.inputs import read_json
 from core.locks import LockHeld, file_lock
 
-__all__ = ["ACTIVATIONS_FILE", "JOURNAL_DIR", "RUN_JSON", "SHARD_NAME", "AnalysisDir", "InterventionDir", "RunDir"]
+__all__ = [
+    "ACTIVATIONS_FILE",
+    "JOURNAL_DIR",
+    "RUN_JSON",
+    "SHARD_NAME",
+    "AnalysisDir",
+    "DataDir",
+    "InterventionDir",
+    "LMEvalDir",
+    "RunDir",
+]
 
 ACTIVATIONS_FILE = "activations.h5"
 RUN_JSON = "run.json"
@@ -130,6 +147,60 @@ class InterventionDir:
     @property
     def arms(self) -> Path:
         return self.root / ".arms"
+
+
+class LMEvalDir:
+    """The files of one ``probe lmeval`` report: ``RUN_DIR/lmeval/<time>`` or wherever ``--out`` put it."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    @property
+    def report(self) -> Path:
+        return self.root / "lmeval_report.json"
+
+    @property
+    def markdown(self) -> Path:
+        return self.root / "lmeval_report.md"
+
+    @property
+    def items(self) -> Path:
+        return self.root / "lmeval_items.jsonl"
+
+
+class DataDir:
+    """A dataset folder: the split files by name (``SFT``, ``DPO``, ``TEST``, ...) and as paths under ``root``.
+
+    >>> DataDir("data").test.as_posix(), DataDir.SPLITS
+    ('data/test.jsonl', ('sft.jsonl', 'dpo.jsonl', 'test.jsonl'))
+    """
+
+    SFT = "sft.jsonl"
+    DPO = "dpo.jsonl"
+    TEST = "test.jsonl"
+    PROFILES = "profiles.jsonl"  # the offline synthesizer's role profiles
+    PASSAGES = "passages.jsonl"  # and its passages
+    DPO_FULL = "dpo_full.jsonl"  # the default pair's DPO rows before its recipe shapes them
+    SPLITS: tuple[str, ...] = (SFT, DPO, TEST)
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    @property
+    def sft(self) -> Path:
+        return self.root / self.SFT
+
+    @property
+    def dpo(self) -> Path:
+        return self.root / self.DPO
+
+    @property
+    def test(self) -> Path:
+        return self.root / self.TEST
+
+    @property
+    def dpo_full(self) -> Path:
+        return self.root / self.DPO_FULL
 
 
 class RunDir:

@@ -29,7 +29,7 @@ from typing import Any
 from core.atomic import write_atomic
 from core.errors import ProbeError
 from core.records import from_json, nonfinite_as_null, to_json
-from core.run_dir import InterventionDir
+from core.run_dir import InterventionDir, LMEvalDir
 from interventions.cells import (
     AFTER,
     BEFORE,
@@ -223,11 +223,8 @@ def write_report(
 
 def report_files(out_dir: Path) -> dict[str, Path]:
     """The three files of a report in ``out_dir``, by kind."""
-    return {
-        "json": out_dir / "lmeval_report.json",
-        "markdown": out_dir / "lmeval_report.md",
-        "items": out_dir / "lmeval_items.jsonl",
-    }
+    files = LMEvalDir(out_dir)
+    return {"json": files.report, "markdown": files.markdown, "items": files.items}
 
 
 def include_in_ab(report: LMEvalReport, ab_dir: Path) -> Path:

@@ -28,12 +28,13 @@ from typing import Any
 
 from core.errors import ProbeError
 from core.rows import read_dpo_rows, read_sft_rows
+from core.run_dir import DataDir
 from core.schema import Turn
 
 CANDIDATES: dict[str, tuple[str, ...]] = {
-    "sft": ("sft.jsonl", "roleMRC_train-sft_mix.jsonl", "train-sft.jsonl"),
-    "dpo": ("dpo.jsonl", "roleMRC_train-rl_mix.jsonl", "roleMRC_train-rl_halfmix.jsonl", "train-rl.jsonl"),
-    "test": ("test.jsonl", "roleMRC_test.jsonl"),
+    "sft": (DataDir.SFT, "roleMRC_train-sft_mix.jsonl", "train-sft.jsonl"),
+    "dpo": (DataDir.DPO, "roleMRC_train-rl_mix.jsonl", "roleMRC_train-rl_halfmix.jsonl", "train-rl.jsonl"),
+    "test": (DataDir.TEST, "roleMRC_test.jsonl"),
 }
 
 

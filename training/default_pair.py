@@ -47,6 +47,7 @@ from core.builds import build_lock, building, verify_marker, write_marker
 from core.errors import Interrupted, ProbeError
 from core.home import probe_home
 from core.records import to_json
+from core.run_dir import DataDir
 
 VERSION = 3
 # violation kinds whose DPO pairs the tiny pair drops (they reward answering, see module docstring)
@@ -155,9 +156,9 @@ Report = Callable[[str, int, int], None]  # (stage, done, total)
 
 
 def _pair_at(root: Path, recipe: DefaultPairRecipe, home: Path) -> DefaultPair:
-    data = root / "data"
+    data = DataDir(root / "data")
     base = _base_dir(home, recipe)
-    return DefaultPair(root, data, data / "test.jsonl", root / "sft", root / "dpo", base)
+    return DefaultPair(root, data.root, data.test, root / "sft", root / "dpo", base)
 
 
 def _base_dir(home: Path, recipe: DefaultPairRecipe) -> Path | None:
@@ -250,8 +251,9 @@ def build_default_pair(
     _stage(report, "synthesize", 0, 1)
     synthesize(pair.data_dir, n_roles=recipe.n_roles, seed=recipe.seed, **recipe.synthesis)
     if recipe.dropped_violations:
-        os.replace(pair.data_dir / "dpo.jsonl", pair.data_dir / "dpo_full.jsonl")
-        shape_dpo(pair.data_dir / "dpo_full.jsonl", pair.data_dir / "dpo.jsonl", recipe.dropped_violations)
+        data = DataDir(pair.data_dir)
+        os.replace(data.dpo, data.dpo_full)
+        shape_dpo(data.dpo_full, data.dpo, recipe.dropped_violations)
     _stage(report, "synthesize", 1, 1)
     times["synthesize"] = time.perf_counter() - start
     start = time.perf_counter()

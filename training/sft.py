@@ -35,6 +35,7 @@ from core.errors import Interrupted, ProbeError
 from core.models import check_model_dir, check_vocab_fits, load_model, load_tokenizer
 from core.provenance import file_sha256, weights_sha256
 from core.rows import row_location
+from core.run_dir import DataDir
 from core.templates import TrainingTemplate, choose_chat_template, training_template
 from training.config import SFTRunConfig
 from training.data import resolve_data_file, sft_records, to_dataset
@@ -101,7 +102,7 @@ def _build_tiny(
     target = work / "_tiny_base"
     with dist_state().main_process_first():
         if is_main and not resuming:  # a resumed run's base was complete before its checkpoint was written
-            dpo = [p for p in [cfg.data / "dpo.jsonl"] if cfg.data.is_dir() and p.is_file()]
+            dpo = [p for p in [DataDir(cfg.data).dpo] if cfg.data.is_dir() and p.is_file()]
             spec = TinySpec(**{"seed": cfg.seed, **cfg.tiny_spec})
             build_tiny_base(tiny_corpus(records, dpo), target, spec, base_progress, [r["messages"] for r in records])
     return target

@@ -57,6 +57,7 @@ from core.errors import Interrupted, ProbeError
 from core.llm.client import ClientConfig, LLMClient
 from core.paths import check_output_dir
 from core.records import to_json
+from core.run_dir import DataDir
 from core.schema import DPORow, SFTRow, TestRow, Turn
 from data_synthesis.llm import prompts
 from data_synthesis.llm.replies import FailureLog, ask_validated
@@ -171,19 +172,19 @@ def _asked(cfg: SynthesisConfig) -> dict[str, int]:
     """Rows each file would hold if every reply were valid."""
     n_train = cfg.n_roles - cfg.n_test_roles
     return {
-        "profiles.jsonl": cfg.n_roles,
-        "sft.jsonl": n_train * (sum(cfg.sft_count(t.name) for t in TASKS) + cfg.free_chats),
-        "dpo.jsonl": n_train * len(TASKS) * cfg.dpo_per_task,
-        "test.jsonl": sum(cfg.test_count(t.published_count) for t in TASKS),
+        DataDir.PROFILES: cfg.n_roles,
+        DataDir.SFT: n_train * (sum(cfg.sft_count(t.name) for t in TASKS) + cfg.free_chats),
+        DataDir.DPO: n_train * len(TASKS) * cfg.dpo_per_task,
+        DataDir.TEST: sum(cfg.test_count(t.published_count) for t in TASKS),
     }
 
 
 def _refuse_empty(out: Path, run: _Run, asked: dict[str, int], built: _Built) -> None:
     got = {
-        "profiles.jsonl": len(built.roles),
-        "sft.jsonl": len(built.sft),
-        "dpo.jsonl": len(built.dpo),
-        "test.jsonl": len(built.test),
+        DataDir.PROFILES: len(built.roles),
+        DataDir.SFT: len(built.sft),
+        DataDir.DPO: len(built.dpo),
+        DataDir.TEST: len(built.test),
     }
     empty = [name for name, n in asked.items() if n and not got[name]]
     if not empty:
@@ -209,11 +210,11 @@ def _write(out: Path, run: _Run, client_config: ClientConfig, built: _Built) -> 
     """The offline file set plus the report, replaced together; the summary of what was written."""
     test_ids = {p.id for p in built.test_pool}
     rows: dict[str, list[Any]] = {
-        "profiles.jsonl": [{**to_json(r), "match": built.matches[r.id]} for r in built.roles],
-        "passages.jsonl": [{**to_json(p), "split": "test" if p.id in test_ids else "train"} for p in built.pool],
-        "sft.jsonl": built.sft,
-        "dpo.jsonl": built.dpo,
-        "test.jsonl": built.test,
+        DataDir.PROFILES: [{**to_json(r), "match": built.matches[r.id]} for r in built.roles],
+        DataDir.PASSAGES: [{**to_json(p), "split": "test" if p.id in test_ids else "train"} for p in built.pool],
+        DataDir.SFT: built.sft,
+        DataDir.DPO: built.dpo,
+        DataDir.TEST: built.test,
     }
     counts = {name: len(items) for name, items in rows.items()}
     n_test_roles = sum(1 for r in built.roles if r.split == "test")

@@ -39,6 +39,7 @@ from core.capabilities import TASKS, capabilities_of
 from core.errors import ProbeError
 from core.records import to_json
 from core.rows import write_dataset
+from core.run_dir import DataDir
 from core.schema import DPORow, Role, SFTRow, TestRow, Turn, validate_conversation
 from data_synthesis.offline.chats import free_chat
 from data_synthesis.offline.passages import Passage, build_pool
@@ -49,7 +50,7 @@ from data_synthesis.offline.tasks import VIOLATIONS, Episode, build_episode, sha
 # _rng, _split_pool, _prepare, _summary) so that both backends write identical schemas and
 # seeding; keep their names and signatures stable.
 MAX_ROLES = 800
-FILES: tuple[str, ...] = ("profiles.jsonl", "passages.jsonl", "sft.jsonl", "dpo.jsonl", "test.jsonl")
+FILES: tuple[str, ...] = (DataDir.PROFILES, DataDir.PASSAGES, *DataDir.SPLITS)
 
 
 @dataclass(frozen=True)
@@ -212,11 +213,11 @@ def synthesize(out_dir: str | Path, n_roles: int = 40, seed: int = 0, **options:
     counts = write_dataset(
         out,
         {
-            "profiles.jsonl": profiles,
-            "passages.jsonl": passages,
-            "sft.jsonl": sft,
-            "dpo.jsonl": dpo,
-            "test.jsonl": test,
+            DataDir.PROFILES: profiles,
+            DataDir.PASSAGES: passages,
+            DataDir.SFT: sft,
+            DataDir.DPO: dpo,
+            DataDir.TEST: test,
         },
     )
     return _summary(out, counts, sft, dpo, test, (len(train_roles), len(test_roles)), (len(train_pool), len(test_pool)))
@@ -246,9 +247,9 @@ def _summary(
     for row in test:
         caps.update(c.value for c in capabilities_of(row.task))
     tasks = {
-        "sft.jsonl": dict(sorted(Counter(str(r.extra["task"]) for r in sft).items())),
-        "dpo.jsonl": dict(sorted(Counter(str(r.extra["task"]) for r in dpo).items())),
-        "test.jsonl": dict(sorted(Counter(r.task for r in test).items())),
+        DataDir.SFT: dict(sorted(Counter(str(r.extra["task"]) for r in sft).items())),
+        DataDir.DPO: dict(sorted(Counter(str(r.extra["task"]) for r in dpo).items())),
+        DataDir.TEST: dict(sorted(Counter(r.task for r in test).items())),
     }
     violations = dict(sorted(Counter(str(r.extra["violation"]) for r in dpo).items()))
     return SynthesisSummary(

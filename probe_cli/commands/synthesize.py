@@ -55,6 +55,7 @@ def _print(data: dict[str, Any]) -> None:
     from rich.table import Table
 
     from core.capabilities import ALL_CAPABILITIES, TASKS
+    from core.run_dir import DataDir
 
     out = console()
     files = Table(title=f"Wrote {data.get('out_dir', '')}")
@@ -70,7 +71,7 @@ def _print(data: dict[str, Any]) -> None:
         caps.add_row(cap.value, str(data.get("capabilities", {}).get(cap.value, 0)))
     out.print(caps)
     per_task = data.get("tasks", {})
-    columns = [name for name in ("sft.jsonl", "dpo.jsonl", "test.jsonl") if name in per_task]
+    columns = [name for name in DataDir.SPLITS if name in per_task]
     tasks = Table(title="Rows per task")
     tasks.add_column("task")
     for name in columns:
