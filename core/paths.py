@@ -102,6 +102,30 @@ def check_not_an_input(path: str | os.PathLike[str], flag: str, inputs: Inputs) 
         )
 
 
+def check_not_holding_an_input(out: str | os.PathLike[str], flag: str, inputs: Inputs) -> None:
+    """Refuse an output folder that will be replaced whole (``probe train --overwrite``) while it holds one of
+    ``inputs`` ({flag: path}; None for an input not given), or is one: the run would delete what it reads.
+
+    >>> import tempfile, pathlib
+    >>> out = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (out / "sft.jsonl").write_text("{}")
+    >>> check_not_holding_an_input(out, "--out", {"--data": out / "sft.jsonl"})
+    Traceback (most recent call last):
+    ...
+    core.errors.ProbeError: --out ...: holds --data .../sft.jsonl, which replacing the folder would delete; ...
+    """
+    root = Path(out).resolve()
+    for name, source in inputs.items():
+        if source is None or not Path(source).exists():
+            continue
+        where = Path(source).resolve()
+        if where == root or where.is_relative_to(root):
+            raise ProbeError(
+                f"{flag} {out}: holds {name} {source}, which replacing the folder would delete; move it out of "
+                f"{flag}, or name another {flag}"
+            )
+
+
 def _input_at(path: Path, inputs: Inputs) -> str | None:
     """'FLAG PATH' of the input ``path`` is (through any link), or None."""
     for flag, source in inputs.items():

@@ -197,3 +197,41 @@ def test_one_weights_fingerprint_links_provenance_to_the_run_that_recorded_it(
     )  # two prompts: top-k counts rarely differ
     neurons = NeuronSet.load(analysis.neuron_sets[("priority", "mlp_out")])
     assert neurons.model_hashes["dpo"] == _provenance(dpo_dir)["weights_sha256"]
+
+
+@pytest.mark.parametrize("inside", ["data", "base"])
+def test_overwrite_refuses_an_out_that_holds_the_runs_input(
+    data_dir: Path, sft_dir: Path, tmp_path: Path, inside: str
+) -> None:
+    """``--overwrite`` replaces the whole ``--out`` when training ends: an input inside it would be deleted."""
+    import shutil
+
+    from core.errors import ProbeError
+    from core.provenance import weights_sha256
+
+    out = tmp_path / "out"
+    if inside == "data":
+        data, base = shutil.copytree(data_dir, out / "data"), None
+    else:
+        data, base = data_dir, shutil.copytree(sft_dir, out / "base")
+    before = {path: path.read_bytes() for path in sorted(out.rglob("*")) if path.is_file()}
+    config = sft_config(data, out, overwrite=True, base=str(base) if base else "tiny")
+    flag = "--data" if inside == "data" else "--base"
+    with pytest.raises(ProbeError, match=rf"--out .*: holds {flag} .*, which replacing the folder would delete"):
+        train_sft(config)
+    assert {path: path.read_bytes() for path in sorted(out.rglob("*")) if path.is_file()} == before
+    assert base is None or weights_sha256(base) == weights_sha256(sft_dir)
+
+
+def test_dpo_overwrite_refuses_an_out_that_holds_its_sft_model(data_dir: Path, sft_dir: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from core.errors import ProbeError
+    from core.provenance import weights_sha256
+
+    out = tmp_path / "out"
+    policy = shutil.copytree(sft_dir, out / "sft")
+    config = DPORunConfig(sft=policy, data=data_dir, out=out, max_steps=1, batch_size=2, overwrite=True)
+    with pytest.raises(ProbeError, match=r"--out .*: holds --sft .*, which replacing the folder would delete"):
+        train_dpo(config)
+    assert weights_sha256(policy) == weights_sha256(sft_dir)

@@ -88,7 +88,7 @@ def prepare_dpo(config: DPORunConfig, progress: ProgressFn | None = None) -> DPO
     check_model_dir(config.sft, "--sft")
     if config.ref is not None:
         check_model_dir(config.ref, "--ref")
-    check_output(config.out, config.overwrite)
+    check_output(config.out, config.overwrite, {"--data": data_file, "--sft": config.sft, "--ref": config.ref})
     quiet_environment()
     from trl.trainer.dpo_config import DPOConfig
     from trl.trainer.dpo_trainer import DPOTrainer

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.atomic import replace_dir
 from core.errors import ProbeError
+from core.paths import Inputs, check_not_holding_an_input
 
 if TYPE_CHECKING:
     from transformers import Trainer
@@ -110,14 +111,16 @@ def partial_dir(out: Path) -> Path:
     return out.parent / f".{out.name}.partial"
 
 
-def check_output(out: Path, overwrite: bool) -> None:
-    """Refuse to train into an existing non-empty ``--out`` unless asked to replace it."""
+def check_output(out: Path, overwrite: bool, inputs: Inputs | None = None) -> None:
+    """Refuse to train into an existing non-empty ``--out`` unless asked to replace it, and refuse to replace one that
+    holds an input of the run (``inputs``: {flag: path})."""
     if out.exists() and not out.is_dir():
         raise ProbeError(f"--out {out}: exists and is not a directory")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise ProbeError(
             f"--out {out}: already exists and is not empty; pass --overwrite to replace it when the new run finishes"
         )
+    check_not_holding_an_input(out, "--out", inputs or {})
 
 
 def start_output(

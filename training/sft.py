@@ -117,7 +117,9 @@ def prepare_sft(
     records = sft_records(data_file, config.max_rows)
     if config.base != "tiny":
         check_model_dir(Path(config.base), "--base")
-    check_output(config.out, config.overwrite)
+    check_output(
+        config.out, config.overwrite, {"--data": data_file, "--base": None if config.base == "tiny" else config.base}
+    )
     quiet_environment()
     from trl.trainer.sft_config import SFTConfig
     from trl.trainer.sft_trainer import SFTTrainer
