@@ -115,11 +115,10 @@ def prepare_sft(
     pretraining), build the trainer; nothing is SFT-trained yet."""
     data_file = resolve_data_file(config.data, "sft")  # cheap checks first: no torch import before they pass
     records = sft_records(data_file, config.max_rows)
-    if config.base != "tiny":
-        check_model_dir(Path(config.base), "--base")
-    check_output(
-        config.out, config.overwrite, {"--data": data_file, "--base": None if config.base == "tiny" else config.base}
-    )
+    base_dir = None if config.base == "tiny" else Path(config.base)
+    if base_dir is not None:
+        check_model_dir(base_dir, "--base")
+    check_output(config.out, config.overwrite, {"--data": data_file, "--base": base_dir})
     quiet_environment()
     from trl.trainer.sft_config import SFTConfig
     from trl.trainer.sft_trainer import SFTTrainer
@@ -132,7 +131,6 @@ def prepare_sft(
     if config.base != "tiny":
         tokenizer = load_tokenizer(Path(config.base), "--base")
         template, own_template, train_template = _chat_templates(config, tokenizer, records, data_file)
-    base_dir = None if config.base == "tiny" else Path(config.base)
     fingerprint = run_fingerprint(config.to_dict(), data_file, [base_dir], state.num_processes)
     work, resume = start_output(config.out, config.overwrite, is_main, fingerprint)
     try:
