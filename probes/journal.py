@@ -74,7 +74,9 @@ class Shard:
     activations: dict[tuple[str, str], np.ndarray]
 
 
-def write_shard(run_dir: Path, shard: Shard) -> Path:
+def write_shard(run_dir: Path, shard: Shard, settings: str | None = None) -> Path:
+    """Write ``shard`` into the journal, sealed; ``settings``: the run's :func:`settings_digest`, read from
+    ``run.json`` when not given (a recorder passes it, computed once per run)."""
     samples = shard.samples
     arrays: dict[str, np.ndarray] = {
         "sample_ids": samples.sample_ids,
@@ -84,7 +86,8 @@ def write_shard(run_dir: Path, shard: Shard) -> Path:
     }
     for (model, hook), values in shard.activations.items():
         arrays[f"act__{model}__{hook}"] = values
-    arrays[_SEAL] = np.asarray([settings_digest(run_dir), _content_digest(arrays)])
+    settings = settings_digest(run_dir) if settings is None else settings
+    arrays[_SEAL] = np.asarray([settings, _content_digest(arrays)])
     path = RunDir(run_dir).shard(shard.capability, shard.start)
     write_atomic(path, lambda handle: np.savez(handle, **arrays))  # type: ignore[arg-type]  # stub: **arrays as allow_pickle
     return path

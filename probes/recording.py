@@ -253,6 +253,7 @@ def _record_batches(
     run_dir: Path, work: list[Work], backends: dict[str, Any], store_dtype: str, pad_id: int, bar: Any
 ) -> dict[str, int]:
     recorded: dict[str, int] = {}
+    settings = settings_digest(run_dir)  # run.json is written before the first batch and not changed after
     for item in work:
         batch = make_batch(item.prompts, item.positions, pad_id)
         acts = {}
@@ -262,7 +263,7 @@ def _record_batches(
                     values, store_dtype, f"{model} {batch.capability} {hook} batch at {batch.start}"
                 )
         try:
-            write_shard(run_dir, Shard(batch.capability, batch.start, batch.samples, acts))
+            write_shard(run_dir, Shard(batch.capability, batch.start, batch.samples, acts), settings)
         except OSError as exc:
             raise write_failure(run_dir, exc) from None
         recorded[batch.capability] = recorded.get(batch.capability, 0) + len(batch)
