@@ -70,7 +70,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from core.inputs import shown
+from core.errors import ProbeError
+from core.inputs import read_json, shown
 
 T = TypeVar("T")
 JSON = "json"  # the metadata key of the one hook
@@ -372,3 +373,11 @@ def _read_scalar(kind: Any, value: Any, path: tuple[str | int, ...]) -> Any:
     else:
         return value  # a type the codec does not check (numpy arrays, callables): as found
     raise RecordError(path, _WORDS[kind], value)
+
+
+def read_record(kind: type[T], path: str | Path, what: str) -> T:
+    """The record ``kind`` in the JSON file ``path``; one :class:`ProbeError` naming the file and the wrong key."""
+    try:
+        return from_json(kind, read_json(path, what))
+    except RecordError as exc:
+        raise ProbeError(f"{path}: not a valid {what}: {exc}") from None

@@ -38,11 +38,12 @@ from analysis.summary import AnalysisSummary
 from core.builds import in_current_home
 from core.capabilities import ALL_CAPABILITIES
 from core.errors import ProbeError
+from core.records import read_record
 from core.run_dir import InterventionDir, RunDir
 from interventions.results import ABReport
 from study.layout import TARGET
 from study.records import PAPER_HOOK, Commands, LoadedReport, Missing, ModelEntry, Study
-from study.stored import EvalRecord, ReplicateRecord, load
+from study.stored import EvalRecord, ReplicateRecord
 
 
 def gather_study(run_dir: str | Path, eval_file: str | Path | None = None) -> Study:
@@ -94,7 +95,7 @@ def _read_replicate(study: Study) -> ReplicateRecord | None:
     if not path.is_file():
         return None
     try:
-        return load(ReplicateRecord, study.read("the replicate record", path), "replicate record")
+        return read_record(ReplicateRecord, study.read("the replicate record", path), "replicate record")
     except ProbeError as exc:
         study.missing.append(Missing("the replicate record (stage times)", str(exc), Commands(study).replicate()))
         return None
@@ -326,7 +327,9 @@ def _read_evaluation(study: Study, path: Path, given: bool) -> None:
         study.missing.append(Missing(lacks, f"{path} is missing", Commands(study).evaluate()))
         return
     try:
-        study.evaluation = load(EvalRecord, study.read("--eval" if given else "the evaluation", path), "evaluation")
+        study.evaluation = read_record(
+            EvalRecord, study.read("--eval" if given else "the evaluation", path), "evaluation"
+        )
     except ProbeError as exc:
         study.missing.append(Missing(lacks, str(exc), Commands(study).evaluate()))
         return

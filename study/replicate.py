@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.errors import Interrupted, ProbeError
+from core.records import read_record
 from core.run_dir import RunDir
 from study.layout import INTERVENTION_DIR, TARGET
 from study.replicate_checks import (
@@ -56,7 +57,7 @@ from study.replicate_checks import (
 )
 from study.replicate_config import ReplicateOptions
 from study.replicate_estimate import estimate, minutes
-from study.stored import ReplicateRecord, StageRecord, load
+from study.stored import ReplicateRecord, StageRecord
 
 if TYPE_CHECKING:
     from interventions.config import ABConfig
@@ -254,7 +255,7 @@ def _previous_seconds(out: Path) -> dict[str, float]:
     none from a record that is missing or malformed)."""
     path = RunDir(out).replicate_file
     try:
-        return load(ReplicateRecord, path, "replicate record").seconds() if path.is_file() else {}
+        return read_record(ReplicateRecord, path, "replicate record").seconds() if path.is_file() else {}
     except ProbeError:
         return {}
 

@@ -94,13 +94,14 @@ def intervention_complete(out: Path, given: dict[str, Any]) -> bool:
 
 def evaluation_complete(options: ReplicateOptions) -> bool:
     """The evaluation file judges these two models on as many rows as asked."""
-    from study.stored import EvalRecord, load
+    from core.records import read_record
+    from study.stored import EvalRecord
 
     path = RunDir(options.out_dir).eval_file
     if not path.is_file():
         return False
     try:
-        evaluation = load(EvalRecord, path, "evaluation")
+        evaluation = read_record(EvalRecord, path, "evaluation")
     except ProbeError:
         return False
     dirs = {Path(evaluation.sft.model_dir).resolve(), Path(evaluation.dpo.model_dir).resolve()}

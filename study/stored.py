@@ -5,7 +5,7 @@
 models' directories, the test file, the rows per task and the new-token limit) are read through the
 project's one record codec (:mod:`core.records`): a value of another type, a missing key, a list where
 an object belongs or a number past float's range is one :class:`~core.errors.ProbeError` naming the
-file and the key (:func:`load`), never an ``AttributeError`` halfway through a page.
+file and the key (:func:`core.records.read_record`), never an ``AttributeError`` halfway through a page.
 
 Example:
     >>> from core.records import from_json
@@ -21,13 +21,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
-from core.errors import ProbeError
-from core.records import OMIT_NONE, RecordError, from_json
+from core.records import OMIT_NONE
 
-T = TypeVar("T")
 NO_CI = (math.nan, math.nan)
 
 
@@ -117,14 +114,3 @@ class EvalRecord:
     def model_dirs(self) -> set[str]:
         """The SFT and DPO directories it judged (those it names)."""
         return {m.model_dir for m in (self.sft, self.dpo) if m.model_dir}
-
-
-def load(kind: type[T], path: str | Path, what: str) -> T:
-    """The record ``kind`` in the JSON file ``path``; one :class:`ProbeError` naming the file and the wrong key."""
-    from core.inputs import read_json
-
-    body = read_json(path, what)
-    try:
-        return from_json(kind, body)
-    except RecordError as exc:
-        raise ProbeError(f"{path}: not a valid {what}: {exc}") from None
