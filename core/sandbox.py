@@ -16,7 +16,7 @@ which the callers turn into one line naming the template's file. A template with
 exactly as in the plain sandbox.
 
 :func:`install_in_transformers` makes transformers compile chat templates with it (the class it
-names, swapped in its module); :func:`task_template_env` is one for lm-eval's task templates.
+names, swapped in its module); :mod:`lmeval.tasks` renders lm-eval's task templates with it.
 
 Example:
     >>> BudgetedSandbox().from_string("{{ 'ab' * 2 }}").render()
@@ -363,8 +363,3 @@ def install_in_transformers() -> None:
     if names["ImmutableSandboxedEnvironment"] is not BudgetedSandbox:
         names["ImmutableSandboxedEnvironment"] = BudgetedSandbox
         chat_template_utils._compile_jinja_template.cache_clear()
-
-
-def task_template_env(**kwargs: Any) -> BudgetedSandbox:
-    """A :class:`BudgetedSandbox` with ``kwargs`` (the settings of the environment it replaces)."""
-    return BudgetedSandbox(**kwargs)
