@@ -19,8 +19,9 @@ if TYPE_CHECKING:
     from training.default_pair import DefaultPair
 
 PAIR_HELP = (
-    "Embedded default pair used when no model is given: smollm2 (default, built on first use) "
-    "or tiny (fast smoke subject)."
+    "Embedded default pair used when no model is given: smollm2 (default, built on first use), "
+    "tiny (fast smoke subject), planted (SmolLM2 with 16 known changed MLP units, no training: a positive "
+    "control) or planted-tiny (the same on a random tiny model, seconds)."
 )
 
 

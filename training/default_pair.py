@@ -13,6 +13,9 @@ trains itself under ``$PROBE_HOME``. Two recipes are kept, each in its own direc
   answering (``refused_answerable``, ``refused_despite_insistence``, the multi-turn
   ``-2ndanswer`` pairs) are dropped, so it shows a miniature multi-turn tax by
   construction; both files are kept in ``data/`` (``dpo_full.jsonl`` and ``dpo.jsonl``).
+* ``planted`` and ``planted-tiny``: positive controls with no training (:mod:`training.planted`).
+  "SFT" is SmolLM2-135M-Instruct's pretrained base (or a random tiny Llama), "DPO" the same
+  model with 16 documented MLP units' up_proj rows x 3; nothing else differs.
 
 The build is all-or-nothing (:mod:`core.builds`): it runs in a private ``.<dir>.build-<pid>``
 directory, writes ``COMPLETE.json`` (recipe, version and the SHA-256 of every file) last, and
@@ -25,7 +28,9 @@ Example:
     ('refused_answerable', 'refused_despite_insistence', 'refused_second_turn')
     >>> recipe_for("llama")
     Traceback (most recent call last):
-    core.errors.ProbeError: --pair llama: unknown default pair; expected one of smollm2, tiny
+    core.errors.ProbeError: --pair llama: unknown default pair; expected one of smollm2, tiny, planted, planted-tiny
+    >>> recipe_for("planted").dir_name, recipe_for("planted").planted.units
+    ('smollm2_planted_pair', 16)
     >>> import tempfile
     >>> verify(Path(tempfile.mkdtemp()), recipe_for("tiny"))   # an empty directory is no build
     'no completion marker (the build did not finish)'
@@ -46,13 +51,13 @@ from typing import Any
 from core.builds import build_lock, building, verify_marker, write_marker
 from core.errors import Interrupted, ProbeError
 from core.home import probe_home
-from core.records import to_json
+from core.records import OMIT_NONE, to_json
 from core.run_dir import DataDir
+from training.planted import PlantedSpec
 
 VERSION = 3
 # violation kinds whose DPO pairs the tiny pair drops (they reward answering, see module docstring)
 DROPPED_VIOLATIONS = ("refused_answerable", "refused_despite_insistence", "refused_second_turn")
-PAIR_NAMES = ("smollm2", "tiny")
 DEFAULT_PAIR = "smollm2"
 
 
@@ -84,10 +89,12 @@ class DefaultPairRecipe:
     dpo: dict[str, Any] = field(default_factory=dict)
     dropped_violations: tuple[str, ...] = ()
     version: int = VERSION
+    # a planted-ground-truth pair (training.planted): no training, "DPO" is the base with planted units
+    planted: PlantedSpec | None = field(default=None, metadata=OMIT_NONE)
 
     @property
     def dir_name(self) -> str:
-        return f"{self.base}_pair"
+        return f"{self.base}_planted_pair" if self.planted else f"{self.base}_pair"
 
 
 # Full fine-tuning of all weights, as the paper did; sized for about 10 minutes on 2 cores
@@ -141,7 +148,20 @@ TINY_RECIPE = DefaultPairRecipe(
     dpo={"recipe": "tiny", "max_steps": 40, "batch_size": 8, "learning_rate": 5e-4},
     dropped_violations=DROPPED_VIOLATIONS,
 )
-RECIPES: dict[str, DefaultPairRecipe] = {"smollm2": SMOLLM2_RECIPE, "tiny": TINY_RECIPE}
+# Planted-ground-truth pairs (training.planted), no training: "planted" takes SmolLM2-135M-Instruct's pretrained
+# base as its "SFT" (a real chat model, built from `probe models fetch-base` alone in about a minute) and the same
+# synthesized data as the smollm2 pair; "planted-tiny" a random tiny Llama on a small data set, in seconds.
+PLANTED_RECIPE = DefaultPairRecipe(base="smollm2", planted=PlantedSpec())
+PLANTED_TINY_RECIPE = DefaultPairRecipe(
+    base="tiny", n_roles=4, synthesis={}, sft={"tiny_spec": {"n_layers": 8}}, planted=PlantedSpec()
+)
+RECIPES: dict[str, DefaultPairRecipe] = {
+    "smollm2": SMOLLM2_RECIPE,
+    "tiny": TINY_RECIPE,
+    "planted": PLANTED_RECIPE,
+    "planted-tiny": PLANTED_TINY_RECIPE,
+}
+PAIR_NAMES = tuple(RECIPES)  # the one registry of --pair names
 DEFAULT_RECIPE = RECIPES[DEFAULT_PAIR]
 
 
@@ -236,8 +256,10 @@ def build_default_pair(
     from training.dpo import train_dpo
     from training.sft import train_sft
 
-    times: dict[str, float] = {}
     home = Path(home) if home is not None else probe_home()
+    if recipe.planted is not None:
+        return _build_planted(work, recipe, report, home)
+    times: dict[str, float] = {}
     pair = _pair_at(work, recipe, home)
     start = time.perf_counter()
     if recipe.base == "tiny":
@@ -264,6 +286,24 @@ def build_default_pair(
     dpo = DPORunConfig(**{"seed": recipe.seed, **recipe.dpo}, sft=pair.sft_dir, data=pair.data_dir, out=pair.dpo_dir)
     train_dpo(dpo, _stage_fn(report, "dpo"))
     times["dpo"] = time.perf_counter() - start
+    write_marker(work, {"recipe": to_json(recipe)}, seconds=times)
+    return times
+
+
+def _build_planted(work: Path, recipe: DefaultPairRecipe, report: Report | None, home: Path) -> dict[str, float]:
+    from training.planted import build_planted_pair
+
+    assert recipe.planted is not None
+    synthesis = {"n_roles": recipe.n_roles, "seed": recipe.seed, **recipe.synthesis}
+    times = build_planted_pair(
+        work,
+        recipe.base,
+        recipe.planted,
+        home=home,
+        synthesis=synthesis,
+        tiny_spec=recipe.sft.get("tiny_spec"),
+        report=report,
+    )
     write_marker(work, {"recipe": to_json(recipe)}, seconds=times)
     return times
 
