@@ -181,6 +181,7 @@ class DataDir:
     PROFILES = "profiles.jsonl"  # the offline synthesizer's role profiles
     PASSAGES = "passages.jsonl"  # and its passages
     DPO_FULL = "dpo_full.jsonl"  # the default pair's DPO rows before its recipe shapes them
+    HELDOUT = "heldout.jsonl"  # the held-out evaluation split (data_synthesis.heldout), never trained on
     SPLITS: tuple[str, ...] = (SFT, DPO, TEST)
 
     def __init__(self, root: str | os.PathLike[str]) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from core.constraints import constraint_problem
 from core.records import MERGED
 
 Role = Literal["system", "user", "assistant"]
@@ -77,10 +78,13 @@ EXPECT_TYPES: dict[str, type] = {
     "catchphrase": str,
     "requirement": dict,
     "rule": str,
+    "constraints": list,
+    "priority_variant": str,
+    "level": int,
 }
 REQUIREMENT_KINDS: tuple[str, ...] = ("include_phrase", "end_with_word", "bullets", "all_caps", "lowercase", "quoted")
 _REQUIREMENT_TEXT = ("value", "sentence", "description")
-_TYPE_NAMES = {str: "a string", bool: "true or false", dict: "an object"}
+_TYPE_NAMES = {str: "a string", bool: "true or false", dict: "an object", list: "a list", int: "an integer"}
 
 
 def validate_expect(expect: Any) -> str | None:
@@ -94,8 +98,12 @@ def validate_expect(expect: Any) -> str | None:
         return f"expected an object, got {type(expect).__name__}"
     for name, kind in EXPECT_TYPES.items():
         value = expect.get(name)
-        if value is not None and not isinstance(value, kind):
+        if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
             return f"field {name!r}: expected {_TYPE_NAMES[kind]} or null, got {type(value).__name__}"
+    for i, item in enumerate(expect.get("constraints") or []):
+        problem = constraint_problem(item)
+        if problem:
+            return f"field 'constraints', item {i}: {problem}"
     requirement = expect.get("requirement")
     return None if requirement is None else _requirement_problem(requirement)
 

@@ -12,6 +12,12 @@ The rubrics are the paper's five, made mechanical:
 * multi_turn: the last reply answers iff ``expect.multi_turn_type == "answerable"``;
 * priority: the system rule wins, i.e. the reply refuses.
 
+Rows of the held-out split (:mod:`data_synthesis.heldout`) add ``expect.constraints``, verifiable
+constraints (:mod:`core.constraints`) each set in some user turn and in force from then on:
+every capability of such a row also needs the constraints in force at the final turn; on nested
+rows without a ``requirement`` and on priority rows with a ``priority_variant`` (aligned, conflict,
+reference) the constraints, i.e. the system's rules, are the whole check.
+
 A reply counts as an ANSWER if it contains the expected answer span, else as a REFUSAL
 if it matches a refusal wording (the synthesizer's fixed phrases or common generic ones),
 else as an answer if anything is left once narration and catchphrase are removed.
@@ -33,6 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from core.capabilities import Capability, capabilities_of
+from core.constraints import active, check_all
 from core.errors import ProbeError
 from core.judges.base import Verdict
 from core.schema import TestRow
@@ -165,6 +172,13 @@ def _priority(response: str, expect: dict[str, Any]) -> tuple[int | None, str]:
     return _check_behaviour(response, expect, REFUSE)
 
 
+def _constraints_only(capability: Capability, expect: dict[str, Any]) -> bool:
+    """Held-out rows whose capability is judged on their constraints alone."""
+    if capability is Capability.NESTED:
+        return expect.get("requirement") is None
+    return capability is Capability.PRIORITY and expect.get("priority_variant") is not None
+
+
 CHECKS: dict[Capability, Callable[[str, dict[str, Any]], tuple[int | None, str]]] = {
     Capability.KNOWLEDGE_BOUNDARY: _knowledge,
     Capability.ROLE_STYLE: _style,
@@ -187,7 +201,17 @@ class RuleJudge:
         expect = row.expect
         if not isinstance(expect, dict):
             return None, NO_EXPECT
-        return CHECKS[capability](response, expect)
+        constraints = expect.get("constraints")
+        if not constraints:
+            return CHECKS[capability](response, expect)
+        turn = sum(t.role == "user" for t in row.question)
+        ok, why = check_all(response, active(constraints, turn))
+        if _constraints_only(capability, expect):
+            return int(ok), why
+        score, reason = CHECKS[capability](response, expect)
+        if score is None:
+            return None, reason
+        return int(score == 1 and ok), f"{reason}; {why}"
 
     def judge_one(self, row: TestRow, response: str) -> Verdict:
         scores: dict[Capability, int | None] = {}
