@@ -50,16 +50,12 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 import os
 import re
-import types
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from enum import Enum
+from collections.abc import Collection, Iterable, Mapping
 from functools import reduce
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Annotated, Any, get_type_hints  # noqa: F401  # Annotated: the module doc's example resolves here
 
 from core.config_fields import (
     MISSING,
@@ -73,40 +69,15 @@ from core.config_fields import (
 )
 from core.errors import DataError, ProbeError
 from core.inputs import MAX_DEPTH, check_input_file, read_json, shown
+from core.validation import DIRECTORY as DIRECTORY
+from core.validation import Directory as Directory
+from core.validation import Invalid, Range, check, dotted
+from core.validation import describe as describe
 
 MAX_CONFIG_BYTES = 256 * 1024  # hand-written settings are a few hundred bytes; this also bounds the YAML parser's time
-_INT64 = 2**63
 _FIELDS: dict[type, dict[str, tuple[Any, str | None]]] = {}  # fields_of, by class
 
 
-@dataclasses.dataclass(frozen=True)
-class Range:
-    """Bounds of a number field, given in its hint: ``Annotated[float, Range(0, 1, low_open=True)]`` is (0, 1]."""
-
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-
-    def __contains__(self, x: float) -> bool:
-        above = self.low is None or (x > self.low if self.low_open else x >= self.low)
-        return above and (self.high is None or (x < self.high if self.high_open else x <= self.high))
-
-    def __str__(self) -> str:
-        if self.high is None:
-            return f"{'>' if self.low_open else '>='} {_number(self.low)}"
-        if self.low is None:
-            return f"{'<' if self.high_open else '<='} {_number(self.high)}"
-        opening, closing = "(" if self.low_open else "[", ")" if self.high_open else "]"
-        return f"in {opening}{_number(self.low)}, {_number(self.high)}{closing}"
-
-
-@dataclasses.dataclass(frozen=True)
-class Directory:
-    """A path field naming a directory to fill or create: it may be missing, but not a file."""
-
-
-DIRECTORY = Directory()
 MAX_COUNT = 1_000_000
 """The most of anything a user may ask for by number (rows, tokens, units, steps, a batch size): every count has a
 stated bound, so a typo of three zeros is one line, not a run that never ends."""
@@ -144,68 +115,14 @@ class OptionError(ProbeError):
 
 def typed(value: Any, hint: Any, key: str) -> Any:
     """``value`` as the type ``hint`` says (a list for ``tuple[...]`` becomes a tuple), or :class:`OptionError` at
-    ``key``."""
-    origin, args = get_origin(hint), get_args(hint)
-    if origin is Annotated:
-        try:
-            out = typed(value, args[0], key)
-        except OptionError as exc:
-            raise exc if exc.key != key else OptionError(key, describe(hint), value) from None
-        for mark in args[1:]:
-            bad = None
-            if isinstance(mark, Range) and out is not None and out not in mark:
-                bad = OptionError(key, describe(hint), value)
-            if isinstance(mark, Directory) and out is not None and os.path.lexists(out) and not os.path.isdir(out):
-                bad = OptionError(
-                    key,
-                    message=f"expected a directory (or a path to create one), got {_shown(value)}, "
-                    "which is not a directory",
-                )
-            if bad is not None:
-                bad.near = True  # the right type, out of bounds: a union says this, not "expected A or B"
-                raise bad
-        return out
-    if origin in (Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = None
-        for member in (a for a in args if a is not type(None)):
-            try:
-                return typed(value, member, key)
-            except OptionError as exc:  # an item deep inside, or a bound, says more than "expected A or B"
-                inner = inner or (exc if exc.key != key or exc.near else None)
-        raise inner or OptionError(key, describe(hint), value)
-    if _fits(value, hint, origin, args):
-        if origin in (list, tuple, Sequence):
-            items = [typed(item, args[0], f"{key}[{i}]") for i, item in enumerate(value)]
-            return tuple(items) if origin is tuple else items
-        if origin is dict:
-            return {k: typed(v, args[1], f"{key}.{k}") for k, v in value.items()}
-        return float(value) if hint is float else int(value) if hint is int else Path(value) if hint is Path else value
-    if hint is int and isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        raise OptionError(key, "an integer of at most 64 bits", value)
-    raise OptionError(key, describe(hint), value)
-
-
-def describe(hint: Any) -> str:
-    """What a value of ``hint`` is, in words: ``an integer >= 1``, ``a string or a list of strings``."""
-    origin, args = get_origin(hint), get_args(hint)
-    if origin is Annotated:
-        ranges = [str(m) for m in args[1:] if isinstance(m, Range)]
-        base = "a number" if args[0] is float and ranges else describe(args[0])
-        return " ".join([base, *ranges])
-    if origin in (Union, types.UnionType):
-        words = list(dict.fromkeys(describe(a) for a in args if a is not type(None)))
-        return " or ".join([", ".join(words[:-1]), words[-1]] if len(words) > 2 else words)
-    if origin in (list, tuple, Sequence):
-        return f"a list of {_PLURAL.get(_base(args[0]), 'values')}"
-    if origin is dict:
-        return "a mapping of names to values"
-    if origin is Literal or (isinstance(hint, type) and issubclass(hint, Enum) and not issubclass(hint, str)):
-        return "one of " + ", ".join(str(getattr(a, "value", a)) for a in (args if origin is Literal else hint))
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return f"a {hint.__name__}"
-    return _SINGULAR.get(_base(hint), "a value")
+    ``key`` (:func:`core.validation.check`, by the rules for user input)."""
+    try:
+        return check(hint, value, "option")
+    except Invalid as exc:
+        where = dotted(exc.loc, key)
+        raise (
+            OptionError(where, message=exc.said) if exc.said else OptionError(where, exc.expected, exc.value)
+        ) from None
 
 
 def choice(
@@ -492,65 +409,12 @@ def _read_yaml(path: Path) -> Any:
         ) from None
 
 
-def _fits(value: Any, hint: Any, origin: Any, args: tuple[Any, ...]) -> bool:
-    if hint is Any:
-        return True
-    if hint is bool:
-        return type(value) is bool
-    if hint is int:
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool) and -_INT64 <= int(value) < _INT64
-    if hint is float:
-        return isinstance(value, numbers.Real) and not isinstance(value, bool) and _finite(value)
-    if hint is str:
-        return isinstance(value, str)
-    if hint is Path:
-        return isinstance(value, os.PathLike) or (
-            isinstance(value, str) and value.strip() != "" and "\x00" not in value
-        )
-    if isinstance(hint, type) and (issubclass(hint, Enum) or dataclasses.is_dataclass(hint)):
-        return isinstance(value, hint)  # a nested config checked itself when it was made
-    if origin in (list, tuple, Sequence):
-        return isinstance(value, (list, tuple)) and (origin is not tuple or (len(args) == 2 and args[1] is Ellipsis))
-    if origin is dict:
-        return isinstance(value, dict) and all(isinstance(k, str) for k in value)
-    if origin is Literal:
-        return any(value == a and type(value) is type(a) for a in args)
-    raise TypeError(f"core.config_file.typed: no rule for the type hint {hint!r}")
-
-
-def _finite(value: Any) -> bool:
-    try:
-        return math.isfinite(value)
-    except OverflowError:  # an int too large for a float
-        return False
-
-
-def _base(hint: Any) -> Any:
-    hint = get_args(hint)[0] if get_origin(hint) is Annotated else hint
-    return str if isinstance(hint, type) and issubclass(hint, str) else hint
-
-
 def _names(keys: list[str], shown_at_most: int = 8) -> str:
     """Keys for a one-line message: odd ones quoted (a newline stays on the line), at most a few."""
     names = ", ".join(k if k.isidentifier() else _shown(k) for k in keys[:shown_at_most])
     return names + (f" and {len(keys) - shown_at_most} more" if len(keys) > shown_at_most else "")
 
 
-def _number(x: float | None) -> str:
-    return f"{x:g}" if isinstance(x, float) else str(x)
-
-
 def _shown(value: Any) -> str:
     """The value as the user wrote it, cut to fit a line (long enough for a path)."""
     return shown(str(value) if isinstance(value, Path) else value, limit=200)
-
-
-_SINGULAR = {
-    bool: "true or false",
-    int: "an integer",
-    float: "a finite number",
-    str: "a string",
-    Path: "a path",
-    Any: "a value",
-}
-_PLURAL = {bool: "booleans", int: "integers", float: "numbers", str: "strings", Path: "paths"}

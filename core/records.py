@@ -62,70 +62,24 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import math
-import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from core.errors import ProbeError
 from core.inputs import read_json, shown
+from core.validation import ENVELOPE as ENVELOPE
+from core.validation import JSON as JSON
+from core.validation import MERGED as MERGED
+from core.validation import OMIT_NONE as OMIT_NONE
+from core.validation import SKIP as SKIP
+from core.validation import Flatten as Flatten
+from core.validation import Hook, Invalid, check, dotted
+from core.validation import flatten as flatten
 
 T = TypeVar("T")
-JSON = "json"  # the metadata key of the one hook
-_OMIT_NONE, _MERGED, _SKIP = "omit_none", "merged", "skip"
-OMIT_NONE: Mapping[str, str] = types.MappingProxyType({JSON: _OMIT_NONE})
-MERGED: Mapping[str, str] = types.MappingProxyType({JSON: _MERGED})
-SKIP: Mapping[str, str] = types.MappingProxyType({JSON: _SKIP})
-ENVELOPE = ("format", "version")
-
-
-@dataclasses.dataclass(frozen=True)
-class Flatten:
-    """The :func:`flatten` hook: under which key each nested field is written, and which keys move."""
-
-    rename: Mapping[str, str]  # nested field -> its key in the record (else its own name)
-    after: Mapping[str, str]  # key -> the key it is written right after
-
-    def key(self, name: str) -> str:
-        return self.rename.get(name, name)
-
-
-def flatten(rename: Mapping[str, str] | None = None, *, after: Mapping[str, str] | None = None) -> Mapping[str, Any]:
-    """``metadata=`` of a nested record written into its parent: its fields become the parent's keys, in its place.
-
-    ``rename`` gives a field another key; ``after`` writes a key (the nested record's or the parent's)
-    right after another one, where a file's order is not the declaration order. Reading takes the
-    nested fields back from those keys.
-
-    >>> from dataclasses import field, make_dataclass
-    >>> Rate = make_dataclass("Rate", [("n", int), ("rate", float)])
-    >>> hook = flatten({"n": "items"}, after={"note": "items"})
-    >>> Row = make_dataclass("Row", [("task", str), ("note", str), ("score", Rate, field(metadata=hook))])
-    >>> to_json(Row("mmlu", "ok", Rate(12, 0.5)))
-    {'task': 'mmlu', 'items': 12, 'note': 'ok', 'rate': 0.5}
-    >>> from_json(Row, {"task": "mmlu", "items": 12, "note": "ok", "rate": 0.5})
-    Row(task='mmlu', note='ok', score=Rate(n=12, rate=0.5))
-    >>> from_json(Row, {"task": "mmlu", "note": "ok", "rate": 0.5})
-    Traceback (most recent call last):
-    ...
-    core.records.RecordError: items: missing
-    """
-    hook = Flatten(types.MappingProxyType(dict(rename or {})), types.MappingProxyType(dict(after or {})))
-    return types.MappingProxyType({JSON: hook})
-
-
-_WORDS: dict[Any, str] = {
-    int: "an integer",
-    float: "a number",
-    str: "text",
-    Path: "text",
-    bool: "true or false",
-    list: "a list",
-    tuple: "a list",
-}
 
 
 class RecordError(ValueError):
@@ -140,14 +94,6 @@ class RecordError(ValueError):
     def field(self) -> str:
         """The top-level field the problem is in ('' for the record itself)."""
         return str(self.path[0]) if self.path else ""
-
-
-def dotted(path: tuple[str | int, ...]) -> str:
-    """``("capabilities", "nested", "top_layers", 0)`` -> ``capabilities.nested.top_layers[0]``."""
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else f".{part}" if text else part
-    return text
 
 
 # ---------------------------------------------------------------- writing
@@ -189,9 +135,9 @@ def _fields_json(record: Any) -> dict[str, Any]:
         if isinstance(hook, Flatten):
             body.update({hook.key(k): v for k, v in _fields_json(value).items()})
             moves.update(hook.after)
-        elif hook == _MERGED:
+        elif hook is Hook.MERGED:
             merged = {str(k): to_json(v) for k, v in value.items()}
-        elif hook != _SKIP and not (hook == _OMIT_NONE and value is None):
+        elif hook is not Hook.SKIP and not (hook is Hook.OMIT_NONE and value is None):
             body[f.name] = to_json(value)
     for key, anchor in moves.items():
         body = _moved(body, key, anchor)
@@ -230,149 +176,12 @@ def nonfinite_as_null(value: Any) -> Any:
 
 
 def from_json(kind: type[T], body: Any) -> T:
-    """``body`` (JSON values) read as the record ``kind``; a :class:`RecordError` names the first wrong value."""
-    return typing.cast(T, _read(kind, body, ()))
-
-
-@functools.cache
-def _hints(kind: type) -> dict[str, Any]:
-    return typing.get_type_hints(kind)
-
-
-def _read(kind: Any, value: Any, path: tuple[str | int, ...]) -> Any:
-    if dataclasses.is_dataclass(kind):
-        return _read_record(kind, value, path)
-    origin, args = typing.get_origin(kind), typing.get_args(kind)
-    if origin in (typing.Union, types.UnionType):
-        return _read_union(args, value, path)
-    if origin is typing.Literal:
-        if value in args:
-            return value
-        raise RecordError(path, "one of " + ", ".join(repr(a) for a in args), value)
-    if origin is list or origin is tuple:
-        return _read_sequence(origin, args, value, path)
-    if isinstance(origin, type) and issubclass(origin, Mapping):
-        return _read_mapping(origin, args, value, path)
-    return _read_scalar(kind, value, path)
-
-
-def _read_record(kind: Any, body: Any, path: tuple[str | int, ...]) -> Any:
-    if not isinstance(body, dict):
-        raise RecordError(path, "an object", body)
-    if body and not dataclasses.fields(kind):
-        raise RecordError(path, "an empty object", body)
-    return _read_fields(kind, body, path, _own_name)
-
-
-def _read_fields(kind: Any, body: dict[str, Any], path: tuple[str | int, ...], key: Callable[[str], str]) -> Any:
-    """``kind`` from ``body``, each field from the key ``key`` gives its name (:func:`flatten` renames)."""
-    hints = _hints(kind)
-    values: dict[str, Any] = {}
-    merged: str | None = None
-    for f in dataclasses.fields(kind):
-        hook, name = f.metadata.get(JSON), key(f.name)
-        if not f.init or hook == _SKIP:
-            continue
-        if isinstance(hook, Flatten):
-            values[f.name] = _read_fields(hints[f.name], body, path, _renamed(key, hook))
-        elif hook == _MERGED:
-            merged = f.name
-        elif name in body:
-            values[f.name] = _read(hints[f.name], body[name], (*path, name))
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise RecordError((*path, name), "a value", missing=True)
-    if merged is not None:
-        known = _keys(kind, key) | set(ENVELOPE)
-        values[merged] = {k: v for k, v in body.items() if k not in known}
-    return kind(**values)
-
-
-def _own_name(name: str) -> str:
-    return name
-
-
-def _renamed(key: Callable[[str], str], hook: Flatten) -> Callable[[str], str]:
-    return lambda name: key(hook.key(name))
-
-
-def _keys(kind: Any, key: Callable[[str], str]) -> set[str]:
-    """The keys ``kind``'s fields are written under."""
-    keys: set[str] = set()
-    for f in dataclasses.fields(kind):
-        hook = f.metadata.get(JSON)
-        keys |= _keys(_hints(kind)[f.name], _renamed(key, hook)) if isinstance(hook, Flatten) else {key(f.name)}
-    return keys
-
-
-def _read_union(args: tuple[Any, ...], value: Any, path: tuple[str | int, ...]) -> Any:
-    if value is None and type(None) in args:
-        return None
-    arms = [a for a in args if a is not type(None)]
-    for arm in arms[:-1]:
-        try:
-            return _read(arm, value, path)
-        except RecordError:
-            continue
-    return _read(arms[-1], value, path)
-
-
-def _read_sequence(origin: type, args: tuple[Any, ...], value: Any, path: tuple[str | int, ...]) -> Any:
-    if not isinstance(value, list):
-        raise RecordError(path, _WORDS[origin], value)
-    if origin is list:
-        return [_read(args[0] if args else Any, v, (*path, i)) for i, v in enumerate(value)]
-    if len(args) == 2 and args[1] is Ellipsis:
-        return tuple(_read(args[0], v, (*path, i)) for i, v in enumerate(value))
-    if args and len(args) != len(value):
-        raise RecordError(path, f"a list of {len(args)} values", value)
-    return tuple(_read(args[i] if args else Any, v, (*path, i)) for i, v in enumerate(value))
-
-
-def _read_mapping(origin: type, args: tuple[Any, ...], value: Any, path: tuple[str | int, ...]) -> Any:
-    if not isinstance(value, dict):
-        raise RecordError(path, "an object", value)
-    key_kind, value_kind = args if args else (Any, Any)
-    out = {_read_key(key_kind, k, (*path, k)): _read(value_kind, v, (*path, str(k))) for k, v in value.items()}
-    return out if origin in (dict, Mapping) else origin(out)
-
-
-def _read_key(kind: Any, key: str, path: tuple[str | int, ...]) -> Any:
-    if kind is int:
-        try:
-            return int(key)
-        except ValueError:
-            raise RecordError(path, "an integer key", key) from None
-    return _read_scalar(kind, key, path)
-
-
-def _read_scalar(kind: Any, value: Any, path: tuple[str | int, ...]) -> Any:
-    if kind is Any or kind is object:
-        return value
-    if kind is float:
-        if value is None:
-            return math.nan
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            try:
-                return float(value)
-            except OverflowError:  # an integer past float's range
-                raise RecordError(path, "a number within float's range", value) from None
-    elif kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    elif kind in (str, bool):
-        if isinstance(value, kind):
-            return value
-    elif kind is Path:
-        if isinstance(value, str):
-            return Path(value)
-    elif isinstance(kind, type) and issubclass(kind, enum.Enum):
-        try:
-            return kind(value)
-        except ValueError:
-            raise RecordError(path, "one of " + ", ".join(repr(m.value) for m in kind), value) from None
-    else:
-        return value  # a type the codec does not check (numpy arrays, callables): as found
-    raise RecordError(path, _WORDS[kind], value)
+    """``body`` (JSON values) read as the record ``kind`` (:func:`core.validation.check`, by the rules for stored
+    records); a :class:`RecordError` names the first wrong value."""
+    try:
+        return typing.cast(T, check(kind, body, "record"))
+    except Invalid as exc:
+        raise RecordError(exc.loc, exc.expected, exc.value, missing=exc.missing) from None
 
 
 def read_record(kind: type[T], path: str | Path, what: str) -> T:
