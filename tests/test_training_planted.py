@@ -76,7 +76,7 @@ def test_planted_units_activations_are_factor_times_on_the_same_input(planted: P
 def test_planted_json_round_trips(planted: Path) -> None:
     pair = read_planted(planted)
     assert pair == read_planted(pair.dpo_dir)
-    assert pair.hook == "mlp_post" and pair.factor == 3.0 and len(pair.units) == 16
+    assert pair.hook == "mlp_post" and pair.factor == 30.0 and len(pair.units) == 16
     assert list(pair.units) == sorted(set(pair.units))
     assert pair.data_dir == planted / "data" and (pair.data_dir / "test.jsonl").is_file()
     assert len({layer for layer, _ in pair.units}) > 1  # spread over layers
@@ -84,7 +84,7 @@ def test_planted_json_round_trips(planted: Path) -> None:
 
 def test_same_seed_same_units_and_bytes(planted: Path, tmp_path: Path) -> None:
     pair = read_planted(planted)
-    again = plant_units(pair.sft_dir, tmp_path / "again", units=16, factor=3.0, seed=0)
+    again = plant_units(pair.sft_dir, tmp_path / "again", units=16, factor=30.0, seed=0)
     assert again == pair.units
     assert (tmp_path / "again" / WEIGHTS).read_bytes() == (pair.dpo_dir / WEIGHTS).read_bytes()
     assert plant_units(pair.sft_dir, tmp_path / "other", units=16, seed=1) != pair.units

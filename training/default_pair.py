@@ -150,10 +150,12 @@ TINY_RECIPE = DefaultPairRecipe(
 )
 # Planted-ground-truth pairs (training.planted), no training: "planted" takes SmolLM2-135M-Instruct's pretrained
 # base as its "SFT" (a real chat model, built from `probe models fetch-base` alone in about a minute) and the same
-# synthesized data as the smollm2 pair; "planted-tiny" a random tiny Llama on a small data set, in seconds.
+# synthesized data as the smollm2 pair; "planted-tiny" a random tiny Llama on a small data set, in seconds. A random
+# model's MLP units are small next to its residual stream, so x3 would move its outputs by about 1e-5 nats of KL
+# (float32 noise at that scale is percent-level); planted-tiny scales its units x30 instead (about 1e-3 nats).
 PLANTED_RECIPE = DefaultPairRecipe(base="smollm2", planted=PlantedSpec())
 PLANTED_TINY_RECIPE = DefaultPairRecipe(
-    base="tiny", n_roles=4, synthesis={}, sft={"tiny_spec": {"n_layers": 8}}, planted=PlantedSpec()
+    base="tiny", n_roles=4, synthesis={}, sft={"tiny_spec": {"n_layers": 8}}, planted=PlantedSpec(factor=30.0)
 )
 RECIPES: dict[str, DefaultPairRecipe] = {
     "smollm2": SMOLLM2_RECIPE,

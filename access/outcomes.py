@@ -1,0 +1,343 @@
+"""Continuous outcomes of an edit, by teacher forcing fixed response tokens through the edited model.
+
+Compliance read off a few greedy tokens cannot see an edit that moves a model's distribution
+without flipping an argmax. These outcomes can. For each row, a fixed sequence (prompt followed
+by a response) is run through the model with an arm's edits applied (:func:`access.edits.edits`,
+so a ``Patch`` from the other checkpoint runs in lockstep on the same tokens), and over the
+response tokens:
+
+``kl``
+    the mean over response tokens of KL(target || edited), where the target is the *other*
+    checkpoint (for an arm on DPO the target is SFT, and the reverse), in nats;
+``kl_unedited``
+    the same for the unedited model, KL(target || model);
+``gap_closed``
+    ``1 - kl / kl_unedited``: 0 when the edit changes nothing on these tokens, 1 when the edited
+    model matches the target there; negative when it moves away (NaN where ``kl_unedited`` is 0);
+``reference_logprob`` (and ``reference_change``)
+    the mean log-prob of each row's reference response under the edited model (and minus the
+    unedited one);
+``margin`` (and ``margin_change``)
+    on DPO pairs, ``log p(chosen) - log p(rejected)``, each the **sum** over its response tokens
+    as DPO's loss uses it (and minus the unedited margin).
+
+Every log-softmax and KL is computed in float64 from the logits (whatever the model's dtype), so
+that the outcome's own rounding (about 1e-16 relative) stays far below any effect it reports; a
+pair whose KL is small (1e-5 nats) would otherwise read float32's rounding as a gap moved. Rows are packed
+into left-padded batches once (at most ``max_batch_tokens`` padded tokens and ``batch_size``
+rows each) and every pass uses the same batches, so an arm whose edits change no value
+reproduces the unedited numbers bit for bit and closes exactly 0. Only logits of response
+positions are computed (``logits_to_keep``); the target's distribution is kept as its final
+hidden state at those positions (``d_model`` floats per token, not a vocabulary's worth) and
+turned into logits by its LM head when an arm needs it. The target and the unedited model run
+once, on the first arm; each arm then costs one forward of the edited model per batch.
+
+Example:
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> from access.edits import Scale
+    >>> from access.units import Neuron, NeuronSet
+    >>> config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+    ...                      num_attention_heads=2, num_key_value_heads=1)
+    >>> _ = torch.manual_seed(0); sft, dpo = LlamaForCausalLM(config), LlamaForCausalLM(config)
+    >>> rows = [Forced((1, 5, 7, 9, 3), 2), Forced((1, 4, 8, 2), 1)]
+    >>> outcomes = Outcomes(dpo, sft, rows, pairs=[(Forced((1, 5, 7), 1), Forced((1, 5, 8), 1))])
+    >>> nothing = outcomes.arm(())
+    >>> nothing.gap_closed.tolist(), nothing.margin_change.tolist()
+    ([0.0, 0.0], [0.0])
+    >>> units = NeuronSet([Neuron(0, 3), Neuron(1, 7)], hook="mlp_post")
+    >>> bool((outcomes.arm([Scale(units, 0.0)]).kl != nothing.kl).all())
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from access.batches import position_ids_for
+from core.errors import ProbeError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from access.edits import Edit
+    from core.schema import Turn
+
+RESPONSE_SOURCES: tuple[str, ...] = ("greedy", "reference", "chosen", "rejected", "file")
+
+
+@dataclass(frozen=True)
+class Forced:
+    """One teacher-forced sequence: ``ids`` (prompt then response) whose last ``n_response`` tokens are the response."""
+
+    ids: tuple[int, ...]
+    n_response: int
+
+    def __post_init__(self) -> None:
+        if not 0 < self.n_response < len(self.ids):
+            raise ProbeError(
+                f"a teacher-forced sequence of {len(self.ids)} tokens needs 1 to {len(self.ids) - 1} response "
+                f"tokens after a non-empty prompt, got {self.n_response}"
+            )
+
+
+def forced(
+    tokenizer: PreTrainedTokenizerBase,
+    question: Sequence[Turn],
+    response: str | Sequence[int],
+    where: Callable[[], str] = lambda: "a row",
+) -> Forced:
+    """The prompt rendered with the generation prompt, followed by ``response``: a text rendered by the chat template
+    as the assistant's turn (its tokens up to the end of the turn, as TRL's DPO tokenizes a completion), or token ids
+    appended as they are (a model's own greedy tokens)."""
+    from core.chat import encode_conversations
+    from core.schema import Turn as TurnRow
+
+    prompt = encode_conversations(tokenizer, [list(question)], add_generation_prompt=True, where=lambda _: where())[0]
+    if not isinstance(response, str):
+        return Forced((*prompt, *(int(t) for t in response)), len(response))
+    full = encode_conversations(
+        tokenizer, [[*question, TurnRow("assistant", response)]], add_generation_prompt=False, where=lambda _: where()
+    )[0]
+    if len(full) <= len(prompt) or full[: len(prompt)] != prompt:
+        raise ProbeError(
+            f"{where()}: the chat template does not render the prompt as the start of the conversation with its "
+            "response, so the response tokens cannot be told apart (a tokenizer or template other than the one "
+            "the rows were made for?)"
+        )
+    return Forced(tuple(full), len(full) - len(prompt))
+
+
+@dataclass(frozen=True)
+class ArmOutcomes:
+    """Per-row outcomes of one arm (numpy float64 arrays; rows in the order given to :class:`Outcomes`)."""
+
+    responses: str  # which response tokens the KL rows used (greedy, reference, chosen, rejected or a file)
+    kl: np.ndarray  # [rows] mean KL(target || edited) over response tokens, nats
+    kl_unedited: np.ndarray  # [rows] mean KL(target || model)
+    reference_logprob: np.ndarray  # [reference rows] mean log-prob of the reference response, edited
+    reference_unedited: np.ndarray  # [reference rows] the same, unedited
+    margin: np.ndarray  # [pairs] sum log p(chosen) - sum log p(rejected), edited
+    margin_unedited: np.ndarray  # [pairs] the same, unedited
+    stats: dict[str, int] = field(default_factory=dict)  # the edits' EditStats (values seen and changed)
+
+    @property
+    def gap_closed(self) -> np.ndarray:
+        """[rows] ``1 - kl / kl_unedited`` (NaN where the unedited KL is 0)."""
+        return row_gap_closed(self.kl, self.kl_unedited)
+
+    @property
+    def reference_change(self) -> np.ndarray:
+        """[reference rows] change in the reference response's mean log-prob (edited minus unedited)."""
+        change: np.ndarray = self.reference_logprob - self.reference_unedited
+        return change
+
+    @property
+    def margin_change(self) -> np.ndarray:
+        """[pairs] change in the DPO margin (edited minus unedited)."""
+        change: np.ndarray = self.margin - self.margin_unedited
+        return change
+
+
+def row_gap_closed(kl: np.ndarray, kl_unedited: np.ndarray) -> np.ndarray:
+    """Per row ``1 - kl / kl_unedited``; NaN where ``kl_unedited`` is 0.
+
+    >>> row_gap_closed(np.array([0.5, 0.0, 2.0]), np.array([1.0, 0.0, 1.0])).tolist()
+    [0.5, nan, -1.0]
+    """
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(kl_unedited > 0, 1.0 - kl / np.where(kl_unedited > 0, kl_unedited, 1.0), np.nan)
+
+
+def gap_closed(kl: np.ndarray, kl_unedited: np.ndarray) -> float:
+    """The gap closed over a set of rows, ``1 - mean(kl) / mean(kl_unedited)`` (the statistic to bootstrap over rows:
+    a ratio of means, not a mean of ratios, so that rows the models already agree on do not dominate).
+
+    >>> gap_closed(np.array([0.5, 0.0]), np.array([1.0, 0.0]))
+    0.5
+    """
+    total = float(np.mean(kl_unedited))
+    return float("nan") if total <= 0 else 1.0 - float(np.mean(kl)) / total
+
+
+@dataclass
+class _Pass:
+    """What one pass over the unique sequences gives: per sequence the summed response log-prob, and the KL."""
+
+    logprob_sum: np.ndarray
+    kl_mean: np.ndarray
+
+
+class Outcomes:
+    """The outcomes of edits to ``model`` against ``target`` (the other checkpoint) on fixed sequences.
+
+    ``rows``: the KL sequences (one per test row); ``reference``: sequences whose response is each row's reference
+    (for ``reference_logprob``; may be ``rows`` itself); ``pairs``: (chosen, rejected) sequences of DPO pairs.
+    ``responses`` names what the KL rows' responses are, for reports. Call :meth:`arm` once per arm.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        target: PreTrainedModel,
+        rows: Sequence[Forced],
+        *,
+        reference: Sequence[Forced] = (),
+        pairs: Sequence[tuple[Forced, Forced]] = (),
+        responses: str = "greedy",
+        max_batch_tokens: int = 2048,
+        batch_size: int = 16,
+    ) -> None:
+        if getattr(model.config, "final_logit_softcapping", None) or getattr(
+            target.config, "final_logit_softcapping", None
+        ):
+            raise ProbeError(
+                "outcomes: a model with final logit soft-capping is not supported (its logits are not its LM head's)"
+            )
+        if model.config.vocab_size != target.config.vocab_size:
+            raise ProbeError(
+                f"outcomes: the target's vocabulary ({target.config.vocab_size}) is not the model's "
+                f"({model.config.vocab_size})"
+            )
+        self.model, self.target, self.responses = model, target, responses
+        self.rows, self.reference, self.pairs = list(rows), list(reference), list(pairs)
+        unique: dict[Forced, int] = {}
+        for seq in [*self.rows, *self.reference, *(s for pair in self.pairs for s in pair)]:
+            unique.setdefault(seq, len(unique))
+        self._unique = list(unique)
+        self._index = unique
+        self._kl_rows = {unique[seq] for seq in self.rows}
+        self._batches = pack(self._unique, max_batch_tokens, batch_size)
+        self._target_hidden: dict[int, torch.Tensor] | None = None
+        self._unedited: _Pass | None = None
+
+    def arm(self, edits: Sequence[Edit] = ()) -> ArmOutcomes:
+        """The outcomes with ``edits`` applied to the model (all of them at once, as one arm)."""
+        from access.edits import edits as applied
+
+        unedited = self.unedited()
+        with applied(self.model, *edits) as stats:
+            edited = self._pass()
+        return self._outcomes(edited, unedited, stats.as_dict())
+
+    def unedited(self) -> _Pass:
+        """The unedited pass (and the target's hidden states), computed on first use."""
+        if self._unedited is None:
+            self._target_hidden = self._target_pass()
+            self._unedited = self._pass()
+        return self._unedited
+
+    def _outcomes(self, edited: _Pass, unedited: _Pass, stats: dict[str, int]) -> ArmOutcomes:
+        def mean_logprob(seqs: list[Forced], run: _Pass) -> np.ndarray:
+            return np.array([run.logprob_sum[self._index[s]] / s.n_response for s in seqs], dtype=np.float64)
+
+        def margins(run: _Pass) -> np.ndarray:
+            return np.array(
+                [run.logprob_sum[self._index[c]] - run.logprob_sum[self._index[r]] for c, r in self.pairs],
+                dtype=np.float64,
+            )
+
+        rows = [self._index[s] for s in self.rows]
+        return ArmOutcomes(
+            responses=self.responses,
+            kl=edited.kl_mean[rows].astype(np.float64),
+            kl_unedited=unedited.kl_mean[rows].astype(np.float64),
+            reference_logprob=mean_logprob(self.reference, edited),
+            reference_unedited=mean_logprob(self.reference, unedited),
+            margin=margins(edited),
+            margin_unedited=margins(unedited),
+            stats=stats,
+        )
+
+    @torch.no_grad()
+    def _target_pass(self) -> dict[int, torch.Tensor]:
+        """The target's final hidden states (the LM head's input) at the positions that predict each KL row's
+        response tokens, float32 on the CPU: ``[n_response, d_model]`` per sequence."""
+        head = self.target.get_output_embeddings()
+        kept: list[torch.Tensor] = []
+        handle = head.register_forward_pre_hook(lambda _m, args: kept.append(args[0].detach()))
+        out: dict[int, torch.Tensor] = {}
+        try:
+            for batch in self._batches:
+                kl_batch = [i for i in batch if i in self._kl_rows]
+                if not kl_batch:
+                    continue
+                kept.clear()
+                _forward(self.target, [self._unique[i] for i in batch])
+                hidden = kept[0]
+                keep = hidden.shape[1] - 1
+                for row, i in enumerate(batch):
+                    if i in self._kl_rows:
+                        n = self._unique[i].n_response
+                        out[i] = hidden[row, keep - n : keep].float().cpu()
+        finally:
+            handle.remove()
+        return out
+
+    @torch.no_grad()
+    def _pass(self) -> _Pass:
+        total = len(self._unique)
+        logprob_sum, kl_mean = np.zeros(total, dtype=np.float64), np.full(total, np.nan, dtype=np.float64)
+        head = self.target.get_output_embeddings()
+        for batch in self._batches:
+            seqs = [self._unique[i] for i in batch]
+            logits = _forward(self.model, seqs)
+            keep = logits.shape[1] - 1
+            for row, (i, seq) in enumerate(zip(batch, seqs, strict=True)):
+                n = seq.n_response
+                log_p = torch.log_softmax(logits[row, keep - n : keep].double(), dim=-1)
+                targets = torch.tensor(seq.ids[-n:], device=log_p.device)
+                logprob_sum[i] = float(log_p.gather(-1, targets[:, None]).sum())
+                if i in self._kl_rows:
+                    assert self._target_hidden is not None
+                    hidden = self._target_hidden[i].to(device=head.weight.device, dtype=head.weight.dtype)
+                    log_t = torch.log_softmax(head(hidden).double(), dim=-1).to(log_p.device)
+                    kl = torch.nn.functional.kl_div(log_p, log_t, log_target=True, reduction="none").sum(-1)
+                    kl_mean[i] = float(kl.mean())
+        return _Pass(logprob_sum, kl_mean)
+
+
+def _forward(model: PreTrainedModel, seqs: Sequence[Forced]) -> torch.Tensor:
+    """Logits ``[B, K + 1, vocab]`` at the last ``K + 1`` positions of a left-padded batch (``K``: the longest
+    response); position ``K - n + j`` of a row with ``n`` response tokens predicts its ``j``-th response token."""
+    device = next(model.parameters()).device
+    length = max(len(s.ids) for s in seqs)
+    ids = torch.zeros((len(seqs), length), dtype=torch.long)
+    mask = torch.zeros((len(seqs), length), dtype=torch.long)
+    for row, seq in enumerate(seqs):
+        ids[row, length - len(seq.ids) :] = torch.tensor(seq.ids)
+        mask[row, length - len(seq.ids) :] = 1
+    keep = max(s.n_response for s in seqs) + 1
+    out: Any = model(
+        input_ids=ids.to(device),
+        attention_mask=mask.to(device),
+        position_ids=position_ids_for(mask).to(device),
+        logits_to_keep=keep,
+        use_cache=False,
+    )
+    logits: torch.Tensor = out.logits
+    return logits
+
+
+def pack(seqs: Sequence[Forced], max_batch_tokens: int, batch_size: int) -> list[list[int]]:
+    """Indices of ``seqs`` in batches of similar length: at most ``batch_size`` rows and ``max_batch_tokens`` padded
+    tokens each (a longer sequence gets a batch of its own).
+
+    >>> pack([Forced((1,) * 5, 1), Forced((1,) * 3, 1), Forced((1,) * 4, 1)], max_batch_tokens=8, batch_size=4)
+    [[1, 2], [0]]
+    """
+    if max_batch_tokens < 1 or batch_size < 1:
+        raise ProbeError(f"outcomes: batch limits must be positive, got {max_batch_tokens} tokens, {batch_size} rows")
+    order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i].ids), i))
+    batches: list[list[int]] = []
+    for i in order:
+        last = batches[-1] if batches else None
+        if last is not None and len(last) < batch_size and (len(last) + 1) * len(seqs[i].ids) <= max_batch_tokens:
+            last.append(i)
+        else:
+            batches.append([i])
+    return batches
