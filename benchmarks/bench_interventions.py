@@ -106,6 +106,7 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
     from core.decoding import GenerationConfig
     from interventions.ab import _Runner
     from interventions.config import ABConfig
+    from interventions.plan import plan_ab
 
     config = ABConfig(
         run_dir=args.shared,
@@ -117,7 +118,7 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
         collateral=False,
         generation=GenerationConfig(max_new_tokens=args.new_tokens, batch_size=args.batch_size),
     )
-    runner = _Runner(config, lambda _line: None, None)
+    runner = _Runner(plan_ab(config), lambda _line: None, None)
     passes = runner.passes()
     model = runner.models[config.model]
     generator = runner.generators[config.model]
@@ -190,6 +191,7 @@ def floor(args: argparse.Namespace) -> int:
     from access.shared_generation import SharedDecoder
     from interventions.ab import _Runner
     from interventions.config import ABConfig
+    from interventions.plan import plan_ab
 
     config = ABConfig(  # probe intervene's defaults but for what the flags of part 3 give
         run_dir=args.floor,
@@ -201,7 +203,7 @@ def floor(args: argparse.Namespace) -> int:
     )
     if "--new-tokens" in sys.argv:
         config = replace(config, generation=replace(config.generation, max_new_tokens=args.new_tokens))
-    runner = _Runner(config, lambda _line: None, None)
+    runner = _Runner(plan_ab(config), lambda _line: None, None)
     passes = runner.passes()
     model = runner.models[config.model]
     generator = runner.generators[config.model].generator

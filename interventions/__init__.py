@@ -2,8 +2,9 @@
 
 The public surface:
 
-* :class:`ABConfig` / :func:`run_ab` / :class:`ABReport` — the placebo-controlled A/B
-  evaluation behind ``probe intervene``;
+* :class:`ABConfig` (its edit an :class:`EditSpec`) / :func:`plan_ab` -> :class:`ABPlan` / :func:`run_ab` /
+  :class:`ABReport` — the placebo-controlled A/B evaluation behind ``probe intervene``, resolved and checked
+  before it runs;
 * :func:`scaled_units`, :class:`ABGenerator` / :class:`Intervention` — re-exported from :mod:`access`, where
   edits, drivers and generation live.
 
@@ -26,6 +27,9 @@ from typing import Any
 _EXPORTS = {
     "run_ab": "interventions.ab",
     "ABConfig": "interventions.config",
+    "EditSpec": "interventions.edit_spec",
+    "plan_ab": "interventions.plan",
+    "ABPlan": "interventions.plan",
     "ABGenerator": "access.edited_generation",
     "Generations": "access.generation",
     "Intervention": "access.edited_generation",

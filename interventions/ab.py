@@ -2,25 +2,21 @@
 
 The pipeline, in order:
 
-1. resolve the model dir and data file (from the run, or explicit overrides), pick the
-   rows (the target capability, and with ``collateral`` the others after it; ``limit`` rows per
-   capability and at most ``collateral_rows`` of each other one, interleaved by task so a
-   small limit still covers every task);
-2. resolve the neuron set (file, top K of the run's ranking, or an explicit list) and
-   check it against the model;
-3. plan the arms of every ``--edit`` recipe (:mod:`interventions.recipes`: scale with its
-   doses and positive control, mean-ablation, patching both ways, steering) and draw their
-   placebo arms, checking every edit against its model before anything is generated;
-4. generate each needed model's baseline once, then every arm and its placebo arms; every
+1. :func:`interventions.plan.plan_ab` resolves the model dir and data file, picks the rows (the target
+   capability, and with ``collateral`` the others after it; ``limit`` rows per capability and at most
+   ``collateral_rows`` of each other one, interleaved by task so a small limit still covers every task),
+   resolves the neuron set and checks it against the model, plans the arms of every ``--edit`` recipe
+   (:mod:`interventions.recipes`) and draws their placebo arms, checking every edit against its model before
+   anything is generated;
+2. generate each needed model's baseline once, then every arm and its placebo arms; every
    arm uses the same batches and decoding as its baseline;
-5. judge every arm, compute per capability the paired statistics against the baseline of
+3. judge every arm, compute per capability the paired statistics against the baseline of
    the model it ran on (:mod:`interventions.stats`), place each arm's Δ among its placebo
    Δs, fill the no-op guard; write the report and the generations (:mod:`interventions.report`).
 
 Example:
-    >>> neurons = resolve_neurons(ABConfig(run_dir="/no/run", capability="multi_turn", units="20:7,21:3"))
-    >>> neurons.hook, [(n.layer, n.unit) for n in neurons.neurons]   # --units wins over the run's neuron set
-    ('mlp_out', [(20, 7), (21, 3)])
+    >>> capability_result.__name__, run_ab.__name__   # the paired statistics of one capability, and the run
+    ('capability_result', 'run_ab')
     >>> report = run_ab(ABConfig(run_dir="runs/x", capability="multi_turn", placebo=20))   # doctest: +SKIP
     >>> report.main.capability("multi_turn").effect.delta                                   # doctest: +SKIP
 """
@@ -30,12 +26,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import replace
-from itertools import zip_longest
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-import torch
 
 from access.drivers.base import SiteEdits
 from access.edited_generation import ABGenerator
@@ -43,16 +37,15 @@ from access.edits import Edit, site_edits
 from access.generation import Generations
 from access.hook_points import attach
 from access.shared_generation import SharedDecoder, pass_unshareable, unshareable
-from access.units import NeuronSet, check_against_model
 from core.capabilities import Capability
-from core.errors import Interrupted, ProbeError
+from core.errors import Interrupted
 from core.judges import Judge, make_judge
-from core.models import check_same_tokenizer, load_causal_lm
-from core.rows import group_by_capability, read_test_rows, row_location
+from core.rows import row_location
 from core.schema import TestRow
 from interventions.arms import ArmStore, fingerprint
 from interventions.config import ABConfig
-from interventions.recipes import Arm, RecipeSettings, RunData, draw_placebos, other, plan_arms
+from interventions.plan import ABPlan, plan_ab, provenance_warnings
+from interventions.recipes import Arm, placebo_family
 from interventions.results import (
     ABReport,
     ArmPlacebo,
@@ -67,126 +60,14 @@ from interventions.results import (
     build_guard,
 )
 from interventions.scoring import ArmScores, corpus_bleu, score_arm
-from interventions.selection import (
-    analysed_neuron_set,
-    describe,
-    load_neuron_file,
-    merged,
-    parse_units,
-    ranking_from_run,
-)
+from interventions.selection import describe
 from interventions.stats import paired_delta, placebo_compare
-
-if TYPE_CHECKING:
-    from transformers import PreTrainedModel
 
 Progress = Callable[[str], None]
 
 
 def _quiet(_: str) -> None:
     return None
-
-
-def resolve_source_dir(config: ABConfig) -> Path:
-    """The other model of the pair (the patch source): ``source_dir``, else the run's."""
-    name = other(config.model)
-    source = config.source_dir
-    if source is None and config.run_dir is not None:
-        from probes.store import RunReader
-
-        with RunReader(config.run_dir) as run:
-            source = run.model_info(name).get("model_dir") or run.settings.model_dir(name)
-    if not source:
-        raise ProbeError(f"--edit patch needs the {name} model: give a run directory that records it, or --source-dir")
-    if not Path(source).is_dir():
-        raise ProbeError(f"{source}: model directory not found (the {name} model, the patch source); pass --source-dir")
-    return Path(source)
-
-
-def resolve_sources(config: ABConfig) -> tuple[Path, Path]:
-    """(model_dir, data_file): explicit overrides win, then what the run recorded (``--pair`` fills the rest)."""
-    model_dir, data_file = config.model_dir, config.data_file
-    if config.run_dir is None and (model_dir is None or data_file is None):
-        raise ProbeError("an intervention needs a run directory, or --model-dir and --data")
-    if config.run_dir is not None and (model_dir is None or data_file is None):
-        from probes.store import RunReader
-
-        with RunReader(config.run_dir) as run:
-            info, settings = run.model_info(config.model), run.settings
-        model_dir = model_dir or info.get("model_dir") or settings.model_dir(config.model)
-        data_file = data_file or settings.data_file
-        if not model_dir:
-            raise ProbeError(
-                f"{config.run_dir}: the run does not record a model dir for {config.model!r}; pass --model-dir"
-            )
-        if not data_file:
-            raise ProbeError(f"{config.run_dir}: the run does not record its data file; pass --data")
-    assert model_dir is not None and data_file is not None
-    if not Path(model_dir).is_dir():
-        raise ProbeError(f"{model_dir}: model directory not found (model {config.model!r}); pass --model-dir")
-    return Path(model_dir), Path(data_file)
-
-
-def resolve_neurons(config: ABConfig) -> NeuronSet:
-    """The neuron set the config names (before checking it against a model)."""
-    if config.units is not None:
-        return parse_units(config.units, config.hook)
-    if config.neurons is not None:
-        return load_neuron_file(config.neurons, config.top_k)
-    assert config.run_dir is not None
-    if config.top_k is not None:
-        return ranking_from_run(config.run_dir, config.capability, config.hook, config.top_k)
-    return analysed_neuron_set(config.run_dir, config.capability, config.hook)
-
-
-def provenance_warnings(neurons: NeuronSet, model: str, model_dir: Path) -> list[str]:
-    """Warnings when the neuron set was ranked on a model compared with itself, or on other weights than
-    the model intervened on."""
-    hashes = neurons.model_hashes
-    same = (
-        []
-        if not hashes.get("sft") or hashes.get("sft") != hashes.get("dpo")
-        else [
-            "the neuron set was ranked on one model recorded twice (SFT and DPO weights are both "
-            f"{hashes['sft'][:12]}...): its DPO-SFT discrepancies are noise, so the selected units mean nothing; "
-            "record a real SFT/DPO pair"
-        ]
-    )
-    return same + _weights_warning(neurons, model, model_dir)
-
-
-def _weights_warning(neurons: NeuronSet, model: str, model_dir: Path) -> list[str]:
-    expected = neurons.model_hashes.get(model)
-    if not expected:
-        return []
-    from core.provenance import weights_sha256
-
-    actual = weights_sha256(model_dir)
-    if actual == expected:
-        return []
-    return [
-        f"the neuron set was ranked on {model} weights {expected[:12]}..., "
-        f"but {model_dir} has weights {actual[:12]}...: the selected units may not mean the same thing in this model"
-    ]
-
-
-def select_rows(rows: list[TestRow], config: ABConfig) -> tuple[list[int], dict[Capability, list[int]]]:
-    """Row indices to generate, and per capability the indices (into that list) it is scored on."""
-    wanted = [config.target] + ([c for c in Capability if c != config.target] if config.collateral else [])
-    groups = group_by_capability(rows, wanted)
-    chosen: dict[Capability, list[int]] = {}
-    for cap in wanted:
-        by_task: dict[str, list[int]] = {}
-        for index, row in groups[cap]:
-            by_task.setdefault(row.task, []).append(index)
-        interleaved = [i for group in zip_longest(*by_task.values()) for i in group if i is not None]
-        limits = [n for n in (config.limit, None if cap == config.target else config.collateral_rows) if n is not None]
-        chosen[cap] = interleaved[: min(limits)] if limits else interleaved
-    if not chosen[config.target]:
-        raise ProbeError(f"{config.data_file or 'the data file'}: no rows for capability {config.capability!r}")
-    unique = sorted({i for indices in chosen.values() for i in indices})
-    position = {row: k for k, row in enumerate(unique)}
-    return unique, {cap: [position[i] for i in idx] for cap, idx in chosen.items() if idx}
 
 
 def _scores(arm: ArmScores, cap: Capability, idx: list[int]) -> list[int | None]:
@@ -235,35 +116,15 @@ def _with_bleu(
 class _Runner:
     """Holds what every arm shares: models, generators, rows, judge, baselines, the planned arms."""
 
-    def __init__(
-        self, config: ABConfig, progress: Progress, judge: Judge | None, selections: dict[str, NeuronSet] | None = None
-    ) -> None:
-        self.config, self.progress = config, progress
-        self.model_dir, self.data_file = resolve_sources(config)
-        self.selections = selections or {"": resolve_neurons(config)}  # rule -> its units ("": the one set)
-        self.neurons = self.selections[""] if "" in self.selections else merged(list(self.selections.values()))
-        all_rows = read_test_rows(self.data_file)
-        unique, self.groups = select_rows(all_rows, config)
-        self.rows = [all_rows[i] for i in unique]
-        self.row_ids = unique
-        self.dirs = {config.model: self.model_dir}
-        self.models: dict[str, PreTrainedModel] = {}
-        self.tokenizer = self._load(config.model)[1]
-        source = f"--units {config.units}" if config.units else str(config.neurons or "the run's neuron set")
-        for rule, chosen in self.selections.items():
-            check_against_model(chosen, self.models[config.model], f"--select {rule}" if rule else source)
+    def __init__(self, plan: ABPlan, progress: Progress, judge: Judge | None) -> None:
+        config = plan.config
+        self.plan, self.config, self.progress = plan, config, progress
+        self.model_dir, self.data_file = plan.model_dir, plan.data_file
+        self.selections, self.neurons, self.arms = plan.selections, plan.neurons, plan.arms
+        self.rows, self.row_ids, self.groups = plan.rows, plan.row_ids, plan.groups
+        self.models, self.model = plan.pool.models, plan.pool.model
+        self.tokenizer = plan.tokenizer
         self.torch_dtype = self.models[config.model].dtype
-        self.arms = [
-            replace(arm, rule=rule, label=f"{rule}: {arm.label}" if rule else arm.label)
-            for rule, chosen in self.selections.items()
-            for arm in plan_arms(RunData(recipe_settings(config), chosen, self.model))
-        ]
-        for arm in self.arms:  # every edit and placebo is checked before any generation, so a mistake costs seconds
-            model = self.model(arm.model)
-            for edit in arm.edits:
-                edit.check(model)
-            if not any(e.noop_reason(self.torch_dtype) for e in arm.edits):
-                arm.placebo_edits = draw_placebos(arm, model, config.placebo, config.seed)
         self.judge = judge or make_judge(config.judge, config.judge_client())
         self.gen_config = replace(config.generation, seed=config.seed)  # the run's one seed
         self.generators = {
@@ -271,36 +132,13 @@ class _Runner:
             for name, model in self.models.items()
         }
         units = [(n.layer, n.unit) for n in self.neurons.neurons]
-        self.store = ArmStore(
-            config.out_dir, fingerprint(config.to_dict(), list(self.dirs.values()), self.data_file, self.row_ids, units)
-        )
+        dirs = list(plan.pool.dirs.values())
+        self.store = ArmStore(config.out_dir, fingerprint(config.to_dict(), dirs, self.data_file, self.row_ids, units))
         self.baselines: dict[str, tuple[Generations, ArmScores]] = {}
         self.total_passes = len(self.passes())
         self.passes_done = 0  # passes started, read back or generated
         self.generated: list[float] = []  # seconds of each pass generated in this process
         self.pregenerated: dict[str, Generations] = {}  # passes decoded in shared batches, by store key
-
-    def _load(self, name: str) -> tuple[Any, Any]:
-        directory = self.dirs.get(name) or resolve_source_dir(self.config)
-        model, tokenizer = load_causal_lm(
-            directory,
-            "--model-dir" if name == self.config.model else "--source-dir",
-            dtype=getattr(torch, self.config.dtype),
-            device=self.config.device,
-            eval_mode=True,
-        )
-        if self.models:
-            check_same_tokenizer(
-                self.tokenizer, tokenizer, "the patched model and its source (--edit patch)", (self.config.model, name)
-            )
-        self.dirs[name], self.models[name] = Path(directory), model
-        return model, tokenizer
-
-    def model(self, name: str) -> PreTrainedModel:
-        """Model ``name`` of the pair, loaded on first use (the other model is needed only to patch from it)."""
-        if name not in self.models:
-            self._load(name)
-        return self.models[name]
 
     def start(self) -> None:
         """Generate every pass that decodes in shared batches, then generate (or read back) and judge each baseline."""
@@ -483,7 +321,7 @@ class _Runner:
     def placebo(self, arm: Arm, guard: NoOpGuard, capabilities: list[CapabilityResult]) -> ArmPlacebo:
         """The arm's placebo passes; each capability's Δ is ranked among theirs (``capabilities``' ``placebo``)."""
         cfg = self.config
-        family = _family(arm)
+        family = placebo_family(arm)
         if not arm.placebo:
             return NoPlacebo()
         if not arm.placebo_edits:
@@ -515,15 +353,6 @@ class _Runner:
         )
 
 
-def _family(arm: Arm) -> str:
-    kinds = {edit.kind for edit in arm.edits}
-    return (
-        "random directions of the same norm at the same layers"
-        if kinds == {"add"}
-        else "random units, same hook point and count per layer"
-    )
-
-
 def _placebo_summary(edit: Edit) -> Any:
     body = edit.describe()
     return body.get("units") if "units" in body else {"layer": body.get("layer"), "norm": body.get("norm")}
@@ -538,26 +367,26 @@ def _minutes(seconds: float) -> str:
 
 
 def run_ab(
-    config: ABConfig,
+    plan: ABPlan | ABConfig,
     progress: Progress | None = None,
     judge: Judge | None = None,
     *,
-    selections: dict[str, NeuronSet] | None = None,
     annotate: Callable[[ABReport], None] | None = None,
 ) -> ABReport:
-    """Run the whole A/B evaluation described by ``config``; write files if ``config.out_dir``.
+    """Run the A/B evaluation that ``plan`` (:func:`interventions.plan.plan_ab`; a config is planned first)
+    resolved; write files if its config's ``out_dir``.
 
     ``progress`` receives one line per stage; ``judge`` replaces the judge named in the
     config (any object with the :class:`~core.judges.base.Judge` protocol).
-    ``selections`` (rule -> units) replaces the config's neuron set by several: each rule gets
-    every arm of the configured edits and its own placebos, and all share one baseline and one set
-    of passes (:mod:`interventions.select_compare`); ``annotate`` adds to the report before it is written.
+    A plan with several selections (``plan_ab(config, selections)``) gives each rule every arm of the configured
+    edits and its own placebos, all sharing one baseline and one set of passes
+    (:mod:`interventions.select_compare`); ``annotate`` adds to the report before it is written.
     Ctrl-C raises :class:`~core.errors.Interrupted` naming the arms kept for a resume
     (see :mod:`interventions.arms`).
     """
     runner: _Runner | None = None
     try:
-        runner = _Runner(config, progress or _quiet, judge, selections)
+        runner = _Runner(plan if isinstance(plan, ABPlan) else plan_ab(plan), progress or _quiet, judge)
         runner.start()
         return _evaluate(runner, annotate)
     except (KeyboardInterrupt, Interrupted) as exc:
@@ -613,15 +442,3 @@ def _evaluate(runner: _Runner, annotate: Callable[[ABReport], None] | None = Non
         )
         runner.store.clear()
     return report
-
-
-def recipe_settings(config: ABConfig) -> RecipeSettings:
-    """The part of ``config`` the arm recipes read."""
-    return RecipeSettings(
-        edits=tuple(config.edits),
-        factors=tuple(config.factors),
-        doses=tuple(config.doses),
-        model=config.model,
-        capability=config.capability,
-        run_dir=config.run_dir,
-    )

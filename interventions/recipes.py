@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -195,12 +195,38 @@ ARM_RECIPES: dict[str, Callable[[RunData], list[Arm]]] = {
 RUN_RECIPES: frozenset[str] = frozenset({"mean", "steer"})  # read the run's recorded activations
 
 
+class RecipePasses(NamedTuple):
+    """The passes a recipe's arms make, known before any unit is resolved (:func:`interventions.plan.pass_count`)."""
+
+    arms: int  # per_factor: one arm per factor of the config
+    placebo_arms: int  # arms that run the edits' placebo family
+    both_models: bool = False  # it edits both models, so both baselines run
+    per_factor: bool = False
+
+
+RECIPE_PASSES: dict[str, RecipePasses] = {
+    "scale": RecipePasses(1, 1, per_factor=True),  # the main factor's arm has placebos, doses and control do not
+    "mean": RecipePasses(1, 1),
+    "patch": RecipePasses(2, 2, both_models=True),  # both ways
+    "steer": RecipePasses(1, 1),
+}
+assert RECIPE_PASSES.keys() == ARM_RECIPES.keys()
+
+
 def plan_arms(data: RunData) -> list[Arm]:
     """Every arm of the configured recipes, in order; the first recipe's first arm is the main arm."""
     arms = [arm for name in data.config.edits for arm in ARM_RECIPES[name](data)]
     if arms and arms[0].role != "main":
         arms[0].role = "main"
     return arms
+
+
+def placebo_family(arm: Arm) -> str:
+    """What the arm's placebo sets are, in words."""
+    kinds = {edit.kind for edit in arm.edits}
+    if kinds == {"add"}:
+        return "random directions of the same norm at the same layers"
+    return "random units, same hook point and count per layer"
 
 
 def draw_placebos(arm: Arm, model: PreTrainedModel, n: int, seed: int) -> list[tuple[Edit, ...]]:

@@ -41,6 +41,7 @@ from interventions.ab import run_ab
 from interventions.cells import Placement, effect_sentence, fmt_percentile
 from interventions.config import ABConfig
 from interventions.evidence import ALPHA, MIN_PLACEBO_SETS, PLACEBO_PERCENTILE, ArmEvidence, Difference
+from interventions.plan import plan_ab
 from interventions.results import (
     ABReport,
     ArmResult,
@@ -70,21 +71,22 @@ N_DRAWS = 2000  # matched random pairs of sets for each overlap
 def compare_selections(
     config: ABConfig, progress: Callable[[str], None] | None = None, judge: Judge | None = None
 ) -> ABReport:
-    """Run ``config``'s edits on the top ``config.top_k`` units (default 64) of each rule in ``config.select``.
+    """Run ``config``'s edits on the top ``config.edit.top_k`` units (default 64) of each rule in ``config.select``.
 
     One A/B evaluation (module doc); the returned report's ``selection`` holds each rule's units,
     overlaps and verdicts, and ``ab_report.md`` opens with the comparison table.
     """
     if not config.select or config.run_dir is None:
         raise ValueError("compare_selections needs config.select and config.run_dir (ABConfig checks both)")
-    k = config.top_k or AnalysisConfig.top_k
-    sets = rule_sets(config.run_dir, config.capability, config.hook, list(config.select), k, progress)
+    k = config.edit.top_k or AnalysisConfig.top_k
+    sets = rule_sets(config.run_dir, config.capability, config.edit.hook, list(config.select), k, progress)
 
     def annotate(report: ABReport) -> None:
         report.selection = selection_record(sets, report, k, config.seed)
 
-    plan = replace(config, positive_control=False)  # one edit per rule: the main factor is the scale arm
-    return run_ab(plan, progress, judge, selections={rule: s.units for rule, s in sets.items()}, annotate=annotate)
+    one_edit = replace(config, positive_control=False)  # one edit per rule: the main factor is the scale arm
+    plan = plan_ab(one_edit, selections={rule: s.units for rule, s in sets.items()})
+    return run_ab(plan, progress, judge, annotate=annotate)
 
 
 def selection_record(sets: dict[str, RuleSet], report: ABReport, k: int, seed: int) -> Selection:

@@ -13,18 +13,14 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
     from access.units import NeuronSet
+    from interventions.recipes import Arm
 
 
 def checked_neurons(ab: ABConfig, model: PreTrainedModel) -> NeuronSet:
     """The units the options name (``probe intervene``'s resolver), checked against ``model`` (a skeleton will do)."""
-    from access.units import check_against_model
-    from interventions.ab import resolve_neurons
+    from interventions.plan import checked_selections
 
-    neurons = resolve_neurons(ab)
-    check_against_model(
-        neurons, model, f"--units {ab.units}" if ab.units else str(ab.neurons or "the run's neuron set")
-    )
-    return neurons
+    return checked_selections(ab, model)[""]
 
 
 def skeleton(model_dir: str | Path) -> PreTrainedModel:
@@ -43,35 +39,16 @@ def skeleton(model_dir: str | Path) -> PreTrainedModel:
 
 
 def edit_arms(
-    ab: ABConfig, model: PreTrainedModel, model_dir: str | Path, neurons: Any = None
-) -> tuple[Any, list[Any]]:
-    """(neurons, arms) for ``model``: the units resolved and checked, one arm per recipe (and dose) that runs on it."""
-    from core.models import check_same_tokenizer, load_causal_lm, load_tokenizer
-    from interventions.ab import recipe_settings, resolve_source_dir
-    from interventions.recipes import RunData, plan_arms
+    ab: ABConfig, model: PreTrainedModel, model_dir: str | Path, neurons: NeuronSet | None = None
+) -> tuple[NeuronSet, list[Arm]]:
+    """(neurons, arms) for ``model``: the units resolved and checked, and ``probe intervene``'s plan of the arms that
+    run on it (:func:`interventions.plan.planned_arms`), with their placebo sets."""
+    from core.models import load_tokenizer
+    from interventions.plan import ModelPool, planned_arms
 
     neurons = neurons if neurons is not None else checked_neurons(ab, model)
-    models = {ab.model: model}
-
-    def model_of(name: str) -> PreTrainedModel:
-        if name not in models:
-            source, tokenizer = load_causal_lm(
-                resolve_source_dir(ab), "--source-dir", dtype=model.dtype, device=str(model.device), eval_mode=True
-            )
-            check_same_tokenizer(
-                load_tokenizer(model_dir, "--model-dir"),
-                tokenizer,
-                "the patched model and its source (--edit patch)",
-                (ab.model, name),
-            )
-            models[name] = source
-        return models[name]
-
-    arms = [arm for arm in plan_arms(RunData(recipe_settings(ab), neurons, model_of)) if arm.model == ab.model]
-    for arm in arms:
-        for edit in arm.edits:
-            edit.check(model)
-    return neurons, arms
+    pool = ModelPool(ab, {ab.model: Path(model_dir)}, {ab.model: model}, load_tokenizer(model_dir, "--model-dir"))
+    return neurons, planned_arms(ab, {"": neurons}, pool.model, only_model=ab.model)
 
 
 def single_arm(spec: dict[str, Any], model: PreTrainedModel, model_dir: str | Path) -> Any:

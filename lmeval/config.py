@@ -17,46 +17,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from access.factors import PAPER_FACTOR
-from core.config_fields import option
+from core.config_fields import flat_fields, nested, option
 from core.config_file import NON_NEGATIVE_COUNT, POSITIVE, RANDOM_SETS, RESAMPLES, SEED, typed_config
+from core.config_init import flat_init
 from core.errors import ProbeError
 from core.run_dir import InterventionDir
 from interventions.config import ABConfig
+from interventions.edit_spec import EditSpec
 
 MODEL_NAME = "probe-edited"  # the lm-eval model that applies the toolkit's edits (lmeval.model)
 
-# ABConfig's fields that say which edit to make; `probe-edited` takes them as model_args too ("edit" = "edits")
+# what `probe-edited` takes as model_args besides the EditSpec's settings ("edit" = "edits")
 EDIT_FIELDS: frozenset[str] = frozenset(
-    {
-        "run_dir",
-        "capability",
-        "model",
-        "edits",
-        "edit",
-        "factor",
-        "doses",
-        "neurons",
-        "top_k",
-        "units",
-        "hook",
-        "source_dir",
-    }
+    {*flat_fields(EditSpec), "edit", "run_dir", "capability", "model", "source_dir"}
 )
 
 
-def _kinds(specs: list[str]) -> list[str]:
-    """``--edit scale,mean --edit patch``: the edit kinds, in order."""
-    return [name for spec in specs for name in spec.split(",")]
-
-
-def _factors(spec: str) -> list[float]:
-    """``--dose 0,0.5``: the factors of more scale arms."""
-    from access.factors import parse_factors
-
-    return parse_factors(spec)
-
-
+@flat_init
 @dataclass
 @typed_config
 class LMEvalConfig:
@@ -87,29 +64,7 @@ class LMEvalConfig:
         "multi_turn", "The run's capability whose ranking and means define the edit.", aliases=["-c"]
     )
     model: str = option("dpo", "Which model of the pair to evaluate: sft or dpo.")
-    edits: str | list[str] = option(
-        help="Edited arms: scale (--factor, --dose), mean (the other model's mean), patch (from the other model), "
-        "steer (mean-difference vector).",
-        default_factory=lambda: ["scale"],
-        flag="--edit",
-        metavar="KIND[,KIND]",
-        repeat=True,
-        from_flag=_kinds,
-    )
-    factor: float = option(PAPER_FACTOR, "Scale factor (0 ablates; the default is the paper's 1 - 1e-6).")
-    doses: list[float] = option(
-        help="More scale arms: comma-separated factors, e.g. 0,0.5.",
-        default_factory=list,
-        flag="--dose",
-        flag_type=str,
-        from_flag=_factors,
-    )
-    neurons: str | Path | None = option(None, "Neuron-set JSON file (from `probe analyze`).")
-    top_k: Annotated[int, POSITIVE] | None = option(
-        None, "Top K units by |delta| of the run's ranking (or of --neurons)."
-    )
-    units: str | None = option(None, "Explicit units LAYER:UNIT[,...], e.g. 14:3,14:9,20:0.")
-    hook: str = option("mlp_out", "Hook point for --top-k from a run and --units.")
+    edit: EditSpec = nested(EditSpec)
     placebo: Annotated[int, RANDOM_SETS] = option(0, "Random matched unit sets per arm, each a full lm-eval pass.")
     seed: Annotated[int, SEED] = option(0, "Seed of the bootstrap and the placebo draws.")  # lm-eval keeps its own
     n_bootstrap: Annotated[int, RESAMPLES] = option(10_000, "Bootstrap resamples for the CIs.", flag="--bootstrap")
@@ -153,9 +108,12 @@ class LMEvalConfig:
 
     def ab_config(self) -> ABConfig:
         """The edit as ``probe intervene`` describes it (one arm per recipe; no factor-0 control)."""
-        values = {name: getattr(self, name) for name in EDIT_FIELDS if name != "edit"}
         return ABConfig(
-            **values,
+            run_dir=self.run_dir,
+            capability=self.capability,
+            model=self.model,
+            edit=self.edit,
+            source_dir=self.source_dir,
             model_dir=self.model_dir,
             positive_control=False,
             placebo=self.placebo,

@@ -273,7 +273,7 @@ def _flags(arm: Any, dtype: Any, stats: dict[str, int], same: bool) -> list[str]
 
 def resolve_model_dir(ab: ABConfig) -> Path:
     """--model-dir, else the run's model (``--model`` of the pair)."""
-    from interventions.ab import resolve_sources
+    from interventions.plan import resolve_sources
 
     if ab.model_dir is not None:
         return Path(ab.model_dir)
@@ -312,7 +312,7 @@ def _run(
     say: Progress,
     version: str,
 ) -> LMEvalReport:
-    from interventions.ab import provenance_warnings
+    from interventions.plan import provenance_warnings
     from interventions.selection import describe
 
     dtype = lm.model.dtype
@@ -367,13 +367,13 @@ def _placebo(
     arm: Any, lm: Any, tasks: TaskSet, config: LMEvalConfig, base: Pass, rows: list[Any], say: Progress
 ) -> PlaceboPassesSkipped | PlaceboPasses | NoPlacebo:
     """The arm's placebo passes (the edits' placebo family), and where each row's Δ falls among theirs."""
-    from interventions.recipes import draw_placebos
+    from interventions.recipes import placebo_family
 
     if not arm.placebo or not config.placebo:
         return NoPlacebo()
     if any(e.noop_reason(lm.model.dtype) for e in arm.edits):
         return PlaceboPassesSkipped(0, f"the edit is a no-op in {config.dtype}")
-    sets = draw_placebos(arm, lm.model, config.placebo, config.seed)
+    sets = arm.placebo_edits  # drawn by the plan (interventions.plan.planned_arms)
     placebo_rows = []
     for k, edits in enumerate(sets):
         lm.use(edits, f"{arm.name} placebo {k}")
@@ -383,14 +383,9 @@ def _placebo(
             compare_pass(tasks.infos, tasks.groups, base.items, run.items, n_resamples=100, seed=config.seed)
         )
     add_placebo(rows, placebo_rows)
-    family = (
-        "random directions of the same norm at the same layers"
-        if {e.kind for e in arm.edits} == {"add"}
-        else "random units, same hook point and count per layer"
-    )
     return PlaceboPasses(
         n_sets=len(sets),
         seed=config.seed,
-        family=family,
+        family=placebo_family(arm),
         sets=[[e.describe().get("units") for e in edits] for edits in sets],
     )

@@ -37,10 +37,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.config_fields import flat_values
 from core.errors import Interrupted, ProbeError
 from core.records import read_record
 from core.run_dir import RunDir
@@ -143,7 +144,7 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
         ),
         Stage(
             "intervene",
-            f"A/B on {TARGET}: edits {','.join(config.edits)}, factors {', '.join(repr(f) for f in config.factors)}, "
+            f"A/B on {TARGET}: edits {','.join(config.edit.edits)}, factors {', '.join(repr(f) for f in config.factors)}, "
             f"{config.placebo} placebo sets, {config.limit or 'all'} {TARGET} "
             f"rows{' and collateral rows' if config.collateral else ''}, {config.generation.max_new_tokens} new tokens",
             seconds["intervene"],
@@ -240,7 +241,7 @@ def _save(options: ReplicateOptions, stages: list[Stage], started: str) -> None:
     record = ReplicateRecord(
         command=options.command(),
         started=started,
-        options={k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(options).items()},
+        options={k: (str(v) if isinstance(v, Path) else v) for k, v in flat_values(options).items()},
         sft_dir=str(options.sft_dir.resolve()),
         dpo_dir=str(options.dpo_dir.resolve()),
         base_dir=str(options.base_dir.resolve()) if options.base_dir else None,

@@ -6,9 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from core.config_fields import option
+from core.config_fields import nested, option
 from core.config_file import POSITIVE, RANDOM_SETS, typed_config
+from core.config_init import flat_init
 from core.run_dir import RunDir
+from interventions.edit_spec import DEFAULT_EDITS, EditSpec
 from study.layout import q
 
 # rows of the test split `models eval` judges by default here (spread over tasks): half the default pair's split
@@ -25,11 +27,7 @@ PAIR_BUILD_SECONDS = {
 }  # building an embedded pair from its base (README, docs/training.md)
 
 
-def _kinds(spec: str) -> list[str] | None:
-    """``--edit scale,mean``: the intervention arms (None for an empty one: ``probe intervene``'s)."""
-    return [e.strip() for e in spec.split(",")] if spec else None
-
-
+@flat_init
 @dataclass
 @typed_config
 class ReplicateOptions:
@@ -46,15 +44,7 @@ class ReplicateOptions:
         None, "The untouched base the SFT started from (default with --pair: the pair's base).", flag="--base"
     )
     pair: str | None = option(None, "The default pair these came from (for the command line).", flag=None)
-    edits: list[str] | None = option(
-        None,
-        "Intervention arms (scale, mean, patch, steer).",
-        flag="--edit",
-        metavar="KIND[,KIND]",
-        flag_type=str,
-        from_flag=_kinds,
-        shown_default="probe intervene's",
-    )
+    edit: EditSpec = nested(EditSpec, only=["edits"], help_prefix="Intervention: ")
     limit: Annotated[int, POSITIVE] | None = option(
         TARGET_ROWS, "Intervention: rows of multi_turn (and of each collateral capability)."
     )
@@ -76,7 +66,7 @@ class ReplicateOptions:
     def intervention(self) -> dict[str, Any]:
         """The ABConfig fields given (the rest keep ``probe intervene``'s defaults)."""
         given = {
-            "edits": self.edits,
+            "edits": self.edit.edits,
             "limit": self.limit,
             "placebo": self.placebo,
             "max_new_tokens": self.max_new_tokens,
@@ -110,7 +100,7 @@ class ReplicateOptions:
             parts += [f"--base {q(self.base_dir)}"] if self.base_dir else []
             parts += [f"--data {q(self.data_file)}"]
         flags = {
-            "--edit": ",".join(self.edits) if self.edits else None,
+            "--edit": ",".join(self.edit.edits) if self.edit.edits != list(DEFAULT_EDITS) else None,
             "--limit": self.limit if self.limit != TARGET_ROWS else None,
             "--placebo": self.placebo,
             "--max-new-tokens": self.max_new_tokens,

@@ -73,25 +73,22 @@ def prompt_tokens(sft_dir: Path, data_file: Path) -> dict[str, list[int]]:
     return {cap.value: [lengths[i] for i, _ in items] for cap, items in groups.items() if items}
 
 
-def ab_passes(config: ABConfig) -> tuple[float, int]:
-    """(generation passes weighted by cost, rows) of an A/B config: baselines,
-    arms and placebo arms (interventions.recipes)."""
-    arms = {"scale": (len(config.factors), 1), "mean": (1, 1), "patch": (2, 2), "steer": (1, 1)}
-    weight, placebo_arms, models = 0.0, 0, {config.model}
-    for name in config.edits:
-        count, with_placebo = arms[name]
-        cost = PATCH_COST if name == "patch" else SHARED_DISCOUNT
-        weight += count * cost
-        placebo_arms += with_placebo
-        weight += with_placebo * config.placebo * cost
-        models |= {"sft", "dpo"} if name == "patch" else set()
-    return weight + len(models), placebo_arms
+def ab_passes(config: ABConfig) -> float:
+    """Generation passes of an A/B config weighted by cost: baselines, arms and placebo arms
+    (:func:`interventions.plan.pass_count`)."""
+    from interventions.plan import pass_count
+
+    weight = float(pass_count(config).baselines)
+    for name in config.edit.edits:
+        passes = pass_count(config, [name])
+        weight += (passes.arms + passes.placebo_arms) * (PATCH_COST if name == "patch" else SHARED_DISCOUNT)
+    return weight
 
 
 def estimate(options: ReplicateOptions, ab_config: ABConfig) -> dict[str, float]:
     """Seconds per stage (module doc: an estimate at the default pair's measured pace, scaled)."""
     from core.rows import read_test_rows
-    from interventions.ab import select_rows
+    from interventions.plan import select_rows
     from training.evaluate import select_rows as eval_rows
 
     scale = parameter_count(options.dpo_dir) / REFERENCE_PARAMETERS
@@ -103,7 +100,7 @@ def estimate(options: ReplicateOptions, ab_config: ABConfig) -> dict[str, float]
 
     rows = read_test_rows(options.data_file)
     unique, _ = select_rows(rows, ab_config)
-    weight, _ = ab_passes(ab_config)
+    weight = ab_passes(ab_config)
     n_eval = len(eval_rows(rows, options.eval_rows))
     models = 3 if options.base_dir else 2
     from core.decoding import EVAL_GENERATION

@@ -168,7 +168,7 @@ def test_a_neuron_set_ranked_on_one_model_twice_is_flagged(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from access.units import Neuron, NeuronSet
-    from interventions.ab import provenance_warnings
+    from interventions.plan import provenance_warnings
 
     monkeypatch.setenv("PROBE_HOME", str(tmp_path))  # the weights fingerprint is cached there
 

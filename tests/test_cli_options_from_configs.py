@@ -97,7 +97,7 @@ def test_no_help_restates_a_default_of_its_own(path: tuple[str, ...]) -> None:
     [
         (["models", "eval"], "sft: a", "give both --sft and --dpo"),
         (["replicate"], "dpo: a", "give both --sft and --dpo"),
-        (["replicate"], "edit: 3", "edit: expected a string, got 3"),
+        (["replicate"], "edit: 3", "edit: expected a string or a list of strings, got 3"),
         (["explain", "{tmp}/run"], "tokens: 0", "tokens: expected an integer in [1, 1000000], got 0"),
         (["synthesize", "--out", "{tmp}/data"], "max-retries: 2", "--max-retries: only for --backend llm"),
     ],

@@ -379,8 +379,8 @@ def test_cli_subprocess_reports_random_bytes_without_a_traceback(tmp_path: Path)
 
 
 def test_a_capability_the_run_never_recorded_is_named_with_the_recorded_ones(tmp_path: Path) -> None:
-    from interventions.ab import resolve_neurons
     from interventions.config import ABConfig
+    from interventions.plan import resolve_neurons
     from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 
     run = tmp_path / "run"

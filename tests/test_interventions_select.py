@@ -12,6 +12,7 @@ from core.decoding import GenerationConfig
 from core.errors import Interrupted
 from core.records import to_json
 from interventions.ab import run_ab
+from interventions.plan import plan_ab
 from interventions.config import ABConfig
 from interventions.select_compare import compare_selections
 from interventions.selection import parse_units
@@ -132,11 +133,8 @@ def test_the_rules_share_one_baseline_and_one_set_of_passes(compared):
 def test_a_rule_whose_units_equal_another_rules_gives_identical_figures(select_run: Path, tmp_path: Path):
     units = parse_units("2:1,2:5,3:0,3:7", "mlp_out")
     lines: list[str] = []
-    report = run_ab(
-        _config(select_run, tmp_path / "ab", placebo=2),
-        progress=lines.append,
-        selections={"first": units, "second": units},
-    )
+    plan = plan_ab(_config(select_run, tmp_path / "ab", placebo=2), selections={"first": units, "second": units})
+    report = run_ab(plan, progress=lines.append)
     first, second = (to_json(report.arm(f"{rule}: scale 0.0")) for rule in ("first", "second"))
     for body in (first, second):
         for key in ("name", "label", "seconds"):

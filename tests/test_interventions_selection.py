@@ -222,7 +222,7 @@ def test_cli_bad_neuron_file(tiny_model_dir: Path, rows_file: Path, tmp_path: Pa
 
 def test_provenance_warning_when_ranked_on_other_weights(tiny_model_dir: Path):
     from core.provenance import weights_sha256
-    from interventions.ab import provenance_warnings
+    from interventions.plan import provenance_warnings
 
     ns = NeuronSet([Neuron(1, 2)], "mlp_out", model_hashes={"dpo": "0" * 64})
     warnings = provenance_warnings(ns, "dpo", tiny_model_dir)

@@ -41,7 +41,9 @@ def _field(module: str, cls: str, field: str) -> Callable[[], Any]:
     def read() -> Any:
         import importlib
 
-        return getattr(getattr(importlib.import_module(module), cls), field)
+        from core.config_fields import flat_fields
+
+        return flat_fields(getattr(importlib.import_module(module), cls))[field].default
 
     return read
 
