@@ -1,8 +1,11 @@
 """The one check of values against type hints: user input (``--config`` files, flags, settings) and stored records.
 
-A type hint is compiled once, on first use, into a pydantic-core schema and run by a pydantic
-:class:`~pydantic.TypeAdapter` (cached per hint); this module is the only place that walks type
-hints. Two rule sets share it, because the two inputs differ:
+A type hint is compiled once, on first use, into a schema of pydantic-core (pydantic's validation
+engine, what a :class:`pydantic.TypeAdapter` runs) and cached; this module is the only place that
+walks type hints. pydantic-core runs the schema: the containers, records, defaults, missing keys and
+where each error is. The schema is handed to :class:`pydantic_core.SchemaValidator` directly: a
+``TypeAdapter`` would only wrap it, and its import would add about 0.2 s to every command's start. Two
+rule sets share it, because the two inputs differ:
 
 * ``"option"`` (:mod:`core.config_file`): what a user typed. ``bool`` takes only ``true``/``false``, ``int``
   an integer of at most 64 bits, ``float`` a finite number, ``Path`` a non-empty string, a list (or tuple)
@@ -43,13 +46,11 @@ import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic_core import CoreSchema, PydanticCustomError, SchemaValidator, ValidationError, core_schema
 
 from core.inputs import shown
-
-if TYPE_CHECKING:
-    from pydantic import TypeAdapter
-    from pydantic_core import CoreSchema
 
 Mode = Literal["option", "record"]
 Loc = tuple[str | int, ...]
@@ -159,10 +160,8 @@ def dotted(loc: Loc, start: str = "") -> str:
 def check(hint: Any, value: Any, mode: Mode) -> Any:
     """``value`` as ``hint`` says, by the rules of ``mode`` (module doc), or :class:`Invalid` for its first wrong
     part."""
-    from pydantic import ValidationError
-
     try:
-        return _node(hint, mode, None).adapter.validate_python(value)
+        return _node(hint, mode, None).validator.validate_python(value)
     except ValidationError as exc:
         raise _invalid(exc.errors(include_url=False)[0]) from None
     except _Escaped as exc:  # an error of the record's own constructor, not of its JSON
@@ -175,26 +174,14 @@ def describe(hint: Any) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Compiled:
-    """An ``Annotated`` mark that hands pydantic a schema compiled here (pydantic's own hook)."""
-
-    schema: CoreSchema
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: Any) -> CoreSchema:
-        return self.schema
-
-
-@dataclasses.dataclass(frozen=True)
 class _Node:
     schema: CoreSchema
     words: str  # what a value is, in words ("an integer >= 1")
 
     @functools.cached_property
-    def adapter(self) -> TypeAdapter[Any]:
-        """The schema run alone (a union tries its members with it)."""
-        from pydantic import TypeAdapter
-
-        return TypeAdapter(Annotated[Any, _Compiled(self.schema)])
+    def validator(self) -> SchemaValidator:
+        """The schema, ready to run (built on first use: a union's members are run alone)."""
+        return SchemaValidator(self.schema)
 
 
 class _Escaped(Exception):  # carries an error past pydantic, which would turn a ValueError into its own
@@ -203,8 +190,6 @@ class _Escaped(Exception):  # carries an error past pydantic, which would turn a
 
 
 def _fail(words: str, **context: Any) -> Exception:
-    from pydantic_core import PydanticCustomError
-
     return PydanticCustomError("expected", "expected {expected}", {"expected": words, **context})
 
 
@@ -220,8 +205,6 @@ def _invalid(error: Any) -> Invalid:
 
 def _lifted(error: Any) -> Exception:
     """A member's error (a dict from a nested check) raised again from where the union is."""
-    from pydantic_core import PydanticCustomError
-
     ctx = error.get("ctx") or {}
     sub = (*error["loc"], *ctx.get("sub", ()))
     value = ctx["value"] if "value" in ctx else error["input"]
@@ -232,10 +215,8 @@ def _lifted(error: Any) -> Exception:
 
 def _first_error(node: _Node, value: Any) -> tuple[Any, Any]:
     """``(result, None)`` if ``value`` fits ``node``, else ``(None, its first error)``."""
-    from pydantic import ValidationError
-
     try:
-        return node.adapter.validate_python(value), None
+        return node.validator.validate_python(value), None
     except ValidationError as exc:
         return None, exc.errors(include_url=False)[0]
 
@@ -261,20 +242,14 @@ def _node(hint: Any, mode: Mode, words: str | None) -> _Node:
 
 
 def _function(check: Callable[[Any], Any], words: str) -> _Node:
-    from pydantic_core import core_schema
-
     return _Node(core_schema.no_info_plain_validator_function(check), words)
 
 
 def _before(check: Callable[[Any], Any], then: CoreSchema, words: str) -> _Node:
-    from pydantic_core import core_schema
-
     return _Node(core_schema.no_info_before_validator_function(check, then), words)
 
 
 def _annotated(args: tuple[Any, ...], mode: Mode) -> _Node:
-    from pydantic_core import core_schema
-
     ranges = [str(m) for m in args[1:] if isinstance(m, Range)]
     base_words = "a number" if args[0] is float and ranges else _node(args[0], mode, None).words
     words = " ".join([base_words, *ranges])
@@ -319,8 +294,6 @@ def _union(args: tuple[Any, ...], mode: Mode, words: str | None) -> _Node:
 
 
 def _sequence(origin: Any, args: tuple[Any, ...], mode: Mode, words: str | None) -> _Node:
-    from pydantic_core import core_schema
-
     variadic = origin is not tuple or (len(args) == 2 and args[1] is Ellipsis)
     items = [_node(a, mode, None) for a in (args[:1] if variadic else args)] or [_node(Any, mode, None)]
     if mode == "option":
@@ -344,8 +317,6 @@ def _sequence(origin: Any, args: tuple[Any, ...], mode: Mode, words: str | None)
 
 
 def _mapping(origin: Any, args: tuple[Any, ...], mode: Mode, words: str | None) -> _Node:
-    from pydantic_core import core_schema
-
     key_hint, value_hint = args or (Any, Any)
     values = _node(value_hint, mode, None).schema
     if mode == "option":
@@ -434,8 +405,6 @@ def _renamed(key: Callable[[str], str], hook: Flatten) -> Callable[[str], str]:
 
 
 def _record(kind: type) -> _Node:
-    from pydantic_core import core_schema
-
     fields: dict[str, Any] = {}
     layout = _layout(kind, str, fields)
     empty = not dataclasses.fields(kind)
