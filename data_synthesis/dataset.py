@@ -22,12 +22,14 @@ from core.config_fields import flat_fields, flat_values, nested, option
 from core.config_file import SEED, Range, choice, typed_config
 from core.errors import ProbeError
 from core.llm.config import ClientOptions
+from data_synthesis.heldout.build import MAX_PER_CAPABILITY, HeldoutConfig
 from data_synthesis.offline.synthesize import MAX_ROLES, SynthesisConfig
 
 if TYPE_CHECKING:
     from data_synthesis.offline.synthesize import SynthesisSummary
 
 BACKENDS: tuple[str, ...] = ("offline", "llm")
+SPLITS: tuple[str, ...] = ("train-test", "heldout")
 
 
 @dataclass(frozen=True)
@@ -41,16 +43,29 @@ class SynthesizeConfig:
     )
     seed: Annotated[int, SEED] = option(SynthesisConfig.seed, "Same seed, same bytes.")
     backend: str = option("offline", "offline (templated, no network) or llm (an OpenAI-compatible endpoint).")
+    split: str = option(
+        "train-test",
+        "train-test (profiles, passages, sft, dpo, test) or heldout (heldout.jsonl only: the held-out evaluation "
+        "split, offline, its 8-gram overlap with the training data checked).",
+    )
+    heldout_rows: Annotated[int, Range(6, MAX_PER_CAPABILITY)] = option(
+        HeldoutConfig.per_capability, "With --split heldout: rows per capability (a multiple of 6)."
+    )
     endpoint: ClientOptions = nested(ClientOptions, skip=["temperature"], help_prefix="LLM backend: ")
 
     def __post_init__(self) -> None:
         choice("backend", self.backend, BACKENDS)
+        choice("split", self.split, SPLITS)
 
 
 def synthesize_dataset(out_dir: str | Path, config: SynthesizeConfig) -> SynthesisSummary:
     """Write the dataset under ``out_dir`` with ``config.backend``; its summary (the ``llm`` one says more)."""
     from core.paths import check_output_dir
 
+    if config.split == "heldout":
+        return _heldout(out_dir, config)
+    if config.heldout_rows != HeldoutConfig.per_capability:
+        raise ProbeError("--heldout-rows: only for --split heldout")
     if config.backend == "offline":
         from data_synthesis.offline import synthesize
 
@@ -64,6 +79,26 @@ def synthesize_dataset(out_dir: str | Path, config: SynthesizeConfig) -> Synthes
     if options.cache_dir is not None and not options.no_cache:
         check_output_dir(options.cache_dir, "--cache-dir")
     return synthesize_llm(out_dir, config.roles, config.seed, options.client())
+
+
+def _heldout(out_dir: str | Path, config: SynthesizeConfig) -> SynthesisSummary:
+    """The held-out split alone; the training-split settings and the LLM backend are refused, not ignored."""
+    from data_synthesis.heldout.files import synthesize_heldout
+
+    wrong = [
+        flag
+        for flag, given in (
+            ("--backend llm", config.backend != "offline"),
+            ("--roles", config.roles != SynthesisConfig.n_roles),
+        )
+        if given
+    ]
+    wrong += _endpoint_flags(config)
+    if wrong:
+        raise ProbeError(
+            f"{', '.join(wrong)}: not for --split heldout (the held-out split is offline and sized by --heldout-rows)"
+        )
+    return synthesize_heldout(out_dir, HeldoutConfig(seed=config.seed, per_capability=config.heldout_rows))
 
 
 def _endpoint_flags(config: SynthesizeConfig) -> list[str]:

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Annotated
 
 from core.config_fields import nested, option
-from core.config_file import POSITIVE, typed_config
+from core.config_file import POSITIVE, choice, typed_config
 from core.decoding import EVAL_GENERATION, GenerationConfig
+
+SPLITS: tuple[str, ...] = ("heldout", "test")
 
 
 @dataclass(frozen=True)
@@ -27,11 +29,21 @@ class PairEvalConfig:
 
     sft_dir: str | Path = option(help="SFT model directory (default: the default pair's).", flag="--sft")
     dpo_dir: str | Path = option(help="DPO model directory (default: the default pair's).", flag="--dpo")
-    test_file: str | Path = option(help="Test JSONL (default: the default pair's test.jsonl).", flag="--test")
+    test_file: str | Path = option(
+        help="Test JSONL (default: the held-out split, or the pair's test.jsonl with --split test).", flag="--test"
+    )
     base_dir: str | Path | None = option(
         None, "Also judge this untouched model (default with the default pair: its pretrained base).", flag="--base"
     )
     max_rows: Annotated[int, POSITIVE] | None = option(None, "Judge at most N rows, spread over tasks.")
+    split: str = option(
+        "heldout",
+        "Which split when no --test is given: heldout (never trained on; constraints, carry-over, priority triples) "
+        "or test (the pair's test.jsonl, from the training distribution).",
+    )
     generation: GenerationConfig = nested(
         GenerationConfig, default_factory=lambda: EVAL_GENERATION, only=["max_new_tokens", "batch_size"]
     )
+
+    def __post_init__(self) -> None:
+        choice("split", self.split, SPLITS)

@@ -10,6 +10,11 @@ and the SFT-vs-DPO difference an exact McNemar test on the rows where they disag
 A row *complies* when every capability it is judged on scores 1 (undecided scores are
 counted separately and excluded).
 
+When the untouched base model is judged too, the result carries the discrimination gate of
+:mod:`data_synthesis.heldout.gate` (each model within 10-90% on every capability), and rows
+that name a ``group`` (the held-out split's levels and priority variants) get a per-group
+compliance table.
+
 Example:
     >>> config = PairEvalConfig("runs/sft", "runs/dpo", "data/test.jsonl", max_rows=200)
     >>> result = evaluate_pair(config)                                                     # doctest: +SKIP
@@ -37,6 +42,7 @@ from core.records import to_json
 from core.rows import read_test_rows, row_location
 from core.schema import TestRow
 from core.stats import discordant, mcnemar_p, paired_bootstrap_ci, wilson
+from data_synthesis.heldout.gate import discrimination_gate
 from training.eval_config import PairEvalConfig
 
 
@@ -74,6 +80,8 @@ class PairEvaluation:
     table: list[dict[str, Any]] = field(default_factory=list)
     base: ModelEvaluation | None = None  # the untouched model the SFT started from, when given
     warnings: list[str] = field(default_factory=list)
+    gate: dict[str, Any] = field(default_factory=dict)  # {"holds": bool | None, "line": str, "failures": [...]}
+    groups: list[dict[str, Any]] = field(default_factory=list)  # per-group compliance, where rows name a group
 
     def rates(self, which: str) -> dict[str, float]:
         return {row["capability"]: row[f"{which}_rate"] for row in self.table}
@@ -306,6 +314,7 @@ def evaluate_pair(
     table = comparison_table(results["sft"], results["dpo"])
     if "base" in results:
         add_base_columns(table, results["base"], results["sft"])
+    gate = discrimination_gate({m: {c.value: r.rate(c.value) for c in ALL_CAPABILITIES} for m, r in results.items()})
     return PairEvaluation(
         str(config.test_file),
         counts,
@@ -316,4 +325,22 @@ def evaluate_pair(
         table,
         results.get("base"),
         pair_warnings(config.sft_dir, config.dpo_dir, config.base_dir),
+        {"holds": gate.holds, "line": gate.line(), "failures": gate.failures},
+        group_table(rows, results),
     )
+
+
+def group_table(rows: Sequence[TestRow], results: dict[str, ModelEvaluation]) -> list[dict[str, Any]]:
+    """Row compliance per ``group`` named in the rows (held-out levels and priority variants), for each model, with
+    Wilson intervals; empty when no row names a group."""
+    groups = sorted({str(g) for row in rows if (g := row.extra.get("group"))})
+    table = []
+    for group in groups:
+        picked = [i for i, row in enumerate(rows) if row.extra.get("group") == group]
+        entry: dict[str, Any] = {"group": group, "n": len(picked)}
+        for name, result in results.items():
+            judged = [c for i in picked if (c := _complies(result.scores[i])) is not None]
+            entry[f"{name}_rate"] = sum(judged) / len(judged) if judged else float("nan")
+            entry[f"{name}_ci"] = wilson(sum(judged), len(judged))
+        table.append(entry)
+    return table

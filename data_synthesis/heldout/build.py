@@ -186,7 +186,13 @@ def _draw(kind: str, rng: random.Random, not_value: str | None = None) -> Constr
     c: Constraint = {"type": kind}
     if kind in values:
         c["value"] = rng.choice([v for v in values[kind] if v != not_value])
-    counts = {"word_frequency": (2, 3), "max_words": (18, 24), "min_words": (25, 30), "max_sentences": (2, 3)}
+    counts = {
+        "word_frequency": (2, 3),
+        "max_words": (18, 24),
+        "min_words": (25, 30),
+        "max_sentences": (2, 3),
+        "max_capital_words": (0,),
+    }
     if kind in counts:
         c["n"] = rng.choice(counts[kind])
     if kind == "bullet_count":
@@ -471,9 +477,14 @@ def build_heldout(config: HeldoutConfig) -> list[TestRow]:
     n = config.per_capability
     rows: list[TestRow] = []
     pick = _Picker(_rng(config.seed, "knowledge"), roles, notes)
-    rows += [_single(pick, BOUNDARY_TASKS[i % 4], i // 4 % 3 + 1, "knowledge_boundary") for i in range(n)]
+    rows += [
+        _single(pick, spec, i // 4 % 3 + 1, f"knowledge_boundary/{'in' if spec[1] else 'out_of'}_scope")
+        for i, spec in ((i, BOUNDARY_TASKS[i % 4]) for i in range(n))
+    ]
     pick = _Picker(_rng(config.seed, "style"), roles, notes)
-    rows += [_single(pick, STYLE_TASKS[i % 2], i // 2 % 3 + 1, "role_style") for i in range(n // 2)]
+    rows += [
+        _single(pick, STYLE_TASKS[i % 2], i // 2 % 3 + 1, f"role_style/level{i // 2 % 3 + 1}") for i in range(n // 2)
+    ]
     pick = _Picker(_rng(config.seed, "nested"), roles, notes)
     rows += [_nested(pick, NESTED_TASKS[i % 4], i % 3 + 1) for i in range(n)]
     pick = _Picker(_rng(config.seed, "multi_turn"), roles, notes)

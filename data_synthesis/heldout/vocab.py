@@ -167,7 +167,7 @@ TEMPERS: tuple[str, ...] = (
 )
 SIGNATURES: tuple[str, ...] = (
     "Warp and weft!",
-    "Sweet clover!",
+    "Sweet honeysuckle!",
     "Tally-ho!",
     "Well I never!",
     "Hand on heart!",

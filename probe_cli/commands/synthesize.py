@@ -36,12 +36,16 @@ def register(app: typer.Typer) -> None:
 @config_options(SynthesizeConfig)
 def synthesize(
     out: Path = typer.Option(
-        ..., "--out", help="Directory for profiles.jsonl, passages.jsonl, sft.jsonl, dpo.jsonl, test.jsonl."
+        ...,
+        "--out",
+        help="Directory for profiles.jsonl, passages.jsonl, sft.jsonl, dpo.jsonl, test.jsonl (--split heldout: "
+        "heldout.jsonl).",
     ),
     settings: ConfigFlags = FROM_CONFIG,
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of tables."),
 ) -> None:
-    """Synthesize a RoleMRC-format dataset and print rows per file, capability and task."""
+    """Synthesize a RoleMRC-format dataset and print rows per file, capability and task; with --split heldout, the
+    held-out evaluation split and its 8-gram overlap with the training data (exit status 1 above the bound)."""
     config = settings.build()
     check_output_dir(out, "--out")
     data = to_json(synthesize_dataset(out, config))
@@ -49,6 +53,11 @@ def synthesize(
         typer.echo(json.dumps(data, indent=2))
     else:
         _print(data)
+    overlap = data.get("overlap") or {}
+    if overlap:
+        console(stderr=as_json).print(overlap["line"], markup=False)
+        if not overlap["passed"]:
+            raise typer.Exit(1)
 
 
 def _print(data: dict[str, Any]) -> None:
@@ -71,7 +80,7 @@ def _print(data: dict[str, Any]) -> None:
         caps.add_row(cap.value, str(data.get("capabilities", {}).get(cap.value, 0)))
     out.print(caps)
     per_task = data.get("tasks", {})
-    columns = [name for name in DataDir.SPLITS if name in per_task]
+    columns = [name for name in (*DataDir.SPLITS, DataDir.HELDOUT) if name in per_task]
     tasks = Table(title="Rows per task")
     tasks.add_column("task")
     for name in columns:
@@ -80,6 +89,13 @@ def _print(data: dict[str, Any]) -> None:
     for task in names:
         tasks.add_row(task, *(str(per_task[c].get(task, 0)) for c in columns))
     out.print(tasks)
+    if data.get("groups"):
+        groups = Table(title="Held-out rows per group")
+        groups.add_column("group")
+        groups.add_column("rows", justify="right")
+        for name, count in data["groups"].items():
+            groups.add_row(name, str(count))
+        out.print(groups)
 
 
 @config_options()
