@@ -5,7 +5,7 @@ The files hold A/B reports and an evaluation table; the rules of
 evaluation (:func:`eval_difference`), an arm of a report on its target capability
 (:func:`arm_evidence`), which arm answers claim 3 (the scale arm at the paper's factor on DPO: with
 most placebo sets, then the main arm, then the newest report) and which arms answer claim 4 (per
-name, the same preference), and :func:`decide`, which fills ``study.verdicts``.
+name, the same preference); :func:`study.claims.decide` reads them into ``study.verdicts``.
 
 Example:
     >>> from study.stored import EvalRow
@@ -22,19 +22,13 @@ from typing import TYPE_CHECKING
 
 from interventions.evidence import ArmEvidence, Difference
 from interventions.results import ABReport, ArmResult
-from study.layout import CAUSAL_COMMAND_EXTRA, TARGET
-from study.records import Commands
+from study.layout import TARGET
 from study.stored import EvalRecord
 from study.verdicts import (
     ABLATION,
     DIRECTIONAL,
     FACTOR_TOLERANCE,
     PAPER_FACTOR,
-    DepthShare,
-    alignment_tax,
-    late_layers,
-    paper_scaling,
-    units_cause,
 )
 
 if TYPE_CHECKING:
@@ -75,7 +69,7 @@ def _preference(loaded: LoadedReport, arm: ArmResult) -> tuple[int, int, float]:
     return arm.placebo.n_sets, int(arm.role == "main"), loaded.path.stat().st_mtime
 
 
-def _paper_arm(study: Study) -> tuple[LoadedReport, ArmResult] | None:
+def paper_arm(study: Study) -> tuple[LoadedReport, ArmResult] | None:
     found = [
         (r, a)
         for r in study.target_reports()
@@ -85,7 +79,7 @@ def _paper_arm(study: Study) -> tuple[LoadedReport, ArmResult] | None:
     return max(found, key=lambda pair: _preference(*pair)) if found else None
 
 
-def _causal_arms(study: Study) -> list[tuple[LoadedReport, ArmResult]]:
+def causal_arms(study: Study) -> list[tuple[LoadedReport, ArmResult]]:
     best: dict[str, tuple[LoadedReport, ArmResult]] = {}
     for loaded in study.target_reports():
         for arm in loaded.report.arms:
@@ -94,30 +88,3 @@ def _causal_arms(study: Study) -> list[tuple[LoadedReport, ArmResult]]:
             ):
                 best[arm.name] = (loaded, arm)
     return list(best.values())
-
-
-def decide(study: Study) -> None:
-    """The four verdicts (:mod:`study.verdicts`) from the study's records."""
-    commands = Commands(study)
-    untestable = None
-    if study.summary is not None and study.recording and not study.depth:
-        untestable = next((n.split("no depth share: ", 1)[1] for n in study.notes if "no depth share: " in n), None)
-    shares = [DepthShare(r.capability, r.share, r.ci_low, r.ci_high, r.uniform) for r in study.depth.values()]
-    late = late_layers(shares or None, commands.analyze() if study.recording else commands.record(), untestable)
-    study.paper_arm = _paper_arm(study)
-    study.causal_arms = _causal_arms(study)
-    difference = eval_difference(study.evaluation)
-    study.verdicts = [
-        late,
-        alignment_tax(difference, commands.evaluate()),
-        paper_scaling(
-            arm_evidence(study.paper_arm[0].report, study.paper_arm[1]) if study.paper_arm else None,
-            commands.intervene(),
-        ),
-        units_cause(
-            [arm_evidence(r.report, a) for r, a in study.causal_arms] or None,
-            difference,
-            commands.intervene(CAUSAL_COMMAND_EXTRA),
-            commands.evaluate(),
-        ),
-    ]

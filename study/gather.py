@@ -69,7 +69,7 @@ def gather_study(run_dir: str | Path, eval_file: str | Path | None = None) -> St
     _read_explains(study)
     _read_reports(study)
     _read_evaluation(study, Path(eval_file) if eval_file is not None else run.eval_file, eval_file is not None)
-    from study.evidence import decide
+    from study.claims import decide
 
     decide(study)
     commands = Commands(study)

@@ -144,7 +144,8 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
         ),
         Stage(
             "intervene",
-            f"A/B on {TARGET}: edits {','.join(config.edit.edits)}, factors {', '.join(repr(f) for f in config.factors)}, "
+            f"A/B on {TARGET}: edits {','.join(config.edit.edits)}, "
+            f"factors {', '.join(repr(f) for f in config.factors)}, "
             f"{config.placebo} placebo sets, {config.limit or 'all'} {TARGET} "
             f"rows{' and collateral rows' if config.collateral else ''}, {config.generation.max_new_tokens} new tokens",
             seconds["intervene"],

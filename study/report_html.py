@@ -37,40 +37,27 @@ from core.errors import ProbeError
 from core.records import to_json
 from core.run_dir import RunDir
 from interventions.cells import (
-    AFTER,
-    BEFORE,
-    CHANGED,
-    CI,
-    DELTA,
-    PLACEBO,
-    N,
-    P,
-    Row,
-    Strong,
     evaluation_columns,
     evaluation_row,
-    extra,
     fmt_p,
     fmt_percentile,
     html_table,
 )
 from interventions.evidence import MIN_PLACEBO_SETS, PLACEBO_PERCENTILE
-from interventions.report import capability_row
-from interventions.results import ABReport, ArmResult
-from study.evidence import arm_evidence
+from study.claims import CLAIMS, Claim, arm_row, arm_table
+from study.claims import claim as claim_of
 from study.figures import (
     compliance_figure,
-    depth_figure,
     dose_figure,
     heatmap_figure,
     placebo_figure,
     profile_figure,
 )
 from study.gather import analysed_capabilities, gather_study
-from study.layout import CAUSAL_COMMAND_EXTRA, TARGET
+from study.layout import TARGET
 from study.page import Page, e, seconds, verdict_html
 from study.records import Commands, Study
-from study.verdicts import CANNOT_TEST, CLAIMS
+from study.verdicts import CANNOT_TEST
 
 N_CARDS = 5  # neuron cards shown per capability (the explain page keeps all)
 REPORT_STAGE = "report"  # probe replicate's last stage, the one that writes this page
@@ -78,10 +65,7 @@ THIS_PAGE = "this page"  # its status here: the record was saved while the page 
 SECTIONS = (
     "verdicts",
     "pair",
-    "claim-1",
-    "claim-2",
-    "claim-3",
-    "claim-4",
+    *(f"claim-{c.number}" for c in CLAIMS),
     "layers",
     "units",
     "interventions",
@@ -98,10 +82,8 @@ def render(study: Study, where: str | Path | None = None) -> str:
     _header(page, study)
     _verdicts(page, study)
     _pair(page, study)
-    _claim1(page, study)
-    _claim2(page, study)
-    _claim3(page, study)
-    _claim4(page, study)
+    for claim in CLAIMS:
+        _claim(page, study, claim)
     _layers(page, study)
     _units(page, study)
     _interventions(page, study)
@@ -122,7 +104,7 @@ def _header(page: Page, study: Study) -> None:
 def _verdicts(page: Page, study: Study) -> None:
     page.section("verdicts", "The claims and their verdicts")
     rows = "".join(
-        f"<tr><td>{v.claim}</td><td>{e(CLAIMS[v.claim])}</td>"
+        f"<tr><td>{v.claim}</td><td>{e(claim_of(v.claim).statement)}</td>"
         f"<td class=vcell>{verdict_html(v, v.status != CANNOT_TEST)}</td><td>{e(v.reason)}</td></tr>"
         for v in study.verdicts
     )
@@ -188,108 +170,12 @@ def _provenance_cell(prov: dict[str, Any]) -> str:
     )
 
 
-def _claim_head(page: Page, study: Study, claim: int) -> None:
-    page.section(f"claim-{claim}", f"Claim {claim}: {CLAIMS[claim]}")
-    verdict = study.verdicts[claim - 1]
+def _claim(page: Page, study: Study, claim: Claim) -> None:
+    page.section(f"claim-{claim.number}", f"Claim {claim.number}: {claim.statement}")
+    verdict = next(v for v in study.verdicts if v.claim == claim.number)
     why = "" if verdict.status == CANNOT_TEST else f"<p class=note>{e(verdict.reason)}</p>"
     page.add(f"<p>Verdict: {verdict_html(verdict)}</p>{why}")
-
-
-def _claim1(page: Page, study: Study) -> None:
-    _claim_head(page, study, 1)
-    shares = list(study.depth.values())
-    page.figure("depth-share", depth_figure(shares))
-    if shares:
-        rows = []
-        for s in shares:
-            body = study.summary.capabilities.get(s.capability, {}).get(study.hook) if study.summary else None
-            top = ", ".join(str(i) for i in body.top_layer_numbers()[:5]) if body else "—"
-            stability = body.stability.verdict() if body and body.stability else "—"
-            rows.append(
-                f"<tr><td>{e(s.capability)}</td><td>{s.n_samples}</td><td>{100 * s.share:.1f}%</td>"
-                f"<td>[{100 * s.ci_low:.1f}, {100 * s.ci_high:.1f}]</td><td>{100 * s.uniform:.1f}%</td>"
-                f"<td>{e(top)}</td><td>{e(stability)}</td></tr>"
-            )
-        page.add(
-            "<table><tr><th>capability</th><th>N</th><th>window's share of |Δ|</th><th>95% CI</th>"
-            "<th>uniform share</th><th>top layers (analysis window)</th>"
-            "<th>their stability</th></tr>" + "".join(rows) + "</table>"
-        )
-    page.end()
-
-
-def _claim2(page: Page, study: Study) -> None:
-    _claim_head(page, study, 2)
-    if study.evaluation is None:
-        page.absent("an evaluation of the pair", Commands(study).evaluate())
-    else:
-        ordered = sorted(study.evaluation.table, key=lambda r: (r.capability != TARGET, r.capability == "overall"))
-        rows = [evaluation_row(to_json(r), lambda name: Strong(name) if name == TARGET else name) for r in ordered]
-        page.add(html_table(evaluation_columns(base=False), rows))
-    page.end()
-
-
-def _arm_row(report: ABReport, arm: ArmResult) -> Row:
-    g = arm.guard
-    return capability_row(
-        arm.capability(report.capability),
-        arm=arm.name,
-        model=arm.model,
-        dtype=f"{100 * g.changed_fraction_in_dtype:.1f}%",
-        hook="n/a" if g.values_changed is None else f"{g.values_changed}/{g.values_seen}",
-        guard="INVALID" if g.faults else ("NO-OP" if g.is_noop else ""),
-    )
-
-
-_ARM_COLUMNS = [
-    extra("arm"),
-    extra("model"),
-    N,
-    BEFORE,
-    AFTER,
-    DELTA,
-    CI,
-    P,
-    PLACEBO,
-    CHANGED,
-    extra("dtype", "dtype values it changes", numeric=True),
-    extra("hook", "hook values changed", numeric=True),
-    extra("guard"),
-]
-
-
-def _arm_table(rows: list[Row]) -> str:
-    return html_table(_ARM_COLUMNS, rows)
-
-
-def _claim3(page: Page, study: Study) -> None:
-    _claim_head(page, study, 3)
-    if study.paper_arm is None:
-        page.absent("the scaling at 1 − 1e-6 on multi_turn", Commands(study).intervene())
-    else:
-        loaded, arm = study.paper_arm
-        flags = "".join(f"<li>{e(f)}</li>" for f in [*arm.guard.flags, *arm.guard.faults])
-        page.add(
-            f"<p>From <code>{e(loaded.path)}</code> ({e(loaded.report.dtype)}, "
-            f"{loaded.report.neurons.size} units of {e(loaded.report.neurons.hook)}).</p>"
-            f"{_arm_table([_arm_row(loaded.report, arm)])}"
-        )
-        if flags:
-            page.add(f"<p><b>No-op guard:</b></p><ul>{flags}</ul>")
-    page.end()
-
-
-def _claim4(page: Page, study: Study) -> None:
-    _claim_head(page, study, 4)
-    if not study.causal_arms:
-        page.absent("ablation, mean, patching or steering arms", Commands(study).intervene(CAUSAL_COMMAND_EXTRA))
-    else:
-        rows = [_arm_row(r.report, a) for r, a in study.causal_arms]
-        specific = [a.name for r, a in study.causal_arms if arm_evidence(r.report, a).specific()]
-        page.add(
-            f"{_arm_table(rows)}<p class=note>Arms with a specific effect (significant and beyond their "
-            f"placebos): {e(', '.join(specific) or 'none')}.</p>"
-        )
+    claim.body(page, study)
     page.end()
 
 
@@ -346,7 +232,7 @@ def _interventions(page: Page, study: Study) -> None:
             f"<p class=note>{n.size} units of {e(n.hook)}; {e(report.dtype)}, "
             f"backend {e(report.backend)}, judge {e(report.judge)}; placebo family per arm in "
             f"<code>{e(loaded.path)}</code></p>",
-            _arm_table([_arm_row(report, a) for a in report.arms]),
+            arm_table([arm_row(report, a) for a in report.arms]),
         )
         for j, arm in enumerate(report.arms):
             page.figure(f"placebo-{k}-{j}", placebo_figure(report, arm))

@@ -1,6 +1,7 @@
 """The rules that turn a run's evidence into a verdict per claim of the paper's §7, fixed before any result is read.
 
-Four claims, one function each, every threshold a named constant below. The functions read
+Four claims (registered with their statements and sections in :mod:`study.claims`), one function each, every
+threshold a named constant below. The functions read
 small typed records (:class:`DepthShare`, :class:`Difference`, :class:`ArmEvidence`), not
 files, so each rule is tested on hand-made records (``tests/test_report_verdicts.py``) and
 ``docs/report.md`` states the same rules in words. Nothing here may be tuned to a result.
@@ -47,13 +48,6 @@ NO_TARGET_ROWS = (
     f"the evaluation holds no judged {TARGET} row (too few rows were evaluated, or the rule judge could not decide "
     "them: published rows need --judge llm)"
 )
-
-CLAIMS: dict[int, str] = {
-    1: "The SFT/DPO discrepancy concentrates in the later layers (paper: layers 12-31 of 32)",
-    2: "DPO pays an alignment tax on multi-turn instructions",
-    3: "Scaling the most-changed units by (1 - 1e-6) lifts multi-turn compliance",
-    4: "The most-changed units cause the behaviour change (beyond the paper)",
-}
 
 
 @dataclass(frozen=True)

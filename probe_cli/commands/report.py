@@ -47,7 +47,8 @@ def print_study(study: Any, path: Path) -> None:
     from rich.table import Table
 
     from probe_cli.console import console
-    from study.verdicts import CLAIMS, NOT_RUN
+    from study.claims import claim
+    from study.verdicts import NOT_RUN
 
     out = console()
     table = Table(title=f"§7 claims on {study.run_dir}")
@@ -55,7 +56,7 @@ def print_study(study: Any, path: Path) -> None:
         table.add_column(name, justify="right" if name == "#" else "left")
     for verdict in study.verdicts:
         why = verdict.command if verdict.status == NOT_RUN and verdict.command else verdict.reason
-        table.add_row(str(verdict.claim), CLAIMS[verdict.claim], verdict.status, why)
+        table.add_row(str(verdict.claim), claim(verdict.claim).statement, verdict.status, why)
     out.print(table)
     for missing in study.missing:
         out.print(

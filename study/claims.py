@@ -1,0 +1,209 @@
+"""The claim registry: every claim of the paper's §7 that the study judges, the rule that judges it and the section
+of the report that shows its evidence.
+
+A :class:`Claim` says its statement, reads the study's records through :mod:`study.evidence` and applies its rule
+of :mod:`study.verdicts` (``judge``), and renders the body of its section (``body``). :func:`decide` fills
+``study.verdicts`` from the registry, ``probe report`` prints their table, and the HTML page
+(:mod:`study.report_html`) makes one section per claim, in order. A new claim is one entry here, its rule in
+:mod:`study.verdicts` and its words in ``docs/report.md``.
+
+Example:
+    >>> [c.number for c in CLAIMS], claim(2).statement
+    ([1, 2, 3, 4], 'DPO pays an alignment tax on multi-turn instructions')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from core.records import to_json
+from interventions.cells import (
+    AFTER,
+    BEFORE,
+    CHANGED,
+    CI,
+    DELTA,
+    PLACEBO,
+    N,
+    P,
+    Row,
+    Strong,
+    evaluation_columns,
+    evaluation_row,
+    extra,
+    html_table,
+)
+from interventions.report import capability_row
+from interventions.results import ABReport, ArmResult
+from study.evidence import arm_evidence, causal_arms, eval_difference, paper_arm
+from study.figures import depth_figure
+from study.layout import CAUSAL_COMMAND_EXTRA, TARGET
+from study.page import Page, e
+from study.records import Commands, Study
+from study.verdicts import (
+    DepthShare,
+    Verdict,
+    alignment_tax,
+    late_layers,
+    paper_scaling,
+    units_cause,
+)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One claim of the study (module doc)."""
+
+    number: int
+    statement: str
+    judge: Callable[[Study], Verdict]
+    body: Callable[[Page, Study], None]
+
+
+def _late_layers(study: Study) -> Verdict:
+    commands = Commands(study)
+    untestable = None
+    if study.summary is not None and study.recording and not study.depth:
+        untestable = next((n.split("no depth share: ", 1)[1] for n in study.notes if "no depth share: " in n), None)
+    shares = [DepthShare(r.capability, r.share, r.ci_low, r.ci_high, r.uniform) for r in study.depth.values()]
+    return late_layers(shares or None, commands.analyze() if study.recording else commands.record(), untestable)
+
+
+def _alignment_tax(study: Study) -> Verdict:
+    return alignment_tax(eval_difference(study.evaluation), Commands(study).evaluate())
+
+
+def _paper_scaling(study: Study) -> Verdict:
+    found = study.paper_arm
+    return paper_scaling(arm_evidence(found[0].report, found[1]) if found else None, Commands(study).intervene())
+
+
+def _units_cause(study: Study) -> Verdict:
+    commands = Commands(study)
+    return units_cause(
+        [arm_evidence(r.report, a) for r, a in study.causal_arms] or None,
+        eval_difference(study.evaluation),
+        commands.intervene(CAUSAL_COMMAND_EXTRA),
+        commands.evaluate(),
+    )
+
+
+def arm_row(report: ABReport, arm: ArmResult) -> Row:
+    g = arm.guard
+    return capability_row(
+        arm.capability(report.capability),
+        arm=arm.name,
+        model=arm.model,
+        dtype=f"{100 * g.changed_fraction_in_dtype:.1f}%",
+        hook="n/a" if g.values_changed is None else f"{g.values_changed}/{g.values_seen}",
+        guard="INVALID" if g.faults else ("NO-OP" if g.is_noop else ""),
+    )
+
+
+ARM_COLUMNS = [
+    extra("arm"),
+    extra("model"),
+    N,
+    BEFORE,
+    AFTER,
+    DELTA,
+    CI,
+    P,
+    PLACEBO,
+    CHANGED,
+    extra("dtype", "dtype values it changes", numeric=True),
+    extra("hook", "hook values changed", numeric=True),
+    extra("guard"),
+]
+
+
+def arm_table(rows: list[Row]) -> str:
+    return html_table(ARM_COLUMNS, rows)
+
+
+def _depth_evidence(page: Page, study: Study) -> None:
+    shares = list(study.depth.values())
+    page.figure("depth-share", depth_figure(shares))
+    if shares:
+        rows = []
+        for s in shares:
+            body = study.summary.capabilities.get(s.capability, {}).get(study.hook) if study.summary else None
+            top = ", ".join(str(i) for i in body.top_layer_numbers()[:5]) if body else "—"
+            stability = body.stability.verdict() if body and body.stability else "—"
+            rows.append(
+                f"<tr><td>{e(s.capability)}</td><td>{s.n_samples}</td><td>{100 * s.share:.1f}%</td>"
+                f"<td>[{100 * s.ci_low:.1f}, {100 * s.ci_high:.1f}]</td><td>{100 * s.uniform:.1f}%</td>"
+                f"<td>{e(top)}</td><td>{e(stability)}</td></tr>"
+            )
+        page.add(
+            "<table><tr><th>capability</th><th>N</th><th>window's share of |Δ|</th><th>95% CI</th>"
+            "<th>uniform share</th><th>top layers (analysis window)</th>"
+            "<th>their stability</th></tr>" + "".join(rows) + "</table>"
+        )
+
+
+def _evaluation_evidence(page: Page, study: Study) -> None:
+    if study.evaluation is None:
+        page.absent("an evaluation of the pair", Commands(study).evaluate())
+    else:
+        ordered = sorted(study.evaluation.table, key=lambda r: (r.capability != TARGET, r.capability == "overall"))
+        rows = [evaluation_row(to_json(r), lambda name: Strong(name) if name == TARGET else name) for r in ordered]
+        page.add(html_table(evaluation_columns(base=False), rows))
+
+
+def _scaling_evidence(page: Page, study: Study) -> None:
+    if study.paper_arm is None:
+        page.absent("the scaling at 1 − 1e-6 on multi_turn", Commands(study).intervene())
+    else:
+        loaded, arm = study.paper_arm
+        flags = "".join(f"<li>{e(f)}</li>" for f in [*arm.guard.flags, *arm.guard.faults])
+        page.add(
+            f"<p>From <code>{e(loaded.path)}</code> ({e(loaded.report.dtype)}, "
+            f"{loaded.report.neurons.size} units of {e(loaded.report.neurons.hook)}).</p>"
+            f"{arm_table([arm_row(loaded.report, arm)])}"
+        )
+        if flags:
+            page.add(f"<p><b>No-op guard:</b></p><ul>{flags}</ul>")
+
+
+def _causal_evidence(page: Page, study: Study) -> None:
+    if not study.causal_arms:
+        page.absent("ablation, mean, patching or steering arms", Commands(study).intervene(CAUSAL_COMMAND_EXTRA))
+    else:
+        rows = [arm_row(r.report, a) for r, a in study.causal_arms]
+        specific = [a.name for r, a in study.causal_arms if arm_evidence(r.report, a).specific()]
+        page.add(
+            f"{arm_table(rows)}<p class=note>Arms with a specific effect (significant and beyond their "
+            f"placebos): {e(', '.join(specific) or 'none')}.</p>"
+        )
+
+
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        1,
+        "The SFT/DPO discrepancy concentrates in the later layers (paper: layers 12-31 of 32)",
+        _late_layers,
+        _depth_evidence,
+    ),
+    Claim(2, "DPO pays an alignment tax on multi-turn instructions", _alignment_tax, _evaluation_evidence),
+    Claim(
+        3,
+        "Scaling the most-changed units by (1 - 1e-6) lifts multi-turn compliance",
+        _paper_scaling,
+        _scaling_evidence,
+    ),
+    Claim(4, "The most-changed units cause the behaviour change (beyond the paper)", _units_cause, _causal_evidence),
+)
+
+
+def claim(number: int) -> Claim:
+    """The registered claim ``number``."""
+    return next(c for c in CLAIMS if c.number == number)
+
+
+def decide(study: Study) -> None:
+    """Which arms answer the claims (:mod:`study.evidence`), then every claim's verdict, in the registry's order."""
+    study.paper_arm = paper_arm(study)
+    study.causal_arms = causal_arms(study)
+    study.verdicts = [c.judge(study) for c in CLAIMS]
