@@ -12,8 +12,8 @@ from core.decoding import GenerationConfig
 from core.errors import Interrupted
 from core.records import to_json
 from interventions.ab import run_ab
-from interventions.plan import plan_ab
 from interventions.config import ABConfig
+from interventions.plan import plan_ab
 from interventions.select_compare import compare_selections
 from interventions.selection import parse_units
 from probe_cli.main import main
