@@ -22,6 +22,7 @@ seconds; ``PROBE_FUZZ_EXAMPLES`` raises the bound for a longer hunt.
 from __future__ import annotations
 
 import base64
+import gzip
 import logging
 import os
 import signal
@@ -231,7 +232,10 @@ def test_a_hostile_endpoint_ends_in_one_line_within_the_deadline_and_leaks_no_se
         outcome = judge(url, tmp / "cache", judge_files, tmp / "verdicts.jsonl", capsys, caplog, retries)
     lines = outcome.err.strip().splitlines()
     assert outcome.code == 2 and len(lines) == 1 and lines[0].startswith("error: "), outcome.err
-    assert NEEDLES[behaviour.kind] in lines[0], lines[0]
+    needle = NEEDLES[behaviour.kind]
+    if behaviour.kind == "echo" and "\x00" in behaviour.text:  # on the status line: HTTP forbids NUL there (RFC 9112),
+        needle = "malformed reply (RemoteProtocolError: illegal status line"  # so h11 refuses the reply as malformed
+    assert needle in lines[0], lines[0]
     assert outcome.seconds < BOUND_S, (behaviour.kind, outcome.seconds)
     assert "no verdict was written" in lines[0] and not (tmp / "verdicts.jsonl").exists()
     # without it in the URL, the password is just text; without the key in the environment, so is the key
@@ -451,8 +455,10 @@ def test_a_same_origin_redirect_is_followed_and_another_origin_is_one_line(
 
 
 def test_a_proxy_from_the_environment_is_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The proxy gets the absolute URL and its own credentials (Proxy-Authorization); the endpoint's key goes along."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
     with ScriptedServer(responder=lambda _request: "via proxy") as proxy:
-        monkeypatch.setenv("HTTP_PROXY", proxy.base_url.removesuffix("/v1"))
+        monkeypatch.setenv("HTTP_PROXY", proxy.base_url.removesuffix("/v1").replace("http://", "http://pu:pp@"))
         monkeypatch.delenv("NO_PROXY", raising=False)
         monkeypatch.delenv("no_proxy", raising=False)
         client = LLMClient(
@@ -460,6 +466,44 @@ def test_a_proxy_from_the_environment_is_honoured(monkeypatch: pytest.MonkeyPatc
         )
         assert client.chat([{"role": "user", "content": "hi"}]).content == "via proxy"
         assert proxy.chat_requests[0].path == "http://llm.invalid/v1/chat/completions"
+        sent = {k.lower(): v for k, v in proxy.chat_requests[0].headers.items()}
+    assert sent["proxy-authorization"] == "Basic " + base64.b64encode(b"pu:pp").decode()
+    assert sent["authorization"] == f"Bearer {KEY}"
+
+
+def test_loopback_goes_direct_whatever_the_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A proxy that is not there (port 9) is not used for 127.0.0.1 or localhost, with or without NO_PROXY."""
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    with ScriptedServer(responder=lambda _request: "direct") as server:
+        for url in (server.base_url, server.base_url.replace("127.0.0.1", "localhost")):
+            client = LLMClient(ClientConfig(base_url=url, model="m", cache_dir=None, timeout=5, max_retries=0))
+            assert client.chat([{"role": "user", "content": url}]).content == "direct"
+        assert len(server.chat_requests) == 2
+
+
+def test_no_compression_is_asked_for_and_a_compressed_reply_is_refused() -> None:
+    """``Accept-Encoding: identity``; a gzip body sent anyway (here 64 MiB of zeros in 64 KiB) is not inflated."""
+    with ScriptedServer(responder=lambda _request: "plain") as server:
+        client = LLMClient(ClientConfig(base_url=server.base_url, model="m", cache_dir=None, timeout=5, max_retries=0))
+        assert client.chat([{"role": "user", "content": "hi"}]).content == "plain"
+        sent = {k.lower(): v for k, v in server.chat_requests[0].headers.items()}
+    assert sent["accept-encoding"] == "identity"
+    bomb = gzip.compress(b"0" * (64 << 20))
+    head = "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
+    raw = (head + f"content-length: {len(bomb)}\r\nconnection: close\r\n\r\n").encode() + bomb
+    with HostileServer(Hostile("raw", text=raw.decode("utf-8", "surrogateescape")), lifetime=20) as server:
+        client = LLMClient(ClientConfig(base_url=server.base_url, model="m", cache_dir=None, timeout=5, max_retries=0))
+        tracemalloc.start()
+        try:
+            with pytest.raises(ProbeError, match=r"malformed reply \(the body is compressed \(gzip\)"):
+                client.chat([{"role": "user", "content": "hi"}])
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < 8 << 20, peak
 
 
 CTRL_C_BOUND_S = 3.0  # from SIGINT to exit on a loaded 2-core machine; measured 0.5 s (it took 192 s)

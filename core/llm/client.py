@@ -1,16 +1,16 @@
 """A careful client for OpenAI-compatible chat endpoints: cache, retries, bounded concurrency, deadlines.
 
-Requests go through :mod:`core.llm.transport` (one POST with a total deadline and a byte
-cap), not the ``openai`` package: its timeout bounded each read, so a reply dripping a byte
-a second or a chunked body that never ended held a run for ever, and it read bodies of any
-size. We also count retries, honour our own backoff and turn the last failure into a
-one-line :class:`ProbeError` naming the endpoint and the status. This layer decides:
+Requests go through :mod:`core.llm.transport`: the ``openai`` client (request shaping, typed
+replies and errors) over ``httpx2``, held to a total deadline and a byte cap. This layer adds
+what the ``openai`` client does not decide for us: counted retries with our own backoff, and
+the last failure turned into a one-line :class:`ProbeError` naming the endpoint and the
+status. It decides:
 
 * retried (exponential backoff + jitter, at least ``Retry-After``): HTTP 408/409/429/5xx,
   timeouts (no complete reply within ``timeout`` seconds), refused or broken connections
   (reset, or closed before the body was complete), and malformed replies (a body that is
-  not JSON, JSON nested too deeply to parse, a body over the size cap, JSON that is not a
-  chat completion, a completion with no choices);
+  not JSON, JSON nested too deeply to parse, a body over the size cap or compressed, JSON
+  that is not a chat completion, a completion with no choices);
 * fatal at once: other 4xx (bad model name, bad key, bad request), naming the status.
 
 :func:`_classify` is the one place that maps an exception of the transport or the
@@ -50,11 +50,8 @@ Example:
 from __future__ import annotations
 
 import errno
-import http.client
 import json
 import logging
-import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -63,12 +60,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import httpx2
+import openai
+from openai.types.chat import ChatCompletion, ChatCompletionMessage
+
 from core.errors import Interrupted, ProbeError
 from core.llm.backoff import BackoffPolicy
 from core.llm.cache import ReplyCache, normalise_base_url, request_key
 from core.llm.config import ClientConfig
 from core.llm.scrub import Scrubber
-from core.llm.transport import MAX_REDIRECTS, MAX_REPLY_BYTES, BadReply, HttpReply, Redirected, parse_json, post_json
+from core.llm.transport import MAX_REDIRECTS, MAX_REPLY_BYTES, BadReply, Endpoint, NotJSON, Redirected, complete
 
 __all__ = ["ChatReply", "ClientConfig", "ClientStats", "LLMClient", "Messages"]
 
@@ -118,12 +119,7 @@ class LLMClient:
         self.max_reply_bytes = MAX_REPLY_BYTES
         self._lock = threading.Lock()
         self._scrubber = Scrubber(config.secrets())
-        self._url = config.base_url.rstrip("/") + "/chat/completions"
-        self._headers = {
-            "Authorization": config.authorization(),
-            "Accept": "application/json",
-            "User-Agent": "probe-llm-client",
-        }
+        self._endpoint = Endpoint(config.base_url, config.authorization())
         self._log_path: Path | None = config.cache_dir / "requests.log" if config.cache_dir is not None else None
         self._token_param = "max_tokens"
 
@@ -233,24 +229,35 @@ class LLMClient:
     def _ask_once(self, messages: Messages, params: dict[str, Any]) -> ChatReply:
         self._bump("requests")
         sent = self._wire_params(params)
-        payload = {"model": self.config.model, "messages": messages, **sent}
         try:
-            reply = post_json(self._url, payload, self._headers, self.config.timeout, self.max_reply_bytes)
+            completion = complete(
+                self._endpoint,
+                {"model": self.config.model, "messages": messages, **sent},
+                self.config.timeout,
+                self.max_reply_bytes,
+            )
         except Redirected as exc:
             raise self._final(_redirect_advice(self._clip(exc.url, 300), exc.loop)) from None
-        except (OSError, http.client.HTTPException, BadReply, ValueError) as exc:
+        except openai.APIStatusError as exc:
+            return self._refused(exc, messages, params, sent)
+        except (OSError, openai.APIConnectionError, BadReply, NotJSON) as exc:
             raise self._classify(exc) from None
-        if 200 <= reply.status < 300:
-            return self._completion(reply.body)
-        message = self._server_message(reply)
-        if reply.status == 400 and "max_tokens" in sent and "max_completion_tokens" in message:
+        return self._completion(completion)
+
+    def _refused(
+        self, exc: openai.APIStatusError, messages: Messages, params: dict[str, Any], sent: dict[str, Any]
+    ) -> ChatReply:
+        """A status that is not 2xx: ask again with ``max_completion_tokens`` if that is the complaint, else a
+        retryable (408, 409, 429, 5xx) or a final error naming the status and the server's message."""
+        message = self._server_message(exc)
+        if exc.status_code == 400 and "max_tokens" in sent and "max_completion_tokens" in message:
             # Newer OpenAI models reject max_tokens; switch once for this client and ask again.
             log.info("endpoint wants max_completion_tokens instead of max_tokens; switching")
             self._token_param = "max_completion_tokens"
             return self._ask_once(messages, params)
-        what = f"HTTP {reply.status}{message}"
-        if reply.status in RETRYABLE_STATUS or reply.status >= 500:
-            raise _Retryable(what, reply.headers.get("retry-after"))
+        what = f"HTTP {exc.status_code}{message}"
+        if exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500:
+            raise _Retryable(what, exc.response.headers.get("retry-after"))
         raise self._final(what)
 
     def _wire_params(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -273,70 +280,52 @@ class LLMClient:
 
     def _classify(self, exc: BaseException) -> _Retryable:
         """The one mapping of a failed exchange: what went wrong, in words (every such failure is retried)."""
-        if isinstance(exc, TimeoutError):
+        cause = exc.__cause__ if isinstance(exc, openai.APIConnectionError) and exc.__cause__ is not None else exc
+        if isinstance(cause, (TimeoutError, openai.APITimeoutError, httpx2.TimeoutException)):
             return _Retryable(f"timed out after {self.config.timeout:g}s")
-        if isinstance(exc, BadReply):
-            return _Retryable(f"malformed reply ({exc})")
-        if isinstance(exc, http.client.LineTooLong):
-            return _Retryable(f"malformed reply (a status or header line is over 64 KiB: {self._clip(str(exc), 80)})")
-        broken = (
-            http.client.IncompleteRead,
-            http.client.RemoteDisconnected,
-            http.client.BadStatusLine,
-            ConnectionResetError,
-            BrokenPipeError,
-            ConnectionAbortedError,
-        )
-        if isinstance(exc, broken):
+        if isinstance(cause, BadReply):
+            return _Retryable(f"malformed reply ({self._clip(str(cause), 200)})")
+        if isinstance(cause, NotJSON):
+            begins = self._clip(cause.text, 60)
             return _Retryable(
-                "connection failed: the connection broke before the reply was complete "
-                f"({type(exc).__name__}: {self._clip(str(exc), 80)})"
+                f"malformed reply (the body is not valid JSON: {self._clip(str(cause), 80)}; it begins {begins!r})"
             )
-        if isinstance(exc, ConnectionRefusedError) or getattr(exc, "errno", None) == errno.ECONNREFUSED:
+        said = type(cause).__name__ + (f": {self._clip(str(cause), 80)}" if str(cause) else "")
+        if _refused(cause):
             return _Retryable("connection failed: refused (is a server listening there?)")
-        if isinstance(exc, (socket.gaierror, ssl.SSLError, OSError)):
+        if isinstance(cause, httpx2.ConnectError | httpx2.ProxyError | OSError):
             return _Retryable(
-                f"connection failed: could not connect ({self._clip(str(exc), 80)}; is a server listening there?)"
+                f"connection failed: could not connect ({self._clip(str(cause), 80)}; is a server listening there?)"
             )
-        return _Retryable(f"malformed reply ({type(exc).__name__}: {self._clip(str(exc), 80)})")
+        if isinstance(cause, httpx2.ReadError | httpx2.WriteError) or _broke_off(cause):
+            return _Retryable(f"connection failed: the connection broke before the reply was complete ({said})")
+        return _Retryable(f"malformed reply ({said})")
 
-    def _completion(self, body: bytes) -> ChatReply:
-        """Content of the first choice; anything that is not a chat completion is retryable garbage."""
-        try:
-            data = parse_json(body)
-        except BadReply as exc:
-            raise _Retryable(f"malformed reply ({exc})") from None
-        except ValueError as exc:  # not JSON, or not UTF-8
-            begins = self._clip(body[:4096].decode("utf-8", "replace"), 60)
-            raise _Retryable(
-                f"malformed reply (the body is not valid JSON: {self._clip(str(exc), 80)}; it begins {begins!r})"
-            ) from None
-        choices = data.get("choices") if isinstance(data, dict) else None
+    def _completion(self, completion: ChatCompletion) -> ChatReply:
+        """Content of the first choice; anything that is not a chat completion is retryable garbage.
+
+        ``openai`` builds its typed reply without validating it, so each level is checked for its type."""
+        choices = getattr(completion, "choices", None)
         if not isinstance(choices, list) or not choices:
             raise _Retryable("malformed reply (not a chat completion: JSON without 'choices')")
-        first = choices[0] if isinstance(choices[0], dict) else {}
-        message = first.get("message")
-        content = message.get("content") if isinstance(message, dict) else None
-        if not isinstance(message, dict) or not (content is None or isinstance(content, str)):
+        message = getattr(choices[0], "message", None)
+        content = getattr(message, "content", None)
+        if not isinstance(message, ChatCompletionMessage) or not (content is None or isinstance(content, str)):
             raise _Retryable("malformed reply (first choice has no message text)")
-        finish = first.get("finish_reason")
+        finish = getattr(choices[0], "finish_reason", None)
         return ChatReply(
             self._scrubber.scrub(content or ""), self._clip(finish, 40) if isinstance(finish, str) else None
         )
 
-    def _server_message(self, reply: HttpReply) -> str:
+    def _server_message(self, exc: openai.APIStatusError) -> str:
         """The error message of a failed reply (OpenAI's ``error.message``, FastAPI's ``detail``),
         else its reason phrase."""
-        try:
-            body = parse_json(reply.body)
-        except (ValueError, BadReply):
-            body = None
-        message: Any = None
+        body, message = exc.body, None
         if isinstance(body, dict):
             inner = body.get("error", body)
             message = inner.get("message") if isinstance(inner, dict) else inner
             message = message or body.get("detail")
-        text = _as_text(message) or reply.reason
+        text = _as_text(message) or exc.response.reason_phrase
         return f" {self._clip(text, 200)}" if text else ""
 
     def _bump(self, counter: str) -> None:
@@ -414,6 +403,22 @@ def _redirect_advice(url: str, loop: bool) -> str:
         f"redirected to another origin, {url}; requests are not sent on to another origin (they carry the key): "
         f"point --base-url at it (--base-url {base})"
     )
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether ``exc``, or what it wraps, is a refused connection."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError) or getattr(seen, "errno", None) == errno.ECONNREFUSED:
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _broke_off(exc: BaseException) -> bool:
+    """Whether ``exc`` says the server closed the connection before the reply was complete (h11's words)."""
+    text = str(exc).lower()
+    return isinstance(exc, httpx2.RemoteProtocolError) and ("closed" in text or "disconnected" in text)
 
 
 def _as_text(value: Any) -> str:
