@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
+from access.directions import DIRECTIONS
 from core.config_fields import option
 from core.config_file import NON_NEGATIVE, POSITIVE, SEED, Range, choice, typed_config
 from core.errors import ProbeError
@@ -32,6 +33,7 @@ ATTRIBUTION_POSITIONS: tuple[str, ...] = ("all", "response")
 NORMALIZATIONS: tuple[str, ...] = ("samples", "width")
 RULES: tuple[str, ...] = ("top_k_abs", "fdr")
 TESTS: tuple[str, ...] = ("t", "wilcoxon")  # paired tests of mean_diff/effect_size (analysis.stats)
+BASES: tuple[str, ...] = ("global", "local")  # analysis.basis says what each means
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,14 @@ class AnalysisConfig:
         "topk_count (the paper's top-k% membership counts), mean_diff, effect_size (paired d_z), or attribution "
         "(gradient x (SFT - DPO) activation: the estimated change of --attribution-m if the DPO unit took the SFT "
         "value; loads the run's models).",
+    )
+    basis: str = option(
+        "global",
+        "global (DPO vs SFT on the same prompt: the paper's maps) or local (each DPO layer run on SFT's input to it: "
+        "what that layer's own weights change; needs the local recording: `probe run` makes it unless --local none).",
+    )
+    direction: str | None = option(
+        None, "local basis: dpo_on_sft or sft_on_dpo (default: the one recorded; dpo_on_sft when both were)."
     )
     top_percent: Annotated[float, Range(0, 100, low_open=True)] = option(
         20.0, "topk_count: share of units kept per sample and layer, in percent."
@@ -99,8 +109,18 @@ class AnalysisConfig:
             ("test", TESTS),
             ("attribution_m", ATTRIBUTION_MS),
             ("attribution_positions", ATTRIBUTION_POSITIONS),
+            ("basis", BASES),
         ):
             choice(name, getattr(self, name), allowed)
+        if self.direction is not None:
+            choice("direction", self.direction, tuple(DIRECTIONS))
+            if self.basis != "local":
+                raise ProbeError("--direction applies to --basis local")
+        if self.basis == "local" and self.metric == "attribution":
+            raise ProbeError(
+                "--basis local applies to the activation metrics (topk_count, mean_diff, effect_size); attribution "
+                "ranks DPO units by a gradient on the same prompt"
+            )
         if self.dpo_data is not None:
             object.__setattr__(self, "dpo_data", Path(self.dpo_data))  # frozen: the one place a value is converted
         if self.normalize == "width" and self.metric != "topk_count":

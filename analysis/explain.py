@@ -6,7 +6,8 @@ and base → SFT (:mod:`analysis.weight_change`); (3) compares that ranking with
 activation ranking, layer by layer (:mod:`analysis.agreement`); (4) reads the DPO − SFT mean
 difference of every window layer through the DPO model's final norm and unembedding
 (:mod:`analysis.readout`); (5) writes a card per top unit of the saved analysis (ranked as
-``probe analyze`` ranked them: |Δ| of its metric, within its window, nonzero only). Outputs,
+``probe analyze`` ranked them: |Δ| of its metric, within its window, nonzero only; in the analysis's basis,
+global or local, :mod:`analysis.basis`: pass ``--analysis RUN_DIR/analysis/local`` for the local one). Outputs,
 written together into the run's analysis directory (or ``out_dir``), beside the activation maps
 (:class:`core.run_dir.AnalysisDir` names them)::
 
@@ -239,8 +240,14 @@ def _other_maps(context: _Context, maps: MetricMaps, test: str | None = None) ->
                 test=test if test in TESTS else AnalysisConfig.test,
                 stability_resamples=0,
             )
-            out[metric] = compute_maps(context.run, maps.capability, maps.hook, maps.layers, config)
+            out[metric] = compute_maps(context.run, maps.capability, maps.hook, maps.layers, config, _models(maps))
     return out
+
+
+def _models(maps: MetricMaps) -> tuple[str, str]:
+    """The stored groups a map compares: sft and dpo (global basis), or a local pair (:mod:`analysis.basis`)."""
+    before, after = maps.settings.get("models", ("sft", "dpo"))
+    return str(before), str(after)
 
 
 # --- one hook point --------------------------------------------------------------------------------------------------
@@ -295,6 +302,11 @@ def _cards(
             np.nan_to_num(change.relative[window_rows], posinf=np.finfo(np.float64).max)
         )
     acts = {m: read_window(context.run, m, maps.capability, maps.hook, maps.layers) for m in ("sft", "dpo")}
+    before, after = _models(maps)
+    compared = {
+        m: acts[m] if m in acts else read_window(context.run, m, maps.capability, maps.hook, maps.layers)
+        for m in (before, after)
+    }
     pairs = [(maps.layers[r], u) for r, u in units]
     readouts = read_out(
         context.lens, unit_directions(context.models.dpo, maps.hook, pairs), context.tokens, context.decode
@@ -302,7 +314,7 @@ def _cards(
     samples = context.run.samples(maps.capability)
     cards = []
     for (row, unit), readout in zip(units, readouts, strict=True):
-        low, high = _delta_ci(acts["sft"][:, row], acts["dpo"][:, row], unit, maps, context.seed)
+        low, high = _delta_ci(compared[before][:, row], compared[after][:, row], unit, maps, context.seed)
         cards.append(
             NeuronCard(
                 layer=maps.layers[row],

@@ -92,7 +92,8 @@ def page_html(record: ExplainRecord) -> str:
         f"<!doctype html><html><head><meta charset=utf-8><title>{_e(title)}</title><style>{_STYLE}</style></head>"
         "<body>",
         f"<h1>{_e(title)}</h1>"
-        f"<p>run <code>{_e(record.run_dir)}</code>; metric {_e(record.metric)}, N={record.n_samples}, "
+        f"<p>run <code>{_e(record.run_dir)}</code>; metric {_e(record.metric)} in the "
+        f"{_e(str(record.analysis_settings.get('basis', 'global')))} basis, N={record.n_samples}, "
         f"position {_e(record.position)}; window: {_e(record.window.describe())}</p>",
         f"<table><tr><th>model</th><th>directory</th><th>weights_sha256</th></tr>{models}</table>",
         f"<p class=note>Read-outs use the {_e(record.lens.get('model'))} model's final norm and unembedding "

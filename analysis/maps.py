@@ -52,6 +52,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from analysis.basis import basis_of_settings
 from analysis.config import AnalysisConfig
 from analysis.metric_maps import MetricMaps
 from analysis.profile import layer_scores
@@ -92,7 +93,9 @@ def compute_maps(
     """The maps of ``config.metric`` for one capability and hook over ``layers`` (a :class:`Window` stays on them).
 
     ``models``: (before, after); ``("base", "sft")`` gives the SFT − base maps of a run recorded with ``--base``
-    (:mod:`analysis.base_compare`), whose ``sft``/``dpo`` arrays then hold base and SFT.
+    (:mod:`analysis.base_compare`), whose ``sft``/``dpo`` arrays then hold base and SFT; ``("sft", "dpo_on_sft")``
+    or ``("sft_on_dpo", "dpo")`` the local basis (:mod:`analysis.basis`; the settings then say ``basis`` and
+    ``direction``).
     """
     if config.metric == "attribution":
         from analysis.attribution_maps import attribution_maps
@@ -129,6 +132,9 @@ def compute_maps(
         settings.update(test=config.test)
     if models != ("sft", "dpo"):
         settings["models"] = list(models)
+        basis, direction = basis_of_settings(settings)
+        if direction is not None:
+            settings.update(basis=basis, direction=direction)
     return MetricMaps(
         capability,
         hook,

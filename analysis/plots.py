@@ -32,6 +32,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from analysis.basis import basis_of_settings
 from analysis.metric_maps import MetricMaps
 from analysis.profile import layer_profile, unit_order
 from analysis.window import format_layers
@@ -135,9 +136,15 @@ def _title(maps: MetricMaps) -> str:
     """Capability, hook, metric, N and layers, then a subtitle with why these layers (when known)."""
     head = (
         f"{title_of(maps.capability)} · {maps.hook} · {maps.metric} (N={maps.n_samples}) "
-        f"· layers {format_layers(maps.layers)}"
+        f"· layers {format_layers(maps.layers)} · {basis_tag(maps)}"
     )
     return head + _window_subtitle([maps])
+
+
+def basis_tag(maps: MetricMaps) -> str:
+    """'global basis' or 'local basis (dpo_on_sft)': which basis a map is in (:mod:`analysis.basis`)."""
+    basis, direction = basis_of_settings(maps.settings)
+    return f"{basis} basis" + (f" ({direction})" if direction else "")
 
 
 def _window_subtitle(all_maps: list[MetricMaps]) -> str:
@@ -212,7 +219,8 @@ def faceted_figure(all_maps: list[MetricMaps], reorder: bool = False) -> go.Figu
     first = all_maps[0]
     spans = ", ".join(dict.fromkeys(format_layers(m.layers) for m in all_maps))
     fig.update_layout(
-        title=f"DPO − SFT by capability · {first.hook} · {first.metric} · layers {spans}{_window_subtitle(all_maps)}",
+        title=f"DPO − SFT by capability · {first.hook} · {first.metric} · layers {spans} · {basis_tag(first)}"
+        f"{_window_subtitle(all_maps)}",
         height=260 * len(all_maps) + 120,
         width=1200,
         margin=_TITLE_ROOM,

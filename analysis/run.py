@@ -6,7 +6,9 @@ interventions' ranking fallback call. It reads the run's recording through
 writes into the run's analysis directory (or ``out_dir``), whose file names
 :class:`core.run_dir.AnalysisDir` gives::
 
-    summary          per capability × hook: the window used and why, top layers (and how stable their ranking is
+    summary          the basis (global: DPO vs SFT on the same prompt; local: each layer on the same input,
+                     written to RUN_DIR/analysis/local by default, :mod:`analysis.basis`); per capability × hook:
+                     the window used and why, top layers (and how stable their ranking is
                      under a bootstrap of the prompts) and units; settings, warnings
     maps             /{capability}/{hook}/{sft,dpo,delta,pvalues,qvalues,layers}, one file per metric
     base maps        the same for SFT − base, in a run recorded with --base (analysis.base_compare); the overlap and
@@ -37,6 +39,7 @@ from pathlib import Path
 import analysis.plots as plots_module
 from access.hook_points import validate_hook
 from analysis.base_compare import BaseComparison, compare_maps
+from analysis.basis import analysis_dir, basis_models
 from analysis.config import AnalysisConfig
 from analysis.maps import compute_maps, save_maps
 from analysis.metric_maps import MetricMaps
@@ -49,7 +52,7 @@ from analysis.window import format_layers, model_depth, resolve_window
 from core.atomic import StagedSet, file_set
 from core.capabilities import parse_capabilities
 from core.errors import ProbeError
-from core.run_dir import AnalysisDir, RunDir
+from core.run_dir import AnalysisDir
 from probes.store import MODELS, RunReader
 
 
@@ -90,7 +93,8 @@ def analyze_run(
     """Analyse a recorded run as ``config`` says (metric, window, neuron selection, bootstrap; see
     :class:`analysis.config.AnalysisConfig`); see the module docstring for the files written.
 
-    ``capabilities``/``hooks``: None = everything recorded. ``out_dir``: None = ``RUN_DIR/analysis``.
+    ``capabilities``/``hooks``: None = everything recorded. ``out_dir``: None = ``RUN_DIR/analysis``
+    (``RUN_DIR/analysis/local`` for ``config.basis == "local"``, see :mod:`analysis.basis`).
     ``plots``: write the figures; ``png``: also as PNG (None = when Chromium exists).
     """
     if plots and png is True and not plots_module.chromium_available():
@@ -98,7 +102,7 @@ def analyze_run(
             "--png: PNG export needs Chromium (kaleido renders with it); install it (`make chromium`) or pass --no-png"
         )
     run_path = Path(run_dir)
-    layout = AnalysisDir(out_dir) if out_dir is not None else RunDir(run_path).analysis
+    layout = analysis_dir(run_path, config.basis, out_dir)
     target = layout.root
     with RunReader(run_path) as run:
         selected = _capabilities(run, capabilities)
@@ -110,7 +114,8 @@ def analyze_run(
             for hook in _hooks(run, cap, hooks):
                 window = resolve_window(config.layers, n_model, run.layers(cap, hook))
                 warnings.extend(n for n in window.warnings if n not in warnings)
-                all_maps[(cap, hook)] = compute_maps(run, cap, hook, window, config)
+                models = basis_models(run, cap, hook, config.basis, config.direction)
+                all_maps[(cap, hook)] = compute_maps(run, cap, hook, window, config, models)
         base_maps = _base_maps(run, all_maps, config)
     result = AnalysisOutputs(target, layout.summary, layout.maps(config.metric), all_maps, warnings=warnings)
     result.base_maps = base_maps
@@ -160,8 +165,8 @@ def _base_maps(
     run: RunReader, maps: dict[tuple[str, str], MetricMaps], config: AnalysisConfig
 ) -> dict[tuple[str, str], MetricMaps]:
     """SFT − base maps over the same windows, when the run recorded a base (not for attribution:
-    it ranks DPO units only)."""
-    if "base" not in run.models() or config.metric == "attribution":
+    it ranks DPO units only; nor in the local basis: SFT − base is a global comparison)."""
+    if "base" not in run.models() or config.metric == "attribution" or config.basis != "global":
         return {}
     plain = replace(config, stability_resamples=0)
     return {

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, cast
 
+from access.directions import DEFAULT_LOCAL, LOCAL_CHOICES
 from access.driver_table import DEFAULT_DRIVER, DRIVERS
 from core.capabilities import Capability, parse_capabilities
 from core.config_fields import option
@@ -136,6 +137,11 @@ class RecordConfig:
         "base.",
         flag="--base",
     )
+    local: str = option(
+        DEFAULT_LOCAL,
+        "Also record each layer of one model run on the other's input to that layer (the local basis, `probe "
+        "analyze --basis local`): dpo_on_sft (DPO's block on SFT's input), sft_on_dpo, both, or none.",
+    )
     backend: str = option(
         DEFAULT_DRIVER, "torch (plain hooks, fastest), transformer_lens (TransformerBridge) or nnsight."
     )
@@ -174,6 +180,7 @@ class RecordConfig:
                 message=f"--response and --responses apply to --position response_mean or response_last, "
                 f"not {self.position}",
             )
+        self.local = choice("local", self.local, LOCAL_CHOICES, lenient=True)
         self.backend = choice("backend", self.backend, DRIVERS, lenient=True, aliases={"tl": "transformer_lens"})
         self.dtype = choice("dtype", self.dtype, COMPUTE_DTYPES, lenient=True)
         self.store_dtype = choice("store_dtype", self.store_dtype, STORE_DTYPES, lenient=True)
@@ -216,6 +223,7 @@ class RecordConfig:
             "position": self.position,
             **({"response": self.response} if is_response_position(self.position) else {}),
             "base": self.base_dir is not None,
+            "local": self.local,
             "backend": self.backend,
             "batch_size": self.batch_size,
             "max_batch_tokens": self.max_batch_tokens,

@@ -57,7 +57,7 @@ from core.records import to_json
 from core.run_dir import RunDir
 from probes.samples import SampleColumns
 from probes.settings import COMPAT_KEYS, RunSettings
-from probes.store import ALL_MODELS, MAX_INFLATION, MODELS, RunWriter, read_file_settings
+from probes.store import ALL_MODELS, MAX_INFLATION, MODELS, STORED_GROUPS, RunWriter, read_file_settings
 
 _SHARD_TEXT = ("tasks", "prompts")
 _SHARD_INTS = ("sample_ids", "prompt_lengths")
@@ -234,10 +234,10 @@ def _member_rule(name: str, dtype: np.dtype, hooks: set[str] | None) -> str:
     if (
         len(parts) != 3
         or parts[0] != "act"
-        or parts[1] not in ALL_MODELS
+        or parts[1] not in STORED_GROUPS
         or (hooks is not None and parts[2] not in hooks)
     ):
-        models = "|".join(ALL_MODELS)
+        models = "|".join(STORED_GROUPS)
         return f"one of sample_ids, tasks, prompt_lengths, prompts, seal, act__<{models}>__<hook of this run>"
     return "" if dtype.kind == "f" else "floating-point activations"
 

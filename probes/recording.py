@@ -19,7 +19,9 @@ expensive happens, and every expensive step survives an interruption:
 With ``--position response_mean|response_last`` each prompt is followed by a teacher-forced
 response (:mod:`probes.responses`), rendered in step 3; with ``--base`` a third model, ``base``,
 is checked in step 2, loaded beside the pair in step 4 and recorded in the same batches and
-shards in step 5.
+shards in step 5. Unless ``--local none``, the forward that records SFT (or DPO) also runs the other
+model's block *l* on its input to block *l*, for every recorded layer (:mod:`access.local_blocks`), stored
+beside the models as ``dpo_on_sft`` (or ``sft_on_dpo``): the local basis of ``probe analyze --basis local``.
 
 Under torchrun / accelerate launch every process runs steps 1-5 on its own share of the
 batches and rank 0 alone holds the lock, writes the settings file and consolidates
@@ -169,6 +171,7 @@ def _settings(
         responses_sha256=file_sha256(responses) if responses else "",
         base_dir=str(config.base_dir.resolve()) if config.base_dir else "",
         base_weights_sha256=weights_sha256(config.base_dir) if config.base_dir else "",
+        local="" if config.local == "none" else config.local,
     )
 
 
@@ -250,18 +253,28 @@ def plan_work(
 
 
 def _record_batches(
-    run_dir: Path, work: list[Work], backends: dict[str, Any], store_dtype: str, pad_id: int, bar: Any
+    run_dir: Path,
+    work: list[Work],
+    backends: dict[str, Any],
+    store_dtype: str,
+    pad_id: int,
+    bar: Any,
+    local: dict[str, tuple[str, Any]] | None = None,
 ) -> dict[str, int]:
+    """Every batch of ``work``: each model through its backend and, where ``local`` has a recorder for that model
+    (``{source model: (direction, LocalRecorder)}``), the other model's blocks on its block inputs in the same
+    forward; one shard per batch."""
     recorded: dict[str, int] = {}
     settings = settings_digest(run_dir)  # run.json is written before the first batch and not changed after
     for item in work:
         batch = make_batch(item.prompts, item.positions, pad_id)
         acts = {}
         for model, backend in backends.items():
-            for hook, values in backend.record(batch).items():
-                acts[(model, hook)] = _to_store(
-                    values, store_dtype, f"{model} {batch.capability} {hook} batch at {batch.start}"
-                )
+            for group, values in _record_model(batch, model, backend, (local or {}).get(model)).items():
+                for hook, value in values.items():
+                    acts[(group, hook)] = _to_store(
+                        value, store_dtype, f"{group} {batch.capability} {hook} batch at {batch.start}"
+                    )
         try:
             write_shard(run_dir, Shard(batch.capability, batch.start, batch.samples, acts), settings)
         except OSError as exc:
@@ -270,6 +283,15 @@ def _record_batches(
         if bar is not None:
             bar.update(len(batch))
     return recorded
+
+
+def _record_model(batch: Any, model: str, backend: Any, local: tuple[str, Any] | None) -> dict[str, Any]:
+    """``{model: {hook: values}}``, plus ``{direction: {hook: values}}`` when a local recorder rides on this model."""
+    if local is None:
+        return {model: backend.record(batch)}
+    direction, recorder = local
+    local_values = recorder.record(batch, lambda: backend.record(batch))
+    return {model: recorder.last, direction: local_values}
 
 
 def record_run(config: RecordConfig, progress: bool = True) -> RunResult:
@@ -392,6 +414,7 @@ def _record_into(
     import torch
 
     from access.drivers import make_backend
+    from access.local_blocks import local_recorders
     from access.pair import load_base, load_pair
 
     with ExitStack() as stack:
@@ -427,11 +450,16 @@ def _record_into(
                 for name, model in models.items()
             }
         )
+        local = world.agree(
+            lambda: local_recorders(config.local, pair.models(), config.hooks, inputs.layers, config.position)
+        )
         work = plan_work(inputs.prompt_sets, done, config.batch_size, budget)
         mine = [item for k, item in enumerate(work) if world.owns(k)]
         bar = _progress_bar(sum(len(w.positions) for w in mine), progress and world.is_main, world, "+".join(models))
         try:
-            recorded = world.agree(lambda: _record_batches(run_dir, mine, backends, config.store_dtype, pad_id, bar))
+            recorded = world.agree(
+                lambda: _record_batches(run_dir, mine, backends, config.store_dtype, pad_id, bar, local)
+            )
         finally:
             if bar is not None:
                 bar.close()

@@ -9,7 +9,7 @@ keeps it self-describing when it is copied alone. Both are :func:`core.records.t
 same object, and every reader goes through :meth:`RunSettings.read`, so no reader guesses a key.
 
 Files written before the version field (version 1) have the same keys and open unchanged; so do files
-written before the response and base fields (they read as "no response, no base");
+written before the response, base and local fields (they read as "no response, no base, no local basis");
 a version newer than this toolkit's is refused with one line.
 
 Example:
@@ -49,6 +49,7 @@ COMPAT_KEYS: tuple[str, ...] = (
     "response",
     "responses_sha256",
     "base_weights_sha256",
+    "local",
 )
 
 
@@ -81,6 +82,7 @@ class RunSettings:
     responses_sha256: str = ""
     base_dir: str = ""  # the third model, recorded as "base" ("": none)
     base_weights_sha256: str = ""
+    local: str = ""  # the local directions recorded (access.directions): dpo_on_sft, sft_on_dpo, both ("": none)
 
     def model_dir(self, model: str) -> str:
         """The directory the run loaded ``model`` (``sft``, ``dpo`` or ``base``) from."""

@@ -12,10 +12,14 @@ Layout of the run's HDF5 file (:attr:`core.run_dir.RunDir.activations`; schema v
     /samples/{capability}/prompts       (N,) str     rendered prompt text
     /activations/{model}/{capability}/{hook}
                                         (N, n_stored_layers, width) float16|float32
+                                        (model: sft, dpo, base, or a local group dpo_on_sft, sft_on_dpo)
                                         attrs: layers (stored layer indices), hook_tl_name
 
 ``base`` (the model the SFT started from) is there only in runs recorded with ``--base``: older
-runs and runs without it simply have no base group, and open as before.
+runs and runs without it simply have no base group, and open as before. The *local* groups
+``dpo_on_sft`` (DPO's block *l* run on SFT's input to block *l*) and ``sft_on_dpo`` (the reverse)
+sit beside the models with the same shape, layers and hooks (:mod:`access.local_blocks`); a run
+holds those its ``settings.local`` names, and runs recorded before them have none.
 ``settings`` holds everything that must match for two recordings to share a file
 (backend, position, hooks, layers, dtypes, data hash, ...). Datasets are chunked
 along N, gzip-compressed and grown batch by batch, so memory is bounded by one batch.
@@ -56,6 +60,7 @@ from typing import Any
 import h5py
 import numpy as np
 
+from access.directions import DIRECTIONS
 from core.errors import ProbeError
 from core.hdf5 import first_line
 from core.records import to_json
@@ -68,6 +73,9 @@ MODELS: tuple[str, ...] = ("sft", "dpo")  # every run has both
 # recorded when asked (``probe run --base``); a run without it has no base group
 OPTIONAL_MODELS: tuple[str, ...] = ("base",)
 ALL_MODELS: tuple[str, ...] = MODELS + OPTIONAL_MODELS
+# one model's blocks run on the other's block inputs (access.directions), recorded unless ``--local none``
+LOCAL_GROUPS: tuple[str, ...] = tuple(DIRECTIONS)
+STORED_GROUPS: tuple[str, ...] = ALL_MODELS + LOCAL_GROUPS
 STORE_DTYPES: tuple[str, ...] = ("float16", "float32")
 MAX_INFLATION = 1100  # deflate cannot expand data more than ~1032-fold; a claim beyond that is not in the file
 MAX_MODEL_LAYERS = 100_000
@@ -143,6 +151,10 @@ class RunReader:
     def models(self) -> list[str]:
         """The models with recorded activations: ``sft``, ``dpo`` and, in a run recorded with ``--base``, ``base``."""
         return [m for m in ALL_MODELS if any(key[0] == m for key in self._datasets)]
+
+    def local_directions(self, capability: str, hook: str) -> list[str]:
+        """The local directions (:mod:`access.directions`) recorded for ``capability`` and ``hook``; [] in old runs."""
+        return [d for d in LOCAL_GROUPS if (d, capability, hook) in self._datasets]
 
     def capabilities(self) -> list[str]:
         """Capabilities with at least one recorded sample, in file order."""
@@ -547,8 +559,8 @@ def _check_against_settings(run: RunReader, path: Path) -> None:
     s = run.settings
     for (model, cap, hook), stored in run._datasets.items():
         name = f"activations/{model}/{cap}/{hook}"
-        if model not in ALL_MODELS:
-            raise ProbeError(f"{path}: {name}: unknown model {model!r}; expected {', '.join(ALL_MODELS)}")
+        if model not in STORED_GROUPS:
+            raise ProbeError(f"{path}: {name}: unknown model {model!r}; expected {', '.join(STORED_GROUPS)}")
         if cap not in run._samples:
             raise ProbeError(f"{path}: {name} has no sample records (samples/{cap}); the file is damaged")
         if s.hooks and hook not in s.hooks:

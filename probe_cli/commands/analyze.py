@@ -48,7 +48,9 @@ def analyze(
         "--hook",
         help="Hook point (repeatable): mlp_out, attn_out, resid_post, mlp_post; default: every recorded one.",
     ),
-    out: Path | None = typer.Option(None, "--out", help="Output directory (default: RUN_DIR/analysis)."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Output directory (default: RUN_DIR/analysis; RUN_DIR/analysis/local for --basis local)."
+    ),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write plotly figures."),
     png: bool | None = typer.Option(
         None, "--png/--no-png", help="PNG export through kaleido (default: when Chromium is installed)."
@@ -57,13 +59,14 @@ def analyze(
 ) -> None:
     """Compare SFT and DPO activations of a run: maps, per-layer profile, neuron sets, plots."""
     from analysis import analyze_run
+    from analysis.basis import analysis_dir
     from probe_cli.console import console
 
     config = settings.build()
     if out is not None or run_dir.is_dir():
         run = RunDir(run_dir)
         check_output_dir(
-            out or run.analysis.root,
+            analysis_dir(run_dir, config.basis, out).root,
             "--out" if out is not None else "the default --out",
             {"RUN_DIR's recording": run.activations, "RUN_DIR's settings": run.settings_file},
         )
@@ -95,10 +98,15 @@ def print_report(result: AnalysisResult, console: Console, show: int = 5) -> Non
     """The top-layers table per capability × hook, then warnings and output paths."""
     from rich.table import Table
 
+    from analysis.basis import describe_basis
+
     summary = result.summary
     alpha = summary.settings["fdr_alpha"]
+    basis = summary.settings.get("basis", "global")
     for cap, hook, body in summary.hooks():
-        table = Table(title=f"{cap} · {hook} · {summary.metric} · N={body.n_samples} · layers {body.layers}")
+        table = Table(
+            title=f"{cap} · {hook} · {summary.metric} · {basis} basis · N={body.n_samples} · layers {body.layers}"
+        )
         for name in ("rank", "layer", "mean |Δ|", f"share q≤{alpha:g}", "RMS sft", "RMS dpo", "top unit", "its Δ"):
             table.add_column(name, justify="right")
         best = _best_unit_by_layer(body.top_units)
@@ -118,6 +126,9 @@ def print_report(result: AnalysisResult, console: Console, show: int = 5) -> Non
         for line in (window_line(body), stability_line(body), base_line(body)):
             if line:
                 console.print(line, markup=False, highlight=False, soft_wrap=True)
+    maps = next(iter(result.maps.values()), None)
+    direction = maps.settings.get("direction") if maps is not None else None
+    console.print(describe_basis(basis, direction), markup=False, highlight=False, soft_wrap=True)
     print_warnings(result, console)
     console.print(f"summary: {result.summary_path}")
     console.print(f"maps: {result.maps_path}")
