@@ -144,7 +144,7 @@ def test_the_judge_is_not_trivial_on_the_split(rows: list[TestRow]) -> None:
 
 def test_split_has_all_five_capabilities_levels_triples_and_boundaries(rows: list[TestRow]) -> None:
     counts = {cap: sum(cap in capabilities_of(r.task) for r in rows) for cap in ALL_CAPABILITIES}
-    assert counts == dict.fromkeys(ALL_CAPABILITIES, 60)
+    assert counts == dict.fromkeys(ALL_CAPABILITIES, 36)
     assert {r.extra["expect"]["level"] for r in rows} == {1, 2, 3}
     groups = {r.extra["group"] for r in rows}
     assert {"knowledge_boundary/in_scope", "knowledge_boundary/out_of_scope"} <= groups
@@ -167,7 +167,7 @@ def test_split_has_all_five_capabilities_levels_triples_and_boundaries(rows: lis
 
 def test_carry_over_rows_have_three_user_turns_and_a_turn_one_constraint(rows: list[TestRow]) -> None:
     multi = [r for r in rows if Capability.MULTI_TURN in capabilities_of(r.task)]
-    assert len(multi) == 60
+    assert len(multi) == 36
     for row in multi:
         assert [t.role for t in row.question] == ["system", "user", "assistant", "user", "assistant", "user"]
         constraints = row.extra["expect"]["constraints"]

@@ -2,7 +2,7 @@
 
 Rows are RoleMRC test rows (``question``, ``reference``, ``task`` with one of the 18 task names, so every reader,
 judge and grouping works unchanged) whose ``expect`` block adds ``constraints`` (:mod:`core.constraints`),
-``level`` and, on priority rows, ``priority_variant``. Per ``per_capability`` = P (default 60):
+``level`` and, on priority rows, ``priority_variant``. Per ``per_capability`` = P (default 36):
 
 * knowledge_boundary, P rows: in-scope questions to answer and out-of-scope ones to decline in character (half of
   each also judged on style);
@@ -47,7 +47,7 @@ class HeldoutConfig:
     top of the knowledge rows it shares), a multiple of 6."""
 
     seed: int = 0
-    per_capability: int = 60
+    per_capability: int = 36
 
     def __post_init__(self) -> None:
         n = self.per_capability
