@@ -208,7 +208,7 @@ def _lifted(error: Any) -> Exception:
     ctx = error.get("ctx") or {}
     sub = (*error["loc"], *ctx.get("sub", ()))
     value = ctx["value"] if "value" in ctx else error["input"]
-    missing = error["type"] == "missing"
+    missing = error["type"] == "missing" or ctx.get("missing", False)
     context = {**ctx, "sub": sub, "value": value, "expected": ctx.get("expected", error["msg"]), "missing": missing}
     return PydanticCustomError("member", "{expected}", context)
 
@@ -317,7 +317,7 @@ def _sequence(origin: Any, args: tuple[Any, ...], mode: Mode, words: str | None)
 
 
 def _mapping(origin: Any, args: tuple[Any, ...], mode: Mode, words: str | None) -> _Node:
-    key_hint, value_hint = args or (Any, Any)
+    key_hint, value_hint = args if len(args) == 2 else (*args[:1], Any) if args else (Any, Any)  # Counter[str]: one
     values = _node(value_hint, mode, None).schema
     if mode == "option":
         words = words or "a mapping of names to values"
@@ -404,9 +404,18 @@ def _renamed(key: Callable[[str], str], hook: Flatten) -> Callable[[str], str]:
     return lambda name: key(hook.key(name))
 
 
+_COMPILING: set[type] = set()  # records being compiled: one that holds itself is checked where it is met
+
+
 def _record(kind: type) -> _Node:
-    fields: dict[str, Any] = {}
-    layout = _layout(kind, str, fields)
+    if kind in _COMPILING:
+        return _function(lambda value: _checked_later(kind, value), "an object")
+    _COMPILING.add(kind)
+    try:
+        fields: dict[str, Any] = {}
+        layout = _layout(kind, str, fields)
+    finally:
+        _COMPILING.discard(kind)
     empty = not dataclasses.fields(kind)
 
     def an_object(body: Any) -> Any:
@@ -423,6 +432,13 @@ def _record(kind: type) -> _Node:
         return layout.build(checked)
 
     return _before(an_object, core_schema.no_info_after_validator_function(build, body), "an object")
+
+
+def _checked_later(kind: type, value: Any) -> Any:
+    out, error = _first_error(_node(kind, "record", None), value)  # compiled by now
+    if error is not None:
+        raise _lifted(error)
+    return out
 
 
 # ---------------------------------------------------------------- one value
@@ -443,7 +459,7 @@ def _leaf(hint: Any, origin: Any, args: tuple[Any, ...], mode: Mode, words: str 
     if hint in rules:
         convert, own = rules[hint]
         said = words or own
-        return _function(lambda v: _scalar(convert, v, said), said)
+        return _function(lambda v: _scalar(convert, v, said, words is not None), said)
     if mode == "option":
         raise TypeError(f"core.validation: no rule for the type hint {hint!r}")
     return _function(_as_found, "a value")  # a type the codec does not check (numpy arrays, callables)
@@ -480,12 +496,13 @@ def _as_found(value: Any) -> Any:
     return value
 
 
-def _scalar(convert: Callable[[Any], Any], value: Any, words: str) -> Any:
-    """``convert(value)``; its :class:`_Refused` (words of its own, or None: ``words``) as one error."""
+def _scalar(convert: Callable[[Any], Any], value: Any, words: str, given: bool) -> Any:
+    """``convert(value)``; its :class:`_Refused` as one error, in its own words unless ``words`` were ``given`` (an
+    ``Annotated`` hint's, which say its bounds)."""
     try:
         return convert(value)
     except _Refused as exc:
-        raise _fail(exc.words or words) from None
+        raise _fail(words if given or exc.words is None else exc.words) from None
 
 
 class _Refused(Exception):
