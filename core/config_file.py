@@ -8,7 +8,8 @@ NaN or Infinity), ``Path`` a non-empty string, ``list[...]``/``tuple[..., ...]``
 items are checked in turn, ``X | Y`` either. Bounds ride in the hint too:
 ``Annotated[int, Range(1)]``, ``Annotated[float, Range(0, 1, low_open=True)]``, and
 ``Annotated[Path, DIRECTORY]`` for a directory that may not exist yet but must not be a file.
-:func:`typed` applies a hint to a value; it is the only checker, used three ways:
+:func:`typed` applies a hint to a value (through :func:`core.validation.check`, the one check of values
+against type hints, which stored records share); it is the only checker of options, used three ways:
 
 * :func:`read_config` (and :func:`read_config_file`) checks each value of a config file against its field, so a
   bad one is ``--config FILE: key: expected ..., got ...`` before anything else runs;

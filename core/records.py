@@ -4,8 +4,9 @@ A record is a dataclass. :func:`to_json` turns it into JSON values field by fiel
 declaration order: nested records, lists and tuples (as lists), dicts (keys as text: the int
 key ``12`` is written ``"12"``, an enum key by its value), enums by value, paths as text, numpy
 scalars and arrays as numbers and lists; lists, dicts and scalars that are not records pass
-through the same way. :func:`from_json` reads such values back by the fields' type hints
-(``X | None``, ``list[X]``, ``tuple[X, ...]``, ``dict[K, V]`` with int keys parsed from their
+through the same way. :func:`from_json` reads such values back by the fields' type hints, through
+:func:`core.validation.check` (the one check of values against type hints, which ``--config`` files
+share) (``X | None``, ``list[X]``, ``tuple[X, ...]``, ``dict[K, V]`` with int keys parsed from their
 text, ``Literal``, enums, paths, nested records; ``Any`` as found) and refuses a missing field
 or a value of another type with one :class:`RecordError` naming where it is. Keys that are not
 fields are ignored, so a file written by a newer toolkit with more fields still opens; but a
@@ -19,7 +20,7 @@ and ``VERSION``; :func:`to_json` writes them first. Which versions a reader acce
 tells the user about a file it cannot read, belong to that record's reader.
 
 One hook keeps a record's JSON shape where it is not simply its fields: ``metadata=`` on a field,
-one of
+one of (defined in :mod:`core.validation`, which reads them; named here too)
 
 * :data:`OMIT_NONE`: the key is left out while the value is None (and an absent key reads as the default);
 * :data:`MERGED`: a ``dict[str, Any]`` field whose items are written into the record itself, after
