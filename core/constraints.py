@@ -149,7 +149,7 @@ def _no_commas(text: str, _c: Mapping[str, Any]) -> Result:
 
 def _postscript(text: str, _c: Mapping[str, Any]) -> Result:
     match = POSTSCRIPT_RE.search(text)
-    ok = bool(match) and bool(WORD_RE.search(text[: match.start()])) and bool(WORD_RE.search(text[match.end() :]))
+    ok = match is not None and bool(WORD_RE.search(text[: match.start()]) and WORD_RE.search(text[match.end() :]))
     return ok, "must end with a postscript line starting with 'P.S.'"
 
 
