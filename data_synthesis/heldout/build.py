@@ -120,18 +120,20 @@ def build_notes(rng: random.Random, per_field: int = 6) -> list[Notes]:
 
 def build_roles(rng: random.Random, n: int = 12) -> list[Role]:
     names = rng.sample([f"{f} {s}" for f in vocab.FIRST_NAMES for s in vocab.SURNAMES], n)
-    return [
-        Role(
-            f"heldout-role-{i:02d}",
-            names[i],
-            tuple(rng.sample(vocab.FIELD_NAMES, 2)),  # type: ignore[arg-type]
-            rng.choice(vocab.ROLE_TOWNS),
-            rng.choice(vocab.TEMPERS),
-            rng.choice(vocab.SIGNATURES),
-            rng.choice(vocab.ACTIONS),
-        )
-        for i in range(n)
-    ]
+    return [_role(i, name, rng) for i, name in enumerate(names)]
+
+
+def _role(i: int, name: str, rng: random.Random) -> Role:
+    first, second = rng.sample(vocab.FIELD_NAMES, 2)
+    return Role(
+        f"heldout-role-{i:02d}",
+        name,
+        (first, second),
+        rng.choice(vocab.ROLE_TOWNS),
+        rng.choice(vocab.TEMPERS),
+        rng.choice(vocab.SIGNATURES),
+        rng.choice(vocab.ACTIONS),
+    )
 
 
 def phrase(c: Constraint) -> str:
@@ -274,6 +276,8 @@ class _Row:
             raise AssertionError(f"synthesized an invalid conversation: {problem}")
         constraints = [{**c, "sentence": phrase(c)} for c in self.constraints]
         expect = {**self.expect, "constraints": constraints}
+        if expect.get("rule"):  # the priority rule as the system prompt finally words it
+            expect["rule"] = constraints[0]["sentence"]
         return TestRow(turns, self.replies[-1], self.task, {"expect": expect, **self.extra, "split": "heldout"})
 
 
