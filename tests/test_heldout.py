@@ -292,3 +292,17 @@ def test_evaluate_pair_on_the_held_out_split_reports_groups_and_the_gate(
     assert all({"base_rate", "sft_rate", "dpo_rate"} <= set(g) for g in result.groups)
     assert result.gate["holds"] is False  # random tiny models comply on nothing
     assert result.gate["line"].startswith("gate FAILS")
+
+
+@pytest.mark.slow
+def test_models_eval_reads_the_held_out_split_by_default(
+    tiny_pair: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PROBE_HOME", str(tmp_path))
+    sft, dpo = (str(p) for p in tiny_pair)
+    argv = ["models", "eval", "--sft", sft, "--dpo", dpo, "--max-rows", "5", "--max-new-tokens", "2"]
+    code, out, err = exit_of(argv, capsys)
+    assert code == 0, err
+    assert str(tmp_path / "heldout" / "seed-0" / "heldout.jsonl") in " ".join(out.split())
+    assert "gate not decided" in out and "no base model was evaluated" in out
+    one_line_error(capsys, [*argv, "--split", "train"], "--split", "heldout, test")

@@ -19,11 +19,12 @@ from typing import Any
 
 import typer
 
+from core.config_file import choice
 from core.paths import check_output_dir, check_output_file
 from probe_cli.console import console
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
 from probe_cli.pairs import default_pair, pair_option, pair_sources
-from training.eval_config import PairEvalConfig
+from training.eval_config import SPLITS, PairEvalConfig
 
 models_app = typer.Typer(
     help="The embedded default SFT/DPO pair, its pretrained base and its evaluation.", no_args_is_help=True
@@ -130,7 +131,7 @@ def evaluate(
 
     given = settings.given
     sft, dpo, test, base = given("sft_dir"), given("dpo_dir"), given("test_file"), given("base_dir")
-    split = given("split") or PairEvalConfig.split
+    split = choice("split", given("split") or PairEvalConfig.split, SPLITS)
     if out is not None:
         check_output_file(out, "--out", {"--test": test})
     data_dir = None
