@@ -7,9 +7,12 @@ wrapping the ``httpx2`` error). It is the ``openai`` client as published: ``http
 library it is built on. This module adds only what those two do not give:
 
 * **one total deadline**: the client's ``timeout`` bounds each read, so a reply dripping a byte
-  a second, or a chunked body that never ends, held a request for ever. Each exchange runs on
-  the async client under one :func:`asyncio.wait_for`, which cancels connect, status line,
-  headers and body alike when ``timeout`` seconds have passed (:class:`TimeoutError`);
+  a second, or a chunked body that never ends, held a request for ever. Here the transport under
+  the client gives connecting, sending, the status line and headers, and every read of the body
+  only what is left of one deadline of ``timeout`` seconds (:class:`TimeoutError` when it has
+  passed; the client's own per-read timeout stays as a second guard). Building the request and
+  parsing the reply are not part of it: a first call's one-time set-up inside ``openai`` (0.3 s)
+  must not eat a short ``--timeout``;
 * **a body cap**, :data:`MAX_REPLY_BYTES`: a Content-Length over it is refused before reading,
   and a chunked or read-to-close body as soon as it passes it (:class:`BadReply`), so no more
   than the cap is ever held; ``httpx2`` alone reads a body of any size into memory;
@@ -48,12 +51,14 @@ from __future__ import annotations
 import asyncio
 import atexit
 import gc
+import inspect
 import json
 import logging
 import ssl
 import threading
+import time
 import urllib.request
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Coroutine
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar
@@ -135,13 +140,6 @@ def complete(
 
 
 async def _complete(endpoint: Endpoint, request: dict[str, Any], timeout: float, max_bytes: int) -> ChatCompletion:
-    try:
-        return await asyncio.wait_for(_create(endpoint, request, timeout, max_bytes), timeout)
-    except asyncio.TimeoutError:  # not yet the builtin TimeoutError on Python 3.10
-        raise TimeoutError(f"no complete reply within {timeout:g}s") from None
-
-
-async def _create(endpoint: Endpoint, request: dict[str, Any], timeout: float, max_bytes: int) -> ChatCompletion:
     async with _client(endpoint, timeout, max_bytes) as client:
         try:
             reply: ChatCompletion | str = await client.chat.completions.create(**request)
@@ -176,7 +174,7 @@ def _client(endpoint: Endpoint, timeout: float, max_bytes: int) -> openai.AsyncO
     except (ImportError, ValueError) as exc:  # a SOCKS proxy without socksio, a proxy URL httpx2 cannot use
         raise OSError(f"the proxy from the environment cannot be used ({exc})") from None
     http = httpx2.AsyncClient(
-        transport=_Policy(inner, max_bytes), trust_env=False, follow_redirects=False, timeout=timeout
+        transport=_Policy(inner, max_bytes, timeout), trust_env=False, follow_redirects=False, timeout=timeout
     )
     return openai.AsyncOpenAI(
         base_url=endpoint.base_url,
@@ -189,18 +187,21 @@ def _client(endpoint: Endpoint, timeout: float, max_bytes: int) -> openai.AsyncO
 
 
 class _Policy(httpx2.AsyncBaseTransport):
-    """Redirects followed only to the same origin, compressed bodies refused, every body capped at ``max_bytes``."""
+    """Each exchange within one deadline of ``timeout`` seconds; redirects followed only to the same origin;
+    compressed bodies refused; every body capped at ``max_bytes``."""
 
-    def __init__(self, inner: httpx2.AsyncBaseTransport, max_bytes: int) -> None:
+    def __init__(self, inner: httpx2.AsyncBaseTransport, max_bytes: int, timeout: float) -> None:
         self._inner = inner
         self._max_bytes = max_bytes
+        self._timeout = timeout
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        deadline = _Deadline(self._timeout)
         for _ in range(MAX_REDIRECTS + 1):
-            response = await self._inner.handle_async_request(request)
+            response = await deadline.bound(self._inner.handle_async_request(request))
             location = response.headers.get("location") if response.status_code in REDIRECTS else None
             if location is None:
-                return await self._capped(response)
+                return await self._capped(response, deadline)
             await response.aclose()
             target = urljoin(str(request.url), location)
             if _origin(target) != _origin(str(request.url)):
@@ -210,7 +211,7 @@ class _Policy(httpx2.AsyncBaseTransport):
             )
         raise Redirected(str(request.url), loop=True)
 
-    async def _capped(self, response: httpx2.Response) -> httpx2.Response:
+    async def _capped(self, response: httpx2.Response, deadline: _Deadline) -> httpx2.Response:
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         promised = response.headers.get("content-length")
         refusal = None
@@ -224,7 +225,7 @@ class _Policy(httpx2.AsyncBaseTransport):
         return httpx2.Response(
             response.status_code,
             headers=response.headers,
-            stream=_CappedStream(response.stream, self._max_bytes),
+            stream=_CappedStream(response.stream, self._max_bytes, deadline),
             extensions=response.extensions,
         )
 
@@ -233,13 +234,18 @@ class _Policy(httpx2.AsyncBaseTransport):
 
 
 class _CappedStream(httpx2.AsyncByteStream):
-    def __init__(self, inner: Any, max_bytes: int) -> None:
+    def __init__(self, inner: Any, max_bytes: int, deadline: _Deadline) -> None:
         self._inner = inner
         self._max_bytes = max_bytes
+        self._deadline = deadline
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        seen = 0
-        async for chunk in self._inner:
+        seen, chunks = 0, self._inner.__aiter__()
+        while True:
+            try:
+                chunk = await self._deadline.bound(chunks.__anext__())
+            except StopAsyncIteration:
+                return
             seen += len(chunk)
             if seen > self._max_bytes:
                 raise BadReply(f"the body is over the {_size(self._max_bytes)} cap")
@@ -247,6 +253,25 @@ class _CappedStream(httpx2.AsyncByteStream):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+class _Deadline:
+    """A point ``seconds`` from now; :meth:`bound` gives an awaitable only the time left before it."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._end = time.monotonic() + seconds
+
+    async def bound(self, awaitable: Awaitable[T]) -> T:
+        left = self._end - time.monotonic()
+        try:
+            if left <= 0:
+                raise asyncio.TimeoutError
+            return await asyncio.wait_for(awaitable, left)
+        except asyncio.TimeoutError:  # not yet the builtin TimeoutError on Python 3.10
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()  # never awaited when no time was left
+            raise TimeoutError(f"no complete reply within {self.seconds:g}s") from None
 
 
 def _run(coroutine: Coroutine[Any, Any, T]) -> T:
