@@ -195,22 +195,25 @@ def _fail(words: str, **context: Any) -> Exception:
 
 def _invalid(error: Any) -> Invalid:
     """One pydantic error (a dict) as :class:`Invalid`."""
-    ctx = error.get("ctx") or {}
-    loc = tuple(p for p in (*error["loc"], *ctx.get("sub", ())) if p != "[key]")
-    value = ctx["value"] if "value" in ctx else error["input"]
-    if error["type"] == "missing" or ctx.get("missing"):
-        return Invalid(loc, missing=True)
-    return Invalid(loc, ctx.get("expected", error["msg"]), value, message=ctx.get("message", ""))
+    ctx, loc, value, missing = _parts(error)
+    loc = tuple(p for p in loc if p != "[key]")  # pydantic's mark of a mapping's key
+    return (
+        Invalid(loc, missing=True) if missing else Invalid(loc, ctx["expected"], value, message=ctx.get("message", ""))
+    )
 
 
 def _lifted(error: Any) -> Exception:
     """A member's error (a dict from a nested check) raised again from where the union is."""
-    ctx = error.get("ctx") or {}
-    sub = (*error["loc"], *ctx.get("sub", ()))
+    ctx, sub, value, missing = _parts(error)
+    return PydanticCustomError("member", "{expected}", {**ctx, "sub": sub, "value": value, "missing": missing})
+
+
+def _parts(error: Any) -> tuple[dict[str, Any], Loc, Any, bool]:
+    """A pydantic error's context (with what was expected), where it is, the value and whether it is a missing key;
+    an error raised again by :func:`_lifted` says where it was and its value in its context."""
+    ctx = {"expected": error["msg"], **(error.get("ctx") or {})}
     value = ctx["value"] if "value" in ctx else error["input"]
-    missing = error["type"] == "missing" or ctx.get("missing", False)
-    context = {**ctx, "sub": sub, "value": value, "expected": ctx.get("expected", error["msg"]), "missing": missing}
-    return PydanticCustomError("member", "{expected}", context)
+    return ctx, (*error["loc"], *ctx.get("sub", ())), value, error["type"] == "missing" or ctx.get("missing", False)
 
 
 def _first_error(node: _Node, value: Any) -> tuple[Any, Any]:
@@ -457,12 +460,22 @@ def _leaf(hint: Any, origin: Any, args: tuple[Any, ...], mode: Mode, words: str 
         return _function(lambda v: _instance(v, hint, said), said)  # a nested config checked itself when made
     rules = _OPTION if mode == "option" else _RECORD
     if hint in rules:
-        convert, own = rules[hint]
+        rule, own = rules[hint]
         said = words or own
-        return _function(lambda v: _scalar(convert, v, said, words is not None), said)
+        if not callable(rule):  # pydantic's own check, in our words
+            return _Node(_in_words(rule, said), said)
+        return _function(lambda v: _scalar(rule, v, said, words is not None), said)
     if mode == "option":
         raise TypeError(f"core.validation: no rule for the type hint {hint!r}")
-    return _function(_as_found, "a value")  # a type the codec does not check (numpy arrays, callables)
+    return _Node(core_schema.any_schema(), "a value")  # a type the codec does not check (numpy arrays, callables)
+
+
+def _in_words(schema: CoreSchema, words: str) -> CoreSchema:
+    """``schema``'s errors said as ``expected {words}``."""
+    context = {"expected": words}
+    return core_schema.custom_error_schema(
+        schema, "expected", custom_error_message="expected {expected}", custom_error_context=context
+    )
 
 
 def _literal(value: Any, args: tuple[Any, ...], exact: bool, words: str) -> Any:
@@ -492,10 +505,6 @@ def _instance(value: Any, kind: type, words: str) -> Any:
     raise _fail(words)
 
 
-def _as_found(value: Any) -> Any:
-    return value
-
-
 def _scalar(convert: Callable[[Any], Any], value: Any, words: str, given: bool) -> Any:
     """``convert(value)``; its :class:`_Refused` as one error, in its own words unless ``words`` were ``given`` (an
     ``Annotated`` hint's, which say its bounds)."""
@@ -508,12 +517,6 @@ def _scalar(convert: Callable[[Any], Any], value: Any, words: str, given: bool) 
 class _Refused(Exception):
     def __init__(self, words: str | None = None) -> None:
         self.words = words
-
-
-def _option_bool(value: Any) -> bool:
-    if type(value) is bool:
-        return value
-    raise _Refused
 
 
 def _option_int(value: Any) -> int:
@@ -547,27 +550,6 @@ def _record_float(value: Any) -> float:
         raise _Refused("a number within float's range") from None
 
 
-def _record_int(value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise _Refused
-
-
-def _of_type(kind: type) -> Callable[[Any], Any]:
-    def exactly(value: Any) -> Any:
-        if isinstance(value, kind):
-            return value
-        raise _Refused
-
-    return exactly
-
-
-def _record_path(value: Any) -> Path:
-    if isinstance(value, str):
-        return Path(value)
-    raise _Refused
-
-
 def _finite(value: Any) -> bool:
     try:
         return math.isfinite(value)
@@ -575,22 +557,23 @@ def _finite(value: Any) -> bool:
         return False
 
 
-_OPTION: dict[Any, tuple[Callable[[Any], Any], str]] = {
-    bool: (_option_bool, "true or false"),
+_STRICT = {bool: core_schema.bool_schema(strict=True), str: core_schema.str_schema(strict=True)}
+_OPTION: dict[Any, tuple[CoreSchema | Callable[[Any], Any], str]] = {
+    bool: (_STRICT[bool], "true or false"),
     int: (_option_int, "an integer"),
     float: (_option_float, "a finite number"),
-    str: (_of_type(str), "a string"),
+    str: (_STRICT[str], "a string"),
     Path: (_option_path, "a path"),
-    Any: (_as_found, "a value"),
+    Any: (core_schema.any_schema(), "a value"),
 }
-_RECORD: dict[Any, tuple[Callable[[Any], Any], str]] = {
-    bool: (_of_type(bool), "true or false"),
-    int: (_record_int, "an integer"),
+_RECORD: dict[Any, tuple[CoreSchema | Callable[[Any], Any], str]] = {
+    bool: (_STRICT[bool], "true or false"),
+    int: (core_schema.int_schema(strict=True), "an integer"),
     float: (_record_float, "a number"),
-    str: (_of_type(str), "text"),
-    Path: (_record_path, "text"),
-    Any: (_as_found, "a value"),
-    object: (_as_found, "a value"),
+    str: (_STRICT[str], "text"),
+    Path: (core_schema.no_info_after_validator_function(Path, _STRICT[str]), "text"),
+    Any: (core_schema.any_schema(), "a value"),
+    object: (core_schema.any_schema(), "a value"),
 }
 _SINGULAR = {hint: words for hint, (_, words) in _OPTION.items()}
 _PLURAL = {bool: "booleans", int: "integers", float: "numbers", str: "strings", Path: "paths"}
