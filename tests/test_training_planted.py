@@ -125,3 +125,13 @@ def test_cli_lists_and_refuses_pair_names(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "expected one of smollm2, tiny, planted, planted-tiny" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_cli_prints_the_planted_units(tmp_path: Path) -> None:
+    from tests.chat_models import cli
+
+    code, out, _ = cli("models", "default", "--pair", "planted-tiny", "--home", tmp_path, "--quiet")
+    assert code == 0
+    units = read_planted(tmp_path / "tiny_planted_pair").units
+    assert "planted" in out and "mlp_post" in out
+    assert f"{units[0][0]}:{units[0][1]}" in out

@@ -50,12 +50,17 @@ def default(
     from rich.table import Table
 
     from training.default_pair import ensure_default_pair
+    from training.planted import PLANTED_FILE, read_planted
 
     _check_home(home)
     pair = ensure_default_pair(home, pair=pair_name, progress=not quiet, rehash=verify)
     table = Table(title=f"default pair ({pair_name})", show_header=False)
     for name in ("data_dir", "test_file", "base_dir", "sft_dir", "dpo_dir"):
         table.add_row(name, str(getattr(pair, name) or "-"))
+    if (pair.dpo_dir / PLANTED_FILE).is_file():
+        planted = read_planted(pair.root)
+        units = " ".join(f"{layer}:{unit}" for layer, unit in planted.units)
+        table.add_row("planted", f"{len(planted.units)} {planted.hook} units, up_proj row x{planted.factor:g}: {units}")
     console().print(table)
 
 
