@@ -43,6 +43,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -55,6 +56,7 @@ from access.hook_points import HOOK_TABLE, parse_layers
 from core.chat import pad_id_of
 from core.errors import Interrupted, ProbeError
 from core.models import warn
+from core.progress import Stage, is_terminal, quiet_library_bars
 from core.records import to_json
 from core.run_dir import RunDir
 from probes.batching import pending_batches, plan_batches
@@ -426,6 +428,8 @@ def _record_into(
             return check_compatible(run_dir, settings) or settings
 
         settings = world.on_main(lock_and_settings)
+        if not (progress and world.is_main and is_terminal(sys.stderr)):  # --quiet, a helper rank, or a log
+            quiet_library_bars()  # transformers' "Loading weights" bars
         torch.manual_seed(config.seed)
         pair = world.agree(lambda: load_pair(inputs.sources[0], inputs.sources[1], device=device, dtype=config.dtype))
         models, model_dirs = pair.models(), {"sft": inputs.sources[0], "dpo": inputs.sources[1]}
@@ -572,10 +576,10 @@ def _check_rows(rows: list[Any], config: RecordConfig, data_file: Path) -> None:
         )
 
 
-def _progress_bar(total: int, enabled: bool, world: World, names: str = "sft+dpo") -> Any:
+def _progress_bar(total: int, enabled: bool, world: World, names: str = "sft+dpo") -> Stage | None:
+    """A bar on a terminal; in a log, a line at the start, once the first batch gives the estimate, and every
+    minute (:mod:`core.progress`)."""
     if not enabled or total == 0:
         return None
-    from tqdm import tqdm
-
     desc = f"recording {names}" if not world.distributed else f"recording {names}, rank 0 of {world.size}"
-    return tqdm(total=total, unit="prompt", desc=desc, dynamic_ncols=True)
+    return Stage(desc, total, unit="prompts", step="batch")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,6 +44,16 @@ def quiet_environment() -> None:
 
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
+    # TRL's DPO trainer reads model.is_gradient_checkpointing around every reference forward
+    # (trl.models.utils.disable_gradient_checkpointing), a property transformers 5 deprecated for
+    # is_activation_checkpointing: not our call to change, so this one warning is filtered, by its message and
+    # the module that raises it (it printed once per build in `make demo`).
+    warnings.filterwarnings(
+        "ignore",
+        message=r"`is_gradient_checkpointing` is deprecated",
+        category=FutureWarning,
+        module=r"transformers\.modeling_utils",
+    )
     from datasets import disable_progress_bars
 
     disable_progress_bars()

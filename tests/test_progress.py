@@ -1,0 +1,86 @@
+"""Progress a user can read in a log: ``make demo > log 2>&1`` shows each long stage start with its estimate and a
+line at least every ``every`` seconds, even while one step takes longer than that (core.progress)."""
+
+from __future__ import annotations
+
+import io
+import time
+
+from core.progress import Stage, stage, stages
+from training.progress import rich_reporter
+
+
+def test_a_stage_in_a_log_says_its_start_estimate_progress_and_end_without_a_bar() -> None:
+    out = io.StringIO()
+    with stage("sft", 10, unit="steps", estimate_s=600, stream=out, every=0.05) as bar:
+        time.sleep(0.2)  # one slow step: the timer still says the stage is alive
+        bar.update(5)
+        time.sleep(0.12)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "sft: starting, 10 steps; estimate 10m", lines
+    assert any(line.startswith("sft: 0/10 steps (0%), ") and "left (estimate)" in line for line in lines), lines
+    assert any(line.startswith("sft: 5/10 steps (50%), ") and "left" in line for line in lines), lines
+    assert lines[-1].startswith("sft: ended at 5/10 steps after "), lines
+    assert "\r" not in out.getvalue() and "\x1b" not in out.getvalue()
+
+
+def test_without_an_estimate_the_first_step_gives_one() -> None:
+    out = io.StringIO()
+    with stage("recording sft+dpo", 12, unit="prompts", step="batch", stream=out, every=None) as bar:
+        bar.update(4)
+        bar.update(8)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "recording sft+dpo: starting, 12 prompts; estimate after the first batch"
+    assert lines[1].startswith("recording sft+dpo: 4/12 prompts after ") and lines[1].endswith(" in all"), lines
+    assert lines[-1].startswith("recording sft+dpo: done, 12/12 prompts in "), lines
+
+
+def test_on_a_terminal_it_is_a_bar_and_disabled_it_is_silent() -> None:
+    out = io.StringIO()
+    bar = Stage("dpo", 3, stream=out, terminal=True)
+    bar.update(3)
+    bar.close()
+    assert "dpo" in out.getvalue() and "starting" not in out.getvalue()
+    quiet = io.StringIO()
+    with stage("dpo", 3, enabled=False, stream=quiet) as silent:
+        silent.update(3)
+    assert quiet.getvalue() == ""
+
+
+def test_stages_of_a_build_each_start_and_end_in_the_log() -> None:
+    out = io.StringIO()
+    with stages(out, every=None, estimates={"dpo": 90}) as report:
+        report("synthesize", 0, 1)
+        report("synthesize", 1, 1)
+        report("sft", 2, 4)
+        report("dpo", 0, 2)
+    text = out.getvalue()
+    for line in (
+        "synthesize: starting, 1 steps; estimate after the first step",
+        "synthesize: done, 1/1 steps in",
+        "sft: starting, 2/4 steps",
+        "sft: ended at 2/4 steps after",
+        "dpo: starting, 2 steps; estimate 1m30s",
+        "dpo: ended at 0/2 steps after",
+    ):
+        assert line in text, text
+
+
+def test_the_pair_builds_reporter_writes_lines_to_a_console_that_is_not_a_terminal() -> None:
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), force_terminal=False)
+    with rich_reporter(console) as report:
+        report("base", 1, 10)
+    assert console.file.getvalue().startswith("base: starting, 1/10 steps")  # type: ignore[attr-defined]
+
+
+def test_units_done_before_a_stage_is_seen_are_not_timed() -> None:
+    """A build reports step 1 when it is done: the stage starts then, and its estimate comes from the steps after."""
+    out, now = io.StringIO(), iter([0.0, 10.0, 20.0]).__next__
+    with stages(out, every=None, clock=now) as report:
+        report("base", 1, 11)
+        report("base", 2, 11)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "base: starting, 1/11 steps; estimate after the first step", lines
+    assert lines[1] == "base: 2/11 steps after 10s; estimate 1m40s in all", lines
