@@ -290,7 +290,7 @@ class LLMClient:
             return _Retryable(
                 f"malformed reply (the body is not valid JSON: {self._clip(str(cause), 80)}; it begins {begins!r})"
             )
-        said = type(cause).__name__ + (f": {self._clip(str(cause), 80)}" if str(cause) else "")
+        said = f"{type(cause).__name__}: {self._clip(_first_words(cause), 80)}".removesuffix(": ")
         if _refused(cause):
             return _Retryable("connection failed: refused (is a server listening there?)")
         if isinstance(cause, httpx2.ConnectError | httpx2.ProxyError | OSError):
@@ -413,6 +413,14 @@ def _refused(exc: BaseException) -> bool:
             return True
         seen = seen.__cause__ or seen.__context__
     return False
+
+
+def _first_words(exc: BaseException) -> str:
+    """The message of ``exc``, else of what it wraps (httpx2's ReadError says nothing; its OSError does)."""
+    seen: BaseException | None = exc
+    while seen is not None and not str(seen):
+        seen = seen.__cause__ or seen.__context__
+    return str(seen) if seen is not None else ""
 
 
 def _broke_off(exc: BaseException) -> bool:
