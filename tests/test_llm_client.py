@@ -292,3 +292,15 @@ def test_ctrl_c_stops_sending_and_keeps_the_answers(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "KeyboardInterrupt" in stderr
     assert sent_before_stop <= 4 < 10  # the queued requests were dropped, not sent
     assert len(list(cache.glob("??/*.json"))) >= sent_before_stop - 1  # every answered request is cached
+
+
+def test_a_call_from_inside_a_running_event_loop_works() -> None:
+    """A notebook cell runs inside ipykernel's event loop: the exchange then runs on a loop of its own thread."""
+    import asyncio
+
+    async def cell(url: str) -> str:
+        client = LLMClient(ClientConfig(base_url=url, model="m", cache_dir=None, max_retries=0))
+        return client.chat(MSG).content
+
+    with ScriptedServer(responder=lambda _request: "from a notebook") as server:
+        assert asyncio.run(cell(server.base_url)) == "from a notebook"
