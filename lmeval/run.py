@@ -94,23 +94,39 @@ def offline_hub() -> Iterator[bool]:
 
 @contextmanager
 def lm_eval_warnings_off() -> Iterator[None]:
-    """lm-eval's log below ERROR and ``datasets``' progress bars off within the block: lm-eval repeats its
-    task-loading advice on every pass, and a bar would stand before an ``error:`` line; our report says what
-    matters."""
+    """lm-eval's log below ERROR, ``datasets``' progress bars off and its git lookup quiet within the block: lm-eval
+    repeats its task-loading advice on every pass, a bar would stand before an ``error:`` line, and its
+    ``git describe`` printed "fatal: not a git repository" outside a checkout; our report says what matters."""
     import logging
 
     import datasets
+    import lm_eval.evaluator as evaluator
 
     logger = logging.getLogger("lm_eval")
     level, bars_on = logger.level, datasets.is_progress_bar_enabled()
+    lookup, evaluator.get_git_commit_hash = evaluator.get_git_commit_hash, _quiet_git_hash
     logger.setLevel(logging.ERROR)
     datasets.disable_progress_bars()
     try:
         yield
     finally:
+        evaluator.get_git_commit_hash = lookup
         logger.setLevel(level)
         if bars_on:
             datasets.enable_progress_bars()
+
+
+def _quiet_git_hash() -> str | None:
+    """``lm_eval.loggers.utils.get_git_commit_hash`` with git's stderr kept from the terminal."""
+    import subprocess
+
+    from lm_eval.loggers.utils import get_commit_from_path
+
+    try:
+        done = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True, check=True)
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return cast("str | None", get_commit_from_path(os.getcwd()))
+    return done.stdout.strip()
 
 
 def _needs_network(exc: BaseException) -> bool:
