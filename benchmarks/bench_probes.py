@@ -22,6 +22,14 @@
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_probes.py --part 6 --sft $PAIR/sft --dpo $PAIR/dpo \
         --base $PROBE_HOME/bases/smollm2-135m-instruct --data $PAIR/data/test.jsonl
 
+7. issue 38 (``--part 7``, needs ``--sft/--dpo/--data``): ``record_run`` of one capability (the default hook,
+   ``mlp_out``, every layer) with the local basis (``--local dpo_on_sft``, the default) vs without it
+   (``--local none``, the recording before issue 38), alternated ``--repeats`` times, best of each; target: the
+   local basis costs at most 1.5x. ``--local-prompts N`` records the first N prompts of the capability only (0: all).
+   Wall and CPU seconds are both printed (CPU time is less sensitive to other processes on a shared machine):
+
+    .venv/bin/python benchmarks/bench_probes.py --part 7 --sft $PAIR/sft --dpo $PAIR/dpo --data $PAIR/data/test.jsonl
+
 Without ``--sft/--dpo`` it builds a tiny random 32-layer Llama pair (hidden 64, MLP 256) in a
 temp dir; the prompts are synthetic RoleMRC-shaped multi-turn rows. ``--data FILE
 --capability CAP`` measures part 1 on that file's prompts of one capability, e.g. the default
@@ -341,6 +349,7 @@ def bench_e2e(
             batch_size=batch_size,
             device=device,
             dtype=dtype,
+            local="none",  # the two models alone, as this figure has always measured (part 7: the local basis)
         ),
         progress=False,
     )
@@ -554,6 +563,52 @@ def bench_issue25(args: argparse.Namespace, tmp: Path) -> None:
     print(f"  attribution / one response recording pass: {verdict(t_attr / t_resp, 2.0)}")
 
 
+LOCAL_COST_TARGET = 1.5
+
+
+def bench_local_cost(args: argparse.Namespace, tmp: Path) -> None:
+    """Part 7 (see the module doc): recording with and without the local basis, PASS/FAIL printed."""
+    from core.rows import group_by_capability, read_test_rows
+    from probes.config import RecordConfig
+    from probes.recording import record_run
+
+    data = args.data
+    if args.local_prompts:
+        rows = read_test_rows(data)
+        lines = data.read_text(encoding="utf-8").splitlines()
+        picked = sorted(
+            i for i, _ in group_by_capability(rows, [args.capability])[args.capability][: args.local_prompts]
+        )
+        data = tmp / "local_prompts.jsonl"
+        data.write_text("".join(lines[i] + "\n" for i in picked), encoding="utf-8")
+    best: dict[str, tuple[float, float]] = {}
+    for repeat in range(args.repeats):
+        for local in ("none", "dpo_on_sft"):
+            config = RecordConfig(
+                sft_dir=args.sft,
+                dpo_dir=args.dpo,
+                data_file=data,
+                capabilities=args.capability,
+                out_dir=tmp / f"local_{local}_{repeat}",
+                device=args.device,
+                dtype=args.dtype,
+                local=local,
+            )
+            wall, cpu = time.perf_counter(), time.process_time()
+            result = record_run(config, progress=False)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            print(f"  --local {local:<10} {wall:7.1f} s wall, {cpu:7.1f} s CPU ({sum(result.counts.values())} prompts)")
+            old = best.get(local, (float("inf"), float("inf")))
+            best[local] = (min(old[0], wall), min(old[1], cpu))
+    for k, what in enumerate(("wall", "CPU")):
+        ratio = best["dpo_on_sft"][k] / best["none"][k]
+        verdict = "PASS" if ratio <= LOCAL_COST_TARGET else "FAIL"
+        print(
+            f"  local basis / today's recording ({what} time, best of {args.repeats}): {ratio:.2f}x "
+            f"[target <= {LOCAL_COST_TARGET}x: {verdict}]"
+        )
+
+
 def torch_threads() -> int:
     import torch
 
@@ -618,7 +673,10 @@ def parse_args() -> argparse.Namespace:
         help="passage words of part 3's two prompt lengths",
     )
     parser.add_argument("--skip-rss", action="store_true")
-    parser.add_argument("--part", type=int, choices=(6,), help="run only this part (6: issue 25's budgets)")
+    parser.add_argument(
+        "--part", type=int, choices=(6, 7), help="run only this part (6: issue 25's budgets; 7: issue 38's local cost)"
+    )
+    parser.add_argument("--local-prompts", type=int, default=0, help="part 7: record the first N prompts only (0: all)")
     parser.add_argument("--base", type=Path, help="part 6: the base model, for the three-model figure")
     parser.add_argument("--keep", type=Path, help="part 6: record into this folder and keep the run dirs")
     parser.add_argument(
@@ -636,6 +694,17 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
+    if args.part == 7:
+        if not (args.sft and args.data):
+            print("--part 7 needs --sft, --dpo and --data", file=sys.stderr)
+            return 2
+        print(
+            f"== 7. issue 38: recording with the local basis ({args.capability}, {args.device}, "
+            f"{torch_threads()} torch threads)"
+        )
+        with tempfile.TemporaryDirectory(prefix="bench_probes_") as tmp_name:
+            bench_local_cost(args, Path(tmp_name))
+        return 0
     if args.part == 6:
         if not (args.sft and args.data):
             print("--part 6 needs --sft, --dpo and --data", file=sys.stderr)

@@ -477,7 +477,7 @@ def test_a_shard_of_other_layers_or_hooks_is_refused_against_the_run(tmp_path: P
     assert check_shard(path, 4, {"mlp_out"}).tolist() == [0, 1]
     with pytest.raises(ProbeError, match="holds 4 layers; the run records 3"):
         check_shard(path, 3, {"mlp_out"})
-    with pytest.raises(ProbeError, match=re.escape("act__<sft|dpo|base>__<hook of this run>")):
+    with pytest.raises(ProbeError, match=re.escape("act__<sft|dpo|base|dpo_on_sft|sft_on_dpo>__<hook of this run>")):
         check_shard(path, 4, {"attn_out"})
 
 
