@@ -14,7 +14,8 @@ judge and grouping works unchanged) whose ``expect`` block adds ``constraints`` 
   the contradicting rule) and *reference* (no user demand); the reply must follow the system's rules.
 
 Every row has a difficulty ``level`` 1-3: the number of demands stacked on the reply (the capability's own demand
-counts as one on knowledge and style rows). Each reference is built to meet every demand and is checked by
+counts as one on knowledge and style rows); priority rows are all at level 1 since revision 1 of the difficulty.
+Each reference is built to meet every demand and is checked by
 :func:`core.constraints.check_turns` (a failure is a synthesizer bug). Everything draws from
 ``random.Random(f"{seed}:heldout:{part}")``: the same seed gives the same bytes.
 
@@ -153,11 +154,10 @@ def system_prompt(role: Role, narration: bool, rules: list[str]) -> str:
     """The role's system prompt; ``rules`` are constraint sentences (or the ``{c<i>}`` slots :class:`_Row` fills)."""
     f1, f2 = role.fields
     lead = f"Play the part of {role.name}, who works as {_a(_practitioner(f1))} and also as {_a(_practitioner(f2))}"
-    parts = [f"{lead} in {role.town}.", *rules]
+    parts = [f"{lead} in {role.town}.", f'Your signature line is "{role.signature}": say it in every reply.', *rules]
     parts += [
         f"Stay inside {f1} and {f2}: politely turn down anything from another field, in character.",
         f"Your temper: {role.temper}.",
-        f'Your signature line is "{role.signature}"; say it in every reply.',
         f"Show one small action between asterisks in each reply, such as *{role.action}*."
         if narration
         else "Do not narrate any actions; simply speak.",
@@ -348,6 +348,7 @@ MULTI_TASKS: tuple[tuple[str, bool, bool], ...] = (
     ("role_related_mrc_refused_with_narration-2ndrefused", False, True),
     ("role_related_mrc_refused_no_narration-2ndrefused", False, False),
 )
+PRIORITY_LEVEL = 1  # revision 1 of the difficulty (docs/data.md)
 PRIORITY_TASKS: tuple[str, ...] = (
     "role_related_mrc_answer_with_narration-refused",
     "role_related_mrc_answer_no_narration-refused",
@@ -494,6 +495,6 @@ def build_heldout(config: HeldoutConfig) -> list[TestRow]:
     pick = _Picker(_rng(config.seed, "multi_turn"), roles, notes)
     rows += [_multi(pick, MULTI_TASKS[i % 4], i // 4 % 3 + 1) for i in range(n)]
     pick = _Picker(_rng(config.seed, "priority"), roles, notes)
-    for i in range(n // 3):
-        rows += _priority_triple(pick, PRIORITY_TASKS[i % 2], i % 3 + 1)
+    for i in range(n // 3):  # level 1 only since revision 1 (docs/data.md): every model was below 10% at 1-3
+        rows += _priority_triple(pick, PRIORITY_TASKS[i % 2], PRIORITY_LEVEL)
     return rows
