@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import IO, Any
 
 EVERY_S = 60.0
@@ -135,6 +135,12 @@ def stage(name: str, total: int, *, enabled: bool = True, **options: Any) -> Ite
         yield bar
     finally:
         bar.close()
+
+
+def logged(name: str, total: int, **options: Any) -> AbstractContextManager[Stage]:
+    """A :func:`stage` that prints only where a bar would not be read (stderr is a file or a pipe), for a stage whose
+    own lines already show on a terminal: in a log it adds the start line, the estimate and a line a minute."""
+    return stage(name, total, enabled=not is_terminal(sys.stderr), terminal=False, **options)
 
 
 @contextmanager

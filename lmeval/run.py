@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from core.errors import ProbeError
+from core.progress import Stage, logged
 from core.records import to_json
 from interventions.config import ABConfig
 from interventions.results import NoPlacebo
@@ -337,25 +338,36 @@ def _run(
         f"{passes} lm-eval passes over {', '.join(tasks.names)}: unedited, {len(arms)} arm(s)"
         + (f", {passes - 1 - len(arms)} placebo arms" if passes - 1 - len(arms) else "")
     )
-    lm.use(())
-    base = evaluate(lm, tasks, config)
-    say(f"unedited: {base.seconds:.0f} s")
-    reports, arm_items = [], {}
-    for number, arm in enumerate(arms, 1):
-        lm.use(arm.edits, arm.label)
-        run = evaluate(lm, tasks, config)
-        rows = compare_pass(
-            tasks.infos, tasks.groups, base.items, run.items, n_resamples=config.n_bootstrap, seed=config.seed
-        )
-        flags = _flags(arm, dtype, run.hook_stats, identical(base.items, run.items))
-        say(f"arm {number}/{len(arms)}: {arm.label}: {run.seconds:.0f} s")
-        placebo = _placebo(arm, lm, tasks, config, base, rows, say)
-        reports.append(
-            ArmReport(
-                arm.name, arm.label, arm.describe(), run.seconds, run.hook_stats, flags, placebo, run.results, rows=rows
+    with logged("lm-eval", passes, unit="passes", step="pass") as heartbeat:
+        lm.use(())
+        base = evaluate(lm, tasks, config)
+        heartbeat.update()
+        say(f"unedited: {base.seconds:.0f} s")
+        reports, arm_items = [], {}
+        for number, arm in enumerate(arms, 1):
+            lm.use(arm.edits, arm.label)
+            run = evaluate(lm, tasks, config)
+            heartbeat.update()
+            rows = compare_pass(
+                tasks.infos, tasks.groups, base.items, run.items, n_resamples=config.n_bootstrap, seed=config.seed
             )
-        )
-        arm_items[arm.name] = run.items
+            flags = _flags(arm, dtype, run.hook_stats, identical(base.items, run.items))
+            say(f"arm {number}/{len(arms)}: {arm.label}: {run.seconds:.0f} s")
+            placebo = _placebo(arm, lm, tasks, config, base, rows, say, heartbeat)
+            reports.append(
+                ArmReport(
+                    arm.name,
+                    arm.label,
+                    arm.describe(),
+                    run.seconds,
+                    run.hook_stats,
+                    flags,
+                    placebo,
+                    run.results,
+                    rows=rows,
+                )
+            )
+            arm_items[arm.name] = run.items
     lm.use(())
     report = LMEvalReport(
         str(model_dir),
@@ -380,7 +392,14 @@ def _run(
 
 
 def _placebo(
-    arm: Any, lm: Any, tasks: TaskSet, config: LMEvalConfig, base: Pass, rows: list[Any], say: Progress
+    arm: Any,
+    lm: Any,
+    tasks: TaskSet,
+    config: LMEvalConfig,
+    base: Pass,
+    rows: list[Any],
+    say: Progress,
+    heartbeat: Stage,
 ) -> PlaceboPassesSkipped | PlaceboPasses | NoPlacebo:
     """The arm's placebo passes (the edits' placebo family), and where each row's Δ falls among theirs."""
     from interventions.recipes import placebo_family
@@ -394,6 +413,7 @@ def _placebo(
     for k, edits in enumerate(sets):
         lm.use(edits, f"{arm.name} placebo {k}")
         run = evaluate(lm, tasks, config)
+        heartbeat.update()
         say(f"{arm.name}: placebo {k + 1}/{len(sets)}: {run.seconds:.0f} s")
         placebo_rows.append(
             compare_pass(tasks.infos, tasks.groups, base.items, run.items, n_resamples=100, seed=config.seed)

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.config_fields import flat_values
 from core.errors import Interrupted, ProbeError
+from core.progress import logged
 from core.records import read_record
 from core.run_dir import RunDir
 from study.layout import INTERVENTION_DIR, TARGET
@@ -277,7 +278,8 @@ def run_stages(options: ReplicateOptions, stages: list[Stage], progress: Progres
         _save(options, stages, started)
         start = time.perf_counter()
         try:
-            line = stage.run()
+            with logged(f"replicate: {stage.name}", 1, unit="stage", estimate_s=stage.estimate_s):
+                line = stage.run()
         except (KeyboardInterrupt, Interrupted) as exc:
             raise Interrupted(
                 f"replicate stopped in stage {stage.name}{f' ({exc})' if str(exc) else ''}; finished stages are kept: "
