@@ -32,6 +32,15 @@ count as free, so the floor is a lower bound; it prints it for prompt passes alo
 token limit, and beside it the same count for the prompt tokens the shared engine runs (stems once, padding included).
 
     python benchmarks/bench_interventions.py --floor runs/latest
+
+Part 4 (``--outcomes RUN_DIR``): the continuous outcomes (docs/interventions.md). First the identities on the pair
+the run recorded, teacher-forced on ``--rows`` multi_turn rows' references: patching no units closes exactly 0 of the
+gap, and the paper's factor 1 − 1e-6 on the run's units closes less than 1e-4 (PASS/FAIL each). Then the default
+``probe intervene RUN_DIR -c multi_turn`` (outcomes on) is timed against 20 minutes, and ``--outcomes only
+--responses <its folder>`` against 10 minutes (PASS/FAIL each); ``--limit N`` times both on N rows instead and prints
+the full run's time at the same pace per row as an estimate, with no PASS/FAIL.
+
+    python benchmarks/bench_interventions.py --outcomes runs/latest [--limit 16] [--skip-runs]
 """
 
 from __future__ import annotations
@@ -289,6 +298,76 @@ def _ceiling(model: torch.nn.Module, decoder: object, fork: int, n_passes: int, 
     return alone / shared
 
 
+def outcomes(args: argparse.Namespace) -> int:
+    """Part 4 (module doc)."""
+    import time
+
+    from access.edits import Scale
+    from access.factors import PAPER_FACTOR
+    from access.outcomes import Outcomes
+    from core.models import load_causal_lm
+    from interventions.config import ABConfig
+    from interventions.plan import resolve_neurons, resolve_source_dir, resolve_sources, select_rows
+    from probes.outcome_rows import outcome_rows
+
+    config = ABConfig(run_dir=args.outcomes, capability="multi_turn", limit=args.rows)
+    model_dir, data_file = resolve_sources(config)
+    from core.rows import read_test_rows
+
+    all_rows = read_test_rows(data_file)
+    row_ids, _ = select_rows(all_rows, config)
+    dpo, tokenizer = load_causal_lm(model_dir, "--model-dir", dtype=torch.float32, device="cpu", eval_mode=True)
+    sft, _ = load_causal_lm(
+        resolve_source_dir(config), "--source-dir", dtype=torch.float32, device="cpu", eval_mode=True
+    )
+    forced = outcome_rows(tokenizer, [all_rows[i] for i in row_ids], "reference", data_file=data_file)
+    measured = Outcomes(dpo, sft, forced, responses="reference")
+    nothing = measured.arm(())
+    units = resolve_neurons(config)
+    paper = measured.arm([Scale(units, PAPER_FACTOR)])
+    from access.outcomes import gap_closed
+
+    gap_nothing = gap_closed(nothing.kl, nothing.kl_unedited)
+    gap_paper = gap_closed(paper.kl, paper.kl_unedited)
+    print(f"pair: {model_dir} vs {resolve_source_dir(config)}; {len(forced)} multi_turn rows (references)")
+    print(f"identity: patching no units closes {gap_nothing!r}: {'PASS' if gap_nothing == 0.0 else 'FAIL'} (exactly 0)")
+    print(
+        f"identity: x(1 - 1e-6) on {len(units)} units of {units.hook} closes {gap_paper:.3e}: "
+        f"{'PASS' if abs(gap_paper) < 1e-4 else 'FAIL'} (< 1e-4)"
+    )
+    if args.skip_runs:
+        return 0
+    import subprocess
+
+    limit = [] if args.limit is None else ["--limit", str(args.limit)]
+    with tempfile.TemporaryDirectory() as tmp:
+        full = Path(tmp) / "full"
+        probe = [sys.executable, "-m", "probe_cli", "intervene", str(args.outcomes), "-c", "multi_turn", *limit]
+        timings = []
+        for what, extra, budget in (
+            ("default run with outcomes", ["--out", str(full)], 20.0),
+            (
+                "--outcomes only",
+                ["--outcomes", "only", "--responses", str(full), "--out", str(Path(tmp) / "only")],
+                10.0,
+            ),
+        ):
+            start = time.perf_counter()
+            subprocess.run([*probe, *extra], check=True, stdout=subprocess.DEVNULL)
+            minutes = (time.perf_counter() - start) / 60
+            timings.append(minutes)
+            if args.limit is None:
+                print(f"{what}: {minutes:.1f} min: {'PASS' if minutes <= budget else 'FAIL'} (<= {budget:.0f} min)")
+            else:
+                rows = len(select_rows(all_rows, ABConfig(run_dir=args.outcomes))[0])
+                estimate = minutes * rows / max(1, args.limit)
+                print(
+                    f"{what}: {minutes:.1f} min on {args.limit} rows; the full {rows} rows at this pace: about "
+                    f"{estimate:.0f} min (budget {budget:.0f} min; an estimate, no verdict)"
+                )
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model-dir", type=Path, default=None)
@@ -304,12 +383,22 @@ def main() -> int:
         "--top-k", type=int, default=None, help="part 2: top K units of the run's ranking (default: its neuron set)"
     )
     parser.add_argument("--neurons", type=Path, default=None, help="part 2: a neuron-set file (default: the run's)")
-    parser.add_argument("--rows", type=int, default=32, help="part 2: multi_turn rows; part 3: rows per capability")
+    parser.add_argument(
+        "--rows",
+        type=int,
+        default=32,
+        help="part 2: multi_turn rows; part 3: rows per capability; part 4: identity rows",
+    )
     parser.add_argument("--placebo", type=int, default=20, help="parts 2 and 3: placebo arms")
     parser.add_argument("--floor", type=Path, default=None, metavar="RUN_DIR", help="part 3: the FLOP floor of an A/B")
     parser.add_argument("--budget", type=float, default=15.0, help="part 3: minutes")
     parser.add_argument("--collateral", action="store_true", help="part 3: the other capabilities' rows too")
+    parser.add_argument("--outcomes", type=Path, default=None, metavar="RUN_DIR", help="part 4: continuous outcomes")
+    parser.add_argument("--limit", type=int, default=None, help="part 4: time the runs on N rows (an estimate)")
+    parser.add_argument("--skip-runs", action="store_true", help="part 4: the identities only")
     args = parser.parse_args()
+    if args.outcomes is not None:
+        return outcomes(args)
     if args.floor is not None:
         return floor(args)
     if args.shared is not None:

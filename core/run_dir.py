@@ -148,6 +148,10 @@ class InterventionDir:
     def arms(self) -> Path:
         return self.root / ".arms"
 
+    def responses(self, model: str) -> Path:
+        """``model``'s greedy baseline token ids, as ``--responses FILE`` reads them (the continuous outcomes)."""
+        return self.root / f"responses_{model}.jsonl"
+
 
 class LMEvalDir:
     """The files of one ``probe lmeval`` report: ``RUN_DIR/lmeval/<time>`` or wherever ``--out`` put it."""

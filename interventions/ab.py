@@ -36,16 +36,18 @@ from access.edited_generation import ABGenerator
 from access.edits import Edit, site_edits
 from access.generation import Generations
 from access.hook_points import attach
+from access.outcomes import ArmOutcomes, Outcomes
 from access.shared_generation import SharedDecoder, pass_unshareable, unshareable
 from core.capabilities import Capability
-from core.errors import Interrupted
+from core.errors import Interrupted, ProbeError
 from core.judges import Judge, make_judge
 from core.rows import row_location
 from core.schema import TestRow
 from interventions.arms import ArmStore, fingerprint
 from interventions.config import ABConfig
+from interventions.outcomes import greedy_ids, outcome_inputs, outcome_results, outcomes_for, write_greedy
 from interventions.plan import ABPlan, plan_ab, provenance_warnings
-from interventions.recipes import Arm, placebo_family
+from interventions.recipes import Arm, other, placebo_family
 from interventions.results import (
     ABReport,
     ArmPlacebo,
@@ -123,6 +125,15 @@ class _Runner:
         self.selections, self.neurons, self.arms = plan.selections, plan.neurons, plan.arms
         self.rows, self.row_ids, self.groups = plan.rows, plan.row_ids, plan.groups
         self.models, self.model = plan.pool.models, plan.pool.model
+        self.outcomes_off = "" if config.outcomes != "off" else "--outcomes off"
+        if config.outcomes != "off":  # the outcomes' target: the other model of each arm's
+            try:
+                for name in sorted({other(arm.model) for arm in plan.arms}):
+                    self.model(name)
+            except ProbeError as exc:
+                if config.outcomes == "only":
+                    raise
+                self.outcomes_off = f"no continuous outcomes: they need the other model of the pair ({exc})"
         self.tokenizer = plan.tokenizer
         self.torch_dtype = self.models[config.model].dtype
         self.judge = judge or make_judge(config.judge, config.judge_client())
@@ -139,6 +150,31 @@ class _Runner:
         self.passes_done = 0  # passes started, read back or generated
         self.generated: list[float] = []  # seconds of each pass generated in this process
         self.pregenerated: dict[str, Generations] = {}  # passes decoded in shared batches, by store key
+        self.outcome_runs: dict[str, Outcomes] = {}  # per intervened model, its outcomes (made on first use)
+        self.outcome_responses, self.outcome_pairs = "", 0
+
+    def outcomes_of(self, model: str, edits: tuple[Edit, ...]) -> ArmOutcomes | None:
+        """The continuous outcomes of ``edits`` to ``model`` on the target capability's rows (None: ``--outcomes
+        off``)."""
+        if self.outcomes_off:
+            return None
+        if model not in self.outcome_runs:
+            target = other(model)
+            base = self.baselines.get(target)
+            idx = self.groups[self.config.target]
+            inputs = outcome_inputs(
+                self.config,
+                self.tokenizer,
+                [self.rows[i] for i in idx],
+                [self.row_ids[i] for i in idx],
+                self.data_file,
+                target,
+                None if base is None else greedy_ids([base[0].ids[i] for i in idx], self.tokenizer),
+            )
+            self.outcome_responses = inputs.responses
+            self.outcome_pairs = len(inputs.pairs)
+            self.outcome_runs[model] = outcomes_for(self.models[model], self.models[target], inputs)
+        return self.outcome_runs[model].arm(edits)
 
     def start(self) -> None:
         """Generate every pass that decodes in shared batches, then generate (or read back) and judge each baseline."""
@@ -314,21 +350,30 @@ class _Runner:
             label=arm.label,
             model=arm.model,
             edits=arm.describe(),
-            placebo=self.placebo(arm, guard, capabilities),
         )
+        result.placebo, outcome_placebos = self.placebo(arm, guard, capabilities)
+        arm_outcomes = self.outcomes_of(arm.model, arm.edits)
+        if arm_outcomes is not None:
+            result.outcomes = outcome_results(
+                arm_outcomes, outcome_placebos, n_bootstrap=self.config.n_bootstrap, seed=self.config.seed
+            )
         return result, generated[0]
 
-    def placebo(self, arm: Arm, guard: NoOpGuard, capabilities: list[CapabilityResult]) -> ArmPlacebo:
-        """The arm's placebo passes; each capability's Δ is ranked among theirs (``capabilities``' ``placebo``)."""
+    def placebo(
+        self, arm: Arm, guard: NoOpGuard, capabilities: list[CapabilityResult]
+    ) -> tuple[ArmPlacebo, list[ArmOutcomes]]:
+        """The arm's placebo passes; each capability's Δ is ranked among theirs (``capabilities``' ``placebo``);
+        and each placebo set's continuous outcomes."""
         cfg = self.config
         family = placebo_family(arm)
         if not arm.placebo:
-            return NoPlacebo()
+            return NoPlacebo(), []
         if not arm.placebo_edits:
             why = f"no-op in {cfg.dtype}: {guard.flags[0]}" if guard.flags and cfg.placebo else "--placebo 0"
-            return PlaceboSkipped(n_sets=0, seed=cfg.seed, family=family, skipped=why)
+            return PlaceboSkipped(n_sets=0, seed=cfg.seed, family=family, skipped=why), []
         deltas: dict[str, list[float]] = {cap.value: [] for cap in self.groups}
         changed: dict[str, list[int]] = {cap.value: [] for cap in self.groups}
+        outcomes: list[ArmOutcomes] = []
         for k, edits in enumerate(arm.placebo_edits):
             self.progress(f"{arm.title}: placebo {k + 1}/{len(arm.placebo_edits)}{self._left()}")
             for capability in self.results(
@@ -336,15 +381,21 @@ class _Runner:
             ):
                 deltas[capability.capability].append(capability.effect.delta)
                 changed[capability.capability].append(capability.rows_changed)
+            placebo_outcomes = self.outcomes_of(arm.model, edits)
+            outcomes += [] if placebo_outcomes is None else [placebo_outcomes]
         for capability in capabilities:
             cmp = placebo_compare(capability.effect.delta, deltas[capability.capability])
             capability.placebo = PlaceboRank(
                 cmp.percentile, cmp.p_empirical, cmp.placebo, float(np.mean(changed[capability.capability]))
             )
+        return self.drawn(arm), outcomes
+
+    def drawn(self, arm: Arm) -> PlaceboDrawn:
+        """The record of the arm's placebo sets."""
         return PlaceboDrawn(
             n_sets=len(arm.placebo_edits),
-            seed=cfg.seed,
-            family=family,
+            seed=self.config.seed,
+            family=placebo_family(arm),
             factor=arm.factor,
             sets=[
                 _placebo_summary(edits[0]) if len(edits) == 1 else [_placebo_summary(e) for e in edits]
@@ -387,7 +438,8 @@ def run_ab(
     runner: _Runner | None = None
     try:
         runner = _Runner(plan if isinstance(plan, ABPlan) else plan_ab(plan), progress or _quiet, judge)
-        runner.start()
+        if runner.config.outcomes != "only":
+            runner.start()
         return _evaluate(runner, annotate)
     except (KeyboardInterrupt, Interrupted) as exc:
         kept = (
@@ -399,17 +451,62 @@ def run_ab(
         raise Interrupted(f"A/B evaluation stopped{cause}: {kept}") from None
 
 
+def _outcomes_only(runner: _Runner) -> list[ArmResult]:
+    """``--outcomes only``: every arm's and placebo set's continuous outcomes, nothing generated or judged."""
+    results = []
+    for number, arm in enumerate(runner.arms, 1):
+        runner.progress(f"arm {number}/{len(runner.arms)}: {arm.label} (outcomes only)")
+        found = runner.outcomes_of(arm.model, arm.edits)
+        assert found is not None, "--outcomes only computes outcomes"
+        placebos = []
+        for k, edits in enumerate(arm.placebo_edits):
+            runner.progress(f"{arm.title}: placebo {k + 1}/{len(arm.placebo_edits)} (outcomes only)")
+            measured = runner.outcomes_of(arm.model, edits)
+            assert measured is not None
+            placebos.append(measured)
+        reason = next((r for r in (e.noop_reason(runner.torch_dtype) for e in arm.edits) if r), None)
+        fraction = max(e.changed_fraction(runner.torch_dtype) for e in arm.edits)
+        guard = build_guard(arm.label, arm.factor, runner.config.dtype, fraction, reason, found.stats, 0, 0)
+        placebo: ArmPlacebo = NoPlacebo()
+        if arm.placebo:
+            placebo = (
+                runner.drawn(arm)
+                if arm.placebo_edits
+                else PlaceboSkipped(n_sets=0, seed=runner.config.seed, family=placebo_family(arm), skipped="none drawn")
+            )
+        result = ArmResult(
+            arm.factor,
+            arm.role,
+            [],
+            guard,
+            0.0,
+            0,
+            name=arm.title,
+            label=arm.label,
+            model=arm.model,
+            edits=arm.describe(),
+            placebo=placebo,
+        )
+        result.outcomes = outcome_results(
+            found, placebos, n_bootstrap=runner.config.n_bootstrap, seed=runner.config.seed
+        )
+        results.append(result)
+    return results
+
+
 def _evaluate(runner: _Runner, annotate: Callable[[ABReport], None] | None = None) -> ABReport:
     config = runner.config
     results: list[ArmResult] = []
     generations: dict[str, Generations] = {}
-    for number, arm in enumerate(runner.arms, 1):
+    if config.outcomes == "only":
+        results = _outcomes_only(runner)
+    for number, arm in enumerate(runner.arms if config.outcomes != "only" else [], 1):
         result, generated = runner.arm_result(arm, number)
         results.append(result)
         generations[arm.title] = generated
     baselines = {
         name: BaselinePass(g.seconds, g.n_tokens, len(runner.rows)) for name, (g, _) in runner.baselines.items()
-    }
+    } or {config.model: BaselinePass(0.0, 0, 0)}  # --outcomes only: nothing generated
     report = ABReport(
         capability=config.capability,
         model=config.model,
@@ -422,15 +519,30 @@ def _evaluate(runner: _Runner, annotate: Callable[[ABReport], None] | None = Non
         baselines=baselines,
         arms=results,
         config=config.to_dict(),
+        responses=runner.outcome_responses,
+        outcome_pairs=runner.outcome_pairs,
         warnings=provenance_warnings(runner.neurons, config.model, runner.model_dir)
+        + ([runner.outcomes_off] if runner.outcomes_off.startswith("no continuous") else [])
         + [flag for arm in results if arm.role == "main" for flag in arm.guard.flags]
         + [fault for arm in results for fault in arm.guard.faults],
     )
     if annotate is not None:
         annotate(report)
-    if config.out_dir is not None:
+    if config.out_dir is not None and config.outcomes == "only":
+        from interventions.report import write_outcomes_only
+
+        write_outcomes_only(report, Path(config.out_dir))
+    elif config.out_dir is not None:
         from interventions.report import write_report
 
+        if not runner.outcomes_off:
+            idx = runner.groups[config.target]
+            write_greedy(
+                Path(config.out_dir),
+                [runner.row_ids[i] for i in idx],
+                {m: [b[0].ids[i] for i in idx] for m, b in runner.baselines.items()},
+                runner.tokenizer,
+            )
         write_report(
             report,
             runner.rows,

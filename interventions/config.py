@@ -32,6 +32,10 @@ from interventions.edit_spec import EditSpec
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 ENGINES: tuple[str, ...] = ("shared", "per-arm")
+OUTCOME_MODES: tuple[str, ...] = ("on", "off", "only")
+# DPO pairs of the capability whose margin change every arm and placebo set measures (docs/interventions.md: a pair is
+# ~350 tokens, so 16 pairs cost a fifth of the 160 KL rows' tokens)
+DEFAULT_OUTCOME_PAIRS = 16
 
 
 @flat_init
@@ -87,6 +91,22 @@ class ABConfig:
         16, "Rows of each other capability scored as collateral (interleaved across tasks; none: as --limit allows)."
     )
     n_bootstrap: Annotated[int, RESAMPLES] = option(10_000, "Paired bootstrap resamples of each Δ.", flag="--bootstrap")
+    outcomes: str = option(
+        "on",
+        "Continuous outcomes by teacher forcing (KL to the other model, gap closed, reference log-prob, DPO margin): "
+        "on, off, or only (no generation: --responses reference, or an earlier run's folder).",
+    )
+    responses: str = option(
+        "greedy",
+        "Response tokens the outcomes teacher-force: greedy (the other model's own baseline responses), reference, "
+        "chosen, rejected, a JSONL FILE, or the folder of an earlier probe intervene run (its greedy responses).",
+    )
+    outcome_pairs: Annotated[int, NON_NEGATIVE_COUNT] = option(
+        DEFAULT_OUTCOME_PAIRS, "DPO pairs of the capability whose margin change each arm measures (0: none)."
+    )
+    dpo_file: str | Path | None = option(
+        None, "DPO pairs JSONL for the margin and for --responses chosen/rejected (default: dpo.jsonl beside --data)."
+    )
     model_dir: str | Path | None = option(
         None, "Model to intervene on (default: the run's --model, or the embedded default pair's)."
     )
@@ -114,6 +134,7 @@ class ABConfig:
             ("dtype", DTYPES),
             ("backend", DRIVERS),
             ("engine", ENGINES),
+            ("outcomes", OUTCOME_MODES),
         ):
             choice(name, getattr(self, name), allowed)
         self.device = check_device(self.device, "--device", allow_auto=True)
@@ -123,6 +144,11 @@ class ABConfig:
             raise ProbeError(
                 f"--edit {needs_run[0]} needs a run directory: it reads the models' means from the run's "
                 f"{ACTIVATIONS_FILE}"
+            )
+        if self.outcomes == "only" and self.responses == "greedy":
+            raise ProbeError(
+                "--outcomes only generates nothing, so it has no greedy responses of its own: give --responses "
+                "reference (or chosen, rejected, a FILE), or the folder of an earlier probe intervene run"
             )
         self.select = rule_names(self.select)
         if self.select:

@@ -34,6 +34,24 @@ class Difference(PairedDelta):
 
 
 @dataclass(frozen=True)
+class OutcomeEvidence:
+    """One continuous outcome of an arm as the rules read it (:class:`interventions.results.OutcomeResult`): Δ, its
+    95% CI, where it falls among ``placebo_sets`` placebo sets, and its verdict (:func:`outcome_verdict`)."""
+
+    outcome: str
+    delta: float
+    ci_low: float
+    ci_high: float
+    percentile: float | None = None
+    placebo_sets: int = 0
+    verdict: str = "n/a"
+
+    def beyond(self, sign: int) -> bool:
+        """The outcome moves beyond its placebos with the sign ``sign`` (+1 or -1)."""
+        return self.verdict == MOVES and (self.delta > 0 if sign > 0 else self.delta < 0)
+
+
+@dataclass(frozen=True)
 class ArmEvidence:
     """One intervention arm on the target capability, against the baseline of the model it ran on.
 
@@ -52,6 +70,11 @@ class ArmEvidence:
     rounds_to_one: bool = False
     rows_changed: int = 0
     faults: tuple[str, ...] = field(default_factory=tuple)
+    outcomes: tuple[OutcomeEvidence, ...] = field(default_factory=tuple)  # the continuous outcomes, where it has them
+
+    def outcome(self, name: str) -> OutcomeEvidence | None:
+        """The continuous outcome ``name`` (``gap_closed``, ``margin_change``, ...), None where it has none."""
+        return next((o for o in self.outcomes if o.outcome == name), None)
 
     def beyond_placebo(self) -> bool:
         """Enough placebo sets, and Δ at or beyond the :data:`PLACEBO_PERCENTILE` of theirs on its own side."""
@@ -67,3 +90,51 @@ class ArmEvidence:
         """A specific effect: significant (:meth:`Difference.significant`) and beyond its placebos,
         on valid generations."""
         return not self.faults and self.effect.significant() and self.beyond_placebo()
+
+
+# --- the continuous outcomes (access.outcomes), fixed 2026-11-27 before any default-pair outcome was read -------------
+
+# The smallest Δ that counts, per outcome, in its own units: 1% of the SFT/DPO gap; 1% of the unedited KL (read as
+# the gap closed, the same statistic); 0.01 nats per reference token; 0.1 nats of a DPO pair's summed margin.
+OUTCOME_FLOOR: dict[str, float] = {"gap_closed": 0.01, "kl": 0.01, "reference_change": 0.01, "margin_change": 0.1}
+
+MOVES = "moves beyond placebo"
+WITHIN_PLACEBO = "moves, within placebo"
+UNPLACED = "moves, no placebo to place it"
+NO_EFFECT = "no effect"
+UNDEFINED = "n/a"
+OUTCOME_VERDICTS: tuple[str, ...] = (MOVES, WITHIN_PLACEBO, UNPLACED, NO_EFFECT, UNDEFINED)
+
+
+def outcome_verdict(
+    outcome: str,
+    delta: float,
+    ci: tuple[float, float],
+    percentile: float | None,
+    placebo_sets: int,
+    scale: float = 1.0,
+) -> str:
+    """The verdict on one continuous outcome of one arm (docs/interventions.md, "Continuous outcomes").
+
+    ``n/a``: Δ or its CI is not finite (no rows, or no gap to close). ``no effect``: the 95% CI holds 0, or |Δ| is
+    below the outcome's :data:`OUTCOME_FLOOR` (``scale`` multiplies it: for ``kl``, the mean unedited KL). Else the
+    outcome moves, and is ``moves beyond placebo`` when at least :data:`MIN_PLACEBO_SETS` placebo sets ran and Δ lies at
+    or beyond their :data:`PLACEBO_PERCENTILE` on its own side, ``moves, within placebo`` when they ran and it does
+    not, ``moves, no placebo to place it`` when fewer ran.
+
+    >>> outcome_verdict("gap_closed", 0.4, (0.3, 0.5), 100.0, 20)
+    'moves beyond placebo'
+    >>> outcome_verdict("gap_closed", 0.004, (0.003, 0.005), 100.0, 20)   # below 1% of the gap
+    'no effect'
+    >>> outcome_verdict("margin_change", -0.5, (-0.9, -0.2), 60.0, 20)
+    'moves, within placebo'
+    """
+    low, high = ci
+    if not all(math.isfinite(v) for v in (delta, low, high)):
+        return UNDEFINED
+    if low <= 0 <= high or abs(delta) < OUTCOME_FLOOR[outcome] * scale:
+        return NO_EFFECT
+    if placebo_sets < MIN_PLACEBO_SETS or percentile is None or not math.isfinite(percentile):
+        return UNPLACED
+    beyond = percentile >= PLACEBO_PERCENTILE if delta > 0 else percentile <= 100.0 - PLACEBO_PERCENTILE
+    return MOVES if beyond else WITHIN_PLACEBO

@@ -43,6 +43,7 @@ from interventions.cells import (
 )
 from interventions.cells import markdown as markdown_table
 from interventions.results import (
+    OUTCOMES,
     ABReport,
     ArmPlacebo,
     ArmResult,
@@ -134,9 +135,9 @@ def markdown(report: ABReport) -> str:
         out.extend(f"> **NO-OP WARNING:** {flag}" for flag in arm.guard.flags)
         if arm.guard.flags or arm.guard.faults:
             out.append("")
-        out.extend(arm_table(arm))
+        out.extend(arm_table(arm) if arm.capabilities else ["(outcomes only: nothing generated)"])
         out.append("")
-    if len(report.scale_arms) > 1 and not isinstance(report.selection, Selection):  # --select: one per rule
+    if len(report.scale_arms) > 1 and not isinstance(report.selection, Selection) and report.main.capabilities:
         out.extend(dose_table(report))
     return "\n".join(out) + "\n"
 
@@ -156,7 +157,7 @@ SUMMARY_TERMINAL_COLUMNS = [_ARM, _MODEL, DELTA, CI, P, PLACEBO, CHANGED]
 
 
 def summary_rows(report: ABReport) -> list[Row]:
-    """Every arm on the target capability, against the baseline of the model it ran on."""
+    """Every arm on the target capability, against the baseline of the model it ran on (arms that generated)."""
     return [
         capability_row(
             arm.capability(report.capability),
@@ -165,11 +166,71 @@ def summary_rows(report: ABReport) -> list[Row]:
             noop="INVALID" if arm.guard.faults else ("YES" if arm.guard.is_noop else "no"),
         )
         for arm in report.arms
+        if arm.capabilities
     ]
 
 
 def summary_table(report: ABReport) -> list[str]:
-    return [f"## Every arm on {report.capability}", "", *markdown_table(SUMMARY_COLUMNS, summary_rows(report)), ""]
+    rows = summary_rows(report)
+    table = [f"## Every arm on {report.capability}", "", *markdown_table(SUMMARY_COLUMNS, rows), ""] if rows else []
+    return table + outcome_table(report)
+
+
+OUTCOME_COLUMNS = [
+    _ARM,
+    _MODEL,
+    extra("outcome"),
+    N,
+    BEFORE.named("unedited"),
+    AFTER.named("edited"),
+    DELTA.named("Δ"),
+    CI,
+    PLACEBO,
+    VERDICT,
+]
+
+
+def arm_outcome_rows(arm: ArmResult) -> list[Row]:
+    """An arm's continuous outcomes (:mod:`interventions.outcomes`), one row per outcome."""
+    return [
+        Row(
+            o.effect,
+            binary=False,
+            placebo=Placement.of(o.placebo),
+            verdict=o.verdict,
+            extra={"arm": arm.name, "model": arm.model, "outcome": OUTCOMES.get(o.outcome, o.outcome)},
+        )
+        for o in arm.outcomes
+    ]
+
+
+def outcome_rows(report: ABReport) -> list[Row]:
+    """Every arm's continuous outcomes, one row per arm and outcome."""
+    return [row for arm in report.arms for row in arm_outcome_rows(arm)]
+
+
+def responses_line(report: ABReport) -> str:
+    """Which response tokens the outcomes teacher-forced, and how many DPO pairs the margin rests on."""
+    return (
+        f"responses teacher-forced: {report.responses}; DPO margin on {report.outcome_pairs} pairs of the "
+        f"{report.capability} DPO data; target: the other model of the pair"
+    )
+
+
+def outcome_table(report: ABReport) -> list[str]:
+    """The continuous outcomes of every arm as markdown (nothing for a report without them)."""
+    rows = outcome_rows(report)
+    if not rows:
+        return []
+    return [
+        f"## Continuous outcomes on {report.capability} (teacher-forced)",
+        "",
+        f"- {responses_line(report)}",
+        "- gap closed: 1 − mean KL(target ‖ edited) / mean KL(target ‖ unedited); verdicts: docs/interventions.md",
+        "",
+        *markdown_table(OUTCOME_COLUMNS, rows),
+        "",
+    ]
 
 
 _DOSE_COLUMNS = [
@@ -252,6 +313,16 @@ def write_report(
         for r in generation_records(rows, row_ids, baselines, base_scores, report.model, by_name)
     ]
     write_atomic(files.generations, "\n".join(lines) + "\n")
+    write_atomic(files.markdown, markdown(report))
+    report.save(files.report)
+    return report
+
+
+def write_outcomes_only(report: ABReport, out_dir: Path) -> ABReport:
+    """``--outcomes only``: the report as JSON and markdown (no generations)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = InterventionDir(out_dir)
+    report.paths = {"json": str(files.report), "markdown": str(files.markdown)}
     write_atomic(files.markdown, markdown(report))
     report.save(files.report)
     return report

@@ -108,6 +108,40 @@ class PlaceboRank:
     rows_changed_mean: float | None = field(default=None, metadata=OMIT_NONE)  # A/B arms; lm-eval passes: none
 
 
+# the continuous outcomes of an arm (access.outcomes), in the order the tables show them: the key, its name in tables
+OUTCOMES: dict[str, str] = {
+    "gap_closed": "gap closed",
+    "kl": "KL(target ‖ model), nats",
+    "reference_change": "reference log-prob/token, nats",
+    "margin_change": "DPO margin, nats",
+}
+
+
+@dataclass
+class OutcomeResult:
+    """One continuous outcome of one arm over the rows (or DPO pairs), teacher-forced (:mod:`access.outcomes`):
+    unedited (``before``) and edited (``after``) means, Δ with its paired bootstrap 95% CI over rows, where Δ falls
+    among the arm's placebo sets, and the verdict of :func:`interventions.evidence.outcome_verdict`.
+
+    For ``gap_closed`` Δ is ``1 − mean(KL edited) / mean(KL unedited)`` (``before`` 0, ``after`` Δ)."""
+
+    outcome: str  # a key of OUTCOMES
+    n: int
+    before: float
+    after: float
+    delta: float
+    ci_low: float
+    ci_high: float
+    placebo: PlaceboRank | None = None
+    verdict: str = ""
+
+    @property
+    def effect(self) -> PairedDelta:
+        """As a paired difference (no McNemar p: not a 0/1 outcome)."""
+        nan = float("nan")
+        return PairedDelta(self.n, self.before, self.after, self.delta, self.ci_low, self.ci_high, nan)
+
+
 @dataclass
 class CapabilityResult:
     """Before/after on one capability's rows for one intervention arm (``effect`` written flat, in the file's keys)."""
@@ -177,9 +211,14 @@ class ArmResult:
     model: str = "dpo"  # the model that generated
     edits: list[dict[str, Any]] = field(default_factory=list)  # each edit's full description (its kind's own keys)
     placebo: ArmPlacebo = field(default_factory=NoPlacebo)  # where each Δ falls among them: in capabilities
+    outcomes: list[OutcomeResult] = field(default_factory=list)  # on the target capability's rows; none before #36
 
     def __post_init__(self) -> None:
         self.name = self.name or f"scale {self.factor!r}"
+
+    def outcome(self, name: str) -> OutcomeResult | None:
+        """The continuous outcome ``name`` (a key of :data:`OUTCOMES`), None where the arm has none."""
+        return next((o for o in self.outcomes if o.outcome == name), None)
 
     def capability(self, name: str) -> CapabilityResult:
         for result in self.capabilities:
@@ -284,6 +323,9 @@ class ABReport:
     warnings: list[str] = field(default_factory=list)
     paths: dict[str, str] = field(default_factory=dict)
     selection: Selection | NoSelection = field(default_factory=NoSelection)
+    # the continuous outcomes: which response tokens they teacher-forced ("" without outcomes), how many DPO pairs
+    responses: str = ""
+    outcome_pairs: int = 0
     baseline: BaselinePass = field(init=False)  # the intervened model's, for readers of the JSON alone, as the next
     placebo: ArmPlacebo = field(init=False)  # the main arm's
 

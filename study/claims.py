@@ -34,7 +34,7 @@ from interventions.cells import (
     extra,
     html_table,
 )
-from interventions.report import capability_row
+from interventions.report import OUTCOME_COLUMNS, arm_outcome_rows, capability_row, responses_line
 from interventions.results import ABReport, ArmResult
 from study.evidence import arm_evidence, causal_arms, eval_difference, paper_arm
 from study.figures import depth_figure
@@ -165,6 +165,7 @@ def _scaling_evidence(page: Page, study: Study) -> None:
         )
         if flags:
             page.add(f"<p><b>No-op guard:</b></p><ul>{flags}</ul>")
+        _outcome_evidence(page, [(loaded.report, arm)])
 
 
 def _causal_evidence(page: Page, study: Study) -> None:
@@ -176,6 +177,17 @@ def _causal_evidence(page: Page, study: Study) -> None:
         page.add(
             f"{arm_table(rows)}<p class=note>Arms with a specific effect (significant and beyond their "
             f"placebos): {e(', '.join(specific) or 'none')}.</p>"
+        )
+        _outcome_evidence(page, [(r.report, a) for r, a in study.causal_arms])
+
+
+def _outcome_evidence(page: Page, arms: list[tuple[ABReport, ArmResult]]) -> None:
+    """The arms' continuous outcomes (gap closed, KL, reference log-prob, DPO margin), where they have them."""
+    rows = [row for _, arm in arms for row in arm_outcome_rows(arm)]
+    if rows:
+        said = sorted({responses_line(report) for report, arm in arms if arm.outcomes})
+        page.add(
+            f"<p>Continuous outcomes (teacher-forced; {e('; '.join(said))}):</p>{html_table(OUTCOME_COLUMNS, rows)}"
         )
 
 

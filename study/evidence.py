@@ -20,7 +20,7 @@ import math
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from interventions.evidence import ArmEvidence, Difference
+from interventions.evidence import ArmEvidence, Difference, OutcomeEvidence
 from interventions.results import ABReport, ArmResult
 from study.layout import TARGET
 from study.stored import EvalRecord
@@ -47,20 +47,34 @@ def eval_difference(evaluation: EvalRecord | None, capability: str = TARGET) -> 
 
 
 def arm_evidence(report: ABReport, arm: ArmResult) -> ArmEvidence:
-    """An arm of a report on its target capability, as the verdict rules read it."""
-    c = arm.capability(report.capability)
-    sets = arm.placebo.n_sets if c.placebo else 0
+    """An arm of a report on its target capability, as the verdict rules read it (an arm of ``--outcomes only``:
+    its compliance effect has n = 0)."""
+    c = next((c for c in arm.capabilities if c.capability == report.capability), None)
+    nan = math.nan
+    outcomes = tuple(
+        OutcomeEvidence(
+            o.outcome,
+            o.delta,
+            o.ci_low,
+            o.ci_high,
+            o.placebo.percentile if o.placebo else None,
+            len(o.placebo.deltas) if o.placebo else 0,
+            o.verdict,
+        )
+        for o in arm.outcomes
+    )
     return ArmEvidence(
         name=arm.name,
         model=arm.model,
         factor=arm.factor,
         dtype=report.dtype,
-        effect=Difference(**asdict(c.effect)),
-        placebo_sets=sets,
-        percentile=c.placebo.percentile if c.placebo else None,
+        effect=Difference(**asdict(c.effect)) if c else Difference(0, nan, nan, nan, nan, nan, nan),
+        placebo_sets=arm.placebo.n_sets if c and c.placebo else 0,
+        percentile=c.placebo.percentile if c and c.placebo else None,
         rounds_to_one=arm.factor is not None and arm.guard.factor_rounds_to_one,
-        rows_changed=c.rows_changed,
+        rows_changed=c.rows_changed if c else 0,
         faults=tuple(arm.guard.faults),
+        outcomes=outcomes,
     )
 
 

@@ -31,8 +31,8 @@ import math
 from dataclasses import dataclass
 
 from access.factors import PAPER_FACTOR as PAPER_FACTOR  # re-exported: the claims name it
-from interventions.cells import Placement, effect_sentence, fmt_pct
-from interventions.evidence import MIN_PLACEBO_SETS, ArmEvidence, Difference
+from interventions.cells import Placement, effect_sentence, fmt_pct, fmt_percentile
+from interventions.evidence import MIN_PLACEBO_SETS, UNPLACED, ArmEvidence, Difference, OutcomeEvidence
 from study.layout import TARGET  # the capability of claims 2-4, as in the paper
 
 SUPPORTED = "supported"
@@ -89,6 +89,23 @@ class DepthShare:
 
 def _difference(d: Difference) -> str:
     return effect_sentence(d, rates=True, placebo=False)
+
+
+def _outcome_text(o: OutcomeEvidence | None, what: str) -> str:
+    """``gap closed +12.0% [+8.0, +16.0], 97th percentile of 20 placebo sets (moves beyond placebo)``."""
+    if o is None:
+        return f"no {what}"
+    percent = o.outcome == "gap_closed"
+
+    def num(x: float) -> str:
+        return "n/a" if not math.isfinite(x) else (f"{100 * x:+.1f}%" if percent else f"{x:+.3g}")
+
+    placed = (
+        f"{fmt_percentile(o.percentile)} percentile of {o.placebo_sets} placebo sets"
+        if o.percentile is not None and math.isfinite(o.percentile) and o.placebo_sets
+        else "no placebo sets"
+    )
+    return f"{what} {num(o.delta)} [{num(o.ci_low)}, {num(o.ci_high)}], {placed} ({o.verdict})"
 
 
 def _placement(arm: ArmEvidence) -> Placement | None:
@@ -157,11 +174,16 @@ def alignment_tax(multi_turn: Difference | None, command: str) -> Verdict:
 
 
 def paper_scaling(arm: ArmEvidence | None, command: str) -> Verdict:
-    """Claim 3, on the scale arm at :data:`PAPER_FACTOR` (the DPO model, multi_turn). Cannot be tested: the factor
-    rounds to 1 in the model's dtype, the generations are broken, the judge decided no row. Contradicted: compliance
-    drops, significant. Supported: it rises, significant, and beyond :data:`PLACEBO_PERCENTILE` of at least
-    :data:`MIN_PLACEBO_SETS` placebo sets. Cannot be tested: a significant rise with too few placebo sets to place it;
-    no room above a baseline already at 100%. Not supported: otherwise (including a rise random units match)."""
+    """Claim 3, on the scale arm at :data:`PAPER_FACTOR` (the DPO model, multi_turn), read on compliance and on the
+    continuous outcomes (gap closed toward SFT and the DPO margin change on multi-turn DPO pairs).
+
+    The arm *lifts* multi-turn when compliance rises with a specific effect (:meth:`ArmEvidence.specific`), or when
+    both the gap closed and the margin change rise beyond their placebos (``moves beyond placebo``,
+    :func:`interventions.evidence.outcome_verdict`); it *lowers* it when compliance drops significantly, or when both
+    fall beyond their placebos. Cannot be tested: the factor rounds to 1 in the model's dtype; broken generations;
+    neither a judged row nor continuous outcomes; a significant compliance rise (or outcomes that move) with too few
+    placebo sets to place it; a baseline already at 100% without continuous outcomes. Supported: lifts and does not
+    lower. Contradicted: lowers and does not lift. Not supported: otherwise (both at once included)."""
     if arm is None:
         return Verdict(3, NOT_RUN, "no intervention at the paper's factor on multi_turn", command)
     if arm.rounds_to_one:
@@ -173,21 +195,37 @@ def paper_scaling(arm: ArmEvidence | None, command: str) -> Verdict:
     if arm.faults:
         return Verdict(3, CANNOT_TEST, f"the edited model's generations are broken: {arm.faults[0]}")
     d = arm.effect
-    if d.n == 0:
+    gap, margin = arm.outcome("gap_closed"), arm.outcome("margin_change")
+    continuous = gap is not None
+    if d.n == 0 and not continuous:
         return Verdict(3, CANNOT_TEST, "the judge decided no multi_turn row of the intervention")
-    text = effect_sentence(d, _placement(arm), (arm.rows_changed, d.n), rates=True)
-    if d.significant() and d.delta < 0:
-        return Verdict(3, CONTRADICTED, f"scaling lowered multi-turn compliance: {text}")
-    if d.significant() and arm.placebo_sets < MIN_PLACEBO_SETS:
+    parts = [effect_sentence(d, _placement(arm), (arm.rows_changed, d.n), rates=True)] if d.n else []
+    if continuous:
+        parts += [_outcome_text(gap, "gap closed toward SFT"), _outcome_text(margin, "DPO margin change")]
+    text = "; ".join(parts)
+    moved = {
+        sign: gap is not None and margin is not None and gap.beyond(sign) and margin.beyond(sign) for sign in (1, -1)
+    }
+    lifts = (arm.specific() and d.delta > 0) or moved[1]
+    lowers = (d.n > 0 and d.significant() and d.delta < 0) or moved[-1]
+    if lifts and lowers:
+        return Verdict(3, NOT_SUPPORTED, f"compliance and the continuous outcomes disagree: {text}")
+    if lowers:
+        return Verdict(3, CONTRADICTED, f"scaling lowered multi-turn, moving it away from compliance: {text}")
+    if lifts:
+        return Verdict(3, SUPPORTED, f"scaling lifted multi-turn beyond its placebos: {text}")
+    unplaced = d.n > 0 and d.significant() and arm.placebo_sets < MIN_PLACEBO_SETS
+    sets = arm.placebo_sets
+    if gap is not None and margin is not None and gap.verdict == margin.verdict == UNPLACED:
+        unplaced, sets = True, gap.placebo_sets
+    if unplaced:
         return Verdict(
             3,
             CANNOT_TEST,
-            f"a significant rise, but only {arm.placebo_sets} placebo sets ran (the rule needs "
+            f"an effect, but only {sets} placebo sets ran, too few to place it (the rule needs "
             f"{MIN_PLACEBO_SETS}; rerun with --placebo 20): {text}",
         )
-    if arm.specific():
-        return Verdict(3, SUPPORTED, f"scaling lifted multi-turn compliance beyond its placebos: {text}")
-    if d.before >= 1.0 and d.delta == 0:
+    if not continuous and d.before >= 1.0 and d.delta == 0:
         return Verdict(
             3, CANNOT_TEST, f"the DPO baseline already complies on every row, so nothing can lift it: {text}"
         )
@@ -217,6 +255,71 @@ def expected_sign(arm: ArmEvidence, behaviour: int) -> int:
     return behaviour if arm.model == "sft" else -behaviour
 
 
+PATCHES = ("patch dpo<-sft", "patch sft<-dpo")
+# claim 4 on the continuous outcome: a patch must close at least this share of the gap, at its 95% CI's low end
+MIN_GAP_CLOSED = 0.10
+
+
+def _gap_sentence(arm: ArmEvidence, gap: OutcomeEvidence) -> str:
+    """'patch dpo<-sft closes 12.0% [8.0, 16.0] of the SFT→DPO gap, at the 97th percentile of 20 matched placebo
+    sets'."""
+
+    def pct(x: float) -> str:
+        return "n/a" if not math.isfinite(x) else f"{100 * x:.1f}"
+
+    placed = (
+        f"at the {fmt_percentile(gap.percentile)} percentile of {gap.placebo_sets} matched placebo sets"
+        if gap.percentile is not None and math.isfinite(gap.percentile) and gap.placebo_sets
+        else "with no placebo sets"
+    )
+    return f"{arm.name} closes {pct(gap.delta)}% [{pct(gap.ci_low)}, {pct(gap.ci_high)}] of the SFT→DPO gap, {placed}"
+
+
+def units_cause_by_gap(arms: list[ArmEvidence], command: str) -> Verdict | None:
+    """Claim 4 on the continuous outcome, where a patch arm (:data:`PATCHES`) has one; None otherwise.
+
+    The gap is the KL between the two models on the teacher-forced responses; patching the units with the other
+    model's values closes a share of it (:mod:`interventions.outcomes`). Not supported: no gap to close (the
+    models agree on those tokens: the unedited KL is 0 on every row). Cannot be tested: every patch arm's generations
+    are broken, or none ran with :data:`MIN_PLACEBO_SETS` placebo sets. Supported: a patch closes the gap beyond its
+    placebos (``moves beyond placebo``) with the low end of its 95% CI at :data:`MIN_GAP_CLOSED` or more, and no patch
+    widens it beyond its placebos. Contradicted: patches only widen it beyond their placebos. Not supported:
+    otherwise."""
+    patched = [(a, g) for a in arms if a.name in PATCHES and (g := a.outcome("gap_closed")) is not None]
+    if not patched:
+        return None
+    valid = [(a, g) for a, g in patched if not a.faults]
+    if not valid:
+        return Verdict(4, CANNOT_TEST, f"every patch arm's generations are broken: {patched[0][0].faults[0]}")
+    if not any(math.isfinite(g.delta) for _, g in valid):
+        return Verdict(
+            4,
+            NOT_SUPPORTED,
+            "the two models agree on the teacher-forced tokens (KL 0 on every row): there is no SFT→DPO gap for "
+            "the units to explain",
+        )
+    listing = "; ".join(_gap_sentence(a, g) for a, g in valid)
+    placed = [(a, g) for a, g in valid if g.placebo_sets >= MIN_PLACEBO_SETS]
+    if not placed:
+        return Verdict(
+            4,
+            CANNOT_TEST,
+            f"no patch arm ran with {MIN_PLACEBO_SETS} or more placebo sets; rerun with --placebo 20 ({command}): "
+            f"{listing}",
+        )
+    closes = [a.name for a, g in placed if g.beyond(1) and g.ci_low >= MIN_GAP_CLOSED]
+    widens = [a.name for a, g in placed if g.beyond(-1)]
+    if closes and not widens:
+        return Verdict(4, SUPPORTED, listing)
+    if widens and not closes:
+        return Verdict(4, CONTRADICTED, f"patching moves the models apart beyond placebo: {listing}")
+    return Verdict(
+        4,
+        NOT_SUPPORTED,
+        f"no patch closes {100 * MIN_GAP_CLOSED:.0f}% or more of the gap beyond its placebos: {listing}",
+    )
+
+
 def units_cause(
     arms: list[ArmEvidence] | None, behaviour: Difference | None, command: str, eval_command: str
 ) -> Verdict:
@@ -225,9 +328,15 @@ def units_cause(
     change is not significant (nothing to cause), or no arm has :data:`MIN_PLACEBO_SETS` placebo sets. Supported: an
     arm shows a specific effect (:meth:`ArmEvidence.specific`) in the direction of the other model, and none against
     it. Contradicted: specific effects only against it. Not supported: otherwise (ablation alone shows only that the
-    units matter, and is reported beside it)."""
+    units matter, and is reported beside it).
+
+    Where a patch arm carries the continuous outcomes, the claim is judged on the gap it closes instead
+    (:func:`units_cause_by_gap`), which needs no compliance difference between the models."""
     if not arms:
         return Verdict(4, NOT_RUN, "no ablation, mean, patching or steering arm on multi_turn", command)
+    by_gap = units_cause_by_gap(arms, command)
+    if by_gap is not None:
+        return by_gap
     if behaviour is None:
         return Verdict(4, NOT_RUN, "no evaluation of the pair, so no behaviour change to explain", eval_command)
     if behaviour.n == 0:

@@ -176,3 +176,137 @@ def test_a_verdict_is_one_of_five() -> None:
     assert STATUSES == ("supported", "not supported", "contradicted", "cannot be tested here", "not run")
     with pytest.raises(ValueError):
         Verdict(1, "likely", "no")
+
+
+# --- the continuous outcomes (issue 36): claim 3 on gap closed and margin, claim 4 on the gap a patch closes ---------
+
+from interventions.evidence import (  # noqa: E402
+    MOVES,
+    NO_EFFECT,
+    UNDEFINED,
+    UNPLACED,
+    WITHIN_PLACEBO,
+    OutcomeEvidence,
+    outcome_verdict,
+)
+from study.verdicts import MIN_GAP_CLOSED, units_cause_by_gap  # noqa: E402
+
+NO_ROWS = Difference(0, NAN, NAN, NAN, NAN, NAN, NAN)  # an --outcomes only arm: no compliance
+CEILING = diff(0.0, 0.0, 0.0, 1.0, before=1.0)
+
+
+def outcome(
+    name: str, delta: float, low: float, high: float, pct: float | None = 99.0, sets: int = 20
+) -> OutcomeEvidence:
+    verdict = outcome_verdict(name, delta, (low, high), pct, sets)
+    return OutcomeEvidence(name, delta, low, high, pct, sets, verdict)
+
+
+GAP_UP, GAP_DOWN = outcome("gap_closed", 0.4, 0.3, 0.5), outcome("gap_closed", -0.4, -0.5, -0.3, pct=1.0)
+MARGIN_UP, MARGIN_DOWN = outcome("margin_change", 2.0, 1.0, 3.0), outcome("margin_change", -2.0, -3.0, -1.0, pct=1.0)
+GAP_FLAT = outcome("gap_closed", 0.001, -0.01, 0.01, pct=50.0)
+GAP_WITHIN = outcome("gap_closed", 0.4, 0.3, 0.5, pct=60.0)
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (("gap_closed", 0.4, (0.3, 0.5), 99.0, 20), MOVES),
+        (("gap_closed", -0.4, (-0.5, -0.3), 2.0, 20), MOVES),
+        (("gap_closed", -0.4, (-0.5, -0.3), 99.0, 20), WITHIN_PLACEBO),  # a fall that placebos outdo upward
+        (("gap_closed", 0.4, (0.3, 0.5), 60.0, 20), WITHIN_PLACEBO),
+        (("gap_closed", 0.4, (0.3, 0.5), 99.0, 10), UNPLACED),
+        (("gap_closed", 0.4, (0.3, 0.5), None, 0), UNPLACED),
+        (("gap_closed", 0.4, (-0.1, 0.5), 99.0, 20), NO_EFFECT),  # CI holds 0
+        (("gap_closed", 0.005, (0.004, 0.006), 99.0, 20), NO_EFFECT),  # below the 1% floor
+        (("margin_change", 0.05, (0.04, 0.06), 99.0, 20), NO_EFFECT),  # below 0.1 nats
+        (("reference_change", 0.05, (0.04, 0.06), 99.0, 20), MOVES),
+        (("gap_closed", NAN, (NAN, NAN), None, 20), UNDEFINED),
+    ],
+)
+def test_outcome_verdict_every_branch(args: tuple, expected: str) -> None:
+    assert outcome_verdict(*args) == expected
+
+
+def test_the_kl_floor_scales_with_the_unedited_kl() -> None:
+    assert outcome_verdict("kl", -0.005, (-0.006, -0.004), 1.0, 20, scale=1.0) == NO_EFFECT
+    assert outcome_verdict("kl", -0.005, (-0.006, -0.004), 1.0, 20, scale=0.1) == MOVES
+
+
+@pytest.mark.parametrize(
+    "evidence, status, needle",
+    [
+        (arm("scale 0.999999", CEILING, factor=PAPER_FACTOR, outcomes=(GAP_UP, MARGIN_UP)), SUPPORTED, "gap closed"),
+        (arm("scale 0.999999", NO_ROWS, factor=PAPER_FACTOR, outcomes=(GAP_UP, MARGIN_UP)), SUPPORTED, "lifted"),
+        (arm("scale 0.999999", CEILING, factor=PAPER_FACTOR, outcomes=(GAP_UP, MARGIN_DOWN)), NOT_SUPPORTED, "no lift"),
+        (arm("scale 0.999999", CEILING, factor=PAPER_FACTOR, outcomes=(GAP_DOWN, MARGIN_DOWN)), CONTRADICTED, "away"),
+        (arm("scale 0.999999", CEILING, factor=PAPER_FACTOR, outcomes=(GAP_FLAT,)), NOT_SUPPORTED, "no DPO margin"),
+        (
+            arm("scale 0.999999", CEILING, factor=PAPER_FACTOR, outcomes=(GAP_WITHIN, MARGIN_UP)),
+            NOT_SUPPORTED,
+            "within placebo",
+        ),
+        (
+            arm("scale 0.999999", UP, factor=PAPER_FACTOR, pct=99.0, outcomes=(GAP_DOWN, MARGIN_DOWN)),
+            NOT_SUPPORTED,
+            "disagree",
+        ),
+        (
+            arm("scale 0.999999", DOWN, factor=PAPER_FACTOR, pct=1.0, outcomes=(GAP_UP, MARGIN_UP)),
+            NOT_SUPPORTED,
+            "disagree",
+        ),
+        (
+            arm(
+                "scale 0.999999",
+                CEILING,
+                factor=PAPER_FACTOR,
+                outcomes=(
+                    outcome("gap_closed", 0.4, 0.3, 0.5, sets=5),
+                    outcome("margin_change", 2.0, 1.0, 3.0, sets=5),
+                ),
+            ),
+            CANNOT_TEST,
+            "only 5 placebo sets",
+        ),
+    ],
+)
+def test_claim_3_reads_gap_closed_and_margin(evidence: ArmEvidence, status: str, needle: str) -> None:
+    verdict = paper_scaling(evidence, "probe intervene RUN -c multi_turn")
+    assert verdict.status == status and needle in verdict.reason, verdict.reason
+
+
+def test_claim_3_without_outcomes_or_rows_cannot_be_tested() -> None:
+    verdict = paper_scaling(arm("scale 0.999999", NO_ROWS, factor=PAPER_FACTOR), "I")
+    assert verdict.status == CANNOT_TEST and "no multi_turn row" in verdict.reason
+    ceiling = paper_scaling(arm("scale 0.999999", CEILING, factor=PAPER_FACTOR), "I")
+    assert ceiling.status == CANNOT_TEST and "already complies" in ceiling.reason
+
+
+def _patch(gap: OutcomeEvidence, name: str = "patch dpo<-sft", **kw) -> ArmEvidence:
+    return arm(name, NO_ROWS, outcomes=(gap,), **kw)
+
+
+@pytest.mark.parametrize(
+    "arms, status, needle",
+    [
+        ([_patch(GAP_UP)], SUPPORTED, "closes 40.0% [30.0, 50.0] of the SFT→DPO gap, at the 99th percentile of 20"),
+        ([_patch(GAP_UP), _patch(GAP_DOWN, "patch sft<-dpo")], NOT_SUPPORTED, "no patch closes 10%"),
+        ([_patch(GAP_DOWN)], CONTRADICTED, "apart"),
+        ([_patch(GAP_WITHIN)], NOT_SUPPORTED, "60th percentile"),
+        ([_patch(GAP_FLAT)], NOT_SUPPORTED, "no patch closes"),
+        ([_patch(outcome("gap_closed", 0.08, 0.05, 0.11))], NOT_SUPPORTED, "no patch closes"),  # CI low < 10%
+        ([_patch(outcome("gap_closed", NAN, NAN, NAN, pct=None))], NOT_SUPPORTED, "no SFT→DPO gap"),
+        ([_patch(outcome("gap_closed", 0.4, 0.3, 0.5, sets=3))], CANNOT_TEST, "placebo sets"),
+        ([_patch(GAP_UP, faults=("broken",))], CANNOT_TEST, "broken"),
+    ],
+)
+def test_claim_4_on_the_gap_a_patch_closes(arms: list[ArmEvidence], status: str, needle: str) -> None:
+    verdict = units_cause(arms, None, "INTERVENE", "EVAL")  # needs no compliance difference between the models
+    assert verdict.status == status and needle in verdict.reason, verdict.reason
+
+
+def test_claim_4_falls_back_to_compliance_without_a_patch_outcome() -> None:
+    assert units_cause_by_gap([arm("mean", UP, outcomes=(GAP_UP,))], "I") is None
+    assert units_cause([arm("mean", UP, outcomes=(GAP_UP,))], None, "I", "E").describe() == "not run (E)"
+    assert MIN_GAP_CLOSED == 0.10

@@ -93,14 +93,22 @@ def intervene(
 
 def _print(report: ABReport) -> None:
     from interventions.cells import terminal
-    from interventions.report import ARM_TERMINAL_COLUMNS, SUMMARY_TERMINAL_COLUMNS, arm_rows, summary_rows
+    from interventions.report import (
+        ARM_TERMINAL_COLUMNS,
+        OUTCOME_COLUMNS,
+        SUMMARY_TERMINAL_COLUMNS,
+        arm_rows,
+        outcome_rows,
+        responses_line,
+        summary_rows,
+    )
 
     out = console()
     guard_notes = {note for arm in report.arms for note in [*arm.guard.flags, *arm.guard.faults]}
     for warning in report.warnings:
         if warning not in guard_notes:
             out.print(f"[yellow]warning:[/yellow] {warning}")
-    for arm in report.arms:
+    for arm in (a for a in report.arms if a.capabilities):
         title = (
             f"{arm.label or arm.name} ({arm.role}) on {report.units_of(arm).size} units of "
             f"{report.neurons.hook}, {arm.model} model, {report.dtype}"
@@ -110,8 +118,11 @@ def _print(report: ABReport) -> None:
             out.print(f"[bold red]INVALID:[/bold red] {fault}")
         for flag in arm.guard.flags:
             out.print(f"[bold red]NO-OP:[/bold red] {flag}")
-    if len(report.arms) > 1:
+    if len(summary_rows(report)) > 1:
         title = f"every arm on {report.capability} (against the baseline of the model it ran on)"
         out.print(terminal(SUMMARY_TERMINAL_COLUMNS, summary_rows(report), title))
+    if outcome_rows(report):
+        title = f"continuous outcomes on {report.capability} ({responses_line(report)})"
+        out.print(terminal(OUTCOME_COLUMNS, outcome_rows(report), title))
     for kind, path in report.paths.items():
         out.print(f"{kind}: {path}", soft_wrap=True)
