@@ -70,9 +70,12 @@ class BasisProfiles:
     global_layers: list[RankedLayer]
     local_layers: list[RankedLayer]
     meaning: dict[str, str]  # basis -> what it means, in words (analysis.basis.describe_basis)
-    top_n: int  # how many top layers and (x 16) units the overlaps compare
+    top_n: int  # how many top layers the layer overlap compares
+    top_k: int  # how many top units the unit overlap compares
     top_layer_overlap: int  # layers among both bases' top ``top_n``
-    top_unit_overlap: int  # units among both bases' top ``16 * top_n``
+    top_unit_overlap: int  # units among both bases' top ``top_k``
+    global_units: list[tuple[int, int]]  # the global basis's top ``top_k`` units, (layer, unit)
+    local_units: list[tuple[int, int]]  # the local basis's
 
 
 def basis_profiles(
@@ -81,13 +84,14 @@ def basis_profiles(
     hook: str,
     config: AnalysisConfig = AnalysisConfig(metric="mean_diff", stability_resamples=0),
     top_n: int = 5,
+    top_k: int = 64,
 ) -> BasisProfiles:
     """The global and local layer profiles of one capability × hook, side by side (module doc)."""
     with RunReader(run_dir) as run:
         maps = {basis: basis_maps(run, capability, hook, config, basis) for basis in ("global", "local")}
     direction = basis_of_settings(maps["local"].settings)[1] or ""
     profiles = {basis: layer_profile(m, config.fdr_alpha) for basis, m in maps.items()}
-    units = {basis: top_unit_pairs(m, 16 * top_n) for basis, m in maps.items()}
+    units = {basis: top_unit_pairs(m, top_k) for basis, m in maps.items()}
     return BasisProfiles(
         capability=capability,
         hook=hook,
@@ -98,10 +102,13 @@ def basis_profiles(
         local_layers=profiles["local"],
         meaning={"global": describe_basis("global"), "local": describe_basis("local", direction)},
         top_n=top_n,
+        top_k=top_k,
         top_layer_overlap=len(
             {r.layer for r in profiles["global"][:top_n]} & {r.layer for r in profiles["local"][:top_n]}
         ),
         top_unit_overlap=unit_overlap(units["global"], units["local"]),
+        global_units=units["global"],
+        local_units=units["local"],
     )
 
 
