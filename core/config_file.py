@@ -72,7 +72,8 @@ from core.errors import DataError, ProbeError
 from core.inputs import MAX_DEPTH, check_input_file, read_json, shown
 from core.validation import DIRECTORY as DIRECTORY
 from core.validation import Directory as Directory
-from core.validation import Invalid, Range, check, dotted
+from core.validation import Invalid, check, dotted
+from core.validation import Range as Range
 from core.validation import describe as describe
 
 MAX_CONFIG_BYTES = 256 * 1024  # hand-written settings are a few hundred bytes; this also bounds the YAML parser's time

@@ -68,7 +68,7 @@ def _with_defaults(config: LMEvalConfig, pair: str) -> LMEvalConfig:
     """Without a run or --model-dir, the embedded default pair's model (and, for --edit patch, its other model)."""
     from dataclasses import replace
 
-    patch = "patch" in config.ab_config().edits
+    patch = "patch" in config.ab_config().edit.edits
     if config.run_dir is not None or (config.model_dir is not None and (not patch or config.source_dir is not None)):
         return config
     default = default_pair(pair)
@@ -83,7 +83,7 @@ def _inputs(config: LMEvalConfig) -> dict[str, str | Path | None]:
     return {
         "RUN_DIR's recording": run.activations if run else None,
         "RUN_DIR's analysis": run.analysis.summary if run else None,
-        "--neurons": config.neurons,
+        "--neurons": config.edit.neurons,
         "--model-dir": config.model_dir,
         "--source-dir": config.source_dir,
         "--ab-report": InterventionDir(config.ab_report).report if config.ab_report is not None else None,
