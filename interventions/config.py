@@ -145,6 +145,11 @@ class ABConfig:
                 f"--edit {needs_run[0]} needs a run directory: it reads the models' means from the run's "
                 f"{ACTIVATIONS_FILE}"
             )
+        if self.responses not in ("greedy", "reference", "chosen", "rejected") and not Path(self.responses).exists():
+            raise ProbeError(
+                f"--responses {self.responses}: expected greedy, reference, chosen, rejected, a JSONL file of "
+                "responses or the folder of an earlier probe intervene run"
+            )
         if self.outcomes == "only" and self.responses == "greedy":
             raise ProbeError(
                 "--outcomes only generates nothing, so it has no greedy responses of its own: give --responses "

@@ -140,3 +140,8 @@ def test_claim_4_is_not_supported_on_a_pair_with_no_difference(planted, tmp_path
     assert gap is not None and math.isnan(gap.delta)  # no gap to close
     verdict = units_cause([arm_evidence(same, a) for a in same.arms], None, "I", "E")
     assert verdict.status == NOT_SUPPORTED and "no SFT→DPO gap" in verdict.reason, verdict.reason
+
+
+def test_a_missing_responses_file_is_refused_before_anything_runs() -> None:
+    with pytest.raises(ProbeError, match=r"--responses nowhere\.jsonl: expected greedy"):
+        ABConfig(model_dir="m", data_file="d", units="1:0", responses="nowhere.jsonl")
