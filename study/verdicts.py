@@ -92,13 +92,14 @@ def _difference(d: Difference) -> str:
 
 
 def _outcome_text(o: OutcomeEvidence | None, what: str) -> str:
-    """``gap closed +12.0% [+8.0, +16.0], 97th percentile of 20 placebo sets (moves beyond placebo)``."""
+    """``gap closed +12% [+8%, +16%], 97th percentile of 20 placebo sets (moves beyond placebo)`` (three significant
+    digits, so that a gap of 1e-6 does not read as 0)."""
     if o is None:
         return f"no {what}"
     percent = o.outcome == "gap_closed"
 
     def num(x: float) -> str:
-        return "n/a" if not math.isfinite(x) else (f"{100 * x:+.1f}%" if percent else f"{x:+.3g}")
+        return "n/a" if not math.isfinite(x) else (f"{100 * x:+.3g}%" if percent else f"{x:+.3g}")
 
     placed = (
         f"{fmt_percentile(o.percentile)} percentile of {o.placebo_sets} placebo sets"
