@@ -29,6 +29,7 @@ from core.judges import JUDGES
 from core.llm.config import ClientConfig, ClientOptions
 from core.run_dir import ACTIVATIONS_FILE
 from interventions.edit_spec import EditSpec
+from interventions.rule_table import RULE_METRICS
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 ENGINES: tuple[str, ...] = ("shared", "per-arm")
@@ -49,7 +50,7 @@ class ABConfig:
     model: str = option("dpo", "Which model of the pair to intervene on: sft or dpo.")
     edit: EditSpec = nested(EditSpec)
     select: str | list[str] = option(
-        help="Compare selection rules (count, mean_diff, effect_size, attribution, weight): the same edit "
+        help=f"Compare selection rules ({', '.join(RULE_METRICS)}): the same edit "
         "(factor 0 unless --factor) on each rule's top --top-k units (64), each with its own placebos, in one report.",
         default_factory=list,
         metavar="RULE[,RULE]",

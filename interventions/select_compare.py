@@ -51,7 +51,8 @@ from interventions.results import (
     RuleVerdict,
     Selection,
 )
-from interventions.select_rules import RULE_METRICS, RuleSet, rule_sets
+from interventions.rule_table import RULE_METRICS
+from interventions.select_rules import RuleSet, rule_sets
 from interventions.selection import describe
 
 MATTERS = "matters"

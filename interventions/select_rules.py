@@ -10,6 +10,8 @@ Every rule scores each unit of the capability's layer window and keeps the K of 
 ``effect_size``  Cohen's d_z of that difference
 ``attribution``  gradient attribution, the estimated change of *m* if the DPO unit took its SFT value
 ``weight``       the relative SFT → DPO change of the unit's own weights (:mod:`analysis.weight_change`)
+``local_*``      ``count``, ``mean_diff``, ``effect_size`` in the local basis: each DPO layer run on SFT's input
+                 to it, so a unit's score is its own layer's change (:mod:`analysis.local_basis`)
 ===============  =====================================================================================
 
 Where a ranking comes from, in this order:
@@ -48,19 +50,13 @@ from access.units import Neuron, NeuronSet
 from core.config_file import OptionError
 from core.errors import ProbeError
 from core.run_dir import AnalysisDir, RunDir
+from interventions.rule_table import LOCAL_RULES, RULE_METRICS
 
 if TYPE_CHECKING:
     from analysis.metric_maps import MetricMaps
     from analysis.window import Window
     from probes.store import RunReader
 
-RULE_METRICS: dict[str, str] = {
-    "count": "topk_count",
-    "mean_diff": "mean_diff",
-    "effect_size": "effect_size",
-    "attribution": "attribution",
-    "weight": "weight_change",
-}
 FRESH_METRICS = ("topk_count", "mean_diff", "effect_size")  # cheap to rank afresh from the recorded activations
 
 
@@ -115,6 +111,8 @@ def _rule_set(run: RunReader, run_dir: Path, rule: str, capability: str, hook: s
 
     if rule == "weight":
         return _weight_set(run, run_dir, capability, hook, k)
+    if rule in LOCAL_RULES:
+        return _local_set(run, run_dir, rule, capability, hook, k)
     metric = RULE_METRICS[rule]
     saved = saved_maps(run_dir, metric, capability, hook)
     if saved is not None:
@@ -137,6 +135,26 @@ def _rule_set(run: RunReader, run_dir: Path, rule: str, capability: str, hook: s
     return RuleSet(rule, units, source, format_layers(maps.layers), maps.width)
 
 
+def _local_set(run: RunReader, run_dir: Path, rule: str, capability: str, hook: str, k: int) -> RuleSet:
+    """The rule's metric in the local basis over the default window, ranked afresh from activations.h5."""
+    from analysis.basis import describe_basis
+    from analysis.config import AnalysisConfig
+    from analysis.local_basis import basis_maps
+    from analysis.select import select_neurons
+    from analysis.window import format_layers
+
+    metric = RULE_METRICS[rule]
+    try:
+        maps = basis_maps(run, capability, hook, AnalysisConfig(metric=metric, basis="local", stability_resamples=0))
+    except ProbeError as exc:
+        raise ProbeError(f"--select {rule}: {exc}") from None
+    units = select_neurons(maps, "top_k_abs", k, run_dir=str(run_dir), model_hashes=_hashes(run))
+    if not len(units):
+        raise ProbeError(f"--select {rule}: the local {metric} ranking of {capability}/{hook} scores every unit 0")
+    source = f"ranked afresh from activations.h5 in the {describe_basis('local', maps.settings.get('direction'))}"
+    return RuleSet(rule, units, source, format_layers(maps.layers), maps.width)
+
+
 def saved_maps(run_dir: Path, metric: str, capability: str, hook: str) -> tuple[MetricMaps, Path] | None:
     """The maps of the first saved analysis of ``metric`` that covers ``capability`` × ``hook`` (module doc), if any."""
     from analysis.maps import load_maps
@@ -148,6 +166,8 @@ def saved_maps(run_dir: Path, metric: str, capability: str, hook: str) -> tuple[
         except ProbeError:
             continue
         if summary.metric != metric or hook not in summary.capabilities.get(capability, {}):
+            continue
+        if summary.settings.get("basis", "global") != "global":  # a local analysis answers only the local rules
             continue
         path = folder.root / summary.maps
         found = [m for m in load_maps(path) if m.capability == capability and m.hook == hook]

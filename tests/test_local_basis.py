@@ -254,3 +254,23 @@ def test_local_values_equal_patching_the_block_input_on_real_model_families(
 def test_local_choice_is_checked_like_every_option() -> None:
     with pytest.raises(ProbeError, match="--local"):
         RecordConfig(capabilities="multi_turn", local="sideways")
+
+
+def test_the_local_selection_rules_pick_the_planted_units(planted: PlantedPair, planted_run: Path) -> None:
+    """``--select local_mean_diff`` and ``local_effect_size`` rank in the local basis over the analysis window: their
+    top K are exactly the planted units in that window (every other unit scores 0 there, and is never picked)."""
+    from interventions.select_rules import rule_sets
+
+    k = len(planted.units)
+    sets = rule_sets(planted_run, "multi_turn", "mlp_post", ["local_mean_diff", "local_effect_size", "mean_diff"], k)
+    for rule in ("local_mean_diff", "local_effect_size"):
+        window = {
+            layer
+            for part in sets[rule].window.split(",")
+            for layer in range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1)
+        }
+        in_window = {(layer, unit) for layer, unit in planted.units if layer in window}
+        assert len(in_window) >= 4, "the planted-tiny pair plants units inside the default window"
+        assert {(n.layer, n.unit) for n in sets[rule].units.neurons} == in_window, rule
+        assert "local basis" in sets[rule].source
+    assert "local basis" not in sets["mean_diff"].source
