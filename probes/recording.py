@@ -193,9 +193,10 @@ def check_compatible(run_dir: Path, settings: RunSettings) -> RunSettings | None
     recorded = RunSettings.read(raw, str(where))
     diffs = recorded.differences(settings)
     if diffs:
+        hint = " (or pass --local none to resume a run recorded without it)" if recorded.local != settings.local else ""
         raise ProbeError(
             f"{run_dir} was recorded with other settings, so the new samples would not be comparable "
-            f"({'; '.join(diffs[:4])}); record into another --out"
+            f"({'; '.join(diffs[:4])}); record into another --out{hint}"
         )
     return recorded
 
