@@ -37,7 +37,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from analysis.ranking_recall import planted_ranks, ranked_by_value, recall_at_k
+from analysis.recall import planted_ranks, ranked_by_value, recall_at_k
 from training.default_pair import ensure_default_pair
 from training.planted import PlantedPair, read_planted
 
