@@ -91,7 +91,7 @@ CLAIMS: list[tuple[str, Callable[[], Any], Any]] = [
     ("`paper`: the RoleMRC scripts' values, the default for any model directory", _recipe(base="/models/any"), "paper"),
     ("`tiny`: for the tiny base, the default there", _recipe(base="tiny"), "tiny"),
     (
-        "`probe models default [--home DIR] [--pair smollm2|tiny]` builds a pair if",
+        "`probe models default [--home DIR] [--pair smollm2|tiny|planted|planted-tiny]` builds a pair if",
         _constant("training.default_pair", "DEFAULT_PAIR"),
         "smollm2",
     ),
