@@ -120,13 +120,15 @@ def test_each_rule_says_where_its_units_came_from_and_how_they_overlap(compared,
 
 def test_the_rules_share_one_baseline_and_one_set_of_passes(compared):
     report, lines, _ = compared
-    assert list(report.baselines) == ["dpo"]
+    # the SFT baseline too: the continuous outcomes teacher-force its greedy responses (issue 36)
+    assert list(report.baselines) == ["dpo", "sft"]
     assert lines.count(next(line for line in lines if "generation passes over" in line)) == 1
-    passes = 1 + sum(1 + arm.placebo.n_sets for arm in report.arms)  # one baseline, then each rule's own passes
+    passes = 2 + sum(1 + arm.placebo.n_sets for arm in report.arms)  # the baselines, then each rule's own passes
     assert any(
-        line.startswith(f"{passes} generation passes over") and "1 baseline(s), 4 arm(s)" in line for line in lines
+        line.startswith(f"{passes} generation passes over") and "2 baseline(s), 4 arm(s)" in line for line in lines
     )
-    assert sum("passes decode together" in line for line in lines) == 1
+    assert sum("passes decode together" in line for line in lines) == 2  # one shared decode per model
+    assert all(arm.outcome("gap_closed") is not None for arm in report.arms)  # every rule's arm has the outcomes
     assert not any("decode arm by arm" in line or line.startswith("baseline (") for line in lines)
 
 
@@ -141,7 +143,8 @@ def test_a_rule_whose_units_equal_another_rules_gives_identical_figures(select_r
             body.pop(key)
         body["guard"].pop("edit")  # the arm's label, which names its rule
     assert first == second
-    assert any(line.startswith("4 generation passes over") for line in lines)  # baseline, one arm, two placebos
+    # two baselines (the outcomes' SFT one too), one arm, two placebos
+    assert any(line.startswith("5 generation passes over") for line in lines)
 
 
 def test_a_killed_select_run_resumes_to_the_same_report(select_run: Path, tmp_path: Path):
