@@ -71,6 +71,7 @@ class Nesting:
     only: tuple[str, ...] = ()
     skip: tuple[str, ...] = ()
     help_prefix: str = ""
+    own_default: bool = False  # built by a default_factory of its own, not ``cls()``: its values are the defaults
 
     def takes(self, name: str) -> bool:
         return (not self.only or name in self.only) and name not in self.skip
@@ -87,7 +88,7 @@ def nested(
 ) -> Any:
     """A field holding a ``cls`` config (default: ``default_factory()``, else ``cls()``), flattened into the outer
     config's settings (:class:`Nesting`)."""
-    nesting = Nesting(cls, prefix, tuple(only), tuple(skip), help_prefix)
+    nesting = Nesting(cls, prefix, tuple(only), tuple(skip), help_prefix, default_factory is not None)
     return dataclasses.field(default_factory=default_factory or cls, metadata={"nested": nesting})
 
 
@@ -166,7 +167,8 @@ def _own(f: dataclasses.Field[Any], hint: Any) -> FlatField:
 
 
 def _flattened(f: dataclasses.Field[Any], nesting: Nesting) -> list[FlatField]:
-    holder, inners = default_of(f), flat_fields(nesting.cls)
+    # cls()'s values are its fields' defaults: read them without building one (its checks may import torch)
+    holder, inners = (default_of(f) if nesting.own_default else MISSING), flat_fields(nesting.cls)
     unknown = set(nesting.only + nesting.skip) - set(inners)
     if unknown:
         raise TypeError(f"{f.name}: {nesting.cls.__name__} has no settings {sorted(unknown)}")

@@ -27,7 +27,7 @@ from pathlib import Path
 from core.decoding import GenerationConfig
 from core.errors import ProbeError
 from core.run_dir import ACTIVATIONS_FILE
-from interventions import ABConfig, run_ab
+from interventions import ABConfig, EditSpec, run_ab
 from interventions.report import arm_table
 
 
@@ -45,13 +45,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", nargs="?", type=Path)
     parser.add_argument("--capability", default=ABConfig.capability)
-    parser.add_argument("--factor", type=float, default=ABConfig.factor)
+    parser.add_argument("--factor", type=float, default=EditSpec.factor)
     parser.add_argument(
         "--neurons", type=Path, default=None, help="a neuron-set file, e.g. from `probe analyze --metric mean_diff`"
     )
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--units", default=None)
-    parser.add_argument("--hook", default=ABConfig.hook, help="hook point of --units / --top-k")
+    parser.add_argument("--hook", default=EditSpec.hook, help="hook point of --units / --top-k")
     parser.add_argument("--model-dir", type=Path, default=None)
     parser.add_argument("--data", type=Path, default=None)
     parser.add_argument(

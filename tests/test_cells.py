@@ -43,7 +43,7 @@ from interventions.stats import PairedDelta
 from lmeval.compare import MetricRow, Paired
 from lmeval.report import columns as lmeval_columns
 from lmeval.report import table_row as lmeval_row
-from study import report_html
+from study import claims
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("core", "access", "data_synthesis", "training", "probes", "analysis", "interventions", "lmeval", "study")
@@ -106,7 +106,7 @@ def test_the_lmeval_markdown_shares_the_cells_and_keeps_its_own_units() -> None:
 
 def test_the_study_html_shares_the_cells() -> None:
     report = cast(Any, SimpleNamespace(capability="multi_turn"))
-    page = report_html._arm_table([report_html._arm_row(report, _arm())])
+    page = claims.arm_table([claims.arm_row(report, _arm())])
     cells = re.findall(r"<td>(.*?)</td>", page)
     assert _in_order(cells) and "<th>placebo percentile</th>" in page
 
