@@ -143,6 +143,31 @@ def _depth_evidence(page: Page, study: Study) -> None:
         )
 
 
+def _local_evidence(page: Page, study: Study) -> None:
+    """The target's top layers in both bases: beside the verdict, never in it (claim 1's rule reads the global)."""
+    local = study.local_profile
+    if local is None:
+        page.add(
+            "<p class=note>No local-basis profile: the run was recorded without it (<code>probe run --local "
+            "dpo_on_sft</code>, the default, records it).</p>"
+        )
+        return
+    rows = "".join(
+        f"<tr><td>{e(basis)}</td><td>{e(', '.join(str(r.layer) for r in ranked[: local.top_n]))}</td>"
+        f"<td>{e(local.meaning[basis])}</td></tr>"
+        for basis, ranked in (("global", local.global_layers), ("local", local.local_layers))
+    )
+    page.add(
+        f"<p>The paper's maps compare the two models on the same prompt, so each layer's difference includes what "
+        f"flowed in from the layers below (the <b>global</b> basis). The <b>local</b> basis runs each DPO layer on "
+        f"SFT's input to that layer, so only that layer's own weights differ. {e(TARGET)} at {e(local.hook)}, "
+        f"{e(local.metric)}, top {local.top_n} layers of {len(local.layers)}:</p>"
+        f"<table><tr><th>basis</th><th>top layers</th><th>what it means</th></tr>{rows}</table>"
+        f"<p class=note>{local.top_layer_overlap} of the top {local.top_n} layers and {local.top_unit_overlap} of "
+        f"the top {local.top_k} units are shared. The verdict above reads the global basis only.</p>"
+    )
+
+
 def _evaluation_evidence(page: Page, study: Study) -> None:
     if study.evaluation is None:
         page.absent("an evaluation of the pair", Commands(study).evaluate())
@@ -191,12 +216,17 @@ def _outcome_evidence(page: Page, arms: list[tuple[ABReport, ArmResult]]) -> Non
         )
 
 
+def _layer_evidence(page: Page, study: Study) -> None:
+    _depth_evidence(page, study)
+    _local_evidence(page, study)
+
+
 CLAIMS: tuple[Claim, ...] = (
     Claim(
         1,
         "The SFT/DPO discrepancy concentrates in the later layers (paper: layers 12-31 of 32)",
         _late_layers,
-        _depth_evidence,
+        _layer_evidence,
     ),
     Claim(2, "DPO pays an alignment tax on multi-turn instructions", _alignment_tax, _evaluation_evidence),
     Claim(

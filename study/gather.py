@@ -31,7 +31,7 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analysis.explain_record import ExplainRecord
 from analysis.summary import AnalysisSummary
@@ -44,6 +44,9 @@ from interventions.results import ABReport
 from study.layout import TARGET
 from study.records import PAPER_HOOK, Commands, LoadedReport, Missing, ModelEntry, Study
 from study.stored import EvalRecord, ReplicateRecord
+
+if TYPE_CHECKING:
+    from analysis.config import AnalysisConfig
 
 
 def gather_study(run_dir: str | Path, eval_file: str | Path | None = None) -> Study:
@@ -276,6 +279,24 @@ def _read_depth(study: Study) -> None:
             study.notes.append(f"{cap}/{study.hook}: no depth share: {result}")
         else:
             study.depth[cap] = result
+    _read_local_profile(study, config)
+
+
+def _read_local_profile(study: Study, config: AnalysisConfig) -> None:
+    """Claim 1's second look: the target's layer profile in the local basis beside the global one (evidence only;
+    the verdict reads the global basis, as the paper's maps do). A run recorded without the local basis has none."""
+    from dataclasses import replace
+
+    from analysis.local_basis import basis_profiles
+    from probes.store import RunReader
+
+    with RunReader(study.run_dir) as run:
+        if TARGET not in run.capabilities() or not run.local_directions(TARGET, study.hook):
+            return
+    try:
+        study.local_profile = basis_profiles(study.run_dir, TARGET, study.hook, replace(config, stability_resamples=0))
+    except ProbeError as exc:
+        study.notes.append(f"{TARGET}/{study.hook}: no local-basis profile: {exc}")
 
 
 def _read_explains(study: Study) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analysis.depth_share import DepthShareResult
 from analysis.explain_record import ExplainRecord
@@ -15,6 +15,9 @@ from interventions.results import ABReport, ArmResult
 from study.layout import TARGET, q, q_path
 from study.stored import EvalRecord, ReplicateRecord
 from study.verdicts import Verdict
+
+if TYPE_CHECKING:
+    from analysis.local_basis import BasisProfiles
 
 PAPER_HOOK = "mlp_out"  # the paper's Llama hook point: the claims read it when it was analysed
 
@@ -62,6 +65,7 @@ class Study:
     hook: str = PAPER_HOOK
     maps: dict[str, MetricMaps] = field(default_factory=dict)  # capability -> maps at ``hook``
     depth: dict[str, DepthShareResult] = field(default_factory=dict)
+    local_profile: BasisProfiles | None = None  # TARGET at ``hook`` in both bases, where the run recorded the local one
     explains: dict[str, ExplainRecord] = field(default_factory=dict)
     reports: list[LoadedReport] = field(default_factory=list)
     evaluation: EvalRecord | None = None

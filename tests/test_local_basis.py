@@ -274,3 +274,33 @@ def test_the_local_selection_rules_pick_the_planted_units(planted: PlantedPair, 
         assert {(n.layer, n.unit) for n in sets[rule].units.neurons} == in_window, rule
         assert "local basis" in sets[rule].source
     assert "local basis" not in sets["mean_diff"].source
+
+
+def test_the_study_shows_claim_1s_local_profile_beside_its_verdict(planted_run: Path, tmp_path: Path) -> None:
+    """The report's claim 1 keeps its global-basis verdict and adds the target's top layers in both bases, each
+    said in words; on the planted pair only layers that hold planted units differ in the local basis."""
+    import shutil
+
+    from analysis.config import AnalysisConfig
+    from analysis.run import analyze_run
+    from study.gather import gather_study
+    from study.report_html import render
+
+    run = Path(shutil.copytree(planted_run, tmp_path / "run"))
+    analyze_run(run, AnalysisConfig(stability_resamples=0), png=False)
+    study = gather_study(run)
+    local = study.local_profile
+    assert local is not None and local.hook == study.hook == "mlp_post"
+    planted_layers = {layer for layer, _ in read_planted_units(run)}
+    moved = {r.layer for r in local.local_layers if r.mean_abs_delta > 0}
+    assert moved and moved <= planted_layers  # in the local basis only layers holding planted units differ at all
+    page = render(study)
+    claim_1 = page.split('<section id="claim-1">', 1)[1].split("</section>", 1)[0]
+    assert "local</td>" in claim_1 and "global</td>" in claim_1 and "reads the global basis only" in claim_1
+
+
+def read_planted_units(run: Path) -> tuple[tuple[int, int], ...]:
+    from training.planted import read_planted
+
+    with RunReader(run) as reader:
+        return read_planted(Path(reader.model_info("dpo")["model_dir"])).units
