@@ -362,8 +362,9 @@ def outcomes(args: argparse.Namespace) -> int:
                 rows = len(select_rows(all_rows, ABConfig(run_dir=args.outcomes))[0])
                 estimate = minutes * rows / max(1, args.limit)
                 print(
-                    f"{what}: {minutes:.1f} min on {args.limit} rows; the full {rows} rows at this pace: about "
-                    f"{estimate:.0f} min (budget {budget:.0f} min; an estimate, no verdict)"
+                    f"{what}: {minutes:.1f} min on {args.limit} rows; the full {rows} rows scaled by rows: about "
+                    f"{estimate:.0f} min (budget {budget:.0f} min; an estimate that scales fixed costs too, so high; "
+                    "no verdict)"
                 )
     return 0
 
