@@ -118,8 +118,8 @@ class Commands:
         return f"probe intervene {self.run} -c {TARGET}{extra}"
 
     def evaluate(self) -> str:
-        test = self.data.replace("--data", "--test")
-        return f"probe models eval {self.pair}{self.base}{test} --out {q(RunDir(self.run_dir).eval_file)}"
+        """``probe models eval`` on the held-out split (its default), as ``probe replicate`` evaluates."""
+        return f"probe models eval {self.pair}{self.base} --out {q(RunDir(self.run_dir).eval_file)}"
 
     def replicate(self) -> str:
         return f"probe replicate {self.pair}{self.base}{self.data} --out {self.run}"

@@ -219,7 +219,7 @@ def _evaluate(options: ReplicateOptions, progress: Progress) -> str:
     config = PairEvalConfig(
         options.sft_dir,
         options.dpo_dir,
-        options.data_file,
+        options.eval_file(),
         base_dir=options.base_dir,
         max_rows=options.eval_rows,
         generation=generation,

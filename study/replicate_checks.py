@@ -93,7 +93,7 @@ def intervention_complete(out: Path, given: dict[str, Any]) -> bool:
 
 
 def evaluation_complete(options: ReplicateOptions) -> bool:
-    """The evaluation file judges these two models on as many rows as asked."""
+    """The evaluation file judges these two models on the split asked, on as many rows as asked."""
     from core.records import read_record
     from study.stored import EvalRecord
 
@@ -105,7 +105,10 @@ def evaluation_complete(options: ReplicateOptions) -> bool:
     except ProbeError:
         return False
     dirs = {Path(evaluation.sft.model_dir).resolve(), Path(evaluation.dpo.model_dir).resolve()}
-    total = sum(expected_rows(options.data_file).values())
+    rows_file = options.eval_file()
+    if evaluation.test_file and Path(evaluation.test_file).resolve() != rows_file.resolve():
+        return False
+    total = sum(expected_rows(rows_file).values())
     wanted = total if options.eval_rows is None else min(options.eval_rows, total)
     with_base = options.base_dir is None or evaluation.base is not None
     return dirs == {options.sft_dir.resolve(), options.dpo_dir.resolve()} and evaluation.rows() == wanted and with_base

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from core.config_fields import nested, option
-from core.config_file import POSITIVE, RANDOM_SETS, typed_config
+from core.config_file import POSITIVE, RANDOM_SETS, choice, typed_config
 from core.config_init import flat_init
 from core.run_dir import RunDir
 from interventions.edit_spec import DEFAULT_EDITS, EditSpec
@@ -60,8 +60,24 @@ class ReplicateOptions:
     eval_rows: Annotated[int, POSITIVE] | None = option(  # None: the whole split (--all-eval-rows)
         EVAL_ROWS, "Evaluation: rows of the test split judged, spread over tasks."
     )
+    eval_split: str = option(
+        "heldout",
+        "Evaluation: heldout (never trained on: constraints carried over turns, priority triples, role boundaries) "
+        "or test (the --data file, the training distribution's test split).",
+    )
     explain_top: Annotated[int, POSITIVE] = option(EXPLAIN_TOP, "Neuron cards per capability.")
     device: str | None = option(None, "cpu, cuda, cuda:N (recording and generation).", shown_default="each command's")
+
+    def __post_init__(self) -> None:
+        from training.eval_config import SPLITS
+
+        choice("eval_split", self.eval_split, SPLITS)
+
+    def eval_file(self) -> Path:
+        """The rows the evaluation stage judges: the held-out split, or ``data_file`` with ``eval_split="test"``."""
+        from data_synthesis.heldout.files import heldout_test_file
+
+        return heldout_test_file() if self.eval_split == "heldout" else self.data_file
 
     def intervention(self) -> dict[str, Any]:
         """The ABConfig fields given (the rest keep ``probe intervene``'s defaults)."""
@@ -106,6 +122,7 @@ class ReplicateOptions:
             "--max-new-tokens": self.max_new_tokens,
             "--device": self.device,
             "--eval-rows": self.eval_rows if self.eval_rows != EVAL_ROWS else None,
+            "--eval-split": self.eval_split if self.eval_split != "heldout" else None,
             "--explain-top": self.explain_top if self.explain_top != EXPLAIN_TOP else None,
         }
         parts += [f"{flag} {value}" for flag, value in flags.items() if value is not None]

@@ -101,7 +101,7 @@ def estimate(options: ReplicateOptions, ab_config: ABConfig) -> dict[str, float]
     rows = read_test_rows(options.data_file)
     unique, _ = select_rows(rows, ab_config)
     weight = ab_passes(ab_config)
-    n_eval = len(eval_rows(rows, options.eval_rows))
+    n_eval = len(eval_rows(read_test_rows(options.eval_file()), options.eval_rows))
     models = 3 if options.base_dir else 2
     from core.decoding import EVAL_GENERATION
 

@@ -73,6 +73,8 @@ def test_replicate_runs_every_stage_and_ends_with_the_report(replicated: tuple[P
         out / "eval.json"
     ).is_file()
     assert "not run" not in page.split('<section id="pair">')[0]  # every stage ran, so every claim has its evidence
+    # claim 2 is judged on the held-out split, never trained on; the recording read the pair's test split
+    assert Path(json.loads((out / "eval.json").read_text())["test_file"]).name == "heldout.jsonl"
 
 
 @pytest.mark.usefixtures("tiny_default")
