@@ -54,6 +54,14 @@ def fmt_delta(x: float | None) -> str:
     return NA if x is None or not math.isfinite(x) else f"{100 * x:+.1f}"
 
 
+def fmt_outcome(x: float, percent: bool = False) -> str:
+    """A continuous outcome in a sentence, to three significant digits so that a gap of 1e-6 does not read as 0:
+    ``+12.5%`` for a share (``percent``), ``-0.85`` otherwise."""
+    if not math.isfinite(x):
+        return "n/a"
+    return f"{100 * x:+.3g}%" if percent else f"{x:+.3g}"
+
+
 def fmt_p(p: float | None) -> str:
     """A p-value: ``0.010``, ``4.0e-04`` below 0.001."""
     if p is None or not math.isfinite(p):

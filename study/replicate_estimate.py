@@ -32,6 +32,9 @@ EXPLAIN_SECONDS = 15.0  # per capability (docs/explain.md: 12-20 s for multi_tur
 SHARED_DISCOUNT = (
     0.6  # an arm decoded in shared batches costs about this share of a pass of its own (access.shared_generation)
 )
+# one teacher-forced outcome pass (interventions.outcomes), per token of its sequences, on the default pair: measured
+# at 2.5 ms of CPU per token, one thread, this project's 2-core machine under load, 2026-11-27 (docs/interventions.md)
+OUTCOME_SECONDS = 2.5e-3
 PATCH_COST = 1.7  # a patch pass runs the source model in lockstep up to the patched layers
 
 
@@ -105,14 +108,29 @@ def estimate(options: ReplicateOptions, ab_config: ABConfig) -> dict[str, float]
     models = 3 if options.base_dir else 2
     from core.decoding import EVAL_GENERATION
 
+    intervene = weight * len(unique) * per_row(ab_config.generation.max_new_tokens)
+    if ab_config.outcomes != "off":
+        intervene += _outcome_seconds(ab_config, len(unique), mean_prompt) * scale
     return {
         "record": 10 * scale + 2 * sum(map(sum, lengths.values())) * PROMPT_SECONDS * scale,
         "analyze": 5.0 + 2.0 * len(lengths),
         "explain": EXPLAIN_SECONDS * scale * len(lengths),
-        "intervene": 10 * scale + weight * len(unique) * per_row(ab_config.generation.max_new_tokens),
+        "intervene": 10 * scale + intervene,
         "evaluate": 10 * scale + models * n_eval * per_row(options.max_new_tokens or EVAL_GENERATION.max_new_tokens),
         "report": 10.0 + 2.0 * len(lengths),
     }
+
+
+def _outcome_seconds(config: ABConfig, rows: int, mean_prompt: float) -> float:
+    """The teacher-forced passes of the outcomes: every arm and placebo set, then the target and the unedited model
+    once; each over every row's response and reference sequence, and the DPO pairs (at the reference pace)."""
+    from interventions.plan import pass_count
+
+    passes = pass_count(config)
+    forced = passes.arms + passes.placebo_arms + 2
+    sequence = mean_prompt + config.generation.max_new_tokens
+    tokens = 2 * rows * sequence + 2 * config.outcome_pairs * sequence
+    return forced * tokens * OUTCOME_SECONDS
 
 
 def minutes(seconds: float | None) -> str:

@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass
 
 from access.factors import PAPER_FACTOR as PAPER_FACTOR  # re-exported: the claims name it
-from interventions.cells import Placement, effect_sentence, fmt_pct, fmt_percentile
+from interventions.cells import Placement, effect_sentence, fmt_outcome, fmt_pct, fmt_percentile
 from interventions.evidence import MIN_PLACEBO_SETS, UNPLACED, ArmEvidence, Difference, OutcomeEvidence
 from study.layout import TARGET  # the capability of claims 2-4, as in the paper
 
@@ -99,7 +99,7 @@ def _outcome_text(o: OutcomeEvidence | None, what: str) -> str:
     percent = o.outcome == "gap_closed"
 
     def num(x: float) -> str:
-        return "n/a" if not math.isfinite(x) else (f"{100 * x:+.3g}%" if percent else f"{x:+.3g}")
+        return fmt_outcome(x, percent)
 
     placed = (
         f"{fmt_percentile(o.percentile)} percentile of {o.placebo_sets} placebo sets"
