@@ -183,6 +183,14 @@ class _Runner:
             f"up to {self.config.generation.max_new_tokens} new tokens each: {len(self.models)} baseline(s), "
             f"{len(self.arms)} arm(s), {self.total_passes - len(self.models) - len(self.arms)} placebo arms"
         )
+        if not self.outcomes_off:
+            forced = len(self.arms) + sum(len(arm.placebo_edits) for arm in self.arms) + 2
+            self.progress(
+                f"then {forced} teacher-forced outcome passes (every arm and placebo set, and the target and unedited "
+                f"model once), each over the rows' responses and references and up to {self.config.outcome_pairs} "
+                "DPO pairs: on the default pair, 2 CPU cores, each costs a few times one generation pass "
+                "(docs/interventions.md); --outcomes off skips them"
+            )
         if self.config.engine == "shared":
             self._share()
         for name in self.models:
