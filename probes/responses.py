@@ -150,17 +150,9 @@ def teacher_forced(
     response: str,
     where: Callable[[], str] = lambda: "a row",
 ) -> tuple[list[int], int]:
-    """(token ids of the prompt followed by ``response`` as the assistant's turn, number of response tokens)."""
-    from core.chat import encode_conversations
+    """(token ids of the prompt followed by ``response`` as the assistant's turn, number of response tokens):
+    :func:`access.outcomes.forced`, the one rendering of a teacher-forced sequence."""
+    from access.outcomes import forced
 
-    prompt = encode_conversations(tokenizer, [list(question)], add_generation_prompt=True, where=lambda _: where())[0]
-    full = encode_conversations(
-        tokenizer, [[*question, Turn("assistant", response)]], add_generation_prompt=False, where=lambda _: where()
-    )[0]
-    if len(full) <= len(prompt) or full[: len(prompt)] != prompt:
-        raise ProbeError(
-            f"{where()}: the chat template does not render the prompt as the start of the conversation with its "
-            "response, so the response tokens cannot be told apart (a tokenizer or template other than the one "
-            "the rows were made for?)"
-        )
-    return full, len(full) - len(prompt)
+    sequence = forced(tokenizer, question, response, where)
+    return list(sequence.ids), sequence.n_response
