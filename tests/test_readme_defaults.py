@@ -122,6 +122,7 @@ CLAIMS: list[tuple[str, Callable[[], Any], Any]] = [
         _constant("probes.distributed", "DEFAULT_JOIN_TIMEOUT"),
         120.0,
     ),
+    ("the other model's own greedy ones by default", lambda: _ab_default("responses"), "greedy"),
     ("`--device` (default `cpu`)", _field("interventions.config", "ABConfig", "device"), "cpu"),
     ("`--placebo R` (default 20)", _field("interventions.config", "ABConfig", "placebo"), 20),
     (
