@@ -10,6 +10,7 @@ resumes from them (:mod:`interventions.arms`).
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,6 +52,7 @@ def intervene(
     placebo arms."""
     from dataclasses import replace
 
+    from core.progress import is_terminal, quiet_library_bars
     from interventions.ab import run_ab
     from interventions.report import selection_markdown
     from interventions.results import Selection
@@ -81,6 +83,8 @@ def intervene(
         source = source or ("patch" in config.edits and dirs["sft" if config.model == "dpo" else "dpo"]) or None
         data = data or default.test_file
     config = replace(config, model_dir=model_dir, data_file=data, source_dir=source, out_dir=out_dir)
+    if not is_terminal(sys.stderr):
+        quiet_library_bars()  # transformers' "Loading weights" bars are carriage returns in a log
     run = compare_selections if config.select else run_ab
     report = run(config, progress=lambda line: err.print(f"[dim]{line}[/dim]"))
     point_latest(Path(config.out_dir))

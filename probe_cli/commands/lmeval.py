@@ -11,6 +11,7 @@ to its report.
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -45,6 +46,7 @@ def lmeval(
     and compare them item by item."""
     from dataclasses import replace
 
+    from core.progress import is_terminal, quiet_library_bars
     from lmeval.model import require_lm_eval
     from lmeval.report import report_files
     from lmeval.run import run_lmeval
@@ -60,6 +62,8 @@ def lmeval(
     check_output_dir(out_dir, flag, inputs)
     check_outputs(flag, out_dir, report_files(out_dir).values(), inputs)
     err = console(stderr=True)
+    if not is_terminal(sys.stderr):
+        quiet_library_bars()  # transformers' "Loading weights" bars are carriage returns in a log
     report = run_lmeval(replace(config, out_dir=out_dir), progress=lambda line: err.print(f"[dim]{line}[/dim]"))
     _print(report)
 
