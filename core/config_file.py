@@ -319,11 +319,13 @@ def from_settings(cls: type, values: dict[str, Any]) -> Any:
         if len(fields[key].path) > 1:
             inner.setdefault(fields[key].path[0], {})[key] = value
     for holder, given in inner.items():
-        own[holder] = _nested_config(cls, holder, given)
+        own[holder] = nested_config(cls, holder, given)
     return cls(**own)
 
 
-def _nested_config(cls: type, holder: str, given: dict[str, Any]) -> Any:
+def nested_config(cls: type, holder: str, given: dict[str, Any]) -> Any:
+    """The config ``cls`` nests at field ``holder``: its default with the flat settings ``given``; an
+    :class:`OptionError` inside it is said at the outer setting's name and flag."""
     outer = flat_fields(cls)
     default = default_of(next(f for f in dataclasses.fields(cls) if f.name == holder))
     inner = flat_fields(type(default))

@@ -31,7 +31,7 @@ import functools
 from typing import Any, TypeVar
 
 from core.config_fields import flat_fields
-from core.config_file import _nested_config  # the one builder of a nested config from flat settings
+from core.config_file import nested_config
 
 ConfigClass = TypeVar("ConfigClass", bound=type)
 
@@ -49,7 +49,7 @@ def flat_init(cls: ConfigClass) -> ConfigClass:
         for holder, values in given.items():
             if holder in kwargs:
                 raise TypeError(f"{cls.__name__}: give {holder}= or its settings ({', '.join(values)}), not both")
-            kwargs[holder] = _nested_config(cls, holder, values)
+            kwargs[holder] = nested_config(cls, holder, values)
         init(self, *args, **kwargs)
 
     setattr(cls, "__init__", __init__)  # noqa: B010  # mypy: a class's __init__ is not assignable
