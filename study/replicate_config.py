@@ -12,6 +12,7 @@ from core.config_init import flat_init
 from core.run_dir import RunDir
 from interventions.edit_spec import DEFAULT_EDITS, EditSpec
 from study.layout import q
+from training.eval_config import DEFAULT_SPLIT, HELDOUT
 
 # rows of the test split `models eval` judges by default here (spread over tasks): half the default pair's split
 EVAL_ROWS = 280
@@ -61,7 +62,7 @@ class ReplicateOptions:
         EVAL_ROWS, "Evaluation: rows of the test split judged, spread over tasks."
     )
     eval_split: str = option(
-        "heldout",
+        DEFAULT_SPLIT,
         "Evaluation: heldout (never trained on: constraints carried over turns, priority triples, role boundaries) "
         "or test (the --data file, the training distribution's test split).",
     )
@@ -77,7 +78,7 @@ class ReplicateOptions:
         """The rows the evaluation stage judges: the held-out split, or ``data_file`` with ``eval_split="test"``."""
         from data_synthesis.heldout.files import heldout_test_file
 
-        return heldout_test_file() if self.eval_split == "heldout" else self.data_file
+        return heldout_test_file() if self.eval_split == HELDOUT else self.data_file
 
     def intervention(self) -> dict[str, Any]:
         """The ABConfig fields given (the rest keep ``probe intervene``'s defaults)."""
@@ -122,7 +123,7 @@ class ReplicateOptions:
             "--max-new-tokens": self.max_new_tokens,
             "--device": self.device,
             "--eval-rows": self.eval_rows if self.eval_rows != EVAL_ROWS else None,
-            "--eval-split": self.eval_split if self.eval_split != "heldout" else None,
+            "--eval-split": self.eval_split if self.eval_split != DEFAULT_SPLIT else None,
             "--explain-top": self.explain_top if self.explain_top != EXPLAIN_TOP else None,
         }
         parts += [f"{flag} {value}" for flag, value in flags.items() if value is not None]

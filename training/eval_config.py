@@ -20,6 +20,7 @@ from core.config_file import POSITIVE, choice, typed_config
 from core.decoding import EVAL_GENERATION, GenerationConfig
 
 SPLITS: tuple[str, ...] = ("heldout", "test")
+HELDOUT, DEFAULT_SPLIT = "heldout", "heldout"  # the held-out split's name; what evaluations read by default
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class PairEvalConfig:
     )
     max_rows: Annotated[int, POSITIVE] | None = option(None, "Judge at most N rows, spread over tasks.")
     split: str = option(
-        "heldout",
+        DEFAULT_SPLIT,
         "Which split when no --test is given: heldout (never trained on; constraints, carry-over, priority triples) "
         "or test (the pair's test.jsonl, from the training distribution).",
     )

@@ -24,7 +24,7 @@ from core.paths import check_output_dir, check_output_file
 from probe_cli.console import console
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
 from probe_cli.pairs import default_pair, pair_option, pair_sources
-from training.eval_config import SPLITS, PairEvalConfig
+from training.eval_config import HELDOUT, SPLITS, PairEvalConfig
 
 models_app = typer.Typer(
     help="The embedded default SFT/DPO pair, its pretrained base and its evaluation.", no_args_is_help=True
@@ -143,7 +143,7 @@ def evaluate(
     if sft is None and dpo is None:
         pair = default_pair(pair_name)
         base, data_dir = base or pair.base_dir, pair.data_dir
-    if test is None and split == "heldout":
+    if test is None and split == HELDOUT:
         from data_synthesis.heldout.files import heldout_test_file
 
         test = heldout_test_file()
