@@ -75,7 +75,7 @@ def _stop(prefix: str, message: str, code: int, error: BaseException | None = No
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     terminated = prefix == "interrupted" and _terminated.is_set()
-    if terminated and message == UNCAUGHT_INTERRUPT:
+    if terminated:  # every stage says "Ctrl-C" for what stopped it; SIGTERM is answered the same way
         message = message.replace("Ctrl-C", "SIGTERM")
     status = TERMINATED_EXIT if terminated else code
     if _said_by_another_rank(error):

@@ -234,7 +234,8 @@ def _build_into_place(home: Path, root: Path, recipe: DefaultPairRecipe, progres
                 build_default_pair(work, recipe, None, home=home)
     except Interrupted:  # a training stage's checkpoint lives in this build's own directory, already removed
         raise Interrupted(
-            f"building the default pair stopped; nothing kept (a build starts over); rerun the command to build {root}"
+            "building the default pair stopped by Ctrl-C; nothing kept (a build starts over); rerun the command to "
+            f"build {root}"
         ) from None
 
 
