@@ -30,6 +30,7 @@ from core.llm.config import ClientConfig, ClientOptions
 from core.run_dir import ACTIVATIONS_FILE
 from interventions.edit_spec import EditSpec
 from interventions.rule_table import RULE_METRICS
+from training.eval_config import DEFAULT_SPLIT, SPLITS
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 ENGINES: tuple[str, ...] = ("shared", "per-arm")
@@ -114,8 +115,17 @@ class ABConfig:
     source_dir: str | Path | None = option(
         None, "The other model of the pair, the source of --edit patch (default: the run's, or the default pair's)."
     )
+    split: str = option(
+        DEFAULT_SPLIT,
+        "Which rows when no --data is given: heldout (never trained on: constraints carried over turns, priority "
+        "triples, role boundaries, judged by their constraint checkers) or test (the run's data file, the training "
+        "distribution's test split).",
+    )
     data_file: str | Path | None = option(
-        None, "Test rows JSONL (default: the run's data file, or the default pair's test split).", flag="--data"
+        None,
+        "Test rows JSONL, whatever --split (default: the held-out split; with --split test the run's data file, or "
+        "the default pair's test split).",
+        flag="--data",
     )
     out_dir: str | Path | None = option(
         None, "Output dir (default: RUN_DIR/interventions/<capability>_<model>_<time>).", flag="--out"
@@ -136,6 +146,7 @@ class ABConfig:
             ("backend", DRIVERS),
             ("engine", ENGINES),
             ("outcomes", OUTCOME_MODES),
+            ("split", SPLITS),
         ):
             choice(name, getattr(self, name), allowed)
         self.device = check_device(self.device, "--device", allow_auto=True)

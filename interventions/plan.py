@@ -19,7 +19,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import zip_longest
 from pathlib import Path
@@ -28,10 +28,12 @@ from typing import TYPE_CHECKING, NamedTuple
 from core.capabilities import Capability
 from core.errors import ProbeError
 from core.rows import group_by_capability, read_test_rows
+from core.run_dir import DataDir
 from core.schema import TestRow
 from interventions.config import ABConfig
 from interventions.recipes import RECIPE_PASSES, Arm, RecipeSettings, RunData, draw_placebos, other, plan_arms
 from interventions.selection import analysed_neuron_set, load_neuron_file, merged, parse_units, ranking_from_run
+from training.eval_config import HELDOUT
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -55,28 +57,64 @@ def resolve_source_dir(config: ABConfig) -> Path:
     return Path(source)
 
 
+def _recorded(config: ABConfig) -> tuple[str | None, str | None]:
+    """(model dir, data file) the run recorded for ``config.model`` (none without a run)."""
+    if config.run_dir is None:
+        return None, None
+    from probes.store import RunReader
+
+    with RunReader(config.run_dir) as run:
+        info, settings = run.model_info(config.model), run.settings
+    return info.get("model_dir") or settings.model_dir(config.model), settings.data_file
+
+
 def resolve_sources(config: ABConfig) -> tuple[Path, Path]:
-    """(model_dir, data_file): explicit overrides win, then what the run recorded (``--pair`` fills the rest)."""
+    """(model_dir, rows file): explicit overrides win, then what the run recorded (``--pair`` fills the rest). The
+    rows are ``--data``, else the held-out split (:func:`data_synthesis.heldout.files.heldout_test_file`), or with
+    ``--split test`` the run's data file."""
     model_dir, data_file = config.model_dir, config.data_file
+    if data_file is None and config.split == HELDOUT:
+        from data_synthesis.heldout.files import heldout_test_file
+
+        data_file = heldout_test_file()
     if config.run_dir is None and (model_dir is None or data_file is None):
         raise ProbeError("an intervention needs a run directory, or --model-dir and --data")
     if config.run_dir is not None and (model_dir is None or data_file is None):
-        from probes.store import RunReader
-
-        with RunReader(config.run_dir) as run:
-            info, settings = run.model_info(config.model), run.settings
-        model_dir = model_dir or info.get("model_dir") or settings.model_dir(config.model)
-        data_file = data_file or settings.data_file
+        recorded_model, recorded_data = _recorded(config)
+        model_dir, data_file = model_dir or recorded_model, data_file or recorded_data
         if not model_dir:
             raise ProbeError(
                 f"{config.run_dir}: the run does not record a model dir for {config.model!r}; pass --model-dir"
             )
         if not data_file:
-            raise ProbeError(f"{config.run_dir}: the run does not record its data file; pass --data")
+            raise ProbeError(f"{config.run_dir}: the run does not record its data file; pass --data or --split heldout")
     assert model_dir is not None and data_file is not None
     if not Path(model_dir).is_dir():
         raise ProbeError(f"{model_dir}: model directory not found (model {config.model!r}); pass --model-dir")
     return Path(model_dir), Path(data_file)
+
+
+def split_of(rows: Sequence[TestRow]) -> str:
+    """The split ``rows`` belong to: the held-out one if every row says so (``extra["split"]``), else test.
+
+    >>> split_of([TestRow([], "", "t", {"split": "heldout"})]), split_of([TestRow([], "", "t", {})])
+    ('heldout', 'test')
+    """
+    return HELDOUT if rows and all(row.extra.get("split") == HELDOUT for row in rows) else "test"
+
+
+def resolved_config(config: ABConfig, rows: Sequence[TestRow]) -> ABConfig:
+    """``config`` as its report records it: ``split`` is the split its rows belong to (:func:`split_of`), and for
+    held-out rows, which have no DPO pairs beside them, ``dpo_file`` defaults to the pairs beside the run's own data
+    file (the DPO margin is measured on the training distribution's pairs whichever rows are generated)."""
+    split, dpo_file = split_of(rows), config.dpo_file
+    if dpo_file is None and split == HELDOUT and config.data_file is None:
+        recorded = _recorded(config)[1]
+        beside = DataDir(Path(recorded).parent).dpo if recorded else None
+        dpo_file = beside if beside is not None and beside.is_file() else None
+    if (split, dpo_file) == (config.split, config.dpo_file):
+        return config
+    return replace(config, split=split, dpo_file=dpo_file)
 
 
 def resolve_neurons(config: ABConfig) -> NeuronSet:
@@ -173,6 +211,7 @@ def pass_count(config: ABConfig, recipes: list[str] | None = None) -> PassCount:
     for name in config.edit.edits if recipes is None else recipes:
         shape = RECIPE_PASSES[name]
         arms += len(config.factors) if shape.per_factor else shape.arms
+        arms += max(1, len(config.edit.doses)) - shape.arms if shape.per_dose else 0
         placebo_arms += shape.placebo_arms * config.placebo
         models |= {"sft", "dpo"} if shape.both_models else set()
     return PassCount(len(models), arms, placebo_arms)
@@ -287,6 +326,7 @@ def plan_ab(config: ABConfig, selections: dict[str, NeuronSet] | None = None) ->
     model_dir, data_file = resolve_sources(config)
     named = selections or {"": resolve_neurons(config)}  # a bad neuron file is said before the rows are read
     all_rows = read_test_rows(data_file)
+    config = resolved_config(config, all_rows)
     row_ids, groups = select_rows(all_rows, config)
     pool = ModelPool(config, {config.model: model_dir})
     chosen = checked_selections(config, pool.model(config.model), named)

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from core.rows import read_test_rows
+from interventions.config import ABConfig
+from interventions.results import ABReport
 from probe_cli.main import main
 from tests.support.runs import recorded_multi_turn_run
 
@@ -50,13 +54,42 @@ def test_intervene_on_a_recorded_run(analysed_run: Path, tmp_path: Path, capsys)
         assert exc.code in (0, None), capsys.readouterr().err
     report = json.loads((out / "ab_report.json").read_text())
     assert report["neurons"]["size"] == 8 and report["neurons"]["hook"] == "mlp_out"
-    assert report["model_dir"].endswith("dpo") and report["data_file"].endswith("test.jsonl")
+    assert report["model_dir"].endswith("dpo")
+    # the held-out split by default; the DPO margin still measured on the run's own (training) pairs
+    assert report["data_file"].endswith("heldout.jsonl") and report["config"]["split"] == "heldout"
+    assert report["outcome_pairs"] > 0 and report["config"]["dpo_file"].endswith("dpo.jsonl")
     assert report["placebo"]["n_sets"] == 2
     target = report["arms"][0]["capabilities"][0]
     assert target["capability"] == "multi_turn" and len(target["placebo"]["deltas"]) == 2
     assert "placebo percentile" in (out / "ab_report.md").read_text()
     printed = capsys.readouterr().out
     assert "scale ×0.0 (main)" in printed and "multi_turn" in printed and str(out / "ab_report.md") in printed
+    assert ABReport.load(out / "ab_report.json").split == "heldout"
+    del report["config"]["split"]  # a report written before the split was recorded: it judged the test split
+    assert ABReport.read(report).split == "test"
+
+
+def test_intervene_reads_the_split_asked(analysed_run: Path) -> None:
+    from data_synthesis.heldout.files import heldout_test_file
+    from interventions.plan import resolve_sources, resolved_config
+
+    data = analysed_run.parent / "data"
+    default = ABConfig(run_dir=analysed_run, units="1:0")
+    assert resolve_sources(default)[1] == heldout_test_file()
+    assert resolve_sources(replace(default, split="test"))[1] == data / "test.jsonl"
+    assert resolve_sources(replace(default, split="test", data_file=data / "sft.jsonl"))[1] == data / "sft.jsonl"
+    # the report records the split its rows belong to, and held-out rows take the run's DPO pairs for the margin
+    heldout = resolved_config(default, read_test_rows(heldout_test_file()))
+    assert (heldout.split, heldout.dpo_file) == ("heldout", data / "dpo.jsonl")
+    given = replace(default, data_file=data / "test.jsonl")
+    assert resolved_config(given, read_test_rows(data / "test.jsonl")).split == "test"
+
+
+def test_an_unknown_split_is_one_line(analysed_run: Path, tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["intervene", str(analysed_run), "--split", "train", "--out", str(tmp_path / "ab")])
+    assert exc.value.code == 2
+    assert "--split: expected one of heldout, test, got 'train'" in capsys.readouterr().err
 
 
 def test_intervene_defaults_to_the_runs_neuron_set(analysed_run: Path, tmp_path: Path, capsys):

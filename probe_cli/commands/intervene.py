@@ -19,12 +19,13 @@ import typer
 
 from core.config_fields import flat_fields
 from core.paths import check_output_dir, check_outputs
-from core.run_dir import InterventionDir, RunDir
+from core.run_dir import DataDir, InterventionDir, RunDir
 from interventions.config import ABConfig
 from probe_cli.console import console
 from probe_cli.latest import point_latest
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, help_text
 from probe_cli.pairs import default_pair, pair_option
+from training.eval_config import HELDOUT
 
 if TYPE_CHECKING:
     from interventions.results import ABReport
@@ -75,14 +76,19 @@ def intervene(
         }
         check_output_dir(out_dir, flag, inputs)
         check_outputs(flag, out_dir, [files.report, files.markdown, files.generations], inputs)
-    model_dir, data, source = config.model_dir, config.data_file, config.source_dir
-    if run_dir is None and (model_dir is None or data is None or ("patch" in config.edits and source is None)):
+    model_dir, data, source, dpo_file = config.model_dir, config.data_file, config.source_dir, config.dpo_file
+    test_split = config.split != HELDOUT  # the held-out rows need no pair's data file (interventions.plan)
+    if run_dir is None and (
+        model_dir is None or (data is None and test_split) or ("patch" in config.edits and source is None)
+    ):
         default = default_pair(pair)
         dirs = {"dpo": default.dpo_dir, "sft": default.sft_dir}
         model_dir = model_dir or dirs[config.model]
         source = source or ("patch" in config.edits and dirs["sft" if config.model == "dpo" else "dpo"]) or None
-        data = data or default.test_file
-    config = replace(config, model_dir=model_dir, data_file=data, source_dir=source, out_dir=out_dir)
+        data = data or (default.test_file if test_split else None)
+        pairs = DataDir(default.data_dir).dpo  # the DPO margin's pairs: the training distribution's
+        dpo_file = dpo_file or (pairs if data is None and pairs.is_file() else None)
+    config = replace(config, model_dir=model_dir, data_file=data, source_dir=source, dpo_file=dpo_file, out_dir=out_dir)
     if not is_terminal(sys.stderr):
         quiet_library_bars()  # transformers' "Loading weights" bars are carriage returns in a log
     run = compare_selections if config.select else run_ab
