@@ -63,8 +63,8 @@ class ReplicateOptions:
     )
     eval_split: str = option(
         DEFAULT_SPLIT,
-        "Evaluation: heldout (never trained on: constraints carried over turns, priority triples, role boundaries) "
-        "or test (the --data file, the training distribution's test split).",
+        "Evaluation and intervention rows: heldout (never trained on: constraints carried over turns, priority "
+        "triples, role boundaries) or test (the --data file, the training distribution's test split).",
     )
     explain_top: Annotated[int, POSITIVE] = option(EXPLAIN_TOP, "Neuron cards per capability.")
     device: str | None = option(None, "cpu, cuda, cuda:N (recording and generation).", shown_default="each command's")
@@ -75,7 +75,8 @@ class ReplicateOptions:
         choice("eval_split", self.eval_split, SPLITS)
 
     def eval_file(self) -> Path:
-        """The rows the evaluation stage judges: the held-out split, or ``data_file`` with ``eval_split="test"``."""
+        """The rows the evaluation stage judges and the A/B generates: the held-out split, or ``data_file`` with
+        ``eval_split="test"``."""
         from data_synthesis.heldout.files import heldout_test_file
 
         return heldout_test_file() if self.eval_split == HELDOUT else self.data_file
@@ -89,6 +90,7 @@ class ReplicateOptions:
             "max_new_tokens": self.max_new_tokens,
             "collateral": self.collateral,
             "device": self.device,
+            "split": self.eval_split,  # the A/B generates the rows the evaluation judges
         }
         return {k: v for k, v in given.items() if v is not None}
 

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from core.schema import TestRow
     from interventions.config import ABConfig
     from study.replicate_config import ReplicateOptions
 
@@ -58,20 +60,22 @@ def parameter_count(model_dir: Path) -> float:
         return REFERENCE_PARAMETERS
 
 
+def prompt_lengths(sft_dir: Path, rows: Sequence[TestRow]) -> list[int]:
+    """Each row's rendered prompt length in tokens (with the generation prompt)."""
+    from core.chat import encode_conversations
+    from core.models import load_tokenizer
+
+    tokenizer = load_tokenizer(sft_dir, "--sft")
+    return [len(ids) for ids in encode_conversations(tokenizer, [r.question for r in rows], add_generation_prompt=True)]
+
+
 def prompt_tokens(sft_dir: Path, data_file: Path) -> dict[str, list[int]]:
     """Per capability, each row's rendered prompt length in tokens (with the generation prompt)."""
     from core.capabilities import ALL_CAPABILITIES
-    from core.chat import encode_conversations
-    from core.models import load_tokenizer
     from core.rows import group_by_capability, read_test_rows
 
     rows = read_test_rows(data_file)
-    lengths = [
-        len(ids)
-        for ids in encode_conversations(
-            load_tokenizer(sft_dir, "--sft"), [r.question for r in rows], add_generation_prompt=True
-        )
-    ]
+    lengths = prompt_lengths(sft_dir, rows)
     groups = group_by_capability(rows, list(ALL_CAPABILITIES))
     return {cap.value: [lengths[i] for i, _ in items] for cap, items in groups.items() if items}
 
@@ -96,29 +100,36 @@ def estimate(options: ReplicateOptions, ab_config: ABConfig) -> dict[str, float]
 
     scale = parameter_count(options.dpo_dir) / REFERENCE_PARAMETERS
     lengths = prompt_tokens(options.sft_dir, options.data_file)
-    mean_prompt = sum(map(sum, lengths.values())) / max(1, sum(map(len, lengths.values())))
 
-    def per_row(new: int) -> float:
-        return (mean_prompt * PROMPT_SECONDS + new * DECODE_SECONDS) * scale
+    def per_row(new: int, prompt: float) -> float:
+        return (prompt * PROMPT_SECONDS + new * DECODE_SECONDS) * scale
 
-    rows = read_test_rows(options.data_file)
+    # the A/B and the evaluation read the same rows: the held-out split by default, or --data with --eval-split test
+    rows = read_test_rows(options.eval_file())
     unique, _ = select_rows(rows, ab_config)
+    judged = eval_rows(rows, options.eval_rows)
+    ab_prompt = _mean(prompt_lengths(options.sft_dir, [rows[i] for i in unique]))
+    eval_prompt = _mean(prompt_lengths(options.sft_dir, judged))
     weight = ab_passes(ab_config)
-    n_eval = len(eval_rows(read_test_rows(options.eval_file()), options.eval_rows))
     models = 3 if options.base_dir else 2
     from core.decoding import EVAL_GENERATION
 
-    intervene = weight * len(unique) * per_row(ab_config.generation.max_new_tokens)
+    intervene = weight * len(unique) * per_row(ab_config.generation.max_new_tokens, ab_prompt)
     if ab_config.outcomes != "off":
-        intervene += _outcome_seconds(ab_config, len(unique), mean_prompt) * scale
+        intervene += _outcome_seconds(ab_config, len(unique), ab_prompt) * scale
+    new_tokens = options.max_new_tokens or EVAL_GENERATION.max_new_tokens
     return {
         "record": 10 * scale + 2 * sum(map(sum, lengths.values())) * PROMPT_SECONDS * scale,
         "analyze": 5.0 + 2.0 * len(lengths),
         "explain": EXPLAIN_SECONDS * scale * len(lengths),
         "intervene": 10 * scale + intervene,
-        "evaluate": 10 * scale + models * n_eval * per_row(options.max_new_tokens or EVAL_GENERATION.max_new_tokens),
+        "evaluate": 10 * scale + models * len(judged) * per_row(new_tokens, eval_prompt),
         "report": 10.0 + 2.0 * len(lengths),
     }
+
+
+def _mean(values: Sequence[int]) -> float:
+    return sum(values) / max(1, len(values))
 
 
 def _outcome_seconds(config: ABConfig, rows: int, mean_prompt: float) -> float:

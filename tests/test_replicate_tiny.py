@@ -75,6 +75,9 @@ def test_replicate_runs_every_stage_and_ends_with_the_report(replicated: tuple[P
     assert "not run" not in page.split('<section id="pair">')[0]  # every stage ran, so every claim has its evidence
     # claim 2 is judged on the held-out split, never trained on; the recording read the pair's test split
     assert Path(json.loads((out / "eval.json").read_text())["test_file"]).name == "heldout.jsonl"
+    # and the A/B generates the same split's rows (claims 3 and 4 read it)
+    ab = json.loads((out / "interventions" / "multi_turn_dpo_replicate" / "ab_report.json").read_text())
+    assert Path(ab["data_file"]).name == "heldout.jsonl" and ab["config"]["split"] == "heldout"
 
 
 @pytest.mark.usefixtures("tiny_default")
