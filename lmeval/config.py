@@ -8,6 +8,8 @@ Example:
     >>> cfg = LMEvalConfig(tasks="mmlu,gsm8k", model_dir="m", units="20:3,20:9", factor=0.0)
     >>> cfg.tasks, cfg.ab_config().factors
     (['mmlu', 'gsm8k'], [0.0])
+    >>> LMEvalConfig(model_dir="m", units="20:3").tasks, LMEvalConfig(model_dir="m", units="20:3", split="test").tasks
+    (['probe_heldout'], ['probe_test'])
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from core.config_fields import flat_fields, nested, option
-from core.config_file import NON_NEGATIVE_COUNT, POSITIVE, RANDOM_SETS, RESAMPLES, SEED, typed_config
+from core.config_file import NON_NEGATIVE_COUNT, POSITIVE, RANDOM_SETS, RESAMPLES, SEED, choice, typed_config
 from core.config_init import flat_init
 from core.errors import ProbeError
 from core.run_dir import InterventionDir
 from interventions.config import ABConfig
 from interventions.edit_spec import EditSpec
+from lmeval.tasks import OWN_TASKS, own_task_name
+from training.eval_config import DEFAULT_SPLIT, SPLITS
 
 MODEL_NAME = "probe-edited"  # the lm-eval model that applies the toolkit's edits (lmeval.model)
 
@@ -40,7 +44,14 @@ class LMEvalConfig:
     """Which lm-eval tasks, which model, which edit (the options of ``probe intervene``), and how to compare."""
 
     tasks: str | list[str] = option(
-        help="lm-eval tasks, groups or task YAML files, comma-separated, e.g. mmlu,gsm8k.", default_factory=list
+        help="lm-eval tasks, groups or task YAML files, comma-separated, e.g. mmlu,gsm8k (default: the toolkit's "
+        "probe_heldout, or probe_test with --split test).",
+        default_factory=list,
+    )
+    split: str = option(
+        DEFAULT_SPLIT,
+        "Without --tasks, the toolkit's own task over the capability's rows of this split, judged by the rule judge: "
+        "heldout (probe_heldout: never trained on, constraints checked) or test (probe_test: the run's data file).",
     )
     include_path: list[str | Path] = option(
         help="Directory (or file) of local task YAMLs; repeatable.", default_factory=list, flag_type=Path, repeat=True
@@ -86,11 +97,15 @@ class LMEvalConfig:
     )
 
     def __post_init__(self) -> None:
+        choice("split", self.split, SPLITS)
         names = self.tasks.split(",") if isinstance(self.tasks, str) else list(self.tasks)
-        self.tasks = [n.strip() for n in names if n.strip()]
-        if not self.tasks:
+        self.tasks = [n.strip() for n in names if n.strip()] or [own_task_name(self.split)]
+        own = [name for name in self.tasks if name in OWN_TASKS]
+        if own and (self.apply_chat_template or self.num_fewshot):
             raise ProbeError(
-                "--tasks: give at least one lm-eval task, group or task YAML file, e.g. --tasks mmlu,gsm8k"
+                f"--tasks {own[0]}: its prompts are the rows' conversations in the model's chat template already, "
+                "with no few-shot examples: leave out --chat-template and --num-fewshot (run the tasks that need "
+                "them in another probe lmeval call)"
             )
         for path in self.include_path:
             if not Path(path).exists():

@@ -53,7 +53,7 @@ from lmeval.report import (
     include_in_ab,
     write_report,
 )
-from lmeval.tasks import TaskGate, sandboxed_task_templates, task_code_error, template_error
+from lmeval.tasks import TaskGate, own_task_folder, sandboxed_task_templates, task_code_error, template_error
 
 Progress = Callable[[str], None]
 
@@ -183,9 +183,13 @@ def _known(manager: Any, name: str) -> list[str]:
     return list(manager.match_tasks([name])) if any(c in name for c in "*?[") else []
 
 
-def load_tasks(names: list[str], include_path: list[str | Path], trust_code: bool = False) -> TaskSet:
+def load_tasks(
+    names: list[str], include_path: list[str | Path], trust_code: bool = False, own: Path | None = None
+) -> TaskSet:
     """Find every name (local task directories first, alone), load each task, and describe it for the comparison;
-    a local task that names Python is refused unless ``trust_code`` (:class:`TaskGate`)."""
+    a local task that names Python is refused unless ``trust_code`` (:class:`TaskGate`) or it is one of the
+    toolkit's own, in folder ``own`` (:func:`lmeval.tasks.own_task_folder`)."""
+    include_path = [own, *include_path] if own is not None else include_path
     from lm_eval.tasks import TaskManager
 
     paths = [str(p) for p in include_path] or None
@@ -204,7 +208,7 @@ def load_tasks(names: list[str], include_path: list[str | Path], trust_code: boo
     infos: dict[str, TaskInfo] = {}
     groups: dict[str, GroupInfo] = {}
     given: dict[str, str] = {}
-    gate = TaskGate(trust_code)
+    gate = TaskGate(trust_code, trusted={own.resolve()} if own is not None else set())
     for name in expanded:
         with task_errors(repr(name), code_dirs=gate.dirs), gate.active(), lm_eval_warnings_off():
             loaded = manager.load([name])
@@ -310,8 +314,10 @@ def run_lmeval(config: LMEvalConfig, progress: Progress | None = None) -> LMEval
     ab = replace(ab, model_dir=model_dir)
     # units that do not fit the model: one line before anything loads
     neurons = checked_neurons(ab, skeleton(model_dir))
-    with offline_hub(), sandboxed_task_templates():
-        tasks = load_tasks(cast("list[str]", config.tasks), config.include_path, config.trust_task_code)  # split
+    names = cast("list[str]", config.tasks)
+    new_tokens = ab.generation.max_new_tokens
+    with offline_hub(), sandboxed_task_templates(), own_task_folder(names, ab, model_dir, new_tokens) as own:
+        tasks = load_tasks(names, config.include_path, config.trust_task_code, own)
         say(f"loading {model_dir}")
         lm = register()(pretrained=model_dir, dtype=config.dtype, device=config.device, batch_size=config.batch_size)
         neurons, arms = edit_arms(ab, lm.model, model_dir, neurons)

@@ -21,6 +21,13 @@ So that a task over local files needs no Python, a relative ``data_files`` path 
 from there, in any working directory (:func:`data_files_beside`); lm-eval alone would look in the
 working directory.
 
+The toolkit's own tasks (:data:`OWN_TASKS`) are written here, at run time, into a folder the gate trusts:
+``probe_heldout`` (the default of ``probe lmeval``) generates the held-out split's rows of the capability
+and ``probe_test`` (``--split test``) the run's data file's, in the order and with the token limit of
+``probe intervene`` (:func:`interventions.plan.select_rows`), each prompt rendered by the model's chat template
+(:func:`core.chat.render_text`) and each response judged by the rule judge (on held-out rows, their constraint
+checkers): the item's ``compliance`` is 0 or 1 (:func:`process_results`).
+
 Example:
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
@@ -37,14 +44,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from core.errors import ProbeError
+from training.eval_config import HELDOUT
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from interventions.config import ABConfig
 
 TRUST_FLAG = "--trust-task-code"
 _TEMPLATE_MARKS = ("{{", "{%")
+# the toolkit's own tasks, by the split whose rows each generates (module doc)
+OWN_TASKS: dict[str, str] = {"probe_heldout": HELDOUT, "probe_test": "test"}
+OWN_METRIC = "compliance"
 
 
 @dataclass(frozen=True)
@@ -189,6 +205,7 @@ class TaskGate:
 
     trust: bool
     dirs: set[Path] = field(default_factory=set)
+    trusted: set[Path] = field(default_factory=set)  # folders the toolkit wrote (its own tasks)
 
     @contextmanager
     def active(self) -> Iterator[None]:
@@ -199,7 +216,7 @@ class TaskGate:
         def checked(path: str | Path, *args: Any, resolve_func: bool = True, **kwargs: Any) -> dict[str, Any]:
             path = Path(path)
             if resolve_func and not _is_lm_evals_own(path):
-                if not self.trust:
+                if not self.trust and path.resolve().parent not in self.trusted:
                     refuse_task_code(path)
                 self.dirs.add(path.resolve().parent)
             config = original(path, *args, resolve_func=resolve_func, **kwargs)
@@ -210,6 +227,142 @@ class TaskGate:
             yield
         finally:
             _factory.load_yaml = original
+
+
+def own_task_name(split: str) -> str:
+    """The toolkit's task over ``split``'s rows.
+
+    >>> own_task_name("heldout"), own_task_name("test")
+    ('probe_heldout', 'probe_test')
+    """
+    return next(name for name, of in OWN_TASKS.items() if of == split)
+
+
+def _own_task_yaml(name: str, max_new_tokens: int) -> str:
+    return f"""# written by probe lmeval (lmeval.tasks): {OWN_TASKS[name]} rows, judged by the rule judge
+task: {name}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {name}.jsonl
+test_split: test
+output_type: generate_until
+doc_to_text: "{{{{prompt}}}}"
+doc_to_target: "{{{{reference}}}}"
+generation_kwargs:
+  until: []
+  max_gen_toks: {max_new_tokens}
+  do_sample: false
+process_results: !function utils.process_results
+metric_list:
+  - metric: {OWN_METRIC}
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: 1
+"""
+
+
+def own_task_docs(tokenizer: PreTrainedTokenizerBase, ab: ABConfig, rows_file: Path) -> list[dict[str, Any]]:
+    """The items of a toolkit task: ``ab``'s target rows of ``rows_file`` as ``probe intervene`` picks them (its
+    ``--limit`` aside: lm-eval's applies), each with its rendered prompt and its row as JSON for the judge; rows the
+    rule judge cannot decide (no ``expect`` block: published data) are left out."""
+    import json
+    from dataclasses import replace
+    from functools import partial
+
+    from core.chat import render_text, to_messages
+    from core.judges.rules import RuleJudge
+    from core.records import to_json
+    from core.rows import read_test_rows
+    from interventions.plan import select_rows
+
+    rows = read_test_rows(rows_file)
+    judge = RuleJudge()
+    docs = []
+    for index in select_rows(rows, replace(ab, limit=None, collateral=False))[0]:
+        row = rows[index]
+        if judge.check(row, row.reference, ab.target)[0] is None:
+            continue
+        prompt = render_text(
+            tokenizer,
+            to_messages(row.question),
+            add_generation_prompt=True,
+            where=partial(str, f"line {index + 1} of {rows_file}"),
+        )
+        body = json.dumps(to_json(row), ensure_ascii=False)
+        docs.append(
+            {"prompt": prompt, "reference": row.reference, "line": index + 1, "capability": ab.capability, "row": body}
+        )
+    if not docs:
+        raise ProbeError(
+            f"{rows_file}: no {ab.capability} row the rule judge can score (rows without an 'expect' block, such as "
+            "published data, need the LLM judge: probe intervene --judge llm)"
+        )
+    return docs
+
+
+def own_rows_file(ab: ABConfig, name: str) -> Path:
+    """The rows toolkit task ``name`` generates: the held-out split's, or the run's data file's."""
+    from dataclasses import replace
+
+    from interventions.plan import resolve_sources
+
+    split = OWN_TASKS[name]
+    if split != HELDOUT and ab.run_dir is None:
+        raise ProbeError(
+            f"--tasks {name}: it generates the rows of the run's data file: give a RUN_DIR (or run "
+            f"{own_task_name(HELDOUT)}, the held-out rows)"
+        )
+    return resolve_sources(replace(ab, split=split, data_file=None))[1]
+
+
+@contextmanager
+def own_task_folder(names: list[str], ab: ABConfig, model_dir: Path, max_new_tokens: int) -> Iterator[Path | None]:
+    """Within the block, a temporary folder holding the toolkit's tasks among ``names`` written for ``model_dir``'s
+    chat template (None if ``names`` has none)."""
+    import tempfile
+
+    from core.models import load_tokenizer
+
+    own = [name for name in names if name in OWN_TASKS]
+    if not own:
+        yield None
+        return
+    tokenizer = load_tokenizer(model_dir, "--model-dir")
+    with tempfile.TemporaryDirectory(prefix="probe-tasks-") as tmp:
+        for name in own:
+            write_own_task(Path(tmp), name, own_task_docs(tokenizer, ab, own_rows_file(ab, name)), max_new_tokens)
+        yield Path(tmp)
+
+
+def write_own_task(folder: Path, name: str, docs: list[dict[str, Any]], max_new_tokens: int) -> Path:
+    """Write toolkit task ``name`` (its YAML, items and the one-line module naming :func:`process_results`) into
+    ``folder``; the YAML's path."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with (folder / f"{name}.jsonl").open("w", encoding="utf-8") as handle:
+        handle.writelines(json.dumps(doc, ensure_ascii=False) + "\n" for doc in docs)
+    (folder / "utils.py").write_text("from lmeval.tasks import process_results  # noqa: F401\n", encoding="utf-8")
+    path = folder / f"{name}.yaml"
+    path.write_text(_own_task_yaml(name, max_new_tokens), encoding="utf-8")
+    return path
+
+
+def process_results(doc: dict[str, Any], results: list[str]) -> dict[str, float]:
+    """A toolkit task's item: the rule judge's 0/1 score of the response on the task's capability, as ``probe
+    intervene`` scores its target rows (on held-out rows, the constraints active in the last turn included)."""
+    import json
+
+    from core.capabilities import parse_capability
+    from core.judges.rules import RuleJudge
+    from core.records import from_json
+    from core.schema import TestRow
+
+    row = from_json(TestRow, json.loads(doc["row"]))
+    score, _ = RuleJudge().check(row, results[0], parse_capability(doc["capability"]))
+    return {OWN_METRIC: float(score == 1)}  # None: never, rows the judge cannot decide are not items
 
 
 _FILE_LOADERS = ("json", "csv", "parquet", "text")

@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
     app.command("lmeval")(lmeval)
 
 
-@config_options(LMEvalConfig, exclude=["run_dir"], required=["tasks"])
+@config_options(LMEvalConfig, exclude=["run_dir"])
 def lmeval(
     run_dir: Path | None = typer.Argument(None, help=_RUN_DIR_HELP),
     settings: ConfigFlags = FROM_CONFIG,
