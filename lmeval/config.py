@@ -139,7 +139,8 @@ class LMEvalConfig:
 
 
 def ab_defaults(ab_dir: str | Path) -> dict[str, Any]:
-    """The edit options of an A/B run (``probe intervene --out DIR``), from its JSON report."""
+    """The edit options of an A/B run (``probe intervene --out DIR``), and the split of its rows (so that the default
+    task is that split's), from its JSON report."""
     path = InterventionDir(ab_dir).report
     try:
         config = json.loads(path.read_text(encoding="utf-8")).get("config", {})
@@ -147,5 +148,6 @@ def ab_defaults(ab_dir: str | Path) -> dict[str, Any]:
         raise ProbeError(
             f"--ab-report {ab_dir}: no readable {path.name} there; give the output directory of `probe intervene`"
         ) from None
-    keys = (EDIT_FIELDS - {"edit"}) | {"model_dir", "dtype"}
+    keys = (EDIT_FIELDS - {"edit"}) | {"model_dir", "dtype", "split"}
+    config = {"split": "test", **config}  # a report older than the split generated the test split
     return {k: v for k, v in config.items() if k in keys and v not in (None, [])}

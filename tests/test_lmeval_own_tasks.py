@@ -95,3 +95,12 @@ def test_lmeval_runs_the_heldout_task_by_default(
     row = report["arms"][0]["rows"][0]
     assert (row["metric"], row["n"], row["binary"]) == ("compliance", 3, True)
     assert report["baseline"]["lm_eval_results"]["probe_heldout"]["compliance,none"] == row["before"]
+
+
+def test_an_ab_reports_split_is_the_default_task(tmp_path: Path) -> None:
+    from lmeval.config import ab_defaults
+
+    (tmp_path / "ab_report.json").write_text(json.dumps({"config": {"units": "1:0", "split": "heldout"}}))
+    assert ab_defaults(tmp_path)["split"] == "heldout"
+    (tmp_path / "ab_report.json").write_text(json.dumps({"config": {"units": "1:0"}}))  # before the split was recorded
+    assert ab_defaults(tmp_path)["split"] == "test"
