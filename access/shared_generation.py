@@ -59,6 +59,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+from einops import rearrange, reduce
 from torch import nn
 
 from access.driver_table import DEFAULT_DRIVER, driver
@@ -412,7 +413,7 @@ class SharedDecoder:
         input_ids, mask = left_pad(
             [p[n:] for p, n in zip(prompts, lengths, strict=True)], self.generator.pad_id, self.generator.device
         )
-        positions = _positions(mask) + torch.tensor(lengths, device=mask.device).unsqueeze(1) * mask
+        positions = _positions(mask) + rearrange(torch.tensor(lengths, device=mask.device), "p -> p 1") * mask
         last = torch.tensor([len(p) - 1 for p in prompts], device=mask.device)
         state = self._state = self._start(arms, input_ids, mask, last)
         if shared:
@@ -424,11 +425,12 @@ class SharedDecoder:
             group_positions = (
                 positions[state.group_prompt]
                 if step == 0
-                else (state.last_position[state.group_prompt] + step).unsqueeze(1)
+                else rearrange(state.last_position[state.group_prompt] + step, "g -> g 1")
             )
             hidden = self._step(state, group_positions, fork, allow_skip)
             logits = self.model.get_output_embeddings()(self.decoder.norm(hidden[:, -1:]))[:, -1].to(torch.float32)
-            bad = ((~torch.isfinite(logits)).any(-1) | (logits.amax(-1) == logits.amin(-1))).tolist()
+            flat = reduce(logits, "r v -> r", "max") == reduce(logits, "r v -> r", "min")
+            bad = (reduce(~torch.isfinite(logits), "r v -> r", "any") | flat).tolist()
             chosen = logits.argmax(-1).tolist()
             for row, (token, is_bad) in enumerate(zip(chosen, bad, strict=True)):
                 if not state.row_alive[row]:
@@ -484,7 +486,7 @@ class SharedDecoder:
             for cache, top in zip(stems.sources, self._sources.tops, strict=True)
         ]
         seen = mask.index_select(0, torch.tensor([max(k, 0) for k in stem_of], device=mask.device))
-        seen = seen * torch.tensor([k >= 0 for k in stem_of], device=mask.device).unsqueeze(1)
+        seen = seen * rearrange(torch.tensor([k >= 0 for k in stem_of], device=mask.device), "p -> p 1")
         state.prompt_mask = torch.cat([seen.to(state.prompt_mask.dtype), state.prompt_mask], dim=1)
 
     def _start(self, arms: list[int], inputs: torch.Tensor, mask: torch.Tensor, last: torch.Tensor) -> _Batch:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from einops import reduce
 
 from analysis.config import AnalysisConfig
 from analysis.profile import layer_scores
@@ -66,7 +67,7 @@ def attribution_maps(
     n = attr.shape[0]
     resamples = Resamples.draw(n, config.stability_resamples, config.stability_seed)
     zeros = np.zeros_like(attr[:, 0, :])
-    delta = attr.mean(axis=0)
+    delta = reduce(attr, "n layer unit -> layer unit", "mean")
     pvalues = np.stack([paired_pvalues(zeros, attr[:, i, :], config.test) for i in range(len(wanted))])
     rms = np.array([[_rms(sft[:, i]) for i in range(len(wanted))], [_rms(dpo[:, i]) for i in range(len(wanted))]])
     resampled = (
@@ -79,8 +80,8 @@ def attribution_maps(
         hook,
         "attribution",
         wanted,
-        sft.mean(axis=0),
-        dpo.mean(axis=0),
+        reduce(sft, "n layer unit -> layer unit", "mean"),
+        reduce(dpo, "n layer unit -> layer unit", "mean"),
         delta,
         pvalues,
         bh_qvalues(pvalues),

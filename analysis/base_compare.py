@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from einops import reduce
 
 from analysis.metric_maps import MetricMaps
 from analysis.profile import ranked_units
@@ -83,7 +84,8 @@ def matched_random_jaccard(
     """
     rng = np.random.default_rng(seed)
     counts_a, counts_b = np.asarray(counts_a, dtype=np.int64), np.asarray(counts_b, dtype=np.int64)
-    shared = rng.hypergeometric(counts_a, width - counts_a, counts_b, size=(n_draws, len(counts_a))).sum(axis=1)
+    per_layer = rng.hypergeometric(counts_a, width - counts_a, counts_b, size=(n_draws, len(counts_a)))
+    shared = reduce(per_layer, "draw layer -> draw", "sum")
     union = counts_a.sum() + counts_b.sum() - shared
     return np.where(union > 0, shared / np.maximum(union, 1), 0.0)
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from einops import rearrange
 
 from access.hook_points import validate_hook
 from analysis.agreement import layer_agreement, top_overlap
@@ -285,10 +286,11 @@ def _rank_maps(values: np.ndarray) -> np.ndarray:
     """1-based ranks of a (layers, units) map, largest first,
     ties by layer then unit (the ranking rule of analysis.profile)."""
     rows, units = np.indices(values.shape)
-    order = np.lexsort((units.ravel(), rows.ravel(), -values.ravel()))
+    flat = "layer unit -> (layer unit)"
+    order = np.lexsort((rearrange(units, flat), rearrange(rows, flat), -rearrange(values, flat)))
     ranks = np.empty(values.size, dtype=np.int64)
     ranks[order] = np.arange(1, values.size + 1)
-    return ranks.reshape(values.shape)
+    return rearrange(ranks, "(layer unit) -> layer unit", layer=values.shape[0], unit=values.shape[1])
 
 
 def _cards(
@@ -359,7 +361,7 @@ def _dz_ci(diff: np.ndarray, seed: int) -> tuple[float, float]:
     from analysis.stats import dz_of_differences
 
     if diff.size < 3 or np.all(diff == diff[0]):
-        value = float(dz_of_differences(diff[:, None])[0])
+        value = float(dz_of_differences(rearrange(diff, "n -> n 1"))[0])
         return value, value
     result = stats.bootstrap(
         (diff,),

@@ -51,6 +51,7 @@ from typing import Any
 
 import h5py
 import numpy as np
+from einops import rearrange, reduce
 
 from analysis.basis import basis_of_settings
 from analysis.config import AnalysisConfig
@@ -147,7 +148,7 @@ def compute_maps(
         bh_qvalues(pvalues),
         n,
         settings,
-        layer_rms=rms.T,
+        layer_rms=rearrange(rms, "layer model -> model layer"),
         window=window,
         resampled_scores=resampled if resamples.n_resamples else None,
     )
@@ -192,7 +193,7 @@ def _paired_layer(
     """Mean per model, mean difference or d_z, paired p-values, (RMS sft, RMS dpo), resamples' scores for one layer."""
     sft64 = np.asarray(sft, dtype=np.float64)
     dpo64 = np.asarray(dpo, dtype=np.float64)
-    mean_sft, mean_dpo = sft64.mean(axis=0), dpo64.mean(axis=0)
+    mean_sft, mean_dpo = (reduce(x, "n unit -> unit", "mean") for x in (sft64, dpo64))
     delta = mean_dpo - mean_sft if config.metric == "mean_diff" else effect_size_dz(sft64, dpo64)
     resampled = np.zeros(0)
     if resamples.n_resamples:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from einops import reduce
 
 from analysis.window import Window
 
@@ -31,7 +32,9 @@ class MetricMaps:
 
     def loudness(self) -> np.ndarray | None:
         """(n_layers,) RMS activation per layer, the larger of the two models'; None without ``layer_rms``."""
-        return None if self.layer_rms is None or self.layer_rms.size == 0 else self.layer_rms.max(axis=0)
+        if self.layer_rms is None or self.layer_rms.size == 0:
+            return None
+        return reduce(self.layer_rms, "model layer -> layer", "max")
 
     def loudest_layer(self) -> int | None:
         """The layer of largest RMS activation (larger of the two models); None without ``layer_rms``."""

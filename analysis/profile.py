@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+from einops import rearrange, reduce
 
 from core.records import OMIT_NONE
 
@@ -63,7 +64,7 @@ def layer_scores(delta: np.ndarray) -> np.ndarray:
     >>> layer_scores(np.array([[0.5, -0.5], [0.0, 0.25]])).tolist()
     [0.5, 0.125]
     """
-    return np.asarray(np.abs(delta).mean(axis=-1))
+    return np.asarray(reduce(np.abs(delta), "... unit -> ...", "mean"))
 
 
 def rank_layers(scores: np.ndarray, layers: list[int]) -> list[int]:
@@ -105,7 +106,7 @@ def ranked_units(maps: MetricMaps, mask: np.ndarray | None = None) -> np.ndarray
     rows, units = np.nonzero(np.ones_like(maps.delta, dtype=bool) if mask is None else mask)
     magnitude = np.abs(maps.delta[rows, units])
     order = np.lexsort((units, rows, -magnitude))
-    return np.stack([rows[order], units[order]], axis=1)
+    return rearrange([rows[order], units[order]], "pair m -> m pair")
 
 
 def top_units(maps: MetricMaps, n: int) -> list[RankedUnit]:
@@ -126,7 +127,7 @@ def top_units(maps: MetricMaps, n: int) -> list[RankedUnit]:
 
 def _top_pairs(maps: MetricMaps, n: int) -> np.ndarray:
     """Top ``n`` (row, unit) pairs without sorting the whole map when it is large."""
-    flat = np.abs(maps.delta).ravel()
+    flat = rearrange(np.abs(maps.delta), "layer unit -> (layer unit)")
     n = min(n, flat.size)
     if n == 0:
         return np.zeros((0, 2), dtype=np.int64)
@@ -136,5 +137,5 @@ def _top_pairs(maps: MetricMaps, n: int) -> np.ndarray:
 
 def unit_order(maps: MetricMaps) -> np.ndarray:
     """(width,) unit indices sorted by summed |Δ| over the window, largest first (the intent of ``lin_heat_map``)."""
-    total = np.abs(maps.delta).sum(axis=0)
+    total = reduce(np.abs(maps.delta), "layer unit -> unit", "sum")
     return np.lexsort((np.arange(total.size), -total))

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from einops import rearrange, reduce
 
 from access.hook_points import HOOK_TABLE
 from analysis.checkpoint import Checkpoint
@@ -80,7 +81,7 @@ class Lens:
     def logits(self, vectors: np.ndarray) -> np.ndarray:
         """(K, d_model) directions -> (K, vocab) direct logit effects, in float32 (one BLAS product)."""
         scaled = np.asarray(vectors, dtype=np.float32) * self.norm.astype(np.float32)
-        return np.asarray(scaled @ self.unembedding.T)
+        return np.asarray(scaled @ rearrange(self.unembedding, "vocab d -> d vocab"))
 
 
 def read_out(lens: Lens, vectors: np.ndarray, k: int = 10, decode: Callable[[int], str] = str) -> list[ReadOut]:
@@ -134,7 +135,11 @@ def mean_difference(
     run: RunReader, capability: str, hook: str, layers: list[int], sft: Checkpoint, dpo: Checkpoint
 ) -> np.ndarray:
     """(len(layers), d_model) float64: the DPO − SFT mean activation per layer, in the residual stream (module doc)."""
-    means = {m: read_window(run, m, capability, hook, layers).astype(np.float64).mean(axis=0) for m in ("sft", "dpo")}
+    per_model = "n layer unit -> layer unit"  # one model's window at a time: the float64 copies are large
+    means = {
+        m: reduce(read_window(run, m, capability, hook, layers).astype(np.float64), per_model, "mean")
+        for m in ("sft", "dpo")
+    }
     if HOOK_TABLE[hook].width == "d_model":
         return np.asarray(means["dpo"] - means["sft"])
     rows = []

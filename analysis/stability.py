@@ -31,6 +31,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
+from einops import rearrange
 
 from analysis.profile import rank_layers
 from analysis.stats import dz_of_differences
@@ -55,9 +56,10 @@ class Resamples:
     def draw(cls, n_samples: int, n_resamples: int, seed: int) -> Resamples:
         """``n_resamples`` draws of ``n_samples`` prompts with replacement, from ``numpy.random.default_rng(seed)``."""
         indices = np.random.default_rng(seed).integers(0, n_samples, size=(n_resamples, n_samples))
-        offsets = np.arange(n_resamples)[:, None] * n_samples
-        counts = np.bincount((indices + offsets).ravel(), minlength=n_resamples * n_samples)
-        return cls(indices, counts.reshape(n_resamples, n_samples).astype(np.float32))
+        offsets = rearrange(np.arange(n_resamples), "draw -> draw 1") * n_samples
+        counts = np.bincount(rearrange(indices + offsets, "draw n -> (draw n)"), minlength=n_resamples * n_samples)
+        weights = rearrange(counts, "(draw n) -> draw n", draw=n_resamples, n=n_samples)
+        return cls(indices, weights.astype(np.float32))
 
     @property
     def n_resamples(self) -> int:

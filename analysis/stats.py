@@ -25,6 +25,7 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from einops import pack, reduce, unpack
 from scipy import stats
 
 
@@ -39,7 +40,7 @@ def paired_pvalues(sft: np.ndarray, dpo: np.ndarray, test: str = "t") -> np.ndar
         elif test == "wilcoxon":
             diff = np.asarray(dpo, dtype=np.float64) - np.asarray(sft, dtype=np.float64)
             p = np.ones(diff.shape[1], dtype=np.float64)
-            varying = np.any(diff != 0, axis=0)
+            varying = reduce(diff != 0, "n unit -> unit", "any")
             if varying.any():
                 p[varying] = stats.wilcoxon(diff[:, varying], axis=0, zero_method="wilcox").pvalue
         else:
@@ -60,8 +61,8 @@ def dz_of_differences(diff: np.ndarray) -> np.ndarray:
     """
     if diff.shape[0] < 2:
         return np.zeros(diff.shape[1:], dtype=np.float64)
-    mean = diff.mean(axis=0)
-    sd = diff.std(axis=0, ddof=1)
+    mean = reduce(diff, "n ... -> ...", "mean")
+    sd = reduce(diff, "n ... -> ...", sample_sd)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(sd > 0, mean / np.where(sd > 0, sd, 1.0), 0.0)
 
@@ -72,7 +73,16 @@ def bh_qvalues(pvalues: np.ndarray) -> np.ndarray:
     >>> bh_qvalues(np.array([[0.01, 0.04], [0.03, 0.5]])).round(3).tolist()
     [[0.04, 0.053], [0.053, 0.5]]
     """
-    flat = np.asarray(pvalues, dtype=np.float64).ravel()
+    flat, shapes = pack([np.asarray(pvalues, dtype=np.float64)], "*")
     if flat.size == 0:
         return np.asarray(pvalues, dtype=np.float64)
-    return np.asarray(stats.false_discovery_control(flat, method="bh")).reshape(np.shape(pvalues))
+    return unpack(np.asarray(stats.false_discovery_control(flat, method="bh")), shapes, "*")[0]
+
+
+def sample_sd(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
+    """The sample standard deviation (ddof=1) over ``axes``: an einops reduction, ``reduce(x, "n w -> w", sample_sd)``.
+
+    >>> reduce(np.array([[1.0, 2.0], [3.0, 2.0]]), "n w -> w", sample_sd).tolist()
+    [1.4142135623730951, 0.0]
+    """
+    return np.asarray(x.std(axis=axes, ddof=1))

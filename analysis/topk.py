@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import numpy as np
+from einops import rearrange, reduce
 
 from core.errors import ProbeError
 
@@ -108,12 +109,12 @@ def topk_mask(x: np.ndarray, k: int) -> np.ndarray:
     # (Partitioning at two kth positions would give the same, but numpy's SIMD path takes only one: 8x slower.)
     parted = np.partition(values, w - k, axis=1)
     threshold = parted[:, w - k]
-    below = parted[:, : w - k].max(axis=1)
+    below = reduce(parted[:, : w - k], "n rest -> n", "max")
     del parted
-    mask = values >= threshold[:, None]
+    mask = values >= rearrange(threshold, "n -> n 1")
     tied = np.flatnonzero(below == threshold)
     if tied.size:
-        excess = mask[tied].sum(axis=1) - k
+        excess = reduce(mask[tied], "row unit -> row", "sum") - k
         _drop_extra_ties(mask, values, threshold, tied, excess)
     if np.count_nonzero(mask) != n * k:  # NaN sorts last in partition and never compares >=
         raise ProbeError(_NAN_MESSAGE)
@@ -129,7 +130,7 @@ def _drop_extra_ties(
     so the last ``extra`` equal units of each row go. Only the equal entries are
     touched (a few per row), never whole rows.
     """
-    rows, cols = np.nonzero(values[tied] == threshold[tied, None])  # row-major: cols ascend within a row
+    rows, cols = np.nonzero(values[tied] == rearrange(threshold[tied], "row -> row 1"))  # cols ascend within a row
     per_row = np.bincount(rows, minlength=tied.size)
     rank_from_end = np.repeat(np.cumsum(per_row), per_row) - np.arange(rows.size)  # last equal unit -> 1
     drop = rank_from_end <= extra[rows]

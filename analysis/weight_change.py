@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from einops import rearrange
 
 from access.hook_points import HOOK_TABLE, validate_hook
 from analysis.checkpoint import LAYOUT, Checkpoint, MlpPart, check_same_shape, same_tensor_shape
@@ -107,6 +108,11 @@ def _squares(a: Any, b: Any, dim: int) -> Squares:
     return Squares(np.einsum(spec, diff, diff, dtype=np.float64), np.einsum(spec, before, before, dtype=np.float64))
 
 
+def _bias_rows(a: Checkpoint, b: Checkpoint, bias: str) -> tuple[Any, Any]:
+    """Both checkpoints' ``bias`` as (unit, 1) rows: each unit's bias entry is one more weight of its row."""
+    return rearrange(a.tensor(bias), "unit -> unit 1"), rearrange(b.tensor(bias), "unit -> unit 1")
+
+
 def _part(a: Checkpoint, b: Checkpoint, weight: str, bias: str, dim: int) -> Squares:
     """The per-unit squares of one weight (rows: ``dim=1``; columns: ``dim=0``)
     plus its bias entry where there is one."""
@@ -114,7 +120,7 @@ def _part(a: Checkpoint, b: Checkpoint, weight: str, bias: str, dim: int) -> Squ
     total = _squares(a.tensor(weight), b.tensor(weight), dim)
     if dim == 1 and a.has(bias) and b.has(bias):
         same_tensor_shape(a, b, bias)
-        total = total + _squares(a.tensor(bias)[:, None], b.tensor(bias)[:, None], 1)
+        total = total + _squares(*_bias_rows(a, b, bias), 1)
     return total
 
 
@@ -163,7 +169,7 @@ def _layer_parts(a: Checkpoint, b: Checkpoint, layer: int, hooks: list[str]) -> 
         parts["down_rows"] = _squares(down_a, down_b, 1)
         bias = a.mlp_name(layer, "down", "bias")
         if a.has(bias) and b.has(bias):
-            parts["down_rows"] = parts["down_rows"] + _squares(a.tensor(bias)[:, None], b.tensor(bias)[:, None], 1)
+            parts["down_rows"] = parts["down_rows"] + _squares(*_bias_rows(a, b, bias), 1)
         del down_a, down_b
     if {"attn_out", "resid_post"} & set(hooks):
         parts["o_rows"] = _attention(a, b, layer)
@@ -186,7 +192,7 @@ def _assemble(hook: str, transition: str, rows: list[dict[str, Squares]]) -> Uni
 def tensor_change(a: Checkpoint, b: Checkpoint, name: str) -> float:
     """The relative change ‖b − a‖ / ‖a‖ of one whole tensor (the unembedding, a norm's weight)."""
     same_tensor_shape(a, b, name)
-    before, after = a.tensor(name).reshape(1, -1), b.tensor(name).reshape(1, -1)
+    before, after = (rearrange(m.tensor(name), "... -> 1 (...)") for m in (a, b))
     return float(_squares(before, after, 1).relative()[0])
 
 

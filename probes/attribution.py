@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+from einops import rearrange, reduce, repeat
 
 from access.hook_points import attach
 from core.errors import ProbeError
@@ -137,10 +138,11 @@ def response_logprobs(model: PreTrainedModel, batch: dict[str, torch.Tensor], hi
     """[B] Σ log p(response token) from the final hidden states [B, T, D]; the LM head runs only where it is read."""
     response = batch["response_mask"].to(hidden.device)
     predicts = response[:, 1:].bool()  # position t predicts token t+1
-    rows = torch.arange(hidden.shape[0], device=hidden.device).unsqueeze(1).expand_as(predicts)[predicts]
+    rows = repeat(torch.arange(hidden.shape[0], device=hidden.device), "b -> b t", t=predicts.shape[1])[predicts]
     logits = model.get_output_embeddings()(hidden[:, :-1][predicts]).float()
     targets = batch["input_ids"].to(hidden.device)[:, 1:][predicts]
-    picked = torch.log_softmax(logits, dim=-1).gather(1, targets.unsqueeze(1)).squeeze(1)
+    logprobs = torch.log_softmax(logits, dim=-1)  # [n, V] over the n predicting positions
+    picked = rearrange(logprobs.gather(1, rearrange(targets, "n -> n 1")), "n 1 -> n")
     return torch.zeros(hidden.shape[0], device=hidden.device, dtype=picked.dtype).index_add(0, rows, picked)
 
 
@@ -195,12 +197,12 @@ def attribute_batch(
     out = {}
     for site, grad in zip(sites, grads, strict=True):
         a_dpo, a_sft = seen[site].detach().float(), reference[site].float()
-        w = weights.to(a_dpo.device).unsqueeze(-1)
-        count = w.sum(dim=1).clamp(min=1.0)
+        w = rearrange(weights.to(a_dpo.device), "b t -> b t 1")
+        count = reduce(w, "b t 1 -> b 1", "sum").clamp(min=1.0)
         out[site] = (
-            ((a_sft - a_dpo) * grad.float() * w).sum(dim=1).cpu(),
-            ((a_sft * w).sum(dim=1) / count).cpu(),
-            ((a_dpo * w).sum(dim=1) / count).cpu(),
+            reduce((a_sft - a_dpo) * grad.float() * w, "b t w -> b w", "sum").cpu(),
+            (reduce(a_sft * w, "b t w -> b w", "sum") / count).cpu(),
+            (reduce(a_dpo * w, "b t w -> b w", "sum") / count).cpu(),
         )
     return (m * signs).detach().cpu(), out
 
@@ -460,7 +462,7 @@ def _attribute_plan(
     for hook in hooks:
         for name, values in sums[hook].items():
             if name != "attribution":  # a pair's two sequences: the mean activation of the two
-                values = values / counts[:, None, None]
+                values = values / rearrange(counts, "n -> n 1 1")
             group.create_dataset(
                 f"{hook}/{name}", data=values.astype(np.float32), compression="gzip", compression_opts=4
             )

@@ -59,6 +59,7 @@ from typing import Any
 
 import h5py
 import numpy as np
+from einops import rearrange
 
 from access.directions import DIRECTIONS
 from core.errors import ProbeError
@@ -387,7 +388,7 @@ def _sample_fields(group: h5py.Group, cap: str, size: int) -> dict[str, Any]:
         try:
             kind = "text" if h5py.check_string_dtype(dataset.dtype) else dataset.dtype.kind
             values = dataset[:]  # read whole: these are small, and a damaged string heap must crash here, not later
-            for text in values.ravel() if kind == "text" else ():
+            for text in rearrange(values, "... -> (...)") if kind == "text" else ():
                 text.decode("utf-8") if isinstance(text, bytes) else text.encode("utf-8")  # invalid UTF-8 raises
         except Exception as exc:  # the guard process
             raise _Refused(

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+from einops import rearrange, reduce
 
 from access.batches import TokenBatch
 from access.driver_table import driver, editing_driver
@@ -117,16 +118,20 @@ def reduce_positions(x: torch.Tensor, attention_mask: torch.Tensor, position: st
     # ``attention_mask`` is the response mask (TokenBatch.reduce_mask): every response token counts
     if position == "response_mean":
         weights = attention_mask.to(device=x.device, dtype=torch.float32)
-        weights = (weights / weights.sum(dim=1, keepdim=True).clamp(min=1.0)).unsqueeze(1).to(x.dtype)
-        return torch.bmm(weights, x).squeeze(1).float()
+        return _weighted_sum(weights / reduce(weights, "b t -> b 1", "sum").clamp(min=1.0), x)
     mask = attention_mask.to(x.device).clone()
     first = mask.argmax(dim=1)  # index of the first real token in each row
     rows = torch.arange(mask.shape[0], device=mask.device)
-    lengths = mask.sum(dim=1)
+    lengths = reduce(mask, "b t -> b", "sum")
     mask[rows[lengths > 1], first[lengths > 1]] = 0  # keep it only for a one-token prompt
     weights = mask.to(torch.float32)
-    weights = (weights / weights.sum(dim=1, keepdim=True)).unsqueeze(1).to(x.dtype)  # [B, 1, T], rows sum to 1
-    return torch.bmm(weights, x).squeeze(1).float()  # a GEMM: no fp32 copy of the whole [B, T, W] tensor
+    return _weighted_sum(weights / reduce(weights, "b t -> b 1", "sum"), x)  # rows sum to 1
+
+
+def _weighted_sum(weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """[B, T] weights, [B, T, W] x -> [B, W] float32 Σ_t weights·x, one GEMM in x's dtype (no fp32 copy of x)."""
+    rows = rearrange(weights.to(x.dtype), "b t -> b 1 t")
+    return rearrange(torch.bmm(rows, x), "b 1 w -> b w").float()
 
 
 class Collector:

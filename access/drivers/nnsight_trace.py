@@ -25,6 +25,7 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import torch
+from einops import rearrange
 
 from access.batches import TokenBatch
 from access.drivers.base import Collector, SiteEdits, check_distinct_modules, reduce_positions
@@ -198,4 +199,4 @@ def _greedy_steps(
                 steps.append(head.output[:, -1].argmax(-1).save())
     if not steps:
         return torch.empty((input_ids.shape[0], 0), dtype=torch.long)
-    return torch.stack([torch.as_tensor(s) for s in steps], dim=1).cpu()
+    return rearrange([torch.as_tensor(s) for s in steps], "step b -> b step").cpu()  # each step's [B] token ids
