@@ -51,7 +51,8 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -64,7 +65,10 @@ from core.errors import ProbeError
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from access.drivers.base import SiteEdits
     from access.edits import Edit
+    from access.forced_passes import Hidden, PromptBatch, SourceValues, Stack
+    from access.lockstep import Lockstep
     from core.schema import Turn
 
 RESPONSE_SOURCES: tuple[str, ...] = ("greedy", "reference", "chosen", "rejected", "file")
@@ -171,13 +175,31 @@ class _Pass:
     logprob_sum: np.ndarray
     kl_mean: np.ndarray
 
+    @classmethod
+    def empty(cls, n: int) -> _Pass:
+        return cls(np.zeros(n, dtype=np.float64), np.full(n, np.nan, dtype=np.float64))
+
+    def copy(self) -> _Pass:
+        return _Pass(self.logprob_sum.copy(), self.kl_mean.copy())
+
+
+ENGINES: tuple[str, ...] = ("auto", "shared", "full")
+Progress = Callable[[int, int], None]  # (batches done, batches in all) of one call of Outcomes.arms
+
 
 class Outcomes:
     """The outcomes of edits to ``model`` against ``target`` (the other checkpoint) on fixed sequences.
 
     ``rows``: the KL sequences (one per test row); ``reference``: sequences whose response is each row's reference
     (for ``reference_logprob``; may be ``rows`` itself); ``pairs``: (chosen, rejected) sequences of DPO pairs.
-    ``responses`` names what the KL rows' responses are, for reports. Call :meth:`arm` once per arm.
+    ``responses`` names what the KL rows' responses are, for reports. Call :meth:`arms` with every arm at once (each
+    batch of sequences is then prepared once for all of them), or :meth:`arm` once per arm.
+
+    ``engine``: ``shared`` runs :mod:`access.forced_passes` (each prompt once per batch for all its responses, each
+    arm from its fork layer, patch sources once per batch); ``full`` runs one whole ``transformers`` forward per
+    batch per arm, a patch's source in lockstep (the engine before; the reference the tests hold ``shared`` to);
+    ``auto`` (the default): ``shared`` where :func:`access.forced_passes.supports` both models, else ``full``.
+    Under ``shared``, an arm whose edits bring a context other than a patch's lockstep runs on ``full``.
     """
 
     def __init__(
@@ -191,7 +213,10 @@ class Outcomes:
         responses: str = "greedy",
         max_batch_tokens: int = 2048,
         batch_size: int = 16,
+        engine: str = "auto",
     ) -> None:
+        from access.forced_passes import Stack, prompt_batches, supports
+
         if getattr(model.config, "final_logit_softcapping", None) or getattr(
             target.config, "final_logit_softcapping", None
         ):
@@ -203,6 +228,12 @@ class Outcomes:
                 f"outcomes: the target's vocabulary ({target.config.vocab_size}) is not the model's "
                 f"({model.config.vocab_size})"
             )
+        if engine not in ENGINES:
+            raise ProbeError(f"outcomes: unknown engine {engine!r}; expected one of {', '.join(ENGINES)}")
+        shared = supports(model) and supports(target)
+        if engine == "shared" and not shared:
+            raise ProbeError(f"outcomes: the shared engine does not run model type {model.config.model_type!r}")
+        self.engine = "shared" if engine == "auto" and shared else ("full" if engine == "auto" else engine)
         self.model, self.target, self.responses = model, target, responses
         self.rows, self.reference, self.pairs = list(rows), list(reference), list(pairs)
         unique: dict[Forced, int] = {}
@@ -212,24 +243,60 @@ class Outcomes:
         self._index = unique
         self._kl_rows = {unique[seq] for seq in self.rows}
         self._batches = pack(self._unique, max_batch_tokens, batch_size)
+        self._prompt_batches = (
+            prompt_batches(
+                [(s.ids[: -s.n_response], s.ids[-s.n_response :]) for s in self._unique], max_batch_tokens, batch_size
+            )
+            if self.engine == "shared"
+            else []
+        )
+        self._stack = Stack(model) if self.engine == "shared" else None
         self._target_hidden: dict[int, torch.Tensor] | None = None
         self._unedited: _Pass | None = None
 
+    @property
+    def n_batches(self) -> int:
+        """Batches of one pass (each prompt batch of the shared engine, or each batch of whole sequences)."""
+        return len(self._prompt_batches) if self.engine == "shared" else len(self._batches)
+
     def arm(self, edits: Sequence[Edit] = ()) -> ArmOutcomes:
         """The outcomes with ``edits`` applied to the model (all of them at once, as one arm)."""
-        from access.edits import edits as applied
+        return self.arms([edits])[0]
 
+    def arms(self, arms: Sequence[Sequence[Edit]], progress: Progress | None = None) -> list[ArmOutcomes]:
+        """The outcomes of each arm (a sequence of edits applied together; empty: the unedited model)."""
+        from access.edits import site_edits
+
+        plans = [site_edits(self.model, edits) if edits else None for edits in arms]
+        if self.engine == "shared":
+            passes = self._shared_passes(plans, progress)
+        else:
+            passes = [self._full_arm(plan) for plan in plans]
         unedited = self.unedited()
-        with applied(self.model, *edits) as stats:
-            edited = self._pass()
-        return self._outcomes(edited, unedited, stats.as_dict())
+        return [
+            self._outcomes(edited, unedited, {} if plan is None else plan.stats.as_dict())
+            for edited, plan in zip(passes, plans, strict=True)
+        ]
 
     def unedited(self) -> _Pass:
         """The unedited pass (and the target's hidden states), computed on first use."""
         if self._unedited is None:
-            self._target_hidden = self._target_pass()
-            self._unedited = self._pass()
+            if self.engine == "shared":
+                self._shared_passes([], None)
+            else:
+                self._target_hidden = self._target_pass()
+                self._unedited = self._pass()
+        assert self._unedited is not None
         return self._unedited
+
+    def _full_arm(self, plan: SiteEdits | None) -> _Pass:
+        from access.drivers.torch_hooks import applied
+
+        unedited = self.unedited()
+        if plan is None:
+            return unedited.copy()
+        with applied(self.model, plan):
+            return self._pass()
 
     def _outcomes(self, edited: _Pass, unedited: _Pass, stats: dict[str, int]) -> ArmOutcomes:
         def mean_logprob(seqs: list[Forced], run: _Pass) -> np.ndarray:
@@ -252,6 +319,101 @@ class Outcomes:
             margin_unedited=margins(unedited),
             stats=stats,
         )
+
+    # --- the shared engine (access.forced_passes) ---------------------------------------------------------------
+
+    @torch.no_grad()
+    def _shared_passes(self, plans: Sequence[SiteEdits | None], progress: Progress | None) -> list[_Pass]:
+        """Each plan's pass, batch by batch: the unedited pass (the first time) keeps the hidden states entering every
+        fork layer, each patch source runs once, then each arm runs from its fork layer up."""
+        from access.forced_passes import SourceValues, Stack, fork_layer
+        from access.lockstep import Lockstep
+
+        stack = self._stack
+        assert stack is not None
+        total, n = stack.total, len(self._unique)
+        forks = [total if plan is None else fork_layer(plan, total) for plan in plans]
+        full = [k for k, plan in enumerate(plans) if plan is not None and _foreign_context(plan)]
+        keep = sorted({fork for k, fork in enumerate(forks) if fork < total and k not in full})
+        sources: dict[int, SourceValues] = {}
+        for k, plan in enumerate(plans):
+            if plan is not None and isinstance(plan.around, Lockstep) and k not in full:
+                values = sources.setdefault(id(plan.around.source), SourceValues(Stack(plan.around.source), set()))
+                values.sites |= set(plan.around.sites)
+        first = self._unedited is None
+        unedited = _Pass.empty(n) if first else None
+        if first:
+            self._target_hidden = {}
+        results = [_Pass.empty(n) for _ in plans]
+        for b, batch in enumerate(self._prompt_batches):
+            if first:
+                self._target_batch(batch)
+            log_t = self._target_logprobs(batch)
+            embedded = stack.embed(batch)
+            kept: dict[int, Hidden] = {}
+            if unedited is not None:
+                out, kept = stack.run(batch, embedded, range(total), keep)
+                self._score(stack, batch, out, log_t, unedited)
+            elif keep:
+                _, kept = stack.run(batch, embedded, range(max(keep)), keep)
+            for values in sources.values():
+                values.compute(batch)
+            for k, plan in enumerate(plans):
+                if plan is None or forks[k] == total or k in full:
+                    continue
+                lockstep = plan.around if isinstance(plan.around, Lockstep) else None
+                phase = None if lockstep is None else _filler(sources[id(lockstep.source)], lockstep)
+                start: Hidden = kept[forks[k]]
+                with _sites(self.model, plan):
+                    out, _ = stack.run(batch, start, range(forks[k], total), phase=phase)
+                self._score(stack, batch, out, log_t, results[k])
+            if progress is not None:
+                progress(b + 1, len(self._prompt_batches))
+        if unedited is not None:
+            self._unedited = unedited
+        assert self._unedited is not None
+        for k, plan in enumerate(plans):
+            if plan is None or forks[k] == total:
+                results[k] = self._unedited.copy()
+            elif k in full:
+                results[k] = self._full_arm(plan)
+        return results
+
+    def _target_batch(self, batch: PromptBatch) -> None:
+        """The target's head input at the KL sequences' response positions (kept, ``d_model`` floats a token)."""
+        from access.forced_passes import Stack
+
+        assert self._target_hidden is not None
+        if not any(i in self._kl_rows for i in batch.seqs):
+            return
+        stack = Stack(self.target)
+        out, _ = stack.run(batch, stack.embed(batch), range(stack.total))
+        for i, hidden in zip(batch.seqs, stack.response_hidden(batch, out), strict=True):
+            if i in self._kl_rows:
+                self._target_hidden[i] = hidden.float().cpu()
+
+    def _target_logprobs(self, batch: PromptBatch) -> dict[int, torch.Tensor]:
+        """The target's float64 log-probs at the batch's KL sequences' response positions."""
+        assert self._target_hidden is not None
+        head = self.target.get_output_embeddings()
+        return {
+            i: torch.log_softmax(
+                head(self._target_hidden[i].to(device=head.weight.device, dtype=head.weight.dtype)).double(), dim=-1
+            )
+            for i in batch.seqs
+            if i in self._kl_rows
+        }
+
+    def _score(
+        self, stack: Stack, batch: PromptBatch, out: Hidden, log_t: dict[int, torch.Tensor], into: _Pass
+    ) -> None:
+        for i, hidden in zip(batch.seqs, stack.response_hidden(batch, out), strict=True):
+            log_p = torch.log_softmax(stack.head(hidden).double(), dim=-1)
+            into.logprob_sum[i], kl = _scores(log_p, self._unique[i], log_t.get(i))
+            if kl is not None:
+                into.kl_mean[i] = kl
+
+    # --- the full engine: whole forwards, a patch's source in lockstep ------------------------------------------
 
     @torch.no_grad()
     def _target_pass(self) -> dict[int, torch.Tensor]:
@@ -280,8 +442,7 @@ class Outcomes:
 
     @torch.no_grad()
     def _pass(self) -> _Pass:
-        total = len(self._unique)
-        logprob_sum, kl_mean = np.zeros(total, dtype=np.float64), np.full(total, np.nan, dtype=np.float64)
+        result = _Pass.empty(len(self._unique))
         head = self.target.get_output_embeddings()
         for batch in self._batches:
             seqs = [self._unique[i] for i in batch]
@@ -290,15 +451,50 @@ class Outcomes:
             for row, (i, seq) in enumerate(zip(batch, seqs, strict=True)):
                 n = seq.n_response
                 log_p = torch.log_softmax(logits[row, keep - n : keep].double(), dim=-1)
-                targets = torch.tensor(seq.ids[-n:], device=log_p.device)
-                logprob_sum[i] = float(log_p.gather(-1, targets[:, None]).sum())
+                log_t = None
                 if i in self._kl_rows:
                     assert self._target_hidden is not None
                     hidden = self._target_hidden[i].to(device=head.weight.device, dtype=head.weight.dtype)
                     log_t = torch.log_softmax(head(hidden).double(), dim=-1).to(log_p.device)
-                    kl = torch.nn.functional.kl_div(log_p, log_t, log_target=True, reduction="none").sum(-1)
-                    kl_mean[i] = float(kl.mean())
-        return _Pass(logprob_sum, kl_mean)
+                result.logprob_sum[i], kl = _scores(log_p, seq, log_t)
+                if kl is not None:
+                    result.kl_mean[i] = kl
+        return result
+
+
+def _scores(log_p: torch.Tensor, seq: Forced, log_t: torch.Tensor | None) -> tuple[float, float | None]:
+    """The summed log-prob of ``seq``'s response under ``log_p`` ``[n, vocab]``, and the mean KL(target || model)
+    over its tokens where the target's ``log_t`` is given."""
+    targets = torch.tensor(seq.ids[-seq.n_response :], device=log_p.device)
+    logprob = float(log_p.gather(-1, targets[:, None]).sum())
+    if log_t is None:
+        return logprob, None
+    kl = torch.nn.functional.kl_div(log_p, log_t.to(log_p.device), log_target=True, reduction="none").sum(-1)
+    return logprob, float(kl.mean())
+
+
+def _foreign_context(plan: SiteEdits) -> bool:
+    """Whether a plan brings a context other than a patch's lockstep (the shared engine runs it on the full one)."""
+    from access.lockstep import Lockstep
+
+    return plan.around is not None and not isinstance(plan.around, Lockstep)
+
+
+@contextmanager
+def _sites(model: PreTrainedModel, plan: SiteEdits) -> Iterator[None]:
+    """The plan's site functions hooked into ``model`` (not its context: the shared engine feeds a lockstep)."""
+    from access.hook_points import attach
+
+    handles = [attach(model, hook, layer, fn) for hook, layer, fn in plan.sites]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _filler(source: SourceValues, lockstep: Lockstep) -> Callable[[str], None]:
+    return lambda phase: source.fill(lockstep, phase)
 
 
 def _forward(model: PreTrainedModel, seqs: Sequence[Forced]) -> torch.Tensor:

@@ -20,7 +20,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from access.edits import Patch, Scale
+from access.edits import Add, Edit, Patch, Scale
 from access.outcomes import Forced, Outcomes, forced, gap_closed
 from access.units import Neuron, NeuronSet
 from core.errors import ProbeError
@@ -234,3 +234,62 @@ def test_bad_files_and_sequences_are_one_line(
         outcome_rows(tokenizer, test, str(bad))
     with pytest.raises(ProbeError, match="needs 1 to 2 response tokens"):
         Forced((1, 2, 3), 3)
+
+
+def _engines_setup(setup):  # type: ignore[no-untyped-def]
+    """Both engines on KL rows whose responses differ from the references (each prompt with two responses, as in an
+    A/B run: the target's greedy tokens and the reference), the references and the DPO pairs."""
+    name, sft, dpo, _, rows, dpo_pairs = setup
+    greedy = [Forced((*seq.ids[: len(seq.ids) - seq.n_response], 5, 6, 7), 3) for seq in rows]
+    made = {
+        engine: Outcomes(dpo, sft, greedy, reference=rows, pairs=dpo_pairs, max_batch_tokens=600, engine=engine)
+        for engine in ("shared", "full")
+    }
+    return name, sft, dpo, made
+
+
+def _arms(sft: PreTrainedModel, dpo: PreTrainedModel) -> list[list[Edit]]:
+    layers, width = dpo.config.num_hidden_layers, dpo.config.intermediate_size
+    upper = NeuronSet([Neuron(layers - 1, unit) for unit in range(0, width, 3)], hook="mlp_post")
+    both = NeuronSet([Neuron(0, 2), Neuron(layers - 1, 5), Neuron(layers - 1, 7)], hook="mlp_out")
+    patch = Patch(upper, source=sft, source_name="sft")
+    return [
+        [],
+        [Scale(upper, 0.0)],
+        [Scale(both, 1.0)],
+        [patch],
+        [*patch.placebos(dpo, 1, seed=0)],
+        [Add("resid_post", layers - 1, tuple([0.5] * dpo.config.hidden_size))],
+        [Scale(upper, 2.0), Patch(both, source=sft, source_name="sft")],
+    ]
+
+
+def test_shared_engine_matches_the_full_forward_engine(setup) -> None:  # type: ignore[no-untyped-def]
+    """The shared engine (prompts once, arms from their fork layer, patch sources once per batch) gives the outcomes of
+    one whole forward per sequence and arm to float rounding: KL to rtol 1e-5, mean log-probs and margins to 1e-5."""
+    _, sft, dpo, made = _engines_setup(setup)
+    arms = _arms(sft, dpo)
+    shared, full = made["shared"].arms(arms), [made["full"].arm(edits) for edits in arms]
+    for s, f in zip(shared, full, strict=True):
+        for field in ("kl", "kl_unedited"):
+            np.testing.assert_allclose(getattr(s, field), getattr(f, field), rtol=1e-5, atol=1e-7)
+        for field in ("reference_logprob", "reference_unedited", "margin", "margin_unedited"):
+            np.testing.assert_allclose(getattr(s, field), getattr(f, field), rtol=1e-5, atol=1e-5)
+    assert (shared[1].kl != shared[0].kl).all() and (shared[3].kl != shared[0].kl).all()
+
+
+def test_shared_engine_identities_hold_bit_for_bit(setup) -> None:  # type: ignore[no-untyped-def]
+    """An arm that changes nothing reproduces the unedited numbers exactly, whether it starts at block 0 or at the top
+    block, alone or among other arms; every arm gives the same numbers in one call of ``arms`` as alone."""
+    _, sft, dpo, made = _engines_setup(setup)
+    outcomes = made["shared"]
+    arms = _arms(sft, dpo)
+    together = outcomes.arms(arms)
+    alone = [outcomes.arm(edits) for edits in arms]
+    for a, b in zip(together, alone, strict=True):
+        for field in ("kl", "kl_unedited", "reference_logprob", "margin"):
+            assert np.array_equal(getattr(a, field), getattr(b, field))
+    for nothing in (together[0], together[2]):
+        assert (nothing.kl == nothing.kl_unedited).all() and (nothing.gap_closed == 0.0).all()
+        assert (nothing.reference_change == 0.0).all() and (nothing.margin_change == 0.0).all()
+    assert together[2].stats["values_seen"] > 0 and together[2].stats["values_changed"] == 0

@@ -1,0 +1,310 @@
+"""Teacher-forced passes that compute once what the arms share: the prompt, the blocks below the edits, patch sources.
+
+:class:`access.outcomes.Outcomes` teacher-forces fixed sequences (a prompt and a response) through a model once per
+arm. On the default pair most of a sequence is its prompt (about 150 of 175 tokens), each prompt comes with two
+responses (the target's greedy one and the reference), and an arm's edits start in the upper half of the model.
+This module runs a batch of sequences the way that costs least and gives every arm the same arithmetic:
+
+* **prompts once.** A batch is a few prompts (left-padded) and all their responses (right-padded). Each block runs
+  the prompts, keeps their keys and values, and runs the responses over them (each response row sees its own
+  prompt's keys and values): a prompt shared by a row's KL sequence and its reference sequence, or by a DPO pair's
+  chosen and rejected replies, runs once.
+* **from the fork layer up.** The unedited pass keeps the hidden states entering each block an arm needs to start
+  at (its *fork layer*: the lowest block its sites touch); the arm runs from there. Blocks below it compute exactly
+  the unedited values, so they are not run again.
+* **patch sources once per batch.** A patch's source model sees the same fixed tokens whatever the arm, so it runs
+  once per batch up to the highest patched block, and every patch arm and placebo set reads its units' values from
+  that one pass (:class:`SourceValues`).
+
+An arm runs the blocks from its fork layer on exactly the tensors the unedited pass gave those blocks, in the same
+batches, so an arm whose edits change no value reproduces the unedited outputs bit for bit. Against a plain
+``transformers`` forward of each whole sequence the outputs differ only by float rounding (other kernels and batch
+shapes; tested to 1e-5 on log-probs and KL in ``tests/test_access_outcomes.py``).
+
+It runs the decoder stacks that :mod:`access.shared_generation` reproduces (:func:`supports`); other architectures
+use :class:`access.outcomes.Outcomes`' full forwards.
+
+Example:
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+    ...                      num_attention_heads=2, num_key_value_heads=1)
+    >>> _ = torch.manual_seed(0); model = LlamaForCausalLM(config).eval()
+    >>> seqs = [((1, 5, 7), (9, 3)), ((1, 5, 7), (4,)), ((1, 4), (8, 2))]   # (prompt, response)
+    >>> batches = prompt_batches(seqs, max_batch_tokens=64, batch_size=8)
+    >>> [b.seqs for b in batches]
+    [[2, 0, 1]]
+    >>> stack = Stack(model)
+    >>> out, _ = stack.run(batches[0], stack.embed(batches[0]), range(2))
+    >>> [tuple(x.shape) for x in stack.response_hidden(batches[0], out)]   # one vector per response token
+    [(2, 16), (2, 16), (1, 16)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from access.hook_points import attach, families
+from core.errors import ProbeError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from access.drivers.base import SiteEdits
+    from access.lockstep import Lockstep
+
+Phase = Callable[[str], None]  # told "prompt" or "response" before each half of a pass
+
+
+def supports(model: PreTrainedModel) -> bool:
+    """Whether this module runs ``model``'s decoder (a family :mod:`access.shared_generation` reproduces, full
+    attention in every layer)."""
+    if getattr(model.config, "model_type", "") not in families("shared_decoding"):
+        return False
+    return set(getattr(model.config, "layer_types", None) or ["full_attention"]) == {"full_attention"}
+
+
+@dataclass
+class PromptBatch:
+    """Prompts (left-padded) and their responses (right-padded); response row ``r`` continues prompt
+    ``response_prompt[r]`` and is sequence ``seqs[r]`` of the caller's list."""
+
+    seqs: list[int]
+    n_response: list[int]
+    prompt_ids: torch.Tensor  # [P, Tp]
+    prompt_mask: torch.Tensor  # [P, Tp]
+    response_ids: torch.Tensor  # [R, Tr]
+    response_mask: torch.Tensor  # [R, Tr]
+    response_prompt: torch.Tensor  # [R]
+
+    @property
+    def prompt_positions(self) -> torch.Tensor:
+        return (self.prompt_mask.cumsum(-1) - 1).clamp(min=0)
+
+    @property
+    def response_positions(self) -> torch.Tensor:
+        start = self.prompt_mask.sum(-1).index_select(0, self.response_prompt)
+        return start[:, None] + torch.arange(self.response_ids.shape[1])[None, :]
+
+    @property
+    def full_response_mask(self) -> torch.Tensor:
+        """[R, Tp + Tr]: each response row's prompt (its padding hidden) then its own tokens."""
+        return torch.cat([self.prompt_mask.index_select(0, self.response_prompt), self.response_mask], dim=1)
+
+    def n_tokens(self) -> int:
+        """Padded tokens, prompts and responses."""
+        return int(self.prompt_ids.numel() + self.response_ids.numel())
+
+
+def prompt_batches(
+    seqs: Sequence[tuple[tuple[int, ...], tuple[int, ...]]], max_batch_tokens: int, batch_size: int
+) -> list[PromptBatch]:
+    """``(prompt, response)`` sequences grouped by prompt and packed, shortest prompts first, into batches of at most
+    ``batch_size`` responses and ``max_batch_tokens`` padded tokens (a prompt with more gets a batch of its own)."""
+    if max_batch_tokens < 1 or batch_size < 1:
+        raise ProbeError(f"outcomes: batch limits must be positive, got {max_batch_tokens} tokens, {batch_size} rows")
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, (prompt, _) in enumerate(seqs):
+        groups.setdefault(prompt, []).append(i)
+    order = sorted(groups, key=lambda p: (len(p), groups[p][0]))
+    packed: list[list[tuple[int, ...]]] = []
+    for prompt in order:
+        last = packed[-1] if packed else None
+        if last is not None and _fits([*last, prompt], groups, seqs, max_batch_tokens, batch_size):
+            last.append(prompt)
+        else:
+            packed.append([prompt])
+    return [_batch(chosen, groups, seqs) for chosen in packed]
+
+
+def _fits(
+    prompts: list[tuple[int, ...]],
+    groups: dict[tuple[int, ...], list[int]],
+    seqs: Sequence[tuple[tuple[int, ...], tuple[int, ...]]],
+    max_batch_tokens: int,
+    batch_size: int,
+) -> bool:
+    members = [i for p in prompts for i in groups[p]]
+    tokens = len(prompts) * max(len(p) for p in prompts) + len(members) * max(len(seqs[i][1]) for i in members)
+    return len(members) <= batch_size and tokens <= max_batch_tokens
+
+
+def _batch(
+    prompts: list[tuple[int, ...]],
+    groups: dict[tuple[int, ...], list[int]],
+    seqs: Sequence[tuple[tuple[int, ...], tuple[int, ...]]],
+) -> PromptBatch:
+    tp = max(len(p) for p in prompts)
+    members = [(k, i) for k, p in enumerate(prompts) for i in groups[p]]
+    tr = max(len(seqs[i][1]) for _, i in members)
+    prompt_ids, prompt_mask = torch.zeros(len(prompts), tp, dtype=torch.long), torch.zeros(len(prompts), tp).long()
+    for k, p in enumerate(prompts):
+        prompt_ids[k, tp - len(p) :], prompt_mask[k, tp - len(p) :] = torch.tensor(p), 1
+    response_ids, response_mask = torch.zeros(len(members), tr, dtype=torch.long), torch.zeros(len(members), tr).long()
+    for r, (_, i) in enumerate(members):
+        response = seqs[i][1]
+        response_ids[r, : len(response)], response_mask[r, : len(response)] = torch.tensor(response), 1
+    return PromptBatch(
+        seqs=[i for _, i in members],
+        n_response=[len(seqs[i][1]) for _, i in members],
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        response_ids=response_ids,
+        response_mask=response_mask,
+        response_prompt=torch.tensor([k for k, _ in members], dtype=torch.long),
+    )
+
+
+@dataclass
+class Hidden:
+    """The hidden states of a batch at one point of the stack: the prompts' ``[P, Tp, d]``, the responses'
+    ``[R, Tr, d]``."""
+
+    prompt: torch.Tensor
+    response: torch.Tensor
+
+
+class Stack:
+    """One model's decoder stack, run block range by block range on a :class:`PromptBatch`."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        self.model = model
+        self.decoder: Any = model.get_decoder()
+        self.head: Any = model.get_output_embeddings()
+        self.total = len(self.decoder.layers)
+        self.device = self.head.weight.device
+
+    def embed(self, batch: PromptBatch) -> Hidden:
+        embed = self.decoder.embed_tokens
+        return Hidden(embed(batch.prompt_ids.to(self.device)), embed(batch.response_ids.to(self.device)))
+
+    def run(
+        self,
+        batch: PromptBatch,
+        hidden: Hidden,
+        layers: range,
+        keep: Sequence[int] = (),
+        phase: Phase | None = None,
+    ) -> tuple[Hidden, dict[int, Hidden]]:
+        """``layers`` on ``hidden`` (what enters ``layers.start``): the prompts with a cache of their own, then the
+        responses over it; and for each block of ``keep`` in ``layers`` (or just above them), what entered it."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.model.config)
+        if phase is not None:
+            phase("prompt")
+        prompt, kept_prompt = self._blocks(
+            hidden.prompt, layers, batch.prompt_mask, batch.prompt_positions, cache, keep
+        )
+        expanded = DynamicCache(config=self.model.config)
+        index = batch.response_prompt.to(self.device)
+        for i in layers:
+            layer: Any = cache.layers[i]
+            expanded.update(layer.keys.index_select(0, index), layer.values.index_select(0, index), i)
+        if phase is not None:
+            phase("response")
+        response, kept_response = self._blocks(
+            hidden.response, layers, batch.full_response_mask, batch.response_positions, expanded, keep
+        )
+        return Hidden(prompt, response), {i: Hidden(kept_prompt[i], kept_response[i]) for i in kept_prompt}
+
+    def _blocks(
+        self,
+        hidden: torch.Tensor,
+        layers: range,
+        mask_2d: torch.Tensor,
+        positions: torch.Tensor,
+        cache: Any,
+        keep: Sequence[int],
+    ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        from transformers.masking_utils import create_causal_mask
+
+        kept: dict[int, torch.Tensor] = {}
+        if not layers:
+            return hidden, {layers.stop: hidden} if layers.stop in keep else kept
+        positions = positions.to(self.device)
+        mask = create_causal_mask(
+            config=self.model.config,
+            inputs_embeds=hidden,
+            attention_mask=mask_2d.to(self.device),
+            past_key_values=cache,
+            position_ids=positions,
+            layer_idx=layers.start,
+            allow_is_causal_skip=False,
+        )
+        rotary = self.decoder.rotary_emb(hidden, position_ids=positions)
+        for i in layers:
+            if i in keep:
+                kept[i] = hidden
+            hidden = self.decoder.layers[i](
+                hidden,
+                attention_mask=mask,
+                position_embeddings=rotary,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+            )
+        if layers.stop in keep:
+            kept[layers.stop] = hidden
+        return hidden, kept
+
+    def response_hidden(self, batch: PromptBatch, out: Hidden) -> list[torch.Tensor]:
+        """Per response row, the final normed hidden states (the LM head's input) at the positions that predict its
+        tokens: its prompt's last one, then its own but the last, ``[n_response, d]``."""
+        out_norm = self.decoder.norm
+        last = out.prompt[:, -1]
+        rows = []
+        for r, n in enumerate(batch.n_response):
+            first = last[int(batch.response_prompt[r])][None]
+            rows.append(out_norm(torch.cat([first, out.response[r, : n - 1]])))
+        return rows
+
+
+@dataclass
+class SourceValues:
+    """A patch source's values on one batch: the whole hook-point tensor at every site some arm patches, from one pass
+    of the source up to its highest patched block; :meth:`fill` gives a patch's lockstep its units' values."""
+
+    stack: Stack
+    sites: set[tuple[str, int]]
+    values: dict[str, dict[tuple[str, int], torch.Tensor]] = field(default_factory=dict)
+
+    @torch.no_grad()
+    def compute(self, batch: PromptBatch) -> None:
+        """Run the source on ``batch`` and keep its values at :attr:`sites`, for the prompts and the responses."""
+        self.values = {"prompt": {}, "response": {}}
+        current = {"phase": "prompt"}
+
+        def keep(site: tuple[str, int]) -> Callable[[torch.Tensor], None]:
+            def fn(x: torch.Tensor) -> None:
+                self.values[current["phase"]][site] = x.detach().clone()
+
+            return fn
+
+        handles = [attach(self.stack.model, hook, layer, keep((hook, layer))) for hook, layer in self.sites]
+        try:
+            top = max(layer for _, layer in self.sites)
+            self.stack.run(batch, self.stack.embed(batch), range(top + 1), phase=lambda p: current.update(phase=p))
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    def fill(self, lockstep: Lockstep, phase: str) -> None:
+        """Put the values of ``lockstep``'s units, for ``phase``, where its patch's site functions read them."""
+        lockstep.values = {
+            site: self.values[phase][site].index_select(-1, units.to(self.values[phase][site].device))
+            for site, units in lockstep.sites.items()
+        }
+
+
+def fork_layer(edits: SiteEdits, total: int) -> int:
+    """The lowest block ``edits`` touch (``total``: none). A context other than a patch's lockstep could act anywhere,
+    so it forks at block 0."""
+    from access.lockstep import Lockstep
+
+    if edits.around is not None and not isinstance(edits.around, Lockstep):
+        return 0
+    return min((layer for _, layer, _ in edits.sites), default=total)
