@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -236,7 +237,7 @@ def test_bad_files_and_sequences_are_one_line(
         Forced((1, 2, 3), 3)
 
 
-def _engines_setup(setup):  # type: ignore[no-untyped-def]
+def _engines_setup(setup: Any) -> tuple[str, PreTrainedModel, PreTrainedModel, dict[str, Outcomes]]:
     """Both engines on KL rows whose responses differ from the references (each prompt with two responses, as in an
     A/B run: the target's greedy tokens and the reference), the references and the DPO pairs."""
     name, sft, dpo, _, rows, dpo_pairs = setup
