@@ -10,7 +10,17 @@ kind       what it does at every forward                placebo family
            on the same tokens (run in lockstep)
 ``add``    adds ``alpha * vector`` at one layer         random directions of the same norm,
                                                         same layer
+``expo``   weights ``θ_src + alpha(θ_host − θ_src)``, every  none: it is every weight, there is no
+           parameter (in place for the block)          subset to draw at random
+``expo-    the same blend on the units' MLP weights     matched random units, same blend
+units``    (:data:`access.amplify.UNIT_PARAMETERS`)
+``lda``    logits ``logit + alpha(logit − logit_src)``, the source run  none: it edits the whole output
+           to its logits in lockstep                    distribution, no subset to draw
 =========  ===========================================  ======================================
+
+For the amplification kinds the host is the DPO model and the source SFT: ``expo`` alpha = 0 is SFT's weights,
+alpha = 1 is DPO's own; ``lda`` alpha = 0 is DPO's logits, alpha = −1 is SFT's (:mod:`access.amplify` says how each is
+exact there).
 
 Each kind is one class registered in :data:`EDIT_KINDS` and declares:
 
@@ -51,6 +61,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import torch
 
+from access.amplify import AmplifiedLogits, WeightBlend, unit_targets, whole_model
 from access.drivers.base import SiteEdits
 from access.factors import PAPER_FACTOR, validate_factor
 from access.hook_points import n_layers, validate_hook, width
@@ -325,6 +336,134 @@ class Add(Edit):
         return f"add {self.source or 'vector'} at {self.hook} {self.layer}"
 
 
+def _source_check(edit: Expo | ExpoUnits | Lda, model: PreTrainedModel) -> None:
+    if edit.source is None:
+        raise ProbeError(f"{edit.kind}: no source model given (the other model of the pair)")
+    if edit.source is model:
+        raise ProbeError(f"{edit.kind}: the source is the edited model itself; give the other model of the pair")
+    check_same_shape(model, edit.source, edit.source_name, edit.kind)
+
+
+@register
+@dataclass(frozen=True)
+class Expo(Edit):
+    """Weight extrapolation: every parameter of the host set to ``θ_source + alpha * (θ_host − θ_source)`` for the
+    block (:class:`access.amplify.WeightBlend`); with the host DPO and the source SFT, alpha = 0 is SFT and
+    alpha = 1 is DPO. It touches the embeddings and every layer from 0 up (:meth:`first_layer`)."""
+
+    kind: ClassVar[str] = "expo"
+    alpha: float = 2.0
+    source: PreTrainedModel | None = field(default=None, compare=False)
+    source_name: str = "sft"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "alpha", validate_factor(self.alpha, "--dose (alpha)"))
+
+    def check(self, model: PreTrainedModel) -> None:
+        _source_check(self, model)
+
+    def compile(self, model: PreTrainedModel, stats: EditStats) -> SiteEdits:  # noqa: ARG002 - the Edit interface
+        assert self.source is not None  # check() refuses an edit without a source
+        return SiteEdits([], WeightBlend(model, self.source, self.alpha, whole_model(model)))
+
+    def placebos(self, model: PreTrainedModel, n: int, seed: int) -> list[Edit]:  # noqa: ARG002 - the Edit interface
+        return []  # every weight: no subset to draw at random
+
+    def noop_reason(self, dtype: torch.dtype) -> str | None:  # noqa: ARG002 - the Edit interface
+        return "alpha 1 is the host's own weights: the blend changes nothing" if self.alpha == 1.0 else None
+
+    def first_layer(self, model: PreTrainedModel) -> int:  # noqa: ARG002 - the same signature for every kind
+        """The lowest block whose values the edit can change: 0 (and the embeddings below it)."""
+        return 0
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "alpha": self.alpha, "source": self.source_name}
+
+    def label(self) -> str:
+        return f"expo alpha={self.alpha!r}"
+
+
+@register
+@dataclass(frozen=True)
+class ExpoUnits(UnitEdit):
+    """Weight extrapolation of the units' own MLP weights only (:data:`access.amplify.UNIT_PARAMETERS`): for
+    ``mlp_post`` units (hidden neurons) their gate_proj and up_proj rows and their down_proj column; for ``mlp_out``
+    units (coordinates of the MLP's output) the down_proj row (and bias element) that computes each: everything
+    upstream of that row feeds every output coordinate alike, so blending it would blend the whole MLP, not the unit.
+    Other hook points are refused. Over every ``mlp_post`` unit of every layer it equals :class:`Expo` where the
+    models differ only in bias-free gated MLP weights (the planted pair)."""
+
+    kind: ClassVar[str] = "expo-units"
+    alpha: float = 2.0
+    source: PreTrainedModel | None = field(default=None, compare=False)
+    source_name: str = "sft"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "alpha", validate_factor(self.alpha, "--dose (alpha)"))
+
+    def check(self, model: PreTrainedModel) -> None:
+        super().check(model)
+        unit_targets(model, self.units.hook, self.units.by_layer())
+        _source_check(self, model)
+
+    def compile(self, model: PreTrainedModel, stats: EditStats) -> SiteEdits:  # noqa: ARG002 - the Edit interface
+        assert self.source is not None  # check() refuses an edit without a source
+        targets = unit_targets(model, self.units.hook, self.units.by_layer())
+        return SiteEdits([], WeightBlend(model, self.source, self.alpha, targets))
+
+    def noop_reason(self, dtype: torch.dtype) -> str | None:  # noqa: ARG002 - the Edit interface
+        return "alpha 1 is the host's own weights: the blend changes nothing" if self.alpha == 1.0 else None
+
+    def first_layer(self, model: PreTrainedModel) -> int:  # noqa: ARG002 - the same signature for every kind
+        """The lowest layer holding a unit (its MLP is the first module whose weights change)."""
+        return min(n.layer for n in self.units.neurons)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "alpha": self.alpha, "source": self.source_name, **self._units_description()}
+
+    def label(self) -> str:
+        return f"expo-units alpha={self.alpha!r}"
+
+
+@register
+@dataclass(frozen=True)
+class Lda(Edit):
+    """Logit-difference amplification: the host's logits ``l`` become ``l + alpha * (l − l_source)``, the source
+    run to its logits on the same tokens (:class:`access.amplify.AmplifiedLogits`); with the host DPO and the source
+    SFT, alpha = 0 is DPO and alpha = −1 is SFT. The source runs a full forward (:meth:`first_layer` 0)."""
+
+    kind: ClassVar[str] = "lda"
+    alpha: float = 1.0
+    source: PreTrainedModel | None = field(default=None, compare=False)
+    source_name: str = "sft"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "alpha", validate_factor(self.alpha, "--dose (alpha)"))
+
+    def check(self, model: PreTrainedModel) -> None:
+        _source_check(self, model)
+
+    def compile(self, model: PreTrainedModel, stats: EditStats) -> SiteEdits:  # noqa: ARG002 - the Edit interface
+        assert self.source is not None  # check() refuses an edit without a source
+        return SiteEdits([], AmplifiedLogits(model, self.source, self.alpha))
+
+    def placebos(self, model: PreTrainedModel, n: int, seed: int) -> list[Edit]:  # noqa: ARG002 - the Edit interface
+        return []  # the whole output distribution: no subset to draw at random
+
+    def noop_reason(self, dtype: torch.dtype) -> str | None:  # noqa: ARG002 - the Edit interface
+        return "alpha 0 is the host's own logits: the edit changes nothing" if self.alpha == 0.0 else None
+
+    def first_layer(self, model: PreTrainedModel) -> int:  # noqa: ARG002 - the same signature for every kind
+        """0: the source runs its whole forward."""
+        return 0
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "alpha": self.alpha, "source": self.source_name}
+
+    def label(self) -> str:
+        return f"lda alpha={self.alpha!r}"
+
+
 def _constant(values: torch.Tensor) -> Callable[[], torch.Tensor]:
     return lambda: values
 
@@ -334,16 +473,18 @@ def _lockstep_values(lockstep: Lockstep, hook: str, layer: int) -> Callable[[], 
     return lambda: lockstep.values[(hook, layer)]
 
 
-def check_same_shape(model: PreTrainedModel, source: PreTrainedModel, source_name: str = "source") -> None:
-    """A source model must have the patched model's configuration and module layout (the checks ``probe run`` makes of
-    a pair)."""
+def check_same_shape(
+    model: PreTrainedModel, source: PreTrainedModel, source_name: str = "source", what: str = "patch"
+) -> None:
+    """A source model must have the edited model's configuration and module layout (the checks ``probe run`` makes of
+    a pair); ``what``: the edit kind, as the error names it."""
     from access.pair import compare_configs, compare_layouts
 
-    names = ("patched", source_name)
+    names = ("patched" if what == "patch" else "edited", source_name)
     problems = compare_configs(model.config, source.config, names) or compare_layouts(model, source, names)
     if problems:
         raise ProbeError(
-            f"patch: the {source_name} model is not another checkpoint of the patched one: {'; '.join(problems)}"
+            f"{what}: the {source_name} model is not another checkpoint of the {names[0]} one: {'; '.join(problems)}"
         )
 
 

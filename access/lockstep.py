@@ -13,6 +13,10 @@ blocks above never run), so its cache holds just those blocks, which are all it 
 Because both models see the same tokens and the source's cache holds its own keys and values,
 a cached generation equals patching a full recomputation of the sequence.
 
+With ``logits=True`` the source instead runs its whole forward, through its LM head, on the same inputs (and the same
+``logits_to_keep``), and :attr:`Lockstep.logits` holds its logits for the forward running now: what logit-difference
+amplification (:class:`access.amplify.AmplifiedLogits`) reads.
+
 Example:
     >>> from transformers import LlamaConfig, LlamaForCausalLM
     >>> tiny = LlamaConfig(hidden_size=8, intermediate_size=16, num_attention_heads=2, num_hidden_layers=2)
@@ -46,10 +50,16 @@ class _SourceDone(Exception):
 
 class Lockstep:
     def __init__(
-        self, target: PreTrainedModel, source: PreTrainedModel, sites: dict[tuple[str, int], torch.Tensor]
+        self,
+        target: PreTrainedModel,
+        source: PreTrainedModel,
+        sites: dict[tuple[str, int], torch.Tensor],
+        *,
+        logits: bool = False,
     ) -> None:
-        self.target, self.source, self.sites = target, source, sites
+        self.target, self.source, self.sites, self.full = target, source, sites, logits
         self.values: dict[tuple[str, int], torch.Tensor] = {}
+        self.logits: torch.Tensor | None = None  # the source's logits at this forward (``logits=True``)
         self._cache: Any = None
         self._handles: list[Any] = []
 
@@ -62,7 +72,7 @@ class Lockstep:
     def __exit__(self, *exc: object) -> None:
         for handle in self._handles:
             handle.remove()
-        self._handles, self._cache, self.values = [], None, {}
+        self._handles, self._cache, self.values, self.logits = [], None, {}, None
 
     def _keep(self, hook: str, layer: int) -> Any:
         index = self.sites[(hook, layer)]
@@ -84,7 +94,20 @@ class Lockstep:
         inputs = {key: kwargs.get(key) for key in ("attention_mask", "position_ids", "cache_position")}
         try:
             with torch.no_grad():
-                self.source.base_model(input_ids=input_ids, past_key_values=self._cache, use_cache=use_cache, **inputs)
+                if self.full:
+                    keep = kwargs.get("logits_to_keep") or 0
+                    out = self.source(
+                        input_ids=input_ids,
+                        past_key_values=self._cache,
+                        use_cache=use_cache,
+                        logits_to_keep=keep,
+                        **inputs,
+                    )
+                    self.logits = out.logits
+                else:
+                    self.source.base_model(
+                        input_ids=input_ids, past_key_values=self._cache, use_cache=use_cache, **inputs
+                    )
         except _SourceDone:
             pass
 

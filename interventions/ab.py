@@ -54,6 +54,7 @@ from interventions.results import (
     ArmResult,
     BaselinePass,
     CapabilityResult,
+    Coherence,
     NoOpGuard,
     NoPlacebo,
     PlaceboDrawn,
@@ -152,6 +153,7 @@ class _Runner:
         self.pregenerated: dict[str, Generations] = {}  # passes decoded in shared batches, by store key
         self.outcome_runs: dict[str, Outcomes] = {}  # per intervened model, its outcomes (made on first use)
         self.outcome_responses, self.outcome_pairs = "", 0
+        self.coherent_baseline: dict[str, float] = {}  # per model, its baseline output's perplexity under SFT
 
     def outcomes_of(self, model: str, edits: tuple[Edit, ...]) -> ArmOutcomes | None:
         """The continuous outcomes of ``edits`` to ``model`` on the target capability's rows (None: ``--outcomes
@@ -359,6 +361,7 @@ class _Runner:
             model=arm.model,
             edits=arm.describe(),
         )
+        result.coherence = self.coherence(arm.model, generated[0])
         result.placebo, outcome_placebos = self.placebo(arm, guard, capabilities)
         arm_outcomes = self.outcomes_of(arm.model, arm.edits)
         if arm_outcomes is not None:
@@ -366,6 +369,20 @@ class _Runner:
                 arm_outcomes, outcome_placebos, n_bootstrap=self.config.n_bootstrap, seed=self.config.seed
             )
         return result, generated[0]
+
+    def coherence(self, model: str, generated: Generations) -> Coherence | None:
+        """The arm's coherence guard (:mod:`interventions.coherence`); None where the SFT model cannot be loaded."""
+        from interventions.coherence import JUDGE, output_perplexity
+
+        try:
+            judge = self.model(JUDGE)
+        except ProbeError:
+            return None
+        prompts = self.generators[model].generator.prompts
+        if model not in self.coherent_baseline:
+            self.coherent_baseline[model] = output_perplexity(judge, prompts, self.baselines[model][0].ids)[0]
+        perplexity, tokens = output_perplexity(judge, prompts, generated.ids)
+        return Coherence(perplexity, self.coherent_baseline[model], tokens, JUDGE)
 
     def placebo(
         self, arm: Arm, guard: NoOpGuard, capabilities: list[CapabilityResult]

@@ -42,7 +42,8 @@ class EditSpec:
 
     edits: str | list[str] = option(
         help="Arms, comma-separated or repeated: scale (factor, doses, control), mean (the other model's mean), "
-        "patch (both ways between the pair), steer (mean-difference vector).",
+        "patch (both ways between the pair), steer (mean-difference vector), expo (weights SFT + alpha (DPO - SFT), "
+        "alpha from --dose), expo-units (the same on the units' MLP weights), lda (logits DPO + alpha (DPO - SFT)).",
         default_factory=lambda: list(DEFAULT_EDITS),
         flag="--edit",
         metavar="KIND[,KIND]",

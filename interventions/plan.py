@@ -211,6 +211,7 @@ def pass_count(config: ABConfig, recipes: list[str] | None = None) -> PassCount:
     for name in config.edit.edits if recipes is None else recipes:
         shape = RECIPE_PASSES[name]
         arms += len(config.factors) if shape.per_factor else shape.arms
+        arms += max(1, len(config.edit.doses)) - shape.arms if shape.per_dose else 0
         placebo_arms += shape.placebo_arms * config.placebo
         models |= {"sft", "dpo"} if shape.both_models else set()
     return PassCount(len(models), arms, placebo_arms)

@@ -16,7 +16,15 @@ the run recorded into arms:
             selected units, added at every position (ActAdd-style). For ``resid_post`` only
             the lowest such layer: the residual stream carries a difference added there upward,
             so adding each layer's would count it again.
+``expo``    weight extrapolation θ_SFT + alpha(θ_DPO − θ_SFT) of the DPO model, one arm per alpha of
+            ``--dose`` (default 2); no placebos (every weight)
+``expo-``   the same blend on the selected units' MLP weights only, one arm per alpha; placebos
+``units``   (matched random units, same blend) for the main alpha: the first alpha above 1, else the first
+``lda``     logit-difference amplification logit_DPO + alpha(logit_DPO − logit_SFT), one arm per alpha; no placebos
 ==========  ====================================================================================
+
+The amplification arms (``expo``, ``expo-units``, ``lda``) always run on the DPO model with SFT as the source, so
+alpha = 1 (``expo``) or 0 (``lda``) is DPO itself.
 
 A new recipe is one function registered here; a new edit kind is one class in
 :mod:`access.edits`.
@@ -31,7 +39,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from access.edits import Add, Edit, Patch, Scale, Set
+from access.edits import Add, Edit, Expo, ExpoUnits, Lda, Patch, Scale, Set
 from access.units import NeuronSet
 from core.errors import ProbeError
 from interventions.selection import require_recorded
@@ -186,11 +194,65 @@ def steer_arms(data: RunData) -> list[Arm]:
     ]
 
 
+AMPLIFIED, AMPLIFY_SOURCE = "dpo", "sft"  # the amplification arms' host and source
+DEFAULT_ALPHA: dict[str, float] = {"expo": 2.0, "expo-units": 2.0, "lda": 1.0}  # without --dose
+
+
+def alphas(data: RunData, recipe: str) -> list[float]:
+    """The amplification arms' alpha values: ``--dose``, the main one first (the first above 1, else the first), or the
+    recipe's default."""
+    given = list(data.config.doses) or [DEFAULT_ALPHA[recipe]]
+    main = next((a for a in given if a > 1.0), given[0])
+    return [main, *(a for a in given if a != main)]
+
+
+def _amplified(data: RunData, recipe: str, make: Callable[[float, PreTrainedModel], Edit], what: str) -> list[Arm]:
+    source = data.model_of(AMPLIFY_SOURCE)
+    return [
+        Arm(
+            f"{recipe} {alpha!r}",
+            f"{make(alpha, source).label()}: {what}",
+            "dose",
+            AMPLIFIED,
+            (make(alpha, source),),
+            placebo=k == 0 and recipe == "expo-units",
+        )
+        for k, alpha in enumerate(alphas(data, recipe))
+    ]
+
+
+def expo_arms(data: RunData) -> list[Arm]:
+    return _amplified(
+        data, "expo", lambda a, src: Expo(a, src, AMPLIFY_SOURCE), "every weight θ_SFT + alpha(θ_DPO − θ_SFT)"
+    )
+
+
+def expo_units_arms(data: RunData) -> list[Arm]:
+    return _amplified(
+        data,
+        "expo-units",
+        lambda a, src: ExpoUnits(data.units, a, src, AMPLIFY_SOURCE),
+        f"the selected {data.units.hook} units' MLP weights θ_SFT + alpha(θ_DPO − θ_SFT)",
+    )
+
+
+def lda_arms(data: RunData) -> list[Arm]:
+    return _amplified(
+        data,
+        "lda",
+        lambda a, src: Lda(a, src, AMPLIFY_SOURCE),
+        "logits logit_DPO + alpha(logit_DPO − logit_SFT), SFT in lockstep",
+    )
+
+
 ARM_RECIPES: dict[str, Callable[[RunData], list[Arm]]] = {
     "scale": scale_arms,
     "mean": mean_arms,
     "patch": patch_arms,
     "steer": steer_arms,
+    "expo": expo_arms,
+    "expo-units": expo_units_arms,
+    "lda": lda_arms,
 }
 RUN_RECIPES: frozenset[str] = frozenset({"mean", "steer"})  # read the run's recorded activations
 
@@ -202,6 +264,7 @@ class RecipePasses(NamedTuple):
     placebo_arms: int  # arms that run the edits' placebo family
     both_models: bool = False  # it edits both models, so both baselines run
     per_factor: bool = False
+    per_dose: bool = False  # one arm per --dose value (at least one); placebos for one of them
 
 
 RECIPE_PASSES: dict[str, RecipePasses] = {
@@ -209,6 +272,9 @@ RECIPE_PASSES: dict[str, RecipePasses] = {
     "mean": RecipePasses(1, 1),
     "patch": RecipePasses(2, 2, both_models=True),  # both ways
     "steer": RecipePasses(1, 1),
+    "expo": RecipePasses(1, 0, per_dose=True),
+    "expo-units": RecipePasses(1, 1, per_dose=True),  # the main alpha's arm has placebos
+    "lda": RecipePasses(1, 0, per_dose=True),
 }
 assert RECIPE_PASSES.keys() == ARM_RECIPES.keys()
 
@@ -226,6 +292,10 @@ def placebo_family(arm: Arm) -> str:
     kinds = {edit.kind for edit in arm.edits}
     if kinds == {"add"}:
         return "random directions of the same norm at the same layers"
+    if kinds == {"expo-units"}:
+        return "random units, same hook point and count per layer, given the same blend"
+    if kinds <= {"expo", "lda"}:
+        return "none: the edit is the whole model (every weight, or the whole output distribution)"
     return "random units, same hook point and count per layer"
 
 

@@ -150,10 +150,11 @@ def _placebo_line(placebo: ArmPlacebo) -> str:
 
 
 _ARM, _MODEL = extra("arm"), extra("model")
-SUMMARY_COLUMNS = [_ARM, _MODEL, BEFORE, AFTER, DELTA, CI, P, PLACEBO, CHANGED, extra("noop", "no-op")]
+COHERENCE = extra("coherence", "SFT ppl of output (baseline→arm)")  # the coherence guard, beside compliance
+SUMMARY_COLUMNS = [_ARM, _MODEL, BEFORE, AFTER, DELTA, CI, P, PLACEBO, CHANGED, COHERENCE, extra("noop", "no-op")]
 
 
-SUMMARY_TERMINAL_COLUMNS = [_ARM, _MODEL, DELTA, CI, P, PLACEBO, CHANGED]
+SUMMARY_TERMINAL_COLUMNS = [_ARM, _MODEL, DELTA, CI, P, PLACEBO, CHANGED, COHERENCE]
 
 
 def summary_rows(report: ABReport) -> list[Row]:
@@ -164,6 +165,7 @@ def summary_rows(report: ABReport) -> list[Row]:
             arm=arm.name,
             model=arm.model,
             noop="INVALID" if arm.guard.faults else ("YES" if arm.guard.is_noop else "no"),
+            coherence=arm.coherence.cell() if arm.coherence is not None else "—",
         )
         for arm in report.arms
         if arm.capabilities

@@ -27,6 +27,7 @@ full descriptions and its own placebo comparison; version 1 reports (scale arms 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -192,6 +193,25 @@ class NoPlacebo:
     n_sets: ClassVar[int] = 0
 
 
+@dataclass
+class Coherence:
+    """An arm's coherence guard (:mod:`interventions.coherence`): the perplexity of its generated output under the
+    ``judge`` model (SFT), and that of its model's baseline output."""
+
+    perplexity: float
+    baseline: float
+    tokens: int  # generated tokens scored (the arm's)
+    judge: str = "sft"
+
+    def cell(self) -> str:
+        """``12.3→15.8``: baseline then arm (``n/a`` where a side has no tokens)."""
+        return f"{_ppl(self.baseline)}→{_ppl(self.perplexity)}"
+
+
+def _ppl(x: float) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{x:.3g}"
+
+
 # read in this order: a version-1 skipped placebo also holds a factor and (empty) sets
 ArmPlacebo = PlaceboSkipped | PlaceboDrawn | NoPlacebo
 
@@ -212,6 +232,7 @@ class ArmResult:
     edits: list[dict[str, Any]] = field(default_factory=list)  # each edit's full description (its kind's own keys)
     placebo: ArmPlacebo = field(default_factory=NoPlacebo)  # where each Δ falls among them: in capabilities
     outcomes: list[OutcomeResult] = field(default_factory=list)  # on the target capability's rows; none before #36
+    coherence: Coherence | None = None  # its output's perplexity under SFT (None: not measured)
 
     def __post_init__(self) -> None:
         self.name = self.name or f"scale {self.factor!r}"

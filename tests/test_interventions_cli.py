@@ -234,7 +234,7 @@ def test_edits_that_need_what_is_missing_are_one_line(analysed_run: Path, tiny_p
     one_line_error(
         capsys,
         ["intervene", str(analysed_run), "--edit", "scale,ablate", "--out", str(tmp_path / "c")],
-        "--edit: expected one of scale, mean, patch, steer, got 'ablate'",
+        "--edit: expected one of scale, mean, patch, steer, expo, expo-units, lda, got 'ablate'",
     )
     one_line_error(
         capsys,

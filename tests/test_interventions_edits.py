@@ -44,7 +44,7 @@ def _every_kind(target, source, hook: str) -> list[Edit]:
 
 
 def test_every_kind_is_registered_once():
-    assert sorted(EDIT_KINDS) == ["add", "patch", "scale", "set"]
+    assert sorted(EDIT_KINDS) == ["add", "expo", "expo-units", "lda", "patch", "scale", "set"]
     assert all(cls.kind == name for name, cls in EDIT_KINDS.items())
 
 
