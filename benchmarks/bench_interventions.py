@@ -81,12 +81,8 @@ def build_model(model_dir: Path | None) -> tuple[object, object]:
         return model.eval(), tokenizer
     from training.tiny_base import TinySpec, build_tiny_base
 
-    with tempfile.TemporaryDirectory(
-        prefix="bench_interventions_"
-    ) as tmp:  # loaded into memory, then removed
-        return build_model(
-            build_tiny_base(CORPUS, Path(tmp) / "tiny", TinySpec(vocab_size=512))
-        )
+    with tempfile.TemporaryDirectory(prefix="bench_interventions_") as tmp:  # loaded into memory, then removed
+        return build_model(build_tiny_base(CORPUS, Path(tmp) / "tiny", TinySpec(vocab_size=512)))
 
 
 class PeakMemory:
@@ -139,9 +135,7 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
         neurons=args.neurons,
         limit=args.rows,
         collateral=False,
-        generation=GenerationConfig(
-            max_new_tokens=args.new_tokens, batch_size=args.batch_size
-        ),
+        generation=GenerationConfig(max_new_tokens=args.new_tokens, batch_size=args.batch_size),
     )
     runner = _Runner(plan_ab(config), lambda _line: None, None)
     passes = runner.passes()
@@ -159,8 +153,7 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
     compiled = [site_edits(model, edits) if edits else None for _, _, edits in passes]
     estimate = decoder.estimate_seconds(compiled)
     print(
-        f"shared batches estimated at {estimate:.0f} s; arm by arm first, {len(passes)} generate() passes:",
-        flush=True,
+        f"shared batches estimated at {estimate:.0f} s; arm by arm first, {len(passes)} generate() passes:", flush=True
     )
     with PeakMemory() as memory_per_arm:
         start = time.perf_counter()
@@ -169,8 +162,7 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
             per_arm.append(generator.run(edits or None))
             spent = time.perf_counter() - start
             print(
-                f"  pass {number}/{len(passes)}, about {spent / number * (len(passes) - number):.0f} s left",
-                flush=True,
+                f"  pass {number}/{len(passes)}, about {spent / number * (len(passes) - number):.0f} s left", flush=True
             )
         per_arm_seconds = time.perf_counter() - start
     compiled = [site_edits(model, edits) if edits else None for _, _, edits in passes]
@@ -179,12 +171,8 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
         shared = decoder.run(compiled)
         shared_seconds = time.perf_counter() - start
     speedup = per_arm_seconds / shared_seconds
-    ceiling = _ceiling(
-        model, decoder, decoder.fork_layer(compiled), len(passes), per_arm
-    )
-    print(
-        f"arm by arm (generate): {per_arm_seconds:7.1f} s, peak memory +{memory_per_arm.mib:.0f} MiB"
-    )
+    ceiling = _ceiling(model, decoder, decoder.fork_layer(compiled), len(passes), per_arm)
+    print(f"arm by arm (generate): {per_arm_seconds:7.1f} s, peak memory +{memory_per_arm.mib:.0f} MiB")
     print(
         f"shared batches:        {shared_seconds:7.1f} s, peak memory +{memory_shared.mib:.0f} MiB "
         f"(estimated before generating: {estimate:.0f} s)"
@@ -224,29 +212,22 @@ def floor(args: argparse.Namespace) -> int:
     from interventions.config import ABConfig
     from interventions.plan import plan_ab
 
-    config = (
-        ABConfig(  # probe intervene's defaults but for what the flags of part 3 give
-            run_dir=args.floor,
-            capability="multi_turn",
-            placebo=args.placebo,
-            neurons=args.neurons,
-            collateral=args.collateral,
-            limit=args.rows if "--rows" in sys.argv else None,
-        )
+    config = ABConfig(  # probe intervene's defaults but for what the flags of part 3 give
+        run_dir=args.floor,
+        capability="multi_turn",
+        placebo=args.placebo,
+        neurons=args.neurons,
+        collateral=args.collateral,
+        limit=args.rows if "--rows" in sys.argv else None,
     )
     if "--new-tokens" in sys.argv:
-        config = replace(
-            config,
-            generation=replace(config.generation, max_new_tokens=args.new_tokens),
-        )
+        config = replace(config, generation=replace(config.generation, max_new_tokens=args.new_tokens))
     runner = _Runner(plan_ab(config), lambda _line: None, None)
     passes = runner.passes()
     model = runner.models[config.model]
     generator = runner.generators[config.model].generator
     decoder = SharedDecoder(generator)
-    fork = decoder.fork_layer(
-        [site_edits(model, edits) if edits else None for _, _, edits in passes]
-    )
+    fork = decoder.fork_layer([site_edits(model, edits) if edits else None for _, _, edits in passes])
     total, n = int(model.config.num_hidden_layers), len(passes)
     blocks_per_token = fork + n * (total - fork)
     distinct = _distinct_prefixes(generator.prompts)
@@ -263,9 +244,7 @@ def floor(args: argparse.Namespace) -> int:
         f"{config.generation.max_new_tokens} new tokens; fork at block {fork} of {total}; "
         f"torch threads {torch.get_num_threads()}"
     )
-    print(
-        f"this machine's matrix products at {decoder.max_batch_tokens} rows: {rate / 1e9:.0f} GFLOP/s (best of 20)"
-    )
+    print(f"this machine's matrix products at {decoder.max_batch_tokens} rows: {rate / 1e9:.0f} GFLOP/s (best of 20)")
     for label, flops in (
         ("prompt passes alone", prompt_flops),
         ("with every row decoding to the limit", prompt_flops + decode_flops),
@@ -273,9 +252,7 @@ def floor(args: argparse.Namespace) -> int:
         seconds = flops / rate
         print(f"floor, {label}: {flops / 1e12:.1f} TFLOP = {seconds / 60:.1f} min")
     engine = prompt_flops * padded / distinct
-    print(
-        f"the shared engine's prompt passes at that rate: {engine / 1e12:.1f} TFLOP = {engine / rate / 60:.1f} min"
-    )
+    print(f"the shared engine's prompt passes at that rate: {engine / 1e12:.1f} TFLOP = {engine / rate / 60:.1f} min")
     verdict = "PASS" if prompt_flops / rate <= budget else "FAIL"
     print(
         f"verdict: {verdict} (the prompt passes alone {'fit' if verdict == 'PASS' else 'exceed'} the "
@@ -288,18 +265,14 @@ def _distinct_prefixes(prompts: list[list[int]]) -> int:
     """How many distinct prefixes the prompts have (the nodes of their token trie): no exact engine runs fewer
     prompt positions per pass."""
     ordered = sorted(prompts)
-    pairs = zip(
-        ordered, [[], *ordered], strict=False
-    )  # each prompt with the one before it ([] for the first)
+    pairs = zip(ordered, [[], *ordered], strict=False)  # each prompt with the one before it ([] for the first)
     return sum(len(p) - len(os.path.commonprefix([p, q])) for p, q in pairs)  # noqa: RUF071 - token ids, as meant
 
 
 def _weights(model: torch.nn.Module) -> tuple[int, int]:
     """The weights of one block's matrix products, and of the LM head."""
     block = model.get_decoder().layers[0]
-    return sum(
-        p.numel() for p in block.parameters() if p.dim() == 2
-    ), model.get_output_embeddings().weight.numel()
+    return sum(p.numel() for p in block.parameters() if p.dim() == 2), model.get_output_embeddings().weight.numel()
 
 
 def _gemm_rate(block: torch.nn.Module, rows: int) -> float:
@@ -319,9 +292,7 @@ def _gemm_rate(block: torch.nn.Module, rows: int) -> float:
     return flops / best
 
 
-def _ceiling(
-    model: torch.nn.Module, decoder: object, fork: int, n_passes: int, per_arm: list
-) -> float:
+def _ceiling(model: torch.nn.Module, decoder: object, fork: int, n_passes: int, per_arm: list) -> float:
     """Weight FLOPs arm by arm over those of perfect sharing: prompt tokens through every block once per arm against the
     shared engine's prompt tokens (stems once, unpadded) through the blocks below the fork once and the rest once per
     arm; each generated token through every block and the LM head once per arm against the same split (as if no arm
@@ -329,13 +300,11 @@ def _ceiling(
     block, head = _weights(model)
     total = model.config.num_hidden_layers
     prompt_tokens = sum(len(p) for p in decoder.generator.prompts)
-    steps = sum(
-        len(ids) + 1 for ids in per_arm[0].ids
-    )  # the baseline's tokens and its stop
+    steps = sum(len(ids) + 1 for ids in per_arm[0].ids)  # the baseline's tokens and its stop
     alone = n_passes * (prompt_tokens * total * block + steps * (total * block + head))
-    shared = decoder.prompt_tokens() * block * (
-        fork + n_passes * (total - fork)
-    ) + steps * (block * (fork + n_passes * (total - fork)) + n_passes * head)
+    shared = decoder.prompt_tokens() * block * (fork + n_passes * (total - fork)) + steps * (
+        block * (fork + n_passes * (total - fork)) + n_passes * head
+    )
     return alone / shared
 
 
@@ -348,12 +317,7 @@ def outcomes(args: argparse.Namespace) -> int:
     from access.outcomes import Outcomes
     from core.models import load_causal_lm
     from interventions.config import ABConfig
-    from interventions.plan import (
-        resolve_neurons,
-        resolve_source_dir,
-        resolve_sources,
-        select_rows,
-    )
+    from interventions.plan import resolve_neurons, resolve_source_dir, resolve_sources, select_rows
     from probes.outcome_rows import outcome_rows
 
     config = ABConfig(run_dir=args.outcomes, capability="multi_turn", limit=args.rows)
@@ -362,19 +326,11 @@ def outcomes(args: argparse.Namespace) -> int:
 
     all_rows = read_test_rows(data_file)
     row_ids, _ = select_rows(all_rows, config)
-    dpo, tokenizer = load_causal_lm(
-        model_dir, "--model-dir", dtype=torch.float32, device="cpu", eval_mode=True
-    )
+    dpo, tokenizer = load_causal_lm(model_dir, "--model-dir", dtype=torch.float32, device="cpu", eval_mode=True)
     sft, _ = load_causal_lm(
-        resolve_source_dir(config),
-        "--source-dir",
-        dtype=torch.float32,
-        device="cpu",
-        eval_mode=True,
+        resolve_source_dir(config), "--source-dir", dtype=torch.float32, device="cpu", eval_mode=True
     )
-    forced = outcome_rows(
-        tokenizer, [all_rows[i] for i in row_ids], "reference", data_file=data_file
-    )
+    forced = outcome_rows(tokenizer, [all_rows[i] for i in row_ids], "reference", data_file=data_file)
     measured = Outcomes(dpo, sft, forced, responses="reference")
     nothing = measured.arm(())
     units = resolve_neurons(config)
@@ -383,12 +339,8 @@ def outcomes(args: argparse.Namespace) -> int:
 
     gap_nothing = gap_closed(nothing.kl, nothing.kl_unedited)
     gap_paper = gap_closed(paper.kl, paper.kl_unedited)
-    print(
-        f"pair: {model_dir} vs {resolve_source_dir(config)}; {len(forced)} multi_turn rows (references)"
-    )
-    print(
-        f"identity: patching no units closes {gap_nothing!r}: {'PASS' if gap_nothing == 0.0 else 'FAIL'} (exactly 0)"
-    )
+    print(f"pair: {model_dir} vs {resolve_source_dir(config)}; {len(forced)} multi_turn rows (references)")
+    print(f"identity: patching no units closes {gap_nothing!r}: {'PASS' if gap_nothing == 0.0 else 'FAIL'} (exactly 0)")
     print(
         f"identity: x(1 - 1e-6) on {len(units)} units of {units.hook} closes {gap_paper:.3e}: "
         f"{'PASS' if abs(gap_paper) < 1e-4 else 'FAIL'} (< 1e-4)"
@@ -400,29 +352,13 @@ def outcomes(args: argparse.Namespace) -> int:
     limit = [] if args.limit is None else ["--limit", str(args.limit)]
     with tempfile.TemporaryDirectory() as tmp:
         full = Path(tmp) / "full"
-        probe = [
-            sys.executable,
-            "-m",
-            "probe_cli",
-            "intervene",
-            str(args.outcomes),
-            "-c",
-            "multi_turn",
-            *limit,
-        ]
+        probe = [sys.executable, "-m", "probe_cli", "intervene", str(args.outcomes), "-c", "multi_turn", *limit]
         timings = []
         for what, extra, budget in (
             ("default run with outcomes", ["--out", str(full)], 20.0),
             (
                 "--outcomes only",
-                [
-                    "--outcomes",
-                    "only",
-                    "--responses",
-                    str(full),
-                    "--out",
-                    str(Path(tmp) / "only"),
-                ],
+                ["--outcomes", "only", "--responses", str(full), "--out", str(Path(tmp) / "only")],
                 10.0,
             ),
         ):
@@ -431,9 +367,7 @@ def outcomes(args: argparse.Namespace) -> int:
             minutes = (time.perf_counter() - start) / 60
             timings.append(minutes)
             if args.limit is None:
-                print(
-                    f"{what}: {minutes:.1f} min: {'PASS' if minutes <= budget else 'FAIL'} (<= {budget:.0f} min)"
-                )
+                print(f"{what}: {minutes:.1f} min: {'PASS' if minutes <= budget else 'FAIL'} (<= {budget:.0f} min)")
             else:
                 rows = len(select_rows(all_rows, ABConfig(run_dir=args.outcomes))[0])
                 estimate = minutes * rows / max(1, args.limit)
@@ -491,16 +425,12 @@ def amplify(args: argparse.Namespace) -> int:
         )
         for i in range(args.prompts)
     ]
-    config = GenerationConfig(
-        max_new_tokens=args.new_tokens, batch_size=args.batch_size
-    )
+    config = GenerationConfig(max_new_tokens=args.new_tokens, batch_size=args.batch_size)
     generator = ABGenerator(dpo, tokenizer, rows, config, "torch")
     arms = {"unedited": None, "expo 2": Expo(2.0, sft), "lda 1": Lda(1.0, sft)}
     seconds: dict[str, list[float]] = {name: [] for name in arms}
     original = dpo.generation_config.min_new_tokens
-    dpo.generation_config.min_new_tokens = (
-        args.new_tokens
-    )  # every row generates to the limit in every arm
+    dpo.generation_config.min_new_tokens = args.new_tokens  # every row generates to the limit in every arm
     try:
         generator.run()  # warm-up
         for _ in range(args.repeats):
@@ -514,19 +444,13 @@ def amplify(args: argparse.Namespace) -> int:
             f"{name:>9}: {value:7.2f} s for {args.prompts} prompts x {args.new_tokens} tokens (best of {args.repeats})"
         )
     ratio = best["lda 1"] / best["unedited"]
-    print(
-        f"lda / one arm: {ratio:.2f}x; expo / one arm: {best['expo 2'] / best['unedited']:.2f}x"
-    )
-    print(
-        f"verdict: {'PASS' if ratio <= 2.5 else 'FAIL'} (LDA about 2x one arm, at most 2.5x)"
-    )
+    print(f"lda / one arm: {ratio:.2f}x; expo / one arm: {best['expo 2'] / best['unedited']:.2f}x")
+    print(f"verdict: {'PASS' if ratio <= 2.5 else 'FAIL'} (LDA about 2x one arm, at most 2.5x)")
     return 0
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model-dir", type=Path, default=None)
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--batch-size", type=int, default=16)
@@ -534,73 +458,27 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--units", type=int, default=64)
     parser.add_argument(
-        "--shared",
-        type=Path,
-        default=None,
-        metavar="RUN_DIR",
-        help="part 2: shared batches against arm by arm",
+        "--shared", type=Path, default=None, metavar="RUN_DIR", help="part 2: shared batches against arm by arm"
     )
     parser.add_argument(
-        "--top-k",
-        type=int,
-        default=None,
-        help="part 2: top K units of the run's ranking (default: its neuron set)",
+        "--top-k", type=int, default=None, help="part 2: top K units of the run's ranking (default: its neuron set)"
     )
-    parser.add_argument(
-        "--neurons",
-        type=Path,
-        default=None,
-        help="part 2: a neuron-set file (default: the run's)",
-    )
+    parser.add_argument("--neurons", type=Path, default=None, help="part 2: a neuron-set file (default: the run's)")
     parser.add_argument(
         "--rows",
         type=int,
         default=32,
         help="part 2: multi_turn rows; part 3: rows per capability; part 4: identity rows",
     )
-    parser.add_argument(
-        "--placebo", type=int, default=20, help="parts 2 and 3: placebo arms"
-    )
-    parser.add_argument(
-        "--floor",
-        type=Path,
-        default=None,
-        metavar="RUN_DIR",
-        help="part 3: the FLOP floor of an A/B",
-    )
+    parser.add_argument("--placebo", type=int, default=20, help="parts 2 and 3: placebo arms")
+    parser.add_argument("--floor", type=Path, default=None, metavar="RUN_DIR", help="part 3: the FLOP floor of an A/B")
     parser.add_argument("--budget", type=float, default=15.0, help="part 3: minutes")
-    parser.add_argument(
-        "--collateral",
-        action="store_true",
-        help="part 3: the other capabilities' rows too",
-    )
-    parser.add_argument(
-        "--outcomes",
-        type=Path,
-        default=None,
-        metavar="RUN_DIR",
-        help="part 4: continuous outcomes",
-    )
-    parser.add_argument(
-        "--limit",
-        type=int,
-        default=None,
-        help="part 4: time the runs on N rows (an estimate)",
-    )
-    parser.add_argument(
-        "--skip-runs", action="store_true", help="part 4: the identities only"
-    )
-    parser.add_argument(
-        "--amplify",
-        action="store_true",
-        help="part 6: the amplification arms' extra cost",
-    )
-    parser.add_argument(
-        "--source-dir",
-        type=Path,
-        default=None,
-        help="part 6: the SFT model (default pair's)",
-    )
+    parser.add_argument("--collateral", action="store_true", help="part 3: the other capabilities' rows too")
+    parser.add_argument("--outcomes", type=Path, default=None, metavar="RUN_DIR", help="part 4: continuous outcomes")
+    parser.add_argument("--limit", type=int, default=None, help="part 4: time the runs on N rows (an estimate)")
+    parser.add_argument("--skip-runs", action="store_true", help="part 4: the identities only")
+    parser.add_argument("--amplify", action="store_true", help="part 6: the amplification arms' extra cost")
+    parser.add_argument("--source-dir", type=Path, default=None, help="part 6: the SFT model (default pair's)")
     args = parser.parse_args()
     if args.amplify:
         return amplify(args)
@@ -623,10 +501,7 @@ def main() -> int:
     model, tokenizer = build_model(args.model_dir)
     total, units = n_layers(model), width(model, "mlp_out")
     layers = list(range(min(12, total - 1), total))
-    neurons = NeuronSet(
-        [Neuron(layers[i % len(layers)], (7 * i) % units) for i in range(args.units)],
-        "mlp_out",
-    )
+    neurons = NeuronSet([Neuron(layers[i % len(layers)], (7 * i) % units) for i in range(args.units)], "mlp_out")
     rows = [
         TestRow(
             [
@@ -638,9 +513,7 @@ def main() -> int:
         )
         for i in range(args.prompts)
     ]
-    config = GenerationConfig(
-        max_new_tokens=args.new_tokens, batch_size=args.batch_size
-    )
+    config = GenerationConfig(max_new_tokens=args.new_tokens, batch_size=args.batch_size)
     intervention = Intervention(neurons, PAPER_FACTOR)
     print(
         f"model: {n_layers(model)} layers, d_model {units}; {args.prompts} prompts x {args.new_tokens} new tokens, "
@@ -654,9 +527,7 @@ def main() -> int:
         "nnsight": ABGenerator(model, tokenizer, rows, config, "nnsight"),
     }
     original = model.generation_config.min_new_tokens
-    model.generation_config.min_new_tokens = (
-        args.new_tokens
-    )  # identical token counts in every arm
+    model.generation_config.min_new_tokens = args.new_tokens  # identical token counts in every arm
     try:
         generators["torch"].run()  # warm-up
         for _ in range(args.repeats):
@@ -677,9 +548,7 @@ def main() -> int:
             f"{', '.join(f'{v:.0f}' for v in results[name])})"
         )
     ratio = best["torch hooks"] / best["no hooks"]
-    print(
-        f"hooked / unhooked throughput: {ratio:.3f}x  (nnsight: {best['nnsight'] / best['no hooks']:.3f}x)"
-    )
+    print(f"hooked / unhooked throughput: {ratio:.3f}x  (nnsight: {best['nnsight'] / best['no hooks']:.3f}x)")
     print(f"verdict: {'PASS' if ratio >= 0.9 else 'FAIL'} (target >= 0.9x)")
     return 0
 
