@@ -54,6 +54,7 @@ from analysis.readout import Lens, TokenText, mean_difference, read_out, unit_di
 from analysis.summary import AnalysisSummary
 from analysis.weight_change import UnitChange, save_weight_change, weight_change, weight_change_figure
 from core.errors import ProbeError
+from core.pair_dirs import PairDirs
 from core.run_dir import AnalysisDir, RunDir
 from core.stats import paired_bootstrap_ci
 from probes.store import RunReader
@@ -100,7 +101,7 @@ def explain_run(run_dir: str | Path, config: ExplainConfig = ExplainConfig()) ->
         saved = _saved_maps(analysis / summary.maps, capability, wanted, summary.run_dir)
         for maps in saved.values():
             _check_top(maps, config.top)
-        with open_models(run, config.sft_dir, config.dpo_dir, config.base_dir) as models:
+        with open_models(run, config.models) as models:
             context = _context(run, capability, models, wanted, config.tokens, config.prompts, config.seed)
             records = {hook: _record(context, saved[hook], summary, config.top, config.permutations) for hook in wanted}
     result = ExplainResult(records, target, notes=list(models.notes))
@@ -121,21 +122,20 @@ def neuron_card(
     layer: int,
     unit: int,
     *,
-    sft_dir: str | Path | None = None,
-    dpo_dir: str | Path | None = None,
-    base_dir: str | Path | None = None,
+    models: PairDirs | None = None,
     tokens: int = 10,
     prompts: int = 3,
     seed: int = 0,
 ) -> NeuronCard:
-    """One unit's card, ranked against ``maps`` (e.g. the heatmap notebook's); writes nothing."""
+    """One unit's card, ranked against ``maps`` (e.g. the heatmap notebook's); writes nothing. ``models``: where the
+    run's checkpoints are now, when they moved."""
     if layer not in maps.layers or not 0 <= unit < maps.width:
         raise ProbeError(
             f"layer {layer}, unit {unit} is not in the map (layers {maps.layers[0]}-{maps.layers[-1]}, "
             f"units 0-{maps.width - 1})"
         )
-    with RunReader(run_dir) as run, open_models(run, sft_dir, dpo_dir, base_dir) as models:
-        context = _context(run, maps.capability, models, [maps.hook], tokens, prompts, seed)
+    with RunReader(run_dir) as run, open_models(run, models) as checkpoints:
+        context = _context(run, maps.capability, checkpoints, [maps.hook], tokens, prompts, seed)
         return _cards(context, maps, _other_maps(context, maps), [(maps.layers.index(layer), unit)])[0]
 
 

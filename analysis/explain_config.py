@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from core.config_fields import option
+from core.config_fields import nested, option
 from core.config_file import PERMUTATIONS, POSITIVE, SEED, typed_config
+from core.config_init import flat_init
+from core.pair_dirs import PairDirs
 
 
+@flat_init
 @dataclass(frozen=True)
 @typed_config
 class ExplainConfig:
@@ -34,15 +37,7 @@ class ExplainConfig:
     hooks: list[str] | None = option(
         None, "Hook point (repeatable); default: every analysed one.", flag="--hook", repeat=True
     )
-    sft_dir: str | Path | None = option(
-        None, "Where the run's SFT model is now (its recorded weights fingerprint must match).", flag="--sft"
-    )
-    dpo_dir: str | Path | None = option(
-        None, "Where the run's DPO model is now (its recorded weights fingerprint must match).", flag="--dpo"
-    )
-    base_dir: str | Path | None = option(
-        None, "Base model for base → SFT weight change (default: the SFT model's recorded parent).", flag="--base"
-    )
+    models: PairDirs = nested(PairDirs)
     tokens: Annotated[int, POSITIVE] = option(10, "Promoted and suppressed tokens kept per read-out.")
     prompts: Annotated[int, POSITIVE] = option(3, "Most-activating prompts kept per unit and model.")
     permutations: Annotated[int, PERMUTATIONS] = option(1000, "Permutations for each layer's rank-correlation p-value.")

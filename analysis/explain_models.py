@@ -34,6 +34,7 @@ from pathlib import Path
 
 from analysis.checkpoint import Checkpoint, check_same_shape
 from core.errors import ProbeError
+from core.pair_dirs import PairDirs
 from core.provenance import weights_sha256
 from probes.store import RunReader
 
@@ -55,21 +56,18 @@ class ModelSet:
 
 
 @contextmanager
-def open_models(
-    run: RunReader,
-    sft_dir: str | Path | None = None,
-    dpo_dir: str | Path | None = None,
-    base_dir: str | Path | None = None,
-) -> Iterator[ModelSet]:
-    """The run's SFT and DPO checkpoints, checked (module doc), and the base, open for the block."""
+def open_models(run: RunReader, dirs: PairDirs | None = None) -> Iterator[ModelSet]:
+    """The run's SFT and DPO checkpoints, checked (module doc), and the base, open for the block; ``dirs``: where
+    they are now, when not where the run recorded them."""
+    dirs = dirs or PairDirs()
     with ExitStack() as stack:
-        paths = {m: _recorded_dir(run, m, given) for m, given in (("sft", sft_dir), ("dpo", dpo_dir))}
+        paths = {m: _recorded_dir(run, m, given) for m, given in (("sft", dirs.sft_dir), ("dpo", dirs.dpo_dir))}
         sft = stack.enter_context(Checkpoint(paths["sft"], "--sft"))
         dpo = stack.enter_context(Checkpoint(paths["dpo"], "--dpo"))
         check_same_shape(sft, dpo)
         hashes = {m: _check_fingerprint(run, m, paths[m]) for m in ("sft", "dpo")}
         notes: list[str] = []
-        base = _base(sft, base_dir, notes, stack, hashes)
+        base = _base(sft, dirs.base_dir, notes, stack, hashes)
         yield ModelSet(sft, dpo, base, hashes, notes)
 
 

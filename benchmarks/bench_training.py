@@ -91,7 +91,7 @@ def evaluate(pair: object, n: int) -> None:
     from training.evaluate import evaluate_pair
 
     start = time.perf_counter()
-    config = PairEvalConfig(pair.sft_dir, pair.dpo_dir, pair.test_file, base_dir=pair.base_dir, max_rows=n)  # type: ignore[attr-defined]
+    config = PairEvalConfig(pair.test_file, models=pair.dirs, max_rows=n)  # type: ignore[attr-defined]
     result = evaluate_pair(config)
     print(f"evaluation of {sum(result.task_counts.values())} rows: {time.perf_counter() - start:.1f} s")
     print_table(result)

@@ -24,9 +24,11 @@ from typing import Annotated, Any, cast
 from access.directions import DEFAULT_LOCAL, LOCAL_CHOICES
 from access.driver_table import DEFAULT_DRIVER, DRIVERS
 from core.capabilities import Capability, parse_capabilities
-from core.config_fields import option
+from core.config_fields import nested, option
 from core.config_file import DIRECTORY, POSITIVE, SEED, OptionError, Range, choice, typed_config
+from core.config_init import flat_init
 from core.errors import ProbeError
+from core.pair_dirs import PairDirs
 from probes.batching import CPU_MAX_BATCH_TOKENS, DEFAULT_BATCH_SIZE, MAX_USEFUL_BATCH_TOKENS
 from probes.responses import RESPONSES, is_response_position
 
@@ -76,14 +78,15 @@ def _layers(value: str | list[int] | tuple[int, ...] | None) -> str | tuple[int,
     return layers
 
 
+@flat_init
 @dataclass
 @typed_config
 class RecordConfig:
     """What to record, from which pair, and where.
 
-    ``sft_dir``/``dpo_dir``/``data_file`` are required by the recorder (the ``probe`` command
-    fills them from ``--pair``, see :mod:`probe_cli.pairs`). ``layers`` is a
-    spec string (``"12-31"``) or a list of indices, checked against the model later.
+    ``models`` (:class:`core.pair_dirs.PairDirs`: ``sft_dir``/``dpo_dir``, and ``base_dir``) and ``data_file`` are
+    required by the recorder (the ``probe`` command fills them from ``--pair``, see :mod:`probe_cli.pairs`).
+    ``layers`` is a spec string (``"12-31"``) or a list of indices, checked against the model later.
     ``device`` None picks ``cuda`` when available, else ``cpu``; ``"auto"`` spreads a large
     model over the visible GPUs (``device_map="auto"``). ``dtype="auto"`` is float32 on CPU
     and bfloat16 elsewhere. ``position`` ``response_mean``/``response_last`` teacher-force ``response`` (the test
@@ -94,8 +97,7 @@ class RecordConfig:
     new ``runs/<timestamp>_<capabilities>``. Each field's help is the help of its ``probe run`` option.
     """
 
-    sft_dir: Path | None = option(None, "SFT model dir (default: the embedded default pair).", flag="--sft")
-    dpo_dir: Path | None = option(None, "DPO model dir (default: the embedded default pair).", flag="--dpo")
+    models: PairDirs = nested(PairDirs)
     data_file: Path | None = option(
         None,
         "Test rows JSONL (the published RoleMRC test file works; default: the default pair's test split).",
@@ -130,12 +132,6 @@ class RecordConfig:
         None,
         "DPO JSONL whose chosen/rejected replies are matched to the test rows by prompt (or give --data a DPO file).",
         flag="--responses",
-    )
-    base_dir: Path | None = option(
-        None,
-        "Also record this base model (the one the SFT started from) on the same tokens; 'auto': the default pair's "
-        "base.",
-        flag="--base",
     )
     local: str = option(
         DEFAULT_LOCAL,
@@ -188,14 +184,10 @@ class RecordConfig:
             self.device = self.device.strip().lower()
             if not re.match(r"^(auto|cpu|cuda(:\d+)?|mps)$", self.device):
                 raise OptionError("device", "cpu, cuda, cuda:N, mps or auto", self.device)
-        for name in ("sft_dir", "dpo_dir", "data_file", "out_dir", "runs_root", "responses_file", "base_dir"):
+        for name in ("data_file", "out_dir", "runs_root", "responses_file"):
             value = getattr(self, name)
             if value is not None:
                 setattr(self, name, Path(value))
-        for name in ("sft_dir", "dpo_dir", "base_dir"):
-            path = getattr(self, name)
-            if path is not None and not (path / "config.json").is_file():
-                raise OptionError(name, message=f"not a model directory (no {path / 'config.json'})")
         for name in ("data_file", "responses_file"):
             path = getattr(self, name)
             if path is not None and not path.is_file():
@@ -222,7 +214,7 @@ class RecordConfig:
             "layers": self.layer_spec() or "all",
             "position": self.position,
             **({"response": self.response} if is_response_position(self.position) else {}),
-            "base": self.base_dir is not None,
+            "base": self.models.base_dir is not None,
             "local": self.local,
             "backend": self.backend,
             "batch_size": self.batch_size,

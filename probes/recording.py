@@ -113,9 +113,9 @@ class RunResult:
 
 def resolve_sources(config: RecordConfig) -> tuple[Path, Path, Path]:
     """(sft_dir, dpo_dir, data_file); the recorder never builds a pair itself (the CLI's ``--pair`` does)."""
-    if config.sft_dir is None or config.dpo_dir is None or config.data_file is None:
+    if config.models.sft_dir is None or config.models.dpo_dir is None or config.data_file is None:
         raise ProbeError("recording needs --sft, --dpo and --data (the `probe` command fills them from --pair)")
-    return config.sft_dir, config.dpo_dir, config.data_file
+    return config.models.sft, config.models.dpo, config.data_file
 
 
 def default_run_dir(config: RecordConfig) -> Path:
@@ -171,8 +171,8 @@ def _settings(
         response=config.response if is_response_position(config.position) else "",
         responses_file=str(responses.resolve()) if responses else "",
         responses_sha256=file_sha256(responses) if responses else "",
-        base_dir=str(config.base_dir.resolve()) if config.base_dir else "",
-        base_weights_sha256=weights_sha256(config.base_dir) if config.base_dir else "",
+        base_dir=str(base.resolve()) if (base := config.models.base) else "",
+        base_weights_sha256=weights_sha256(base) if base else "",
         local="" if config.local == "none" else config.local,
     )
 
@@ -332,8 +332,8 @@ def _prepare(config: RecordConfig) -> _Inputs:
     if config.out_dir is not None:
         check_output_dir(config.out_dir, "--out")
     shape = check_pair_configs(sources[0], sources[1])
-    if config.base_dir is not None:
-        check_base_config(sources[0], config.base_dir)
+    if config.models.base is not None:
+        check_base_config(sources[0], config.models.base)
     layers = parse_layers(config.layer_spec(), shape.n_layers)
     dtype = str(resolve_dtype(config.dtype, resolve_device(config.device))).removeprefix("torch.")
     rows = read_rows(sources[2])
@@ -434,7 +434,7 @@ def _record_into(
         torch.manual_seed(config.seed)
         pair = world.agree(lambda: load_pair(inputs.sources[0], inputs.sources[1], device=device, dtype=config.dtype))
         models, model_dirs = pair.models(), {"sft": inputs.sources[0], "dpo": inputs.sources[1]}
-        base_dir = config.base_dir
+        base_dir = config.models.base
         if base_dir is not None:  # a third model on the same tokens, batches and journal
             base, pair.info["base"] = world.agree(lambda: load_base(base_dir, pair))
             models["base"], model_dirs["base"] = base, base_dir

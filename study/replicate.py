@@ -25,11 +25,12 @@ project's 2-core CPU machine (:mod:`study.replicate_estimate`). It is an estimat
 other machines, other loads, early stops and the shared decoding engine move it.
 
 Example:
-    >>> options = ReplicateOptions(
-    ...     sft_dir=Path("s"), dpo_dir=Path("d"), data_file=Path("t.jsonl"), out_dir=Path("runs/r")
-    ... )
+    >>> import tempfile
+    >>> model = Path(tempfile.mkdtemp())
+    >>> _ = (model / "config.json").write_text("{}")
+    >>> options = ReplicateOptions(sft_dir=model, dpo_dir=model, data_file=Path("t.jsonl"), out_dir=Path("runs/r"))
     >>> options.command()
-    'probe replicate --sft s --dpo d --data t.jsonl --out runs/r'
+    'probe replicate --sft /.../tmp... --dpo /.../tmp... --data t.jsonl --out runs/r'
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.config_fields import flat_values
 from core.errors import Interrupted, ProbeError
+from core.pair_dirs import PairDirs
 from core.progress import logged
 from core.records import read_record
 from core.run_dir import RunDir
@@ -110,8 +112,7 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
     from probes.config import RecordConfig
 
     record_config = RecordConfig(
-        sft_dir=options.sft_dir,
-        dpo_dir=options.dpo_dir,
+        models=PairDirs(options.models.sft, options.models.dpo),
         data_file=options.data_file,
         capabilities="all",
         out_dir=options.out_dir,
@@ -155,7 +156,7 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
         ),
         Stage(
             "evaluate",
-            f"compliance of {'base, ' if options.base_dir else ''}SFT and DPO on {options.eval_rows or 'all'} rows",
+            f"compliance of {'base, ' if options.models.base else ''}SFT and DPO on {options.eval_rows or 'all'} rows",
             seconds["evaluate"],
             lambda: evaluation_complete(options),
             lambda: _evaluate(options, progress),
@@ -193,7 +194,9 @@ def _explain(options: ReplicateOptions, progress: Progress) -> str:
         if explained(options.out_dir, cap):
             continue
         progress(f"explain {cap}")
-        config = ExplainConfig(capability=cap, top=options.explain_top, base_dir=options.base_dir, png=False)
+        config = ExplainConfig(
+            capability=cap, top=options.explain_top, models=PairDirs(base_dir=options.models.base), png=False
+        )
         result = explain_run(options.out_dir, config)
         done.append(cap)
         for note in dict.fromkeys(result.notes):
@@ -217,10 +220,8 @@ def _evaluate(options: ReplicateOptions, progress: Progress) -> str:
 
     generation = replace(EVAL_GENERATION, max_new_tokens=options.max_new_tokens or EVAL_GENERATION.max_new_tokens)
     config = PairEvalConfig(
-        options.sft_dir,
-        options.dpo_dir,
         options.eval_file(),
-        base_dir=options.base_dir,
+        models=options.models,
         max_rows=options.eval_rows,
         generation=generation,
     )
@@ -244,9 +245,9 @@ def _save(options: ReplicateOptions, stages: list[Stage], started: str) -> None:
         command=options.command(),
         started=started,
         options={k: (str(v) if isinstance(v, Path) else v) for k, v in flat_values(options).items()},
-        sft_dir=str(options.sft_dir.resolve()),
-        dpo_dir=str(options.dpo_dir.resolve()),
-        base_dir=str(options.base_dir.resolve()) if options.base_dir else None,
+        sft_dir=str(options.models.sft.resolve()),
+        dpo_dir=str(options.models.dpo.resolve()),
+        base_dir=str(base.resolve()) if (base := options.models.base) else None,
         data_file=str(options.data_file.resolve()),
         stages=[StageRecord(s.name, s.status, s.what, s.estimate_s, s.seconds) for s in stages],
     )

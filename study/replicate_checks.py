@@ -50,8 +50,8 @@ def recorded_complete(options: ReplicateOptions) -> bool:
     try:
         with RunReader(options.out_dir) as run:
             same = {Path(run.settings.sft_dir).resolve(), Path(run.settings.dpo_dir).resolve()} == {
-                options.sft_dir.resolve(),
-                options.dpo_dir.resolve(),
+                options.models.sft.resolve(),
+                options.models.dpo.resolve(),
             }
             counts = {c: run.n_samples(c) for c in run.capabilities()}
     except ProbeError:
@@ -111,8 +111,12 @@ def evaluation_complete(options: ReplicateOptions) -> bool:
         return False
     total = sum(expected_rows(rows_file).values())
     wanted = total if options.eval_rows is None else min(options.eval_rows, total)
-    with_base = options.base_dir is None or evaluation.base is not None
-    return dirs == {options.sft_dir.resolve(), options.dpo_dir.resolve()} and evaluation.rows() == wanted and with_base
+    with_base = options.models.base is None or evaluation.base is not None
+    return (
+        dirs == {options.models.sft.resolve(), options.models.dpo.resolve()}
+        and evaluation.rows() == wanted
+        and with_base
+    )
 
 
 def analysed(out: Path) -> list[str]:

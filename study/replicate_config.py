@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from core.config_fields import nested, option
 from core.config_file import POSITIVE, RANDOM_SETS, choice, typed_config
 from core.config_init import flat_init
+from core.pair_dirs import PairDirs
 from core.run_dir import RunDir
 from interventions.edit_spec import DEFAULT_EDITS, EditSpec
 from study.layout import q
@@ -35,15 +36,11 @@ class ReplicateOptions:
     """What to replicate and how; ``None`` = the stage command's own default. The fields make the options of
     ``probe replicate`` (:mod:`probe_cli.options`), which fills in the paths from the embedded pair."""
 
-    sft_dir: Path = option(help="SFT model directory (default: the embedded pair's).", flag="--sft")
-    dpo_dir: Path = option(help="DPO model directory (default: the embedded pair's).", flag="--dpo")
     data_file: Path = option(help="Test rows JSONL (default: the embedded pair's test split).", flag="--data")
     out_dir: Path = option(
         help="Run directory; an existing one resumes (default: runs/replicate-<pair>).", flag="--out"
     )
-    base_dir: Path | None = option(
-        None, "The untouched base the SFT started from (default with --pair: the pair's base).", flag="--base"
-    )
+    models: PairDirs = nested(PairDirs)
     pair: str | None = option(None, "The default pair these came from (for the command line).", flag=None)
     edit: EditSpec = nested(EditSpec, only=["edits"], help_prefix="Intervention: ")
     limit: Annotated[int, POSITIVE] | None = option(
@@ -96,7 +93,12 @@ class ReplicateOptions:
 
     def inputs(self) -> dict[str, Path | None]:
         """What the stages read, by option (a model directory for every file in it)."""
-        return {"--sft": self.sft_dir, "--dpo": self.dpo_dir, "--base": self.base_dir, "--data": self.data_file}
+        return {
+            "--sft": self.models.sft,
+            "--dpo": self.models.dpo,
+            "--base": self.models.base,
+            "--data": self.data_file,
+        }
 
     def outputs(self) -> list[Path]:
         """The files the stages write at fixed names in the run directory."""
@@ -113,10 +115,10 @@ class ReplicateOptions:
     def command(self) -> str:
         """The command line that runs this replication again."""
         parts = ["probe replicate"] + (
-            [f"--pair {self.pair}"] if self.pair else [f"--sft {q(self.sft_dir)} --dpo {q(self.dpo_dir)}"]
+            [f"--pair {self.pair}"] if self.pair else [f"--sft {q(self.models.sft)} --dpo {q(self.models.dpo)}"]
         )
         if not self.pair:
-            parts += [f"--base {q(self.base_dir)}"] if self.base_dir else []
+            parts += [f"--base {q(base)}"] if (base := self.models.base) else []
             parts += [f"--data {q(self.data_file)}"]
         flags = {
             "--edit": ",".join(self.edit.edits) if self.edit.edits != list(DEFAULT_EDITS) else None,

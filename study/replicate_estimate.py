@@ -98,8 +98,8 @@ def estimate(options: ReplicateOptions, ab_config: ABConfig) -> dict[str, float]
     from interventions.plan import select_rows
     from training.evaluate import select_rows as eval_rows
 
-    scale = parameter_count(options.dpo_dir) / REFERENCE_PARAMETERS
-    lengths = prompt_tokens(options.sft_dir, options.data_file)
+    scale = parameter_count(options.models.dpo) / REFERENCE_PARAMETERS
+    lengths = prompt_tokens(options.models.sft, options.data_file)
 
     def per_row(new: int, prompt: float) -> float:
         return (prompt * PROMPT_SECONDS + new * DECODE_SECONDS) * scale
@@ -108,10 +108,10 @@ def estimate(options: ReplicateOptions, ab_config: ABConfig) -> dict[str, float]
     rows = read_test_rows(options.eval_file())
     unique, _ = select_rows(rows, ab_config)
     judged = eval_rows(rows, options.eval_rows)
-    ab_prompt = _mean(prompt_lengths(options.sft_dir, [rows[i] for i in unique]))
-    eval_prompt = _mean(prompt_lengths(options.sft_dir, judged))
+    ab_prompt = _mean(prompt_lengths(options.models.sft, [rows[i] for i in unique]))
+    eval_prompt = _mean(prompt_lengths(options.models.sft, judged))
     weight = ab_passes(ab_config)
-    models = 3 if options.base_dir else 2
+    models = 3 if options.models.base else 2
     from core.decoding import EVAL_GENERATION
 
     intervene = weight * len(unique) * per_row(ab_config.generation.max_new_tokens, ab_prompt)

@@ -285,7 +285,12 @@ def test_evaluate_pair_on_the_held_out_split_reports_groups_and_the_gate(
     sft, dpo = tiny_pair
     test = write_heldout(tmp_path, HeldoutConfig(per_capability=6))
     config = PairEvalConfig(
-        sft, dpo, test, base_dir=sft, max_rows=27, generation=GenerationConfig(max_new_tokens=4, batch_size=27)
+        test,
+        sft_dir=sft,
+        dpo_dir=dpo,
+        base_dir=sft,
+        max_rows=27,
+        generation=GenerationConfig(max_new_tokens=4, batch_size=27),
     )
     result = evaluate_pair(config)
     assert {g["group"].split("/")[0] for g in result.groups} == {c.value for c in ALL_CAPABILITIES}

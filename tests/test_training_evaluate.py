@@ -86,7 +86,7 @@ def test_evaluate_pair_on_tiny_models(tiny_pair: tuple[Path, Path], test_file: P
 
     sft, dpo = tiny_pair
     config = PairEvalConfig(
-        sft, dpo, test_file, max_rows=18, generation=GenerationConfig(max_new_tokens=6, batch_size=9)
+        test_file, sft_dir=sft, dpo_dir=dpo, max_rows=18, generation=GenerationConfig(max_new_tokens=6, batch_size=9)
     )
     result = evaluate_pair(config)
     assert result.judge == "rules" and result.base is None

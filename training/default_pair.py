@@ -51,6 +51,7 @@ from typing import Any
 from core.builds import build_lock, building, verify_marker, write_marker
 from core.errors import Interrupted, ProbeError
 from core.home import probe_home
+from core.pair_dirs import PairDirs
 from core.records import OMIT_NONE, to_json
 from core.run_dir import DataDir
 from training.planted import PlantedSpec
@@ -71,6 +72,10 @@ class DefaultPair:
     sft_dir: Path
     dpo_dir: Path
     base_dir: Path | None = None  # the untouched pretrained model the SFT started from (None: built from nothing)
+
+    @property
+    def dirs(self) -> PairDirs:
+        return PairDirs(self.sft_dir, self.dpo_dir, self.base_dir)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,9 @@ that name a ``group`` (the held-out split's levels and priority variants) get a 
 compliance table.
 
 Example:
-    >>> config = PairEvalConfig("runs/sft", "runs/dpo", "data/test.jsonl", max_rows=200)
+    >>> mcnemar_from_scores([1, 1, 0, None], [0, 0, 0, 1])   # two rows SFT complies on and DPO does not
+    0.5
+    >>> config = PairEvalConfig(sft_dir="runs/sft", dpo_dir="runs/dpo", test_file="data/test.jsonl")  # doctest: +SKIP
     >>> result = evaluate_pair(config)                                                     # doctest: +SKIP
     >>> result.rates("sft")["multi_turn"]                                                  # doctest: +SKIP
     0.93
@@ -291,20 +293,21 @@ def pair_warnings(sft_dir: str | Path, dpo_dir: str | Path, base_dir: str | Path
 def evaluate_pair(
     config: PairEvalConfig, *, judge: Judge | None = None, progress: Callable[[str], None] | None = None
 ) -> PairEvaluation:
-    """Judge both models (and the untouched ``config.base_dir``, if given) on the (optionally subsampled) test
+    """Judge both models (and the untouched base of ``config.models``, if given) on the (optionally subsampled) test
     split."""
     all_rows = read_test_rows(config.test_file)
     rows = select_rows(all_rows, config.max_rows)
     if not rows:
         raise ProbeError(f"--test {config.test_file}: the file has no rows")
     where = _row_namer(config.test_file, all_rows, rows)
-    for flag, path in (("--sft", config.sft_dir), ("--dpo", config.dpo_dir), ("--base", config.base_dir)):
+    dirs = config.models
+    for flag, path in (("--sft", dirs.sft), ("--dpo", dirs.dpo), ("--base", dirs.base)):
         if path is not None:  # a broken directory or template fails now, not after the other models' generations
             _check_rendering(path, rows, where, flag)
     judge = judge or make_judge("rules")
     results = {}
-    models = [("base", config.base_dir)] if config.base_dir is not None else []
-    for name, path in [*models, ("sft", config.sft_dir), ("dpo", config.dpo_dir)]:
+    models = [("base", dirs.base)] if dirs.base is not None else []
+    for name, path in [*models, ("sft", dirs.sft), ("dpo", dirs.dpo)]:
         if progress:
             progress(name)
         results[name] = evaluate_model(path, rows, judge, config.generation, where, flag=f"--{name}")
@@ -324,7 +327,7 @@ def evaluate_pair(
         results["dpo"],
         table,
         results.get("base"),
-        pair_warnings(config.sft_dir, config.dpo_dir, config.base_dir),
+        pair_warnings(dirs.sft, dirs.dpo, dirs.base),
         {"holds": gate.holds, "line": gate.line(), "failures": gate.failures},
         group_table(rows, results),
     )

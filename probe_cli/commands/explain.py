@@ -63,9 +63,9 @@ def explain(
             "RUN_DIR's recording": run.activations,
             "RUN_DIR's settings": run.settings_file,
             "the analysis": analysis.summary,
-            "--sft": config.sft_dir,
-            "--dpo": config.dpo_dir,
-            "--base": config.base_dir,
+            "--sft": config.models.sft_dir,
+            "--dpo": config.models.dpo_dir,
+            "--base": config.models.base_dir,
         }
         flag = "--out" if config.out_dir is not None else "the default --out"
         check_output_dir(config.out_dir or analysis.root, flag, inputs)

@@ -15,6 +15,7 @@ from typing import Any
 
 import typer
 
+from core.pair_dirs import PairDirs
 from probe_cli.console import console
 from probe_cli.latest import point_latest
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
@@ -40,11 +41,11 @@ def run(
     auto_base = base is not None and str(base).strip().lower() == "auto"
     config = settings.build(base_dir=None if auto_base else base)
     # after validation: a build takes minutes
-    sources = pair_sources(pair, config.sft_dir, config.dpo_dir, config.data_file, progress=not quiet)
-    own_models = config.sft_dir is not None
-    config = replace(config, sft_dir=sources[0], dpo_dir=sources[1], data_file=sources[2])
-    if auto_base:
-        config = replace(config, base_dir=_default_base(pair, not own_models, quiet))
+    given = config.models
+    sources = pair_sources(pair, given.sft_dir, given.dpo_dir, config.data_file, progress=not quiet)
+    base = _default_base(pair, given.sft_dir is None, quiet) if auto_base else given.base_dir
+    models = PairDirs(sft_dir=sources[0], dpo_dir=sources[1], base_dir=base)
+    config = replace(config, models=models, data_file=sources[2])
     from probes.recording import record_run
 
     result = record_run(config, progress=not quiet)
