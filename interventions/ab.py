@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -45,7 +46,14 @@ from core.rows import row_location
 from core.schema import TestRow
 from interventions.arms import ArmStore, fingerprint
 from interventions.config import ABConfig
-from interventions.outcomes import greedy_ids, outcome_inputs, outcome_results, outcomes_for, write_greedy
+from interventions.outcomes import (
+    greedy_ids,
+    outcome_inputs,
+    outcome_results,
+    outcome_seconds,
+    outcomes_for,
+    write_greedy,
+)
 from interventions.plan import ABPlan, plan_ab, provenance_warnings
 from interventions.recipes import Arm, other, placebo_family
 from interventions.results import (
@@ -152,6 +160,7 @@ class _Runner:
         self.generated: list[float] = []  # seconds of each pass generated in this process
         self.pregenerated: dict[str, Generations] = {}  # passes decoded in shared batches, by store key
         self.outcome_runs: dict[str, Outcomes] = {}  # per intervened model, its outcomes (made on first use)
+        self.outcome_memo: dict[tuple[str, str], ArmOutcomes] = {}  # (model, edits key) -> every pass's outcomes
         self.outcome_responses, self.outcome_pairs = "", 0
         self.coherent_baseline: dict[str, float] = {}  # per model, its baseline output's perplexity under SFT
 
@@ -176,7 +185,44 @@ class _Runner:
             self.outcome_responses = inputs.responses
             self.outcome_pairs = len(inputs.pairs)
             self.outcome_runs[model] = outcomes_for(self.models[model], self.models[target], inputs)
-        return self.outcome_runs[model].arm(edits)
+            self._all_outcomes(model)
+        found = self.outcome_memo.get((model, _edits_key(edits)))
+        return found if found is not None else self.outcome_runs[model].arm(edits)
+
+    def _outcome_estimate(self, passes: int) -> float:
+        """Seconds the outcome passes should take (:func:`interventions.outcomes.outcome_seconds`)."""
+        idx = self.groups[self.config.target]
+        prompts = self.generators[self.config.model].generator.prompts
+        mean_prompt = sum(len(prompts[i]) for i in idx) / max(1, len(idx))
+        parameters = float(sum(p.numel() for p in self.models[self.config.model].parameters()))
+        return outcome_seconds(
+            passes,
+            len(idx),
+            mean_prompt,
+            self.config.generation.max_new_tokens,
+            self.config.outcome_pairs,
+            parameters,
+        )
+
+    def _all_outcomes(self, model: str) -> None:
+        """Every arm's and placebo set's outcomes on ``model`` in one pass over the rows' batches
+        (:meth:`access.outcomes.Outcomes.arms`: each batch's prompts, lower blocks and patch sources once for all)."""
+        passes = {
+            _edits_key(edits): edits
+            for arm in self.arms
+            if arm.model == model
+            for edits in (arm.edits, *arm.placebo_edits)
+        }
+        start, every = time.perf_counter(), max(1, self.outcome_runs[model].n_batches // 8)
+        self.progress(f"outcomes ({model} model): {len(passes)} arm and placebo passes teacher-forced together")
+
+        def done(batch: int, total: int) -> None:
+            if batch % every == 0 or batch == total:
+                left = (time.perf_counter() - start) / batch * (total - batch)
+                self.progress(f"outcomes ({model} model): batch {batch}/{total}, about {_minutes(left)} left")
+
+        found = self.outcome_runs[model].arms(list(passes.values()), progress=done)
+        self.outcome_memo.update({(model, key): outcome for key, outcome in zip(passes, found, strict=True)})
 
     def start(self) -> None:
         """Generate every pass that decodes in shared batches, then generate (or read back) and judge each baseline."""
@@ -190,8 +236,8 @@ class _Runner:
             self.progress(
                 f"then {forced} teacher-forced outcome passes (every arm and placebo set, and the target and unedited "
                 f"model once), each over the rows' responses and references and up to {self.config.outcome_pairs} "
-                "DPO pairs: on the default pair, 2 CPU cores, each costs a few times one generation pass "
-                "(docs/interventions.md); --outcomes off skips them"
+                f"DPO pairs: about {_minutes(self._outcome_estimate(forced))} at the pace measured on the default "
+                "pair, 2 CPU cores (docs/interventions.md); --outcomes off skips them"
             )
         if self.config.engine == "shared":
             self._share()

@@ -44,6 +44,27 @@ if TYPE_CHECKING:
     from interventions.config import ABConfig
 
 
+# One teacher-forced outcome pass (access.forced_passes), in seconds per token it runs as outcome_seconds counts them
+# (each row's prompt once with its two responses, each DPO pair's prompt once with its two replies, a response counted
+# at the token limit), on the default pair (SmolLM2-135M, 134.5 M parameters), float32, this project's 2-core CPU
+# machine, averaged over the default A/B's passes: benchmarks/bench_interventions.py --outcome-passes, 2026-11-27.
+OUTCOME_TOKEN_SECONDS = 2.5e-3
+REFERENCE_PARAMETERS = 134.5e6
+
+
+def outcome_seconds(
+    passes: int, rows: int, mean_prompt: float, new_tokens: int, pairs: int, parameters: float
+) -> float:
+    """Estimated seconds of ``passes`` outcome passes over ``rows`` rows (prompts of ``mean_prompt`` tokens, responses
+    up to ``new_tokens``) and ``pairs`` DPO pairs, for a model of ``parameters`` parameters (scaled linearly).
+
+    >>> round(outcome_seconds(24, 160, 150.0, 32, 16, REFERENCE_PARAMETERS) / OUTCOME_TOKEN_SECONDS)
+    903936
+    """
+    tokens = (rows + pairs) * mean_prompt + 2 * (rows + pairs) * new_tokens
+    return passes * tokens * OUTCOME_TOKEN_SECONDS * parameters / REFERENCE_PARAMETERS
+
+
 def _pairs(arm: ArmOutcomes, outcome: str) -> tuple[np.ndarray, np.ndarray, bool]:
     """(before, after, ratio) of one outcome."""
     if outcome == "gap_closed":
