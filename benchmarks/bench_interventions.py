@@ -51,6 +51,19 @@ each, interleaved: LDA's time over one unedited arm's, PASS/FAIL against 2.5x (t
 forwards per token).
 
     python benchmarks/bench_interventions.py --amplify [--prompts 16] [--new-tokens 32] [--repeats 3]
+
+Part 7 (``--heldout RUN_DIR``): seconds per generation pass on the held-out split's multi_turn rows, which ``probe
+intervene`` generates by default (issue 37: 36 multi-turn rows of 340 prompt tokens on average, up to 400), beside
+the run's own test split's multi_turn rows: one unedited greedy pass of the run's DPO model over each
+(``--new-tokens``, the A/B's 32 by default; the A/B's batch size), its seconds and seconds per row. Then the default
+``probe intervene RUN_DIR -c multi_turn`` on the held-out rows is estimated from the measured pass: its generation
+passes weighted as ``probe replicate``'s estimate weighs them (:func:`study.replicate_estimate.ab_passes`: an arm
+decoded in shared batches costs 0.6 of a pass; with outcomes on, the other model's baseline too) and its
+teacher-forced outcome passes at the 2.5 ms per token measured on 2026-11-27, PASS/FAIL against 15 minutes (an
+estimate), with and without the outcomes (``--outcomes off``). ``--run`` times that run itself instead (``--top-k K``
+where the run has no analysed neuron set), PASS/FAIL against 15 minutes.
+
+    python benchmarks/bench_interventions.py --heldout runs/latest [--run [--top-k 64]]
 """
 
 from __future__ import annotations
@@ -449,6 +462,78 @@ def amplify(args: argparse.Namespace) -> int:
     return 0
 
 
+def heldout(args: argparse.Namespace) -> int:
+    """Part 7 (module doc)."""
+    from dataclasses import replace
+
+    from access.generation import Generator
+    from core.models import load_causal_lm
+    from core.rows import read_test_rows
+    from interventions.config import ABConfig
+    from interventions.plan import pass_count, resolve_sources, select_rows
+    from study.replicate_estimate import OUTCOME_SECONDS, ab_passes
+
+    config = ABConfig(run_dir=args.heldout, capability="multi_turn")
+    generation = replace(config.generation, max_new_tokens=args.new_tokens)
+    model_dir, _ = resolve_sources(config)
+    model, tokenizer = load_causal_lm(model_dir, "--model-dir", dtype=torch.float32, device="cpu", eval_mode=True)
+    threads, new_tokens = torch.get_num_threads(), generation.max_new_tokens
+    print(f"model: {model_dir} (float32, cpu, {threads} torch threads); {new_tokens} new tokens")
+    paces = {}
+    for split in ("heldout", "test"):
+        split_config = replace(config, split=split)
+        data_file = resolve_sources(split_config)[1]
+        all_rows = read_test_rows(data_file)
+        rows = [all_rows[i] for i in select_rows(all_rows, split_config)[0]]
+        generator = Generator(model, tokenizer, [r.question for r in rows], generation)
+        prompt = [len(p) for p in generator.prompts]
+        made = generator.run()
+        new = sum(len(ids) for ids in made.ids)
+        paces[split] = (made.seconds, len(rows), sum(prompt) / len(rows))
+        print(
+            f"{split}: {len(rows)} multi_turn rows of {data_file.name}, prompts {sum(prompt) / len(rows):.0f} tokens "
+            f"on average (max {max(prompt)}); one greedy pass: {made.seconds:.1f} s, {made.seconds / len(rows):.2f} s "
+            f"per row, {new} new tokens"
+        )
+    seconds, rows_n, mean_prompt = paces["heldout"]
+    if args.run:
+        return _time_default_run(args)
+    alone = ab_passes(config) * seconds / 60
+    print(
+        f"default A/B on the held-out rows with --outcomes off (estimated): {ab_passes(config):.1f} weighted "
+        f"generation passes x {seconds:.0f} s = {alone:.1f} min: {'PASS' if alone <= 15 else 'FAIL'} (<= 15 min)"
+    )
+    weight = ab_passes(config) + (1 if config.outcomes != "off" else 0)  # the other model's baseline, for outcomes
+    passes = pass_count(config)
+    forced = passes.arms + passes.placebo_arms + 2
+    sequence = mean_prompt + generation.max_new_tokens
+    outcome_tokens = 2 * rows_n * sequence + 2 * config.outcome_pairs * sequence
+    generating, outcomes = weight * seconds / 60, forced * outcome_tokens * OUTCOME_SECONDS / 60
+    total = generating + outcomes
+    print(
+        f"default A/B on the held-out rows (estimated): {weight:.1f} weighted generation passes x {seconds:.0f} s = "
+        f"{generating:.1f} min; {forced} outcome passes of ~{outcome_tokens:.0f} tokens at "
+        f"{OUTCOME_SECONDS * 1e3:.1f} ms/token = {outcomes:.1f} min; total {total:.1f} min: "
+        f"{'PASS' if total <= 15 else 'FAIL'} (<= 15 min, an estimate; --run times it)"
+    )
+    return 0
+
+
+def _time_default_run(args: argparse.Namespace) -> int:
+    """``probe intervene RUN_DIR -c multi_turn`` (held-out rows by default), timed end to end."""
+    import subprocess
+    import time
+
+    top_k = [] if args.top_k is None else ["--top-k", str(args.top_k)]
+    with tempfile.TemporaryDirectory() as tmp:
+        command = [sys.executable, "-m", "probe_cli", "intervene", str(args.heldout), "-c", "multi_turn", *top_k]
+        start = time.perf_counter()
+        subprocess.run([*command, "--out", str(Path(tmp) / "ab")], check=True, stdout=subprocess.DEVNULL)
+        minutes = (time.perf_counter() - start) / 60
+    print(f"default A/B on the held-out rows: {minutes:.1f} min: {'PASS' if minutes <= 15 else 'FAIL'} (<= 15 min)")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model-dir", type=Path, default=None)
@@ -479,7 +564,13 @@ def main() -> int:
     parser.add_argument("--skip-runs", action="store_true", help="part 4: the identities only")
     parser.add_argument("--amplify", action="store_true", help="part 6: the amplification arms' extra cost")
     parser.add_argument("--source-dir", type=Path, default=None, help="part 6: the SFT model (default pair's)")
+    parser.add_argument(
+        "--heldout", type=Path, default=None, metavar="RUN_DIR", help="part 7: a pass on the held-out rows"
+    )
+    parser.add_argument("--run", action="store_true", help="part 7: time the default A/B itself")
     args = parser.parse_args()
+    if args.heldout is not None:
+        return heldout(args)
     if args.amplify:
         return amplify(args)
     if args.outcomes is not None:
