@@ -59,8 +59,9 @@ the run's own test split's multi_turn rows: one unedited greedy pass of the run'
 ``probe intervene RUN_DIR -c multi_turn`` on the held-out rows is estimated from the measured pass: its generation
 passes weighted as ``probe replicate``'s estimate weighs them (:func:`study.replicate_estimate.ab_passes`: an arm
 decoded in shared batches costs 0.6 of a pass; with outcomes on, the other model's baseline too) and its
-teacher-forced outcome passes at the 2.5 ms per token measured on 2026-11-27, PASS/FAIL against 15 minutes (an
-estimate), with and without the outcomes (``--outcomes off``). ``--run`` times that run itself instead (``--top-k K``
+teacher-forced outcome passes as ``probe intervene``'s own estimate counts them
+(:func:`interventions.outcomes.outcome_seconds`), PASS/FAIL against 15 minutes (an estimate), with and without the
+outcomes (``--outcomes off``). ``--run`` times that run itself instead (``--top-k K``
 where the run has no analysed neuron set), PASS/FAIL against 15 minutes.
 
     python benchmarks/bench_interventions.py --heldout runs/latest [--run [--top-k 64]]
@@ -470,8 +471,9 @@ def heldout(args: argparse.Namespace) -> int:
     from core.models import load_causal_lm
     from core.rows import read_test_rows
     from interventions.config import ABConfig
+    from interventions.outcomes import OUTCOME_TOKEN_SECONDS, outcome_seconds
     from interventions.plan import pass_count, resolve_sources, select_rows
-    from study.replicate_estimate import OUTCOME_SECONDS, ab_passes
+    from study.replicate_estimate import ab_passes
 
     config = ABConfig(run_dir=args.heldout, capability="multi_turn")
     generation = replace(config.generation, max_new_tokens=args.new_tokens)
@@ -506,14 +508,15 @@ def heldout(args: argparse.Namespace) -> int:
     weight = ab_passes(config) + (1 if config.outcomes != "off" else 0)  # the other model's baseline, for outcomes
     passes = pass_count(config)
     forced = passes.arms + passes.placebo_arms + 2
-    sequence = mean_prompt + generation.max_new_tokens
-    outcome_tokens = 2 * rows_n * sequence + 2 * config.outcome_pairs * sequence
-    generating, outcomes = weight * seconds / 60, forced * outcome_tokens * OUTCOME_SECONDS / 60
+    parameters = float(sum(p.numel() for p in model.parameters()))
+    pairs = config.outcome_pairs
+    outcomes = outcome_seconds(forced, rows_n, mean_prompt, generation.max_new_tokens, pairs, parameters) / 60
+    generating = weight * seconds / 60
     total = generating + outcomes
     print(
         f"default A/B on the held-out rows (estimated): {weight:.1f} weighted generation passes x {seconds:.0f} s = "
-        f"{generating:.1f} min; {forced} outcome passes of ~{outcome_tokens:.0f} tokens at "
-        f"{OUTCOME_SECONDS * 1e3:.1f} ms/token = {outcomes:.1f} min; total {total:.1f} min: "
+        f"{generating:.1f} min; {forced} outcome passes at {OUTCOME_TOKEN_SECONDS * 1e3:.1f} ms per token "
+        f"(interventions.outcomes.outcome_seconds) = {outcomes:.1f} min; total {total:.1f} min: "
         f"{'PASS' if total <= 15 else 'FAIL'} (<= 15 min, an estimate; --run times it)"
     )
     return 0
