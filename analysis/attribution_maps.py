@@ -12,6 +12,7 @@ a run and is kept in ``RUN_DIR/attribution_<m>.h5`` for the next.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,11 +28,33 @@ from core.hdf5 import array, json_attr, read_hdf5, text_attr
 from probes.store import RunReader
 
 
+def attribution_first(run_dir: Path, config: AnalysisConfig) -> bool:
+    """Under torchrun / accelerate launch with several processes, ``--metric attribution`` computes the attribution
+    pass data-parallel first (every rank its share); then rank 0 alone goes on to the maps (False on the others).
+    One process, or another metric: nothing to do here (True)."""
+    from probes.attribution import attribute_run
+    from probes.distributed import world_from_env
+
+    world = world_from_env()
+    if config.metric != "attribution" or not world.distributed:
+        return True
+    attribute_run(
+        run_dir,
+        m=config.attribution_m,
+        positions=config.attribution_positions,
+        dpo_file=config.dpo_data,
+        max_rows=config.attribution_rows,
+        world=world,
+    )
+    return world.is_main
+
+
 def attribution_maps(
     run: RunReader, capability: str, hook: str, layers: Window | list[int], config: AnalysisConfig
 ) -> Any:
     from analysis.metric_maps import MetricMaps
     from probes.attribution import attribute_run
+    from probes.distributed import World
 
     window = layers if isinstance(layers, Window) else None
     wanted = list(layers.layers) if isinstance(layers, Window) else list(layers)
@@ -41,6 +64,7 @@ def attribution_maps(
         positions=config.attribution_positions,
         dpo_file=config.dpo_data,
         max_rows=config.attribution_rows,
+        world=World(),  # data-parallel only through attribution_first: here the file is there, or one process makes it
     )
     with read_hdf5(path, "attribution file", "delete it and rerun: it is computed again") as f:
         stored = json_attr(f, "layers")

@@ -49,7 +49,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
+import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -62,14 +64,14 @@ import torch
 from einops import rearrange, reduce, repeat
 
 from access.hook_points import attach
-from core.errors import ProbeError
+from core.errors import Interrupted, ProbeError
 from core.models import input_embedding
 from core.run_dir import RunDir
+from probes.distributed import PeerLost, World, joined, machine_device, reported_once, world_from_env
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from access.pair import ModelPair
     from probes.settings import RunSettings
 
 M_CHOICES: tuple[str, ...] = ("reference_logprob", "dpo_margin")
@@ -336,13 +338,56 @@ def attribute_run(
     max_rows: int = DEFAULT_ROWS,
     max_batch_tokens: int | None = None,
     device: str | None = None,
+    world: World | None = None,
 ) -> Path:
-    """Compute (or reuse) the attribution file of ``m`` for every capability and hook of the run; see the module doc."""
-    from access.pair import load_pair
-    from core.chat import pad_id_of
-    from core.hdf5 import write_hdf5
+    """Compute (or reuse, or resume) the attribution file of ``m`` for every capability and hook of the run; see the
+    module doc. ``world``: the processes that share the work (default: as torchrun / accelerate launch describe them
+    in the environment); with several, each computes its share of the batches into the journal and rank 0 writes the
+    file (:mod:`probes.distributed`)."""
+    world = world or world_from_env()
+    with reported_once(world):
+        device = machine_device(device, world)
+        with joined(world):
+            job = world.agree(lambda: _job(Path(run_dir), m, positions, dpo_file, max_rows))
+            if job.cached:
+                return job.path
+            try:
+                return _attribute(job, world, max_batch_tokens, device)
+            except KeyboardInterrupt:
+                raise Interrupted(f"attribution stopped; {_kept(job)}; rerun the same command to resume") from None
+            except PeerLost as lost:
+                raise PeerLost(
+                    f"{lost}; {_kept(job)}; rerun the same command to resume", lost.reporter, lost.dead
+                ) from None
+
+
+@dataclass(frozen=True)
+class _Job:
+    path: Path
+    key: str
+    m: str
+    positions: str
+    source: Path | None
+    max_rows: int
+    settings: RunSettings
+    capabilities: list[str]
+    hooks: dict[str, list[str]]
+    cached: bool
+
+    @property
+    def journal(self) -> Path:
+        """Where finished batches wait for the file: one ``.npz`` per batch, for this key only."""
+        return self.path.with_name(f"{self.path.stem}.journal") / self.key[:16]
+
+
+def _kept(job: _Job) -> str:
+    count = len(list(job.journal.glob("*.npz"))) if job.journal.is_dir() else 0
+    return f"{count} finished batches are kept in {job.journal}"
+
+
+def _job(run_dir: Path, m: str, positions: str, dpo_file: Path | None, max_rows: int) -> _Job:
+    """What to compute, checked: the run's settings, the key of the result and whether it is already there."""
     from core.provenance import weights_sha256
-    from probes.batching import CPU_MAX_BATCH_TOKENS
     from probes.store import RunReader
 
     if m not in M_CHOICES:
@@ -359,8 +404,9 @@ def attribute_run(
         )
     key = _key(settings, m, positions, source, max_rows)
     path = RunDir(run_dir).attribution(m)
-    if _cached(path, key):
-        return path
+    job = _Job(path, key, m, positions, source, max_rows, settings, capabilities, hooks, _cached(path, key))
+    if job.cached:
+        return job
     if not settings.sft_dir or not settings.dpo_dir:
         raise ProbeError(
             f"{run_dir}: the run does not say where its models are (sft_dir/dpo_dir); attribution needs them"
@@ -372,40 +418,132 @@ def attribute_run(
                 f"{run_dir}: the {role} model the run recorded ({where}) is gone or changed since; "
                 "attribution needs the same weights"
             )
+    return job
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """Batch ``number`` of the one plan every process follows: items ``members`` of plan ``plan``."""
+
+    number: int
+    plan: int
+    members: list[int]
+
+    @property
+    def name(self) -> str:
+        return f"{self.number:06d}.npz"
+
+
+def batch_plan(plans: Sequence[_Plan], budget: int) -> list[_Batch]:
+    """Every plan's items, length-sorted and batched by :func:`probes.batching.plan_batches`, numbered in one list."""
+    from probes.batching import plan_batches
+
+    batches: list[_Batch] = []
+    for index, plan in enumerate(plans):
+        order = sorted(range(len(plan.items)), key=lambda i: len(plan.items[i].ids))
+        for start, stop in plan_batches([len(plan.items[i].ids) for i in order], 64, budget):
+            batches.append(_Batch(len(batches), index, order[start:stop]))
+    return batches
+
+
+def _attribute(job: _Job, world: World, max_batch_tokens: int | None, device: str | None) -> Path:
+    """Each rank computes its share of the pending batches into the journal; rank 0 writes the file."""
+    from access.pair import load_pair
+    from core.chat import pad_id_of
+    from probes.batching import CPU_MAX_BATCH_TOKENS
+
     started = time.perf_counter()
-    pair = load_pair(settings.sft_dir, settings.dpo_dir, device=device, dtype=settings.dtype or "auto")
+    settings = job.settings
+    pair = world.agree(
+        lambda: load_pair(settings.sft_dir, settings.dpo_dir, device=device, dtype=settings.dtype or "auto")
+    )
     for model in (pair.sft, pair.dpo):
         model.requires_grad_(False)
-    if source is None:
-        plans = _reference_plans(settings, capabilities, pair.tokenizer)
-    else:
-        plans = _margin_plans(source, capabilities, pair.tokenizer, max_rows)
+    plans = world.agree(
+        lambda: (
+            _reference_plans(settings, job.capabilities, pair.tokenizer)
+            if job.source is None
+            else _margin_plans(job.source, job.capabilities, pair.tokenizer, job.max_rows)
+        )
+    )
     budget = max_batch_tokens or max(256, (CPU_MAX_BATCH_TOKENS if pair.device == "cpu" else 8192) // 4)
+    batches = batch_plan(plans, budget)
+    done = world.on_main(lambda: _finished(job.journal))
+    pending = [b for b in batches if b.name not in done]
     pad_id = pad_id_of(pair.tokenizer)
+    for k, batch in enumerate(pending):
+        if world.owns(k):
+            plan = plans[batch.plan]
+            sites = [(h, layer) for h in job.hooks[plan.capability] for layer in settings.layers]
+            chosen = [plan.items[i] for i in batch.members]
+            _write_batch(
+                job.journal / batch.name, attribute_batch(pair.sft, pair.dpo, chosen, pad_id, sites, job.positions)
+            )
+    world.barrier()
+    return world.on_main(lambda: _write_file(job, plans, batches, started))
+
+
+def _finished(journal: Path) -> set[str]:
+    return {p.name for p in journal.glob("*.npz")} if journal.is_dir() else set()
+
+
+def _write_batch(
+    path: Path, result: tuple[torch.Tensor, dict[tuple[str, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]
+) -> None:
+    """One batch's m and per-site (attribution, SFT mean, DPO mean), written whole or not at all."""
+    from core.atomic import write_atomic
+
+    m, out = result
+    arrays: dict[str, Any] = {"m": m.numpy()}
+    for (hook, layer), values in out.items():
+        for name, value in zip(("attribution", "sft", "dpo"), values, strict=True):
+            arrays[f"{hook}|{layer}|{name}"] = value.numpy()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, lambda handle: np.savez(handle, **arrays))
+
+
+def _read_batch(path: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return {name: f[name] for name in f.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise ProbeError(
+            f"{path}: a damaged attribution batch ({exc}); delete it and rerun: it is computed again"
+        ) from None
+
+
+def _write_file(job: _Job, plans: list[_Plan], batches: list[_Batch], started: float) -> Path:
+    """Rank 0: the batches, summed in plan order as one process sums them, into the file; then the journal goes."""
+    from core.hdf5 import write_hdf5
+
+    layers = list(job.settings.layers)
 
     def fill(f: Any) -> None:
-        for plan in plans:
-            sites = [(h, layer) for h in hooks[plan.capability] for layer in settings.layers]
-            _attribute_plan(f, plan, pair, sites, pad_id, positions, budget, settings.layers, hooks[plan.capability])
+        for index, plan in enumerate(plans):
+            mine = [b for b in batches if b.plan == index]
+            _fill_plan(
+                f, plan, [(b, _read_batch(job.journal / b.name)) for b in mine], layers, job.hooks[plan.capability]
+            )
         f.attrs.update(
             {
-                "m": m,
-                "positions": positions,
-                "layers": json.dumps(list(settings.layers)),
-                "key": key,
-                "dpo_file": str(source or ""),
+                "m": job.m,
+                "positions": job.positions,
+                "layers": json.dumps(layers),
+                "key": job.key,
+                "dpo_file": str(job.source or ""),
                 "seconds": time.perf_counter() - started,
             }
         )
 
     try:
-        write_hdf5(path, fill)
+        write_hdf5(job.path, fill)
     except OSError as exc:
         raise ProbeError(
-            f"{path}: writing the attribution failed ({exc.strerror or exc}); the file there was kept: free space "
-            "(or fix permissions) and rerun"
+            f"{job.path}: writing the attribution failed ({exc.strerror or exc}); the file there was kept, and the "
+            f"finished batches in {job.journal}: free space (or fix permissions) and rerun"
         ) from None
-    return path
+    shutil.rmtree(job.journal.parent, ignore_errors=True)
+    return job.path
 
 
 def _cached(path: Path, key: str) -> bool:
@@ -423,39 +561,25 @@ def _cached(path: Path, key: str) -> bool:
         return False
 
 
-def _attribute_plan(
-    f: Any,
-    plan: _Plan,
-    pair: ModelPair,
-    sites: list[tuple[str, int]],
-    pad_id: int,
-    positions: str,
-    budget: int,
-    layers: list[int],
-    hooks: list[str],
+def _fill_plan(
+    f: Any, plan: _Plan, done: list[tuple[_Batch, dict[str, np.ndarray]]], layers: list[int], hooks: list[str]
 ) -> None:
-    from probes.batching import plan_batches
-
+    """One capability's group of the file from its batches (in plan order: the sums are one process's, bit for bit)."""
     n_rows = len(plan.sample_ids)
-    order = sorted(range(len(plan.items)), key=lambda i: len(plan.items[i].ids))
-    widths: dict[str, int] = {}
-    sums: dict[str, dict[str, np.ndarray]] = {}
+    sums = {hook: dict.fromkeys(("attribution", "sft", "dpo"), np.zeros(0)) for hook in hooks}
     m_rows = np.zeros(n_rows)
     counts = np.zeros(n_rows)
-    for start, stop in plan_batches([len(plan.items[i].ids) for i in order], 64, budget):
-        chosen = [plan.items[i] for i in order[start:stop]]
-        m, out = attribute_batch(pair.sft, pair.dpo, chosen, pad_id, sites, positions)
-        rows = np.array([item.row for item in chosen])
-        np.add.at(m_rows, rows, m.double().numpy())
+    for batch, arrays in done:
+        rows = np.array([plan.items[i].row for i in batch.members])
+        np.add.at(m_rows, rows, arrays["m"].astype(np.float64))
         np.add.at(counts, rows, 1.0)
-        for (hook, layer), (attr, a_sft, a_dpo) in out.items():
-            width = widths.setdefault(hook, attr.shape[1])
-            arrays = sums.setdefault(
-                hook, {name: np.zeros((n_rows, len(layers), width)) for name in ("attribution", "sft", "dpo")}
-            )
-            slot = layers.index(layer)
-            for name, value in (("attribution", attr), ("sft", a_sft), ("dpo", a_dpo)):
-                np.add.at(arrays[name][:, slot], rows, value.double().numpy())
+        for hook in hooks:
+            for slot, layer in enumerate(layers):
+                for name in ("attribution", "sft", "dpo"):
+                    value = arrays[f"{hook}|{layer}|{name}"]
+                    if not sums[hook][name].size:
+                        sums[hook][name] = np.zeros((n_rows, len(layers), value.shape[1]))
+                    np.add.at(sums[hook][name][:, slot], rows, value.astype(np.float64))
     group = f.create_group(plan.capability)
     group.create_dataset("m", data=m_rows)
     group.create_dataset("sample_ids", data=np.asarray(plan.sample_ids, dtype=np.int64))
