@@ -53,7 +53,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -266,9 +266,12 @@ class SharedDecoder:
         done: BatchDone | None = None,
         kept: Callable[[int], dict[str, Any] | None] | None = None,
         keep: Callable[[int, dict[str, Any]], None] | None = None,
+        only: Collection[int] | None = None,
     ) -> list[Generations]:
         """Every pass's generations, in input order. ``kept(b)``/``keep(b, body)`` read and write a finished batch
-        (the unit an interrupted run resumes from); ``done`` hears of each batch."""
+        (the unit an interrupted run resumes from); ``done`` hears of each batch. ``only``: decode (or read back)
+        just these batches, as one rank of a data-parallel run does (:mod:`interventions.parallel`); the other
+        prompts' generations are then empty."""
         self._passes = list(passes)
         self._sources = _Sources(self._passes)
         n_prompts = len(self.generator.prompts)
@@ -278,6 +281,8 @@ class SharedDecoder:
         seconds = 0.0
         with self._hooks():
             for number, stems in enumerate(self.batches):
+                if only is not None and number not in only:
+                    continue
                 batch = members(stems)
                 body = kept(number) if kept is not None else None
                 misfit = _misfit(body, len(passes), batch, self._vocabulary()) if body is not None else None

@@ -44,6 +44,7 @@ from core.errors import Interrupted, ProbeError
 from core.judges import Judge, make_judge
 from core.rows import row_location
 from core.schema import TestRow
+from interventions import parallel
 from interventions.arms import ArmStore, fingerprint
 from interventions.config import ABConfig
 from interventions.outcomes import (
@@ -73,6 +74,7 @@ from interventions.results import (
 from interventions.scoring import ArmScores, corpus_bleu, score_arm
 from interventions.selection import describe
 from interventions.stats import paired_delta, placebo_compare
+from probes.distributed import PeerLost, World
 
 Progress = Callable[[str], None]
 
@@ -153,7 +155,9 @@ class _Runner:
         }
         units = [(n.layer, n.unit) for n in self.neurons.neurons]
         dirs = list(plan.pool.dirs.values())
-        self.store = ArmStore(config.out_dir, fingerprint(config.to_dict(), dirs, self.data_file, self.row_ids, units))
+        # the device's kind, not its number: the ranks of a data-parallel run keep batches for each other
+        settings = config.to_dict() | {"device": self.models[config.model].device.type}
+        self.store = ArmStore(config.out_dir, fingerprint(settings, dirs, self.data_file, self.row_ids, units))
         self.baselines: dict[str, tuple[Generations, ArmScores]] = {}
         self.total_passes = len(self.passes())
         self.passes_done = 0  # passes started, read back or generated
@@ -265,6 +269,14 @@ class _Runner:
 
     def _share(self) -> None:
         """Decode each model's shareable passes together (:mod:`access.shared_generation`); the rest go arm by arm."""
+        jobs = self._shared_jobs()
+        self.shared_total = sum(len(shared) for _, shared in jobs) * len(self.rows)
+        self.shared_done, self.shared_seconds = 0, 0.0
+        for name, shared in jobs:
+            self._decode_shared(name, shared)
+
+    def _shared_jobs(self) -> list[tuple[str, list[tuple[str, SiteEdits | None]]]]:
+        """Per model, its passes that decode in shared batches (store key, compiled edits)."""
         by_model: dict[str, list[tuple[str, SiteEdits | None]]] = {}
         for key, name, edits in self.passes():
             by_model.setdefault(name, []).append((key, site_edits(self.model(name), edits) if edits else None))
@@ -282,14 +294,59 @@ class _Runner:
                     f"{next(why for why in reasons.values() if why)}"
                 )
             jobs.append((name, shared))
-        self.shared_total = sum(len(shared) for _, shared in jobs) * len(self.rows)
-        self.shared_done, self.shared_seconds = 0, 0.0
-        for name, shared in jobs:
-            self._decode_shared(name, shared)
+        return jobs
 
-    def _decode_shared(self, name: str, shared: list[tuple[str, SiteEdits | None]]) -> None:
+    def _decoder(self, name: str, shared: list[tuple[str, SiteEdits | None]]) -> tuple[SharedDecoder, str]:
+        """The shared decoder of ``name``'s passes, and the store key of its batches (``TAG K``)."""
         decoder = SharedDecoder(self.generators[name].generator, self.config.max_batch_tokens, attach)
         tag = f"shared {name} {hashlib.sha256(' '.join(key for key, _ in shared).encode()).hexdigest()[:16]} batch"
+        return decoder, tag
+
+    def share_parallel(self, world: World) -> None:
+        """Data-parallel: decode this rank's batches of every shared pass (dealt by :func:`interventions.parallel.deal`)
+        and hand them to rank 0's store; a rank other than 0 then stops (:class:`interventions.parallel.HelperDone`)."""
+        jobs = [(*self._decoder(name, shared), shared) for name, shared in self._shared_jobs()]
+        budgets = world.gather([decoder.max_batch_tokens for decoder, _, _ in jobs])
+        for k, (decoder, _, _) in enumerate(jobs):  # one prompt-pass budget for all, the smallest device's
+            decoder.max_batch_tokens = min(budget[k] for budget in budgets)
+        pending = world.on_main(
+            lambda: {
+                tag: [b for b in range(len(d.batches)) if self.store.get_body(f"{tag} {b}") is None]
+                for d, tag, _ in jobs
+            }
+        )
+        mine = parallel.deal(world, pending)
+        self.progress(
+            f"{world.size} processes share {sum(map(len, pending.values()))} batches of prompts not yet kept "
+            f"(batch k of that list is rank k % {world.size}'s); rank 0 decodes {sum(map(len, mine.values()))}"
+        )
+        bodies: dict[str, dict[str, Any]] = {}
+
+        def kept(tag: str, b: int) -> dict[str, Any] | None:
+            body = self.store.get_body(f"{tag} {b}")
+            if body is not None:
+                bodies[f"{tag} {b}"] = body
+            return body
+
+        def keep(tag: str, b: int, body: dict[str, Any]) -> None:
+            self.store.put_body(f"{tag} {b}", body)
+            bodies[f"{tag} {b}"] = body
+
+        for decoder, tag, shared in jobs:
+            decoder.run(
+                [compiled for _, compiled in shared],
+                lambda done, total, *_: self.progress(f"rank 0: batch {done}/{total} of its share"),
+                kept=lambda b, tag=tag: kept(tag, b),  # type: ignore[misc]  # the loop's tag, bound now
+                keep=lambda b, body, tag=tag: keep(tag, b, body),  # type: ignore[misc]
+                only=set(mine[tag]),
+            )
+        received = parallel.hand_over(world, bodies, self.store.put_body)
+        if not world.is_main:
+            raise parallel.HelperDone
+        self.progress(f"rank 0 received {received} batches from the other ranks; the rest runs on rank 0")
+
+    def _decode_shared(self, name: str, shared: list[tuple[str, SiteEdits | None]]) -> None:
+        decoder, tag = self._decoder(name, shared)
         self.progress(
             f"{name} model: {len(shared)} passes decode together in {len(decoder.batches)} batches of "
             f"prompts; {decoder.describe([c for _, c in shared])}"
@@ -488,6 +545,15 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
+def _memory(runner: _Runner, world: World) -> str:
+    """The A/B plan's memory per process (:func:`interventions.parallel.memory_line`)."""
+    from core.budget import default_cache_bytes
+
+    weights = sum(t.numel() * t.element_size() for m in runner.models.values() for t in (*m.parameters(), *m.buffers()))
+    device = str(runner.models[runner.config.model].device)
+    return parallel.memory_line(world, weights, default_cache_bytes(device), len(runner.models))
+
+
 def run_ab(
     plan: ABPlan | ABConfig,
     progress: Progress | None = None,
@@ -508,7 +574,18 @@ def run_ab(
     """
     runner: _Runner | None = None
     try:
-        runner = _Runner(plan if isinstance(plan, ABPlan) else plan_ab(plan), progress or _quiet, judge)
+        world = parallel.active()
+        runner = world.agree(
+            lambda: _Runner(plan if isinstance(plan, ABPlan) else plan_ab(plan), progress or _quiet, judge)
+        )
+        runner.progress(_memory(runner, world))
+        if world.distributed and runner.config.outcomes != "only" and runner.config.engine == "shared":
+            try:
+                runner.share_parallel(world)
+            except PeerLost as lost:
+                raise PeerLost(f"{lost}; {runner.kept()}", lost.reporter, lost.dead) from None
+        elif not world.is_main:
+            raise parallel.HelperDone  # nothing to share: rank 0 runs the evaluation
         if runner.config.outcomes != "only":
             runner.start()
         return _evaluate(runner, annotate)

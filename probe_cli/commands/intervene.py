@@ -54,6 +54,7 @@ def intervene(
     from dataclasses import replace
 
     from core.progress import is_terminal, quiet_library_bars
+    from interventions import parallel
     from interventions.ab import run_ab
     from interventions.report import selection_markdown
     from interventions.results import Selection
@@ -92,7 +93,9 @@ def intervene(
     if not is_terminal(sys.stderr):
         quiet_library_bars()  # transformers' "Loading weights" bars are carriage returns in a log
     run = compare_selections if config.select else run_ab
-    report = run(config, progress=lambda line: err.print(f"[dim]{line}[/dim]"))
+    report = parallel.intervene(run, config, lambda line: err.print(f"[dim]{line}[/dim]"))
+    if report is None:  # a helper rank of a data-parallel launch: rank 0 reports
+        return
     point_latest(Path(config.out_dir))
     _print(report)
     if isinstance(report.selection, Selection):
