@@ -78,30 +78,6 @@ outcomes (``--outcomes off``). ``--run`` times that run itself instead (``--top-
 where the run has no analysed neuron set), PASS/FAIL against 15 minutes.
 
     python benchmarks/bench_interventions.py --heldout runs/latest [--run [--top-k 64]]
-
-Part 6 (``--amplify``): the extra cost of the amplification arms (docs/interventions.md, issue 39) on the embedded
-default pair (or ``--model-dir`` DPO and ``--source-dir`` SFT). The weight blend of ``expo`` (every parameter, alpha
-2) entered and left ``--repeats`` times: the best seconds, PASS/FAIL against 5 s, and the parameters' bytes per
-second; then ``--prompts`` greedy generations of ``--new-tokens`` tokens each (every row to the limit) unedited, under
-``expo`` alpha 2 and under ``lda`` alpha 1 (the SFT model run to its logits in lockstep), the best of ``--repeats``
-each, interleaved: LDA's time over one unedited arm's, PASS/FAIL against 2.5x (the target is about 2x: two models'
-forwards per token).
-
-    python benchmarks/bench_interventions.py --amplify [--prompts 16] [--new-tokens 32] [--repeats 3]
-
-Part 7 (``--heldout RUN_DIR``): seconds per generation pass on the held-out split's multi_turn rows, which ``probe
-intervene`` generates by default (issue 37: 36 multi-turn rows of 340 prompt tokens on average, up to 400), beside
-the run's own test split's multi_turn rows: one unedited greedy pass of the run's DPO model over each
-(``--new-tokens``, the A/B's 32 by default; the A/B's batch size), its seconds and seconds per row. Then the default
-``probe intervene RUN_DIR -c multi_turn`` on the held-out rows is estimated from the measured pass: its generation
-passes weighted as ``probe replicate``'s estimate weighs them (:func:`study.replicate_estimate.ab_passes`: an arm
-decoded in shared batches costs 0.6 of a pass; with outcomes on, the other model's baseline too) and its
-teacher-forced outcome passes as ``probe intervene``'s own estimate counts them
-(:func:`interventions.outcomes.outcome_seconds`), PASS/FAIL against 15 minutes (an estimate), with and without the
-outcomes (``--outcomes off``). ``--run`` times that run itself instead (``--top-k K``
-where the run has no analysed neuron set), PASS/FAIL against 15 minutes.
-
-    python benchmarks/bench_interventions.py --heldout runs/latest [--run [--top-k 64]]
 """
 
 from __future__ import annotations
@@ -430,6 +406,118 @@ def outcomes(args: argparse.Namespace) -> int:
     return 0
 
 
+def outcome_passes(args: argparse.Namespace) -> int:
+    """Part 5 (module doc)."""
+    import time
+
+    import numpy as np
+
+    from access.generation import Generator
+    from access.outcomes import ArmOutcomes, Outcomes
+    from access.shared_generation import generate_unedited
+    from interventions.config import ABConfig
+    from interventions.outcomes import (
+        OUTCOME_TOKEN_SECONDS,
+        REFERENCE_PARAMETERS,
+        greedy_ids,
+        outcome_inputs,
+        outcome_seconds,
+    )
+    from interventions.plan import plan_ab
+    from interventions.recipes import other
+
+    limit = args.rows if "--rows" in sys.argv else None
+    config = ABConfig(run_dir=args.outcome_passes, capability="multi_turn", limit=limit)
+    plan = plan_ab(config)
+    name = plan.config.model
+    model, target = plan.pool.model(name), plan.pool.model(other(name))
+    idx = plan.groups[plan.config.target]
+    rows = [plan.rows[i] for i in idx]
+    start = time.perf_counter()
+    generator = Generator(target, plan.tokenizer, [r.question for r in rows], plan.config.generation)
+    greedy = greedy_ids(generate_unedited(generator).ids, plan.tokenizer)
+    print(f"the {other(name)} model's greedy responses to {len(rows)} rows: {time.perf_counter() - start:.0f} s")
+    inputs = outcome_inputs(
+        plan.config, plan.tokenizer, rows, [plan.row_ids[i] for i in idx], plan.data_file, other(name), greedy
+    )
+    arms = [arm for arm in plan.arms if arm.model == name]
+    edits = [e for arm in arms for e in (arm.edits, *arm.placebo_edits)]
+    seqs = {*inputs.rows, *inputs.reference, *(s for p in inputs.pairs for s in p)}
+    tokens = sum(len(s.ids) for s in seqs)
+    print(
+        f"{len(inputs.rows)} KL rows (greedy), {len(inputs.reference)} reference rows, {len(inputs.pairs)} DPO pairs: "
+        f"{len(seqs)} sequences, {tokens} tokens; {len(edits)} arm and placebo passes on the {name} model "
+        f"({', '.join(arm.label for arm in arms)}) + the target and the unedited pass; "
+        f"torch threads {torch.get_num_threads()}"
+    )
+
+    def made(engine: str) -> Outcomes:
+        return Outcomes(model, target, inputs.rows, reference=inputs.reference, pairs=inputs.pairs, engine=engine)
+
+    before = made("full")
+    start = time.perf_counter()
+    before.unedited()
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    before_arms = [before.arm(e) for e in edits[: args.before_arms]]
+    per_pass_before = (time.perf_counter() - start) / max(1, len(before_arms))
+    print(f"before (full): target + unedited {first:.1f} s; {per_pass_before:.1f} s per arm pass")
+
+    after = made("shared")
+    start = time.perf_counter()
+    after_arms = after.arms(edits)
+    total_after = time.perf_counter() - start
+    per_pass_after = total_after / (len(edits) + 2)
+    print(
+        f"after (shared): every pass in {total_after:.1f} s, {per_pass_after:.1f} s per pass on average "
+        f"({per_pass_before / per_pass_after:.1f}x)"
+    )
+
+    def diff(a: ArmOutcomes, b: ArmOutcomes) -> float:
+        pairs = [(a.kl, b.kl), (a.kl_unedited, b.kl_unedited), (a.reference_logprob, b.reference_logprob)]
+        pairs += [(a.margin / 100, b.margin / 100)]  # a margin is a sum over ~50 tokens: per-token scale
+        return max(float(np.max(np.abs(x - y))) if x.size else 0.0 for x, y in pairs)
+
+    worst = max((diff(a, b) for a, b in zip(before_arms, after_arms, strict=False)), default=float("nan"))
+    print(
+        f"largest difference between the engines (KL, mean log-prob, margin/100): {worst:.2e}: "
+        f"{'PASS' if worst <= 1e-5 else 'FAIL'} (<= 1e-5)"
+    )
+    scale = len(default_rows(args.outcome_passes)) / len(rows)
+    outcome_minutes = total_after * scale / 60
+    estimate = args.generation_minutes + outcome_minutes
+    before_minutes = args.generation_minutes + (first + per_pass_before * len(edits)) * scale / 60
+    mean_prompt = float(np.mean([len(s.ids) - s.n_response for s in inputs.rows]))
+    counted = outcome_seconds(
+        1, len(rows), mean_prompt, plan.config.generation.max_new_tokens, len(inputs.pairs), REFERENCE_PARAMETERS
+    )
+    pace = per_pass_after / (counted / OUTCOME_TOKEN_SECONDS)
+    print(
+        f"pace: {pace * 1e3:.2f} ms per token as interventions.outcomes.outcome_seconds counts them (mean prompt "
+        f"{mean_prompt:.0f} tokens; OUTCOME_TOKEN_SECONDS is {OUTCOME_TOKEN_SECONDS * 1e3:.2f} ms)"
+    )
+    print(
+        f"default probe intervene, estimated: {args.generation_minutes:.1f} min generation (--outcomes off) + "
+        f"{outcome_minutes:.1f} min outcomes = {estimate:.1f} min (before: {before_minutes:.1f} min): "
+        f"{'PASS' if estimate <= 20.0 else 'FAIL'} (<= 20 min)"
+    )
+    print(
+        f"--outcomes only, estimated: {outcome_minutes:.1f} min of outcome passes (model loading not counted): "
+        f"{'PASS' if outcome_minutes <= 10.0 else 'FAIL'} (<= 10 min)"
+    )
+    return 0
+
+
+def default_rows(run_dir: Path) -> list[int]:
+    """The multi_turn rows of the default ``probe intervene RUN_DIR -c multi_turn``."""
+    from core.rows import read_test_rows
+    from interventions.config import ABConfig
+    from interventions.plan import resolve_sources, select_rows
+
+    config = ABConfig(run_dir=run_dir, capability="multi_turn")
+    return select_rows(read_test_rows(resolve_sources(config)[1]), config)[0]
+
+
 def amplify(args: argparse.Namespace) -> int:
     """Part 6: the weight blend's seconds, and LDA's generation time against one unedited arm's."""
     import time
@@ -572,118 +660,6 @@ def _time_default_run(args: argparse.Namespace) -> int:
         minutes = (time.perf_counter() - start) / 60
     print(f"default A/B on the held-out rows: {minutes:.1f} min: {'PASS' if minutes <= 15 else 'FAIL'} (<= 15 min)")
     return 0
-
-
-def outcome_passes(args: argparse.Namespace) -> int:
-    """Part 5 (module doc)."""
-    import time
-
-    import numpy as np
-
-    from access.generation import Generator
-    from access.outcomes import ArmOutcomes, Outcomes
-    from access.shared_generation import generate_unedited
-    from interventions.config import ABConfig
-    from interventions.outcomes import (
-        OUTCOME_TOKEN_SECONDS,
-        REFERENCE_PARAMETERS,
-        greedy_ids,
-        outcome_inputs,
-        outcome_seconds,
-    )
-    from interventions.plan import plan_ab
-    from interventions.recipes import other
-
-    limit = args.rows if "--rows" in sys.argv else None
-    config = ABConfig(run_dir=args.outcome_passes, capability="multi_turn", limit=limit)
-    plan = plan_ab(config)
-    name = plan.config.model
-    model, target = plan.pool.model(name), plan.pool.model(other(name))
-    idx = plan.groups[plan.config.target]
-    rows = [plan.rows[i] for i in idx]
-    start = time.perf_counter()
-    generator = Generator(target, plan.tokenizer, [r.question for r in rows], plan.config.generation)
-    greedy = greedy_ids(generate_unedited(generator).ids, plan.tokenizer)
-    print(f"the {other(name)} model's greedy responses to {len(rows)} rows: {time.perf_counter() - start:.0f} s")
-    inputs = outcome_inputs(
-        plan.config, plan.tokenizer, rows, [plan.row_ids[i] for i in idx], plan.data_file, other(name), greedy
-    )
-    arms = [arm for arm in plan.arms if arm.model == name]
-    edits = [e for arm in arms for e in (arm.edits, *arm.placebo_edits)]
-    seqs = {*inputs.rows, *inputs.reference, *(s for p in inputs.pairs for s in p)}
-    tokens = sum(len(s.ids) for s in seqs)
-    print(
-        f"{len(inputs.rows)} KL rows (greedy), {len(inputs.reference)} reference rows, {len(inputs.pairs)} DPO pairs: "
-        f"{len(seqs)} sequences, {tokens} tokens; {len(edits)} arm and placebo passes on the {name} model "
-        f"({', '.join(arm.label for arm in arms)}) + the target and the unedited pass; "
-        f"torch threads {torch.get_num_threads()}"
-    )
-
-    def made(engine: str) -> Outcomes:
-        return Outcomes(model, target, inputs.rows, reference=inputs.reference, pairs=inputs.pairs, engine=engine)
-
-    before = made("full")
-    start = time.perf_counter()
-    before.unedited()
-    first = time.perf_counter() - start
-    start = time.perf_counter()
-    before_arms = [before.arm(e) for e in edits[: args.before_arms]]
-    per_pass_before = (time.perf_counter() - start) / max(1, len(before_arms))
-    print(f"before (full): target + unedited {first:.1f} s; {per_pass_before:.1f} s per arm pass")
-
-    after = made("shared")
-    start = time.perf_counter()
-    after_arms = after.arms(edits)
-    total_after = time.perf_counter() - start
-    per_pass_after = total_after / (len(edits) + 2)
-    print(
-        f"after (shared): every pass in {total_after:.1f} s, {per_pass_after:.1f} s per pass on average "
-        f"({per_pass_before / per_pass_after:.1f}x)"
-    )
-
-    def diff(a: ArmOutcomes, b: ArmOutcomes) -> float:
-        pairs = [(a.kl, b.kl), (a.kl_unedited, b.kl_unedited), (a.reference_logprob, b.reference_logprob)]
-        pairs += [(a.margin / 100, b.margin / 100)]  # a margin is a sum over ~50 tokens: per-token scale
-        return max(float(np.max(np.abs(x - y))) if x.size else 0.0 for x, y in pairs)
-
-    worst = max((diff(a, b) for a, b in zip(before_arms, after_arms, strict=False)), default=float("nan"))
-    print(
-        f"largest difference between the engines (KL, mean log-prob, margin/100): {worst:.2e}: "
-        f"{'PASS' if worst <= 1e-5 else 'FAIL'} (<= 1e-5)"
-    )
-    scale = len(default_rows(args.outcome_passes)) / len(rows)
-    outcome_minutes = total_after * scale / 60
-    estimate = args.generation_minutes + outcome_minutes
-    before_minutes = args.generation_minutes + (first + per_pass_before * len(edits)) * scale / 60
-    mean_prompt = float(np.mean([len(s.ids) - s.n_response for s in inputs.rows]))
-    counted = outcome_seconds(
-        1, len(rows), mean_prompt, plan.config.generation.max_new_tokens, len(inputs.pairs), REFERENCE_PARAMETERS
-    )
-    pace = per_pass_after / (counted / OUTCOME_TOKEN_SECONDS)
-    print(
-        f"pace: {pace * 1e3:.2f} ms per token as interventions.outcomes.outcome_seconds counts them (mean prompt "
-        f"{mean_prompt:.0f} tokens; OUTCOME_TOKEN_SECONDS is {OUTCOME_TOKEN_SECONDS * 1e3:.2f} ms)"
-    )
-    print(
-        f"default probe intervene, estimated: {args.generation_minutes:.1f} min generation (--outcomes off) + "
-        f"{outcome_minutes:.1f} min outcomes = {estimate:.1f} min (before: {before_minutes:.1f} min): "
-        f"{'PASS' if estimate <= 20.0 else 'FAIL'} (<= 20 min)"
-    )
-    print(
-        f"--outcomes only, estimated: {outcome_minutes:.1f} min of outcome passes (model loading not counted): "
-        f"{'PASS' if outcome_minutes <= 10.0 else 'FAIL'} (<= 10 min)"
-    )
-    return 0
-
-
-def default_rows(run_dir: Path) -> list[int]:
-    """The multi_turn rows of the default ``probe intervene RUN_DIR -c multi_turn``."""
-    from core.rows import read_test_rows
-    from interventions.config import ABConfig
-    from interventions.plan import resolve_sources, select_rows
-
-    config = ABConfig(run_dir=run_dir, capability="multi_turn")
-    return select_rows(read_test_rows(resolve_sources(config)[1]), config)[0]
 
 
 def main() -> int:
