@@ -33,43 +33,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 from torch.utils.hooks import RemovableHandle
 
+from access.hook_table import HOOK_POINTS, HOOK_TABLE, Part
 from core.errors import ProbeError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-Part = Literal["attention", "mlp", "down_proj", "block"]
-
-
-@dataclass(frozen=True)
-class HookPoint:
-    """One hook point: which module of a block carries it, input or output, its width, its names elsewhere."""
-
-    name: str
-    part: Part
-    is_input: bool  # the module's input (a pre-hook) rather than its output
-    width: Literal["d_model", "d_mlp"]
-    tl_name: str  # TransformerLens's name, with {i} for the block
-    block_order: int  # when it fires within one block's forward (0 first)
-
-
-HOOK_TABLE: dict[str, HookPoint] = {
-    row.name: row
-    for row in (
-        HookPoint("mlp_out", "mlp", False, "d_model", "blocks.{i}.hook_mlp_out", 2),
-        HookPoint("attn_out", "attention", False, "d_model", "blocks.{i}.hook_attn_out", 0),
-        HookPoint("resid_post", "block", False, "d_model", "blocks.{i}.hook_resid_post", 3),
-        HookPoint("mlp_post", "down_proj", True, "d_mlp", "blocks.{i}.mlp.hook_post", 1),
-    )
-}
-HOOK_POINTS: tuple[str, ...] = tuple(HOOK_TABLE)
-EXECUTION_ORDER: tuple[str, ...] = tuple(sorted(HOOK_TABLE, key=lambda name: HOOK_TABLE[name].block_order))
 
 HookFn = Callable[[torch.Tensor], torch.Tensor | None]
 

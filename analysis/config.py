@@ -24,10 +24,30 @@ from core.config_fields import option
 from core.config_file import NON_NEGATIVE, POSITIVE, SEED, Range, choice, typed_config
 from core.errors import ProbeError
 
-# computed from the recorded activations alone
-ACTIVATION_METRICS: tuple[str, ...] = ("topk_count", "mean_diff", "effect_size")
-# attribution: a gradient pass through the models, analysis.attribution_maps
-METRICS: tuple[str, ...] = (*ACTIVATION_METRICS, "attribution")
+
+@dataclass(frozen=True)
+class Metric:
+    """One ranking metric: whether it is computed from the recorded activations alone, and how figures and tables
+    name its values and its difference between the models."""
+
+    name: str
+    from_activations: bool  # False: a gradient pass through the models (attribution, analysis.attribution_maps)
+    value_label: str
+    delta_label: str
+    short: str  # a column name
+
+
+METRIC_TABLE: dict[str, Metric] = {
+    metric.name: metric
+    for metric in (
+        Metric("topk_count", True, "count in top k%", "Δ count", "count"),
+        Metric("mean_diff", True, "mean activation", "Δ mean", "mean"),
+        Metric("effect_size", True, "mean activation", "d_z", "d_z"),
+        Metric("attribution", False, "mean activation", "est. Δm (SFT value)", "attribution"),
+    )
+}
+METRICS: tuple[str, ...] = tuple(METRIC_TABLE)
+ACTIVATION_METRICS: tuple[str, ...] = tuple(name for name, m in METRIC_TABLE.items() if m.from_activations)
 ATTRIBUTION_MS: tuple[str, ...] = ("reference_logprob", "dpo_margin")  # probes.attribution.M_CHOICES
 ATTRIBUTION_POSITIONS: tuple[str, ...] = ("all", "response")
 NORMALIZATIONS: tuple[str, ...] = ("samples", "width")

@@ -33,6 +33,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.basis import basis_of_settings
+from analysis.config import METRIC_TABLE
 from analysis.metric_maps import MetricMaps
 from analysis.profile import layer_profile, unit_order
 from analysis.window import format_layers
@@ -41,25 +42,13 @@ from core.capabilities import parse_capability
 from core.errors import ProbeError
 
 _BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
-_VALUE_LABEL = {
-    "topk_count": "count in top k%",
-    "mean_diff": "mean activation",
-    "effect_size": "mean activation",
-    "attribution": "mean activation",
-}
-_DELTA_LABEL = {
-    "topk_count": "Δ count",
-    "mean_diff": "Δ mean",
-    "effect_size": "d_z",
-    "attribution": "est. Δm (SFT value)",
-}
 _TITLE_ROOM = {"t": 120}  # a title and its window subtitle above the first panel's own title
 
 
 def delta_label(maps: MetricMaps) -> str:
     """What Δ means for this map, including the normalisation of count differences."""
     if maps.metric != "topk_count":
-        return _DELTA_LABEL[maps.metric]
+        return METRIC_TABLE[maps.metric].delta_label
     return "Δ count / N" if maps.settings.get("normalize", "samples") == "samples" else "Δ count / width"
 
 
@@ -93,7 +82,7 @@ def _symmetric(values: np.ndarray) -> float:
 def maps_figure(maps: MetricMaps, reorder: bool = False) -> go.Figure:
     """Three stacked heatmaps: SFT, DPO, and DPO − SFT (diverging, centred at 0)."""
     order, x, x_title = _columns(maps, reorder)
-    value_label = _VALUE_LABEL[maps.metric]
+    value_label = METRIC_TABLE[maps.metric].value_label
     fig = make_subplots(
         rows=3,
         cols=1,

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from einops import rearrange, reduce
 
-from access.hook_points import HOOK_TABLE
+from access.hook_table import HOOK_TABLE
 from analysis.checkpoint import Checkpoint
 from analysis.maps import read_window
 from core.errors import ProbeError

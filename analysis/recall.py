@@ -33,8 +33,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from access.hook_table import NEURONS
 from analysis.basis import basis_of_settings
-from analysis.config import ACTIVATION_METRICS, AnalysisConfig
+from analysis.config import ACTIVATION_METRICS, BASES, AnalysisConfig
 from analysis.local_basis import basis_maps, top_unit_pairs
 from analysis.profile import layer_profile
 from core.errors import ProbeError
@@ -66,10 +67,10 @@ def planted_recall(
     run_dir: str | Path,
     units: Sequence[tuple[int, int]],
     capability: str = "multi_turn",
-    hook: str = "mlp_post",
+    hook: str = NEURONS,
     ks: Sequence[int | None] = (None,),
     metrics: Sequence[str] = ACTIVATION_METRICS,
-    bases: Sequence[str] = ("global", "local"),
+    bases: Sequence[str] = BASES,
     layers: str = "all",
 ) -> list[RecallRow]:
     """One :class:`RecallRow` per metric × basis × k (module doc); ``layers``: the window ranked (default all)."""

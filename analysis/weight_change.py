@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 from einops import rearrange
 
-from access.hook_points import HOOK_TABLE, validate_hook
+from access.hook_points import validate_hook
+from access.hook_table import HOOK_TABLE, READS, Part
 from analysis.checkpoint import LAYOUT, Checkpoint, MlpPart, check_same_shape, same_tensor_shape
 from core.errors import ProbeError
 
@@ -138,31 +139,34 @@ def weight_change(a: Checkpoint, b: Checkpoint, hooks: Iterable[str], transition
     check_same_shape(a, b)
     n_layers = a.shape.n_layers
     rows: dict[str, list[dict[str, Squares]]] = {h: [] for h in hooks}
+    part_of = {hook: HOOK_TABLE[hook].part for hook in hooks}
     running: dict[str, Squares] = {}
-    if "resid_post" in hooks:
+    if "block" in part_of.values():
         running["embedding"] = _part(a, b, LAYOUT.embedding, "", 0)
     for layer in range(n_layers):
-        parts = _layer_parts(a, b, layer, hooks)
-        if "mlp_post" in hooks:
-            rows["mlp_post"].append({"gate": parts["gate"], "up": parts["up"], "down": parts["down_columns"]})
-        if "mlp_out" in hooks:
-            rows["mlp_out"].append({"down": parts["down_rows"]})
-        if "attn_out" in hooks:
-            rows["attn_out"].append({"o_proj": parts["o_rows"]})
-        if "resid_post" in hooks:
+        parts = _layer_parts(a, b, layer, set(part_of.values()))
+        if "block" in part_of.values():
             for name, key in (("attention", "o_rows"), ("mlp", "down_rows")):
                 running[name] = running[name] + parts[key] if name in running else parts[key]
-            rows["resid_post"].append(dict(running))
+        for hook, part in part_of.items():
+            rows[hook].append(dict(running) if part == "block" else {piece: parts[key] for piece, key in PIECES[part]})
     return {hook: _assemble(hook, transition, rows[hook]) for hook in hooks}
 
 
-def _layer_parts(a: Checkpoint, b: Checkpoint, layer: int, hooks: list[str]) -> dict[str, Squares]:
-    """The squares one layer contributes, reading only the tensors the hooks need (each once)."""
+PIECES: dict[Part, tuple[tuple[str, str], ...]] = {
+    "down_proj": (("gate", "gate"), ("up", "up"), ("down", "down_columns")),
+    "mlp": (("down", "down_rows"),),
+    "attention": (("o_proj", "o_rows"),),
+}  # what each hook point's part reads, by piece name; "block" sums the attention's and the MLP's rows
+
+
+def _layer_parts(a: Checkpoint, b: Checkpoint, layer: int, wanted: set[Part]) -> dict[str, Squares]:
+    """The squares one layer contributes, reading only the tensors the hook points' parts need (each once)."""
     parts: dict[str, Squares] = {}
-    if "mlp_post" in hooks:
+    if "down_proj" in wanted:
         parts["gate"] = _mlp(a, b, layer, "gate", 1)
         parts["up"] = _mlp(a, b, layer, "up", 1)
-    if {"mlp_post", "mlp_out", "resid_post"} & set(hooks):
+    if any("mlp" in READS[part] for part in wanted):
         down_a, down_b = a.mlp_weight(layer, "down"), b.mlp_weight(layer, "down")
         same_tensor_shape(a, b, a.mlp_name(layer, "down"))
         parts["down_columns"] = _squares(down_a, down_b, 0)
@@ -171,7 +175,7 @@ def _layer_parts(a: Checkpoint, b: Checkpoint, layer: int, hooks: list[str]) -> 
         if a.has(bias) and b.has(bias):
             parts["down_rows"] = parts["down_rows"] + _squares(*_bias_rows(a, b, bias), 1)
         del down_a, down_b
-    if {"attn_out", "resid_post"} & set(hooks):
+    if any("attention" in READS[part] for part in wanted):
         parts["o_rows"] = _attention(a, b, layer)
     return parts
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Annotated
 
 from access.factors import PAPER_FACTOR, parse_factors, validate_factor
+from access.hook_table import DEFAULT_HOOK
 from core.config_fields import option
 from core.config_file import POSITIVE, choice, typed_config
 from core.errors import ProbeError
@@ -55,7 +56,7 @@ class EditSpec:
         None, "Top K units by |delta| of the run's ranking (or of --neurons)."
     )
     units: str | None = option(None, "Explicit units LAYER:UNIT[,...], e.g. 14:3,14:9,20:0.")
-    hook: str = option("mlp_out", "Hook point for --top-k from a run and --units.")
+    hook: str = option(DEFAULT_HOOK, "Hook point for --top-k from a run and --units.")
     doses: list[float] = option(
         help="Dose sweep: comma-separated factors, e.g. 0,0.5,0.999999.",
         default_factory=list,

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from access.units import Neuron, NeuronSet
+from analysis.config import ACTIVATION_METRICS
 from core.config_file import OptionError
 from core.errors import ProbeError
 from core.run_dir import AnalysisDir, RunDir
@@ -56,8 +57,6 @@ if TYPE_CHECKING:
     from analysis.metric_maps import MetricMaps
     from analysis.window import Window
     from probes.store import RunReader
-
-FRESH_METRICS = ("topk_count", "mean_diff", "effect_size")  # cheap to rank afresh from the recorded activations
 
 
 def rule_names(spec: str | list[str]) -> list[str]:
@@ -118,7 +117,7 @@ def _rule_set(run: RunReader, run_dir: Path, rule: str, capability: str, hook: s
     if saved is not None:
         maps, path = saved
         source = f"from {path} (probe analyze)"
-    elif metric in FRESH_METRICS:
+    elif metric in ACTIVATION_METRICS:  # cheap to rank afresh from the recorded activations
         maps = _fresh_maps(run, metric, capability, hook)
         source = f"ranked afresh from activations.h5 (no saved {metric} analysis; default settings)"
     else:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from access.hook_points import validate_hook
+from access.hook_table import DEFAULT_HOOK
 from access.units import Neuron, NeuronSet
 from core.errors import ProbeError
 from core.run_dir import RunDir
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 MAX_INDEX = 1 << 20
 
 
-def parse_units(spec: str, hook: str = "mlp_out") -> NeuronSet:
+def parse_units(spec: str, hook: str = DEFAULT_HOOK) -> NeuronSet:
     """Parse ``"14:3,14:9,20:0"`` (also ``"14:3-7"`` for a unit range) into a manual neuron set."""
     validate_hook(hook)
     neurons: list[Neuron] = []

@@ -23,6 +23,7 @@ from typing import Annotated, Any, cast
 
 from access.directions import DEFAULT_LOCAL, LOCAL_CHOICES
 from access.driver_table import DEFAULT_DRIVER, DRIVERS
+from access.hook_table import DEFAULT_HOOK, HOOK_POINTS
 from core.capabilities import Capability, parse_capabilities
 from core.config_fields import nested, option
 from core.config_file import DIRECTORY, POSITIVE, SEED, OptionError, Range, choice, typed_config
@@ -43,7 +44,7 @@ _LAYER_SPEC = re.compile(r"^\s*(all|\d+(\s*-\s*\d*)?(\s*,\s*\d+(\s*-\s*\d*)?)*)\
 
 
 def _hooks(value: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
-    from access.hook_points import HOOK_POINTS, validate_hook  # torch: not for `probe --help`
+    from access.hook_points import validate_hook  # torch: not for `probe --help`
 
     items = value.split(",") if isinstance(value, str) else [p for v in value for p in v.split(",")]
     hooks: list[str] = []
@@ -110,7 +111,7 @@ class RecordConfig:
         aliases=["-c"],
     )
     hooks: str | list[str] | tuple[str, ...] = option(
-        ("mlp_out",),
+        (DEFAULT_HOOK,),
         "Hook point(s): mlp_out (the paper's), attn_out, resid_post, mlp_post (true MLP neurons). "
         "Repeat or comma-separate.",
         flag="--hook",

@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from access.hook_points import HOOK_TABLE, parse_layers
+from access.hook_points import parse_layers
+from access.hook_table import HOOK_TABLE
 from core.chat import pad_id_of
 from core.errors import Interrupted, ProbeError
 from core.models import warn

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from access.hook_table import DEFAULT_HOOK
 from analysis.depth_share import DepthShareResult
 from analysis.explain_record import ExplainRecord
 from analysis.metric_maps import MetricMaps
@@ -19,7 +20,7 @@ from study.verdicts import Verdict
 if TYPE_CHECKING:
     from analysis.local_basis import BasisProfiles
 
-PAPER_HOOK = "mlp_out"  # the paper's Llama hook point: the claims read it when it was analysed
+PAPER_HOOK = DEFAULT_HOOK  # the paper's Llama hook point: the claims read it when it was analysed
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ import torch
 from access.edited_generation import ABGenerator
 from access.edits import EDIT_KINDS, Add, Edit, Patch, Scale, Set, edits
 from access.generation import GenerationConfig
-from access.hook_points import HOOK_POINTS, attach, n_layers, width
+from access.hook_points import attach, n_layers, width
+from access.hook_table import HOOK_POINTS
 from core.errors import ProbeError
 from core.rows import read_test_rows
 from interventions.selection import parse_units

@@ -11,7 +11,8 @@ from access.edited_generation import ABGenerator, Intervention
 from access.edits import scaled_units
 from access.factors import PAPER_FACTOR
 from access.generation import GenerationConfig
-from access.hook_points import HOOK_POINTS, attach, module_for
+from access.hook_points import attach, module_for
+from access.hook_table import HOOK_POINTS
 from access.scaling import dtype_noop_fraction
 from access.units import Neuron, NeuronSet
 from core.chat import encode_conversations, left_pad

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from access.drivers import HookFiringError, make_backend
-from access.hook_points import HOOK_POINTS
+from access.hook_table import HOOK_POINTS
 from access.pair import load_pair
 from core.capabilities import Capability
 from core.chat import pad_id_of

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from access.hook_table import NEURONS
 from core.errors import ProbeError
 from core.records import read_record, to_json
 
@@ -56,7 +57,7 @@ if TYPE_CHECKING:
 
 PLANTED_FILE = "planted.json"
 WEIGHTS = "model.safetensors"
-HOOK = "mlp_post"
+HOOK = NEURONS
 UP_ROW = "model.layers.{layer}.mlp.up_proj.weight"
 SKIPPED = ("COMPLETE.json", WEIGHTS)  # not copied: the base's build marker would not describe the copy
 

@@ -38,6 +38,7 @@ from einops import rearrange, reduce
 from access.batches import TokenBatch
 from access.driver_table import driver, editing_driver
 from access.hook_points import module_for, width
+from access.hook_table import HOOK_TABLE
 from core.errors import ProbeError
 from core.models import input_embedding
 
@@ -186,7 +187,7 @@ class Collector:
                 "the model's modules do not match the architecture table (a module used twice, or bypassed)"
             )
         if full_width != self.widths[hook]:
-            what = "intermediate_size" if hook == "mlp_post" else "hidden_size"
+            what = "intermediate_size" if HOOK_TABLE[hook].width == "d_mlp" else "hidden_size"
             raise HookFiringError(
                 f"hook point {hook} at layer {layer} has width {full_width}, expected {self.widths[hook]} ({what})"
             )

@@ -29,7 +29,8 @@ from einops import rearrange
 
 from access.batches import TokenBatch
 from access.drivers.base import Collector, SiteEdits, check_distinct_modules, reduce_positions
-from access.hook_points import EXECUTION_ORDER, HOOK_TABLE, module_for, module_path, resolve
+from access.hook_points import module_for, module_path, resolve
+from access.hook_table import EXECUTION_ORDER, HOOK_TABLE
 from core.errors import ProbeError
 from core.models import input_embedding
 

@@ -20,7 +20,7 @@ import torch
 
 from access.batches import TokenBatch
 from access.drivers.base import Collector, check_distinct_modules
-from access.hook_points import HOOK_TABLE
+from access.hook_table import HOOK_TABLE
 from core.errors import ProbeError
 from core.models import input_embedding
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from analysis.config import METRIC_TABLE
 from analysis.explain_config import ExplainConfig
 from core.config_file import Range
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, count_option
@@ -29,9 +30,7 @@ if TYPE_CHECKING:
     from analysis.readout import ReadOut
 
 RANK_NAMES = {
-    "topk_count": "count",
-    "mean_diff": "mean",
-    "effect_size": "d_z",
+    **{name: metric.short for name, metric in METRIC_TABLE.items()},
     "weights_sft_dpo": "w s→d",
     "weights_base_sft": "w b→s",
 }
