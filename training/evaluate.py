@@ -10,6 +10,13 @@ and the SFT-vs-DPO difference an exact McNemar test on the rows where they disag
 A row *complies* when every capability it is judged on scores 1 (undecided scores are
 counted separately and excluded).
 
+Past one process (:func:`evaluate_pair_shared`): the rows are cut into batches by one plan (the rows in prompt-length
+order, ``batch_size`` at a time, each batch generated on its own), so a batch's responses are the same whoever
+generates it. Batch *k* of what is still missing belongs to rank ``k % N``; every finished batch is kept in a journal
+(:func:`journal_dir`) until rank 0 has judged the whole set, so a killed run resumes where it stopped, with any
+number of processes. The processes are a :class:`Share`: ``probes.distributed.World`` under torchrun / accelerate
+launch (the CLI passes it; this room sits below probes and does not import it), :data:`ONE_PROCESS` otherwise.
+
 When the untouched base model is judged too, the result carries the discrimination gate of
 :mod:`data_synthesis.heldout.gate` (each model within 10-90% on every capability), and rows
 that name a ``group`` (the held-out split's levels and priority variants) get a per-group
@@ -18,6 +25,8 @@ compliance table.
 Example:
     >>> mcnemar_from_scores([1, 1, 0, None], [0, 0, 0, 1])   # two rows SFT complies on and DPO does not
     0.5
+    >>> batch_plan([30, 10, 20, 10], batch_size=2)   # row indices by prompt length, two at a time
+    [[1, 3], [2, 0]]
     >>> config = PairEvalConfig(sft_dir="runs/sft", dpo_dir="runs/dpo", test_file="data/test.jsonl")  # doctest: +SKIP
     >>> result = evaluate_pair(config)                                                     # doctest: +SKIP
     >>> result.rates("sft")["multi_turn"]                                                  # doctest: +SKIP
@@ -26,11 +35,13 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -38,7 +49,7 @@ from access.generation import Generator
 from access.shared_generation import generate_unedited
 from core.capabilities import ALL_CAPABILITIES, capabilities_of
 from core.decoding import EVAL_GENERATION, GenerationConfig
-from core.errors import ProbeError
+from core.errors import Interrupted, ProbeError
 from core.judges import Judge, Verdict, make_judge
 from core.records import to_json
 from core.rows import read_test_rows, row_location
@@ -46,6 +57,45 @@ from core.schema import TestRow
 from core.stats import discordant, mcnemar_p, paired_bootstrap_ci, wilson
 from data_synthesis.heldout.gate import discrimination_gate
 from training.eval_config import PairEvalConfig
+
+T = TypeVar("T")
+
+
+class Share(Protocol):
+    """The processes that share an evaluation: ``probes.distributed.World`` satisfies it (see the module doc)."""
+
+    @property
+    def is_main(self) -> bool: ...
+
+    def owns(self, index: int) -> bool: ...
+
+    def agree(self, step: Callable[[], T]) -> T: ...
+
+    def on_main(self, step: Callable[[], T]) -> T: ...
+
+    def barrier(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class _OneProcess:
+    """One process does all the work."""
+
+    is_main: bool = True
+
+    def owns(self, index: int) -> bool:
+        return index >= 0  # every batch
+
+    def agree(self, step: Callable[[], T]) -> T:
+        return step()
+
+    def on_main(self, step: Callable[[], T]) -> T:
+        return step()
+
+    def barrier(self) -> None:
+        return None
+
+
+ONE_PROCESS: Share = _OneProcess()
 
 
 @dataclass
@@ -263,15 +313,16 @@ def _row_namer(test_file: str | Path, all_rows: Sequence[TestRow], rows: Sequenc
 
 def _check_rendering(
     model_dir: str | Path, rows: Sequence[TestRow], where: Callable[[int], str], flag: str = "--sft"
-) -> None:
+) -> list[int]:
     """Render every prompt with the model's tokenizer before any weights load: a refused row, or a chat template that
-    fails or renders nothing, fails in a second."""
+    fails or renders nothing, fails in a second. Returns the prompts' lengths in tokens."""
     from core.chat import encode_conversations
     from core.models import load_tokenizer
 
-    encode_conversations(
+    encoded = encode_conversations(
         load_tokenizer(model_dir, flag), [row.question for row in rows], add_generation_prompt=True, where=where
     )
+    return [len(ids) for ids in encoded]
 
 
 def pair_warnings(sft_dir: str | Path, dpo_dir: str | Path, base_dir: str | Path | None = None) -> list[str]:
@@ -294,23 +345,162 @@ def evaluate_pair(
     config: PairEvalConfig, *, judge: Judge | None = None, progress: Callable[[str], None] | None = None
 ) -> PairEvaluation:
     """Judge both models (and the untouched base of ``config.models``, if given) on the (optionally subsampled) test
-    split."""
+    split, in this process."""
+    result = evaluate_pair_shared(config, ONE_PROCESS, judge=judge, progress=progress)
+    if result is None:  # pragma: no cover - one process is always rank 0
+        raise RuntimeError("one process returned no result")
+    return result
+
+
+def batch_plan(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """The rows' batches, the same for any number of processes: row indices in prompt-length order (ties in row
+    order), ``batch_size`` at a time."""
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+
+
+def journal_dir(key: str) -> Path:
+    """Where the finished batches of the evaluation ``key`` wait until rank 0 has judged them all."""
+    from core.home import probe_home
+
+    return probe_home() / "journal" / "eval" / key[:16]
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    rows: list[TestRow]
+    where: Callable[[int], str]
+    batches: list[list[int]]
+    models: list[tuple[str, str | Path]]
+
+
+def _prepare(config: PairEvalConfig) -> _Prepared:
+    """The picked rows, checked: every prompt renders with every model's tokenizer."""
     all_rows = read_test_rows(config.test_file)
     rows = select_rows(all_rows, config.max_rows)
     if not rows:
         raise ProbeError(f"--test {config.test_file}: the file has no rows")
     where = _row_namer(config.test_file, all_rows, rows)
     dirs = config.models
+    lengths: list[int] = []
     for flag, path in (("--sft", dirs.sft), ("--dpo", dirs.dpo), ("--base", dirs.base)):
         if path is not None:  # a broken directory or template fails now, not after the other models' generations
-            _check_rendering(path, rows, where, flag)
+            found = _check_rendering(path, rows, where, flag)
+            lengths = lengths or found  # the plan follows the SFT tokenizer's lengths, whoever generates
+    models = [("base", dirs.base)] if dirs.base is not None else []
+    return _Prepared(
+        rows, where, batch_plan(lengths, config.generation.batch_size), [*models, ("sft", dirs.sft), ("dpo", dirs.dpo)]
+    )
+
+
+def _journal_key(config: PairEvalConfig, prepared: _Prepared, device: str) -> str:
+    """What the kept responses depend on: the rows, the plan, the generation, each model's weights, the device kind."""
+    from core.provenance import file_sha256, weights_sha256
+
+    body = {
+        "test": file_sha256(config.test_file),
+        "rows": [row.question for row in prepared.rows],
+        "batches": prepared.batches,
+        "generation": asdict(config.generation),
+        "models": {name: weights_sha256(path) for name, path in prepared.models},
+        "device": device.split(":")[0],
+    }
+    return hashlib.sha256(json.dumps(to_json(body), sort_keys=True).encode()).hexdigest()
+
+
+def evaluate_pair_shared(
+    config: PairEvalConfig,
+    share: Share,
+    *,
+    device: str = "cpu",
+    judge: Judge | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> PairEvaluation | None:
+    """:func:`evaluate_pair` with the batches of each model dealt over ``share``'s processes and kept in the journal;
+    rank 0 judges and returns the result, the other ranks None. Ctrl-C keeps the finished batches."""
+    prepared = share.agree(lambda: _prepare(config))
+    journal = share.on_main(lambda: journal_dir(_journal_key(config, prepared, device)))
+    try:
+        for name, path in prepared.models:
+            if progress and share.is_main:
+                progress(name)
+            _generate_share(name, path, prepared, config.generation, journal, share, device)
+        share.barrier()
+    except KeyboardInterrupt:
+        raise Interrupted(f"evaluation stopped; {kept_batches(journal)}; rerun the same command to resume") from None
+    result = share.on_main(lambda: _judged(config, prepared, journal, judge))
+    return result if share.is_main else None
+
+
+def kept_batches(journal: Path) -> str:
+    """'N finished batches are kept in JOURNAL' (what a stopped evaluation leaves for the next)."""
+    count = len(list(journal.glob("*/*.json"))) if journal.is_dir() else 0
+    return f"{count} finished batches are kept in {journal}"
+
+
+def _generate_share(
+    name: str,
+    path: str | Path,
+    prepared: _Prepared,
+    generation: GenerationConfig,
+    journal: Path,
+    share: Share,
+    device: str,
+) -> None:
+    """This rank's share of the batches of one model still missing from the journal."""
+    from core.atomic import write_atomic
+    from core.models import load_causal_lm
+
+    done = share.on_main(lambda: {p.stem for p in (journal / name).glob("*.json")})
+    pending = [k for k in range(len(prepared.batches)) if f"{k:06d}" not in done]
+    mine = [k for i, k in enumerate(pending) if share.owns(i)]
+    loaded = share.agree(
+        lambda: load_causal_lm(Path(path), f"--{name}", device=device, eval_mode=True) if mine else None
+    )
+    if loaded is None:
+        return
+    model, tokenizer = loaded
+    (journal / name).mkdir(parents=True, exist_ok=True)
+    for k in mine:
+        batch = prepared.batches[k]
+        questions = [prepared.rows[i].question for i in batch]
+        generator = Generator(model, tokenizer, questions, generation, _in_batch(prepared.where, batch))
+        texts = generate_unedited(generator).texts
+        write_atomic(journal / name / f"{k:06d}.json", json.dumps({"rows": batch, "responses": texts}))
+
+
+def _in_batch(where: Callable[[int], str], batch: list[int]) -> Callable[[int], str]:
+    """Names prompt ``j`` of a batch by its row's file and line."""
+    return lambda j: where(batch[j])
+
+
+def _responses(journal: Path, name: str, prepared: _Prepared) -> list[str]:
+    """One model's responses in row order, from the journal."""
+    responses = [""] * len(prepared.rows)
+    for k, batch in enumerate(prepared.batches):
+        path = journal / name / f"{k:06d}.json"
+        try:
+            kept = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ProbeError(f"{path}: a finished batch is missing or damaged ({exc}); rerun to generate it") from None
+        if kept.get("rows") != batch:
+            raise ProbeError(f"{path}: holds other rows than batch {k} of this evaluation; delete it and rerun")
+        for i, text in zip(batch, kept["responses"], strict=True):
+            responses[i] = text
+    return responses
+
+
+def _judged(config: PairEvalConfig, prepared: _Prepared, journal: Path, judge: Judge | None) -> PairEvaluation:
+    """Rank 0: every model's responses judged and compared; then the journal goes."""
+    rows, dirs = prepared.rows, config.models
     judge = judge or make_judge("rules")
     results = {}
-    models = [("base", dirs.base)] if dirs.base is not None else []
-    for name, path in [*models, ("sft", dirs.sft), ("dpo", dirs.dpo)]:
-        if progress:
-            progress(name)
-        results[name] = evaluate_model(path, rows, judge, config.generation, where, flag=f"--{name}")
+    for name, path in prepared.models:
+        responses = _responses(journal, name, prepared)
+        verdicts = judge.judge(rows, responses)
+        scores = [_verdict_scores(v, r) for v, r in zip(verdicts, rows, strict=True)]
+        results[name] = ModelEvaluation(str(path), responses, scores)
+    shutil.rmtree(journal, ignore_errors=True)
     counts: dict[str, int] = {}
     for row in rows:
         counts[row.task] = counts.get(row.task, 0) + 1

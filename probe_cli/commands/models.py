@@ -15,7 +15,7 @@ training data, and whether the discrimination gate holds.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -25,6 +25,9 @@ from probe_cli.console import console
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
 from probe_cli.pairs import default_pair, pair_option, pair_sources
 from training.eval_config import HELDOUT, SPLITS, PairEvalConfig
+
+if TYPE_CHECKING:
+    from probes.distributed import World
 
 models_app = typer.Typer(
     help="The embedded default SFT/DPO pair, its pretrained base and its evaluation.", no_args_is_help=True
@@ -131,8 +134,23 @@ def evaluate(
     pair_name: str = pair_option(),
     out: Path | None = typer.Option(None, "--out", help="Also write the full result (responses, scores) as JSON."),
 ) -> None:
-    """Greedy generation + rule judge: per-capability compliance of SFT vs DPO."""
-    from training.evaluate import evaluate_pair, pair_warnings
+    """Greedy generation + rule judge: per-capability compliance of SFT vs DPO.
+
+    Under torchrun / accelerate launch the batches are dealt to the processes; rank 0 judges and reports.
+    """
+    from probes.distributed import joined, machine_device, reported_once, world_from_env
+
+    world = world_from_env()
+    with reported_once(world):
+        config = _eval_config(settings, pair_name, out, world)
+        device = machine_device(None, world) or "cpu"
+        with joined(world):
+            _evaluate(config, out, world, device)
+
+
+def _eval_config(settings: ConfigFlags, pair_name: str, out: Path | None, world: World) -> PairEvalConfig:
+    """The config the options and the pair name give; warnings and the held-out overlap printed once (rank 0)."""
+    from training.evaluate import pair_warnings
 
     given = settings.given
     sft, dpo, test, base = given("sft_dir"), given("dpo_dir"), given("test_file"), given("base_dir")
@@ -148,12 +166,30 @@ def evaluate(
 
         test = heldout_test_file()
     sft, dpo, test = pair_sources(pair_name, sft, dpo, test)
+    config: PairEvalConfig = settings.build(sft_dir=sft, dpo_dir=dpo, test_file=test, base_dir=base)
+    if world.is_main:
+        err = console(stderr=True)
+        for warning in pair_warnings(sft, dpo, base):
+            err.print(f"[yellow]warning:[/yellow] {warning}")
+        _print_overlap(test, data_dir)
+    return config
+
+
+def _evaluate(config: PairEvalConfig, out: Path | None, world: World, device: str) -> None:
+    from probes.distributed import PeerLost
+    from training.evaluate import evaluate_pair_shared
+
     err = console(stderr=True)
-    for warning in pair_warnings(sft, dpo, base):
-        err.print(f"[yellow]warning:[/yellow] {warning}")
-    config = settings.build(sft_dir=sft, dpo_dir=dpo, test_file=test, base_dir=base)
-    _print_overlap(test, data_dir)
-    result = evaluate_pair(config, progress=lambda name: err.print(f"generating and judging: {name}"))
+    try:
+        result = evaluate_pair_shared(
+            config, world, device=device, progress=lambda name: err.print(f"generating and judging: {name}")
+        )
+    except PeerLost as lost:
+        raise PeerLost(
+            f"{lost}; the finished batches are kept: rerun the same command to resume", lost.reporter, lost.dead
+        ) from None
+    if result is None:  # a helper rank: its share is in the journal, rank 0 reports
+        return
     print_table(result)
     if out:
         result.save(out)

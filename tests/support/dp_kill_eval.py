@@ -1,0 +1,32 @@
+"""Entry point for the data-parallel ``probe models eval`` test: rank 1 dies as it starts its second batch.
+
+Its first batch is then kept in the journal. ``os._exit`` runs no cleanup, like ``kill -9``; torchrun then tears
+the other ranks down, as it does when a real rank is killed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import training.evaluate as evaluate
+from probe_cli.main import main
+
+
+def _die_on_second_batch() -> None:
+    generate = evaluate.generate_unedited
+    calls = []
+
+    def generate_or_die(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            os._exit(9)
+        return generate(*args, **kwargs)
+
+    evaluate.generate_unedited = generate_or_die
+
+
+if __name__ == "__main__":
+    if os.environ.get("RANK") == "1":
+        _die_on_second_batch()
+    main(sys.argv[1:])
