@@ -49,9 +49,10 @@ generated here first). ``before`` is the engine the outcomes had (``Outcomes(eng
 every arm from block 0, a patch's source in lockstep), timed on its first call (the target and the unedited pass)
 and on ``--before-arms`` arms; ``after`` is ``Outcomes.arms`` on every arm at once. It prints both, the largest
 difference between the two engines' outcomes on the arms both ran (the tolerance the tests hold: 1e-5), and the
-default run's estimated wall time: ``--generation-minutes`` (the run with ``--outcomes off``; 13.6 by default, the
-13 min 37 s measured on 2026-11-27) plus the outcome passes at the measured pace, PASS/FAIL against 20 minutes.
-``--rows N`` runs N rows and scales the outcome passes by rows.
+default run's estimated wall time: ``--generation-minutes`` (the run with ``--outcomes off``; 6.5 by default, part
+7's estimate for the default held-out rows, docs/interventions.md) plus the outcome passes at the measured pace,
+PASS/FAIL against 20 minutes (10 for ``--outcomes only``). ``--rows N`` runs N rows and scales the outcome passes by
+rows.
 
     python benchmarks/bench_interventions.py --outcome-passes runs/latest [--rows 40] [--before-arms 1]
 
@@ -695,7 +696,7 @@ def main() -> int:
     )
     parser.add_argument("--before-arms", type=int, default=1, help="part 5: arm passes timed on the engine before")
     parser.add_argument(
-        "--generation-minutes", type=float, default=13.6, help="part 5: the default run with --outcomes off"
+        "--generation-minutes", type=float, default=6.5, help="part 5: the default run with --outcomes off"
     )
     parser.add_argument("--amplify", action="store_true", help="part 6: the amplification arms' extra cost")
     parser.add_argument("--source-dir", type=Path, default=None, help="part 6: the SFT model (default pair's)")
