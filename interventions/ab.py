@@ -306,9 +306,10 @@ class _Runner:
         """Data-parallel: decode this rank's batches of every shared pass (dealt by :func:`interventions.parallel.deal`)
         and hand them to rank 0's store; a rank other than 0 then stops (:class:`interventions.parallel.HelperDone`)."""
         jobs = [(*self._decoder(name, shared), shared) for name, shared in self._shared_jobs()]
-        budgets = world.gather([decoder.max_batch_tokens for decoder, _, _ in jobs])
-        for k, (decoder, _, _) in enumerate(jobs):  # one prompt-pass budget for all, the smallest device's
-            decoder.max_batch_tokens = min(budget[k] for budget in budgets)
+        budgets = world.gather([(decoder.max_batch_tokens, decoder.max_cache_bytes) for decoder, _, _ in jobs])
+        for k, (decoder, _, _) in enumerate(jobs):  # one plan of forwards for all ranks: the smallest device's budgets
+            decoder.max_batch_tokens = min(budget[k][0] for budget in budgets)
+            decoder.max_cache_bytes = min(budget[k][1] for budget in budgets)
         pending = world.on_main(
             lambda: {
                 tag: [b for b in range(len(d.batches)) if self.store.get_body(f"{tag} {b}") is None]
@@ -335,7 +336,7 @@ class _Runner:
         for decoder, tag, shared in jobs:
             decoder.run(
                 [compiled for _, compiled in shared],
-                lambda done, total, *_: self.progress(f"rank 0: batch {done}/{total} of its share"),
+                lambda number, total, *_: self.progress(f"rank 0: batch {number}/{total} decoded"),
                 kept=lambda b, tag=tag: kept(tag, b),  # type: ignore[misc]  # the loop's tag, bound now
                 keep=lambda b, body, tag=tag: keep(tag, b, body),  # type: ignore[misc]
                 only=set(mine[tag]),

@@ -107,6 +107,10 @@ def memory_line(world: World, weight_bytes: int, cache_bytes: int, n_models: int
     source) and its own decoding caches."""
     who = f"each of the {world.size} holds its own copy" if world.distributed else "one process"
     return (
-        f"memory per process ({who}): {weight_bytes / 1024**3:.1f} GiB of weights for {n_models} model(s), "
-        f"decoding caches up to {cache_bytes / 1024**3:.1f} GiB"
+        f"memory per process ({who}): {_size(weight_bytes)} of weights for {n_models} model(s), "
+        f"decoding caches up to {_size(cache_bytes)}"
     )
+
+
+def _size(n_bytes: int) -> str:
+    return f"{n_bytes / 1024**3:.1f} GiB" if n_bytes >= 1024**3 / 10 else f"{n_bytes / 1024**2:.1f} MiB"
