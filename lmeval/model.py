@@ -3,7 +3,8 @@
 lm-eval's own ``steered`` model can only add to a module's output, so it cannot scale, mean-ablate
 or patch single MLP units. This one subclasses lm-eval's :class:`~lm_eval.models.huggingface.HFLM`
 (same loading, batching, tokenization, chat templates, data parallelism under ``accelerate
-launch``) and wraps each request method, ``loglikelihood``, ``loglikelihood_rolling`` and
+launch``, here on CPU processes and across nodes too) and wraps each request method,
+``loglikelihood``, ``loglikelihood_rolling`` and
 ``generate_until``, in :func:`access.edits.edits`: the toolkit's own torch hooks, the same
 ones ``probe intervene`` generates with. With no edit, or with edits that are exact no-ops
 (``Scale(units, 1.0)``), its per-item results are identical to ``hf``'s.
@@ -88,7 +89,9 @@ def _define() -> type:
             kwargs.setdefault("dtype", "float32")
             kwargs.setdefault("device", "cpu")
             kwargs["trust_remote_code"] = False
+            _join_cpu_processes(str(kwargs["device"]))
             super().__init__(pretrained=str(pretrained), **kwargs)
+            _share_requests(self)
             self.active: tuple[Edit, ...] = ()
             self.arm_label = "unedited"
             self._stats: list[dict[str, int]] = []
@@ -149,6 +152,28 @@ def _define() -> type:
             }
 
     return EditedLM
+
+
+def _join_cpu_processes(device: str) -> None:
+    """Several CPU processes (``accelerate launch`` on a machine without CUDA, or ``--device cpu``) join over gloo:
+    accelerate's state is made with ``cpu=True`` before HFLM makes its Accelerator, which then shares it."""
+    import os
+
+    if int(os.environ.get("WORLD_SIZE", "1") or 1) > 1 and device.startswith("cpu"):
+        from accelerate import PartialState
+
+        PartialState(cpu=True)
+
+
+def _share_requests(lm: Any) -> None:
+    """Under ``accelerate launch`` every process takes its share of the requests, on CPUs too.
+
+    HFLM joins the processes (``self.accelerator``) but deals requests only when it counts more than one GPU, and
+    then by the rank within the machine; here the rank is the process's global index, so several CPU processes, and
+    several nodes, each evaluate their own share and lm-eval gathers the items on rank 0."""
+    accelerator = getattr(lm, "accelerator", None)
+    if accelerator is not None and accelerator.num_processes > 1:
+        lm._rank, lm._world_size = accelerator.process_index, accelerator.num_processes
 
 
 def _edit_fields() -> frozenset[str]:

@@ -252,8 +252,9 @@ class Pass:
     hook_stats: dict[str, int]
 
 
-def evaluate(lm: Any, tasks: TaskSet, config: LMEvalConfig) -> Pass:
-    """One lm-eval run over the tasks with whatever edits ``lm`` has in use."""
+def evaluate(lm: Any, tasks: TaskSet, config: LMEvalConfig) -> Pass | None:
+    """One lm-eval run over the tasks with whatever edits ``lm`` has in use; None on a data-parallel helper rank
+    (lm-eval gathers the items on rank 0)."""
     import lm_eval
 
     start = time.perf_counter()
@@ -271,11 +272,18 @@ def evaluate(lm: Any, tasks: TaskSet, config: LMEvalConfig) -> Pass:
             gen_kwargs=config.gen_kwargs,
         )
     if out is None:
-        raise ProbeError(
-            "lm-eval returned no results in this process (a data-parallel helper rank); "
-            "run `probe lmeval` as one process"
-        )
+        if lm.rank != 0:
+            return None
+        raise ProbeError("lm-eval returned no results")
     return Pass(out["results"], items_of(out["samples"]), time.perf_counter() - start, lm.edit_stats())
+
+
+def _main_pass(lm: Any, tasks: TaskSet, config: LMEvalConfig) -> Pass:
+    """:func:`evaluate` on rank 0 (or the one process), where lm-eval always returns the items."""
+    done = evaluate(lm, tasks, config)
+    if done is None:  # pragma: no cover - lm-eval returns results on rank 0
+        raise ProbeError("lm-eval returned no results on rank 0")
+    return done
 
 
 def _flags(arm: Any, dtype: Any, stats: dict[str, int], same: bool) -> list[str]:
@@ -303,8 +311,11 @@ def resolve_model_dir(ab: ABConfig) -> Path:
     return resolve_sources(ab)[0]
 
 
-def run_lmeval(config: LMEvalConfig, progress: Progress | None = None) -> LMEvalReport:
-    """Run the unedited pass and every edited arm over ``config.tasks``; write the report if ``config.out_dir``."""
+def run_lmeval(config: LMEvalConfig, progress: Progress | None = None) -> LMEvalReport | None:
+    """Run the unedited pass and every edited arm over ``config.tasks``; write the report if ``config.out_dir``.
+
+    Under ``accelerate launch`` every process loads the model and runs every pass with the same edits on its share
+    of the items; rank 0 compares, writes and returns the report, the others return None."""
     from lmeval.model import register, require_lm_eval
 
     say = progress or (lambda _: None)
@@ -321,7 +332,33 @@ def run_lmeval(config: LMEvalConfig, progress: Progress | None = None) -> LMEval
         say(f"loading {model_dir}")
         lm = register()(pretrained=model_dir, dtype=config.dtype, device=config.device, batch_size=config.batch_size)
         neurons, arms = edit_arms(ab, lm.model, model_dir, neurons)
+        if lm.rank != 0:
+            _helper_passes(lm, tasks, config, arms)
+            return None
         return _run(config, ab, lm, tasks, neurons, arms, model_dir, say, lm_eval.__version__)
+
+
+def _helper_passes(lm: Any, tasks: TaskSet, config: LMEvalConfig, arms: list[Any]) -> None:
+    """A data-parallel helper rank: the passes of :func:`_run` in its order, with the same edits, on its share."""
+    lm.use(())
+    evaluate(lm, tasks, config)
+    for arm in arms:
+        lm.use(arm.edits, arm.label)
+        evaluate(lm, tasks, config)
+        if _placebo_skipped(arm, lm, config) is None:
+            for k, edits in enumerate(arm.placebo_edits):
+                lm.use(edits, f"{arm.name} placebo {k}")
+                evaluate(lm, tasks, config)
+    lm.use(())
+
+
+def _placebo_skipped(arm: Any, lm: Any, config: LMEvalConfig) -> PlaceboPassesSkipped | NoPlacebo | None:
+    """Why the arm gets no placebo passes (None: it gets them)."""
+    if not arm.placebo or not config.placebo:
+        return NoPlacebo()
+    if any(e.noop_reason(lm.model.dtype) for e in arm.edits):
+        return PlaceboPassesSkipped(0, f"the edit is a no-op in {config.dtype}")
+    return None
 
 
 def _run(
@@ -346,13 +383,13 @@ def _run(
     )
     with logged("lm-eval", passes, unit="passes", step="pass") as heartbeat:
         lm.use(())
-        base = evaluate(lm, tasks, config)
+        base = _main_pass(lm, tasks, config)
         heartbeat.update()
         say(f"unedited: {base.seconds:.0f} s")
         reports, arm_items = [], {}
         for number, arm in enumerate(arms, 1):
             lm.use(arm.edits, arm.label)
-            run = evaluate(lm, tasks, config)
+            run = _main_pass(lm, tasks, config)
             heartbeat.update()
             rows = compare_pass(
                 tasks.infos, tasks.groups, base.items, run.items, n_resamples=config.n_bootstrap, seed=config.seed
@@ -410,15 +447,14 @@ def _placebo(
     """The arm's placebo passes (the edits' placebo family), and where each row's Δ falls among theirs."""
     from interventions.recipes import placebo_family
 
-    if not arm.placebo or not config.placebo:
-        return NoPlacebo()
-    if any(e.noop_reason(lm.model.dtype) for e in arm.edits):
-        return PlaceboPassesSkipped(0, f"the edit is a no-op in {config.dtype}")
+    skipped = _placebo_skipped(arm, lm, config)
+    if skipped is not None:
+        return skipped
     sets = arm.placebo_edits  # drawn by the plan (interventions.plan.planned_arms)
     placebo_rows = []
     for k, edits in enumerate(sets):
         lm.use(edits, f"{arm.name} placebo {k}")
-        run = evaluate(lm, tasks, config)
+        run = _main_pass(lm, tasks, config)
         heartbeat.update()
         say(f"{arm.name}: placebo {k + 1}/{len(sets)}: {run.seconds:.0f} s")
         placebo_rows.append(

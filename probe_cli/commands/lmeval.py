@@ -65,7 +65,8 @@ def lmeval(
     if not is_terminal(sys.stderr):
         quiet_library_bars()  # transformers' "Loading weights" bars are carriage returns in a log
     report = run_lmeval(replace(config, out_dir=out_dir), progress=lambda line: err.print(f"[dim]{line}[/dim]"))
-    _print(report)
+    if report is not None:  # None: a helper rank under accelerate launch; rank 0 reports
+        _print(report)
 
 
 def _with_defaults(config: LMEvalConfig, pair: str) -> LMEvalConfig:
