@@ -15,12 +15,14 @@ from interventions.edit_spec import DEFAULT_EDITS, EditSpec
 from study.layout import q
 from training.eval_config import DEFAULT_SPLIT, HELDOUT
 
-# rows of the test split `models eval` judges by default here (spread over tasks): half the default pair's split
+# rows `models eval` judges at most by default here (spread over tasks): half the default pair's test split, all of
+# the held-out split's 162
 EVAL_ROWS = 280
 EXPLAIN_TOP = 10  # neuron cards per capability
 # The A/B: probe intervene's defaults (scale at the paper's factor, the factor-0 control, 20 placebo sets, its token
-# limit), except that it generates TARGET_ROWS multi_turn rows and no collateral capability, to fit the 45-minute
-# budget on the default pair (2 cores): no claim reads the collateral rows. --limit and --collateral give them back.
+# limit), except that it generates at most TARGET_ROWS multi_turn rows (the held-out split's 36: all of them) and no
+# collateral capability, to fit the 45-minute budget on the default pair (2 cores): no claim reads the collateral
+# rows. --limit and --collateral give them back.
 TARGET_ROWS = 48
 COLLATERAL = False
 PAIR_BUILD_SECONDS = {

@@ -123,6 +123,11 @@ CLAIMS: list[tuple[str, Callable[[], Any], Any]] = [
         120.0,
     ),
     ("the other model's own greedy ones by default", lambda: _ab_default("responses"), "greedy"),
+    (
+        "generates the held-out split's rows of the capability by default",
+        _field("interventions.config", "ABConfig", "split"),
+        "heldout",
+    ),
     ("`--device` (default `cpu`)", _field("interventions.config", "ABConfig", "device"), "cpu"),
     ("`--placebo R` (default 20)", _field("interventions.config", "ABConfig", "placebo"), 20),
     (
