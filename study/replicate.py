@@ -13,6 +13,10 @@ evaluate    compliance of base, SFT and DPO (``probe models eval``, :data:`EVAL_
 report      the run's report (``probe report``)
 ==========  =====================================================================================
 
+With ``nproc`` N > 1 the record and evaluate stages run as their ``probe`` command under the launcher on this
+machine (:func:`launched`: ``python -m probes.distributed --standalone --nproc-per-node N -m probe_cli ...``), each
+rank its share, equal to one process (docs/scaling.md); the other stages run here as one process.
+
 A stage whose outputs are already complete is skipped (:meth:`Stage.complete`); an interrupted
 one starts again where its own resume lets it (recorded batches, finished generation passes) or
 from its start (analyze, explain, evaluate: minutes at most). The replicate record
@@ -128,7 +132,7 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
             f"record {len(caps)} capabilities through both models ({', '.join(record_config.hooks)}, every layer)",
             seconds["record"],
             lambda: recorded_complete(options),
-            lambda: _record(record_config),
+            lambda: _record(record_config) if options.nproc == 1 else _record_launched(options),
         ),
         Stage(
             "analyze",
@@ -159,7 +163,7 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
             f"compliance of {'base, ' if options.models.base else ''}SFT and DPO on {options.eval_rows or 'all'} rows",
             seconds["evaluate"],
             lambda: evaluation_complete(options),
-            lambda: _evaluate(options, progress),
+            lambda: _evaluate(options, progress) if options.nproc == 1 else _evaluate_launched(options),
         ),
         Stage(
             "report",
@@ -176,6 +180,41 @@ def _record(config: RecordConfig) -> str:
 
     result = record_run(config, progress=False)
     return f"{sum(result.counts.values())} prompts in the run ({sum(result.recorded.values())} recorded now)"
+
+
+def launched(nproc: int, args: list[str], stage: str) -> None:
+    """``probe ARGS`` under the launcher with ``nproc`` processes on this machine; its ranks print their own lines,
+    a failure is one line here (an ``interrupted:`` line after Ctrl-C)."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "probes.distributed", "--standalone", f"--nproc-per-node={nproc}"]
+    code = subprocess.run([*command, "-m", "probe_cli", *args], check=False).returncode
+    if code == Interrupted.exit_code:
+        raise Interrupted(f"the {stage} stage's {nproc} processes were stopped")
+    if code:
+        raise ProbeError(f"the {stage} stage's {nproc} processes failed (exit status {code}; the line above says why)")
+
+
+def _record_launched(options: ReplicateOptions) -> str:
+    args = ["run", "--sft", str(options.models.sft), "--dpo", str(options.models.dpo), "--data", str(options.data_file)]
+    args += ["--capability", "all", "--out", str(options.out_dir), "--no-analyze", "--quiet"]
+    args += ["--device", options.device] if options.device else []
+    launched(options.nproc, args, "record")
+    return f"recorded by {options.nproc} processes"
+
+
+def _evaluate_launched(options: ReplicateOptions) -> str:
+    from core.decoding import EVAL_GENERATION
+
+    out = RunDir(options.out_dir).eval_file
+    models = options.models
+    args = ["models", "eval", "--sft", str(models.sft), "--dpo", str(models.dpo), "--test", str(options.eval_file())]
+    args += ["--base", str(models.base)] if models.base else []
+    args += ["--max-rows", str(options.eval_rows)] if options.eval_rows else []
+    args += ["--max-new-tokens", str(options.max_new_tokens or EVAL_GENERATION.max_new_tokens), "--out", str(out)]
+    launched(options.nproc, args, "evaluate")
+    return f"judged by {options.nproc} processes -> {out}"
 
 
 def _analyze(out: Path) -> str:

@@ -67,6 +67,11 @@ class ReplicateOptions:
     )
     explain_top: Annotated[int, POSITIVE] = option(EXPLAIN_TOP, "Neuron cards per capability.")
     device: str | None = option(None, "cpu, cuda, cuda:N (recording and generation).", shown_default="each command's")
+    nproc: Annotated[int, POSITIVE] = option(
+        1,
+        "Processes on this machine: with N > 1 the record and evaluate stages run data-parallel under the launcher "
+        "(torchrun), one process per GPU (docs/scaling.md).",
+    )
 
     def __post_init__(self) -> None:
         from training.eval_config import SPLITS
@@ -128,6 +133,7 @@ class ReplicateOptions:
             "--placebo": self.placebo,
             "--max-new-tokens": self.max_new_tokens,
             "--device": self.device,
+            "--nproc": self.nproc if self.nproc != 1 else None,
             "--eval-rows": self.eval_rows if self.eval_rows != EVAL_ROWS else None,
             "--eval-split": self.eval_split if self.eval_split != DEFAULT_SPLIT else None,
             "--explain-top": self.explain_top if self.explain_top != EXPLAIN_TOP else None,

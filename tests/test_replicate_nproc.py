@@ -1,0 +1,52 @@
+"""``probe replicate --nproc N`` (issue #41): the record and evaluate stages run under the launcher on this machine.
+
+The two stages are started as their ``probe`` commands under ``python -m probes.distributed`` with two CPU processes;
+each leaves its stage complete (the replicate checks that skip it next time say so), the evaluation equals the
+one-process stage's file, and the command line that reproduces the run keeps ``--nproc 2``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core.pair_dirs import PairDirs
+from core.run_dir import RunDir
+from study import replicate
+from study.replicate_checks import evaluation_complete, recorded_complete
+from study.replicate_config import ReplicateOptions
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def options(tiny_pair, chat_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ReplicateOptions:
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("PROBE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+    return ReplicateOptions(
+        data_file=chat_data / "test.jsonl",
+        out_dir=tmp_path / "run",
+        models=PairDirs(tiny_pair[0], tiny_pair[1]),
+        eval_rows=6,
+        eval_split="test",
+        max_new_tokens=4,
+        nproc=2,
+    )
+
+
+def test_record_and_evaluate_run_under_the_launcher(options: ReplicateOptions, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    assert "--nproc 2" in options.command()
+    assert replicate._record_launched(options) == "recorded by 2 processes"
+    assert recorded_complete(options)
+    assert replicate._evaluate_launched(options).startswith("judged by 2 processes")
+    assert evaluation_complete(options)
+    launched = json.loads(RunDir(options.out_dir).eval_file.read_text())
+    single = replace(options, out_dir=tmp_path / "single", nproc=1)
+    replicate._evaluate(single, lambda _line: None)
+    assert json.loads(RunDir(single.out_dir).eval_file.read_text()) == launched
