@@ -77,7 +77,7 @@ def build_guard(
     flags: list[str] = []
     if noop_reason:
         flags.append(noop_reason)
-    elif changed is not None and changed == 0:
+    elif changed is not None and changed == 0 and stats.get("calls", 1):  # no site function ran: a weight or logit edit
         flags.append("the hooks did not change a single activation value during generation")
     if rows_changed == 0 and rows > 0:
         flags.append(

@@ -252,6 +252,8 @@ def test_ab_run_reports_every_alpha_with_its_coherence(planted, tmp_path: Path) 
         assert arm.coherence is not None and arm.coherence.tokens > 0
         assert math.isfinite(arm.coherence.baseline)
     assert report.arm("lda 0.0").guard.is_noop
+    # a weight or logit edit runs no site function: the guard must not read its empty counts as "changed nothing"
+    assert not any("activation value" in flag for arm in report.arms for flag in arm.guard.flags)
     markdown = (tmp_path / "ab_report.md").read_text()
     assert "SFT ppl of output" in markdown
     assert "given the same blend" in markdown and "none for this arm" in markdown
