@@ -115,8 +115,10 @@ class Stage:
     def _left(self, done: int, elapsed: float) -> str:
         if done > self._first and self.total:
             return f"about {_clock_text(elapsed / (done - self._first) * max(self.total - done, 0))} left"
+        if self._estimate is not None and elapsed > self._estimate:
+            return f"past its estimate of {_clock_text(self._estimate)}"
         if self._estimate is not None:
-            return f"about {_clock_text(max(self._estimate - elapsed, 0))} left (estimate)"
+            return f"about {_clock_text(self._estimate - elapsed)} left (estimate)"
         return f"time left known after the first {self._step}"
 
     def _beat(self, every: float) -> None:

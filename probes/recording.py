@@ -57,6 +57,7 @@ from access.hook_table import HOOK_TABLE
 from core.chat import pad_id_of
 from core.errors import Interrupted, ProbeError
 from core.models import warn
+from core.pace import parameter_count, prompt_seconds
 from core.progress import Stage, is_terminal, quiet_library_bars
 from core.records import to_json
 from core.run_dir import RunDir
@@ -85,6 +86,9 @@ if TYPE_CHECKING:
     from access.pair import ModelPair
 
 FLOAT16_MAX = float(np.finfo(np.float16).max)
+
+# a local direction runs the other model's block on each recorded layer's input: README, about 1.4x the recording
+LOCAL_COST = 0.4
 
 
 @dataclass
@@ -461,7 +465,10 @@ def _record_into(
         )
         work = plan_work(inputs.prompt_sets, done, config.batch_size, budget)
         mine = [item for k, item in enumerate(work) if world.owns(k)]
-        bar = _progress_bar(sum(len(w.positions) for w in mine), progress and world.is_main, world, "+".join(models))
+        passes = len(models) * (1 + LOCAL_COST * len(local or {}))
+        seconds = _estimate(mine, passes, inputs.sources[0], str(pair.device))
+        total = sum(len(w.positions) for w in mine)
+        bar = _progress_bar(total, progress and world.is_main, world, "+".join(models), seconds)
         try:
             recorded = world.agree(
                 lambda: _record_batches(run_dir, mine, backends, config.store_dtype, pad_id, bar, local)
@@ -578,10 +585,20 @@ def _check_rows(rows: list[Any], config: RecordConfig, data_file: Path) -> None:
         )
 
 
-def _progress_bar(total: int, enabled: bool, world: World, names: str = "sft+dpo") -> Stage | None:
-    """A bar on a terminal; in a log, a line at the start, once the first batch gives the estimate, and every
-    minute (:mod:`core.progress`)."""
+def _estimate(work: list[Work], model_passes: float, model_dir: Path, device: str) -> float | None:
+    """The recording's seconds at the measured CPU pace (:mod:`core.pace`), padded tokens counted; None off CPU."""
+    if not device.startswith("cpu"):
+        return None
+    tokens = sum(len(w.positions) * max(len(w.prompts.ids[p]) for p in w.positions) for w in work if w.positions)
+    return prompt_seconds(tokens, models=model_passes, parameters=parameter_count(model_dir))
+
+
+def _progress_bar(
+    total: int, enabled: bool, world: World, names: str = "sft+dpo", estimate_s: float | None = None
+) -> Stage | None:
+    """A bar on a terminal; in a log, a line at the start with the estimate (on CPU; elsewhere once the first batch
+    gives it), and every minute (:mod:`core.progress`)."""
     if not enabled or total == 0:
         return None
     desc = f"recording {names}" if not world.distributed else f"recording {names}, rank 0 of {world.size}"
-    return Stage(desc, total, unit="prompts", step="batch")
+    return Stage(desc, total, unit="prompts", step="batch", estimate_s=estimate_s)

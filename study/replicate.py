@@ -176,9 +176,13 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
 
 
 def _record(config: RecordConfig) -> str:
+    import sys
+
+    from core.progress import is_terminal
     from probes.recording import record_run
 
-    result = record_run(config, progress=False)
+    # in a log, the recording's own lines (its estimate, then progress every minute); on a terminal the stage bar
+    result = record_run(config, progress=not is_terminal(sys.stderr))
     return f"{sum(result.counts.values())} prompts in the run ({sum(result.recorded.values())} recorded now)"
 
 

@@ -13,23 +13,18 @@ Example:
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from core.pace import DECODE_SECONDS, PROMPT_SECONDS, REFERENCE_PARAMETERS, parameter_count
 
 if TYPE_CHECKING:
     from core.schema import TestRow
     from interventions.config import ABConfig
     from study.replicate_config import ReplicateOptions
 
-# Pace on the default pair (SmolLM2-135M, 134.5 M parameters), CPU float32, the project's 2-core machine, 2026-11-23:
-# `probe run -c all` recorded 2 x 82,420 prompt tokens in 216 s; `probe models eval` generated 3 x 560 rows of up to
-# 64 tokens (130 prompt tokens each on average) in 986 s. Scaled linearly by parameter count.
-REFERENCE_PARAMETERS = 134.5e6
-PROMPT_SECONDS = 1.3e-3  # per prompt token and model
-DECODE_SECONDS = 6.5e-3  # per generated token (up to the limit) and model
+# Paces: core.pace (measured on the default pair, this project's 2-core machine).
 EXPLAIN_SECONDS = 15.0  # per capability (docs/explain.md: 12-20 s for multi_turn)
 SHARED_DISCOUNT = (
     0.6  # an arm decoded in shared batches costs about this share of a pass of its own (access.shared_generation)
@@ -38,26 +33,6 @@ SHARED_DISCOUNT = (
 # at 2.5 ms of CPU per token, one thread, this project's 2-core machine under load, 2026-11-27 (docs/interventions.md)
 OUTCOME_SECONDS = 2.5e-3
 PATCH_COST = 1.7  # a patch pass runs the source model in lockstep up to the patched layers
-
-
-def parameter_count(model_dir: Path) -> float:
-    """Parameters of a model directory, from its safetensors headers (else from config.json, roughly)."""
-    total = 0
-    for path in sorted(Path(model_dir).glob("*.safetensors")):
-        try:
-            with path.open("rb") as handle:
-                header = json.loads(handle.read(int.from_bytes(handle.read(8), "little")))
-        except (OSError, ValueError):
-            continue
-        total += sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
-    if total:
-        return float(total)
-    try:
-        config = json.loads((Path(model_dir) / "config.json").read_text())
-        d, n, vocab = int(config["hidden_size"]), int(config["num_hidden_layers"]), int(config["vocab_size"])
-        return float(12 * n * d * d + vocab * d)
-    except (OSError, ValueError, KeyError, TypeError):
-        return REFERENCE_PARAMETERS
 
 
 def prompt_lengths(sft_dir: Path, rows: Sequence[TestRow]) -> list[int]:

@@ -4,7 +4,11 @@ line at least every ``every`` seconds, even while one step takes longer than tha
 from __future__ import annotations
 
 import io
+import re
 import time
+from pathlib import Path
+
+import pytest
 
 from core.progress import Stage, stage, stages
 from training.progress import rich_reporter
@@ -84,3 +88,31 @@ def test_units_done_before_a_stage_is_seen_are_not_timed() -> None:
     lines = out.getvalue().splitlines()
     assert lines[0] == "base: starting, 1/11 steps; estimate after the first step", lines
     assert lines[1] == "base: 2/11 steps after 10s; estimate 1m40s in all", lines
+
+
+def test_a_recording_in_a_log_says_its_estimate_when_it_starts(
+    tiny_pair: tuple[Path, Path], rolemrc_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from probes.config import RecordConfig
+    from probes.recording import record_run
+
+    sft, dpo = tiny_pair
+    config = RecordConfig(
+        sft_dir=sft, dpo_dir=dpo, data_file=rolemrc_file, out_dir=tmp_path / "run", layers="0", device="cpu"
+    )
+    record_run(config, progress=True)
+    starting = [line for line in capsys.readouterr().err.splitlines() if ": starting, " in line]
+    assert starting and re.search(r"^recording sft\+dpo: starting, \d+ prompts; estimate \d", starting[0]), starting
+
+
+def test_a_stage_past_its_estimate_says_so_rather_than_no_time_left() -> None:
+    out, now = io.StringIO(), [0.0]
+    bar = Stage("record", 1, estimate_s=60, stream=out, every=None, clock=lambda: now[0])
+    now[0] = 30.0
+    bar.report()
+    now[0] = 90.0
+    bar.report()
+    bar.close()
+    lines = out.getvalue().splitlines()
+    assert lines[1] == "record: 0/1 steps (0%), 30s elapsed, about 30s left (estimate)", lines
+    assert lines[2] == "record: 0/1 steps (0%), 1m30s elapsed, past its estimate of 1m", lines
