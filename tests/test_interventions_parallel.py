@@ -36,7 +36,7 @@ def _env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def lively_pair(tiny_pair, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def lively_pair(tiny_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """The tiny pair with its matrices drawn again at unit gain (std 1/sqrt(fan-in)): the tiny pair's small
     initialisation answers every prompt alike, which would make equal generations prove little; these differ
     from prompt to prompt (29 distinct 6-token answers to 40 test prompts), so a batch dealt to the wrong rows
@@ -61,7 +61,7 @@ def lively_pair(tiny_pair, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pa
 
 
 @pytest.fixture(scope="module")
-def analysed_run(lively_pair, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def analysed_run(lively_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     from analysis import AnalysisConfig, analyze_run
 
     run_dir = recorded_multi_turn_run(lively_pair, tmp_path_factory.mktemp("dp_intervene"), n_roles=10)

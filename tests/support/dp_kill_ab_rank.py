@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from interventions.arms import ArmStore
 from probe_cli.main import main
@@ -16,7 +17,7 @@ from probe_cli.main import main
 def _die_after_first_batch() -> None:
     put_body = ArmStore.put_body
 
-    def put_then_die(self: ArmStore, name: str, body: dict) -> None:
+    def put_then_die(self: ArmStore, name: str, body: dict[str, Any]) -> None:
         put_body(self, name, body)
         if name.startswith("shared "):
             os._exit(9)
