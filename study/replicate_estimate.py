@@ -29,9 +29,11 @@ EXPLAIN_SECONDS = 15.0  # per capability (docs/explain.md: 12-20 s for multi_tur
 SHARED_DISCOUNT = (
     0.6  # an arm decoded in shared batches costs about this share of a pass of its own (access.shared_generation)
 )
-# one teacher-forced outcome pass (interventions.outcomes), per token of its sequences, on the default pair: measured
-# at 2.5 ms of CPU per token, one thread, this project's 2-core machine under load, 2026-11-27 (docs/interventions.md)
-OUTCOME_SECONDS = 2.5e-3
+# one teacher-forced outcome pass (interventions.outcomes), per token of its sequences as _outcome_seconds counts them,
+# on the default pair: the engine before was measured at 2.5 ms of CPU per token, one thread, this project's 2-core
+# machine under load, 2026-11-27; the shared engine (access.forced_passes) at 0.372 of it per pass on the default run's
+# inputs (benchmarks/bench_interventions.py --outcome-passes, 2026-11-27; docs/interventions.md)
+OUTCOME_SECONDS = 2.5e-3 * 0.372
 PATCH_COST = 1.7  # a patch pass runs the source model in lockstep up to the patched layers
 
 
