@@ -416,10 +416,9 @@ def outcome_passes(args: argparse.Namespace) -> int:
     from access.generation import Generator
     from access.outcomes import ArmOutcomes, Outcomes
     from access.shared_generation import generate_unedited
+    from core.pace import OUTCOME_TOKEN_SECONDS, REFERENCE_PARAMETERS
     from interventions.config import ABConfig
     from interventions.outcomes import (
-        OUTCOME_TOKEN_SECONDS,
-        REFERENCE_PARAMETERS,
         greedy_ids,
         outcome_inputs,
         outcome_seconds,
@@ -595,9 +594,10 @@ def heldout(args: argparse.Namespace) -> int:
 
     from access.generation import Generator
     from core.models import load_causal_lm
+    from core.pace import OUTCOME_TOKEN_SECONDS
     from core.rows import read_test_rows
     from interventions.config import ABConfig
-    from interventions.outcomes import OUTCOME_TOKEN_SECONDS, outcome_seconds
+    from interventions.outcomes import outcome_seconds
     from interventions.plan import pass_count, resolve_sources, select_rows
     from study.replicate_estimate import ab_passes
 

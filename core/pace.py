@@ -20,6 +20,14 @@ from pathlib import Path
 REFERENCE_PARAMETERS = 134.5e6
 PROMPT_SECONDS = 1.3e-3  # per prompt token and model
 DECODE_SECONDS = 6.5e-3  # per generated token (up to the limit) and model
+# One teacher-forced outcome pass (access.forced_passes), in seconds per token it runs as outcome_seconds counts them
+# (each row's prompt once with its two responses, each DPO pair's prompt once with its two replies, a response counted
+# at the token limit), on the default pair (SmolLM2-135M, 134.5 M parameters), float32, one thread, this project's
+# 2-core CPU machine. benchmarks/bench_interventions.py --outcome-passes (2026-11-27, the default run's 36 held-out
+# rows, 16 pairs, 24 passes) measured the shared engine at 0.372 of the engine before per pass (89.7 s against 240.9 s,
+# one process, load average 8-12); applied to the 2.5 ms of CPU per whole-sequence token the engine before was
+# measured at, that is 1.4 ms per token counted here (the loaded run's own wall clock gave 4.3 ms).
+OUTCOME_TOKEN_SECONDS = 1.4e-3
 
 
 def parameter_count(model_dir: str | Path) -> float:

@@ -32,6 +32,7 @@ import numpy as np
 
 from access.outcomes import ArmOutcomes, Forced, Outcomes
 from core.errors import ProbeError
+from core.pace import OUTCOME_TOKEN_SECONDS, REFERENCE_PARAMETERS
 from core.run_dir import DataDir, InterventionDir
 from interventions.evidence import outcome_verdict
 from interventions.results import OUTCOMES, OutcomeResult, PlaceboRank
@@ -42,17 +43,6 @@ if TYPE_CHECKING:
 
     from core.schema import TestRow
     from interventions.config import ABConfig
-
-
-# One teacher-forced outcome pass (access.forced_passes), in seconds per token it runs as outcome_seconds counts them
-# (each row's prompt once with its two responses, each DPO pair's prompt once with its two replies, a response counted
-# at the token limit), on the default pair (SmolLM2-135M, 134.5 M parameters), float32, one thread, this project's
-# 2-core CPU machine. benchmarks/bench_interventions.py --outcome-passes (2026-11-27, the default run's 36 held-out
-# rows, 16 pairs, 24 passes) measured the shared engine at 0.372 of the engine before per pass (89.7 s against 240.9 s,
-# one process, load average 8-12); applied to the 2.5 ms of CPU per whole-sequence token the engine before was
-# measured at, that is 1.4 ms per token counted here (the loaded run's own wall clock gave 4.3 ms).
-OUTCOME_TOKEN_SECONDS = 1.4e-3
-REFERENCE_PARAMETERS = 134.5e6
 
 
 def outcome_seconds(

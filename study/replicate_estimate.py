@@ -29,11 +29,6 @@ EXPLAIN_SECONDS = 15.0  # per capability (docs/explain.md: 12-20 s for multi_tur
 SHARED_DISCOUNT = (
     0.6  # an arm decoded in shared batches costs about this share of a pass of its own (access.shared_generation)
 )
-# one teacher-forced outcome pass (interventions.outcomes), per token of its sequences as _outcome_seconds counts them,
-# on the default pair: the engine before was measured at 2.5 ms of CPU per token, one thread, this project's 2-core
-# machine under load, 2026-11-27; the shared engine (access.forced_passes) at 0.372 of it per pass on the default run's
-# inputs (benchmarks/bench_interventions.py --outcome-passes, 2026-11-27; docs/interventions.md)
-OUTCOME_SECONDS = 2.5e-3 * 0.372
 PATCH_COST = 1.7  # a patch pass runs the source model in lockstep up to the patched layers
 
 
@@ -112,13 +107,13 @@ def _mean(values: Sequence[int]) -> float:
 def _outcome_seconds(config: ABConfig, rows: int, mean_prompt: float) -> float:
     """The teacher-forced passes of the outcomes: every arm and placebo set, then the target and the unedited model
     once; each over every row's response and reference sequence, and the DPO pairs (at the reference pace)."""
+    from interventions.outcomes import outcome_seconds
     from interventions.plan import pass_count
 
     passes = pass_count(config)
     forced = passes.arms + passes.placebo_arms + 2
-    sequence = mean_prompt + config.generation.max_new_tokens
-    tokens = 2 * rows * sequence + 2 * config.outcome_pairs * sequence
-    return forced * tokens * OUTCOME_SECONDS
+    new_tokens = config.generation.max_new_tokens
+    return outcome_seconds(forced, rows, mean_prompt, new_tokens, config.outcome_pairs, REFERENCE_PARAMETERS)
 
 
 def minutes(seconds: float | None) -> str:
