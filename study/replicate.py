@@ -13,9 +13,9 @@ evaluate    compliance of base, SFT and DPO (``probe models eval``, :data:`EVAL_
 report      the run's report (``probe report``)
 ==========  =====================================================================================
 
-With ``nproc`` N > 1 the record and evaluate stages run as their ``probe`` command under the launcher on this
-machine (:func:`launched`: ``python -m probes.distributed --standalone --nproc-per-node N -m probe_cli ...``), each
-rank its share, equal to one process (docs/scaling.md); the other stages run here as one process.
+With ``nproc`` N > 1 the record, intervene and evaluate stages run as their ``probe`` command under the launcher on
+this machine (:func:`launched`: ``python -m probes.distributed --standalone --nproc-per-node N -m probe_cli ...``),
+each rank its share, equal to one process (docs/scaling.md); the other stages run here as one process.
 
 A stage whose outputs are already complete is skipped (:meth:`Stage.complete`); an interrupted
 one starts again where its own resume lets it (recorded batches, finished generation passes) or
@@ -156,7 +156,7 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
             f"rows{' and collateral rows' if config.collateral else ''}, {config.generation.max_new_tokens} new tokens",
             seconds["intervene"],
             lambda: intervention_complete(out, options.intervention()),
-            lambda: _intervene(config, progress),
+            lambda: _intervene(config, progress) if options.nproc == 1 else _intervene_launched(options, config),
         ),
         Stage(
             "evaluate",
@@ -206,6 +206,18 @@ def _record_launched(options: ReplicateOptions) -> str:
     args += ["--device", options.device] if options.device else []
     launched(options.nproc, args, "record")
     return f"recorded by {options.nproc} processes"
+
+
+def _intervene_launched(options: ReplicateOptions, config: ABConfig) -> str:
+    """``probe intervene`` under the launcher, its settings (the A/B's options) in a ``--config`` file of its own."""
+    import tempfile
+
+    settings = {**options.intervention(), "capability": config.capability, "out_dir": str(config.out_dir)}
+    with tempfile.TemporaryDirectory(prefix="replicate-") as folder:
+        config_file = Path(folder) / "intervene.json"
+        config_file.write_text(json.dumps(settings), encoding="utf-8")
+        launched(options.nproc, ["intervene", str(options.out_dir), "--config", str(config_file)], "intervene")
+    return f"A/B by {options.nproc} processes -> {config.out_dir}"
 
 
 def _evaluate_launched(options: ReplicateOptions) -> str:

@@ -69,8 +69,8 @@ class ReplicateOptions:
     device: str | None = option(None, "cpu, cuda, cuda:N (recording and generation).", shown_default="each command's")
     nproc: Annotated[int, POSITIVE] = option(
         1,
-        "Processes on this machine: with N > 1 the record and evaluate stages run data-parallel under the launcher "
-        "(torchrun), one process per GPU (docs/scaling.md).",
+        "Processes on this machine: with N > 1 the record, intervene and evaluate stages run data-parallel under the "
+        "launcher (torchrun), one process per GPU (docs/scaling.md).",
     )
 
     def __post_init__(self) -> None:

@@ -1,4 +1,5 @@
-"""``probe replicate --nproc N`` (issue #41): the record and evaluate stages run under the launcher on this machine.
+"""``probe replicate --nproc N`` (issue #41): the record, intervene and evaluate stages run under the launcher on this
+machine.
 
 The two stages are started as their ``probe`` commands under ``python -m probes.distributed`` with two CPU processes;
 each leaves its stage complete (the replicate checks that skip it next time say so), the evaluation equals the
@@ -15,7 +16,7 @@ import pytest
 from core.pair_dirs import PairDirs
 from core.run_dir import RunDir
 from study import replicate
-from study.replicate_checks import evaluation_complete, recorded_complete
+from study.replicate_checks import evaluation_complete, intervention_complete, recorded_complete
 from study.replicate_config import ReplicateOptions
 
 pytestmark = pytest.mark.slow
@@ -34,6 +35,8 @@ def options(tiny_pair, chat_data: Path, tmp_path: Path, monkeypatch: pytest.Monk
         eval_rows=6,
         eval_split="test",
         max_new_tokens=4,
+        limit=4,
+        placebo=1,
         nproc=2,
     )
 
@@ -50,3 +53,11 @@ def test_record_and_evaluate_run_under_the_launcher(options: ReplicateOptions, t
     single = replace(options, out_dir=tmp_path / "single", nproc=1)
     replicate._evaluate(single, lambda _line: None)
     assert json.loads(RunDir(single.out_dir).eval_file.read_text()) == launched
+
+
+def test_intervene_runs_under_the_launcher(options: ReplicateOptions) -> None:
+    replicate._record_launched(options)
+    replicate._analyze(options.out_dir)
+    config = replicate.ab_config(options)
+    assert replicate._intervene_launched(options, config).startswith("A/B by 2 processes")
+    assert intervention_complete(options.out_dir, options.intervention())
