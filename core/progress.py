@@ -175,6 +175,39 @@ def stages(stream: IO[str] | None = None, **options: Any) -> Iterator[Callable[[
             current.pop().close()
 
 
+@contextmanager
+def heartbeat(
+    say: Callable[[str], None],
+    *,
+    enabled: bool = True,
+    every: float = EVERY_S,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[Callable[[str], None]]:
+    """Yields ``say`` for a stage that reports in lines of its own (one per batch, per arm) which may be minutes
+    apart: while ``every`` seconds pass without one, it says how long since the last, so that a log shows the run
+    alive at least once a minute. ``enabled=False`` (a helper rank): no beat."""
+    last_at, last_line = clock(), ""
+    stop = threading.Event()
+
+    def said(line: str) -> None:
+        nonlocal last_at, last_line
+        last_at, last_line = clock(), line
+        say(line)
+
+    def beat() -> None:
+        while not stop.wait(every):
+            quiet = clock() - last_at
+            if quiet >= every:
+                say(f"still working: {_clock_text(quiet)} since the last line{f' ({last_line})' if last_line else ''}")
+
+    if enabled:
+        threading.Thread(target=beat, name="progress-heartbeat", daemon=True).start()
+    try:
+        yield said
+    finally:
+        stop.set()
+
+
 def is_terminal(stream: IO[str]) -> bool:
     """Whether ``stream`` is a terminal (a bar is drawn) rather than a file or a pipe (lines are printed)."""
     isatty = getattr(stream, "isatty", None)

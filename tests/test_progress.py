@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from core.progress import Stage, stage, stages
+from core.progress import Stage, heartbeat, stage, stages
 from training.progress import rich_reporter
 
 
@@ -116,3 +116,20 @@ def test_a_stage_past_its_estimate_says_so_rather_than_no_time_left() -> None:
     lines = out.getvalue().splitlines()
     assert lines[1] == "record: 0/1 steps (0%), 30s elapsed, about 30s left (estimate)", lines
     assert lines[2] == "record: 0/1 steps (0%), 1m30s elapsed, past its estimate of 1m", lines
+
+
+def test_a_stage_reporting_in_its_own_lines_is_shown_alive_when_they_are_minutes_apart() -> None:
+    said: list[str] = []
+    with heartbeat(said.append, every=0.05) as say:
+        say("arm 1/3: scale 0.0 (dpo model, 64 units)")
+        time.sleep(0.3)
+        assert said[1].startswith("still working: "), said
+        assert said[1].endswith(" since the last line (arm 1/3: scale 0.0 (dpo model, 64 units))"), said
+        say("arm 2/3: patch")
+    count = len(said)
+    time.sleep(0.2)
+    assert len(said) == count  # no beat after the stage
+    silent: list[str] = []
+    with heartbeat(silent.append, enabled=False, every=0.05):
+        time.sleep(0.2)
+    assert silent == []  # a helper rank of a data-parallel run says nothing

@@ -53,12 +53,13 @@ def intervene(
     placebo arms."""
     from dataclasses import replace
 
-    from core.progress import is_terminal, quiet_library_bars
+    from core.progress import heartbeat, is_terminal, quiet_library_bars
     from interventions import parallel
     from interventions.ab import run_ab
     from interventions.report import selection_markdown
     from interventions.results import Selection
     from interventions.select_compare import compare_selections
+    from probes.distributed import world_from_env
 
     err = console(stderr=True)
     factor = settings.values["factor"]
@@ -93,7 +94,9 @@ def intervene(
     if not is_terminal(sys.stderr):
         quiet_library_bars()  # transformers' "Loading weights" bars are carriage returns in a log
     run = compare_selections if config.select else run_ab
-    report = parallel.intervene(run, config, lambda line: err.print(f"[dim]{line}[/dim]"))
+    beat = heartbeat(lambda line: err.print(f"[dim]{line}[/dim]"), enabled=world_from_env().is_main)
+    with beat as say:  # a line a minute at least, in a log too (rank 0 of a data-parallel launch)
+        report = parallel.intervene(run, config, say)
     if report is None:  # a helper rank of a data-parallel launch: rank 0 reports
         return
     point_latest(Path(config.out_dir))

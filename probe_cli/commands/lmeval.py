@@ -46,10 +46,11 @@ def lmeval(
     and compare them item by item."""
     from dataclasses import replace
 
-    from core.progress import is_terminal, quiet_library_bars
+    from core.progress import heartbeat, is_terminal, quiet_library_bars
     from lmeval.model import require_lm_eval
     from lmeval.report import report_files
     from lmeval.run import run_lmeval
+    from probes.distributed import world_from_env
 
     require_lm_eval()
     given = {**settings.values, "run_dir": run_dir}
@@ -64,7 +65,9 @@ def lmeval(
     err = console(stderr=True)
     if not is_terminal(sys.stderr):
         quiet_library_bars()  # transformers' "Loading weights" bars are carriage returns in a log
-    report = run_lmeval(replace(config, out_dir=out_dir), progress=lambda line: err.print(f"[dim]{line}[/dim]"))
+    beat = heartbeat(lambda line: err.print(f"[dim]{line}[/dim]"), enabled=world_from_env().is_main)
+    with beat as say:  # a line a minute at least, in a log too (rank 0 of a data-parallel launch)
+        report = run_lmeval(replace(config, out_dir=out_dir), progress=say)
     if report is not None:  # None: a helper rank under accelerate launch; rank 0 reports
         _print(report)
 
