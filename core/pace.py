@@ -18,6 +18,9 @@ import math
 from pathlib import Path
 
 REFERENCE_PARAMETERS = 134.5e6
+# Below this the pace is not the model's size but each layer's fixed cost (the 32-layer tiny pair records 160 prompts in
+# about a minute, not the second its size would give): no size-scaled estimate is made for such a model.
+SMALLEST_SCALED = REFERENCE_PARAMETERS / 10
 PROMPT_SECONDS = 1.3e-3  # per prompt token and model
 DECODE_SECONDS = 6.5e-3  # per generated token (up to the limit) and model
 # One teacher-forced outcome pass (access.forced_passes), in seconds per token it runs as outcome_seconds counts them

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -91,18 +92,26 @@ def test_units_done_before_a_stage_is_seen_are_not_timed() -> None:
 
 
 def test_a_recording_in_a_log_says_its_estimate_when_it_starts(
-    tiny_pair: tuple[Path, Path], rolemrc_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tiny_pair: tuple[Path, Path],
+    rolemrc_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    import probes.recording
+    from core.pace import REFERENCE_PARAMETERS
     from probes.config import RecordConfig
-    from probes.recording import record_run
+
+    def starting(out: str) -> str:
+        config = RecordConfig(sft_dir=sft, dpo_dir=dpo, data_file=rolemrc_file, out_dir=tmp_path / out, layers="0")
+        probes.recording.record_run(replace(config, device="cpu"), progress=True)
+        return next(line for line in capsys.readouterr().err.splitlines() if ": starting, " in line)
 
     sft, dpo = tiny_pair
-    config = RecordConfig(
-        sft_dir=sft, dpo_dir=dpo, data_file=rolemrc_file, out_dir=tmp_path / "run", layers="0", device="cpu"
-    )
-    record_run(config, progress=True)
-    starting = [line for line in capsys.readouterr().err.splitlines() if ": starting, " in line]
-    assert starting and re.search(r"^recording sft\+dpo: starting, \d+ prompts; estimate \d", starting[0]), starting
+    # a tiny model's pace is its layers' fixed cost, not its size: the first batch gives the estimate
+    assert starting("tiny").endswith("prompts; estimate after the first batch")
+    monkeypatch.setattr(probes.recording, "parameter_count", lambda _: REFERENCE_PARAMETERS)  # a real model's size
+    assert re.search(r"^recording sft\+dpo: starting, \d+ prompts; estimate \d", starting("sized"))
 
 
 def test_a_stage_past_its_estimate_says_so_rather_than_no_time_left() -> None:
