@@ -41,6 +41,7 @@ import torch
 from torch import nn
 
 from access.hook_points import module_path
+from access.hook_table import MLP_OUT, NEURONS
 from access.lockstep import Lockstep
 from core.errors import ProbeError
 
@@ -50,9 +51,9 @@ if TYPE_CHECKING:
 # the gated MLP's parameters a unit-restricted blend edits, by hook point: (projection, dimension of the unit)
 UNIT_PARAMETERS: dict[str, tuple[tuple[str, int], ...]] = {
     # an mlp_post unit is a hidden neuron: its gate and up rows make it, its down_proj column writes it out
-    "mlp_post": (("gate_proj", 0), ("up_proj", 0), ("down_proj", 1)),
+    NEURONS: (("gate_proj", 0), ("up_proj", 0), ("down_proj", 1)),
     # an mlp_out unit is one coordinate of the MLP's output: the down_proj row (and bias) that computes it
-    "mlp_out": (("down_proj", 0),),
+    MLP_OUT: (("down_proj", 0),),
 }
 
 
@@ -81,7 +82,7 @@ def unit_targets(model: PreTrainedModel, hook: str, by_layer: dict[int, list[int
     names = dict(model.named_parameters())
     out: list[BlendTarget] = []
     for layer, units in sorted(by_layer.items()):
-        mlp = module_path(model, "mlp_out", layer)
+        mlp = module_path(model, MLP_OUT, layer)
         for projection, dim in UNIT_PARAMETERS[hook]:
             weight = f"{mlp}.{projection}.weight"
             if weight not in names:

@@ -31,7 +31,16 @@ from core.rows import group_by_capability, read_test_rows
 from core.run_dir import DataDir
 from core.schema import TestRow
 from interventions.config import ABConfig
-from interventions.recipes import RECIPE_PASSES, Arm, RecipeSettings, RunData, draw_placebos, other, plan_arms
+from interventions.recipes import (
+    RECIPE_PASSES,
+    SOURCE_RECIPES,
+    Arm,
+    RecipeSettings,
+    RunData,
+    draw_placebos,
+    other,
+    plan_arms,
+)
 from interventions.selection import analysed_neuron_set, load_neuron_file, merged, parse_units, ranking_from_run
 from training.eval_config import HELDOUT
 
@@ -51,9 +60,14 @@ def resolve_source_dir(config: ABConfig) -> Path:
         with RunReader(config.run_dir) as run:
             source = run.model_info(name).get("model_dir") or run.settings.model_dir(name)
     if not source:
-        raise ProbeError(f"--edit patch needs the {name} model: give a run directory that records it, or --source-dir")
+        needing = ",".join(e for e in config.edit.edits if e in SOURCE_RECIPES)
+        raise ProbeError(
+            f"--edit {needing} needs the {name} model: give a run directory that records it, or --source-dir"
+        )
     if not Path(source).is_dir():
-        raise ProbeError(f"{source}: model directory not found (the {name} model, the patch source); pass --source-dir")
+        raise ProbeError(
+            f"{source}: model directory not found (the {name} model, the edits' source); pass --source-dir"
+        )
     return Path(source)
 
 

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from access.edits import Add, Edit, Expo, ExpoUnits, Lda, Patch, Scale, Set
+from access.hook_table import HOOK_TABLE
 from access.units import NeuronSet
 from core.errors import ProbeError
 from interventions.selection import require_recorded
@@ -170,7 +171,7 @@ def steer_arms(data: RunData) -> list[Arm]:
     cfg, hook = data.config, data.units.hook
     means, source = data.means("steer"), other(cfg.model)
     layers = sorted(data.units.by_layer())
-    layers = layers[:1] if hook == "resid_post" else layers
+    layers = layers[:1] if HOOK_TABLE[hook].part == "block" else layers  # the residual stream carries it upward
     edits = tuple(
         Add(
             hook,
@@ -255,6 +256,8 @@ ARM_RECIPES: dict[str, Callable[[RunData], list[Arm]]] = {
     "lda": lda_arms,
 }
 RUN_RECIPES: frozenset[str] = frozenset({"mean", "steer"})  # read the run's recorded activations
+# run the pair's other model (the run's, --source-dir, or the default pair's)
+SOURCE_RECIPES: frozenset[str] = frozenset({"patch", "expo", "expo-units", "lda"})
 
 
 class RecipePasses(NamedTuple):

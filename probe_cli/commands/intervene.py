@@ -56,6 +56,7 @@ def intervene(
     from core.progress import heartbeat, is_terminal, quiet_library_bars
     from interventions import parallel
     from interventions.ab import run_ab
+    from interventions.recipes import SOURCE_RECIPES
     from interventions.report import selection_markdown
     from interventions.results import Selection
     from interventions.select_compare import compare_selections
@@ -80,13 +81,12 @@ def intervene(
         check_outputs(flag, out_dir, [files.report, files.markdown, files.generations], inputs)
     model_dir, data, source, dpo_file = config.model_dir, config.data_file, config.source_dir, config.dpo_file
     test_split = config.split != HELDOUT  # the held-out rows need no pair's data file (interventions.plan)
-    if run_dir is None and (
-        model_dir is None or (data is None and test_split) or ("patch" in config.edits and source is None)
-    ):
+    needs_source = bool(SOURCE_RECIPES & set(config.edits))
+    if run_dir is None and (model_dir is None or (data is None and test_split) or (needs_source and source is None)):
         default = default_pair(pair)
         dirs = {"dpo": default.dpo_dir, "sft": default.sft_dir}
         model_dir = model_dir or dirs[config.model]
-        source = source or ("patch" in config.edits and dirs["sft" if config.model == "dpo" else "dpo"]) or None
+        source = source or (needs_source and dirs["sft" if config.model == "dpo" else "dpo"]) or None
         data = data or (default.test_file if test_split else None)
         pairs = DataDir(default.data_dir).dpo  # the DPO margin's pairs: the training distribution's
         dpo_file = dpo_file or (pairs if data is None and pairs.is_file() else None)

@@ -73,10 +73,13 @@ def lmeval(
 
 
 def _with_defaults(config: LMEvalConfig, pair: str) -> LMEvalConfig:
-    """Without a run or --model-dir, the embedded default pair's model (and, for --edit patch, its other model)."""
+    """Without a run or --model-dir, the embedded default pair's model (and, for an edit that runs the pair's other
+    model, that one)."""
     from dataclasses import replace
 
-    patch = "patch" in config.ab_config().edit.edits
+    from interventions.recipes import SOURCE_RECIPES
+
+    patch = bool(SOURCE_RECIPES & set(config.ab_config().edit.edits))
     if config.run_dir is not None or (config.model_dir is not None and (not patch or config.source_dir is not None)):
         return config
     default = default_pair(pair)
