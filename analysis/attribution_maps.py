@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from einops import reduce
 
-from analysis.config import AnalysisConfig
+from analysis.config import ATTRIBUTION, AnalysisConfig
 from analysis.profile import layer_scores
 from analysis.stability import Resamples
 from analysis.stats import bh_qvalues, paired_pvalues
@@ -36,7 +36,7 @@ def attribution_first(run_dir: Path, config: AnalysisConfig) -> bool:
     from probes.distributed import world_from_env
 
     world = world_from_env()
-    if config.metric != "attribution" or not world.distributed:
+    if config.metric != ATTRIBUTION or not world.distributed:
         return True
     attribute_run(
         run_dir,
@@ -53,7 +53,7 @@ def attribution_maps(
     run: RunReader, capability: str, hook: str, layers: Window | list[int], config: AnalysisConfig
 ) -> Any:
     from analysis.metric_maps import MetricMaps
-    from probes.attribution import attribute_run
+    from probes.attribution import ARRAYS, attribute_run
     from probes.distributed import World
 
     window = layers if isinstance(layers, Window) else None
@@ -75,9 +75,7 @@ def attribution_maps(
             )
         slots = [stored.index(i) for i in wanted]
         group = f[f"{capability}/{hook}"]
-        attr, sft, dpo = (
-            array(group, name, 3)[:, slots, :].astype(np.float64) for name in ("attribution", "sft", "dpo")
-        )
+        attr, sft, dpo = (array(group, name, 3)[:, slots, :].astype(np.float64) for name in ARRAYS)
         if not attr.shape == sft.shape == dpo.shape:
             raise ValueError(f"{group.name}: attribution, sft and dpo differ in shape")
         settings: dict[str, Any] = {
@@ -102,7 +100,7 @@ def attribution_maps(
     return MetricMaps(
         capability,
         hook,
-        "attribution",
+        ATTRIBUTION,
         wanted,
         reduce(sft, "n layer unit -> layer unit", "mean"),
         reduce(dpo, "n layer unit -> layer unit", "mean"),

@@ -37,13 +37,14 @@ class Metric:
     short: str  # a column name
 
 
+TOPK_COUNT, MEAN_DIFF, EFFECT_SIZE, ATTRIBUTION = "topk_count", "mean_diff", "effect_size", "attribution"
 METRIC_TABLE: dict[str, Metric] = {
     metric.name: metric
     for metric in (
-        Metric("topk_count", True, "count in top k%", "Δ count", "count"),
-        Metric("mean_diff", True, "mean activation", "Δ mean", "mean"),
-        Metric("effect_size", True, "mean activation", "d_z", "d_z"),
-        Metric("attribution", False, "mean activation", "est. Δm (SFT value)", "attribution"),
+        Metric(TOPK_COUNT, True, "count in top k%", "Δ count", "count"),
+        Metric(MEAN_DIFF, True, "mean activation", "Δ mean", "mean"),
+        Metric(EFFECT_SIZE, True, "mean activation", "d_z", "d_z"),
+        Metric(ATTRIBUTION, False, "mean activation", "est. Δm (SFT value)", "attribution"),
     )
 }
 METRICS: tuple[str, ...] = tuple(METRIC_TABLE)

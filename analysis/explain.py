@@ -42,7 +42,7 @@ from einops import rearrange
 from access.hook_points import validate_hook
 from analysis.agreement import layer_agreement, top_overlap
 from analysis.checkpoint import config_summary
-from analysis.config import ACTIVATION_METRICS, TESTS, AnalysisConfig
+from analysis.config import ACTIVATION_METRICS, MEAN_DIFF, TESTS, TOPK_COUNT, AnalysisConfig
 from analysis.explain_config import ExplainConfig
 from analysis.explain_html import agreement_figure, page_html
 from analysis.explain_models import ModelSet, open_models
@@ -341,7 +341,7 @@ def _cards(
 
 def _delta_ci(sft: np.ndarray, dpo: np.ndarray, unit: int, maps: MetricMaps, seed: int) -> tuple[float, float]:
     """95% percentile bootstrap CI of the unit's Δ, resampling prompts, computed exactly as the map's Δ is."""
-    if maps.metric == "topk_count":
+    if maps.metric == TOPK_COUNT:
         from analysis.topk import topk_mask
 
         k = int(maps.settings["k"])
@@ -350,7 +350,7 @@ def _delta_ci(sft: np.ndarray, dpo: np.ndarray, unit: int, maps: MetricMaps, see
         low, high = paired_bootstrap_ci(before, after, seed=seed)
         return low * scale, high * scale
     before, after = sft[:, unit].astype(np.float64), dpo[:, unit].astype(np.float64)
-    if maps.metric == "mean_diff":
+    if maps.metric == MEAN_DIFF:
         return paired_bootstrap_ci(before, after, seed=seed)
     return _dz_ci(after - before, seed)
 

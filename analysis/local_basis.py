@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analysis.basis import basis_models, basis_of_settings, describe_basis
-from analysis.config import AnalysisConfig
+from analysis.config import MEAN_DIFF, AnalysisConfig
 from analysis.maps import compute_maps
 from analysis.metric_maps import MetricMaps
 from analysis.profile import RankedLayer, layer_profile, ranked_units
@@ -82,7 +82,7 @@ def basis_profiles(
     run_dir: str | Path,
     capability: str,
     hook: str,
-    config: AnalysisConfig = AnalysisConfig(metric="mean_diff", stability_resamples=0),
+    config: AnalysisConfig = AnalysisConfig(metric=MEAN_DIFF, stability_resamples=0),
     top_n: int = 5,
     top_k: int = 64,
 ) -> BasisProfiles:
@@ -122,7 +122,7 @@ def local_ranking(
     run_dir: str | Path,
     capability: str,
     hook: str,
-    metric: str = "mean_diff",
+    metric: str = MEAN_DIFF,
     k: int | None = 64,
     *,
     layers: str | None = None,

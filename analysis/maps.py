@@ -54,7 +54,7 @@ import numpy as np
 from einops import rearrange, reduce
 
 from analysis.basis import basis_of_settings
-from analysis.config import AnalysisConfig
+from analysis.config import ATTRIBUTION, MEAN_DIFF, TOPK_COUNT, AnalysisConfig
 from analysis.metric_maps import MetricMaps
 from analysis.profile import layer_scores
 from analysis.stability import Resamples
@@ -98,7 +98,7 @@ def compute_maps(
     or ``("sft_on_dpo", "dpo")`` the local basis (:mod:`analysis.basis`; the settings then say ``basis`` and
     ``direction``).
     """
-    if config.metric == "attribution":
+    if config.metric == ATTRIBUTION:
         from analysis.attribution_maps import attribution_maps
 
         maps: MetricMaps = attribution_maps(run, capability, hook, layers, config)
@@ -116,11 +116,11 @@ def compute_maps(
             f"{sft.shape} vs {dpo.shape}"
         )
     resamples = Resamples.draw(n, config.stability_resamples, config.stability_seed)
-    per_layer = _topk_layer if config.metric == "topk_count" else _paired_layer
+    per_layer = _topk_layer if config.metric == TOPK_COUNT else _paired_layer
     rows = map_layers(lambda i: per_layer(sft[:, i, :], dpo[:, i, :], config, resamples), len(layers))
     sft_map, dpo_map, delta, pvalues, rms, resampled = (np.stack([r[j] for r in rows]) for j in range(6))
     settings: dict[str, Any] = {"fdr_alpha": config.fdr_alpha}
-    if config.metric == "topk_count":
+    if config.metric == TOPK_COUNT:
         width = sft.shape[2]
         delta = delta / _count_divisor(config, n, width)
         settings.update(
@@ -194,12 +194,12 @@ def _paired_layer(
     sft64 = np.asarray(sft, dtype=np.float64)
     dpo64 = np.asarray(dpo, dtype=np.float64)
     mean_sft, mean_dpo = (reduce(x, "n unit -> unit", "mean") for x in (sft64, dpo64))
-    delta = mean_dpo - mean_sft if config.metric == "mean_diff" else effect_size_dz(sft64, dpo64)
+    delta = mean_dpo - mean_sft if config.metric == MEAN_DIFF else effect_size_dz(sft64, dpo64)
     resampled = np.zeros(0)
     if resamples.n_resamples:
         diff = dpo64 - sft64
         resampled = layer_scores(
-            resamples.mean_differences(diff) if config.metric == "mean_diff" else resamples.effect_sizes(diff)
+            resamples.mean_differences(diff) if config.metric == MEAN_DIFF else resamples.effect_sizes(diff)
         )
     return (
         mean_sft,

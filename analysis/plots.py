@@ -33,7 +33,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.basis import basis_of_settings
-from analysis.config import METRIC_TABLE
+from analysis.config import METRIC_TABLE, TOPK_COUNT
 from analysis.metric_maps import MetricMaps
 from analysis.profile import layer_profile, unit_order
 from analysis.window import format_layers
@@ -47,7 +47,7 @@ _TITLE_ROOM = {"t": 120}  # a title and its window subtitle above the first pane
 
 def delta_label(maps: MetricMaps) -> str:
     """What Δ means for this map, including the normalisation of count differences."""
-    if maps.metric != "topk_count":
+    if maps.metric != TOPK_COUNT:
         return METRIC_TABLE[maps.metric].delta_label
     return "Δ count / N" if maps.settings.get("normalize", "samples") == "samples" else "Δ count / width"
 

@@ -40,7 +40,7 @@ import analysis.plots as plots_module
 from access.hook_points import validate_hook
 from analysis.base_compare import BaseComparison, compare_maps
 from analysis.basis import analysis_dir, basis_models
-from analysis.config import AnalysisConfig
+from analysis.config import ATTRIBUTION, MEAN_DIFF, AnalysisConfig
 from analysis.maps import compute_maps, save_maps
 from analysis.metric_maps import MetricMaps
 from analysis.plots import faceted_figure, maps_figure, profile_figure, write_figures
@@ -166,7 +166,7 @@ def _base_maps(
 ) -> dict[tuple[str, str], MetricMaps]:
     """SFT − base maps over the same windows, when the run recorded a base (not for attribution:
     it ranks DPO units only; nor in the local basis: SFT − base is a global comparison)."""
-    if "base" not in run.models() or config.metric == "attribution" or config.basis != "global":
+    if "base" not in run.models() or config.metric == ATTRIBUTION or config.basis != "global":
         return {}
     plain = replace(config, stability_resamples=0)
     return {
@@ -237,7 +237,7 @@ def _quiet_units_note(maps: MetricMaps, unit_layers: list[int], metric: str, rat
     n_quiet = sum(layer in quiet for layer in unit_layers)
     if not unit_layers or n_quiet * 2 <= len(unit_layers):
         return None
-    advice = " (scale-blind metric; --metric mean_diff ranks by size)" if metric != "mean_diff" else ""
+    advice = " (scale-blind metric; --metric mean_diff ranks by size)" if metric != MEAN_DIFF else ""
     return (
         f"{n_quiet} of {len(unit_layers)} selected units sit in layers {format_layers(sorted(quiet))}, "
         f"whose RMS activation is below {ratio:.0%} of layer {maps.loudest_layer()}'s: "

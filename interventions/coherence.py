@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 JUDGE = "sft"  # the model whose perplexity the guard reads
 
+
 def output_perplexity(
     model: PreTrainedModel,
     prompts: Sequence[Sequence[int]],

@@ -8,14 +8,16 @@ Example:
 
 from __future__ import annotations
 
+from analysis.config import ATTRIBUTION, EFFECT_SIZE, MEAN_DIFF, TOPK_COUNT
+
 RULE_METRICS: dict[str, str] = {
-    "count": "topk_count",
-    "mean_diff": "mean_diff",
-    "effect_size": "effect_size",
-    "attribution": "attribution",
+    "count": TOPK_COUNT,
+    MEAN_DIFF: MEAN_DIFF,
+    EFFECT_SIZE: EFFECT_SIZE,
+    ATTRIBUTION: ATTRIBUTION,
     "weight": "weight_change",
-    "local_count": "topk_count",
-    "local_mean_diff": "mean_diff",
-    "local_effect_size": "effect_size",
+    "local_count": TOPK_COUNT,
+    "local_mean_diff": MEAN_DIFF,
+    "local_effect_size": EFFECT_SIZE,
 }
 LOCAL_RULES = ("local_count", "local_mean_diff", "local_effect_size")  # each layer on the same input (analysis.basis)

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from access.units import Neuron, NeuronSet
-from analysis.config import ACTIVATION_METRICS
+from analysis.config import ACTIVATION_METRICS, ATTRIBUTION
 from core.config_file import OptionError
 from core.errors import ProbeError
 from core.run_dir import AnalysisDir, RunDir
@@ -97,7 +97,7 @@ def rule_sets(
     require_recorded(run_dir, capability, hook)
     out: dict[str, RuleSet] = {}
     with RunReader(run_dir) as run:
-        for rule in sorted(rules, key=lambda r: r != "attribution"):  # the one that can fail, first
+        for rule in sorted(rules, key=lambda r: r != ATTRIBUTION):  # the one that can fail, first
             out[rule] = _rule_set(run, Path(run_dir), rule, capability, hook, k)
             if progress is not None:
                 progress(f"{rule}: top {len(out[rule].units)} units of layers {out[rule].window}, {out[rule].source}")

@@ -75,6 +75,9 @@ if TYPE_CHECKING:
     from probes.settings import RunSettings
 
 M_CHOICES: tuple[str, ...] = ("reference_logprob", "dpo_margin")
+# each hook's datasets in the file: the attribution (the gradient times the activation change), then each model's
+# mean activation ("attribution" is also the metric's name, analysis.config.ATTRIBUTION, in the room above this one)
+ARRAYS: tuple[str, ...] = ("attribution", "sft", "dpo")
 DEFAULT_M = "reference_logprob"
 POSITIONS: tuple[str, ...] = ("all", "response")
 DEFAULT_ROWS = 256  # dpo_margin: at most this many pairs per capability (file order)
@@ -496,7 +499,7 @@ def _write_batch(
     m, out = result
     arrays: dict[str, Any] = {"m": m.numpy()}
     for (hook, layer), values in out.items():
-        for name, value in zip(("attribution", "sft", "dpo"), values, strict=True):
+        for name, value in zip(ARRAYS, values, strict=True):
             arrays[f"{hook}|{layer}|{name}"] = value.numpy()
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, lambda handle: np.savez(handle, **arrays))
@@ -566,7 +569,7 @@ def _fill_plan(
 ) -> None:
     """One capability's group of the file from its batches (in plan order: the sums are one process's, bit for bit)."""
     n_rows = len(plan.sample_ids)
-    sums = {hook: dict.fromkeys(("attribution", "sft", "dpo"), np.zeros(0)) for hook in hooks}
+    sums = {hook: dict.fromkeys(ARRAYS, np.zeros(0)) for hook in hooks}
     m_rows = np.zeros(n_rows)
     counts = np.zeros(n_rows)
     for batch, arrays in done:
@@ -575,7 +578,7 @@ def _fill_plan(
         np.add.at(counts, rows, 1.0)
         for hook in hooks:
             for slot, layer in enumerate(layers):
-                for name in ("attribution", "sft", "dpo"):
+                for name in ARRAYS:
                     value = arrays[f"{hook}|{layer}|{name}"]
                     if not sums[hook][name].size:
                         sums[hook][name] = np.zeros((n_rows, len(layers), value.shape[1]))
@@ -585,7 +588,7 @@ def _fill_plan(
     group.create_dataset("sample_ids", data=np.asarray(plan.sample_ids, dtype=np.int64))
     for hook in hooks:
         for name, values in sums[hook].items():
-            if name != "attribution":  # a pair's two sequences: the mean activation of the two
+            if name != ARRAYS[0]:  # a pair's two sequences: the mean activation of the two
                 values = values / rearrange(counts, "n -> n 1 1")
             group.create_dataset(
                 f"{hook}/{name}", data=values.astype(np.float32), compression="gzip", compression_opts=4

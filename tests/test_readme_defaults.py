@@ -124,11 +124,11 @@ CLAIMS: list[tuple[str, Callable[[], Any], Any]] = [
     ),
     ("the other model's own greedy ones by default", lambda: _ab_default("responses"), "greedy"),
     (
-        "one arm per `--dose` α (default 2;",
+        "(default 2;",
         lambda: _constant("interventions.recipes", "DEFAULT_ALPHA")()["expo"],
         2.0,
     ),
-    ("(default α 1;", lambda: _constant("interventions.recipes", "DEFAULT_ALPHA")()["lda"], 1.0),
+    ("(default 1;", lambda: _constant("interventions.recipes", "DEFAULT_ALPHA")()["lda"], 1.0),
     (
         "generates the held-out split's rows of the capability by default",
         _field("interventions.config", "ABConfig", "split"),

@@ -1,13 +1,13 @@
-"""Names are said once: a list of a registry's names is derived from the registry, and a hook point's name is typed
-only in the hook table (``access/hook_table.py``); everything else imports it.
+"""Names are said once: a list of a registry's names is derived from the registry, and a hook point's or a metric's
+name is typed only in its table (``access/hook_table.py``, ``analysis/config.py``); everything else imports it.
 
 The scan reads each product module's source with ``ast`` (docstrings are prose and are skipped):
 
 * a literal tuple, list, set or dict-key collection holding two or more names of one registry, outside the
   registry's own module, is a second copy of the registry's list;
-* a hook point's name as a lone string constant outside the hook table is a second spelling of the table's row.
+* a hook point's or a metric's name as a lone string constant outside its table is a second spelling of the row.
 
-An exception needs an entry in ``ALLOWED`` with its reason.
+An exception needs an entry in ``ALLOWED`` or ``SPELLED_ALLOWED`` with its reason.
 """
 
 from __future__ import annotations
@@ -85,17 +85,25 @@ def name_lists() -> list[str]:
     return found
 
 
-def hook_spellings() -> list[str]:
+SPELLED_ONCE: dict[str, tuple[frozenset[str], str]] = {
+    "hook point": (frozenset(HOOK_TABLE), "access/hook_table.py"),
+    "metric": (frozenset(METRIC_TABLE), "analysis/config.py"),
+}  # names that are typed once, in their table's module: everything else imports them
+SPELLED_ALLOWED: dict[tuple[str, str], str] = {
+    ("probes/attribution.py", "metric"): "the attribution file's dataset name, in the room below analysis",
+}
+
+
+def spellings() -> list[str]:
     found = []
     for module, tree in _modules():
-        if module == "access/hook_table.py":
-            continue
         prose = _docstrings(tree)
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and node.value in HOOK_TABLE and id(node) not in prose:
-                found.append(
-                    f"{module}:{node.lineno}: hook point {node.value!r} typed (import it from access.hook_table)"
-                )
+            if not isinstance(node, ast.Constant) or id(node) in prose:
+                continue
+            for registry, (names, home) in SPELLED_ONCE.items():
+                if node.value in names and module != home and (module, registry) not in SPELLED_ALLOWED:
+                    found.append(f"{module}:{node.lineno}: {registry} {node.value!r} typed (import it from {home})")
     return found
 
 
@@ -103,8 +111,8 @@ def test_no_registry_lists_its_names_twice() -> None:
     assert name_lists() == []
 
 
-def test_hook_points_are_named_in_the_hook_table_only() -> None:
-    assert hook_spellings() == []
+def test_hook_points_and_metrics_are_named_in_their_tables_only() -> None:
+    assert spellings() == []
 
 
 @pytest.mark.parametrize(("module", "registry"), sorted(ALLOWED))
@@ -120,3 +128,12 @@ def test_the_scan_finds_a_second_list() -> None:
     tree = ast.parse('"""Doc: mlp_out."""\nHOOKS = ("mlp_out", "attn_out")\n')
     assert [strings for _, strings in _collections(tree)] == [["mlp_out", "attn_out"]]
     assert id(tree.body[0].value) in _docstrings(tree)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("module", "registry"), sorted(SPELLED_ALLOWED))
+def test_every_spelling_exception_is_still_needed(module: str, registry: str) -> None:
+    names, _ = SPELLED_ONCE[registry]
+    tree = ast.parse((ROOT / module).read_text(encoding="utf-8"))
+    assert any(isinstance(n, ast.Constant) and n.value in names for n in ast.walk(tree)), (
+        f"{module}: the {registry} spelling exception is no longer needed; remove it from SPELLED_ALLOWED"
+    )
