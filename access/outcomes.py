@@ -429,7 +429,7 @@ class Outcomes:
                 if not kl_batch:
                     continue
                 kept.clear()
-                _forward(self.target, [self._unique[i] for i in batch])
+                forced_logits(self.target, [self._unique[i] for i in batch])
                 hidden = kept[0]
                 keep = hidden.shape[1] - 1
                 for row, i in enumerate(batch):
@@ -446,7 +446,7 @@ class Outcomes:
         head = self.target.get_output_embeddings()
         for batch in self._batches:
             seqs = [self._unique[i] for i in batch]
-            logits = _forward(self.model, seqs)
+            logits = forced_logits(self.model, seqs)
             keep = logits.shape[1] - 1
             for row, (i, seq) in enumerate(zip(batch, seqs, strict=True)):
                 n = seq.n_response
@@ -497,7 +497,7 @@ def _filler(source: SourceValues, lockstep: Lockstep) -> Callable[[str], None]:
     return lambda phase: source.fill(lockstep, phase)
 
 
-def _forward(model: PreTrainedModel, seqs: Sequence[Forced]) -> torch.Tensor:
+def forced_logits(model: PreTrainedModel, seqs: Sequence[Forced]) -> torch.Tensor:
     """Logits ``[B, K + 1, vocab]`` at the last ``K + 1`` positions of a left-padded batch (``K``: the longest
     response); position ``K - n + j`` of a row with ``n`` response tokens predicts its ``j``-th response token."""
     device = next(model.parameters()).device

@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from access.batches import position_ids_for
-from access.outcomes import Forced, pack
+from access.outcomes import Forced, forced_logits, pack
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -50,7 +49,7 @@ def output_perplexity(
     with torch.no_grad():
         for batch in pack(seqs, max_batch_tokens, batch_size):
             chosen = [seqs[i] for i in batch]
-            logits = _logits(model, chosen)
+            logits = forced_logits(model, chosen)
             keep = logits.shape[1] - 1
             for row, seq in enumerate(chosen):
                 n = seq.n_response
@@ -59,23 +58,3 @@ def output_perplexity(
                 total -= float(log_p.gather(-1, targets[:, None]).sum())
                 count += n
     return math.exp(total / count), count
-
-
-def _logits(model: PreTrainedModel, seqs: Sequence[Forced]) -> torch.Tensor:
-    """Logits at the last ``K + 1`` positions of the left-padded batch (``K``: the longest response)."""
-    device = next(model.parameters()).device
-    length = max(len(s.ids) for s in seqs)
-    ids = torch.zeros((len(seqs), length), dtype=torch.long)
-    mask = torch.zeros((len(seqs), length), dtype=torch.long)
-    for row, seq in enumerate(seqs):
-        ids[row, length - len(seq.ids) :] = torch.tensor(seq.ids)
-        mask[row, length - len(seq.ids) :] = 1
-    out = model(
-        input_ids=ids.to(device),
-        attention_mask=mask.to(device),
-        position_ids=position_ids_for(mask).to(device),
-        logits_to_keep=max(s.n_response for s in seqs) + 1,
-        use_cache=False,
-    )
-    logits: torch.Tensor = out.logits
-    return logits
