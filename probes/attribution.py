@@ -66,6 +66,7 @@ from einops import rearrange, reduce, repeat
 from access.hook_points import attach
 from core.errors import Interrupted, ProbeError
 from core.models import input_embedding
+from core.progress import stage
 from core.run_dir import RunDir
 from probes.distributed import PeerLost, World, joined, machine_device, reported_once, world_from_env
 
@@ -474,14 +475,18 @@ def _attribute(job: _Job, world: World, max_batch_tokens: int | None, device: st
     done = world.on_main(lambda: _finished(job.journal))
     pending = [b for b in batches if b.name not in done]
     pad_id = pad_id_of(pair.tokenizer)
-    for k, batch in enumerate(pending):
-        if world.owns(k):
+    mine = [batch for k, batch in enumerate(pending) if world.owns(k)]
+    name = "attribution" if not world.distributed else f"attribution, rank 0 of {world.size}"
+    # a bar on a terminal; in a log a start line, the estimate after the first batch and a line a minute
+    with stage(name, len(mine), unit="batches", step="batch", enabled=world.is_main and bool(mine)) as bar:
+        for batch in mine:
             plan = plans[batch.plan]
             sites = [(h, layer) for h in job.hooks[plan.capability] for layer in settings.layers]
             chosen = [plan.items[i] for i in batch.members]
             _write_batch(
                 job.journal / batch.name, attribute_batch(pair.sft, pair.dpo, chosen, pad_id, sites, job.positions)
             )
+            bar.update(1)
     world.barrier()
     return world.on_main(lambda: _write_file(job, plans, batches, started))
 
