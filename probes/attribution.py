@@ -483,9 +483,15 @@ def _attribute(job: _Job, world: World, max_batch_tokens: int | None, device: st
             plan = plans[batch.plan]
             sites = [(h, layer) for h in job.hooks[plan.capability] for layer in settings.layers]
             chosen = [plan.items[i] for i in batch.members]
-            _write_batch(
-                job.journal / batch.name, attribute_batch(pair.sft, pair.dpo, chosen, pad_id, sites, job.positions)
-            )
+            result = attribute_batch(pair.sft, pair.dpo, chosen, pad_id, sites, job.positions)
+            try:
+                _write_batch(job.journal / batch.name, result)
+            except OSError as exc:
+                raise ProbeError(
+                    f"{job.path}: writing the attribution failed ({exc.strerror or exc}) at a finished batch; the "
+                    f"file there was kept, and the batches before it in {job.journal}: free space (or fix "
+                    "permissions) and rerun"
+                ) from None
             bar.update(1)
     world.barrier()
     return world.on_main(lambda: _write_file(job, plans, batches, started))
