@@ -11,6 +11,7 @@ export TOKENIZERS_PARALLELISM := false
 .PHONY: setup base demo test bench chromium clean-runs lock
 
 $(STAMP): pyproject.toml requirements.lock
+	@echo "setup: installing the $$(grep -c '==' requirements.lock) locked packages into $(VENV); estimate about 1 min with the wheels at hand (63 s on the 2-core machine), a few more to download them (torch's CPU wheel alone is about 200 MB)"
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q -c requirements.lock pip
 	$(PY) -m pip install -q -c requirements.lock torch==2.13.0   # the CPU wheel; an unpinned torch pulls a multi-GB CUDA build
