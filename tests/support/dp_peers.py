@@ -26,8 +26,10 @@ def run(behaviour: str) -> None:
     world = world_from_env()
     with reported_once(world), joined(world):
         try:
-            if behaviour == "die" and world.rank == 1:
-                os._exit(9)
+            if behaviour == "die":
+                world.barrier()  # every rank's connections are up: a death during gloo's own setup is another case
+                if world.rank == 1:
+                    os._exit(9)
             print(f"JOINED {world.rank}", flush=True)
             _work_until_stopped(60)
             world.gather(world.rank)
