@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from access.hook_points import attach, families
+from access.shared_generation import run_blocks
 from core.errors import ProbeError
 
 if TYPE_CHECKING:
@@ -220,36 +221,17 @@ class Stack:
         cache: Any,
         keep: Sequence[int],
     ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        from transformers.masking_utils import create_causal_mask
-
-        kept: dict[int, torch.Tensor] = {}
-        if not layers:
-            return hidden, {layers.stop: hidden} if layers.stop in keep else kept
-        positions = positions.to(self.device)
-        mask = create_causal_mask(
-            config=self.model.config,
-            inputs_embeds=hidden,
-            attention_mask=mask_2d.to(self.device),
-            past_key_values=cache,
-            position_ids=positions,
-            layer_idx=layers.start,
-            allow_is_causal_skip=False,
+        return run_blocks(
+            self.model,
+            self.decoder,
+            hidden,
+            layers,
+            mask_2d.to(self.device),
+            positions.to(self.device),
+            cache,
+            allow_skip=False,
+            keep=keep,
         )
-        rotary = self.decoder.rotary_emb(hidden, position_ids=positions)
-        for i in layers:
-            if i in keep:
-                kept[i] = hidden
-            hidden = self.decoder.layers[i](
-                hidden,
-                attention_mask=mask,
-                position_embeddings=rotary,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-            )
-        if layers.stop in keep:
-            kept[layers.stop] = hidden
-        return hidden, kept
 
     def response_hidden(self, batch: PromptBatch, out: Hidden) -> list[torch.Tensor]:
         """Per response row, the final normed hidden states (the LM head's input) at the positions that predict its

@@ -610,30 +610,10 @@ class SharedDecoder:
         offset: int = 0,
     ) -> torch.Tensor:
         """One forward of ``layers``; ``offset``: the first of the batch's rows in ``hidden`` (for the edits)."""
-        from transformers.masking_utils import create_causal_mask
-
         assert self._state is not None
         mask_2d = self._state.prompt_mask.index_select(0, torch.tensor(row_prompt, device=hidden.device))
-        mask = create_causal_mask(
-            config=self.model.config,
-            inputs_embeds=hidden,
-            attention_mask=mask_2d,
-            past_key_values=cache,
-            position_ids=positions,
-            layer_idx=layers.start,
-            allow_is_causal_skip=allow_skip,
-        )
-        rotary = decoder.rotary_emb(hidden, position_ids=positions)
         self._offset = offset
-        for index in layers:
-            hidden = decoder.layers[index](
-                hidden,
-                attention_mask=mask,
-                position_embeddings=rotary,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-            )
+        hidden, _ = run_blocks(self.model, decoder, hidden, layers, mask_2d, positions, cache, allow_skip=allow_skip)
         return hidden
 
     def _run_sources(self, state: _Batch, positions: torch.Tensor, allow_skip: bool) -> None:
@@ -888,3 +868,48 @@ def generate_unedited(generator: Generator) -> Generations:
     if unshareable(generator.model, generator.config.do_sample, DEFAULT_DRIVER) is None:
         return SharedDecoder(generator).run([None])[0]
     return generator.run()
+
+
+def run_blocks(
+    model: PreTrainedModel,
+    decoder: Any,
+    hidden: torch.Tensor,
+    layers: range,
+    mask_2d: torch.Tensor,
+    positions: torch.Tensor,
+    cache: Any,
+    *,
+    allow_skip: bool,
+    keep: Collection[int] = (),
+) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    """The decoder's blocks ``layers`` on ``hidden`` with one causal mask and one rotary embedding for them all (the
+    shared decoding engine and :mod:`access.forced_passes` run blocks this way); ``keep``: the block indices (and
+    ``layers.stop``) whose *input* hidden states to return as well."""
+    from transformers.masking_utils import create_causal_mask
+
+    kept: dict[int, torch.Tensor] = {}
+    if layers:
+        mask = create_causal_mask(
+            config=model.config,
+            inputs_embeds=hidden,
+            attention_mask=mask_2d,
+            past_key_values=cache,
+            position_ids=positions,
+            layer_idx=layers.start,
+            allow_is_causal_skip=allow_skip,
+        )
+        rotary = decoder.rotary_emb(hidden, position_ids=positions)
+        for index in layers:
+            if index in keep:
+                kept[index] = hidden
+            hidden = decoder.layers[index](
+                hidden,
+                attention_mask=mask,
+                position_embeddings=rotary,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+            )
+    if layers.stop in keep:
+        kept[layers.stop] = hidden
+    return hidden, kept
