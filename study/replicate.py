@@ -334,8 +334,9 @@ def run_stages(options: ReplicateOptions, stages: list[Stage], progress: Progres
         _save(options, stages, started)
         start = time.perf_counter()
         try:
-            with logged(f"replicate: {stage.name}", 1, unit="stage", estimate_s=stage.estimate_s):
+            with logged(f"replicate: {stage.name}", 1, unit="stage", estimate_s=stage.estimate_s) as bar:
                 line = stage.run()
+                bar.update(1)  # its end line then says done, not "ended at 0/1"
         except (KeyboardInterrupt, Interrupted) as exc:
             raise Interrupted(
                 f"replicate stopped in stage {stage.name}{f' ({exc})' if str(exc) else ''}; finished stages are kept: "
