@@ -9,6 +9,10 @@ GPU a stage says its estimate after its first step instead.
 Example:
     >>> round(prompt_seconds(10_000, models=2, parameters=REFERENCE_PARAMETERS), 1)
     26.0
+    >>> round(gradient_seconds(10_000, parameters=REFERENCE_PARAMETERS), 1)   # attribution: both models, a backward
+    42.9
+    >>> sized("cpu", REFERENCE_PARAMETERS), sized("cuda:0", REFERENCE_PARAMETERS), sized("cpu", 1e6)
+    (True, False, False)
 """
 
 from __future__ import annotations
@@ -31,6 +35,13 @@ DECODE_SECONDS = 6.5e-3  # per generated token (up to the limit) and model
 # one process, load average 8-12); applied to the 2.5 ms of CPU per whole-sequence token the engine before was
 # measured at, that is 1.4 ms per token counted here (the loaded run's own wall clock gave 4.3 ms).
 OUTCOME_TOKEN_SECONDS = 1.4e-3
+# One attribution batch (probes.attribution.attribute_batch: the SFT model's forward, the DPO model's forward with
+# autograd from the input embeddings, and its backward to the 90 recorded sites) over one plain forward of one model (no
+# hooks, inference mode) over the same padded tokens: 3.25-3.31 on the default pair (SmolLM2-135M, float32, one thread,
+# this project's 2-core CPU machine, 2026-11-27, load average 2.3-2.8), the default run's multi_turn reference_logprob
+# batches at the CPU budget (366 and 507 padded tokens), 3 and 5 interleaved repeats, best of each. A ratio, so the
+# machine's load cancels; the forward's pace is PROMPT_SECONDS.
+GRADIENT_PASS_RATIO = 3.3
 
 
 def parameter_count(model_dir: str | Path) -> float:
@@ -53,6 +64,24 @@ def parameter_count(model_dir: str | Path) -> float:
         return REFERENCE_PARAMETERS
 
 
+def sized(device: str, parameters: float) -> bool:
+    """Whether a stage estimates its time up front from this pace: on CPU, for a model of at least
+    :data:`SMALLEST_SCALED` parameters (elsewhere it says its estimate after its first step)."""
+    return device.startswith("cpu") and parameters >= SMALLEST_SCALED
+
+
 def prompt_seconds(tokens: float, *, models: float, parameters: float) -> float:
     """Seconds for ``models`` forward passes over ``tokens`` prompt tokens of a model of ``parameters``, on CPU."""
     return tokens * models * PROMPT_SECONDS * parameters / REFERENCE_PARAMETERS
+
+
+def gradient_seconds(tokens: float, *, parameters: float) -> float:
+    """Seconds for attribution batches over ``tokens`` padded tokens (both models' forwards and the DPO model's
+    backward, :data:`GRADIENT_PASS_RATIO`), on CPU."""
+    return prompt_seconds(tokens, models=GRADIENT_PASS_RATIO, parameters=parameters)
+
+
+def generation_seconds(prompt_tokens: float, new_tokens: float, *, parameters: float) -> float:
+    """Seconds for one model to read ``prompt_tokens`` and generate up to ``new_tokens`` (counted at the limit), on
+    CPU."""
+    return (prompt_tokens * PROMPT_SECONDS + new_tokens * DECODE_SECONDS) * parameters / REFERENCE_PARAMETERS

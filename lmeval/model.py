@@ -31,7 +31,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -94,6 +94,9 @@ def _define() -> type:
             _share_requests(self)
             self.active: tuple[Edit, ...] = ()
             self.arm_label = "unedited"
+            # called with the requests as each request method starts (lmeval.estimate: the first call of a pass is
+            # when lm-eval has built every task's requests)
+            self.on_requests: Callable[[list[Any]], None] | None = None
             self._stats: list[dict[str, int]] = []
             if spec:
                 from lmeval.arms import single_arm
@@ -118,7 +121,9 @@ def _define() -> type:
             return {key: sum(s[key] for s in self._stats) for key in keys}
 
         @contextmanager
-        def _edited(self) -> Iterator[None]:
+        def _edited(self, requests: list[Any]) -> Iterator[None]:
+            if self.on_requests is not None:
+                self.on_requests(requests)
             if not self.active:
                 yield
                 return
@@ -127,17 +132,17 @@ def _define() -> type:
             self._stats.append(stats.as_dict())
 
         def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
-            with self._edited():
+            with self._edited(requests):
                 out: list[tuple[float, bool]] = super().loglikelihood(requests, disable_tqdm=disable_tqdm)
                 return out
 
         def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
-            with self._edited():
+            with self._edited(requests):
                 out: list[float] = super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm)
                 return out
 
         def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
-            with self._edited():
+            with self._edited(requests):
                 out: list[str] = super().generate_until(requests, disable_tqdm=disable_tqdm)
                 return out
 

@@ -37,13 +37,13 @@ from pathlib import Path
 from typing import Any, cast
 
 from core.errors import ProbeError
-from core.progress import Stage, logged
 from core.records import to_json
 from interventions.config import ABConfig
 from interventions.results import NoPlacebo
 from lmeval.arms import checked_neurons, edit_arms, skeleton
 from lmeval.compare import GroupInfo, Items, TaskInfo, add_placebo, compare_pass, identical, items_of
 from lmeval.config import LMEvalConfig
+from lmeval.estimate import pass_stage
 from lmeval.report import (
     ArmReport,
     LMEvalReport,
@@ -381,22 +381,22 @@ def _run(
         f"{passes} lm-eval passes over {', '.join(tasks.names)}: unedited, {len(arms)} arm(s)"
         + (f", {passes - 1 - len(arms)} placebo arms" if passes - 1 - len(arms) else "")
     )
-    with logged("lm-eval", passes, unit="passes", step="pass") as heartbeat:
+    with pass_stage(lm, passes, model_dir) as passed:  # in a log: a start line with the estimate, a line a minute
         lm.use(())
         base = _main_pass(lm, tasks, config)
-        heartbeat.update()
+        passed()
         say(f"unedited: {base.seconds:.0f} s")
         reports, arm_items = [], {}
         for number, arm in enumerate(arms, 1):
             lm.use(arm.edits, arm.label)
             run = _main_pass(lm, tasks, config)
-            heartbeat.update()
+            passed()
             rows = compare_pass(
                 tasks.infos, tasks.groups, base.items, run.items, n_resamples=config.n_bootstrap, seed=config.seed
             )
             flags = _flags(arm, dtype, run.hook_stats, identical(base.items, run.items))
             say(f"arm {number}/{len(arms)}: {arm.label}: {run.seconds:.0f} s")
-            placebo = _placebo(arm, lm, tasks, config, base, rows, say, heartbeat)
+            placebo = _placebo(arm, lm, tasks, config, base, rows, say, passed)
             reports.append(
                 ArmReport(
                     arm.name,
@@ -442,7 +442,7 @@ def _placebo(
     base: Pass,
     rows: list[Any],
     say: Progress,
-    heartbeat: Stage,
+    passed: Callable[[], None],
 ) -> PlaceboPassesSkipped | PlaceboPasses | NoPlacebo:
     """The arm's placebo passes (the edits' placebo family), and where each row's Δ falls among theirs."""
     from interventions.recipes import placebo_family
@@ -455,7 +455,7 @@ def _placebo(
     for k, edits in enumerate(sets):
         lm.use(edits, f"{arm.name} placebo {k}")
         run = _main_pass(lm, tasks, config)
-        heartbeat.update()
+        passed()
         say(f"{arm.name}: placebo {k + 1}/{len(sets)}: {run.seconds:.0f} s")
         placebo_rows.append(
             compare_pass(tasks.infos, tasks.groups, base.items, run.items, n_resamples=100, seed=config.seed)

@@ -66,6 +66,7 @@ from einops import rearrange, reduce, repeat
 from access.hook_points import attach
 from core.errors import Interrupted, ProbeError
 from core.models import input_embedding
+from core.pace import gradient_seconds, parameter_count, sized
 from core.progress import stage
 from core.run_dir import RunDir
 from probes.distributed import PeerLost, World, joined, machine_device, reported_once, world_from_env
@@ -477,8 +478,12 @@ def _attribute(job: _Job, world: World, max_batch_tokens: int | None, device: st
     pad_id = pad_id_of(pair.tokenizer)
     mine = [batch for k, batch in enumerate(pending) if world.owns(k)]
     name = "attribution" if not world.distributed else f"attribution, rank 0 of {world.size}"
-    # a bar on a terminal; in a log a start line, the estimate after the first batch and a line a minute
-    with stage(name, len(mine), unit="batches", step="batch", enabled=world.is_main and bool(mine)) as bar:
+    # a bar on a terminal; in a log a start line with the estimate (on CPU; elsewhere after the first batch) and a line
+    # a minute
+    estimate = estimate_seconds(plans, mine, settings.dpo_dir, pair.device)
+    with stage(
+        name, len(mine), unit="batches", step="batch", estimate_s=estimate, enabled=world.is_main and bool(mine)
+    ) as bar:
         for batch in mine:
             plan = plans[batch.plan]
             sites = [(h, layer) for h in job.hooks[plan.capability] for layer in settings.layers]
@@ -495,6 +500,21 @@ def _attribute(job: _Job, world: World, max_batch_tokens: int | None, device: st
             bar.update(1)
     world.barrier()
     return world.on_main(lambda: _write_file(job, plans, batches, started))
+
+
+def estimate_seconds(
+    plans: Sequence[_Plan], batches: Sequence[_Batch], model_dir: str | Path, device: str
+) -> float | None:
+    """The batches' seconds at the measured CPU pace (:func:`core.pace.gradient_seconds`), padded tokens counted; None
+    off CPU, and for a model so small that per-layer overhead, not its size, sets the pace (:func:`core.pace.sized`)."""
+    parameters = parameter_count(model_dir)
+    if not sized(device, parameters):
+        return None
+    return gradient_seconds(sum(_padded(plans[b.plan], b) for b in batches), parameters=parameters)
+
+
+def _padded(plan: _Plan, batch: _Batch) -> int:
+    return len(batch.members) * max(len(plan.items[i].ids) for i in batch.members)
 
 
 def _finished(journal: Path) -> set[str]:

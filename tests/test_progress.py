@@ -142,3 +142,86 @@ def test_a_stage_reporting_in_its_own_lines_is_shown_alive_when_they_are_minutes
     with heartbeat(silent.append, enabled=False, every=0.05):
         time.sleep(0.2)
     assert silent == []  # a helper rank of a data-parallel run says nothing
+
+
+def _seconds(clock: str) -> int:
+    """``'1h2m3s'`` -> 3723 (core.progress's clock text read back)."""
+    return sum(int(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in re.findall(r"(\d+)([hms])", clock))
+
+
+def test_an_attribution_pass_in_a_log_says_its_estimate_when_it_starts(
+    tiny_pair: tuple[Path, Path],
+    rolemrc_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from transformers import AutoTokenizer
+
+    import probes.attribution
+    from core.budget import CPU_MAX_BATCH_TOKENS
+    from core.pace import GRADIENT_PASS_RATIO, PROMPT_SECONDS, REFERENCE_PARAMETERS
+    from core.run_dir import RunDir
+    from probes.attribution import _reference_plans, batch_plan
+    from probes.config import RecordConfig
+    from probes.recording import record_run
+    from probes.store import RunReader
+
+    run = tmp_path / "run"
+    config = RecordConfig(
+        sft_dir=tiny_pair[0], dpo_dir=tiny_pair[1], data_file=rolemrc_file, out_dir=run, layers="0", hooks="mlp_out"
+    )
+    record_run(replace(config, capabilities="priority", device="cpu"), progress=False)
+
+    def starting() -> str:
+        RunDir(run).attribution("reference_logprob").unlink(missing_ok=True)  # computed again, not reused
+        probes.attribution.attribute_run(run, device="cpu")
+        return next(line for line in capsys.readouterr().err.splitlines() if line.startswith("attribution: starting"))
+
+    # a tiny model's pace is its layers' fixed cost, not its size: the first batch gives the estimate
+    assert re.fullmatch(r"attribution: starting, \d+ batches; estimate after the first batch", starting())
+    big = 1e12  # a model this size: the estimate is hours, so whole seconds say it to the per mille
+    monkeypatch.setattr(probes.attribution, "parameter_count", lambda _: big)
+    said = re.fullmatch(r"attribution: starting, \d+ batches; estimate (\S+)", starting())
+    assert said, said
+    # both models' forwards and the DPO model's backward over every padded token of every batch (the CPU budget)
+    with RunReader(run) as reader:
+        settings, capabilities = reader.settings, reader.capabilities()
+    plans = _reference_plans(settings, capabilities, AutoTokenizer.from_pretrained(tiny_pair[1]))
+    batches = batch_plan(plans, CPU_MAX_BATCH_TOKENS // 4)
+    padded = sum(len(b.members) * max(len(plans[b.plan].items[i].ids) for i in b.members) for b in batches)
+    expected = padded * PROMPT_SECONDS * GRADIENT_PASS_RATIO * big / REFERENCE_PARAMETERS
+    assert _seconds(said[1]) == pytest.approx(expected, abs=1)
+
+
+def test_lm_eval_in_a_log_says_its_estimate_when_it_starts(
+    tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("lm_eval")
+    from transformers import AutoTokenizer
+
+    import lmeval.estimate
+    from core.pace import DECODE_SECONDS, PROMPT_SECONDS, REFERENCE_PARAMETERS
+    from tests.support.cli import exit_of
+    from tests.support.lmeval_tasks import QUESTIONS, write_tasks
+
+    write_tasks(tmp_path / "tasks")
+    argv = ["lmeval", "--model-dir", str(tiny_model_dir), "--units", "0:1", "--factor", "0", "--placebo", "0"]
+    argv += ["--tasks", "probe_mc,probe_gen", "--include-path", str(tmp_path / "tasks")]
+
+    def starting() -> str:
+        code, _, err = exit_of(argv, capsys)
+        assert code == 0, err
+        return next(line for line in err.splitlines() if line.startswith("lm-eval: starting"))
+
+    assert starting() == "lm-eval: starting, 2 passes; estimate after the first pass"
+    big = 1e12
+    monkeypatch.setattr(lmeval.estimate, "parameter_count", lambda _: big)
+    said = re.fullmatch(r"lm-eval: starting, 2 passes; estimate (\S+)", starting())
+    assert said, said
+    # each of the 2 passes: the 12 questions read once for both one-token choices (one forward) and once to generate
+    # up to 2 tokens; the generation task counts though lm-eval hands the model the multiple-choice requests first
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    read = sum(len(tokenizer(f"{q}\nAnswer:", add_special_tokens=False)["input_ids"]) for q in QUESTIONS)
+    per_pass = (2 * read + 12) * PROMPT_SECONDS + 12 * 2 * DECODE_SECONDS
+    assert _seconds(said[1]) == pytest.approx(2 * per_pass * big / REFERENCE_PARAMETERS, abs=1)
