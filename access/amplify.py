@@ -202,5 +202,15 @@ class AmplifiedLogits:
                 f"or shapes {None if logits is None else tuple(logits.shape)} and "
                 f"{None if source is None else tuple(source.shape)})"
             )
-        output.logits = (1.0 + self.alpha) * logits.float() - self.alpha * source.to(logits.device).float()
+        output.logits = amplified(logits, source, self.alpha)
         return output
+
+
+def amplified(logits: torch.Tensor, source: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``(1 + alpha) * logits - alpha * source`` in float32: ``logits`` themselves at ``alpha = 0``, ``source``'s at
+    ``alpha = -1``, bit for bit (the one formula of logit-difference amplification, decoding and teacher forcing).
+
+    >>> amplified(torch.tensor([2.0, 1.0]), torch.tensor([1.0, 1.0]), 1.0).tolist()
+    [3.0, 1.0]
+    """
+    return (1.0 + alpha) * logits.float() - alpha * source.to(logits.device).float()

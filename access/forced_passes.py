@@ -282,11 +282,20 @@ class SourceValues:
         }
 
 
-def fork_layer(edits: SiteEdits, total: int) -> int:
-    """The lowest block ``edits`` touch (``total``: none). A context other than a patch's lockstep could act anywhere,
-    so it forks at block 0."""
+def fork_layer(edits: SiteEdits, stack: Stack) -> int:
+    """The lowest block ``edits`` touch (``stack.total``: none). A weight blend touches the lowest block holding a
+    parameter it blends, or block 0 where it blends one outside the blocks (the embeddings, the final norm, the head:
+    the arm then runs its whole stack). A logit-difference edit changes no hidden state. Any other context but a
+    patch's lockstep could act anywhere: block 0."""
+    from access.amplify import AmplifiedLogits, WeightBlend
     from access.lockstep import Lockstep
 
-    if edits.around is not None and not isinstance(edits.around, Lockstep):
+    sites = min((layer for _, layer, _ in edits.sites), default=stack.total)
+    if edits.around is None or isinstance(edits.around, Lockstep | AmplifiedLogits):  # the latter edits only logits
+        return sites
+    if not isinstance(edits.around, WeightBlend):
         return 0
-    return min((layer for _, layer, _ in edits.sites), default=total)
+    block = {id(p): i for i, layer in enumerate(stack.decoder.layers) for p in layer.parameters()}
+    names = dict(stack.model.named_parameters())
+    blended = [block.get(id(names[target.name]), 0) for target in edits.around.targets]
+    return min([sites, *blended])

@@ -52,7 +52,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -199,7 +199,11 @@ class Outcomes:
     arm from its fork layer, patch sources once per batch); ``full`` runs one whole ``transformers`` forward per
     batch per arm, a patch's source in lockstep (the engine before; the reference the tests hold ``shared`` to);
     ``auto`` (the default): ``shared`` where :func:`access.forced_passes.supports` both models, else ``full``.
-    Under ``shared``, an arm whose edits bring a context other than a patch's lockstep runs on ``full``.
+    Under ``shared``, a weight blend (``expo``, ``expo-units``) runs from the lowest block it blends, a
+    logit-difference arm (``lda``) scores the unedited model's logits amplified against its source's, and an arm
+    whose edits bring any other context (several together, say) runs on ``full`` and is measured against the
+    unedited pass by ``full`` too: every arm is a difference of two passes with the same arithmetic, so one that
+    changes nothing closes exactly 0.
     """
 
     def __init__(
@@ -253,6 +257,7 @@ class Outcomes:
         self._stack = Stack(model) if self.engine == "shared" else None
         self._target_hidden: dict[int, torch.Tensor] | None = None
         self._unedited: _Pass | None = None
+        self._whole: _Pass | None = None  # the unedited pass by whole forwards, where an arm needs it
 
     @property
     def n_batches(self) -> int:
@@ -269,13 +274,18 @@ class Outcomes:
 
         plans = [site_edits(self.model, edits) if edits else None for edits in arms]
         if self.engine == "shared":
-            passes = self._shared_passes(plans, progress)
+            whole = {k for k, plan in enumerate(plans) if plan is not None and _context(plan) == "other"}
+            passes = self._shared_passes([None if k in whole else plan for k, plan in enumerate(plans)], progress)
+            for k in whole:
+                passes[k] = self._full_arm(plans[k])
         else:
-            passes = [self._full_arm(plan) for plan in plans]
+            whole, passes = set(), [self._full_arm(plan) for plan in plans]
         unedited = self.unedited()
         return [
-            self._outcomes(edited, unedited, {} if plan is None else plan.stats.as_dict())
-            for edited, plan in zip(passes, plans, strict=True)
+            self._outcomes(
+                edited, self._whole_unedited() if k in whole else unedited, {} if plan is None else plan.stats.as_dict()
+            )
+            for k, (edited, plan) in enumerate(zip(passes, plans, strict=True))
         ]
 
     def unedited(self) -> _Pass:
@@ -297,6 +307,16 @@ class Outcomes:
             return unedited.copy()
         with applied(self.model, plan):
             return self._pass()
+
+    def _whole_unedited(self) -> _Pass:
+        """The unedited pass by whole forwards: the reference of an arm the shared engine leaves to them, so that the
+        arm and its reference have the same arithmetic (an arm that changes nothing then closes exactly 0)."""
+        if self.engine == "full":
+            return self.unedited()
+        if self._whole is None:
+            self.unedited()  # the target's hidden states
+            self._whole = self._pass()
+        return self._whole
 
     def _outcomes(self, edited: _Pass, unedited: _Pass, stats: dict[str, int]) -> ArmOutcomes:
         def mean_logprob(seqs: list[Forced], run: _Pass) -> np.ndarray:
@@ -325,21 +345,28 @@ class Outcomes:
     @torch.no_grad()
     def _shared_passes(self, plans: Sequence[SiteEdits | None], progress: Progress | None) -> list[_Pass]:
         """Each plan's pass, batch by batch: the unedited pass (the first time) keeps the hidden states entering every
-        fork layer, each patch source runs once, then each arm runs from its fork layer up."""
+        fork layer, each patch source and each logit-difference source runs once, then each arm runs from its fork
+        layer up (a weight blend entered around its blocks and its head), or, for a logit-difference arm, scores the
+        unedited hidden states' logits amplified against its source's. Plans with another context: not here
+        (:meth:`arms` runs them by whole forwards)."""
+        from access.amplify import AmplifiedLogits as Lda
         from access.forced_passes import SourceValues, Stack, fork_layer
         from access.lockstep import Lockstep
 
         stack = self._stack
         assert stack is not None
         total, n = stack.total, len(self._unique)
-        forks = [total if plan is None else fork_layer(plan, total) for plan in plans]
-        full = [k for k, plan in enumerate(plans) if plan is not None and _foreign_context(plan)]
-        keep = sorted({fork for k, fork in enumerate(forks) if fork < total and k not in full})
+        lda = {k: plan.around for k, plan in enumerate(plans) if plan is not None and isinstance(plan.around, Lda)}
+        forks = [total if plan is None else fork_layer(plan, stack) for plan in plans]
+        keep = sorted({fork for fork in forks if fork < total})
+        copied = {k for k, plan in enumerate(plans) if plan is None or (forks[k] == total and k not in lda)}
+        on_base = any(forks[k] == total for k in lda)  # a logit-difference arm with no site: the unedited stack's
         sources: dict[int, SourceValues] = {}
-        for k, plan in enumerate(plans):
-            if plan is not None and isinstance(plan.around, Lockstep) and k not in full:
+        for plan in plans:
+            if plan is not None and isinstance(plan.around, Lockstep):
                 values = sources.setdefault(id(plan.around.source), SourceValues(Stack(plan.around.source), set()))
                 values.sites |= set(plan.around.sites)
+        lda_sources = {id(a.lockstep.source): Stack(a.lockstep.source) for a in lda.values()}
         first = self._unedited is None
         unedited = _Pass.empty(n) if first else None
         if first:
@@ -351,33 +378,70 @@ class Outcomes:
             log_t = self._target_logprobs(batch)
             embedded = stack.embed(batch)
             kept: dict[int, Hidden] = {}
-            if unedited is not None:
-                out, kept = stack.run(batch, embedded, range(total), keep)
-                self._score(stack, batch, out, log_t, unedited)
+            base: Hidden | None = None
+            if unedited is not None or on_base:
+                base, kept = stack.run(batch, embedded, range(total), keep)
+                if unedited is not None:
+                    self._score(batch, self._logits(stack, batch, base), log_t, unedited)
             elif keep:
                 _, kept = stack.run(batch, embedded, range(max(keep)), keep)
             for values in sources.values():
                 values.compute(batch)
+            amplify = {key: (source, _response_hidden(source, batch)) for key, source in lda_sources.items()}
             for k, plan in enumerate(plans):
-                if plan is None or forks[k] == total or k in full:
+                if k in copied or plan is None:
                     continue
-                lockstep = plan.around if isinstance(plan.around, Lockstep) else None
-                phase = None if lockstep is None else _filler(sources[id(lockstep.source)], lockstep)
-                start: Hidden = kept[forks[k]]
-                with _sites(self.model, plan):
-                    out, _ = stack.run(batch, start, range(forks[k], total), phase=phase)
-                self._score(stack, batch, out, log_t, results[k])
+                start = base if forks[k] == total else kept[forks[k]]
+                assert start is not None
+                self._run_arm(batch, plan, forks[k], start, sources, amplify, log_t, results[k])
             if progress is not None:
                 progress(b + 1, len(self._prompt_batches))
         if unedited is not None:
             self._unedited = unedited
         assert self._unedited is not None
-        for k, plan in enumerate(plans):
-            if plan is None or forks[k] == total:
-                results[k] = self._unedited.copy()
-            elif k in full:
-                results[k] = self._full_arm(plan)
+        for k in copied:
+            results[k] = self._unedited.copy()
         return results
+
+    def _run_arm(
+        self,
+        batch: PromptBatch,
+        plan: SiteEdits,
+        fork: int,
+        start: Hidden,
+        sources: dict[int, SourceValues],
+        amplify: dict[int, tuple[Stack, list[torch.Tensor]]],
+        log_t: dict[int, torch.Tensor],
+        into: _Pass,
+    ) -> None:
+        """One arm on ``batch``, scored into ``into``: its blocks from ``fork`` up (on ``start``, what enters block
+        ``fork``; at the top, the stack's output) with its sites hooked, a patch's lockstep fed from its source's
+        values, a weight blend entered around the blocks and the head (and the embeddings, when it forks at block 0:
+        the blend may change them), a logit-difference arm's logits amplified against its source's (``amplify``: each
+        source's stack and response hidden states on the batch), by the formula its decoding applies."""
+        from access.amplify import AmplifiedLogits, WeightBlend, amplified
+        from access.lockstep import Lockstep
+
+        stack = self._stack
+        assert stack is not None
+        lockstep = plan.around if isinstance(plan.around, Lockstep) else None
+        phase = None if lockstep is None else _filler(sources[id(lockstep.source)], lockstep)
+        blend = plan.around if isinstance(plan.around, WeightBlend) else None
+        with blend or nullcontext(), _sites(self.model, plan):
+            if blend is not None and fork == 0:
+                start = stack.embed(batch)
+            out = start if fork == stack.total else stack.run(batch, start, range(fork, stack.total), phase=phase)[0]
+            logits = self._logits(stack, batch, out)
+            if isinstance(plan.around, AmplifiedLogits):
+                alpha = plan.around.alpha
+                source, hidden = amplify[id(plan.around.lockstep.source)]
+                logits = (amplified(mine, source.head(h), alpha) for mine, h in zip(logits, hidden, strict=True))
+            self._score(batch, logits, log_t, into)
+
+    @staticmethod
+    def _logits(stack: Stack, batch: PromptBatch, out: Hidden) -> Iterator[torch.Tensor]:
+        """Per response row, the LM head's logits at the positions that predict its tokens (one row at a time)."""
+        return (stack.head(hidden) for hidden in stack.response_hidden(batch, out))
 
     def _target_batch(self, batch: PromptBatch) -> None:
         """The target's head input at the KL sequences' response positions (kept, ``d_model`` floats a token)."""
@@ -405,10 +469,10 @@ class Outcomes:
         }
 
     def _score(
-        self, stack: Stack, batch: PromptBatch, out: Hidden, log_t: dict[int, torch.Tensor], into: _Pass
+        self, batch: PromptBatch, logits: Iterator[torch.Tensor], log_t: dict[int, torch.Tensor], into: _Pass
     ) -> None:
-        for i, hidden in zip(batch.seqs, stack.response_hidden(batch, out), strict=True):
-            log_p = torch.log_softmax(stack.head(hidden).double(), dim=-1)
+        for i, row_logits in zip(batch.seqs, logits, strict=True):
+            log_p = torch.log_softmax(row_logits.double(), dim=-1)
             into.logprob_sum[i], kl = _scores(log_p, self._unique[i], log_t.get(i))
             if kl is not None:
                 into.kl_mean[i] = kl
@@ -473,11 +537,23 @@ def _scores(log_p: torch.Tensor, seq: Forced, log_t: torch.Tensor | None) -> tup
     return logprob, float(kl.mean())
 
 
-def _foreign_context(plan: SiteEdits) -> bool:
-    """Whether a plan brings a context other than a patch's lockstep (the shared engine runs it on the full one)."""
+def _response_hidden(stack: Stack, batch: PromptBatch) -> list[torch.Tensor]:
+    """A whole stack's LM-head inputs at each response row's positions (a logit-difference source, once per batch for
+    all its arms)."""
+    out, _ = stack.run(batch, stack.embed(batch), range(stack.total))
+    return stack.response_hidden(batch, out)
+
+
+def _context(plan: SiteEdits) -> str:
+    """What a plan enters around its forwards: ``none``, ``lockstep`` (a patch's source), ``blend`` (a weight blend),
+    ``lda`` (logit-difference amplification) or ``other`` (which the shared engine leaves to whole forwards)."""
+    from access.amplify import AmplifiedLogits, WeightBlend
     from access.lockstep import Lockstep
 
-    return plan.around is not None and not isinstance(plan.around, Lockstep)
+    if plan.around is None:
+        return "none"
+    kinds = {Lockstep: "lockstep", WeightBlend: "blend", AmplifiedLogits: "lda"}
+    return next((name for kind, name in kinds.items() if isinstance(plan.around, kind)), "other")
 
 
 @contextmanager

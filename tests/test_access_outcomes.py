@@ -21,7 +21,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from access.edits import Add, Edit, Patch, Scale
+from access.edits import Add, Edit, Expo, ExpoUnits, Lda, Patch, Scale
 from access.outcomes import Forced, Outcomes, forced, gap_closed
 from access.units import Neuron, NeuronSet
 from core.errors import ProbeError
@@ -262,7 +262,19 @@ def _arms(sft: PreTrainedModel, dpo: PreTrainedModel) -> list[list[Edit]]:
         [*patch.placebos(dpo, 1, seed=0)],
         [Add("resid_post", layers - 1, tuple([0.5] * dpo.config.hidden_size))],
         [Scale(upper, 2.0), Patch(both, source=sft, source_name="sft")],
+        [Expo(1.0, source=sft)],  # 7-9: the amplification kinds at their no-op doses
+        [ExpoUnits(upper, 1.0, source=sft)],
+        [Lda(0.0, source=sft)],
+        [Expo(2.0, source=sft)],  # 10-12: and at doses that move
+        [ExpoUnits(upper, 3.0, source=sft)],
+        [Lda(1.0, source=sft)],
+        [Lda(1.0, source=sft), Scale(upper, 0.0)],  # 13: a context with sites: the shared engine runs it
+        [Expo(2.0, source=sft), Patch(both, source=sft, source_name="sft")],  # 14: two contexts: whole forwards
+        [Expo(1.0, source=sft), Lda(0.0, source=sft)],  # 15: a no-op left to whole forwards
     ]
+
+
+NOOPS = (0, 2, 7, 8, 9)  # arms that change no value: the unedited numbers, bit for bit
 
 
 def test_shared_engine_matches_the_full_forward_engine(setup) -> None:  # type: ignore[no-untyped-def]
@@ -271,11 +283,11 @@ def test_shared_engine_matches_the_full_forward_engine(setup) -> None:  # type: 
     _, sft, dpo, made = _engines_setup(setup)
     arms = _arms(sft, dpo)
     shared, full = made["shared"].arms(arms), [made["full"].arm(edits) for edits in arms]
-    for s, f in zip(shared, full, strict=True):
+    for s, f, edits in zip(shared, full, arms, strict=True):
         for field in ("kl", "kl_unedited"):
-            np.testing.assert_allclose(getattr(s, field), getattr(f, field), rtol=1e-5, atol=1e-7)
+            np.testing.assert_allclose(getattr(s, field), getattr(f, field), rtol=1e-5, atol=1e-7, err_msg=str(edits))
         for field in ("reference_logprob", "reference_unedited", "margin", "margin_unedited"):
-            np.testing.assert_allclose(getattr(s, field), getattr(f, field), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(getattr(s, field), getattr(f, field), rtol=1e-5, atol=1e-5, err_msg=str(edits))
     assert (shared[1].kl != shared[0].kl).all() and (shared[3].kl != shared[0].kl).all()
 
 
@@ -290,7 +302,19 @@ def test_shared_engine_identities_hold_bit_for_bit(setup) -> None:  # type: igno
     for a, b in zip(together, alone, strict=True):
         for field in ("kl", "kl_unedited", "reference_logprob", "margin"):
             assert np.array_equal(getattr(a, field), getattr(b, field))
-    for nothing in (together[0], together[2]):
-        assert (nothing.kl == nothing.kl_unedited).all() and (nothing.gap_closed == 0.0).all()
-        assert (nothing.reference_change == 0.0).all() and (nothing.margin_change == 0.0).all()
+    unedited = together[0]
+    for k in NOOPS:  # scale by 1, and expo / expo-units at alpha 1 and lda at alpha 0 (issue 39: these read 1e-5)
+        nothing = together[k]
+        assert (nothing.kl == nothing.kl_unedited).all() and (nothing.gap_closed == 0.0).all(), arms[k]
+        assert (nothing.reference_change == 0.0).all() and (nothing.margin_change == 0.0).all(), arms[k]
+        for field in ("kl", "kl_unedited", "reference_logprob", "margin"):
+            assert np.array_equal(getattr(nothing, field), getattr(unedited, field)), (arms[k], field)
+    for k in range(len(arms) - 1):
+        if k not in NOOPS:
+            assert (together[k].kl != unedited.kl).any(), arms[k]
+    for whole in (together[14], together[15]):  # left to whole forwards: measured against whole forwards' unedited
+        np.testing.assert_allclose(whole.kl_unedited, unedited.kl_unedited, rtol=1e-5, atol=1e-7)
+    nothing = together[15]
+    assert (nothing.gap_closed == 0.0).all() and (nothing.kl == nothing.kl_unedited).all()
+    assert (nothing.reference_change == 0.0).all() and (nothing.margin_change == 0.0).all()
     assert together[2].stats["values_seen"] > 0 and together[2].stats["values_changed"] == 0
