@@ -252,6 +252,10 @@ def test_ab_run_reports_every_alpha_with_its_coherence(planted, tmp_path: Path) 
         assert arm.coherence is not None and arm.coherence.tokens > 0
         assert math.isfinite(arm.coherence.baseline)
     assert report.arm("lda 0.0").guard.is_noop
+    # a no-op arm reads exactly 0 on every continuous outcome (it read about -1e-5 when it ran by whole forwards
+    # against the shared engine's unedited pass)
+    noop = report.arm("lda 0.0").outcomes
+    assert noop and all(o.delta == 0.0 and o.ci_low == 0.0 == o.ci_high for o in noop), noop
     # a weight or logit edit runs no site function: the guard must not read its empty counts as "changed nothing"
     assert not any("activation value" in flag for arm in report.arms for flag in arm.guard.flags)
     markdown = (tmp_path / "ab_report.md").read_text()
