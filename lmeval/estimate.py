@@ -67,9 +67,10 @@ def count_tokens(requests: Sequence[Request], encode: Encode, new_limit: Callabl
     for r in requests:
         if r.kind == "loglikelihood":
             context, continuation = str(r.arguments[0]), str(r.arguments[1])
-            if length[continuation] == 1 and context in read:
-                continue
-            read.add(context)
+            if length[continuation] == 1:  # lm-eval's key: the context and all but the continuation's last token
+                if context in read:
+                    continue
+                read.add(context)
             prompt += r.repeats * (length[context] + length[continuation])
         elif r.kind == "generate_until":
             prompt += r.repeats * length[str(r.arguments[0])]
