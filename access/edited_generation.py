@@ -62,6 +62,7 @@ class ABGenerator:
         """Generate every row once; ``edit=None`` is the baseline arm. ``hook_stats["degenerate_logits"]``
         counts the forward positions whose logits were broken (see :class:`LogitWatch`)."""
         chosen = [] if edit is None else [edit] if isinstance(edit, Edit) else list(edit)
+        editing_driver(self.backend, self.generator.config.do_sample, [e.kind for e in chosen if e.edits_logits])
         plan = site_edits(self.model, chosen) if chosen else None
         with watch_logits(self.model) as watch:
             try:

@@ -88,6 +88,7 @@ class Edit(ABC):
     """One change to a model's forward pass, as data."""
 
     kind: ClassVar[str]
+    edits_logits: ClassVar[bool] = False  # edits the model's output logits (after its LM head), not a module's values
 
     @abstractmethod
     def check(self, model: PreTrainedModel) -> None:
@@ -433,6 +434,7 @@ class Lda(Edit):
     SFT, alpha = 0 is DPO and alpha = −1 is SFT. The source runs a full forward (:meth:`first_layer` 0)."""
 
     kind: ClassVar[str] = "lda"
+    edits_logits: ClassVar[bool] = True
     alpha: float = 1.0
     source: PreTrainedModel | None = field(default=None, compare=False)
     source_name: str = "sft"

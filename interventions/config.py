@@ -76,7 +76,7 @@ class ABConfig:
     )
     dtype: str = option("float32", "Model dtype: float32, bfloat16 or float16.")
     device: str = option("cpu", "Torch device, e.g. cpu or cuda.")
-    backend: str = option(DEFAULT_DRIVER, "torch (hooks) or nnsight.")
+    backend: str = option(DEFAULT_DRIVER, "torch (hooks) or nnsight (greedy only; every edit but lda).")
     engine: str = option(
         "shared",
         "shared (every arm of a model decodes in shared batches, sharing the blocks below the edits) "
@@ -133,6 +133,7 @@ class ABConfig:
 
     def __post_init__(self) -> None:
         # the checks need numpy and h5py: imported here, so that `probe --help` imports neither
+        from access.edits import EDIT_KINDS
         from interventions.recipes import RUN_RECIPES
         from interventions.select_rules import rule_names
         from probes.store import MODELS
@@ -150,7 +151,8 @@ class ABConfig:
         ):
             choice(name, getattr(self, name), allowed)
         self.device = check_device(self.device, "--device", allow_auto=True)
-        editing_driver(self.backend, self.generation.do_sample)
+        logit_edits = [name for name in self.edit.edits if name in EDIT_KINDS and EDIT_KINDS[name].edits_logits]
+        editing_driver(self.backend, self.generation.do_sample, logit_edits)
         needs_run = [name for name in self.edit.edits if name in RUN_RECIPES]
         if needs_run and self.run_dir is None:
             raise ProbeError(

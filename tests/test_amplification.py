@@ -261,3 +261,40 @@ def test_ab_run_reports_every_alpha_with_its_coherence(planted, tmp_path: Path) 
     markdown = (tmp_path / "ab_report.md").read_text()
     assert "SFT ppl of output" in markdown
     assert "given the same blend" in markdown and "none for this arm" in markdown
+
+
+def test_nnsight_backend_runs_the_weight_blends_as_torch_does_and_refuses_lda(  # type: ignore[no-untyped-def]
+    models, chat_data: Path, tmp_path: Path
+) -> None:
+    """``--backend nnsight`` generates under ``expo`` and ``expo-units`` the very tokens the torch backend does (the
+    blend is a context around the whole generation: nnsight runs the blended weights). ``lda`` it cannot run: it reads
+    each greedy token off the LM head's output, and lda edits the model's logits after the head (measured on the tiny
+    Llama pair: nnsight read the unamplified head's argmax, not the tokens torch generates under lda). So lda is
+    refused in one line, by the library before generating and by the CLI (exit 2) before loading a model."""
+    from access.edited_generation import ABGenerator
+    from tests.chat_models import cli
+
+    sft, dpo, sft_dir = models
+    tok = AutoTokenizer.from_pretrained(sft_dir)
+    rows = read_test_rows(chat_data / "test.jsonl")[:3]
+    config = GenerationConfig(max_new_tokens=6, batch_size=2)
+    generators = {b: ABGenerator(dpo, tok, rows, config, backend=b) for b in ("torch", "nnsight")}
+    layers, width = dpo.config.num_hidden_layers, dpo.config.intermediate_size
+    units = NeuronSet([Neuron(layer, unit) for layer in range(layers) for unit in range(0, width, 2)], "mlp_post")
+    baseline, moved = generators["torch"].run().ids, 0
+    for edit in (Expo(8.0, source=sft), ExpoUnits(units, 16.0, source=sft), Expo(0.0, source=sft)):
+        runs = {b: g.run(edit).ids for b, g in generators.items()}
+        assert runs["torch"] == runs["nnsight"], edit.label()
+        moved += runs["torch"] != baseline
+    assert moved > 0  # the blends change generated tokens, so the equality above is not of unedited runs
+    with pytest.raises(ProbeError, match=r"^--edit lda cannot run on --backend nnsight: .*use --backend torch"):
+        generators["nnsight"].run(Lda(1.0, source=sft))
+    out = tmp_path / "out"
+    code, _, err = cli(
+        "intervene", "--model-dir", sft_dir, "--source-dir", sft_dir, "--data", chat_data / "test.jsonl",
+        "-c", "multi_turn", "--units", "0:1", "--hook", "mlp_post", "--edit", "expo,lda", "--backend", "nnsight",
+        "--out", out,
+    )  # fmt: skip
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and "--edit lda cannot run on --backend nnsight" in lines[0], err
+    assert not out.exists()
