@@ -64,7 +64,8 @@ def option(
 @dataclasses.dataclass(frozen=True)
 class Nesting:
     """How a nested config's fields join the outer config's: renamed with ``prefix``, only those in ``only`` (all if
-    empty) and not those in ``skip``, their help led by ``help_prefix``."""
+    empty) and not those in ``skip``, their help led by ``help_prefix`` (or replaced by ``helps``' text for that
+    setting, where the outer command's default is not the one the nested help says)."""
 
     cls: type
     prefix: str = ""
@@ -72,6 +73,7 @@ class Nesting:
     skip: tuple[str, ...] = ()
     help_prefix: str = ""
     own_default: bool = False  # built by a default_factory of its own, not ``cls()``: its values are the defaults
+    helps: tuple[tuple[str, str], ...] = ()  # (setting, help) pairs that replace the nested config's own help
 
     def takes(self, name: str) -> bool:
         return (not self.only or name in self.only) and name not in self.skip
@@ -85,10 +87,13 @@ def nested(
     only: Iterable[str] = (),
     skip: Iterable[str] = (),
     help_prefix: str = "",
+    helps: Mapping[str, str] | None = None,
 ) -> Any:
     """A field holding a ``cls`` config (default: ``default_factory()``, else ``cls()``), flattened into the outer
     config's settings (:class:`Nesting`)."""
-    nesting = Nesting(cls, prefix, tuple(only), tuple(skip), help_prefix, default_factory is not None)
+    nesting = Nesting(
+        cls, prefix, tuple(only), tuple(skip), help_prefix, default_factory is not None, tuple((helps or {}).items())
+    )
     return dataclasses.field(default_factory=default_factory or cls, metadata={"nested": nesting})
 
 
@@ -169,7 +174,7 @@ def _own(f: dataclasses.Field[Any], hint: Any) -> FlatField:
 def _flattened(f: dataclasses.Field[Any], nesting: Nesting) -> list[FlatField]:
     # cls()'s values are its fields' defaults: read them without building one (its checks may import torch)
     holder, inners = (default_of(f) if nesting.own_default else MISSING), flat_fields(nesting.cls)
-    unknown = set(nesting.only + nesting.skip) - set(inners)
+    unknown = set(nesting.only + nesting.skip + tuple(name for name, _ in nesting.helps)) - set(inners)
     if unknown:
         raise TypeError(f"{f.name}: {nesting.cls.__name__} has no settings {sorted(unknown)}")
     out = []
@@ -185,7 +190,7 @@ def _flattened(f: dataclasses.Field[Any], nesting: Nesting) -> list[FlatField]:
                 path=(f.name, *inner.path),
                 flag="--" + name.replace("_", "-") if renamed else inner.flag,
                 aliases=() if renamed else inner.aliases,
-                help=led(nesting.help_prefix, inner.help),
+                help=led(nesting.help_prefix, dict(nesting.helps).get(inner.name, inner.help)),
                 default=inner.default if holder is MISSING else reduce(getattr, inner.path, holder),
             )
         )

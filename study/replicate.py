@@ -64,7 +64,7 @@ from study.replicate_checks import (
     recorded_complete,
 )
 from study.replicate_config import ReplicateOptions
-from study.replicate_estimate import estimate, minutes
+from study.replicate_estimate import ab_rows, estimate, minutes
 from study.stored import ReplicateRecord, StageRecord
 
 if TYPE_CHECKING:
@@ -126,6 +126,13 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
     seconds = estimate(options, config)
     out = options.out_dir
     caps = list(expected_rows(options.data_file))
+    _, _, chosen = ab_rows(options, config)
+    target_rows = len(chosen[config.target])
+    short = (
+        f" (all the {options.eval_split} split has; --limit {config.limit})"
+        if target_rows < (config.limit or 0)
+        else ""
+    )
     return [
         Stage(
             "record",
@@ -152,8 +159,8 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
             "intervene",
             f"A/B on {TARGET}: edits {','.join(config.edit.edits)}, "
             f"factors {', '.join(repr(f) for f in config.factors)}, "
-            f"{config.placebo} placebo sets, {config.limit or 'all'} {TARGET} "
-            f"rows{' and collateral rows' if config.collateral else ''}, {config.generation.max_new_tokens} new tokens",
+            f"{config.placebo} placebo sets, {target_rows} {TARGET} rows{short}"
+            f"{' and collateral rows' if config.collateral else ''}, {config.generation.max_new_tokens} new tokens",
             seconds["intervene"],
             lambda: intervention_complete(out, options.intervention()),
             lambda: _intervene(config, progress) if options.nproc == 1 else _intervene_launched(options, config),
@@ -173,6 +180,15 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
             lambda: _report(out, kept if kept is not None else {}),
         ),
     ]
+
+
+def option_warnings(options: ReplicateOptions) -> list[str]:
+    """What these options leave untestable, one line each, said with the plan and before a run starts (the claims'
+    own rules decide: :func:`study.verdicts.claim4_untestable`)."""
+    from study.verdicts import claim4_untestable
+
+    config = ab_config(options)
+    return [line for line in [claim4_untestable(config.edit.edits, config.placebo)] if line]
 
 
 def _record(config: RecordConfig) -> str:
@@ -322,6 +338,8 @@ def _previous_seconds(out: Path) -> dict[str, float]:
 def run_stages(options: ReplicateOptions, stages: list[Stage], progress: Progress) -> ReplicateResult:
     """Run the stages in order, skipping complete ones; the replicate record after each. Ctrl-C says where to resume."""
     started, began = time.strftime("%Y-%m-%dT%H:%M:%S%z"), time.perf_counter()
+    for line in option_warnings(options):
+        progress(f"warning: {line}")
     options.out_dir.mkdir(parents=True, exist_ok=True)
     before = _previous_seconds(options.out_dir)
     for number, stage in enumerate(stages, 1):

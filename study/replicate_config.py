@@ -42,7 +42,13 @@ class ReplicateOptions:
     out_dir: Path = option(
         help="Run directory; an existing one resumes (default: runs/replicate-<pair>).", flag="--out"
     )
-    models: PairDirs = nested(PairDirs)
+    models: PairDirs = nested(
+        PairDirs,
+        helps={
+            "sft_dir": "SFT model directory, given with --dpo (default: the --pair's, built first when absent).",
+            "dpo_dir": "DPO model directory, given with --sft (default: the --pair's, built first when absent).",
+        },
+    )
     pair: str | None = option(None, "The default pair these came from (for the command line).", flag=None)
     edit: EditSpec = nested(EditSpec, only=["edits"], help_prefix="Intervention: ")
     limit: Annotated[int, POSITIVE] | None = option(

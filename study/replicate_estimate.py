@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from core.pace import DECODE_SECONDS, PROMPT_SECONDS, REFERENCE_PARAMETERS, parameter_count
 
 if TYPE_CHECKING:
+    from core.capabilities import Capability
     from core.schema import TestRow
     from interventions.config import ABConfig
     from study.replicate_config import ReplicateOptions
@@ -64,10 +65,23 @@ def ab_passes(config: ABConfig) -> float:
     return weight
 
 
-def estimate(options: ReplicateOptions, ab_config: ABConfig) -> dict[str, float]:
-    """Seconds per stage (module doc: an estimate at the default pair's measured pace, scaled)."""
+def ab_rows(
+    options: ReplicateOptions, ab_config: ABConfig
+) -> tuple[list[TestRow], list[int], dict[Capability, list[int]]]:
+    """The rows the A/B will really generate: the split's rows, the indices chosen (``--limit`` of the target
+    capability, or all it has when fewer) and per capability its indices into them
+    (:func:`interventions.plan.select_rows`)."""
     from core.rows import read_test_rows
     from interventions.plan import select_rows
+
+    # the A/B and the evaluation read the same rows: the held-out split by default, or --data with --eval-split test
+    rows = read_test_rows(options.eval_file())
+    unique, chosen = select_rows(rows, ab_config)
+    return rows, unique, chosen
+
+
+def estimate(options: ReplicateOptions, ab_config: ABConfig) -> dict[str, float]:
+    """Seconds per stage (module doc: an estimate at the default pair's measured pace, scaled)."""
     from training.evaluate import select_rows as eval_rows
 
     scale = parameter_count(options.models.dpo) / REFERENCE_PARAMETERS
@@ -76,9 +90,7 @@ def estimate(options: ReplicateOptions, ab_config: ABConfig) -> dict[str, float]
     def per_row(new: int, prompt: float) -> float:
         return (prompt * PROMPT_SECONDS + new * DECODE_SECONDS) * scale
 
-    # the A/B and the evaluation read the same rows: the held-out split by default, or --data with --eval-split test
-    rows = read_test_rows(options.eval_file())
-    unique, _ = select_rows(rows, ab_config)
+    rows, unique, _ = ab_rows(options, ab_config)
     judged = eval_rows(rows, options.eval_rows)
     ab_prompt = _mean(prompt_lengths(options.models.sft, [rows[i] for i in unique]))
     eval_prompt = _mean(prompt_lengths(options.models.sft, judged))

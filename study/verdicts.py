@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from access.factors import PAPER_FACTOR as PAPER_FACTOR  # re-exported: the claims name it
@@ -274,6 +275,36 @@ def _gap_sentence(arm: ArmEvidence, gap: OutcomeEvidence) -> str:
         else "with no placebo sets"
     )
     return f"{arm.name} closes {pct(gap.delta)}% [{pct(gap.ci_low)}, {pct(gap.ci_high)}] of the SFT→DPO gap, {placed}"
+
+
+PATCH_RECIPE = "patch"  # the --edit recipe whose arms are PATCHES
+
+
+def claim4_untestable(edits: Sequence[str], placebo: int) -> str | None:
+    """One line saying that claim 4 cannot be tested on the gap closed (:func:`units_cause_by_gap`) by an A/B of these
+    ``--edit`` recipes and ``--placebo`` sets, and what to pass instead; None where it can (said before anything runs).
+
+    >>> claim4_untestable(["scale", "patch"], 20) is None
+    True
+    >>> claim4_untestable(["scale"], 10).split("; ")[1].split(" (")[0]
+    'pass --edit scale,patch --placebo 19 or more'
+    """
+    lacking = [f"no patch arm (--edit {','.join(edits)})"] if PATCH_RECIPE not in edits else []
+    lacking += [f"--placebo {placebo}"] if placebo < MIN_PLACEBO_SETS else []
+    if not lacking:
+        return None
+    fixes = [f"--edit {','.join([*edits, PATCH_RECIPE])}"] if PATCH_RECIPE not in edits else []
+    fixes += [f"--placebo {MIN_PLACEBO_SETS} or more"] if placebo < MIN_PLACEBO_SETS else []
+    fallback = (
+        " (without a patch arm it is judged on compliance, which needs SFT and DPO to differ on multi_turn)"
+        if PATCH_RECIPE not in edits
+        else ""
+    )
+    return (
+        f"claim 4 (the units cause the change) cannot be tested with these options: its rule needs a patch arm with "
+        f"at least {MIN_PLACEBO_SETS} placebo sets, and this run has {' and '.join(lacking)}; pass {' '.join(fixes)}"
+        + fallback
+    )
 
 
 def units_cause_by_gap(arms: list[ArmEvidence], command: str) -> Verdict | None:

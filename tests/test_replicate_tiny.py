@@ -57,6 +57,8 @@ def test_replicate_runs_every_stage_and_ends_with_the_report(replicated: tuple[P
     for stage in STAGES:
         assert f"│ {stage}" in printed and f"] {stage}: " in progress, stage
     assert "estimated" in printed and "│ total" in printed  # the plan comes first, with a time per stage and in all
+    # --placebo 2 leaves claim 4 untestable: said once, before the first stage (tests/test_replicate_plan.py)
+    assert progress.count("warning: claim 4 ") == 1 and progress.index("warning: claim 4") < progress.index("] record")
     record = json.loads((out / "replicate.json").read_text())
     assert [s["name"] for s in record["stages"]] == STAGES and all(s["status"] == "done" for s in record["stages"][:-1])
     assert record["command"].startswith("probe replicate --pair tiny --limit 2 --placebo 2")

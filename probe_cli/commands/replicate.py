@@ -43,7 +43,7 @@ def replicate(
     from probe_cli.console import console
     from probe_cli.latest import point_latest
     from probe_cli.pairs import default_pair
-    from study.replicate import plan, run_stages
+    from study.replicate import option_warnings, plan, run_stages
     from study.replicate_estimate import minutes
 
     err = console(stderr=True)
@@ -72,6 +72,8 @@ def replicate(
     stages = plan(options, lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True), kept)
     _print_plan(stages, run_dir)
     if plan_only:
+        for line in option_warnings(options):  # a run says them as it starts (run_stages)
+            err.print(f"warning: {line}", markup=False, highlight=False, soft_wrap=True)
         return
     result = run_stages(options, stages, lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True))
     point_latest(run_dir)  # runs/latest, what the notebooks open by default

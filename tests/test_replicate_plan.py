@@ -1,0 +1,105 @@
+"""``probe replicate --plan`` says what will really run (issue 39's leftovers), on the tiny pair, nothing run.
+
+* the intervene stage's rows are the rows the A/B will generate: ``min(--limit, the split's multi_turn rows)``, in
+  its text and in its estimate (the held-out split has fewer multi_turn rows than the default ``--limit``);
+* with ``--placebo`` below what claim 4's rule needs, or no patch arm in ``--edit``, one line says claim 4 cannot be
+  tested with these options and what to pass instead: with the plan, and as a real run starts;
+* ``--sft``/``--dpo``'s help says what replicate does without them (the ``--pair``'s models, built first).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from core.capabilities import Capability
+from core.pair_dirs import PairDirs
+from core.rows import group_by_capability, read_test_rows
+from data_synthesis.heldout.files import heldout_test_file
+from interventions.evidence import MIN_PLACEBO_SETS
+from probe_cli.main import main
+from study import replicate
+from study.layout import TARGET
+from study.replicate_config import TARGET_ROWS, ReplicateOptions
+
+
+@pytest.fixture
+def options(tiny_pair: tuple[Path, Path], chat_data: Path, tmp_path: Path) -> ReplicateOptions:
+    return ReplicateOptions(
+        data_file=chat_data / "test.jsonl", out_dir=tmp_path / "run", models=PairDirs(tiny_pair[0], tiny_pair[1])
+    )
+
+
+def _intervene(options: ReplicateOptions) -> replicate.Stage:
+    return next(s for s in replicate.plan(options, lambda _line: None) if s.name == "intervene")
+
+
+def test_the_intervene_stage_counts_the_rows_that_will_run(options: ReplicateOptions) -> None:
+    available = len(group_by_capability(read_test_rows(heldout_test_file()), [Capability(TARGET)])[Capability(TARGET)])
+    assert 0 < available < TARGET_ROWS == options.limit  # the held-out split has fewer than the default --limit
+    default = _intervene(options)
+    assert f"{available} {TARGET} rows (all the heldout split has; --limit {TARGET_ROWS})" in default.what
+    assert f"{TARGET_ROWS} {TARGET}" not in default.what
+    exact = _intervene(replace(options, limit=available))
+    assert f"{available} {TARGET} rows," in exact.what and "all the heldout split has" not in exact.what
+    assert default.estimate_s == exact.estimate_s  # the estimate counts the same rows
+    fewer = _intervene(replace(options, limit=2))
+    assert f"2 {TARGET} rows," in fewer.what and fewer.estimate_s < exact.estimate_s
+
+
+def test_claim_4_warning_names_what_is_missing_and_what_to_pass(options: ReplicateOptions) -> None:
+    default = replicate.option_warnings(options)  # the default --edit scale has no patch arm
+    assert len(default) == 1 and default[0].startswith("claim 4 ")
+    assert "cannot be tested with these options" in default[0] and "pass --edit scale,patch" in default[0]
+    few = replicate.option_warnings(replace(options, placebo=MIN_PLACEBO_SETS - 1))
+    assert f"--placebo {MIN_PLACEBO_SETS - 1}" in few[0] and f"--placebo {MIN_PLACEBO_SETS} or more" in few[0]
+    patched = replace(options, edit=replace(options.edit, edits=["scale", "patch"]))
+    assert replicate.option_warnings(patched) == []  # probe intervene's default placebo sets suffice
+    short = replicate.option_warnings(replace(patched, placebo=MIN_PLACEBO_SETS - 1))
+    assert len(short) == 1 and "--edit" not in short[0].split("; pass ")[1]
+    assert "and this run has --placebo" in short[0]
+    assert replicate.option_warnings(replace(patched, placebo=MIN_PLACEBO_SETS)) == []
+
+
+def _probe(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as info:
+        main(argv)
+    return int(info.value.code or 0), out.getvalue(), err.getvalue()
+
+
+def test_the_plan_and_a_run_say_the_warning(
+    options: ReplicateOptions, tiny_pair: tuple[Path, Path], chat_data: Path, tmp_path: Path
+) -> None:
+    pair = ["--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--data", str(chat_data / "test.jsonl")]
+    code, _, err = _probe(["replicate", *pair, "--out", str(tmp_path / "p"), "--placebo", "2", "--plan"])
+    warned = [line for line in err.splitlines() if line.startswith("warning: claim 4 ")]
+    assert code == 0 and len(warned) == 1 and "--placebo 2" in warned[0], err
+    assert not (tmp_path / "p").exists()
+    code, _, err = _probe(
+        ["replicate", *pair, "--out", str(tmp_path / "q"), "--edit", "scale,patch", "--placebo", "20", "--plan"]
+    )
+    assert code == 0 and "warning:" not in err, err
+    said: list[str] = []
+    with pytest.raises(RuntimeError, match="stop"):  # a real run says it before its first stage
+        replicate.run_stages(replace(options, placebo=2), [_Stop()], said.append)  # type: ignore[list-item]
+    assert said and said[0].startswith("warning: claim 4 ") and "--placebo 2" in said[0]
+
+
+class _Stop:
+    name = "record"
+
+    def complete(self) -> bool:
+        raise RuntimeError("stop")
+
+
+def test_sft_and_dpo_help_says_what_replicate_does() -> None:
+    code, printed, _ = _probe(["replicate", "--help"])
+    text = " ".join(printed.split())
+    assert code == 0 and "the run's" not in text
+    assert "SFT model directory, given with --dpo (default: the --pair's, built first when absent)" in text
+    assert "DPO model directory, given with --sft (default: the --pair's, built first when absent)" in text
