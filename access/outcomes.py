@@ -347,8 +347,9 @@ class Outcomes:
         """Each plan's pass, batch by batch: the unedited pass (the first time) keeps the hidden states entering every
         fork layer, each patch source and each logit-difference source runs once, then each arm runs from its fork
         layer up (a weight blend entered around its blocks and its head), or, for a logit-difference arm, scores the
-        unedited hidden states' logits amplified against its source's. Plans with another context: not here
-        (:meth:`arms` runs them by whole forwards)."""
+        unedited hidden states' logits amplified against its source's. A weight blend from block 0 (``expo``) runs
+        after the batches, entered once rather than per batch. Plans with another context: not here (:meth:`arms` runs
+        them by whole forwards)."""
         from access.amplify import AmplifiedLogits as Lda
         from access.forced_passes import SourceValues, Stack, fork_layer
         from access.lockstep import Lockstep
@@ -360,6 +361,9 @@ class Outcomes:
         forks = [total if plan is None else fork_layer(plan, stack) for plan in plans]
         keep = sorted({fork for fork in forks if fork < total})
         copied = {k for k, plan in enumerate(plans) if plan is None or (forks[k] == total and k not in lda)}
+        # a blend from block 0 (expo: every weight) is entered once for all batches, after them: it copies the model
+        whole = [k for k, plan in enumerate(plans) if plan is not None and _context(plan) == "blend" and forks[k] == 0]
+        steps = len(self._prompt_batches) * (1 + len(whole))
         on_base = any(forks[k] == total for k in lda)  # a logit-difference arm with no site: the unedited stack's
         sources: dict[int, SourceValues] = {}
         for plan in plans:
@@ -389,16 +393,18 @@ class Outcomes:
                 values.compute(batch)
             amplify = {key: (source, _response_hidden(source, batch)) for key, source in lda_sources.items()}
             for k, plan in enumerate(plans):
-                if k in copied or plan is None:
+                if k in copied or k in whole or plan is None:
                     continue
                 start = base if forks[k] == total else kept[forks[k]]
                 assert start is not None
                 self._run_arm(batch, plan, forks[k], start, sources, amplify, log_t, results[k])
             if progress is not None:
-                progress(b + 1, len(self._prompt_batches))
+                progress(b + 1, steps)
         if unedited is not None:
             self._unedited = unedited
         assert self._unedited is not None
+        for n, k in enumerate(whole):
+            self._blended_arm(plans[k], results[k], progress, len(self._prompt_batches) * (1 + n), steps)
         for k in copied:
             results[k] = self._unedited.copy()
         return results
@@ -416,8 +422,8 @@ class Outcomes:
     ) -> None:
         """One arm on ``batch``, scored into ``into``: its blocks from ``fork`` up (on ``start``, what enters block
         ``fork``; at the top, the stack's output) with its sites hooked, a patch's lockstep fed from its source's
-        values, a weight blend entered around the blocks and the head (and the embeddings, when it forks at block 0:
-        the blend may change them), a logit-difference arm's logits amplified against its source's (``amplify``: each
+        values, a weight blend above block 0 entered around the blocks and the head (one from block 0:
+        :meth:`_blended_arm`), a logit-difference arm's logits amplified against its source's (``amplify``: each
         source's stack and response hidden states on the batch), by the formula its decoding applies."""
         from access.amplify import AmplifiedLogits, WeightBlend, amplified
         from access.lockstep import Lockstep
@@ -428,8 +434,6 @@ class Outcomes:
         phase = None if lockstep is None else _filler(sources[id(lockstep.source)], lockstep)
         blend = plan.around if isinstance(plan.around, WeightBlend) else None
         with blend or nullcontext(), _sites(self.model, plan):
-            if blend is not None and fork == 0:
-                start = stack.embed(batch)
             out = start if fork == stack.total else stack.run(batch, start, range(fork, stack.total), phase=phase)[0]
             logits = self._logits(stack, batch, out)
             if isinstance(plan.around, AmplifiedLogits):
@@ -437,6 +441,20 @@ class Outcomes:
                 source, hidden = amplify[id(plan.around.lockstep.source)]
                 logits = (amplified(mine, source.head(h), alpha) for mine, h in zip(logits, hidden, strict=True))
             self._score(batch, logits, log_t, into)
+
+    def _blended_arm(
+        self, plan: SiteEdits | None, into: _Pass, progress: Progress | None, done: int, steps: int
+    ) -> None:
+        """A weight blend from block 0, entered once: every batch from its embeddings up (the same blocks on the same
+        batches as the unedited pass, so a blend that changes nothing reproduces it bit for bit)."""
+        stack = self._stack
+        assert stack is not None and plan is not None and plan.around is not None
+        with plan.around, _sites(self.model, plan):
+            for b, batch in enumerate(self._prompt_batches):
+                out, _ = stack.run(batch, stack.embed(batch), range(stack.total))
+                self._score(batch, self._logits(stack, batch, out), self._target_logprobs(batch), into)
+                if progress is not None:
+                    progress(done + b + 1, steps)
 
     @staticmethod
     def _logits(stack: Stack, batch: PromptBatch, out: Hidden) -> Iterator[torch.Tensor]:

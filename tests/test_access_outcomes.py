@@ -297,7 +297,9 @@ def test_shared_engine_identities_hold_bit_for_bit(setup) -> None:  # type: igno
     _, sft, dpo, made = _engines_setup(setup)
     outcomes = made["shared"]
     arms = _arms(sft, dpo)
-    together = outcomes.arms(arms)
+    seen: list[tuple[int, int]] = []
+    together = outcomes.arms(arms, progress=lambda done, total: seen.append((done, total)))
+    assert [done for done, _ in seen] == list(range(1, seen[-1][1] + 1))  # every batch of every pass, counted once
     alone = [outcomes.arm(edits) for edits in arms]
     for a, b in zip(together, alone, strict=True):
         for field in ("kl", "kl_unedited", "reference_logprob", "margin"):
