@@ -43,9 +43,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,7 @@ HOOKS = "mlp_out,attn_out"
 ACT_TOL = (1e-5, 1e-4)  # atol, rtol: activations
 OUTCOME_TOL = (1e-4, 1e-4)  # atol, rtol: the intervention report's numbers
 ATTR_TOL = (1e-4, 1e-4)  # atol as a share of max|reference|, rtol: attribution arrays
+STAGE_TIMEOUT_S = 300  # one CLI command; the tiny pair takes seconds
 SKIPPED_KEYS = {"seconds", "tokens", "percentile", "p_empirical", "guard", "tokens_per_second"}
 
 
@@ -121,13 +124,20 @@ def cli(*argv: str | Path) -> float:
     """Run ``python -m probe_cli ARGV`` (from the repository, installed or not); its seconds. Fails loudly."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "probe_cli", *map(str, argv)], cwd=ROOT, env=env, capture_output=True, text=True
-    )
+    command = [sys.executable, "-m", "probe_cli", *map(str, argv)]
+    try:
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=STAGE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise StageError(f"probe {argv[0]} ran past {STAGE_TIMEOUT_S} s") from None
     if done.returncode != 0:
-        sys.stderr.write(done.stdout[-4000:] + done.stderr[-8000:])
-        raise SystemExit(f"probe {' '.join(map(str, argv[:2]))} failed with exit status {done.returncode}")
+        sys.stderr.write(done.stdout[-3000:] + done.stderr[-6000:])
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise StageError(f"probe {argv[0]} exit status {done.returncode}: {last[:200]}")
     return time.perf_counter() - start
+
+
+class StageError(Exception):
+    """A stage could not run (a CLI exit status, a timeout): its checks FAIL and the next stages still run."""
 
 
 def subset_data(pair_dir: Path, out: Path) -> Path:
@@ -284,33 +294,54 @@ def versions() -> str:
     import transformers
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    return f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, {gpu}"
+    precision = torch.get_float32_matmul_precision()
+    return (
+        f"python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, {gpu}"
+        f" (float32 matmul precision {precision}), {os.cpu_count()} CPUs"
+    )
 
 
 def run_checks(args: argparse.Namespace, work: Path) -> list[Check]:
     devices = (args.reference, args.device)
-    pair = (args.pair_dir / "sft", args.pair_dir / "dpo")
     data = subset_data(args.pair_dir, work / "data")
-    checks: list[Check] = []
     runs = work / "run_0", work / "run_1"
-    rec = record(pair, data, runs[0], devices[0]), record(pair, data, runs[1], devices[1])
-    checks += recording_checks("tiny pair", runs, rec)
-    _report(checks[-2:], devices)
-    outs = work / "intervene_0", work / "intervene_1"
-    sec = intervene(runs[0], data, outs[0], devices[0]), intervene(runs[0], data, outs[1], devices[1])
-    checks += intervene_checks(outs, sec)
-    _report(checks[-2:], devices)
-    made = [attribution(run, device) for run, device in zip(runs, devices, strict=True)]
-    diff, n = compare_h5(made[1][0], made[0][0], "/", ATTR_TOL, scaled=True)
-    checks.append(Check(f"attribution arrays ({n})", diff, (made[0][1], made[1][1])))
-    _report(checks[-1:], devices)
+
+    def record_stage(name: str, models: tuple[Path, Path], runs: tuple[Path, Path]) -> list[Check]:
+        rec = record(models, data, runs[0], devices[0]), record(models, data, runs[1], devices[1])
+        return recording_checks(name, runs, rec)
+
+    def intervene_stage() -> list[Check]:
+        outs = work / "intervene_0", work / "intervene_1"
+        sec = intervene(runs[0], data, outs[0], devices[0]), intervene(runs[0], data, outs[1], devices[1])
+        return intervene_checks(outs, sec)
+
+    def attribution_stage() -> list[Check]:
+        made = attribution(runs[0], devices[0]), attribution(runs[1], devices[1])
+        diff, n = compare_h5(made[1][0], made[0][0], "/", ATTR_TOL, scaled=True)
+        return [Check(f"attribution arrays ({n})", diff, (made[0][1], made[1][1]))]
+
+    def chat_stage(name: str) -> list[Check]:
+        return record_stage(name, chat_pair(name, data, work / "chat"), (work / f"{name}_0", work / f"{name}_1"))
+
+    stages: list[tuple[str, Callable[[], list[Check]]]] = [
+        (
+            "tiny pair recording",
+            lambda: record_stage("tiny pair", (args.pair_dir / "sft", args.pair_dir / "dpo"), runs),
+        ),
+        ("intervene", intervene_stage),
+        ("attribution", attribution_stage),
+    ]
     if not args.no_chat_models:
-        for name in ("chatml", "nobos"):
-            models = chat_pair(name, data, work / "chat")
-            runs = work / f"{name}_0", work / f"{name}_1"
-            rec = record(models, data, runs[0], devices[0]), record(models, data, runs[1], devices[1])
-            checks += recording_checks(name, runs, rec)
-            _report(checks[-2:], devices)
+        stages += [(f"{name} recording", partial(chat_stage, name)) for name in ("chatml", "nobos")]
+    checks: list[Check] = []
+    for name, stage in stages:
+        try:
+            done = stage()
+        except Exception as exc:  # a one-shot device run: a stage that breaks FAILs, and the next ones still run
+            traceback.print_exc()
+            done = [Check(name, Diff(float("inf"), float("inf"), False), (0.0, 0.0), f"did not run: {exc}")]
+        _report(done, devices)
+        checks += done
     return checks
 
 
