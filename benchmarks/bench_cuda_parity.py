@@ -65,7 +65,7 @@ HOOKS = "mlp_out,attn_out"
 ACT_TOL = (1e-5, 1e-4)  # atol, rtol: activations
 OUTCOME_TOL = (1e-4, 1e-4)  # atol, rtol: the intervention report's numbers
 ATTR_TOL = (1e-4, 1e-4)  # atol as a share of max|reference|, rtol: attribution arrays
-STAGE_TIMEOUT_S = 300  # one CLI command; the tiny pair takes seconds
+STAGE_TIMEOUT_S = 150  # one CLI command; on the tiny subjects each takes seconds
 SKIPPED_KEYS = {"seconds", "tokens", "percentile", "p_empirical", "guard", "tokens_per_second"}
 
 
