@@ -31,12 +31,14 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from core.errors import ProbeError
+from core.progress import is_terminal
 from lmeval.config import MODEL_NAME
 
 LM_EVAL_PIN = "lm_eval[hf]==0.4.13"
@@ -133,17 +135,17 @@ def _define() -> type:
 
         def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
             with self._edited(requests):
-                out: list[tuple[float, bool]] = super().loglikelihood(requests, disable_tqdm=disable_tqdm)
+                out: list[tuple[float, bool]] = super().loglikelihood(requests, disable_tqdm=_quiet(disable_tqdm))
                 return out
 
         def loglikelihood_rolling(self, requests: list[Any], disable_tqdm: bool = False) -> list[float]:
             with self._edited(requests):
-                out: list[float] = super().loglikelihood_rolling(requests, disable_tqdm=disable_tqdm)
+                out: list[float] = super().loglikelihood_rolling(requests, disable_tqdm=_quiet(disable_tqdm))
                 return out
 
         def generate_until(self, requests: list[Any], disable_tqdm: bool = False) -> list[str]:
             with self._edited(requests):
-                out: list[str] = super().generate_until(requests, disable_tqdm=disable_tqdm)
+                out: list[str] = super().generate_until(requests, disable_tqdm=_quiet(disable_tqdm))
                 return out
 
         def get_model_info(self) -> dict[str, Any]:
@@ -185,3 +187,9 @@ def _edit_fields() -> frozenset[str]:
     from lmeval.config import EDIT_FIELDS
 
     return EDIT_FIELDS
+
+
+def _quiet(disable_tqdm: bool) -> bool:
+    """lm-eval's own request bar only on a terminal: in a log (a file or a pipe) its carriage returns are noise, and
+    the ``lm-eval`` stage already prints a line a minute with progress and time left."""
+    return disable_tqdm or not is_terminal(sys.stderr)

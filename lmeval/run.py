@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from core.errors import ProbeError
+from core.progress import is_terminal
 from core.records import to_json
 from interventions.config import ABConfig
 from interventions.results import NoPlacebo
@@ -97,20 +99,28 @@ def offline_hub() -> Iterator[bool]:
 def lm_eval_warnings_off() -> Iterator[None]:
     """lm-eval's log below ERROR, ``datasets``' progress bars off and its git lookup quiet within the block: lm-eval
     repeats its task-loading advice on every pass, a bar would stand before an ``error:`` line, and its
-    ``git describe`` printed "fatal: not a git repository" outside a checkout; our report says what matters."""
+    ``git describe`` printed "fatal: not a git repository" outside a checkout; our report says what matters. In a log
+    (stderr a file or a pipe) its per-task request-building bar is off too: the ``lm-eval`` stage prints the lines."""
+    import functools
     import logging
 
     import datasets
+    import lm_eval.api.task as task_module
     import lm_eval.evaluator as evaluator
+    from tqdm import tqdm
 
     logger = logging.getLogger("lm_eval")
     level, bars_on = logger.level, datasets.is_progress_bar_enabled()
     lookup, evaluator.get_git_commit_hash = evaluator.get_git_commit_hash, _quiet_git_hash
+    task_bar = task_module.tqdm
+    if not is_terminal(sys.stderr):
+        task_module.tqdm = functools.partial(tqdm, disable=True)
     logger.setLevel(logging.ERROR)
     datasets.disable_progress_bars()
     try:
         yield
     finally:
+        task_module.tqdm = task_bar
         evaluator.get_git_commit_hash = lookup
         logger.setLevel(level)
         if bars_on:

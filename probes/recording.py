@@ -57,7 +57,7 @@ from access.hook_table import HOOK_TABLE
 from core.chat import pad_id_of
 from core.errors import Interrupted, ProbeError
 from core.models import warn
-from core.pace import SMALLEST_SCALED, parameter_count, prompt_seconds
+from core.pace import parameter_count, prompt_seconds, sized
 from core.progress import Stage, is_terminal, quiet_library_bars
 from core.records import to_json
 from core.run_dir import RunDir
@@ -587,9 +587,9 @@ def _check_rows(rows: list[Any], config: RecordConfig, data_file: Path) -> None:
 
 def _estimate(work: list[Work], model_passes: float, model_dir: Path, device: str) -> float | None:
     """The recording's seconds at the measured CPU pace (:mod:`core.pace`), padded tokens counted; None off CPU, and
-    for a model so small that per-layer overhead, not its size, sets the pace (:data:`core.pace.SMALLEST_SCALED`)."""
+    for a model so small that per-layer overhead, not its size, sets the pace (:func:`core.pace.sized`)."""
     parameters = parameter_count(model_dir)
-    if not device.startswith("cpu") or parameters < SMALLEST_SCALED:
+    if not sized(device, parameters):
         return None
     tokens = sum(len(w.positions) * max(len(w.prompts.ids[p]) for p in w.positions) for w in work if w.positions)
     return prompt_seconds(tokens, models=model_passes, parameters=parameters)

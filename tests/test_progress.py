@@ -212,6 +212,7 @@ def test_lm_eval_in_a_log_says_its_estimate_when_it_starts(
     def starting() -> str:
         code, _, err = exit_of(argv, capsys)
         assert code == 0, err
+        assert "Running loglikelihood requests" not in err and "\r" not in err  # lm-eval's own bars: on a terminal only
         return next(line for line in err.splitlines() if line.startswith("lm-eval: starting"))
 
     assert starting() == "lm-eval: starting, 2 passes; estimate after the first pass"
