@@ -165,7 +165,8 @@ class _Runner:
         self.pregenerated: dict[str, Generations] = {}  # passes decoded in shared batches, by store key
         self.outcome_runs: dict[str, Outcomes] = {}  # per intervened model, its outcomes (made on first use)
         self.outcome_memo: dict[tuple[str, str], ArmOutcomes] = {}  # (model, edits key) -> every pass's outcomes
-        self.outcome_responses, self.outcome_pairs = "", 0
+        self.responses_by_model: dict[str, str] = {}  # per intervened model, which responses its outcomes forced
+        self.outcome_pairs = 0
         self.coherent_baseline: dict[str, float] = {}  # per model, its baseline output's perplexity under SFT
 
     def outcomes_of(self, model: str, edits: tuple[Edit, ...]) -> ArmOutcomes | None:
@@ -186,12 +187,19 @@ class _Runner:
                 target,
                 None if base is None else greedy_ids([base[0].ids[i] for i in idx], self.tokenizer),
             )
-            self.outcome_responses = inputs.responses
+            self.responses_by_model[model] = inputs.responses
             self.outcome_pairs = len(inputs.pairs)
             self.outcome_runs[model] = outcomes_for(self.models[model], self.models[target], inputs)
             self._all_outcomes(model)
         found = self.outcome_memo.get((model, _edits_key(edits)))
         return found if found is not None else self.outcome_runs[model].arm(edits)
+
+    def outcome_responses(self) -> str:
+        """Which responses the outcomes teacher-forced, for the report: one line, per model when arms edit both."""
+        said = self.responses_by_model
+        if len(said) == 1:
+            return next(iter(said.values()))
+        return "; ".join(f"{what} for the arms on {model}" for model, what in said.items())
 
     def _outcome_estimate(self, passes: int) -> float:
         """Seconds the outcome passes should take (:func:`interventions.outcomes.outcome_seconds`)."""
@@ -668,7 +676,7 @@ def _evaluate(runner: _Runner, annotate: Callable[[ABReport], None] | None = Non
         baselines=baselines,
         arms=results,
         config=config.to_dict(),
-        responses=runner.outcome_responses,
+        responses=runner.outcome_responses(),
         outcome_pairs=runner.outcome_pairs,
         warnings=provenance_warnings(runner.neurons, config.model, runner.model_dir)
         + ([runner.outcomes_off] if runner.outcomes_off.startswith("no continuous") else [])

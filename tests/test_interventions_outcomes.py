@@ -53,6 +53,9 @@ def patched(planted, tmp_path_factory: pytest.TempPathFactory) -> tuple[ABReport
 def test_patching_the_planted_units_closes_the_gap_beyond_every_placebo(patched) -> None:
     report, _ = patched
     assert report.responses.startswith("greedy") and report.outcome_pairs > 0
+    # patch runs both ways: each model's arms force the other model's greedy responses, and the report says which
+    said = report.responses
+    assert "(sft model's baseline) for the arms on dpo" in said and "(dpo model's baseline) for the arms on sft" in said
     for arm in report.arms:
         gap = arm.outcome("gap_closed")
         assert gap is not None and gap.n == 4
