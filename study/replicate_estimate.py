@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.pace import DECODE_SECONDS, PROMPT_SECONDS, REFERENCE_PARAMETERS, parameter_count
+from core.pace import REFERENCE_PARAMETERS, generation_seconds, parameter_count, prompt_seconds
 
 if TYPE_CHECKING:
     from core.capabilities import Capability
@@ -84,11 +84,12 @@ def estimate(options: ReplicateOptions, ab_config: ABConfig) -> dict[str, float]
     """Seconds per stage (module doc: an estimate at the default pair's measured pace, scaled)."""
     from training.evaluate import select_rows as eval_rows
 
-    scale = parameter_count(options.models.dpo) / REFERENCE_PARAMETERS
+    parameters = parameter_count(options.models.dpo)
+    scale = parameters / REFERENCE_PARAMETERS
     lengths = prompt_tokens(options.models.sft, options.data_file)
 
     def per_row(new: int, prompt: float) -> float:
-        return (prompt * PROMPT_SECONDS + new * DECODE_SECONDS) * scale
+        return generation_seconds(prompt, new, parameters=parameters)
 
     rows, unique, _ = ab_rows(options, ab_config)
     judged = eval_rows(rows, options.eval_rows)
@@ -103,7 +104,7 @@ def estimate(options: ReplicateOptions, ab_config: ABConfig) -> dict[str, float]
         intervene += _outcome_seconds(ab_config, len(unique), ab_prompt) * scale
     new_tokens = options.max_new_tokens or EVAL_GENERATION.max_new_tokens
     return {
-        "record": 10 * scale + 2 * sum(map(sum, lengths.values())) * PROMPT_SECONDS * scale,
+        "record": 10 * scale + prompt_seconds(sum(map(sum, lengths.values())), models=2, parameters=parameters),
         "analyze": 5.0 + 2.0 * len(lengths),
         "explain": EXPLAIN_SECONDS * scale * len(lengths),
         "intervene": 10 * scale + intervene,
