@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from access.directions import directions_of
 from access.hook_points import parse_layers
 from access.hook_table import HOOK_TABLE
 from core.chat import pad_id_of
@@ -465,8 +466,7 @@ def _record_into(
         )
         work = plan_work(inputs.prompt_sets, done, config.batch_size, budget)
         mine = [item for k, item in enumerate(work) if world.owns(k)]
-        passes = len(models) * (1 + LOCAL_COST * len(local or {}))
-        seconds = _estimate(mine, passes, inputs.sources[0], str(pair.device))
+        seconds = _estimate(mine, model_passes(len(models), config.local), inputs.sources[0], str(pair.device))
         total = sum(len(w.positions) for w in mine)
         bar = _progress_bar(total, progress and world.is_main, world, "+".join(models), seconds)
         try:
@@ -585,14 +585,38 @@ def _check_rows(rows: list[Any], config: RecordConfig, data_file: Path) -> None:
         )
 
 
-def _estimate(work: list[Work], model_passes: float, model_dir: Path, device: str) -> float | None:
+def model_passes(models: int, local: str) -> float:
+    """Forward passes per batch in units of one model's: each model's, and each local direction's other block on
+    its recorded layers' inputs (:data:`LOCAL_COST` of a pass)."""
+    return models * (1 + LOCAL_COST * len(directions_of(local)))
+
+
+def cpu_estimate(config: RecordConfig) -> float:
+    """The seconds ``record_run(config)`` should take on a CPU, before any model is loaded: every batch it would plan
+    there from nothing recorded (padded tokens counted), through each model and the ``--local`` blocks, at the
+    measured pace (:mod:`core.pace`). What ``probe replicate --plan`` shows; the run prints its own once loaded."""
+    from core.budget import CPU_MAX_BATCH_TOKENS
+
+    inputs = _prepare(config)
+    nothing_done: dict[str, set[int]] = {p.capability: set() for p in inputs.prompt_sets}
+    budget = config.max_batch_tokens or CPU_MAX_BATCH_TOKENS
+    work = plan_work(inputs.prompt_sets, nothing_done, config.batch_size, budget)
+    models = 3 if config.models.base is not None else 2
+    passes = model_passes(models, config.local)
+    return prompt_seconds(_padded_tokens(work), models=passes, parameters=parameter_count(inputs.sources[0]))
+
+
+def _padded_tokens(work: list[Work]) -> int:
+    return sum(len(w.positions) * max(len(w.prompts.ids[p]) for p in w.positions) for w in work if w.positions)
+
+
+def _estimate(work: list[Work], passes: float, model_dir: Path, device: str) -> float | None:
     """The recording's seconds at the measured CPU pace (:mod:`core.pace`), padded tokens counted; None off CPU, and
     for a model so small that per-layer overhead, not its size, sets the pace (:func:`core.pace.sized`)."""
     parameters = parameter_count(model_dir)
     if not sized(device, parameters):
         return None
-    tokens = sum(len(w.positions) * max(len(w.prompts.ids[p]) for p in w.positions) for w in work if w.positions)
-    return prompt_seconds(tokens, models=model_passes, parameters=parameters)
+    return prompt_seconds(_padded_tokens(work), models=passes, parameters=parameters)
 
 
 def _progress_bar(

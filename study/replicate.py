@@ -110,20 +110,24 @@ def ab_config(options: ReplicateOptions) -> ABConfig:
     return config
 
 
-def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | None = None) -> list[Stage]:
-    """The stages with their estimates (module doc); nothing runs.
-    ``kept`` receives the report's study when it is made."""
+def record_config(options: ReplicateOptions) -> RecordConfig:
+    """The record stage's recording: every capability through SFT and DPO, ``probe run``'s defaults otherwise."""
     from probes.config import RecordConfig
 
-    record_config = RecordConfig(
+    return RecordConfig(
         models=PairDirs(options.models.sft, options.models.dpo),
         data_file=options.data_file,
         capabilities="all",
         out_dir=options.out_dir,
         device=options.device,
     )
-    config = ab_config(options)
-    seconds = estimate(options, config)
+
+
+def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | None = None) -> list[Stage]:
+    """The stages with their estimates (module doc); nothing runs.
+    ``kept`` receives the report's study when it is made."""
+    config, recording = ab_config(options), record_config(options)
+    seconds = estimate(options, config, recording)
     out = options.out_dir
     caps = list(expected_rows(options.data_file))
     _, _, chosen = ab_rows(options, config)
@@ -136,10 +140,10 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
     return [
         Stage(
             "record",
-            f"record {len(caps)} capabilities through both models ({', '.join(record_config.hooks)}, every layer)",
+            f"record {len(caps)} capabilities through both models ({', '.join(recording.hooks)}, every layer)",
             seconds["record"],
             lambda: recorded_complete(options),
-            lambda: _record(record_config) if options.nproc == 1 else _record_launched(options),
+            lambda: _record(recording) if options.nproc == 1 else _record_launched(options),
         ),
         Stage(
             "analyze",

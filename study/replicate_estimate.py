@@ -17,12 +17,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.pace import REFERENCE_PARAMETERS, generation_seconds, parameter_count, prompt_seconds
+from core.pace import REFERENCE_PARAMETERS, generation_seconds, parameter_count
 
 if TYPE_CHECKING:
     from core.capabilities import Capability
     from core.schema import TestRow
     from interventions.config import ABConfig
+    from probes.config import RecordConfig
     from study.replicate_config import ReplicateOptions
 
 # Paces: core.pace (measured on the default pair, this project's 2-core machine).
@@ -40,17 +41,6 @@ def prompt_lengths(sft_dir: Path, rows: Sequence[TestRow]) -> list[int]:
 
     tokenizer = load_tokenizer(sft_dir, "--sft")
     return [len(ids) for ids in encode_conversations(tokenizer, [r.question for r in rows], add_generation_prompt=True)]
-
-
-def prompt_tokens(sft_dir: Path, data_file: Path) -> dict[str, list[int]]:
-    """Per capability, each row's rendered prompt length in tokens (with the generation prompt)."""
-    from core.capabilities import ALL_CAPABILITIES
-    from core.rows import group_by_capability, read_test_rows
-
-    rows = read_test_rows(data_file)
-    lengths = prompt_lengths(sft_dir, rows)
-    groups = group_by_capability(rows, list(ALL_CAPABILITIES))
-    return {cap.value: [lengths[i] for i, _ in items] for cap, items in groups.items() if items}
 
 
 def ab_passes(config: ABConfig) -> float:
@@ -80,13 +70,16 @@ def ab_rows(
     return rows, unique, chosen
 
 
-def estimate(options: ReplicateOptions, ab_config: ABConfig) -> dict[str, float]:
-    """Seconds per stage (module doc: an estimate at the default pair's measured pace, scaled)."""
+def estimate(options: ReplicateOptions, ab_config: ABConfig, record_config: RecordConfig) -> dict[str, float]:
+    """Seconds per stage (module doc: an estimate at the default pair's measured pace, scaled); the record stage's is
+    the recording's own (:func:`probes.recording.cpu_estimate`: padded batches and the local basis counted)."""
+    from probes.recording import cpu_estimate
+    from study.replicate_checks import expected_rows
     from training.evaluate import select_rows as eval_rows
 
     parameters = parameter_count(options.models.dpo)
     scale = parameters / REFERENCE_PARAMETERS
-    lengths = prompt_tokens(options.models.sft, options.data_file)
+    capabilities = len(expected_rows(options.data_file))
 
     def per_row(new: int, prompt: float) -> float:
         return generation_seconds(prompt, new, parameters=parameters)
@@ -104,12 +97,12 @@ def estimate(options: ReplicateOptions, ab_config: ABConfig) -> dict[str, float]
         intervene += _outcome_seconds(ab_config, len(unique), ab_prompt) * scale
     new_tokens = options.max_new_tokens or EVAL_GENERATION.max_new_tokens
     return {
-        "record": 10 * scale + prompt_seconds(sum(map(sum, lengths.values())), models=2, parameters=parameters),
-        "analyze": 5.0 + 2.0 * len(lengths),
-        "explain": EXPLAIN_SECONDS * scale * len(lengths),
+        "record": 10 * scale + cpu_estimate(record_config),
+        "analyze": 5.0 + 2.0 * capabilities,
+        "explain": EXPLAIN_SECONDS * scale * capabilities,
         "intervene": 10 * scale + intervene,
         "evaluate": 10 * scale + models * len(judged) * per_row(new_tokens, eval_prompt),
-        "report": 10.0 + 2.0 * len(lengths),
+        "report": 10.0 + 2.0 * capabilities,
     }
 
 
