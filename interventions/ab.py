@@ -34,7 +34,7 @@ import numpy as np
 
 from access.drivers.base import SiteEdits
 from access.edited_generation import ABGenerator
-from access.edits import Edit, site_edits
+from access.edits import Edit, UnitEdit, site_edits
 from access.generation import Generations
 from access.hook_points import attach
 from access.outcomes import ArmOutcomes, Outcomes
@@ -442,8 +442,7 @@ class _Runner:
 
     def arm_result(self, arm: Arm, number: int) -> tuple[ArmResult, Generations]:
         self.progress(
-            f"arm {number}/{len(self.arms)}: {arm.label} ({arm.model} model, {len(self.selections[arm.rule])} units)"
-            f"{self._left()}"
+            f"arm {number}/{len(self.arms)}: {arm.label} ({arm.model} model{_units_edited(arm.edits)}){self._left()}"
         )
         generated = self.scored(arm.name, arm.model, arm.edits)
         base = self.baselines[arm.model][0]
@@ -711,3 +710,9 @@ def _evaluate(runner: _Runner, annotate: Callable[[ABReport], None] | None = Non
         )
         runner.store.clear()
     return report
+
+
+def _units_edited(edits: tuple[Edit, ...]) -> str:
+    """ ", 64 units" for an arm of unit edits; nothing for one that edits no unit set (steer, expo, lda)."""
+    units = sum(len(e.units) for e in edits if isinstance(e, UnitEdit))
+    return f", {units} units" if units else ""

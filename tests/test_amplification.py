@@ -245,8 +245,12 @@ def test_ab_run_reports_every_alpha_with_its_coherence(planted, tmp_path: Path) 
         "out_dir": tmp_path,
     }
     config = ABConfig(**settings)
-    report = run_ab(config)
+    said: list[str] = []
+    report = run_ab(config, said.append)
     assert [arm.name for arm in report.arms] == ["expo-units 2.0", "expo-units 0.0", "lda 2.0", "lda 0.0"]
+    # the progress line names the units an arm edits, and none for lda, which edits the logits
+    starts = [line for line in said if line.startswith("arm ")]
+    assert f"(dpo model, {len(planted.units)} units)" in starts[0] and "units" not in starts[-1], starts
     assert report.arms[0].role == "main" and getattr(report.arms[0].placebo, "n_sets", 0) == 2
     for arm in report.arms:
         assert arm.coherence is not None and arm.coherence.tokens > 0
