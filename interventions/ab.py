@@ -713,6 +713,7 @@ def _evaluate(runner: _Runner, annotate: Callable[[ABReport], None] | None = Non
 
 
 def _units_edited(edits: tuple[Edit, ...]) -> str:
-    """ ", 64 units" for an arm of unit edits; nothing for one that edits no unit set (steer, expo, lda)."""
+    """The units an arm's progress line names (for example ", 64 units"); none for an arm that edits no unit set
+    (steer, expo, lda)."""
     units = sum(len(e.units) for e in edits if isinstance(e, UnitEdit))
     return f", {units} units" if units else ""
