@@ -220,23 +220,29 @@ def launched(nproc: int, args: list[str], stage: str) -> None:
         raise ProbeError(f"the {stage} stage's {nproc} processes failed (exit status {code}; the line above says why)")
 
 
+def _launched_with_config(nproc: int, args: list[str], settings: dict[str, Any], stage: str) -> None:
+    """:func:`launched` with the command's settings in a ``--config`` file of its own (said once, in the config)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="replicate-") as folder:
+        config_file = Path(folder) / f"{stage}.json"
+        config_file.write_text(json.dumps(settings), encoding="utf-8")
+        launched(nproc, [*args, "--config", str(config_file)], stage)
+
+
 def _record_launched(options: ReplicateOptions) -> str:
-    args = ["run", "--sft", str(options.models.sft), "--dpo", str(options.models.dpo), "--data", str(options.data_file)]
-    args += ["--capability", "all", "--out", str(options.out_dir), "--no-analyze", "--quiet"]
-    args += ["--device", options.device] if options.device else []
-    launched(options.nproc, args, "record")
+    """``probe run`` under the launcher, with the one-process stage's recording (:func:`record_config`)."""
+    from core.records import to_json
+
+    settings = {k: v for k, v in to_json(flat_values(record_config(options))).items() if v is not None}
+    _launched_with_config(options.nproc, ["run", "--no-analyze", "--quiet"], settings, "record")
     return f"recorded by {options.nproc} processes"
 
 
 def _intervene_launched(options: ReplicateOptions, config: ABConfig) -> str:
     """``probe intervene`` under the launcher, its settings (the A/B's options) in a ``--config`` file of its own."""
-    import tempfile
-
     settings = {**options.intervention(), "capability": config.capability, "out_dir": str(config.out_dir)}
-    with tempfile.TemporaryDirectory(prefix="replicate-") as folder:
-        config_file = Path(folder) / "intervene.json"
-        config_file.write_text(json.dumps(settings), encoding="utf-8")
-        launched(options.nproc, ["intervene", str(options.out_dir), "--config", str(config_file)], "intervene")
+    _launched_with_config(options.nproc, ["intervene", str(options.out_dir)], settings, "intervene")
     return f"A/B by {options.nproc} processes -> {config.out_dir}"
 
 
