@@ -40,7 +40,6 @@ if TYPE_CHECKING:
     from probes.store import RunReader
 
 GLOBAL_MODELS: tuple[str, str] = ("sft", "dpo")
-LOCAL_FOLDER = "local"  # RUN_DIR/analysis/local: where a local analysis goes by default, beside the global one
 
 
 def basis_models(
@@ -96,4 +95,4 @@ def analysis_dir(run_dir: str | Path, basis: str, out_dir: str | Path | None = N
     if out_dir is not None:
         return AnalysisDir(out_dir)
     root = RunDir(run_dir).analysis
-    return root if basis == "global" else AnalysisDir(root.root / LOCAL_FOLDER)
+    return root if basis == "global" else root.local

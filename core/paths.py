@@ -21,6 +21,17 @@ paths are compared resolved and by ``(st_dev, st_ino)``. An input that is a dire
 directory) stands for every file in it. A command that fills a directory names the files it
 writes there (:func:`check_outputs`), and each is held against every input the same way.
 
+Nothing of a run is overwritten by another command's output. Every output path names the command
+that writes it (``writer``, a :class:`core.run_dir.Writer` or the command's own name), and is held against
+the layout of the results folders (:func:`core.run_dir.results_place`: run, analysis, A/B and lm-eval
+folders, recognised by their files, and every name in them with the commands that write it). A path
+at a place another command writes is refused, whether the file is there yet or not: ``probe report
+--out RUN/run.json`` would leave the run unusable. So is an output folder that is a results folder of
+another command (``probe intervene --out RUN/analysis``): it is refused, never written beside. A
+rerun replacing its own output passes (``probe models eval --out RUN/eval.json``, ``probe intervene``
+resuming its ``--out``), and so does a name the layout does not know, in a results folder or elsewhere.
+A folder that will be replaced whole (``probe train --overwrite``) must hold no results folder at all.
+
 They create nothing that stays, so a refused command leaves the disk as it was. Whether
 an existing output may be replaced is each command's own rule (``--overwrite``, resume).
 
@@ -28,12 +39,17 @@ Example:
     >>> import tempfile, pathlib
     >>> root = pathlib.Path(tempfile.mkdtemp())
     >>> _ = (root / "notes.txt").write_text("x")
-    >>> check_output_dir(root / "new" / "deeper", "--out") == root / "new" / "deeper"
+    >>> check_output_dir(root / "new" / "deeper", "--out", writer="probe synthesize") == root / "new" / "deeper"
     True
-    >>> check_output_dir(root / "notes.txt" / "sub", "--out")
+    >>> check_output_dir(root / "notes.txt" / "sub", "--out", writer="probe synthesize")
     Traceback (most recent call last):
     ...
     core.errors.ProbeError: --out .../notes.txt/sub: .../notes.txt is a file, not a directory
+    >>> _ = (root / "run.json").write_text('{"settings": {}}')
+    >>> check_output_file(root / "run.json", "--out", writer="probe report")
+    Traceback (most recent call last):
+    ...
+    core.errors.ProbeError: --out .../run.json: is the run record of the run folder ..., written by probe run, ...
 """
 
 from __future__ import annotations
@@ -42,29 +58,44 @@ import itertools
 import os
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
 
 from core.errors import ProbeError
+from core.run_dir import results_below, results_place
 
 Inputs = Mapping[str, str | os.PathLike[str] | None]
 MAX_DIR_FILES = 10_000  # files of one input directory compared (a model directory holds tens)
 
 
-def check_output_dir(path: str | os.PathLike[str], flag: str, inputs: Inputs | None = None) -> Path:
-    """``path`` as a :class:`Path` if a command can create or fill a directory there, else :class:`ProbeError`.
+def check_output_dir(
+    path: str | os.PathLike[str], flag: str, inputs: Inputs | None = None, *, writer: str, replaced: bool = False
+) -> Path:
+    """``path`` as a :class:`Path` if ``writer`` (the command) can create or fill a directory there, else
+    :class:`ProbeError`.
 
     ``inputs``: ``{what: path}`` the command reads; a directory option naming one of them is refused.
+    ``replaced``: the folder will be replaced whole, so it must hold no results folder (module doc).
     """
     check_not_an_input(path, flag, inputs or {})
-    return _checked(Path(path), flag, _check_dir)
+    checked = _checked(Path(path), flag, partial(_check_dir, writer=writer))
+    if replaced and checked.is_dir():
+        held = results_below(checked)
+        if held is not None:
+            raise ProbeError(
+                f"{flag} {path}: holds the results folder {held}, which replacing the folder would delete; "
+                f"name another {flag}"
+            )
+    return checked
 
 
-def check_output_file(path: str | os.PathLike[str], flag: str, inputs: Inputs | None = None) -> Path:
-    """``path`` as a :class:`Path` if a command can write a file there (creating its parents), else :class:`ProbeError`.
+def check_output_file(path: str | os.PathLike[str], flag: str, inputs: Inputs | None = None, *, writer: str) -> Path:
+    """``path`` as a :class:`Path` if ``writer`` (the command) can write a file there (creating its parents), else
+    :class:`ProbeError`.
 
     ``inputs``: ``{flag: path}`` of the files the command reads; an output that is one of them is refused.
     """
-    checked = _checked(Path(path), flag, _check_file)
+    checked = _checked(Path(path), flag, partial(_check_file, writer=writer))
     check_not_an_input(checked, flag, inputs or {})
     return checked
 
@@ -162,21 +193,30 @@ def _checked(p: Path, flag: str, check: Callable[[Path, str], None]) -> Path:
         if "\x00" in str(p):
             raise ValueError("embedded null byte")
         check(p, flag)
-    except (OSError, ValueError) as exc:  # a name too long, a NUL byte: the path itself is unusable
+    except (OSError, ValueError, RuntimeError) as exc:  # a name too long, a NUL byte, a link loop: unusable
         detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise ProbeError(f"{flag} {p}: not a usable path ({detail})") from None
     return p
 
 
-def _check_dir(p: Path, flag: str) -> None:
+def _check_place(p: Path, flag: str, writer: str, noun: str) -> None:
+    """Refuse a path at a place of a results folder that ``writer`` does not write (module doc)."""
+    found = results_place(p)
+    if found is not None and writer not in found.writers:
+        raise ProbeError(f"{flag} {p}: {found.describe()}, not an output of {writer}: name another {noun}")
+
+
+def _check_dir(p: Path, flag: str, writer: str) -> None:
     _refuse_dangling(p, flag)
+    _check_place(p, flag, writer, "folder")
     if p.exists() and not p.is_dir():
         raise ProbeError(f"{flag} {p}: exists and is not a directory; expected a directory (or a path to create one)")
     _writable_parent(p, flag)
 
 
-def _check_file(p: Path, flag: str) -> None:
+def _check_file(p: Path, flag: str, writer: str) -> None:
     _refuse_dangling(p, flag)
+    _check_place(p, flag, writer, "file")
     if p.is_dir():
         raise ProbeError(f"{flag} {p}: is a directory; expected a file name (e.g. {p / 'out.jsonl'})")
     if p.exists() and not p.is_file():

@@ -21,12 +21,15 @@
       neurons_<capability>_<hook>.json   the selected neuron set (access.units)
       plots/                             <capability>_<hook>_<metric>_maps.html and the other figures
       top<k>/                            a ranking of k units made for probe intervene (an AnalysisDir)
+      local/                             probe analyze --basis local, by default (an AnalysisDir)
       weight_change.h5                   probe explain: the weight change per unit (analysis.weight_change)
       explain_<capability>_<hook>.json|.html   probe explain: the record and its cards
 
     interventions/<name>/
       ab_report.json, ab_report.md, generations.jsonl   the A/B report (interventions.report)
+      responses_<model>.jsonl            a model's greedy token ids, for --outcomes only (interventions.outcomes)
       .arms/                             finished arms, for a resume (interventions.arms)
+      lmeval_report.*, lmeval_items.jsonl   probe lmeval --ab-report: its report beside the A/B report
 
     lmeval/<time>/
       lmeval_report.json, lmeval_report.md, lmeval_items.jsonl   the benchmark report (lmeval.report)
@@ -34,6 +37,11 @@
 A dataset folder (``probe synthesize --out``, the default pair's ``data/``) is a :class:`DataDir`:
 ``sft.jsonl``, ``dpo.jsonl``, ``test.jsonl``, and from the offline synthesizer ``profiles.jsonl`` and
 ``passages.jsonl``; the default pair keeps its unshaped DPO rows as ``dpo_full.jsonl``.
+
+Each name in a run, analysis, A/B or lm-eval folder (a *results folder*, known by the files that say
+what it is) is listed with the commands that write it in :data:`RESULTS_FOLDERS`;
+:func:`results_place` says where any path falls, and :mod:`core.paths` refuses an output path at a
+place of another command, so that no command overwrites another's results.
 
 Every name is the one older toolkit versions wrote, so old run directories keep opening
 (``tests/test_run_dir.py`` pins them). A stage
@@ -55,6 +63,8 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
@@ -66,19 +76,28 @@ from core.locks import LockHeld, file_lock
 __all__ = [
     "ACTIVATIONS_FILE",
     "JOURNAL_DIR",
+    "RESULTS_FOLDERS",
     "RUN_JSON",
     "SHARD_NAME",
     "AnalysisDir",
     "DataDir",
+    "FolderKind",
     "InterventionDir",
     "LMEvalDir",
+    "Place",
+    "ResultsPlace",
     "RunDir",
+    "Writer",
+    "results_below",
+    "results_folder_kind",
+    "results_place",
 ]
 
 ACTIVATIONS_FILE = "activations.h5"
 RUN_JSON = "run.json"
 JOURNAL_DIR = "journal"
 SHARD_NAME = re.compile(r"^[0-9]{9}\.npz$")
+TOP_FOLDER = "top{k}"  # AnalysisDir.top: a ranking of k units made for probe intervene
 
 
 class AnalysisDir:
@@ -101,7 +120,12 @@ class AnalysisDir:
         return self.root / f"neurons_{capability}_{hook}.json"
 
     def top(self, k: int) -> AnalysisDir:
-        return AnalysisDir(self.root / f"top{k}")
+        return AnalysisDir(self.root / TOP_FOLDER.format(k=k))
+
+    @property
+    def local(self) -> AnalysisDir:
+        """Where ``probe analyze --basis local`` puts its analysis by default, beside the global one."""
+        return AnalysisDir(self.root / "local")
 
     @property
     def plots(self) -> Path:
@@ -239,11 +263,15 @@ class RunDir:
     def attribution(self, objective: str) -> Path:
         return self.root / f"attribution_{objective}.h5"
 
+    @property
+    def lock_file(self) -> Path:
+        return self.root / ".lock"
+
     @contextmanager
     def lock(self) -> Iterator[None]:
         """Hold the recording lock (the directory is created); a second recorder is refused in one line."""
         try:
-            with file_lock(self.root / ".lock", wait=False):
+            with file_lock(self.lock_file, wait=False):
                 yield
         except LockHeld:
             raise ProbeError(
@@ -345,3 +373,215 @@ class RunDir:
     @property
     def report_file(self) -> Path:
         return self.root / "report.html"
+
+
+# --- who writes what: the results folders' places, for the one check of an output path (core.paths) ---------------
+
+
+class Writer:
+    """The commands that write results folders, as the command line spells them (the ``writer`` of
+    :func:`core.paths.check_output_dir` and :func:`core.paths.check_output_file`; other commands name themselves)."""
+
+    RUN = "probe run"
+    ANALYZE = "probe analyze"
+    EXPLAIN = "probe explain"
+    INTERVENE = "probe intervene"
+    LMEVAL = "probe lmeval"
+    EVAL = "probe models eval"
+    REPLICATE = "probe replicate"
+    REPORT = "probe report"
+    JUDGE = "probe judge"  # the commands below write no results folder: every place of one is refused to them
+    SYNTHESIZE = "probe synthesize"
+    TRAIN = "probe train"
+    MODELS = "probe models"
+
+
+@dataclass(frozen=True)
+class Place:
+    """A name in a results folder (a glob), what it holds and the commands that write it; ``tree``: a folder, with
+    everything below it."""
+
+    name: str
+    what: str
+    writers: tuple[str, ...]
+    tree: bool = False
+
+
+@dataclass(frozen=True)
+class FolderKind:
+    """A kind of results folder: the names whose presence makes a folder one, the commands whose output folder it
+    is, its places, and the folders of a kind it holds (``(glob path, kind key)``)."""
+
+    name: str
+    markers: tuple[str, ...]
+    writers: tuple[str, ...]
+    places: tuple[Place, ...]
+    folders: tuple[tuple[str, str], ...] = ()
+    article: str = "a"
+
+    @property
+    def one(self) -> str:
+        """'an analysis folder'."""
+        return f"{self.article} {self.name}"
+
+
+@dataclass(frozen=True)
+class ResultsPlace:
+    """Where a path falls among the results folders: ``place`` in ``folder``, a folder of ``kind`` (``place`` None:
+    the path is that folder; ``inside``: below the folder ``place``). ``found`` is the results folder of
+    ``found_kind`` recognised by its file ``marker``, at or above ``folder``, whose layout led there."""
+
+    found: Path
+    found_kind: FolderKind
+    marker: str
+    folder: Path
+    kind: FolderKind
+    place: Place | None = None
+    inside: bool = False
+
+    @property
+    def writers(self) -> tuple[str, ...]:
+        """The commands that may write this path."""
+        return self.place.writers if self.place is not None else self.kind.writers
+
+    def describe(self) -> str:
+        """'is the run record of the run folder runs/x, written by probe run' and the like."""
+        by = f"written by {' and '.join(self.writers)}"
+        if self.place is not None:
+            return f"is {'in ' if self.inside else ''}{self.place.what} of the {self.kind.name} {self.folder}, {by}"
+        if self.folder == self.found:
+            return f"is {self.kind.one} (it holds {self.marker}), {by}"
+        return f"is where the {self.found_kind.name} {self.found} keeps {self.kind.one}, {by}"
+
+
+def _kinds() -> dict[str, FolderKind]:
+    """The results folders' layout, from the names above (module doc), so that each is spelled once."""
+    run, analysis, ab, lm, w = RunDir(""), AnalysisDir(""), InterventionDir(""), LMEvalDir(""), Writer
+    lm_places = (
+        Place(lm.report.name, "the lm-eval report", (w.LMEVAL,)),
+        Place(lm.markdown.name, "the lm-eval report's markdown", (w.LMEVAL,)),
+        Place(lm.items.name, "the lm-eval items", (w.LMEVAL,)),
+    )
+    return {
+        "run": FolderKind(
+            "run folder",
+            (run.settings_file.name, run.activations.name),
+            (w.RUN, w.REPLICATE),
+            (
+                Place(run.settings_file.name, "the run record", (w.RUN,)),
+                Place(run.activations.name, "the recording", (w.RUN,)),
+                Place(run.journal.name, "the recording's journal", (w.RUN,), tree=True),
+                Place(run.consolidating.name, "the consolidation folder", (w.RUN,), tree=True),
+                Place(run.lock_file.name, "the recording lock", (w.RUN,)),
+                Place(run.attribution("*").name, "an attribution cache", (w.ANALYZE,)),
+                Place(run.eval_file.name, "the pair's evaluation", (w.EVAL,)),
+                Place(run.replicate_file.name, "the replicate record", (w.REPLICATE,)),
+                Place(run.report_file.name, "the report", (w.REPORT,)),
+                Place(run.interventions.name, "the folder of the A/B runs", (w.INTERVENE,)),
+                Place(run.lmeval.name, "the folder of the lm-eval reports", (w.LMEVAL,)),
+            ),
+            (
+                (run.analysis.root.as_posix(), "analysis"),
+                (run.intervention("*").root.as_posix(), "ab"),
+                ((run.lmeval / "*").as_posix(), "lmeval"),
+            ),
+        ),
+        "ab": FolderKind(
+            "A/B folder",
+            (ab.report.name, ab.generations.name, ab.arms.name),
+            (w.INTERVENE, w.LMEVAL),  # probe lmeval --ab-report puts its report beside the A/B report
+            (
+                Place(ab.report.name, "the A/B report", (w.INTERVENE,)),
+                Place(ab.markdown.name, "the A/B report's markdown", (w.INTERVENE, w.LMEVAL)),
+                Place(ab.generations.name, "the generations", (w.INTERVENE,)),
+                Place(ab.responses("*").name, "a model's kept greedy responses", (w.INTERVENE,)),
+                Place(ab.arms.name, "the finished arms' folder", (w.INTERVENE,), tree=True),
+                *lm_places,
+            ),
+            article="an",
+        ),
+        "lmeval": FolderKind("lm-eval folder", (lm.report.name, lm.items.name), (w.LMEVAL,), lm_places, article="an"),
+        "analysis": FolderKind(
+            "analysis folder",
+            (analysis.summary.name, analysis.weight_change.name),
+            (w.ANALYZE, w.EXPLAIN),
+            (
+                Place(analysis.summary.name, "the analysis summary", (w.ANALYZE,)),
+                Place(analysis.maps("*").name, "a metric's maps", (w.ANALYZE,)),
+                Place(analysis.neuron_set("*", "*").name, "a neuron set", (w.ANALYZE,)),
+                Place(analysis.plots.name, "the figures' folder", (w.ANALYZE, w.EXPLAIN), tree=True),
+                Place(analysis.weight_change.name, "the weight change", (w.EXPLAIN,)),
+                Place(analysis.explain_record("*", "*").name, "an explain record", (w.EXPLAIN,)),
+                Place(analysis.explain_page("*", "*").name, "an explain page", (w.EXPLAIN,)),
+            ),
+            ((analysis.local.root.as_posix(), "analysis"), (TOP_FOLDER.format(k="[0-9]*"), "analysis")),
+            article="an",
+        ),
+    }
+
+
+RESULTS_FOLDERS = _kinds()  # by key, in the order a folder's kind is looked for
+
+
+def results_folder_kind(folder: str | os.PathLike[str]) -> tuple[FolderKind, str] | None:
+    """The kind of results folder ``folder`` is, and the file that says so; None for any other path."""
+    if not os.path.isdir(folder):
+        return None
+    for kind in RESULTS_FOLDERS.values():
+        marker = next((m for m in kind.markers if os.path.lexists(os.path.join(folder, m))), None)
+        if marker is not None:
+            return kind, marker
+    return None
+
+
+def results_place(path: str | os.PathLike[str]) -> ResultsPlace | None:
+    """Where ``path`` (existing or not, through any link) falls among the results folders at or above it; None
+    outside every one, or at a name no layout knows (a file of the user's own). The outermost folder's layout
+    decides, so that a folder inside a run that holds a name of another kind (``RUN/.consolidate`` holds an
+    ``activations.h5``) is still the run's; a results folder at a name its outer one does not know is its own.
+
+    >>> import tempfile
+    >>> run = Path(tempfile.mkdtemp())
+    >>> _ = (run / RUN_JSON).write_text("{}")
+    >>> results_place(run / "analysis" / "summary.json").describe()
+    'is the analysis summary of the analysis folder .../analysis, written by probe analyze'
+    >>> results_place(run / "notes.txt") is None
+    True
+    """
+    target = Path(path).resolve()
+    for folder in reversed((target, *target.parents)):
+        found = results_folder_kind(folder)
+        at = (
+            None
+            if found is None
+            else _descend(ResultsPlace(folder, *found, folder, found[0]), target.relative_to(folder).parts)
+        )
+        if at is not None:
+            own = results_folder_kind(target) if at.place is None else None
+            return at if own is None else ResultsPlace(target, *own, target, own[0])
+    return None
+
+
+def results_below(path: str | os.PathLike[str], limit: int = 10_000) -> Path | None:
+    """The first results folder at or below the folder ``path`` (looking at ``limit`` folders at most), or None."""
+    for seen, (folder, _, _) in enumerate(os.walk(path)):
+        if seen >= limit:
+            return None
+        if results_folder_kind(folder) is not None:
+            return Path(folder)
+    return None
+
+
+def _descend(at: ResultsPlace, parts: tuple[str, ...]) -> ResultsPlace | None:
+    """The place ``parts`` names below ``at.folder``, by the layout of its kind."""
+    if not parts:
+        return at
+    for pattern, key in at.kind.folders:
+        steps = pattern.split("/")
+        if len(parts) >= len(steps) and all(fnmatchcase(a, b) for a, b in zip(parts, steps, strict=False)):
+            inner = replace(at, folder=at.folder.joinpath(*parts[: len(steps)]), kind=RESULTS_FOLDERS[key])
+            return _descend(inner, parts[len(steps) :])
+    for place in at.kind.places:
+        if fnmatchcase(parts[0], place.name) and (len(parts) == 1 or place.tree):
+            return replace(at, place=place, inside=len(parts) > 1)
+    return None

@@ -61,6 +61,7 @@ class SynthesizeConfig:
 def synthesize_dataset(out_dir: str | Path, config: SynthesizeConfig) -> SynthesisSummary:
     """Write the dataset under ``out_dir`` with ``config.backend``; its summary (the ``llm`` one says more)."""
     from core.paths import check_output_dir
+    from core.run_dir import Writer
 
     if config.split == "heldout":
         return _heldout(out_dir, config)
@@ -77,7 +78,7 @@ def synthesize_dataset(out_dir: str | Path, config: SynthesizeConfig) -> Synthes
 
     options = config.endpoint
     if options.cache_dir is not None and not options.no_cache:
-        check_output_dir(options.cache_dir, "--cache-dir")
+        check_output_dir(options.cache_dir, "--cache-dir", writer=Writer.SYNTHESIZE)
     return synthesize_llm(out_dir, config.roles, config.seed, options.client())
 
 

@@ -333,10 +333,11 @@ def _prepare(config: RecordConfig) -> _Inputs:
     from access.pair import check_base_config, check_pair_configs, resolve_device, resolve_dtype
     from core.models import load_tokenizer
     from core.paths import check_output_dir
+    from core.run_dir import Writer
 
     sources = resolve_sources(config)
     if config.out_dir is not None:
-        check_output_dir(config.out_dir, "--out")
+        check_output_dir(config.out_dir, "--out", writer=Writer.RUN)
     shape = check_pair_configs(sources[0], sources[1])
     if config.models.base is not None:
         check_base_config(sources[0], config.models.base)

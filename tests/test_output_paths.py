@@ -16,9 +16,11 @@ import pytest
 
 from core.errors import ProbeError
 from core.paths import check_output_dir, check_output_file
+from core.run_dir import Writer
 from tests.support.cli import one_line_error
 from tests.support.synthetic_runs import SyntheticSpec, write_synthetic_run
 
+ANY = Writer.JUDGE  # outside every run folder, any command may write
 TASK = "role_related_mrc_answer_no_narration"
 ROW = {
     "question": [{"role": "user", "content": "Where is the bridge?"}],
@@ -49,15 +51,15 @@ def _unwritable_dir(tmp_path: Path) -> Path:
 
 
 def test_a_directory_option_accepts_new_and_existing_directories(tmp_path: Path) -> None:
-    assert check_output_dir(tmp_path, "--out") == tmp_path
-    assert check_output_dir(tmp_path / "a" / "b", "--out") == tmp_path / "a" / "b"
+    assert check_output_dir(tmp_path, "--out", writer=ANY) == tmp_path
+    assert check_output_dir(tmp_path / "a" / "b", "--out", writer=ANY) == tmp_path / "a" / "b"
     assert not (tmp_path / "a").exists() and _listing(tmp_path) == []
 
 
 def test_a_file_option_accepts_a_new_or_existing_file(tmp_path: Path) -> None:
     (tmp_path / "old.jsonl").write_text("x")
-    assert check_output_file(tmp_path / "old.jsonl", "--verdicts-out") == tmp_path / "old.jsonl"
-    assert check_output_file(tmp_path / "new" / "v.jsonl", "--verdicts-out") == tmp_path / "new" / "v.jsonl"
+    assert check_output_file(tmp_path / "old.jsonl", "--verdicts-out", writer=ANY) == tmp_path / "old.jsonl"
+    assert check_output_file(tmp_path / "new" / "v.jsonl", "--verdicts-out", writer=ANY) == tmp_path / "new" / "v.jsonl"
     assert _listing(tmp_path) == ["old.jsonl"]
 
 
@@ -82,7 +84,7 @@ def test_wrong_kinds_of_path_are_refused_in_one_line(tmp_path: Path, case: str, 
         "dangling link": (check_output_dir, tmp_path / "link"),
     }[case]
     with pytest.raises(ProbeError) as info:
-        check(path, "--out")
+        check(path, "--out", writer=ANY)
     assert str(info.value).startswith(f"--out {path}: ") and needle in str(info.value) and "\n" not in str(info.value)
 
 
@@ -90,7 +92,7 @@ def test_a_place_that_cannot_be_written_is_refused(tmp_path: Path) -> None:
     locked = _unwritable_dir(tmp_path)
     for check, path in ((check_output_dir, locked / "new" / "run"), (check_output_file, locked / "v.jsonl")):
         with pytest.raises(ProbeError, match=rf"^--out {path}: cannot write in {locked} \("):
-            check(path, "--out")
+            check(path, "--out", writer=ANY)
 
 
 # ---------------------------------------------------------------- every command, before any work

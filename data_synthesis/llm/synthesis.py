@@ -57,7 +57,7 @@ from core.errors import Interrupted, ProbeError
 from core.llm.client import ClientConfig, LLMClient
 from core.paths import check_output_dir
 from core.records import to_json
-from core.run_dir import DataDir
+from core.run_dir import DataDir, Writer
 from core.schema import DPORow, SFTRow, TestRow, Turn
 from data_synthesis.llm import prompts
 from data_synthesis.llm.replies import FailureLog, ask_validated
@@ -140,7 +140,7 @@ def synthesize_llm(
     if isinstance(repairs, bool) or not isinstance(repairs, int) or not 0 <= repairs <= 10:
         raise ProbeError(f"repairs must be an integer in [0, 10], got {repairs!r}")
     cfg = SynthesisConfig(n_roles=n_roles, seed=seed, **options)
-    out = check_output_dir(out_dir, "--out")
+    out = check_output_dir(out_dir, "--out", writer=Writer.SYNTHESIZE)
     run = _Run(LLMClient(client_config), FailureLog(), repairs)
     with run.client.stops_explained(
         f"LLM synthesis stopped before writing anything to {out}",

@@ -18,7 +18,7 @@ import typer
 from analysis.config import AnalysisConfig
 from core.config_file import Range
 from core.paths import check_output_dir
-from core.run_dir import ACTIVATIONS_FILE, RunDir
+from core.run_dir import ACTIVATIONS_FILE, RunDir, Writer
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, count_option
 
 if TYPE_CHECKING:
@@ -70,6 +70,7 @@ def analyze(
             analysis_dir(run_dir, config.basis, out).root,
             "--out" if out is not None else "the default --out",
             {"RUN_DIR's recording": run.activations, "RUN_DIR's settings": run.settings_file},
+            writer=Writer.ANALYZE,
         )
     if not attribution_first(run_dir, config):  # a helper rank of a data-parallel attribution pass: its share is done
         return

@@ -52,7 +52,7 @@ def explain(
     neuron cards."""
     from analysis.explain import explain_run
     from core.paths import check_output_dir
-    from core.run_dir import AnalysisDir, RunDir
+    from core.run_dir import AnalysisDir, RunDir, Writer
     from probe_cli.console import console
 
     config = settings.build()
@@ -67,7 +67,7 @@ def explain(
             "--base": config.models.base_dir,
         }
         flag = "--out" if config.out_dir is not None else "the default --out"
-        check_output_dir(config.out_dir or analysis.root, flag, inputs)
+        check_output_dir(config.out_dir or analysis.root, flag, inputs, writer=Writer.EXPLAIN)
     print_report(explain_run(run_dir, config), console(), show)
 
 

@@ -19,7 +19,7 @@ import typer
 
 from core.config_fields import flat_fields
 from core.paths import check_output_dir, check_outputs
-from core.run_dir import DataDir, InterventionDir, RunDir
+from core.run_dir import DataDir, InterventionDir, RunDir, Writer
 from interventions.config import ABConfig
 from probe_cli.console import console
 from probe_cli.latest import point_latest
@@ -41,6 +41,15 @@ def _default_out(run_dir: Path | None, capability: str, model: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     runs = RunDir(run_dir if run_dir is not None else "runs")  # without a run, under runs/ alike
     return runs.intervention(f"{capability}_{model}_{stamp}").root
+
+
+def _responses_folder(responses: str) -> Path | None:
+    """The folder ``--responses`` reads from (an earlier A/B's, or a file's): an ``--out`` that would replace a
+    report in it is refused (its files are the command's inputs)."""
+    from probes.outcome_rows import response_source
+
+    path = Path(responses)
+    return None if response_source(responses) != "file" else path if path.is_dir() else path.parent
 
 
 @config_options(ABConfig, exclude=["run_dir"])
@@ -76,8 +85,9 @@ def intervene(
             "--data": config.data_file,
             "--model-dir": config.model_dir,
             "--source-dir": config.source_dir,
+            "--responses": _responses_folder(config.responses),
         }
-        check_output_dir(out_dir, flag, inputs)
+        check_output_dir(out_dir, flag, inputs, writer=Writer.INTERVENE)
         check_outputs(flag, out_dir, [files.report, files.markdown, files.generations], inputs)
     model_dir, data, source, dpo_file = config.model_dir, config.data_file, config.source_dir, config.dpo_file
     test_split = config.split != HELDOUT  # the held-out rows need no pair's data file (interventions.plan)

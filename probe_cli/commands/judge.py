@@ -18,6 +18,7 @@ from core.judges.factory import JUDGE_MODES
 from core.llm.config import ClientOptions
 from core.paths import check_output_dir, check_output_file
 from core.records import to_json
+from core.run_dir import Writer
 from probe_cli.console import console
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, count_option
 
@@ -51,10 +52,12 @@ def judge(
 
     choice("judge", judge_name, JUDGE_MODES)
     if verdicts_out is not None:
-        check_output_file(verdicts_out, "--verdicts-out", {"--responses": responses, "--data": data})
+        check_output_file(
+            verdicts_out, "--verdicts-out", {"--responses": responses, "--data": data}, writer=Writer.JUDGE
+        )
     options: ClientOptions = endpoint.build()
     if options.cache_dir is not None and not options.no_cache and judge_name in ("llm", "both"):
-        check_output_dir(options.cache_dir, "--cache-dir")
+        check_output_dir(options.cache_dir, "--cache-dir", writer=Writer.JUDGE)
     config = options.client() if judge_name in ("llm", "both") else None
     report = judge_files(data, responses, judge_name, config, limit=limit, verdicts_out=verdicts_out)
     if as_json:

@@ -20,7 +20,7 @@ import typer
 
 from core.config_fields import flat_fields
 from core.paths import check_output_dir, check_outputs
-from core.run_dir import InterventionDir, RunDir
+from core.run_dir import InterventionDir, RunDir, Writer
 from lmeval.config import LMEvalConfig, ab_defaults
 from probe_cli.console import console
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, help_text
@@ -60,7 +60,7 @@ def lmeval(
     config = _with_defaults(settings.build(**given), pair)
     out_dir = Path(config.out_dir) if config.out_dir is not None else _default_out(config)
     flag, inputs = "--out" if config.out_dir is not None else "the default --out", _inputs(config)
-    check_output_dir(out_dir, flag, inputs)
+    check_output_dir(out_dir, flag, inputs, writer=Writer.LMEVAL)
     check_outputs(flag, out_dir, report_files(out_dir).values(), inputs)
     err = console(stderr=True)
     if not is_terminal(sys.stderr):

@@ -21,6 +21,7 @@ import typer
 
 from core.config_file import choice
 from core.paths import check_output_dir, check_output_file
+from core.run_dir import Writer
 from probe_cli.console import console
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
 from probe_cli.pairs import default_pair, pair_option, pair_sources
@@ -85,7 +86,7 @@ def fetch_base(
 def _check_home(home: Path | None) -> None:
     from core.home import ENV_VAR, probe_home
 
-    check_output_dir(home or probe_home(), "--home" if home is not None else f"${ENV_VAR}")
+    check_output_dir(home or probe_home(), "--home" if home is not None else f"${ENV_VAR}", writer=Writer.MODELS)
 
 
 def print_table(result: Any) -> None:
@@ -156,7 +157,7 @@ def _eval_config(settings: ConfigFlags, pair_name: str, out: Path | None, world:
     sft, dpo, test, base = given("sft_dir"), given("dpo_dir"), given("test_file"), given("base_dir")
     split = choice("split", given("split") or PairEvalConfig.split, SPLITS)
     if out is not None:
-        check_output_file(out, "--out", {"--test": test})
+        check_output_file(out, "--out", {"--test": test}, writer=Writer.EVAL)
     data_dir = None
     if sft is None and dpo is None:
         pair = default_pair(pair_name)

@@ -40,6 +40,7 @@ def replicate(
 
     from core.errors import ProbeError
     from core.paths import check_output_dir, check_outputs
+    from core.run_dir import Writer
     from probe_cli.console import console
     from probe_cli.latest import point_latest
     from probe_cli.pairs import default_pair
@@ -49,6 +50,8 @@ def replicate(
     err = console(stderr=True)
     given = settings.given
     sft, dpo, base, data = given("sft_dir"), given("dpo_dir"), given("base_dir"), given("data_file")
+    if given("out_dir") is not None:  # before a pair build, which takes minutes
+        check_output_dir(given("out_dir"), "--out", writer=Writer.REPLICATE)
     if (sft is None) != (dpo is None):
         raise ProbeError("give both --sft and --dpo, or neither (to use the embedded default pair)")
     if sft is None:
@@ -64,7 +67,7 @@ def replicate(
     out = given("out_dir")
     run_dir = out if out is not None else Path("runs") / f"replicate-{name or _digest(sft, dpo)}"
     options = settings.build(sft_dir=sft, dpo_dir=dpo, data_file=data, out_dir=run_dir, base_dir=base, pair=name)
-    check_output_dir(run_dir, "--out", options.inputs())
+    check_output_dir(run_dir, "--out", options.inputs(), writer=Writer.REPLICATE)
     check_outputs("--out", run_dir, options.outputs(), options.inputs())
     if all_eval_rows:
         options = replace(options, eval_rows=None)

@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from core.run_dir import RunDir
+from core.run_dir import RunDir, Writer
 from probe_cli.options import config_options
 
 _RUN = RunDir("RUN_DIR")  # the paths as the help spells them
@@ -37,7 +37,8 @@ def report(
     from study.report_html import write_report
 
     if out is not None:
-        check_output_file(out, "--out")  # its kind, at once; write_report holds it against every file it reads
+        # its kind and place, at once; write_report holds it against every file it reads
+        check_output_file(out, "--out", writer=Writer.REPORT)
     path, study = write_report(run_dir, out, eval_file)
     print_study(study, path)
 

@@ -16,6 +16,8 @@ from typing import Any
 import typer
 
 from core.pair_dirs import PairDirs
+from core.paths import check_output_dir
+from core.run_dir import Writer
 from probe_cli.console import console
 from probe_cli.latest import point_latest
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
@@ -40,7 +42,8 @@ def run(
     base = settings.values["base_dir"]
     auto_base = base is not None and str(base).strip().lower() == "auto"
     config = settings.build(base_dir=None if auto_base else base)
-    # after validation: a build takes minutes
+    if config.out_dir is not None:  # after validation, before a pair build, which takes minutes
+        check_output_dir(config.out_dir, "--out", writer=Writer.RUN)
     given = config.models
     sources = pair_sources(pair, given.sft_dir, given.dpo_dir, config.data_file, progress=not quiet)
     base = _default_base(pair, given.sft_dir is None, quiet) if auto_base else given.base_dir

@@ -22,6 +22,7 @@ import typer
 
 from core.paths import check_output_dir
 from core.records import to_json
+from core.run_dir import Writer
 from data_synthesis.dataset import SynthesizeConfig, synthesize_dataset
 from data_synthesis.validate import KINDS
 from probe_cli.console import console
@@ -47,7 +48,7 @@ def synthesize(
     """Synthesize a RoleMRC-format dataset and print rows per file, capability and task; with --split heldout, the
     held-out evaluation split and its 8-gram overlap with the training data (exit status 1 above the bound)."""
     config = settings.build()
-    check_output_dir(out, "--out")
+    check_output_dir(out, "--out", writer=Writer.SYNTHESIZE)
     data = to_json(synthesize_dataset(out, config))
     if as_json:
         typer.echo(json.dumps(data, indent=2))

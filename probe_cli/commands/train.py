@@ -16,6 +16,7 @@ import typer
 
 from core.config_file import Range
 from core.paths import check_output_dir
+from core.run_dir import Writer
 from probe_cli.console import console
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, count_option
 from training.config import DPORunConfig, SFTRunConfig
@@ -58,7 +59,7 @@ def sft(
         if v is not None
     }
     cfg = settings.build(merge=["tiny_spec"], tiny_spec=tiny or None)
-    check_output_dir(cfg.out, "--out")
+    check_output_dir(cfg.out, "--out", writer=Writer.TRAIN, replaced=cfg.overwrite)
     _run(train_sft, cfg, "sft")
 
 
@@ -69,7 +70,7 @@ def dpo(settings: ConfigFlags = FROM_CONFIG) -> None:
     from training.dpo import train_dpo
 
     cfg = settings.build()
-    check_output_dir(cfg.out, "--out")
+    check_output_dir(cfg.out, "--out", writer=Writer.TRAIN, replaced=cfg.overwrite)
     _run(train_dpo, cfg, "dpo")
 
 
