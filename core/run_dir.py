@@ -460,7 +460,7 @@ def _kinds() -> dict[str, FolderKind]:
     lm_places = (
         Place(lm.report.name, "the lm-eval report", (w.LMEVAL,)),
         Place(lm.markdown.name, "the lm-eval report's markdown", (w.LMEVAL,)),
-        Place(lm.items.name, "the lm-eval items", (w.LMEVAL,)),
+        Place(lm.items.name, "the lm-eval items file", (w.LMEVAL,)),
     )
     return {
         "run": FolderKind(
@@ -493,7 +493,7 @@ def _kinds() -> dict[str, FolderKind]:
             (
                 Place(ab.report.name, "the A/B report", (w.INTERVENE,)),
                 Place(ab.markdown.name, "the A/B report's markdown", (w.INTERVENE, w.LMEVAL)),
-                Place(ab.generations.name, "the generations", (w.INTERVENE,)),
+                Place(ab.generations.name, "the generations file", (w.INTERVENE,)),
                 Place(ab.responses("*").name, "a model's kept greedy responses", (w.INTERVENE,)),
                 Place(ab.arms.name, "the finished arms' folder", (w.INTERVENE,), tree=True),
                 *lm_places,

@@ -7,7 +7,8 @@ below fails when a command gains one this list lacks) is given each file and fol
 (a tiny ``probe replicate``, with the kinds of file a finished replicate leaves none of put in beside).
 Every path a command does not write itself must be one ``error:`` line, exit status 2, naming the
 option and the path, with no traceback, before any model is loaded, and with every file of the run as
-it was (size, modification time and inode after each case; the bytes of the whole run at the end).
+it was (size, modification time and inode after each case; the bytes of the whole run at the end). Any
+model load during a case fails it.
 The paths a command does write (its own earlier output: a rerun replaces it) pass the check.
 """
 
@@ -30,8 +31,9 @@ from tests.support.cli import exit_of, one_line_error
 REPLICATE = ["--limit", "2", "--placebo", "2", "--max-new-tokens", "4", "--eval-rows", "6", "--explain-top", "2"]
 AB = "interventions/multi_turn_dpo_replicate"
 LMEVAL = "lmeval/20250101-000000"
-# the kinds of file a finished tiny replicate leaves none of: (made as, from): a copy of a file of the same kind,
-# or a stub where the kind has no instance to copy (the check reads names and the folders' own files, never contents)
+# the kinds of file a finished tiny replicate leaves none of, each with the file of the same kind it is copied from,
+# or None for a stub where the run has none to copy (the check reads names and which files a folder holds, never what
+# a file says)
 LMEVAL_FILES = [p.name for p in (LMEvalDir("").report, LMEvalDir("").markdown, LMEvalDir("").items)]
 ADDED = {
     "journal/multi_turn/000000000.npz": None,
@@ -255,7 +257,19 @@ def test_every_file_and_folder_of_the_run_is_a_place_and_every_place_has_a_case(
     assert {kind for kind, *_ in every} == {kind.name for kind in RESULTS_FOLDERS.values()}
 
 
+@pytest.fixture
+def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refusal comes before any model is read: a load fails the case."""
+    from transformers import PreTrainedModel
+
+    def load(*_: object, **__: object) -> None:
+        raise AssertionError("a model was loaded before the output path was checked")
+
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(load))
+
+
 @pytest.mark.parametrize("option,target", CASES, ids=[f"{o}={t or 'RUN'}" for o, t in CASES])
+@pytest.mark.usefixtures("no_model_loads")
 def test_an_output_at_another_commands_place_is_one_line_and_changes_nothing(
     world: dict[str, Path], option: str, target: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -50,7 +50,7 @@ def replicate(
     err = console(stderr=True)
     given = settings.given
     sft, dpo, base, data = given("sft_dir"), given("dpo_dir"), given("base_dir"), given("data_file")
-    if given("out_dir") is not None:  # before a pair build, which takes minutes
+    if given("out_dir") is not None and (sft is None or data is None):  # before a pair build, which takes minutes
         check_output_dir(given("out_dir"), "--out", writer=Writer.REPLICATE)
     if (sft is None) != (dpo is None):
         raise ProbeError("give both --sft and --dpo, or neither (to use the embedded default pair)")
