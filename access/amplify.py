@@ -48,6 +48,8 @@ from core.errors import ProbeError
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
+    from access.stack import Stack
+
 # the gated MLP's parameters a unit-restricted blend edits, by hook point: (projection, dimension of the unit)
 UNIT_PARAMETERS: dict[str, tuple[tuple[str, int], ...]] = {
     # an mlp_post unit is a hidden neuron: its gate and up rows make it, its down_proj column writes it out
@@ -136,6 +138,11 @@ class WeightBlend:
 
     def __exit__(self, *exc: object) -> None:
         self._restore()
+
+    def lowest_block(self, stack: Stack) -> int:
+        """The lowest block of the host's ``stack`` holding a parameter this blend targets (0: one outside the blocks,
+        such as the embeddings or the head): an arm with it runs the blocks from there up."""
+        return stack.lowest_block(target.name for target in self.targets)
 
     def _blend(self, target: BlendTarget, param: nn.Parameter, source: nn.Parameter) -> None:
         index = None if target.dim is None else torch.tensor(target.index, dtype=torch.long, device=param.device)

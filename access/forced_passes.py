@@ -21,8 +21,9 @@ batches, so an arm whose edits change no value reproduces the unedited outputs b
 ``transformers`` forward of each whole sequence the outputs differ only by float rounding (other kernels and batch
 shapes; tested to 1e-5 on log-probs and KL in ``tests/test_access_outcomes.py``).
 
-It runs the decoder stacks that :mod:`access.shared_generation` reproduces (:func:`supports`); other architectures
-use :class:`access.outcomes.Outcomes`' full forwards.
+It walks the decoder on :class:`access.stack.Stack` (:class:`ForcedStack`), so it runs the models the stack runs
+(:func:`access.stack.supports`); other architectures use the per-arm engine, :class:`access.forced.WholeForwards`.
+:class:`access.forced_shared.SharedForcing` runs the arms over these passes.
 
 Example:
     >>> from transformers import LlamaConfig, LlamaForCausalLM
@@ -33,8 +34,8 @@ Example:
     >>> batches = prompt_batches(seqs, max_batch_tokens=64, batch_size=8)
     >>> [b.seqs for b in batches]
     [[2, 0, 1]]
-    >>> stack = Stack(model)
-    >>> out, _ = stack.run(batches[0], stack.embed(batches[0]), range(2))
+    >>> stack = ForcedStack(model)
+    >>> out, _ = stack.run(batches[0], stack.embed_batch(batches[0]), range(2))
     >>> [tuple(x.shape) for x in stack.response_hidden(batches[0], out)]   # one vector per response token
     [(2, 16), (2, 16), (1, 16)]
 """
@@ -47,25 +48,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from access.hook_points import attach, families
-from access.shared_generation import run_blocks
-from core.errors import ProbeError
+from access.hook_points import attach
+from access.stack import Stack, packed
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
-
     from access.drivers.base import SiteEdits
     from access.lockstep import Lockstep
 
 Phase = Callable[[str], None]  # told "prompt" or "response" before each half of a pass
-
-
-def supports(model: PreTrainedModel) -> bool:
-    """Whether this module runs ``model``'s decoder (a family :mod:`access.shared_generation` reproduces, full
-    attention in every layer)."""
-    if getattr(model.config, "model_type", "") not in families("shared_decoding"):
-        return False
-    return set(getattr(model.config, "layer_types", None) or ["full_attention"]) == {"full_attention"}
+Seq = tuple[tuple[int, ...], tuple[int, ...]]  # (prompt, response)
 
 
 @dataclass
@@ -100,43 +91,26 @@ class PromptBatch:
         return int(self.prompt_ids.numel() + self.response_ids.numel())
 
 
-def prompt_batches(
-    seqs: Sequence[tuple[tuple[int, ...], tuple[int, ...]]], max_batch_tokens: int, batch_size: int
-) -> list[PromptBatch]:
+def prompt_batches(seqs: Sequence[Seq], max_batch_tokens: int, batch_size: int) -> list[PromptBatch]:
     """``(prompt, response)`` sequences grouped by prompt and packed, shortest prompts first, into batches of at most
     ``batch_size`` responses and ``max_batch_tokens`` padded tokens (a prompt with more gets a batch of its own)."""
-    if max_batch_tokens < 1 or batch_size < 1:
-        raise ProbeError(f"outcomes: batch limits must be positive, got {max_batch_tokens} tokens, {batch_size} rows")
     groups: dict[tuple[int, ...], list[int]] = {}
     for i, (prompt, _) in enumerate(seqs):
         groups.setdefault(prompt, []).append(i)
+
+    def size(prompts: list[tuple[int, ...]]) -> tuple[int, int]:
+        members = [i for p in prompts for i in groups[p]]
+        tokens = len(prompts) * max(len(p) for p in prompts) + len(members) * max(len(seqs[i][1]) for i in members)
+        return len(members), tokens
+
     order = sorted(groups, key=lambda p: (len(p), groups[p][0]))
-    packed: list[list[tuple[int, ...]]] = []
-    for prompt in order:
-        last = packed[-1] if packed else None
-        if last is not None and _fits([*last, prompt], groups, seqs, max_batch_tokens, batch_size):
-            last.append(prompt)
-        else:
-            packed.append([prompt])
-    return [_batch(chosen, groups, seqs) for chosen in packed]
-
-
-def _fits(
-    prompts: list[tuple[int, ...]],
-    groups: dict[tuple[int, ...], list[int]],
-    seqs: Sequence[tuple[tuple[int, ...], tuple[int, ...]]],
-    max_batch_tokens: int,
-    batch_size: int,
-) -> bool:
-    members = [i for p in prompts for i in groups[p]]
-    tokens = len(prompts) * max(len(p) for p in prompts) + len(members) * max(len(seqs[i][1]) for i in members)
-    return len(members) <= batch_size and tokens <= max_batch_tokens
+    return [_batch(chosen, groups, seqs) for chosen in packed(order, size, max_batch_tokens, batch_size)]
 
 
 def _batch(
     prompts: list[tuple[int, ...]],
     groups: dict[tuple[int, ...], list[int]],
-    seqs: Sequence[tuple[tuple[int, ...], tuple[int, ...]]],
+    seqs: Sequence[Seq],
 ) -> PromptBatch:
     tp = max(len(p) for p in prompts)
     members = [(k, i) for k, p in enumerate(prompts) for i in groups[p]]
@@ -168,19 +142,11 @@ class Hidden:
     response: torch.Tensor
 
 
-class Stack:
+class ForcedStack(Stack):
     """One model's decoder stack, run block range by block range on a :class:`PromptBatch`."""
 
-    def __init__(self, model: PreTrainedModel) -> None:
-        self.model = model
-        self.decoder: Any = model.get_decoder()
-        self.head: Any = model.get_output_embeddings()
-        self.total = len(self.decoder.layers)
-        self.device = self.head.weight.device
-
-    def embed(self, batch: PromptBatch) -> Hidden:
-        embed = self.decoder.embed_tokens
-        return Hidden(embed(batch.prompt_ids.to(self.device)), embed(batch.response_ids.to(self.device)))
+    def embed_batch(self, batch: PromptBatch) -> Hidden:
+        return Hidden(self.embed(batch.prompt_ids.to(self.device)), self.embed(batch.response_ids.to(self.device)))
 
     def run(
         self,
@@ -192,15 +158,13 @@ class Stack:
     ) -> tuple[Hidden, dict[int, Hidden]]:
         """``layers`` on ``hidden`` (what enters ``layers.start``): the prompts with a cache of their own, then the
         responses over it; and for each block of ``keep`` in ``layers`` (or just above them), what entered it."""
-        from transformers import DynamicCache
-
-        cache = DynamicCache(config=self.model.config)
+        cache = self.new_cache()
         if phase is not None:
             phase("prompt")
         prompt, kept_prompt = self._blocks(
             hidden.prompt, layers, batch.prompt_mask, batch.prompt_positions, cache, keep
         )
-        expanded = DynamicCache(config=self.model.config)
+        expanded = self.new_cache()
         index = batch.response_prompt.to(self.device)
         for i in layers:
             layer: Any = cache.layers[i]
@@ -221,27 +185,18 @@ class Stack:
         cache: Any,
         keep: Sequence[int],
     ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
-        return run_blocks(
-            self.model,
-            self.decoder,
-            hidden,
-            layers,
-            mask_2d.to(self.device),
-            positions.to(self.device),
-            cache,
-            allow_skip=False,
-            keep=keep,
+        return self.blocks(
+            hidden, layers, mask_2d.to(self.device), positions.to(self.device), cache, allow_skip=False, keep=keep
         )
 
     def response_hidden(self, batch: PromptBatch, out: Hidden) -> list[torch.Tensor]:
         """Per response row, the final normed hidden states (the LM head's input) at the positions that predict its
         tokens: its prompt's last one, then its own but the last, ``[n_response, d]``."""
-        out_norm = self.decoder.norm
         last = out.prompt[:, -1]
         rows = []
         for r, n in enumerate(batch.n_response):
             first = last[int(batch.response_prompt[r])][None]
-            rows.append(out_norm(torch.cat([first, out.response[r, : n - 1]])))
+            rows.append(self.norm(torch.cat([first, out.response[r, : n - 1]])))
         return rows
 
 
@@ -250,7 +205,7 @@ class SourceValues:
     """A patch source's values on one batch: the whole hook-point tensor at every site some arm patches, from one pass
     of the source up to its highest patched block; :meth:`fill` gives a patch's lockstep its units' values."""
 
-    stack: Stack
+    stack: ForcedStack
     sites: set[tuple[str, int]]
     values: dict[str, dict[tuple[str, int], torch.Tensor]] = field(default_factory=dict)
 
@@ -269,7 +224,9 @@ class SourceValues:
         handles = [attach(self.stack.model, hook, layer, keep((hook, layer))) for hook, layer in self.sites]
         try:
             top = max(layer for _, layer in self.sites)
-            self.stack.run(batch, self.stack.embed(batch), range(top + 1), phase=lambda p: current.update(phase=p))
+            self.stack.run(
+                batch, self.stack.embed_batch(batch), range(top + 1), phase=lambda p: current.update(phase=p)
+            )
         finally:
             for handle in handles:
                 handle.remove()
@@ -295,7 +252,4 @@ def fork_layer(edits: SiteEdits, stack: Stack) -> int:
         return sites
     if not isinstance(edits.around, WeightBlend):
         return 0
-    block = {id(p): i for i, layer in enumerate(stack.decoder.layers) for p in layer.parameters()}
-    names = dict(stack.model.named_parameters())
-    blended = [block.get(id(names[target.name]), 0) for target in edits.around.targets]
-    return min([sites, *blended])
+    return min(sites, edits.around.lowest_block(stack))

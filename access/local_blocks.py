@@ -7,10 +7,11 @@ difference left between that value and SFT's own is block *l*'s weights. :class:
 records exactly that, for every recorded hook point and layer, in the same forward pass that
 records the *source* model: a forward pre-hook on each of the source's blocks hands the block's
 input (hidden states and every keyword the model passes, rotary embeddings and masks included)
-to the *other* model's block of the same index, with the caches removed, and keeps the other
-block's hook point values, reduced to one vector per prompt as the recorder reduces them. The
-other block stops as soon as its last requested hook point has fired (``attn_out`` never runs
-the MLP, ``mlp_post`` never runs the down-projection), and the source's forward is not changed.
+to the *other* model's block of the same index, run alone with the caches removed
+(:func:`access.stack.run_block_alone`), and keeps the other block's hook point values, reduced
+to one vector per prompt as the recorder reduces them. The other block stops as soon as its last
+requested hook point has fired (``attn_out`` never runs the MLP, ``mlp_post`` never runs the
+down-projection), and the source's forward is not changed.
 
 The directions (``dpo_on_sft``: DPO's blocks on SFT's inputs; ``sft_on_dpo``: the reverse) are named in
 :mod:`access.directions`; one recorder records one of them.
@@ -48,12 +49,11 @@ from access.batches import TokenBatch
 from access.directions import DIRECTIONS, directions_of
 from access.drivers.base import Collector, HookFiringError
 from access.hook_points import attach, blocks
+from access.stack import run_block_alone
 from core.models import input_embedding
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
-
-_CACHE_KWARGS = ("past_key_values", "past_key_value", "layer_past")
 
 
 class _BlockDone(Exception):
@@ -137,9 +137,6 @@ class LocalRecorder:
         return run_other
 
     def _run_other(self, layer: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        clean = {k: (None if k in _CACHE_KWARGS else v) for k, v in kwargs.items()}
-        if "use_cache" in clean:
-            clean["use_cache"] = False
         pending = set(self.hooks)
 
         def take(hook: str) -> Callable[[torch.Tensor], None]:
@@ -155,7 +152,7 @@ class LocalRecorder:
         self._inside = True
         try:
             with torch.inference_mode():
-                self._other_blocks[layer](*args, **clean)
+                run_block_alone(self._other_blocks[layer], args, kwargs)
         except _BlockDone:
             pass
         finally:

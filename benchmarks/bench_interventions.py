@@ -45,7 +45,7 @@ the full run's time at the same pace per row as an estimate, with no PASS/FAIL.
 Part 5 (``--outcome-passes RUN_DIR``): seconds per teacher-forced outcome pass, before and after the shared engine
 (:mod:`access.forced_passes`), on the rows, responses, DPO pairs and arms of the default ``probe intervene RUN_DIR -c
 multi_turn`` (the intervened model's arms and placebo sets; the KL rows' responses are the other model's greedy ones,
-generated here first). ``before`` is the engine the outcomes had (``Outcomes(engine="full")``: every sequence whole,
+generated here first). ``before`` is the engine the outcomes had (``Outcomes(engine="per-arm")``: every sequence whole,
 every arm from block 0, a patch's source in lockstep), timed on its first call (the target and the unedited pass)
 and on ``--before-arms`` arms; ``after`` is ``Outcomes.arms`` on every arm at once. It prints both, the largest
 difference between the two engines' outcomes on the arms both ran (the tolerance the tests hold: 1e-5), and the
@@ -454,7 +454,7 @@ def outcome_passes(args: argparse.Namespace) -> int:
     def made(engine: str) -> Outcomes:
         return Outcomes(model, target, inputs.rows, reference=inputs.reference, pairs=inputs.pairs, engine=engine)
 
-    before = made("full")
+    before = made("per-arm")
     start = time.perf_counter()
     before.unedited()
     first = time.perf_counter() - start

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from access.driver_table import DEFAULT_DRIVER, DRIVERS, editing_driver
+from access.stack import ENGINES, SHARED
 from core.capabilities import Capability, parse_capability
 from core.config_fields import flat_values, nested, option
 from core.config_file import NON_NEGATIVE_COUNT, POSITIVE, RANDOM_SETS, RESAMPLES, SEED, choice, typed_config
@@ -33,7 +34,6 @@ from interventions.rule_table import RULE_METRICS
 from training.eval_config import DEFAULT_SPLIT, SPLITS
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
-ENGINES: tuple[str, ...] = ("shared", "per-arm")
 OUTCOME_MODES: tuple[str, ...] = ("on", "off", "only")
 # DPO pairs of the capability whose margin change every arm and placebo set measures (docs/interventions.md: a pair is
 # ~350 tokens, so 16 pairs cost a fifth of the 160 KL rows' tokens)
@@ -78,7 +78,7 @@ class ABConfig:
     device: str = option("cpu", "Torch device, e.g. cpu or cuda.")
     backend: str = option(DEFAULT_DRIVER, "torch (hooks) or nnsight (greedy only; every edit but lda).")
     engine: str = option(
-        "shared",
+        SHARED,
         "shared (every arm of a model decodes in shared batches, sharing the blocks below the edits) "
         "or per-arm (one generate() per arm).",
     )

@@ -244,7 +244,7 @@ def _engines_setup(setup: Any) -> tuple[str, PreTrainedModel, PreTrainedModel, d
     greedy = [Forced((*seq.ids[: len(seq.ids) - seq.n_response], 5, 6, 7), 3) for seq in rows]
     made = {
         engine: Outcomes(dpo, sft, greedy, reference=rows, pairs=dpo_pairs, max_batch_tokens=600, engine=engine)
-        for engine in ("shared", "full")
+        for engine in ("shared", "per-arm")
     }
     return name, sft, dpo, made
 
@@ -282,7 +282,7 @@ def test_shared_engine_matches_the_full_forward_engine(setup) -> None:  # type: 
     one whole forward per sequence and arm to float rounding: KL to rtol 1e-5, mean log-probs and margins to 1e-5."""
     _, sft, dpo, made = _engines_setup(setup)
     arms = _arms(sft, dpo)
-    shared, full = made["shared"].arms(arms), [made["full"].arm(edits) for edits in arms]
+    shared, full = made["shared"].arms(arms), [made["per-arm"].arm(edits) for edits in arms]
     for s, f, edits in zip(shared, full, arms, strict=True):
         for field in ("kl", "kl_unedited"):
             np.testing.assert_allclose(getattr(s, field), getattr(f, field), rtol=1e-5, atol=1e-7, err_msg=str(edits))

@@ -19,6 +19,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SCANNED_DIRS = ("probes", "analysis", "interventions", "access/drivers")
 SCANNED_FILES = (
     "access/shared_generation.py",
+    "access/stack.py",
+    "access/kv_cache.py",
+    "access/stems.py",
+    "access/decode_batch.py",
+    "access/decode_step.py",
+    "access/shared_sites.py",
     "access/generation.py",
     "access/units.py",
     "access/sites.py",

@@ -1,0 +1,219 @@
+"""Shared decoding's step: one batch of prompts decoded greedily for a chunk of passes on :class:`access.stack.Stack`.
+
+:class:`BatchDecoder` is the loop :class:`access.shared_generation.SharedDecoder` runs per batch of prompts and
+chunk of arms. Each step embeds each group's next token (:class:`access.decode_batch.DecodeBatch`), runs the blocks
+below the fork layer once per group and the blocks from the fork layer up once per row (each arm's sites on its
+rows: :mod:`access.shared_sites`), takes the float32 argmax of the last position's logits and forks the groups whose
+rows chose differently. Before the first step, each shared stem of the batch runs once per arm and seeds every
+prompt's caches (:class:`access.kv_cache.Seed`); a multi-token forward (a prompt pass) runs in slices of rows under
+the token budget (:func:`access.stack.rows_within`), whose caches are joined afterwards.
+
+Example:
+    >>> logits = torch.tensor([[0.5, 2.0, 1.0], [1.0, 1.0, 1.0], [float("nan"), 0.0, 1.0]])
+    >>> greedy(logits)   # each row's argmax, and whether its logits are broken (flat, or not finite)
+    ([1, 0, 0], [False, True, True])
+    >>> engine = BatchDecoder(Stack(model), generator, [None], Sources([None]), 2048)   # doctest: +SKIP
+    >>> tokens, broken = engine.decode(stem_batches(generator.prompts, 8)[0], arms=[0], fork=0)   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from einops import rearrange, reduce
+
+from access.batches import position_ids_for
+from access.decode_batch import DecodeBatch
+from access.kv_cache import Seed, joined
+from access.stack import Stack, rows_within
+from access.stems import Stem, members
+from core.chat import left_pad
+
+if TYPE_CHECKING:
+    from access.drivers.base import SiteEdits
+    from access.generation import Generator
+    from access.shared_sites import Sources
+
+
+class BatchDecoder:
+    """Greedy decoding of one batch of prompts at a time, for any chunk of ``passes`` (each chunk on its own)."""
+
+    def __init__(
+        self,
+        stack: Stack,
+        generator: Generator,
+        passes: Sequence[SiteEdits | None],
+        sources: Sources,
+        max_batch_tokens: int,
+    ) -> None:
+        self.stack, self.generator, self.passes, self.sources = stack, generator, passes, sources
+        self.max_batch_tokens = max_batch_tokens
+        self.source_stacks = [Stack(model) for model in sources.models]
+        self.state: DecodeBatch | None = None  # the batch running now (what the arms' site functions read)
+
+    @torch.no_grad()
+    def decode(self, batch: Sequence[Stem], arms: list[int], fork: int) -> tuple[list[list[list[int]]], list[int]]:
+        """Decode passes ``arms`` on one batch of prompts, the blocks below ``fork`` once per group: their tokens and
+        broken-logit counts in ``arms`` order."""
+        state, positions = self._prepare(batch, arms, fork)
+        allow_skip = bool(state.prompt_mask.all())  # generate's own mask decision for a batch: no padding, no mask
+        limit = self.generator.config.max_new_tokens
+        for step in range(limit):
+            group_positions = (
+                positions[state.group_prompt]
+                if step == 0
+                else rearrange(state.last_position[state.group_prompt] + step, "g -> g 1")
+            )
+            chosen, bad = self._choose(self._step(state, group_positions, fork, allow_skip))
+            state.take(chosen, bad, self.generator.stop, limit)
+            if not any(state.row_alive):
+                break
+            state.advance(chosen)
+        self.state = None
+        return state.tokens, state.broken
+
+    def _prepare(self, batch: Sequence[Stem], arms: list[int], fork: int) -> tuple[DecodeBatch, torch.Tensor]:
+        """The batch's state with every prompt's remainder after its stem left-padded (its stem run and seeded), and
+        the remainders' positions."""
+        prompts = [self.generator.prompts[i] for i in members(batch)]
+        shared = [stem for stem in batch if stem.length]
+        stem_of: list[int] = []  # per prompt: its stem among ``shared`` (-1: none)
+        for stem in batch:
+            stem_of += [shared.index(stem) if stem.length else -1] * len(stem.members)
+        lengths = [stem.length for stem in batch for _ in stem.members]
+        input_ids, mask = left_pad(
+            [p[n:] for p, n in zip(prompts, lengths, strict=True)], self.generator.pad_id, self.generator.device
+        )
+        positions = position_ids_for(mask) + rearrange(torch.tensor(lengths, device=mask.device), "p -> p 1") * mask
+        last = torch.tensor([len(p) - 1 for p in prompts], device=mask.device)
+        state = self.state = DecodeBatch.start(arms, input_ids, mask, last, self.sources.needed(arms))
+        if shared:
+            self._run_stems(state, shared, stem_of, fork)
+        return state, positions
+
+    def _choose(self, hidden: torch.Tensor) -> tuple[list[int], list[bool]]:
+        """:func:`greedy` on the float32 logits of each row's last position."""
+        return greedy(self.stack.logits(hidden[:, -1:])[:, -1].to(torch.float32))
+
+    def _step(self, state: DecodeBatch, group_positions: torch.Tensor, fork: int, allow_skip: bool) -> torch.Tensor:
+        """One forward of every row (the groups' next tokens): the top block's output, a row per row."""
+        self._run_sources(state, group_positions, allow_skip)
+        hidden = self.stack.embed(state.group_input)
+        hidden, state.lower = self._blocks(
+            state, self.stack, hidden, range(fork), state.group_prompt, group_positions, state.lower, allow_skip
+        )
+        state.row_group_index = torch.tensor(state.row_group, device=hidden.device)
+        hidden = hidden.index_select(0, state.row_group_index)
+        row_positions = group_positions.index_select(0, state.row_group_index)
+        hidden, state.upper = self._blocks(
+            state,
+            self.stack,
+            hidden,
+            range(fork, self.stack.total),
+            state.row_prompt,
+            row_positions,
+            state.upper,
+            allow_skip,
+        )
+        return hidden
+
+    def _run_stems(self, state: DecodeBatch, shared: list[Stem], stem_of: list[int], fork: int) -> None:
+        """Run each shared stem once per arm, and seed ``state``'s caches with them: each prompt's rows start from its
+        stem's keys and values (a prompt with no stem from padding), its mask from the stem's."""
+        prompts = self.generator.prompts
+        ids, mask = left_pad(
+            [prompts[stem.members[0]][: stem.length] for stem in shared],
+            self.generator.pad_id,
+            state.prompt_mask.device,
+        )
+        n_stems = len(shared)
+        stems = self.state = DecodeBatch.start(
+            state.arms, ids, mask, mask.new_zeros(n_stems), self.sources.needed(state.arms)
+        )
+        self._step(stems, position_ids_for(mask), fork, bool(mask.all()))
+        self.state = state
+        per_row = [stem + (arm * n_stems if stem >= 0 else 0) for arm in range(len(state.arms)) for stem in stem_of]
+        state.lower = Seed.of(stems.lower, range(fork), stem_of)
+        state.upper = Seed.of(stems.upper, range(fork, self.stack.total), per_row)
+        state.sources = [
+            Seed.of(cache, range(top + 1), stem_of) for cache, top in zip(stems.sources, self.sources.tops, strict=True)
+        ]
+        seen = mask.index_select(0, torch.tensor([max(k, 0) for k in stem_of], device=mask.device))
+        seen = seen * rearrange(torch.tensor([k >= 0 for k in stem_of], device=mask.device), "p -> p 1")
+        state.prompt_mask = torch.cat([seen.to(state.prompt_mask.dtype), state.prompt_mask], dim=1)
+
+    def _run_sources(self, state: DecodeBatch, positions: torch.Tensor, allow_skip: bool) -> None:
+        """Each patch source on the groups' tokens, up to its highest site;
+        its values there are kept for the patch arms."""
+        if not state.sources:
+            state.sources = [None] * len(self.source_stacks)
+        for k, (stack, top) in enumerate(zip(self.source_stacks, self.sources.tops, strict=True)):
+            if k not in state.source_needed:
+                continue
+            self.sources.reset(k)
+            hidden = stack.embed(state.group_input)
+            _, state.sources[k] = self._blocks(
+                state, stack, hidden, range(top + 1), state.group_prompt, positions, state.sources[k], allow_skip
+            )
+            self.sources.join(k)
+
+    def _blocks(
+        self,
+        state: DecodeBatch,
+        stack: Stack,
+        hidden: torch.Tensor,
+        layers: range,
+        row_prompt: list[int],
+        positions: torch.Tensor,
+        cache: Any,
+        allow_skip: bool,
+    ) -> tuple[torch.Tensor, Any]:
+        """Run ``layers`` of ``stack`` on ``hidden`` (rows of prompts ``row_prompt``) with ``cache``; a prompt pass (no
+        cache yet, or one seeded with stems) runs in budgeted slices of rows."""
+        if not layers:
+            return hidden, cache
+        if cache is not None and not isinstance(cache, Seed):
+            return self._forward(state, stack, hidden, layers, row_prompt, positions, cache, allow_skip), cache
+        rows, reserve = hidden.shape[0], self.generator.config.max_new_tokens
+        step = rows_within(self.max_batch_tokens, hidden.shape[1])
+        if step >= rows and cache is None:
+            cache = stack.new_cache(reserve)
+            return self._forward(state, stack, hidden, layers, row_prompt, positions, cache, allow_skip), cache
+        parts, caches = [], []
+        for start in range(0, rows, step):
+            part = slice(start, start + step)
+            caches.append(cache.take(part, stack.new_cache()) if cache is not None else stack.new_cache())
+            parts.append(
+                self._forward(
+                    state, stack, hidden[part], layers, row_prompt[part], positions[part], caches[-1], allow_skip, start
+                )
+            )
+        return torch.cat(parts), joined(caches, layers, stack.new_cache(reserve))
+
+    def _forward(
+        self,
+        state: DecodeBatch,
+        stack: Stack,
+        hidden: torch.Tensor,
+        layers: range,
+        row_prompt: list[int],
+        positions: torch.Tensor,
+        cache: Any,
+        allow_skip: bool,
+        offset: int = 0,
+    ) -> torch.Tensor:
+        """One forward of ``layers``; ``offset``: the first of the batch's rows in ``hidden`` (for the edits)."""
+        mask_2d = state.prompt_mask.index_select(0, torch.tensor(row_prompt, device=hidden.device))
+        state.offset = offset
+        hidden, _ = stack.blocks(hidden, layers, mask_2d, positions, cache, allow_skip=allow_skip)
+        return hidden
+
+
+def greedy(logits: torch.Tensor) -> tuple[list[int], list[bool]]:
+    """Each row's argmax of ``logits`` ``[rows, vocab]``, and whether the row is broken (an inf or NaN, or every logit
+    equal)."""
+    flat = reduce(logits, "r v -> r", "max") == reduce(logits, "r v -> r", "min")
+    bad = (reduce(~torch.isfinite(logits), "r v -> r", "any") | flat).tolist()
+    return logits.argmax(-1).tolist(), bad

@@ -1,0 +1,261 @@
+"""The shared teacher-forced engine: every arm of an outcome run over prompt batches that compute once what arms share.
+
+:class:`SharedForcing` is :class:`access.outcomes.Outcomes`' ``shared`` engine (:data:`access.stack.ENGINES`). Per
+batch of prompts (:func:`access.forced_passes.prompt_batches`), the unedited pass (the first time) keeps the hidden
+states entering every fork layer, each patch source and each logit-difference source runs once, then each arm runs
+from its fork layer up on :class:`access.forced_passes.ForcedStack`:
+
+* a patch's lockstep is fed from its source's values (:class:`access.forced_passes.SourceValues`);
+* a weight blend (:class:`access.amplify.WeightBlend`) is entered around its blocks and the head, from the lowest
+  block it blends; one from block 0 (``expo``) runs after the batches, entered once rather than per batch;
+* a logit-difference arm (:class:`access.amplify.AmplifiedLogits`) scores its logits amplified against its source's
+  by :func:`access.amplify.amplified`, the formula its decoding applies.
+
+An arm with another context around its forwards is not run here (:func:`context_of` says ``other``): ``Outcomes``
+runs it by whole forwards. Every arm has the arithmetic of the unedited pass, so one that changes no value
+reproduces it bit for bit.
+
+Example:
+    >>> from transformers import LlamaConfig, LlamaForCausalLM
+    >>> from access.forced import Forced, Sequences
+    >>> from access.forced_passes import prompt_batches
+    >>> config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+    ...                      num_attention_heads=2, num_key_value_heads=1)
+    >>> _ = torch.manual_seed(0); sft, dpo = LlamaForCausalLM(config), LlamaForCausalLM(config)
+    >>> unique = [Forced((1, 5, 7, 9), 2), Forced((1, 5, 8), 1)]
+    >>> batches = prompt_batches([(s.ids[: -s.n_response], s.ids[-s.n_response :]) for s in unique], 64, 8)
+    >>> engine = SharedForcing(dpo, Sequences(unique, {0, 1}, sft), batches)
+    >>> [bool(kl > 0) for kl in engine.passes([None])[0].kl_mean]   # the unedited pass against the other model
+    [True, True]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from access.forced import ForcedPass, Sequences
+from access.forced_passes import ForcedStack, Hidden, PromptBatch, SourceValues, fork_layer
+from access.hook_points import attach
+from access.lockstep import Lockstep
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+    from access.drivers.base import SiteEdits
+
+Progress = Callable[[int, int], None]  # (batches done, batches in all) of one call of Outcomes.arms
+Amplify = dict[int, tuple[ForcedStack, list[torch.Tensor]]]  # per lda source: its stack, its response hidden states
+
+
+@dataclass
+class _Arms:
+    """How each plan of one call runs on the shared engine."""
+
+    forks: list[int]  # per plan, the block it runs from (the stack's total: it runs none)
+    keep: list[int]  # the fork layers whose input the unedited pass keeps
+    copied: set[int]  # plans that change nothing here: the unedited pass itself
+    whole: list[int]  # weight blends from block 0, each run after the batches, entered once
+    on_base: bool  # a logit-difference arm with no site reads the unedited stack's output
+    sources: dict[int, SourceValues]  # per patch source (by id), its values on the batch
+    lda_sources: dict[int, ForcedStack]  # per logit-difference source (by id), its stack
+
+
+class SharedForcing:
+    """The shared engine over ``batches`` of ``seqs`` for edits of ``model`` (module doc)."""
+
+    def __init__(self, model: PreTrainedModel, seqs: Sequences, batches: list[PromptBatch]) -> None:
+        self.model, self.seqs, self.batches = model, seqs, batches
+        self.stack = ForcedStack(model)
+        self.unedited: ForcedPass | None = None  # computed by the first call of :meth:`passes`, with the target's
+
+    @torch.no_grad()
+    def passes(self, plans: Sequence[SiteEdits | None], progress: Progress | None = None) -> list[ForcedPass]:
+        """Each plan's pass, batch by batch (``None``: the unedited pass, copied); the first call also computes the
+        target's hidden states and :attr:`unedited`. Plans with another context: not here (module doc)."""
+        arms = self._arms(plans)
+        steps = len(self.batches) * (1 + len(arms.whole))
+        unedited = ForcedPass.empty(len(self.seqs.unique)) if self.unedited is None else None
+        if unedited is not None:
+            self.seqs.target_hidden = {}
+        results = [ForcedPass.empty(len(self.seqs.unique)) for _ in plans]
+        for b, batch in enumerate(self.batches):
+            self._batch(batch, plans, arms, unedited, results)
+            if progress is not None:
+                progress(b + 1, steps)
+        if unedited is not None:
+            self.unedited = unedited
+        assert self.unedited is not None
+        for n, k in enumerate(arms.whole):
+            self._blended_arm(plans[k], results[k], progress, len(self.batches) * (1 + n), steps)
+        for k in arms.copied:
+            results[k] = self.unedited.copy()
+        return results
+
+    def _arms(self, plans: Sequence[SiteEdits | None]) -> _Arms:
+        from access.amplify import AmplifiedLogits
+
+        total = self.stack.total
+        lda = {
+            k: plan.around
+            for k, plan in enumerate(plans)
+            if plan is not None and isinstance(plan.around, AmplifiedLogits)
+        }
+        forks = [total if plan is None else fork_layer(plan, self.stack) for plan in plans]
+        sources: dict[int, SourceValues] = {}
+        for plan in plans:
+            if plan is not None and isinstance(plan.around, Lockstep):
+                values = sources.setdefault(
+                    id(plan.around.source), SourceValues(ForcedStack(plan.around.source), set())
+                )
+                values.sites |= set(plan.around.sites)
+        return _Arms(
+            forks=forks,
+            keep=sorted({fork for fork in forks if fork < total}),
+            copied={k for k, plan in enumerate(plans) if plan is None or (forks[k] == total and k not in lda)},
+            whole=[
+                k for k, plan in enumerate(plans) if plan is not None and context_of(plan) == "blend" and forks[k] == 0
+            ],
+            on_base=any(forks[k] == total for k in lda),
+            sources=sources,
+            lda_sources={id(a.lockstep.source): ForcedStack(a.lockstep.source) for a in lda.values()},
+        )
+
+    def _batch(
+        self,
+        batch: PromptBatch,
+        plans: Sequence[SiteEdits | None],
+        arms: _Arms,
+        unedited: ForcedPass | None,
+        results: list[ForcedPass],
+    ) -> None:
+        """One batch of every plan (and of the target and the unedited pass, where ``unedited`` is to be filled)."""
+        stack, total = self.stack, self.stack.total
+        if unedited is not None:
+            self._target_batch(batch)
+        log_t = self._target_logprobs(batch)
+        embedded = stack.embed_batch(batch)
+        kept: dict[int, Hidden] = {}
+        base: Hidden | None = None
+        if unedited is not None or arms.on_base:
+            base, kept = stack.run(batch, embedded, range(total), arms.keep)
+            if unedited is not None:
+                self._score(batch, self._logits(batch, base), log_t, unedited)
+        elif arms.keep:
+            _, kept = stack.run(batch, embedded, range(max(arms.keep)), arms.keep)
+        for values in arms.sources.values():
+            values.compute(batch)
+        amplify = {key: (source, _response_hidden(source, batch)) for key, source in arms.lda_sources.items()}
+        for k, plan in enumerate(plans):
+            if k in arms.copied or k in arms.whole or plan is None:
+                continue
+            start = base if arms.forks[k] == total else kept[arms.forks[k]]
+            assert start is not None
+            self._run_arm(batch, plan, arms.forks[k], start, arms.sources, amplify, log_t, results[k])
+
+    def _run_arm(
+        self,
+        batch: PromptBatch,
+        plan: SiteEdits,
+        fork: int,
+        start: Hidden,
+        sources: dict[int, SourceValues],
+        amplify: Amplify,
+        log_t: dict[int, torch.Tensor],
+        into: ForcedPass,
+    ) -> None:
+        """One arm on ``batch``, scored into ``into``: its blocks from ``fork`` up (on ``start``, what enters block
+        ``fork``; at the top, the stack's output) with its sites hooked, a patch's lockstep fed from its source's
+        values, a weight blend above block 0 entered around the blocks and the head (one from block 0:
+        :meth:`_blended_arm`), a logit-difference arm's logits amplified against its source's (``amplify``: each
+        source's stack and response hidden states on the batch), by the formula its decoding applies."""
+        from access.amplify import AmplifiedLogits, WeightBlend, amplified
+
+        stack = self.stack
+        lockstep = plan.around if isinstance(plan.around, Lockstep) else None
+        phase = None if lockstep is None else _filler(sources[id(lockstep.source)], lockstep)
+        blend = plan.around if isinstance(plan.around, WeightBlend) else None
+        with blend or nullcontext(), _sites(self.model, plan):
+            out = start if fork == stack.total else stack.run(batch, start, range(fork, stack.total), phase=phase)[0]
+            logits = self._logits(batch, out)
+            if isinstance(plan.around, AmplifiedLogits):
+                alpha = plan.around.alpha
+                source, hidden = amplify[id(plan.around.lockstep.source)]
+                logits = (amplified(mine, source.head(h), alpha) for mine, h in zip(logits, hidden, strict=True))
+            self._score(batch, logits, log_t, into)
+
+    def _blended_arm(
+        self, plan: SiteEdits | None, into: ForcedPass, progress: Progress | None, done: int, steps: int
+    ) -> None:
+        """A weight blend from block 0, entered once: every batch from its embeddings up (the same blocks on the same
+        batches as the unedited pass, so a blend that changes nothing reproduces it bit for bit)."""
+        stack = self.stack
+        assert plan is not None and plan.around is not None
+        with plan.around, _sites(self.model, plan):
+            for b, batch in enumerate(self.batches):
+                out, _ = stack.run(batch, stack.embed_batch(batch), range(stack.total))
+                self._score(batch, self._logits(batch, out), self._target_logprobs(batch), into)
+                if progress is not None:
+                    progress(done + b + 1, steps)
+
+    def _logits(self, batch: PromptBatch, out: Hidden) -> Iterator[torch.Tensor]:
+        """Per response row, the LM head's logits at the positions that predict its tokens (one row at a time)."""
+        return (self.stack.head(hidden) for hidden in self.stack.response_hidden(batch, out))
+
+    def _target_batch(self, batch: PromptBatch) -> None:
+        """The target's head input at the KL sequences' response positions (kept, ``d_model`` floats a token)."""
+        assert self.seqs.target_hidden is not None
+        if not any(i in self.seqs.kl_rows for i in batch.seqs):
+            return
+        stack = ForcedStack(self.seqs.target)
+        out, _ = stack.run(batch, stack.embed_batch(batch), range(stack.total))
+        for i, hidden in zip(batch.seqs, stack.response_hidden(batch, out), strict=True):
+            if i in self.seqs.kl_rows:
+                self.seqs.target_hidden[i] = hidden.float().cpu()
+
+    def _target_logprobs(self, batch: PromptBatch) -> dict[int, torch.Tensor]:
+        """The target's float64 log-probs at the batch's KL sequences' response positions."""
+        return {i: self.seqs.target_logprobs(i) for i in batch.seqs if i in self.seqs.kl_rows}
+
+    def _score(
+        self, batch: PromptBatch, logits: Iterator[torch.Tensor], log_t: dict[int, torch.Tensor], into: ForcedPass
+    ) -> None:
+        for i, row_logits in zip(batch.seqs, logits, strict=True):
+            into.score(i, torch.log_softmax(row_logits.double(), dim=-1), self.seqs.unique[i], log_t.get(i))
+
+
+def context_of(plan: SiteEdits) -> str:
+    """What a plan enters around its forwards: ``none``, ``lockstep`` (a patch's source), ``blend`` (a weight blend),
+    ``lda`` (logit-difference amplification) or ``other`` (which the shared engine leaves to whole forwards)."""
+    from access.amplify import AmplifiedLogits, WeightBlend
+
+    if plan.around is None:
+        return "none"
+    kinds = {Lockstep: "lockstep", WeightBlend: "blend", AmplifiedLogits: "lda"}
+    return next((name for kind, name in kinds.items() if isinstance(plan.around, kind)), "other")
+
+
+def _response_hidden(stack: ForcedStack, batch: PromptBatch) -> list[torch.Tensor]:
+    """A whole stack's LM-head inputs at each response row's positions (a logit-difference source, once per batch for
+    all its arms)."""
+    out, _ = stack.run(batch, stack.embed_batch(batch), range(stack.total))
+    return stack.response_hidden(batch, out)
+
+
+@contextmanager
+def _sites(model: PreTrainedModel, plan: SiteEdits) -> Iterator[None]:
+    """The plan's site functions hooked into ``model`` (not its context: the shared engine feeds a lockstep)."""
+    handles = [attach(model, hook, layer, fn) for hook, layer, fn in plan.sites]
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _filler(source: SourceValues, lockstep: Lockstep) -> Callable[[str], None]:
+    return lambda phase: source.fill(lockstep, phase)

@@ -1,0 +1,141 @@
+"""The stack's key/value caches: growing in place, seeded from a stem's, joined from slices, rows selected.
+
+:class:`access.stack.Stack` runs its blocks with a ``transformers`` ``DynamicCache``. Shared decoding
+(:mod:`access.shared_generation`) asks more of it: a decode step writes one position into buffers with room to spare
+(:func:`growing_layer_class`) instead of copying the whole cache; a prompt pass runs in slices of rows whose caches
+are joined afterwards (:func:`joined`), each row starting from its stem's keys and values (:class:`Seed`); groups of
+rows fork and finished rows leave (:func:`select_rows`). The values, and so the attention over them, are those of a
+plain ``DynamicCache``.
+
+Example:
+    >>> import torch
+    >>> layer = growing_layer_class()(2)   # room for two more positions
+    >>> keys = values = torch.zeros(1, 1, 3, 4)
+    >>> layer.update(keys, values)[0].shape
+    torch.Size([1, 1, 3, 4])
+    >>> layer.update(keys[..., :1, :], values[..., :1, :])[0].shape   # written in place, in the room kept
+    torch.Size([1, 1, 4, 4])
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedConfig
+
+
+def new_cache(config: PreTrainedConfig, reserve: int = 0) -> Any:
+    """An empty cache; with ``reserve``, its layers keep room for that many more positions (in place)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=config)
+    if reserve:
+        cache.layers = [growing_layer_class()(reserve) for _ in cache.layers]
+    return cache
+
+
+@functools.cache
+def growing_layer_class() -> type:
+    """A ``DynamicLayer`` whose keys and values are views of buffers with room for ``reserve`` more positions: a decode
+    step writes its position in place where ``DynamicLayer`` copies the whole cache (``torch.cat``), which cost 14% of a
+    shared decode on 2 CPU cores. The values, and so the attention over them, are the same."""
+    from transformers.cache_utils import DynamicLayer
+
+    class _GrowingLayer(DynamicLayer):
+        def __init__(self, reserve: int) -> None:
+            # transformers' unannotated __init__: untyped_calls_exclude does not reach a super() call
+            super().__init__()  # type: ignore[no-untyped-call]
+            self.reserve = reserve
+            self._buffers: tuple[torch.Tensor, torch.Tensor] | None = None
+
+        def update(
+            self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+        ) -> tuple[torch.Tensor, torch.Tensor]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            start = self.get_seq_length()
+            end = start + key_states.shape[-2]
+            if self._buffers is None or end > self._buffers[0].shape[-2]:
+                capacity = end + self.reserve
+                self._buffers = (
+                    _with_room(self.keys, key_states, start, capacity),
+                    _with_room(self.values, value_states, start, capacity),
+                )
+            keys, values = self._buffers
+            keys[..., start:end, :] = key_states
+            values[..., start:end, :] = value_states
+            self.keys, self.values = keys[..., :end, :], values[..., :end, :]
+            return self.keys, self.values
+
+        def reset(self) -> None:
+            self._buffers = None
+            super().reset()
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            if self._buffers is not None and self.get_seq_length() > 0:
+                end = self.get_seq_length()
+                self._buffers = (self._buffers[0][indices, ...], self._buffers[1][indices, ...])
+                self.keys, self.values = self._buffers[0][..., :end, :], self._buffers[1][..., :end, :]
+
+    return _GrowingLayer
+
+
+def _with_room(old: torch.Tensor | None, new: torch.Tensor, start: int, capacity: int) -> torch.Tensor:
+    """A buffer of ``capacity`` positions for rows shaped like ``new``, holding ``old``'s first ``start`` positions."""
+    shape = (*new.shape[:-2], capacity, new.shape[-1])
+    buffer = new.new_empty(shape)
+    if start and old is not None:
+        buffer[..., :start, :] = old[..., :start, :]
+    return buffer
+
+
+def select_rows(cache: Any, indices: list[int], device: torch.device) -> None:
+    """Keep only rows ``indices`` of ``cache`` (in that order; a row may repeat), in place."""
+    if cache is not None:
+        cache.batch_select_indices(torch.tensor(indices, device=device))
+
+
+def joined(caches: list[Any], layers: range, into: Any) -> Any:
+    """One cache holding the rows of ``caches`` in order (each filled for ``layers`` by one slice's forward)."""
+    for index in layers:
+        keys = torch.cat([c.layers[index].keys for c in caches])
+        values = torch.cat([c.layers[index].values for c in caches])
+        into.update(keys, values, index)
+    return into
+
+
+@dataclass
+class Seed:
+    """Where a prompt pass's rows start: row ``r`` from ``cache``'s row ``rows[r]`` (its stem's keys and values;
+    -1: none, which the mask hides), for ``layers``."""
+
+    cache: Any
+    layers: range
+    rows: torch.Tensor
+    _padded: dict[int, tuple[torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, cache: Any, layers: range, rows: list[int]) -> Seed | None:
+        if cache is None:
+            return None
+        return cls(cache, layers, torch.tensor(rows, device=cache.layers[layers.start].keys.device))
+
+    def take(self, part: slice, into: Any) -> Any:
+        """``into`` holding the stems of rows ``part``."""
+        for index in self.layers:
+            if index not in self._padded:  # a last row of zeros, for the rows without a stem
+                layer = self.cache.layers[index]
+                self._padded[index] = (_zero_row(layer.keys), _zero_row(layer.values))
+            keys, values = self._padded[index]
+            rows = self.rows[part].remainder(keys.shape[0])
+            into.update(keys.index_select(0, rows), values.index_select(0, rows), index)
+        return into
+
+
+def _zero_row(x: torch.Tensor) -> torch.Tensor:
+    return torch.cat([x, x.new_zeros(1, *x.shape[1:])])
