@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -108,44 +109,6 @@ def compute_maps(
     assert row.maps is not None  # AnalysisConfig accepts only the rankings that make maps
     maps: MetricMaps = entry(row.maps)(run, capability, hook, layers, config, models)
     return maps
-
-
-def count_maps(
-    run: RunReader,
-    capability: str,
-    hook: str,
-    layers: Window | list[int],
-    config: AnalysisConfig,
-    models: tuple[str, str] = GLOBAL_MODELS,
-) -> MetricMaps:
-    """``topk_count``: membership counts in each sample's top k% and their difference, McNemar p-values."""
-    return activation_maps(run, capability, hook, layers, config, models, _count_layer, _count_settings)
-
-
-def mean_diff_maps(
-    run: RunReader,
-    capability: str,
-    hook: str,
-    layers: Window | list[int],
-    config: AnalysisConfig,
-    models: tuple[str, str] = GLOBAL_MODELS,
-) -> MetricMaps:
-    """``mean_diff``: mean activations and their paired difference, paired-test p-values."""
-    per_layer = partial(_paired_layer, delta=_mean_difference, resampled=Resamples.mean_differences)
-    return activation_maps(run, capability, hook, layers, config, models, per_layer, _test_settings)
-
-
-def effect_size_maps(
-    run: RunReader,
-    capability: str,
-    hook: str,
-    layers: Window | list[int],
-    config: AnalysisConfig,
-    models: tuple[str, str] = GLOBAL_MODELS,
-) -> MetricMaps:
-    """``effect_size``: mean activations and Cohen's d_z of their paired difference, paired-test p-values."""
-    per_layer = partial(_paired_layer, delta=effect_size_dz, resampled=Resamples.effect_sizes)
-    return activation_maps(run, capability, hook, layers, config, models, per_layer, _test_settings)
 
 
 class LayerMaps(NamedTuple):
@@ -286,6 +249,36 @@ def _paired_layer(
         np.array([_rms(sft64), _rms(dpo64)]),
         scores,
     )
+
+
+@dataclass(frozen=True)
+class FromActivations:
+    """How a ranking read off the recording is computed: ``per_layer`` on each layer's (N, width) blocks of the two
+    models, and ``settings(config, width)``, what its maps record of how (:func:`activation_maps`). Called as a maps
+    function, which is what a row of :data:`analysis.rankings.RANKINGS` names as its ``maps``."""
+
+    per_layer: LayerKernel
+    settings: Callable[[AnalysisConfig, int], dict[str, Any]] = _test_settings
+
+    def __call__(
+        self,
+        run: RunReader,
+        capability: str,
+        hook: str,
+        layers: Window | list[int],
+        config: AnalysisConfig,
+        models: tuple[str, str] = GLOBAL_MODELS,
+    ) -> MetricMaps:
+        return activation_maps(run, capability, hook, layers, config, models, self.per_layer, self.settings)
+
+
+count_maps = FromActivations(_count_layer, _count_settings)  # membership counts in top k%, McNemar p-values
+mean_diff_maps = FromActivations(  # mean activations and their paired difference, paired-test p-values
+    partial(_paired_layer, delta=_mean_difference, resampled=Resamples.mean_differences)
+)
+effect_size_maps = FromActivations(  # mean activations and the d_z of their paired difference, paired-test p-values
+    partial(_paired_layer, delta=effect_size_dz, resampled=Resamples.effect_sizes)
+)
 
 
 def save_maps(maps: list[MetricMaps], path: str | Path) -> Path:

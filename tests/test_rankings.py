@@ -88,11 +88,8 @@ def toy_ranking() -> Iterator[str]:
     def resampled(resamples: Resamples, diff: np.ndarray) -> np.ndarray:
         return np.stack([np.sign(diff[rows]).mean(axis=0) for rows in resamples.indices])
 
-    def sign_maps(run, capability, hook, layers, config, models=("sft", "dpo")):
-        kernel = partial(maps_module._paired_layer, delta=sign_count, resampled=resampled)
-        return maps_module.activation_maps(run, capability, hook, layers, config, models, kernel, lambda *_: {})
-
-    maps_module.sign_maps = sign_maps
+    kernel = partial(maps_module._paired_layer, delta=sign_count, resampled=resampled)
+    maps_module.sign_maps = maps_module.FromActivations(kernel)
     RANKINGS["sign_count"] = Ranking(
         "sign_count", "DPO above SFT, share of prompts", "sign", maps="analysis.maps:sign_maps"
     )
