@@ -24,8 +24,8 @@ A new ranking is one row here plus the function its row names and its tests (doc
 Example:
     >>> ranking("topk_count").rule, ranking("attribution").bases, ranking("mean_diff").from_activations
     ('count', ('global',), True)
-    >>> [rule for rule, (name, basis) in select_rules().items() if basis == "local"]
-    ['local_count', 'local_mean_diff', 'local_effect_size']
+    >>> select_rules()["count"], select_rules()["local_mean_diff"], select_rules()["weight"]
+    (('topk_count', 'global'), ('mean_diff', 'local'), ('weight_change', 'global'))
     >>> ranking("votes")
     Traceback (most recent call last):
     ...
