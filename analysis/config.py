@@ -20,41 +20,16 @@ from pathlib import Path
 from typing import Annotated
 
 from access.directions import DIRECTIONS
+from analysis.rankings import BASES, TOPK_COUNT, metric_help, metrics, ranking
 from core.config_fields import option
 from core.config_file import NON_NEGATIVE, POSITIVE, SEED, Range, choice, typed_config
 from core.errors import ProbeError
 
-
-@dataclass(frozen=True)
-class Metric:
-    """One ranking metric: whether it is computed from the recorded activations alone, and how figures and tables
-    name its values and its difference between the models."""
-
-    name: str
-    from_activations: bool  # False: a gradient pass through the models (attribution, analysis.attribution_maps)
-    value_label: str
-    delta_label: str
-    short: str  # a column name
-
-
-TOPK_COUNT, MEAN_DIFF, EFFECT_SIZE, ATTRIBUTION = "topk_count", "mean_diff", "effect_size", "attribution"
-METRIC_TABLE: dict[str, Metric] = {
-    metric.name: metric
-    for metric in (
-        Metric(TOPK_COUNT, True, "count in top k%", "Δ count", "count"),
-        Metric(MEAN_DIFF, True, "mean activation", "Δ mean", "mean"),
-        Metric(EFFECT_SIZE, True, "mean activation", "d_z", "d_z"),
-        Metric(ATTRIBUTION, False, "mean activation", "est. Δm (SFT value)", "attribution"),
-    )
-}
-METRICS: tuple[str, ...] = tuple(METRIC_TABLE)
-ACTIVATION_METRICS: tuple[str, ...] = tuple(name for name, m in METRIC_TABLE.items() if m.from_activations)
 ATTRIBUTION_MS: tuple[str, ...] = ("reference_logprob", "dpo_margin")  # probes.attribution.M_CHOICES
 ATTRIBUTION_POSITIONS: tuple[str, ...] = ("all", "response")
 NORMALIZATIONS: tuple[str, ...] = ("samples", "width")
 RULES: tuple[str, ...] = ("top_k_abs", "fdr")
 TESTS: tuple[str, ...] = ("t", "wilcoxon")  # paired tests of mean_diff/effect_size (analysis.stats)
-BASES: tuple[str, ...] = ("global", "local")  # analysis.basis says what each means
 
 
 @dataclass(frozen=True)
@@ -68,12 +43,7 @@ class AnalysisConfig:
     (:mod:`analysis.stability`); 0 disables it.
     """
 
-    metric: str = option(
-        "topk_count",
-        "topk_count (the paper's top-k% membership counts), mean_diff, effect_size (paired d_z), or attribution "
-        "(gradient x (SFT - DPO) activation: the estimated change of --attribution-m if the DPO unit took the SFT "
-        "value; loads the run's models).",
-    )
+    metric: str = option(TOPK_COUNT, metric_help())
     basis: str = option(
         "global",
         "global (DPO vs SFT on the same prompt: the paper's maps) or local (each DPO layer run on SFT's input to it: "
@@ -124,7 +94,7 @@ class AnalysisConfig:
 
     def __post_init__(self) -> None:
         for name, allowed in (
-            ("metric", METRICS),
+            ("metric", metrics()),
             ("normalize", NORMALIZATIONS),
             ("rule", RULES),
             ("test", TESTS),
@@ -137,15 +107,18 @@ class AnalysisConfig:
             choice("direction", self.direction, tuple(DIRECTIONS))
             if self.basis != "local":
                 raise ProbeError("--direction applies to --basis local")
-        if self.basis == "local" and self.metric == "attribution":
+        row = ranking(self.metric)
+        if self.basis not in row.bases:
+            able = ", ".join(m for m in metrics() if self.basis in ranking(m).bases)
+            only = " and ".join(row.bases)
             raise ProbeError(
-                "--basis local applies to the activation metrics (topk_count, mean_diff, effect_size); attribution "
-                "ranks DPO units by a gradient on the same prompt"
+                f"--basis {self.basis} applies to the metrics {able}; {self.metric} ranks in the {only} basis only"
             )
         if self.dpo_data is not None:
             object.__setattr__(self, "dpo_data", Path(self.dpo_data))  # frozen: the one place a value is converted
-        if self.normalize == "width" and self.metric != "topk_count":
+        if self.normalize == "width" and not row.normalizes:
+            counts = " or ".join(m for m in metrics() if ranking(m).normalizes)
             raise ProbeError(
-                "--normalize width only applies to --metric topk_count "
+                f"--normalize width only applies to --metric {counts} "
                 "(the authors' /d_model scaling of count differences)"
             )

@@ -31,7 +31,9 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,7 @@ from einops import rearrange
 from access.hook_points import validate_hook
 from analysis.agreement import layer_agreement, top_overlap
 from analysis.checkpoint import config_summary
-from analysis.config import ACTIVATION_METRICS, MEAN_DIFF, TESTS, TOPK_COUNT, AnalysisConfig
+from analysis.config import TESTS, AnalysisConfig
 from analysis.explain_config import ExplainConfig
 from analysis.explain_html import agreement_figure, page_html
 from analysis.explain_models import ModelSet, open_models
@@ -50,6 +52,7 @@ from analysis.explain_record import Agreement, ExplainRecord, LayerReadOut, Neur
 from analysis.maps import compute_maps, load_maps, read_window
 from analysis.metric_maps import MetricMaps
 from analysis.profile import ranked_units
+from analysis.rankings import activation_metrics, entry, ranking
 from analysis.readout import Lens, TokenText, mean_difference, read_out, unit_directions
 from analysis.summary import AnalysisSummary
 from analysis.weight_change import UnitChange, save_weight_change, weight_change, weight_change_figure
@@ -233,7 +236,7 @@ def _other_maps(context: _Context, maps: MetricMaps, test: str | None = None) ->
     analysis's; default the map's own, else t)."""
     test = test or str(maps.settings.get("test"))
     out = {maps.metric: maps}
-    for metric in ACTIVATION_METRICS:
+    for metric in activation_metrics():
         if metric != maps.metric:
             config = AnalysisConfig(
                 metric=metric,
@@ -314,9 +317,10 @@ def _cards(
         context.lens, unit_directions(context.models.dpo, maps.hook, pairs), context.tokens, context.decode
     )
     samples = context.run.samples(maps.capability)
+    unit_ci = _unit_ci(maps.metric)
     cards = []
     for (row, unit), readout in zip(units, readouts, strict=True):
-        low, high = _delta_ci(compared[before][:, row], compared[after][:, row], unit, maps, context.seed)
+        low, high = unit_ci(compared[before][:, row], compared[after][:, row], unit, maps, context.seed)
         cards.append(
             NeuronCard(
                 layer=maps.layers[row],
@@ -339,20 +343,54 @@ def _cards(
     return cards
 
 
-def _delta_ci(sft: np.ndarray, dpo: np.ndarray, unit: int, maps: MetricMaps, seed: int) -> tuple[float, float]:
-    """95% percentile bootstrap CI of the unit's Δ, resampling prompts, computed exactly as the map's Δ is."""
-    if maps.metric == TOPK_COUNT:
-        from analysis.topk import topk_mask
+UnitCI = Callable[[np.ndarray, np.ndarray, int, MetricMaps, int], tuple[float, float]]
 
-        k = int(maps.settings["k"])
-        before, after = topk_mask(sft, k)[:, unit].astype(float), topk_mask(dpo, k)[:, unit].astype(float)
-        scale = 1.0 if maps.settings.get("normalize", "samples") == "samples" else sft.shape[0] / maps.width
-        low, high = paired_bootstrap_ci(before, after, seed=seed)
-        return low * scale, high * scale
-    before, after = sft[:, unit].astype(np.float64), dpo[:, unit].astype(np.float64)
-    if maps.metric == MEAN_DIFF:
-        return paired_bootstrap_ci(before, after, seed=seed)
-    return _dz_ci(after - before, seed)
+
+def _unit_ci(metric: str) -> UnitCI:
+    """How ``metric``'s row computes the 95% CI of one unit's Δ on a card (:data:`analysis.rankings.RANKINGS`)."""
+    target = ranking(metric).unit_ci
+    found: UnitCI = entry(target) if target else _no_ci
+    return found
+
+
+def _no_ci(*_: object) -> tuple[float, float]:
+    """A ranking whose row names no CI function: no interval."""
+    return math.nan, math.nan
+
+
+def count_ci(sft: np.ndarray, dpo: np.ndarray, unit: int, maps: MetricMaps, seed: int) -> tuple[float, float]:
+    """``topk_count``: 95% percentile bootstrap CI of the unit's membership difference, resampling prompts, scaled as
+    the map's Δ is (``sft``/``dpo``: (N, width) blocks of the unit's layer)."""
+    from analysis.topk import topk_mask
+
+    k = int(maps.settings["k"])
+    before, after = topk_mask(sft, k)[:, unit].astype(float), topk_mask(dpo, k)[:, unit].astype(float)
+    scale = 1.0 if maps.settings.get("normalize", "samples") == "samples" else sft.shape[0] / maps.width
+    low, high = paired_bootstrap_ci(before, after, seed=seed)
+    return low * scale, high * scale
+
+
+def mean_diff_ci(
+    sft: np.ndarray,
+    dpo: np.ndarray,
+    unit: int,
+    maps: MetricMaps,  # noqa: ARG001 - the unit_ci interface
+    seed: int,
+) -> tuple[float, float]:
+    """``mean_diff``: 95% paired bootstrap CI of the unit's mean difference."""
+    return paired_bootstrap_ci(sft[:, unit].astype(np.float64), dpo[:, unit].astype(np.float64), seed=seed)
+
+
+def dz_ci(
+    sft: np.ndarray,
+    dpo: np.ndarray,
+    unit: int,
+    maps: MetricMaps,  # noqa: ARG001 - the unit_ci interface
+    seed: int,
+) -> tuple[float, float]:
+    """``effect_size``: 95% percentile bootstrap CI of the unit's d_z (attribution's cards use it too: the d_z of the
+    unit's activation difference)."""
+    return _dz_ci(dpo[:, unit].astype(np.float64) - sft[:, unit].astype(np.float64), seed)
 
 
 def _dz_ci(diff: np.ndarray, seed: int) -> tuple[float, float]:

@@ -29,10 +29,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analysis.basis import basis_models, basis_of_settings, describe_basis
-from analysis.config import MEAN_DIFF, AnalysisConfig
+from analysis.config import AnalysisConfig
 from analysis.maps import compute_maps
 from analysis.metric_maps import MetricMaps
 from analysis.profile import RankedLayer, layer_profile, ranked_units
+from analysis.rankings import MEAN_DIFF
 from analysis.window import Window, model_depth, resolve_window
 from probes.store import RunReader
 

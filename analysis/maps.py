@@ -1,6 +1,8 @@
 """Layers × units maps for one capability and hook point: per model, their difference, and its significance.
 
-Three metrics, all signed DPO − SFT:
+:func:`compute_maps` computes the maps of a ranking as its row in :mod:`analysis.rankings` names; the rankings
+computed from the recorded activations alone live here (:func:`activation_maps` reads the window and runs a
+per-layer kernel on it), all signed DPO − SFT:
 
 ``topk_count``
     The paper's method. ``sft``/``dpo`` are membership counts (0..N) of each unit in
@@ -16,7 +18,7 @@ Three metrics, all signed DPO − SFT:
     of different scale.
 
 Every map also keeps each layer's activation scale (root mean square over samples and
-units, per model): the three metrics above are blind to it (counts are ranks, d_z is
+units, per model): the three rankings above are blind to it (counts are ranks, d_z is
 standardised), and a unit can top a ranking in a layer whose output is a thousandth of
 its neighbours', where scaling it can change nothing downstream.
 
@@ -46,17 +48,21 @@ Example:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import h5py
 import numpy as np
 from einops import rearrange, reduce
 
-from analysis.basis import basis_of_settings
-from analysis.config import ATTRIBUTION, MEAN_DIFF, TOPK_COUNT, AnalysisConfig
+from analysis.basis import GLOBAL_MODELS, basis_of_settings
+from analysis.config import AnalysisConfig
 from analysis.metric_maps import MetricMaps
 from analysis.profile import layer_scores
+from analysis.rankings import entry, ranking
 from analysis.stability import Resamples
 from analysis.stats import bh_qvalues, effect_size_dz, paired_pvalues
 from analysis.topk import column_counts, k_for, map_layers, topk_mask
@@ -89,20 +95,49 @@ def compute_maps(
     hook: str,
     layers: Window | list[int],
     config: AnalysisConfig,
-    models: tuple[str, str] = ("sft", "dpo"),
+    models: tuple[str, str] = GLOBAL_MODELS,
 ) -> MetricMaps:
-    """The maps of ``config.metric`` for one capability and hook over ``layers`` (a :class:`Window` stays on them).
+    """The maps of ``config.metric`` for one capability and hook over ``layers`` (a :class:`Window` stays on them),
+    computed as its row of :data:`analysis.rankings.RANKINGS` says.
 
     ``models``: (before, after); ``("base", "sft")`` gives the SFT − base maps of a run recorded with ``--base``
     (:mod:`analysis.base_compare`), whose ``sft``/``dpo`` arrays then hold base and SFT; ``("sft", "dpo_on_sft")``
     or ``("sft_on_dpo", "dpo")`` the local basis (:mod:`analysis.basis`; the settings then say ``basis`` and
     ``direction``).
     """
-    if config.metric == ATTRIBUTION:
-        from analysis.attribution_maps import attribution_maps
+    row = ranking(config.metric)
+    assert row.maps is not None  # AnalysisConfig accepts only the rankings that make maps
+    maps: MetricMaps = entry(row.maps)(run, capability, hook, layers, config, models)
+    return maps
 
-        maps: MetricMaps = attribution_maps(run, capability, hook, layers, config)
-        return maps
+
+class LayerMaps(NamedTuple):
+    """One layer of a ranking's maps, from the two models' activations at it."""
+
+    sft: np.ndarray  # (width,) each model's value per unit (a count, a mean)
+    dpo: np.ndarray
+    delta: np.ndarray  # (width,) the ranking's score, DPO − SFT
+    pvalues: np.ndarray  # (width,)
+    rms: np.ndarray  # (2,) root mean square activation of sft and dpo
+    resampled: np.ndarray  # (n_resamples,) the layer's score (mean |Δ|) on each bootstrap resample; empty without
+
+
+LayerKernel = Callable[[np.ndarray, np.ndarray, AnalysisConfig, Resamples], LayerMaps]
+
+
+def activation_maps(
+    run: RunReader,
+    capability: str,
+    hook: str,
+    layers: Window | list[int],
+    config: AnalysisConfig,
+    models: tuple[str, str],
+    per_layer: LayerKernel,
+    settings: Callable[[AnalysisConfig, int], dict[str, Any]],
+) -> MetricMaps:
+    """The maps of a ranking computed from the recorded activations alone: both models' window read once, then
+    ``per_layer`` on each layer's (N, width) blocks on a thread pool; ``settings(config, width)``: what the maps
+    record of how they were computed, beside ``fdr_alpha`` (and the basis, for a local pair)."""
     window = layers if isinstance(layers, Window) else None
     layers = list(layers.layers) if isinstance(layers, Window) else list(layers)
     n = run.n_samples(capability)
@@ -116,26 +151,8 @@ def compute_maps(
             f"{sft.shape} vs {dpo.shape}"
         )
     resamples = Resamples.draw(n, config.stability_resamples, config.stability_seed)
-    per_layer = _topk_layer if config.metric == TOPK_COUNT else _paired_layer
     rows = map_layers(lambda i: per_layer(sft[:, i, :], dpo[:, i, :], config, resamples), len(layers))
     sft_map, dpo_map, delta, pvalues, rms, resampled = (np.stack([r[j] for r in rows]) for j in range(6))
-    settings: dict[str, Any] = {"fdr_alpha": config.fdr_alpha}
-    if config.metric == TOPK_COUNT:
-        width = sft.shape[2]
-        delta = delta / _count_divisor(config, n, width)
-        settings.update(
-            top_percent=config.top_percent,
-            k=k_for(width, config.top_percent),
-            normalize=config.normalize,
-            test="mcnemar_exact",
-        )
-    else:
-        settings.update(test=config.test)
-    if models != ("sft", "dpo"):
-        settings["models"] = list(models)
-        basis, direction = basis_of_settings(settings)
-        if direction is not None:
-            settings.update(basis=basis, direction=direction)
     return MetricMaps(
         capability,
         hook,
@@ -147,11 +164,34 @@ def compute_maps(
         pvalues,
         bh_qvalues(pvalues),
         n,
-        settings,
+        _with_basis({"fdr_alpha": config.fdr_alpha, **settings(config, sft.shape[2])}, models),
         layer_rms=rearrange(rms, "layer model -> model layer"),
         window=window,
         resampled_scores=resampled if resamples.n_resamples else None,
     )
+
+
+def _with_basis(settings: dict[str, Any], models: tuple[str, str]) -> dict[str, Any]:
+    """``settings`` plus the stored groups compared, and the basis and direction of a local pair."""
+    if models != GLOBAL_MODELS:
+        settings["models"] = list(models)
+        basis, direction = basis_of_settings(settings)
+        if direction is not None:
+            settings.update(basis=basis, direction=direction)
+    return settings
+
+
+def _count_settings(config: AnalysisConfig, width: int) -> dict[str, Any]:
+    return {
+        "top_percent": config.top_percent,
+        "k": k_for(width, config.top_percent),
+        "normalize": config.normalize,
+        "test": "mcnemar_exact",
+    }
+
+
+def _test_settings(config: AnalysisConfig, width: int) -> dict[str, Any]:  # noqa: ARG001 - a settings function
+    return {"test": config.test}
 
 
 def _count_divisor(config: AnalysisConfig, n_samples: int, width: int) -> int:
@@ -164,51 +204,81 @@ def _rms(x: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.square(x, dtype=np.float64))))
 
 
-def _topk_layer(
-    sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig, resamples: Resamples
-) -> tuple[np.ndarray, ...]:
-    """Counts per model, raw count difference, McNemar p-values, (RMS sft, RMS dpo), resamples' scores for one layer."""
+def _count_layer(sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig, resamples: Resamples) -> LayerMaps:
+    """Counts per model, their normalised difference, McNemar p-values, RMS, resamples' scores for one layer."""
     k = k_for(sft.shape[1], config.top_percent)
     in_sft, in_dpo = topk_mask(sft, k), topk_mask(dpo, k)
     count_sft = column_counts(in_sft)
     count_dpo = column_counts(in_dpo)
     both = column_counts(in_sft & in_dpo)
     pvalues = mcnemar_p(count_dpo - both, count_sft - both)
+    divisor = _count_divisor(config, *sft.shape)
     resampled = np.zeros(0)
     if resamples.n_resamples:
-        resampled = layer_scores(resamples.count_differences(in_sft, in_dpo) / _count_divisor(config, *sft.shape))
-    return (
-        count_sft,
-        count_dpo,
-        (count_dpo - count_sft).astype(np.float64),
-        pvalues,
-        np.array([_rms(sft), _rms(dpo)]),
-        resampled,
-    )
+        resampled = layer_scores(resamples.count_differences(in_sft, in_dpo) / divisor)
+    delta = (count_dpo - count_sft).astype(np.float64) / divisor
+    return LayerMaps(count_sft, count_dpo, delta, pvalues, np.array([_rms(sft), _rms(dpo)]), resampled)
+
+
+def _mean_difference(sft: np.ndarray, dpo: np.ndarray) -> np.ndarray:
+    """(N, W) float64 blocks -> (W,) mean DPO − mean SFT."""
+    mean_sft, mean_dpo = (reduce(x, "n unit -> unit", "mean") for x in (sft, dpo))
+    return np.asarray(mean_dpo - mean_sft)
 
 
 def _paired_layer(
-    sft: np.ndarray, dpo: np.ndarray, config: AnalysisConfig, resamples: Resamples
-) -> tuple[np.ndarray, ...]:
-    """Mean per model, mean difference or d_z, paired p-values, (RMS sft, RMS dpo), resamples' scores for one layer."""
+    sft: np.ndarray,
+    dpo: np.ndarray,
+    config: AnalysisConfig,
+    resamples: Resamples,
+    *,
+    delta: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    resampled: Callable[[Resamples, np.ndarray], np.ndarray],
+) -> LayerMaps:
+    """Mean per model, ``delta(sft, dpo)`` of the (N, W) float64 blocks, paired p-values, RMS, and the layer score of
+    ``resampled(resamples, dpo - sft)`` (each resample's Δ, (B, W)) for one layer."""
     sft64 = np.asarray(sft, dtype=np.float64)
     dpo64 = np.asarray(dpo, dtype=np.float64)
     mean_sft, mean_dpo = (reduce(x, "n unit -> unit", "mean") for x in (sft64, dpo64))
-    delta = mean_dpo - mean_sft if config.metric == MEAN_DIFF else effect_size_dz(sft64, dpo64)
-    resampled = np.zeros(0)
-    if resamples.n_resamples:
-        diff = dpo64 - sft64
-        resampled = layer_scores(
-            resamples.mean_differences(diff) if config.metric == MEAN_DIFF else resamples.effect_sizes(diff)
-        )
-    return (
+    scores = layer_scores(resampled(resamples, dpo64 - sft64)) if resamples.n_resamples else np.zeros(0)
+    return LayerMaps(
         mean_sft,
         mean_dpo,
-        delta,
+        delta(sft64, dpo64),
         paired_pvalues(sft64, dpo64, config.test),
         np.array([_rms(sft64), _rms(dpo64)]),
-        resampled,
+        scores,
     )
+
+
+@dataclass(frozen=True)
+class FromActivations:
+    """How a ranking read off the recording is computed: ``per_layer`` on each layer's (N, width) blocks of the two
+    models, and ``settings(config, width)``, what its maps record of how (:func:`activation_maps`). Called as a maps
+    function, which is what a row of :data:`analysis.rankings.RANKINGS` names as its ``maps``."""
+
+    per_layer: LayerKernel
+    settings: Callable[[AnalysisConfig, int], dict[str, Any]] = _test_settings
+
+    def __call__(
+        self,
+        run: RunReader,
+        capability: str,
+        hook: str,
+        layers: Window | list[int],
+        config: AnalysisConfig,
+        models: tuple[str, str] = GLOBAL_MODELS,
+    ) -> MetricMaps:
+        return activation_maps(run, capability, hook, layers, config, models, self.per_layer, self.settings)
+
+
+count_maps = FromActivations(_count_layer, _count_settings)  # membership counts in top k%, McNemar p-values
+mean_diff_maps = FromActivations(  # mean activations and their paired difference, paired-test p-values
+    partial(_paired_layer, delta=_mean_difference, resampled=Resamples.mean_differences)
+)
+effect_size_maps = FromActivations(  # mean activations and the d_z of their paired difference, paired-test p-values
+    partial(_paired_layer, delta=effect_size_dz, resampled=Resamples.effect_sizes)
+)
 
 
 def save_maps(maps: list[MetricMaps], path: str | Path) -> Path:

@@ -33,9 +33,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analysis.basis import basis_of_settings
-from analysis.config import METRIC_TABLE, TOPK_COUNT
 from analysis.metric_maps import MetricMaps
 from analysis.profile import layer_profile, unit_order
+from analysis.rankings import ranking
 from analysis.window import format_layers
 from core.atomic import atomic_path, write_atomic
 from core.capabilities import parse_capability
@@ -47,9 +47,10 @@ _TITLE_ROOM = {"t": 120}  # a title and its window subtitle above the first pane
 
 def delta_label(maps: MetricMaps) -> str:
     """What Δ means for this map, including the normalisation of count differences."""
-    if maps.metric != TOPK_COUNT:
-        return METRIC_TABLE[maps.metric].delta_label
-    return "Δ count / N" if maps.settings.get("normalize", "samples") == "samples" else "Δ count / width"
+    row = ranking(maps.metric)
+    if not row.normalizes:
+        return row.delta_label
+    return f"{row.delta_label} / {'N' if maps.settings.get('normalize', 'samples') == 'samples' else 'width'}"
 
 
 def chromium_available() -> bool:
@@ -82,7 +83,7 @@ def _symmetric(values: np.ndarray) -> float:
 def maps_figure(maps: MetricMaps, reorder: bool = False) -> go.Figure:
     """Three stacked heatmaps: SFT, DPO, and DPO − SFT (diverging, centred at 0)."""
     order, x, x_title = _columns(maps, reorder)
-    value_label = METRIC_TABLE[maps.metric].value_label
+    value_label = ranking(maps.metric).value_label
     fig = make_subplots(
         rows=3,
         cols=1,

@@ -35,9 +35,10 @@ from pathlib import Path
 
 from access.hook_table import NEURONS
 from analysis.basis import basis_of_settings
-from analysis.config import ACTIVATION_METRICS, BASES, AnalysisConfig
+from analysis.config import AnalysisConfig
 from analysis.local_basis import basis_maps, top_unit_pairs
 from analysis.profile import layer_profile
+from analysis.rankings import BASES, activation_metrics
 from core.errors import ProbeError
 from probes.store import RunReader
 
@@ -69,15 +70,16 @@ def planted_recall(
     capability: str = "multi_turn",
     hook: str = NEURONS,
     ks: Sequence[int | None] = (None,),
-    metrics: Sequence[str] = ACTIVATION_METRICS,
+    metrics: Sequence[str] | None = None,
     bases: Sequence[str] = BASES,
     layers: str = "all",
 ) -> list[RecallRow]:
-    """One :class:`RecallRow` per metric × basis × k (module doc); ``layers``: the window ranked (default all)."""
+    """One :class:`RecallRow` per metric (default: every activation ranking) × basis × k (module doc); ``layers``: the
+    window ranked (default all)."""
     planted = [(int(layer), int(unit)) for layer, unit in units]
     rows = []
     with RunReader(run_dir) as run:
-        for metric in metrics:
+        for metric in metrics if metrics is not None else activation_metrics():
             config = AnalysisConfig(metric=metric, layers=layers, stability_resamples=0)
             for basis in bases:
                 maps = basis_maps(run, capability, hook, config, basis)

@@ -40,11 +40,12 @@ import analysis.plots as plots_module
 from access.hook_points import validate_hook
 from analysis.base_compare import BaseComparison, compare_maps
 from analysis.basis import analysis_dir, basis_models
-from analysis.config import ATTRIBUTION, MEAN_DIFF, AnalysisConfig
+from analysis.config import AnalysisConfig
 from analysis.maps import compute_maps, save_maps
 from analysis.metric_maps import MetricMaps
 from analysis.plots import faceted_figure, maps_figure, profile_figure, write_figures
 from analysis.profile import layer_profile, layer_scores, top_units
+from analysis.rankings import entry, metrics, ranking
 from analysis.select import select_neurons
 from analysis.stability import LayerStability, layer_stability
 from analysis.summary import AnalysisSummary, HookSummary
@@ -78,6 +79,20 @@ class AnalysisResult(AnalysisOutputs):
     """What an analysis produced: every output, and the summary built from them last (as in ``summary_path``)."""
 
     summary: AnalysisSummary
+
+
+def prior_pass_first(run_dir: str | Path, config: AnalysisConfig) -> bool:
+    """Under torchrun / accelerate launch with several processes, a metric with a prior pass (attribution's gradient
+    pass, :mod:`analysis.rankings`) runs that pass data-parallel first, every rank its share; then rank 0 alone goes on
+    to the maps (False on the others). One process, or a metric without one: nothing to do here (True)."""
+    from probes.distributed import world_from_env
+
+    prior = ranking(config.metric).prior
+    world = world_from_env()
+    if prior is None or prior.run is None or not world.distributed:
+        return True
+    entry(prior.run)(Path(run_dir), config, world)
+    return world.is_main
 
 
 def analyze_run(
@@ -164,9 +179,10 @@ def _write_set(
 def _base_maps(
     run: RunReader, maps: dict[tuple[str, str], MetricMaps], config: AnalysisConfig
 ) -> dict[tuple[str, str], MetricMaps]:
-    """SFT − base maps over the same windows, when the run recorded a base (not for attribution:
-    it ranks DPO units only; nor in the local basis: SFT − base is a global comparison)."""
-    if "base" not in run.models() or config.metric == ATTRIBUTION or config.basis != "global":
+    """SFT − base maps over the same windows, when the run recorded a base (only for the metrics computed from the
+    recording alone: a prior pass such as attribution's ranks DPO units only; nor in the local basis: SFT − base is a
+    global comparison)."""
+    if "base" not in run.models() or not ranking(config.metric).from_activations or config.basis != "global":
         return {}
     plain = replace(config, stability_resamples=0)
     return {
@@ -237,7 +253,8 @@ def _quiet_units_note(maps: MetricMaps, unit_layers: list[int], metric: str, rat
     n_quiet = sum(layer in quiet for layer in unit_layers)
     if not unit_layers or n_quiet * 2 <= len(unit_layers):
         return None
-    advice = " (scale-blind metric; --metric mean_diff ranks by size)" if metric != MEAN_DIFF else ""
+    by_size = " or ".join(m for m in metrics() if ranking(m).by_size)
+    advice = "" if ranking(metric).by_size else f" (scale-blind metric; --metric {by_size} ranks by size)"
     return (
         f"{n_quiet} of {len(unit_layers)} selected units sit in layers {format_layers(sorted(quiet))}, "
         f"whose RMS activation is below {ratio:.0%} of layer {maps.loudest_layer()}'s: "

@@ -37,7 +37,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from einops import rearrange
@@ -46,6 +46,10 @@ from access.hook_points import validate_hook
 from access.hook_table import HOOK_TABLE, READS, Part
 from analysis.checkpoint import LAYOUT, Checkpoint, MlpPart, check_same_shape, same_tensor_shape
 from core.errors import ProbeError
+from core.run_dir import RunDir
+
+if TYPE_CHECKING:
+    from probes.store import RunReader
 
 FORMAT = "rolemrc-probe/weight-change"
 VERSION = 1
@@ -251,6 +255,27 @@ def _stored_change(group: Any, transition: str, hook: str) -> UnitChange:
     if any(a.shape != relative.shape for a in (absolute, *components.values())) or len(layers) != len(relative):
         raise ValueError(f"{group.name}: layers, relative, absolute and components differ in shape")
     return UnitChange(hook, transition, layers, relative, absolute, components)
+
+
+def pair_scores(run: RunReader, hook: str) -> tuple[np.ndarray, str]:
+    """The ``weight_change`` ranking (:mod:`analysis.rankings`): (n_layers, width) relative SFT → DPO change of every
+    unit of ``hook`` at every layer, and where it came from, in words: a weight change file of ``probe explain`` in
+    one of the run's analysis folders whose models are the run's, else computed from the run's checkpoints now."""
+    from analysis.explain_models import open_models
+
+    hashes = {m: str(run.model_info(m).get("weights_sha256", "")) for m in ("sft", "dpo")}
+    for folder in RunDir(run.run_dir).analyses():
+        path = folder.weight_change
+        if not path.is_file():
+            continue
+        changes, fingerprints = load_weight_change(path)
+        if all(fingerprints.get(m, {}).get("weights_sha256") == hashes[m] for m in hashes):
+            for change in changes:
+                if change.transition == "sft_dpo" and change.hook == hook:
+                    return change.relative, f"from {path} (probe explain)"
+    with open_models(run) as models:
+        change = weight_change(models.sft, models.dpo, [hook], "sft_dpo")[hook]
+    return change.relative, "computed from the run's checkpoints (no weight_change.h5 from probe explain)"
 
 
 def weight_change_figure(changes: list[UnitChange], window: list[int] | None = None) -> Any:

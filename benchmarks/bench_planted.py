@@ -17,9 +17,9 @@ Written before any result was read: the recall table has no pass mark (it is wha
 find); PASS/FAIL lines are the identities only (the weight ranking's recall@16 is 1.00, since only
 the planted rows differ; the planted patch closes 1.000 +- 1e-4; every placebo closes <= 0.1).
 
-Usage: ``python benchmarks/bench_planted.py [--run DIR] [--metrics topk_count,mean_diff,effect_size,attribution]
-[--outcome-rows 8] [--placebos 3]`` (``--run``: reuse a recorded run of the planted pair; recording takes about
-10 minutes on 2 cores).
+Usage: ``python benchmarks/bench_planted.py [--run DIR] [--metrics M,M...] [--outcome-rows 8] [--placebos 3]``
+(``--metrics``: default every metric of ``probe analyze``; ``--run``: reuse a recorded run of the planted pair;
+recording takes about 10 minutes on 2 cores).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from analysis.rankings import metrics
 from analysis.recall import planted_ranks, ranked_by_value, recall_at_k
 from training.default_pair import ensure_default_pair
 from training.planted import PlantedPair, read_planted
@@ -177,7 +178,7 @@ def _outcomes(planted: PlantedPair, rankings: dict[str, list[tuple[int, int]]], 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, default=None, help="a recorded run of the planted pair to reuse")
-    parser.add_argument("--metrics", default="topk_count,mean_diff,effect_size,attribution")
+    parser.add_argument("--metrics", default=",".join(metrics()))
     parser.add_argument("--outcome-rows", type=int, default=8)
     parser.add_argument("--placebos", type=int, default=3)
     args = parser.parse_args()

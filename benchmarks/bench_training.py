@@ -95,8 +95,9 @@ def evaluate(pair: object, n: int) -> None:
     result = evaluate_pair(config)
     print(f"evaluation of {sum(result.task_counts.values())} rows: {time.perf_counter() - start:.1f} s")
     print_table(result)
-    overall = {r["capability"]: r for r in result.table}["overall"]
-    sft_ok = overall["sft_rate"] >= 0.7 and overall.get("sft_minus_base", 1.0) >= 0.15
+    overall = {r.capability: r for r in result.table}["overall"]
+    above_base = 1.0 if overall.sft_minus_base is None else overall.sft_minus_base
+    sft_ok = overall.sft_rate >= 0.7 and above_base >= 0.15
     print(
         f"VERDICT: SFT targets (>= 70% overall, >= 15 points above the untouched model) {'PASS' if sft_ok else 'FAIL'}"
     )

@@ -344,6 +344,12 @@ class RunDir:
     def analysis(self) -> AnalysisDir:
         return AnalysisDir(self.root / "analysis")
 
+    def analyses(self) -> list[AnalysisDir]:
+        """The default analysis folder, then every other ``analysis*`` folder beside it, by name (those that exist)."""
+        first = self.analysis.root
+        others = sorted(p for p in self.root.glob(f"{first.name}*") if p != first)
+        return [AnalysisDir(p) for p in [first, *others] if p.is_dir()]
+
     @property
     def interventions(self) -> Path:
         return self.root / "interventions"

@@ -8,6 +8,21 @@ The public surface:
 * :func:`scaled_units`, :class:`ABGenerator` / :class:`Intervention` — re-exported from :mod:`access`, where
   edits, drivers and generation live.
 
+Modules:
+    config, edit_spec       ``ABConfig``; ``EditSpec``, the one edit spec ``probe intervene``, ``probe lmeval`` and
+                            ``probe replicate`` nest
+    plan                    ``plan_ab``: every input resolved and checked before anything is generated
+    recipes                 what each ``--edit`` name adds to a run: its arms, built from the run's data
+    selection               which units: a neuron-set file, the top K of a run's ranking, or a ``layer:unit`` list
+    select_rules            ``--select``: the K units each rule picks and where its ranking comes from
+    rule_table              the ``--select`` rules by name, read off the rankings' table
+    select_compare          which rule finds units that matter, by the causal effect of editing them
+    ab, parallel, arms      ``run_ab``; its batches dealt to the processes of one launch; finished arms kept on disk
+    scoring, coherence      an arm's judge verdicts, ROUGE-L and BLEU; its fluency as perplexity under SFT
+    outcomes                the continuous outcomes of every arm, placed and judged as the arms are
+    stats, evidence         paired statistics and placebo ranks; how an arm's effect is read, fixed in advance
+    results, report, cells  the report as typed records; written as JSON and markdown; the paired-delta table
+
 Example:
     >>> import interventions
     >>> interventions.PAPER_FACTOR   # imported from access.factors on first use

@@ -31,7 +31,7 @@ import html
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from interventions.stats import PairedDelta
 
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from interventions.results import PlaceboRank
+    from training.eval_rows import EvalRow
 
 NA = "n/a"  # a value that is missing or not finite
 NONE = "—"  # a cell that does not apply to the row
@@ -288,46 +289,36 @@ def terminal(columns: Sequence[Column], rows: Sequence[Row], title: str | None =
 # --- the pair evaluation's table (the rows of training.evaluate.comparison_table) -------------------------------------
 
 
-def _number(row: Mapping[str, Any], key: str, at: int | None = None) -> float:
-    value = row.get(key)
-    if at is not None:
-        value = value[at] if value else None
+def _or_nan(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
-def evaluation_row(row: Mapping[str, Any], capability: Callable[[str], str] = str) -> Row:
-    """One row of ``probe models eval``'s table (a dict of :func:`training.evaluate.comparison_table`): DPO − SFT as
-    the paired difference, the base model's columns (where it was evaluated) as the table's own cells
-    (``capability`` marks the name: :class:`Strong` for the target)."""
-    effect = PairedDelta(
-        int(row.get("n") or 0),
-        _number(row, "sft_rate"),
-        _number(row, "dpo_rate"),
-        _number(row, "delta"),
-        _number(row, "delta_ci", 0),
-        _number(row, "delta_ci", 1),
-        _number(row, "mcnemar_p"),
-    )
+def evaluation_row(row: EvalRow, capability: Callable[[str], str] = str) -> Row:
+    """One row of ``probe models eval``'s table (:class:`training.eval_rows.EvalRow`): DPO − SFT as the paired
+    difference, the base model's columns (where it was evaluated) as the table's own cells (``capability`` marks the
+    name: :class:`Strong` for the target)."""
+    effect = PairedDelta(row.n, row.sft_rate, row.dpo_rate, row.delta, *row.delta_ci, row.mcnemar_p)
     cells = {
-        "capability": capability(str(row.get("capability"))),
-        "sft": fmt_rate_ci(row.get("sft_rate"), row.get("sft_ci")),
-        "dpo": fmt_rate_ci(row.get("dpo_rate"), row.get("dpo_ci")),
+        "capability": capability(row.capability),
+        "sft": fmt_rate_ci(row.sft_rate, row.sft_ci),
+        "dpo": fmt_rate_ci(row.dpo_rate, row.dpo_ci),
     }
-    if "base_rate" in row:
+    if row.has_base:
+        low, high = row.sft_minus_base_ci or (math.nan, math.nan)
         base = Row(
             PairedDelta(
                 effect.n,
-                _number(row, "base_rate"),
-                _number(row, "sft_rate"),
-                _number(row, "sft_minus_base"),
-                _number(row, "sft_minus_base_ci", 0),
-                _number(row, "sft_minus_base_ci", 1),
-                _number(row, "base_mcnemar_p"),
+                _or_nan(row.base_rate),
+                row.sft_rate,
+                _or_nan(row.sft_minus_base),
+                low,
+                high,
+                _or_nan(row.base_mcnemar_p),
             )
         )
         cells |= {
             "base": BEFORE.cell(base),
-            "base_ci": fmt_rate_ci(row.get("base_rate"), row.get("base_ci")),
+            "base_ci": fmt_rate_ci(row.base_rate, row.base_ci),
             "sft_minus_base": DELTA.cell(base),
             "sft_minus_base_ci": CI.cell(base),
             "base_p": P.cell(base),

@@ -1,23 +1,14 @@
-"""The selection rules of ``--select`` by name, and the metric each ranks by: torch-free, so that the option's help
-and its check are read from here at start-up (:mod:`interventions.select_rules` holds what each rule does).
+"""The selection rules of ``--select`` by name, and the metric each ranks by, read off the rankings' table
+(:func:`analysis.rankings.select_rules`, torch-free, so that the option's help and its check are read at start-up;
+:mod:`interventions.select_rules` holds what each rule does).
 
 Example:
-    >>> RULE_METRICS["count"], "local_mean_diff" in LOCAL_RULES
-    ('topk_count', True)
+    >>> RULE_METRICS["count"], RULE_METRICS["local_mean_diff"], RULE_METRICS["weight"]
+    ('topk_count', 'mean_diff', 'weight_change')
 """
 
 from __future__ import annotations
 
-from analysis.config import ATTRIBUTION, EFFECT_SIZE, MEAN_DIFF, TOPK_COUNT
+from analysis.rankings import select_rules
 
-RULE_METRICS: dict[str, str] = {
-    "count": TOPK_COUNT,
-    MEAN_DIFF: MEAN_DIFF,
-    EFFECT_SIZE: EFFECT_SIZE,
-    ATTRIBUTION: ATTRIBUTION,
-    "weight": "weight_change",
-    "local_count": TOPK_COUNT,
-    "local_mean_diff": MEAN_DIFF,
-    "local_effect_size": EFFECT_SIZE,
-}
-LOCAL_RULES = ("local_count", "local_mean_diff", "local_effect_size")  # each layer on the same input (analysis.basis)
+RULE_METRICS: dict[str, str] = {rule: name for rule, (name, _) in select_rules().items()}

@@ -1,31 +1,26 @@
 """Selection rules: the K units each rule picks from a run, and where its ranking comes from.
 
-Every rule scores each unit of the capability's layer window and keeps the K of largest
-|score|, ties by layer then unit (the neuron-set rule of ``probe analyze``,
-:func:`analysis.select.select_neurons`); a unit scored 0 is never picked.
-
-===============  =====================================================================================
-``count``        the paper's top-k% membership count (metric ``topk_count``)
-``mean_diff``    the mean paired DPO − SFT activation difference
-``effect_size``  Cohen's d_z of that difference
-``attribution``  gradient attribution, the estimated change of *m* if the DPO unit took its SFT value
-``weight``       the relative SFT → DPO change of the unit's own weights (:mod:`analysis.weight_change`)
-``local_*``      ``count``, ``mean_diff``, ``effect_size`` in the local basis: each DPO layer run on SFT's input
-                 to it, so a unit's score is its own layer's change (:mod:`analysis.local_basis`)
-===============  =====================================================================================
+A rule is a ranking of :mod:`analysis.rankings` in a basis it supports (:func:`analysis.rankings.select_rules`):
+its ``rule`` name in the global basis (``count`` for ``topk_count``, ``mean_diff``, ``effect_size``,
+``attribution``, ``weight`` for ``weight_change``), ``local_`` + that name in the local basis (each DPO layer run on
+SFT's input to it, so a unit's score is its own layer's change, :mod:`analysis.local_basis`). Every rule scores each
+unit of the capability's layer window and keeps the K of largest |score|, ties by layer then unit (the neuron-set
+rule of ``probe analyze``, :func:`analysis.select.select_neurons`); a unit scored 0 is never picked.
 
 Where a ranking comes from, in this order:
 
 1. a saved analysis of the run under the rule's metric: the first ``RUN_DIR/analysis*/summary.json``
    (``analysis`` itself first, then by name) of that metric that analysed the capability × hook; its
    maps, its window and its settings;
-2. otherwise, for ``count``, ``mean_diff`` and ``effect_size``: the maps computed afresh from
-   ``activations.h5`` with the default settings over the default window (seconds);
-3. ``attribution`` has no such fallback: it is a gradient pass through both models (about 8 minutes
-   for 160 prompts of the default pair on 2 cores), so a run without it is one error naming the
-   ``probe analyze`` command that makes it;
-4. ``weight``: a ``weight_change.h5`` of ``probe explain`` under ``RUN_DIR/analysis*/`` whose models
-   are the run's, else computed from the run's checkpoints in memory (seconds), over the default window.
+2. otherwise, for a ranking computed from the recording alone (``count``, ``mean_diff``, ``effect_size``): the maps
+   computed afresh from ``activations.h5`` with the default settings over the default window (seconds);
+3. a ranking whose prior pass ``--select`` does not run has no such fallback (``attribution``: a gradient pass
+   through both models, about 8 minutes for 160 prompts of the default pair on 2 cores), so a run without it is one
+   error naming the ``probe analyze`` command that makes it;
+4. a ranking without maps gives its row's scores (``weight``: a ``weight_change.h5`` of ``probe explain`` under
+   ``RUN_DIR/analysis*/`` whose models are the run's, else computed from the run's checkpoints in memory, seconds),
+   over the default window;
+5. a ``local_*`` rule: the maps in the local basis, computed afresh from ``activations.h5``.
 
 Example:
     >>> rule_names("count, mean_diff,count")
@@ -47,11 +42,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from access.units import Neuron, NeuronSet
-from analysis.config import ACTIVATION_METRICS, ATTRIBUTION
+from analysis.rankings import entry, select_rule, select_rules
 from core.config_file import OptionError
 from core.errors import ProbeError
-from core.run_dir import AnalysisDir, RunDir
-from interventions.rule_table import LOCAL_RULES, RULE_METRICS
+from core.run_dir import RunDir
 
 if TYPE_CHECKING:
     from analysis.metric_maps import MetricMaps
@@ -64,8 +58,8 @@ def rule_names(spec: str | list[str]) -> list[str]:
     names = spec.split(",") if isinstance(spec, str) else [str(n) for n in spec]
     out: list[str] = []
     for name in (n.strip() for n in names):
-        if name and name not in RULE_METRICS:
-            raise OptionError("select", f"rules from {', '.join(RULE_METRICS)}", name)
+        if name and name not in select_rules():
+            raise OptionError("select", f"rules from {', '.join(select_rules())}", name)
         if name and name not in out:
             out.append(name)
     return out
@@ -97,27 +91,34 @@ def rule_sets(
     require_recorded(run_dir, capability, hook)
     out: dict[str, RuleSet] = {}
     with RunReader(run_dir) as run:
-        for rule in sorted(rules, key=lambda r: r != ATTRIBUTION):  # the one that can fail, first
+        for rule in sorted(rules, key=lambda r: not _needs_saved_pass(r)):  # those that can fail, first
             out[rule] = _rule_set(run, Path(run_dir), rule, capability, hook, k)
             if progress is not None:
                 progress(f"{rule}: top {len(out[rule].units)} units of layers {out[rule].window}, {out[rule].source}")
     return {rule: out[rule] for rule in rules}
 
 
+def _needs_saved_pass(rule: str) -> bool:
+    """The rule's ranking needs a pass that ``--select`` does not run itself (an error when it has not run)."""
+    prior = select_rule(rule)[0].prior
+    return prior is not None and not prior.on_demand
+
+
 def _rule_set(run: RunReader, run_dir: Path, rule: str, capability: str, hook: str, k: int) -> RuleSet:
     from analysis.select import select_neurons
     from analysis.window import format_layers
 
-    if rule == "weight":
-        return _weight_set(run, run_dir, capability, hook, k)
-    if rule in LOCAL_RULES:
+    row, basis = select_rule(rule)
+    if row.scores is not None:
+        return _scored_set(run, run_dir, rule, capability, hook, k)
+    if basis != "global":
         return _local_set(run, run_dir, rule, capability, hook, k)
-    metric = RULE_METRICS[rule]
+    metric = row.name
     saved = saved_maps(run_dir, metric, capability, hook)
     if saved is not None:
         maps, path = saved
         source = f"from {path} (probe analyze)"
-    elif metric in ACTIVATION_METRICS:  # cheap to rank afresh from the recorded activations
+    elif row.prior is None:  # cheap to rank afresh from the recorded activations
         maps = _fresh_maps(run, metric, capability, hook)
         source = f"ranked afresh from activations.h5 (no saved {metric} analysis; default settings)"
     else:
@@ -126,7 +127,7 @@ def _rule_set(run: RunReader, run_dir: Path, rule: str, capability: str, hook: s
         )
         raise ProbeError(
             f"--select {rule}: {run_dir} has no {metric} analysis of {capability}/{hook}; run `{command}` first "
-            "(a gradient pass through both models, minutes on a CPU; docs/interventions.md has the default pair's time)"
+            f"({row.prior.what}, {row.prior.cost})"
         )
     units = select_neurons(maps, "top_k_abs", k, run_dir=str(run_dir), model_hashes=_hashes(run))
     if not len(units):
@@ -142,15 +143,16 @@ def _local_set(run: RunReader, run_dir: Path, rule: str, capability: str, hook: 
     from analysis.select import select_neurons
     from analysis.window import format_layers
 
-    metric = RULE_METRICS[rule]
+    row, basis = select_rule(rule)
     try:
-        maps = basis_maps(run, capability, hook, AnalysisConfig(metric=metric, basis="local", stability_resamples=0))
+        config = AnalysisConfig(metric=row.name, basis=basis, stability_resamples=0)
+        maps = basis_maps(run, capability, hook, config)
     except ProbeError as exc:
         raise ProbeError(f"--select {rule}: {exc}") from None
     units = select_neurons(maps, "top_k_abs", k, run_dir=str(run_dir), model_hashes=_hashes(run))
     if not len(units):
-        raise ProbeError(f"--select {rule}: the local {metric} ranking of {capability}/{hook} scores every unit 0")
-    source = f"ranked afresh from activations.h5 in the {describe_basis('local', maps.settings.get('direction'))}"
+        raise ProbeError(f"--select {rule}: the {basis} {row.name} ranking of {capability}/{hook} scores every unit 0")
+    source = f"ranked afresh from activations.h5 in the {describe_basis(basis, maps.settings.get('direction'))}"
     return RuleSet(rule, units, source, format_layers(maps.layers), maps.width)
 
 
@@ -159,7 +161,7 @@ def saved_maps(run_dir: Path, metric: str, capability: str, hook: str) -> tuple[
     from analysis.maps import load_maps
     from analysis.summary import AnalysisSummary
 
-    for folder in _analysis_dirs(run_dir):
+    for folder in RunDir(run_dir).analyses():
         try:
             summary = AnalysisSummary.load(folder.summary)
         except ProbeError:
@@ -173,13 +175,6 @@ def saved_maps(run_dir: Path, metric: str, capability: str, hook: str) -> tuple[
         if found:
             return found[0], path
     return None
-
-
-def _analysis_dirs(run_dir: Path) -> list[AnalysisDir]:
-    """The run's default analysis folder, then every other ``analysis*`` folder beside it, by name."""
-    first = RunDir(run_dir).analysis.root
-    others = sorted(p for p in run_dir.glob(f"{first.name}*") if p != first)
-    return [AnalysisDir(p) for p in [first, *others] if p.is_dir()]
 
 
 def _window(run: RunReader, capability: str, hook: str) -> Window:
@@ -201,36 +196,22 @@ def _hashes(run: RunReader) -> dict[str, str]:
     return {m: str(run.model_info(m).get("weights_sha256", "")) for m in ("sft", "dpo")}
 
 
-def _weight_set(run: RunReader, run_dir: Path, capability: str, hook: str, k: int) -> RuleSet:
+def _scored_set(run: RunReader, run_dir: Path, rule: str, capability: str, hook: str, k: int) -> RuleSet:
+    """The top ``k`` units of a ranking without maps (its row's ``scores``, e.g. weight change) over the default
+    window, positive scores only."""
     from analysis.agreement import top_positive
     from analysis.window import format_layers
 
+    row = select_rule(rule)[0]
+    assert row.scores is not None
     window = _window(run, capability, hook).layers
-    relative, source = _weight_change(run, run_dir, hook)
+    relative, source = entry(row.scores)(run, hook)
     scores = np.nan_to_num(relative[window], posinf=np.finfo(np.float64).max)
-    neurons = [Neuron(window[row], unit, float(scores[row, unit])) for row, unit in top_positive(scores, k)]
+    neurons = [Neuron(window[i], unit, float(scores[i, unit])) for i, unit in top_positive(scores, k)]
     if not neurons:
-        raise ProbeError(f"--select weight: SFT → DPO changed no weight of {hook} in layers {format_layers(window)}")
-    selection = {"rule": "top_k_abs", "k": k, "window": format_layers(window), "score": "relative weight change"}
-    units_set = NeuronSet(neurons, hook, "weight_change", capability, selection, str(run_dir), _hashes(run))
-    return RuleSet("weight", units_set, source, format_layers(window), int(relative.shape[1]))
-
-
-def _weight_change(run: RunReader, run_dir: Path, hook: str) -> tuple[np.ndarray, str]:
-    """(n_layers, width) relative SFT → DPO change per unit, every layer, and where it came from."""
-    from analysis.explain_models import open_models
-    from analysis.weight_change import load_weight_change, weight_change
-
-    hashes = _hashes(run)
-    for folder in _analysis_dirs(run_dir):
-        path = folder.weight_change
-        if not path.is_file():
-            continue
-        changes, fingerprints = load_weight_change(path)
-        if all(fingerprints.get(m, {}).get("weights_sha256") == hashes[m] for m in hashes):
-            for change in changes:
-                if change.transition == "sft_dpo" and change.hook == hook:
-                    return change.relative, f"from {path} (probe explain)"
-    with open_models(run) as models:
-        change = weight_change(models.sft, models.dpo, [hook], "sft_dpo")[hook]
-    return change.relative, "computed from the run's checkpoints (no weight_change.h5 from probe explain)"
+        raise ProbeError(
+            f"--select {rule}: no unit of {hook} in layers {format_layers(window)} scores above 0 ({row.label})"
+        )
+    selection = {"rule": "top_k_abs", "k": k, "window": format_layers(window), "score": row.delta_label}
+    units_set = NeuronSet(neurons, hook, row.name, capability, selection, str(run_dir), _hashes(run))
+    return RuleSet(rule, units_set, source, format_layers(window), int(relative.shape[1]))

@@ -78,7 +78,7 @@ if TYPE_CHECKING:
 
 M_CHOICES: tuple[str, ...] = ("reference_logprob", "dpo_margin")
 # each hook's datasets in the file: the attribution (the gradient times the activation change), then each model's
-# mean activation ("attribution" is also the metric's name, analysis.config.ATTRIBUTION, in the room above this one)
+# mean activation ("attribution" is also the metric's name, analysis.rankings.ATTRIBUTION, in the room above this one)
 ARRAYS: tuple[str, ...] = ("attribution", "sft", "dpo")
 DEFAULT_M = "reference_logprob"
 POSITIONS: tuple[str, ...] = ("all", "response")

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.records import to_json
 from interventions.cells import (
     AFTER,
     BEFORE,
@@ -173,7 +172,7 @@ def _evaluation_evidence(page: Page, study: Study) -> None:
         page.absent("an evaluation of the pair", Commands(study).evaluate())
     else:
         ordered = sorted(study.evaluation.table, key=lambda r: (r.capability != TARGET, r.capability == "overall"))
-        rows = [evaluation_row(to_json(r), lambda name: Strong(name) if name == TARGET else name) for r in ordered]
+        rows = [evaluation_row(r, lambda name: Strong(name) if name == TARGET else name) for r in ordered]
         page.add(html_table(evaluation_columns(base=False), rows))
 
 

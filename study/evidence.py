@@ -8,7 +8,7 @@ most placebo sets, then the main arm, then the newest report) and which arms ans
 name, the same preference); :func:`study.claims.decide` reads them into ``study.verdicts``.
 
 Example:
-    >>> from study.stored import EvalRow
+    >>> from training.eval_rows import EvalRow
     >>> row = EvalRow("multi_turn", 10, 1.0, 0.9, -0.1, (-0.3, 0.0), 1.0)
     >>> eval_difference(EvalRecord([row])).delta
     -0.1

@@ -25,7 +25,7 @@ from analysis.plots import delta_label, title_of
 from analysis.window import format_layers
 from interventions.cells import fmt_delta
 from interventions.results import ABReport, ArmResult
-from study.stored import EvalRow
+from training.eval_rows import EvalRow
 
 MAX_COLUMNS = 640
 _LAYOUT: dict[str, Any] = {"template": "plotly_white", "margin": {"t": 60, "l": 60, "r": 20, "b": 50}}

@@ -34,7 +34,6 @@ from typing import Any
 
 from analysis.explain_html import card_html
 from core.errors import ProbeError
-from core.records import to_json
 from core.run_dir import RunDir
 from interventions.cells import (
     evaluation_columns,
@@ -249,9 +248,9 @@ def _compliance(page: Page, study: Study) -> None:
     evaluation = study.evaluation
     table = evaluation.table
     page.figure("compliance", compliance_figure(table, evaluation.judge))
-    base = bool(table) and table[0].base_rate is not None
+    base = bool(table) and table[0].has_base
     page.add(
-        html_table(evaluation_columns(base), [evaluation_row(to_json(row)) for row in table])
+        html_table(evaluation_columns(base), [evaluation_row(row) for row in table])
         + f"<p class=note>test file <code>{e(evaluation.test_file)}</code>; {evaluation.rows()} rows; "
         f"up to {e(evaluation.generation.max_new_tokens)} new tokens.</p>"
     )

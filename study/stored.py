@@ -23,9 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from core.records import OMIT_NONE
-
-NO_CI = (math.nan, math.nan)
+from training.eval_rows import EvalRow
 
 
 @dataclass(frozen=True)
@@ -58,26 +56,6 @@ class ReplicateRecord:
     def seconds(self) -> dict[str, float]:
         """Each stage's measured seconds (stages never measured left out)."""
         return {s.name: s.seconds for s in self.stages if s.seconds is not None and math.isfinite(s.seconds)}
-
-
-@dataclass(frozen=True)
-class EvalRow:
-    """One capability (or ``overall``) of an evaluation's table: the rates of each model and DPO − SFT."""
-
-    capability: str
-    n: int
-    sft_rate: float
-    dpo_rate: float
-    delta: float
-    delta_ci: tuple[float, float] = NO_CI
-    mcnemar_p: float = math.nan
-    sft_ci: tuple[float, float] | None = field(default=None, metadata=OMIT_NONE)
-    dpo_ci: tuple[float, float] | None = field(default=None, metadata=OMIT_NONE)
-    base_rate: float | None = field(default=None, metadata=OMIT_NONE)
-    base_ci: tuple[float, float] | None = field(default=None, metadata=OMIT_NONE)
-    sft_minus_base: float | None = field(default=None, metadata=OMIT_NONE)
-    sft_minus_base_ci: tuple[float, float] | None = field(default=None, metadata=OMIT_NONE)
-    base_mcnemar_p: float | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -44,6 +45,7 @@ from lmeval.compare import MetricRow, Paired
 from lmeval.report import columns as lmeval_columns
 from lmeval.report import table_row as lmeval_row
 from study import claims
+from training.eval_rows import EvalRow
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("core", "access", "data_synthesis", "training", "probes", "analysis", "interventions", "lmeval", "study")
@@ -112,15 +114,14 @@ def test_the_study_html_shares_the_cells() -> None:
 
 
 def test_the_evaluation_table_is_the_same_on_the_terminal_and_in_html() -> None:
-    row = {"capability": "multi_turn", "n": 200, "sft_rate": 0.6, "sft_ci": [0.53, 0.67], "dpo_rate": 0.75}
-    row |= {"dpo_ci": [0.69, 0.81], "delta": 0.15, "delta_ci": [0.08, 0.22], "mcnemar_p": 0.0004}
+    row = EvalRow("multi_turn", 200, 0.6, 0.75, 0.15, (0.08, 0.22), 0.0004, sft_ci=(0.53, 0.67), dpo_ci=(0.69, 0.81))
     page = html_table(evaluation_columns(False), [evaluation_row(row, Strong)])
     assert "<td><b>multi_turn</b></td><td>200</td><td>60.0%</td><td>75.0%</td>" in page
     assert _in_order(re.findall(r"<td>(.*?)</td>", page), CELLS[:3])
     printed = _printed(terminal(evaluation_columns(False, intervals=True), [evaluation_row(row)]))
     assert "60.0% [53.0, 67.0]" in printed and "+15.0" in printed and "[+8.0, +22.0]" in printed
-    base = row | {"base_rate": 0.5, "base_ci": [0.43, 0.57], "sft_minus_base": 0.1, "sft_minus_base_ci": [0.02, 0.18]}
-    base["base_mcnemar_p"] = 0.02
+    base = replace(row, base_rate=0.5, base_ci=(0.43, 0.57), sft_minus_base=0.1, sft_minus_base_ci=(0.02, 0.18))
+    base = replace(base, base_mcnemar_p=0.02)
     header = _printed(terminal(evaluation_columns(True, intervals=True), [evaluation_row(base)]))
     assert "SFT − base (pts)" in header and "+10.0" in header and "[+2.0, +18.0]" in header and "0.020" in header
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from data_synthesis.offline import synthesize
 from training.eval_config import PairEvalConfig
 from training.evaluate import (
     ModelEvaluation,
+    PairEvaluation,
     add_base_columns,
     comparison_table,
     evaluate_pair,
@@ -51,11 +53,11 @@ def test_table_counts_rows_in_each_of_their_capabilities() -> None:
     dpo = ModelEvaluation(
         "b", ["", "", ""], [{"knowledge_boundary": 1, "role_style": 1}, {"multi_turn": 0}, {"multi_turn": 1}]
     )
-    table = {r["capability"]: r for r in comparison_table(sft, dpo)}
-    assert table["role_style"]["sft_rate"] == 0.0 and table["role_style"]["dpo_rate"] == 1.0
-    assert (table["multi_turn"]["sft_pass"], table["multi_turn"]["n"]) == (1, 1)  # undecided rows excluded
-    assert (table["overall"]["sft_pass"], table["overall"]["n"]) == (1, 2)  # row 0 fails on style
-    assert table["overall"]["dpo_pass"] == 2 and "priority" not in table
+    table = {r.capability: r for r in comparison_table(sft, dpo)}
+    assert table["role_style"].sft_rate == 0.0 and table["role_style"].dpo_rate == 1.0
+    assert (table["multi_turn"].sft_pass, table["multi_turn"].n) == (1, 1)  # undecided rows excluded
+    assert (table["overall"].sft_pass, table["overall"].n) == (1, 2)  # row 0 fails on style
+    assert table["overall"].dpo_pass == 2 and "priority" not in table
 
 
 def test_the_dpo_minus_sft_interval_is_paired_and_brackets_the_difference() -> None:
@@ -64,20 +66,40 @@ def test_the_dpo_minus_sft_interval_is_paired_and_brackets_the_difference() -> N
     dpo_scores = [1] * 20 + [0] * 10 + [1] * 2 + [0] * 8
     sft = ModelEvaluation("a", [""] * 40, [{"multi_turn": v} for v in sft_scores])
     dpo = ModelEvaluation("b", [""] * 40, [{"multi_turn": v} for v in dpo_scores])
-    row = {r["capability"]: r for r in comparison_table(sft, dpo)}["multi_turn"]
-    low, high = row["delta_ci"]
-    assert row["delta"] == pytest.approx(-0.2)
+    row = {r.capability: r for r in comparison_table(sft, dpo)}["multi_turn"]
+    low, high = row.delta_ci
+    assert row.delta == pytest.approx(-0.2)
     assert low < -0.2 < high < 0.0  # 8 more losses than gains in 40 pairs: the interval excludes 0
-    assert row["mcnemar_p"] == pytest.approx(0.0386, abs=1e-3)
-    same = {r["capability"]: r for r in comparison_table(sft, sft)}["multi_turn"]
-    assert same["delta_ci"] == (0.0, 0.0)
-    table = comparison_table(sft, dpo)
-    add_base_columns(table, ModelEvaluation("base", [""] * 40, [{"multi_turn": 0}] * 40), sft)
-    row = {r["capability"]: r for r in table}["multi_turn"]
-    assert (
-        row["sft_minus_base"] == pytest.approx(0.75)
-        and 0.5 < row["sft_minus_base_ci"][0] < 0.75 < row["sft_minus_base_ci"][1] <= 1.0
+    assert row.mcnemar_p == pytest.approx(0.0386, abs=1e-3)
+    same = {r.capability: r for r in comparison_table(sft, sft)}["multi_turn"]
+    assert same.delta_ci == (0.0, 0.0) and not same.has_base
+    table = add_base_columns(
+        comparison_table(sft, dpo), ModelEvaluation("base", [""] * 40, [{"multi_turn": 0}] * 40), sft
     )
+    row = {r.capability: r for r in table}["multi_turn"]
+    assert row.has_base and row.sft_minus_base == pytest.approx(0.75) and row.sft_minus_base_ci is not None
+    assert 0.5 < row.sft_minus_base_ci[0] < 0.75 < row.sft_minus_base_ci[1] <= 1.0
+
+
+def test_the_stored_table_keeps_its_keys_in_order_and_reads_back_as_the_same_typed_rows(tmp_path: Path) -> None:
+    from core.records import read_record
+    from study.stored import EvalRecord
+
+    sft = ModelEvaluation("sft", [""] * 40, [{"multi_turn": v} for v in [1] * 30 + [0] * 10])
+    dpo = ModelEvaluation("dpo", [""] * 40, [{"multi_turn": v} for v in [1] * 20 + [0] * 20])
+    base = ModelEvaluation("base", [""] * 40, [{"multi_turn": 0}] * 40)
+    table = add_base_columns(comparison_table(sft, dpo), base, sft)
+    result = PairEvaluation("test.jsonl", {"t": 40}, "rules", {}, sft, dpo, table, base)
+    path = result.save(tmp_path / "eval.json")
+    stored = json.loads(path.read_text())["table"]
+    assert list(stored[0]) == [
+        *("capability", "n", "sft_pass", "sft_rate", "sft_ci", "dpo_pass", "dpo_rate", "dpo_ci", "delta"),
+        *("delta_ci", "mcnemar_p", "base_pass", "base_rate", "base_ci", "sft_minus_base", "sft_minus_base_ci"),
+        "base_mcnemar_p",
+    ]
+    assert read_record(EvalRecord, path, "evaluation").table == table
+    without_base = PairEvaluation("test.jsonl", {"t": 40}, "rules", {}, sft, dpo, comparison_table(sft, dpo))
+    assert "base_rate" not in json.loads(without_base.save(tmp_path / "plain.json").read_text())["table"][0]
 
 
 @pytest.mark.slow
@@ -91,7 +113,7 @@ def test_evaluate_pair_on_tiny_models(tiny_pair: tuple[Path, Path], test_file: P
     result = evaluate_pair(config)
     assert result.judge == "rules" and result.base is None
     assert sum(result.task_counts.values()) == 18 and len(result.sft.responses) == 18
-    caps = [r["capability"] for r in result.table]
+    caps = [r.capability for r in result.table]
     assert caps[-1] == "overall" and set(caps[:-1]) == {
         "knowledge_boundary",
         "role_style",
@@ -99,6 +121,6 @@ def test_evaluate_pair_on_tiny_models(tiny_pair: tuple[Path, Path], test_file: P
         "multi_turn",
         "priority",
     }
-    assert all(0.0 <= r["sft_rate"] <= 1.0 and 0.0 <= r["mcnemar_p"] <= 1.0 for r in result.table)
+    assert all(0.0 <= r.sft_rate <= 1.0 and 0.0 <= r.mcnemar_p <= 1.0 for r in result.table)
     saved = result.save(tmp_path / "eval.json")
     assert saved.read_text().startswith("{")

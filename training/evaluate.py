@@ -39,7 +39,7 @@ import hashlib
 import json
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -57,6 +57,7 @@ from core.schema import TestRow
 from core.stats import discordant, mcnemar_p, paired_bootstrap_ci, wilson
 from data_synthesis.heldout.gate import discrimination_gate
 from training.eval_config import PairEvalConfig
+from training.eval_rows import EvalRow, GroupRow
 
 T = TypeVar("T")
 
@@ -129,14 +130,14 @@ class PairEvaluation:
     generation: dict[str, Any]
     sft: ModelEvaluation
     dpo: ModelEvaluation
-    table: list[dict[str, Any]] = field(default_factory=list)
+    table: list[EvalRow] = field(default_factory=list)
     base: ModelEvaluation | None = None  # the untouched model the SFT started from, when given
     warnings: list[str] = field(default_factory=list)
     gate: dict[str, Any] = field(default_factory=dict)  # {"holds": bool | None, "line": str, "failures": [...]}
-    groups: list[dict[str, Any]] = field(default_factory=list)  # per-group compliance, where rows name a group
+    groups: list[GroupRow] = field(default_factory=list)  # per-group compliance, where rows name a group
 
-    def rates(self, which: str) -> dict[str, float]:
-        return {row["capability"]: row[f"{which}_rate"] for row in self.table}
+    def rates(self, which: str) -> dict[str, float | None]:
+        return {row.capability: row.rate(which) for row in self.table}
 
     def save(self, path: str | Path) -> Path:
         """Write the result to ``path``; when that fails (a full disk), keep it in a temporary folder or the home
@@ -195,25 +196,25 @@ def mcnemar_from_scores(a: Sequence[int | None], b: Sequence[int | None]) -> flo
 
 def _row(
     name: str, s: tuple[int, int], d: tuple[int, int], a: Sequence[int | None], b: Sequence[int | None]
-) -> dict[str, Any]:
+) -> EvalRow:
     sr = s[0] / s[1] if s[1] else float("nan")
     dr = d[0] / d[1] if d[1] else float("nan")
-    return {
-        "capability": name,
-        "n": s[1],
-        "sft_pass": s[0],
-        "sft_rate": sr,
-        "sft_ci": wilson(*s),
-        "dpo_pass": d[0],
-        "dpo_rate": dr,
-        "dpo_ci": wilson(*d),
-        "delta": dr - sr,
-        "delta_ci": paired_bootstrap_ci(*judged_pairs(a, b)),
-        "mcnemar_p": mcnemar_from_scores(a, b),
-    }
+    return EvalRow(
+        capability=name,
+        n=s[1],
+        sft_pass=s[0],
+        sft_rate=sr,
+        sft_ci=wilson(*s),
+        dpo_pass=d[0],
+        dpo_rate=dr,
+        dpo_ci=wilson(*d),
+        delta=dr - sr,
+        delta_ci=paired_bootstrap_ci(*judged_pairs(a, b)),
+        mcnemar_p=mcnemar_from_scores(a, b),
+    )
 
 
-def comparison_table(sft: ModelEvaluation, dpo: ModelEvaluation) -> list[dict[str, Any]]:
+def comparison_table(sft: ModelEvaluation, dpo: ModelEvaluation) -> list[EvalRow]:
     """One row per capability present in the scores, plus ``overall``: rates with Wilson intervals, DPO − SFT with
     its paired bootstrap interval (:func:`core.stats.paired_bootstrap_ci`) and the exact McNemar p."""
     table = []
@@ -236,26 +237,30 @@ def comparison_table(sft: ModelEvaluation, dpo: ModelEvaluation) -> list[dict[st
     return table
 
 
-def add_base_columns(table: list[dict[str, Any]], base: ModelEvaluation, sft: ModelEvaluation) -> None:
-    """Add the untouched model's rate, its Wilson interval, SFT - base with its paired bootstrap interval and the exact
-    McNemar p of that pair."""
-    for row in table:
-        key = row["capability"]
-        if key == "overall":
-            passed, n = base.overall()
-            a, b = [_complies(s) for s in base.scores], [_complies(s) for s in sft.scores]
-        else:
-            passed, n = base.rate(key)
-            a, b = [s.get(key) for s in base.scores], [s.get(key) for s in sft.scores]
-        rate = passed / n if n else float("nan")
-        row.update(
-            base_pass=passed,
-            base_rate=rate,
-            base_ci=wilson(passed, n),
-            sft_minus_base=row["sft_rate"] - rate,
-            sft_minus_base_ci=paired_bootstrap_ci(*judged_pairs(a, b)),
-            base_mcnemar_p=mcnemar_from_scores(a, b),
-        )
+def add_base_columns(table: list[EvalRow], base: ModelEvaluation, sft: ModelEvaluation) -> list[EvalRow]:
+    """The rows with the untouched model's rate, its Wilson interval, SFT - base with its paired bootstrap interval
+    and the exact McNemar p of that pair."""
+    return [_with_base(row, base, sft) for row in table]
+
+
+def _with_base(row: EvalRow, base: ModelEvaluation, sft: ModelEvaluation) -> EvalRow:
+    key = row.capability
+    if key == "overall":
+        passed, n = base.overall()
+        a, b = [_complies(s) for s in base.scores], [_complies(s) for s in sft.scores]
+    else:
+        passed, n = base.rate(key)
+        a, b = [s.get(key) for s in base.scores], [s.get(key) for s in sft.scores]
+    rate = passed / n if n else float("nan")
+    return replace(
+        row,
+        base_pass=passed,
+        base_rate=rate,
+        base_ci=wilson(passed, n),
+        sft_minus_base=row.sft_rate - rate,
+        sft_minus_base_ci=paired_bootstrap_ci(*judged_pairs(a, b)),
+        base_mcnemar_p=mcnemar_from_scores(a, b),
+    )
 
 
 def _complies(scores: dict[str, int | None]) -> int | None:
@@ -506,7 +511,7 @@ def _judged(config: PairEvalConfig, prepared: _Prepared, journal: Path, judge: J
         counts[row.task] = counts.get(row.task, 0) + 1
     table = comparison_table(results["sft"], results["dpo"])
     if "base" in results:
-        add_base_columns(table, results["base"], results["sft"])
+        table = add_base_columns(table, results["base"], results["sft"])
     gate = discrimination_gate({m: {c.value: r.rate(c.value) for c in ALL_CAPABILITIES} for m, r in results.items()})
     return PairEvaluation(
         str(config.test_file),
@@ -523,17 +528,17 @@ def _judged(config: PairEvalConfig, prepared: _Prepared, journal: Path, judge: J
     )
 
 
-def group_table(rows: Sequence[TestRow], results: dict[str, ModelEvaluation]) -> list[dict[str, Any]]:
+def group_table(rows: Sequence[TestRow], results: dict[str, ModelEvaluation]) -> list[GroupRow]:
     """Row compliance per ``group`` named in the rows (held-out levels and priority variants), for each model, with
     Wilson intervals; empty when no row names a group."""
     groups = sorted({str(g) for row in rows if (g := row.extra.get("group"))})
     table = []
     for group in groups:
         picked = [i for i, row in enumerate(rows) if row.extra.get("group") == group]
-        entry: dict[str, Any] = {"group": group, "n": len(picked)}
+        columns: dict[str, Any] = {}
         for name, result in results.items():
             judged = [c for i in picked if (c := _complies(result.scores[i])) is not None]
-            entry[f"{name}_rate"] = sum(judged) / len(judged) if judged else float("nan")
-            entry[f"{name}_ci"] = wilson(sum(judged), len(judged))
-        table.append(entry)
+            columns[f"{name}_rate"] = sum(judged) / len(judged) if judged else float("nan")
+            columns[f"{name}_ci"] = wilson(sum(judged), len(judged))
+        table.append(GroupRow(group=group, n=len(picked), **columns))
     return table

@@ -59,8 +59,8 @@ def analyze(
 ) -> None:
     """Compare SFT and DPO activations of a run: maps, per-layer profile, neuron sets, plots."""
     from analysis import analyze_run
-    from analysis.attribution_maps import attribution_first
     from analysis.basis import analysis_dir
+    from analysis.run import prior_pass_first
     from probe_cli.console import console
 
     config = settings.build()
@@ -72,7 +72,7 @@ def analyze(
             {"RUN_DIR's recording": run.activations, "RUN_DIR's settings": run.settings_file},
             writer=Writer.ANALYZE,
         )
-    if not attribution_first(run_dir, config):  # a helper rank of a data-parallel attribution pass: its share is done
+    if not prior_pass_first(run_dir, config):  # a helper rank of a data-parallel prior pass: its share is done
         return
     result = analyze_run(run_dir, config, capabilities=capability, hooks=hook, out_dir=out, plots=plots, png=png)
     print_report(result, console(), show)

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from analysis.config import METRIC_TABLE
 from analysis.explain_config import ExplainConfig
+from analysis.rankings import RANKINGS
 from core.config_file import Range
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, count_option
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from analysis.readout import ReadOut
 
 RANK_NAMES = {
-    **{name: metric.short for name, metric in METRIC_TABLE.items()},
+    **{name: row.short for name, row in RANKINGS.items() if row.analyzed},
     "weights_sft_dpo": "w s→d",
     "weights_base_sft": "w b→s",
 }

@@ -29,6 +29,7 @@ from training.eval_config import HELDOUT, SPLITS, PairEvalConfig
 
 if TYPE_CHECKING:
     from probes.distributed import World
+    from training.eval_rows import GroupRow
 
 models_app = typer.Typer(
     help="The embedded default SFT/DPO pair, its pretrained base and its evaluation.", no_args_is_help=True
@@ -101,19 +102,25 @@ def print_table(result: Any) -> None:
         console().print(result.gate["line"], markup=False)
 
 
-def _group_table(groups: list[dict[str, Any]]) -> Any:
+def _group_table(groups: list[GroupRow]) -> Any:
     from rich.table import Table
 
-    models = [m for m in ("base", "sft", "dpo") if f"{m}_rate" in groups[0]]
+    models = [m for m in ("base", "sft", "dpo") if groups[0].rate(m)[0] is not None]
     table = Table(title="row compliance per group (Wilson 95% interval)")
     table.add_column("group")
     table.add_column("n", justify="right")
     for m in models:
         table.add_column(m.upper(), justify="right")
     for g in groups:
-        cells = [f"{g[f'{m}_rate']:.1%} [{g[f'{m}_ci'][0]:.0%}, {g[f'{m}_ci'][1]:.0%}]" for m in models]
-        table.add_row(g["group"], str(g["n"]), *cells)
+        cells = [_rate_cell(*g.rate(m)) for m in models]
+        table.add_row(g.group, str(g.n), *cells)
     return table
+
+
+def _rate_cell(rate: float | None, ci: tuple[float, float] | None) -> str:
+    """``62.5% [31%, 86%]``: a group's rate with its Wilson interval."""
+    low, high = ci or (float("nan"), float("nan"))
+    return f"{float('nan') if rate is None else rate:.1%} [{low:.0%}, {high:.0%}]"
 
 
 def _print_overlap(test: Path, data_dir: Path | None) -> None:
