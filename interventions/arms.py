@@ -129,10 +129,9 @@ class ArmStore:
         if self.root is None or self.made_by is None or not any(self.root.glob("*.json")):
             return
         try:
-            kept = json.loads((self.root / MADE_BY).read_text(encoding="utf-8"))
+            fault = made_by_fault(json.loads((self.root / MADE_BY).read_text(encoding="utf-8")), self.made_by)
         except (OSError, ValueError):
-            return  # a folder from before this record: its settings decide, as they always did
-        fault = made_by_fault(kept, self.made_by)
+            fault = "kept without saying who made them (by an older toolkit)"
         if fault is not None:
             warn(f"{self.root}: its kept arms were {fault}; they are generated again")
 
