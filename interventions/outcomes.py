@@ -166,11 +166,12 @@ def response_checks(
         return ResponseChecks(row_ids=list(row_ids), vocab_size=len(tokenizer))
     configs = [read_config(d) for d in model_dirs.values()]
     contexts = [c for c in map(context_length, configs) if c is not None]
+    vocabularies = [int(v) for c in configs if (v := getattr(c, "vocab_size", None))]
     return ResponseChecks(
         row_ids=list(row_ids),
         made_by=MadeBy.of(model_dirs[target], tokenizer) if target in model_dirs else None,
         whose=f"this run's {target} model",
-        vocab_size=min(int(c.vocab_size) for c in configs),
+        vocab_size=min(vocabularies) if vocabularies else len(tokenizer),
         context=min(contexts) if contexts else None,
     )
 
