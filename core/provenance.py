@@ -9,6 +9,11 @@ can differ in their bytes (safetensors header order, metadata), and equal seeds 
 equal fingerprints. Runs also record hashes of the tokenizer vocabulary and special tokens,
 of the chat template, and of the data file.
 
+A file that a later command reads back instead of computing it again (kept greedy responses, kept A/B batches,
+an attribution cache, a recording's local groups) says who made it with :class:`MadeBy`: these two fingerprints,
+under the names ``weights_sha256`` and ``tokenizer_sha256``. Its reader compares them with the model it has and
+refuses (or, for a resume's own cache, remakes) one made by another, naming both.
+
 Hashing a 16 GB checkpoint takes a while, so fingerprints are cached per (real path,
 size, mtime) of the weight files in ``$PROBE_HOME/file_hashes.json`` (see :mod:`core.home`);
 a changed file is re-hashed.
@@ -20,6 +25,8 @@ Example:
     'ba7816bf8f01'
     >>> weights_sha256("runs/../models/sft")          # doctest: +SKIP
     '3f1c...'
+    >>> MadeBy("a" * 64, "c" * 64).differences(MadeBy("b" * 64, "c" * 64), "the sft model")
+    'weights_sha256 aaaaaaaaaaaa… (the sft model: bbbbbbbbbbbb…)'
 """
 
 from __future__ import annotations
@@ -29,10 +36,11 @@ import hashlib
 import json
 import os
 import platform
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -165,6 +173,78 @@ def tokenizer_sha256(tokenizer: PreTrainedTokenizerBase) -> str:
 
 def chat_template_sha256(tokenizer: PreTrainedTokenizerBase) -> str:
     return text_sha256(tokenizer.chat_template or "")
+
+
+def short_sha(value: str) -> str:
+    """A fingerprint as messages show it: its first 12 hex digits."""
+    return f"{value[:12]}…"
+
+
+@dataclass(frozen=True)
+class MadeBy:
+    """Who made a file that is read back: the model's :func:`weights_sha256` and its :func:`tokenizer_sha256`
+    (module doc). Stored as the fields :attr:`FIELDS` of a JSON object or the attributes of an HDF5 object."""
+
+    weights_sha256: str
+    tokenizer_sha256: str
+
+    FIELDS: ClassVar[tuple[str, str]] = ("weights_sha256", "tokenizer_sha256")
+
+    @classmethod
+    def of(cls, model_dir: str | os.PathLike[str], tokenizer: PreTrainedTokenizerBase) -> MadeBy:
+        return cls(weights_sha256(model_dir), tokenizer_sha256(tokenizer))
+
+    def fields(self) -> dict[str, str]:
+        return {"weights_sha256": self.weights_sha256, "tokenizer_sha256": self.tokenizer_sha256}
+
+    @classmethod
+    def read(cls, body: Mapping[str, Any]) -> MadeBy | str | None:
+        """The fingerprints ``body`` carries; None when it carries neither (written before them); a string saying
+        what is wrong when they are not two sha256 digests."""
+        values = [body.get(name) for name in cls.FIELDS]
+        if all(v is None for v in values):
+            return None
+        for name, value in zip(cls.FIELDS, values, strict=True):
+            if not (isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)):
+                return f"'{name}' is {str(value)[:20]!r}; expected a sha256 (64 hex digits)"
+        return cls(str(values[0]), str(values[1]))
+
+    def differences(self, expected: MadeBy, whose: str) -> str | None:
+        """The fingerprints that differ from ``expected`` (the ones of ``whose``, e.g. "this run's dpo model"),
+        each with both values; None when both match."""
+        said = [
+            f"{name} {short_sha(mine)} ({whose}: {short_sha(theirs)})"
+            for name, mine, theirs in zip(self.FIELDS, self.values(), expected.values(), strict=True)
+            if mine != theirs
+        ]
+        return "; ".join(said) or None
+
+    def values(self) -> tuple[str, str]:
+        return self.weights_sha256, self.tokenizer_sha256
+
+
+def models_made_by(model_fields: Mapping[str, Mapping[str, str]]) -> dict[str, MadeBy]:
+    """``{model: MadeBy}`` from ``{model: MadeBy.fields()}``, as a file of a pair's models keeps them."""
+    return {model: MadeBy(**fields) for model, fields in model_fields.items()}
+
+
+def pair_differences(kept: Any, ours: Mapping[str, MadeBy], whose: str) -> list[str]:
+    """How ``kept`` (``{model: MadeBy fields}`` read back from a file) differs from ``ours``: one phrase per model
+    whose fingerprints are missing or differ, naming both (``whose``: e.g. "this run's", before the model's name).
+
+    >>> ours = {"sft": MadeBy("a" * 64, "c" * 64)}
+    >>> pair_differences({"sft": {"weights_sha256": "b" * 64, "tokenizer_sha256": "c" * 64}}, ours, "the run's")
+    ["sft model: weights_sha256 bbbbbbbbbbbb… (the run's sft model: aaaaaaaaaaaa…)"]
+    """
+    said = []
+    for model, expected in ours.items():
+        entry = kept.get(model) if isinstance(kept, dict) else None
+        found = MadeBy.read(entry if isinstance(entry, dict) else {})
+        if not isinstance(found, MadeBy):
+            said.append(f"{model} model: {found or 'no fingerprint'}")
+        elif differ := found.differences(expected, f"{whose} {model} model"):
+            said.append(f"{model} model: {differ}")
+    return said
 
 
 LIBRARIES = (

@@ -45,7 +45,7 @@ from core.judges import Judge, make_judge
 from core.rows import row_location
 from core.schema import TestRow
 from interventions import parallel
-from interventions.arms import ArmStore, fingerprint
+from interventions.arms import ArmStore, fingerprint, made_by
 from interventions.config import ABConfig
 from interventions.outcomes import (
     greedy_ids,
@@ -157,7 +157,8 @@ class _Runner:
         dirs = list(plan.pool.dirs.values())
         # the device's kind, not its number: the ranks of a data-parallel run keep batches for each other
         settings = config.to_dict() | {"device": self.models[config.model].device.type}
-        self.store = ArmStore(config.out_dir, fingerprint(settings, dirs, self.data_file, self.row_ids, units))
+        key = fingerprint(settings, dirs, self.data_file, self.row_ids, units)
+        self.store = ArmStore(config.out_dir, key, made_by(plan.pool.dirs, self.tokenizer, self.row_ids))
         self.baselines: dict[str, tuple[Generations, ArmScores]] = {}
         self.total_passes = len(self.passes())
         self.passes_done = 0  # passes started, read back or generated
@@ -186,6 +187,7 @@ class _Runner:
                 self.data_file,
                 target,
                 None if base is None else greedy_ids([base[0].ids[i] for i in idx], self.tokenizer),
+                self.plan.pool.dirs,
             )
             self.responses_by_model[model] = inputs.responses
             self.outcome_pairs = len(inputs.pairs)
@@ -698,6 +700,7 @@ def _evaluate(runner: _Runner, annotate: Callable[[ABReport], None] | None = Non
                 [runner.row_ids[i] for i in idx],
                 {m: [b[0].ids[i] for i in idx] for m, b in runner.baselines.items()},
                 runner.tokenizer,
+                runner.plan.pool.dirs,
             )
         write_report(
             report,

@@ -9,7 +9,11 @@ among the placebo sets' Δs (:func:`interventions.stats.placebo_compare`) and th
 :func:`interventions.evidence.outcome_verdict`.
 
 An A/B run keeps each model's greedy token ids in ``responses_<model>.jsonl`` (:class:`core.run_dir.InterventionDir`),
-so that ``--outcomes only --responses <that run's folder>`` reuses them without generating.
+so that ``--outcomes only --responses <that run's folder>`` reuses them without generating. Each line says which data
+row it answers and who wrote it (the model's and the tokenizer's fingerprints, :class:`core.provenance.MadeBy`); a
+later run reads them back only for the same rows, the same model and the same tokenizer, its ids inside the
+vocabulary and each prompt plus response inside the model's context (:class:`probes.outcome_rows.ResponseChecks`,
+:func:`response_checks`): anything else is one ``error:`` line naming the file and line, before any forward.
 
 Example:
     >>> import numpy as np
@@ -23,7 +27,7 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -43,6 +47,7 @@ if TYPE_CHECKING:
 
     from core.schema import TestRow
     from interventions.config import ABConfig
+    from probes.outcome_rows import ResponseChecks
 
 
 def outcome_seconds(
@@ -118,9 +123,16 @@ def default_dpo_file(config: ABConfig, data_file: Path) -> Path | None:
     return beside if beside.is_file() else None
 
 
-def earlier_responses(responses: str, target: str, row_ids: Sequence[int]) -> Path | None:
+def earlier_responses(
+    responses: str, target: str, row_ids: Sequence[int], checks: ResponseChecks | None = None
+) -> Path | None:
     """For ``--responses DIR`` (an earlier ``probe intervene`` folder, or its generations file): the file of
-    ``target``'s greedy token ids it kept, checked to hold the same rows; None for any other ``--responses``."""
+    ``target``'s greedy token ids it kept, checked to hold the same rows (and to ``checks``); None for any other
+    ``--responses``."""
+    from dataclasses import replace
+
+    from probes.outcome_rows import ResponseChecks, read_responses
+
     path = Path(responses)
     folder = path.parent if path.name == InterventionDir(".").generations.name else path
     if not folder.is_dir():
@@ -132,14 +144,36 @@ def earlier_responses(responses: str, target: str, row_ids: Sequence[int]) -> Pa
             f"--responses {responses}: {kept} not found (that run kept no greedy responses of the {target} model; "
             "runs before the continuous outcomes, or with --outcomes off, keep none)"
         )
-    with kept.open(encoding="utf-8") as handle:
-        earlier = [json.loads(line).get("row") for line in handle if line.strip()]
-    if earlier != list(row_ids):
-        raise ProbeError(
-            f"--responses {responses}: that run's {target} responses are for other rows ({len(earlier)}) than this "
-            f"run's ({len(row_ids)}): give the same capability, --limit and data"
-        )
+    read_responses(kept, len(row_ids), replace(checks or ResponseChecks(), row_ids=list(row_ids)))
     return kept
+
+
+def response_checks(
+    tokenizer: PreTrainedTokenizerBase,
+    row_ids: Sequence[int],
+    target: str,
+    model_dirs: Mapping[str, Path] | None,
+) -> ResponseChecks:
+    """What the outcomes' sequences are held to (:class:`probes.outcome_rows.ResponseChecks`): the rows, and with
+    the pair's directories the target's fingerprints, the smallest vocabulary and context of the pair's models
+    (both run every sequence); without them the tokenizer's vocabulary only."""
+    from access.pair import read_config
+    from core.chat import context_length
+    from core.provenance import MadeBy
+    from probes.outcome_rows import ResponseChecks
+
+    if not model_dirs:
+        return ResponseChecks(row_ids=list(row_ids), vocab_size=len(tokenizer))
+    configs = [read_config(d) for d in model_dirs.values()]
+    contexts = [c for c in map(context_length, configs) if c is not None]
+    vocabularies = [int(v) for c in configs if (v := getattr(c, "vocab_size", None))]
+    return ResponseChecks(
+        row_ids=list(row_ids),
+        made_by=MadeBy.of(model_dirs[target], tokenizer) if target in model_dirs else None,
+        whose=f"this run's {target} model",
+        vocab_size=min(vocabularies) if vocabularies else len(tokenizer),
+        context=min(contexts) if contexts else None,
+    )
 
 
 def outcome_inputs(
@@ -150,23 +184,35 @@ def outcome_inputs(
     data_file: Path,
     target: str,
     greedy: Sequence[Sequence[int]] | None,
+    model_dirs: Mapping[str, Path] | None = None,
 ) -> OutcomeInputs:
     """The teacher-forced sequences of the arms whose target is ``target`` (``greedy``: its baseline token ids,
-    :func:`greedy_ids`)."""
+    :func:`greedy_ids`), each checked (:func:`response_checks`; ``model_dirs``: the pair's directories by model)
+    before any forward."""
     from probes.outcome_rows import capability_pairs, outcome_rows
 
+    checks = response_checks(tokenizer, row_ids, target, model_dirs)
     dpo_file = default_dpo_file(config, data_file)
-    kept = earlier_responses(config.responses, target, row_ids)
+    kept = earlier_responses(config.responses, target, row_ids, checks)
     source = str(kept) if kept is not None else config.responses
     answers = None if greedy is None else [list(ids) for ids in greedy]
-    forced_rows = outcome_rows(tokenizer, rows, source, data_file=data_file, greedy=answers, dpo_file=dpo_file)
+    forced_rows = outcome_rows(
+        tokenizer, rows, source, data_file=data_file, greedy=answers, dpo_file=dpo_file, checks=checks
+    )
     reference = (
         forced_rows
         if config.responses == "reference"
-        else outcome_rows(tokenizer, rows, "reference", data_file=data_file)
+        else outcome_rows(tokenizer, rows, "reference", data_file=data_file, checks=checks)
     )
     pairs = (
-        capability_pairs(tokenizer, dpo_file, config.capability, limit=config.outcome_pairs, seed=config.seed)
+        capability_pairs(
+            tokenizer,
+            dpo_file,
+            config.capability,
+            limit=config.outcome_pairs,
+            seed=config.seed,
+            context=checks.context,
+        )
         if dpo_file is not None and config.outcome_pairs
         else []
     )
@@ -193,15 +239,21 @@ def write_greedy(
     row_ids: Sequence[int],
     baselines: dict[str, Sequence[Sequence[int]]],
     tokenizer: PreTrainedTokenizerBase,
+    model_dirs: Mapping[str, Path] | None = None,
 ) -> None:
     """Keep each model's greedy token ids of the target rows (``row_ids``, their lines in the data file) in
     ``folder`` (``responses_<model>.jsonl``, one ``{"row", "token_ids"}`` per row, as ``--responses FILE`` reads
-    them) for a later ``--outcomes only``."""
+    them) for a later ``--outcomes only``; with ``model_dirs`` each line also carries who wrote it
+    (:class:`core.provenance.MadeBy`)."""
     from core.atomic import write_atomic
+    from core.provenance import MadeBy, tokenizer_sha256, weights_sha256
 
+    tokens = tokenizer_sha256(tokenizer)
     for model, ids in baselines.items():
+        directory = (model_dirs or {}).get(model)
+        made_by = MadeBy(weights_sha256(directory), tokens).fields() if directory is not None else {}
         lines = [
-            json.dumps({"row": int(row), "token_ids": answer})
+            json.dumps({"row": int(row), "token_ids": answer, **made_by})
             for row, answer in zip(row_ids, greedy_ids(ids, tokenizer), strict=True)
         ]
         write_atomic(InterventionDir(folder).responses(model), "".join(line + "\n" for line in lines))

@@ -25,12 +25,15 @@ the graph starts at the input embeddings).
 
 Batches follow :mod:`probes.batching` (length-sorted, padded-token budget, a quarter of the
 recording budget by default: a backward keeps every layer's activations). The result is one
-HDF5 file per *m* in the run dir (:meth:`core.run_dir.RunDir.attribution`)::
+HDF5 file per *m* in the run dir (:meth:`core.run_dir.RunDir.attribution`), a cache: it is used again only
+for the same key, and one made by other models (its ``made_by`` differs from the run's) is computed again
+after one ``warning:`` naming both fingerprints::
 
     /{capability}/{hook}/attribution   (N, n_layers, width) float32  per-prompt attr, summed over positions
     /{capability}/{hook}/sft, dpo      (N, n_layers, width) float32  mean activation over the same positions
     /{capability}/m, sample_ids        (N,)                         m per prompt (or pair) of the DPO model
-    attrs: m, positions, layers, hooks, key (weights hashes and settings it was computed from)
+    attrs: m, positions, layers, hooks, key (weights hashes and settings it was computed from),
+           made_by (JSON: per model, sft and dpo, its weights and tokenizer fingerprints, core.provenance.MadeBy)
 
 :func:`analysis.attribution_maps.attribution_maps` turns it into maps like the other metrics'.
 :func:`patched_deltas` is the ground truth it estimates (actual single-unit patching), used to
@@ -257,12 +260,23 @@ class _Plan:
     sample_ids: list[int]
 
 
+def _made_by(settings: RunSettings) -> dict[str, dict[str, str]]:
+    """Who computes the attribution of a run: its models, as :class:`core.provenance.MadeBy` fields."""
+    from core.provenance import MadeBy
+
+    return {
+        model: MadeBy(sha, settings.tokenizer_sha256).fields()
+        for model, sha in (("sft", settings.sft_weights_sha256), ("dpo", settings.dpo_weights_sha256))
+    }
+
+
 def _key(settings: RunSettings, m: str, positions: str, dpo_file: Path | None, rows: int) -> str:
     body = {
         "m": m,
         "positions": positions,
         "sft": settings.sft_weights_sha256,
         "dpo": settings.dpo_weights_sha256,
+        "tokenizer": settings.tokenizer_sha256,
         "data": settings.data_sha256,
         "hooks": settings.hooks,
         "layers": settings.layers,
@@ -272,7 +286,9 @@ def _key(settings: RunSettings, m: str, positions: str, dpo_file: Path | None, r
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def _reference_plans(settings: RunSettings, capabilities: list[str], tokenizer: PreTrainedTokenizerBase) -> list[_Plan]:
+def _reference_plans(
+    settings: RunSettings, capabilities: list[str], tokenizer: PreTrainedTokenizerBase, context: int | None = None
+) -> list[_Plan]:
     from core.capabilities import parse_capabilities
     from core.rows import group_by_capability, row_location
     from probes.responses import read_rows, response_lookup, teacher_forced
@@ -290,7 +306,8 @@ def _reference_plans(settings: RunSettings, capabilities: list[str], tokenizer: 
         items: list[Item] = []
         ids: list[int] = []
         for index, row in members:
-            tokens, n = teacher_forced(tokenizer, row.question, lookup(index), partial(row_location, index, data))
+            where = partial(row_location, index, data)
+            tokens, n = teacher_forced(tokenizer, row.question, lookup(index), where, context)
             items.append(Item(tokens, n, len(ids)))
             ids.append(index)
         plans.append(_Plan(cap.value, items, ids))
@@ -298,7 +315,11 @@ def _reference_plans(settings: RunSettings, capabilities: list[str], tokenizer: 
 
 
 def _margin_plans(
-    dpo_file: Path, capabilities: list[str], tokenizer: PreTrainedTokenizerBase, max_rows: int
+    dpo_file: Path,
+    capabilities: list[str],
+    tokenizer: PreTrainedTokenizerBase,
+    max_rows: int,
+    context: int | None = None,
 ) -> list[_Plan]:
     from core.capabilities import parse_capabilities
     from core.rows import group_by_capability, row_location
@@ -316,7 +337,7 @@ def _margin_plans(
         for index, row in members[:max_rows]:
             where = lambda index=index: row_location(index, dpo_file)  # noqa: E731
             for which, sign in (("chosen", 1.0), ("rejected", -1.0)):
-                tokens, n = teacher_forced(tokenizer, row.question, str(row.extra[which]), where)
+                tokens, n = teacher_forced(tokenizer, row.question, str(row.extra[which]), where, context)
                 items.append(Item(tokens, n, len(ids), sign))
             ids.append(index)
         plans.append(_Plan(cap.value, items, ids))
@@ -409,7 +430,8 @@ def _job(run_dir: Path, m: str, positions: str, dpo_file: Path | None, max_rows:
         )
     key = _key(settings, m, positions, source, max_rows)
     path = RunDir(run_dir).attribution(m)
-    job = _Job(path, key, m, positions, source, max_rows, settings, capabilities, hooks, _cached(path, key))
+    cached = _cached(path, key, _made_by(settings))
+    job = _Job(path, key, m, positions, source, max_rows, settings, capabilities, hooks, cached)
     if job.cached:
         return job
     if not settings.sft_dir or not settings.dpo_dir:
@@ -466,9 +488,9 @@ def _attribute(job: _Job, world: World, max_batch_tokens: int | None, device: st
         model.requires_grad_(False)
     plans = world.agree(
         lambda: (
-            _reference_plans(settings, job.capabilities, pair.tokenizer)
+            _reference_plans(settings, job.capabilities, pair.tokenizer, pair.shape.max_positions)
             if job.source is None
-            else _margin_plans(job.source, job.capabilities, pair.tokenizer, job.max_rows)
+            else _margin_plans(job.source, job.capabilities, pair.tokenizer, job.max_rows, pair.shape.max_positions)
         )
     )
     budget = max_batch_tokens or max(256, (CPU_MAX_BATCH_TOKENS if pair.device == "cpu" else 8192) // 4)
@@ -564,6 +586,7 @@ def _write_file(job: _Job, plans: list[_Plan], batches: list[_Batch], started: f
                 "positions": job.positions,
                 "layers": json.dumps(layers),
                 "key": job.key,
+                "made_by": json.dumps(_made_by(job.settings), sort_keys=True),
                 "dpo_file": str(job.source or ""),
                 "seconds": time.perf_counter() - started,
             }
@@ -580,8 +603,9 @@ def _write_file(job: _Job, plans: list[_Plan], batches: list[_Batch], started: f
     return job.path
 
 
-def _cached(path: Path, key: str) -> bool:
-    """Whether ``path`` holds the attribution of ``key``; a damaged file is a note, and is computed again."""
+def _cached(path: Path, key: str, made_by: dict[str, dict[str, str]]) -> bool:
+    """Whether ``path`` holds the attribution of ``key``; a damaged file, or one computed by other models than
+    ``made_by``'s, is a warning, and is computed again."""
     from core.hdf5 import read_hdf5, text_attr
     from core.models import warn
 
@@ -589,10 +613,29 @@ def _cached(path: Path, key: str) -> bool:
         return False
     try:
         with read_hdf5(path, "attribution file", "computing it again") as f:
-            return text_attr(f, "key") == key
+            kept_key = text_attr(f, "key")
+            kept = text_attr(f, "made_by") if "made_by" in f.attrs else None
     except ProbeError as exc:
         warn(str(exc))
         return False
+    fault = _made_by_fault(kept, made_by)
+    if fault is not None:
+        warn(f"{path}: computed by other models ({fault}); computing it again")
+        return False
+    return kept_key == key
+
+
+def _made_by_fault(kept: str | None, made_by: dict[str, dict[str, str]]) -> str | None:
+    """How a file's ``made_by`` attribute differs from the run's (None: it does not, or a file from before it)."""
+    from core.provenance import models_made_by, pair_differences
+
+    if kept is None:
+        return None
+    try:
+        body = json.loads(kept)
+    except ValueError:
+        body = None
+    return "; ".join(pair_differences(body, models_made_by(made_by), "the run's")) or None
 
 
 def _fill_plan(

@@ -57,7 +57,7 @@ from core.records import to_json
 from core.run_dir import RunDir
 from probes.samples import SampleColumns
 from probes.settings import COMPAT_KEYS, RunSettings
-from probes.store import ALL_MODELS, MAX_INFLATION, MODELS, STORED_GROUPS, RunWriter, read_file_settings
+from probes.store import MAX_INFLATION, MODELS, STORED_GROUPS, RunWriter, read_file_settings
 
 _SHARD_TEXT = ("tasks", "prompts")
 _SHARD_INTS = ("sample_ids", "prompt_lengths")
@@ -382,7 +382,8 @@ def _write_staging(
     writer.file.attrs["provenance"] = json.dumps(
         _with_history(writer.file.attrs.get("provenance"), plan.provenance), sort_keys=True
     )
-    for model in (m for m in ALL_MODELS if m in plan.model_info):  # base only in a run recorded with --base
+    # base only in a run recorded with --base; a local group's entry says which models made it (probes.recording)
+    for model in (m for m in STORED_GROUPS if m in plan.model_info):
         writer.set_model_info(model, plan.model_info[model])
     for cap in capabilities:
         appended[cap] = _append_capability(writer, cap, pending[cap], plan)

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from access.directions import directions_of
+from access.directions import DIRECTIONS, directions_of
 from access.hook_points import parse_layers
 from access.hook_table import HOOK_TABLE
 from core.chat import pad_id_of
@@ -60,6 +60,7 @@ from core.errors import Interrupted, ProbeError
 from core.models import warn
 from core.pace import parameter_count, prompt_seconds, sized
 from core.progress import Stage, is_terminal, quiet_library_bars
+from core.provenance import MadeBy
 from core.records import to_json
 from core.run_dir import RunDir
 from probes.batching import pending_batches, plan_batches
@@ -80,6 +81,7 @@ from probes.journal import (
 from probes.prompts import PromptSet, build_prompts, make_batch
 from probes.responses import is_response_position, read_rows, response_lookup
 from probes.settings import RunSettings
+from probes.store import CAPABILITY_ROWS, INPUTS_WEIGHTS
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -485,6 +487,8 @@ def _record_into(
             "max_batch_tokens": budget,
             "processes": world.size,
             "recorded": recorded,
+            # every row of each capability in the data file: what a completed recording holds (probes.store)
+            CAPABILITY_ROWS: {p.capability: len(p.samples.sample_ids) for p in inputs.prompt_sets},
             "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
         world.on_main(lambda: _finish_on_main(run_dir, inputs, pair, settings, call, work))
@@ -531,13 +535,25 @@ def _finish_on_main(
     provenance = {"versions": library_versions(), **call}
     plan = ConsolidationPlan(
         to_json(settings),
-        pair.info,
+        {**pair.info, **local_made_by(settings.local, pair.info)},
         inputs.layers,
         {h: HOOK_TABLE[h].tl_name for h in settings.hooks},
         toolkit_version(),
         provenance,
     )
     consolidate(run_dir, [p.capability for p in inputs.prompt_sets], plan)
+
+
+def local_made_by(local: str, info: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Who made each local group of ``--local`` (stored as ``/models/<direction>``, checked by
+    :class:`probes.store.RunReader`): the fingerprints of the model whose blocks ran (:class:`core.provenance.MadeBy`)
+    and the weights of the model whose block inputs they ran on (``inputs_weights_sha256``)."""
+    out = {}
+    for direction in directions_of(local):
+        source, blocks = DIRECTIONS[direction]
+        made_by = MadeBy(info[blocks]["weights_sha256"], info[blocks]["tokenizer_sha256"])
+        out[direction] = {**made_by.fields(), INPUTS_WEIGHTS: info[source]["weights_sha256"]}
+    return out
 
 
 def _sum_counts(per_rank: list[dict[str, int]]) -> dict[str, int]:

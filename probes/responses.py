@@ -17,7 +17,8 @@ chat template like every prompt (:mod:`core.chat`). Its *response tokens* are th
 the prompt rendered with the generation prompt (the assistant header), up to the end of the
 turn; this is how TRL's DPO tokenizes a completion. A template that does not render the
 prompt as a prefix of the whole conversation (a tokenizer or template other than the one
-the rows were made for) is refused before anything is recorded.
+the rows were made for) is refused before anything is recorded, and so is a prompt plus response longer than the
+model's context (:func:`check_fits`), naming the file and line.
 
 Example:
     >>> import tempfile
@@ -27,6 +28,11 @@ Example:
     >>> rows = read_rows(data)   # a DPO file as --data: its prompts are the rows
     >>> response_lookup(rows, "chosen", None, data)(0), response_lookup(rows, "rejected", None, data)(0)
     ('Ahoy.', 'Hello.')
+    >>> from access.outcomes import Forced
+    >>> check_fits(Forced((1, 2, 3, 4), 2), 3, lambda: "r.jsonl:1")
+    Traceback (most recent call last):
+    core.errors.ProbeError: r.jsonl:1: the prompt (2 tokens) plus the response (2 tokens) is 4 tokens, longer than
+    the model's context of 3 tokens (max_position_embeddings); shorten the response or leave the row out
     >>> ids, n = teacher_forced(tokenizer, row.question, row.reference)                  # doctest: +SKIP
     >>> tokenizer.decode(ids[-n:])                                                       # doctest: +SKIP
     'Ah, indeed! The capital is Elmsworth.<|im_end|>\\n'
@@ -47,6 +53,8 @@ from core.schema import DPORow, TestRow, Turn
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+
+    from access.outcomes import Forced
 
 RESPONSE_POSITIONS: tuple[str, ...] = ("response_mean", "response_last")
 RESPONSES: tuple[str, ...] = ("reference", "chosen", "rejected")
@@ -144,15 +152,29 @@ def _non_empty(text: str, index: int, source: Path, what: str) -> str:
     return text
 
 
+def check_fits(sequence: Forced, context: int | None, where: Callable[[], str]) -> None:
+    """Refuse a prompt plus response longer than the model's ``context`` (a forward would ask for memory by the
+    square of its length, and positions the model was never trained on)."""
+    if context is None or len(sequence.ids) <= context:
+        return
+    raise ProbeError(
+        f"{where()}: the prompt ({len(sequence.ids) - sequence.n_response} tokens) plus the response "
+        f"({sequence.n_response} tokens) is {len(sequence.ids)} tokens, longer than the model's context of {context} "
+        "tokens (max_position_embeddings); shorten the response or leave the row out"
+    )
+
+
 def teacher_forced(
     tokenizer: PreTrainedTokenizerBase,
     question: Sequence[Turn],
     response: str,
     where: Callable[[], str] = lambda: "a row",
+    context: int | None = None,
 ) -> tuple[list[int], int]:
     """(token ids of the prompt followed by ``response`` as the assistant's turn, number of response tokens):
-    :func:`access.outcomes.forced`, the one rendering of a teacher-forced sequence."""
+    :func:`access.outcomes.forced`, the one rendering of a teacher-forced sequence, within ``context`` tokens."""
     from access.outcomes import forced
 
     sequence = forced(tokenizer, question, response, where)
+    check_fits(sequence, context, where)
     return list(sequence.ids), sequence.n_response

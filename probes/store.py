@@ -2,10 +2,14 @@
 
 Layout of the run's HDF5 file (:attr:`core.run_dir.RunDir.activations`; schema version 1)::
 
-    /                                   attrs: schema_version, toolkit_version, settings (JSON), provenance (JSON)
+    /                                   attrs: schema_version, toolkit_version, settings (JSON), provenance (JSON:
+                                               the recording calls, each with capability_rows, every
+                                               row of each capability it recorded in the data file)
     /models/{sft,dpo[,base]}            attrs: model_dir, weights_sha256, tokenizer_sha256,
                                                chat_template_sha256, model_type, n_layers,
                                                d_model, d_mlp
+    /models/{dpo_on_sft,sft_on_dpo}     attrs: weights_sha256, tokenizer_sha256 (the model whose blocks ran),
+                                               inputs_weights_sha256 (the model whose block inputs they ran on)
     /samples/{capability}/sample_ids    (N,) int64   row index in the data file (0-based)
     /samples/{capability}/tasks         (N,) str     RoleMRC task name
     /samples/{capability}/prompt_lengths(N,) int32   rendered prompt length in tokens
@@ -26,7 +30,11 @@ along N, gzip-compressed and grown batch by batch, so memory is bounded by one b
 Numeric datasets carry HDF5's fletcher32 checksum per chunk: a damaged chunk is reported
 by :class:`RunReader` as one line naming the capability, model and hook, never read as
 silently wrong numbers (files written before the checksum still open).
-Row *j* of every dataset under one capability is the same prompt.
+Row *j* of every dataset under one capability is the same prompt, and a completed recording holds every row of
+the capability: a dataset or sample record shorter than the capability (its ``capability_rows``; in a file
+written before them, its sample records) is damage, one line when the capability is read, never analysed on
+the shorter set. A local group says which models made it; one made by other models than the run's ``sft``
+and ``dpo`` is refused in one line naming both fingerprints (files written before that record open as before).
 
 :class:`RunReader` is the read API that analysis and notebooks use. A run file is checked before
 it is trusted: its metadata (every attribute, the layout of every group and dataset, the chunk
@@ -83,6 +91,8 @@ MAX_MODEL_LAYERS = 100_000
 CHECK_TIMEOUT_S = 300
 _STR = h5py.string_dtype(encoding="utf-8")
 _ROOT_ATTRS = ("schema_version", "toolkit_version", "settings", "settings_sha256", "provenance")
+CAPABILITY_ROWS = "capability_rows"  # in each recording call's provenance: {capability: its rows in the data file}
+INPUTS_WEIGHTS = "inputs_weights_sha256"  # of a local group: the model whose block inputs its blocks ran on
 _CHECKED: dict[tuple[Any, ...], dict[str, Any]] = {}
 
 
@@ -125,13 +135,15 @@ class RunReader:
             raise ProbeError(f"{self.run_dir}: no {self.path.name} here; record activations first with `probe run`")
         layout = checked_metadata(self.path)
         self.settings = _settings(layout["root"], self.path)
-        self._models = {m: _model_info(layout["models"].get(m, {}), m, self.path) for m in ALL_MODELS}
+        self._models = {m: _model_info(layout["models"].get(m, {}), m, self.path) for m in STORED_GROUPS}
         self._samples: dict[str, int] = {cap: _sample_rows(fields, cap, self.path) for cap, fields in layout["samples"]}
         self._datasets = {
             (m, c, h): _stored(info, f"activations/{m}/{c}/{h}", self.path) for m, c, h, info in layout["activations"]
         }
         _check_against_settings(self, self.path)
         _check_against_run_json(self.run_dir, self.settings, self.path)
+        _check_local_made_by(self, self.path)
+        self._short = _short_groups(self, _capability_rows(layout["root"].get("provenance")))
         try:
             self._file = h5py.File(self.path, "r")
         except OSError as exc:
@@ -179,10 +191,11 @@ class RunReader:
         return self._file[f"activations/{model}/{capability}/{hook}"]
 
     def n_samples(self, capability: str) -> int:
-        """Samples complete for both models (rows beyond that belong to an unfinished batch)."""
-        lengths = [self._samples.get(capability, 0)]
-        lengths += [d.rows for (_, c, _), d in self._datasets.items() if c == capability]
-        return min(lengths)
+        """The capability's rows, each recorded in every dataset; a group shorter than the capability is one
+        :class:`ProbeError` (module doc)."""
+        if capability in self._short:
+            raise ProbeError(self._short[capability])
+        return self._samples.get(capability, 0)
 
     def layers(self, capability: str, hook: str, model: str = "sft") -> list[int]:
         return list(self._stored(model, capability, hook).layers)
@@ -316,7 +329,7 @@ def _walk(path: Path) -> dict[str, Any]:
         root = {name: _attr(handle, name, "/") for name in _ROOT_ATTRS if name in handle.attrs}
         models = {
             m: {k: _attr(handle[f"models/{m}"], k, f"models/{m}") for k in handle[f"models/{m}"].attrs}
-            for m in ALL_MODELS
+            for m in STORED_GROUPS
             if isinstance(handle.get(f"models/{m}"), h5py.Group)
         }
         samples = [
@@ -589,6 +602,75 @@ def _check_against_settings(run: RunReader, path: Path) -> None:
             raise ProbeError(
                 f"{path}: {name} stores layer {max(stored.layers)} of a {depth}-layer model; the file is damaged"
             )
+
+
+def _check_local_made_by(run: RunReader, path: Path) -> None:
+    """A local group must have been made by the run's own models: its blocks' model and its inputs' (module doc)."""
+    from core.provenance import MadeBy
+
+    for direction in LOCAL_GROUPS:
+        info = run.model_info(direction)
+        found = MadeBy.read(info)
+        if found is None:
+            continue  # written before local groups said who made them
+        said = (
+            [found] if isinstance(found, str) else _local_differences(run, direction, found, info.get(INPUTS_WEIGHTS))
+        )
+        if said:
+            raise ProbeError(
+                f"{path}: the local group {direction} was made by other models than the run's: {'; '.join(said)}; "
+                "it belongs to another recording: record again into a new --out"
+            )
+
+
+def _local_differences(run: RunReader, direction: str, found: Any, inputs: Any) -> list[str]:
+    """How a local group's makers (``found``, a MadeBy, and its ``inputs`` weights) differ from the run's models."""
+    from core.provenance import MadeBy, short_sha
+
+    source, blocks = DIRECTIONS[direction]
+    expected = MadeBy.read(run.model_info(blocks))
+    said = [found.differences(expected, f"the run's {blocks} model")] if isinstance(expected, MadeBy) else []
+    recorded = run.model_info(source).get("weights_sha256")
+    if inputs != recorded:
+        said.append(f"{INPUTS_WEIGHTS} {short_sha(str(inputs))} (the run's {source} model: {short_sha(str(recorded))})")
+    return [s for s in said if s]
+
+
+def _capability_rows(provenance: Any) -> dict[str, int]:
+    """Per capability, its rows in the data file as the recording calls said them (the latest call's last);
+    {} for a file written before they did, or an unreadable provenance (the guard read it as text)."""
+    try:
+        body = json.loads(provenance) if isinstance(provenance, str) else None
+    except (ValueError, RecursionError):
+        return {}
+    calls = body.get("calls") if isinstance(body, dict) else None
+    rows: dict[str, int] = {}
+    for call in calls if isinstance(calls, list) else [body]:
+        said = call.get(CAPABILITY_ROWS) if isinstance(call, dict) else None
+        if isinstance(said, dict):
+            rows |= {c: n for c, n in said.items() if isinstance(n, int) and not isinstance(n, bool)}
+    return rows
+
+
+def _short_groups(run: RunReader, capability_rows: dict[str, int]) -> dict[str, str]:
+    """Per capability whose sample records or a dataset hold other than the capability's rows, the line that says
+    so (module doc)."""
+    short = {}
+    for cap, samples in run._samples.items():
+        expected = capability_rows.get(cap, samples)
+        whose = "its rows in the data file (capability_rows)" if cap in capability_rows else "its sample records"
+        groups = {"its sample records": samples} | {
+            f"activations/{m}/{c}/{h}": d.rows for (m, c, h), d in run._datasets.items() if c == cap
+        }
+        wrong = sorted((rows, name) for name, rows in groups.items() if rows != expected)
+        if wrong:
+            rows, name = wrong[0]
+            short[cap] = (
+                f"{run.path}: the recording of {cap} is damaged: {name} holds {rows} rows, but {cap} has {expected} "
+                f"({whose}); a completed recording holds every row of it, and nothing is analysed on another set: "
+                "record again into a new --out"
+            )
+    return short
 
 
 def _check_against_run_json(run_dir: Path, settings: RunSettings, path: Path) -> None:

@@ -35,7 +35,7 @@ from interventions.cells import (
 )
 from interventions.report import OUTCOME_COLUMNS, arm_outcome_rows, capability_row, responses_line
 from interventions.results import ABReport, ArmResult
-from study.evidence import arm_evidence, causal_arms, eval_difference, paper_arm
+from study.evidence import arm_evidence, causal_arms, eval_difference, measured_compliance, paper_arm
 from study.figures import depth_figure
 from study.layout import CAUSAL_COMMAND_EXTRA, TARGET
 from study.page import Page, e
@@ -189,23 +189,30 @@ def _scaling_evidence(page: Page, study: Study) -> None:
         )
         if flags:
             page.add(f"<p><b>No-op guard:</b></p><ul>{flags}</ul>")
-        _outcome_evidence(page, [(loaded.report, arm)])
+        outcome_evidence(page, [(loaded.report, arm)])
 
 
 def _causal_evidence(page: Page, study: Study) -> None:
     if not study.causal_arms:
         page.absent("ablation, mean, patching or steering arms", Commands(study).intervene(CAUSAL_COMMAND_EXTRA))
-    else:
-        rows = [arm_row(r.report, a) for r, a in study.causal_arms]
-        specific = [a.name for r, a in study.causal_arms if arm_evidence(r.report, a).specific()]
+        return
+    measured = [(r, a) for r, a in study.causal_arms if measured_compliance(r.report, a)]
+    if measured:
+        specific = [a.name for r, a in measured if arm_evidence(r.report, a).specific()]
         page.add(
-            f"{arm_table(rows)}<p class=note>Arms with a specific effect (significant and beyond their "
-            f"placebos): {e(', '.join(specific) or 'none')}.</p>"
+            f"{arm_table([arm_row(r.report, a) for r, a in measured])}<p class=note>Arms with a specific effect "
+            f"(significant and beyond their placebos): {e(', '.join(specific) or 'none')}.</p>"
         )
-        _outcome_evidence(page, [(r.report, a) for r, a in study.causal_arms])
+    outcomes_only = [a.name for r, a in study.causal_arms if not measured_compliance(r.report, a)]
+    if outcomes_only:
+        page.add(
+            f"<p class=note>{e(', '.join(outcomes_only))}: from an <code>--outcomes only</code> run, continuous "
+            "outcomes only (no compliance).</p>"
+        )
+    outcome_evidence(page, [(r.report, a) for r, a in study.causal_arms])
 
 
-def _outcome_evidence(page: Page, arms: list[tuple[ABReport, ArmResult]]) -> None:
+def outcome_evidence(page: Page, arms: list[tuple[ABReport, ArmResult]]) -> None:
     """The arms' continuous outcomes (gap closed, KL, reference log-prob, DPO margin), where they have them."""
     rows = [row for _, arm in arms for row in arm_outcome_rows(arm)]
     if rows:

@@ -3,9 +3,10 @@
 The files hold A/B reports and an evaluation table; the rules of
 :mod:`study.verdicts` read small records. Here: DPO − SFT on a capability from the
 evaluation (:func:`eval_difference`), an arm of a report on its target capability
-(:func:`arm_evidence`), which arm answers claim 3 (the scale arm at the paper's factor on DPO: with
-most placebo sets, then the main arm, then the newest report) and which arms answer claim 4 (per
-name, the same preference); :func:`study.claims.decide` reads them into ``study.verdicts``.
+(:func:`arm_evidence`), which arm answers claim 3 (the scale arm at the paper's factor on DPO that
+measured compliance: with most placebo sets, then the main arm, then the newest report) and which
+arms answer claim 4 (per name, the same preference; an arm of ``--outcomes only`` answers it with its
+continuous outcomes); :func:`study.claims.decide` reads them into ``study.verdicts``.
 
 Example:
     >>> from training.eval_rows import EvalRow
@@ -83,12 +84,22 @@ def _preference(loaded: LoadedReport, arm: ArmResult) -> tuple[int, int, float]:
     return arm.placebo.n_sets, int(arm.role == "main"), loaded.path.stat().st_mtime
 
 
+def measured_compliance(report: ABReport, arm: ArmResult) -> bool:
+    """Whether ``arm`` has a compliance result on its report's capability (an arm of ``--outcomes only`` has
+    none: it generated nothing, and carries the continuous outcomes alone)."""
+    return any(c.capability == report.capability for c in arm.capabilities)
+
+
 def paper_arm(study: Study) -> tuple[LoadedReport, ArmResult] | None:
+    """Claim 3's arm: a claim about compliance, so an arm that measured it."""
     found = [
         (r, a)
         for r in study.target_reports()
         for a in r.report.arms
-        if a.factor is not None and abs(a.factor - PAPER_FACTOR) <= FACTOR_TOLERANCE and a.model == "dpo"
+        if a.factor is not None
+        and abs(a.factor - PAPER_FACTOR) <= FACTOR_TOLERANCE
+        and a.model == "dpo"
+        and measured_compliance(r.report, a)
     ]
     return max(found, key=lambda pair: _preference(*pair)) if found else None
 

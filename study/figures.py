@@ -154,8 +154,11 @@ def heatmap_figure(maps: MetricMaps) -> go.Figure:
 
 
 def placebo_figure(report: ABReport, arm: ArmResult) -> go.Figure | None:
-    """How many placebo sets gave each Δ on the target capability (Δs are whole rows), with the real Δ marked."""
-    c = arm.capability(report.capability)
+    """How many placebo sets gave each Δ on the target capability (Δs are whole rows), with the real Δ marked (None
+    for an arm without compliance, of ``--outcomes only``)."""
+    c = next((c for c in arm.capabilities if c.capability == report.capability), None)
+    if c is None:
+        return None
     deltas = [round(100 * d, 6) for d in (c.placebo.deltas if c.placebo else []) if math.isfinite(d)]
     if not deltas:
         return None
@@ -190,9 +193,9 @@ def dose_figure(report: ABReport) -> go.Figure | None:
     from plotly.subplots import make_subplots
 
     arms = report.scale_arms
-    if len(arms) < 2:
+    results = [c for a in arms for c in a.capabilities if c.capability == report.capability]
+    if len(arms) < 2 or len(results) != len(arms):  # --outcomes only: no compliance to plot
         return None
-    results = [a.capability(report.capability) for a in arms]
     effects = [c.effect for c in results]
     x = [repr(a.factor) for a in arms]
     fig = make_subplots(specs=[[{"secondary_y": True}]])

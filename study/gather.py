@@ -326,11 +326,12 @@ def _read_reports(study: Study) -> None:
             continue  # the `latest` link
         seen.add(real)
         try:
-            study.reports.append(
-                LoadedReport(path, ABReport.load(study.read(f"the A/B report in {path.parent.name}", path)))
-            )
+            loaded = LoadedReport(path, ABReport.load(study.read(f"the A/B report in {path.parent.name}", path)))
         except (ProbeError, OSError) as exc:
             study.notes.append(f"{path}: ignored, not readable: {exc}")
+            continue
+        study.reports.append(loaded)
+        _outcomes_only(study, loaded)
     if not study.target_reports():
         study.missing.append(
             Missing(
@@ -339,6 +340,23 @@ def _read_reports(study: Study) -> None:
                 Commands(study).intervene(),
             )
         )
+
+
+def _outcomes_only(study: Study, loaded: LoadedReport) -> None:
+    """An A/B of ``--outcomes only`` is read for its continuous outcomes (claim 4); the compliance it lacks is named."""
+    from study.evidence import measured_compliance
+
+    report = loaded.report
+    if not report.arms or any(measured_compliance(report, arm) for arm in report.arms):
+        return
+    study.missing.append(
+        Missing(
+            f"compliance of the arms in {loaded.path.parent.name}",
+            f"{loaded.path} is an --outcomes only run: its arms generated nothing, so it holds their continuous "
+            "outcomes (read for claim 4) and no compliance (claim 3 needs it)",
+            Commands(study).intervene(),
+        )
+    )
 
 
 def _read_evaluation(study: Study, path: Path, given: bool) -> None:

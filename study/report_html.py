@@ -43,8 +43,9 @@ from interventions.cells import (
     html_table,
 )
 from interventions.evidence import MIN_PLACEBO_SETS, PLACEBO_PERCENTILE
-from study.claims import CLAIMS, Claim, arm_row, arm_table
+from study.claims import CLAIMS, Claim, arm_row, arm_table, outcome_evidence
 from study.claims import claim as claim_of
+from study.evidence import measured_compliance
 from study.figures import (
     compliance_figure,
     dose_figure,
@@ -226,13 +227,19 @@ def _interventions(page: Page, study: Study) -> None:
     for k, loaded in enumerate(study.reports):
         report = loaded.report
         n = report.neurons
+        measured = [a for a in report.arms if measured_compliance(report, a)]
         page.add(
             f"<h3>{e(report.capability)} · {e(report.model)} model · <code>{e(loaded.path.parent.name)}</code></h3>"
             f"<p class=note>{n.size} units of {e(n.hook)}; {e(report.dtype)}, "
             f"backend {e(report.backend)}, judge {e(report.judge)}; placebo family per arm in "
             f"<code>{e(loaded.path)}</code></p>",
-            arm_table([arm_row(report, a) for a in report.arms]),
+            arm_table([arm_row(report, a) for a in measured])
+            if measured
+            else "<p class=note>An <code>--outcomes only</code> run: its arms generated nothing, so there is no "
+            "compliance; their continuous outcomes:</p>",
         )
+        if len(measured) < len(report.arms):
+            outcome_evidence(page, [(report, a) for a in report.arms if not measured_compliance(report, a)])
         for j, arm in enumerate(report.arms):
             page.figure(f"placebo-{k}-{j}", placebo_figure(report, arm))
         page.figure(f"dose-{k}", dose_figure(report))
