@@ -11,15 +11,16 @@ export TOKENIZERS_PARALLELISM := false
 .PHONY: setup base demo test bench chromium clean-runs lock
 
 $(STAMP): pyproject.toml requirements.lock
-	@echo "setup: installing the $$(grep -c '==' requirements.lock) locked packages into $(VENV); estimate about 1 min with the wheels at hand (63 s on the 2-core machine), a few more to download them (torch's CPU wheel alone is about 200 MB)"
+	@echo "setup: installing the $$(grep -o '^[^ #][^=[]*' requirements.lock | sort -uf | wc -l) locked packages into $(VENV); estimate about 1 min with the wheels at hand (63 s on the 2-core machine), a few more to download them (torch's CPU wheel alone is about 200 MB)"
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q -c requirements.lock pip
-	$(PY) -m pip install -q -c requirements.lock torch==2.13.0   # the CPU wheel; an unpinned torch pulls a multi-GB CUDA build
-	$(PY) -m pip install -q -c requirements.lock -e ".[test,eval]"   # eval: lm-evaluation-harness, so that its tests run too
+	$(PY) -m pip install -q --require-hashes -r requirements.lock   # each package at its locked version, each file checked against the lock's sha256
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .   # the project itself (no hash can cover it), nothing with it
+	$(PY) -m pip check
 	touch $(STAMP)
 
-# Every package above comes from requirements.lock; after editing pyproject.toml's dependencies, make it anew
-# (a fresh virtualenv, newest releases that fit; tests/test_lock.py fails until then).
+# Every package above comes from requirements.lock, with the sha256 of each file that may install it; after editing
+# pyproject.toml's dependencies, make it anew (a fresh virtualenv, newest releases that fit; tests/test_lock.py fails
+# until then). `python3 tools/lock.py --keep-pins` makes the hashes anew for the versions pinned now.
 lock:
 	python3 tools/lock.py
 

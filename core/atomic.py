@@ -329,17 +329,17 @@ def sync_folder(folder: Path) -> None:
 
 @contextmanager
 def _sigint_deferred() -> Iterator[None]:
-    """Hold a Ctrl-C back for the few microseconds of a group of renames, then deliver it."""
+    """Hold a Ctrl-C back for the few microseconds of a group of renames, then deliver it anew, to whatever answers
+    it afterwards (nothing, when SIGINT was ignored). A SIGTERM that the ``probe`` command hands to the Ctrl-C
+    handler (:func:`probe_cli.main._sigterm_as_ctrl_c`) is held and delivered the same way, as SIGTERM."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    caught: list[tuple[int, Any]] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: caught.append(signum))
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-    if caught and callable(previous):
-        previous(*caught[0])
-    elif caught and previous == signal.SIG_DFL:
-        os.kill(os.getpid(), signal.SIGINT)
+    if caught:
+        signal.raise_signal(caught[0])

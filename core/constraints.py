@@ -12,6 +12,11 @@ says nothing has followed nothing. Words are runs of letters or digits in any sc
 keeps it whole ("don't" is one word); phrases are compared on those words, case-insensitively. docs/data.md says
 where each type differs from IFEval's checker of the same name.
 
+A row's constraints are bounded when the row is read (:func:`constraints_problem`), so that no hand-edited row can keep
+the judge busy for minutes: at most :data:`MAX_CONSTRAINTS` per row, and a ``value`` of at most
+:data:`MAX_VALUE_CHARS` characters and :data:`MAX_VALUE_WORDS` words (``forbid_words``' ``|``-separated words
+together). The synthesizers write one to four constraints per row, each value a word or a short phrase.
+
 Example:
     >>> check("the river is long.", {"type": "lowercase"})
     (True, 'lowercase: no uppercase letter')
@@ -19,6 +24,8 @@ Example:
     (False, 'lowercase: has uppercase letters')
     >>> check_turns(["- a\\n- b", "- c"], [{"type": "bullet_count", "n": 2, "from_turn": 1}])
     (False, 'turn 2: bullet_count: 1 bullet line(s), expected exactly 2')
+    >>> constraints_problem([{"type": "forbid_words", "value": "|".join(["very"] * 300_000)}])
+    "item 0: forbid_words: 'value' holds 1,499,999 characters; at most 1,000"
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ TITLE_RE = re.compile(r"<<([^\n<>]+)>>")
 NARRATION_RE = re.compile(r"^\s*\*[^*\n]{1,80}\*\s*")
 
 Result = tuple[bool, str]
+MAX_CONSTRAINTS = 64
+MAX_VALUE_CHARS = 1_000
+MAX_VALUE_WORDS = 100
 
 
 def words(text: str) -> list[str]:
@@ -192,15 +202,32 @@ TAKES_VALUE = frozenset({"start_with", "end_with", "include_word", "forbid_words
 TAKES_N = frozenset({"word_frequency", "max_words", "min_words", "max_sentences", "bullet_count", "max_capital_words"})
 
 
+def constraints_problem(items: list[Any]) -> str | None:
+    """What is wrong with a row's constraint list (for the row reader's one-line error), or None: too many, or the
+    first item that :func:`constraint_problem` refuses, by its index."""
+    if len(items) > MAX_CONSTRAINTS:
+        return f"holds {len(items):,} constraints; at most {MAX_CONSTRAINTS} (module doc of core.constraints)"
+    for i, item in enumerate(items):
+        problem = constraint_problem(item)
+        if problem:
+            return f"item {i}: {problem}"
+    return None
+
+
 def constraint_problem(item: Any) -> str | None:
-    """What is wrong with one constraint object (for the row reader's one-line error), or None."""
+    """What is wrong with one constraint object, or None; its value within the bounds (module doc)."""
     if not isinstance(item, dict):
         return f"expected an object, got {type(item).__name__}"
     kind = item.get("type")
     if kind not in CHECKERS:
         return f"'type' must be one of {', '.join(CHECKERS)}, got {kind!r}"
-    if kind in TAKES_VALUE and not (isinstance(item.get("value"), str) and _phrase(item["value"])):
+    value = item.get("value")
+    if kind in TAKES_VALUE and isinstance(value, str) and len(value) > MAX_VALUE_CHARS:
+        return f"{kind}: 'value' holds {len(value):,} characters; at most {MAX_VALUE_CHARS:,}"
+    if kind in TAKES_VALUE and not (isinstance(value, str) and _phrase(value)):
         return f"{kind}: 'value' must be a non-empty word or phrase"
+    if kind in TAKES_VALUE and len(_phrase(value)) > MAX_VALUE_WORDS:
+        return f"{kind}: 'value' holds {len(_phrase(value)):,} words; at most {MAX_VALUE_WORDS}"
     for name in ("n", "from_turn"):
         number = item.get(name)
         needed = name == "n" and kind in TAKES_N

@@ -347,7 +347,10 @@ class BudgetedSandbox(ImmutableSandboxedEnvironment):
         check = _call_check(__obj)
         if check is not None:
             check(*args, **kwargs)
-        return _sized(super().call(__context, __obj, *args, **kwargs))
+        try:
+            return _sized(super().call(__context, __obj, *args, **kwargs))
+        except OverflowError as exc:  # Jinja's own bound: range() over MAX_RANGE items
+            raise TemplateBudgetError(f"{exc}".strip() or "the template asked for a number too large") from None
 
 
 def install_in_transformers() -> None:

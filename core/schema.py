@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from core.constraints import constraint_problem
+from core.constraints import constraints_problem
 from core.records import MERGED
 
 Role = Literal["system", "user", "assistant"]
@@ -100,10 +100,9 @@ def validate_expect(expect: Any) -> str | None:
         value = expect.get(name)
         if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
             return f"field {name!r}: expected {_TYPE_NAMES[kind]} or null, got {type(value).__name__}"
-    for i, item in enumerate(expect.get("constraints") or []):
-        problem = constraint_problem(item)
-        if problem:
-            return f"field 'constraints', item {i}: {problem}"
+    problem = constraints_problem(expect.get("constraints") or [])
+    if problem:
+        return f"field 'constraints': {problem}"
     requirement = expect.get("requirement")
     return None if requirement is None else _requirement_problem(requirement)
 

@@ -8,9 +8,10 @@ where each error is. The schema is handed to :class:`pydantic_core.SchemaValidat
 rule sets share it, because the two inputs differ:
 
 * ``"option"`` (:mod:`core.config_file`): what a user typed. ``bool`` takes only ``true``/``false``, ``int``
-  an integer of at most 64 bits, ``float`` a finite number, ``Path`` a non-empty string, a list (or tuple)
-  for ``list[...]``/``tuple[..., ...]``; ``Annotated`` marks (:class:`Range`, :data:`DIRECTORY`) bound the
-  value; a union is its first fitting member, and a failure says the most telling member's problem. An
+  an integer of at most 64 bits, ``float`` a finite number, ``Path`` a non-empty string, a list (or tuple) of at
+  most :data:`MAX_OPTION_ITEMS` items for ``list[...]``/``tuple[..., ...]``; ``Annotated`` marks (:class:`Range`,
+  :data:`DIRECTORY`) bound the value; a union is its first fitting member, and a failure says the most telling
+  member's problem. An
   enum or nested config must already be one (it checked itself when it was made).
 * ``"record"`` (:mod:`core.records`): what the toolkit wrote. JSON values become the dataclass, with
   ``int`` keys from their text, enums by value, ``null`` for a NaN float, unknown keys ignored, and the
@@ -53,6 +54,10 @@ from pydantic_core import CoreSchema, PydanticCustomError, SchemaValidator, Vali
 from core.inputs import shown
 
 Mode = Literal["option", "record"]
+MAX_OPTION_ITEMS = 256
+"""The most items a list-valued option may hold (``--dose``, ``--edit``, ``--hook``, ``--tasks``, ...), from a flag or
+a config file: each item is work (a dose is an arm of generations), so a pasted list is one line, not a run that never
+ends."""
 Loc = tuple[str | int, ...]
 _INT64 = 2**63
 
@@ -309,6 +314,8 @@ def _sequence(origin: Any, args: tuple[Any, ...], mode: Mode, words: str | None)
         fits = isinstance(value, kinds)
         if not fits:
             raise _fail(words)
+        if mode == "option" and len(value) > MAX_OPTION_ITEMS:
+            raise _fail(words, message=f"expected at most {MAX_OPTION_ITEMS} items, got {len(value):,}", near=True)
         if not variadic and args and len(value) != len(args):
             raise _fail(f"a list of {len(args)} values")
         return value

@@ -178,6 +178,10 @@ def task_errors(what: str, loading: bool = True, code_dirs: set[Path] | None = N
                 'task (for IFEval: pip install "lm_eval[ifeval]==0.4.13") or the package itself'
             ) from None
         user_side = (KeyError, ValueError, TypeError, OSError, yaml.YAMLError, AttributeError, ImportError)
+        if loading and isinstance(exc, RuntimeError) and "Dataset scripts are no longer supported" in first:
+            raise ProbeError(
+                f"task {what}: its dataset is a loading script, which is code and never run: {first}"
+            ) from None
         if loading and isinstance(exc, user_side):
             raise ProbeError(f"task {what}: lm-eval could not load it: {type(exc).__name__}: {first}") from None
         raise

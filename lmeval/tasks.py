@@ -219,8 +219,11 @@ class TaskGate:
                 if not self.trust and path.resolve().parent not in self.trusted:
                     refuse_task_code(path)
                 self.dirs.add(path.resolve().parent)
-            config = original(path, *args, resolve_func=resolve_func, **kwargs)
-            return config if _is_lm_evals_own(path) else data_files_beside(config, path.resolve().parent)
+            config: dict[str, Any] = original(path, *args, resolve_func=resolve_func, **kwargs)
+            if _is_lm_evals_own(path):
+                return config
+            refuse_loading_script(config, path)
+            return data_files_beside(config, path.resolve().parent)
 
         _factory.load_yaml = checked
         try:
@@ -366,6 +369,27 @@ def process_results(doc: dict[str, Any], results: list[str]) -> dict[str, float]
 
 
 _FILE_LOADERS = ("json", "csv", "parquet", "text")
+
+
+def refuse_loading_script(config: dict[str, Any], path: Path) -> None:
+    """One :class:`ProbeError` line for a ``dataset_path`` folder that holds a dataset loading script
+    (``FOLDER/FOLDER.py``, what ``datasets`` would look for): ``datasets`` no longer runs one, and neither does the
+    toolkit, trusted folder or not; nothing of it is imported.
+
+    >>> refuse_loading_script({"dataset_path": "json"}, Path("t.yaml")) is None
+    True
+    """
+    name = config.get("dataset_path")
+    if not isinstance(name, str) or name in _FILE_LOADERS:
+        return
+    for folder in dict.fromkeys((Path(name), path.resolve().parent / name)):
+        script = folder / f"{folder.name}.py"
+        if script.is_file():
+            raise ProbeError(
+                f"{path}: dataset_path {name!r} is a folder holding a dataset loading script ({script}), which is "
+                "code; neither `datasets` nor `probe lmeval` runs one: give dataset_path: json (or csv, parquet, "
+                "text) and the data files (docs/lmeval.md)"
+            )
 
 
 def data_files_beside(config: dict[str, Any], folder: Path) -> dict[str, Any]:

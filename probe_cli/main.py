@@ -88,32 +88,37 @@ def _stop(prefix: str, message: str, code: int, error: BaseException | None = No
 
 @contextmanager
 def _sigterm_as_ctrl_c(in_process: bool) -> Iterator[None]:
-    """SIGTERM (``kill``, ``timeout``, a job scheduler) is handled as Ctrl-C is, by whatever answers SIGINT at that
-    moment (a training run finishes its step and keeps a checkpoint; elsewhere a KeyboardInterrupt, so partial
-    builds are removed), and ends in the same ``interrupted:`` line, with exit status 143. The SIGTERM handler is
-    put back at the end, and, for a caller in the same process (``in_process``: a test, a notebook), the SIGINT
-    one too, which :func:`_stop` ignores; else every process it starts afterwards would ignore Ctrl-C."""
+    """SIGTERM (``kill``, ``timeout``, a job scheduler) is handled as Ctrl-C is, and ends in the same ``interrupted:``
+    line, with exit status 143, whatever SIGINT's disposition was when the command started: ignored (a background
+    job of a script, ``nohup``), the default, or a caller's handler (a test, a notebook).
 
-    def on_sigterm(_signum: int, frame: Any) -> None:
-        _terminated.set()
-        handler = signal.getsignal(signal.SIGINT)
-        if callable(handler):
-            handler(signal.SIGINT, frame)
-        elif handler == signal.SIG_DFL:  # nothing answers Ctrl-C either: end as SIGTERM would have
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
-
+    A Ctrl-C handler that the command itself put in place answers it (a training run finishes its step and keeps a
+    checkpoint; a group of renames is completed first); otherwise a KeyboardInterrupt is raised, so partial builds
+    are removed. The launcher's own SIGINT disposition is never consulted: a process started with SIGINT ignored
+    must still stop. The SIGTERM handler is put back at the end, and, for a caller in the same process
+    (``in_process``), the SIGINT one too, which :func:`_stop` ignores; else every process it starts afterwards
+    would ignore Ctrl-C."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    launcher_ctrl_c = signal.getsignal(signal.SIGINT)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        _terminated.set()
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler) and handler is not launcher_ctrl_c:
+            handler(signum, frame)  # the command's own answer to Ctrl-C, told that it is SIGTERM
+            return
+        raise KeyboardInterrupt
+
     _terminated.clear()
-    previous, ctrl_c = signal.signal(signal.SIGTERM, on_sigterm), signal.getsignal(signal.SIGINT)
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if in_process and ctrl_c is not None:  # None: a handler set outside Python, left as it is
-            signal.signal(signal.SIGINT, ctrl_c)
+        if in_process and launcher_ctrl_c is not None:  # None: a handler set outside Python, left as it is
+            signal.signal(signal.SIGINT, launcher_ctrl_c)
 
 
 def _said_by_another_rank(error: BaseException | None) -> bool:

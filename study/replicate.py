@@ -192,7 +192,7 @@ def option_warnings(options: ReplicateOptions) -> list[str]:
     from study.verdicts import claim4_untestable
 
     config = ab_config(options)
-    return [line for line in [claim4_untestable(config.edit.edits, config.placebo)] if line]
+    return [line for line in [claim4_untestable(config.edit.edits, config.placebo), options.nproc_warning()] if line]
 
 
 def _record(config: RecordConfig) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
@@ -9,6 +10,7 @@ from typing import Annotated, Any
 from core.config_fields import nested, option
 from core.config_file import POSITIVE, RANDOM_SETS, choice, typed_config
 from core.config_init import flat_init
+from core.errors import ProbeError
 from core.pair_dirs import PairDirs
 from core.run_dir import RunDir
 from interventions.edit_spec import DEFAULT_EDITS, EditSpec
@@ -25,6 +27,7 @@ EXPLAIN_TOP = 10  # neuron cards per capability
 # rows. --limit and --collateral give them back.
 TARGET_ROWS = 48
 COLLATERAL = False
+NPROC_REFUSED_ABOVE = 4  # processes per core or device: above it --nproc is refused; above 1, a warning
 PAIR_BUILD_SECONDS = {
     "smollm2": 600.0,
     "tiny": 240.0,
@@ -83,6 +86,19 @@ class ReplicateOptions:
         from training.eval_config import SPLITS
 
         choice("eval_split", self.eval_split, SPLITS)
+        check_nproc(self.nproc, self.device)
+
+    def nproc_warning(self) -> str | None:
+        """A line when ``nproc`` is above the cores or devices this machine has (they share them: no faster)."""
+        if self.nproc == 1:
+            return None
+        units, what = machine_units(self.device)
+        if not units or self.nproc <= units:
+            return None
+        return (
+            f"--nproc {self.nproc} on {units} {what}: the processes share them, each with its own copy of the models, "
+            f"so the stages run no faster than with --nproc {units} and need {self.nproc}x the memory"
+        )
 
     def eval_file(self) -> Path:
         """The rows the evaluation stage judges and the A/B generates: the held-out split, or ``data_file`` with
@@ -150,3 +166,30 @@ class ReplicateOptions:
         )
         parts += ["--all-eval-rows"] if self.eval_rows is None else []
         return " ".join([*parts, f"--out {q(self.out_dir)}"])
+
+
+def check_nproc(nproc: int | None, device: str | None) -> None:
+    """One :class:`ProbeError` line for ``--nproc`` far above the cores or devices present
+    (:data:`NPROC_REFUSED_ABOVE` per one); above them only, :meth:`ReplicateOptions.nproc_warning` says so."""
+    if nproc is None or nproc <= 1:
+        return
+    units, what = machine_units(device)
+    if units and nproc > NPROC_REFUSED_ABOVE * units:  # none: the device check says so
+        raise ProbeError(
+            f"--nproc {nproc}: this machine has {units} {what}; at most {NPROC_REFUSED_ABOVE * units} processes "
+            f"({NPROC_REFUSED_ABOVE} per {what[:-1]}) are accepted, one per {what[:-1]} is the fastest "
+            "(docs/scaling.md)"
+        )
+
+
+def machine_units(device: str | None) -> tuple[int, str]:
+    """What the processes of a launch run on side by side, and its name: the GPUs for a CUDA device (the default
+    when the machine has one), else the CPU cores this process may use."""
+    if device is None or device.startswith("cuda"):
+        from core.devices import cuda_count
+
+        gpus = cuda_count()
+        if gpus or device is not None:
+            return gpus, "GPUs"
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return cores, "CPU cores"

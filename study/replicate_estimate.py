@@ -1,23 +1,30 @@
 """How long each of ``probe replicate``'s stages should take, estimated before anything runs.
 
 From the DPO model's parameter count (its safetensors headers), the rows and their rendered
-prompt lengths, the new tokens and the number of generation passes, at the pace measured on the
-default pair on this project's 2-core CPU machine, scaled linearly by parameter count. It is an
-estimate: a loaded machine, early stops, the shared decoding engine and a GPU all move it, and
-``probe replicate`` prints the measured time beside it.
+prompt lengths, the new tokens and the number of generation passes (every arm: each dose and placebo set), at the
+pace measured on the default pair on this project's 2-core CPU machine, scaled linearly by parameter count. With
+``--nproc`` N the record, intervene and evaluate stages start N processes, each loading the models (the loads share
+the cores or GPUs: :func:`launched`), and split the work over the GPUs, at most N; on CPU cores the processes share the
+cores one process's threads already used, so the work takes as long as in one process. It is an estimate: a loaded
+machine, early stops, the shared decoding engine and a GPU all move it, and ``probe replicate`` prints the measured
+time beside it.
 
 Example:
     >>> minutes(45), minutes(750)
     ('45 s', '12.5 min')
+    >>> launched(10.0, 600.0, nproc=4, units=(2, "CPU cores")), launched(10.0, 600.0, nproc=4, units=(4, "GPUs"))
+    (620.0, 160.0)
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.pace import REFERENCE_PARAMETERS, generation_seconds, parameter_count
+from study.replicate_config import machine_units
 
 if TYPE_CHECKING:
     from core.capabilities import Capability
@@ -96,14 +103,24 @@ def estimate(options: ReplicateOptions, ab_config: ABConfig, record_config: Reco
     if ab_config.outcomes != "off":
         intervene += _outcome_seconds(ab_config, len(unique), ab_prompt) * scale
     new_tokens = options.max_new_tokens or EVAL_GENERATION.max_new_tokens
+    units = machine_units(options.device) if options.nproc > 1 else (1, "CPU cores")
     return {
-        "record": 10 * scale + cpu_estimate(record_config),
+        "record": launched(10 * scale, cpu_estimate(record_config), options.nproc, units),
         "analyze": 5.0 + 2.0 * capabilities,
         "explain": EXPLAIN_SECONDS * scale * capabilities,
-        "intervene": 10 * scale + intervene,
-        "evaluate": 10 * scale + models * len(judged) * per_row(new_tokens, eval_prompt),
+        "intervene": launched(10 * scale, intervene, options.nproc, units),
+        "evaluate": launched(10 * scale, models * len(judged) * per_row(new_tokens, eval_prompt), options.nproc, units),
         "report": 10.0 + 2.0 * capabilities,
     }
+
+
+def launched(start: float, work: float, nproc: int, units: tuple[int, str]) -> float:
+    """Seconds of a stage run by ``nproc`` processes on ``units`` (count, kind: :func:`machine_units`): each process
+    starts and loads the models (``start``), at most one per unit at a time; the ``work`` is split over the GPUs, at
+    most ``nproc``, and on CPU cores takes as long as in one process (module doc)."""
+    count, kind = max(units[0], 1), units[1]
+    parallel = min(nproc, count) if kind == "GPUs" else 1
+    return start * math.ceil(nproc / count) + work / parallel
 
 
 def _mean(values: Sequence[int]) -> float:

@@ -33,7 +33,11 @@ CORPUS = [
 
 def pytest_configure() -> None:
     """Under ``pytest -n 2`` (``make test``) the two workers share the cores: one torch thread each, and one in
-    every process a test starts."""
+    every process a test starts. Every pytest process answers Ctrl-C, even when started with SIGINT ignored
+    (``nohup make test &``), so that the Ctrl-C tests' children do too (tests/support/interrupts.py)."""
+    from tests.support.interrupts import answer_ctrl_c_here
+
+    answer_ctrl_c_here()
     if "PYTEST_XDIST_WORKER" in os.environ:
         os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import Interrupted
-from tests.support.interrupts import ROOT, Outcome, assert_interrupted, probe
+from tests.support.interrupts import LAUNCHES, ROOT, Outcome, assert_interrupted, probe, spawn
 
 
 def test_an_uncaught_ctrl_c_is_one_generic_line(tmp_path: Path) -> None:
@@ -27,23 +27,70 @@ def test_an_uncaught_ctrl_c_is_one_generic_line(tmp_path: Path) -> None:
     assert_interrupted(outcome, "stopped by Ctrl-C before the command finished; rerun it")
 
 
-def test_sigterm_is_handled_as_ctrl_c_and_exits_143(tmp_path: Path) -> None:
-    outcome = probe(["sleep"], tmp_path, "SLEEPING", sig=signal.SIGTERM)
+@pytest.mark.parametrize("launch", LAUNCHES)
+def test_sigterm_stops_the_command_whatever_sigint_was_at_start(launch: str, tmp_path: Path) -> None:
+    """Generated over how a launcher leaves SIGINT: a terminal's default, ignored by ``nohup CMD &`` from a script
+    (where SIGTERM once did nothing), its default inside Python, a caller's handler that only takes note."""
+    outcome = probe(["sleep"], tmp_path, "SLEEPING", sig=signal.SIGTERM, launch=launch)
     assert_interrupted(outcome, "stopped by SIGTERM before the command finished; rerun it", code=143)
+    assert "CALLER'S HANDLER" not in outcome.stderr
+
+
+def test_the_ctrl_c_helper_works_when_the_suite_ignores_sigint(tmp_path: Path) -> None:
+    """``nohup make test &`` runs the suite with SIGINT ignored; the helper's children still answer Ctrl-C."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        outcome = probe(["sleep"], tmp_path, "SLEEPING")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert_interrupted(outcome, "stopped by Ctrl-C before the command finished; rerun it")
+
+
+def test_a_pytest_process_started_with_sigint_ignored_answers_ctrl_c() -> None:
+    """What tests/conftest.py does in every pytest process, checked in a process that a script started in the
+    background (SIGINT ignored), as ``nohup make test &`` starts the suite."""
+    code = (
+        "import os, signal; from tests.support.interrupts import answer_ctrl_c_here; "
+        "assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN; answer_ctrl_c_here(); "
+        "os.kill(os.getpid(), signal.SIGINT)"
+    )
+    script = f'trap "" INT; {sys.executable} -c "{code}"'
+    done = subprocess.run(["bash", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGINT and done.stderr.rstrip().endswith("KeyboardInterrupt"), done.stderr
+
+
+def test_a_sigterm_during_a_group_of_renames_is_delivered_after_it_even_with_sigint_ignored() -> None:
+    """The renames that publish a file set finish first, then SIGTERM stops the command (it once vanished when the
+    command had started with SIGINT ignored)."""
+    from core.atomic import _sigint_deferred
+    from probe_cli.main import _sigterm_as_ctrl_c
+
+    done: list[str] = []
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with pytest.raises(KeyboardInterrupt), _sigterm_as_ctrl_c(in_process=True), _sigint_deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            done.append("renamed")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert done == ["renamed"]
 
 
 @pytest.mark.slow
-def test_sigterm_during_a_pair_build_removes_the_build_folder_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("launch", ["terminal", "nohup"])
+def test_sigterm_during_a_pair_build_removes_the_build_folder_in_one_line(launch: str, tmp_path: Path) -> None:
     """A real build of the tiny pair, terminated once its data is written (the 12 MB ``.tiny_pair.build-<pid>``
-    folder that SIGTERM used to leave): one ``interrupted:`` line, exit 143, nothing of the build left."""
+    folder that SIGTERM used to leave), started from a terminal and as ``nohup probe models default --pair tiny &``
+    from a script (where SIGTERM used to be ignored until SIGKILL): one ``interrupted:`` line, exit 143 within the
+    bound, nothing of the build left."""
     env = {**os.environ, "PROBE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "probe_cli", "models", "default", "--pair", "tiny", "--quiet"]
-    proc = subprocess.Popen(command, cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc, pid = spawn(command, launch, cwd=ROOT, env=env, stdout=subprocess.PIPE)
     deadline = time.monotonic() + 600
     while not list(tmp_path.glob(".tiny_pair.build-*/data/test.jsonl")):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
+    os.kill(pid, signal.SIGTERM)
     sent = time.monotonic()
     out, err = proc.communicate(timeout=300)
     outcome = Outcome(proc.returncode, out, err, time.monotonic() - sent)

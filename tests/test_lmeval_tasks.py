@@ -132,6 +132,8 @@ def _piece(kind: str) -> str:
         ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "TemplateBudgetError"),
         ("{{ 'a' * 10**10 }}", "TemplateBudgetError"),
         ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "RecursionError"),
+        ("{% for i in range(10**10) %}x{% endfor %}", "TemplateBudgetError: Range too big"),  # was an OverflowError
+        ("{{ range(0, 10**12, 3) | list | length }}", "TemplateBudgetError: Range too big"),
     ],
 )
 def test_a_trusted_task_still_renders_its_templates_in_the_sandbox(
@@ -155,6 +157,34 @@ MODULES = {
     "import error": ("import json\nimport no_such_module_for_probe\n", 2, "ModuleNotFoundError"),
     "raises": ("def process(docs):\n    x = 1\n    raise ValueError('no docs for you')\n", 3, "ValueError: no docs"),
 }
+
+
+# where a task's dataset_path names a folder holding a dataset loading script (FOLDER/FOLDER.py), and whether the
+# folder is trusted: `datasets` raised a RuntimeError; the script is never imported, trusted or not
+LOADING_SCRIPTS = [("absolute path", False), ("beside the task", False), ("absolute path", True)]
+
+
+@pytest.mark.parametrize("where, trusted", LOADING_SCRIPTS)
+def test_a_dataset_loading_script_is_one_line_and_never_runs(
+    where: str, trusted: bool, tiny_model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    marker = tmp_path / "CODE_RAN"
+    folder = tmp_path / "scripted"
+    folder.mkdir()
+    (folder / "scripted.py").write_text(_code(marker), encoding="utf-8")
+    task = write_task(tmp_path, "hostile", ROWS, MC)
+    named = str(folder) if where == "absolute path" else "scripted"
+    text = task.read_text(encoding="utf-8").replace("dataset_path: json", f"dataset_path: {named}")
+    task.write_text(text.replace("dataset_kwargs:", "dataset_kwargs:\n  trust_remote_code: true"), encoding="utf-8")
+    more = ["--trust-task-code"] if trusted else []
+    one_line_error(
+        capsys,
+        _argv(tiny_model_dir, task, "--include-path", *more),
+        f"{task}:",
+        "dataset loading script",
+        "scripted.py",
+    )
+    assert not marker.exists()
 
 
 @pytest.mark.parametrize("case", list(MODULES))

@@ -6,6 +6,7 @@ argument and data checks run (and fail) before this module is imported.
 
 from __future__ import annotations
 
+import signal
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -105,8 +106,9 @@ class GracefulStop(TrainerCallback):
         if self.requested or not self.in_loop:
             raise KeyboardInterrupt
         self.requested = True
+        name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"  # the probe command hands SIGTERM here too
         print(
-            "Ctrl-C: stopping after this training step and saving a checkpoint (Ctrl-C again to stop at once)",
+            f"{name}: stopping after this training step and saving a checkpoint ({name} again to stop at once)",
             file=sys.stderr,
             flush=True,
         )

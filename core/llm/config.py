@@ -12,7 +12,8 @@ config is made: ``base_url`` holds the URL without them (so it can be printed, l
 hashed into the reply cache), and the credentials are kept in this process only, sent as
 HTTP Basic authentication by :meth:`ClientConfig.authorization`. A request carries one
 ``Authorization`` header, so URL credentials together with a key in the environment are
-refused in one line rather than one of them dropped.
+refused in one line rather than one of them dropped. A base URL with a query string or a fragment is refused in a
+line that does not show it (a key put there would otherwise be printed in every error line).
 
 Example:
     >>> cfg = ClientConfig(base_url="http://127.0.0.1:8000/v1", model="/models/tiny", cache_dir=None)
@@ -23,6 +24,10 @@ Example:
     Traceback (most recent call last):
     ...
     core.errors.ProbeError: --base-url must start with http:// or https:// and hold no spaces ..., got 'ftp://x'
+    >>> ClientConfig(base_url="http://127.0.0.1:8000/v1?api_key=sk-secret", model="m")
+    Traceback (most recent call last):
+    ...
+    core.errors.ProbeError: --base-url holds a query string or a fragment ('?' or '#'; not shown, since it may ...
 """
 
 from __future__ import annotations
@@ -213,7 +218,15 @@ class ClientOptions:
 
 def _checked_base_url(base_url: object) -> str:
     """``base_url`` without ``user:password@``; the credentials are remembered for
-    :meth:`ClientConfig.authorization`."""
+    :meth:`ClientConfig.authorization`. One with a query string or a fragment is refused before anything else, in a
+    line that does not show it: a key put there would be printed in every error line, and requests would go to a
+    malformed path."""
+    if isinstance(base_url, str) and ("?" in base_url or "#" in base_url):
+        raise ProbeError(
+            "--base-url holds a query string or a fragment ('?' or '#'; not shown, since it may carry a key): "
+            "give the endpoint as http(s)://host[:port]/path, and a key through the environment variable that "
+            "--api-key-env names"
+        )
     shown = without_url_credentials(base_url) if isinstance(base_url, str) else base_url
     if (
         not isinstance(base_url, str)

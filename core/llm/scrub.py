@@ -13,8 +13,9 @@ an echoed key that straddled the cut through (154 of a 164-character key, issue 
    a key cannot hide from step 3 behind characters that print as nothing;
 2. replaces ``scheme://user:password@`` in any URL by ``scheme://***@``;
 3. masks each secret (the API key, a URL's password and ``user:password``) in each of its
-   :func:`encodings` (as it is, percent-encoded, JSON-escaped, base64 standard, url-safe and
-   unpadded, as an ``Authorization: Basic`` header carries it) wherever any
+   :func:`encodings` (as it is, percent-encoded in part or in full, JSON-escaped, base64 standard, url-safe and
+   unpadded, as an ``Authorization: Basic`` header carries it, its UTF-8 in hexadecimal, and every
+   character ``\\u``-escaped, each of the last two in lower and upper case) wherever any
    :data:`MIN_SECRET_RUN` or more consecutive characters of it appear; a shorter one wherever
    it appears whole.
 
@@ -28,6 +29,8 @@ Example:
     'red http://***@host/v1'
     >>> Scrubber(["bob:hunter2"]).scrub("Authorization: Basic Ym9iOmh1bnRlcjI=")
     'Authorization: Basic ***'
+    >>> s.scrub("echoed as 736b2d30313233343536373839616263646566 and \\\\u0073\\\\u006b\\\\u002d\\\\u0030")
+    'echoed as *** and ***'
 """
 
 from __future__ import annotations
@@ -116,16 +119,26 @@ def _window_hashes(text: str) -> np.ndarray:
 
 def encodings(secret: str) -> set[str]:
     """``secret`` as it may come back from an endpoint: as it is, percent-encoded (as in a URL or a
-    form), JSON-escaped, and its UTF-8 in base64 (standard, url-safe, each with and without padding)."""
+    form, and with every byte percent-encoded), JSON-escaped, its UTF-8 in base64 (standard, url-safe, each with and
+    without padding) and in hexadecimal, and each character ``\\u``-escaped (hex digits in lower and upper case)."""
     raw = secret.encode("utf-8", "surrogatepass")
     b64 = {base64.b64encode(raw).decode("ascii"), base64.urlsafe_b64encode(raw).decode("ascii")}
     escaped = {json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
+    every_escaped = "".join(f"\\u{unit:04x}" for unit in _utf16_units(secret))
     return (
         {secret, quote(secret, safe=""), quote(secret), quote_plus(secret)}
         | escaped
         | b64
         | {text.rstrip("=") for text in b64}
+        | {raw.hex(), raw.hex().upper(), every_escaped, every_escaped.upper().replace("\\U", "\\u")}
+        | {"".join(f"%{byte:02x}" for byte in raw), "".join(f"%{byte:02X}" for byte in raw)}
     )
+
+
+def _utf16_units(text: str) -> list[int]:
+    """The UTF-16 code units of ``text``: what a ``\\uXXXX`` escape spells (a surrogate pair past U+FFFF)."""
+    data = text.encode("utf-16-le", "surrogatepass")
+    return [int.from_bytes(data[i : i + 2], "little") for i in range(0, len(data), 2)]
 
 
 def without_url_credentials(text: str) -> str:

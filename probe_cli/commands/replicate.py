@@ -17,7 +17,7 @@ import typer
 
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options
 from probe_cli.pairs import pair_option
-from study.replicate_config import ReplicateOptions
+from study.replicate_config import ReplicateOptions, check_nproc
 
 if TYPE_CHECKING:
     from study.replicate import Stage
@@ -54,6 +54,7 @@ def replicate(
         check_output_dir(given("out_dir"), "--out", writer=Writer.REPLICATE)
     if (sft is None) != (dpo is None):
         raise ProbeError("give both --sft and --dpo, or neither (to use the embedded default pair)")
+    check_nproc(given("nproc"), given("device"))  # before a pair build, which takes minutes
     if sft is None:
         _announce_build(pair_name, err)
         built = default_pair(pair_name)

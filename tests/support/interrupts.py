@@ -6,6 +6,14 @@ intervene``'s stage lines), or, for training, a ``STEP n`` line that a wrapper a
 library's own step callback (a progress bar on a pipe prints nothing until it ends).
 :func:`assert_interrupted` checks the exit status, the time from the signal to the exit, and
 that stderr has one ``interrupted:`` line and no traceback; it prints the latency (``pytest -s``).
+
+Every child starts with a known SIGINT disposition, whatever the suite inherited: ``make test`` started as
+``nohup make test &`` from a script runs with SIGINT ignored, and an ignored signal stays ignored across ``exec``, so a
+Ctrl-C test's child would never see its Ctrl-C. :func:`answer_ctrl_c_here` (tests/conftest.py calls it in every
+pytest process) makes the suite's own processes answer Ctrl-C as a terminal's foreground process does, so every child
+they start begins with SIGINT at its default; :func:`spawn` resets it in the child as well, and can start the command
+the way a launcher would (:data:`LAUNCHES`): as a terminal does, in the background of a script (``nohup CMD &``, SIGINT
+ignored), with SIGINT set to its default inside Python, or under a caller's own SIGINT handler.
 """
 
 from __future__ import annotations
@@ -15,29 +23,39 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 BOUND_S = 15.0  # from SIGINT to exit, on a loaded 2-core machine (measured: about 2 s)
 
 # Runs ``probe`` with a line on stderr when an optimizer step begins and ends (the markers;
 # STEP_PAUSE seconds of sleep after the first, to catch a step in progress) and, for a
-# ``sleep`` command, one that waits in plain Python: the generic path for an uncaught Ctrl-C.
+# ``sleep`` command, one that waits in plain Python: the generic path for an uncaught Ctrl-C (without the
+# training library, so that it starts in a second).
 WRAPPER = """
-import os, sys, time
-import training.callbacks as callbacks
+import os, signal, sys, time
 from probe_cli.main import app, main
 
-original = callbacks.StepProgress.on_step_end
-def on_step_end(self, args, state, control, **kwargs):
-    print(f"STEP {state.global_step}", file=sys.stderr, flush=True)
-    return original(self, args, state, control, **kwargs)
-def on_step_begin(self, args, state, control, **kwargs):
-    print(f"BEGIN {state.global_step + 1}", file=sys.stderr, flush=True)
-    time.sleep(float(os.environ.get("STEP_PAUSE", "0")))
-callbacks.StepProgress.on_step_end = on_step_end
-callbacks.StepProgress.on_step_begin = on_step_begin
+if os.environ.get("SIGINT_AT_START") == "default":  # SIGINT at its default inside Python (no KeyboardInterrupt)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+elif os.environ.get("SIGINT_AT_START") == "handler":  # a caller's own handler, which only takes note
+    signal.signal(signal.SIGINT, lambda signum, frame: print("CALLER'S HANDLER", file=sys.stderr, flush=True))
+
+if sys.argv[1:2] != ["sleep"]:  # the training library, imported only where a command trains
+    import training.callbacks as callbacks
+
+    original = callbacks.StepProgress.on_step_end
+    def on_step_end(self, args, state, control, **kwargs):
+        print(f"STEP {state.global_step}", file=sys.stderr, flush=True)
+        return original(self, args, state, control, **kwargs)
+    def on_step_begin(self, args, state, control, **kwargs):
+        print(f"BEGIN {state.global_step + 1}", file=sys.stderr, flush=True)
+        time.sleep(float(os.environ.get("STEP_PAUSE", "0")))
+    callbacks.StepProgress.on_step_end = on_step_end
+    callbacks.StepProgress.on_step_begin = on_step_begin
 
 @app.command("sleep")
 def sleep() -> None:
@@ -56,9 +74,59 @@ class Outcome:
     latency: float | None  # seconds from the (last) signal to the exit
 
 
-def probe(args: list[str], home: Path, *markers: str, pause: float = 0.0, sig: int = signal.SIGINT) -> Outcome:
-    """Run ``probe ARGS``; send one ``sig`` (SIGINT: Ctrl-C) when each of ``markers`` starts a stderr line, in
-    order."""
+# How a launcher starts the command, as SIGINT's disposition in it: "terminal" (a foreground command: Python's
+# KeyboardInterrupt), "nohup" (``nohup CMD &`` from a non-interactive shell: SIGINT ignored, as bash leaves it for
+# a background job), "default" (SIGINT set to its default inside Python) and "handler" (a caller's own handler that
+# only takes note). The last two need the WRAPPER, which reads SIGINT_AT_START.
+LAUNCHES = ("terminal", "nohup", "default", "handler")
+
+
+def answer_ctrl_c_here() -> None:
+    """Make this process answer Ctrl-C with a KeyboardInterrupt if it started with SIGINT ignored; a handler, unlike
+    an ignored signal, is reset to the default in every child at ``exec``."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def spawn(command: Sequence[str], launch: str = "terminal", **popen: Any) -> tuple[subprocess.Popen[str], int]:
+    """Start ``command`` as ``launch`` says (:data:`LAUNCHES`), with stderr on a pipe; returns the process and the
+    pid of the command itself, the one to signal (under ``nohup`` a shell stands between, waiting for it and
+    exiting with its status: the first stderr line names the command's pid)."""
+    assert launch in LAUNCHES, launch
+    env = {**popen.pop("env", os.environ), "SIGINT_AT_START": launch}
+    if launch == "nohup":
+        command = ["bash", "-c", 'nohup "$@" & echo "PID $!" >&2; wait $!', "bash", *command]
+    proc = subprocess.Popen(
+        command,
+        env=env,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=_sigint_default,
+        **popen,
+    )
+    if launch != "nohup":
+        return proc, proc.pid
+    assert proc.stderr is not None
+    first = proc.stderr.readline()
+    assert first.startswith("PID "), first
+    return proc, int(first.split()[1])
+
+
+def probe(
+    args: list[str],
+    home: Path,
+    *markers: str,
+    pause: float = 0.0,
+    sig: int = signal.SIGINT,
+    launch: str = "terminal",
+) -> Outcome:
+    """Run ``probe ARGS`` started as ``launch`` says (:data:`LAUNCHES`); send one ``sig`` (SIGINT: Ctrl-C) when
+    each of ``markers`` starts a stderr line, in order."""
     env = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
@@ -68,14 +136,7 @@ def probe(args: list[str], home: Path, *markers: str, pause: float = 0.0, sig: i
         "PYTHONPATH": str(ROOT),
         "STEP_PAUSE": str(pause),
     }
-    proc = subprocess.Popen(
-        [sys.executable, "-c", WRAPPER, *args],
-        cwd=ROOT,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+    proc, pid = spawn([sys.executable, "-c", WRAPPER, *args], launch, cwd=ROOT, env=env, stdout=subprocess.PIPE)
     lines: list[str] = []
     waiting, sent = list(markers), None
     assert proc.stderr is not None and proc.stdout is not None
@@ -83,7 +144,7 @@ def probe(args: list[str], home: Path, *markers: str, pause: float = 0.0, sig: i
         lines.append(line)
         if waiting and line.startswith(waiting[0]):
             waiting.pop(0)
-            proc.send_signal(sig)
+            os.kill(pid, sig)
             sent = time.monotonic()
     code = proc.wait(timeout=300)
     latency = None if sent is None else time.monotonic() - sent
