@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml requirements.lock
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q -c requirements.lock pip
 	$(PY) -m pip install -q -c requirements.lock torch==2.13.0   # the CPU wheel; an unpinned torch pulls a multi-GB CUDA build
-	$(PY) -m pip install -q -c requirements.lock -e ".[test,eval]"   # eval: lm-evaluation-harness, so that its tests run too
+	$(PY) -m pip install -q -c requirements.lock -e ".[test,eval,text]"   # eval: lm-evaluation-harness, so that its tests run too; text: probe dictionary's prose
 	touch $(STAMP)
 
 # Every package above comes from requirements.lock; after editing pyproject.toml's dependencies, make it anew

@@ -1,6 +1,6 @@
 """The install lock: every direct and transitive dependency pinned, and the pyproject it was made from.
 
-``python tools/lock.py`` (``make lock``) installs ``.[test,eval]`` into a fresh virtualenv with nothing but
+``python tools/lock.py`` (``make lock``) installs ``.[test,eval,text]`` into a fresh virtualenv with nothing but
 ``torch==2.13.0`` pinned ahead (an unpinned torch pulls a multi-GB CUDA build), freezes it, and writes
 ``requirements.lock``: a pip constraints file that ``make setup``, ``make demo``, ``make test`` and CI install from.
 Its header carries a digest of pyproject's dependency declarations; ``tests/test_lock.py`` fails when the two disagree.
@@ -24,7 +24,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements.lock"
-EXTRAS = "test,eval"
+EXTRAS = "test,eval,text"
 TORCH = "torch==2.13.0"
 DIGEST_LINE = "# pyproject-digest: "
 PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;#]+)$")
