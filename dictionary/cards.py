@@ -1,12 +1,13 @@
 """Per-latent cards, drawn by ``probe explain``'s own card code, so that a latent and a neuron read alike.
 
 A latent's card is an :class:`analysis.explain_record.NeuronCard` rendered by
-:func:`analysis.explain_html.card_html`: its "unit" is the latent, its ranks are its rank by relative decoder norm
-(most DPO-leaning first) and by firing rate on the held-out tokens, its values are its decoder norms in SFT and DPO
-(the relative norm in the Δ slot), its read-out is the direction it writes in the DPO model read through the DPO
-model's final norm and unembedding (:func:`analysis.readout.read_out`; for an ``mlp_post`` site, through that
-layer's ``down_proj`` first), and its "prompts" are its top-activating held-out tokens, each with the text before
-it (``⟦token⟧`` marks the token) and the latent's contribution ``f · ‖d‖`` in each model.
+:func:`analysis.explain_html.card_html`: its "unit" is the latent; its ranks are by relative decoder norm (most
+DPO-leaning first; for the diff-SAE by activation mass) and by firing rate on the held-out tokens; its values are its
+decoder norms in SFT and DPO (the diff-SAE: 0 and its norm), the relative norm in the Δ slot; its read-out is the
+direction it writes in the DPO model read through the DPO model's final norm and unembedding
+(:func:`analysis.readout.read_out`; for an ``mlp_post`` site, through that layer's ``down_proj`` first); and its
+"prompts" are its top-activating held-out tokens, each with the text before it (``⟦token⟧`` marks the token) and the
+latent's contribution ``f · ‖d‖`` in each model.
 
 Example:
     >>> snippet("To be, or not to", " be")
@@ -43,8 +44,7 @@ class LatentFacts:
     latent: int
     relative_norm: float
     norms: tuple[float, float]  # decoder norms (sft, dpo) in activation units
-    rank_norm: int
-    rank_firing: int
+    ranks: dict[str, int]  # rank name -> 1-based rank among all latents
     top: list[tuple[float, int, int]]  # (activation, sequence, position) on held-out tokens
 
 
@@ -74,7 +74,7 @@ def cards(
             NeuronCard(
                 layer=layer,
                 unit=fact.latent,
-                ranks={"relative norm (DPO-leaning first)": fact.rank_norm, "held-out firing rate": fact.rank_firing},
+                ranks=fact.ranks,
                 delta=fact.relative_norm,
                 ci_low=float("nan"),
                 ci_high=float("nan"),

@@ -157,11 +157,13 @@ def harvest(
     pending: list[int],
     progress: Any = None,
 ) -> HarvestReport:
-    """Write the ``pending`` shards of ``plan``; ``progress.update(tokens)`` after each."""
+    """Write the ``pending`` shards of ``plan``; ``progress.update(tokens)`` after each batch."""
     started = time.perf_counter()
     for index in pending:
-        shard = plan[index]
-        store.write(index, join([harvest_batch(models, site, mix, batch, pad_id) for batch in shard]))
-        if progress is not None:
-            progress.update(sum(mix.sequences[i].kept for batch in shard for i in batch))
+        parts = []
+        for batch in plan[index]:
+            parts.append(harvest_batch(models, site, mix, batch, pad_id))
+            if progress is not None:
+                progress.update(sum(mix.sequences[i].kept for i in batch))
+        store.write(index, join(parts))
     return HarvestReport(len(plan), len(pending), len(plan) - len(pending), time.perf_counter() - started)

@@ -138,22 +138,31 @@ def _planted(prepared: Prepared, directions: tuple[np.ndarray, str]) -> Any:
     )
 
 
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """1-based rank of each value, lowest first (ties in index order)."""
+    out = np.empty(len(values), dtype=int)
+    out[np.argsort(values, kind="stable")] = np.arange(1, len(values) + 1)
+    return out
+
+
 def _facts(coder: Coder, held: HeldOut, latents: dict[str, Any], chosen: list[int]) -> list[Any]:
+    """What each chosen latent's card says. A crosscoder latent's values are its decoder norms in SFT and DPO; a
+    diff-SAE latent writes into the difference only, so its SFT value is 0 and its DPO value its decoder norm."""
     from dictionary.cards import LatentFacts
 
     norms = coder.weights().decoder.norm(dim=-1).numpy()
-    x = latents.get("relative_norm", np.full(coder.latents, np.nan))
-    rank_norm = np.empty(coder.latents, dtype=int)
-    rank_norm[np.argsort(x, kind="stable")] = np.arange(1, coder.latents + 1)
-    rank_firing = np.empty(coder.latents, dtype=int)
-    rank_firing[np.argsort(-held.firing, kind="stable")] = np.arange(1, coder.latents + 1)
+    crosscoder = "relative_norm" in latents
+    firing = _ranks(-held.firing)
+    if crosscoder:
+        order, name = _ranks(latents["relative_norm"]), "relative norm (DPO-leaning first)"
+    else:
+        order, name = _ranks(-held.firing * held.mean_activation), "activation mass"
     return [
         LatentFacts(
             latent=j,
-            relative_norm=float(x[j]),
-            norms=(float(norms[0, j]), float(norms[-1, j])),
-            rank_norm=int(rank_norm[j]),
-            rank_firing=int(rank_firing[j]),
+            relative_norm=float(latents["relative_norm"][j]) if crosscoder else float("nan"),
+            norms=(float(norms[0, j]), float(norms[1, j])) if crosscoder else (0.0, float(norms[0, j])),
+            ranks={name: int(order[j]), "held-out firing rate": int(firing[j])},
             top=held.top.get(j, []),
         )
         for j in chosen

@@ -187,7 +187,7 @@ def _harvest(prepared: Prepared, progress: bool, world: World | None = None, dev
             f"harvest {prepared.config.hook} layer {prepared.layer}",
             tokens,
             unit="tokens",
-            step="shard",
+            step="batch",
             estimate_s=estimate,
         )
         if progress
