@@ -58,7 +58,7 @@ def plan_shards(lengths: Sequence[int], max_batch_tokens: int, shard_tokens: int
             shards.append([])
             held = 0
         shards[-1].append(batch)
-        held += sum(lengths[i] - 1 for i in batch)
+        held += sum(lengths[i] - 1 for i in batch)  # an upper bound on the kept activations
     return [s for s in shards if s]
 
 
@@ -108,10 +108,12 @@ class Site:
 def harvest_batch(
     models: tuple[PreTrainedModel, PreTrainedModel], site: Site, mix: TextMix, batch: list[int], pad_id: int
 ) -> ShardData:
-    """Both models on one batch of sequences: every kept token's SFT value and DPO − SFT difference."""
+    """Both models on one batch of sequences: every kept token's SFT value and DPO − SFT difference (a sequence's
+    positions from its ``start`` on)."""
     ids, mask = left_padded([mix.sequences[i].ids for i in batch], pad_id)
     sft, dpo = (site_values(m, site.hook, site.layer, ids, mask) for m in models)
-    keep = (mask.bool() & (position_ids_for(mask) > 0)).reshape(-1)
+    starts = torch.tensor([mix.sequences[i].start for i in batch])[:, None]
+    keep = (mask.bool() & (position_ids_for(mask) >= starts)).reshape(-1)
     sft_kept, dpo_kept = sft.reshape(-1, sft.shape[-1])[keep], dpo.reshape(-1, dpo.shape[-1])[keep]
     if not (torch.isfinite(sft_kept).all() and torch.isfinite(dpo_kept).all()):
         raise ProbeError(f"{site.hook} layer {site.layer}: the models produced NaN or inf activations")
