@@ -40,6 +40,7 @@ import hashlib
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -131,11 +132,15 @@ def chat_documents(data: Path, tokenizer: PreTrainedTokenizerBase, seed: int = 0
     random.Random(seed).shuffle(conversations)
     seen: set[str] = set()
     for where, turns in conversations:
-        ids = encode_conversations(tokenizer, [turns], add_generation_prompt=False, where=lambda _, w=where: w)[0]
+        ids = encode_conversations(tokenizer, [turns], add_generation_prompt=False, where=partial(_named, where))[0]
         key = hashlib.sha256(bytes(str(ids), "ascii")).hexdigest()
         if key not in seen:
             seen.add(key)
             yield f"{where}:{key[:16]}", ids
+
+
+def _named(where: str, _index: int) -> str:
+    return where
 
 
 def _conversations(path: Path, data: Path) -> list[tuple[str, list[Any]]]:
@@ -244,11 +249,9 @@ def build_mix(
     """The sequences of a harvest: chat documents up to :data:`CHAT_SHARE` of ``tokens`` activations, then the
     user's text or the prose, then more chat if the prose runs out; fewer when every source runs out (the mix says
     how many). A prefix an earlier sequence had is read but not kept (:class:`Prefixes`)."""
-    from core.chat import encode_text
-
     prose_name, prose = ("text", user_documents(text)) if text is not None else ("kjv", kjv())
     pieces = ((f"{key}@{i}", piece) for key, body in prose for i, piece in enumerate(pieces_of(body, context)))
-    encoded_prose = ((key, encode_text(tokenizer, piece)) for key, piece in pieces)
+    encoded_prose = ((key, _prose_ids(tokenizer, piece)) for key, piece in pieces)
     chat = chat_documents(chat_data, tokenizer, seed) if chat_data is not None else iter(())
     builder = _Builder(TextMix(), Prefixes(), context, seed)
     builder.take("chat", chat, int(CHAT_SHARE * tokens) if chat_data is not None else 0)
@@ -257,6 +260,12 @@ def build_mix(
     if not builder.mix.sequences:
         raise ProbeError("the text sources gave no sequence of two or more tokens; give --text FILE|DIR")
     return _with_held_out(builder.mix)
+
+
+def _prose_ids(tokenizer: PreTrainedTokenizerBase, piece: str) -> list[int]:
+    """A prose piece's token ids, nothing added (as :func:`core.chat.encode_text`), without transformers' warning that
+    a piece is longer than the model's context: it is cut into windows next."""
+    return list(tokenizer(piece, add_special_tokens=False, verbose=False)["input_ids"])
 
 
 @dataclass
