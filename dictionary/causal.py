@@ -140,22 +140,22 @@ def causal_table(prepared: Prepared, coder: Coder, latents: dict[str, Any], prog
 
 
 def _run_arms(outcomes: Any, edits: list[Any], progress: bool) -> list[Any]:
-    """Every arm in one call (shared batches); a progress bar made on the first report, when the total is known."""
+    """Every arm in one call (shared batches), with progress per batch of rows (all arms of a batch at once)."""
     from core.progress import Stage
 
-    bars: list[Stage] = []
+    bar = (
+        Stage(f"causal test: {len(edits)} arms", outcomes.n_batches, unit="batches", step="batch") if progress else None
+    )
 
     def report(done: int, total: int) -> None:
-        if not progress:
-            return
-        if not bars:
-            bars.append(Stage(f"causal test: {len(edits)} arms", total, unit="batch steps", step="batch"))
-        bars[0].update(done - bars[0].done)
+        if bar is not None:
+            bar.total = max(bar.total, total)
+            bar.update(done - bar.done)
 
     try:
         return list(outcomes.arms([[edit] for edit in edits], report))
     finally:
-        for bar in bars:
+        if bar is not None:
             bar.close()
 
 
