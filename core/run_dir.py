@@ -196,6 +196,34 @@ class LMEvalDir:
         return self.root / "lmeval_items.jsonl"
 
 
+class DictionaryDir:
+    """The files of one ``probe dictionary`` run, wherever ``--out`` put it."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    @property
+    def summary(self) -> Path:
+        return self.root / "summary.json"
+
+    @property
+    def latents(self) -> Path:
+        return self.root / "latents.json"
+
+    @property
+    def page(self) -> Path:
+        return self.root / "dictionary.html"
+
+    @property
+    def store(self) -> Path:
+        """The harvested activations (:class:`dictionary.store.Store`)."""
+        return self.root / "store"
+
+    @property
+    def store_manifest(self) -> Path:
+        return self.store / "store.json"
+
+
 class DataDir:
     """A dataset folder: the split files by name (``SFT``, ``DPO``, ``TEST``, ...) and as paths under ``root``.
 
@@ -396,6 +424,7 @@ class Writer:
     EVAL = "probe models eval"
     REPLICATE = "probe replicate"
     REPORT = "probe report"
+    DICTIONARY = "probe dictionary"
     JUDGE = "probe judge"  # the commands below write no results folder: every place of one is refused to them
     SYNTHESIZE = "probe synthesize"
     TRAIN = "probe train"
@@ -463,6 +492,7 @@ class ResultsPlace:
 def _kinds() -> dict[str, FolderKind]:
     """The results folders' layout, from the names above (module doc), so that each is spelled once."""
     run, analysis, ab, lm, w = RunDir(""), AnalysisDir(""), InterventionDir(""), LMEvalDir(""), Writer
+    dictionary = DictionaryDir("")
     lm_places = (
         Place(lm.report.name, "the lm-eval report", (w.LMEVAL,)),
         Place(lm.markdown.name, "the lm-eval report's markdown", (w.LMEVAL,)),
@@ -507,6 +537,17 @@ def _kinds() -> dict[str, FolderKind]:
             article="an",
         ),
         "lmeval": FolderKind("lm-eval folder", (lm.report.name, lm.items.name), (w.LMEVAL,), lm_places, article="an"),
+        "dictionary": FolderKind(  # before "analysis": it holds a summary.json too
+            "dictionary folder",
+            (dictionary.latents.name, dictionary.page.name, dictionary.store_manifest.relative_to(".").as_posix()),
+            (w.DICTIONARY,),
+            (
+                Place(dictionary.summary.name, "the dictionary summary", (w.DICTIONARY,)),
+                Place(dictionary.latents.name, "the latents' records", (w.DICTIONARY,)),
+                Place(dictionary.page.name, "the dictionary page", (w.DICTIONARY,)),
+                Place(dictionary.store.name, "the harvested activations", (w.DICTIONARY,), tree=True),
+            ),
+        ),
         "analysis": FolderKind(
             "analysis folder",
             (analysis.summary.name, analysis.weight_change.name),

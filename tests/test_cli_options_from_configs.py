@@ -28,6 +28,7 @@ from core.decoding import GenerationConfig
 from core.errors import ProbeError
 from core.llm.config import ClientOptions
 from data_synthesis.dataset import SynthesizeConfig
+from dictionary.config import DictionaryConfig
 from interventions.config import ABConfig
 from lmeval.config import LMEvalConfig
 from probe_cli.main import app
@@ -51,6 +52,7 @@ COMMANDS: dict[tuple[str, ...], tuple[type, set[str]]] = {
     ("models", "eval"): (PairEvalConfig, set()),
     ("replicate",): (ReplicateOptions, set()),
     ("explain",): (ExplainConfig, set()),
+    ("dictionary",): (DictionaryConfig, set()),
 }
 REQUIRED = {
     ("run",): {"capabilities"},

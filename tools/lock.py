@@ -1,6 +1,6 @@
 """The install lock: every direct and transitive dependency pinned, with the sha256 of every file it may come from.
 
-``python tools/lock.py`` (``make lock``) installs ``.[test,eval]`` into a fresh virtualenv with nothing but
+``python tools/lock.py`` (``make lock``) installs ``.[test,eval,text]`` into a fresh virtualenv with nothing but
 ``torch==2.13.0`` pinned ahead (an unpinned torch pulls a multi-GB CUDA build), freezes it, and writes
 ``requirements.lock``: a pip requirements file in hash-checking form, which ``make setup`` (and so ``make demo``,
 ``make test`` and CI) installs with ``pip install --require-hashes``. ``--keep-pins`` keeps the versions pinned now
@@ -51,7 +51,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements.lock"
-EXTRAS = "test,eval"
+EXTRAS = "test,eval,text"
 TORCH = "torch==2.13.0"
 DIGEST_LINE = "# pyproject-digest: "
 PYPI = "https://pypi.org/simple"
@@ -225,7 +225,12 @@ def index_hashes(pin: Pin, index: str = PYPI) -> list[str]:
     """The sha256 of every file of ``pin``'s version on ``index`` that this interpreter and platform can install: its
     compatible wheels, or its source archive when it has none (PEP 691 JSON, the hashes the index publishes)."""
     from packaging.tags import sys_tags
-    from packaging.utils import InvalidSdistFilename, parse_sdist_filename, parse_wheel_filename
+    from packaging.utils import (
+        InvalidSdistFilename,
+        InvalidWheelFilename,
+        parse_sdist_filename,
+        parse_wheel_filename,
+    )
     from packaging.version import Version
 
     request = urllib.request.Request(
@@ -240,7 +245,10 @@ def index_hashes(pin: Pin, index: str = PYPI) -> list[str]:
         if not sha256 or entry.get("yanked"):
             continue
         if filename.endswith(".whl"):
-            _, version, _, tags = parse_wheel_filename(filename)
+            try:
+                _, version, _, tags = parse_wheel_filename(filename)
+            except InvalidWheelFilename:  # an old upload whose name no installer reads (pydantic-0.18-py36+-none-any)
+                continue
             if version == want and tags & supported:
                 wheels.append(sha256)
             continue
