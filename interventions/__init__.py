@@ -8,6 +8,11 @@ The public surface:
 * :func:`scaled_units`, :class:`ABGenerator` / :class:`Intervention` — re-exported from :mod:`access`, where
   edits, drivers and generation live.
 
+Inside ``run_ab``: the generation passes (:mod:`interventions.passes`), each arm's scores
+(:mod:`interventions.scoring`), placebo ranking (:mod:`interventions.placebos`), continuous outcomes
+(:mod:`interventions.outcome_runs`, one :class:`~interventions.outcome_kinds.Outcome` row each) and coherence
+(:mod:`interventions.coherence`); each ``--edit`` recipe is one :class:`~interventions.recipes.Recipe` row.
+
 Example:
     >>> import interventions
     >>> interventions.PAPER_FACTOR   # imported from access.factors on first use
@@ -15,8 +20,8 @@ Example:
     >>> interventions.run_abc
     Traceback (most recent call last):
     AttributeError: module 'interventions' has no attribute 'run_abc'
-    >>> from interventions import ABConfig, run_ab                                  # doctest: +SKIP
-    >>> report = run_ab(ABConfig(run_dir="runs/x", capability="multi_turn", factor=0.0))  # doctest: +SKIP
+    >>> from interventions import ABConfig, plan_ab, run_ab                                       # doctest: +SKIP
+    >>> report = run_ab(plan_ab(ABConfig(run_dir="runs/x", capability="multi_turn", factor=0.0)))  # doctest: +SKIP
 """
 
 from __future__ import annotations

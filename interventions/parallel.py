@@ -2,8 +2,9 @@
 
 ``torchrun --nproc-per-node N -m probe_cli intervene ...`` (or ``accelerate launch``) starts N copies of the
 command; :func:`intervene` places each in the world of :mod:`probes.distributed` (the one ``probe run`` uses:
-its store, its agreement, its one-line failures), loads the pair on each rank's device and runs
-:func:`interventions.ab.run_ab` on every rank. There, every pass that decodes in shared batches
+its store, its agreement, its one-line failures), plans the run on every rank (:func:`agreed_plan`: the pair loaded on
+each rank's device, a mistake on one rank said on all) and runs :func:`interventions.ab.run_ab` on every rank. There,
+every pass that decodes in shared batches
 (:mod:`access.shared_generation`) is split by one plan (:func:`deal`): rank 0 lists the batches of prompts not yet
 kept in ``OUT/.arms`` (:mod:`interventions.arms`), in order, and batch *k* of that pending list is rank
 ``k % N``'s. Each rank decodes its batches, keeping each finished one as a one-process run does, then hands
@@ -40,7 +41,9 @@ from core.errors import Interrupted
 from probes.distributed import World, joined, machine_device, reported_once, world_from_env
 
 if TYPE_CHECKING:
+    from access.units import NeuronSet
     from interventions.config import ABConfig
+    from interventions.plan import ABPlan
     from interventions.results import ABReport
 
 _active = World()
@@ -68,8 +71,8 @@ def _serving(world: World) -> Iterator[None]:
 def intervene(
     run: Callable[[ABConfig, Callable[[str], None]], ABReport], config: ABConfig, progress: Callable[[str], None]
 ) -> ABReport | None:
-    """``run(config, progress)`` (:func:`interventions.ab.run_ab` or a caller of it) in the launcher's world:
-    the report on rank 0, None on the others (which print nothing)."""
+    """``run(config, progress)`` (a caller of :func:`agreed_plan` and :func:`interventions.ab.run_ab`) in the
+    launcher's world: the report on rank 0, None on the others (which print nothing)."""
     world = world_from_env()
     with reported_once(world):
         device = machine_device(config.device, world)  # before the group starts and before anything loads
@@ -81,6 +84,14 @@ def intervene(
             return None
         except KeyboardInterrupt:  # while the processes met (later ones say what was kept)
             raise Interrupted("A/B evaluation stopped before it began; rerun the same command") from None
+
+
+def agreed_plan(config: ABConfig, selections: dict[str, NeuronSet] | None = None) -> ABPlan:
+    """:func:`interventions.plan.plan_ab` on every rank of the world running now: a mistake found on any rank is
+    raised on all, before anything is generated."""
+    from interventions.plan import plan_ab
+
+    return active().agree(lambda: plan_ab(config, selections))
 
 
 def deal(world: World, pending: dict[str, list[int]]) -> dict[str, list[int]]:

@@ -37,11 +37,11 @@ import numpy as np
 from analysis.base_compare import jaccard, matched_random_jaccard
 from analysis.config import AnalysisConfig
 from core.judges import Judge
+from interventions import parallel
 from interventions.ab import run_ab
 from interventions.cells import Placement, effect_sentence, fmt_percentile
 from interventions.config import ABConfig
 from interventions.evidence import ALPHA, MIN_PLACEBO_SETS, PLACEBO_PERCENTILE, ArmEvidence, Difference
-from interventions.plan import plan_ab
 from interventions.results import (
     ABReport,
     ArmResult,
@@ -86,7 +86,7 @@ def compare_selections(
         report.selection = selection_record(sets, report, k, config.seed)
 
     one_edit = replace(config, positive_control=False)  # one edit per rule: the main factor is the scale arm
-    plan = plan_ab(one_edit, selections={rule: s.units for rule, s in sets.items()})
+    plan = parallel.agreed_plan(one_edit, selections={rule: s.units for rule, s in sets.items()})
     return run_ab(plan, progress, judge, annotate=annotate)
 
 
