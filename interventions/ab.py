@@ -19,6 +19,8 @@ The pipeline, in order:
 Example:
     >>> _units_edited(()), run_ab.__name__   # an arm's unit count in its progress line; the run
     ('', 'run_ab')
+    >>> memory_line(World(1, 2), 2 * 1024**3, 1024**3, 2).split(": ")[1]   # what each process of a launch holds
+    '2.0 GiB of weights for 2 model(s), decoding caches up to 1.0 GiB'
     >>> plan = plan_ab(ABConfig(run_dir="runs/x", capability="multi_turn", placebo=20))   # doctest: +SKIP
     >>> run_ab(plan).main.capability("multi_turn").effect.delta                            # doctest: +SKIP
 """
@@ -35,12 +37,12 @@ from access.generation import Generations
 from access.outcomes import ArmOutcomes
 from core.errors import Interrupted
 from core.judges import Judge, make_judge
-from interventions import parallel
 from interventions.arms import ArmStore
 from interventions.coherence import arm_coherence
 from interventions.outcome_runs import OutcomeRuns, estimate_line, outcome_results, outcome_runs
 from interventions.outcomes import write_greedy
 from interventions.passes import (
+    HelperDone,
     Ledger,
     Pass,
     Progress,
@@ -114,6 +116,7 @@ def run_ab(
     judge: Judge | None = None,
     *,
     annotate: Callable[[ABReport], None] | None = None,
+    world: World | None = None,
 ) -> ABReport:
     """Run the A/B evaluation that ``plan`` (:func:`interventions.plan.plan_ab`) resolved; write files if its
     config's ``out_dir``.
@@ -122,7 +125,8 @@ def run_ab(
     config (any object with the :class:`~core.judges.base.Judge` protocol).
     A plan with several selections (``plan_ab(config, selections)``) gives each rule every arm of the configured
     edits and its own placebos, all sharing one baseline and one set of passes
-    (:mod:`interventions.select_compare`); ``annotate`` adds to the report before it is written.
+    (:mod:`interventions.select_compare`); ``annotate`` adds to the report before it is written. ``world``: the
+    processes of a data-parallel launch (:mod:`interventions.parallel`; default one process).
     Ctrl-C raises :class:`~core.errors.Interrupted` naming the arms kept for a resume
     (see :mod:`interventions.arms`).
     """
@@ -130,7 +134,7 @@ def run_ab(
         raise TypeError(f"run_ab takes a plan, run_ab(plan_ab(config)), not {type(plan).__name__}")
     run: _Run | None = None
     try:
-        world = parallel.active()
+        world = world or World()
         run = world.agree(lambda: _prepare(plan, progress or _quiet, judge))
         run.progress(_memory(plan, world))
         config = plan.config
@@ -140,7 +144,7 @@ def run_ab(
             except PeerLost as lost:
                 raise PeerLost(f"{lost}; {run.kept()}", lost.reporter, lost.dead) from None
         elif not world.is_main:
-            raise parallel.HelperDone  # nothing to share: rank 0 runs the evaluation
+            raise HelperDone  # nothing to share: rank 0 runs the evaluation
         if config.outcomes != "only":
             _baselines(run)
         return _finish(run, annotate)
@@ -150,12 +154,26 @@ def run_ab(
 
 
 def _memory(plan: ABPlan, world: World) -> str:
-    """The A/B plan's memory per process (:func:`interventions.parallel.memory_line`)."""
+    """The A/B plan's memory per process (:func:`memory_line`)."""
     from core.budget import default_cache_bytes
 
     weights = sum(t.numel() * t.element_size() for m in plan.models.values() for t in (*m.parameters(), *m.buffers()))
     device = str(plan.models[plan.config.model].device)
-    return parallel.memory_line(world, weights, default_cache_bytes(device), len(plan.models))
+    return memory_line(world, weights, default_cache_bytes(device), len(plan.models))
+
+
+def memory_line(world: World, weight_bytes: int, cache_bytes: int, n_models: int) -> str:
+    """The memory each process needs: every rank holds the models it runs (the pair, or a model and a patch
+    source) and its own decoding caches."""
+    who = f"each of the {world.size} holds its own copy" if world.distributed else "one process"
+    return (
+        f"memory per process ({who}): {_size(weight_bytes)} of weights for {n_models} model(s), "
+        f"decoding caches up to {_size(cache_bytes)}"
+    )
+
+
+def _size(n_bytes: int) -> str:
+    return f"{n_bytes / 1024**3:.1f} GiB" if n_bytes >= 1024**3 / 10 else f"{n_bytes / 1024**2:.1f} MiB"
 
 
 def _baselines(run: _Run) -> None:

@@ -11,12 +11,20 @@ generated alone (a patch, sampling, the nnsight backend) and kept whole. :func:`
 disk and how to resume. Every function reads the plan and the store it is given; what they share while a run goes on
 is a :class:`Ledger`.
 
+A data-parallel run (:mod:`interventions.parallel`) deals the batches not yet kept to its ranks (:func:`deal`) and
+hands each rank's finished ones to rank 0 (:func:`hand_over`), which runs the rest.
+
 Example:
     >>> baseline = Pass("baseline sft", "sft", (), "baseline")
     >>> baseline.name, store_key("baseline sft", ())
     ('baseline sft', 'baseline sft')
     >>> Ledger(total=4).left(), minutes(30.0), minutes(600.0)
     ('', '30 s', '10 min')
+    >>> deal(World(0, 1), {"shared sft 1a batch": [0, 1, 2, 3, 4]})       # one process: every batch
+    {'shared sft 1a batch': [0, 1, 2, 3, 4]}
+    >>> mine = {"shared sft 1a batch": [1, 2, 4, 6, 7]}                   # rank 1 of 2, of the pending batches
+    >>> [b for k, b in enumerate(mine["shared sft 1a batch"]) if World(1, 2).owns(k)]
+    [2, 6]
     >>> passes = plan_passes(plan_ab(ABConfig(run_dir="runs/x", capability="multi_turn")))  # doctest: +SKIP
     >>> [(p.key, p.role) for p in passes][:2]                                                  # doctest: +SKIP
     [('baseline dpo', 'baseline'), ('scale 0.999999 1f0c…', 'arm')]
@@ -36,14 +44,13 @@ from access.generation import Generations
 from access.hook_points import attach
 from access.shared_generation import SharedDecoder, pass_unshareable, unshareable
 from core.rows import row_location
-from interventions import parallel
 from interventions.arms import ArmStore, fingerprint
+from probes.distributed import World
 
 if TYPE_CHECKING:
     from access.drivers.base import SiteEdits
     from interventions.plan import ABPlan
     from interventions.recipes import Arm
-    from probes.distributed import World
 
 Progress = Callable[[str], None]  # where a run says what it is doing, one line at a time
 Shared = list[tuple[str, "SiteEdits | None"]]  # one model's passes that decode together: (store key, compiled edits)
@@ -260,6 +267,29 @@ def _batch_line(
     return done
 
 
+class HelperDone(Exception):
+    """Raised in a rank other than 0 once its batches are handed over: the rest is rank 0's."""
+
+
+def deal(world: World, pending: dict[str, list[int]]) -> dict[str, list[int]]:
+    """This rank's batches: batch *k* of each pending list (rank 0's, the same on every rank) is rank ``k % N``'s."""
+    return {tag: [b for k, b in enumerate(numbers) if world.owns(k)] for tag, numbers in pending.items()}
+
+
+def hand_over(world: World, bodies: dict[str, dict[str, Any]], put: Callable[[str, dict[str, Any]], None]) -> int:
+    """Every rank's finished batches (``key -> body``) to rank 0, which ``put``s the others' in its store;
+    returns how many batches rank 0 received."""
+    gathered = world.gather(bodies if not world.is_main else {})
+    if not world.is_main:
+        return 0
+    received = 0
+    for share in gathered:
+        for key, body in share.items():
+            put(key, body)
+            received += 1
+    return received
+
+
 def share_parallel(
     plan: ABPlan,
     passes: Sequence[Pass],
@@ -268,8 +298,8 @@ def share_parallel(
     world: World,
     progress: Progress,
 ) -> None:
-    """Data-parallel: decode this rank's batches of every shared pass (dealt by :func:`interventions.parallel.deal`)
-    and hand them to rank 0's store; a rank other than 0 then stops (:class:`interventions.parallel.HelperDone`)."""
+    """Data-parallel: decode this rank's batches of every shared pass (dealt by :func:`deal`) and hand them to rank
+    0's store; a rank other than 0 then stops (:class:`HelperDone`)."""
     jobs = [(*_decoder(plan, gens[name], name, shared), shared) for name, shared in shared_jobs(plan, passes, progress)]
     budgets = world.gather([(decoder.max_batch_tokens, decoder.max_cache_bytes) for decoder, _, _ in jobs])
     for k, (decoder, _, _) in enumerate(jobs):  # one plan of forwards for all ranks: the smallest device's budgets
@@ -278,7 +308,7 @@ def share_parallel(
     pending = world.on_main(
         lambda: {tag: [b for b in range(len(d.batches)) if store.get_body(f"{tag} {b}") is None] for d, tag, _ in jobs}
     )
-    mine = parallel.deal(world, pending)
+    mine = deal(world, pending)
     progress(
         f"{world.size} processes share {sum(map(len, pending.values()))} batches of prompts not yet kept "
         f"(batch k of that list is rank k % {world.size}'s); rank 0 decodes {sum(map(len, mine.values()))}"
@@ -303,7 +333,7 @@ def share_parallel(
             keep=lambda b, body, tag=tag: keep(f"{tag} {b}", body),  # type: ignore[misc]
             only=set(mine[tag]),
         )
-    received = parallel.hand_over(world, bodies, store.put_body)
+    received = hand_over(world, bodies, store.put_body)
     if not world.is_main:
-        raise parallel.HelperDone
+        raise HelperDone
     progress(f"rank 0 received {received} batches from the other ranks; the rest runs on rank 0")

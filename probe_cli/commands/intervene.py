@@ -1,8 +1,8 @@
 """``probe intervene``: placebo-controlled A/B evaluation of edits to the selected units during generation.
 
 Thin wrapper over :func:`interventions.ab.run_ab`: flags build an
-:class:`interventions.config.ABConfig` (which validates them), :func:`interventions.parallel.agreed_plan` plans it
-(:func:`interventions.plan.plan_ab`), the library writes the report
+:class:`interventions.config.ABConfig` (which validates them), :func:`interventions.parallel.intervene` plans it
+(:func:`interventions.plan.plan_ab`) and runs it in the launcher's world, the library writes the report
 and the generations (:class:`core.run_dir.InterventionDir`), and this prints one table of every
 arm, the per-arm tables, any no-op warning and any arm whose edit broke the model. Ctrl-C keeps the
 finished generation arms in the output directory; the same command with the same ``--out``
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -57,7 +56,6 @@ def intervene(
     from interventions import parallel
     from interventions.report import selection_markdown
     from interventions.results import Selection
-    from interventions.select_compare import compare_selections
     from probes.distributed import world_from_env
 
     err = console(stderr=True)
@@ -80,10 +78,9 @@ def intervene(
     config = _with_defaults(config, pair, out_dir)
     if not is_terminal(sys.stderr):
         quiet_library_bars()  # transformers' "Loading weights" bars are carriage returns in a log
-    run = compare_selections if config.select else _run_ab
     beat = heartbeat(lambda line: err.print(f"[dim]{line}[/dim]"), enabled=world_from_env().is_main)
     with beat as say:  # a line a minute at least, in a log too (rank 0 of a data-parallel launch)
-        report = parallel.intervene(run, config, say)
+        report = parallel.intervene(config, say)
     if report is None:  # a helper rank of a data-parallel launch: rank 0 reports
         return
     point_latest(out_dir)
@@ -115,14 +112,6 @@ def _with_defaults(config: ABConfig, pair: str, out_dir: Path) -> ABConfig:
         pairs = DataDir(default.data_dir).dpo  # the DPO margin's pairs: the training distribution's
         dpo_file = dpo_file or (pairs if data is None and pairs.is_file() else None)
     return replace(config, model_dir=model_dir, data_file=data, source_dir=source, dpo_file=dpo_file, out_dir=out_dir)
-
-
-def _run_ab(config: ABConfig, progress: Callable[[str], None]) -> ABReport:
-    """The A/B run of ``config``: planned on every rank of a data-parallel launch, then run."""
-    from interventions import parallel
-    from interventions.ab import run_ab
-
-    return run_ab(parallel.agreed_plan(config), progress)
 
 
 def _print(report: ABReport) -> None:
