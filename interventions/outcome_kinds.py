@@ -9,8 +9,8 @@ row for every arm, in the order of :data:`OUTCOMES`. A new outcome is one row he
 ``ArmOutcomes`` holds.
 
 Example:
-    >>> [name for name in OUTCOMES], OUTCOMES["gap_closed"].ratio
-    (['gap_closed', 'kl', 'reference_change', 'margin_change'], True)
+    >>> OUTCOMES["gap_closed"].ratio, OUTCOMES["kl"].relative, OUTCOMES["margin_change"].floor
+    (True, True, 0.1)
     >>> outcome_label("margin_change"), outcome_label("from a newer toolkit")
     ('DPO margin, nats', 'from a newer toolkit')
 """
