@@ -151,8 +151,9 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
     from access.hook_points import attach
     from access.shared_generation import SharedDecoder
     from core.decoding import GenerationConfig
-    from interventions.ab import _Runner
     from interventions.config import ABConfig
+    from interventions.outcome_runs import outcome_runs
+    from interventions.passes import generators, plan_passes
     from interventions.plan import plan_ab
 
     config = ABConfig(
@@ -165,20 +166,21 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
         collateral=False,
         generation=GenerationConfig(max_new_tokens=args.new_tokens, batch_size=args.batch_size),
     )
-    runner = _Runner(plan_ab(config), lambda _line: None, None)
-    passes = runner.passes()
-    model = runner.models[config.model]
-    generator = runner.generators[config.model]
-    layers = sorted(runner.neurons.by_layer())
+    plan = plan_ab(config)
+    outcome_runs(plan, lambda _line: None)  # as run_ab does: loads the outcomes' target, whose baseline runs too
+    passes = plan_passes(plan)
+    model = plan.models[config.model]
+    generator = generators(plan)[config.model]
+    layers = sorted(plan.neurons.by_layer())
     print(
-        f"{len(passes)} passes (baseline, {len(runner.arms)} arms, {len(passes) - 1 - len(runner.arms)} placebos) "
-        f"x {len(runner.rows)} multi_turn rows x up to {config.generation.max_new_tokens} new tokens; "
-        f"{len(runner.neurons)} units of {runner.neurons.hook} in layers {layers[0]}-{layers[-1]} of "
+        f"{len(passes)} passes (baseline, {len(plan.arms)} arms, {len(passes) - 1 - len(plan.arms)} placebos) "
+        f"x {len(plan.rows)} multi_turn rows x up to {config.generation.max_new_tokens} new tokens; "
+        f"{len(plan.neurons)} units of {plan.neurons.hook} in layers {layers[0]}-{layers[-1]} of "
         f"{model.config.num_hidden_layers}; batch {config.generation.batch_size}; "
         f"torch threads {torch.get_num_threads()}"
     )
     decoder = SharedDecoder(generator.generator, attach=attach)
-    compiled = [site_edits(model, edits) if edits else None for _, _, edits in passes]
+    compiled = [site_edits(model, one.edits) if one.edits else None for one in passes]
     estimate = decoder.estimate_seconds(compiled)
     print(
         f"shared batches estimated at {estimate:.0f} s; arm by arm first, {len(passes)} generate() passes:", flush=True
@@ -186,14 +188,14 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
     with PeakMemory() as memory_per_arm:
         start = time.perf_counter()
         per_arm = []
-        for number, (_, _, edits) in enumerate(passes, 1):
-            per_arm.append(generator.run(edits or None))
+        for number, one in enumerate(passes, 1):
+            per_arm.append(generator.run(one.edits or None))
             spent = time.perf_counter() - start
             print(
                 f"  pass {number}/{len(passes)}, about {spent / number * (len(passes) - number):.0f} s left", flush=True
             )
         per_arm_seconds = time.perf_counter() - start
-    compiled = [site_edits(model, edits) if edits else None for _, _, edits in passes]
+    compiled = [site_edits(model, one.edits) if one.edits else None for one in passes]
     with PeakMemory() as memory_shared:
         start = time.perf_counter()
         shared = decoder.run(compiled)
@@ -210,14 +212,14 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
         f"{decoder.fork_layer(compiled)}); reached {speedup / ceiling:.0%}"
     )
     differing = [
-        (key, row)
-        for (key, _, _), a, b in zip(passes, per_arm, shared, strict=True)
+        (one.key, row)
+        for one, a, b in zip(passes, per_arm, shared, strict=True)
         for row, (x, y) in enumerate(zip(a.ids, b.ids, strict=True))
         if x != y
     ]
     tokens = sum(len(g.ids[row]) for g in per_arm for row in range(len(g.ids)))
     print(
-        f"tokens that differ between the paths: {len(differing)} rows of {len(passes) * len(runner.rows)} ({tokens} "
+        f"tokens that differ between the paths: {len(differing)} rows of {len(passes) * len(plan.rows)} ({tokens} "
         "tokens generated per path)"
     )
     for key, row in differing[:20]:
@@ -236,8 +238,9 @@ def floor(args: argparse.Namespace) -> int:
 
     from access.edits import site_edits
     from access.shared_generation import SharedDecoder
-    from interventions.ab import _Runner
     from interventions.config import ABConfig
+    from interventions.outcome_runs import outcome_runs
+    from interventions.passes import generators, plan_passes
     from interventions.plan import plan_ab
 
     config = ABConfig(  # probe intervene's defaults but for what the flags of part 3 give
@@ -250,12 +253,13 @@ def floor(args: argparse.Namespace) -> int:
     )
     if "--new-tokens" in sys.argv:
         config = replace(config, generation=replace(config.generation, max_new_tokens=args.new_tokens))
-    runner = _Runner(plan_ab(config), lambda _line: None, None)
-    passes = runner.passes()
-    model = runner.models[config.model]
-    generator = runner.generators[config.model].generator
+    plan = plan_ab(config)
+    outcome_runs(plan, lambda _line: None)  # as run_ab does: loads the outcomes' target, whose baseline runs too
+    passes = plan_passes(plan)
+    model = plan.models[config.model]
+    generator = generators(plan)[config.model].generator
     decoder = SharedDecoder(generator)
-    fork = decoder.fork_layer([site_edits(model, edits) if edits else None for _, _, edits in passes])
+    fork = decoder.fork_layer([site_edits(model, one.edits) if one.edits else None for one in passes])
     total, n = int(model.config.num_hidden_layers), len(passes)
     blocks_per_token = fork + n * (total - fork)
     distinct = _distinct_prefixes(generator.prompts)

@@ -182,7 +182,7 @@ def _table(
 
 
 def _outcomes(arm: Any, placebos: list[Any], seed: int) -> dict[str, Any]:
-    from interventions.outcomes import outcome_results
+    from interventions.outcome_runs import outcome_results
 
     return {o.outcome: o for o in outcome_results(arm, placebos, n_bootstrap=BOOTSTRAP, seed=seed)}
 

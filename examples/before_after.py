@@ -27,7 +27,7 @@ from pathlib import Path
 from core.decoding import GenerationConfig
 from core.errors import ProbeError
 from core.run_dir import ACTIVATIONS_FILE
-from interventions import ABConfig, EditSpec, run_ab
+from interventions import ABConfig, EditSpec, plan_ab, run_ab
 from interventions.report import arm_table
 
 
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         generation=GenerationConfig(max_new_tokens=args.max_new_tokens),
         out_dir=args.out,
     )
-    report = run_ab(config, progress=lambda line: print(f"  .. {line}", file=sys.stderr))
+    report = run_ab(plan_ab(config), progress=lambda line: print(f"  .. {line}", file=sys.stderr))
 
     arm = report.main
     print(

@@ -12,14 +12,18 @@ Modules:
     config, edit_spec       ``ABConfig``; ``EditSpec``, the one edit spec ``probe intervene``, ``probe lmeval`` and
                             ``probe replicate`` nest
     plan                    ``plan_ab``: every input resolved and checked before anything is generated
-    recipes                 what each ``--edit`` name adds to a run: its arms, built from the run's data
+    recipes                 what each ``--edit`` name adds to a run: one ``Recipe`` row each, its arms built from the
+                            run's data
     selection               which units: a neuron-set file, the top K of a run's ranking, or a ``layer:unit`` list
     select_rules            ``--select``: the K units each rule picks and where its ranking comes from
     rule_table              the ``--select`` rules by name, read off the rankings' table
     select_compare          which rule finds units that matter, by the causal effect of editing them
-    ab, parallel, arms      ``run_ab``; its batches dealt to the processes of one launch; finished arms kept on disk
+    ab, parallel, arms      ``run_ab(plan)``; the launcher that plans on every rank; finished arms kept on disk
+    passes                  the generation passes of a run: listed, shared, decoded, kept and resumed
     scoring, coherence      an arm's judge verdicts, ROUGE-L and BLEU; its fluency as perplexity under SFT
-    outcomes                the continuous outcomes of every arm, placed and judged as the arms are
+    outcomes, outcome_runs  which rows and responses are teacher-forced; every arm's continuous outcomes measured
+    outcome_kinds           the continuous outcomes, one ``Outcome`` row each
+    placebos                each arm's placebo sets ranked against it
     stats, evidence         paired statistics and placebo ranks; how an arm's effect is read, fixed in advance
     results, report, cells  the report as typed records; written as JSON and markdown; the paired-delta table
 
@@ -30,8 +34,8 @@ Example:
     >>> interventions.run_abc
     Traceback (most recent call last):
     AttributeError: module 'interventions' has no attribute 'run_abc'
-    >>> from interventions import ABConfig, run_ab                                  # doctest: +SKIP
-    >>> report = run_ab(ABConfig(run_dir="runs/x", capability="multi_turn", factor=0.0))  # doctest: +SKIP
+    >>> from interventions import ABConfig, plan_ab, run_ab                                       # doctest: +SKIP
+    >>> report = run_ab(plan_ab(ABConfig(run_dir="runs/x", capability="multi_turn", factor=0.0)))  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -20,12 +20,14 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
 
 from access.outcomes import Forced, forced_logits, pack
+from core.errors import ProbeError
+from interventions.results import Coherence
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -58,3 +60,23 @@ def output_perplexity(
                 total -= float(log_p.gather(-1, targets[:, None]).sum())
                 count += n
     return math.exp(total / count), count
+
+
+def arm_coherence(
+    model_of: Callable[[str], PreTrainedModel],
+    prompts: Sequence[Sequence[int]],
+    baseline: Sequence[Sequence[int]],
+    generated: Sequence[Sequence[int]],
+    known: dict[str, float],
+    model: str,
+) -> Coherence | None:
+    """An arm of ``model``'s coherence guard: the perplexity of its ``generated`` token ids beside that of ``model``'s
+    ``baseline`` ones (worked out once per model, kept in ``known``); None where the SFT model cannot be loaded."""
+    try:
+        judge = model_of(JUDGE)
+    except ProbeError:
+        return None
+    if model not in known:
+        known[model] = output_perplexity(judge, prompts, baseline)[0]
+    perplexity, tokens = output_perplexity(judge, prompts, generated)
+    return Coherence(perplexity, known[model], tokens, JUDGE)

@@ -134,7 +134,7 @@ class ABConfig:
     def __post_init__(self) -> None:
         # the checks need numpy and h5py: imported here, so that `probe --help` imports neither
         from access.edits import EDIT_KINDS
-        from interventions.recipes import RUN_RECIPES
+        from interventions.recipes import RECIPES
         from interventions.select_rules import rule_names
         from probes.store import MODELS
 
@@ -153,7 +153,7 @@ class ABConfig:
         self.device = check_device(self.device, "--device", allow_auto=True)
         logit_edits = [name for name in self.edit.edits if name in EDIT_KINDS and EDIT_KINDS[name].edits_logits]
         editing_driver(self.backend, self.generation.do_sample, logit_edits)
-        needs_run = [name for name in self.edit.edits if name in RUN_RECIPES]
+        needs_run = [name for name in self.edit.edits if RECIPES[name].needs_run]
         if needs_run and self.run_dir is None:
             raise ProbeError(
                 f"--edit {needs_run[0]} needs a run directory: it reads the models' means from the run's "

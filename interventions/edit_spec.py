@@ -4,7 +4,8 @@
 Its fields are the edit's options: the arm kinds (``--edit``), the scale factor and dose sweep, and the units (a
 neuron-set file, the top K of a ranking, or an explicit list) at a hook point. Each config that makes edits nests
 it (:func:`core.config_fields.nested`), so the options read ``--edit``, ``--factor`` ... everywhere, and their
-checks run here, before a model is loaded.
+checks run here, before a model is loaded. ``--edit``'s choices and help are read from the recipes' rows
+(:data:`interventions.recipes.RECIPES`).
 
 Example:
     >>> spec = EditSpec(edits="scale,patch", units="20:7,21:3", factor=0.0)
@@ -27,6 +28,7 @@ from access.hook_table import DEFAULT_HOOK
 from core.config_fields import option
 from core.config_file import POSITIVE, choice, typed_config
 from core.errors import ProbeError
+from interventions.recipes import RECIPES
 
 DEFAULT_EDITS: tuple[str, ...] = ("scale",)
 
@@ -42,9 +44,9 @@ class EditSpec:
     """The arms to run and the units they edit."""
 
     edits: str | list[str] = option(
-        help="Arms, comma-separated or repeated: scale (factor, doses, control), mean (the other model's mean), "
-        "patch (both ways between the pair), steer (mean-difference vector), expo (weights SFT + alpha (DPO - SFT), "
-        "alpha from --dose), expo-units (the same on the units' MLP weights), lda (logits DPO + alpha (DPO - SFT)).",
+        help="Arms, comma-separated or repeated: "
+        + ", ".join(f"{name} ({recipe.help})" for name, recipe in RECIPES.items())
+        + ".",
         default_factory=lambda: list(DEFAULT_EDITS),
         flag="--edit",
         metavar="KIND[,KIND]",
@@ -83,14 +85,12 @@ class EditSpec:
 
 def edit_names(edits: list[str] | str) -> list[str]:
     """``["scale", "mean"]``, ``"scale,mean"`` or ``["scale,mean"]``, each a known recipe, without repeats."""
-    from interventions.recipes import ARM_RECIPES
-
     names = [name for item in ([edits] if isinstance(edits, str) else edits) for name in str(item).split(",")]
     out: list[str] = []
     for name in (n.strip() for n in names):
-        choice("edits", name, ARM_RECIPES)
+        choice("edits", name, RECIPES)
         if name not in out:
             out.append(name)
     if not out:
-        raise ProbeError(f"--edit: give at least one of {', '.join(ARM_RECIPES)}")
+        raise ProbeError(f"--edit: give at least one of {', '.join(RECIPES)}")
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from interventions.outcome_kinds import OUTCOMES
 from interventions.stats import PairedDelta
 
 ALPHA = 0.05  # two-sided: a paired difference counts when its 95% CI excludes 0 and its exact McNemar p is below this
@@ -93,10 +94,7 @@ class ArmEvidence:
 
 
 # --- the continuous outcomes (access.outcomes), fixed 2026-11-27 before any default-pair outcome was read -------------
-
-# The smallest Δ that counts, per outcome, in its own units: 1% of the SFT/DPO gap; 1% of the unedited KL (read as
-# the gap closed, the same statistic); 0.01 nats per reference token; 0.1 nats of a DPO pair's summed margin.
-OUTCOME_FLOOR: dict[str, float] = {"gap_closed": 0.01, "kl": 0.01, "reference_change": 0.01, "margin_change": 0.1}
+# (the smallest Δ that counts, per outcome: its row's floor in interventions.outcome_kinds)
 
 MOVES = "moves beyond placebo"
 WITHIN_PLACEBO = "moves, within placebo"
@@ -117,10 +115,10 @@ def outcome_verdict(
     """The verdict on one continuous outcome of one arm (docs/interventions.md, "Continuous outcomes").
 
     ``n/a``: Δ or its CI is not finite (no rows, or no gap to close). ``no effect``: the 95% CI holds 0, or |Δ| is
-    below the outcome's :data:`OUTCOME_FLOOR` (``scale`` multiplies it: for ``kl``, the mean unedited KL). Else the
-    outcome moves, and is ``moves beyond placebo`` when at least :data:`MIN_PLACEBO_SETS` placebo sets ran and Δ lies at
-    or beyond their :data:`PLACEBO_PERCENTILE` on its own side, ``moves, within placebo`` when they ran and it does
-    not, ``moves, no placebo to place it`` when fewer ran.
+    below the outcome's floor (:attr:`interventions.outcome_kinds.Outcome.floor`; ``scale`` multiplies it: for
+    ``kl``, the mean unedited KL). Else the outcome moves, and is ``moves beyond placebo`` when at least
+    :data:`MIN_PLACEBO_SETS` placebo sets ran and Δ lies at or beyond their :data:`PLACEBO_PERCENTILE` on its own
+    side, ``moves, within placebo`` when they ran and it does not, ``moves, no placebo to place it`` when fewer ran.
 
     >>> outcome_verdict("gap_closed", 0.4, (0.3, 0.5), 100.0, 20)
     'moves beyond placebo'
@@ -132,7 +130,7 @@ def outcome_verdict(
     low, high = ci
     if not all(math.isfinite(v) for v in (delta, low, high)):
         return UNDEFINED
-    if low <= 0 <= high or abs(delta) < OUTCOME_FLOOR[outcome] * scale:
+    if low <= 0 <= high or abs(delta) < OUTCOMES[outcome].floor * scale:
         return NO_EFFECT
     if placebo_sets < MIN_PLACEBO_SETS or percentile is None or not math.isfinite(percentile):
         return UNPLACED

@@ -1,12 +1,11 @@
-"""The continuous outcomes of every A/B arm: what :mod:`access.outcomes` measures, placed and judged as the arms are.
+"""The continuous outcomes of every A/B arm: what :mod:`access.outcomes` teacher-forces, for which rows and responses.
 
 For an arm on one model of the pair the *target* is the other model. Its rows are the target capability's rows,
 each prompt followed by fixed response tokens (``--responses``, :mod:`probes.outcome_rows`; by default the target's
 own greedy responses from its baseline pass), teacher-forced through the edited model once per arm and once per
-placebo set (the arm's own placebo edits). Per outcome (:data:`interventions.results.OUTCOMES`): the unedited and
-edited means, Δ with its paired bootstrap CI over rows (:func:`interventions.stats.continuous_delta`), Δ's place
-among the placebo sets' Δs (:func:`interventions.stats.placebo_compare`) and the verdict of
-:func:`interventions.evidence.outcome_verdict`.
+placebo set (the arm's own placebo edits). Here: those teacher-forced inputs (:func:`outcome_inputs`), and the time
+they take (:func:`outcome_seconds`); :mod:`interventions.outcome_runs` measures them for every arm, places each among
+its placebo sets' and judges it.
 
 An A/B run keeps each model's greedy token ids in ``responses_<model>.jsonl`` (:class:`core.run_dir.InterventionDir`),
 so that ``--outcomes only --responses <that run's folder>`` reuses them without generating. Each line says which data
@@ -16,12 +15,8 @@ vocabulary and each prompt plus response inside the model's context (:class:`pro
 :func:`response_checks`): anything else is one ``error:`` line naming the file and line, before any forward.
 
 Example:
-    >>> import numpy as np
-    >>> from access.outcomes import ArmOutcomes
-    >>> z = np.zeros(0)
-    >>> arm = ArmOutcomes("greedy", np.array([0.5, 1.0]), np.array([1.0, 2.0]), z, z, z, z)
-    >>> [(o.outcome, o.delta, o.verdict) for o in outcome_results(arm, [], n_bootstrap=100)][:2]
-    [('gap_closed', 0.5, 'moves, no placebo to place it'), ('kl', -0.75, 'moves, no placebo to place it')]
+    >>> InterventionDir("runs/x").responses("sft").name   # the SFT model's greedy ids, as --responses reads them back
+    'responses_sft.jsonl'
 """
 
 from __future__ import annotations
@@ -32,15 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from access.outcomes import ArmOutcomes, Forced, Outcomes
+from access.outcomes import Forced, Outcomes
 from core.errors import ProbeError
 from core.pace import OUTCOME_TOKEN_SECONDS, REFERENCE_PARAMETERS
 from core.run_dir import DataDir, InterventionDir
-from interventions.evidence import outcome_verdict
-from interventions.results import OUTCOMES, OutcomeResult, PlaceboRank
-from interventions.stats import continuous_delta, placebo_compare
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -61,45 +51,6 @@ def outcome_seconds(
     """
     tokens = (rows + pairs) * mean_prompt + 2 * (rows + pairs) * new_tokens
     return passes * tokens * OUTCOME_TOKEN_SECONDS * parameters / REFERENCE_PARAMETERS
-
-
-def _pairs(arm: ArmOutcomes, outcome: str) -> tuple[np.ndarray, np.ndarray, bool]:
-    """(before, after, ratio) of one outcome."""
-    if outcome == "gap_closed":
-        return arm.kl_unedited, arm.kl, True
-    if outcome == "kl":
-        return arm.kl_unedited, arm.kl, False
-    if outcome == "reference_change":
-        return arm.reference_unedited, arm.reference_logprob, False
-    return arm.margin_unedited, arm.margin, False
-
-
-def outcome_results(
-    arm: ArmOutcomes, placebos: Sequence[ArmOutcomes], *, n_bootstrap: int = 10_000, seed: int = 0
-) -> list[OutcomeResult]:
-    """Every outcome of an arm with its CI, its place among ``placebos`` (the arm's placebo sets) and its verdict."""
-    out = []
-    for outcome in OUTCOMES:
-        before, after, ratio = _pairs(arm, outcome)
-        if before.size == 0:
-            continue
-        d = continuous_delta(before, after, ratio=ratio, n_resamples=n_bootstrap, seed=seed)
-        rank = None
-        if placebos:
-            deltas = [continuous_delta(*_pairs(p, outcome)[:2], ratio=ratio, with_ci=False).delta for p in placebos]
-            cmp = placebo_compare(d.delta, deltas)
-            rank = PlaceboRank(cmp.percentile, cmp.p_empirical, cmp.placebo)
-        scale = d.before if outcome == "kl" and np.isfinite(d.before) else 1.0
-        verdict = outcome_verdict(
-            outcome,
-            d.delta,
-            (d.ci_low, d.ci_high),
-            None if rank is None else rank.percentile,
-            len(placebos),
-            scale,
-        )
-        out.append(OutcomeResult(outcome, d.n, d.before, d.after, d.delta, d.ci_low, d.ci_high, rank, verdict))
-    return out
 
 
 @dataclass

@@ -32,8 +32,7 @@ from core.run_dir import DataDir
 from core.schema import TestRow
 from interventions.config import ABConfig
 from interventions.recipes import (
-    RECIPE_PASSES,
-    SOURCE_RECIPES,
+    RECIPES,
     Arm,
     RecipeSettings,
     RunData,
@@ -60,7 +59,7 @@ def resolve_source_dir(config: ABConfig) -> Path:
         with RunReader(config.run_dir) as run:
             source = run.model_info(name).get("model_dir") or run.settings.model_dir(name)
     if not source:
-        needing = ",".join(e for e in config.edit.edits if e in SOURCE_RECIPES)
+        needing = ",".join(e for e in config.edit.edits if RECIPES[e].needs_source)
         raise ProbeError(
             f"--edit {needing} needs the {name} model: give a run directory that records it, or --source-dir"
         )
@@ -219,11 +218,11 @@ class PassCount(NamedTuple):
 
 
 def pass_count(config: ABConfig, recipes: list[str] | None = None) -> PassCount:
-    """The passes of ``config``'s recipes (or of ``recipes`` among them; :data:`interventions.recipes.RECIPE_PASSES`)
-    for one selection rule."""
+    """The passes of ``config``'s recipes (or of ``recipes`` among them; each :class:`interventions.recipes.Recipe`'s
+    ``passes``) for one selection rule."""
     models, arms, placebo_arms = {config.model}, 0, 0
     for name in config.edit.edits if recipes is None else recipes:
-        shape = RECIPE_PASSES[name]
+        shape = RECIPES[name].passes
         arms += len(config.factors) if shape.per_factor else shape.arms
         arms += max(1, len(config.edit.doses)) - shape.arms if shape.per_dose else 0
         placebo_arms += shape.placebo_arms * config.placebo

@@ -42,8 +42,8 @@ from interventions.cells import (
     fmt_per_unit,
 )
 from interventions.cells import markdown as markdown_table
+from interventions.outcome_kinds import outcome_label
 from interventions.results import (
-    OUTCOMES,
     ABReport,
     ArmPlacebo,
     ArmResult,
@@ -200,7 +200,7 @@ def arm_outcome_rows(arm: ArmResult) -> list[Row]:
             binary=False,
             placebo=Placement.of(o.placebo),
             verdict=o.verdict,
-            extra={"arm": arm.name, "model": arm.model, "outcome": OUTCOMES.get(o.outcome, o.outcome)},
+            extra={"arm": arm.name, "model": arm.model, "outcome": outcome_label(o.outcome)},
         )
         for o in arm.outcomes
     ]

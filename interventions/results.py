@@ -109,15 +109,6 @@ class PlaceboRank:
     rows_changed_mean: float | None = field(default=None, metadata=OMIT_NONE)  # A/B arms; lm-eval passes: none
 
 
-# the continuous outcomes of an arm (access.outcomes), in the order the tables show them: the key, its name in tables
-OUTCOMES: dict[str, str] = {
-    "gap_closed": "gap closed",
-    "kl": "KL(target ‖ model), nats",
-    "reference_change": "reference log-prob/token, nats",
-    "margin_change": "DPO margin, nats",
-}
-
-
 @dataclass
 class OutcomeResult:
     """One continuous outcome of one arm over the rows (or DPO pairs), teacher-forced (:mod:`access.outcomes`):
@@ -126,7 +117,7 @@ class OutcomeResult:
 
     For ``gap_closed`` Δ is ``1 − mean(KL edited) / mean(KL unedited)`` (``before`` 0, ``after`` Δ)."""
 
-    outcome: str  # a key of OUTCOMES
+    outcome: str  # a key of interventions.outcome_kinds.OUTCOMES
     n: int
     before: float
     after: float
@@ -238,7 +229,8 @@ class ArmResult:
         self.name = self.name or f"scale {self.factor!r}"
 
     def outcome(self, name: str) -> OutcomeResult | None:
-        """The continuous outcome ``name`` (a key of :data:`OUTCOMES`), None where the arm has none."""
+        """The continuous outcome ``name`` (a key of :data:`interventions.outcome_kinds.OUTCOMES`), None where the arm
+        has none."""
         return next((o for o in self.outcomes if o.outcome == name), None)
 
     def capability(self, name: str) -> CapabilityResult:

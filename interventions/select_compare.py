@@ -54,6 +54,7 @@ from interventions.results import (
 from interventions.rule_table import RULE_METRICS
 from interventions.select_rules import RuleSet, rule_sets
 from interventions.selection import describe
+from probes.distributed import World
 
 MATTERS = "matters"
 NOT_SHOWN = "not shown"
@@ -70,12 +71,17 @@ N_DRAWS = 2000  # matched random pairs of sets for each overlap
 
 
 def compare_selections(
-    config: ABConfig, progress: Callable[[str], None] | None = None, judge: Judge | None = None
+    config: ABConfig,
+    progress: Callable[[str], None] | None = None,
+    judge: Judge | None = None,
+    *,
+    world: World | None = None,
 ) -> ABReport:
     """Run ``config``'s edits on the top ``config.edit.top_k`` units (default 64) of each rule in ``config.select``.
 
     One A/B evaluation (module doc); the returned report's ``selection`` holds each rule's units,
-    overlaps and verdicts, and ``ab_report.md`` opens with the comparison table.
+    overlaps and verdicts, and ``ab_report.md`` opens with the comparison table. ``world``: the processes of a
+    data-parallel launch (:mod:`interventions.parallel`), each of which plans the run.
     """
     if not config.select or config.run_dir is None:
         raise ValueError("compare_selections needs config.select and config.run_dir (ABConfig checks both)")
@@ -86,8 +92,9 @@ def compare_selections(
         report.selection = selection_record(sets, report, k, config.seed)
 
     one_edit = replace(config, positive_control=False)  # one edit per rule: the main factor is the scale arm
-    plan = plan_ab(one_edit, selections={rule: s.units for rule, s in sets.items()})
-    return run_ab(plan, progress, judge, annotate=annotate)
+    world = world or World()
+    plan = world.agree(lambda: plan_ab(one_edit, selections={rule: s.units for rule, s in sets.items()}))
+    return run_ab(plan, progress, judge, annotate=annotate, world=world)
 
 
 def selection_record(sets: dict[str, RuleSet], report: ABReport, k: int, seed: int) -> Selection:

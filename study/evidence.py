@@ -25,12 +25,7 @@ from interventions.evidence import ArmEvidence, Difference, OutcomeEvidence
 from interventions.results import ABReport, ArmResult
 from study.layout import TARGET
 from study.stored import EvalRecord
-from study.verdicts import (
-    ABLATION,
-    DIRECTIONAL,
-    FACTOR_TOLERANCE,
-    PAPER_FACTOR,
-)
+from study.verdicts import ABLATION, FACTOR_TOLERANCE, PAPER_FACTOR, directional
 
 if TYPE_CHECKING:
     from study.records import LoadedReport, Study
@@ -108,7 +103,7 @@ def causal_arms(study: Study) -> list[tuple[LoadedReport, ArmResult]]:
     best: dict[str, tuple[LoadedReport, ArmResult]] = {}
     for loaded in study.target_reports():
         for arm in loaded.report.arms:
-            if arm.name in (*DIRECTIONAL, ABLATION) and (
+            if (directional(arm.name) or arm.name == ABLATION) and (
                 arm.name not in best or _preference(loaded, arm) > _preference(*best[arm.name])
             ):
                 best[arm.name] = (loaded, arm)

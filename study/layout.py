@@ -20,9 +20,13 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
+from interventions.recipes import RECIPES
+
 INTERVENTION_DIR = "multi_turn_dpo_replicate"
 TARGET = "multi_turn"
-CAUSAL_COMMAND_EXTRA = " --factor 0 --edit scale,mean,patch,steer"  # the arms of claim 4, each against its own placebos
+# the arms of claim 4, each against its own placebos: the ablation (scale at factor 0) and every directional recipe
+CAUSAL_RECIPES = ("scale", *(name for name, recipe in RECIPES.items() if recipe.directional))
+CAUSAL_COMMAND_EXTRA = f" --factor 0 --edit {','.join(CAUSAL_RECIPES)}"
 
 
 def q(value: Any) -> str:

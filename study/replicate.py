@@ -287,8 +287,9 @@ def _explain(options: ReplicateOptions, progress: Progress) -> str:
 
 def _intervene(config: ABConfig, progress: Progress) -> str:
     from interventions.ab import run_ab
+    from interventions.plan import plan_ab
 
-    report = run_ab(config, progress=progress)
+    report = run_ab(plan_ab(config), progress=progress)
     return f"{len(report.arms)} arms -> {config.out_dir}"
 
 

@@ -38,7 +38,6 @@ EXPLAIN_SECONDS = 15.0  # per capability (docs/explain.md: 12-20 s for multi_tur
 SHARED_DISCOUNT = (
     0.6  # an arm decoded in shared batches costs about this share of a pass of its own (access.shared_generation)
 )
-PATCH_COST = 1.7  # a patch pass runs the source model in lockstep up to the patched layers
 
 
 def prompt_lengths(sft_dir: Path, rows: Sequence[TestRow]) -> list[int]:
@@ -54,11 +53,12 @@ def ab_passes(config: ABConfig) -> float:
     """Generation passes of an A/B config weighted by cost: baselines, arms and placebo arms
     (:func:`interventions.plan.pass_count`)."""
     from interventions.plan import pass_count
+    from interventions.recipes import RECIPES
 
     weight = float(pass_count(config).baselines)
     for name in config.edit.edits:
-        passes = pass_count(config, [name])
-        weight += (passes.arms + passes.placebo_arms) * (PATCH_COST if name == "patch" else SHARED_DISCOUNT)
+        passes, cost = pass_count(config, [name]), RECIPES[name].pass_cost
+        weight += (passes.arms + passes.placebo_arms) * (SHARED_DISCOUNT if cost is None else cost)
     return weight
 
 

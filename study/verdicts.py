@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from access.factors import PAPER_FACTOR as PAPER_FACTOR  # re-exported: the claims name it
 from interventions.cells import Placement, effect_sentence, fmt_outcome, fmt_pct, fmt_percentile
 from interventions.evidence import MIN_PLACEBO_SETS, UNPLACED, ArmEvidence, Difference, OutcomeEvidence
+from interventions.outcome_kinds import OUTCOMES
+from interventions.recipes import recipe_of
 from study.layout import TARGET  # the capability of claims 2-4, as in the paper
 
 SUPPORTED = "supported"
@@ -97,7 +99,7 @@ def _outcome_text(o: OutcomeEvidence | None, what: str) -> str:
     digits, so that a gap of 1e-6 does not read as 0)."""
     if o is None:
         return f"no {what}"
-    percent = o.outcome == "gap_closed"
+    percent = o.outcome in OUTCOMES and OUTCOMES[o.outcome].ratio  # a share of the gap
 
     def num(x: float) -> str:
         return fmt_outcome(x, percent)
@@ -236,12 +238,22 @@ def paper_scaling(arm: ArmEvidence | None, command: str) -> Verdict:
 
 # --- claim 4 ---------------------------------------------------------------------------------------------------------
 
-# Arms that move one model's units toward the other model's (mean, patching, steering). If the units carry the
-# behaviour change, such an arm moves compliance toward the other model: on DPO with the sign of SFT − DPO, on SFT with
-# the sign of DPO − SFT. Ablation (scale 0) has no direction: it can show that the units matter, not that they carry
-# the difference between the two models.
-DIRECTIONAL = ("mean", "patch dpo<-sft", "patch sft<-dpo", "steer")
+# Arms that move one model's units toward the other model's: the arms of the directional recipes (mean, patching,
+# steering; interventions.recipes.Recipe.directional). If the units carry the behaviour change, such an arm moves
+# compliance toward the other model: on DPO with the sign of SFT − DPO, on SFT with the sign of DPO − SFT. Ablation
+# (scale 0) has no direction: it can show that the units matter, not that they carry the difference between the two
+# models.
 ABLATION = "scale 0.0"
+
+
+def directional(arm_name: str) -> bool:
+    """Whether a report's arm moves one model's units toward the other's (its recipe is directional).
+
+    >>> directional("patch dpo<-sft"), directional("steer"), directional(ABLATION)
+    (True, True, False)
+    """
+    recipe = recipe_of(arm_name)
+    return recipe is not None and recipe.directional
 
 
 def expected_sign(arm: ArmEvidence, behaviour: int) -> int:
@@ -252,12 +264,11 @@ def expected_sign(arm: ArmEvidence, behaviour: int) -> int:
     >>> expected_sign(patch, -1), expected_sign(scale, -1)
     (1, 0)
     """
-    if arm.name not in DIRECTIONAL:
+    if not directional(arm.name):
         return 0
     return behaviour if arm.model == "sft" else -behaviour
 
 
-PATCHES = ("patch dpo<-sft", "patch sft<-dpo")
 # claim 4 on the continuous outcome: a patch must close at least this share of the gap, at its 95% CI's low end
 MIN_GAP_CLOSED = 0.10
 
@@ -277,7 +288,13 @@ def _gap_sentence(arm: ArmEvidence, gap: OutcomeEvidence) -> str:
     return f"{arm.name} closes {pct(gap.delta)}% [{pct(gap.ci_low)}, {pct(gap.ci_high)}] of the SFT→DPO gap, {placed}"
 
 
-PATCH_RECIPE = "patch"  # the --edit recipe whose arms are PATCHES
+PATCH_RECIPE = "patch"  # the --edit recipe of claim 4's patch arms (patch dpo<-sft, patch sft<-dpo)
+
+
+def is_patch(arm_name: str) -> bool:
+    """Whether a report's arm is a patch arm (of :data:`PATCH_RECIPE`)."""
+    recipe = recipe_of(arm_name)
+    return recipe is not None and recipe.name == PATCH_RECIPE
 
 
 def claim4_untestable(edits: Sequence[str], placebo: int) -> str | None:
@@ -308,7 +325,7 @@ def claim4_untestable(edits: Sequence[str], placebo: int) -> str | None:
 
 
 def units_cause_by_gap(arms: list[ArmEvidence], command: str) -> Verdict | None:
-    """Claim 4 on the continuous outcome, where a patch arm (:data:`PATCHES`) has one; None otherwise.
+    """Claim 4 on the continuous outcome, where a patch arm (:func:`is_patch`) has one; None otherwise.
 
     The gap is the KL between the two models on the teacher-forced responses; patching the units with the other
     model's values closes a share of it (:mod:`interventions.outcomes`). Not supported: no gap to close (the
@@ -317,7 +334,7 @@ def units_cause_by_gap(arms: list[ArmEvidence], command: str) -> Verdict | None:
     placebos (``moves beyond placebo``) with the low end of its 95% CI at :data:`MIN_GAP_CLOSED` or more, and no patch
     widens it beyond its placebos. Contradicted: patches only widen it beyond their placebos. Not supported:
     otherwise."""
-    patched = [(a, g) for a in arms if a.name in PATCHES and (g := a.outcome("gap_closed")) is not None]
+    patched = [(a, g) for a in arms if is_patch(a.name) and (g := a.outcome("gap_closed")) is not None]
     if not patched:
         return None
     valid = [(a, g) for a, g in patched if not a.faults]

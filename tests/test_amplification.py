@@ -30,8 +30,8 @@ from core.rows import read_test_rows
 from interventions.ab import run_ab
 from interventions.coherence import output_perplexity
 from interventions.config import ABConfig
-from interventions.plan import pass_count
-from interventions.recipes import ARM_RECIPES, RECIPE_PASSES
+from interventions.plan import pass_count, plan_ab
+from interventions.recipes import RECIPES
 from probes.outcome_rows import outcome_rows
 from tests.chat_models import perturbed_copy
 from training.default_pair import ensure_default_pair
@@ -203,7 +203,7 @@ def test_planted_units_at_alpha_2_move_the_gap_far_beyond_placebos(planted) -> N
 
 
 def test_recipes_and_pass_count() -> None:
-    assert {"expo", "expo-units", "lda"} <= set(EDIT_KINDS) & set(ARM_RECIPES) & set(RECIPE_PASSES)
+    assert {"expo", "expo-units", "lda"} <= set(EDIT_KINDS) & set(RECIPES)
     common: dict[str, Any] = {"units": "1:0", "model_dir": "m", "data_file": "d"}
     config = ABConfig(**{**common, "edits": "expo-units,expo,lda", "doses": [0, 1, 2, 4]})
     assert pass_count(config) == (1, 12, 20)  # 4 alphas each; placebos only for expo-units' main alpha
@@ -246,7 +246,7 @@ def test_ab_run_reports_every_alpha_with_its_coherence(planted, tmp_path: Path) 
     }
     config = ABConfig(**settings)
     said: list[str] = []
-    report = run_ab(config, said.append)
+    report = run_ab(plan_ab(config), said.append)
     assert [arm.name for arm in report.arms] == ["expo-units 2.0", "expo-units 0.0", "lda 2.0", "lda 0.0"]
     # the progress line names the units an arm edits, and none for lda, which edits the logits
     starts = [line for line in said if line.startswith("arm ")]

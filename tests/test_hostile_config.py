@@ -193,7 +193,7 @@ def _stub(*args: Any, **kwargs: Any) -> None:
 def stubbed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Every stage function replaced by :func:`_stub`; relative paths land in ``tmp_path``."""
     import analysis.run
-    import interventions.ab
+    import interventions.plan
     import probes.recording
     import training.dpo
     import training.sft
@@ -202,7 +202,7 @@ def stubbed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for module, name in (
         (probes.recording, "record_run"),
         (analysis.run, "analyze_run"),
-        (interventions.ab, "run_ab"),
+        (interventions.plan, "plan_ab"),  # the A/B config's first stage: planned, then run
         (training.sft, "train_sft"),
         (training.dpo, "train_dpo"),
     ):

@@ -15,6 +15,7 @@ from core.decoding import GenerationConfig
 from core.errors import ProbeError
 from interventions.ab import run_ab
 from interventions.config import ABConfig
+from interventions.plan import plan_ab
 from interventions.results import ABReport
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,7 +49,7 @@ def ab_run(tiny_pair, test_file: Path, tmp_path_factory: pytest.TempPathFactory)
         collateral=True,
         out_dir=out,
     )
-    return run_ab(config), out
+    return run_ab(plan_ab(config)), out
 
 
 def test_report_files_and_round_trip(ab_run):
@@ -138,7 +139,7 @@ def test_bfloat16_paper_factor_is_flagged_as_noop(tiny_pair, test_file: Path, tm
         n_bootstrap=200,
         out_dir=tmp_path,
     )
-    report = run_ab(config)
+    report = run_ab(plan_ab(config))
     guard = report.main.guard
     assert guard.factor_rounds_to_one and guard.is_noop and guard.values_changed == 0
     assert guard.rows_changed == 0 and report.main.capability("multi_turn").effect.delta == 0
@@ -160,7 +161,7 @@ def test_an_impossible_placebo_fails_before_any_generation(tiny_pair, test_file:
         model_dir=tiny_pair[1], data_file=test_file, units="1:0-19", hook=HOOK, placebo=1, limit=1, out_dir=tmp_path
     )
     with pytest.raises(ProbeError, match=r"layer 1 has 20 of 32 units selected.*--placebo 0"):
-        run_ab(config)
+        run_ab(plan_ab(config))
     assert not (tmp_path / "ab_report.json").exists()
 
 

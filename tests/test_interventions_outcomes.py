@@ -15,6 +15,7 @@ from core.errors import ProbeError
 from interventions.ab import run_ab
 from interventions.config import ABConfig
 from interventions.evidence import MOVES, NO_EFFECT
+from interventions.plan import plan_ab
 from interventions.results import ABReport
 from training.default_pair import ensure_default_pair
 from training.planted import read_planted
@@ -47,7 +48,7 @@ def _config(planted, out: Path, **kw) -> ABConfig:
 @pytest.fixture(scope="module")
 def patched(planted, tmp_path_factory: pytest.TempPathFactory) -> tuple[ABReport, Path]:
     out = tmp_path_factory.mktemp("ab")
-    return run_ab(_config(planted, out)), out
+    return run_ab(plan_ab(_config(planted, out))), out
 
 
 def test_patching_the_planted_units_closes_the_gap_beyond_every_placebo(patched) -> None:
@@ -93,7 +94,7 @@ def test_an_old_report_without_outcomes_still_loads(patched, tmp_path: Path) -> 
 
 def test_outcomes_only_reuses_the_runs_greedy_responses(planted, patched, tmp_path: Path) -> None:
     report, out = patched
-    only = run_ab(_config(planted, tmp_path / "only", outcomes="only", responses=str(out)))
+    only = run_ab(plan_ab(_config(planted, tmp_path / "only", outcomes="only", responses=str(out))))
     assert not (tmp_path / "only" / "generations.jsonl").exists()
     assert only.baselines[only.model].rows == 0  # nothing generated
     for a, b in zip(report.arms, only.arms, strict=True):
@@ -107,13 +108,15 @@ def test_outcomes_only_needs_responses_it_can_read(planted, tmp_path: Path) -> N
     with pytest.raises(ProbeError, match="--outcomes only generates nothing"):
         _config(planted, tmp_path, outcomes="only")
     with pytest.raises(ProbeError, match=r"responses_sft\.jsonl not found"):
-        run_ab(_config(planted, tmp_path / "o", outcomes="only", responses=str(tmp_path)))
+        run_ab(plan_ab(_config(planted, tmp_path / "o", outcomes="only", responses=str(tmp_path))))
 
 
 def test_no_units_changed_reads_no_effect_and_references_are_measured(planted, tmp_path: Path) -> None:
     """Scaling by the paper's factor barely moves the model: its gap closed is far below 1e-4 and reads no effect."""
     report = run_ab(
-        _config(planted, tmp_path / "s", edits="scale", placebo=0, positive_control=False, responses="reference")
+        plan_ab(
+            _config(planted, tmp_path / "s", edits="scale", placebo=0, positive_control=False, responses="reference")
+        )
     )
     gap = report.arms[0].outcome("gap_closed")
     assert gap is not None and abs(gap.delta) < 1e-4 and gap.verdict == NO_EFFECT
@@ -139,7 +142,7 @@ def test_claim_4_is_not_supported_on_a_pair_with_no_difference(planted, tmp_path
     from study.verdicts import NOT_SUPPORTED, units_cause
 
     # "SFT" is DPO's own weights; no placebo sets: the rule needs none to see there is no gap
-    same = run_ab(_config(planted, tmp_path / "same", source_dir=planted.dpo_dir, placebo=0))
+    same = run_ab(plan_ab(_config(planted, tmp_path / "same", source_dir=planted.dpo_dir, placebo=0)))
     gap = same.arms[0].outcome("gap_closed")
     assert gap is not None and math.isnan(gap.delta)  # no gap to close
     verdict = units_cause([arm_evidence(same, a) for a in same.arms], None, "I", "E")

@@ -125,10 +125,10 @@ CLAIMS: list[tuple[str, Callable[[], Any], Any]] = [
     ("the other model's own greedy ones by default", lambda: _ab_default("responses"), "greedy"),
     (
         "(default 2;",
-        lambda: _constant("interventions.recipes", "DEFAULT_ALPHA")()["expo"],
+        lambda: _constant("interventions.recipes", "RECIPES")()["expo"].default_alpha,
         2.0,
     ),
-    ("(default 1;", lambda: _constant("interventions.recipes", "DEFAULT_ALPHA")()["lda"], 1.0),
+    ("(default 1;", lambda: _constant("interventions.recipes", "RECIPES")()["lda"].default_alpha, 1.0),
     (
         "generates the held-out split's rows of the capability by default",
         _field("interventions.config", "ABConfig", "split"),

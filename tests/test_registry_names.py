@@ -22,7 +22,7 @@ from access.driver_table import DRIVERS
 from access.edits import EDIT_KINDS
 from access.hook_table import HOOK_TABLE
 from analysis.rankings import RANKINGS, select_rules
-from interventions.recipes import ARM_RECIPES
+from interventions.recipes import RECIPES
 
 ROOT = Path(__file__).resolve().parents[1]
 ROOMS = ("core", "access", "data_synthesis", "training", "probes", "analysis", "interventions", "lmeval", "study",
@@ -34,7 +34,7 @@ REGISTRIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
         frozenset(EDIT_KINDS),
         frozenset({"access/edits.py", "access/amplify.py", "interventions/recipes.py"}),
     ),
-    "recipe": (frozenset(ARM_RECIPES), frozenset({"interventions/recipes.py"})),
+    "recipe": (frozenset(RECIPES), frozenset({"interventions/recipes.py"})),
     "driver": (frozenset(DRIVERS), frozenset({"access/driver_table.py"})),
     "hook point": (frozenset(HOOK_TABLE), frozenset({"access/hook_table.py"})),
     "selection rule": (frozenset(select_rules()), frozenset({"analysis/rankings.py"})),
@@ -42,7 +42,6 @@ REGISTRIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 }
 ALLOWED: dict[tuple[str, str], str] = {
     ("core/provenance.py", "driver"): "package names (torch, nnsight) whose versions provenance records, not drivers",
-    ("study/verdicts.py", "recipe"): "the labels of arms in stored reports (recipe and direction), old reports too",
 }
 
 

@@ -32,6 +32,7 @@ from core.errors import Interrupted
 from core.rows import read_test_rows
 from interventions.ab import run_ab
 from interventions.config import ABConfig
+from interventions.plan import plan_ab
 from interventions.selection import parse_units
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -171,8 +172,8 @@ def _without_timings(report_file: Path) -> dict:
 def test_a_shared_ab_run_reports_exactly_what_the_per_arm_run_reports(tiny_pair, test_file: Path, tmp_path: Path):
     lines: list[str] = []
     shared = _config(tiny_pair, test_file, tmp_path / "shared", "shared", edits=["scale", "patch"])
-    run_ab(shared, progress=lines.append)
-    run_ab(_config(tiny_pair, test_file, tmp_path / "per-arm", "per-arm", edits=["scale", "patch"]))
+    run_ab(plan_ab(shared), progress=lines.append)
+    run_ab(plan_ab(_config(tiny_pair, test_file, tmp_path / "per-arm", "per-arm", edits=["scale", "patch"])))
     assert _without_timings(tmp_path / "shared" / "ab_report.json") == _without_timings(
         tmp_path / "per-arm" / "ab_report.json"
     )
@@ -192,13 +193,13 @@ def test_an_interrupted_shared_run_resumes_from_its_finished_batches(tiny_pair, 
             raise KeyboardInterrupt
 
     with pytest.raises(Interrupted, match="rerun with the same options"):
-        run_ab(_config(tiny_pair, test_file, out, "shared"), progress=stop_after_two_batches)
+        run_ab(plan_ab(_config(tiny_pair, test_file, out, "shared")), progress=stop_after_two_batches)
     kept = sorted(p.name for p in (out / ".arms").glob("shared_*.json"))
     assert len(kept) == 2 and kept[0].endswith("batch_0.json")
     lines: list[str] = []
-    resumed = run_ab(_config(tiny_pair, test_file, out, "shared"), progress=lines.append)
+    resumed = run_ab(plan_ab(_config(tiny_pair, test_file, out, "shared")), progress=lines.append)
     assert sum("read back" in line for line in lines) == 2
-    fresh = run_ab(_config(tiny_pair, test_file, tmp_path / "fresh", "shared"))
+    fresh = run_ab(plan_ab(_config(tiny_pair, test_file, tmp_path / "fresh", "shared")))
     assert _without_timings(out / "ab_report.json") == _without_timings(tmp_path / "fresh" / "ab_report.json")
     assert resumed.main.capability("multi_turn").effect.delta == fresh.main.capability("multi_turn").effect.delta
 

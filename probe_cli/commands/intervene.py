@@ -1,7 +1,8 @@
 """``probe intervene``: placebo-controlled A/B evaluation of edits to the selected units during generation.
 
 Thin wrapper over :func:`interventions.ab.run_ab`: flags build an
-:class:`interventions.config.ABConfig` (which validates them), the library writes the report
+:class:`interventions.config.ABConfig` (which validates them), :func:`interventions.parallel.intervene` plans it
+(:func:`interventions.plan.plan_ab`) and runs it in the launcher's world, the library writes the report
 and the generations (:class:`core.run_dir.InterventionDir`), and this prints one table of every
 arm, the per-arm tables, any no-op warning and any arm whose edit broke the model. Ctrl-C keeps the
 finished generation arms in the output directory; the same command with the same ``--out``
@@ -60,15 +61,10 @@ def intervene(
 ) -> None:
     """Edit the selected units during generation (scale, mean-ablate, patch, steer) and compare with the baselines and
     placebo arms."""
-    from dataclasses import replace
-
     from core.progress import heartbeat, is_terminal, quiet_library_bars
     from interventions import parallel
-    from interventions.ab import run_ab
-    from interventions.recipes import SOURCE_RECIPES
     from interventions.report import selection_markdown
     from interventions.results import Selection
-    from interventions.select_compare import compare_selections
     from probes.distributed import world_from_env
 
     err = console(stderr=True)
@@ -89,10 +85,35 @@ def intervene(
         }
         check_output_dir(out_dir, flag, inputs, writer=Writer.INTERVENE)
         check_outputs(flag, out_dir, [files.report, files.markdown, files.generations], inputs)
+    config = _with_defaults(config, pair, out_dir)
+    if not is_terminal(sys.stderr):
+        quiet_library_bars()  # transformers' "Loading weights" bars are carriage returns in a log
+    beat = heartbeat(lambda line: err.print(f"[dim]{line}[/dim]"), enabled=world_from_env().is_main)
+    with beat as say:  # a line a minute at least, in a log too (rank 0 of a data-parallel launch)
+        report = parallel.intervene(config, say)
+    if report is None:  # a helper rank of a data-parallel launch: rank 0 reports
+        return
+    point_latest(out_dir)
+    _print(report)
+    if isinstance(report.selection, Selection):
+        console().print(
+            "\n".join(selection_markdown(report, report.selection)), markup=False, highlight=False, soft_wrap=True
+        )
+
+
+def _with_defaults(config: ABConfig, pair: str, out_dir: Path) -> ABConfig:
+    """``config`` writing into ``out_dir``; without a run, what it lacks from the embedded default pair: the model,
+    the rows of the test split, the pair's other model for an edit that runs it, and the DPO margin's pairs."""
+    from dataclasses import replace
+
+    from interventions.recipes import RECIPES
+
     model_dir, data, source, dpo_file = config.model_dir, config.data_file, config.source_dir, config.dpo_file
     test_split = config.split != HELDOUT  # the held-out rows need no pair's data file (interventions.plan)
-    needs_source = bool(SOURCE_RECIPES & set(config.edits))
-    if run_dir is None and (model_dir is None or (data is None and test_split) or (needs_source and source is None)):
+    needs_source = any(RECIPES[name].needs_source for name in config.edit.edits)
+    if config.run_dir is None and (
+        model_dir is None or (data is None and test_split) or (needs_source and source is None)
+    ):
         default = default_pair(pair)
         dirs = {"dpo": default.dpo_dir, "sft": default.sft_dir}
         model_dir = model_dir or dirs[config.model]
@@ -100,21 +121,7 @@ def intervene(
         data = data or (default.test_file if test_split else None)
         pairs = DataDir(default.data_dir).dpo  # the DPO margin's pairs: the training distribution's
         dpo_file = dpo_file or (pairs if data is None and pairs.is_file() else None)
-    config = replace(config, model_dir=model_dir, data_file=data, source_dir=source, dpo_file=dpo_file, out_dir=out_dir)
-    if not is_terminal(sys.stderr):
-        quiet_library_bars()  # transformers' "Loading weights" bars are carriage returns in a log
-    run = compare_selections if config.select else run_ab
-    beat = heartbeat(lambda line: err.print(f"[dim]{line}[/dim]"), enabled=world_from_env().is_main)
-    with beat as say:  # a line a minute at least, in a log too (rank 0 of a data-parallel launch)
-        report = parallel.intervene(run, config, say)
-    if report is None:  # a helper rank of a data-parallel launch: rank 0 reports
-        return
-    point_latest(Path(config.out_dir))
-    _print(report)
-    if isinstance(report.selection, Selection):
-        console().print(
-            "\n".join(selection_markdown(report, report.selection)), markup=False, highlight=False, soft_wrap=True
-        )
+    return replace(config, model_dir=model_dir, data_file=data, source_dir=source, dpo_file=dpo_file, out_dir=out_dir)
 
 
 def _print(report: ABReport) -> None:

@@ -77,9 +77,9 @@ def _with_defaults(config: LMEvalConfig, pair: str) -> LMEvalConfig:
     model, that one)."""
     from dataclasses import replace
 
-    from interventions.recipes import SOURCE_RECIPES
+    from interventions.recipes import RECIPES
 
-    patch = bool(SOURCE_RECIPES & set(config.ab_config().edit.edits))
+    patch = any(RECIPES[name].needs_source for name in config.ab_config().edit.edits)
     if config.run_dir is not None or (config.model_dir is not None and (not patch or config.source_dir is not None)):
         return config
     default = default_pair(pair)
