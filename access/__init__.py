@@ -14,6 +14,7 @@ Modules:
     sites               the site kernels edits are built from
     scaling             no-op checks of a scaling per dtype
     lockstep            a patch source run in lockstep with its target
+    latent_edits        the latent patch: a dictionary's latents carried from one model into the other
     placebo             matched random unit sets
     amplify             amplification: weight blends in place, logits amplified against a source's
     generation          one Generator renders, batches, stops and seeds generation for every stage

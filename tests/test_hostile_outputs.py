@@ -31,6 +31,7 @@ from tests.support.cli import exit_of, one_line_error
 REPLICATE = ["--limit", "2", "--placebo", "2", "--max-new-tokens", "4", "--eval-rows", "6", "--explain-top", "2"]
 AB = "interventions/multi_turn_dpo_replicate"
 LMEVAL = "lmeval/20250101-000000"
+DICTIONARY = "dictionary"
 # the kinds of file a finished tiny replicate leaves none of, each with the file of the same kind it is copied from,
 # or None for a stub where the run has none to copy (the check reads names and which files a folder holds, never what
 # a file says)
@@ -46,6 +47,10 @@ ADDED = {
     "analysis/top5/neurons_multi_turn_mlp_out.json": "analysis/neurons_multi_turn_mlp_out.json",
     f"{AB}/.arms/baseline.npz": None,
     **{f"{folder}/{name}": None for folder in (AB, LMEVAL) for name in LMEVAL_FILES},
+    # a probe dictionary folder kept in the run (a name the run's layout does not know: a results folder of its own)
+    **{
+        f"{DICTIONARY}/{name}": None for name in ("summary.json", "latents.json", "dictionary.html", "store/store.json")
+    },
 }
 # what each output option writes itself, as places of the run above: a rerun replaces them, so they pass
 OWN: dict[str, set[str]] = {
@@ -65,6 +70,7 @@ OWN: dict[str, set[str]] = {
     "train dpo --out": set(),
     "models default --home": set(),
     "models fetch-base --home": set(),
+    "dictionary --out": {DICTIONARY, f"{DICTIONARY}/store"},
 }
 FILE_OPTIONS = ("report --out", "models eval --out", "judge --verdicts-out")
 WRITERS = {
@@ -84,6 +90,7 @@ WRITERS = {
     "train dpo --out": Writer.TRAIN,
     "models default --home": Writer.MODELS,
     "models fetch-base --home": Writer.MODELS,
+    "dictionary --out": Writer.DICTIONARY,
 }
 
 
@@ -193,6 +200,7 @@ def _argv(option: str, target: Path, w: dict[str, Path]) -> list[str]:
         "train dpo --out": ["train", "dpo", "--sft", sft, "--data", data, "--out", str(target)],
         "models default --home": ["models", "default", "--home", str(target)],
         "models fetch-base --home": ["models", "fetch-base", "--home", str(target)],
+        "dictionary --out": ["dictionary", "--sft", sft, "--dpo", dpo, "--out", str(target)],
     }[option]
 
 
@@ -216,13 +224,16 @@ FILES = sorted(
         "analysis/local/summary.json", "analysis/top5/neurons_multi_turn_mlp_out.json",
         f"{AB}/ab_report.json", f"{AB}/ab_report.md", f"{AB}/generations.jsonl", f"{AB}/responses_dpo.jsonl",
         f"{AB}/.arms/baseline.npz", *(f"{folder}/{name}" for folder in (AB, LMEVAL) for name in LMEVAL_FILES),
+        *(f"{DICTIONARY}/{name}" for name in ("summary.json", "latents.json", "dictionary.html", "store/store.json")),
     }
 )  # fmt: skip
 FOLDERS = ["", "analysis", "analysis/plots", "analysis/local", "analysis/top5", "interventions", AB, f"{AB}/.arms",
-           "journal", "journal/multi_turn", ".consolidate", "lmeval", LMEVAL]  # fmt: skip
+           "journal", "journal/multi_turn", ".consolidate", "lmeval", LMEVAL, DICTIONARY,
+           f"{DICTIONARY}/store"]  # fmt: skip
 # a folder option given a file: one of each kind of folder, and one inside a folder's tree (the same check as the rest)
 FILES_FOR_FOLDERS = ["run.json", "analysis/summary.json", "analysis/plots/multi_turn_mlp_out_topk_count_maps.html",
-                     f"{AB}/generations.jsonl", f"{LMEVAL}/lmeval_items.jsonl"]  # fmt: skip
+                     f"{AB}/generations.jsonl", f"{LMEVAL}/lmeval_items.jsonl",
+                     f"{DICTIONARY}/latents.json"]  # fmt: skip
 CASES = [
     (option, target)
     for option in OWN

@@ -36,6 +36,7 @@ from core.provenance import MadeBy, short_sha, tokenizer_sha256, weights_sha256
 from interventions.ab import run_ab
 from interventions.arms import ArmStore, made_by, sealed
 from interventions.config import ABConfig
+from interventions.plan import plan_ab
 from probes.attribution import _cached, _made_by
 from probes.config import RecordConfig
 from probes.recording import record_run
@@ -369,7 +370,7 @@ def test_report_on_a_run_with_an_outcomes_only_ab_uses_its_outcomes_and_names_wh
         responses=str(kept),
         out_dir=only,
     )
-    run_ab(config)
+    run_ab(plan_ab(config))
     code, _, err = cli("report", run_dir)
     assert code == 0 and "Traceback" not in err, err
     page = (run_dir / "report.html").read_text()

@@ -45,7 +45,9 @@ def _every_kind(target, source, hook: str) -> list[Edit]:
 
 
 def test_every_kind_is_registered_once():
-    assert sorted(EDIT_KINDS) == ["add", "expo", "expo-units", "lda", "patch", "scale", "set"]
+    import access.latent_edits  # noqa: F401  (the dictionary's kind registers where it is defined)
+
+    assert sorted(EDIT_KINDS) == ["add", "expo", "expo-units", "latent-patch", "lda", "patch", "scale", "set"]
     assert all(cls.kind == name for name, cls in EDIT_KINDS.items())
 
 

@@ -12,4 +12,5 @@ Modules:
     lmeval      ``probe lmeval``: any lm-eval task before and after an edit
     replicate   ``probe replicate``: the §7 study from recording to the report
     report      ``probe report``: the HTML report of the study
+    dictionary  ``probe dictionary``: a crosscoder or diff-SAE of the SFT/DPO difference at one layer
 """
