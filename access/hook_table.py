@@ -39,6 +39,7 @@ HOOK_TABLE: dict[str, HookPoint] = {
 HOOK_POINTS: tuple[str, ...] = tuple(HOOK_TABLE)
 MLP_OUT = "mlp_out"  # the MLP's output (d_model wide)
 DEFAULT_HOOK = MLP_OUT  # the paper's
+RESID_POST = "resid_post"  # the residual stream after a block (d_model wide)
 NEURONS = "mlp_post"  # the true MLP neurons (d_mlp wide): what weight edits and the planted pairs address
 EXECUTION_ORDER: tuple[str, ...] = tuple(sorted(HOOK_TABLE, key=lambda name: HOOK_TABLE[name].block_order))
 

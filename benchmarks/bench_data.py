@@ -16,9 +16,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from core.judges.rules import RuleJudge
 from core.rows import read_test_rows
 from data_synthesis.offline import synthesize
+from judging.rules import RuleJudge
 
 TARGET_SYNTH_S = 10.0
 TARGET_VERDICTS_PER_S = 10_000

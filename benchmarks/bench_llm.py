@@ -19,7 +19,7 @@ from pathlib import Path
 # the repo root: the scripted server lives in tests/support
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core.llm.client import ClientConfig, LLMClient
+from judging.client.client import ClientConfig, LLMClient
 from tests.support.scripted_server import ScriptedServer
 
 

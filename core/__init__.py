@@ -1,10 +1,10 @@
-"""The shared core below the nine other rooms.
+"""The shared core below every other room.
 
 ``core`` holds what every room needs and no room owns, so that each thing has one
 source. The rooms import from here and from the rooms before them, never the other way
-round (core ← access ← data_synthesis ← training ← probes ← analysis ← interventions ← lmeval ← study ← probe_cli;
-``tests/test_import_graph.py`` holds them to it). ``llm/`` and ``judges/`` are bound for a room of their own
-(docs/extending.md, "Where a new piece goes").
+round (core ← access ← judging ← data_synthesis ← training ← probes ← analysis ← interventions ← dictionary ← lmeval
+← study ← probe_cli; ``tests/test_import_graph.py`` holds them to it). The LLM client and the judges have a room of
+their own, :mod:`judging` (docs/extending.md, "Where a new piece goes").
 
 Modules:
     errors, paths, inputs, atomic   one-line errors, output-path checks, the JSON/JSONL reader, atomic writes
@@ -24,5 +24,4 @@ Modules:
     stats                           McNemar, Wilson, bootstrap
     config_file, config_fields      ``--config FILE`` for every command; what a config field says about itself
     config_init                     a config that nests others takes their settings by their flat names
-    llm/, judges/                   the OpenAI-compatible client; the judges and the judge factory
 """

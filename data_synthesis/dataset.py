@@ -2,7 +2,7 @@
 
 ``offline`` is :func:`data_synthesis.offline.synthesize` (seeded, no network, seconds); ``llm`` is
 :func:`data_synthesis.llm.synthesis.synthesize_llm` against an OpenAI-compatible endpoint, whose settings
-(:class:`core.llm.config.ClientOptions`) are refused with ``offline``, where they would do nothing. The config's
+(:class:`judging.client.config.ClientOptions`) are refused with ``offline``, where they would do nothing. The config's
 fields make the options of ``probe synthesize`` (:mod:`probe_cli.options`).
 
 Example:
@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Annotated
 from core.config_fields import flat_fields, flat_values, nested, option
 from core.config_file import SEED, Range, choice, typed_config
 from core.errors import ProbeError
-from core.llm.config import ClientOptions
 from data_synthesis.heldout.build import MAX_PER_CAPABILITY, HeldoutConfig
 from data_synthesis.offline.synthesize import MAX_ROLES, SynthesisConfig
+from judging.client.config import ClientOptions
 
 if TYPE_CHECKING:
     from data_synthesis.offline.synthesize import SynthesisSummary

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from access.hook_table import HOOK_POINTS
+from access.hook_table import HOOK_POINTS, RESID_POST
 from core.config_fields import nested, option
 from core.config_file import POSITIVE, SEED, Range, choice, typed_config
 from core.config_init import flat_init
@@ -27,7 +27,7 @@ from core.pair_dirs import PairDirs
 
 DICTIONARY_KINDS: tuple[str, ...] = ("crosscoder", "diff-sae")
 PATCH_INTO: tuple[str, ...] = ("sft", "dpo")
-DEFAULT_HOOK = "resid_post"
+DEFAULT_HOOK = RESID_POST
 DEFAULT_EXPANSION = {"crosscoder": 4, "diff-sae": 2}
 DEFAULT_K = {"crosscoder": 32, "diff-sae": 16}
 

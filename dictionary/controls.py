@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from access.hook_table import HOOK_TABLE
+from access.hook_table import HOOK_TABLE, NEURONS, hooks_reading
 from dictionary.measures import CLASSES, classes
 
 RANDOM_UNITS = 200
@@ -50,7 +50,7 @@ def _unit_directions(checkpoint: Any, hook: str, units: list[tuple[int, int]]) -
         return out
     from analysis.readout import unit_directions
 
-    return unit_directions(checkpoint, "mlp_post", units).astype(np.float64)
+    return unit_directions(checkpoint, NEURONS, units).astype(np.float64)
 
 
 def visible(units: tuple[tuple[int, int], ...], hook: str, layer: int) -> list[tuple[int, int]]:
@@ -59,7 +59,9 @@ def visible(units: tuple[tuple[int, int], ...], hook: str, layer: int) -> list[t
     >>> visible(((2, 5), (3, 1), (7, 0)), "resid_post", 3), visible(((2, 5), (3, 1)), "mlp_out", 3)
     ([(2, 5), (3, 1)], [(3, 1)])
     """
-    if hook == "resid_post":
+    if hook not in hooks_reading("mlp"):  # the planted units are MLP units: attention's output never holds them
+        return []
+    if HOOK_TABLE[hook].part == "block":  # the residual stream: every block's writes up to the layer
         return [u for u in units if u[0] <= layer]
     return [u for u in units if u[0] == layer]
 
@@ -80,7 +82,7 @@ def planted_alignment(
     from analysis.checkpoint import Checkpoint
     from training.planted import PLANTED_FILE, read_planted
 
-    if not (Path(dpo_dir) / PLANTED_FILE).is_file() or hook == "attn_out":
+    if not (Path(dpo_dir) / PLANTED_FILE).is_file():
         return None
     planted = read_planted(Path(dpo_dir))
     seen = visible(planted.units, hook, layer)

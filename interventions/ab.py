@@ -36,7 +36,6 @@ from access.edits import Edit, UnitEdit
 from access.generation import Generations
 from access.outcomes import ArmOutcomes
 from core.errors import Interrupted
-from core.judges import Judge, make_judge
 from interventions.arms import ArmStore
 from interventions.coherence import arm_coherence
 from interventions.outcome_runs import OutcomeRuns, estimate_line, outcome_results, outcome_runs
@@ -70,6 +69,7 @@ from interventions.results import (
 )
 from interventions.scoring import Scored, capability_results, score_arm
 from interventions.selection import describe
+from judging import Judge, make_judge
 from probes.distributed import PeerLost, World
 
 NOTHING_KEPT = "no generation arm had finished, nothing kept; rerun the same command"
@@ -122,7 +122,7 @@ def run_ab(
     config's ``out_dir``.
 
     ``progress`` receives one line per stage; ``judge`` replaces the judge named in the
-    config (any object with the :class:`~core.judges.base.Judge` protocol).
+    config (any object with the :class:`~judging.base.Judge` protocol).
     A plan with several selections (``plan_ab(config, selections)``) gives each rule every arm of the configured
     edits and its own placebos, all sharing one baseline and one set of passes
     (:mod:`interventions.select_compare`); ``annotate`` adds to the report before it is written. ``world``: the

@@ -26,11 +26,11 @@ from core.config_init import flat_init
 from core.decoding import GenerationConfig
 from core.devices import check_device
 from core.errors import ProbeError
-from core.judges import JUDGES
-from core.llm.config import ClientConfig, ClientOptions
 from core.run_dir import ACTIVATIONS_FILE
 from interventions.edit_spec import EditSpec
 from interventions.rule_table import RULE_METRICS
+from judging import JUDGES
+from judging.client.config import ClientConfig, ClientOptions
 from training.eval_config import DEFAULT_SPLIT, SPLITS
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
@@ -193,7 +193,7 @@ class ABConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready settings by their flat names (:func:`core.config_fields.flat_values`, as ``--config`` files name
         them); credentials in the judge's URL are masked (the report and the resume fingerprint keep this)."""
-        from core.llm.scrub import without_url_credentials
+        from judging.client.scrub import without_url_credentials
 
         body = {k: (str(v) if isinstance(v, Path) else v) for k, v in flat_values(self).items()}
         if body["judge_base_url"]:

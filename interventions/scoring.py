@@ -6,7 +6,7 @@ decide, which is excluded from the paired statistics and counted). Reference ove
 measured with the established packages, the way the paper's ``evaluation.py`` does:
 ROUGE-L F with stemming from ``rouge-score`` per response, and BLEU from ``sacrebleu``
 (corpus BLEU over a capability's rows, plus per-response sentence BLEU so a paired
-difference exists). Judges are built by :func:`core.judges.make_judge`.
+difference exists). Judges are built by :func:`judging.make_judge`.
 
 Example:
     >>> rouge_l(["the cat sat"], ["the cat sat down"])[0] > 0.8
@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from core.errors import ProbeError
-from core.judges.base import Judge, Verdict
 from core.schema import TestRow
 from interventions.results import CapabilityResult
 from interventions.stats import paired_delta
+from judging.base import Judge, Verdict
 
 if TYPE_CHECKING:
     from access.generation import Generations

@@ -36,7 +36,6 @@ import numpy as np
 
 from analysis.base_compare import jaccard, matched_random_jaccard
 from analysis.config import AnalysisConfig
-from core.judges import Judge
 from interventions.ab import run_ab
 from interventions.cells import Placement, effect_sentence, fmt_percentile
 from interventions.config import ABConfig
@@ -54,6 +53,7 @@ from interventions.results import (
 from interventions.rule_table import RULE_METRICS
 from interventions.select_rules import RuleSet, rule_sets
 from interventions.selection import describe
+from judging import Judge
 from probes.distributed import World
 
 MATTERS = "matters"

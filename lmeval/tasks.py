@@ -275,10 +275,10 @@ def own_task_docs(tokenizer: PreTrainedTokenizerBase, ab: ABConfig, rows_file: P
     from functools import partial
 
     from core.chat import render_text, to_messages
-    from core.judges.rules import RuleJudge
     from core.records import to_json
     from core.rows import read_test_rows
     from interventions.plan import select_rows
+    from judging.rules import RuleJudge
 
     rows = read_test_rows(rows_file)
     judge = RuleJudge()
@@ -359,9 +359,9 @@ def process_results(doc: dict[str, Any], results: list[str]) -> dict[str, float]
     import json
 
     from core.capabilities import parse_capability
-    from core.judges.rules import RuleJudge
     from core.records import from_json
     from core.schema import TestRow
+    from judging.rules import RuleJudge
 
     row = from_json(TestRow, json.loads(doc["row"]))
     score, _ = RuleJudge().check(row, results[0], parse_capability(doc["capability"]))

@@ -45,10 +45,11 @@ from lmeval.compare import MetricRow, Paired
 from lmeval.report import columns as lmeval_columns
 from lmeval.report import table_row as lmeval_row
 from study import claims
+from tests.test_import_graph import ORDER
 from training.eval_rows import EvalRow
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("core", "access", "data_synthesis", "training", "probes", "analysis", "interventions", "lmeval", "study")
+PRODUCT = tuple(room for room in ORDER if room != "probe_cli")
 EFFECT = (200, 0.6, 0.75, 0.15, 0.08, 0.22, 0.0004, 3, 33)
 RANK = PlaceboRank(72.5, 1 / 3, [0.01 * k for k in range(20)])
 CELLS = ["+15.0", "[+8.0, +22.0]", "4.0e-04", "72nd (p = 0.333, 20 sets)"]  # Δ, CI, p, placebo
@@ -140,7 +141,8 @@ def _product_files() -> list[Path]:
 
 FORMATTERS = {
     "an ordinal typed after a field ({x:.0f}th)": re.compile(r"\}(?:st|nd|rd|th)\b"),
-    "a percentile printed as a number": re.compile(r"\{[^{}]*percentile[^{}]*:[^{}]*\}"),
+    # a format field such as {x.percentile:.0f}; a dict literal's "percentile": key is data, not a printed number
+    "a percentile printed as a number": re.compile(r"\{[^{}]*percentile[^{}\"']*:[^{}]*\}"),
     "a placebo p written as (p=": re.compile(r"\(p ?= ?\{"),
     "a rate turned into signed points ({100 * x:+...})": re.compile(r"\{100 \*[^{}]*:\+"),
     "a signed point difference ({x:+.1f})": re.compile(r"(?<!%)\{[^{}]*:\+\.[01]f\}"),

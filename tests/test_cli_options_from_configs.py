@@ -26,10 +26,10 @@ from core.config_fields import flat_fields, flat_values, nested, option
 from core.config_file import POSITIVE, build_config, from_settings, typed_config
 from core.decoding import GenerationConfig
 from core.errors import ProbeError
-from core.llm.config import ClientOptions
 from data_synthesis.dataset import SynthesizeConfig
 from dictionary.config import DictionaryConfig
 from interventions.config import ABConfig
+from judging.client.config import ClientOptions
 from lmeval.config import LMEvalConfig
 from probe_cli.main import app
 from probe_cli.options import FROM_CONFIG, ConfigFlags, bounds_of, config_options, said_bounds, shown_default

@@ -200,10 +200,10 @@ def test_evaluation_and_ab_generate_the_same_responses(
     from access.edited_generation import ABGenerator, Intervention
     from access.generation import GenerationConfig, Generator, generate_responses
     from access.units import NeuronSet
-    from core.judges.rules import RuleJudge
     from core.models import load_causal_lm
     from core.rows import read_test_rows
     from interventions.selection import parse_units
+    from judging.rules import RuleJudge
     from training.evaluate import evaluate_model
 
     rows = read_test_rows(chat_data / "test.jsonl")[::3]  # single- and two-turn prompts, every capability

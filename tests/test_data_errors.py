@@ -18,10 +18,10 @@ import pytest
 
 from access.units import FORMAT, NeuronSet
 from core.errors import DataError, ProbeError
-from core.judges.files import read_responses
 from core.records import to_json
 from core.rows import read_dpo_rows, read_sft_rows, read_test_rows, write_jsonl
 from data_synthesis.validate import validate_file
+from judging.files import read_responses
 from probe_cli.main import main
 
 TASK = "role_related_mrc_answer_no_narration"

@@ -8,11 +8,11 @@ import pytest
 
 from core.capabilities import Capability, capabilities_of
 from core.errors import ProbeError
-from core.judges import Judge
-from core.judges.rules import RuleJudge, behaviour, requirement_met
 from core.rows import read_dpo_rows, read_test_rows
 from core.schema import TestRow, Turn
 from data_synthesis.offline import synthesize, vocab
+from judging import Judge
+from judging.rules import RuleJudge, behaviour, requirement_met
 
 JUDGE = RuleJudge()
 

@@ -7,9 +7,10 @@ import ast
 import doctest
 from pathlib import Path
 
+from tests.test_import_graph import ORDER
+
 ROOT = Path(__file__).resolve().parents[1]
-ROOMS = ("core", "access", "data_synthesis", "training", "probes", "analysis", "interventions", "lmeval", "study",
-         "probe_cli")  # fmt: skip
+ROOMS = tuple(ORDER)
 SKIP = doctest.OPTIONFLAGS_BY_NAME["SKIP"]
 
 

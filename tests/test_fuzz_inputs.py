@@ -34,10 +34,10 @@ from typer.testing import CliRunner
 from access.units import FORMAT, NeuronSet
 from core.capabilities import TASKS
 from core.errors import DataError, ProbeError
-from core.judges.files import read_responses
 from core.records import to_json
 from core.rows import read_dpo_rows, read_sft_rows, read_test_rows, write_jsonl
 from data_synthesis.validate import validate_file
+from judging.files import read_responses
 from probe_cli.main import main
 
 EXAMPLES = int(os.environ.get("PROBE_FUZZ_EXAMPLES", "150"))  # a deeper local hunt: PROBE_FUZZ_EXAMPLES=5000

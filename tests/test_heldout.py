@@ -11,7 +11,6 @@ import pytest
 from core.capabilities import ALL_CAPABILITIES, Capability, capabilities_of
 from core.constraints import CHECKERS, check, check_turns
 from core.errors import ProbeError
-from core.judges.rules import RuleJudge
 from core.rows import read_test_rows
 from core.schema import TestRow, Turn
 from data_synthesis.heldout import vocab
@@ -19,6 +18,7 @@ from data_synthesis.heldout.build import HeldoutConfig, build_heldout
 from data_synthesis.heldout.files import heldout_bytes, offline_training_texts, write_heldout
 from data_synthesis.heldout.gate import CAPABILITIES, MODELS, discrimination_gate
 from data_synthesis.heldout.overlap import OVERLAP_BOUND, ngram_overlap
+from judging.rules import RuleJudge
 from tests.support.cli import exit_of, one_line_error
 
 # type -> (constraint, replies that meet it, replies that do not); every type has Unicode and the empty reply

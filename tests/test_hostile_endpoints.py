@@ -11,7 +11,7 @@ hypothesis:
   stderr, the log, or any file under the cache folder, wherever the server put the key in its
   text (whole, cut at either end, straddling the 200-character cut, split by escape
   sequences), and no escape or control character reaches stderr;
-* a body over :data:`core.llm.transport.MAX_REPLY_BYTES` is refused without holding more than
+* a body over :data:`judging.client.transport.MAX_REPLY_BYTES` is refused without holding more than
   the cap, and Ctrl-C to the process group during any such read stops the command at once
   with ``interrupted:`` and exit 130.
 
@@ -41,10 +41,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.errors import ProbeError
-from core.llm.client import LLMClient
-from core.llm.config import ClientConfig
-from core.llm.scrub import MIN_SECRET_RUN, Scrubber
-from core.llm.transport import MAX_REDIRECTS, MAX_REPLY_BYTES
+from judging.client.client import LLMClient
+from judging.client.config import ClientConfig
+from judging.client.scrub import MIN_SECRET_RUN, Scrubber
+from judging.client.transport import MAX_REDIRECTS, MAX_REPLY_BYTES
 from probe_cli.main import main
 from tests.support.judge_files import write_judge_files
 from tests.support.scripted_server import Hostile, HostileServer, ScriptedServer, Step

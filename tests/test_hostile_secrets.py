@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 import pytest
 
-from core.llm.scrub import MIN_SECRET_RUN
+from judging.client.scrub import MIN_SECRET_RUN
 from tests.support.cli import exit_of
 from tests.support.judge_files import write_judge_files
 from tests.support.scripted_server import ScriptedServer

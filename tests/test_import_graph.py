@@ -15,6 +15,7 @@ from pathlib import Path
 ORDER = [
     "core",
     "access",
+    "judging",
     "data_synthesis",
     "training",
     "probes",

@@ -221,7 +221,7 @@ def test_notebook_plots_the_dose_sweep(ab_run, monkeypatch):
 
 
 def test_the_llm_judge_of_an_ab_run_takes_the_endpoint_limits(tmp_path: Path) -> None:
-    from core.judges import make_judge
+    from judging import make_judge
 
     endpoint = {  # the judge's endpoint by the names flags and --config files give it
         "units": UNITS,

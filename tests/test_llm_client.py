@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from core.errors import ProbeError
-from core.llm.client import ClientConfig, LLMClient
 from core.records import to_json
+from judging.client.client import ClientConfig, LLMClient
 from tests.support.scripted_server import ScriptedServer, Step
 
 pytestmark = pytest.mark.server
@@ -179,7 +179,7 @@ def test_a_fatal_error_stops_the_batch_but_keeps_what_was_answered(tmp_path: Pat
 
 CRASHING_RUN = textwrap.dedent("""
     import sys
-    from core.llm.client import ClientConfig, LLMClient
+    from judging.client.client import ClientConfig, LLMClient
     config = ClientConfig(base_url=sys.argv[1], model="m", cache_dir=sys.argv[2], concurrency=1)
     LLMClient(config).chat_many([[{"role": "user", "content": f"q{i}"}] for i in range(10)])
 """)

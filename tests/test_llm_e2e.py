@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 
 from core.capabilities import Capability
-from core.judges.agreement import score_table
-from core.judges.llm import LLMJudge
-from core.llm.client import ClientConfig
 from core.schema import TestRow, Turn
+from judging.agreement import score_table
+from judging.client.client import ClientConfig
+from judging.llm import LLMJudge
 from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.server]
@@ -138,7 +138,7 @@ def test_judging_pass_through_a_real_server(served: Served, tmp_path: Path) -> N
 
 def test_wrong_model_name_is_a_clear_error(served: Served, tmp_path: Path) -> None:
     from core.errors import ProbeError
-    from core.llm.client import LLMClient
+    from judging.client.client import LLMClient
 
     client = LLMClient(_config(served, tmp_path / "c", model="not-the-served-path"))
     with pytest.raises(ProbeError) as info:

@@ -262,8 +262,8 @@ def test_replies_that_all_fail_validation_leave_an_existing_dataset_as_it_was(
 
 
 def test_library_raises_with_the_counts_and_writes_nothing(tmp_path: Path) -> None:
-    from core.llm.client import ClientConfig
     from data_synthesis.llm.synthesis import SynthesisFailed, synthesize_llm
+    from judging.client.client import ClientConfig
 
     with ScriptedServer(responder=lambda _request: "{}") as server:
         config = ClientConfig(base_url=server.base_url, model="scripted", cache_dir=None, backoff_base=0.01)

@@ -10,12 +10,12 @@ from sklearn.metrics import cohen_kappa_score
 
 from core.capabilities import Capability
 from core.errors import DataError, ProbeError
-from core.judges.agreement import agreement, score_table
-from core.judges.base import Verdict
-from core.judges.files import read_responses, run_judges
-from core.judges.llm import LLMJudge, judge_prompt, parse_score
-from core.llm.client import ClientConfig
 from core.schema import TestRow, Turn
+from judging.agreement import agreement, score_table
+from judging.base import Verdict
+from judging.client.client import ClientConfig
+from judging.files import read_responses, run_judges
+from judging.llm import LLMJudge, judge_prompt, parse_score
 from tests.support.scripted_server import ScriptedServer
 
 K, S, N, M, P = (

@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from core.capabilities import Capability, capabilities_of
-from core.judges.rules import RuleJudge
-from core.llm.client import ClientConfig
 from core.rows import read_dpo_rows, read_sft_rows, read_test_rows
 from data_synthesis.llm.synthesis import REPORT_FILE, synthesize_llm
 from data_synthesis.offline import FILES, synthesize
+from judging.client.client import ClientConfig
+from judging.rules import RuleJudge
 from tests.support.scripted_llm import GoodLLM
 from tests.support.scripted_server import ScriptedServer
 

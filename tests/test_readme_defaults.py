@@ -138,7 +138,7 @@ CLAIMS: list[tuple[str, Callable[[], Any], Any]] = [
     ("`--placebo R` (default 20)", _field("interventions.config", "ABConfig", "placebo"), 20),
     (
         "`OPENAI_BASE_URL` (default `https://api.openai.com/v1`)",
-        _constant("core.llm.config", "DEFAULT_BASE_URL"),
+        _constant("judging.client.config", "DEFAULT_BASE_URL"),
         "https://api.openai.com/v1",
     ),
     ("`PROBE_RUN_DIR` (default `runs/latest`", _notebook_run_dir, ("runs", "runs/latest")),

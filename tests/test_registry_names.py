@@ -23,10 +23,10 @@ from access.edits import EDIT_KINDS
 from access.hook_table import HOOK_TABLE
 from analysis.rankings import RANKINGS, select_rules
 from interventions.recipes import RECIPES
+from tests.test_import_graph import ORDER
 
 ROOT = Path(__file__).resolve().parents[1]
-ROOMS = ("core", "access", "data_synthesis", "training", "probes", "analysis", "interventions", "lmeval", "study",
-         "probe_cli")  # fmt: skip
+ROOMS = tuple(ORDER)
 
 # registry -> (its names, the modules that may list them)
 REGISTRIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {

@@ -50,12 +50,12 @@ from access.shared_generation import generate_unedited
 from core.capabilities import ALL_CAPABILITIES, capabilities_of
 from core.decoding import EVAL_GENERATION, GenerationConfig
 from core.errors import Interrupted, ProbeError
-from core.judges import Judge, Verdict, make_judge
 from core.records import to_json
 from core.rows import read_test_rows, row_location
 from core.schema import TestRow
 from core.stats import discordant, mcnemar_p, paired_bootstrap_ci, wilson
 from data_synthesis.heldout.gate import discrimination_gate
+from judging import Judge, Verdict, make_judge
 from training.eval_config import PairEvalConfig
 from training.eval_rows import EvalRow, GroupRow
 

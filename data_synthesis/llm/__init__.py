@@ -2,8 +2,8 @@
 
 The paper synthesised RoleMRC with GPT-4o; users do the same with OpenAI, vLLM or
 ``transformers serve``. Everything here talks through the shared client
-(:mod:`core.llm.client`: bounded concurrency, retries with backoff, an on-disk reply
-cache so that a rerun never pays twice), which judging (:mod:`core.judges`) uses too.
+(:mod:`judging.client.client`: bounded concurrency, retries with backoff, an on-disk reply
+cache so that a rerun never pays twice), which judging (:mod:`judging`) uses too.
 
 Modules:
     replies         JSON extraction from chatty replies + pydantic validation + repair rounds

@@ -27,9 +27,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from core.llm.client import Messages
 from core.schema import Turn
 from data_synthesis.offline import vocab
+from judging.client.client import Messages
 
 SYSTEM = (
     "You write training data for role-playing assistants. Follow the instructions exactly and reply with one JSON "

@@ -31,7 +31,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from core.llm.client import LLMClient, Messages
+from judging.client.client import LLMClient, Messages
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 Check = Callable[[Any, int], "str | None"]

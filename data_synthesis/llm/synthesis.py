@@ -54,7 +54,6 @@ from typing import Any
 from core.atomic import replace_together
 from core.capabilities import TASKS, Capability, capabilities_of
 from core.errors import Interrupted, ProbeError
-from core.llm.client import ClientConfig, LLMClient
 from core.paths import check_output_dir
 from core.records import to_json
 from core.run_dir import DataDir, Writer
@@ -77,6 +76,7 @@ from data_synthesis.offline.synthesize import (
     _test_row,
 )
 from data_synthesis.offline.tasks import Episode, build_episode, shape_of
+from judging.client.client import ClientConfig, LLMClient
 
 log = logging.getLogger("data_synthesis.llm")
 REPORT_FILE = "synthesis_report.json"
@@ -332,7 +332,7 @@ def _refusals(ep: Episode) -> dict[str, str]:
 
 def _write_replies(run: _Run, episodes: list[Episode], stage: str) -> list[Episode]:
     """Episodes whose ``chosen`` is the LLM's reply, checked by the rule judge; failures dropped and counted."""
-    from core.judges.rules import RuleJudge
+    from judging.rules import RuleJudge
 
     judge = RuleJudge()
 

@@ -6,7 +6,7 @@ rather than open-ended prose: refusals use three fixed phrasings (one per reason
 narration is one gesture between asterisks that the system prompt names, catchphrases
 come from a closed list the system prompt states, nested requirements and priority
 rules follow one sentence pattern each. The rule judge
-(:mod:`core.judges.rules`) recognises exactly these forms (plus generic
+(:mod:`judging.rules`) recognises exactly these forms (plus generic
 refusal wording, so that other models can be judged too).
 
 Everything here is a tuple (ordered), never a set, so iteration and seeded choice are

@@ -1,6 +1,6 @@
 """``probe judge``: score a responses file with the rule judge, an LLM judge, or both.
 
-Thin wrapper over :func:`core.judges.files.judge_files`; prints one table of
+Thin wrapper over :func:`judging.files.judge_files`; prints one table of
 per-capability compliance, undecided (unparseable) counts and, for ``--judge both``,
 agreement and Cohen's kappa between the two judges.
 """
@@ -14,16 +14,16 @@ from typing import TYPE_CHECKING
 import typer
 
 from core.config_file import POSITIVE, choice
-from core.judges.factory import JUDGE_MODES
-from core.llm.config import ClientOptions
 from core.paths import check_output_dir, check_output_file
 from core.records import to_json
 from core.run_dir import Writer
+from judging.client.config import ClientOptions
+from judging.factory import JUDGE_MODES
 from probe_cli.console import console
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, count_option
 
 if TYPE_CHECKING:
-    from core.judges.files import JudgeReport
+    from judging.files import JudgeReport
 
 JUDGE_HELP = (
     "rules (offline, needs the test rows' expect blocks), llm (an OpenAI-compatible endpoint), "
@@ -48,7 +48,7 @@ def judge(
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON instead of a table."),
 ) -> None:
     """Score responses per capability; with --judge both, report rules-vs-LLM agreement and kappa."""
-    from core.judges.files import judge_files
+    from judging.files import judge_files
 
     choice("judge", judge_name, JUDGE_MODES)
     if verdicts_out is not None:

@@ -1,6 +1,6 @@
 """A careful client for OpenAI-compatible chat endpoints: cache, retries, bounded concurrency, deadlines.
 
-Requests go through :mod:`core.llm.transport`: the ``openai`` client (request shaping, typed
+Requests go through :mod:`judging.client.transport`: the ``openai`` client (request shaping, typed
 replies and errors) over ``httpx2``, held to a total deadline and a byte cap. This layer adds
 what the ``openai`` client does not decide for us: counted retries with our own backoff, and
 the last failure turned into a one-line :class:`ProbeError` naming the endpoint and the
@@ -26,13 +26,13 @@ Ctrl-C stops the batch at once: nothing queued is sent, nothing is retried, the 
 in flight is abandoned (its reply, if it comes while the process still lives, is cached),
 and ``KeyboardInterrupt`` reaches the caller, which knows what is on disk.
 
-Every answered request is written to the cache (:mod:`core.llm.cache`) the
+Every answered request is written to the cache (:mod:`judging.client.cache`) the
 moment it arrives, keyed by (endpoint, model, messages, params), so a rerun or resumed
 run makes no request it has already paid for. Each attempt is appended to
 ``CACHE_DIR/requests.log`` (JSON lines: key prefix, attempt, outcome, seconds); the
 API key is never part of anything written. Every string that came from the server (error
 messages, reasons, the start of a malformed body, the reply itself) is scrubbed by
-:class:`core.llm.scrub.Scrubber` of the key, any 8 characters of it, URL credentials and
+:class:`judging.client.scrub.Scrubber` of the key, any 8 characters of it, URL credentials and
 terminal control sequences before it is cut to length, printed, logged or cached.
 
 Example:
@@ -65,11 +65,11 @@ import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessage
 
 from core.errors import Interrupted, ProbeError
-from core.llm.backoff import BackoffPolicy
-from core.llm.cache import ReplyCache, normalise_base_url, request_key
-from core.llm.config import ClientConfig
-from core.llm.scrub import Scrubber
-from core.llm.transport import MAX_REDIRECTS, MAX_REPLY_BYTES, BadReply, Endpoint, NotJSON, Redirected, complete
+from judging.client.backoff import BackoffPolicy
+from judging.client.cache import ReplyCache, normalise_base_url, request_key
+from judging.client.config import ClientConfig
+from judging.client.scrub import Scrubber
+from judging.client.transport import MAX_REDIRECTS, MAX_REPLY_BYTES, BadReply, Endpoint, NotJSON, Redirected, complete
 
 __all__ = ["ChatReply", "ClientConfig", "ClientStats", "LLMClient", "Messages"]
 

@@ -43,7 +43,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from core.config_fields import option
 from core.config_file import Range, typed_config
 from core.errors import ProbeError
-from core.llm.scrub import without_url_credentials
+from judging.client.scrub import without_url_credentials
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
 DEFAULT_CACHE_DIR = Path(".cache") / "llm"
@@ -125,7 +125,7 @@ class ClientConfig:
 
     def secrets(self) -> list[str]:
         """What must never be shown: the key (unless the placeholder) and the base URL's credentials, as typed
-        (percent-encoded) and decoded; :class:`~core.llm.scrub.Scrubber` masks each in every encoding."""
+        (percent-encoded) and decoded; :class:`~judging.client.scrub.Scrubber` masks each in every encoding."""
         key = os.environ.get(self.api_key_env, "").strip()
         user, password, typed = _URL_CREDENTIALS.get(self.base_url, ("", "", ""))
         both = f"{user}:{password}" if user or password else ""

@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 
 from core.capabilities import Capability, capabilities_of, task_spec
 from core.errors import ProbeError
-from core.judges.base import Verdict
 from core.schema import TestRow
+from judging.base import Verdict
 
 if TYPE_CHECKING:
-    from core.llm.client import ClientConfig, LLMClient
+    from judging.client.client import ClientConfig, LLMClient
 
-log = logging.getLogger("core.judges")
+log = logging.getLogger("judging")
 RUBRIC_DIR = Path(__file__).parent / "rubrics"
 _LEADS = (
     "You love to",
@@ -185,14 +185,14 @@ def _rule_note(expect: dict[str, Any]) -> str:
 class LLMJudge:
     """Judge protocol implementation backed by any OpenAI-compatible endpoint.
 
-    ``config`` is a :class:`~core.llm.client.ClientConfig`; ``max_tokens`` caps
+    ``config`` is a :class:`~judging.client.client.ClientConfig`; ``max_tokens`` caps
     the judge's reply (a score needs few tokens; raise it for reasoning models).
     """
 
     name = "llm"
 
     def __init__(self, config: ClientConfig, *, max_tokens: int = 16, client: LLMClient | None = None) -> None:
-        from core.llm.client import LLMClient
+        from judging.client.client import LLMClient
 
         if max_tokens < 1:
             raise ProbeError(f"judge max_tokens must be at least 1, got {max_tokens}")

@@ -41,8 +41,8 @@ from typing import Any
 from core.capabilities import Capability, capabilities_of
 from core.constraints import active, check_all
 from core.errors import ProbeError
-from core.judges.base import Verdict
 from core.schema import TestRow
+from judging.base import Verdict
 
 NARRATION_RE = re.compile(r"\*[^*\n]{1,80}\*")
 REFUSAL_RE = re.compile(

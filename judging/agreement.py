@@ -8,7 +8,7 @@ discounts the agreement expected by chance. Kappa is undefined (``None``) when b
 judges give one constant score, e.g. every row compliant.
 
 Example:
-    >>> from core.judges.base import Verdict
+    >>> from judging.base import Verdict
     >>> K = Capability.PRIORITY
     >>> a = [Verdict({K: s}) for s in (1, 1, 0, 0, None)]
     >>> b = [Verdict({K: s}) for s in (1, 0, 0, 0, 1)]
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from core.capabilities import ALL_CAPABILITIES, Capability
 from core.errors import ProbeError
-from core.judges.base import Verdict
+from judging.base import Verdict
 
 
 @dataclass(frozen=True)

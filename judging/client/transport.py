@@ -43,7 +43,7 @@ Example:
     >>> parse_json(b"[" * 100_000 + b"]" * 100_000)
     Traceback (most recent call last):
     ...
-    core.llm.transport.BadReply: the body is JSON nested too deeply to parse
+    judging.client.transport.BadReply: the body is JSON nested too deeply to parse
 """
 
 from __future__ import annotations

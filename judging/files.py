@@ -37,17 +37,17 @@ from core.atomic import write_atomic
 from core.capabilities import Capability
 from core.errors import DataError, ProbeError
 from core.inputs import iter_jsonl
-from core.judges.agreement import Agreement, CapabilityScore, agreement, score_table
-from core.judges.base import Verdict
-from core.judges.factory import JUDGE_MODES, make_judge
-from core.llm.config import ClientConfig
 from core.paths import check_not_an_input
 from core.records import SKIP, to_json
 from core.rows import read_test_rows
 from core.schema import TestRow
+from judging.agreement import Agreement, CapabilityScore, agreement, score_table
+from judging.base import Verdict
+from judging.client.config import ClientConfig
+from judging.factory import JUDGE_MODES, make_judge
 
 if TYPE_CHECKING:
-    from core.judges.llm import LLMJudge
+    from judging.llm import LLMJudge
 
 _RESPONSE_FIELDS = ("response", "generation", "output", "completion")
 

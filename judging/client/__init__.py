@@ -1,6 +1,6 @@
 """One client for every OpenAI-compatible endpoint (OpenAI, vLLM, ``transformers serve``).
 
-Synthesis (:mod:`data_synthesis.llm`) and the LLM judge (:mod:`core.judges.llm`) both
+Synthesis (:mod:`data_synthesis.llm`) and the LLM judge (:mod:`judging.llm`) both
 talk through it, so retries, the reply cache and key hygiene behave the same in each.
 
 Modules:
