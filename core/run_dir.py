@@ -12,6 +12,7 @@
       analysis/                          AnalysisDir: probe analyze and probe explain (--out puts it elsewhere)
       interventions/<capability>_<model>_<time>/   InterventionDir: one probe intervene (--out puts it elsewhere)
       lmeval/<time>/                     LMEvalDir: one probe lmeval (--out puts it elsewhere)
+      localize/<capability>_<hook>_<time>/   LocalizeDir: one probe localize (--out puts it elsewhere)
       eval.json, replicate.json, report.html       probe models eval --out, probe replicate, probe report
 
     analysis/
@@ -30,6 +31,9 @@
 
     lmeval/<time>/
       lmeval_report.json, lmeval_report.md, lmeval_items.jsonl   the benchmark report (lmeval.report)
+
+    localize/<name>/
+      localize.json, localize.html       faithfulness curves, the layer profile and the verdicts (localize.report)
 
 A dataset folder (``probe synthesize --out``, the default pair's ``data/``) is a :class:`DataDir`:
 ``sft.jsonl``, ``dpo.jsonl``, ``test.jsonl``, and from the offline synthesizer ``profiles.jsonl`` and
@@ -72,6 +76,7 @@ __all__ = [
     "DataDir",
     "InterventionDir",
     "LMEvalDir",
+    "LocalizeDir",
     "RunDir",
 ]
 
@@ -170,6 +175,21 @@ class LMEvalDir:
     @property
     def items(self) -> Path:
         return self.root / "lmeval_items.jsonl"
+
+
+class LocalizeDir:
+    """The files of one ``probe localize``: ``RUN_DIR/localize/<name>`` or wherever ``--out`` put it."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    @property
+    def report(self) -> Path:
+        return self.root / "localize.json"
+
+    @property
+    def page(self) -> Path:
+        return self.root / "localize.html"
 
 
 class DataDir:
@@ -326,6 +346,10 @@ class RunDir:
     @property
     def lmeval(self) -> Path:
         return self.root / "lmeval"
+
+    @property
+    def localize(self) -> Path:
+        return self.root / "localize"
 
     def intervention_reports(self) -> list[Path]:
         """The A/B reports under ``interventions/`` (one through a link such as ``latest`` too), by folder name."""

@@ -8,8 +8,8 @@ import doctest
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-ROOMS = ("core", "access", "data_synthesis", "training", "probes", "analysis", "interventions", "lmeval", "study",
-         "probe_cli")  # fmt: skip
+ROOMS = ("core", "access", "data_synthesis", "training", "probes", "analysis", "interventions", "localize", "lmeval",
+         "study", "probe_cli")  # fmt: skip
 SKIP = doctest.OPTIONFLAGS_BY_NAME["SKIP"]
 
 

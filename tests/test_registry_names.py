@@ -26,8 +26,8 @@ from interventions.recipes import ARM_RECIPES
 from interventions.rule_table import RULE_METRICS
 
 ROOT = Path(__file__).resolve().parents[1]
-ROOMS = ("core", "access", "data_synthesis", "training", "probes", "analysis", "interventions", "lmeval", "study",
-         "probe_cli")  # fmt: skip
+ROOMS = ("core", "access", "data_synthesis", "training", "probes", "analysis", "interventions", "localize", "lmeval",
+         "study", "probe_cli")  # fmt: skip
 
 # registry -> (its names, the modules that may list them)
 REGISTRIES: dict[str, tuple[frozenset[str], frozenset[str]]] = {
