@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     from access.outcomes import Forced
 
 ESTIMATORS: tuple[str, ...] = ("gradient", "relp")
+GRADIENT_BATCH_TOKENS = 1024  # padded tokens per batch: a backward keeps every layer's activations
 
 
 class Mode:
@@ -190,19 +191,17 @@ def gap_attribution(
     rows: Sequence[Forced],
     hooks: Sequence[str],
     *,
-    max_batch_tokens: int = 1024,
+    max_batch_tokens: int = GRADIENT_BATCH_TOKENS,
     progress: Callable[[int, int], None] | None = None,
 ) -> GapAttribution:
     """Both estimates (module doc) for every unit of ``hooks`` at every layer, on the teacher-forced ``rows``: per batch
     of rows one forward of the target, one forward of ``model`` with autograd, and one backward per estimator."""
-    from access.outcomes import pack
-
     if not rows:
         raise ProbeError("gap attribution: no rows to teacher-force")
     layers = n_layers(model)
     out = {e: {h: np.zeros((len(rows), layers, width(model, h))) for h in hooks} for e in ESTIMATORS}
     kl = np.zeros(len(rows))
-    batches = pack(rows, max_batch_tokens, 64)
+    batches = attribution_batches(rows, max_batch_tokens)
     with _frozen(model), _frozen(target):
         for b, batch in enumerate(batches):
             found, batch_kl = _batch_attribution(model, target, [rows[i] for i in batch], hooks)
@@ -213,6 +212,13 @@ def gap_attribution(
             if progress is not None:
                 progress(b + 1, len(batches))
     return GapAttribution(out, kl)
+
+
+def attribution_batches(rows: Sequence[Forced], max_batch_tokens: int = GRADIENT_BATCH_TOKENS) -> list[list[int]]:
+    """The row batches of :func:`gap_attribution` (indices into ``rows``)."""
+    from access.outcomes import pack
+
+    return pack(rows, max_batch_tokens, 64)
 
 
 @contextmanager

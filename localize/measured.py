@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from probes.distributed import World
+
 if TYPE_CHECKING:
     from access.relevance import GapAttribution
     from localize.passes import Direction, RowGap
@@ -38,5 +40,7 @@ class Measured:
     profile: list[ProfileArm] = field(default_factory=list)
     heads: list[ProfileArm] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
+    world: World = field(default_factory=World)  # the processes of a torchrun launch (one: the whole run here)
+    mine: list[int] = field(default_factory=list)  # the rows (indices into plan.rows) this process measures
     estimate_s: float = 0.0
     warnings: list[str] = field(default_factory=list)

@@ -33,6 +33,7 @@ from localize.passes import DIRECTIONS, Arm, Direction, DirectionPasses, RowGap,
 from localize.plan import LocalizePlan, plan_localize
 from localize.profile import ProfileArm, head_arms, profile_arms
 from localize.rankings import RANKINGS, Inputs, unit_order
+from probes.distributed import World
 
 if TYPE_CHECKING:
     from access.outcomes import Forced
@@ -42,22 +43,45 @@ if TYPE_CHECKING:
 Say = Callable[[str], None]
 
 
-def localize(config: LocalizeConfig, say: Say = lambda _: None) -> LocalizeReport:
-    """Measure (module doc) and write ``localize.json`` and ``localize.html``; returns the report."""
+def localize(config: LocalizeConfig, say: Say = lambda _: None) -> LocalizeReport | None:
+    """Measure (module doc) and write ``localize.json`` and ``localize.html``; returns the report (None on a helper
+    rank of a ``torchrun`` launch, :mod:`localize.parallel`)."""
+    from dataclasses import replace
+
+    from probes.distributed import joined, machine_device, reported_once, world_from_env
+
+    world = world_from_env()
+    with reported_once(world):
+        device = machine_device(config.device, world)
+        with joined(world):
+            return _localize(replace(config, device=device or config.device), say if world.is_main else _quiet, world)
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def _localize(config: LocalizeConfig, say: Say, world: World) -> LocalizeReport | None:
     from access.pair import load_pair
     from localize.assemble import assemble
     from localize.page import write_report
+    from localize.parallel import share
 
-    plan = plan_localize(config)
+    plan = world.agree(lambda: plan_localize(config))
     clock = time.perf_counter()
     pair = load_pair(plan.sft_dir, plan.dpo_dir, device=config.device, dtype="float32")
     directions = [DIRECTIONS[d] for d in config.direction_list]
-    measured = Measured(plan, directions, {}, {}, {}, {}, {})
+    measured = Measured(plan, directions, {}, {}, {}, {}, {}, world=world, mine=share(world, len(plan.rows)))
     measured.seconds["load"] = time.perf_counter() - clock
+    _scores(plan, [d.name for d in directions], measured, passed=False)
     _say_estimate(plan, pair, directions, say, measured)
     rows = _responses(plan, pair, directions, say, measured)
-    _rankings(plan, pair, rows, directions, say, measured)
+    _gradients(plan, pair, rows, directions, measured)
+    _scores(plan, [d.name for d in directions], measured, passed=True)
+    say(f"rankings: {', '.join(measured.scores)}")
     _measure(plan, pair, rows, directions, say, measured)
+    if not world.is_main:
+        return None
     report = assemble(measured)
     write_report(report, plan.out)
     return report
@@ -71,18 +95,18 @@ def _timed(measured: Measured, name: str) -> Callable[[], None]:
 def _say_estimate(plan: LocalizePlan, pair: ModelPair, directions: list[Direction], say: Say, m: Measured) -> None:
     """The estimate, before anything expensive: the activation rankings' forks are known, the estimated rankings'
     are taken at layer 0 (the worst case)."""
+    from core.chat import encode_conversations
     from core.pace import parameter_count, sized
     from localize.estimate import estimate, fork_fraction
 
     parameters = parameter_count(plan.dpo_dir)
-    from core.chat import encode_conversations
-
-    encoded = encode_conversations(pair.tokenizer, [list(r.question) for r in plan.rows], add_generation_prompt=True)
+    mine = [plan.rows[k] for k in m.mine]  # this process's rows (all of them but under torchrun)
+    encoded = encode_conversations(pair.tokenizer, [list(r.question) for r in mine], add_generation_prompt=True)
     prompts = [len(ids) for ids in encoded]
     new = plan.config.max_new_tokens
     tokens = float(sum(prompts) + new * len(prompts))
-    arms = len(_curve_keys(plan)) + plan.config.placebo * len(plan.placebo_points)
-    fractions = [1.0] * arms + [fork_fraction(_arm_layers(a), plan.shape.n_layers) for a in _profile(plan)]
+    fractions = [fork_fraction(_layers_of(flat, plan), plan.shape.n_layers) for flat in _planned_sets(plan, m)]
+    fractions += [fork_fraction([(layer, 0) for layer in a.layers], plan.shape.n_layers) for a in _profile(plan)]
     guess = estimate(
         {d.name: fractions for d in directions},
         tokens,
@@ -121,8 +145,8 @@ def _responses(
             direction.source,
             target,
             pair.tokenizer,
-            plan.rows,
-            plan.row_ids,
+            [plan.rows[k] for k in m.mine],
+            [plan.row_ids[k] for k in m.mine],
             plan.data_file,
             plan.config.max_new_tokens,
             say,
@@ -131,33 +155,33 @@ def _responses(
     return out
 
 
-def _rankings(
-    plan: LocalizePlan,
-    pair: ModelPair,
-    rows: dict[str, list[Forced]],
-    directions: list[Direction],
-    say: Say,
-    m: Measured,
+def _gradients(
+    plan: LocalizePlan, pair: ModelPair, rows: dict[str, list[Forced]], directions: list[Direction], m: Measured
 ) -> None:
-    """The gradient pass of each direction, then every ranking's scores and unit order."""
-    from access.relevance import gap_attribution
+    """One gradient pass per direction (both estimates of every unit), when a ranking or the estimated curves need
+    it."""
+    from access.relevance import attribution_batches, gap_attribution
     from core.progress import stage
-    from probes.store import RunReader
+    from localize.parallel import gathered_attribution
 
     for direction in directions:
         done = _timed(m, "gradient")
         model, target = pair.models()[direction.edited], pair.models()[direction.source]
-        batches = max(1, len(rows[direction.name]) // 2)
-        with stage(f"gradient {direction.label}", batches, unit="batches", step="batch") as bar:
-            m.attribution[direction.name] = gap_attribution(
-                model,
-                target,
-                rows[direction.name],
-                [plan.config.hook],
-                progress=lambda done_, total: _bar(bar, done_, total),
+        total = len(attribution_batches(rows[direction.name]))
+        with stage(f"gradient {direction.label}", total, unit="batches", step="batch", enabled=m.world.is_main) as bar:
+            found = gap_attribution(
+                model, target, rows[direction.name], [plan.config.hook], progress=lambda k, _: _bar(bar, k)
             )
+        m.attribution[direction.name] = gathered_attribution(m.world, m.mine, len(plan.rows), found)
         done()
-    names = tuple(d.name for d in directions)
+
+
+def _scores(plan: LocalizePlan, directions: list[str], m: Measured, *, passed: bool) -> None:
+    """Every ranking's scores and unit order: those that need no pass (``passed`` False: before the estimate, from
+    the run and the weights), or the estimated ones (after the gradient passes)."""
+    from probes.store import RunReader
+
+    chosen = [r for r in plan.config.ranking_list if RANKINGS[r].needs_pass == passed]
     with RunReader(plan.run_dir) as run:
         inputs = Inputs(
             run,
@@ -169,17 +193,14 @@ def _rankings(
             plan.shape.group,
             m.attribution,
         )
-        for name in plan.config.ranking_list:
-            m.scores[name] = RANKINGS[name].compute(inputs, names)
+        for name in chosen:
+            m.scores[name] = RANKINGS[name].compute(inputs, tuple(directions))
             m.sources[name] = _source(name, plan)
-    for name, per_direction in m.scores.items():
-        for key, scores in per_direction.items():
-            m.orders[(name, key)] = unit_order(scores, plan.config.seed)
-    say(f"rankings: {', '.join(m.scores)}")
+            for key, scores in m.scores[name].items():
+                m.orders[(name, key)] = unit_order(scores, plan.config.seed)
 
 
-def _bar(bar: Any, done: int, total: int) -> None:
-    bar.total = total
+def _bar(bar: Any, done: int) -> None:
     bar.update(done - bar.done)
 
 
@@ -193,18 +214,26 @@ def _source(name: str, plan: LocalizePlan) -> str:
     return f"{plan.run_dir}'s recording of {plan.config.capability}/{plan.config.hook}, every layer, {basis} basis"
 
 
-def _curve_keys(plan: LocalizePlan) -> list[tuple[str, str, str]]:
-    return [("curve", r, p.label) for r in plan.config.ranking_list for p in plan.points]
-
-
 def _profile(plan: LocalizePlan) -> list[ProfileArm]:
     if not plan.config.profile:
         return []
     return profile_arms(plan.shape.n_layers, plan.config.profile_width, plan.window)
 
 
-def _arm_layers(arm: ProfileArm) -> list[tuple[int, int]]:
-    return [(layer, 0) for layer in arm.layers]
+def _planned_sets(plan: LocalizePlan, m: Measured) -> list[np.ndarray]:
+    """The unit sets of one direction's curves and placebo, as far as known before the gradient pass: an estimated
+    ranking's sets are taken as reaching layer 0 (the worst case)."""
+    first = np.zeros(1, dtype=np.int64)
+    sets = []
+    for ranking in plan.config.ranking_list:
+        order = next((o for (r, _), o in m.orders.items() if r == ranking), None)
+        sets += [first if order is None else order[: plan.units(p)] for p in plan.points]
+    sets += [first] * (plan.config.placebo * len(plan.placebo_points))
+    return sets
+
+
+def _layers_of(flat: np.ndarray, plan: LocalizePlan) -> list[tuple[int, int]]:
+    return [(int(flat.min()) // plan.shape.units_per_layer, 0)]
 
 
 def _arms(plan: LocalizePlan, m: Measured, direction: str) -> dict[Hashable, Arm]:
@@ -253,19 +282,22 @@ def _measure(
         arms = _arms(plan, m, direction.name)
         if index > 0:
             arms.update(_head_arm_keys(plan, m))
-        m.gaps[direction.name] = _run(passes, arms, f"passes {direction.label}")
+        m.gaps[direction.name] = _run(passes, arms, f"passes {direction.label}", m)
         if index == 0 and plan.config.head_layers and plan.config.profile:
             m.heads = head_arms(_top_attention(plan, m, direction.name), plan.shape.heads)
-            m.gaps[direction.name].update(_run(passes, _head_arm_keys(plan, m), f"heads {direction.label}"))
+            m.gaps[direction.name].update(_run(passes, _head_arm_keys(plan, m), f"heads {direction.label}", m))
         done()
         say(f"{direction.label}: {len(m.gaps[direction.name])} arms measured")
 
 
-def _run(passes: DirectionPasses, arms: dict[Hashable, Arm], name: str) -> dict[Hashable, RowGap]:
+def _run(passes: DirectionPasses, arms: dict[Hashable, Arm], name: str, m: Measured) -> dict[Hashable, RowGap]:
+    """The arms on this process's rows, then every process's rows joined (:mod:`localize.parallel`)."""
     from core.progress import stage
+    from localize.parallel import gathered_gaps
 
-    with stage(name, passes.n_batches, unit="batches", step="batch") as bar:
-        return passes.run(arms, lambda done, total: _bar(bar, done, total))
+    with stage(name, passes.n_batches, unit="batches", step="batch", enabled=m.world.is_main) as bar:
+        mine = passes.run(arms, lambda done, _: _bar(bar, done))
+    return gathered_gaps(m.world, m.mine, len(m.plan.rows), mine)
 
 
 def _head_arm_keys(plan: LocalizePlan, m: Measured) -> dict[Hashable, Arm]:

@@ -160,3 +160,69 @@ def test_responses_from_another_tokenizer_are_refused(
     one_line_error(
         capsys, ["localize", str(run), "-c", "multi_turn", "--responses", str(kept), "--limit", "2"], "token id 1000000"
     )
+
+
+def test_the_notebook_draws_both_figures_from_the_report(report: LocalizeReport, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "localize.ipynb"
+    nb = nbformat.read(notebook, as_version=4)
+    assert all(c.outputs == [] and c.execution_count is None for c in nb.cells if c.cell_type == "code")
+    monkeypatch.setenv("LOCALIZE_REPORT", str(LocalizeDir(report.out_dir).report))
+    NotebookClient(
+        nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(notebook.parent)}}
+    ).execute()
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert len([o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]) == 2
+
+
+@pytest.mark.slow
+def test_torchrun_splits_the_rows_and_writes_the_one_process_figures(
+    planted: PlantedPair, run: Path, report: LocalizeReport, tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    args = [
+        "localize",
+        str(run),
+        "-c",
+        "multi_turn",
+        "--rankings",
+        ",".join(RANKED),
+        "--k",
+        "0.2%,16,1%,10%,100%",
+        "--placebo",
+        "20",
+        "--placebo-k",
+        "16",
+        "--limit",
+        "3",
+        "--data",
+        str(planted.data_dir / "test.jsonl"),
+        "--max-new-tokens",
+        "4",
+        "--bootstrap",
+        "300",
+        "--profile-width",
+        "2",
+        "--head-layers",
+        "1",
+        "--out",
+        str(tmp_path / "split"),
+    ]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", "-m", "probe_cli"]
+    done = subprocess.run([*command, *args], env=env, cwd=root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    split = LocalizeReport.load(LocalizeDir(tmp_path / "split").report)
+    assert [(p.ranking, p.direction, p.k) for p in split.points] == [
+        (p.ranking, p.direction, p.k) for p in report.points
+    ]
+    for mine, theirs in zip(split.points, report.points, strict=True):
+        assert mine.f == pytest.approx(theirs.f, abs=1e-6)
+    assert split.claim_1c.verdict == report.claim_1c.verdict

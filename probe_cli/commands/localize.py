@@ -39,13 +39,16 @@ def localize(
     from core.progress import heartbeat, is_terminal, quiet_library_bars
     from localize.run import localize as run_localize
     from probe_cli.latest import point_latest
+    from probes.distributed import world_from_env
 
     config = settings.build(run_dir=run_dir)
     err = console(stderr=True)
     if not is_terminal(sys.stderr):
         quiet_library_bars()
-    with heartbeat(lambda line: err.print(f"[dim]{line}[/dim]")) as say:
+    with heartbeat(lambda line: err.print(f"[dim]{line}[/dim]"), enabled=world_from_env().is_main) as say:
         report = run_localize(config, say)
+    if report is None:  # a helper rank of a torchrun launch: rank 0 reports
+        return
     point_latest(Path(report.out_dir))
     _print(report)
 
