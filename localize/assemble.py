@@ -26,7 +26,7 @@ from localize.records import (
     Stat,
     VerdictRecord,
 )
-from localize.summaries import Band, Interval, Resampled, cmd, cpr, first_reaching, pearson
+from localize.summaries import Band, Interval, Resampled, cmd, cpr, cpr_log, first_reaching, pearson
 from localize.verdicts import VERDICT_POINTS, RankingEvidence, WindowResult, ranking_verdict, window_carries_change
 
 if TYPE_CHECKING:
@@ -114,20 +114,21 @@ def _ranking(
     ]
     x = np.array(sizes[1:]) / total
     f, f_samples = np.array(values[1:]), np.stack(samples[1:], axis=1)
-    area, area_samples = float(cpr(x, f)), cpr(x, f_samples)
+    log_area, log_samples = float(cpr_log(x, f)), cpr_log(x, f_samples)
     summary = RankingSummary(
         ranking,
         RANKINGS[ranking].label,
         direction,
-        _stat(area, area_samples),
+        _stat(float(cpr(x, f)), cpr(x, f_samples)),
         _stat(float(cmd(x, f)), cmd(x, f_samples)),
+        _stat(log_area, log_samples),
         first_reaching(sizes[1:], f, 0.5),
         first_reaching(sizes[1:], f, 0.8),
         {p.k: p.f for p in points if p.k in PRINTED_POINTS},
         {e: pearson(c[1:], f) for e, c in estimates.items()},
         m.sources[ranking],
     )
-    evidence = RankingEvidence(ranking, direction, area, area_samples, dict(summary.f_at), {})
+    evidence = RankingEvidence(ranking, direction, log_area, log_samples, dict(summary.f_at), {})
     return points, summary, evidence
 
 

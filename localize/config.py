@@ -6,7 +6,8 @@ source. What needs the run or the models (the hook recorded, the pair's widths, 
 :func:`localize.plan.plan_localize` before anything expensive runs.
 
 The defaults are sized to the 10-minute budget on a 2-core CPU (docs/localize.md says the arithmetic, and which flags
-run the issue's full design: ``--limit 36 --k 0.1%,...,100% --profile-width 1 --head-layers 3``).
+run the issue's full design: ``--limit 36 --k 0.1%,0.2%,0.5%,1%,2%,5%,10%,20%,50%,100% --placebo-k 0.2%,2%,20%
+--profile-width 1 --head-layers 3``).
 
 Example:
     >>> cfg = LocalizeConfig(run_dir="runs/x", rankings="relp,mean_diff", k="0.2%,2%")
@@ -34,9 +35,9 @@ from localize.passes import DIRECTIONS
 from localize.rankings import RANKINGS, ranking_names
 from training.eval_config import DEFAULT_SPLIT, SPLITS
 
-DEFAULT_GRID = "0.1%,0.2%,1%,2%,10%,100%"  # six of MIB's ten points (docs/localize.md: what fits 10 minutes)
+DEFAULT_GRID = "0.1%,0.2%,1%,2%,10%,100%"  # six of MIB's ten points, a decade apart (docs/localize.md: the budget)
 DEFAULT_PLACEBO_K = "0.2%,2%"  # the points the ranking verdict reads (localize.verdicts.VERDICT_POINTS)
-DEFAULT_ROWS = 12
+DEFAULT_ROWS = 6  # what 10 minutes on 2 cores hold with both verdicts' controls (docs/localize.md, "Speed")
 NAMED_RESPONSES: tuple[str, ...] = ("greedy", "reference")
 
 
@@ -71,7 +72,7 @@ class LocalizeConfig:
     placebo_k: str = option(DEFAULT_PLACEBO_K, "Points of the placebo band (each must be a --k point).")
     profile: bool = option(True, "Patch each sub-layer, the window, its complement and every sub-layer of a kind.")
     profile_width: Annotated[int, POSITIVE] = option(
-        3, "Layers per profile step: 1 patches each layer's attention and MLP output alone."
+        5, "Layers per profile step: 1 patches each layer's attention and MLP output alone."
     )
     head_layers: Annotated[int, NON_NEGATIVE_COUNT] = option(
         1, "Patch each head of this many attention layers, those that close the most on their own (0: none)."

@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 
 from core.pace import PROMPT_SECONDS, REFERENCE_PARAMETERS, generation_seconds
 
-# One backward per estimator is about twice a forward; with the target's forward and the model's forward (autograd on)
-# a gradient pass is about 1 + 1.2 + 2 x 2 whole passes (measured: docs/localize.md).
-GRADIENT_PASSES = 6.2
+# The target's forward, the model's forward with autograd and one backward per estimator, over a plain forward of the
+# same rows: 4.46 (SmolLM2-135M, 4 held-out rows, one thread, this project's 2-core machine at load average 9-14,
+# 2026-11-29; a ratio, so the load mostly cancels: docs/localize.md).
+GRADIENT_PASSES = 4.5
 FIXED_PASSES = 3.0  # per direction: the target, the unedited model, the patch source
 
 

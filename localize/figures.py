@@ -24,7 +24,6 @@ COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e
 def curves_figure(report: LocalizeReport) -> Any:
     """f(k) per ranking, one panel per direction: the patched curve with its 95% CI, the RelP estimate dotted (hidden
     until clicked), and the placebo band (the random sets' 1st-99th percentile, median marked)."""
-    import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     fig = make_subplots(
@@ -36,48 +35,7 @@ def curves_figure(report: LocalizeReport) -> Any:
     rankings = list(dict.fromkeys(s.ranking for s in report.summaries))
     for col, direction in enumerate(report.directions, start=1):
         for i, ranking in enumerate(rankings):
-            curve = [p for p in report.curve(ranking, direction.name) if p.units > 0]
-            colour = COLOURS[i % len(COLOURS)]
-            x = [100 * p.share for p in curve]
-            fig.add_trace(
-                go.Scatter(
-                    x=x,
-                    y=[p.f for p in curve],
-                    mode="lines+markers",
-                    name=ranking,
-                    legendgroup=ranking,
-                    showlegend=col == 1,
-                    line={"color": colour},
-                    error_y={
-                        "type": "data",
-                        "symmetric": False,
-                        "array": [p.ci_high - p.f for p in curve],
-                        "arrayminus": [p.f - p.ci_low for p in curve],
-                        "thickness": 1,
-                    },
-                    customdata=[[p.k, p.units] for p in curve],
-                    hovertemplate="%{customdata[0]} (%{customdata[1]} units): f = %{y:.3f}<extra>"
-                    + ranking
-                    + "</extra>",
-                ),
-                row=1,
-                col=col,
-            )
-            if curve and "relp" in curve[0].estimated:
-                fig.add_trace(
-                    go.Scatter(
-                        x=x,
-                        y=[p.estimated["relp"] for p in curve],
-                        mode="lines",
-                        name=f"{ranking} (RelP estimate)",
-                        legendgroup=ranking,
-                        showlegend=col == 1,
-                        visible="legendonly",
-                        line={"color": colour, "dash": "dot"},
-                    ),
-                    row=1,
-                    col=col,
-                )
+            _ranking_traces(fig, report, ranking, direction.name, col, COLOURS[i % len(COLOURS)])
         _band(fig, report, direction.name, col)
     fig.update_xaxes(
         type="log", title_text=f"k: share of the {report.total_units:,} {report.unit}s of {report.hook} patched (%)"
@@ -89,6 +47,52 @@ def curves_figure(report: LocalizeReport) -> Any:
         width=560 * len(report.directions) + 220,
     )
     return fig
+
+
+def _ranking_traces(fig: Any, report: LocalizeReport, ranking: str, direction: str, col: int, colour: str) -> None:
+    """One ranking's patched curve with its CIs, and its RelP estimate (dotted, hidden until clicked)."""
+    import plotly.graph_objects as go
+
+    curve = [p for p in report.curve(ranking, direction) if p.units > 0]
+    x = [100 * p.share for p in curve]
+    errors = {
+        "type": "data",
+        "symmetric": False,
+        "array": [p.ci_high - p.f for p in curve],
+        "arrayminus": [p.f - p.ci_low for p in curve],
+        "thickness": 1,
+    }
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=[p.f for p in curve],
+            mode="lines+markers",
+            name=ranking,
+            legendgroup=ranking,
+            showlegend=col == 1,
+            line={"color": colour},
+            error_y=errors,
+            customdata=[[p.k, p.units] for p in curve],
+            hovertemplate="%{customdata[0]} (%{customdata[1]} units): f = %{y:.3f}<extra>" + ranking + "</extra>",
+        ),
+        row=1,
+        col=col,
+    )
+    if curve and "relp" in curve[0].estimated:
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=[p.estimated["relp"] for p in curve],
+                mode="lines",
+                name=f"{ranking} (RelP estimate)",
+                legendgroup=ranking,
+                showlegend=col == 1,
+                visible="legendonly",
+                line={"color": colour, "dash": "dot"},
+            ),
+            row=1,
+            col=col,
+        )
 
 
 def _band(fig: Any, report: LocalizeReport, direction: str, col: int) -> None:

@@ -24,6 +24,7 @@ SUMMARY_COLUMNS = (
     "direction",
     "f(0.2%)",
     "f(2%)",
+    "CPR log k [95% CI]",
     "CPR [95% CI]",
     "CMD [95% CI]",
     "k50",
@@ -46,13 +47,15 @@ def _stat(stat: Stat) -> str:
 
 
 def summary_rows(report: LocalizeReport) -> list[list[str]]:
-    """One row per ranking and direction: f at 0.2% and 2%, CPR and CMD with CIs, k50 and k80, the estimates' r."""
+    """One row per ranking and direction: f at 0.2% and 2%, CPR on the log k axis, MIB's CPR and CMD, with CIs, k50
+    and k80, the estimates' r."""
     return [
         [
             s.ranking,
             s.direction,
             fmt(s.f_at.get("0.2%", math.nan)),
             fmt(s.f_at.get("2%", math.nan)),
+            _stat(s.cpr_log),
             _stat(s.cpr),
             _stat(s.cmd),
             fmt_k(s.k50),

@@ -63,14 +63,16 @@ class Stat:
 
 @dataclass(frozen=True)
 class RankingSummary:
-    """One ranking in one direction: CPR and CMD, the smallest k reaching 50% and 80% (None: none does), f at the
-    printed points, the estimates' agreement with the patched curve (Pearson r over the grid), and its source."""
+    """One ranking in one direction: CPR and CMD (MIB's, linear in k), CPR on the log k axis, the smallest k
+    reaching 50% and 80% (None: none does), f at the printed points, the estimates' agreement with the patched curve
+    (Pearson r over the grid), and where the ranking came from."""
 
     ranking: str
     label: str
     direction: str
     cpr: Stat
     cmd: Stat
+    cpr_log: Stat  # CPR on the log k axis, per decade: what the ranking verdict compares
     k50: int | None
     k80: int | None
     f_at: dict[str, float]

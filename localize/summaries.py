@@ -7,6 +7,10 @@ well the estimates track the truth.
 * **CPR** and **CMD** (MIB, arXiv 2504.13151; ``evaluate_area_under_curve`` of its circuit track): the trapezoid
   area under f, and between f and 1 (``|1 - f|``), over the grid's points on a linear axis of the share of units
   (0.001 to 1 on MIB's grid). CPR: higher is better; CMD: lower.
+* **CPR on the log k axis** (``cpr_log``): the same area over log10 of the share, divided by the decades the grid
+  spans, so the mean f per decade of k. On MIB's linear axis the top decade (10-100%) is 90% of the width, and
+  every ranking patches the same units at 100%; the log axis weighs each decade alike, so it reads how early a
+  ranking's curve rises: the localisation the ranking verdict judges (:mod:`localize.verdicts`).
 * **k50, k80**: the smallest grid point whose f reaches 0.5, 0.8 (none if no point does).
 * **placebo band**: at each placebo point, the f of every random set of the same size (random rankings), and their
   percentiles.
@@ -15,8 +19,8 @@ well the estimates track the truth.
 
 Example:
     >>> x, f = np.array([0.001, 0.01, 1.0]), np.array([0.0, 0.5, 1.0])
-    >>> round(float(cpr(x, f)), 4), round(float(cmd(x, f)), 4)
-    (0.7447, 0.2542)
+    >>> round(float(cpr(x, f)), 4), round(float(cmd(x, f)), 4), round(float(cpr_log(x, f)), 4)
+    (0.7447, 0.2542, 0.5833)
     >>> first_reaching([10, 20, 30], np.array([0.2, 0.6, 0.9]), 0.5)
     20
 """
@@ -70,6 +74,13 @@ class Resampled:
 def cpr(x: np.ndarray, f: np.ndarray) -> np.ndarray:
     """Area under f over ``x`` (last axis), by trapezoids: MIB's CPR."""
     return np.asarray(np.sum(np.diff(x) * (f[..., 1:] + f[..., :-1]) / 2, axis=-1))
+
+
+def cpr_log(x: np.ndarray, f: np.ndarray) -> np.ndarray:
+    """Area under f over log10 ``x`` (last axis), by trapezoids, per decade spanned (NaN for a single point)."""
+    if len(x) < 2 or x[-1] <= x[0]:
+        return np.full(f.shape[:-1], np.nan)
+    return np.asarray(cpr(np.log10(x), f) / np.log10(x[-1] / x[0]))
 
 
 def cmd(x: np.ndarray, f: np.ndarray) -> np.ndarray:

@@ -1,13 +1,15 @@
 """The two verdicts of ``probe localize``, fixed in code and in docs/localize.md before any default-pair result was
 read (2026-11-29).
 
-**Which ranking localises the change best** (:func:`ranking_verdict`). Each ranking's score is its CPR averaged over
-the directions measured (bootstrap resamples of the rows shared by every ranking and direction):
+**Which ranking localises the change best** (:func:`ranking_verdict`). Each ranking's score is its CPR on the log k
+axis (the mean f per decade of k, :func:`localize.summaries.cpr_log`: MIB's linear CPR is 90% the top decade, where
+every ranking converges on the same units) averaged over the directions measured (bootstrap resamples of the rows
+shared by every ranking and direction):
 
 * the **best** ranking has the highest score; it is *clearly* best when the 95% CI of its score minus the
   runner-up's lies above 0, else it is best *tied* with the runner-up;
-* a ranking **beats both mean_diff and the placebo** when, in every direction measured, (a) the 95% CI of its CPR
-  minus ``mean_diff``'s lies above 0, and (b) at each verdict point (:data:`VERDICT_POINTS`, 0.2% and 2% of the
+* a ranking **beats both mean_diff and the placebo** when, in every direction measured, (a) the 95% CI of its log-k
+  CPR minus ``mean_diff``'s lies above 0, and (b) at each verdict point (:data:`VERDICT_POINTS`, 0.2% and 2% of the
   units) its f is above the 99th percentile of the f of at least :data:`MIN_PLACEBO` random sets of that size. With
   fewer placebo sets, a verdict point off the grid, or ``mean_diff`` not measured, that part cannot be decided.
 
@@ -81,8 +83,8 @@ def window_carries_change(results: Sequence[WindowResult], layers: int, total: i
 
 @dataclass(frozen=True)
 class RankingEvidence:
-    """One ranking in one direction: its CPR on all rows and on each shared resample, and its f at the verdict
-    points with the placebo sets' f there."""
+    """One ranking in one direction: its CPR on the log k axis on all rows and on each shared resample, and its f at
+    the verdict points with the placebo sets' f there."""
 
     ranking: str
     direction: str
@@ -101,7 +103,7 @@ def ranking_verdict(evidence: Sequence[RankingEvidence]) -> Verdict:
     scores = {r: _score(evidence, r) for r in rankings}
     order = sorted(rankings, key=lambda r: -scores[r][0] if np.isfinite(scores[r][0]) else np.inf)
     best = order[0]
-    best_text = f"{best} localises the change best (mean CPR {scores[best][0]:.3f})"
+    best_text = f"{best} localises the change best (mean CPR on the log k axis {scores[best][0]:.3f})"
     if len(order) > 1:
         runner = order[1]
         low = _low(scores[best][1] - scores[runner][1])
