@@ -75,7 +75,9 @@ class LocalizeConfig:
         5, "Layers per profile step: 1 patches each layer's attention and MLP output alone."
     )
     head_layers: Annotated[int, NON_NEGATIVE_COUNT] = option(
-        1, "Patch each head of this many attention layers, those that close the most on their own (0: none)."
+        1,
+        "Patch each head of one layer of each of this many attention profile steps, those that close the most "
+        "(within a step of several layers, its layer the gradient estimates closes the most; 0: none).",
     )
     responses: str = option(
         "greedy",

@@ -31,7 +31,7 @@ from localize.config import LocalizeConfig
 from localize.measured import ZERO, Measured
 from localize.passes import DIRECTIONS, Arm, Direction, DirectionPasses, RowGap, UnitSet
 from localize.plan import LocalizePlan, plan_localize
-from localize.profile import ProfileArm, head_arms, profile_arms
+from localize.profile import SUBLAYERS, ProfileArm, head_arms, profile_arms
 from localize.rankings import RANKINGS, Inputs, unit_order
 from probes.distributed import World
 
@@ -170,10 +170,18 @@ def _gradients(
         total = len(attribution_batches(rows[direction.name]))
         with stage(f"gradient {direction.label}", total, unit="batches", step="batch", enabled=m.world.is_main) as bar:
             found = gap_attribution(
-                model, target, rows[direction.name], [plan.config.hook], progress=lambda k, _: _bar(bar, k)
+                model, target, rows[direction.name], _gradient_hooks(plan), progress=lambda k, _: _bar(bar, k)
             )
         m.attribution[direction.name] = gathered_attribution(m.world, m.mine, len(plan.rows), found)
         done()
+
+
+def _gradient_hooks(plan: LocalizePlan) -> list[str]:
+    """The curve's hook point, and the attention output where heads are chosen within profile steps of several
+    layers (:func:`_top_attention`)."""
+    attention = SUBLAYERS["attention"]
+    narrowing = plan.config.profile and plan.config.head_layers and plan.config.profile_width > 1
+    return list(dict.fromkeys([plan.config.hook, *([attention] if narrowing else [])]))
 
 
 def _scores(plan: LocalizePlan, directions: list[str], m: Measured, *, passed: bool) -> None:
@@ -306,7 +314,9 @@ def _head_arm_keys(plan: LocalizePlan, m: Measured) -> dict[Hashable, Arm]:
 
 
 def _top_attention(plan: LocalizePlan, m: Measured, direction: str) -> list[int]:
-    """The layers of the ``head_layers`` attention profile steps that closed the most in ``direction``."""
+    """One layer from each of the ``head_layers`` attention profile steps that closed the most in ``direction``: the
+    step's layer itself at ``--profile-width 1``, else the step's layer whose attention output the gradient estimates
+    to close the most (a step of several layers is not patched layer by layer)."""
     from access.outcomes import gap_closed
 
     gaps = m.gaps[direction]
@@ -314,7 +324,11 @@ def _top_attention(plan: LocalizePlan, m: Measured, direction: str) -> list[int]
     ranked = sorted(
         steps, key=lambda a: -_finite(gap_closed(gaps[("profile", a.label)].kl, gaps[("profile", a.label)].kl_unedited))
     )
-    return sorted({layer for arm in ranked[: plan.config.head_layers] for layer in arm.layers})
+    chosen = ranked[: plan.config.head_layers]
+    if plan.config.profile_width == 1:
+        return sorted(arm.layers[0] for arm in chosen)
+    per_layer = m.attribution[direction].closed("gradient", SUBLAYERS["attention"]).sum(1)
+    return sorted(max(arm.layers, key=lambda layer: per_layer[layer]) for arm in chosen)
 
 
 def _finite(value: float) -> float:
