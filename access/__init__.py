@@ -11,4 +11,6 @@ Modules:
     generation             one Generator renders, batches, stops and seeds generation for every stage
     edited_generation      generation with edits applied by an editing driver
     shared_generation      many greedy arms of one model decoded in shared batches
+    relevance              every unit's estimated effect on the KL gap: the gradient and relevance patching (RelP)
+    joint_patch            a patch of units at several hook points with one source
 """

@@ -16,9 +16,11 @@ Modules:
     estimate    the cost said before the run starts
     summaries   f(k) with CIs, CPR and CMD, k50/k80, the placebo band, estimated vs true
     verdicts    the ranking verdict and claim 1c, rules fixed before any default-pair result
+    measured    what the passes measured, handed to assemble
     assemble    from the passes to the report
     records     the records of localize.json
     figures     the curves and the profile (Plotly)
     page        localize.json, localize.html and the printed tables
+    parallel    torchrun: the rows split over processes, their measurements joined
     run         localize(): the library call behind the command
 """

@@ -63,7 +63,7 @@ class LocalizeConfig:
     )
     directions: str = option(
         ",".join(DIRECTIONS),
-        "necessity (DPO with SFT's values), sufficiency (SFT with DPO's values), or both.",
+        "necessity (DPO with SFT's values), sufficiency (SFT with DPO's values), or both, comma-separated.",
     )
     limit: Annotated[int, POSITIVE] | None = option(
         DEFAULT_ROWS, "Held-out rows of the capability (interleaved across tasks); none: every row."

@@ -12,12 +12,11 @@ from __future__ import annotations
 import html
 import json
 import math
-from pathlib import Path
 
 from core.atomic import write_atomic
 from core.records import nonfinite_as_null, to_json
 from core.run_dir import LocalizeDir
-from localize.records import LocalizeReport, ProfileRow, Stat
+from localize.records import LocalizeReport, Stat
 
 SUMMARY_COLUMNS = (
     "ranking",
@@ -127,11 +126,3 @@ def page(report: LocalizeReport) -> str:
         f"<!doctype html><html lang=en><head><meta charset=utf-8><title>probe localize</title><style>{style}"
         f"</style><script>{get_plotlyjs()}</script></head><body>{''.join(parts)}</body></html>"
     )
-
-
-def read_rows(path: Path) -> LocalizeReport:
-    """A written report (for the notebook and the tests)."""
-    return LocalizeReport.load(path)
-
-
-__all__ = ["PROFILE_COLUMNS", "SUMMARY_COLUMNS", "ProfileRow", "page", "profile_rows", "summary_rows", "write_report"]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from core.config_fields import flat_fields
+from core.run_dir import LocalizeDir
 from localize.config import LocalizeConfig
 from probe_cli.console import console
 from probe_cli.options import FROM_CONFIG, ConfigFlags, config_options, help_text
@@ -87,4 +88,5 @@ def _print(report: LocalizeReport) -> None:
     out.print(f"claim 1c: {report.claim_1c.verdict}: {report.claim_1c.reason}", markup=False)
     for warning in report.warnings:
         out.print(f"warning: {warning}", markup=False)
-    out.print(f"report: {Path(report.out_dir) / 'localize.json'} and localize.html beside it", soft_wrap=True)
+    files = LocalizeDir(report.out_dir)
+    out.print(f"report: {files.report} and {files.page}", soft_wrap=True, markup=False)
