@@ -72,11 +72,13 @@ def estimate(
     out = Estimate()
     one = pass_seconds(tokens, parameters=parameters)
     for name, fractions in directions.items():
-        passes = FIXED_PASSES + sum(fractions) + (GRADIENT_PASSES if gradient else 0.0)
-        out.passes[name], out.arms[name] = passes, len(fractions)
+        passes = FIXED_PASSES + sum(fractions)
+        out.passes[name], out.arms[name] = passes + (GRADIENT_PASSES if gradient else 0.0), len(fractions)
         if generate:
             out.seconds[f"{name} responses"] = generation_seconds(prompt_tokens, new_tokens, parameters=parameters)
-        out.seconds[name] = passes * one
+        if gradient:
+            out.seconds[f"{name} gradient"] = GRADIENT_PASSES * one
+        out.seconds[f"{name} passes"] = passes * one
     return out
 
 

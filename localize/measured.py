@@ -43,4 +43,5 @@ class Measured:
     world: World = field(default_factory=World)  # the processes of a torchrun launch (one: the whole run here)
     mine: list[int] = field(default_factory=list)  # the rows (indices into plan.rows) this process measures
     estimate_s: float = 0.0
+    phases: dict[str, float] = field(default_factory=dict)  # the estimate per phase ("necessity passes", ...), seconds
     warnings: list[str] = field(default_factory=list)

@@ -118,6 +118,7 @@ def _say_estimate(plan: LocalizePlan, pair: ModelPair, directions: list[Directio
     )
     m.estimate_s = guess.total
     if sized(str(pair.device), parameters):
+        m.phases = dict(guess.seconds)
         say(
             f"localize: {len(plan.rows)} rows, {plan.shape.total} {_unit(plan)}s of {plan.config.hook}, "
             f"{len(plan.config.ranking_list)} rankings x {len(plan.points)} points; {guess.line()}"
@@ -168,7 +169,14 @@ def _gradients(
         done = _timed(m, "gradient")
         model, target = pair.models()[direction.edited], pair.models()[direction.source]
         total = len(attribution_batches(rows[direction.name]))
-        with stage(f"gradient {direction.label}", total, unit="batches", step="batch", enabled=m.world.is_main) as bar:
+        with stage(
+            f"gradient {direction.label}",
+            total,
+            unit="batches",
+            step="batch",
+            enabled=m.world.is_main,
+            estimate_s=m.phases.get(f"{direction.name} gradient"),
+        ) as bar:
             found = gap_attribution(
                 model, target, rows[direction.name], _gradient_hooks(plan), progress=lambda k, _: _bar(bar, k)
             )
@@ -290,20 +298,26 @@ def _measure(
         arms = _arms(plan, m, direction.name)
         if index > 0:
             arms.update(_head_arm_keys(plan, m))
-        m.gaps[direction.name] = _run(passes, arms, f"passes {direction.label}", m)
+        m.gaps[direction.name] = _run(passes, arms, f"passes {direction.label}", m, direction.name)
         if index == 0 and plan.config.head_layers and plan.config.profile:
             m.heads = head_arms(_top_attention(plan, m, direction.name), plan.shape.heads)
-            m.gaps[direction.name].update(_run(passes, _head_arm_keys(plan, m), f"heads {direction.label}", m))
+            m.gaps[direction.name].update(_run(passes, _head_arm_keys(plan, m), f"heads {direction.label}", m, ""))
         done()
         say(f"{direction.label}: {len(m.gaps[direction.name])} arms measured")
 
 
-def _run(passes: DirectionPasses, arms: dict[Hashable, Arm], name: str, m: Measured) -> dict[Hashable, RowGap]:
-    """The arms on this process's rows, then every process's rows joined (:mod:`localize.parallel`)."""
+def _run(
+    passes: DirectionPasses, arms: dict[Hashable, Arm], name: str, m: Measured, direction: str
+) -> dict[Hashable, RowGap]:
+    """The arms on this process's rows, then every process's rows joined (:mod:`localize.parallel`); the stage says
+    the estimate of ``direction``'s passes until its first batch is done."""
     from core.progress import stage
     from localize.parallel import gathered_gaps
 
-    with stage(name, passes.n_batches, unit="batches", step="batch", enabled=m.world.is_main) as bar:
+    estimate = m.phases.get(f"{direction} passes")
+    with stage(
+        name, passes.n_batches, unit="batches", step="batch", enabled=m.world.is_main, estimate_s=estimate
+    ) as bar:
         mine = passes.run(arms, lambda done, _: _bar(bar, done))
     return gathered_gaps(m.world, m.mine, len(m.plan.rows), mine)
 
