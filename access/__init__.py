@@ -31,4 +31,6 @@ Modules:
     forced_shared       the shared teacher-forced engine: arms from their fork layer
     outcomes            continuous outcomes of an edit (KL to the other checkpoint, log-probs, DPO margins)
     local_blocks        one model's block run on the other model's input to it (the local basis)
+    relevance           every unit's estimated effect on the KL gap: the gradient and relevance patching (RelP)
+    joint_patch         a patch of units at several hook points with one source
 """

@@ -12,9 +12,13 @@ name            module (of block *i*)        tensor  width       TransformerLens
 ``attn_out``    the attention                output  d_model     ``blocks.{i}.hook_attn_out``
 ``resid_post``  the block                    output  d_model     ``blocks.{i}.hook_resid_post``
 ``mlp_post``    the MLP's down-projection    input   d_mlp       ``blocks.{i}.mlp.hook_post``
+``attn_z``      the attention's output       input   d_attn      ``blocks.{i}.attn.hook_z``
+                projection
 ==============  ===========================  ======  ==========  ====================================
 
-``mlp_post`` is the true MLP neuron vector (width ``intermediate_size``). An
+``mlp_post`` is the true MLP neuron vector (width ``intermediate_size``); ``attn_z`` is every head's output
+before the output projection, head after head (width ``num_attention_heads x head_dim``: head *h* is units
+``h*head_dim`` to ``(h+1)*head_dim - 1``). An
 :class:`Architecture` row says where the blocks and their parts are for one model family;
 :func:`module_path` joins the two into a dotted path from the ``*ForCausalLM`` object (also
 the nnsight envoy path), and :func:`resolve` follows such a path on a module or an envoy.
@@ -64,15 +68,20 @@ class Architecture:
     attention: str  # attribute of a block
     mlp: str  # attribute of a block
     down_proj: str  # attribute of the MLP whose *input* is the neuron vector
+    o_proj: str = "o_proj"  # attribute of the attention whose *input* is every head's output
     intermediate_size_attr: str = "intermediate_size"
     shared_decoding: bool = False
     checkpoint_readout: bool = False
 
     def part_path(self, part: Part) -> str:
         """The dotted path of ``part`` inside one block ("" for the block itself)."""
-        return {"attention": self.attention, "mlp": self.mlp, "down_proj": f"{self.mlp}.{self.down_proj}", "block": ""}[
-            part
-        ]
+        return {
+            "attention": self.attention,
+            "o_proj": f"{self.attention}.{self.o_proj}",
+            "mlp": self.mlp,
+            "down_proj": f"{self.mlp}.{self.down_proj}",
+            "block": "",
+        }[part]
 
 
 _LLAMA_LIKE: dict[str, Any] = {
@@ -95,6 +104,7 @@ ARCHITECTURES: dict[str, Architecture] = {
         attention="attn",
         mlp="mlp",
         down_proj="c_proj",
+        o_proj="c_proj",
         intermediate_size_attr="n_inner",
     ),
 }
@@ -135,12 +145,25 @@ def n_layers(model: PreTrainedModel) -> int:
 
 
 def width(model: PreTrainedModel, hook: str) -> int:
-    """The expected width of a hook point: d_model, or intermediate_size (d_mlp)."""
+    """The expected width of a hook point: d_model, intermediate_size (d_mlp), or heads x head_dim (d_attn)."""
     config = model.config
-    if HOOK_TABLE[validate_hook(hook)].width == "d_model":
-        return int(getattr(config, "hidden_size", None) or config.n_embd)
+    kind = HOOK_TABLE[validate_hook(hook)].width
+    d_model = int(getattr(config, "hidden_size", None) or config.n_embd)
+    if kind == "d_model":
+        return d_model
+    if kind == "d_attn":
+        heads, head_dim = head_shape(model)
+        return heads * head_dim
     size = getattr(config, architecture_of(model).intermediate_size_attr, None)
-    return int(size) if size else 4 * int(config.n_embd)
+    return int(size) if size else 4 * d_model
+
+
+def head_shape(model: PreTrainedModel) -> tuple[int, int]:
+    """(attention heads, head_dim) of ``model``: the ``attn_z`` hook point is ``heads`` blocks of ``head_dim`` units."""
+    config = model.config
+    heads = int(getattr(config, "num_attention_heads", None) or config.n_head)
+    d_model = int(getattr(config, "hidden_size", None) or config.n_embd)
+    return heads, int(getattr(config, "head_dim", None) or d_model // heads)
 
 
 def module_path(model: PreTrainedModel, hook: str, layer: int) -> str:

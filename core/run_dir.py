@@ -12,6 +12,7 @@
       analysis/                          AnalysisDir: probe analyze and probe explain (--out puts it elsewhere)
       interventions/<capability>_<model>_<time>/   InterventionDir: one probe intervene (--out puts it elsewhere)
       lmeval/<time>/                     LMEvalDir: one probe lmeval (--out puts it elsewhere)
+      localize/<capability>_<hook>_<time>/   LocalizeDir: one probe localize (--out puts it elsewhere)
       eval.json, replicate.json, report.html       probe models eval --out, probe replicate, probe report
 
     analysis/
@@ -33,6 +34,9 @@
 
     lmeval/<time>/
       lmeval_report.json, lmeval_report.md, lmeval_items.jsonl   the benchmark report (lmeval.report)
+
+    localize/<name>/
+      localize.json, localize.html       faithfulness curves, the layer profile and the verdicts (localize.report)
 
 A dataset folder (``probe synthesize --out``, the default pair's ``data/``) is a :class:`DataDir`:
 ``sft.jsonl``, ``dpo.jsonl``, ``test.jsonl``, and from the offline synthesizer ``profiles.jsonl`` and
@@ -84,6 +88,7 @@ __all__ = [
     "FolderKind",
     "InterventionDir",
     "LMEvalDir",
+    "LocalizeDir",
     "Place",
     "ResultsPlace",
     "RunDir",
@@ -222,6 +227,21 @@ class DictionaryDir:
     @property
     def store_manifest(self) -> Path:
         return self.store / "store.json"
+
+
+class LocalizeDir:
+    """The files of one ``probe localize``: ``RUN_DIR/localize/<name>`` or wherever ``--out`` put it."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    @property
+    def report(self) -> Path:
+        return self.root / "localize.json"
+
+    @property
+    def page(self) -> Path:
+        return self.root / "localize.html"
 
 
 class DataDir:
@@ -389,6 +409,10 @@ class RunDir:
     def lmeval(self) -> Path:
         return self.root / "lmeval"
 
+    @property
+    def localize(self) -> Path:
+        return self.root / "localize"
+
     def intervention_reports(self) -> list[Path]:
         """The A/B reports under ``interventions/`` (one through a link such as ``latest`` too), by folder name."""
         if not self.interventions.is_dir():
@@ -425,6 +449,7 @@ class Writer:
     REPLICATE = "probe replicate"
     REPORT = "probe report"
     DICTIONARY = "probe dictionary"
+    LOCALIZE = "probe localize"
     JUDGE = "probe judge"  # the commands below write no results folder: every place of one is refused to them
     SYNTHESIZE = "probe synthesize"
     TRAIN = "probe train"
@@ -492,7 +517,7 @@ class ResultsPlace:
 def _kinds() -> dict[str, FolderKind]:
     """The results folders' layout, from the names above (module doc), so that each is spelled once."""
     run, analysis, ab, lm, w = RunDir(""), AnalysisDir(""), InterventionDir(""), LMEvalDir(""), Writer
-    dictionary = DictionaryDir("")
+    dictionary, localize = DictionaryDir(""), LocalizeDir("")
     lm_places = (
         Place(lm.report.name, "the lm-eval report", (w.LMEVAL,)),
         Place(lm.markdown.name, "the lm-eval report's markdown", (w.LMEVAL,)),
@@ -515,11 +540,13 @@ def _kinds() -> dict[str, FolderKind]:
                 Place(run.report_file.name, "the report", (w.REPORT,)),
                 Place(run.interventions.name, "the folder of the A/B runs", (w.INTERVENE,)),
                 Place(run.lmeval.name, "the folder of the lm-eval reports", (w.LMEVAL,)),
+                Place(run.localize.name, "the folder of the localize reports", (w.LOCALIZE, w.REPLICATE)),
             ),
             (
                 (run.analysis.root.as_posix(), "analysis"),
                 (run.intervention("*").root.as_posix(), "ab"),
                 ((run.lmeval / "*").as_posix(), "lmeval"),
+                ((run.localize / "*").as_posix(), "localize"),
             ),
         ),
         "ab": FolderKind(
@@ -546,6 +573,15 @@ def _kinds() -> dict[str, FolderKind]:
                 Place(dictionary.latents.name, "the latents' records", (w.DICTIONARY,)),
                 Place(dictionary.page.name, "the dictionary page", (w.DICTIONARY,)),
                 Place(dictionary.store.name, "the harvested activations", (w.DICTIONARY,), tree=True),
+            ),
+        ),
+        "localize": FolderKind(
+            "localize folder",
+            (localize.report.name, localize.page.name),
+            (w.LOCALIZE, w.REPLICATE),
+            (
+                Place(localize.report.name, "the localize report", (w.LOCALIZE, w.REPLICATE)),
+                Place(localize.page.name, "the localize page", (w.LOCALIZE, w.REPLICATE)),
             ),
         ),
         "analysis": FolderKind(

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from core.paths import check_output_dir, check_output_file
-from core.run_dir import RESULTS_FOLDERS, InterventionDir, LMEvalDir, RunDir, Writer, results_place
+from core.run_dir import RESULTS_FOLDERS, InterventionDir, LMEvalDir, LocalizeDir, RunDir, Writer, results_place
 from probe_cli.main import app as PROBE
 from tests.support.cli import exit_of, one_line_error
 
@@ -32,6 +32,8 @@ REPLICATE = ["--limit", "2", "--placebo", "2", "--max-new-tokens", "4", "--eval-
 AB = "interventions/multi_turn_dpo_replicate"
 LMEVAL = "lmeval/20250101-000000"
 DICTIONARY = "dictionary"
+LOCALIZE = "localize/multi_turn_mlp_out_20250101-000000"
+LOCALIZE_FILES = [p.name for p in (LocalizeDir("").report, LocalizeDir("").page)]
 # the kinds of file a finished tiny replicate leaves none of, each with the file of the same kind it is copied from,
 # or None for a stub where the run has none to copy (the check reads names and which files a folder holds, never what
 # a file says)
@@ -51,6 +53,7 @@ ADDED = {
     **{
         f"{DICTIONARY}/{name}": None for name in ("summary.json", "latents.json", "dictionary.html", "store/store.json")
     },
+    **{f"{LOCALIZE}/{name}": None for name in LOCALIZE_FILES},
 }
 # what each output option writes itself, as places of the run above: a rerun replaces them, so they pass
 OWN: dict[str, set[str]] = {
@@ -71,6 +74,7 @@ OWN: dict[str, set[str]] = {
     "models default --home": set(),
     "models fetch-base --home": set(),
     "dictionary --out": {DICTIONARY, f"{DICTIONARY}/store"},
+    "localize --out": {LOCALIZE, "localize"},
 }
 FILE_OPTIONS = ("report --out", "models eval --out", "judge --verdicts-out")
 WRITERS = {
@@ -91,6 +95,7 @@ WRITERS = {
     "models default --home": Writer.MODELS,
     "models fetch-base --home": Writer.MODELS,
     "dictionary --out": Writer.DICTIONARY,
+    "localize --out": Writer.LOCALIZE,
 }
 
 
@@ -201,6 +206,7 @@ def _argv(option: str, target: Path, w: dict[str, Path]) -> list[str]:
         "models default --home": ["models", "default", "--home", str(target)],
         "models fetch-base --home": ["models", "fetch-base", "--home", str(target)],
         "dictionary --out": ["dictionary", "--sft", sft, "--dpo", dpo, "--out", str(target)],
+        "localize --out": ["localize", run, "-c", "multi_turn", "--hook", "mlp_out", "--out", str(target)],
     }[option]
 
 
@@ -225,15 +231,16 @@ FILES = sorted(
         f"{AB}/ab_report.json", f"{AB}/ab_report.md", f"{AB}/generations.jsonl", f"{AB}/responses_dpo.jsonl",
         f"{AB}/.arms/baseline.npz", *(f"{folder}/{name}" for folder in (AB, LMEVAL) for name in LMEVAL_FILES),
         *(f"{DICTIONARY}/{name}" for name in ("summary.json", "latents.json", "dictionary.html", "store/store.json")),
+        *(f"{LOCALIZE}/{name}" for name in LOCALIZE_FILES),
     }
 )  # fmt: skip
 FOLDERS = ["", "analysis", "analysis/plots", "analysis/local", "analysis/top5", "interventions", AB, f"{AB}/.arms",
            "journal", "journal/multi_turn", ".consolidate", "lmeval", LMEVAL, DICTIONARY,
-           f"{DICTIONARY}/store"]  # fmt: skip
+           f"{DICTIONARY}/store", "localize", LOCALIZE]  # fmt: skip
 # a folder option given a file: one of each kind of folder, and one inside a folder's tree (the same check as the rest)
 FILES_FOR_FOLDERS = ["run.json", "analysis/summary.json", "analysis/plots/multi_turn_mlp_out_topk_count_maps.html",
                      f"{AB}/generations.jsonl", f"{LMEVAL}/lmeval_items.jsonl",
-                     f"{DICTIONARY}/latents.json"]  # fmt: skip
+                     f"{DICTIONARY}/latents.json", f"{LOCALIZE}/localize.json"]  # fmt: skip
 CASES = [
     (option, target)
     for option in OWN

@@ -1,7 +1,7 @@
 """Imports flow one way, and no two modules import each other.
 
-Rooms: core ← access ← data_synthesis ← training ← probes ← analysis ← interventions ← dictionary ← lmeval ← study ←
-probe_cli.
+Rooms: core ← access ← judging ← data_synthesis ← training ← probes ← analysis ← interventions ← dictionary ←
+localize ← lmeval ← study ← probe_cli.
 A room may import the rooms before it, never a later one (the README's architecture section draws this order), and the
 module graph has no circle: every import counts, at module level, inside a function or under ``TYPE_CHECKING``.
 """
@@ -22,6 +22,7 @@ ORDER = [
     "analysis",
     "interventions",
     "dictionary",
+    "localize",
     "lmeval",
     "study",
     "probe_cli",

@@ -62,7 +62,8 @@ class TransformerLensBackend:
 
     def _hook(self, hook: str, layer: int) -> Any:
         def fn(x: torch.Tensor, hook: Any = None) -> None:  # noqa: ARG001 - TL calls fn(tensor, hook=HookPoint)
-            self.collector.take(hook_name, layer, x)
+            # a hook point split by head ([batch, pos, head, d_head], TL's hook_z) is the table's one flat width
+            self.collector.take(hook_name, layer, x.flatten(-2) if x.dim() == 4 else x)
 
         hook_name = hook
         return fn

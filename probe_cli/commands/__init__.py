@@ -13,4 +13,5 @@ Modules:
     replicate   ``probe replicate``: the §7 study from recording to the report
     report      ``probe report``: the HTML report of the study
     dictionary  ``probe dictionary``: a crosscoder or diff-SAE of the SFT/DPO difference at one layer
+    localize    ``probe localize``: faithfulness curves, the layer and component profile, their verdicts
 """
