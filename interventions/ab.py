@@ -305,9 +305,11 @@ def _decide_first(
     run: _Run, arm: Arm, passes: list[Pass], capabilities: list[CapabilityResult], rows_changed: int
 ) -> None:
     """Decide-first placebo generation (:mod:`interventions.sequential`): none where the arm changed no generation and
-    no verdict can read them; else :data:`~interventions.sequential.WAVE` sets at a time until the verdict is fixed
-    (every set when fewer than :data:`~interventions.evidence.MIN_PLACEBO_SETS` are configured: no verdict rests on
-    them, they are there to be read)."""
+    no verdict can read them; else :data:`~interventions.sequential.WAVE` sets at a time until the verdict is fixed.
+    Fewer than :data:`~interventions.evidence.MIN_PLACEBO_SETS` sets all generate."""
+    if len(passes) < MIN_PLACEBO_SETS:  # no verdict rests on so few sets: they are there to be read, all of them
+        rank_among_placebos(capabilities, _generate(run, arm, passes))
+        return
     why = skip_reason(capabilities, rows_changed)
     if why is not None:
         run.progress(f"{arm.title}: no placebo set generated ({why})")
@@ -316,7 +318,7 @@ def _decide_first(
     nan_possible = not isinstance(run.judge, RuleJudge)  # its undecided rows depend on the row alone
     sets: list[list[CapabilityResult]] = []
     while len(sets) < len(passes):
-        if len(passes) >= MIN_PLACEBO_SETS and all_fixed(capabilities, sets, len(passes), nan_possible=nan_possible):
+        if all_fixed(capabilities, sets, len(passes), nan_possible=nan_possible):
             run.progress(
                 f"{arm.title}: {len(sets)} of {len(passes)} placebo sets fix its verdict; the rest not generated"
             )

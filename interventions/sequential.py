@@ -28,6 +28,9 @@ verdict those readers give:
    the row alone). :func:`verdict_fixed` evaluates the readers' own code on those extremes. The placebo rank then
    holds the drawn sets' Δs and percentile and the number of sets left ``undrawn``, which ``--select``'s count adds.
 
+Both rules apply from :data:`~interventions.evidence.MIN_PLACEBO_SETS` configured sets; fewer carry no verdict and
+all generate, to be read.
+
 Example:
     >>> verdict_fixed(0.3, [0.5, 0.6], 20, nan_possible=False)   # two placebo Δs above a rise: never beyond 95%
     True
