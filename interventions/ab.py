@@ -204,9 +204,13 @@ def _baselines(run: _Run) -> None:
 
 
 def _upfront(plan: ABPlan) -> list[Pass]:
-    """The passes generated before any arm is judged: every one, or with decide-first none of the placebo sets."""
+    """The passes generated before any arm is judged: every one, or with decide-first none of the placebo sets of an
+    arm with :data:`~interventions.evidence.MIN_PLACEBO_SETS` or more (they generate once it is judged)."""
     passes = plan_passes(plan)
-    return passes if plan.config.placebo_generation == "all" else [p for p in passes if p.role != "placebo"]
+    if plan.config.placebo_generation == "all":
+        return passes
+    later = {p.key for arm in plan.arms if len(arm.placebo_edits) >= MIN_PLACEBO_SETS for p in arm_passes(arm)[1:]}
+    return [p for p in passes if p.key not in later]
 
 
 def _scored(run: _Run, one: Pass) -> Scored:
