@@ -169,3 +169,14 @@ def test_a_pair_with_no_difference_generates_no_placebo_set(tiny_pair, test_file
     assert f"generated 0 of {N_SETS} for compliance (no generation changed" in report
     for arm in first.arms:
         assert arm.placebo.n_sets == N_SETS  # every set drawn (the continuous outcomes use them), none generated
+
+
+def test_probe_replicate_passes_the_placebo_generation_to_its_intervention() -> None:
+    from core.errors import ProbeError
+    from study.replicate_config import ReplicateOptions
+
+    options = ReplicateOptions(pair="tiny", out_dir=Path("runs/x"), data_file=Path("d.jsonl"), placebo_generation="all")
+    assert options.intervention()["placebo_generation"] == "all"
+    assert "--placebo-generation all" in options.command()  # the command that runs it again
+    with pytest.raises(ProbeError, match="--placebo-generation: expected one of decide-first, all"):
+        ReplicateOptions(pair="tiny", out_dir=Path("runs/x"), data_file=Path("d.jsonl"), placebo_generation="some")
