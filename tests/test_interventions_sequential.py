@@ -156,6 +156,9 @@ def test_an_arm_that_changes_generations_keeps_every_verdict(tiny_pair, test_fil
     assert (n_first, n_every) == (WAVE, N_SETS)
     report = (tmp_path / "first" / "ab_report.md").read_text()
     assert f"generated {WAVE} of {N_SETS} for compliance (then the verdict could no longer change)" in report
+    behaviour = Difference(100, 0.5, 0.8, 0.3, 0.2, 0.4, 1e-4)
+    reason = units_cause([arm_evidence(first, arm)], behaviour, "cmd", "eval").reason
+    assert f"50th percentile of {WAVE} placebo sets" in reason  # the prose names the sets the percentile is among
 
 
 def test_a_pair_with_no_difference_generates_no_placebo_set(tiny_pair, test_file: Path, tmp_path: Path, monkeypatch):
