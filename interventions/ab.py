@@ -318,6 +318,7 @@ def _decide_first(
     if why is not None:
         run.progress(f"{arm.title}: no placebo set generated ({why})")
         skip_placebos(capabilities, len(passes), why)
+        run.ledger.total -= len(passes)  # the time left counts only passes that will run
         return
     nan_possible = not isinstance(run.judge, RuleJudge)  # its undecided rows depend on the row alone
     sets: list[list[CapabilityResult]] = []
@@ -332,6 +333,7 @@ def _decide_first(
             share(run.plan, wave, run.gens, run.store, run.ledger, run.progress)
         sets += _generate(run, arm, wave, len(sets))
     rank_among_placebos(capabilities, sets, len(passes) - len(sets))
+    run.ledger.total -= len(passes) - len(sets)
 
 
 def _outcomes_only(run: _Run) -> list[ArmResult]:
