@@ -25,8 +25,10 @@ verdict those readers give:
    one changes neither the percentile nor anything but the finite count; so the reading over every completion lies
    between those of the extreme completions: every undrawn set with the arm, every one against it, and every one
    not finite (possible only under a judge whose undecided rows depend on the response; the rule judge's depend on
-   the row alone). :func:`verdict_fixed` evaluates the readers' own code on those extremes. The placebo rank then
-   holds the drawn sets' Δs and percentile and the number of sets left ``undrawn``, which ``--select``'s count adds.
+   the row alone). :func:`verdict_fixed` evaluates the readers' own code on those extremes. Whether 19 finite Δs are
+   there is read only for a significant Δ (``--select``'s "cannot place it"), so only there is it part of the
+   reading. The placebo rank then holds the drawn sets' Δs and percentile and the number of sets left ``undrawn``,
+   which ``--select``'s count adds.
 
 Both rules apply from :data:`~interventions.evidence.MIN_PLACEBO_SETS` configured sets; fewer carry no verdict and
 all generate, to be read.
@@ -67,10 +69,11 @@ def _difference(c: CapabilityResult) -> Difference:
     return Difference(**asdict(c.effect))
 
 
-def reading(delta: float, deltas: Sequence[float], n_sets: int) -> tuple[bool, bool, bool]:
+def reading(delta: float, deltas: Sequence[float], n_sets: int, counted: bool = True) -> tuple[bool, bool, bool]:
     """What the verdict readers take from ``n_sets`` placebo sets with these Δs (module doc): beyond them at the
     drawn count, beyond them at the finite count, and whether the finite count reaches
-    :data:`~interventions.evidence.MIN_PLACEBO_SETS`.
+    :data:`~interventions.evidence.MIN_PLACEBO_SETS` (``counted``; ``--select`` reads that only for a significant
+    Δ, so for another it is left out: False).
 
     >>> reading(0.3, [0.0] * 19 + [0.5], 20), reading(0.3, [0.0] * 18 + [0.5, 0.6], 20)
     ((True, True, True), (False, False, True))
@@ -82,10 +85,12 @@ def reading(delta: float, deltas: Sequence[float], n_sets: int) -> tuple[bool, b
     def beyond(sets: int) -> bool:
         return ArmEvidence("", "", effect, placebo_sets=sets, percentile=cmp.percentile).beyond_placebo()
 
-    return beyond(n_sets), beyond(finite), finite >= MIN_PLACEBO_SETS
+    return beyond(n_sets), beyond(finite), counted and finite >= MIN_PLACEBO_SETS
 
 
-def verdict_fixed(delta: float, drawn: Sequence[float], n_sets: int, *, nan_possible: bool) -> bool:
+def verdict_fixed(
+    delta: float, drawn: Sequence[float], n_sets: int, *, nan_possible: bool, counted: bool = True
+) -> bool:
     """Whether the readers' :func:`reading` of all ``n_sets`` sets is already fixed by the ``drawn`` Δs, whatever the
     undrawn ones show (module doc, rule 2)."""
     left = n_sets - len(drawn)
@@ -93,7 +98,7 @@ def verdict_fixed(delta: float, drawn: Sequence[float], n_sets: int, *, nan_poss
         return True
     centre = delta if math.isfinite(delta) else 0.0
     completions = [[centre + 1.0] * left, [centre - 1.0] * left] + ([[math.nan] * left] if nan_possible else [])
-    readings = {reading(delta, [*drawn, *rest], n_sets) for rest in completions}
+    readings = {reading(delta, [*drawn, *rest], n_sets, counted) for rest in completions}
     return len(readings) == 1
 
 
@@ -108,6 +113,7 @@ def all_fixed(
     for capability in capabilities:
         drawn = [c.effect.delta for results in sets for c in results if c.capability == capability.capability]
         nan_possible_here = nan_possible or not all(math.isfinite(d) for d in drawn)
-        if not verdict_fixed(capability.effect.delta, drawn, n_sets, nan_possible=nan_possible_here):
+        counted = _difference(capability).significant()
+        if not verdict_fixed(capability.effect.delta, drawn, n_sets, nan_possible=nan_possible_here, counted=counted):
             return False
     return True

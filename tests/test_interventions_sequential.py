@@ -38,15 +38,24 @@ def _counts(n: int, parts: int) -> list[tuple[int, ...]]:
 
 
 @pytest.mark.parametrize(
-    ("delta", "nan_possible", "n"), [(0.3, False, 20), (-0.3, False, 20), (0.0, False, 20), (0.3, True, 19)]
+    ("delta", "nan_possible", "n", "counted"),
+    [
+        (0.3, False, 20, True),
+        (-0.3, False, 20, True),
+        (0.0, False, 20, True),
+        (0.3, True, 19, True),
+        (-0.3, True, 19, False),
+    ],
 )
-def test_the_stopping_rule_is_exact_over_every_completion(delta: float, nan_possible: bool, n: int) -> None:
+def test_the_stopping_rule_is_exact_over_every_completion(
+    delta: float, nan_possible: bool, n: int, counted: bool
+) -> None:
     """Stopped means the readers' reading of all N sets is the same for every outcome of the undrawn sets, and not
     stopped means some outcome changes it (against, tied, with the arm's Δ, or not finite); the report it leaves then
     reads the same."""
     kinds = [delta + 1.0, delta, delta - 1.0] + ([math.nan] if nan_possible else [])
     final = {
-        counts: reading(delta, [v for v, k in zip(kinds, counts, strict=True) for _ in range(k)], n)
+        counts: reading(delta, [v for v, k in zip(kinds, counts, strict=True) for _ in range(k)], n, counted)
         for counts in _counts(n, len(kinds))
     }
     for k in range(n):
@@ -55,24 +64,24 @@ def test_the_stopping_rule_is_exact_over_every_completion(delta: float, nan_poss
             outcomes = {
                 final[tuple(a + b for a, b in zip(drawn, rest, strict=True))] for rest in _counts(n - k, len(kinds))
             }
-            fixed = verdict_fixed(delta, values, n, nan_possible=nan_possible)
+            fixed = verdict_fixed(delta, values, n, nan_possible=nan_possible, counted=counted)
             assert fixed == (len(outcomes) == 1), (drawn, delta)
             if fixed:  # what the readers then read off the report: the drawn Δs, the sets left undrawn
-                assert recorded(delta, values, n) == outcomes.pop(), (drawn, delta)
+                assert recorded(delta, values, n, counted) == outcomes.pop(), (drawn, delta)
 
 
-def recorded(delta: float, drawn: list[float], n: int) -> tuple[bool, bool, bool]:
+def recorded(delta: float, drawn: list[float], n: int, counted: bool) -> tuple[bool, bool, bool]:
     """The readers' reading of a rank that holds the ``drawn`` Δs and ``n - len(drawn)`` undrawn sets:
     :mod:`study.evidence` counts the arm's ``n`` sets, :func:`interventions.select_compare.arm_verdict` the finite
     drawn ones and the undrawn."""
-    counted = sum(math.isfinite(d) for d in drawn) + n - len(drawn)
+    sets = sum(math.isfinite(d) for d in drawn) + n - len(drawn)
     percentile = placebo_compare(delta, drawn).percentile
     effect = Difference(0, math.nan, math.nan, delta, math.nan, math.nan, math.nan)
 
     def beyond(sets: int) -> bool:
         return ArmEvidence("", "", effect, placebo_sets=sets, percentile=percentile).beyond_placebo()
 
-    return beyond(n), beyond(counted), counted >= MIN_PLACEBO_SETS
+    return beyond(n), beyond(sets), counted and sets >= MIN_PLACEBO_SETS
 
 
 def verdicts(report: ABReport) -> dict[str, Any]:
@@ -96,7 +105,7 @@ def verdicts(report: ABReport) -> dict[str, Any]:
     return out
 
 
-def placebo_passes(monkeypatch: pytest.MonkeyPatch, config: ABConfig) -> tuple[ABReport, int]:
+def placebo_passes(monkeypatch: pytest.MonkeyPatch, config: ABConfig, judge: Any = None) -> tuple[ABReport, int]:
     """The run's report, and how many placebo passes it generated (or read back)."""
     count = [0]
     scored = ab._scored
@@ -107,7 +116,7 @@ def placebo_passes(monkeypatch: pytest.MonkeyPatch, config: ABConfig) -> tuple[A
 
     with monkeypatch.context() as patch:
         patch.setattr(ab, "_scored", counting)
-        report = run_ab(plan_ab(config))
+        report = run_ab(plan_ab(config), judge=judge)
     return report, count[0]
 
 
@@ -183,3 +192,24 @@ def test_probe_replicate_passes_the_placebo_generation_to_its_intervention() -> 
     assert "--placebo-generation all" in options.command()  # the command that runs it again
     with pytest.raises(ProbeError, match="--placebo-generation: expected one of decide-first, all"):
         ReplicateOptions(pair="tiny", out_dir=Path("runs/x"), data_file=Path("d.jsonl"), placebo_generation="some")
+
+
+class OtherJudge:
+    """The rule judge's verdicts under another judge's name: a judge whose undecided rows may depend on the response,
+    for all the stopping rule knows."""
+
+    name = "other"
+
+    def judge(self, rows: Any, responses: Any) -> Any:
+        from judging.rules import RuleJudge
+
+        return RuleJudge().judge(rows, responses)
+
+
+def test_another_judge_stops_as_early_where_its_delta_is_not_significant(
+    tiny_pair, test_file: Path, tmp_path: Path, monkeypatch
+):
+    """Undrawn sets might then have no finite Δ, which only a significant Δ's verdict reads: this arm's is not."""
+    config = _config(tiny_pair[1], test_file, edits="scale", factor=0.0, out_dir=tmp_path)
+    report, generated = placebo_passes(monkeypatch, config, OtherJudge())
+    assert report.judge == "other" and generated == WAVE
