@@ -43,7 +43,6 @@ def replicate(
     from core.run_dir import Writer
     from probe_cli.console import console
     from probe_cli.latest import point_latest
-    from probe_cli.pairs import default_pair
     from study.replicate import option_warnings, plan, run_stages
     from study.replicate_estimate import minutes
 
@@ -55,16 +54,7 @@ def replicate(
     if (sft is None) != (dpo is None):
         raise ProbeError("give both --sft and --dpo, or neither (to use the embedded default pair)")
     check_nproc(given("nproc"), given("device"))  # before a pair build, which takes minutes
-    if sft is None:
-        _announce_build(pair_name, err)
-        built = default_pair(pair_name)
-        sft, dpo, base, data = built.sft_dir, built.dpo_dir, base or built.base_dir, data or built.test_file
-        name = pair_name
-    else:
-        if data is None:
-            data = default_pair(pair_name).test_file
-        name = None
-    assert dpo is not None and data is not None
+    sft, dpo, base, data, name = _pair_inputs(sft, dpo, base, data, pair_name, err)
     out = given("out_dir")
     run_dir = out if out is not None else Path("runs") / f"replicate-{name or _digest(sft, dpo)}"
     options = settings.build(sft_dir=sft, dpo_dir=dpo, data_file=data, out_dir=run_dir, base_dir=base, pair=name)
@@ -93,6 +83,23 @@ def replicate(
         highlight=False,
         soft_wrap=True,
     )
+
+
+def _pair_inputs(
+    sft: Path | None, dpo: Path | None, base: Path | None, data: Path | None, pair_name: str, err: Any
+) -> tuple[Path, Path, Path | None, Path, str | None]:
+    """The pair's folders, base and data file, and the pair's name: the embedded ``--pair`` (built first when absent)
+    when no ``--sft/--dpo`` is given; its test file when no ``--data`` is."""
+    from probe_cli.pairs import default_pair
+
+    if sft is None:
+        _announce_build(pair_name, err)
+        built = default_pair(pair_name)
+        return built.sft_dir, built.dpo_dir, base or built.base_dir, data or built.test_file, pair_name
+    if data is None:
+        data = default_pair(pair_name).test_file
+    assert dpo is not None
+    return sft, dpo, base, data, None
 
 
 def _announce_build(pair: str, err: Any) -> None:
