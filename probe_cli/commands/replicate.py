@@ -34,8 +34,8 @@ def replicate(
     all_eval_rows: bool = typer.Option(False, "--all-eval-rows", help="Evaluation: judge the whole test split."),
     plan_only: bool = typer.Option(False, "--plan", help="Print the stages and their estimated times, then stop."),
 ) -> None:
-    """Record every capability, analyse, explain, intervene on multi_turn with controls, evaluate,
-    and write the report."""
+    """Record every capability, analyse, explain, intervene on multi_turn with controls, localize the change on
+    multi_turn, evaluate, and write the report."""
     from dataclasses import replace
 
     from core.errors import ProbeError
@@ -81,6 +81,7 @@ def replicate(
         return
     result = run_stages(options, stages, lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True))
     point_latest(run_dir)  # runs/latest, what the notebooks open by default
+    _point_localize(options)
     from probe_cli.commands.report import print_study
 
     if "study" in kept and result.report is not None:
@@ -93,6 +94,17 @@ def replicate(
         highlight=False,
         soft_wrap=True,
     )
+
+
+def _point_localize(options: ReplicateOptions) -> None:
+    """``RUN_DIR/localize/latest`` at the localize stage's folder when it wrote one (as ``probe localize`` does)."""
+    from core.run_dir import LocalizeDir, RunDir
+    from probe_cli.latest import point_latest
+    from study.layout import LOCALIZE_DIR
+
+    folder = LocalizeDir(RunDir(options.out_dir).localize / LOCALIZE_DIR)
+    if options.localize and folder.report.is_file():
+        point_latest(folder.root)
 
 
 def _announce_build(pair: str, err: Any) -> None:
@@ -128,10 +140,12 @@ def _print_plan(stages: list[Stage], run_dir: Path) -> None:
     )
     for name in ("stage", "what", "estimated", "state"):
         table.add_column(name, justify="right" if name == "estimated" else "left")
-    todo = 0.0
+    todo: dict[str, float] = {}
     for stage in stages:
         done = stage.complete()
-        todo += 0.0 if done else stage.estimate_s
+        todo[stage.name] = 0.0 if done else stage.estimate_s
         table.add_row(stage.name, stage.what, minutes(stage.estimate_s), "complete: skipped" if done else "to run")
-    table.add_row("total", "stages still to run", minutes(todo), "")
+    table.add_row("total", "stages still to run", minutes(sum(todo.values())), "")
+    if todo.get("localize"):  # the localize stage brings its own budget: said apart
+        table.add_row("", "of which the localize stage", minutes(todo["localize"]), "")
     console().print(table)
