@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from core.config_fields import nested, option
+from core.config_fields import flat_fields, nested, option
 from core.config_file import POSITIVE, RANDOM_SETS, choice, typed_config
 from core.config_init import flat_init
 from core.errors import ProbeError
@@ -15,6 +15,7 @@ from core.pair_dirs import PairDirs
 from core.run_dir import LocalizeDir, RunDir
 from interventions.edit_spec import DEFAULT_EDITS, EditSpec
 from localize.config import DEFAULT_ROWS as LOCALIZE_ROWS
+from localize.config import LocalizeConfig
 from study.layout import LOCALIZE_DIR, TARGET, q
 from training.eval_config import DEFAULT_SPLIT, HELDOUT
 
@@ -29,6 +30,7 @@ EXPLAIN_TOP = 10  # neuron cards per capability
 TARGET_ROWS = 48
 COLLATERAL = False
 NPROC_REFUSED_ABOVE = 4  # processes per core or device: above it --nproc is refused; above 1, a warning
+LOCALIZE_PLACEBO: int = flat_fields(LocalizeConfig)["placebo"].default  # probe localize's own
 PAIR_BUILD_SECONDS = {
     "smollm2": 600.0,
     "tiny": 240.0,
@@ -84,6 +86,11 @@ class ReplicateOptions:
     localize_limit: Annotated[int, POSITIVE] = option(
         LOCALIZE_ROWS, "Localize: held-out rows of multi_turn the curves are measured on (probe localize --limit)."
     )
+    localize_placebo: Annotated[int, RANDOM_SETS] = option(
+        LOCALIZE_PLACEBO,
+        "Localize: random unit sets at each placebo point (probe localize --placebo; its largest cost, and the "
+        "ranking verdict and claim 4 at every k need 20).",
+    )
     device: str | None = option(None, "cpu, cuda, cuda:N (recording and generation).", shown_default="each command's")
     nproc: Annotated[int, POSITIVE] = option(
         1,
@@ -135,6 +142,7 @@ class ReplicateOptions:
         given = {
             "capability": TARGET,
             "limit": self.localize_limit,
+            "placebo": self.localize_placebo,
             "max_new_tokens": self.max_new_tokens,
             "split": self.eval_split,
             "device": self.device,
@@ -182,6 +190,9 @@ class ReplicateOptions:
             "--eval-split": self.eval_split if self.eval_split != DEFAULT_SPLIT else None,
             "--explain-top": self.explain_top if self.explain_top != EXPLAIN_TOP else None,
             "--localize-limit": self.localize_limit if self.localize and self.localize_limit != LOCALIZE_ROWS else None,
+            "--localize-placebo": (
+                self.localize_placebo if self.localize and self.localize_placebo != LOCALIZE_PLACEBO else None
+            ),
         }
         parts += [f"{flag} {value}" for flag, value in flags.items() if value is not None]
         parts += (

@@ -457,8 +457,9 @@ def units_cause_at_k(points: Sequence[CurvePointEvidence]) -> list[KVerdict]:
     ['supported', 'no placebo at this k']
     """
     out = []
-    for units in sorted({p.units for p in points}):
-        here = [p for p in points if p.units == units]
+    grid = dict.fromkeys((p.units, p.k) for p in sorted(points, key=lambda p: p.units))  # two k may share a size
+    for units, k in grid:
+        here = [p for p in points if (p.units, p.k) == (units, k)]
         gaps = [(p.direction, _curve_gap(p)) for p in here]
         listing = "; ".join(_gap_sentence(direction, g) for direction, g in gaps)
         placed = [g for _, g in gaps if g.placebo_sets >= MIN_PLACEBO_SETS]
@@ -466,7 +467,7 @@ def units_cause_at_k(points: Sequence[CurvePointEvidence]) -> list[KVerdict]:
             status, listing = NOT_SUPPORTED, f"no SFT→DPO gap to close: {listing}"
         else:
             status = gap_status(placed) if placed else NO_PLACEBO_AT_K
-        out.append(KVerdict(here[0].k, units, status, listing))
+        out.append(KVerdict(k, units, status, listing))
     return out
 
 

@@ -129,11 +129,13 @@ def test_sft_and_dpo_help_says_what_replicate_does() -> None:
 
 def test_the_localize_stage_is_on_by_default_and_records_its_hook_point(options: ReplicateOptions) -> None:
     from localize.config import DEFAULT_ROWS, LocalizeConfig
+    from study.replicate_config import LOCALIZE_PLACEBO
 
     stages = {s.name: s for s in replicate.plan(options, lambda _line: None)}
     assert list(stages) == ["record", "analyze", "explain", "intervene", "localize", "evaluate", "report"]
     config = replicate.localize_config(options)
     assert config.limit == DEFAULT_ROWS == options.localize_limit and config.hook == LocalizeConfig().hook
+    assert config.placebo == LOCALIZE_PLACEBO == LocalizeConfig().placebo == 20
     assert config.hook in replicate.record_config(options).hooks and replicate.analysed_hooks() == ["mlp_out"]
     assert stages["localize"].estimate_s > 0 and f"{DEFAULT_ROWS} rows" in stages["localize"].what
     fewer = next(s for s in replicate.plan(replace(options, localize_limit=2), lambda _: None) if s.name == "localize")
@@ -142,9 +144,13 @@ def test_the_localize_stage_is_on_by_default_and_records_its_hook_point(options:
     assert "localize" not in [s.name for s in replicate.plan(off, lambda _line: None)]
     assert replicate.record_config(off).hooks == ("mlp_out",)
     assert off.command().endswith("--no-localize --out " + str(off.out_dir))
-    assert (
-        "--localize" not in options.command() and "--localize-limit 2" in replace(options, localize_limit=2).command()
+    assert "--localize" not in options.command()
+    assert "--localize-limit 2" in replace(options, localize_limit=2).command()
+    assert "--localize-placebo 0" in replace(options, localize_placebo=0).command()
+    cheaper = next(
+        s for s in replicate.plan(replace(options, localize_placebo=0), lambda _: None) if s.name == "localize"
     )
+    assert cheaper.estimate_s < stages["localize"].estimate_s
 
 
 def test_a_stage_whose_inputs_are_missing_is_not_run_and_says_why(options: ReplicateOptions) -> None:

@@ -4,7 +4,7 @@ the localize stage's curves, claim 1c and claim 4 at every k in the report, and 
 The embedded tiny pair takes minutes to train, so the pair is the session's tiny random pair (the same
 stand-in `tests/test_probes_cli.py` uses) on the synthesized test split; everything after the pair runs
 for real, made fast by the command's own options (2 rows per capability, 2 placebo sets, 4 new tokens, 2 localize
-rows).
+rows and 2 random sets per placebo point).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from probe_cli.main import main
 
 OPTIONS = [
     *("--limit", "2", "--placebo", "2", "--max-new-tokens", "4", "--eval-rows", "18", "--explain-top", "3"),
-    *("--localize-limit", "2"),
+    *("--localize-limit", "2", "--localize-placebo", "2"),
 ]
 STAGES = ["record", "analyze", "explain", "intervene", "localize", "evaluate", "report"]
 LOCALIZED = Path("localize") / "multi_turn_replicate" / "localize.json"
@@ -69,7 +69,7 @@ def test_replicate_runs_every_stage_and_ends_with_the_report(replicated: tuple[P
     record = json.loads((out / "replicate.json").read_text())
     assert [s["name"] for s in record["stages"]] == STAGES and all(s["status"] == "done" for s in record["stages"][:-1])
     assert record["command"].startswith("probe replicate --pair tiny --limit 2 --placebo 2")
-    assert "--localize-limit 2" in record["command"]
+    assert "--localize-limit 2 --localize-placebo 2" in record["command"]
     report = out / "report.html"
     size = report.stat().st_size
     print(f"report size: {size / 1e6:.2f} MB")
@@ -151,7 +151,7 @@ def test_the_localize_stage_puts_its_curves_claim_1c_and_claim_4_per_k_in_the_re
     assert report.ranking_verdict.reason.split(";")[0] in section.replace("&#x27;", "'")
     per_k = page.split("<h3 id=claim-4-per-k>", 1)[1].split("</table>", 1)[0]
     assert per_k.count("<tr>") == 1 + len([p for p in report.curve("count", "necessity") if p.units > 0])
-    assert "no placebo at this k" in per_k  # the default placebo points are 0.2% and 2% only
+    assert "no placebo at this k" in per_k  # 2 random sets at 0.2% and 2% only: too few anywhere to place f
 
 
 def test_a_localize_run_by_hand_is_what_probe_report_reads(
