@@ -449,8 +449,9 @@ def units_cause_at_k(points: Sequence[CurvePointEvidence]) -> list[KVerdict]:
     """Claim 4 judged at every point of the curve of the paper's ranking (``probe localize``), beside its headline
     verdict at the A/B's units: the directions at a point are its two patch arms, each placed among the random sets of
     its size by :func:`interventions.evidence.outcome_verdict` (the same :data:`MIN_PLACEBO_SETS` and percentile), then
-    :func:`gap_status`. Not supported: no gap to close. :data:`NO_PLACEBO_AT_K`: fewer than :data:`MIN_PLACEBO_SETS`
-    random sets there in every direction (no verdict is made up).
+    :func:`gap_status`. Not supported: no gap to close. Cannot be tested: random sets there, but fewer than
+    :data:`MIN_PLACEBO_SETS` in every direction. :data:`NO_PLACEBO_AT_K`: no random set of its size was patched (no
+    verdict is made up).
 
     >>> p = CurvePointEvidence("2%", 40, "DPO <- SFT", 0.5, 0.3, 0.7, tuple([0.0] * 20))
     >>> [v.status for v in units_cause_at_k([p, CurvePointEvidence("10%", 200, "DPO <- SFT", 0.9, 0.8, 1.0)])]
@@ -465,8 +466,12 @@ def units_cause_at_k(points: Sequence[CurvePointEvidence]) -> list[KVerdict]:
         placed = [g for _, g in gaps if g.placebo_sets >= MIN_PLACEBO_SETS]
         if not any(math.isfinite(p.f) for p in here):
             status, listing = NOT_SUPPORTED, f"no SFT→DPO gap to close: {listing}"
+        elif placed:
+            status = gap_status(placed)
+        elif any(p.placebo for p in here):
+            status, listing = CANNOT_TEST, f"fewer than {MIN_PLACEBO_SETS} placebo sets at this k: {listing}"
         else:
-            status = gap_status(placed) if placed else NO_PLACEBO_AT_K
+            status = NO_PLACEBO_AT_K
         out.append(KVerdict(k, units, status, listing))
     return out
 

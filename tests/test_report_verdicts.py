@@ -365,11 +365,12 @@ def test_claim_4_at_every_k_uses_the_gap_rule_and_says_where_no_placebo_ran() ->
         _point(80, 0.08, 0.05, 0.11),  # beyond placebo but its CI's low end under 10%
         _point(120, -0.4, -0.5, -0.3),  # widens the gap beyond placebo
         _point(400, 0.9, 0.8, 1.0, sets=0),  # no random set of this size
-        _point(400, 0.9, 0.8, 1.0, "SFT <- DPO", sets=5),  # too few to place it
+        _point(400, 0.9, 0.8, 1.0, "SFT <- DPO", sets=0),
+        _point(200, 0.9, 0.8, 1.0, sets=5),  # too few to place it
         _point(800, 0.1, 0.0, 0.2, spread=1.0),  # within its placebos
     ]
     verdicts = {v.units: v for v in units_cause_at_k(points)}
-    assert list(verdicts) == [4, 40, 80, 120, 400, 800]
+    assert list(verdicts) == [4, 40, 80, 120, 200, 400, 800]
     assert verdicts[4].status == NOT_SUPPORTED
     assert verdicts[40].status == SUPPORTED and "DPO <- SFT closes 50.0% [30.0, 70.0]" in verdicts[40].reason
     assert "SFT <- DPO closes 45.0%" in verdicts[40].reason and "of 20 matched placebo sets" in verdicts[40].reason
@@ -378,6 +379,7 @@ def test_claim_4_at_every_k_uses_the_gap_rule_and_says_where_no_placebo_ran() ->
     assert (
         verdicts[400].status == NO_PLACEBO_AT_K == "no placebo at this k" and "no placebo sets" in verdicts[400].reason
     )
+    assert verdicts[200].status == CANNOT_TEST and "fewer than 19 placebo sets at this k" in verdicts[200].reason
     assert verdicts[800].status == NOT_SUPPORTED
     no_gap = units_cause_at_k([_point(4, NAN, NAN, NAN)])
     assert no_gap[0].status == NOT_SUPPORTED and "no SFT→DPO gap" in no_gap[0].reason
