@@ -88,8 +88,8 @@ class ReplicateOptions:
     )
     localize_placebo: Annotated[int, RANDOM_SETS] = option(
         LOCALIZE_PLACEBO,
-        "Localize: random unit sets at each placebo point (probe localize --placebo; its largest cost, and the "
-        "ranking verdict and claim 4 at every k need 20).",
+        "Localize: random unit sets at each placebo point (probe localize --placebo; its largest cost: the ranking "
+        "verdict needs 20, claim 4 at every k 19).",
     )
     device: str | None = option(None, "cpu, cuda, cuda:N (recording and generation).", shown_default="each command's")
     nproc: Annotated[int, POSITIVE] = option(
