@@ -157,13 +157,7 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
     seconds = estimate(options, config, recording)
     out = options.out_dir
     caps = list(expected_rows(options.data_file))
-    _, _, chosen = ab_rows(options, config)
-    target_rows = len(chosen[config.target])
-    short = (
-        f" (all the {options.eval_split} split has; --limit {config.limit})"
-        if target_rows < (config.limit or 0)
-        else ""
-    )
+    target_rows, short = _target_rows(options, config)
     return [
         Stage(
             "record",
@@ -212,6 +206,15 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
             lambda: _report(out, kept if kept is not None else {}),
         ),
     ]
+
+
+def _target_rows(options: ReplicateOptions, config: ABConfig) -> tuple[int, str]:
+    """The A/B's target rows, and what to say when the split has fewer than ``--limit``."""
+    _, _, chosen = ab_rows(options, config)
+    rows = len(chosen[config.target])
+    return rows, f" (all the {options.eval_split} split has; --limit {config.limit})" if rows < (
+        config.limit or 0
+    ) else ""
 
 
 def _localize_stage(options: ReplicateOptions, progress: Progress) -> Stage:

@@ -20,7 +20,7 @@ from probe_cli.pairs import pair_option
 from study.replicate_config import ReplicateOptions, check_nproc
 
 if TYPE_CHECKING:
-    from study.replicate import Stage
+    from study.replicate import ReplicateResult, Stage
 
 
 def register(app: typer.Typer) -> None:
@@ -42,10 +42,8 @@ def replicate(
     from core.paths import check_output_dir, check_outputs
     from core.run_dir import Writer
     from probe_cli.console import console
-    from probe_cli.latest import point_latest
     from probe_cli.pairs import default_pair
     from study.replicate import option_warnings, plan, run_stages
-    from study.replicate_estimate import minutes
 
     err = console(stderr=True)
     given = settings.given
@@ -80,9 +78,28 @@ def replicate(
             err.print(f"warning: {line}", markup=False, highlight=False, soft_wrap=True)
         return
     result = run_stages(options, stages, lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True))
-    point_latest(run_dir)  # runs/latest, what the notebooks open by default
-    _point_localize(options)
+    _point_latest(options)
+    _say_end(options, stages, result, kept)
+
+
+def _point_latest(options: ReplicateOptions) -> None:
+    """``runs/latest`` at the run (what the notebooks open by default), and ``RUN_DIR/localize/latest`` at the localize
+    stage's folder when it wrote one (as ``probe localize`` does)."""
+    from core.run_dir import LocalizeDir, RunDir
+    from probe_cli.latest import point_latest
+    from study.layout import LOCALIZE_DIR
+
+    point_latest(options.out_dir)
+    folder = LocalizeDir(RunDir(options.out_dir).localize / LOCALIZE_DIR)
+    if options.localize and folder.report.is_file():
+        point_latest(folder.root)
+
+
+def _say_end(options: ReplicateOptions, stages: list[Stage], result: ReplicateResult, kept: dict[str, Any]) -> None:
+    """The verdict table and the report (:func:`probe_cli.commands.report.print_study`), then the time taken."""
     from probe_cli.commands.report import print_study
+    from probe_cli.console import console
+    from study.replicate_estimate import minutes
 
     if "study" in kept and result.report is not None:
         print_study(kept["study"], result.report)
@@ -94,17 +111,6 @@ def replicate(
         highlight=False,
         soft_wrap=True,
     )
-
-
-def _point_localize(options: ReplicateOptions) -> None:
-    """``RUN_DIR/localize/latest`` at the localize stage's folder when it wrote one (as ``probe localize`` does)."""
-    from core.run_dir import LocalizeDir, RunDir
-    from probe_cli.latest import point_latest
-    from study.layout import LOCALIZE_DIR
-
-    folder = LocalizeDir(RunDir(options.out_dir).localize / LOCALIZE_DIR)
-    if options.localize and folder.report.is_file():
-        point_latest(folder.root)
 
 
 def _announce_build(pair: str, err: Any) -> None:
