@@ -20,7 +20,7 @@ from probe_cli.pairs import pair_option
 from study.replicate_config import ReplicateOptions, check_nproc
 
 if TYPE_CHECKING:
-    from study.replicate import Stage
+    from study.replicate import ReplicateResult, Stage
 
 
 def register(app: typer.Typer) -> None:
@@ -34,17 +34,15 @@ def replicate(
     all_eval_rows: bool = typer.Option(False, "--all-eval-rows", help="Evaluation: judge the whole test split."),
     plan_only: bool = typer.Option(False, "--plan", help="Print the stages and their estimated times, then stop."),
 ) -> None:
-    """Record every capability, analyse, explain, intervene on multi_turn with controls, evaluate,
-    and write the report."""
+    """Record every capability, analyse, explain, intervene on multi_turn with controls, localize the change on
+    multi_turn, evaluate, and write the report."""
     from dataclasses import replace
 
     from core.errors import ProbeError
     from core.paths import check_output_dir, check_outputs
     from core.run_dir import Writer
     from probe_cli.console import console
-    from probe_cli.latest import point_latest
     from study.replicate import option_warnings, plan, run_stages
-    from study.replicate_estimate import minutes
 
     err = console(stderr=True)
     given = settings.given
@@ -70,8 +68,28 @@ def replicate(
             err.print(f"warning: {line}", markup=False, highlight=False, soft_wrap=True)
         return
     result = run_stages(options, stages, lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True))
-    point_latest(run_dir)  # runs/latest, what the notebooks open by default
+    _point_latest(options)
+    _say_end(options, stages, result, kept)
+
+
+def _point_latest(options: ReplicateOptions) -> None:
+    """``runs/latest`` at the run (what the notebooks open by default), and ``RUN_DIR/localize/latest`` at the localize
+    stage's folder when it wrote one (as ``probe localize`` does)."""
+    from core.run_dir import LocalizeDir, RunDir
+    from probe_cli.latest import point_latest
+    from study.layout import LOCALIZE_DIR
+
+    point_latest(options.out_dir)
+    folder = LocalizeDir(RunDir(options.out_dir).localize / LOCALIZE_DIR)
+    if options.localize and folder.report.is_file():
+        point_latest(folder.root)
+
+
+def _say_end(options: ReplicateOptions, stages: list[Stage], result: ReplicateResult, kept: dict[str, Any]) -> None:
+    """The verdict table and the report (:func:`probe_cli.commands.report.print_study`), then the time taken."""
     from probe_cli.commands.report import print_study
+    from probe_cli.console import console
+    from study.replicate_estimate import minutes
 
     if "study" in kept and result.report is not None:
         print_study(kept["study"], result.report)
@@ -135,10 +153,12 @@ def _print_plan(stages: list[Stage], run_dir: Path) -> None:
     )
     for name in ("stage", "what", "estimated", "state"):
         table.add_column(name, justify="right" if name == "estimated" else "left")
-    todo = 0.0
+    todo: dict[str, float] = {}
     for stage in stages:
         done = stage.complete()
-        todo += 0.0 if done else stage.estimate_s
+        todo[stage.name] = 0.0 if done else stage.estimate_s
         table.add_row(stage.name, stage.what, minutes(stage.estimate_s), "complete: skipped" if done else "to run")
-    table.add_row("total", "stages still to run", minutes(todo), "")
+    table.add_row("total", "stages still to run", minutes(sum(todo.values())), "")
+    if todo.get("localize"):  # the localize stage brings its own budget: said apart
+        table.add_row("", "of which the localize stage", minutes(todo["localize"]), "")
     console().print(table)
