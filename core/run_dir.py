@@ -516,91 +516,122 @@ class ResultsPlace:
 
 def _kinds() -> dict[str, FolderKind]:
     """The results folders' layout, from the names above (module doc), so that each is spelled once."""
-    run, analysis, ab, lm, w = RunDir(""), AnalysisDir(""), InterventionDir(""), LMEvalDir(""), Writer
-    dictionary, localize = DictionaryDir(""), LocalizeDir("")
-    lm_places = (
+    lm = LMEvalDir("")
+    return {
+        "run": _run_folder(),
+        "ab": _ab_folder(),
+        "lmeval": FolderKind(
+            "lm-eval folder", (lm.report.name, lm.items.name), (Writer.LMEVAL,), _lm_places(), article="an"
+        ),
+        "dictionary": _dictionary_folder(),  # before "analysis": it holds a summary.json too
+        "localize": _localize_folder(),
+        "analysis": _analysis_folder(),
+    }
+
+
+def _run_folder() -> FolderKind:
+    run, w = RunDir(""), Writer
+    return FolderKind(
+        "run folder",
+        (run.settings_file.name, run.activations.name),
+        (w.RUN, w.REPLICATE),
+        (
+            Place(run.settings_file.name, "the run record", (w.RUN,)),
+            Place(run.activations.name, "the recording", (w.RUN,)),
+            Place(run.journal.name, "the recording's journal", (w.RUN,), tree=True),
+            Place(run.consolidating.name, "the consolidation folder", (w.RUN,), tree=True),
+            Place(run.lock_file.name, "the recording lock", (w.RUN,)),
+            Place(run.attribution("*").name, "an attribution cache", (w.ANALYZE,)),
+            Place(run.eval_file.name, "the pair's evaluation", (w.EVAL,)),
+            Place(run.replicate_file.name, "the replicate record", (w.REPLICATE,)),
+            Place(run.report_file.name, "the report", (w.REPORT,)),
+            Place(run.interventions.name, "the folder of the A/B runs", (w.INTERVENE,)),
+            Place(run.lmeval.name, "the folder of the lm-eval reports", (w.LMEVAL,)),
+            Place(run.localize.name, "the folder of the localize reports", (w.LOCALIZE, w.REPLICATE)),
+        ),
+        (
+            (run.analysis.root.as_posix(), "analysis"),
+            (run.intervention("*").root.as_posix(), "ab"),
+            ((run.lmeval / "*").as_posix(), "lmeval"),
+            ((run.localize / "*").as_posix(), "localize"),
+        ),
+    )
+
+
+def _lm_places() -> tuple[Place, ...]:
+    """An lm-eval report's files, in an lm-eval folder or beside the A/B report it joins."""
+    lm, w = LMEvalDir(""), Writer
+    return (
         Place(lm.report.name, "the lm-eval report", (w.LMEVAL,)),
         Place(lm.markdown.name, "the lm-eval report's markdown", (w.LMEVAL,)),
         Place(lm.items.name, "the lm-eval items file", (w.LMEVAL,)),
     )
-    return {
-        "run": FolderKind(
-            "run folder",
-            (run.settings_file.name, run.activations.name),
-            (w.RUN, w.REPLICATE),
-            (
-                Place(run.settings_file.name, "the run record", (w.RUN,)),
-                Place(run.activations.name, "the recording", (w.RUN,)),
-                Place(run.journal.name, "the recording's journal", (w.RUN,), tree=True),
-                Place(run.consolidating.name, "the consolidation folder", (w.RUN,), tree=True),
-                Place(run.lock_file.name, "the recording lock", (w.RUN,)),
-                Place(run.attribution("*").name, "an attribution cache", (w.ANALYZE,)),
-                Place(run.eval_file.name, "the pair's evaluation", (w.EVAL,)),
-                Place(run.replicate_file.name, "the replicate record", (w.REPLICATE,)),
-                Place(run.report_file.name, "the report", (w.REPORT,)),
-                Place(run.interventions.name, "the folder of the A/B runs", (w.INTERVENE,)),
-                Place(run.lmeval.name, "the folder of the lm-eval reports", (w.LMEVAL,)),
-                Place(run.localize.name, "the folder of the localize reports", (w.LOCALIZE, w.REPLICATE)),
-            ),
-            (
-                (run.analysis.root.as_posix(), "analysis"),
-                (run.intervention("*").root.as_posix(), "ab"),
-                ((run.lmeval / "*").as_posix(), "lmeval"),
-                ((run.localize / "*").as_posix(), "localize"),
-            ),
+
+
+def _ab_folder() -> FolderKind:
+    ab, w = InterventionDir(""), Writer
+    return FolderKind(
+        "A/B folder",
+        (ab.report.name, ab.generations.name, ab.arms.name),
+        (w.INTERVENE, w.LMEVAL),  # probe lmeval --ab-report puts its report beside the A/B report
+        (
+            Place(ab.report.name, "the A/B report", (w.INTERVENE,)),
+            Place(ab.markdown.name, "the A/B report's markdown", (w.INTERVENE, w.LMEVAL)),
+            Place(ab.generations.name, "the generations file", (w.INTERVENE,)),
+            Place(ab.responses("*").name, "a model's kept greedy responses", (w.INTERVENE,)),
+            Place(ab.arms.name, "the finished arms' folder", (w.INTERVENE,), tree=True),
+            *_lm_places(),
         ),
-        "ab": FolderKind(
-            "A/B folder",
-            (ab.report.name, ab.generations.name, ab.arms.name),
-            (w.INTERVENE, w.LMEVAL),  # probe lmeval --ab-report puts its report beside the A/B report
-            (
-                Place(ab.report.name, "the A/B report", (w.INTERVENE,)),
-                Place(ab.markdown.name, "the A/B report's markdown", (w.INTERVENE, w.LMEVAL)),
-                Place(ab.generations.name, "the generations file", (w.INTERVENE,)),
-                Place(ab.responses("*").name, "a model's kept greedy responses", (w.INTERVENE,)),
-                Place(ab.arms.name, "the finished arms' folder", (w.INTERVENE,), tree=True),
-                *lm_places,
-            ),
-            article="an",
+        article="an",
+    )
+
+
+def _dictionary_folder() -> FolderKind:
+    dictionary, w = DictionaryDir(""), Writer
+    return FolderKind(
+        "dictionary folder",
+        (dictionary.latents.name, dictionary.page.name, dictionary.store_manifest.relative_to(".").as_posix()),
+        (w.DICTIONARY,),
+        (
+            Place(dictionary.summary.name, "the dictionary summary", (w.DICTIONARY,)),
+            Place(dictionary.latents.name, "the latents' records", (w.DICTIONARY,)),
+            Place(dictionary.page.name, "the dictionary page", (w.DICTIONARY,)),
+            Place(dictionary.store.name, "the harvested activations", (w.DICTIONARY,), tree=True),
         ),
-        "lmeval": FolderKind("lm-eval folder", (lm.report.name, lm.items.name), (w.LMEVAL,), lm_places, article="an"),
-        "dictionary": FolderKind(  # before "analysis": it holds a summary.json too
-            "dictionary folder",
-            (dictionary.latents.name, dictionary.page.name, dictionary.store_manifest.relative_to(".").as_posix()),
-            (w.DICTIONARY,),
-            (
-                Place(dictionary.summary.name, "the dictionary summary", (w.DICTIONARY,)),
-                Place(dictionary.latents.name, "the latents' records", (w.DICTIONARY,)),
-                Place(dictionary.page.name, "the dictionary page", (w.DICTIONARY,)),
-                Place(dictionary.store.name, "the harvested activations", (w.DICTIONARY,), tree=True),
-            ),
+    )
+
+
+def _localize_folder() -> FolderKind:
+    localize, w = LocalizeDir(""), Writer
+    return FolderKind(
+        "localize folder",
+        (localize.report.name, localize.page.name),
+        (w.LOCALIZE, w.REPLICATE),
+        (
+            Place(localize.report.name, "the localize report", (w.LOCALIZE, w.REPLICATE)),
+            Place(localize.page.name, "the localize page", (w.LOCALIZE, w.REPLICATE)),
         ),
-        "localize": FolderKind(
-            "localize folder",
-            (localize.report.name, localize.page.name),
-            (w.LOCALIZE, w.REPLICATE),
-            (
-                Place(localize.report.name, "the localize report", (w.LOCALIZE, w.REPLICATE)),
-                Place(localize.page.name, "the localize page", (w.LOCALIZE, w.REPLICATE)),
-            ),
+    )
+
+
+def _analysis_folder() -> FolderKind:
+    analysis, w = AnalysisDir(""), Writer
+    return FolderKind(
+        "analysis folder",
+        (analysis.summary.name, analysis.weight_change.name),
+        (w.ANALYZE, w.EXPLAIN),
+        (
+            Place(analysis.summary.name, "the analysis summary", (w.ANALYZE,)),
+            Place(analysis.maps("*").name, "a metric's maps", (w.ANALYZE,)),
+            Place(analysis.neuron_set("*", "*").name, "a neuron set", (w.ANALYZE,)),
+            Place(analysis.plots.name, "the figures' folder", (w.ANALYZE, w.EXPLAIN), tree=True),
+            Place(analysis.weight_change.name, "the weight change", (w.EXPLAIN,)),
+            Place(analysis.explain_record("*", "*").name, "an explain record", (w.EXPLAIN,)),
+            Place(analysis.explain_page("*", "*").name, "an explain page", (w.EXPLAIN,)),
         ),
-        "analysis": FolderKind(
-            "analysis folder",
-            (analysis.summary.name, analysis.weight_change.name),
-            (w.ANALYZE, w.EXPLAIN),
-            (
-                Place(analysis.summary.name, "the analysis summary", (w.ANALYZE,)),
-                Place(analysis.maps("*").name, "a metric's maps", (w.ANALYZE,)),
-                Place(analysis.neuron_set("*", "*").name, "a neuron set", (w.ANALYZE,)),
-                Place(analysis.plots.name, "the figures' folder", (w.ANALYZE, w.EXPLAIN), tree=True),
-                Place(analysis.weight_change.name, "the weight change", (w.EXPLAIN,)),
-                Place(analysis.explain_record("*", "*").name, "an explain record", (w.EXPLAIN,)),
-                Place(analysis.explain_page("*", "*").name, "an explain page", (w.EXPLAIN,)),
-            ),
-            ((analysis.local.root.as_posix(), "analysis"), (TOP_FOLDER.format(k="[0-9]*"), "analysis")),
-            article="an",
-        ),
-    }
+        ((analysis.local.root.as_posix(), "analysis"), (TOP_FOLDER.format(k="[0-9]*"), "analysis")),
+        article="an",
+    )
 
 
 RESULTS_FOLDERS = _kinds()  # by key, in the order a folder's kind is looked for

@@ -303,6 +303,35 @@ def checked_selections(
     return chosen
 
 
+def check_responses(
+    config: ABConfig, model_dir: Path, data_file: Path, rows: Sequence[TestRow], row_ids: Sequence[int]
+) -> None:
+    """With outcomes on, ``--responses FILE`` (or an earlier run's folder) read and checked now, as the outcomes will
+    read it (:func:`interventions.outcomes.outcome_inputs`: every line's shape, rows, token ids and fingerprints,
+    and each prompt plus response within the context), for every model whose arms' outcomes teacher-force it:
+    a bad file is refused before any model loads, not after the arms' generation. ``rows``: the target
+    capability's rows, ``row_ids`` their indices in the data file. Without the other model of the pair the run
+    measures no outcomes (:func:`interventions.outcome_runs.outcome_runs`), so the file is not read."""
+    from probes.outcome_rows import response_source
+
+    if config.outcomes == "off" or response_source(config.responses) != "file":
+        return
+    from core.models import load_tokenizer
+    from interventions.outcomes import earlier_responses, response_checks
+    from probes.outcome_rows import outcome_rows
+
+    try:
+        dirs = {config.model: model_dir, other(config.model): resolve_source_dir(config)}
+    except ProbeError:
+        return
+    tokenizer = load_tokenizer(model_dir, "--model-dir")
+    both = any(RECIPES[name].passes.both_models for name in config.edit.edits)
+    for target in (other(config.model), config.model) if both else (other(config.model),):
+        checks = response_checks(tokenizer, row_ids, target, dirs)
+        kept = earlier_responses(config.responses, target, row_ids, checks)
+        outcome_rows(tokenizer, rows, str(kept or config.responses), data_file=data_file, checks=checks)
+
+
 @dataclass
 class ABPlan:
     """Everything an A/B run needs, resolved and checked (module doc)."""
@@ -341,6 +370,8 @@ def plan_ab(config: ABConfig, selections: dict[str, NeuronSet] | None = None) ->
     all_rows = read_test_rows(data_file)
     config = resolved_config(config, all_rows)
     row_ids, groups = select_rows(all_rows, config)
+    target = groups[config.target]
+    check_responses(config, model_dir, data_file, [all_rows[row_ids[i]] for i in target], [row_ids[i] for i in target])
     pool = ModelPool(config, {config.model: model_dir})
     chosen = checked_selections(config, pool.model(config.model), named)
     return ABPlan(

@@ -35,11 +35,14 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import ProbeError
 from core.progress import is_terminal
 from lmeval.config import MODEL_NAME
+
+if TYPE_CHECKING:
+    from access.edits import Edit
 
 LM_EVAL_PIN = "lm_eval[hf]==0.4.13"
 INSTALL_HINT = (
@@ -73,12 +76,10 @@ def _define() -> type:
     from lm_eval.api.registry import register_model
     from lm_eval.models.huggingface import HFLM
 
-    from access.edits import Edit
-    from access.edits import edits as apply_edits
     from core.models import check_model_dir
 
     @register_model(MODEL_NAME)
-    class EditedLM(HFLM):
+    class EditedLM(_EditsInRequests, HFLM):
         """lm-eval's ``hf`` model whose three request methods run with the toolkit's edits applied."""
 
         def __init__(self, pretrained: str | Path, *, edits: Sequence[Edit] = (), **kwargs: Any) -> None:
@@ -94,12 +95,10 @@ def _define() -> type:
             _join_cpu_processes(str(kwargs["device"]))
             super().__init__(pretrained=str(pretrained), **kwargs)
             _share_requests(self)
-            self.active: tuple[Edit, ...] = ()
+            self.active = ()
             self.arm_label = "unedited"
-            # called with the requests as each request method starts (lmeval.estimate: the first call of a pass is
-            # when lm-eval has built every task's requests)
-            self.on_requests: Callable[[list[Any]], None] | None = None
-            self._stats: list[dict[str, int]] = []
+            self.on_requests = None
+            self._stats = []
             if spec:
                 from lmeval.arms import single_arm
 
@@ -107,31 +106,6 @@ def _define() -> type:
                 self.use(arm.edits, arm.label)
             elif edits:
                 self.use(edits)
-
-        def use(self, chosen: Sequence[Edit], label: str = "") -> None:
-            """Apply ``chosen`` (checked against the model now) in every later request;
-            ``()`` for the unedited model."""
-            for edit in chosen:
-                edit.check(self.model)
-            self.active = tuple(chosen)
-            self.arm_label = label or (", ".join(e.label() for e in chosen) if chosen else "unedited")
-            self._stats = []
-
-        def edit_stats(self) -> dict[str, int]:
-            """Hook calls and activation values seen and changed at the edited units since the last :meth:`use`."""
-            keys = ("calls", "values_seen", "values_changed")
-            return {key: sum(s[key] for s in self._stats) for key in keys}
-
-        @contextmanager
-        def _edited(self, requests: list[Any]) -> Iterator[None]:
-            if self.on_requests is not None:
-                self.on_requests(requests)
-            if not self.active:
-                yield
-                return
-            with apply_edits(self.model, *self.active) as stats:
-                yield
-            self._stats.append(stats.as_dict())
 
         def loglikelihood(self, requests: list[Any], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
             with self._edited(requests):
@@ -148,17 +122,58 @@ def _define() -> type:
                 out: list[str] = super().generate_until(requests, disable_tqdm=_quiet(disable_tqdm))
                 return out
 
-        def get_model_info(self) -> dict[str, Any]:
-            """HFLM's, without its hub query for the model's commit (a local directory has none)."""
-            return {
-                "model_num_parameters": self.model.num_parameters(),
-                "model_dtype": str(self.model.dtype),
-                "model_dir": str(self.pretrained),
-                "edits": [e.label() for e in self.active],
-                "arm": self.arm_label,
-            }
-
     return EditedLM
+
+
+class _EditsInRequests:
+    """The edit-switching half of ``probe-edited`` (:func:`_define` joins it to lm-eval's ``HFLM``): which edits are
+    active, what they changed, and the context each request method runs in."""
+
+    model: Any
+    pretrained: Any
+    active: tuple[Edit, ...]
+    arm_label: str
+    # called with the requests as each request method starts (lmeval.estimate: the first call of a pass is when
+    # lm-eval has built every task's requests)
+    on_requests: Callable[[list[Any]], None] | None
+    _stats: list[dict[str, int]]
+
+    def use(self, chosen: Sequence[Edit], label: str = "") -> None:
+        """Apply ``chosen`` (checked against the model now) in every later request;
+        ``()`` for the unedited model."""
+        for edit in chosen:
+            edit.check(self.model)
+        self.active = tuple(chosen)
+        self.arm_label = label or (", ".join(e.label() for e in chosen) if chosen else "unedited")
+        self._stats = []
+
+    def edit_stats(self) -> dict[str, int]:
+        """Hook calls and activation values seen and changed at the edited units since the last :meth:`use`."""
+        keys = ("calls", "values_seen", "values_changed")
+        return {key: sum(s[key] for s in self._stats) for key in keys}
+
+    @contextmanager
+    def _edited(self, requests: list[Any]) -> Iterator[None]:
+        if self.on_requests is not None:
+            self.on_requests(requests)
+        if not self.active:
+            yield
+            return
+        from access.edits import edits as apply_edits
+
+        with apply_edits(self.model, *self.active) as stats:
+            yield
+        self._stats.append(stats.as_dict())
+
+    def get_model_info(self) -> dict[str, Any]:
+        """HFLM's, without its hub query for the model's commit (a local directory has none)."""
+        return {
+            "model_num_parameters": self.model.num_parameters(),
+            "model_dtype": str(self.model.dtype),
+            "model_dir": str(self.pretrained),
+            "edits": [e.label() for e in self.active],
+            "arm": self.arm_label,
+        }
 
 
 def _join_cpu_processes(device: str) -> None:

@@ -389,7 +389,6 @@ def _run(
     from interventions.plan import provenance_warnings
     from interventions.selection import describe
 
-    dtype = lm.model.dtype
     passes = 1 + len(arms) + sum(config.placebo for arm in arms if arm.placebo)
     say(
         f"{passes} lm-eval passes over {', '.join(tasks.names)}: unedited, {len(arms)} arm(s)"
@@ -402,29 +401,10 @@ def _run(
         say(f"unedited: {base.seconds:.0f} s")
         reports, arm_items = [], {}
         for number, arm in enumerate(arms, 1):
-            lm.use(arm.edits, arm.label)
-            run = _main_pass(lm, tasks, config)
-            passed()
-            rows = compare_pass(
-                tasks.infos, tasks.groups, base.items, run.items, n_resamples=config.n_bootstrap, seed=config.seed
+            arm_report, arm_items[arm.name] = _arm_pass(
+                arm, f"arm {number}/{len(arms)}", lm, tasks, config, base, say, passed
             )
-            flags = _flags(arm, dtype, run.hook_stats, identical(base.items, run.items))
-            say(f"arm {number}/{len(arms)}: {arm.label}: {run.seconds:.0f} s")
-            placebo = _placebo(arm, lm, tasks, config, base, rows, say, passed)
-            reports.append(
-                ArmReport(
-                    arm.name,
-                    arm.label,
-                    arm.describe(),
-                    run.seconds,
-                    run.hook_stats,
-                    flags,
-                    placebo,
-                    run.results,
-                    rows=rows,
-                )
-            )
-            arm_items[arm.name] = run.items
+            reports.append(arm_report)
     lm.use(())
     report = LMEvalReport(
         str(model_dir),
@@ -446,6 +426,32 @@ def _run(
         if config.ab_report is not None:
             include_in_ab(report, Path(config.ab_report))
     return report
+
+
+def _arm_pass(
+    arm: Any,
+    title: str,
+    lm: Any,
+    tasks: TaskSet,
+    config: LMEvalConfig,
+    base: Pass,
+    say: Progress,
+    passed: Callable[[], None],
+) -> tuple[ArmReport, dict[str, Items]]:
+    """One arm's lm-eval pass (and its placebo passes), compared item by item with the unedited ``base``."""
+    lm.use(arm.edits, arm.label)
+    run = _main_pass(lm, tasks, config)
+    passed()
+    rows = compare_pass(
+        tasks.infos, tasks.groups, base.items, run.items, n_resamples=config.n_bootstrap, seed=config.seed
+    )
+    flags = _flags(arm, lm.model.dtype, run.hook_stats, identical(base.items, run.items))
+    say(f"{title}: {arm.label}: {run.seconds:.0f} s")
+    placebo = _placebo(arm, lm, tasks, config, base, rows, say, passed)
+    report = ArmReport(
+        arm.name, arm.label, arm.describe(), run.seconds, run.hook_stats, flags, placebo, run.results, rows=rows
+    )
+    return report, run.items
 
 
 def _placebo(

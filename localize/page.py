@@ -82,7 +82,8 @@ def write_report(report: LocalizeReport, out: LocalizeDir) -> None:
     write_atomic(out.page, page(report))
 
 
-def _table(columns: tuple[str, ...], rows: list[list[str]]) -> str:
+def table_html(columns: tuple[str, ...], rows: list[list[str]]) -> str:
+    """An HTML table of ``columns`` and ``rows`` (text escaped): this page's and the replication report's."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
@@ -111,9 +112,9 @@ def page(report: LocalizeReport) -> str:
         f"<p><b>Rankings:</b> {e(report.ranking_verdict.verdict)}: {e(report.ranking_verdict.reason)}</p>",
         f"<p><b>Claim 1c</b> (the change is carried in the window): {e(report.claim_1c.verdict)}: "
         f"{e(report.claim_1c.reason)}</p>",
-        _table(SUMMARY_COLUMNS, summary_rows(report)),
+        table_html(SUMMARY_COLUMNS, summary_rows(report)),
         figures[0],
-        *([_table(PROFILE_COLUMNS, profile_rows(report)), figures[1]] if len(figures) > 1 else []),
+        *([table_html(PROFILE_COLUMNS, profile_rows(report)), figures[1]] if len(figures) > 1 else []),
         f"<p class=note>{e(report.machine)}; {sum(report.seconds.values()):.0f} s measured, "
         f"{report.estimate_s:.0f} s estimated.</p>",
         *(f"<p class=note>warning: {e(w)}</p>" for w in report.warnings),

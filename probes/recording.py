@@ -84,7 +84,7 @@ from probes.settings import RunSettings
 from probes.store import CAPABILITY_ROWS, INPUTS_WEIGHTS
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from access.pair import ModelPair
 
@@ -425,9 +425,7 @@ def _record_into(
 ) -> RunResult:
     import torch
 
-    from access.drivers import make_backend
     from access.local_blocks import local_recorders
-    from access.pair import load_base, load_pair
 
     with ExitStack() as stack:
 
@@ -441,29 +439,11 @@ def _record_into(
         if not (progress and world.is_main and is_terminal(sys.stderr)):  # --quiet, a helper rank, or a log
             quiet_library_bars()  # transformers' "Loading weights" bars
         torch.manual_seed(config.seed)
-        pair = world.agree(lambda: load_pair(inputs.sources[0], inputs.sources[1], device=device, dtype=config.dtype))
-        models, model_dirs = pair.models(), {"sft": inputs.sources[0], "dpo": inputs.sources[1]}
-        base_dir = config.models.base
-        if base_dir is not None:  # a third model on the same tokens, batches and journal
-            base, pair.info["base"] = world.agree(lambda: load_base(base_dir, pair))
-            models["base"], model_dirs["base"] = base, base_dir
+        pair, models, model_dirs = _load_models(config, inputs, world, device)
         pad_id = pad_id_of(pair.tokenizer)
         budget = _batch_budget(config, pair, inputs.prompt_sets, world)
         done = world.on_main(lambda: _start_on_main(run_dir, settings, inputs.prompt_sets))
-        backends = world.agree(
-            lambda: {
-                name: make_backend(
-                    config.backend,
-                    model,
-                    hooks=config.hooks,
-                    layers=inputs.layers,
-                    position=config.position,
-                    tokenizer=pair.tokenizer,
-                    model_dir=model_dirs[name],
-                )
-                for name, model in models.items()
-            }
-        )
+        backends = world.agree(lambda: _backends(config, inputs, pair, models, model_dirs))
         local = world.agree(
             lambda: local_recorders(config.local, pair.models(), config.hooks, inputs.layers, config.position)
         )
@@ -480,21 +460,25 @@ def _record_into(
             if bar is not None:
                 bar.close()
         recorded = _sum_counts(world.gather(recorded))
-        call = {
-            "device": pair.device,
-            "dtype": inputs.dtype,
-            "batch_size": config.batch_size,
-            "max_batch_tokens": budget,
-            "processes": world.size,
-            "recorded": recorded,
-            # every row of each capability in the data file: what a completed recording holds (probes.store)
-            CAPABILITY_ROWS: {p.capability: len(p.samples.sample_ids) for p in inputs.prompt_sets},
-            "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        }
+        call = _call_record(config, inputs, pair, budget, world, recorded)
         world.on_main(lambda: _finish_on_main(run_dir, inputs, pair, settings, call, work))
         counts = world.on_main(
             lambda: {p.capability: len(committed_ids(run_dir, p.capability)) for p in inputs.prompt_sets}
         )
+    return _result(run_dir, inputs, settings, counts, recorded, done, started, world)
+
+
+def _result(
+    run_dir: Path,
+    inputs: _Inputs,
+    settings: RunSettings,
+    counts: dict[str, int],
+    recorded: dict[str, int],
+    done: dict[str, set[int]],
+    started: float,
+    world: World,
+) -> RunResult:
+    """What this process recorded, what an earlier run had, and what the store holds now, per capability."""
     resumed = {p.capability: len(done[p.capability]) for p in inputs.prompt_sets}
     recorded = {p.capability: recorded.get(p.capability, 0) for p in inputs.prompt_sets}
     return RunResult(
@@ -508,6 +492,63 @@ def _record_into(
         world.size,
         _warnings(settings),
     )
+
+
+def _load_models(
+    config: RecordConfig, inputs: _Inputs, world: World, device: str | None
+) -> tuple[ModelPair, dict[str, PreTrainedModel], dict[str, str | Path]]:
+    """The pair (and the base, when ``config.models.base`` names one), by role, with the folder each came from."""
+    from access.pair import load_base, load_pair
+
+    pair = world.agree(lambda: load_pair(inputs.sources[0], inputs.sources[1], device=device, dtype=config.dtype))
+    models = pair.models()
+    model_dirs: dict[str, str | Path] = {"sft": inputs.sources[0], "dpo": inputs.sources[1]}
+    base_dir = config.models.base
+    if base_dir is not None:  # a third model on the same tokens, batches and journal
+        base, pair.info["base"] = world.agree(lambda: load_base(base_dir, pair))
+        models["base"], model_dirs["base"] = base, base_dir
+    return pair, models, model_dirs
+
+
+def _backends(
+    config: RecordConfig,
+    inputs: _Inputs,
+    pair: ModelPair,
+    models: dict[str, PreTrainedModel],
+    model_dirs: dict[str, str | Path],
+) -> dict[str, Any]:
+    """One recording backend per model (``--backend``), each reading ``--hooks`` on the recorded layers."""
+    from access.drivers import make_backend
+
+    return {
+        name: make_backend(
+            config.backend,
+            model,
+            hooks=config.hooks,
+            layers=inputs.layers,
+            position=config.position,
+            tokenizer=pair.tokenizer,
+            model_dir=model_dirs[name],
+        )
+        for name, model in models.items()
+    }
+
+
+def _call_record(
+    config: RecordConfig, inputs: _Inputs, pair: ModelPair, budget: int, world: World, recorded: dict[str, int]
+) -> dict[str, Any]:
+    """How this recording was made (device, batches, processes, counts), for the store's provenance."""
+    return {
+        "device": pair.device,
+        "dtype": inputs.dtype,
+        "batch_size": config.batch_size,
+        "max_batch_tokens": budget,
+        "processes": world.size,
+        "recorded": recorded,
+        # every row of each capability in the data file: what a completed recording holds (probes.store)
+        CAPABILITY_ROWS: {p.capability: len(p.samples.sample_ids) for p in inputs.prompt_sets},
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
 
 
 def _warnings(settings: RunSettings) -> list[str]:

@@ -9,7 +9,7 @@ of :mod:`study.verdicts` (``judge``), and renders the body of its section (``bod
 
 Example:
     >>> [c.number for c in CLAIMS], claim(2).statement
-    ([1, 2, 3, 4], 'DPO pays an alignment tax on multi-turn instructions')
+    ([1, '1c', 2, 3, 4], 'DPO pays an alignment tax on multi-turn instructions')
 """
 
 from __future__ import annotations
@@ -35,7 +35,16 @@ from interventions.cells import (
 )
 from interventions.report import OUTCOME_COLUMNS, arm_outcome_rows, capability_row, responses_line
 from interventions.results import ABReport, ArmResult
-from study.evidence import arm_evidence, causal_arms, eval_difference, measured_compliance, paper_arm
+from study.evidence import (
+    PAPER_RANKING,
+    arm_evidence,
+    causal_arms,
+    eval_difference,
+    measured_compliance,
+    paper_arm,
+    paper_curve,
+    window_results,
+)
 from study.figures import depth_figure
 from study.layout import CAUSAL_COMMAND_EXTRA, TARGET
 from study.page import Page, e
@@ -47,6 +56,8 @@ from study.verdicts import (
     late_layers,
     paper_scaling,
     units_cause,
+    units_cause_at_k,
+    window_carried,
 )
 
 
@@ -54,7 +65,7 @@ from study.verdicts import (
 class Claim:
     """One claim of the study (module doc)."""
 
-    number: int
+    number: int | str  # 1, "1c", 2, ...
     statement: str
     judge: Callable[[Study], Verdict]
     body: Callable[[Page, Study], None]
@@ -67,6 +78,14 @@ def _late_layers(study: Study) -> Verdict:
         untestable = next((n.split("no depth share: ", 1)[1] for n in study.notes if "no depth share: " in n), None)
     shares = [DepthShare(r.capability, r.share, r.ci_low, r.ci_high, r.uniform) for r in study.depth.values()]
     return late_layers(shares or None, commands.analyze() if study.recording else commands.record(), untestable)
+
+
+def _window_carried(study: Study) -> Verdict:
+    found = study.localize
+    if found is None:
+        return window_carried(None, 0, 0, Commands(study).localize())
+    report = found.report
+    return window_carried(window_results(report), len(report.window), report.n_layers, Commands(study).localize())
 
 
 def _alignment_tax(study: Study) -> Verdict:
@@ -212,6 +231,46 @@ def _causal_evidence(page: Page, study: Study) -> None:
     outcome_evidence(page, [(r.report, a) for r, a in study.causal_arms])
 
 
+def _window_evidence(page: Page, study: Study) -> None:
+    """The localize profile's named windows (claim 1c reads the first), beside claim 1's discrepancy share."""
+    from localize.page import PROFILE_COLUMNS, profile_rows, table_html
+
+    if study.localize is None:
+        page.absent(f"a localize report of {TARGET}", Commands(study).localize())
+        return
+    loaded, report = study.localize, study.localize.report
+    page.add(
+        f"<p>The causal counterpart of claim 1: patching every attention and MLP output of the window's layers "
+        f"({e(report.window[0])}–{e(report.window[-1])} of {report.n_layers}) at once with the other model's values, "
+        f"in each direction, from <code>{e(loaded.path)}</code> ({len(report.row_ids)} rows of the {e(report.split)} "
+        f'split). The curves and the whole profile: <a href="#localize">where the change lives</a>.</p>',
+        table_html(PROFILE_COLUMNS, profile_rows(report, ("window",))),
+    )
+
+
+def _per_k_evidence(page: Page, study: Study) -> None:
+    """Claim 4 at every k of the paper's ranking's localize curve (the headline verdict above stays the A/B's)."""
+    if study.localize is None:
+        page.absent(f"claim 4 at every k (a localize report of {TARGET})", Commands(study).localize())
+        return
+    report = study.localize.report
+    points = paper_curve(report)
+    if not points:
+        page.add(f"<p class=note>Claim 4 at every k: the localize report has no {PAPER_RANKING} ranking.</p>")
+        return
+    rows = "".join(
+        f"<tr><td>{e(v.k)}</td><td>{v.units}</td><td>{e(v.status)}</td><td>{e(v.reason)}</td></tr>"
+        for v in units_cause_at_k(points)
+    )
+    page.add(
+        f"<h3 id=claim-4-per-k>Claim 4 at every k</h3><p>The same rule on the gap closed, read at each point of "
+        f"the {e(PAPER_RANKING)} ranking's curve ({report.total_units:,} {e(report.unit)}s of {e(report.hook)}; "
+        "the two directions as the two patch arms, each placed among the random sets of its size). The verdict "
+        "above is the A/B's, at its own units; this table does not change it.</p>"
+        f"<table><tr><th>k</th><th>units</th><th>verdict at this k</th><th>why</th></tr>{rows}</table>"
+    )
+
+
 def outcome_evidence(page: Page, arms: list[tuple[ABReport, ArmResult]]) -> None:
     """The arms' continuous outcomes (gap closed, KL, reference log-prob, DPO margin), where they have them."""
     rows = [row for _, arm in arms for row in arm_outcome_rows(arm)]
@@ -220,6 +279,11 @@ def outcome_evidence(page: Page, arms: list[tuple[ABReport, ArmResult]]) -> None
         page.add(
             f"<p>Continuous outcomes (teacher-forced; {e('; '.join(said))}):</p>{html_table(OUTCOME_COLUMNS, rows)}"
         )
+
+
+def _units_evidence(page: Page, study: Study) -> None:
+    _causal_evidence(page, study)
+    _per_k_evidence(page, study)
 
 
 def _layer_evidence(page: Page, study: Study) -> None:
@@ -234,6 +298,12 @@ CLAIMS: tuple[Claim, ...] = (
         _late_layers,
         _layer_evidence,
     ),
+    Claim(
+        "1c",
+        "The change is carried in the window (the causal counterpart of claim 1; beyond the paper)",
+        _window_carried,
+        _window_evidence,
+    ),
     Claim(2, "DPO pays an alignment tax on multi-turn instructions", _alignment_tax, _evaluation_evidence),
     Claim(
         3,
@@ -241,11 +311,11 @@ CLAIMS: tuple[Claim, ...] = (
         _paper_scaling,
         _scaling_evidence,
     ),
-    Claim(4, "The most-changed units cause the behaviour change (beyond the paper)", _units_cause, _causal_evidence),
+    Claim(4, "The most-changed units cause the behaviour change (beyond the paper)", _units_cause, _units_evidence),
 )
 
 
-def claim(number: int) -> Claim:
+def claim(number: int | str) -> Claim:
     """The registered claim ``number``."""
     return next(c for c in CLAIMS if c.number == number)
 

@@ -1,12 +1,13 @@
 """The study's evidence as the verdict rules read it, and the four verdicts.
 
-The files hold A/B reports and an evaluation table; the rules of
+The files hold A/B reports, an evaluation table and a localize report; the rules of
 :mod:`study.verdicts` read small records. Here: DPO − SFT on a capability from the
 evaluation (:func:`eval_difference`), an arm of a report on its target capability
 (:func:`arm_evidence`), which arm answers claim 3 (the scale arm at the paper's factor on DPO that
 measured compliance: with most placebo sets, then the main arm, then the newest report) and which
 arms answer claim 4 (per name, the same preference; an arm of ``--outcomes only`` answers it with its
-continuous outcomes); :func:`study.claims.decide` reads them into ``study.verdicts``.
+continuous outcomes), claim 1c's window arm (:func:`window_results`) and the paper's ranking's localize curve that
+claim 4 is read on at every k (:func:`paper_curve`); :func:`study.claims.decide` reads them into ``study.verdicts``.
 
 Example:
     >>> from training.eval_rows import EvalRow
@@ -23,12 +24,18 @@ from typing import TYPE_CHECKING
 
 from interventions.evidence import ArmEvidence, Difference, OutcomeEvidence
 from interventions.results import ABReport, ArmResult
+from localize.rankings import COUNT
 from study.layout import TARGET
 from study.stored import EvalRecord
 from study.verdicts import ABLATION, FACTOR_TOLERANCE, PAPER_FACTOR, directional
 
+PAPER_RANKING = COUNT  # the paper's ranking of units, by localize's name: claim 4 is read on its curve at every k
+
 if TYPE_CHECKING:
+    from localize.records import LocalizeReport
+    from localize.verdicts import WindowResult
     from study.records import LoadedReport, Study
+    from study.verdicts import CurvePointEvidence
 
 
 def eval_difference(evaluation: EvalRecord | None, capability: str = TARGET) -> Difference | None:
@@ -109,3 +116,27 @@ def causal_arms(study: Study) -> list[tuple[LoadedReport, ArmResult]]:
             ):
                 best[arm.name] = (loaded, arm)
     return list(best.values())
+
+
+def window_results(report: LocalizeReport) -> list[WindowResult]:
+    """Claim 1c's evidence: the window arm of the localize profile (both sub-layers of its layers) per direction."""
+    from localize.profile import WINDOW
+    from localize.verdicts import WindowResult
+
+    return [WindowResult(r.direction, r.f, r.ci_low, r.ci_high) for r in report.profile if r.name == WINDOW]
+
+
+def paper_curve(report: LocalizeReport) -> list[CurvePointEvidence]:
+    """Claim 4 at every k: the paper's ranking's curve in each direction (k > 0), each point with the f of the random
+    sets of its size where the report has them ([] without the ranking)."""
+    from study.verdicts import CurvePointEvidence
+
+    out = []
+    for direction in report.directions:
+        band = {p.units: tuple(p.values) for p in report.placebo if p.direction == direction.name}
+        out += [
+            CurvePointEvidence(p.k, p.units, direction.label, p.f, p.ci_low, p.ci_high, band.get(p.units, ()))
+            for p in report.curve(PAPER_RANKING, direction.name)
+            if p.units > 0
+        ]
+    return out

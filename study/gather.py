@@ -3,7 +3,8 @@
 :func:`gather_study` reads what ``RUN_DIR`` holds, and only that (:class:`core.run_dir.RunDir`
 names the files): the recording, the analysis (the summary, the maps, the neuron cards of
 ``probe explain``), the A/B reports under ``interventions/``, an evaluation of the pair (from
-``probe models eval --out``) and, when ``probe replicate`` made the run, its record. Every part
+``probe models eval --out``), the newest localize report of multi_turn under ``localize/`` (``probe localize``, by
+hand or as a stage of ``probe replicate``) and, when ``probe replicate`` made the run, its record. Every part
 may be missing or unreadable: it then becomes a :class:`Missing` item naming the command that adds
 it, and the claims that needed it get a ``not run`` verdict (:mod:`study.verdicts`);
 nothing raises past a part.
@@ -18,7 +19,7 @@ Example:
     >>> AnalysisSummary("runs/x", "topk_count", {}, {}, "maps.h5", [], {}).save(summary)   # an analysis of nothing
     >>> study = gather_study(summary.parent.parent)
     >>> [v.describe().split(" (")[0] for v in study.verdicts], study.missing[0].what
-    (['not run', 'not run', 'not run', 'not run'], 'the recording')
+    (['not run', 'not run', 'not run', 'not run', 'not run'], 'the recording')
     >>> study = gather_study("runs/latest")                              # doctest: +SKIP
     >>> [v.describe() for v in study.verdicts]                           # doctest: +SKIP
     ['supported', 'not supported', 'cannot be tested here (...)', 'not run (probe intervene ...)']
@@ -72,6 +73,7 @@ def gather_study(run_dir: str | Path, eval_file: str | Path | None = None) -> St
     _read_explains(study)
     _read_reports(study)
     _read_evaluation(study, Path(eval_file) if eval_file is not None else run.eval_file, eval_file is not None)
+    _read_localize(study)
     from study.claims import decide
 
     decide(study)
@@ -382,3 +384,31 @@ def _read_evaluation(study: Study, path: Path, given: bool) -> None:
         study.notes.append(
             f"{path} evaluated {', '.join(sorted(evaluated))}, not the recorded models {', '.join(sorted(recorded))}"
         )
+
+
+def _read_localize(study: Study) -> None:
+    """The newest localize report of :data:`TARGET` in the run (by its file's time, whoever wrote it: ``probe
+    localize`` by hand or ``probe replicate``'s stage); unreadable ones are noted and passed over."""
+    from localize.records import LocalizeReport
+    from study.records import LoadedLocalize
+
+    folder = RunDir(study.run_dir).localize
+    found: dict[Path, Path] = {}
+    for path in sorted(folder.glob("*/localize.json"), key=lambda p: p.parent.is_symlink()):
+        found.setdefault(path.resolve(), path)  # a folder once, by its own name rather than the `latest` link's
+    for path in sorted(found.values(), key=lambda p: (p.stat().st_mtime, p.parent.name), reverse=True):
+        try:
+            report = LocalizeReport.load(path)
+        except (ProbeError, OSError) as exc:
+            study.notes.append(f"{path}: ignored, not readable: {exc}")
+            continue
+        if report.capability == TARGET:
+            study.localize = LoadedLocalize(study.read(f"the localize report in {path.parent.name}", path), report)
+            return
+    study.missing.append(
+        Missing(
+            f"where the change lives on {TARGET} (claim 1c, claim 4 at every k)",
+            f"no localize report of {TARGET} under {folder}",
+            Commands(study).localize(),
+        )
+    )

@@ -9,6 +9,7 @@ the evaluation file   ``probe models eval --out`` (the compliance of base, SFT a
 the replicate record  ``probe replicate``'s options, command line, each stage's estimated and measured time
 the report            ``probe report``
 ``interventions/multi_turn_dpo_replicate/``   ``probe replicate``'s A/B on multi_turn (:data:`INTERVENTION_DIR`)
+``localize/multi_turn_replicate/``             ``probe replicate``'s localize of multi_turn (:data:`LOCALIZE_DIR`)
 
 Example:
     >>> q("runs/my run")
@@ -24,6 +25,7 @@ from interventions.recipes import RECIPES
 
 INTERVENTION_DIR = "multi_turn_dpo_replicate"
 TARGET = "multi_turn"
+LOCALIZE_DIR = f"{TARGET}_replicate"
 # the arms of claim 4, each against its own placebos: the ablation (scale at factor 0) and every directional recipe
 CAUSAL_RECIPES = ("scale", *(name for name, recipe in RECIPES.items() if recipe.directional))
 CAUSAL_COMMAND_EXTRA = f" --factor 0 --edit {','.join(CAUSAL_RECIPES)}"

@@ -19,6 +19,7 @@ from study.verdicts import Verdict
 
 if TYPE_CHECKING:
     from analysis.local_basis import BasisProfiles
+    from localize.records import LocalizeReport
 
 PAPER_HOOK = DEFAULT_HOOK  # the paper's Llama hook point: the claims read it when it was analysed
 
@@ -49,6 +50,14 @@ class LoadedReport:
     report: ABReport
 
 
+@dataclass(frozen=True)
+class LoadedLocalize:
+    """The run's localize report the study reads (the newest of :data:`study.layout.TARGET`), and where it is."""
+
+    path: Path
+    report: LocalizeReport
+
+
 @dataclass
 class Study:
     """A run directory read for the report; see the module doc."""
@@ -70,6 +79,7 @@ class Study:
     explains: dict[str, ExplainRecord] = field(default_factory=dict)
     reports: list[LoadedReport] = field(default_factory=list)
     evaluation: EvalRecord | None = None
+    localize: LoadedLocalize | None = None  # where the change lives (claim 1c, claim 4 at every k, the curves)
     replicate: ReplicateRecord | None = None
     inputs: dict[str, Path] = field(default_factory=dict)  # every file (or model directory) read, by what it is
     verdicts: list[Verdict] = field(default_factory=list)
@@ -117,6 +127,9 @@ class Commands:
 
     def intervene(self, extra: str = "") -> str:
         return f"probe intervene {self.run} -c {TARGET}{extra}"
+
+    def localize(self) -> str:
+        return f"probe localize {self.run} -c {TARGET}"
 
     def evaluate(self) -> str:
         """``probe models eval`` on the held-out split (its default), as ``probe replicate`` evaluates."""

@@ -9,15 +9,19 @@ analyze     maps, layer profiles, neuron sets, plots (``probe analyze``; no PNG,
 explain     neuron cards of each capability's top units (``probe explain``)
 intervene   the A/B on multi_turn with its controls (``probe intervene RUN -c multi_turn --limit 48 --no-collateral``;
             resumes batch by batch)
+localize    where the change lives on multi_turn (``probe localize RUN -c multi_turn``, its defaults but ``--limit``;
+            on by default, ``--no-localize`` leaves it out); not run, with the reason, when the recording lacks its
+            hook point (a run recorded before the stage existed)
 evaluate    compliance of base, SFT and DPO (``probe models eval``, :data:`EVAL_ROWS` rows by default)
 report      the run's report (``probe report``)
 ==========  =====================================================================================
 
-With ``nproc`` N > 1 the record, intervene and evaluate stages run as their ``probe`` command under the launcher on
-this machine (:func:`launched`: ``python -m probes.distributed --standalone --nproc-per-node N -m probe_cli ...``),
-each rank its share, equal to one process (docs/scaling.md); the other stages run here as one process.
+With ``nproc`` N > 1 the record, intervene, localize and evaluate stages run as their ``probe`` command under the
+launcher on this machine (:func:`launched`: ``python -m probes.distributed --standalone --nproc-per-node N -m
+probe_cli ...``), each rank its share, equal to one process (docs/scaling.md); the other stages run here as one process.
 
-A stage whose outputs are already complete is skipped (:meth:`Stage.complete`); an interrupted
+A stage whose outputs are already complete is skipped (:meth:`Stage.complete`), one whose inputs are missing is not
+run and says why (:attr:`Stage.blocked`); an interrupted
 one starts again where its own resume lets it (recorded batches, finished generation passes) or
 from its start (analyze, explain, evaluate: minutes at most). The replicate record
 (:attr:`core.run_dir.RunDir.replicate_file`) keeps the options, the command line that reproduces
@@ -52,7 +56,7 @@ from core.pair_dirs import PairDirs
 from core.progress import logged
 from core.records import read_record
 from core.run_dir import RunDir
-from study.layout import INTERVENTION_DIR, TARGET
+from study.layout import INTERVENTION_DIR, LOCALIZE_DIR, TARGET
 from study.replicate_checks import (
     all_explained,
     analysed,
@@ -61,14 +65,16 @@ from study.replicate_checks import (
     expected_rows,
     explained,
     intervention_complete,
+    localize_complete,
     recorded_complete,
 )
 from study.replicate_config import ReplicateOptions
-from study.replicate_estimate import ab_rows, estimate, minutes
+from study.replicate_estimate import ab_rows, estimate, localize_seconds, minutes
 from study.stored import ReplicateRecord, StageRecord
 
 if TYPE_CHECKING:
     from interventions.config import ABConfig
+    from localize.config import LocalizeConfig
     from probes.config import RecordConfig
 
 Progress = Callable[[str], None]
@@ -83,8 +89,9 @@ class Stage:
     estimate_s: float
     complete: Callable[[], bool]
     run: Callable[[], str]
-    status: str = "planned"  # planned | skipped (complete before this call) | running | done
+    status: str = "planned"  # planned | skipped (complete before this call) | not run (inputs missing) | running | done
     seconds: float | None = None
+    blocked: Callable[[], str | None] | None = None  # why its inputs are missing, when they are (checked as it starts)
 
 
 @dataclass
@@ -110,17 +117,37 @@ def ab_config(options: ReplicateOptions) -> ABConfig:
     return config
 
 
+def localize_config(options: ReplicateOptions) -> LocalizeConfig:
+    """The localize stage's run: ``probe localize``'s defaults but the options given, into :data:`LOCALIZE_DIR`."""
+    from localize.config import LocalizeConfig
+
+    out_dir = RunDir(options.out_dir).localize / LOCALIZE_DIR
+    return LocalizeConfig(run_dir=options.out_dir, out_dir=out_dir, **options.localization())
+
+
 def record_config(options: ReplicateOptions) -> RecordConfig:
-    """The record stage's recording: every capability through SFT and DPO, ``probe run``'s defaults otherwise."""
+    """The record stage's recording: every capability through SFT and DPO at ``probe run``'s hook point, and at the
+    localize stage's too when it runs; ``probe run``'s defaults otherwise."""
     from probes.config import RecordConfig
 
+    hooks = analysed_hooks() + ([localize_config(options).hook] if options.localize else [])
     return RecordConfig(
         models=PairDirs(options.models.sft, options.models.dpo),
         data_file=options.data_file,
         capabilities="all",
+        hooks=list(dict.fromkeys(hooks)),
         out_dir=options.out_dir,
         device=options.device,
     )
+
+
+def analysed_hooks() -> list[str]:
+    """The hook points the analyze and explain stages read: ``probe run``'s (the paper's), not the localize stage's
+    (``probe localize`` reads the recording itself)."""
+    from core.config_fields import flat_fields
+    from probes.config import RecordConfig
+
+    return list(flat_fields(RecordConfig)["hooks"].default)
 
 
 def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | None = None) -> list[Stage]:
@@ -130,13 +157,7 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
     seconds = estimate(options, config, recording)
     out = options.out_dir
     caps = list(expected_rows(options.data_file))
-    _, _, chosen = ab_rows(options, config)
-    target_rows = len(chosen[config.target])
-    short = (
-        f" (all the {options.eval_split} split has; --limit {config.limit})"
-        if target_rows < (config.limit or 0)
-        else ""
-    )
+    target_rows, short = _target_rows(options, config)
     return [
         Stage(
             "record",
@@ -169,6 +190,7 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
             lambda: intervention_complete(out, options.intervention()),
             lambda: _intervene(config, progress) if options.nproc == 1 else _intervene_launched(options, config),
         ),
+        *([_localize_stage(options, progress)] if options.localize else []),
         Stage(
             "evaluate",
             f"compliance of {'base, ' if options.models.base else ''}SFT and DPO on {options.eval_rows or 'all'} rows",
@@ -184,6 +206,41 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
             lambda: _report(out, kept if kept is not None else {}),
         ),
     ]
+
+
+def _target_rows(options: ReplicateOptions, config: ABConfig) -> tuple[int, str]:
+    """The A/B's target rows, and what to say when the split has fewer than ``--limit``."""
+    _, _, chosen = ab_rows(options, config)
+    rows = len(chosen[config.target])
+    return rows, f" (all the {options.eval_split} split has; --limit {config.limit})" if rows < (
+        config.limit or 0
+    ) else ""
+
+
+def _localize_stage(options: ReplicateOptions, progress: Progress) -> Stage:
+    config = localize_config(options)
+    return Stage(
+        "localize",
+        f"where the change lives on {TARGET}: {len(config.ranking_list)} rankings x {len(config.grid)} points of "
+        f"{config.hook} and {config.placebo} placebo sets at {config.placebo_k}, {' and '.join(config.direction_list)}"
+        f", {config.limit} rows, the layer profile (its own budget)",
+        localize_seconds(options, config),
+        lambda: localize_complete(options.out_dir, options.localization()),
+        lambda: _localize(config, progress) if options.nproc == 1 else _localize_launched(options, config),
+        blocked=lambda: localize_blocked(config),
+    )
+
+
+def localize_blocked(config: LocalizeConfig) -> str | None:
+    """Why the localize stage cannot run (its inputs checked as ``probe localize`` checks them: the recording holds
+    the hook point and its local basis, the models are there, the rows exist), or None."""
+    from localize.plan import plan_localize
+
+    try:
+        plan_localize(config)
+    except ProbeError as exc:
+        return str(exc)
+    return None
 
 
 def option_warnings(options: ReplicateOptions) -> list[str]:
@@ -246,6 +303,13 @@ def _intervene_launched(options: ReplicateOptions, config: ABConfig) -> str:
     return f"A/B by {options.nproc} processes -> {config.out_dir}"
 
 
+def _localize_launched(options: ReplicateOptions, config: LocalizeConfig) -> str:
+    """``probe localize`` under the launcher (the rows split over the processes), its settings in a ``--config``."""
+    settings = {**options.localization(), "out_dir": str(config.out_dir)}
+    _launched_with_config(options.nproc, ["localize", str(options.out_dir)], settings, "localize")
+    return f"localized by {options.nproc} processes -> {config.out_dir}"
+
+
 def _evaluate_launched(options: ReplicateOptions) -> str:
     from core.decoding import EVAL_GENERATION
 
@@ -262,7 +326,7 @@ def _evaluate_launched(options: ReplicateOptions) -> str:
 def _analyze(out: Path) -> str:
     from analysis import analyze_run
 
-    result = analyze_run(out, png=False)
+    result = analyze_run(out, png=False, hooks=analysed_hooks())
     return f"{len(result.maps)} maps; {len(result.warnings)} warnings"
 
 
@@ -291,6 +355,14 @@ def _intervene(config: ABConfig, progress: Progress) -> str:
 
     report = run_ab(plan_ab(config), progress=progress)
     return f"{len(report.arms)} arms -> {config.out_dir}"
+
+
+def _localize(config: LocalizeConfig, progress: Progress) -> str:
+    from localize.run import localize
+
+    report = localize(config, progress)
+    verdicts = f"rankings: {report.ranking_verdict.verdict}; claim 1c: {report.claim_1c.verdict}" if report else ""
+    return f"{verdicts} -> {config.out_dir}"
 
 
 def _evaluate(options: ReplicateOptions, progress: Progress) -> str:
@@ -357,6 +429,10 @@ def run_stages(options: ReplicateOptions, stages: list[Stage], progress: Progres
         if stage.complete():
             stage.status, stage.seconds = "skipped", before.get(stage.name)  # the time it took when it ran
             progress(f"[{number}/{len(stages)}] {stage.name}: already complete, skipped")
+            continue
+        if stage.blocked is not None and (reason := stage.blocked()):
+            stage.status = "not run"
+            progress(f"[{number}/{len(stages)}] {stage.name}: not run: {reason}")
             continue
         progress(f"[{number}/{len(stages)}] {stage.name}: {stage.what} (estimated {minutes(stage.estimate_s)})")
         stage.status = "running"

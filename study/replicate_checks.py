@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.errors import ProbeError
-from core.run_dir import RunDir
-from study.layout import INTERVENTION_DIR
+from core.run_dir import LocalizeDir, RunDir
+from study.layout import INTERVENTION_DIR, LOCALIZE_DIR
 
 if TYPE_CHECKING:
     from study.replicate_config import ReplicateOptions
@@ -91,6 +91,21 @@ def intervention_complete(out: Path, given: dict[str, Any]) -> bool:
         return False
     recorded = {**report.config, "split": report.split}  # a report older than the split judged the test split
     return all(recorded.get(k) == v for k, v in given.items())
+
+
+def localize_complete(out: Path, given: dict[str, Any]) -> bool:
+    """The localize stage's ``localize.json`` exists, is newer than the recording it ranked from, and was made with
+    the settings ``given`` (:meth:`study.replicate_config.ReplicateOptions.localization`)."""
+    from localize.records import LocalizeReport
+
+    path = LocalizeDir(RunDir(out).localize / LOCALIZE_DIR).report
+    if not newer(path, RunDir(out).activations):
+        return False
+    try:
+        report = LocalizeReport.load(path)
+    except ProbeError:
+        return False
+    return all(report.settings.get(k) == v for k, v in given.items())
 
 
 def evaluation_complete(options: ReplicateOptions) -> bool:

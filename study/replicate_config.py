@@ -7,14 +7,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from core.config_fields import nested, option
+from core.config_fields import flat_fields, nested, option
 from core.config_file import POSITIVE, RANDOM_SETS, choice, typed_config
 from core.config_init import flat_init
 from core.errors import ProbeError
 from core.pair_dirs import PairDirs
-from core.run_dir import RunDir
+from core.run_dir import LocalizeDir, RunDir
 from interventions.edit_spec import DEFAULT_EDITS, EditSpec
-from study.layout import q
+from localize.config import DEFAULT_ROWS as LOCALIZE_ROWS
+from localize.config import LocalizeConfig
+from study.layout import LOCALIZE_DIR, TARGET, q
 from training.eval_config import DEFAULT_SPLIT, HELDOUT
 
 # rows `models eval` judges at most by default here (spread over tasks): half the default pair's test split, all of
@@ -28,6 +30,7 @@ EXPLAIN_TOP = 10  # neuron cards per capability
 TARGET_ROWS = 48
 COLLATERAL = False
 NPROC_REFUSED_ABOVE = 4  # processes per core or device: above it --nproc is refused; above 1, a warning
+LOCALIZE_PLACEBO: int = flat_fields(LocalizeConfig)["placebo"].default  # probe localize's own
 PAIR_BUILD_SECONDS = {
     "smollm2": 600.0,
     "tiny": 240.0,
@@ -81,11 +84,24 @@ class ReplicateOptions:
         "triples, role boundaries) or test (the --data file, the training distribution's test split).",
     )
     explain_top: Annotated[int, POSITIVE] = option(EXPLAIN_TOP, "Neuron cards per capability.")
+    localize: bool = option(
+        True,
+        "Run probe localize on multi_turn (faithfulness curves, the layer profile, claim 1c, claim 4 at every k); "
+        "the record stage then records mlp_post too.",
+    )
+    localize_limit: Annotated[int, POSITIVE] = option(
+        LOCALIZE_ROWS, "Localize: held-out rows of multi_turn the curves are measured on (probe localize --limit)."
+    )
+    localize_placebo: Annotated[int, RANDOM_SETS] = option(
+        LOCALIZE_PLACEBO,
+        "Localize: random unit sets at each placebo point (probe localize --placebo; its largest cost: the ranking "
+        "verdict needs 20, claim 4 at every k 19).",
+    )
     device: str | None = option(None, "cpu, cuda, cuda:N (recording and generation).", shown_default="each command's")
     nproc: Annotated[int, POSITIVE] = option(
         1,
-        "Processes on this machine: with N > 1 the record, intervene and evaluate stages run data-parallel under the "
-        "launcher (torchrun), one process per GPU (docs/scaling.md).",
+        "Processes on this machine: with N > 1 the record, intervene, localize and evaluate stages run data-parallel "
+        "under the launcher (torchrun), one process per GPU (docs/scaling.md).",
     )
 
     def __post_init__(self) -> None:
@@ -130,6 +146,19 @@ class ReplicateOptions:
         }
         return {k: v for k, v in given.items() if v is not None}
 
+    def localization(self) -> dict[str, Any]:
+        """The LocalizeConfig fields given (the rest keep ``probe localize``'s defaults): its rows, its responses' split
+        and length as the A/B's, the device."""
+        given = {
+            "capability": TARGET,
+            "limit": self.localize_limit,
+            "placebo": self.localize_placebo,
+            "max_new_tokens": self.max_new_tokens,
+            "split": self.eval_split,
+            "device": self.device,
+        }
+        return {k: v for k, v in given.items() if v is not None}
+
     def inputs(self) -> dict[str, Path | None]:
         """What the stages read, by option (a model directory for every file in it)."""
         return {
@@ -149,6 +178,7 @@ class ReplicateOptions:
             run.eval_file,
             run.replicate_file,
             run.report_file,
+            *([LocalizeDir(run.localize / LOCALIZE_DIR).report] if self.localize else []),
         ]
 
     def command(self) -> str:
@@ -170,12 +200,17 @@ class ReplicateOptions:
             "--eval-rows": self.eval_rows if self.eval_rows != EVAL_ROWS else None,
             "--eval-split": self.eval_split if self.eval_split != DEFAULT_SPLIT else None,
             "--explain-top": self.explain_top if self.explain_top != EXPLAIN_TOP else None,
+            "--localize-limit": self.localize_limit if self.localize and self.localize_limit != LOCALIZE_ROWS else None,
+            "--localize-placebo": (
+                self.localize_placebo if self.localize and self.localize_placebo != LOCALIZE_PLACEBO else None
+            ),
         }
         parts += [f"{flag} {value}" for flag, value in flags.items() if value is not None]
         parts += (
             [] if self.collateral in (None, COLLATERAL) else ["--collateral" if self.collateral else "--no-collateral"]
         )
         parts += ["--all-eval-rows"] if self.eval_rows is None else []
+        parts += [] if self.localize else ["--no-localize"]
         return " ".join([*parts, f"--out {q(self.out_dir)}"])
 
 

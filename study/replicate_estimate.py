@@ -3,11 +3,12 @@
 From the DPO model's parameter count (its safetensors headers), the rows and their rendered
 prompt lengths, the new tokens and the number of generation passes (every arm: each dose and placebo set), at the
 pace measured on the default pair on this project's 2-core CPU machine, scaled linearly by parameter count. With
-``--nproc`` N the record, intervene and evaluate stages start N processes, each loading the models (the loads share
-the cores or GPUs: :func:`launched`), and split the work over the GPUs, at most N; on CPU cores the processes share the
-cores one process's threads already used, so the work takes as long as in one process. It is an estimate: a loaded
-machine, early stops, the shared decoding engine and a GPU all move it, and ``probe replicate`` prints the measured
-time beside it.
+``--nproc`` N the record, intervene, localize and evaluate stages start N processes, each loading the models (the
+loads share the cores or GPUs: :func:`launched`), and split the work over the GPUs, at most N; on CPU cores the
+processes share the cores one process's threads already used, so the work takes as long as in one process. It is an
+estimate: a loaded machine, early stops, the shared decoding engine and a GPU all move it, and ``probe replicate``
+prints the measured time beside it. The localize stage brings its own budget, from ``probe localize``'s own
+arithmetic (:func:`localize_seconds`).
 
 Example:
     >>> minutes(45), minutes(750)
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from core.capabilities import Capability
     from core.schema import TestRow
     from interventions.config import ABConfig
+    from localize.config import LocalizeConfig
     from probes.config import RecordConfig
     from study.replicate_config import ReplicateOptions
 
@@ -112,6 +114,43 @@ def estimate(options: ReplicateOptions, ab_config: ABConfig, record_config: Reco
         "evaluate": launched(10 * scale, models * len(judged) * per_row(new_tokens, eval_prompt), options.nproc, units),
         "report": 10.0 + 2.0 * capabilities,
     }
+
+
+def localize_seconds(options: ReplicateOptions, config: LocalizeConfig) -> float:
+    """The localize stage's own estimate, from ``probe localize``'s (:func:`localize.estimate.estimate`) before the
+    recording exists: its rows' prompts and responses, every arm's fork layer (a ranking's sets and the random sets
+    taken to reach layer 0, the worst case; the profile's from its layers), the gradient pass and the responses. The
+    stage says its own, sharper estimate when it starts."""
+    from access.pair import check_pair_configs
+    from analysis.window import default_window
+    from core.rows import group_by_capability, read_test_rows
+    from localize.estimate import estimate as localize_estimate
+    from localize.estimate import fork_fraction
+    from localize.plan import interleaved
+    from localize.profile import profile_arms
+
+    n_layers = check_pair_configs(options.models.sft, options.models.dpo).n_layers
+    rows = read_test_rows(options.eval_file())  # the rows the localize stage reads: the split the A/B generates
+    members = group_by_capability(rows, [config.target])[config.target]
+    prompts = prompt_lengths(
+        options.models.sft, [rows[i] for i in interleaved([(i, r.task) for i, r in members], config.limit)]
+    )
+    new = float(config.max_new_tokens * len(prompts))
+    fractions = [1.0] * (len(config.ranking_list) * len(config.grid) + config.placebo * len(config.placebo_points))
+    arms = profile_arms(n_layers, config.profile_width, default_window(n_layers)) if config.profile else []
+    fractions += [fork_fraction([(layer, 0) for layer in arm.layers], n_layers) for arm in arms]
+    parameters = parameter_count(options.models.dpo)
+    guess = localize_estimate(
+        dict.fromkeys(config.direction_list, fractions),
+        sum(prompts) + new,
+        float(sum(prompts)),
+        new,
+        parameters=parameters,
+        gradient=True,
+        generate=config.responses == "greedy",
+    )
+    units = machine_units(options.device) if options.nproc > 1 else (1, "CPU cores")
+    return launched(10 * parameters / REFERENCE_PARAMETERS, guess.total, options.nproc, units)
 
 
 def launched(start: float, work: float, nproc: int, units: tuple[int, str]) -> float:

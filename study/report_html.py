@@ -4,8 +4,8 @@
 in the head (``plotly.offline.get_plotlyjs``) and every figure is a ``<div>`` with its own small
 script, so the page opens offline and loads nothing from the network. Every text that came from a
 file (paths, prompts, tokens, commands) is escaped. Sections carry stable ids (``pair``,
-``verdicts``, ``claim-1`` … ``claim-4``, ``layers``, ``units``, ``interventions``, ``compliance``,
-``missing``, ``reproduce``), verdicts a ``data-claim``/``data-status`` pair, and figures a
+``verdicts``, ``claim-1``, ``claim-1c``, ``claim-2`` … ``claim-4``, ``layers``, ``units``, ``interventions``,
+``localize``, ``compliance``, ``missing``, ``reproduce``), verdicts a ``data-claim``/``data-status`` pair, and figures a
 ``data-figure`` name, so a browser test can find each. A part the run lacks is said where it would
 have been, with the command that adds it.
 
@@ -20,8 +20,8 @@ Example:
     >>> summary = RunDir(tempfile.mkdtemp()).analysis.summary; summary.parent.mkdir()
     >>> AnalysisSummary("runs/x", "topk_count", {}, {}, "maps.h5", [], {}).save(summary)   # an analysis of nothing
     >>> re.findall('<section id="([a-z0-9-]+)"', render(gather_study(summary.parent.parent)))
-    ['verdicts', 'pair', 'claim-1', 'claim-2', 'claim-3', 'claim-4', 'layers', 'units', 'interventions',
-     'compliance', 'missing', 'reproduce']
+    ['verdicts', 'pair', 'claim-1', 'claim-1c', 'claim-2', 'claim-3', 'claim-4', 'layers', 'units', 'interventions',
+     'localize', 'compliance', 'missing', 'reproduce']
     >>> path = write_report("runs/latest")                      # doctest: +SKIP
     >>> show(path)                                               # doctest: +SKIP
 """
@@ -34,7 +34,7 @@ from typing import Any
 
 from analysis.explain_html import card_html
 from core.errors import ProbeError
-from core.run_dir import RunDir
+from core.run_dir import LocalizeDir, RunDir
 from interventions.cells import (
     evaluation_columns,
     evaluation_row,
@@ -69,6 +69,7 @@ SECTIONS = (
     "layers",
     "units",
     "interventions",
+    "localize",
     "compliance",
     "missing",
     "reproduce",
@@ -87,6 +88,7 @@ def render(study: Study, where: str | Path | None = None) -> str:
     _layers(page, study)
     _units(page, study)
     _interventions(page, study)
+    _localize(page, study)
     _compliance(page, study)
     _missing(page, study)
     _reproduce(page, study)
@@ -243,6 +245,42 @@ def _interventions(page: Page, study: Study) -> None:
         for j, arm in enumerate(report.arms):
             page.figure(f"placebo-{k}-{j}", placebo_figure(report, arm))
         page.figure(f"dose-{k}", dose_figure(report))
+    page.end()
+
+
+def _localize(page: Page, study: Study) -> None:
+    """Where the change lives (``probe localize``): the curves per ranking with the placebo band, the summary table,
+    the ranking verdict, the layer and sub-layer profile; its tables and figures are localize's own."""
+    from localize.figures import curves_figure, profile_figure
+    from localize.page import PROFILE_COLUMNS, SUMMARY_COLUMNS, profile_rows, summary_rows, table_html
+
+    page.section("localize", "Where the change lives: faithfulness curves and the layer profile")
+    if study.localize is None:
+        page.absent(f"a localize report of {TARGET}", Commands(study).localize())
+        page.end()
+        return
+    path, report = study.localize.path, study.localize.report
+    gaps = "; ".join(
+        f"{d.label} ({d.meaning}): KL {d.gap:.3g} nats per token on {d.rows} rows, {d.responses}"
+        for d in report.directions
+    )
+    page.add(
+        f"<p>From <code>{e(path)}</code> (its own page: {page.link(LocalizeDir(path.parent).page)}): "
+        f"{report.total_units:,} {e(report.unit)}s of {e(report.hook)} ({report.n_layers} layers × "
+        f"{report.units_per_layer}), {len(report.row_ids)} rows of the {e(report.split)} split. Gap: {e(gaps)}.</p>"
+        f"<p><b>Which ranking localises the change best:</b> {e(report.ranking_verdict.verdict)}: "
+        f"{e(report.ranking_verdict.reason)}</p>",
+        table_html(SUMMARY_COLUMNS, summary_rows(report)),
+    )
+    page.figure("localize-curves", curves_figure(report))
+    if report.profile:
+        page.add(table_html(PROFILE_COLUMNS, profile_rows(report)))
+        page.figure("localize-profile", profile_figure(report))
+    page.add(
+        "<p class=note>f(k): the share of the teacher-forced KL between the two models that patching a ranking's "
+        "top-k units with the other model's values closes; the rules: <code>localize/verdicts.py</code> and "
+        f"<code>docs/localize.md</code>. {e(report.machine)}.</p>"
+    )
     page.end()
 
 

@@ -1,9 +1,11 @@
 """The rules that turn a run's evidence into a verdict per claim of the paper's §7, fixed before any result is read.
 
-Four claims (registered with their statements and sections in :mod:`study.claims`), one function each, every
-threshold a named constant below. The functions read
-small typed records (:class:`DepthShare`, :class:`Difference`, :class:`ArmEvidence`), not
-files, so each rule is tested on hand-made records (``tests/test_report_verdicts.py``) and
+Five claims (registered with their statements and sections in :mod:`study.claims`), one function each, every
+threshold a named constant below; claim 1c's rule is ``probe localize``'s
+(:func:`localize.verdicts.window_carries_change`, read here as a study verdict by :func:`window_carried`), and claim
+4 is also read at every point of the localize curve (:func:`units_cause_at_k`) beside its headline verdict at the
+A/B's units. The functions read small typed records (:class:`DepthShare`, :class:`Difference`,
+:class:`ArmEvidence`), not files, so each rule is tested on hand-made records (``tests/test_report_verdicts.py``) and
 ``docs/report.md`` states the same rules in words. Nothing here may be tuned to a result.
 
 A verdict is one of:
@@ -33,10 +35,19 @@ from dataclasses import dataclass
 
 from access.factors import PAPER_FACTOR as PAPER_FACTOR  # re-exported: the claims name it
 from interventions.cells import Placement, effect_sentence, fmt_outcome, fmt_pct, fmt_percentile
-from interventions.evidence import MIN_PLACEBO_SETS, UNPLACED, ArmEvidence, Difference, OutcomeEvidence
+from interventions.evidence import (
+    MIN_PLACEBO_SETS,
+    UNPLACED,
+    ArmEvidence,
+    Difference,
+    OutcomeEvidence,
+    outcome_verdict,
+)
 from interventions.outcome_kinds import OUTCOMES
 from interventions.recipes import recipe_of
-from study.layout import TARGET  # the capability of claims 2-4, as in the paper
+from interventions.stats import placebo_compare
+from localize.verdicts import WindowResult, window_carries_change
+from study.layout import TARGET  # the capability of claims 1c-4, as in the paper
 
 SUPPORTED = "supported"
 NOT_SUPPORTED = "not supported"
@@ -57,7 +68,7 @@ NO_TARGET_ROWS = (
 class Verdict:
     """One claim's verdict: ``status`` (one of :data:`STATUSES`), why, and for ``not run`` the command that runs it."""
 
-    claim: int
+    claim: int | str  # 1, "1c", 2, ...
     status: str
     reason: str
     command: str | None = None
@@ -151,6 +162,32 @@ def late_layers(shares: list[DepthShare] | None, command: str, untestable: str |
         )
     rest = [s.capability for s in shares if s.capability not in above]
     return Verdict(1, NOT_SUPPORTED, f"not above the uniform share with its CI for {', '.join(rest)}: {listing}")
+
+
+# --- claim 1c --------------------------------------------------------------------------------------------------------
+
+# probe localize's verdicts on claim 1c as the study's: its "inconclusive" (the CI holds X) and "n/a" (no gap to close,
+# no window arm, a window over Y of the layers) leave the claim undecided by this run
+WINDOW_STATUSES = {
+    "supported": SUPPORTED,
+    "not supported": NOT_SUPPORTED,
+    "inconclusive": CANNOT_TEST,
+    "n/a": CANNOT_TEST,
+}
+NOT_MEASURED = "not measured"
+
+
+def window_carried(results: Sequence[WindowResult] | None, layers: int, total: int, command: str) -> Verdict:
+    """Claim 1c, "the change is carried in the window", by ``probe localize``'s rule, fixed there
+    (:func:`localize.verdicts.window_carries_change`: the window of ``layers`` of ``total`` layers, both sub-layers
+    patched at once, closes at least 80% of the gap at its CI's low end in every direction, holding at most 2/3 of
+    the layers). ``results``: the window arm per direction of the run's localize report; None: the run has no localize
+    report (not measured: ``command`` measures it)."""
+    if results is None:
+        return Verdict("1c", NOT_RUN, f"{NOT_MEASURED}: the run holds no localize report of {TARGET}", command)
+    found = window_carries_change(results, layers, total)
+    status = WINDOW_STATUSES[found.verdict]
+    return Verdict("1c", status, found.reason if status != CANNOT_TEST else f"{found.verdict}: {found.reason}")
 
 
 # --- claim 2 ---------------------------------------------------------------------------------------------------------
@@ -275,7 +312,7 @@ def expected_sign(arm: ArmEvidence, behaviour: int) -> int:
 MIN_GAP_CLOSED = 0.10
 
 
-def _gap_sentence(arm: ArmEvidence, gap: OutcomeEvidence) -> str:
+def _gap_sentence(name: str, gap: OutcomeEvidence) -> str:
     """'patch dpo<-sft closes 12.0% [8.0, 16.0] of the SFT→DPO gap, at the 97th percentile of 20 matched placebo
     sets'."""
 
@@ -287,7 +324,7 @@ def _gap_sentence(arm: ArmEvidence, gap: OutcomeEvidence) -> str:
         if gap.percentile is not None and math.isfinite(gap.percentile) and gap.placebo_sets
         else "with no placebo sets"
     )
-    return f"{arm.name} closes {pct(gap.delta)}% [{pct(gap.ci_low)}, {pct(gap.ci_high)}] of the SFT→DPO gap, {placed}"
+    return f"{name} closes {pct(gap.delta)}% [{pct(gap.ci_low)}, {pct(gap.ci_high)}] of the SFT→DPO gap, {placed}"
 
 
 PATCH_RECIPE = "patch"  # the --edit recipe of claim 4's patch arms (patch dpo<-sft, patch sft<-dpo)
@@ -349,7 +386,7 @@ def units_cause_by_gap(arms: list[ArmEvidence], command: str) -> Verdict | None:
             "the two models agree on the teacher-forced tokens (KL 0 on every row): there is no SFT→DPO gap for "
             "the units to explain",
         )
-    listing = "; ".join(_gap_sentence(a, g) for a, g in valid)
+    listing = "; ".join(_gap_sentence(a.name, g) for a, g in valid)
     placed = [(a, g) for a, g in valid if g.placebo_sets >= MIN_PLACEBO_SETS]
     if not placed:
         return Verdict(
@@ -358,17 +395,96 @@ def units_cause_by_gap(arms: list[ArmEvidence], command: str) -> Verdict | None:
             f"no patch arm ran with {MIN_PLACEBO_SETS} or more placebo sets; rerun with --placebo 20 ({command}): "
             f"{listing}",
         )
-    closes = [a.name for a, g in placed if g.beyond(1) and g.ci_low >= MIN_GAP_CLOSED]
-    widens = [a.name for a, g in placed if g.beyond(-1)]
-    if closes and not widens:
+    status = gap_status([g for _, g in placed])
+    if status == SUPPORTED:
         return Verdict(4, SUPPORTED, listing)
-    if widens and not closes:
+    if status == CONTRADICTED:
         return Verdict(4, CONTRADICTED, f"patching moves the models apart beyond placebo: {listing}")
     return Verdict(
         4,
         NOT_SUPPORTED,
         f"no patch closes {100 * MIN_GAP_CLOSED:.0f}% or more of the gap beyond its placebos: {listing}",
     )
+
+
+def gap_status(placed: Sequence[OutcomeEvidence]) -> str:
+    """Claim 4's rule on the gap closed by patches placed among enough placebo sets: supported when one closes it
+    beyond its placebos with the low end of its 95% CI at :data:`MIN_GAP_CLOSED` or more and none widens it beyond
+    theirs; contradicted when they only widen it; not supported otherwise."""
+    closes = any(g.beyond(1) and g.ci_low >= MIN_GAP_CLOSED for g in placed)
+    widens = any(g.beyond(-1) for g in placed)
+    if closes and not widens:
+        return SUPPORTED
+    return CONTRADICTED if widens and not closes else NOT_SUPPORTED
+
+
+# claim 4 at every k: the localize curve's points where no random set of their size was patched
+NO_PLACEBO_AT_K = "no placebo at this k"
+
+
+@dataclass(frozen=True)
+class CurvePointEvidence:
+    """One point of a ranking's localize curve in one direction (``direction``: its label, e.g. ``DPO <- SFT``): the
+    gap closed by patching its top ``units`` with the other model's values, its 95% CI, and the gap closed by each
+    random set of the same size (empty: no placebo at this k)."""
+
+    k: str
+    units: int
+    direction: str
+    f: float
+    ci_low: float
+    ci_high: float
+    placebo: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class KVerdict:
+    """Claim 4 at one point of the curve: a status of :data:`STATUSES` or :data:`NO_PLACEBO_AT_K`, and why."""
+
+    k: str
+    units: int
+    status: str
+    reason: str
+
+
+def units_cause_at_k(points: Sequence[CurvePointEvidence]) -> list[KVerdict]:
+    """Claim 4 judged at every point of the curve of the paper's ranking (``probe localize``), beside its headline
+    verdict at the A/B's units: the directions at a point are its two patch arms, each placed among the random sets of
+    its size by :func:`interventions.evidence.outcome_verdict` (the same :data:`MIN_PLACEBO_SETS` and percentile), then
+    :func:`gap_status`. Not supported: no gap to close. Cannot be tested: random sets there, but fewer than
+    :data:`MIN_PLACEBO_SETS` in every direction. :data:`NO_PLACEBO_AT_K`: no random set of its size was patched (no
+    verdict is made up).
+
+    >>> p = CurvePointEvidence("2%", 40, "DPO <- SFT", 0.5, 0.3, 0.7, tuple([0.0] * 20))
+    >>> [v.status for v in units_cause_at_k([p, CurvePointEvidence("10%", 200, "DPO <- SFT", 0.9, 0.8, 1.0)])]
+    ['supported', 'no placebo at this k']
+    """
+    out = []
+    grid = dict.fromkeys((p.units, p.k) for p in sorted(points, key=lambda p: p.units))  # two k may share a size
+    for units, k in grid:
+        here = [p for p in points if (p.units, p.k) == (units, k)]
+        gaps = [(p.direction, _curve_gap(p)) for p in here]
+        listing = "; ".join(_gap_sentence(direction, g) for direction, g in gaps)
+        placed = [g for _, g in gaps if g.placebo_sets >= MIN_PLACEBO_SETS]
+        if not any(math.isfinite(p.f) for p in here):
+            status, listing = NOT_SUPPORTED, f"no SFT→DPO gap to close: {listing}"
+        elif placed:
+            status = gap_status(placed)
+        elif any(p.placebo for p in here):
+            status, listing = CANNOT_TEST, f"fewer than {MIN_PLACEBO_SETS} placebo sets at this k: {listing}"
+        else:
+            status = NO_PLACEBO_AT_K
+        out.append(KVerdict(k, units, status, listing))
+    return out
+
+
+def _curve_gap(point: CurvePointEvidence) -> OutcomeEvidence:
+    """A curve point as the gap-closed outcome of a patch arm, placed among its random sets."""
+    sets = [v for v in point.placebo if math.isfinite(v)]
+    percentile = placebo_compare(point.f, sets).percentile if sets else None
+    ci = (point.ci_low, point.ci_high)
+    verdict = outcome_verdict("gap_closed", point.f, ci, percentile, len(sets))
+    return OutcomeEvidence("gap_closed", point.f, *ci, percentile, len(sets), verdict)
 
 
 def units_cause(

@@ -6,6 +6,7 @@ Generated cases, per class:
   out of the vocabulary, negative ids, wrong row ids, another pair's tokenizer fingerprint, another model's
   fingerprint, a malformed fingerprint, too few lines) handed in as a FILE and as an earlier A/B folder's kept
   ``responses_sft.jsonl`` is one ``error:`` line naming the file (and its line), exit status 2, before any forward;
+  with outcomes on (the arms generate first) the same refusal comes from the plan, before any model loads;
   a file written before fingerprints is read with one ``warning:``;
 * class 2, every reused store: kept arms (``OUT/.arms``) and an attribution cache made by another model, tokenizer
   or rows are made again after one ``warning:`` naming both fingerprints; a recording's local group made by other
@@ -133,8 +134,8 @@ CRAFTED: dict[str, tuple[Craft, str]] = {
 
 
 def _refusal(err: str) -> str:
-    """The one ``error:`` line of a refused ``--outcomes only`` run: its last line, after the plan's progress lines
-    (the models load first) and before any teacher-forced pass (none announced), no traceback."""
+    """The one ``error:`` line of a refused ``--outcomes only`` run: its last line, after any progress lines and
+    before any teacher-forced pass (none announced), no traceback."""
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines and lines[-1].startswith("error: ") and sum(x.startswith("error:") for x in lines) == 1, err
     assert "teacher-forced together" not in err and "Traceback" not in err, err
@@ -175,6 +176,34 @@ def test_every_crafted_responses_file_is_one_error_line_before_any_forward(
         key = NAMES_BOTH[case]
         assert short_sha(other[key]) in line and short_sha(_lines(kept)[0][key]) in line, line
     assert not (tmp_path / "only" / "ab_report.json").exists()
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A refusal comes before any model is read: a load fails the case."""
+    from transformers import PreTrainedModel
+
+    def load(*_: object, **__: object) -> None:
+        raise AssertionError("a model was loaded before --responses was checked")
+
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(load))
+
+
+@pytest.mark.parametrize("how", ["FILE", "folder"])
+@pytest.mark.parametrize("case", sorted(CRAFTED))
+@pytest.mark.usefixtures("no_model_loads")
+def test_with_outcomes_on_a_bad_responses_file_is_refused_before_any_model_loads(
+    case: str, how: str, planted: PlantedPair, kept: Path, other: dict[str, Any], tmp_path: Path
+) -> None:
+    """The arms' generation comes before the outcomes (minutes on the real pair): the plan reads the file first."""
+    craft, needle = CRAFTED[case]
+    folder = Path(shutil.copytree(kept, tmp_path / "earlier"))
+    path = folder / "responses_sft.jsonl"
+    path.write_text(craft(_lines(kept), other))
+    code, _, err = cli(*_ab_args(planted, tmp_path / "ab", "--responses", str(path if how == "FILE" else folder)))
+    line = one_error_line(err)
+    assert code == 2 and str(path) in line and needle in line, line
+    assert not (tmp_path / "ab" / "ab_report.json").exists()
 
 
 def test_kept_responses_say_who_wrote_them_and_which_rows(planted: PlantedPair, kept: Path) -> None:

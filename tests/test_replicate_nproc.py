@@ -1,5 +1,5 @@
-"""``probe replicate --nproc N`` (issue #41): the record, intervene and evaluate stages run under the launcher on this
-machine.
+"""``probe replicate --nproc N`` (issue #41): the record, intervene, localize and evaluate stages run under the launcher
+on this machine.
 
 The two stages are started as their ``probe`` commands under ``python -m probes.distributed`` with two CPU processes;
 each leaves its stage complete (the replicate checks that skip it next time say so), the evaluation equals the
@@ -61,3 +61,18 @@ def test_intervene_runs_under_the_launcher(options: ReplicateOptions) -> None:
     config = replicate.ab_config(options)
     assert replicate._intervene_launched(options, config).startswith("A/B by 2 processes")
     assert intervention_complete(options.out_dir, options.intervention())
+
+
+def test_localize_runs_under_the_launcher(options: ReplicateOptions) -> None:
+    from dataclasses import replace
+
+    from study.replicate_checks import localize_complete
+
+    small = replace(options, localize_limit=2, localize_placebo=0)  # one row per process, no random sets: seconds
+    assert "mlp_post" in replicate.record_config(small).hooks  # the recording the stage ranks from
+    replicate._record_launched(small)
+    assert replicate.localize_blocked(replicate.localize_config(small)) is None
+    config = replicate.localize_config(small)
+    assert replicate._localize_launched(small, config).startswith("localized by 2 processes")
+    assert localize_complete(small.out_dir, small.localization())
+    assert not localize_complete(small.out_dir, replace(small, localize_limit=3).localization())  # other options: run

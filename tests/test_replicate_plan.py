@@ -125,3 +125,42 @@ def test_sft_and_dpo_help_says_what_replicate_does() -> None:
     assert code == 0 and "the run's" not in text
     assert "SFT model directory, given with --dpo (default: the --pair's, built first when absent)" in text
     assert "DPO model directory, given with --sft (default: the --pair's, built first when absent)" in text
+
+
+def test_the_localize_stage_is_on_by_default_and_records_its_hook_point(options: ReplicateOptions) -> None:
+    from localize.config import DEFAULT_ROWS, LocalizeConfig
+    from study.replicate_config import LOCALIZE_PLACEBO
+
+    stages = {s.name: s for s in replicate.plan(options, lambda _line: None)}
+    assert list(stages) == ["record", "analyze", "explain", "intervene", "localize", "evaluate", "report"]
+    config = replicate.localize_config(options)
+    assert config.limit == DEFAULT_ROWS == options.localize_limit and config.hook == LocalizeConfig().hook
+    assert config.placebo == LOCALIZE_PLACEBO == LocalizeConfig().placebo == 20
+    assert config.hook in replicate.record_config(options).hooks and replicate.analysed_hooks() == ["mlp_out"]
+    assert stages["localize"].estimate_s > 0 and f"{DEFAULT_ROWS} rows" in stages["localize"].what
+    fewer = next(s for s in replicate.plan(replace(options, localize_limit=2), lambda _: None) if s.name == "localize")
+    assert fewer.estimate_s < stages["localize"].estimate_s  # its own estimate counts its rows
+    off = replace(options, localize=False)
+    assert "localize" not in [s.name for s in replicate.plan(off, lambda _line: None)]
+    assert replicate.record_config(off).hooks == ("mlp_out",)
+    assert off.command().endswith("--no-localize --out " + str(off.out_dir))
+    assert "--localize" not in options.command()
+    assert "--localize-limit 2" in replace(options, localize_limit=2).command()
+    assert "--localize-placebo 0" in replace(options, localize_placebo=0).command()
+    cheaper = next(
+        s for s in replicate.plan(replace(options, localize_placebo=0), lambda _: None) if s.name == "localize"
+    )
+    assert cheaper.estimate_s < stages["localize"].estimate_s
+
+
+def test_a_stage_whose_inputs_are_missing_is_not_run_and_says_why(options: ReplicateOptions) -> None:
+    said: list[str] = []
+    ran: list[str] = []
+    stage = replicate.Stage(
+        "localize", "where the change lives", 1.0, lambda: False, lambda: ran.append("x") or "", blocked=lambda: "gone"
+    )
+    replicate.run_stages(options, [stage], said.append)
+    assert not ran and stage.status == "not run" and "[1/1] localize: not run: gone" in said
+    # the localize stage's own check is probe localize's: a run without its hook point says which command records it
+    reason = replicate.localize_blocked(replicate.localize_config(options))
+    assert reason is not None and str(options.out_dir) in reason

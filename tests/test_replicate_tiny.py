@@ -1,8 +1,10 @@
-"""`probe replicate --pair tiny` end to end: the plan with estimates, every stage, the report, a resume, the notebook.
+"""`probe replicate --pair tiny` end to end: the plan with estimates, every stage, the report, a resume, the notebook;
+the localize stage's curves, claim 1c and claim 4 at every k in the report, and a localize run by hand picked up.
 
 The embedded tiny pair takes minutes to train, so the pair is the session's tiny random pair (the same
 stand-in `tests/test_probes_cli.py` uses) on the synthesized test split; everything after the pair runs
-for real, made fast by the command's own options (2 rows per capability, 2 placebo sets, 4 new tokens).
+for real, made fast by the command's own options (2 rows per capability, 2 placebo sets, 4 new tokens, 2 localize
+rows and 2 random sets per placebo point).
 """
 
 from __future__ import annotations
@@ -17,8 +19,12 @@ import pytest
 
 from probe_cli.main import main
 
-OPTIONS = ["--limit", "2", "--placebo", "2", "--max-new-tokens", "4", "--eval-rows", "18", "--explain-top", "3"]
-STAGES = ["record", "analyze", "explain", "intervene", "evaluate", "report"]
+OPTIONS = [
+    *("--limit", "2", "--placebo", "2", "--max-new-tokens", "4", "--eval-rows", "18", "--explain-top", "3"),
+    *("--localize-limit", "2", "--localize-placebo", "2"),
+]
+STAGES = ["record", "analyze", "explain", "intervene", "localize", "evaluate", "report"]
+LOCALIZED = Path("localize") / "multi_turn_replicate" / "localize.json"
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "report.ipynb"
 
 
@@ -57,17 +63,19 @@ def test_replicate_runs_every_stage_and_ends_with_the_report(replicated: tuple[P
     for stage in STAGES:
         assert f"│ {stage}" in printed and f"] {stage}: " in progress, stage
     assert "estimated" in printed and "│ total" in printed  # the plan comes first, with a time per stage and in all
+    assert "of which the localize stage" in printed  # the localize stage's own budget, said apart
     # --placebo 2 leaves claim 4 untestable: said once, before the first stage (tests/test_replicate_plan.py)
     assert progress.count("warning: claim 4 ") == 1 and progress.index("warning: claim 4") < progress.index("] record")
     record = json.loads((out / "replicate.json").read_text())
     assert [s["name"] for s in record["stages"]] == STAGES and all(s["status"] == "done" for s in record["stages"][:-1])
     assert record["command"].startswith("probe replicate --pair tiny --limit 2 --placebo 2")
+    assert "--localize-limit 2 --localize-placebo 2" in record["command"]
     report = out / "report.html"
     size = report.stat().st_size
     print(f"report size: {size / 1e6:.2f} MB")
     assert size <= 10_000_000 and f"report: {report}" in printed.replace("\n", "")
     page = report.read_text(encoding="utf-8")
-    for claim in range(1, 5):
+    for claim in ("1", "1c", "2", "3", "4"):
         assert f'data-claim="{claim}"' in page
     for part in ("explain_multi_turn_mlp_out.json", "neurons_multi_turn_mlp_out.json"):
         assert (out / "analysis" / part).is_file()
@@ -121,3 +129,42 @@ def test_the_notebook_regenerates_and_shows_the_report(
     assert "claim 1: " in text and "claim 4: " in text and (out / "report.html").is_file()
     shown = [o for o in outputs if "text/html" in o.get("data", {})]
     assert len(shown) == 1 and shown[0]["data"]["text/html"].startswith("<iframe srcdoc=")
+
+
+def test_the_localize_stage_puts_its_curves_claim_1c_and_claim_4_per_k_in_the_report(
+    replicated: tuple[Path, int, str, str],
+) -> None:
+    from localize.records import LocalizeReport
+
+    out, code, _, progress = replicated
+    assert code == 0, progress
+    report = LocalizeReport.load(out / LOCALIZED)
+    assert report.capability == "multi_turn" and report.hook == "mlp_post" and len(report.row_ids) == 2
+    assert (out / "localize" / "latest").resolve() == (out / LOCALIZED).parent.resolve()
+    page = (out / "report.html").read_text(encoding="utf-8")
+    claim_1c = page.split('<section id="claim-1c">', 1)[1].split("</section>", 1)[0]
+    status = {"supported": "supported", "not supported": "not supported"}.get(report.claim_1c.verdict, "cannot be")
+    assert f'data-claim="1c" data-status="{status}' in claim_1c and "window" in claim_1c
+    section = page.split('<section id="localize">', 1)[1].split("</section>", 1)[0]
+    assert str(out / LOCALIZED) in section and "CPR log k" in section and "k50" in section
+    assert 'data-figure="localize-curves"' in section and 'data-figure="localize-profile"' in section
+    assert report.ranking_verdict.reason.split(";")[0] in section.replace("&#x27;", "'")
+    per_k = page.split("<h3 id=claim-4-per-k>", 1)[1].split("</table>", 1)[0]
+    assert per_k.count("<tr>") == 1 + len([p for p in report.curve("count", "necessity") if p.units > 0])
+    assert "no placebo at this k" in per_k  # 2 random sets at 0.2% and 2% only: too few anywhere to place f
+
+
+def test_a_localize_run_by_hand_is_what_probe_report_reads(
+    replicated: tuple[Path, int, str, str], tmp_path: Path
+) -> None:
+    out = replicated[0]
+    hand = ["--rankings", "count,weight", "--k", "1%,10%", "--placebo", "0", "--no-profile", "--limit", "2"]
+    code, _, err = _probe(["localize", str(out), "-c", "multi_turn", "--max-new-tokens", "2", *hand])
+    assert code == 0, err
+    newest = (out / "localize" / "latest").resolve()
+    assert newest.name.startswith("multi_turn_mlp_post_")
+    code, printed, err = _probe(["report", str(out), "--out", str(tmp_path / "r.html")])
+    assert code == 0, err
+    section = (tmp_path / "r.html").read_text(encoding="utf-8").split('<section id="localize">', 1)[1]
+    assert str(newest / "localize.json") in section.split("</section>", 1)[0]
+    assert "1c" in printed  # the verdict table names claim 1c beside claims 1-4

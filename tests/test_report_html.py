@@ -157,8 +157,12 @@ def test_a_full_run_gets_every_section_verdict_and_figure(full_run: Path) -> Non
     page = path.read_text(encoding="utf-8")
     print(f"report size: {path.stat().st_size / 1e6:.2f} MB")
     assert path.stat().st_size <= MAX_BYTES
-    assert [v.describe() for v in study.verdicts][:3] == ["supported", "supported", "not supported"]
-    assert study.verdicts[3].status == "supported" and "patch dpo<-sft" in study.verdicts[3].reason
+    verdicts = {v.claim: v for v in study.verdicts}
+    assert [verdicts[c].describe() for c in (1, 2, 3)] == ["supported", "supported", "not supported"]
+    assert verdicts[4].status == "supported" and "patch dpo<-sft" in verdicts[4].reason
+    # no localize report: claim 1c is not measured, and the page says which command measures it
+    assert verdicts["1c"].status == "not run" and verdicts["1c"].reason.startswith("not measured")
+    assert f"probe localize {full_run} -c multi_turn" in page.split('<section id="localize">', 1)[1]
     for key in SECTIONS:
         assert f'<section id="{key}">' in page, key
     for verdict in study.verdicts:
@@ -180,7 +184,8 @@ def test_missing_parts_are_named_with_the_command_that_adds_them(
     code, out, err = exit_of(["report", str(bare_run)], capsys)
     assert code == 0 and "Traceback" not in err
     rows = [line for line in out.splitlines() if "│ not run" in line]
-    assert len(rows) == 3 and "probe models eval" in rows[0] and "probe intervene" in rows[1]
+    assert len(rows) == 4 and "probe localize" in rows[0] and "probe models eval" in rows[1]
+    assert "probe intervene" in rows[2]
     for needle in (
         "missing: interventions on multi_turn",
         f"probe intervene {bare_run} -c multi_turn",
@@ -191,7 +196,8 @@ def test_missing_parts_are_named_with_the_command_that_adds_them(
         assert needle in out, needle
     page = (bare_run / "report.html").read_text(encoding="utf-8")
     table = page.split('<section id="verdicts">', 1)[1].split("</section>", 1)[0]
-    assert 'data-claim="1" data-status="supported"' in table and table.count('data-status="not run"') == 3
+    assert 'data-claim="1" data-status="supported"' in table and table.count('data-status="not run"') == 4
+    assert 'data-claim="1c" data-status="not run"' in table and "not measured" in table
     assert "Not in this run: an evaluation of the pair" in page and "Not in this run: any intervention" in page
 
 
@@ -208,7 +214,7 @@ def test_broken_or_partial_runs_still_give_a_report(
     assert "ignored, not readable" in out and "not a valid evaluation" in out and "not an explain record" in out
     shutil.rmtree(run / "analysis")
     _, study = write_report(run, tmp_path / "r2.html")
-    assert study.verdicts[0].describe() == f"not run (probe analyze {run})"
+    assert study.verdicts[0].describe() == f"not run (probe analyze {run})"  # claim 1
     window_only = tmp_path / "window"
     write_synthetic_run(
         window_only, SyntheticSpec(n_samples=20, n_layers=16, width=12, stored_layers=tuple(range(6, 16)))

@@ -310,3 +310,76 @@ def test_claim_4_falls_back_to_compliance_without_a_patch_outcome() -> None:
     assert units_cause_by_gap([arm("mean", UP, outcomes=(GAP_UP,))], "I") is None
     assert units_cause([arm("mean", UP, outcomes=(GAP_UP,))], None, "I", "E").describe() == "not run (E)"
     assert MIN_GAP_CLOSED == 0.10
+
+
+# --- issue 50: claim 1c by probe localize's rule, and claim 4 at every k of the localize curve ----------------------
+
+from localize.verdicts import WindowResult  # noqa: E402
+from study.verdicts import NO_PLACEBO_AT_K, CurvePointEvidence, units_cause_at_k, window_carried  # noqa: E402
+
+
+@pytest.mark.parametrize(
+    "results, layers, status, needle",
+    [
+        (
+            [WindowResult("necessity", 0.9, 0.85, 0.95), WindowResult("sufficiency", 0.92, 0.81, 0.99)],
+            19,
+            SUPPORTED,
+            "",
+        ),
+        (
+            [WindowResult("necessity", 0.9, 0.85, 0.95), WindowResult("sufficiency", 0.5, 0.4, 0.6)],
+            19,
+            NOT_SUPPORTED,
+            "",
+        ),
+        ([WindowResult("necessity", 0.85, 0.7, 0.95)], 19, CANNOT_TEST, "inconclusive: "),
+        ([WindowResult("necessity", 0.95, 0.9, 1.0)], 21, CANNOT_TEST, "n/a: "),  # 21 of 30 layers: over 2/3
+        ([WindowResult("necessity", NAN, NAN, NAN)], 19, CANNOT_TEST, "no gap closed"),
+    ],
+)
+def test_claim_1c_is_localize_rule_read_as_a_study_verdict(
+    results: list[WindowResult], layers: int, status: str, needle: str
+) -> None:
+    verdict = window_carried(results, layers, 30, "LOCALIZE")
+    assert verdict.claim == "1c" and verdict.status == status and needle in verdict.reason, verdict.reason
+    assert f"{layers} of 30 layers" in verdict.reason or "no gap" in verdict.reason
+
+
+def test_claim_1c_without_a_localize_report_is_not_measured() -> None:
+    verdict = window_carried(None, 0, 0, "probe localize RUN -c multi_turn")
+    assert verdict.status == NOT_RUN and verdict.reason.startswith("not measured")
+    assert verdict.describe() == "not run (probe localize RUN -c multi_turn)"
+
+
+def _point(units: int, f: float, low: float, high: float, direction: str = "DPO <- SFT", sets: int = 20, spread=0.0):
+    placebo = tuple(spread * (i - sets / 2) / sets for i in range(sets))
+    return CurvePointEvidence(f"{units}u", units, direction, f, low, high, placebo)
+
+
+def test_claim_4_at_every_k_uses_the_gap_rule_and_says_where_no_placebo_ran() -> None:
+    points = [
+        _point(4, 0.004, 0.001, 0.008),  # below the gap-closed floor: no effect
+        _point(40, 0.5, 0.3, 0.7),  # beyond every random set, CI low 30%: supported
+        _point(40, 0.45, 0.2, 0.6, "SFT <- DPO"),
+        _point(80, 0.08, 0.05, 0.11),  # beyond placebo but its CI's low end under 10%
+        _point(120, -0.4, -0.5, -0.3),  # widens the gap beyond placebo
+        _point(400, 0.9, 0.8, 1.0, sets=0),  # no random set of this size
+        _point(400, 0.9, 0.8, 1.0, "SFT <- DPO", sets=0),
+        _point(200, 0.9, 0.8, 1.0, sets=5),  # too few to place it
+        _point(800, 0.1, 0.0, 0.2, spread=1.0),  # within its placebos
+    ]
+    verdicts = {v.units: v for v in units_cause_at_k(points)}
+    assert list(verdicts) == [4, 40, 80, 120, 200, 400, 800]
+    assert verdicts[4].status == NOT_SUPPORTED
+    assert verdicts[40].status == SUPPORTED and "DPO <- SFT closes 50.0% [30.0, 70.0]" in verdicts[40].reason
+    assert "SFT <- DPO closes 45.0%" in verdicts[40].reason and "of 20 matched placebo sets" in verdicts[40].reason
+    assert verdicts[80].status == NOT_SUPPORTED
+    assert verdicts[120].status == CONTRADICTED
+    assert (
+        verdicts[400].status == NO_PLACEBO_AT_K == "no placebo at this k" and "no placebo sets" in verdicts[400].reason
+    )
+    assert verdicts[200].status == CANNOT_TEST and "fewer than 19 placebo sets at this k" in verdicts[200].reason
+    assert verdicts[800].status == NOT_SUPPORTED
+    no_gap = units_cause_at_k([_point(4, NAN, NAN, NAN)])
+    assert no_gap[0].status == NOT_SUPPORTED and "no SFT→DPO gap" in no_gap[0].reason

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from core.templates import LLAMA3_TEMPLATE
 
 if TYPE_CHECKING:  # heavy imports stay inside the functions: TinySpec is read by config validation
-    from transformers import PreTrainedTokenizerFast
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 BOS, EOT, PAD = "<|begin_of_text|>", "<|eot_id|>", "<|pad|>"
 SPECIAL_TOKENS = [BOS, "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", EOT, PAD]
@@ -102,11 +102,38 @@ def build_tiny_base(
     ``spec.pretrain_steps > 0`` (on ``corpus``, or on ``conversations`` when ``spec.pretrain_format == "chat"``;
     ``report(step, total)`` follows it), save both to ``out_dir``."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     corpus = list(corpus)
     tokenizer = train_tokenizer(corpus, spec.vocab_size)
-    config = LlamaConfig(
+    config = _llama_config(spec, tokenizer)
+    shallow = 0 < spec.pretrain_layers < spec.n_layers and spec.pretrain_steps > 0
+    torch.manual_seed(spec.seed)
+    model = LlamaForCausalLM(
+        config.__class__(**{**config.to_dict(), "num_hidden_layers": spec.pretrain_layers}) if shallow else config
+    )
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    if spec.pretrain_steps > 0:
+        _warm_up(model, tokenizer, spec, corpus, conversations, report)
+    if shallow:
+        from training.pretrain import grow_depth
+
+        model = grow_depth(model, config, seed=spec.seed)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    (out / "tiny_spec.json").write_text(__import__("json").dumps(asdict(spec), indent=1))
+    return out
+
+
+def _llama_config(spec: TinySpec, tokenizer: PreTrainedTokenizerFast) -> LlamaConfig:
+    """The full-depth Llama config of ``spec``, with the tokenizer's size and special ids."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,
@@ -121,40 +148,32 @@ def build_tiny_base(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    shallow = 0 < spec.pretrain_layers < spec.n_layers and spec.pretrain_steps > 0
-    torch.manual_seed(spec.seed)
-    model = LlamaForCausalLM(
-        config.__class__(**{**config.to_dict(), "num_hidden_layers": spec.pretrain_layers}) if shallow else config
+
+
+def _warm_up(
+    model: LlamaForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    spec: TinySpec,
+    corpus: list[str],
+    conversations: Sequence[list[dict[str, str]]] | None,
+    report: Callable[[int, int], None] | None,
+) -> None:
+    """Pretrain ``model`` on the corpus (or the SFT conversations, for ``pretrain_format == "chat"``)."""
+    from training.pretrain import encode_chat, encode_plain, pretrain_causal_lm
+
+    if spec.pretrain_format == "chat":
+        if not conversations:
+            raise ValueError("tiny_spec.pretrain_format 'chat' needs the SFT conversations")
+        docs = encode_chat(tokenizer, conversations, spec.pretrain_max_length)
+    else:
+        docs = encode_plain(tokenizer, corpus, spec.pretrain_max_length)
+    pretrain_causal_lm(
+        model,
+        tokenizer,
+        docs,
+        steps=spec.pretrain_steps,
+        learning_rate=spec.pretrain_lr,
+        batch_size=spec.pretrain_batch_size,
+        seed=spec.seed,
+        report=report,
     )
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.bos_token_id = tokenizer.bos_token_id
-    if spec.pretrain_steps > 0:
-        from training.pretrain import encode_chat, encode_plain, pretrain_causal_lm
-
-        if spec.pretrain_format == "chat":
-            if not conversations:
-                raise ValueError("tiny_spec.pretrain_format 'chat' needs the SFT conversations")
-            docs = encode_chat(tokenizer, conversations, spec.pretrain_max_length)
-        else:
-            docs = encode_plain(tokenizer, corpus, spec.pretrain_max_length)
-        pretrain_causal_lm(
-            model,
-            tokenizer,
-            docs,
-            steps=spec.pretrain_steps,
-            learning_rate=spec.pretrain_lr,
-            batch_size=spec.pretrain_batch_size,
-            seed=spec.seed,
-            report=report,
-        )
-    if shallow:
-        from training.pretrain import grow_depth
-
-        model = grow_depth(model, config, seed=spec.seed)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    (out / "tiny_spec.json").write_text(__import__("json").dumps(asdict(spec), indent=1))
-    return out

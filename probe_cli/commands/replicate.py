@@ -20,7 +20,7 @@ from probe_cli.pairs import pair_option
 from study.replicate_config import ReplicateOptions, check_nproc
 
 if TYPE_CHECKING:
-    from study.replicate import Stage
+    from study.replicate import ReplicateResult, Stage
 
 
 def register(app: typer.Typer) -> None:
@@ -34,18 +34,15 @@ def replicate(
     all_eval_rows: bool = typer.Option(False, "--all-eval-rows", help="Evaluation: judge the whole test split."),
     plan_only: bool = typer.Option(False, "--plan", help="Print the stages and their estimated times, then stop."),
 ) -> None:
-    """Record every capability, analyse, explain, intervene on multi_turn with controls, evaluate,
-    and write the report."""
+    """Record every capability, analyse, explain, intervene on multi_turn with controls, localize the change on
+    multi_turn, evaluate, and write the report."""
     from dataclasses import replace
 
     from core.errors import ProbeError
     from core.paths import check_output_dir, check_outputs
     from core.run_dir import Writer
     from probe_cli.console import console
-    from probe_cli.latest import point_latest
-    from probe_cli.pairs import default_pair
     from study.replicate import option_warnings, plan, run_stages
-    from study.replicate_estimate import minutes
 
     err = console(stderr=True)
     given = settings.given
@@ -55,16 +52,7 @@ def replicate(
     if (sft is None) != (dpo is None):
         raise ProbeError("give both --sft and --dpo, or neither (to use the embedded default pair)")
     check_nproc(given("nproc"), given("device"))  # before a pair build, which takes minutes
-    if sft is None:
-        _announce_build(pair_name, err)
-        built = default_pair(pair_name)
-        sft, dpo, base, data = built.sft_dir, built.dpo_dir, base or built.base_dir, data or built.test_file
-        name = pair_name
-    else:
-        if data is None:
-            data = default_pair(pair_name).test_file
-        name = None
-    assert dpo is not None and data is not None
+    sft, dpo, base, data, name = _pair_inputs(sft, dpo, base, data, pair_name, err)
     out = given("out_dir")
     run_dir = out if out is not None else Path("runs") / f"replicate-{name or _digest(sft, dpo)}"
     options = settings.build(sft_dir=sft, dpo_dir=dpo, data_file=data, out_dir=run_dir, base_dir=base, pair=name)
@@ -80,8 +68,28 @@ def replicate(
             err.print(f"warning: {line}", markup=False, highlight=False, soft_wrap=True)
         return
     result = run_stages(options, stages, lambda line: err.print(line, markup=False, highlight=False, soft_wrap=True))
-    point_latest(run_dir)  # runs/latest, what the notebooks open by default
+    _point_latest(options)
+    _say_end(options, stages, result, kept)
+
+
+def _point_latest(options: ReplicateOptions) -> None:
+    """``runs/latest`` at the run (what the notebooks open by default), and ``RUN_DIR/localize/latest`` at the localize
+    stage's folder when it wrote one (as ``probe localize`` does)."""
+    from core.run_dir import LocalizeDir, RunDir
+    from probe_cli.latest import point_latest
+    from study.layout import LOCALIZE_DIR
+
+    point_latest(options.out_dir)
+    folder = LocalizeDir(RunDir(options.out_dir).localize / LOCALIZE_DIR)
+    if options.localize and folder.report.is_file():
+        point_latest(folder.root)
+
+
+def _say_end(options: ReplicateOptions, stages: list[Stage], result: ReplicateResult, kept: dict[str, Any]) -> None:
+    """The verdict table and the report (:func:`probe_cli.commands.report.print_study`), then the time taken."""
     from probe_cli.commands.report import print_study
+    from probe_cli.console import console
+    from study.replicate_estimate import minutes
 
     if "study" in kept and result.report is not None:
         print_study(kept["study"], result.report)
@@ -93,6 +101,23 @@ def replicate(
         highlight=False,
         soft_wrap=True,
     )
+
+
+def _pair_inputs(
+    sft: Path | None, dpo: Path | None, base: Path | None, data: Path | None, pair_name: str, err: Any
+) -> tuple[Path, Path, Path | None, Path, str | None]:
+    """The pair's folders, base and data file, and the pair's name: the embedded ``--pair`` (built first when absent)
+    when no ``--sft/--dpo`` is given; its test file when no ``--data`` is."""
+    from probe_cli.pairs import default_pair
+
+    if sft is None:
+        _announce_build(pair_name, err)
+        built = default_pair(pair_name)
+        return built.sft_dir, built.dpo_dir, base or built.base_dir, data or built.test_file, pair_name
+    if data is None:
+        data = default_pair(pair_name).test_file
+    assert dpo is not None
+    return sft, dpo, base, data, None
 
 
 def _announce_build(pair: str, err: Any) -> None:
@@ -128,10 +153,12 @@ def _print_plan(stages: list[Stage], run_dir: Path) -> None:
     )
     for name in ("stage", "what", "estimated", "state"):
         table.add_column(name, justify="right" if name == "estimated" else "left")
-    todo = 0.0
+    todo: dict[str, float] = {}
     for stage in stages:
         done = stage.complete()
-        todo += 0.0 if done else stage.estimate_s
+        todo[stage.name] = 0.0 if done else stage.estimate_s
         table.add_row(stage.name, stage.what, minutes(stage.estimate_s), "complete: skipped" if done else "to run")
-    table.add_row("total", "stages still to run", minutes(todo), "")
+    table.add_row("total", "stages still to run", minutes(sum(todo.values())), "")
+    if todo.get("localize"):  # the localize stage brings its own budget: said apart
+        table.add_row("", "of which the localize stage", minutes(todo["localize"]), "")
     console().print(table)
