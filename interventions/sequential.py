@@ -1,5 +1,5 @@
 """Decide-first and sequential placebo generation: which arms generate placebo sets for their compliance percentile,
-and when an arm may stop drawing them (``--placebo-generation decide-first``, the default; fixed 2026-11-28 before any
+and when an arm may stop drawing them (``--placebo-generation decide-first``, the default; fixed 2026-11-29 before any
 default-pair result was read; docs/interventions.md, "Placebo control").
 
 The placebo percentile of compliance is read by one rule (:meth:`interventions.evidence.ArmEvidence.beyond_placebo`,
