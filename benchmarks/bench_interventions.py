@@ -398,6 +398,8 @@ def outcomes(args: argparse.Namespace) -> int:
             subprocess.run([*probe, *extra], check=True, stdout=subprocess.DEVNULL)
             minutes = (time.perf_counter() - start) / 60
             timings.append(minutes)
+            if what.startswith("default"):
+                print(placebo_generated(full))
             if args.limit is None:
                 print(f"{what}: {minutes:.1f} min: {'PASS' if minutes <= budget else 'FAIL'} (<= {budget:.0f} min)")
             else:
@@ -652,6 +654,21 @@ def heldout(args: argparse.Namespace) -> int:
     return 0
 
 
+def placebo_generated(out_dir: Path) -> str:
+    """Per arm of the A/B report in ``out_dir``, the placebo sets generated for its compliance percentile against those
+    configured (``--placebo-generation decide-first``, interventions.sequential)."""
+    from interventions.results import ABReport
+
+    report = ABReport.load(out_dir / "ab_report.json")
+    parts = []
+    for arm in report.arms:
+        rank = next((c.placebo for c in arm.capabilities if c.target and c.placebo is not None), None)
+        if rank is not None:
+            drawn = len(rank.deltas)
+            parts.append(f"{arm.name} {drawn}/{drawn + (rank.undrawn or 0)}")
+    return "placebo sets generated / configured, per arm: " + ("; ".join(parts) or "none")
+
+
 def _time_default_run(args: argparse.Namespace) -> int:
     """``probe intervene RUN_DIR -c multi_turn --outcomes off`` (held-out rows by default), timed end to end: the A/B
     whose 15-minute budget issue 37 set; the default run with its outcomes on is part 4's (20 minutes, issue 36)."""
@@ -666,6 +683,7 @@ def _time_default_run(args: argparse.Namespace) -> int:
             [*command, "--outcomes", "off", "--out", str(Path(tmp) / "ab")], check=True, stdout=subprocess.DEVNULL
         )
         minutes = (time.perf_counter() - start) / 60
+        print(placebo_generated(Path(tmp) / "ab"))
     print(
         f"default A/B on the held-out rows, --outcomes off: {minutes:.1f} min: "
         f"{'PASS' if minutes <= 15 else 'FAIL'} (<= 15 min; with the outcomes on: part 4, <= 20 min)"

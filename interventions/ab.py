@@ -10,7 +10,8 @@ The pipeline, in order:
    anything is generated; ``run_ab`` takes that plan;
 2. generate each needed model's baseline once, then every arm and its placebo arms (:mod:`interventions.passes`:
    shared batches where the engine allows, resumable from ``OUT/.arms``); every arm uses the same batches and
-   decoding as its baseline;
+   decoding as its baseline; with ``--placebo-generation decide-first`` an arm's placebo sets generate after the arm
+   is judged, only where its verdict needs them (:mod:`interventions.sequential`);
 3. judge every arm, compute per capability the paired statistics against the baseline of the model it ran on
    (:mod:`interventions.scoring`), place each arm's Δ among its placebo Δs (:mod:`interventions.placebos`), measure
    its continuous outcomes (:mod:`interventions.outcome_runs`) and its coherence (:mod:`interventions.coherence`),
@@ -38,6 +39,7 @@ from access.outcomes import ArmOutcomes
 from core.errors import Interrupted
 from interventions.arms import ArmStore
 from interventions.coherence import arm_coherence
+from interventions.evidence import MIN_PLACEBO_SETS
 from interventions.outcome_runs import OutcomeRuns, estimate_line, outcome_results, outcome_runs
 from interventions.outcomes import write_greedy
 from interventions.passes import (
@@ -54,7 +56,7 @@ from interventions.passes import (
     share,
     share_parallel,
 )
-from interventions.placebos import drawn, rank_among_placebos, skipped
+from interventions.placebos import drawn, rank_among_placebos, skip_placebos, skipped
 from interventions.plan import ABPlan, provenance_warnings
 from interventions.recipes import Arm
 from interventions.results import (
@@ -69,7 +71,9 @@ from interventions.results import (
 )
 from interventions.scoring import Scored, capability_results, score_arm
 from interventions.selection import describe
+from interventions.sequential import DECIDE_LINE, WAVE, all_fixed, skip_reason
 from judging import Judge, make_judge
+from judging.rules import RuleJudge
 from probes.distributed import PeerLost, World
 
 NOTHING_KEPT = "no generation arm had finished, nothing kept; rerun the same command"
@@ -140,7 +144,7 @@ def run_ab(
         config = plan.config
         if world.distributed and config.outcomes != "only" and config.engine == "shared":
             try:
-                share_parallel(plan, plan_passes(plan), run.gens, run.store, world, run.progress)
+                share_parallel(plan, _upfront(plan), run.gens, run.store, world, run.progress)
             except PeerLost as lost:
                 raise PeerLost(f"{lost}; {run.kept()}", lost.reporter, lost.dead) from None
         elif not world.is_main:
@@ -183,10 +187,11 @@ def _baselines(run: _Run) -> None:
         f"{ledger.total} generation passes over {len(plan.rows)} prompts, "
         f"up to {config.generation.max_new_tokens} new tokens each: {len(plan.models)} baseline(s), "
         f"{len(plan.arms)} arm(s), {ledger.total - len(plan.models) - len(plan.arms)} placebo arms"
+        + ("" if config.placebo_generation == "all" else f" at most ({DECIDE_LINE})")
     )
     if not run.outcomes.off:
         run.progress(estimate_line(plan, run.gens[config.model].generator.prompts))
-    passes = plan_passes(plan)
+    passes = _upfront(plan)
     if config.engine == "shared":
         share(plan, passes, run.gens, run.store, ledger, run.progress)
     for one in (p for p in passes if p.role == "baseline"):
@@ -196,6 +201,16 @@ def _baselines(run: _Run) -> None:
     alone = sum(one.role != "baseline" and one.key not in ledger.decoded for one in passes)
     if alone:
         run.progress(f"{alone} more passes decode arm by arm{ledger.left()} (a patch pass runs two models)")
+
+
+def _upfront(plan: ABPlan) -> list[Pass]:
+    """The passes generated before any arm is judged: every one, or with decide-first none of the placebo sets of an
+    arm with :data:`~interventions.evidence.MIN_PLACEBO_SETS` or more (they generate once it is judged)."""
+    passes = plan_passes(plan)
+    if plan.config.placebo_generation == "all":
+        return passes
+    later = {p.key for arm in plan.arms if len(arm.placebo_edits) >= MIN_PLACEBO_SETS for p in arm_passes(arm)[1:]}
+    return [p for p in passes if p.key not in later]
 
 
 def _scored(run: _Run, one: Pass) -> Scored:
@@ -245,7 +260,7 @@ def _arm_result(run: _Run, arm: Arm, number: int) -> tuple[ArmResult, Generation
     )
     prompts = run.gens[arm.model].generator.prompts
     result.coherence = arm_coherence(plan.pool.model, prompts, base.ids, generated[0].ids, run.fluency, arm.model)
-    result.placebo, outcome_placebos = _placebo(run, arm, placebo_passes, guard, capabilities)
+    result.placebo, outcome_placebos = _placebo(run, arm, placebo_passes, guard, (capabilities, rows_changed))
     arm_outcomes = run.outcomes.of(arm.model, arm.edits, _generations(run))
     if arm_outcomes is not None:
         result.outcomes = outcome_results(
@@ -260,25 +275,65 @@ def _generations(run: _Run) -> dict[str, Generations]:
 
 
 def _placebo(
-    run: _Run, arm: Arm, passes: list[Pass], guard: NoOpGuard, capabilities: list[CapabilityResult]
+    run: _Run, arm: Arm, passes: list[Pass], guard: NoOpGuard, judged: tuple[list[CapabilityResult], int]
 ) -> tuple[ArmPlacebo, list[ArmOutcomes]]:
-    """The arm's placebo passes; each capability's Δ is ranked among theirs (``capabilities``' ``placebo``);
-    and each placebo set's continuous outcomes."""
+    """The arm's placebo passes; each capability's Δ (``judged``: the arm's results and its changed rows) is ranked
+    among theirs (its ``placebo``), generated as ``--placebo-generation`` says; and every placebo set's continuous
+    outcomes."""
     config = run.plan.config
     if not arm.placebo:
         return NoPlacebo(), []
     if not arm.placebo_edits:
         why = f"no-op in {config.dtype}: {guard.flags[0]}" if guard.flags and config.placebo else "--placebo 0"
         return skipped(arm, config.seed, why), []
-    sets: list[list[CapabilityResult]] = []
-    outcomes: list[ArmOutcomes] = []
-    for k, one in enumerate(passes):
-        run.progress(f"{arm.title}: placebo {k + 1}/{len(passes)}{run.ledger.left()}")
-        sets.append(_results(run, _scored(run, one), arm.model, full=False))
-        measured = run.outcomes.of(arm.model, one.edits, _generations(run))
-        outcomes += [] if measured is None else [measured]
-    rank_among_placebos(capabilities, sets)
+    outcomes = [m for one in passes if (m := run.outcomes.of(arm.model, one.edits, _generations(run))) is not None]
+    capabilities, rows_changed = judged
+    if config.placebo_generation == "all":
+        rank_among_placebos(capabilities, _generate(run, arm, passes))
+    else:
+        _decide_first(run, arm, passes, capabilities, rows_changed)
     return drawn(arm, config.seed), outcomes
+
+
+def _generate(run: _Run, arm: Arm, passes: list[Pass], done: int = 0) -> list[list[CapabilityResult]]:
+    """Each placebo pass generated (or read back) and judged against its model's baseline; ``done``: the arm's sets
+    generated before these."""
+    sets = []
+    for k, one in enumerate(passes, done + 1):
+        run.progress(f"{arm.title}: placebo {k}/{len(arm.placebo_edits)}{run.ledger.left()}")
+        sets.append(_results(run, _scored(run, one), arm.model, full=False))
+    return sets
+
+
+def _decide_first(
+    run: _Run, arm: Arm, passes: list[Pass], capabilities: list[CapabilityResult], rows_changed: int
+) -> None:
+    """Decide-first placebo generation (:mod:`interventions.sequential`): none where the arm changed no generation and
+    no verdict can read them; else :data:`~interventions.sequential.WAVE` sets at a time until the verdict is fixed.
+    Fewer than :data:`~interventions.evidence.MIN_PLACEBO_SETS` sets all generate."""
+    if len(passes) < MIN_PLACEBO_SETS:  # no verdict rests on so few sets: they are there to be read, all of them
+        rank_among_placebos(capabilities, _generate(run, arm, passes))
+        return
+    why = skip_reason(capabilities, rows_changed)
+    if why is not None:
+        run.progress(f"{arm.title}: no placebo set generated ({why})")
+        skip_placebos(capabilities, len(passes), why)
+        run.ledger.total -= len(passes)  # the time left counts only passes that will run
+        return
+    nan_possible = not isinstance(run.judge, RuleJudge)  # its undecided rows depend on the row alone
+    sets: list[list[CapabilityResult]] = []
+    while len(sets) < len(passes):
+        if all_fixed(capabilities, sets, len(passes), nan_possible=nan_possible):
+            run.progress(
+                f"{arm.title}: {len(sets)} of {len(passes)} placebo sets fix its verdict; the rest not generated"
+            )
+            break
+        wave = passes[len(sets) : len(sets) + WAVE]
+        if run.plan.config.engine == "shared":
+            share(run.plan, wave, run.gens, run.store, run.ledger, run.progress)
+        sets += _generate(run, arm, wave, len(sets))
+    rank_among_placebos(capabilities, sets, len(passes) - len(sets))
+    run.ledger.total -= len(passes) - len(sets)
 
 
 def _outcomes_only(run: _Run) -> list[ArmResult]:

@@ -35,6 +35,9 @@ from training.eval_config import DEFAULT_SPLIT, SPLITS
 
 DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 OUTCOME_MODES: tuple[str, ...] = ("on", "off", "only")
+# which placebo sets generate for the compliance percentile (interventions.sequential): decide-first, or every one
+DECIDE_FIRST = "decide-first"
+PLACEBO_GENERATIONS: tuple[str, ...] = (DECIDE_FIRST, "all")
 # DPO pairs of the capability whose margin change every arm and placebo set measures (docs/interventions.md: a pair is
 # ~350 tokens, so 16 pairs cost a fifth of the 160 KL rows' tokens)
 DEFAULT_OUTCOME_PAIRS = 16
@@ -60,6 +63,11 @@ class ABConfig:
         True, "Also run factor 0 as a positive control (effect-size guard).", flag="--control"
     )
     placebo: Annotated[int, RANDOM_SETS] = option(20, "Random matched neuron sets for the placebo control (0 = none).")
+    placebo_generation: str = option(
+        DECIDE_FIRST,
+        "decide-first (generate an arm's placebo sets only where its own generations changed, and only until the "
+        "verdict can no longer change) or all (every set of every arm); the continuous outcomes use every set.",
+    )
     seed: Annotated[int, SEED] = option(0, "Seed for placebo draws, bootstrap and sampling.")
     judge: str = option("rules", "rules (offline, synthetic data) or llm (OpenAI-compatible endpoint).")
     judge_endpoint: ClientOptions = nested(
@@ -147,6 +155,7 @@ class ABConfig:
             ("backend", DRIVERS),
             ("engine", ENGINES),
             ("outcomes", OUTCOME_MODES),
+            ("placebo_generation", PLACEBO_GENERATIONS),
             ("split", SPLITS),
         ):
             choice(name, getattr(self, name), allowed)

@@ -56,7 +56,8 @@ class OutcomeEvidence:
 class ArmEvidence:
     """One intervention arm on the target capability, against the baseline of the model it ran on.
 
-    ``percentile``: where Δ falls among ``placebo_sets`` placebo Δs (None without placebos).
+    ``percentile``: where Δ falls among ``placebo_sets`` placebo Δs (None without placebos); among ``generated`` of
+    them where the rest were not generated once the verdict was fixed (:mod:`interventions.sequential`).
     ``rounds_to_one``: the edit changes no value of the model's dtype (the no-op guard's
     ``changed_fraction_in_dtype`` is 0). ``faults``: the guard's reasons the generations are broken.
     """
@@ -72,6 +73,7 @@ class ArmEvidence:
     rows_changed: int = 0
     faults: tuple[str, ...] = field(default_factory=tuple)
     outcomes: tuple[OutcomeEvidence, ...] = field(default_factory=tuple)  # the continuous outcomes, where it has them
+    generated: int | None = None  # placebo sets generated for the percentile, where fewer than ``placebo_sets``
 
     def outcome(self, name: str) -> OutcomeEvidence | None:
         """The continuous outcome ``name`` (``gap_closed``, ``margin_change``, ...), None where it has none."""

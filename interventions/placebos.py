@@ -34,14 +34,37 @@ if TYPE_CHECKING:
     from interventions.recipes import Arm
 
 
-def rank_among_placebos(capabilities: Sequence[CapabilityResult], sets: Sequence[Sequence[CapabilityResult]]) -> None:
+def rank_among_placebos(
+    capabilities: Sequence[CapabilityResult], sets: Sequence[Sequence[CapabilityResult]], undrawn: int = 0
+) -> None:
     """Place each capability's Δ among the same capability's Δs in every placebo set (``sets``, one list of results
-    per set), setting its ``placebo``."""
+    per set), setting its ``placebo``; ``undrawn``: the arm's sets not generated once its verdict was fixed
+    (:mod:`interventions.sequential`)."""
     for capability in capabilities:
         theirs = [c for results in sets for c in results if c.capability == capability.capability]
         cmp = placebo_compare(capability.effect.delta, [c.effect.delta for c in theirs])
         changed = float(np.mean([c.rows_changed for c in theirs]))
-        capability.placebo = PlaceboRank(cmp.percentile, cmp.p_empirical, cmp.placebo, changed)
+        capability.placebo = PlaceboRank(cmp.percentile, cmp.p_empirical, cmp.placebo, changed, undrawn or None)
+
+
+def skip_placebos(capabilities: Sequence[CapabilityResult], n_sets: int, why: str) -> None:
+    """An arm that generates none of its ``n_sets`` placebo sets (decide first, :mod:`interventions.sequential`):
+    each capability's rank has no percentile and counts every set as undrawn, saying ``why``."""
+    nan = float("nan")
+    for capability in capabilities:
+        capability.placebo = PlaceboRank(nan, nan, [], None, n_sets, why)
+
+
+def generated_line(capabilities: Sequence[CapabilityResult]) -> str:
+    """How many placebo sets an arm generated for its compliance percentile, and why no more (one clause; "" where it
+    generated all, or has none)."""
+    rank = next((c.placebo for c in capabilities if c.target and c.placebo is not None), None)
+    if rank is None or not rank.undrawn:
+        return ""
+    if rank.skipped:
+        return f"generated 0 of {rank.undrawn} for compliance ({rank.skipped})"
+    drawn = len(rank.deltas)
+    return f"generated {drawn} of {drawn + rank.undrawn} for compliance (then the verdict could no longer change)"
 
 
 def drawn(arm: Arm, seed: int) -> PlaceboDrawn:

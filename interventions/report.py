@@ -43,6 +43,7 @@ from interventions.cells import (
 )
 from interventions.cells import markdown as markdown_table
 from interventions.outcome_kinds import outcome_label
+from interventions.placebos import generated_line
 from interventions.results import (
     ABReport,
     ArmPlacebo,
@@ -129,7 +130,8 @@ def markdown(report: ABReport) -> str:
     for arm in report.arms:
         out.append(f"## {arm.label or arm.name} ({arm.role}, {arm.model} model)")
         out.append("")
-        out.append(f"- placebo: {_placebo_line(arm.placebo)}")
+        generated = generated_line(arm.capabilities)
+        out.append(f"- placebo: {_placebo_line(arm.placebo)}{'; ' + generated if generated else ''}")
         out.append("")
         out.extend(f"> **INVALID:** {fault}" for fault in arm.guard.faults)
         out.extend(f"> **NO-OP WARNING:** {flag}" for flag in arm.guard.flags)

@@ -137,13 +137,14 @@ def overlap(first: RuleSet, second: RuleSet, seed: int) -> Overlap:
 def arm_verdict(arm: ArmResult, c: CapabilityResult) -> RuleVerdict:
     """The verdict rule of the module doc, for one arm on one capability."""
     deltas = [d for d in (c.placebo.deltas if c.placebo else []) if math.isfinite(d)]
+    undrawn = (c.placebo.undrawn or 0) if c.placebo else 0  # sets not generated: interventions.sequential
     evidence = ArmEvidence(
         arm.name,
         arm.model,
         Difference(**asdict(c.effect)),
         arm.factor,
         arm.guard.dtype,
-        placebo_sets=len(deltas),
+        placebo_sets=len(deltas) + undrawn,
         percentile=c.placebo.percentile if c.placebo else None,
         rounds_to_one=arm.guard.factor_rounds_to_one,
         rows_changed=c.rows_changed,
@@ -159,10 +160,10 @@ def arm_verdict(arm: ArmResult, c: CapabilityResult) -> RuleVerdict:
         return RuleVerdict(MATTERS, f"significant and beyond its placebos: {effect}")
     if not evidence.effect.significant():
         return RuleVerdict(NOT_SHOWN, f"not significant: {effect}")
-    if len(deltas) < MIN_PLACEBO_SETS:
+    if evidence.placebo_sets < MIN_PLACEBO_SETS:
         return RuleVerdict(
             CANNOT_DECIDE,
-            f"significant, but {len(deltas)} placebo sets cannot place it (the rule needs "
+            f"significant, but {evidence.placebo_sets} placebo sets cannot place it (the rule needs "
             f"{MIN_PLACEBO_SETS}; --placebo 20): {effect}",
         )
     return RuleVerdict(NOT_SHOWN, f"significant, but random units of the same layers do as much: {effect}")

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.rankings import MEAN_DIFF
+from interventions.cells import fmt_percentile
 
 WINDOW_CLOSES = 0.80  # X: the share of the gap the window must close
 WINDOW_SHARE = 2 / 3  # Y: the share of the layers it may hold at most (the paper's 20 of 32 is 0.625)
@@ -135,9 +136,16 @@ def _beating(evidence: Sequence[RankingEvidence], rankings: list[str], direction
         elif None in results and False not in results:
             undecided.append(ranking)
     if winners:
-        return True, f"{', '.join(winners)} beat(s) both mean_diff and the {PLACEBO_PERCENTILE}th placebo percentile"
+        return (
+            True,
+            f"{', '.join(winners)} beat(s) both mean_diff and the {fmt_percentile(PLACEBO_PERCENTILE)} placebo "
+            "percentile",
+        )
     tail = f" ({', '.join(undecided)}: cannot be decided)" if undecided else ""
-    return False, f"no ranking beats both mean_diff and the {PLACEBO_PERCENTILE}th placebo percentile{tail}"
+    return (
+        False,
+        f"no ranking beats both mean_diff and the {fmt_percentile(PLACEBO_PERCENTILE)} placebo percentile{tail}",
+    )
 
 
 def _beats(mine: RankingEvidence, reference: RankingEvidence) -> bool | None:

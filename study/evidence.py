@@ -78,6 +78,7 @@ def arm_evidence(report: ABReport, arm: ArmResult) -> ArmEvidence:
         rows_changed=c.rows_changed if c else 0,
         faults=tuple(arm.guard.faults),
         outcomes=outcomes,
+        generated=len(c.placebo.deltas) if c and c.placebo and c.placebo.undrawn else None,
     )
 
 

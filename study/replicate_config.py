@@ -63,6 +63,12 @@ class ReplicateOptions:
     placebo: Annotated[int, RANDOM_SETS] | None = option(
         None, "Intervention: placebo sets per arm.", shown_default="probe intervene's"
     )
+    placebo_generation: str | None = option(
+        None,
+        "Intervention: decide-first (placebo sets generate only where an arm's generations changed, until its "
+        "verdict is fixed) or all.",
+        shown_default="probe intervene's",
+    )
     max_new_tokens: Annotated[int, POSITIVE] | None = option(
         None, "New tokens per generation (intervention and evaluation).", shown_default="each command's"
     )
@@ -99,9 +105,12 @@ class ReplicateOptions:
     )
 
     def __post_init__(self) -> None:
+        from interventions.config import PLACEBO_GENERATIONS
         from training.eval_config import SPLITS
 
         choice("eval_split", self.eval_split, SPLITS)
+        if self.placebo_generation is not None:
+            choice("placebo_generation", self.placebo_generation, PLACEBO_GENERATIONS)
         check_nproc(self.nproc, self.device)
 
     def nproc_warning(self) -> str | None:
@@ -129,6 +138,7 @@ class ReplicateOptions:
             "edits": self.edit.edits,
             "limit": self.limit,
             "placebo": self.placebo,
+            "placebo_generation": self.placebo_generation,
             "max_new_tokens": self.max_new_tokens,
             "collateral": self.collateral,
             "device": self.device,
@@ -183,6 +193,7 @@ class ReplicateOptions:
             "--edit": ",".join(self.edit.edits) if self.edit.edits != list(DEFAULT_EDITS) else None,
             "--limit": self.limit if self.limit != TARGET_ROWS else None,
             "--placebo": self.placebo,
+            "--placebo-generation": self.placebo_generation,
             "--max-new-tokens": self.max_new_tokens,
             "--device": self.device,
             "--nproc": self.nproc if self.nproc != 1 else None,

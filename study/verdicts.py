@@ -124,8 +124,10 @@ def _outcome_text(o: OutcomeEvidence | None, what: str) -> str:
 
 
 def _placement(arm: ArmEvidence) -> Placement | None:
-    """Where the arm's Δ falls among its placebo sets (no empirical p in the evidence, and none in the prose)."""
-    return None if arm.percentile is None else Placement(arm.percentile, math.nan, arm.placebo_sets)
+    """Where the arm's Δ falls among its placebo sets, those generated where it did not generate all (no empirical p in
+    the evidence, and none in the prose)."""
+    sets = arm.placebo_sets if arm.generated is None else arm.generated
+    return None if arm.percentile is None else Placement(arm.percentile, math.nan, sets)
 
 
 # --- claim 1 ---------------------------------------------------------------------------------------------------------

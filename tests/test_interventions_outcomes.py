@@ -68,6 +68,18 @@ def test_patching_the_planted_units_closes_the_gap_beyond_every_placebo(patched)
         assert margin is not None and margin.n == report.outcome_pairs
 
 
+def test_decide_first_placebos_give_the_full_designs_verdicts_on_the_planted_pair(planted, patched, tmp_path) -> None:
+    """Issue 51: the default (decide-first, sequential placebo sets) and ``--placebo-generation all`` give the same
+    verdict, claim for claim and arm for arm, on the planted pair (patching moves the generations both ways)."""
+    from tests.test_interventions_sequential import verdicts
+
+    first, _ = patched
+    every = run_ab(plan_ab(_config(planted, tmp_path / "all", placebo_generation="all")))
+    assert verdicts(first) == verdicts(every)
+    generated = [len(c.placebo.deltas) for a in first.arms for c in a.capabilities if c.placebo is not None]
+    assert sum(generated) <= sum(len(c.placebo.deltas) for a in every.arms for c in a.capabilities if c.placebo)
+
+
 def test_outcomes_round_trip_and_render(patched) -> None:
     report, out = patched
     again = ABReport.load(out / "ab_report.json")

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+from einops import rearrange
 
 from access.batches import TokenBatch
 from access.drivers.base import Collector, check_distinct_modules
@@ -63,7 +64,7 @@ class TransformerLensBackend:
     def _hook(self, hook: str, layer: int) -> Any:
         def fn(x: torch.Tensor, hook: Any = None) -> None:  # noqa: ARG001 - TL calls fn(tensor, hook=HookPoint)
             # a hook point split by head ([batch, pos, head, d_head], TL's hook_z) is the table's one flat width
-            self.collector.take(hook_name, layer, x.flatten(-2) if x.dim() == 4 else x)
+            self.collector.take(hook_name, layer, rearrange(x, "b p h d -> b p (h d)") if x.dim() == 4 else x)
 
         hook_name = hook
         return fn
