@@ -48,7 +48,7 @@ def test_edit_help_lists_every_recipe_row() -> None:
 
     help_text = next(f for f in fields(EditSpec) if f.name == "edits").metadata["help"]
     assert all(f"{name} ({recipe.help})" in help_text for name, recipe in RECIPES.items())
-    with pytest.raises(Exception, match="expected one of scale, mean, patch"):
+    with pytest.raises(Exception, match=f"expected one of {', '.join(RECIPES)}, got 'clamp'"):
         edit_names("scale,clamp")
 
 
