@@ -39,9 +39,9 @@ import numpy as np
 from core.atomic import write_atomic
 from core.errors import ProbeError
 from core.run_dir import DictionaryDir
+from probes.journal import SEAL, content_digest
 
 FORMAT = 1
-_SEAL = "seal"
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class Store:
             "position": data.position,
             "held_out": data.held_out,
         }
-        arrays[_SEAL] = np.asarray([self.digest(), _content_digest(arrays)])
+        arrays[SEAL] = np.asarray([self.digest(), content_digest(arrays)])
         path = self.shard(index)
         write_atomic(path, lambda handle: np.savez(handle, **arrays))  # type: ignore[arg-type]  # numpy's stub
         return path
@@ -131,8 +131,8 @@ class Store:
             return False
         try:
             arrays = _load(path)
-            seal = arrays.pop(_SEAL)
-            whole = str(seal[0]) == self.digest() and str(seal[1]) == _content_digest(arrays)
+            seal = arrays.pop(SEAL)
+            whole = str(seal[0]) == self.digest() and str(seal[1]) == content_digest(arrays)
         except (OSError, ValueError, KeyError, EOFError):
             whole = False
         if not whole:
@@ -170,12 +170,3 @@ class Store:
 def _load(path: Path) -> dict[str, np.ndarray]:
     with np.load(path, allow_pickle=False) as data:
         return {name: data[name] for name in data.files}
-
-
-def _content_digest(arrays: dict[str, np.ndarray]) -> str:
-    digest = hashlib.sha256()
-    for name in sorted(n for n in arrays if n != _SEAL):
-        values = np.ascontiguousarray(arrays[name])
-        digest.update(f"{name}|{values.dtype.str}|{values.shape}|".encode())
-        digest.update(values.tobytes())
-    return digest.hexdigest()

@@ -61,7 +61,7 @@ from probes.store import MAX_INFLATION, MODELS, STORED_GROUPS, RunWriter, read_f
 
 _SHARD_TEXT = ("tasks", "prompts")
 _SHARD_INTS = ("sample_ids", "prompt_lengths")
-_SEAL = "seal"  # [settings digest, content digest]
+SEAL = "seal"  # [settings digest, content digest]
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ def write_shard(run_dir: Path, shard: Shard, settings: str | None = None) -> Pat
     for (model, hook), values in shard.activations.items():
         arrays[f"act__{model}__{hook}"] = values
     settings = settings_digest(run_dir) if settings is None else settings
-    arrays[_SEAL] = np.asarray([settings, _content_digest(arrays)])
+    arrays[SEAL] = np.asarray([settings, content_digest(arrays)])
     path = RunDir(run_dir).shard(shard.capability, shard.start)
     write_atomic(path, lambda handle: np.savez(handle, **arrays))  # type: ignore[arg-type]  # stub: **arrays as allow_pickle
     return path
@@ -117,10 +117,10 @@ def settings_digest(run_dir: Path) -> str:
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
-def _content_digest(arrays: dict[str, np.ndarray]) -> str:
+def content_digest(arrays: dict[str, np.ndarray]) -> str:
     """The sha256 of every member but the seal: names, types, shapes and bytes."""
     digest = hashlib.sha256()
-    for name in sorted(n for n in arrays if n != _SEAL):
+    for name in sorted(n for n in arrays if n != SEAL):
         values = np.ascontiguousarray(arrays[name])
         digest.update(f"{name}|{values.dtype.str}|{values.shape}|".encode())
         digest.update(values.tobytes())
@@ -131,12 +131,12 @@ def seal_fault(path: Path, settings: str) -> str | None:
     """Why a whole, well-formed shard is not this run's batch as it was recorded (None: it is): no checksum (an
     older toolkit's shard), recorded under other settings (``settings``: :func:`settings_digest`), or changed since."""
     arrays = _shard_arrays(path)
-    seal = arrays.get(_SEAL)
+    seal = arrays.get(SEAL)
     if seal is None:
         return "it carries no checksum (an older toolkit's shard)"
     if str(seal[0]) != settings:
         return "it was recorded under other settings"
-    if str(seal[1]) != _content_digest(arrays):
+    if str(seal[1]) != content_digest(arrays):
         return "it changed since it was recorded (its checksum does not match)"
     return None
 
@@ -210,7 +210,7 @@ def _check_shard_members(
         expected = _member_rule(name, dtype, hooks)
         if expected:
             raise _shard_fault(path, f"member {name!r} holds {dtype} {shape}; expected {expected}")
-        if name == _SEAL:
+        if name == SEAL:
             if shape != (2,):
                 raise _shard_fault(path, f"member {name!r} has shape {shape}; expected two checksums")
             continue
@@ -228,7 +228,7 @@ def _member_rule(name: str, dtype: np.dtype, hooks: set[str] | None) -> str:
     """What member ``name`` must be, when its dtype or name is wrong; '' when it is right."""
     if name in _SHARD_INTS:
         return "" if dtype.kind in "iu" else "integers"
-    if name in _SHARD_TEXT or name == _SEAL:
+    if name in _SHARD_TEXT or name == SEAL:
         return "" if dtype.kind == "U" else "text"
     parts = name.split("__")
     if (
