@@ -137,6 +137,11 @@ CLAIMS: list[tuple[str, Callable[[], Any], Any]] = [
     ("`--device` (default `cpu`)", _field("interventions.config", "ABConfig", "device"), "cpu"),
     ("`--placebo R` (default 20)", _field("interventions.config", "ABConfig", "placebo"), 20),
     (
+        "by default (`--placebo-generation decide-first`)",
+        _field("interventions.config", "ABConfig", "placebo_generation"),
+        "decide-first",
+    ),
+    (
         "`OPENAI_BASE_URL` (default `https://api.openai.com/v1`)",
         _constant("judging.client.config", "DEFAULT_BASE_URL"),
         "https://api.openai.com/v1",
