@@ -76,7 +76,7 @@ class LocalizePlan:
 
 def plan_localize(config: LocalizeConfig) -> LocalizePlan:
     """Resolve and check every input (module doc); nothing is loaded but the run's metadata and configs."""
-    from access.pair import check_pair_configs, read_config
+    from access.pair import check_pair_configs
     from probes.store import RunReader
 
     if config.run_dir is None:
@@ -94,7 +94,7 @@ def plan_localize(config: LocalizeConfig) -> LocalizePlan:
     shape = _shape(sft_dir, config.hook, model_shape.n_layers, model_shape.d_model)
     data_file, split = _data_file(config, recorded_data)
     rows, row_ids = _rows(config, data_file)
-    _check_responses(config, row_ids, int(getattr(read_config(sft_dir), "vocab_size", 0) or 0))
+    _check_responses(config, rows, row_ids, data_file, {"sft": sft_dir, "dpo": dpo_dir})
     planted = _planted(dpo_dir, config.hook)
     points = list(config.grid)
     if planted and Point(None, len(planted)) not in points:
@@ -197,21 +197,25 @@ def _rows(config: LocalizeConfig, data_file: Path) -> tuple[list[TestRow], list[
     return [rows[i] for i in chosen], chosen
 
 
-def _check_responses(config: LocalizeConfig, row_ids: list[int], vocab: int) -> None:
-    """``--responses FILE`` or an earlier run's folder: one response per row, of token ids this pair's tokenizer has
-    (responses kept with another pair's tokenizer are refused here, before anything loads)."""
-    from interventions.outcomes import earlier_responses
+def _check_responses(
+    config: LocalizeConfig, rows: list[TestRow], row_ids: list[int], data_file: Path, model_dirs: dict[str, Path]
+) -> None:
+    """``--responses FILE`` or an earlier run's folder, read and checked now as the passes will read it
+    (:func:`interventions.outcomes.response_checks`: every line's shape, the rows, token ids in the vocabulary, the
+    fingerprints of the model and tokenizer that wrote them, the context), before any model loads."""
+    from core.models import load_tokenizer
+    from interventions.outcomes import earlier_responses, response_checks
     from localize.config import NAMED_RESPONSES
     from localize.passes import DIRECTIONS
-    from localize.responses import check_ids
-    from probes.outcome_rows import read_responses_file
+    from probes.outcome_rows import outcome_rows
 
     if config.responses in NAMED_RESPONSES:
         return
+    tokenizer = load_tokenizer(model_dirs["sft"], "the SFT model")
     for target in sorted({DIRECTIONS[d].source for d in config.direction_list}):
-        path = earlier_responses(config.responses, target, row_ids) or Path(config.responses)
-        answers = read_responses_file(path, len(row_ids))
-        check_ids([a for a in answers if not isinstance(a, str)], vocab, str(path))
+        checks = response_checks(tokenizer, row_ids, target, model_dirs)
+        kept = earlier_responses(config.responses, target, row_ids, checks)
+        outcome_rows(tokenizer, rows, str(kept or config.responses), data_file=data_file, checks=checks)
 
 
 def _planted(dpo_dir: Path, hook: str) -> tuple[tuple[int, int], ...]:

@@ -3,23 +3,21 @@
 The target of a direction is the model whose values are patched in (SFT for DPO <- SFT, DPO for SFT <- DPO), and,
 as in ``probe intervene``'s continuous outcomes, the responses are by default its own greedy ones (``--responses
 greedy``, generated here, ``--max-new-tokens`` tokens), else the rows' references, a JSONL file, or the greedy
-responses an earlier ``probe intervene`` run kept (its folder). Kept or given token ids must be ids this pair's
-tokenizer has: ids from another tokenizer are refused in one line.
+responses an earlier ``probe intervene`` run kept (its folder). Kept or given responses are held to what
+``probe intervene``'s outcomes hold them to (:func:`interventions.outcomes.response_checks`: the rows, the
+vocabulary, the fingerprints of the model and tokenizer that wrote them, the context).
 
 Example:
-    >>> check_ids([[5, 9]], vocab=10, source="r.jsonl")
-    >>> check_ids([[5, 12]], vocab=10, source="r.jsonl")
-    Traceback (most recent call last):
-    core.errors.ProbeError: r.jsonl: row 0 has token id 12, which this pair's tokenizer (10 ids) does not have: ...
+    >>> from localize.config import NAMED_RESPONSES
+    >>> NAMED_RESPONSES
+    ('greedy', 'reference')
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-from core.errors import ProbeError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -36,20 +34,21 @@ def forced_rows(
     rows: Sequence[TestRow],
     row_ids: Sequence[int],
     data_file: Path,
+    model_dirs: Mapping[str, Path],
     max_new_tokens: int,
     say: Callable[[str], None],
 ) -> tuple[list[Forced], str]:
     """The rows with ``target``'s responses (``model`` is the target, for greedy), and how the report names them."""
-    from interventions.outcomes import earlier_responses, greedy_ids
+    from interventions.outcomes import earlier_responses, greedy_ids, response_checks
     from probes.outcome_rows import outcome_rows
 
     if responses == "greedy":
         ids = greedy_ids(_generate(model, tokenizer, rows, max_new_tokens, say), tokenizer)
         return outcome_rows(tokenizer, rows, "greedy", data_file=data_file, greedy=ids), f"greedy ({target} model's)"
-    kept = earlier_responses(responses, target, row_ids) if responses != "reference" else None
+    checks = response_checks(tokenizer, row_ids, target, model_dirs)
+    kept = earlier_responses(responses, target, row_ids, checks) if responses != "reference" else None
     source = str(kept) if kept is not None else responses
-    forced = outcome_rows(tokenizer, rows, source, data_file=data_file)
-    check_ids([f.ids for f in forced], int(model.config.vocab_size), source)
+    forced = outcome_rows(tokenizer, rows, source, data_file=data_file, checks=checks)
     named = f"greedy ({target} model's, kept by {kept.parent})" if kept is not None else responses
     return forced, named
 
@@ -68,14 +67,3 @@ def _generate(
     done = generator.run()
     say(f"greedy responses: {len(done.ids)} rows, {done.n_tokens} tokens")
     return done.ids
-
-
-def check_ids(sequences: Sequence[Sequence[int]], vocab: int, source: str) -> None:
-    """Refuse token ids outside this pair's vocabulary (responses kept with another tokenizer)."""
-    for row, ids in enumerate(sequences):
-        bad = next((int(i) for i in ids if not 0 <= int(i) < vocab), None)
-        if bad is not None:
-            raise ProbeError(
-                f"{source}: row {row} has token id {bad}, which this pair's tokenizer ({vocab} ids) does not have: "
-                "responses kept with another pair's tokenizer"
-            )

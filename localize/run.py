@@ -149,6 +149,7 @@ def _responses(
             [plan.rows[k] for k in m.mine],
             [plan.row_ids[k] for k in m.mine],
             plan.data_file,
+            {"sft": plan.sft_dir, "dpo": plan.dpo_dir},
             plan.config.max_new_tokens,
             say,
         )

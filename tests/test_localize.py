@@ -158,7 +158,22 @@ def test_responses_from_another_tokenizer_are_refused(
     kept = tmp_path / "responses.jsonl"
     kept.write_text("".join(json.dumps({"token_ids": [5, 10**6]}) + "\n" for _ in range(2)))
     one_line_error(
-        capsys, ["localize", str(run), "-c", "multi_turn", "--responses", str(kept), "--limit", "2"], "token id 1000000"
+        capsys,
+        ["localize", str(run), "-c", "multi_turn", "--responses", str(kept), "--limit", "2"],
+        ":1: token_ids[1] is 1000000, outside the vocabulary's",
+    )
+
+
+def test_responses_that_do_not_say_who_wrote_them_properly_are_refused(
+    run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kept responses are held to probe intervene's checks, fingerprints included, before any model loads."""
+    kept = tmp_path / "responses.jsonl"
+    kept.write_text("".join(json.dumps({"token_ids": [5, 6], "weights_sha256": "abc"}) + "\n" for _ in range(2)))
+    one_line_error(
+        capsys,
+        ["localize", str(run), "-c", "multi_turn", "--responses", str(kept), "--limit", "2"],
+        ":1: 'weights_sha256' is 'abc'; expected a sha256",
     )
 
 
