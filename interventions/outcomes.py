@@ -127,6 +127,42 @@ def response_checks(
     )
 
 
+@dataclass
+class Responses:
+    """A target's teacher-forced rows as ``--responses`` names them, the checks they passed, and the kept file
+    they came from (an earlier run's, or None)."""
+
+    rows: list[Forced]
+    checks: ResponseChecks
+    kept: Path | None
+
+
+def checked_responses(
+    tokenizer: PreTrainedTokenizerBase,
+    rows: Sequence[TestRow],
+    row_ids: Sequence[int],
+    responses: str,
+    target: str,
+    data_file: Path,
+    model_dirs: Mapping[str, Path] | None,
+    *,
+    greedy: Sequence[Sequence[int]] | None = None,
+    dpo_file: Path | None = None,
+) -> Responses:
+    """``responses`` (a name, a file or an earlier run's folder) for ``target`` as rows, each held to
+    :func:`response_checks` before any forward: the one reader of ``--responses`` for ``probe intervene``'s plan and
+    outcomes and for ``probe localize``."""
+    from probes.outcome_rows import outcome_rows
+
+    checks = response_checks(tokenizer, row_ids, target, model_dirs)
+    kept = earlier_responses(responses, target, row_ids, checks)
+    answers = None if greedy is None else [list(ids) for ids in greedy]
+    forced = outcome_rows(
+        tokenizer, rows, str(kept or responses), data_file=data_file, greedy=answers, dpo_file=dpo_file, checks=checks
+    )
+    return Responses(forced, checks, kept)
+
+
 def outcome_inputs(
     config: ABConfig,
     tokenizer: PreTrainedTokenizerBase,
@@ -142,14 +178,11 @@ def outcome_inputs(
     before any forward."""
     from probes.outcome_rows import capability_pairs, outcome_rows
 
-    checks = response_checks(tokenizer, row_ids, target, model_dirs)
     dpo_file = default_dpo_file(config, data_file)
-    kept = earlier_responses(config.responses, target, row_ids, checks)
-    source = str(kept) if kept is not None else config.responses
-    answers = None if greedy is None else [list(ids) for ids in greedy]
-    forced_rows = outcome_rows(
-        tokenizer, rows, source, data_file=data_file, greedy=answers, dpo_file=dpo_file, checks=checks
+    given = checked_responses(
+        tokenizer, rows, row_ids, config.responses, target, data_file, model_dirs, greedy=greedy, dpo_file=dpo_file
     )
+    forced_rows, checks, kept = given.rows, given.checks, given.kept
     reference = (
         forced_rows
         if config.responses == "reference"

@@ -317,8 +317,7 @@ def check_responses(
     if config.outcomes == "off" or response_source(config.responses) != "file":
         return
     from core.models import load_tokenizer
-    from interventions.outcomes import earlier_responses, response_checks
-    from probes.outcome_rows import outcome_rows
+    from interventions.outcomes import checked_responses
 
     try:
         dirs = {config.model: model_dir, other(config.model): resolve_source_dir(config)}
@@ -327,9 +326,7 @@ def check_responses(
     tokenizer = load_tokenizer(model_dir, "--model-dir")
     both = any(RECIPES[name].passes.both_models for name in config.edit.edits)
     for target in (other(config.model), config.model) if both else (other(config.model),):
-        checks = response_checks(tokenizer, row_ids, target, dirs)
-        kept = earlier_responses(config.responses, target, row_ids, checks)
-        outcome_rows(tokenizer, rows, str(kept or config.responses), data_file=data_file, checks=checks)
+        checked_responses(tokenizer, rows, row_ids, config.responses, target, data_file, dirs)
 
 
 @dataclass

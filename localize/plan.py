@@ -204,18 +204,15 @@ def _check_responses(
     (:func:`interventions.outcomes.response_checks`: every line's shape, the rows, token ids in the vocabulary, the
     fingerprints of the model and tokenizer that wrote them, the context), before any model loads."""
     from core.models import load_tokenizer
-    from interventions.outcomes import earlier_responses, response_checks
+    from interventions.outcomes import checked_responses
     from localize.config import NAMED_RESPONSES
     from localize.passes import DIRECTIONS
-    from probes.outcome_rows import outcome_rows
 
     if config.responses in NAMED_RESPONSES:
         return
     tokenizer = load_tokenizer(model_dirs["sft"], "the SFT model")
     for target in sorted({DIRECTIONS[d].source for d in config.direction_list}):
-        checks = response_checks(tokenizer, row_ids, target, model_dirs)
-        kept = earlier_responses(config.responses, target, row_ids, checks)
-        outcome_rows(tokenizer, rows, str(kept or config.responses), data_file=data_file, checks=checks)
+        checked_responses(tokenizer, rows, row_ids, config.responses, target, data_file, model_dirs)
 
 
 def _planted(dpo_dir: Path, hook: str) -> tuple[tuple[int, int], ...]:

@@ -39,18 +39,15 @@ def forced_rows(
     say: Callable[[str], None],
 ) -> tuple[list[Forced], str]:
     """The rows with ``target``'s responses (``model`` is the target, for greedy), and how the report names them."""
-    from interventions.outcomes import earlier_responses, greedy_ids, response_checks
+    from interventions.outcomes import checked_responses, greedy_ids
     from probes.outcome_rows import outcome_rows
 
     if responses == "greedy":
         ids = greedy_ids(_generate(model, tokenizer, rows, max_new_tokens, say), tokenizer)
         return outcome_rows(tokenizer, rows, "greedy", data_file=data_file, greedy=ids), f"greedy ({target} model's)"
-    checks = response_checks(tokenizer, row_ids, target, model_dirs)
-    kept = earlier_responses(responses, target, row_ids, checks) if responses != "reference" else None
-    source = str(kept) if kept is not None else responses
-    forced = outcome_rows(tokenizer, rows, source, data_file=data_file, checks=checks)
-    named = f"greedy ({target} model's, kept by {kept.parent})" if kept is not None else responses
-    return forced, named
+    given = checked_responses(tokenizer, rows, row_ids, responses, target, data_file, model_dirs)
+    named = f"greedy ({target} model's, kept by {given.kept.parent})" if given.kept is not None else responses
+    return given.rows, named
 
 
 def _generate(
