@@ -35,6 +35,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import IO, Any
 
 EVERY_S = 60.0
+_stage_line_at = [float("-inf")]  # time.monotonic() of the last line any Stage printed (heartbeat reads it)
 """Seconds between two progress lines at most, when the stream is not a terminal."""
 
 
@@ -126,6 +127,7 @@ class Stage:
             self.report()
 
     def _say(self, text: str) -> None:
+        _stage_line_at[0] = time.monotonic()
         print(f"{self.name}: {text}", file=self._stream, flush=True)
 
 
@@ -185,7 +187,8 @@ def heartbeat(
 ) -> Iterator[Callable[[str], None]]:
     """Yields ``say`` for a stage that reports in lines of its own (one per batch, per arm) which may be minutes
     apart: while ``every`` seconds pass without one, it says how long since the last, so that a log shows the run
-    alive at least once a minute. ``enabled=False`` (a helper rank): no beat."""
+    alive at least once a minute; a :class:`Stage`'s own lines count as lines, so a stage that reports itself is not
+    beaten over. ``enabled=False`` (a helper rank): no beat."""
     last_at, last_line = clock(), ""
     stop = threading.Event()
 
@@ -196,7 +199,7 @@ def heartbeat(
 
     def beat() -> None:
         while not stop.wait(every):
-            quiet = clock() - last_at
+            quiet = clock() - max(last_at, _stage_line_at[0])
             if quiet >= every:
                 say(f"still working: {_clock_text(quiet)} since the last line{f' ({last_line})' if last_line else ''}")
 

@@ -144,6 +144,18 @@ def test_a_stage_reporting_in_its_own_lines_is_shown_alive_when_they_are_minutes
     assert silent == []  # a helper rank of a data-parallel run says nothing
 
 
+def test_a_stage_that_reports_itself_is_not_beaten_over() -> None:
+    """A stage's own lines (a log's per-interval progress) count as lines: no "still working" beside them."""
+    said: list[str] = []
+    out = io.StringIO()
+    with heartbeat(said.append, every=0.1) as say:
+        say("passes DPO <- SFT")
+        with stage("passes DPO <- SFT", 2, unit="batches", stream=out, every=0.03):
+            time.sleep(0.5)
+    assert out.getvalue().count("0/2 batches") >= 3, out.getvalue()
+    assert not [line for line in said if line.startswith("still working")], said
+
+
 def _seconds(clock: str) -> int:
     """``'1h2m3s'`` -> 3723 (core.progress's clock text read back)."""
     return sum(int(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in re.findall(r"(\d+)([hms])", clock))
