@@ -74,9 +74,11 @@ the run's own test split's multi_turn rows: one unedited greedy pass of the run'
 passes weighted as ``probe replicate``'s estimate weighs them (:func:`study.replicate_estimate.ab_passes`: an arm
 decoded in shared batches costs 0.6 of a pass; with outcomes on, the other model's baseline too) and its
 teacher-forced outcome passes as ``probe intervene``'s own estimate counts them
-(:func:`interventions.outcomes.outcome_seconds`), PASS/FAIL against 15 minutes (an estimate), with and without the
-outcomes (``--outcomes off``). ``--run`` times that run itself instead, with ``--outcomes off`` (``--top-k K``
-where the run has no analysed neuron set), PASS/FAIL against 15 minutes (the default run with its outcomes is part 4's).
+(:func:`interventions.outcomes.forced_passes`, :func:`interventions.outcomes.outcome_seconds`), PASS/FAIL against 15
+minutes (an estimate), with and without the outcomes (``--outcomes off``). Both are ranges: with decide-first the
+placebo sets run only as the arms' verdicts need them (:mod:`interventions.sequential`). ``--run`` times that run
+itself instead, with ``--outcomes off`` (``--top-k K`` where the run has no analysed neuron set), PASS/FAIL against 15
+minutes (the default run with its outcomes is part 4's).
 
     python benchmarks/bench_interventions.py --heldout runs/latest [--run [--top-k 64]]
 """
@@ -87,6 +89,7 @@ import argparse
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -603,8 +606,8 @@ def heldout(args: argparse.Namespace) -> int:
     from core.pace import OUTCOME_TOKEN_SECONDS
     from core.rows import read_test_rows
     from interventions.config import ABConfig
-    from interventions.outcomes import outcome_seconds
-    from interventions.plan import pass_count, resolve_sources, select_rows
+    from interventions.outcomes import forced_passes, outcome_seconds
+    from interventions.plan import pass_count, placebo_passes, resolve_sources, select_rows
     from study.replicate_estimate import ab_passes
 
     config = ABConfig(run_dir=args.heldout, capability="multi_turn")
@@ -632,41 +635,64 @@ def heldout(args: argparse.Namespace) -> int:
     seconds, rows_n, mean_prompt = paces["heldout"]
     if args.run:
         return _time_default_run(args)
-    alone = ab_passes(config) * seconds / 60
+    weights = ab_passes(config)
+    alone = [w * seconds / 60 for w in weights]
     print(
-        f"default A/B on the held-out rows with --outcomes off (estimated): {ab_passes(config):.1f} weighted "
-        f"generation passes x {seconds:.0f} s = {alone:.1f} min: {'PASS' if alone <= 15 else 'FAIL'} (<= 15 min)"
+        f"default A/B on the held-out rows with --outcomes off (estimated): {_span(weights, '.1f')} weighted "
+        f"generation passes x {seconds:.0f} s = {_span(alone, '.1f')} min: {_pass(alone, 15)} (<= 15 min)"
     )
-    weight = ab_passes(config) + (1 if config.outcomes != "off" else 0)  # the other model's baseline, for outcomes
+    other = 1 if config.outcomes != "off" else 0  # the other model's baseline, for outcomes
     passes = pass_count(config)
-    forced = passes.arms + passes.placebo_arms + 2
+    forced = forced_passes(passes.arms, placebo_passes(config, passes))
     parameters = float(sum(p.numel() for p in model.parameters()))
     pairs = config.outcome_pairs
-    outcomes = outcome_seconds(forced, rows_n, mean_prompt, generation.max_new_tokens, pairs, parameters) / 60
-    generating = weight * seconds / 60
-    total = generating + outcomes
+    outcomes = [
+        outcome_seconds(n, rows_n, mean_prompt, generation.max_new_tokens, pairs, parameters) / 60 for n in forced
+    ]
+    generating = [(w + other) * seconds / 60 for w in weights]
+    total = [g + o for g, o in zip(generating, outcomes, strict=True)]
     print(
-        f"default A/B on the held-out rows (estimated): {weight:.1f} weighted generation passes x {seconds:.0f} s = "
-        f"{generating:.1f} min; {forced} outcome passes at {OUTCOME_TOKEN_SECONDS * 1e3:.1f} ms per token "
-        f"(interventions.outcomes.outcome_seconds) = {outcomes:.1f} min; total {total:.1f} min: "
-        f"{'PASS' if total <= 15 else 'FAIL'} (<= 15 min, an estimate; --run times it)"
+        f"default A/B on the held-out rows (estimated; a range: placebo sets run as the verdicts need them): "
+        f"{_span([w + other for w in weights], '.1f')} weighted generation passes x {seconds:.0f} s = "
+        f"{_span(generating, '.1f')} min; {_span(forced, 'd')} outcome passes at {OUTCOME_TOKEN_SECONDS * 1e3:.1f} ms "
+        f"per token (interventions.outcomes.outcome_seconds) = {_span(outcomes, '.1f')} min; total "
+        f"{_span(total, '.1f')} min: {_pass(total, 15)} (<= 15 min, an estimate; --run times it)"
     )
     return 0
 
 
+def _span(values: Sequence[float], spec: str) -> str:
+    """An estimate at least and at most: '4.0 to 12.5', or one figure where they are equal."""
+    from interventions.cells import fmt_range
+
+    return fmt_range(values[0], values[1], lambda x: format(x, spec))
+
+
+def _pass(values: Sequence[float], budget: float) -> str:
+    """PASS where even the most fits the budget, FAIL where even the least does not; else what decides it."""
+    least, most = values
+    if most <= budget:
+        return "PASS"
+    return "FAIL" if least > budget else "PASS with no placebo set run, FAIL with every one (it depends on the arms)"
+
+
 def placebo_generated(out_dir: Path) -> str:
-    """Per arm of the A/B report in ``out_dir``, the placebo sets generated for its compliance percentile against those
-    configured (``--placebo-generation decide-first``, interventions.sequential)."""
-    from interventions.results import ABReport
+    """Per arm of the A/B report in ``out_dir``, the placebo sets generated for its compliance percentile and those
+    teacher-forced for its outcomes, against those configured (``--placebo-generation decide-first``,
+    interventions.sequential)."""
+    from interventions.results import ABReport, PlaceboRank
+
+    def count(rank: PlaceboRank | None) -> str:
+        return "—" if rank is None else f"{len(rank.deltas)}/{len(rank.deltas) + (rank.undrawn or 0)}"
 
     report = ABReport.load(out_dir / "ab_report.json")
     parts = []
     for arm in report.arms:
         rank = next((c.placebo for c in arm.capabilities if c.target and c.placebo is not None), None)
-        if rank is not None:
-            drawn = len(rank.deltas)
-            parts.append(f"{arm.name} {drawn}/{drawn + (rank.undrawn or 0)}")
-    return "placebo sets generated / configured, per arm: " + ("; ".join(parts) or "none")
+        forced = next((o.placebo for o in arm.outcomes if o.placebo is not None), None)
+        if rank is not None or forced is not None:
+            parts.append(f"{arm.name} {count(rank)} generated, {count(forced)} teacher-forced")
+    return "placebo sets run / configured, per arm: " + ("; ".join(parts) or "none")
 
 
 def _time_default_run(args: argparse.Namespace) -> int:

@@ -24,7 +24,7 @@ Modules:
     outcomes, outcome_runs  which rows and responses are teacher-forced; every arm's continuous outcomes measured
     outcome_kinds           the continuous outcomes, one ``Outcome`` row each
     placebos                each arm's placebo sets ranked against it
-    sequential              which placebo sets generate: decide-first, then sequentially until the verdict is fixed
+    sequential              which placebo sets run (generated, teacher-forced): decide-first, then until fixed
     stats, evidence         paired statistics and placebo ranks; how an arm's effect is read, fixed in advance
     results, report, cells  the report as typed records; written as JSON and markdown; the paired-delta table
 

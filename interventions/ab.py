@@ -35,12 +35,12 @@ from pathlib import Path
 from access.edited_generation import ABGenerator
 from access.edits import Edit, UnitEdit
 from access.generation import Generations
-from access.outcomes import ArmOutcomes
 from core.errors import Interrupted
 from interventions.arms import ArmStore
+from interventions.cells import fmt_range
 from interventions.coherence import arm_coherence
 from interventions.evidence import MIN_PLACEBO_SETS
-from interventions.outcome_runs import OutcomeRuns, estimate_line, outcome_results, outcome_runs
+from interventions.outcome_runs import OutcomeRuns, estimate_line, outcome_runs
 from interventions.outcomes import write_greedy
 from interventions.passes import (
     HelperDone,
@@ -71,7 +71,7 @@ from interventions.results import (
 )
 from interventions.scoring import Scored, capability_results, score_arm
 from interventions.selection import describe
-from interventions.sequential import DECIDE_LINE, WAVE, all_fixed, skip_reason
+from interventions.sequential import DECIDE_LINE, WAVE, all_fixed, placebo_runs, skip_reason
 from judging import Judge, make_judge
 from judging.rules import RuleJudge
 from probes.distributed import PeerLost, World
@@ -183,11 +183,13 @@ def _size(n_bytes: int) -> str:
 def _baselines(run: _Run) -> None:
     """Generate every pass that decodes in shared batches, then generate (or read back) and judge each baseline."""
     plan, config, ledger = run.plan, run.plan.config, run.ledger
+    least, most = placebo_runs([len(arm.placebo_edits) for arm in plan.arms], config.placebo_generation)
+    placebo = ledger.total - len(plan.models) - len(plan.arms)
     run.progress(
-        f"{ledger.total} generation passes over {len(plan.rows)} prompts, "
+        f"{fmt_range(ledger.total - most + least, ledger.total)} generation passes over {len(plan.rows)} prompts, "
         f"up to {config.generation.max_new_tokens} new tokens each: {len(plan.models)} baseline(s), "
-        f"{len(plan.arms)} arm(s), {ledger.total - len(plan.models) - len(plan.arms)} placebo arms"
-        + ("" if config.placebo_generation == "all" else f" at most ({DECIDE_LINE})")
+        f"{len(plan.arms)} arm(s), {fmt_range(placebo - most + least, placebo)} placebo arms"
+        + ("" if least == most else f" ({DECIDE_LINE})")
     )
     if not run.outcomes.off:
         run.progress(estimate_line(plan, run.gens[config.model].generator.prompts))
@@ -236,7 +238,7 @@ def _guard(run: _Run, arm: Arm, hook_stats: dict[str, int] | None, rows: int, ro
 
 def _arm_result(run: _Run, arm: Arm, number: int) -> tuple[ArmResult, Generations]:
     """One arm judged against its model's baseline, with its placebo sets, coherence and continuous outcomes."""
-    plan, config = run.plan, run.plan.config
+    plan = run.plan
     run.progress(
         f"arm {number}/{len(plan.arms)}: {arm.label} ({arm.model} model{_units_edited(arm.edits)}){run.ledger.left()}"
     )
@@ -260,12 +262,10 @@ def _arm_result(run: _Run, arm: Arm, number: int) -> tuple[ArmResult, Generation
     )
     prompts = run.gens[arm.model].generator.prompts
     result.coherence = arm_coherence(plan.pool.model, prompts, base.ids, generated[0].ids, run.fluency, arm.model)
-    result.placebo, outcome_placebos = _placebo(run, arm, placebo_passes, guard, (capabilities, rows_changed))
-    arm_outcomes = run.outcomes.of(arm.model, arm.edits, _generations(run))
-    if arm_outcomes is not None:
-        result.outcomes = outcome_results(
-            arm_outcomes, outcome_placebos, n_bootstrap=config.n_bootstrap, seed=config.seed
-        )
+    result.placebo = _placebo(run, arm, placebo_passes, guard, (capabilities, rows_changed))
+    found = run.outcomes.of(arm, _generations(run))
+    if found is not None:
+        result.outcomes = found[1]
     return result, generated[0]
 
 
@@ -276,23 +276,21 @@ def _generations(run: _Run) -> dict[str, Generations]:
 
 def _placebo(
     run: _Run, arm: Arm, passes: list[Pass], guard: NoOpGuard, judged: tuple[list[CapabilityResult], int]
-) -> tuple[ArmPlacebo, list[ArmOutcomes]]:
+) -> ArmPlacebo:
     """The arm's placebo passes; each capability's Δ (``judged``: the arm's results and its changed rows) is ranked
-    among theirs (its ``placebo``), generated as ``--placebo-generation`` says; and every placebo set's continuous
-    outcomes."""
+    among theirs (its ``placebo``), generated as ``--placebo-generation`` says."""
     config = run.plan.config
     if not arm.placebo:
-        return NoPlacebo(), []
+        return NoPlacebo()
     if not arm.placebo_edits:
         why = f"no-op in {config.dtype}: {guard.flags[0]}" if guard.flags and config.placebo else "--placebo 0"
-        return skipped(arm, config.seed, why), []
-    outcomes = [m for one in passes if (m := run.outcomes.of(arm.model, one.edits, _generations(run))) is not None]
+        return skipped(arm, config.seed, why)
     capabilities, rows_changed = judged
     if config.placebo_generation == "all":
         rank_among_placebos(capabilities, _generate(run, arm, passes))
     else:
         _decide_first(run, arm, passes, capabilities, rows_changed)
-    return drawn(arm, config.seed), outcomes
+    return drawn(arm, config.seed)
 
 
 def _generate(run: _Run, arm: Arm, passes: list[Pass], done: int = 0) -> list[list[CapabilityResult]]:
@@ -337,19 +335,14 @@ def _decide_first(
 
 
 def _outcomes_only(run: _Run) -> list[ArmResult]:
-    """``--outcomes only``: every arm's and placebo set's continuous outcomes, nothing generated or judged."""
+    """``--outcomes only``: every arm's continuous outcomes and its placebo sets' (as ``--placebo-generation`` says),
+    nothing generated or judged."""
     plan, config, results = run.plan, run.plan.config, []
     for number, arm in enumerate(plan.arms, 1):
         run.progress(f"arm {number}/{len(plan.arms)}: {arm.label} (outcomes only)")
-        found = run.outcomes.of(arm.model, arm.edits, {})
+        found = run.outcomes.of(arm, {})
         assert found is not None, "--outcomes only computes outcomes"
-        placebos = []
-        for k, edits in enumerate(arm.placebo_edits):
-            run.progress(f"{arm.title}: placebo {k + 1}/{len(arm.placebo_edits)} (outcomes only)")
-            measured = run.outcomes.of(arm.model, edits, {})
-            assert measured is not None
-            placebos.append(measured)
-        guard = _guard(run, arm, found.stats, 0, 0)
+        guard = _guard(run, arm, found[0].stats, 0, 0)
         placebo: ArmPlacebo = NoPlacebo()
         if arm.placebo:
             placebo = drawn(arm, config.seed) if arm.placebo_edits else skipped(arm, config.seed, "none drawn")
@@ -366,7 +359,7 @@ def _outcomes_only(run: _Run) -> list[ArmResult]:
             edits=arm.describe(),
             placebo=placebo,
         )
-        result.outcomes = outcome_results(found, placebos, n_bootstrap=config.n_bootstrap, seed=config.seed)
+        result.outcomes = found[1]
         results.append(result)
     return results
 

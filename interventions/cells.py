@@ -31,7 +31,7 @@ import html
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from interventions.stats import PairedDelta
 
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 NA = "n/a"  # a value that is missing or not finite
 NONE = "—"  # a cell that does not apply to the row
+T = TypeVar("T")
 
 
 def fmt_pct(x: float | None) -> str:
@@ -118,37 +119,56 @@ def fmt_per_unit(delta: float | None, size: int) -> str:
     return NA if delta is None or not math.isfinite(delta) or not size else f"{100 * delta / size:+.3f}"
 
 
+def fmt_range(least: T, most: T, fmt: Callable[[T], str] = str) -> str:
+    """An estimate that cannot be known in advance: ``4 to 24``, or ``24`` where both ends read alike.
+
+    >>> fmt_range(4, 24), fmt_range(24, 24), fmt_range(0.1, 0.2, lambda s: f"{s:.0f} s")
+    ('4 to 24', '24', '0 s')
+    """
+    low, high = fmt(least), fmt(most)
+    return high if low == high else f"{low} to {high}"
+
+
 def fmt_count(part: int, whole: int) -> str:
     return f"{part}/{whole}"
 
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a real Δ falls among its placebo sets' Δs: the percentile, the empirical two-sided p, how many sets."""
+    """Where a real Δ falls among its placebo sets' Δs: the percentile, the empirical two-sided p, how many sets;
+    ``configured``: the sets the arm has, where it drew fewer (:mod:`interventions.sequential`)."""
 
     percentile: float
     p_empirical: float
     sets: int
+    configured: int | None = None
 
     @classmethod
     def of(cls, rank: PlaceboRank | None, sets: int | None = None) -> Placement | None:
         """From an arm's :class:`~interventions.results.PlaceboRank` (``sets``: its count, else its Δs')."""
         if rank is None:
             return None
-        return cls(rank.percentile, rank.p_empirical, len(rank.deltas) if sets is None else sets)
+        drawn = len(rank.deltas) if sets is None else sets
+        return cls(rank.percentile, rank.p_empirical, drawn, drawn + rank.undrawn if rank.undrawn else None)
 
 
 def fmt_placement(placement: Placement | None) -> str:
-    """The one surface form of a placebo percentile: ``72nd (p = 0.333, 20 sets)`` (``—`` without placebos).
+    """The one surface form of a placebo percentile: ``72nd (p = 0.333, 20 sets)`` (``—`` without placebos; ``4 of
+    20 sets`` where the arm drew 4 of its 20 once its verdict was fixed).
 
-    >>> fmt_placement(Placement(72.5, 1 / 3, 20)), fmt_placement(None)
-    ('72nd (p = 0.333, 20 sets)', '—')
+    >>> fmt_placement(Placement(72.5, 1 / 3, 20)), fmt_placement(None), fmt_placement(Placement(25.0, 0.8, 4, 20))
+    ('72nd (p = 0.333, 20 sets)', '—', '25th (p = 0.800, 4 of 20 sets)')
+    >>> fmt_placement(Placement(math.nan, math.nan, 0, 20))
+    '0 of 20 sets drawn'
     """
-    if placement is None or not placement.sets:
+    if placement is None or not (placement.sets or placement.configured):
         return NONE
+    sets = f"{placement.sets} of {placement.configured} sets" if placement.configured else f"{placement.sets} sets"
+    if not placement.sets:
+        return f"{sets} drawn"
     if not math.isfinite(placement.percentile):
         return NA
-    return f"{fmt_percentile(placement.percentile)} (p = {fmt_p(placement.p_empirical)}, {placement.sets} sets)"
+    return f"{fmt_percentile(placement.percentile)} (p = {fmt_p(placement.p_empirical)}, {sets})"
 
 
 def effect_sentence(

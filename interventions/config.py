@@ -65,8 +65,9 @@ class ABConfig:
     placebo: Annotated[int, RANDOM_SETS] = option(20, "Random matched neuron sets for the placebo control (0 = none).")
     placebo_generation: str = option(
         DECIDE_FIRST,
-        "decide-first (generate an arm's placebo sets only where its own generations changed, and only until the "
-        "verdict can no longer change) or all (every set of every arm); the continuous outcomes use every set.",
+        "decide-first (generate an arm's placebo sets only where its own generations changed, teacher-force them for "
+        "the continuous outcomes only where an outcome moves, each only until the verdict can no longer change) or "
+        "all (every set of every arm, generated and teacher-forced).",
     )
     seed: Annotated[int, SEED] = option(0, "Seed for placebo draws, bootstrap and sampling.")
     judge: str = option("rules", "rules (offline, synthetic data) or llm (OpenAI-compatible endpoint).")

@@ -37,7 +37,9 @@ class Difference(PairedDelta):
 @dataclass(frozen=True)
 class OutcomeEvidence:
     """One continuous outcome of an arm as the rules read it (:class:`interventions.results.OutcomeResult`): Δ, its
-    95% CI, where it falls among ``placebo_sets`` placebo sets, and its verdict (:func:`outcome_verdict`)."""
+    95% CI, where it falls among ``placebo_sets`` placebo sets (among ``drawn`` of them where the rest were not
+    teacher-forced once the verdict was fixed, :mod:`interventions.sequential`), and its verdict
+    (:func:`outcome_verdict`, read at ``placebo_sets``)."""
 
     outcome: str
     delta: float
@@ -46,6 +48,7 @@ class OutcomeEvidence:
     percentile: float | None = None
     placebo_sets: int = 0
     verdict: str = "n/a"
+    drawn: int | None = None  # placebo sets teacher-forced for the percentile, where fewer than ``placebo_sets``
 
     def beyond(self, sign: int) -> bool:
         """The outcome moves beyond its placebos with the sign ``sign`` (+1 or -1)."""

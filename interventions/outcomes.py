@@ -3,9 +3,9 @@
 For an arm on one model of the pair the *target* is the other model. Its rows are the target capability's rows,
 each prompt followed by fixed response tokens (``--responses``, :mod:`probes.outcome_rows`; by default the target's
 own greedy responses from its baseline pass), teacher-forced through the edited model once per arm and once per
-placebo set (the arm's own placebo edits). Here: those teacher-forced inputs (:func:`outcome_inputs`), and the time
-they take (:func:`outcome_seconds`); :mod:`interventions.outcome_runs` measures them for every arm, places each among
-its placebo sets' and judges it.
+placebo set run (the arm's own placebo edits, :mod:`interventions.sequential`). Here: those teacher-forced inputs
+(:func:`outcome_inputs`), and the time they take (:func:`forced_passes`, :func:`outcome_seconds`);
+:mod:`interventions.outcome_runs` measures them for every arm, places each among its placebo sets' and judges it.
 
 An A/B run keeps each model's greedy token ids in ``responses_<model>.jsonl`` (:class:`core.run_dir.InterventionDir`),
 so that ``--outcomes only --responses <that run's folder>`` reuses them without generating. Each line says which data
@@ -38,6 +38,16 @@ if TYPE_CHECKING:
     from core.schema import TestRow
     from interventions.config import ABConfig
     from probes.outcome_rows import ResponseChecks
+
+
+def forced_passes(arms: int, placebo: tuple[int, int]) -> tuple[int, int]:
+    """The outcomes' teacher-forced passes on one run, at least and at most: every arm, the placebo sets that run (at
+    least, at most: :func:`interventions.sequential.placebo_runs`), then the target and the unedited model once.
+
+    >>> forced_passes(2, (0, 40))
+    (4, 44)
+    """
+    return arms + placebo[0] + 2, arms + placebo[1] + 2
 
 
 def outcome_seconds(

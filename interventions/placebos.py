@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from interventions.recipes import placebo_family
-from interventions.results import CapabilityResult, PlaceboDrawn, PlaceboRank, PlaceboSkipped
+from interventions.results import CapabilityResult, OutcomeResult, PlaceboDrawn, PlaceboRank, PlaceboSkipped
 from interventions.stats import placebo_compare
 
 if TYPE_CHECKING:
@@ -59,12 +59,23 @@ def generated_line(capabilities: Sequence[CapabilityResult]) -> str:
     """How many placebo sets an arm generated for its compliance percentile, and why no more (one clause; "" where it
     generated all, or has none)."""
     rank = next((c.placebo for c in capabilities if c.target and c.placebo is not None), None)
+    return _drawn_line(rank, "generated", "for compliance")
+
+
+def forced_line(outcomes: Sequence[OutcomeResult]) -> str:
+    """How many placebo sets an arm teacher-forced for its continuous outcomes, and why no more (one clause; "" where
+    it teacher-forced all, or has none)."""
+    rank = next((o.placebo for o in outcomes if o.placebo is not None), None)
+    return _drawn_line(rank, "teacher-forced", "for the outcomes")
+
+
+def _drawn_line(rank: PlaceboRank | None, verb: str, what: str) -> str:
     if rank is None or not rank.undrawn:
         return ""
     if rank.skipped:
-        return f"generated 0 of {rank.undrawn} for compliance ({rank.skipped})"
+        return f"{verb} 0 of {rank.undrawn} {what} ({rank.skipped})"
     drawn = len(rank.deltas)
-    return f"generated {drawn} of {drawn + rank.undrawn} for compliance (then the verdict could no longer change)"
+    return f"{verb} {drawn} of {drawn + rank.undrawn} {what} (then the verdict could no longer change)"
 
 
 def drawn(arm: Arm, seed: int) -> PlaceboDrawn:

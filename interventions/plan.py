@@ -230,6 +230,20 @@ def pass_count(config: ABConfig, recipes: list[str] | None = None) -> PassCount:
     return PassCount(len(models), arms, placebo_arms)
 
 
+def placebo_passes(config: ABConfig, count: PassCount) -> tuple[int, int]:
+    """How many of ``count``'s placebo passes run, at least and at most (each arm with placebo sets has
+    ``config.placebo`` of them; :func:`interventions.sequential.placebo_runs`).
+
+    >>> config = ABConfig(units="20:7", model_dir="m", data_file="d", edits="scale,patch", placebo=20)
+    >>> placebo_passes(config, pass_count(config))
+    (0, 60)
+    """
+    from interventions.sequential import placebo_runs
+
+    arms = count.placebo_arms // config.placebo if config.placebo else 0
+    return placebo_runs([config.placebo] * arms, config.placebo_generation)
+
+
 @dataclass
 class ModelPool:
     """The pair's models, each loaded on first use and checked to share the first one's tokenizer."""

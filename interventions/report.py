@@ -43,7 +43,7 @@ from interventions.cells import (
 )
 from interventions.cells import markdown as markdown_table
 from interventions.outcome_kinds import outcome_label
-from interventions.placebos import generated_line
+from interventions.placebos import forced_line, generated_line
 from interventions.results import (
     ABReport,
     ArmPlacebo,
@@ -130,8 +130,8 @@ def markdown(report: ABReport) -> str:
     for arm in report.arms:
         out.append(f"## {arm.label or arm.name} ({arm.role}, {arm.model} model)")
         out.append("")
-        generated = generated_line(arm.capabilities)
-        out.append(f"- placebo: {_placebo_line(arm.placebo)}{'; ' + generated if generated else ''}")
+        drawn = [line for line in (generated_line(arm.capabilities), forced_line(arm.outcomes)) if line]
+        out.append(f"- placebo: {'; '.join([_placebo_line(arm.placebo), *drawn])}")
         out.append("")
         out.extend(f"> **INVALID:** {fault}" for fault in arm.guard.faults)
         out.extend(f"> **NO-OP WARNING:** {flag}" for flag in arm.guard.flags)

@@ -107,8 +107,8 @@ class PlaceboRank:
     p_empirical: float
     deltas: list[float]
     rows_changed_mean: float | None = field(default=None, metadata=OMIT_NONE)  # A/B arms; lm-eval passes: none
-    # sets whose generations were not made (interventions.sequential): the verdict could no longer change, or none
-    # was needed (``skipped`` says why); their teacher-forced continuous outcomes were still measured
+    # sets not run for this rank (interventions.sequential): not generated (compliance) or not teacher-forced (a
+    # continuous outcome), since the verdict could no longer change, or none was needed (``skipped`` says why)
     undrawn: int | None = field(default=None, metadata=OMIT_NONE)
     skipped: str | None = field(default=None, metadata=OMIT_NONE)
 

@@ -61,8 +61,9 @@ def arm_evidence(report: ABReport, arm: ArmResult) -> ArmEvidence:
             o.ci_low,
             o.ci_high,
             o.placebo.percentile if o.placebo else None,
-            len(o.placebo.deltas) if o.placebo else 0,
+            len(o.placebo.deltas) + (o.placebo.undrawn or 0) if o.placebo else 0,
             o.verdict,
+            len(o.placebo.deltas) if o.placebo and o.placebo.undrawn else None,
         )
         for o in arm.outcomes
     )

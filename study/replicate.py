@@ -56,6 +56,7 @@ from core.pair_dirs import PairDirs
 from core.progress import logged
 from core.records import read_record
 from core.run_dir import RunDir
+from interventions.cells import fmt_range
 from study.layout import INTERVENTION_DIR, LOCALIZE_DIR, TARGET
 from study.replicate_checks import (
     all_explained,
@@ -92,6 +93,15 @@ class Stage:
     status: str = "planned"  # planned | skipped (complete before this call) | not run (inputs missing) | running | done
     seconds: float | None = None
     blocked: Callable[[], str | None] | None = None  # why its inputs are missing, when they are (checked as it starts)
+    at_most_s: float | None = None  # where its work depends on what it finds: its estimate at most (estimate_s: least)
+
+    def bounds(self) -> tuple[float, float]:
+        """Its estimated seconds, at least and at most."""
+        return self.estimate_s, self.estimate_s if self.at_most_s is None else self.at_most_s
+
+    def estimated(self) -> str:
+        """Its estimate in words: ``4.0 min``, or ``4.0 min to 12.5 min`` where it depends on what it finds."""
+        return fmt_range(*self.bounds(), minutes)
 
 
 @dataclass
@@ -154,7 +164,7 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
     """The stages with their estimates (module doc); nothing runs.
     ``kept`` receives the report's study when it is made."""
     config, recording = ab_config(options), record_config(options)
-    seconds = estimate(options, config, recording)
+    seconds, at_most = estimate(options, config, recording)
     out = options.out_dir
     caps = list(expected_rows(options.data_file))
     target_rows, short = _target_rows(options, config)
@@ -189,6 +199,7 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
             seconds["intervene"],
             lambda: intervention_complete(out, options.intervention()),
             lambda: _intervene(config, progress) if options.nproc == 1 else _intervene_launched(options, config),
+            at_most_s=at_most.get("intervene"),
         ),
         *([_localize_stage(options, progress)] if options.localize else []),
         Stage(
@@ -403,7 +414,7 @@ def _save(options: ReplicateOptions, stages: list[Stage], started: str) -> None:
         dpo_dir=str(options.models.dpo.resolve()),
         base_dir=str(base.resolve()) if (base := options.models.base) else None,
         data_file=str(options.data_file.resolve()),
-        stages=[StageRecord(s.name, s.status, s.what, s.estimate_s, s.seconds) for s in stages],
+        stages=[StageRecord(s.name, s.status, s.what, s.estimate_s, s.seconds, s.at_most_s) for s in stages],
     )
     write_atomic(RunDir(options.out_dir).replicate_file, json.dumps(to_json(record), indent=1) + "\n")
 
@@ -434,12 +445,12 @@ def run_stages(options: ReplicateOptions, stages: list[Stage], progress: Progres
             stage.status = "not run"
             progress(f"[{number}/{len(stages)}] {stage.name}: not run: {reason}")
             continue
-        progress(f"[{number}/{len(stages)}] {stage.name}: {stage.what} (estimated {minutes(stage.estimate_s)})")
+        progress(f"[{number}/{len(stages)}] {stage.name}: {stage.what} (estimated {stage.estimated()})")
         stage.status = "running"
         _save(options, stages, started)
         start = time.perf_counter()
         try:
-            with logged(f"replicate: {stage.name}", 1, unit="stage", estimate_s=stage.estimate_s) as bar:
+            with logged(f"replicate: {stage.name}", 1, unit="stage", estimate_s=stage.bounds()[1]) as bar:
                 line = stage.run()
                 bar.update(1)  # its end line then says done, not "ended at 0/1"
         except (KeyboardInterrupt, Interrupted) as exc:
@@ -449,8 +460,7 @@ def run_stages(options: ReplicateOptions, stages: list[Stage], progress: Progres
             ) from None
         stage.status, stage.seconds = "done", time.perf_counter() - start
         progress(
-            f"[{number}/{len(stages)}] {stage.name}: {line} ({minutes(stage.seconds)}, "
-            f"estimated {minutes(stage.estimate_s)})"
+            f"[{number}/{len(stages)}] {stage.name}: {line} ({minutes(stage.seconds)}, estimated {stage.estimated()})"
         )
         _save(options, stages, started)
     _save(options, stages, started)

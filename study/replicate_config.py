@@ -65,8 +65,8 @@ class ReplicateOptions:
     )
     placebo_generation: str | None = option(
         None,
-        "Intervention: decide-first (placebo sets generate only where an arm's generations changed, until its "
-        "verdict is fixed) or all.",
+        "Intervention: decide-first (placebo sets run only where an arm's generations changed or an outcome moved, "
+        "until its verdict is fixed) or all.",
         shown_default="probe intervene's",
     )
     max_new_tokens: Annotated[int, POSITIVE] | None = option(

@@ -1,8 +1,11 @@
 """How long each of ``probe replicate``'s stages should take, estimated before anything runs.
 
 From the DPO model's parameter count (its safetensors headers), the rows and their rendered
-prompt lengths, the new tokens and the number of generation passes (every arm: each dose and placebo set), at the
-pace measured on the default pair on this project's 2-core CPU machine, scaled linearly by parameter count. With
+prompt lengths, the new tokens and the number of generation and teacher-forced passes (every arm: each dose and
+placebo set), at the pace measured on the default pair on this project's 2-core CPU machine, scaled linearly by
+parameter count. With ``--placebo-generation decide-first`` (the default) the intervene stage's placebo sets run only
+as its arms' verdicts need them (:mod:`interventions.sequential`), which no one knows before the arms run: its
+estimate is a range, from no placebo set (where every arm has 19 sets or more) to every one. With
 ``--nproc`` N the record, intervene, localize and evaluate stages start N processes, each loading the models (the
 loads share the cores or GPUs: :func:`launched`), and split the work over the GPUs, at most N; on CPU cores the
 processes share the cores one process's threads already used, so the work takes as long as in one process. It is an
@@ -51,17 +54,20 @@ def prompt_lengths(sft_dir: Path, rows: Sequence[TestRow]) -> list[int]:
     return [len(ids) for ids in encode_conversations(tokenizer, [r.question for r in rows], add_generation_prompt=True)]
 
 
-def ab_passes(config: ABConfig) -> float:
-    """Generation passes of an A/B config weighted by cost: baselines, arms and placebo arms
-    (:func:`interventions.plan.pass_count`)."""
-    from interventions.plan import pass_count
+def ab_passes(config: ABConfig) -> tuple[float, float]:
+    """Generation passes of an A/B config weighted by cost, at least and at most: baselines, arms and the placebo arms
+    that run (:func:`interventions.plan.pass_count`; :func:`interventions.plan.placebo_passes`: with decide-first an
+    arm's placebo sets generate only as its verdict needs, which no one knows before the arm runs)."""
+    from interventions.plan import pass_count, placebo_passes
     from interventions.recipes import RECIPES
 
-    weight = float(pass_count(config).baselines)
+    least = most = float(pass_count(config).baselines)
     for name in config.edit.edits:
         passes, cost = pass_count(config, [name]), RECIPES[name].pass_cost
-        weight += (passes.arms + passes.placebo_arms) * (SHARED_DISCOUNT if cost is None else cost)
-    return weight
+        weight = SHARED_DISCOUNT if cost is None else cost
+        low, high = placebo_passes(config, passes)
+        least, most = least + (passes.arms + low) * weight, most + (passes.arms + high) * weight
+    return least, most
 
 
 def ab_rows(
@@ -79,9 +85,13 @@ def ab_rows(
     return rows, unique, chosen
 
 
-def estimate(options: ReplicateOptions, ab_config: ABConfig, record_config: RecordConfig) -> dict[str, float]:
-    """Seconds per stage (module doc: an estimate at the default pair's measured pace, scaled); the record stage's is
-    the recording's own (:func:`probes.recording.cpu_estimate`: padded batches and the local basis counted)."""
+def estimate(
+    options: ReplicateOptions, ab_config: ABConfig, record_config: RecordConfig
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Seconds per stage (module doc: an estimate at the default pair's measured pace, scaled), at least; and at most
+    for the stages whose work depends on what they find (the intervene stage's placebo sets, run as the verdicts
+    need them: :mod:`interventions.sequential`). The record stage's is the recording's own
+    (:func:`probes.recording.cpu_estimate`: padded batches and the local basis counted)."""
     from probes.recording import cpu_estimate
     from study.replicate_checks import expected_rows
     from training.evaluate import select_rows as eval_rows
@@ -97,23 +107,25 @@ def estimate(options: ReplicateOptions, ab_config: ABConfig, record_config: Reco
     judged = eval_rows(rows, options.eval_rows)
     ab_prompt = _mean(prompt_lengths(options.models.sft, [rows[i] for i in unique]))
     eval_prompt = _mean(prompt_lengths(options.models.sft, judged))
-    weight = ab_passes(ab_config)
     models = 3 if options.models.base else 2
     from core.decoding import EVAL_GENERATION
 
-    intervene = weight * len(unique) * per_row(ab_config.generation.max_new_tokens, ab_prompt)
+    generating = len(unique) * per_row(ab_config.generation.max_new_tokens, ab_prompt)
+    intervene = [weight * generating for weight in ab_passes(ab_config)]
     if ab_config.outcomes != "off":
-        intervene += _outcome_seconds(ab_config, len(unique), ab_prompt) * scale
+        forced = _outcome_seconds(ab_config, len(unique), ab_prompt)
+        intervene = [seconds + outcomes * scale for seconds, outcomes in zip(intervene, forced, strict=True)]
     new_tokens = options.max_new_tokens or EVAL_GENERATION.max_new_tokens
     units = machine_units(options.device) if options.nproc > 1 else (1, "CPU cores")
+    least, most = (launched(10 * scale, seconds, options.nproc, units) for seconds in intervene)
     return {
         "record": launched(10 * scale, cpu_estimate(record_config), options.nproc, units),
         "analyze": 5.0 + 2.0 * capabilities,
         "explain": EXPLAIN_SECONDS * scale * capabilities,
-        "intervene": launched(10 * scale, intervene, options.nproc, units),
+        "intervene": least,
         "evaluate": launched(10 * scale, models * len(judged) * per_row(new_tokens, eval_prompt), options.nproc, units),
         "report": 10.0 + 2.0 * capabilities,
-    }
+    }, {"intervene": most}
 
 
 def localize_seconds(options: ReplicateOptions, config: LocalizeConfig) -> float:
@@ -166,16 +178,20 @@ def _mean(values: Sequence[int]) -> float:
     return sum(values) / max(1, len(values))
 
 
-def _outcome_seconds(config: ABConfig, rows: int, mean_prompt: float) -> float:
-    """The teacher-forced passes of the outcomes: every arm and placebo set, then the target and the unedited model
-    once; each over every row's response and reference sequence, and the DPO pairs (at the reference pace)."""
-    from interventions.outcomes import outcome_seconds
-    from interventions.plan import pass_count
+def _outcome_seconds(config: ABConfig, rows: int, mean_prompt: float) -> tuple[float, float]:
+    """The teacher-forced passes of the outcomes, at least and at most (:func:`interventions.outcomes.forced_passes`:
+    every arm, the placebo sets that run, then the target and the unedited model once); each over every row's response
+    and reference sequence, and the DPO pairs (at the reference pace)."""
+    from interventions.outcomes import forced_passes, outcome_seconds
+    from interventions.plan import pass_count, placebo_passes
 
     passes = pass_count(config)
-    forced = passes.arms + passes.placebo_arms + 2
     new_tokens = config.generation.max_new_tokens
-    return outcome_seconds(forced, rows, mean_prompt, new_tokens, config.outcome_pairs, REFERENCE_PARAMETERS)
+    least, most = (
+        outcome_seconds(n, rows, mean_prompt, new_tokens, config.outcome_pairs, REFERENCE_PARAMETERS)
+        for n in forced_passes(passes.arms, placebo_passes(config, passes))
+    )
+    return least, most
 
 
 def minutes(seconds: float | None) -> str:

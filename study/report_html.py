@@ -40,6 +40,7 @@ from interventions.cells import (
     evaluation_row,
     fmt_p,
     fmt_percentile,
+    fmt_range,
     html_table,
 )
 from interventions.evidence import MIN_PLACEBO_SETS, PLACEBO_PERCENTILE
@@ -319,6 +320,11 @@ def _missing(page: Page, study: Study) -> None:
     page.end()
 
 
+def _estimated(least: float | None, most: float | None) -> str:
+    """A stage's estimate: one figure, or a range where its work depends on what it finds."""
+    return seconds(least) if least is None or most is None else fmt_range(least, most, seconds)
+
+
 def _reproduce(page: Page, study: Study) -> None:
     page.section("reproduce", "Reproduce this report")
     page.add(f"<pre>{e(chr(10).join(study.commands))}</pre>")
@@ -326,7 +332,7 @@ def _reproduce(page: Page, study: Study) -> None:
     if stages:
         rows = "".join(
             f"<tr><td>{e(s.name)}</td><td>{e(THIS_PAGE if s.name == REPORT_STAGE else s.status)}</td>"
-            f"<td>{seconds(s.estimate_s)}</td><td>{seconds(s.seconds)}</td></tr>"
+            f"<td>{_estimated(s.estimate_s, s.at_most_s)}</td><td>{seconds(s.seconds)}</td></tr>"
             for s in stages
         )
         page.add(f"<table><tr><th>stage</th><th>status</th><th>estimated</th><th>measured</th></tr>{rows}</table>")

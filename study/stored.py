@@ -10,7 +10,7 @@ file and the key (:func:`core.records.read_record`), never an ``AttributeError``
 Example:
     >>> from core.records import from_json
     >>> from_json(StageRecord, {"name": "record", "status": "done", "seconds": 12.5})
-    StageRecord(name='record', status='done', what='', estimate_s=None, seconds=12.5)
+    StageRecord(name='record', status='done', what='', estimate_s=None, seconds=12.5, at_most_s=None)
     >>> from_json(ReplicateRecord, {"stages": [1]})
     Traceback (most recent call last):
     ...
@@ -35,6 +35,7 @@ class StageRecord:
     what: str = ""
     estimate_s: float | None = None
     seconds: float | None = None
+    at_most_s: float | None = None  # where the stage's work depends on what it finds: its estimate at most
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ from interventions.evidence import (
 )
 from interventions.outcome_kinds import OUTCOMES
 from interventions.recipes import recipe_of
+from interventions.sequential import OUTCOMES_SKIPPED
 from interventions.stats import placebo_compare
 from localize.verdicts import WindowResult, window_carries_change
 from study.layout import TARGET  # the capability of claims 1c-4, as in the paper
@@ -115,12 +116,23 @@ def _outcome_text(o: OutcomeEvidence | None, what: str) -> str:
     def num(x: float) -> str:
         return fmt_outcome(x, percent)
 
-    placed = (
-        f"{fmt_percentile(o.percentile)} percentile of {o.placebo_sets} placebo sets"
-        if o.percentile is not None and math.isfinite(o.percentile) and o.placebo_sets
-        else "no placebo sets"
-    )
+    placed = _outcome_placed(o) or "no placebo sets"
     return f"{what} {num(o.delta)} [{num(o.ci_low)}, {num(o.ci_high)}], {placed} ({o.verdict})"
+
+
+def _outcome_placed(o: OutcomeEvidence, matched: str = "") -> str:
+    """``97th percentile of 20 placebo sets``; among the sets drawn where the arm drew fewer, saying so (``4 of 20
+    placebo sets drawn (then the verdict could no longer change)``, ``0 of 20 ...``); "" without placebo sets."""
+    if o.drawn == 0:
+        return f"0 of {o.placebo_sets} placebo sets drawn ({OUTCOMES_SKIPPED})"
+    if o.percentile is None or not math.isfinite(o.percentile) or not o.placebo_sets:
+        return ""
+    sets = (
+        f"{o.placebo_sets} {matched}placebo sets"
+        if o.drawn is None
+        else f"{o.drawn} of {o.placebo_sets} {matched}placebo sets drawn (then the verdict could no longer change)"
+    )
+    return f"{fmt_percentile(o.percentile)} percentile of {sets}"
 
 
 def _placement(arm: ArmEvidence) -> Placement | None:
@@ -319,11 +331,8 @@ def _gap_sentence(name: str, gap: OutcomeEvidence) -> str:
     def pct(x: float) -> str:
         return "n/a" if not math.isfinite(x) else f"{100 * x:.1f}"
 
-    placed = (
-        f"at the {fmt_percentile(gap.percentile)} percentile of {gap.placebo_sets} matched placebo sets"
-        if gap.percentile is not None and math.isfinite(gap.percentile) and gap.placebo_sets
-        else "with no placebo sets"
-    )
+    said = _outcome_placed(gap, "matched ")
+    placed = "with no placebo sets" if not said else (f"with {said}" if gap.drawn == 0 else f"at the {said}")
     return f"{name} closes {pct(gap.delta)}% [{pct(gap.ci_low)}, {pct(gap.ci_high)}] of the SFT→DPO gap, {placed}"
 
 

@@ -5,6 +5,7 @@
 * with ``--placebo`` below what claim 4's rule needs, or no patch arm in ``--edit``, one line says claim 4 cannot be
   tested with these options and what to pass instead: with the plan, and as a real run starts;
 * ``--sft``/``--dpo``'s help says what replicate does without them (the ``--pair``'s models, built first);
+* the intervene stage's estimate is a range where decide-first runs placebo sets only as the verdicts need them;
 * the record stage's estimate is the recording's own: padded batches and the local basis counted (it once counted two
   passes over unpadded tokens, 3.7 minutes for a recording that said 4.9 of itself).
 """
@@ -51,6 +52,20 @@ def test_the_intervene_stage_counts_the_rows_that_will_run(options: ReplicateOpt
     assert default.estimate_s == exact.estimate_s  # the estimate counts the same rows
     fewer = _intervene(replace(options, limit=2))
     assert f"2 {TARGET} rows," in fewer.what and fewer.estimate_s < exact.estimate_s
+
+
+def test_the_intervene_estimate_is_a_range_where_placebo_sets_run_as_the_verdicts_need(
+    options: ReplicateOptions,
+) -> None:
+    """Decide-first cannot know before its arms run how many placebo sets they will generate or teacher-force: the
+    stage's estimate runs from none (the run without placebo sets) to every one (the full design's figure); with
+    fewer sets than a verdict rests on, or with ``--placebo-generation all``, every set runs and it is one figure."""
+    first, every = _intervene(options), _intervene(replace(options, placebo_generation="all"))
+    assert first.estimate_s == pytest.approx(_intervene(replace(options, placebo=0)).estimate_s)
+    assert first.at_most_s is not None and first.estimate_s < first.at_most_s == pytest.approx(every.estimate_s)
+    assert " to " in first.estimated() and every.bounds()[0] == every.bounds()[1]
+    few = _intervene(replace(options, placebo=MIN_PLACEBO_SETS - 1))
+    assert few.bounds()[0] == few.bounds()[1]
 
 
 def test_the_record_stage_estimates_what_the_recording_will_run(options: ReplicateOptions) -> None:

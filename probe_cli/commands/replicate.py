@@ -87,15 +87,17 @@ def _point_latest(options: ReplicateOptions) -> None:
 
 def _say_end(options: ReplicateOptions, stages: list[Stage], result: ReplicateResult, kept: dict[str, Any]) -> None:
     """The verdict table and the report (:func:`probe_cli.commands.report.print_study`), then the time taken."""
+    from interventions.cells import fmt_range
     from probe_cli.commands.report import print_study
     from probe_cli.console import console
     from study.replicate_estimate import minutes
 
     if "study" in kept and result.report is not None:
         print_study(kept["study"], result.report)
-    estimated = sum(s.estimate_s for s in stages if s.status == "done")
+    done = [s.bounds() for s in stages if s.status == "done"]
+    estimated = fmt_range(sum(b[0] for b in done), sum(b[1] for b in done), minutes)
     console().print(
-        f"replicate: {minutes(result.seconds)} for the stages run (estimated {minutes(estimated)}); "
+        f"replicate: {minutes(result.seconds)} for the stages run (estimated {estimated}); "
         f"rerun `{options.command()}` to resume or refresh",
         markup=False,
         highlight=False,
@@ -144,21 +146,23 @@ def _digest(sft: Path, dpo: Path) -> str:
 def _print_plan(stages: list[Stage], run_dir: Path) -> None:
     from rich.table import Table
 
+    from interventions.cells import fmt_range
     from probe_cli.console import console
     from study.replicate_estimate import minutes
 
     table = Table(
         title=f"probe replicate into {run_dir}: estimated times (at the default pair's pace on a 2-core CPU, scaled by "
-        "model size, rows and tokens; an estimate)"
+        "model size, rows and tokens; an estimate; a range where placebo sets run as the verdicts need them)"
     )
     for name in ("stage", "what", "estimated", "state"):
         table.add_column(name, justify="right" if name == "estimated" else "left")
-    todo: dict[str, float] = {}
+    todo: dict[str, tuple[float, float]] = {}
     for stage in stages:
         done = stage.complete()
-        todo[stage.name] = 0.0 if done else stage.estimate_s
-        table.add_row(stage.name, stage.what, minutes(stage.estimate_s), "complete: skipped" if done else "to run")
-    table.add_row("total", "stages still to run", minutes(sum(todo.values())), "")
-    if todo.get("localize"):  # the localize stage brings its own budget: said apart
-        table.add_row("", "of which the localize stage", minutes(todo["localize"]), "")
+        todo[stage.name] = (0.0, 0.0) if done else stage.bounds()
+        table.add_row(stage.name, stage.what, stage.estimated(), "complete: skipped" if done else "to run")
+    least, most = sum(b[0] for b in todo.values()), sum(b[1] for b in todo.values())
+    table.add_row("total", "stages still to run", fmt_range(least, most, minutes), "")
+    if "localize" in todo and todo["localize"][0]:  # the localize stage brings its own budget: said apart
+        table.add_row("", "of which the localize stage", minutes(todo["localize"][0]), "")
     console().print(table)
