@@ -78,7 +78,7 @@ from interventions.stats import placebo_compare
 DECIDE_LINE = "decide-first: an arm's placebo sets generate after it is judged, as its verdict needs"
 DECIDE_OUTCOMES = "decide-first: an arm's placebo sets are teacher-forced after its own outcomes, as its verdicts need"
 # why an arm teacher-forced none of its placebo sets: with none drawn, only outcomes that do not move are fixed (rule 3)
-OUTCOMES_SKIPPED = "no outcome moves (no effect or n/a on each), so no verdict reads the placebo rank"
+OUTCOMES_SKIPPED = "no outcome moves: each reads no effect or n/a, which no placebo rank changes"
 WAVE = 4  # placebo sets an arm generates (or teacher-forces) together before the stopping rule is read again
 
 

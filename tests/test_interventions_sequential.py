@@ -212,7 +212,7 @@ def test_a_pair_with_no_difference_generates_no_placebo_set(tiny_pair, test_file
     assert n_first == 0 < n_every
     report = (tmp_path / "first" / "ab_report.md").read_text()
     assert f"generated 0 of {N_SETS} for compliance (no generation changed" in report
-    assert f"teacher-forced 0 of {N_SETS} for the outcomes (no outcome moves" in report
+    assert f"teacher-forced 0 of {N_SETS} for the outcomes (no outcome moves: each reads no effect" in report
     assert f"0 of {N_SETS} sets drawn" in report  # the outcomes' placebo cells
     for arm in first.arms:
         assert arm.placebo.n_sets == N_SETS  # every set drawn, none generated or teacher-forced
@@ -231,7 +231,7 @@ def test_arms_stop_once_fixed_keep_every_verdict_and_a_run_cut_among_them_resume
     sets resumes from its kept batches; every verdict equals the full design's, and the sets each arm drew are the
     full design's first ones, Δ for Δ."""
     config = _config(tiny_pair[1], test_file, edits="patch", source_dir=tiny_pair[0], units="1:0-3", outcomes="on")
-    config = replace(config, positive_control=False, collateral=True, collateral_rows=2, outcome_pairs=2)
+    config = replace(config, positive_control=False, collateral=True, collateral_rows=1, outcome_pairs=2)
     every, n_every = placebo_passes(monkeypatch, replace(config, placebo_generation="all", out_dir=tmp_path / "all"))
 
     def cut(line: str) -> None:
