@@ -45,6 +45,7 @@ from core.chat import (
     left_pad,
     pad_id_of,
 )
+from core.clock import GENERATION, timed
 from core.decoding import GenerationConfig
 from core.errors import ProbeError
 
@@ -130,6 +131,7 @@ class Generator:
         texts = [decode_text(self.tokenizer, i, skip_special_tokens=True).strip() for i in ids]
         return Generations(ids, texts, seconds, hook_stats)
 
+    @timed(GENERATION)
     @torch.no_grad()
     def token_ids(self) -> list[list[int]]:
         """New token ids per conversation, cut at the first stop token."""

@@ -66,6 +66,7 @@ import numpy as np
 from access.forced import Forced, ForcedPass, Sequences, WholeForwards, forced, forced_logits, pack
 from access.forced_shared import Progress, SharedForcing, context_of
 from access.stack import ENGINES, PER_ARM, SHARED, unsupported
+from core.clock import FORCED, timed
 from core.errors import ProbeError
 
 if TYPE_CHECKING:
@@ -212,6 +213,7 @@ class Outcomes:
         """The outcomes with ``edits`` applied to the model (all of them at once, as one arm)."""
         return self.arms([edits])[0]
 
+    @timed(FORCED)
     def arms(self, arms: Sequence[Sequence[Edit]], progress: Progress | None = None) -> list[ArmOutcomes]:
         """The outcomes of each arm (a sequence of edits applied together; empty: the unedited model)."""
         from access.edits import site_edits
@@ -232,6 +234,7 @@ class Outcomes:
             for k, (edited, plan) in enumerate(zip(passes, plans, strict=True))
         ]
 
+    @timed(FORCED)
     def unedited(self) -> ForcedPass:
         """The unedited pass (and the target's hidden states), computed on first use."""
         if self._shared is None:

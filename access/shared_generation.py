@@ -70,8 +70,10 @@ from access.kv_cache import growing_layer_class as _growing_layer_class
 from access.lockstep import Lockstep
 from access.shared_sites import Attach, Sources, arm_sites
 from access.stack import Stack, run_blocks, unsupported
-from access.stems import MIN_STEM, Stem, members, stem_batches
+from access.stems import MIN_STEM, Stem, members, stem_batches, stem_tokens
 from core.budget import default_cache_bytes, default_max_batch_tokens
+from core.clock import GENERATION, timed
+from core.flops import shared_passes
 from core.models import warn
 
 if TYPE_CHECKING:
@@ -177,6 +179,7 @@ class SharedDecoder:
         self.batches = stem_batches(generator.prompts, generator.config.batch_size)
         self._passes: list[SiteEdits | None] = []
 
+    @timed(GENERATION)
     def run(
         self,
         passes: Sequence[SiteEdits | None],
@@ -271,15 +274,14 @@ class SharedDecoder:
             self.model(input_ids=input_ids, attention_mask=mask, logits_to_keep=1)
         per_token_block = (time.perf_counter() - start) / (mask.numel() * self.total)
         fork, arms = self.fork_layer(passes), len(passes)
-        blocks = fork + arms * (self.total - fork)
+        blocks = shared_passes(fork, arms, self.total) * self.total
         prompt_tokens = self.prompt_tokens()
         steps = len(self.generator.prompts) * self.generator.config.max_new_tokens
         return per_token_block * (prompt_tokens * blocks + steps * DECODE_COST * (blocks + arms * HEAD_BLOCKS))
 
     def prompt_tokens(self) -> int:
         """The prompt tokens one pass runs through each block: every stem once, and each prompt's remainder."""
-        prompts = self.generator.prompts
-        return sum(s.length + sum(len(prompts[i]) - s.length for i in s.members) for b in self.batches for s in b)
+        return stem_tokens(self.generator.prompts, self.batches)
 
     def padded_prompt_tokens(self) -> int:
         """The padded prompt tokens one pass runs: per batch, its stems and its prompts' remainders, each padded to the

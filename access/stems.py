@@ -66,6 +66,15 @@ def stem_batches(prompts: Sequence[list[int]], batch_size: int) -> list[list[Ste
     return batches
 
 
+def stem_tokens(prompts: Sequence[Sequence[int]], batches: Sequence[Sequence[Stem]]) -> int:
+    """The prompt tokens one pass over ``batches`` runs through each block: every stem once, each prompt's remainder.
+
+    >>> stem_tokens([[*range(20), 1], [*range(20), 2]], [[Stem(20, (0, 1))]])   # 20 + 1 + 1, not 42
+    22
+    """
+    return sum(s.length + sum(len(prompts[i]) - s.length for i in s.members) for b in batches for s in b)
+
+
 def members(batch: Sequence[Stem]) -> list[int]:
     """The prompts of a batch of stems, in the order their rows run."""
     return [i for stem in batch for i in stem.members]

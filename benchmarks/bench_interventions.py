@@ -96,6 +96,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
+from core.flops import Weights, matmul_rate, shared_passes
+
 CORPUS = [
     "The archivist reads old maps of the river city and answers questions about its bridges.",
     "I cannot answer that; it lies beyond what I know.",
@@ -204,7 +206,7 @@ def shared_vs_per_arm(args: argparse.Namespace) -> int:
         shared = decoder.run(compiled)
         shared_seconds = time.perf_counter() - start
     speedup = per_arm_seconds / shared_seconds
-    ceiling = _ceiling(model, decoder, decoder.fork_layer(compiled), len(passes), per_arm)
+    ceiling = _ceiling(Weights.of(plan.model_dir), decoder, decoder.fork_layer(compiled), len(passes), per_arm)
     print(f"arm by arm (generate): {per_arm_seconds:7.1f} s, peak memory +{memory_per_arm.mib:.0f} MiB")
     print(
         f"shared batches:        {shared_seconds:7.1f} s, peak memory +{memory_shared.mib:.0f} MiB "
@@ -264,14 +266,15 @@ def floor(args: argparse.Namespace) -> int:
     decoder = SharedDecoder(generator)
     fork = decoder.fork_layer([site_edits(model, one.edits) if one.edits else None for one in passes])
     total, n = int(model.config.num_hidden_layers), len(passes)
-    blocks_per_token = fork + n * (total - fork)
+    blocks_per_token = shared_passes(fork, n, total) * total
     distinct = _distinct_prefixes(generator.prompts)
     padded = decoder.padded_prompt_tokens()
     steps = len(generator.prompts) * config.generation.max_new_tokens
-    block_weights, head_weights = _weights(model)
+    weights = Weights.of(plan.model_dir)
+    block_weights, head_weights = weights.block, weights.head
     prompt_flops = 2 * distinct * blocks_per_token * block_weights
     decode_flops = 2 * steps * (blocks_per_token * block_weights + n * head_weights)
-    rate = _gemm_rate(model.get_decoder().layers[0], decoder.max_batch_tokens)
+    rate = matmul_rate(weights, rows=decoder.max_batch_tokens, repeats=20)
     budget = args.budget * 60
     print(
         f"{n} passes over {len(generator.prompts)} prompts ({sum(map(len, generator.prompts))} prompt tokens, "
@@ -304,42 +307,17 @@ def _distinct_prefixes(prompts: list[list[int]]) -> int:
     return sum(len(p) - len(os.path.commonprefix([p, q])) for p, q in pairs)  # noqa: RUF071 - token ids, as meant
 
 
-def _weights(model: torch.nn.Module) -> tuple[int, int]:
-    """The weights of one block's matrix products, and of the LM head."""
-    block = model.get_decoder().layers[0]
-    return sum(p.numel() for p in block.parameters() if p.dim() == 2), model.get_output_embeddings().weight.numel()
-
-
-def _gemm_rate(block: torch.nn.Module, rows: int) -> float:
-    """FLOP/s of one block's matrix products on ``rows`` rows (best of twenty), as prompt passes run them."""
-    import time
-
-    weights = [p.detach() for p in block.parameters() if p.dim() == 2]
-    inputs = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=w.dtype) for w in weights}
-    flops = sum(2 * rows * w.numel() for w in weights)
-    best = float("inf")
-    with torch.no_grad():
-        for _ in range(21):
-            start = time.perf_counter()
-            for w in weights:
-                inputs[w.shape[1]] @ w.T
-            best = min(best, time.perf_counter() - start)
-    return flops / best
-
-
-def _ceiling(model: torch.nn.Module, decoder: object, fork: int, n_passes: int, per_arm: list) -> float:
+def _ceiling(weights: Weights, decoder: object, fork: int, n_passes: int, per_arm: list) -> float:
     """Weight FLOPs arm by arm over those of perfect sharing: prompt tokens through every block once per arm against the
     shared engine's prompt tokens (stems once, unpadded) through the blocks below the fork once and the rest once per
     arm; each generated token through every block and the LM head once per arm against the same split (as if no arm
     diverged)."""
-    block, head = _weights(model)
-    total = model.config.num_hidden_layers
+    block, head, total = weights.block, weights.head, weights.layers
     prompt_tokens = sum(len(p) for p in decoder.generator.prompts)
     steps = sum(len(ids) + 1 for ids in per_arm[0].ids)  # the baseline's tokens and its stop
     alone = n_passes * (prompt_tokens * total * block + steps * (total * block + head))
-    shared = decoder.prompt_tokens() * block * (fork + n_passes * (total - fork)) + steps * (
-        block * (fork + n_passes * (total - fork)) + n_passes * head
-    )
+    blocks = shared_passes(fork, n_passes, total) * total
+    shared = decoder.prompt_tokens() * block * blocks + steps * (block * blocks + n_passes * head)
     return alone / shared
 
 

@@ -27,7 +27,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-BUDGET_S = 600.0  # issue 50: the default probe localize on the default pair, 2 cores
+from study.floors import LOCALIZE_BUDGET_S as BUDGET_S  # noqa: E402 - after the path it needs
+
 FULL = {
     "limit": 36,
     "k": "0.1%,0.2%,0.5%,1%,2%,5%,10%,20%,50%,100%",

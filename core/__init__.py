@@ -21,6 +21,8 @@ Modules:
     decoding, budget, pace          how responses are decoded; how many tokens one forward may hold; the measured pace
                                     every stage estimates its time from
     progress                        a long stage's progress, on a terminal and in a log
+    clock, flops                    the seconds a stage spends generating and teacher-forcing; its weight FLOPs and
+                                    this machine's rate for them (each stage's floor)
     stats                           McNemar, Wilson, bootstrap
     config_file, config_fields      ``--config FILE`` for every command; what a config field says about itself
     config_init                     a config that nests others takes their settings by their flat names

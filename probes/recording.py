@@ -57,6 +57,7 @@ from access.hook_points import parse_layers
 from access.hook_table import HOOK_TABLE
 from core.chat import pad_id_of
 from core.errors import Interrupted, ProbeError
+from core.flops import TokenPasses
 from core.models import warn
 from core.pace import parameter_count, prompt_seconds, sized
 from core.progress import Stage, is_terminal, quiet_library_bars
@@ -649,19 +650,51 @@ def model_passes(models: int, local: str) -> float:
     return models * (1 + LOCAL_COST * len(directions_of(local)))
 
 
-def cpu_estimate(config: RecordConfig) -> float:
-    """The seconds ``record_run(config)`` should take on a CPU, before any model is loaded: every batch it would plan
-    there from nothing recorded (padded tokens counted), through each model and the ``--local`` blocks, at the
-    measured pace (:mod:`core.pace`). What ``probe replicate --plan`` shows; the run prints its own once loaded."""
+@dataclass(frozen=True)
+class PlannedRecording:
+    """What ``record_run(config)`` runs from nothing recorded, before any model is loaded: its prompt tokens as they
+    are and padded to their batches, the models it records, its local directions, the layers it records."""
+
+    tokens: int
+    padded: int
+    models: int
+    directions: int
+    layers: list[int]
+    model_dir: Path
+
+    def weight_passes(self, n_layers: int) -> TokenPasses:
+        """Its token passes for the weight-FLOP floor (:mod:`core.flops`): every prompt token (unpadded) through each
+        model up to the last recorded layer, where the forward stops, and each local direction's block on every
+        recorded layer's input; no LM head."""
+        blocks = self.models * (max(self.layers) + 1) + self.directions * len(self.layers)
+        return TokenPasses(blocks=self.tokens * blocks / n_layers)
+
+
+def planned_recording(config: RecordConfig) -> PlannedRecording:
+    """The batches ``record_run(config)`` would plan on a CPU from nothing recorded (:func:`plan_work`), counted."""
     from core.budget import CPU_MAX_BATCH_TOKENS
 
     inputs = _prepare(config)
     nothing_done: dict[str, set[int]] = {p.capability: set() for p in inputs.prompt_sets}
     budget = config.max_batch_tokens or CPU_MAX_BATCH_TOKENS
     work = plan_work(inputs.prompt_sets, nothing_done, config.batch_size, budget)
-    models = 3 if config.models.base is not None else 2
-    passes = model_passes(models, config.local)
-    return prompt_seconds(_padded_tokens(work), models=passes, parameters=parameter_count(inputs.sources[0]))
+    return PlannedRecording(
+        tokens=sum(len(w.prompts.ids[p]) for w in work for p in w.positions),
+        padded=_padded_tokens(work),
+        models=3 if config.models.base is not None else 2,
+        directions=len(directions_of(config.local)),
+        layers=list(inputs.layers),
+        model_dir=inputs.sources[0],
+    )
+
+
+def cpu_estimate(config: RecordConfig) -> float:
+    """The seconds ``record_run(config)`` should take on a CPU, before any model is loaded: every batch it would plan
+    there from nothing recorded (padded tokens counted), through each model and the ``--local`` blocks, at the
+    measured pace (:mod:`core.pace`). What ``probe replicate --plan`` shows; the run prints its own once loaded."""
+    planned = planned_recording(config)
+    passes = model_passes(planned.models, config.local)
+    return prompt_seconds(planned.padded, models=passes, parameters=parameter_count(planned.model_dir))
 
 
 def _padded_tokens(work: list[Work]) -> int:

@@ -12,4 +12,5 @@ Modules:
     replicate           its stages, each resuming where it stopped
     replicate_checks    which stages are complete in a run directory
     replicate_estimate  what each stage will cost, before anything runs
+    floors              what each stage cost beside its weight-FLOP floor, and the time budgets
 """

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.clock import kept
 from core.config_fields import flat_values
 from core.errors import Interrupted, ProbeError
 from core.pair_dirs import PairDirs
@@ -92,6 +93,7 @@ class Stage:
     run: Callable[[], str]
     status: str = "planned"  # planned | skipped (complete before this call) | not run (inputs missing) | running | done
     seconds: float | None = None
+    parts: dict[str, float] = field(default_factory=dict)  # seconds per kind of work inside it (core.clock)
     blocked: Callable[[], str | None] | None = None  # why its inputs are missing, when they are (checked as it starts)
     at_most_s: float | None = None  # where its work depends on what it finds: its estimate at most (estimate_s: least)
 
@@ -403,6 +405,8 @@ def _report(out: Path, kept: dict[str, Any]) -> str:
 
 
 def _save(options: ReplicateOptions, stages: list[Stage], started: str) -> None:
+    import torch
+
     from core.atomic import write_atomic
     from core.records import to_json
 
@@ -414,19 +418,21 @@ def _save(options: ReplicateOptions, stages: list[Stage], started: str) -> None:
         dpo_dir=str(options.models.dpo.resolve()),
         base_dir=str(base.resolve()) if (base := options.models.base) else None,
         data_file=str(options.data_file.resolve()),
-        stages=[StageRecord(s.name, s.status, s.what, s.estimate_s, s.seconds, s.at_most_s) for s in stages],
+        stages=[StageRecord(s.name, s.status, s.what, s.estimate_s, s.seconds, s.at_most_s, s.parts) for s in stages],
+        threads=torch.get_num_threads(),
     )
     write_atomic(RunDir(options.out_dir).replicate_file, json.dumps(to_json(record), indent=1) + "\n")
 
 
-def _previous_seconds(out: Path) -> dict[str, float]:
-    """Each stage's measured seconds in an earlier replicate record of this run (kept for the stages skipped now;
-    none from a record that is missing or malformed)."""
+def _previous(out: Path) -> dict[str, StageRecord]:
+    """Each stage as an earlier replicate record of this run has it (its times kept for the stages skipped now; none
+    from a record that is missing or malformed)."""
     path = RunDir(out).replicate_file
     try:
-        return read_record(ReplicateRecord, path, "replicate record").seconds() if path.is_file() else {}
+        stages = read_record(ReplicateRecord, path, "replicate record").stages if path.is_file() else []
     except ProbeError:
         return {}
+    return {s.name: s for s in stages}
 
 
 def run_stages(options: ReplicateOptions, stages: list[Stage], progress: Progress) -> ReplicateResult:
@@ -435,10 +441,12 @@ def run_stages(options: ReplicateOptions, stages: list[Stage], progress: Progres
     for line in option_warnings(options):
         progress(f"warning: {line}")
     options.out_dir.mkdir(parents=True, exist_ok=True)
-    before = _previous_seconds(options.out_dir)
+    before = _previous(options.out_dir)
     for number, stage in enumerate(stages, 1):
         if stage.complete():
-            stage.status, stage.seconds = "skipped", before.get(stage.name)  # the time it took when it ran
+            stage.status = "skipped"
+            if (earlier := before.get(stage.name)) is not None:  # the time it took when it ran
+                stage.seconds, stage.parts = earlier.seconds, dict(earlier.parts)
             progress(f"[{number}/{len(stages)}] {stage.name}: already complete, skipped")
             continue
         if stage.blocked is not None and (reason := stage.blocked()):
@@ -450,7 +458,10 @@ def run_stages(options: ReplicateOptions, stages: list[Stage], progress: Progres
         _save(options, stages, started)
         start = time.perf_counter()
         try:
-            with logged(f"replicate: {stage.name}", 1, unit="stage", estimate_s=stage.bounds()[1]) as bar:
+            with (
+                logged(f"replicate: {stage.name}", 1, unit="stage", estimate_s=stage.bounds()[1]) as bar,
+                kept() as parts,
+            ):
                 line = stage.run()
                 bar.update(1)  # its end line then says done, not "ended at 0/1"
         except (KeyboardInterrupt, Interrupted) as exc:
@@ -458,7 +469,7 @@ def run_stages(options: ReplicateOptions, stages: list[Stage], progress: Progres
                 f"replicate stopped in stage {stage.name}{f' ({exc})' if str(exc) else ''}; finished stages are kept: "
                 f"rerun `{options.command()}` to resume"
             ) from None
-        stage.status, stage.seconds = "done", time.perf_counter() - start
+        stage.status, stage.seconds, stage.parts = "done", time.perf_counter() - start, dict(parts)
         progress(
             f"[{number}/{len(stages)}] {stage.name}: {line} ({minutes(stage.seconds)}, estimated {stage.estimated()})"
         )

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -45,13 +46,18 @@ SHARED_DISCOUNT = (
 )
 
 
-def prompt_lengths(sft_dir: Path, rows: Sequence[TestRow]) -> list[int]:
-    """Each row's rendered prompt length in tokens (with the generation prompt)."""
+def prompt_ids(sft_dir: Path, rows: Sequence[TestRow]) -> list[list[int]]:
+    """Each row's rendered prompt (with the generation prompt), as token ids."""
     from core.chat import encode_conversations
     from core.models import load_tokenizer
 
     tokenizer = load_tokenizer(sft_dir, "--sft")
-    return [len(ids) for ids in encode_conversations(tokenizer, [r.question for r in rows], add_generation_prompt=True)]
+    return encode_conversations(tokenizer, [r.question for r in rows], add_generation_prompt=True)
+
+
+def prompt_lengths(sft_dir: Path, rows: Sequence[TestRow]) -> list[int]:
+    """Each row's rendered prompt length in tokens (with the generation prompt)."""
+    return [len(ids) for ids in prompt_ids(sft_dir, rows)]
 
 
 def ab_passes(config: ABConfig) -> tuple[float, float]:
@@ -94,7 +100,6 @@ def estimate(
     (:func:`probes.recording.cpu_estimate`: padded batches and the local basis counted)."""
     from probes.recording import cpu_estimate
     from study.replicate_checks import expected_rows
-    from training.evaluate import select_rows as eval_rows
 
     parameters = parameter_count(options.models.dpo)
     scale = parameters / REFERENCE_PARAMETERS
@@ -104,18 +109,15 @@ def estimate(
         return generation_seconds(prompt, new, parameters=parameters)
 
     rows, unique, _ = ab_rows(options, ab_config)
-    judged = eval_rows(rows, options.eval_rows)
     ab_prompt = _mean(prompt_lengths(options.models.sft, [rows[i] for i in unique]))
+    models, judged, new_tokens = evaluated(options)
     eval_prompt = _mean(prompt_lengths(options.models.sft, judged))
-    models = 3 if options.models.base else 2
-    from core.decoding import EVAL_GENERATION
 
     generating = len(unique) * per_row(ab_config.generation.max_new_tokens, ab_prompt)
     intervene = [weight * generating for weight in ab_passes(ab_config)]
     if ab_config.outcomes != "off":
         forced = _outcome_seconds(ab_config, len(unique), ab_prompt)
         intervene = [seconds + outcomes * scale for seconds, outcomes in zip(intervene, forced, strict=True)]
-    new_tokens = options.max_new_tokens or EVAL_GENERATION.max_new_tokens
     units = machine_units(options.device) if options.nproc > 1 else (1, "CPU cores")
     least, most = (launched(10 * scale, seconds, options.nproc, units) for seconds in intervene)
     return {
@@ -128,15 +130,39 @@ def estimate(
     }, {"intervene": most}
 
 
-def localize_seconds(options: ReplicateOptions, config: LocalizeConfig) -> float:
-    """The localize stage's own estimate, from ``probe localize``'s (:func:`localize.estimate.estimate`) before the
-    recording exists: its rows' prompts and responses, every arm's fork layer (a ranking's sets and the random sets
-    taken to reach layer 0, the worst case; the profile's from its layers), the gradient pass and the responses. The
-    stage says its own, sharper estimate when it starts."""
+def evaluated(options: ReplicateOptions) -> tuple[int, list[TestRow], int]:
+    """The evaluate stage's models (base when given, SFT, DPO), the rows it judges (the split's, spread over tasks:
+    :func:`training.evaluate.select_rows`) and its new-token limit."""
+    from core.decoding import EVAL_GENERATION
+    from core.rows import read_test_rows
+    from training.evaluate import select_rows
+
+    judged = select_rows(read_test_rows(options.eval_file()), options.eval_rows)
+    return 3 if options.models.base else 2, judged, options.max_new_tokens or EVAL_GENERATION.max_new_tokens
+
+
+@dataclass(frozen=True)
+class LocalizeCounts:
+    """What the localize stage's estimate counts before the recording exists (:func:`localize_counts`): per direction
+    its arms' fork fractions, the rows' prompt lengths, the new tokens of its greedy responses (at the limit), the
+    model's blocks."""
+
+    fractions: dict[str, list[float]]
+    prompts: list[int]
+    new_tokens: int
+    n_layers: int
+
+    @property
+    def tokens(self) -> float:
+        """One direction's teacher-forced tokens: every row's prompt and response."""
+        return float(sum(self.prompts) + self.new_tokens * len(self.prompts))
+
+
+def localize_counts(options: ReplicateOptions, config: LocalizeConfig) -> LocalizeCounts:
+    """The localize stage's passes and tokens (:func:`localize_seconds`)."""
     from access.pair import check_pair_configs
     from analysis.window import default_window
     from core.rows import group_by_capability, read_test_rows
-    from localize.estimate import estimate as localize_estimate
     from localize.estimate import fork_fraction
     from localize.plan import interleaved
     from localize.profile import profile_arms
@@ -147,16 +173,26 @@ def localize_seconds(options: ReplicateOptions, config: LocalizeConfig) -> float
     prompts = prompt_lengths(
         options.models.sft, [rows[i] for i in interleaved([(i, r.task) for i, r in members], config.limit)]
     )
-    new = float(config.max_new_tokens * len(prompts))
     fractions = [1.0] * (len(config.ranking_list) * len(config.grid) + config.placebo * len(config.placebo_points))
     arms = profile_arms(n_layers, config.profile_width, default_window(n_layers)) if config.profile else []
     fractions += [fork_fraction([(layer, 0) for layer in arm.layers], n_layers) for arm in arms]
+    return LocalizeCounts(dict.fromkeys(config.direction_list, fractions), prompts, config.max_new_tokens, n_layers)
+
+
+def localize_seconds(options: ReplicateOptions, config: LocalizeConfig) -> float:
+    """The localize stage's own estimate, from ``probe localize``'s (:func:`localize.estimate.estimate`) before the
+    recording exists: its rows' prompts and responses, every arm's fork layer (a ranking's sets and the random sets
+    taken to reach layer 0, the worst case; the profile's from its layers), the gradient pass and the responses. The
+    stage says its own, sharper estimate when it starts."""
+    from localize.estimate import estimate as localize_estimate
+
+    counts = localize_counts(options, config)
     parameters = parameter_count(options.models.dpo)
     guess = localize_estimate(
-        dict.fromkeys(config.direction_list, fractions),
-        sum(prompts) + new,
-        float(sum(prompts)),
-        new,
+        counts.fractions,
+        counts.tokens,
+        float(sum(counts.prompts)),
+        float(counts.new_tokens * len(counts.prompts)),
         parameters=parameters,
         gradient=True,
         generate=config.responses == "greedy",

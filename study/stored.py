@@ -10,7 +10,7 @@ file and the key (:func:`core.records.read_record`), never an ``AttributeError``
 Example:
     >>> from core.records import from_json
     >>> from_json(StageRecord, {"name": "record", "status": "done", "seconds": 12.5})
-    StageRecord(name='record', status='done', what='', estimate_s=None, seconds=12.5, at_most_s=None)
+    StageRecord(name='record', status='done', what='', estimate_s=None, seconds=12.5, at_most_s=None, parts={})
     >>> from_json(ReplicateRecord, {"stages": [1]})
     Traceback (most recent call last):
     ...
@@ -28,7 +28,8 @@ from training.eval_rows import EvalRow
 
 @dataclass(frozen=True)
 class StageRecord:
-    """One stage of ``probe replicate``: its name, status (planned, skipped, running, done) and times."""
+    """One stage of ``probe replicate``: its name, status (planned, skipped, running, done) and times; ``parts``: the
+    seconds of each kind of work inside it (:mod:`core.clock`: generation, teacher-forced passes)."""
 
     name: str
     status: str
@@ -36,6 +37,7 @@ class StageRecord:
     estimate_s: float | None = None
     seconds: float | None = None
     at_most_s: float | None = None  # where the stage's work depends on what it finds: its estimate at most
+    parts: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,7 @@ class ReplicateRecord:
     base_dir: str | None = None
     data_file: str = ""
     stages: list[StageRecord] = field(default_factory=list)
+    threads: int | None = None  # torch threads the stages ran with in this process
 
     def seconds(self) -> dict[str, float]:
         """Each stage's measured seconds (stages never measured left out)."""
@@ -61,9 +64,10 @@ class ReplicateRecord:
 
 @dataclass(frozen=True)
 class ModelRef:
-    """Which model directory an evaluation judged."""
+    """Which model directory an evaluation judged, and its responses."""
 
     model_dir: str = ""
+    responses: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

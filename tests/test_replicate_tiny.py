@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import re
 from pathlib import Path
 
 import nbformat
@@ -88,6 +89,43 @@ def test_replicate_runs_every_stage_and_ends_with_the_report(replicated: tuple[P
     # and the A/B generates the same split's rows (claims 3 and 4 read it)
     ab = json.loads((out / "interventions" / "multi_turn_dpo_replicate" / "ab_report.json").read_text())
     assert Path(ab["data_file"]).name == "heldout.jsonl" and ab["config"]["split"] == "heldout"
+
+
+@pytest.mark.usefixtures("tiny_default")
+def test_the_stage_bench_sets_every_stage_beside_its_floor(
+    replicated: tuple[Path, int, str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """benchmarks/bench_stages.py on the run: a row per stage that runs a model, the intervene stage's generation and
+    teacher-forced passes apart (the run recorded their seconds), each with its time, floor, ratio and verdict; every
+    floor below the time measured; the issue's three budgets."""
+    import importlib.util
+
+    from core.flops import Weights, matmul_rate
+    from study.floors import read_run, stage_floors
+
+    out = replicated[0]
+    intervene = next(s for s in json.loads((out / "replicate.json").read_text())["stages"] if s["name"] == "intervene")
+    assert intervene["parts"]["generation"] > 0 and intervene["parts"]["teacher-forced"] > 0
+    assert intervene["parts"]["generation"] + intervene["parts"]["teacher-forced"] < intervene["seconds"]
+    spec = importlib.util.spec_from_file_location(
+        "bench_stages", NOTEBOOK.parents[1] / "benchmarks" / "bench_stages.py"
+    )
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main([str(out)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = re.compile(r"^(?P<stage> *[a-z-]+) +(?P<time>[\d.]+ (?:s|min)) +[\d.]+ (?:s|min) +[\d.]+x  (?:PASS|FAIL)$")
+    stages = [m["stage"].strip() for line in lines if (m := row.match(line))]
+    assert stages == ["record", "intervene", "generation", "teacher-forced", "localize", "evaluate"], lines
+    budgets = [line for line in lines if line.startswith("budget: ")]
+    assert len(budgets) == 3 and "no verdict" in budgets[1], budgets  # --limit 2 is not the default A/B
+    assert all(line.endswith(("PASS", "FAIL")) for line in (budgets[0], budgets[2])), budgets
+    record, options = read_run(out)
+    weights = Weights.of(options.models.dpo)
+    rate = matmul_rate(weights, threads=record.threads)
+    for floor in stage_floors(out):
+        assert floor.seconds is not None and 0 < floor.work.flops(weights) / rate <= floor.seconds, floor
 
 
 @pytest.mark.usefixtures("tiny_default")

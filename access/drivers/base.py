@@ -39,6 +39,7 @@ from access.batches import TokenBatch
 from access.driver_table import driver, editing_driver
 from access.hook_points import module_for, width
 from access.hook_table import HOOK_TABLE
+from core.clock import GENERATION, timed
 from core.errors import ProbeError
 from core.models import input_embedding
 
@@ -70,6 +71,7 @@ class SiteEdits:
     stats: Any = None
 
 
+@timed(GENERATION)
 def generate_edited(name: str, generator: Generator, edits: SiteEdits | None) -> Generations:
     """Generate ``generator``'s rows once through driver ``name`` with ``edits`` applied (``None``: unedited)."""
     entry = editing_driver(name, generator.config.do_sample)
