@@ -65,6 +65,24 @@ def summary_rows(report: LocalizeReport) -> list[list[str]]:
     ]
 
 
+def placebo_line(report: LocalizeReport) -> str:
+    """The placebo band per direction and point: how many random sets were drawn, and their 99th percentile."""
+    if not report.placebo:
+        return ""
+    labels = {d.name: d.label for d in report.directions}
+    parts = []
+    for p in report.placebo:
+        drawn = len(p.values)
+        sets = f"{drawn} of {drawn + p.undrawn} sets drawn" if p.undrawn else f"{drawn} sets"
+        parts.append(f"{labels.get(p.direction, p.direction)} at {p.k}: {sets}, 99th percentile {fmt(p.p99)}")
+    tail = (
+        "; the sequential band stopped where the verdict could no longer change"
+        if any(p.undrawn for p in report.placebo)
+        else ""
+    )
+    return f"placebo band (random sets): {'; '.join(parts)}{tail}"
+
+
 def profile_rows(report: LocalizeReport, kinds: tuple[str, ...] = ("sublayer", "window", "head")) -> list[list[str]]:
     """One row per profile arm of ``kinds`` and direction."""
     return [
@@ -112,6 +130,7 @@ def page(report: LocalizeReport) -> str:
         f"<p><b>Rankings:</b> {e(report.ranking_verdict.verdict)}: {e(report.ranking_verdict.reason)}</p>",
         f"<p><b>Claim 1c</b> (the change is carried in the window): {e(report.claim_1c.verdict)}: "
         f"{e(report.claim_1c.reason)}</p>",
+        f"<p>{e(placebo_line(report))}</p>",
         table_html(SUMMARY_COLUMNS, summary_rows(report)),
         figures[0],
         *([table_html(PROFILE_COLUMNS, profile_rows(report)), figures[1]] if len(figures) > 1 else []),

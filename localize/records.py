@@ -38,7 +38,8 @@ class CurvePoint:
 
 @dataclass(frozen=True)
 class PlaceboPoint:
-    """The random sets' f at one point of one direction, and their percentiles."""
+    """The random sets' f at one point of one direction, and their percentiles: the sets drawn (``undrawn`` more were
+    configured and not drawn, the sequential band having stopped where the verdict could no longer change)."""
 
     direction: str
     k: str
@@ -50,6 +51,7 @@ class PlaceboPoint:
     p50: float
     p95: float
     p99: float
+    undrawn: int = 0
 
 
 @dataclass(frozen=True)
