@@ -96,6 +96,7 @@ def assemble(m: Measured) -> LocalizeReport:
         settings=_settings(plan.config),
         seconds=dict(m.seconds),
         estimate_s=m.estimate_s,
+        estimate_least_s=m.estimate_least_s,
         machine=_machine(),
         warnings=list(m.warnings),
     )

@@ -5,8 +5,9 @@ an empty or unknown ranking, a k outside (0, 100]% (or a count below 1), an unkn
 source. What needs the run or the models (the hook recorded, the pair's widths, responses of this pair) is checked by
 :func:`localize.plan.plan_localize` before anything expensive runs.
 
-The defaults are sized to the 10-minute budget on a 2-core CPU (docs/localize.md says the arithmetic, and which flags
-run the issue's full design: ``--limit 36 --k 0.1%,0.2%,0.5%,1%,2%,5%,10%,20%,50%,100% --placebo-k 0.2%,2%,20%
+The defaults are sized to the 10-minute budget on a 2-core CPU, which they hold where the curves settle the ranking
+verdict (the sequential placebo band then draws few sets; docs/localize.md says the arithmetic, and which flags run the
+issue's full design: ``--limit 36 --k 0.1%,0.2%,0.5%,1%,2%,5%,10%,20%,50%,100% --placebo-k 0.2%,2%,20%
 --profile-width 1 --head-layers 3``).
 
 Example:

@@ -19,9 +19,9 @@
   only until the verdict can no longer change (:mod:`localize.sequential`): from none (the curves alone fix the
   verdict) to every one (a ranking beats the band in every direction: all its readings need all the sets).
 
-Calibrated on this project's 2-core AMD EPYC machine (Zen 3, AVX2, no GPU), one torch thread, 2026-11-29/30, under
+Calibrated on this project's 2-core AMD EPYC machine (Zen 3, AVX2, no GPU), one torch thread, 2026-11-29, under
 other sessions' load (3-5 on 2 cores), so a quiet machine should be faster, by less than 1.5x: the default pair's
-default run took 30.9 CPU-minutes for 182 whole passes in this count (4.4 ms a token); a shape twin of SmolLM2-135M
+default run took 30.9 CPU-minutes for 175 whole passes in this count (4.6 ms a token); a shape twin of SmolLM2-135M
 (its config, random weights) gave 12.8 CPU-seconds a whole pass of 2,242 tokens (5.7 ms) and 4.4 of them for the
 gradient pass; a plain matrix product of a pass's shapes ran at 57-63 GFLOP/s on one thread, which puts a pass's 477
 GFLOP of products alone at 8 s. The speed-up of a second thread (0.8) is assumed, not measured on a quiet machine.
@@ -30,7 +30,7 @@ Example:
     >>> fork_fraction(((2, 5),), 10), fork_fraction((), 10)
     (0.8, 0.0)
     >>> round(pass_seconds(10_000, parameters=REFERENCE_PARAMETERS, threads=1), 1)
-    44.0
+    46.0
     >>> thread_speedup(2)
     1.8
 """
@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from core.pace import REFERENCE_PARAMETERS
 
-TOKEN_CPU_SECONDS = 4.4e-3  # one whole teacher-forced pass, per token, one thread, the reference model (module doc)
+TOKEN_CPU_SECONDS = 4.6e-3  # one whole teacher-forced pass, per token, one thread, the reference model (module doc)
 GRADIENT_PASSES = 4.5  # the gradient pass over a whole pass of the same rows (4.4 on the shape twin; module doc)
 FIXED_PASSES = 2.0  # per direction: the unedited model; the target, which is also the patch source
 DECODE_TOKENS = 11.0  # a generated token's cost in prompt tokens (the default run: 37 CPU-s for both generations)

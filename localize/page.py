@@ -107,6 +107,13 @@ def table_html(columns: tuple[str, ...], rows: list[list[str]]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _estimated(report: LocalizeReport) -> str:
+    least = report.estimate_least_s
+    if least is None or round(least) == round(report.estimate_s):
+        return f"{report.estimate_s:.0f}"
+    return f"{least:.0f} to {report.estimate_s:.0f}"
+
+
 def page(report: LocalizeReport) -> str:
     """The whole HTML page (module doc)."""
     from plotly.offline import get_plotlyjs
@@ -135,7 +142,7 @@ def page(report: LocalizeReport) -> str:
         figures[0],
         *([table_html(PROFILE_COLUMNS, profile_rows(report)), figures[1]] if len(figures) > 1 else []),
         f"<p class=note>{e(report.machine)}; {sum(report.seconds.values()):.0f} s measured, "
-        f"{report.estimate_s:.0f} s estimated.</p>",
+        f"{_estimated(report)} s estimated.</p>",
         *(f"<p class=note>warning: {e(w)}</p>" for w in report.warnings),
     ]
     style = (

@@ -148,9 +148,10 @@ class LocalizeReport:
     planted: list[list[int]]
     settings: dict[str, Any]
     seconds: dict[str, float]
-    estimate_s: float
+    estimate_s: float  # every placebo set drawn
     machine: str
     warnings: list[str] = field(default_factory=list)
+    estimate_least_s: float | None = None  # the sequential band's sets spared where the curves fix the verdict
 
     @classmethod
     def load(cls, path: str | Path) -> LocalizeReport:

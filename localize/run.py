@@ -122,7 +122,7 @@ def _say_estimate(plan: LocalizePlan, pair: ModelPair, directions: list[Directio
         band=dict.fromkeys([d.name for d in directions], cost),
         extra={directions[0].name: call},
     )
-    m.estimate_s = guess.total
+    m.estimate_s, m.estimate_least_s = guess.total, guess.least
     if sized(str(pair.device), parameters):
         m.phases = dict(guess.seconds)
         say(
@@ -135,10 +135,10 @@ def _say_estimate(plan: LocalizePlan, pair: ModelPair, directions: list[Directio
 
 def _planned_heads(plan: LocalizePlan) -> tuple[list[float], float]:
     """The heads' arms' fork fractions and the source pass of their call in the first direction (a later call), as
-    far as known before the profile: each head layer taken at the window's first layer."""
+    far as known before the profile: each head layer taken at the middle of the window."""
     if not (plan.config.profile and plan.config.head_layers):
         return [], 0.0
-    layer, n_layers = plan.window[0], plan.shape.n_layers
+    layer, n_layers = plan.window[len(plan.window) // 2], plan.shape.n_layers
     heads = [1.0 - layer / n_layers] * (plan.config.head_layers * plan.shape.heads)
     return heads, (layer + 1) / n_layers
 

@@ -1,4 +1,4 @@
-"""The sequential placebo band of ``probe localize`` (``--placebo-design sequential``, the default; fixed 2026-11-30,
+"""The sequential placebo band of ``probe localize`` (``--placebo-design sequential``, the default; fixed 2026-11-29,
 before any default-pair result under it was read; docs/localize.md, "The placebo band, drawn sequentially").
 
 The ranking verdict (:func:`localize.verdicts.ranking_verdict`) reads the placebo band at one place only: at each

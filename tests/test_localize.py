@@ -197,6 +197,7 @@ def test_the_report_round_trips_and_its_page_has_both_figures(report: LocalizeRe
         (["--k", "0%"], "--k"),
         (["--k", "0.2%,150%"], "150%"),
         (["--placebo-k", "3%"], "--placebo-k"),
+        (["--placebo-design", "some"], "--placebo-design: expected one of sequential, all"),
         (["--hook", "attn_out"], "did not record attn_out"),
     ],
 )
