@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from localize.measured import Measured
     from localize.passes import Arm, DirectionPasses, RowGap
     from localize.plan import LocalizePlan
+    from localize.verdicts import RankingEvidence
 
 KEPT_SOURCE_BYTES = 512 * 2**20  # per direction: the source's hook-point values kept between the waves, at most
 Runner = Callable[["DirectionPasses", dict[Hashable, "Arm"], str, float | None], dict[Hashable, "RowGap"]]
@@ -91,11 +92,16 @@ def values_at(m: Measured, direction: str, label: str, n: int) -> list[float]:
     return [gap_closed(gaps[placebo_key(s, label)].kl, gaps[placebo_key(s, label)].kl_unedited) for s in range(n)]
 
 
-def draw_waves(plan: LocalizePlan, passes: dict[str, DirectionPasses], run: Runner, m: Measured) -> None:
+def draw_waves(
+    plan: LocalizePlan,
+    passes: dict[str, DirectionPasses],
+    run: Runner,
+    m: Measured,
+    ranking_evidence: Callable[[Measured], list[RankingEvidence]],
+) -> None:
     """The sequential band (module doc): waves until no cell is pending; ``m.placebo_drawn`` says how many sets each
-    cell drew. Needs every direction's curves measured (the verdict reads their f and CPR)."""
-    from localize.assemble import ranking_evidence
-
+    cell drew. Needs every direction's curves measured: the verdict reads their f and CPR (``ranking_evidence``,
+    :func:`localize.assemble.ranking_evidence`)."""
     n_sets = plan.config.placebo
     points = {p.label: p for p in plan.placebo_points}
     drawn: dict[Cell, int] = {(d.name, label): 0 for d in m.directions for label in points}

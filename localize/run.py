@@ -304,6 +304,7 @@ def _measure(
 ) -> None:
     """Each direction's arms in one engine call, and the heads of the attention steps that closed the most; then the
     placebo band (:mod:`localize.band`): in those calls under ``--placebo-design all``, else wave by wave."""
+    from localize.assemble import ranking_evidence
     from localize.band import draw_waves, keep_source
 
     m.profile = _profile(plan)
@@ -334,7 +335,7 @@ def _measure(
     m.placebo_drawn = {(d.name, p.label): plan.config.placebo for d in directions for p in plan.placebo_points}
     if sequential:
         done = _timed(m, "placebo")
-        draw_waves(plan, engines, lambda passes, arms, name, s: _run(passes, arms, name, m, s), m)
+        draw_waves(plan, engines, lambda passes, arms, name, s: _run(passes, arms, name, m, s), m, ranking_evidence)
         done()
         say(f"placebo band: {_drawn(m)}")
 

@@ -276,11 +276,11 @@ def test_torchrun_splits_the_rows_and_writes_the_one_process_figures(
         "--rankings",
         ",".join(RANKED),
         "--k",
-        "0.2%,16,1%,10%,100%",
+        "0.2%,16,1%,2%,10%,100%",
         "--placebo",
         "20",
         "--placebo-k",
-        "16",
+        "16,0.2%,2%",
         "--limit",
         "3",
         "--data",
@@ -306,3 +306,5 @@ def test_torchrun_splits_the_rows_and_writes_the_one_process_figures(
     for mine, theirs in zip(split.points, report.points, strict=True):
         assert mine.f == pytest.approx(theirs.f, abs=1e-6)
     assert split.claim_1c.verdict == report.claim_1c.verdict
+    assert [(p.k, len(p.values)) for p in split.placebo] == [(p.k, len(p.values)) for p in report.placebo]
+    assert split.ranking_verdict.verdict == report.ranking_verdict.verdict
