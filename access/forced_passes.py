@@ -210,8 +210,9 @@ class SourceValues:
     values: dict[str, dict[tuple[str, int], torch.Tensor]] = field(default_factory=dict)
 
     @torch.no_grad()
-    def compute(self, batch: PromptBatch) -> None:
-        """Run the source on ``batch`` and keep its values at :attr:`sites`, for the prompts and the responses."""
+    def compute(self, batch: PromptBatch, *, whole: bool = False) -> Hidden:
+        """Run the source on ``batch`` and keep its values at :attr:`sites`, for the prompts and the responses; the
+        blocks up to the highest site, or every block (``whole``); returns what the last block run gave."""
         self.values = {"prompt": {}, "response": {}}
         current = {"phase": "prompt"}
 
@@ -223,10 +224,11 @@ class SourceValues:
 
         handles = [attach(self.stack.model, hook, layer, keep((hook, layer))) for hook, layer in self.sites]
         try:
-            top = max(layer for _, layer in self.sites)
-            self.stack.run(
+            top = self.stack.total - 1 if whole else max(layer for _, layer in self.sites)
+            out, _ = self.stack.run(
                 batch, self.stack.embed_batch(batch), range(top + 1), phase=lambda p: current.update(phase=p)
             )
+            return out
         finally:
             for handle in handles:
                 handle.remove()

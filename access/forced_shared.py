@@ -5,7 +5,10 @@ batch of prompts (:func:`access.forced_passes.prompt_batches`), the unedited pas
 states entering every fork layer, each patch source and each logit-difference source runs once, then each arm runs
 from its fork layer up on :class:`access.forced_passes.ForcedStack`:
 
-* a patch's lockstep is fed from its source's values (:class:`access.forced_passes.SourceValues`);
+* a patch's lockstep is fed from its source's values (:class:`access.forced_passes.SourceValues`); a source that is
+  the target model (a patch from the other checkpoint, measured against it) runs whole in the first call and gives
+  the target's head input from the same pass, and the values at the sites :meth:`SharedForcing.keep_sources` names
+  are kept for later calls, which then do not run the source again;
 * a weight blend (:class:`access.amplify.WeightBlend`) is entered around its blocks and the head, from the lowest
   block it blends; one from block 0 (``expo``) runs after the batches, entered once rather than per batch;
 * a logit-difference arm (:class:`access.amplify.AmplifiedLogits`) scores its logits amplified against its source's
@@ -71,7 +74,15 @@ class SharedForcing:
     def __init__(self, model: PreTrainedModel, seqs: Sequences, batches: list[PromptBatch]) -> None:
         self.model, self.seqs, self.batches = model, seqs, batches
         self.stack = ForcedStack(model)
+        self.kept_sites: set[tuple[str, int]] = set()  # patch sources' sites whose values later calls reuse
+        self._kept: dict[tuple[int, int], dict[str, dict[tuple[str, int], torch.Tensor]]] = {}  # (source, batch)
         self.unedited: ForcedPass | None = None  # computed by the first call of :meth:`passes`, with the target's
+
+    def keep_sources(self, sites: set[tuple[str, int]]) -> None:
+        """Keep each patch source's values at ``sites`` (``(hook, layer)``) on every batch from the next call on, so
+        that later calls patching only kept sites read them instead of running the source again (memory: a
+        hook-point tensor per site and batch)."""
+        self.kept_sites = set(sites)
 
     @torch.no_grad()
     def passes(self, plans: Sequence[SiteEdits | None], progress: Progress | None = None) -> list[ForcedPass]:
@@ -83,8 +94,8 @@ class SharedForcing:
         if unedited is not None:
             self.seqs.target_hidden = {}
         results = [ForcedPass.empty(len(self.seqs.unique)) for _ in plans]
-        for b, batch in enumerate(self.batches):
-            self._batch(batch, plans, arms, unedited, results)
+        for b in range(len(self.batches)):
+            self._batch(b, plans, arms, unedited, results)
             if progress is not None:
                 progress(b + 1, steps)
         if unedited is not None:
@@ -127,16 +138,15 @@ class SharedForcing:
 
     def _batch(
         self,
-        batch: PromptBatch,
+        b: int,
         plans: Sequence[SiteEdits | None],
         arms: _Arms,
         unedited: ForcedPass | None,
         results: list[ForcedPass],
     ) -> None:
-        """One batch of every plan (and of the target and the unedited pass, where ``unedited`` is to be filled)."""
-        stack, total = self.stack, self.stack.total
-        if unedited is not None:
-            self._target_batch(batch)
+        """Batch ``b`` of every plan (and of the target and the unedited pass, where ``unedited`` is to be filled)."""
+        stack, total, batch = self.stack, self.stack.total, self.batches[b]
+        self._sources(b, arms.sources, target=unedited is not None)
         log_t = self._target_logprobs(batch)
         embedded = stack.embed_batch(batch)
         kept: dict[int, Hidden] = {}
@@ -147,8 +157,6 @@ class SharedForcing:
                 self._score(batch, self._logits(batch, base), log_t, unedited)
         elif arms.keep:
             _, kept = stack.run(batch, embedded, range(max(arms.keep)), arms.keep)
-        for values in arms.sources.values():
-            values.compute(batch)
         amplify = {key: (source, _response_hidden(source, batch)) for key, source in arms.lda_sources.items()}
         for k, plan in enumerate(plans):
             if k in arms.copied or k in arms.whole or plan is None:
@@ -206,13 +214,36 @@ class SharedForcing:
         """Per response row, the LM head's logits at the positions that predict its tokens (one row at a time)."""
         return (self.stack.head(hidden) for hidden in self.stack.response_hidden(batch, out))
 
-    def _target_batch(self, batch: PromptBatch) -> None:
-        """The target's head input at the KL sequences' response positions (kept, ``d_model`` floats a token)."""
+    def _sources(self, b: int, sources: dict[int, SourceValues], *, target: bool) -> None:
+        """Each patch source's values on batch ``b``: the kept ones where they hold every site it needs, else from a
+        pass of the source (whole, where it is the target model and ``target`` asks for the target's head input:
+        one pass for both); then the target's own pass where no source gave it."""
+        batch = self.batches[b]
+        target = target and any(i in self.seqs.kl_rows for i in batch.seqs)
+        for values in sources.values():
+            key = (id(values.stack.model), b)
+            kept = self._kept.get(key)
+            if kept is not None and values.sites <= kept["prompt"].keys():
+                values.values = kept
+                continue
+            whole = target and values.stack.model is self.seqs.target
+            out = values.compute(batch, whole=whole)
+            if whole:
+                self._target_batch(batch, values.stack, out)
+                target = False
+            if self.kept_sites & values.sites:
+                self._kept[key] = {
+                    phase: {site: v for site, v in per_site.items() if site in self.kept_sites}
+                    for phase, per_site in values.values.items()
+                }
+        if target:
+            stack = ForcedStack(self.seqs.target)
+            self._target_batch(batch, stack, stack.run(batch, stack.embed_batch(batch), range(stack.total))[0])
+
+    def _target_batch(self, batch: PromptBatch, stack: ForcedStack, out: Hidden) -> None:
+        """The target's head input at the KL sequences' response positions (kept, ``d_model`` floats a token), from
+        the target's whole pass ``out``."""
         assert self.seqs.target_hidden is not None
-        if not any(i in self.seqs.kl_rows for i in batch.seqs):
-            return
-        stack = ForcedStack(self.seqs.target)
-        out, _ = stack.run(batch, stack.embed_batch(batch), range(stack.total))
         for i, hidden in zip(batch.seqs, stack.response_hidden(batch, out), strict=True):
             if i in self.seqs.kl_rows:
                 self.seqs.target_hidden[i] = hidden.float().cpu()

@@ -209,6 +209,11 @@ class Outcomes:
         """Batches of one pass (each prompt batch of the shared engine, or each batch of whole sequences)."""
         return len(self._shared.batches) if self._shared is not None else len(self._whole.batches)
 
+    @property
+    def padded_tokens(self) -> int:
+        """Padded tokens of one pass of the shared engine (prompts once, responses), 0 under the per-arm engine."""
+        return sum(b.n_tokens() for b in self._shared.batches) if self._shared is not None else 0
+
     def arm(self, edits: Sequence[Edit] = ()) -> ArmOutcomes:
         """The outcomes with ``edits`` applied to the model (all of them at once, as one arm)."""
         return self.arms([edits])[0]
@@ -233,6 +238,13 @@ class Outcomes:
             )
             for k, (edited, plan) in enumerate(zip(passes, plans, strict=True))
         ]
+
+    def keep_source_values(self, sites: set[tuple[str, int]]) -> None:
+        """Keep the patch sources' values at ``sites`` (``(hook, layer)``) across calls of :meth:`arms`, so that a
+        later call patching only those sites does not run its source again (the shared engine; the per-arm engine
+        runs its sources in lockstep whatever). Memory: one hook-point tensor per site over every sequence."""
+        if self._shared is not None:
+            self._shared.keep_sources(sites)
 
     @timed(FORCED)
     def unedited(self) -> ForcedPass:

@@ -4,9 +4,13 @@ Records the default pair's multi_turn prompts with ``mlp_post`` (``probe run -c 
 reuses ``--run DIR``), then runs the default localize (:func:`localize.run.localize`, every default of
 :class:`localize.config.LocalizeConfig`) and prints its estimate, its time per phase, the wall time against the
 budget with PASS/FAIL, the machine's load average before and after (the machine is shared: say it beside any figure),
-and the summary table. ``--full`` runs the issue's full design instead (36 rows, MIB's ten points, the per-layer
-profile, heads of three layers; docs/localize.md has its arithmetic). ``--pair planted`` times the planted pair and
-prints its recovery (f at k = 16). Nothing is asserted.
+and the summary table. The estimate is a range (the sequential placebo band draws none to all of its sets at the
+verdict's points); the benchmark also prints the estimate at the sets the run drew, the measured time over it
+(PASS within 1.5x), the CPU time and torch's threads, and the CPU pace this run implies (the estimate's
+``localize.estimate.TOKEN_CPU_SECONDS``, a token of a whole teacher-forced pass at one thread). ``--full`` runs the
+issue's full design instead (36 rows, MIB's ten points, the per-layer profile, heads of three layers; docs/localize.md
+has its arithmetic); ``--placebo-design all`` every random set. ``--pair planted`` times the planted pair and prints
+its recovery (f at k = 16). Nothing is asserted.
 
     .venv/bin/python benchmarks/bench_localize.py                       # records a run of the default pair first
     .venv/bin/python benchmarks/bench_localize.py --run runs/mt         # a recording with mlp_post (and --local)
@@ -45,6 +49,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--capability", default="multi_turn")
     parser.add_argument("--full", action="store_true", help="the issue's full design instead of the default")
     parser.add_argument("--out", type=Path, help="where localize writes (default: a temporary folder)")
+    parser.add_argument("--placebo-design", default="sequential", help="sequential (the default) or all")
     return parser.parse_args()
 
 
@@ -84,17 +89,22 @@ def main() -> int:
     args = parse_args()
     with tempfile.TemporaryDirectory(prefix="bench_localize_") as tmp:
         run = args.run or record(args.pair, args.capability, Path(tmp) / "run")
-        settings = {**(FULL if args.full else {}), "out_dir": args.out or Path(tmp) / "out"}
+        settings = {
+            **(FULL if args.full else {}),
+            "out_dir": args.out or Path(tmp) / "out",
+            "placebo_design": args.placebo_design,
+        }
         print(f"before: {load()}", flush=True)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         report = localize(LocalizeConfig(run_dir=run, capability=args.capability, **settings), say=print)
-        wall = time.perf_counter() - start
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
         print(f"after: {load()}")
         phases = ", ".join(f"{k} {v:.0f} s" for k, v in report.seconds.items())
-        print(f"estimate printed first: {report.estimate_s:.0f} s; phases: {phases}")
+        print(f"estimate printed first: {_estimate_range(report)}; phases: {phases}")
         verdict = "PASS" if wall <= BUDGET_S else "FAIL"
         design = "the full design" if args.full else "the default"
         print(f"{design} probe localize: {wall:.0f} s ({wall / 60:.1f} min) against {BUDGET_S:.0f} s: {verdict}")
+        _against_estimate(report, wall, cpu)
         for row in summary_rows(report):
             print(" | ".join(row))
         if report.planted:
@@ -104,6 +114,41 @@ def main() -> int:
         print(f"rankings: {report.ranking_verdict.reason}")
         print(f"claim 1c: {report.claim_1c.verdict}: {report.claim_1c.reason}")
     return 0
+
+
+def _estimate_range(report: object) -> str:
+    from localize.records import LocalizeReport
+
+    assert isinstance(report, LocalizeReport)
+    least = report.estimate_least_s if report.estimate_least_s is not None else report.estimate_s
+    return f"{least:.0f} to {report.estimate_s:.0f} s"
+
+
+def _against_estimate(report: object, wall: float, cpu: float) -> None:
+    """The estimate at the placebo sets the run drew against the wall time (PASS within 1.5x either way), the CPU
+    time, and the CPU seconds of one whole pass at one thread it implies (the estimate's model, solved for its
+    pace)."""
+    import torch
+
+    from localize.estimate import TOKEN_CPU_SECONDS, thread_speedup, threads_used
+    from localize.records import LocalizeReport
+
+    assert isinstance(report, LocalizeReport)
+    least = report.estimate_least_s if report.estimate_least_s is not None else report.estimate_s
+    sequential = [p for p in report.placebo if p.undrawn or report.settings.get("placebo_design") == "sequential"]
+    share = sum(len(p.values) for p in sequential) / max(1, sum(len(p.values) + p.undrawn for p in sequential))
+    at_drawn = least + (report.estimate_s - least) * share
+    ratio = wall / at_drawn if at_drawn else float("nan")
+    verdict = "PASS" if 1 / 1.5 <= ratio <= 1.5 else "FAIL"
+    drawn = sum(len(p.values) for p in report.placebo)
+    configured = drawn + sum(p.undrawn for p in report.placebo)
+    print(
+        f"placebo sets drawn: {drawn} of {configured}; the estimate at those sets {at_drawn:.0f} s; measured/estimated "
+        f"{ratio:.2f} (within 1.5x: {verdict}); CPU {cpu / 60:.1f} min at {torch.get_num_threads()} torch threads "
+        f"(CPU over wall {cpu / wall:.2f}; the estimate assumes a speed-up of {thread_speedup(threads_used()):.1f})"
+    )
+    implied = TOKEN_CPU_SECONDS * cpu / (at_drawn * thread_speedup(threads_used())) if at_drawn else float("nan")
+    print(f"the CPU pace this run implies: {1e3 * implied:.2f} ms a token of a whole pass (TOKEN_CPU_SECONDS)")
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ Modules:
     plan        every input resolved and checked before a model loads (the run, the pair, the rows, the output)
     rankings    the rankings compared (the table), their scores and unit orders
     passes      the two directions, unit sets and arms, and one shared engine call per direction
+    sequential  the placebo band's stopping rule: draw random sets until the ranking verdict can no longer change
+    band        the placebo band's passes: every set, or wave by wave by the sequential rule
     profile     the layer and component profile's arms (sub-layers, windows, heads)
     responses   each direction's teacher-forced rows (the target's greedy responses by default)
     estimate    the cost said before the run starts

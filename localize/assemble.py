@@ -26,8 +26,9 @@ from localize.records import (
     Stat,
     VerdictRecord,
 )
+from localize.sequential import verdict_with
 from localize.summaries import Band, Interval, Resampled, cmd, cpr, cpr_log, first_reaching, pearson
-from localize.verdicts import VERDICT_POINTS, RankingEvidence, WindowResult, ranking_verdict, window_carries_change
+from localize.verdicts import VERDICT_POINTS, RankingEvidence, WindowResult, window_carries_change
 
 if TYPE_CHECKING:
     from localize.measured import Measured
@@ -43,10 +44,25 @@ def estimated_curve(closed: np.ndarray, order: np.ndarray, sizes: Sequence[int])
     return np.asarray(running[list(sizes)])
 
 
+def _resampled(m: Measured) -> Resampled:
+    return Resampled(len(m.plan.rows), m.plan.config.n_bootstrap, m.plan.config.seed)
+
+
+def ranking_evidence(m: Measured) -> list[RankingEvidence]:
+    """What the ranking verdict reads of every ranking in every direction, without the placebo band (which the
+    sequential band draws after it, :mod:`localize.band`)."""
+    resampled = _resampled(m)
+    return [
+        _ranking(m, resampled, m.gaps[d.name], ranking, d.name)[2]
+        for d in m.directions
+        for ranking in m.plan.config.ranking_list
+    ]
+
+
 def assemble(m: Measured) -> LocalizeReport:
     """The report of one run (module doc)."""
     plan = m.plan
-    resampled = Resampled(len(plan.rows), plan.config.n_bootstrap, plan.config.seed)
+    resampled = _resampled(m)
     points, summaries, evidence = [], [], []
     for direction in m.directions:
         gaps = m.gaps[direction.name]
@@ -55,8 +71,6 @@ def assemble(m: Measured) -> LocalizeReport:
             points += curve
             summaries.append(summary)
             evidence.append(proof)
-    for item in evidence:  # the placebo band is the direction's, the same for every ranking
-        item.placebo_at.update(_placebo_values(m, item.direction))
     placebo = [p for d in m.directions for p in _placebo(m, d.name)]
     profile = [row for d in m.directions for row in _profile(m, resampled, d.name)]
     return LocalizeReport(
@@ -76,12 +90,13 @@ def assemble(m: Measured) -> LocalizeReport:
         placebo=placebo,
         summaries=summaries,
         profile=profile,
-        ranking_verdict=VerdictRecord(**vars(ranking_verdict(evidence))),
+        ranking_verdict=_ranking_verdict(m, evidence),
         claim_1c=_claim_1c(m, profile),
         planted=[list(u) for u in plan.planted],
         settings=_settings(plan.config),
         seconds=dict(m.seconds),
         estimate_s=m.estimate_s,
+        estimate_least_s=m.estimate_least_s,
         machine=_machine(),
         warnings=list(m.warnings),
     )
@@ -148,23 +163,41 @@ def _stat(value: float, samples: np.ndarray) -> Stat:
     return Stat(*_ci(value, samples))
 
 
-def _placebo_values(m: Measured, direction: str) -> dict[str, list[float]]:
-    from access.outcomes import gap_closed
+def _drawn(m: Measured, direction: str, label: str) -> int:
+    return m.placebo_drawn.get((direction, label), m.plan.config.placebo)
 
-    gaps = m.gaps[direction]
+
+def _bands(m: Measured) -> dict[tuple[str, str], list[float]]:
+    """Each direction's random sets' f at each placebo point: the sets drawn (every one but under the sequential
+    band, :mod:`localize.band`)."""
+    from localize.band import values_at
+
     return {
-        p.label: [
-            gap_closed(gaps[("placebo", s, p.label)].kl, gaps[("placebo", s, p.label)].kl_unedited)
-            for s in range(m.plan.config.placebo)
-        ]
+        (d.name, p.label): values_at(m, d.name, p.label, _drawn(m, d.name, p.label))
+        for d in m.directions
         for p in m.plan.placebo_points
     }
 
 
+def _ranking_verdict(m: Measured, evidence: list[RankingEvidence]) -> VerdictRecord:
+    """The ranking verdict on the band as drawn; where the sequential band stopped early, the verdict every
+    completion of its undrawn sets gives (:func:`localize.sequential.settled_verdict`), and how many were drawn."""
+    from localize.sequential import drawn_line, read_cells, settled_verdict
+
+    n_sets, bands = m.plan.config.placebo, _bands(m)
+    read = read_cells([d.name for d in m.directions], [p.label for p in m.plan.placebo_points], n_sets)
+    short = {cell: len(bands[cell]) for cell in read if len(bands[cell]) < n_sets}
+    if not short:
+        return VerdictRecord(**vars(verdict_with(evidence, bands)))
+    verdict = settled_verdict(evidence, {cell: bands[cell] for cell in read}, n_sets)
+    return VerdictRecord(verdict.verdict, f"{verdict.reason}; {drawn_line(short, n_sets)}")
+
+
 def _placebo(m: Measured, direction: str) -> list[PlaceboPoint]:
     out = []
+    bands = _bands(m)
     for point in m.plan.placebo_points:
-        band = Band.of(_placebo_values(m, direction)[point.label])
+        band = Band.of(bands[(direction, point.label)])
         size = m.plan.units(point)
         out.append(
             PlaceboPoint(
@@ -178,6 +211,7 @@ def _placebo(m: Measured, direction: str) -> list[PlaceboPoint]:
                 band.p50,
                 band.p95,
                 band.p99,
+                m.plan.config.placebo - len(band.values),
             )
         )
     return out

@@ -5,8 +5,9 @@ an empty or unknown ranking, a k outside (0, 100]% (or a count below 1), an unkn
 source. What needs the run or the models (the hook recorded, the pair's widths, responses of this pair) is checked by
 :func:`localize.plan.plan_localize` before anything expensive runs.
 
-The defaults are sized to the 10-minute budget on a 2-core CPU (docs/localize.md says the arithmetic, and which flags
-run the issue's full design: ``--limit 36 --k 0.1%,0.2%,0.5%,1%,2%,5%,10%,20%,50%,100% --placebo-k 0.2%,2%,20%
+The defaults are sized to the 10-minute budget on a 2-core CPU, which they hold where the curves settle the ranking
+verdict (the sequential placebo band then draws few sets; docs/localize.md says the arithmetic, and which flags run the
+issue's full design: ``--limit 36 --k 0.1%,0.2%,0.5%,1%,2%,5%,10%,20%,50%,100% --placebo-k 0.2%,2%,20%
 --profile-width 1 --head-layers 3``).
 
 Example:
@@ -33,6 +34,7 @@ from core.errors import ProbeError
 from localize.grid import Point, parse_grid
 from localize.passes import DIRECTIONS
 from localize.rankings import RANKINGS, ranking_names
+from localize.sequential import PLACEBO_DESIGNS, SEQUENTIAL
 from training.eval_config import DEFAULT_SPLIT, SPLITS
 
 DEFAULT_GRID = "0.1%,0.2%,1%,2%,10%,100%"  # six of MIB's ten points, a decade apart (docs/localize.md: the budget)
@@ -70,6 +72,11 @@ class LocalizeConfig:
     )
     placebo: Annotated[int, RANDOM_SETS] = option(20, "Random unit sets (random rankings) at each placebo point.")
     placebo_k: str = option(DEFAULT_PLACEBO_K, "Points of the placebo band (each must be a --k point).")
+    placebo_design: str = option(
+        SEQUENTIAL,
+        "sequential (draw the random sets a few at a time at the points the ranking verdict reads, and only until the "
+        "verdict can no longer change) or all (every set at every placebo point).",
+    )
     profile: bool = option(True, "Patch each sub-layer, the window, its complement and every sub-layer of a kind.")
     profile_width: Annotated[int, POSITIVE] = option(
         5, "Layers per profile step: 1 patches each layer's attention and MLP output alone."
@@ -117,6 +124,7 @@ class LocalizeConfig:
         if not self.direction_list:
             raise OptionError("directions", f"one or more of {', '.join(DIRECTIONS)}", self.directions)
         choice("split", self.split, SPLITS)
+        choice("placebo_design", self.placebo_design, PLACEBO_DESIGNS)
         if self.responses not in NAMED_RESPONSES and not Path(self.responses).exists():
             raise OptionError(
                 "responses",

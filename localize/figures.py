@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from localize.records import LocalizeReport
+from localize.records import LocalizeReport, PlaceboPoint
 
 if TYPE_CHECKING:
     from localize.records import ProfileRow
@@ -106,7 +106,7 @@ def _band(fig: Any, report: LocalizeReport, direction: str, col: int) -> None:
             x=[100 * p.share for p in band],
             y=[p.p50 for p in band],
             mode="markers",
-            name="placebo (random sets)",
+            name="placebo (random sets drawn)",
             legendgroup="placebo",
             showlegend=col == 1,
             marker={"color": "#777", "symbol": "diamond"},
@@ -117,11 +117,21 @@ def _band(fig: Any, report: LocalizeReport, direction: str, col: int) -> None:
                 "arrayminus": [p.p50 - p.p01 for p in band],
                 "color": "#777",
             },
-            hovertemplate="placebo at %{x:.3g}%: median %{y:.3f}<extra>1st-99th percentile</extra>",
+            customdata=[_drawn(p) for p in band],
+            hovertemplate="placebo at %{x:.3g}%: median %{y:.3f}, %{customdata}<extra>1st-99th percentile</extra>",
         ),
         row=1,
         col=col,
     )
+
+
+def _drawn(point: PlaceboPoint) -> str:
+    """How many random sets the point's band holds: ``20 sets``, or ``8 of 20 sets drawn (then the verdict could no
+    longer change)`` where the sequential band stopped early."""
+    drawn = len(point.values)
+    if not point.undrawn:
+        return f"{drawn} sets"
+    return f"{drawn} of {drawn + point.undrawn} sets drawn (then the verdict could no longer change)"
 
 
 def profile_figure(report: LocalizeReport) -> Any:

@@ -39,9 +39,11 @@ class Measured:
     gaps: dict[str, dict[Hashable, RowGap]] = field(default_factory=dict)
     profile: list[ProfileArm] = field(default_factory=list)
     heads: list[ProfileArm] = field(default_factory=list)
+    placebo_drawn: dict[tuple[str, str], int] = field(default_factory=dict)  # (direction, point) -> random sets drawn
     seconds: dict[str, float] = field(default_factory=dict)
     world: World = field(default_factory=World)  # the processes of a torchrun launch (one: the whole run here)
     mine: list[int] = field(default_factory=list)  # the rows (indices into plan.rows) this process measures
-    estimate_s: float = 0.0
+    estimate_s: float = 0.0  # every placebo set drawn
+    estimate_least_s: float = 0.0  # the sequential band's sets at the verdict points spared
     phases: dict[str, float] = field(default_factory=dict)  # the estimate per phase ("necessity passes", ...), seconds
     warnings: list[str] = field(default_factory=list)

@@ -65,6 +65,24 @@ def summary_rows(report: LocalizeReport) -> list[list[str]]:
     ]
 
 
+def placebo_line(report: LocalizeReport) -> str:
+    """The placebo band per direction and point: how many random sets were drawn, and their 99th percentile."""
+    if not report.placebo:
+        return ""
+    labels = {d.name: d.label for d in report.directions}
+    parts = []
+    for p in report.placebo:
+        drawn = len(p.values)
+        sets = f"{drawn} of {drawn + p.undrawn} sets drawn" if p.undrawn else f"{drawn} sets"
+        parts.append(f"{labels.get(p.direction, p.direction)} at {p.k}: {sets}, 99th percentile {fmt(p.p99)}")
+    tail = (
+        "; the sequential band stopped where the verdict could no longer change"
+        if any(p.undrawn for p in report.placebo)
+        else ""
+    )
+    return f"placebo band (random sets): {'; '.join(parts)}{tail}"
+
+
 def profile_rows(report: LocalizeReport, kinds: tuple[str, ...] = ("sublayer", "window", "head")) -> list[list[str]]:
     """One row per profile arm of ``kinds`` and direction."""
     return [
@@ -87,6 +105,13 @@ def table_html(columns: tuple[str, ...], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _estimated(report: LocalizeReport) -> str:
+    least = report.estimate_least_s
+    if least is None or round(least) == round(report.estimate_s):
+        return f"{report.estimate_s:.0f}"
+    return f"{least:.0f} to {report.estimate_s:.0f}"
 
 
 def page(report: LocalizeReport) -> str:
@@ -112,11 +137,12 @@ def page(report: LocalizeReport) -> str:
         f"<p><b>Rankings:</b> {e(report.ranking_verdict.verdict)}: {e(report.ranking_verdict.reason)}</p>",
         f"<p><b>Claim 1c</b> (the change is carried in the window): {e(report.claim_1c.verdict)}: "
         f"{e(report.claim_1c.reason)}</p>",
+        f"<p>{e(placebo_line(report))}</p>",
         table_html(SUMMARY_COLUMNS, summary_rows(report)),
         figures[0],
         *([table_html(PROFILE_COLUMNS, profile_rows(report)), figures[1]] if len(figures) > 1 else []),
         f"<p class=note>{e(report.machine)}; {sum(report.seconds.values()):.0f} s measured, "
-        f"{report.estimate_s:.0f} s estimated.</p>",
+        f"{_estimated(report)} s estimated.</p>",
         *(f"<p class=note>warning: {e(w)}</p>" for w in report.warnings),
     ]
     style = (

@@ -38,7 +38,8 @@ class CurvePoint:
 
 @dataclass(frozen=True)
 class PlaceboPoint:
-    """The random sets' f at one point of one direction, and their percentiles."""
+    """The random sets' f at one point of one direction, and their percentiles: the sets drawn (``undrawn`` more were
+    configured and not drawn, the sequential band having stopped where the verdict could no longer change)."""
 
     direction: str
     k: str
@@ -50,6 +51,7 @@ class PlaceboPoint:
     p50: float
     p95: float
     p99: float
+    undrawn: int = 0
 
 
 @dataclass(frozen=True)
@@ -146,9 +148,10 @@ class LocalizeReport:
     planted: list[list[int]]
     settings: dict[str, Any]
     seconds: dict[str, float]
-    estimate_s: float
+    estimate_s: float  # every placebo set drawn
     machine: str
     warnings: list[str] = field(default_factory=list)
+    estimate_least_s: float | None = None  # the sequential band's sets spared where the curves fix the verdict
 
     @classmethod
     def load(cls, path: str | Path) -> LocalizeReport:

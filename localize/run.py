@@ -33,6 +33,7 @@ from localize.passes import DIRECTIONS, Arm, Direction, DirectionPasses, RowGap,
 from localize.plan import LocalizePlan, plan_localize
 from localize.profile import SUBLAYERS, ProfileArm, head_arms, profile_arms
 from localize.rankings import RANKINGS, Inputs, unit_order
+from localize.sequential import ALL, SEQUENTIAL
 from probes.distributed import World
 
 if TYPE_CHECKING:
@@ -97,6 +98,7 @@ def _say_estimate(plan: LocalizePlan, pair: ModelPair, directions: list[Directio
     are taken at layer 0 (the worst case)."""
     from core.chat import encode_conversations
     from core.pace import parameter_count, sized
+    from localize.band import band_cost
     from localize.estimate import estimate, fork_fraction
 
     parameters = parameter_count(plan.dpo_dir)
@@ -107,16 +109,20 @@ def _say_estimate(plan: LocalizePlan, pair: ModelPair, directions: list[Directio
     tokens = float(sum(prompts) + new * len(prompts))
     fractions = [fork_fraction(_layers_of(flat, plan), plan.shape.n_layers) for flat in _planned_sets(plan, m)]
     fractions += [fork_fraction([(layer, 0) for layer in a.layers], plan.shape.n_layers) for a in _profile(plan)]
+    heads, call = _planned_heads(plan)
+    cost = band_cost(plan, tokens)
     guess = estimate(
-        {d.name: fractions for d in directions},
+        {d.name: fractions + heads for d in directions},
         tokens,
         float(sum(prompts)),
         float(new * len(prompts)),
         parameters=parameters,
         gradient=True,
         generate=plan.config.responses == "greedy",
+        band=dict.fromkeys([d.name for d in directions], cost),
+        extra={directions[0].name: call},
     )
-    m.estimate_s = guess.total
+    m.estimate_s, m.estimate_least_s = guess.total, guess.least
     if sized(str(pair.device), parameters):
         m.phases = dict(guess.seconds)
         say(
@@ -125,6 +131,16 @@ def _say_estimate(plan: LocalizePlan, pair: ModelPair, directions: list[Directio
         )
     else:
         say(f"localize: {len(plan.rows)} rows; the time left is said after the first batch")
+
+
+def _planned_heads(plan: LocalizePlan) -> tuple[list[float], float]:
+    """The heads' arms' fork fractions and the source pass of their call in the first direction (a later call), as
+    far as known before the profile: each head layer taken at the middle of the window."""
+    if not (plan.config.profile and plan.config.head_layers):
+        return [], 0.0
+    layer, n_layers = plan.window[len(plan.window) // 2], plan.shape.n_layers
+    heads = [1.0 - layer / n_layers] * (plan.config.head_layers * plan.shape.heads)
+    return heads, (layer + 1) / n_layers
 
 
 def _unit(plan: LocalizePlan) -> str:
@@ -238,15 +254,17 @@ def _profile(plan: LocalizePlan) -> list[ProfileArm]:
 
 
 def _planned_sets(plan: LocalizePlan, m: Measured) -> list[np.ndarray]:
-    """The unit sets of one direction's curves and placebo, as far as known before the gradient pass: an estimated
-    ranking's sets are taken as reaching layer 0 (the worst case)."""
+    """The unit sets of one direction's curves, as far as known before the gradient pass: an estimated ranking's
+    sets are taken as reaching layer 0 (the worst case); a set two rankings share (every 100% point) counts once."""
     first = np.zeros(1, dtype=np.int64)
-    sets = []
+    sets: dict[object, np.ndarray] = {}
     for ranking in plan.config.ranking_list:
         order = next((o for (r, _), o in m.orders.items() if r == ranking), None)
-        sets += [first if order is None else order[: plan.units(p)] for p in plan.points]
-    sets += [first] * (plan.config.placebo * len(plan.placebo_points))
-    return sets
+        for p in plan.points:
+            top = first if order is None else order[: plan.units(p)]
+            key = "every unit" if plan.units(p) == plan.shape.total else (ranking, p.label)
+            sets[key] = top
+    return list(sets.values())
 
 
 def _layers_of(flat: np.ndarray, plan: LocalizePlan) -> list[tuple[int, int]]:
@@ -254,8 +272,10 @@ def _layers_of(flat: np.ndarray, plan: LocalizePlan) -> list[tuple[int, int]]:
 
 
 def _arms(plan: LocalizePlan, m: Measured, direction: str) -> dict[Hashable, Arm]:
-    """Every arm of one direction but the heads: the unedited model, each ranking's nested top-k sets, the placebo
-    sets (random rankings, the same in both directions), the profile."""
+    """Every arm of one direction but the heads and the placebo band's: the unedited model, each ranking's nested
+    top-k sets, the profile (and every random set of the band under ``--placebo-design all``)."""
+    from localize.band import placebo_arms
+
     shape = plan.shape
     arms: dict[Hashable, Arm] = {ZERO: ()}
     for ranking in plan.config.ranking_list:
@@ -263,10 +283,8 @@ def _arms(plan: LocalizePlan, m: Measured, direction: str) -> dict[Hashable, Arm
         for point in plan.points:
             top = order[: plan.units(point)]
             arms[("curve", ranking, point.label)] = (_unit_set(plan, top),)
-    for s in range(plan.config.placebo):
-        order = np.random.default_rng([plan.config.seed, s]).permutation(shape.total)
-        for point in plan.placebo_points:
-            arms[("placebo", s, point.label)] = (_unit_set(plan, order[: plan.units(point)]),)
+    if plan.config.placebo_design == ALL:
+        arms.update(placebo_arms(plan, dict.fromkeys(plan.placebo_points, range(plan.config.placebo))))
     for arm in m.profile:
         arms[("profile", arm.label)] = arm.arm(shape.d_model, shape.heads, shape.head_dim)
     return arms
@@ -284,11 +302,17 @@ def _measure(
     say: Say,
     m: Measured,
 ) -> None:
-    """Each direction's arms in one engine call, and the heads of the attention steps that closed the most."""
+    """Each direction's arms in one engine call, and the heads of the attention steps that closed the most; then the
+    placebo band (:mod:`localize.band`): in those calls under ``--placebo-design all``, else wave by wave."""
+    from localize.assemble import ranking_evidence
+    from localize.band import draw_waves, keep_source
+
     m.profile = _profile(plan)
+    sequential = plan.config.placebo_design == SEQUENTIAL and bool(plan.config.placebo and plan.placebo_points)
+    engines: dict[str, DirectionPasses] = {}
     for index, direction in enumerate(directions):
         done = _timed(m, "passes")
-        passes = DirectionPasses(
+        passes = engines[direction.name] = DirectionPasses(
             direction,
             pair.models()[direction.edited],
             pair.models()[direction.source],
@@ -296,26 +320,38 @@ def _measure(
             m.responses[direction.name],
             plan.config.max_batch_tokens,
         )
+        if sequential and not keep_source(plan, passes):
+            say(f"{direction.label}: the source's values exceed the memory kept for the waves; each wave reruns it")
         arms = _arms(plan, m, direction.name)
         if index > 0:
             arms.update(_head_arm_keys(plan, m))
-        m.gaps[direction.name] = _run(passes, arms, f"passes {direction.label}", m, direction.name)
+        estimate = m.phases.get(f"{direction.name} passes")
+        m.gaps[direction.name] = _run(passes, arms, f"passes {direction.label}", m, estimate)
         if index == 0 and plan.config.head_layers and plan.config.profile:
             m.heads = head_arms(_top_attention(plan, m, direction.name), plan.shape.heads)
-            m.gaps[direction.name].update(_run(passes, _head_arm_keys(plan, m), f"heads {direction.label}", m, ""))
+            m.gaps[direction.name].update(_run(passes, _head_arm_keys(plan, m), f"heads {direction.label}", m, None))
         done()
         say(f"{direction.label}: {len(m.gaps[direction.name])} arms measured")
+    m.placebo_drawn = {(d.name, p.label): plan.config.placebo for d in directions for p in plan.placebo_points}
+    if sequential:
+        done = _timed(m, "placebo")
+        draw_waves(plan, engines, lambda passes, arms, name, s: _run(passes, arms, name, m, s), m, ranking_evidence)
+        done()
+        say(f"placebo band: {_drawn(m)}")
+
+
+def _drawn(m: Measured) -> str:
+    return ", ".join(f"{d} {label}: {n} of {m.plan.config.placebo} sets" for (d, label), n in m.placebo_drawn.items())
 
 
 def _run(
-    passes: DirectionPasses, arms: dict[Hashable, Arm], name: str, m: Measured, direction: str
+    passes: DirectionPasses, arms: dict[Hashable, Arm], name: str, m: Measured, estimate: float | None
 ) -> dict[Hashable, RowGap]:
     """The arms on this process's rows, then every process's rows joined (:mod:`localize.parallel`); the stage says
-    the estimate of ``direction``'s passes until its first batch is done."""
+    ``estimate`` (seconds) until its first batch is done."""
     from core.progress import stage
     from localize.parallel import gathered_gaps
 
-    estimate = m.phases.get(f"{direction} passes")
     with stage(
         name, passes.n_batches, unit="batches", step="batch", enabled=m.world.is_main, estimate_s=estimate
     ) as bar:

@@ -13,11 +13,13 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from core.records import nonfinite_as_null, to_json
 from core.run_dir import LocalizeDir
 from localize.config import LocalizeConfig
+from localize.page import page, placebo_line
 from localize.records import LocalizeReport
 from localize.run import localize
 from tests.support.cli import one_line_error
@@ -62,9 +64,9 @@ def report(planted: PlantedPair, run: Path, tmp_path_factory: pytest.TempPathFac
     config = LocalizeConfig(
         run_dir=run,
         rankings=list(RANKED),
-        k="0.2%,16,1%,10%,100%",
+        k="0.2%,16,1%,2%,10%,100%",
         placebo=20,
-        placebo_k="16",
+        placebo_k="16,0.2%,2%",
         limit=3,
         data_file=planted.data_dir / "test.jsonl",
         max_new_tokens=4,
@@ -73,6 +75,18 @@ def report(planted: PlantedPair, run: Path, tmp_path_factory: pytest.TempPathFac
         head_layers=1,
         out_dir=tmp_path_factory.mktemp("localize") / "out",
     )
+    return localize(config)
+
+
+@pytest.fixture(scope="module")
+def every_set(report: LocalizeReport, tmp_path_factory: pytest.TempPathFactory) -> LocalizeReport:
+    """The fixture's run under the full placebo design (every random set in the directions' engine calls) at the
+    verdict's points, without the profile."""
+    from dataclasses import replace
+
+    config = LocalizeConfig(**{**report.settings, "rankings": list(RANKED)})
+    out = tmp_path_factory.mktemp("all") / "out"
+    config = replace(config, placebo_design="all", placebo_k="0.2%,2%", profile=False, out_dir=out)
     return localize(config)
 
 
@@ -108,6 +122,56 @@ def test_the_estimated_curve_follows_the_patched_one(report: LocalizeReport) -> 
         assert report.summary("mean_diff", direction).estimated_r["relp"] > 0.9
 
 
+def test_the_sequential_band_gives_the_full_designs_verdict_and_says_what_it_drew(
+    report: LocalizeReport, every_set: LocalizeReport
+) -> None:
+    """Issue 50: drawing the verdict points' random sets only while the verdict can change (the default) gives the
+    verdict of every set; the curves are the same arms; the point no verdict reads (16) draws every set, the same sets
+    as the full design's; the record and the page say how many were drawn at each point."""
+    assert report.settings["placebo_design"] == "sequential"
+    assert report.ranking_verdict.verdict == every_set.ranking_verdict.verdict
+    assert report.ranking_verdict.reason.startswith(every_set.ranking_verdict.reason)
+    assert [(p.ranking, p.direction, p.k, p.f) for p in report.points] == [
+        (p.ranking, p.direction, p.k, p.f) for p in every_set.points
+    ]
+    full = {(p.direction, p.k): p for p in every_set.placebo}
+    for point in report.placebo:
+        assert len(point.values) + point.undrawn == 20
+        if point.k == "16":
+            assert point.undrawn == 0
+            continue
+        assert full[(point.direction, point.k)].undrawn == 0
+        assert point.values == full[(point.direction, point.k)].values[: len(point.values)]
+    if any(p.undrawn for p in report.placebo):
+        assert "then the verdict could no longer change" in report.ranking_verdict.reason
+        assert "of 20 sets drawn" in placebo_line(report) and "of 20 sets drawn" in page(report)
+
+
+def test_kept_source_values_spare_the_later_calls_their_source_pass(planted: PlantedPair) -> None:
+    """The waves' engine calls read the patch source's values kept from the first call instead of running it again,
+    and measure exactly what a fresh engine does."""
+    from access.outcomes import Forced
+    from access.pair import load_pair
+    from localize.passes import DIRECTIONS, DirectionPasses, UnitSet
+
+    pair = load_pair(planted.sft_dir, planted.dpo_dir, device="cpu", dtype="float32")
+    rows = [Forced((1, *range(5, 5 + n), 7, 9), 2) for n in (6, 9, 12)]
+    ran: list[int] = []
+    pair.sft.get_input_embeddings().register_forward_hook(lambda *_: ran.append(1))
+    width, layers = pair.sft.config.intermediate_size, pair.sft.config.num_hidden_layers
+    placebo = {"p": (UnitSet.from_flat("mlp_post", np.arange(0, layers * width, 97), width),)}
+    measured = []
+    for keep in (True, False):
+        passes = DirectionPasses(DIRECTIONS["necessity"], pair.dpo, pair.sft, rows, "test", 2048)
+        if keep:
+            passes.outcomes.keep_source_values({("mlp_post", layer) for layer in range(layers)})
+        passes.run({"zero": (), "every unit": (UnitSet.from_flat("mlp_post", np.arange(layers * width), width),)})
+        before = len(ran)
+        measured.append(passes.run(placebo)["p"])
+        assert (len(ran) == before) == keep
+    assert np.array_equal(measured[0].kl, measured[1].kl)
+
+
 def test_the_profile_and_both_verdicts_are_reported(report: LocalizeReport) -> None:
     kinds = {row.kind for row in report.profile}
     assert kinds == {"sublayer", "window", "head"}
@@ -133,6 +197,7 @@ def test_the_report_round_trips_and_its_page_has_both_figures(report: LocalizeRe
         (["--k", "0%"], "--k"),
         (["--k", "0.2%,150%"], "150%"),
         (["--placebo-k", "3%"], "--placebo-k"),
+        (["--placebo-design", "some"], "--placebo-design: expected one of sequential, all"),
         (["--hook", "attn_out"], "did not record attn_out"),
     ],
 )
@@ -211,11 +276,11 @@ def test_torchrun_splits_the_rows_and_writes_the_one_process_figures(
         "--rankings",
         ",".join(RANKED),
         "--k",
-        "0.2%,16,1%,10%,100%",
+        "0.2%,16,1%,2%,10%,100%",
         "--placebo",
         "20",
         "--placebo-k",
-        "16",
+        "16,0.2%,2%",
         "--limit",
         "3",
         "--data",
@@ -241,3 +306,5 @@ def test_torchrun_splits_the_rows_and_writes_the_one_process_figures(
     for mine, theirs in zip(split.points, report.points, strict=True):
         assert mine.f == pytest.approx(theirs.f, abs=1e-6)
     assert split.claim_1c.verdict == report.claim_1c.verdict
+    assert [(p.k, len(p.values)) for p in split.placebo] == [(p.k, len(p.values)) for p in report.placebo]
+    assert split.ranking_verdict.verdict == report.ranking_verdict.verdict

@@ -58,7 +58,7 @@ def _print(report: LocalizeReport) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from localize.page import PROFILE_COLUMNS, SUMMARY_COLUMNS, profile_rows, summary_rows
+    from localize.page import PROFILE_COLUMNS, SUMMARY_COLUMNS, placebo_line, profile_rows, summary_rows
 
     out = console()
     gaps = "; ".join(
@@ -86,6 +86,8 @@ def _print(report: LocalizeReport) -> None:
         out.print(table)
     out.print(f"rankings: {report.ranking_verdict.verdict}: {report.ranking_verdict.reason}", markup=False)
     out.print(f"claim 1c: {report.claim_1c.verdict}: {report.claim_1c.reason}", markup=False)
+    if report.placebo:
+        out.print(placebo_line(report), markup=False)
     for warning in report.warnings:
         out.print(f"warning: {warning}", markup=False)
     files = LocalizeDir(report.out_dir)
