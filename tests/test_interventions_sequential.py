@@ -30,21 +30,10 @@ from interventions.sequential import WAVE, outcome_reading, outcomes_fixed, read
 from interventions.stats import placebo_compare
 from study.evidence import arm_evidence
 from study.verdicts import paper_scaling, units_cause
+from tests.support import completions
 
 UNITS = "1:0-15"  # half of the residual stream after block 1: ablating it moves even a random tiny model
 N_SETS = 19  # the fewest sets a verdict rests on: the sequential rule applies
-
-
-@cache
-def _counts(n: int, parts: int) -> list[tuple[int, ...]]:
-    """Every way to split ``n`` sets among ``parts`` kinds of Δ."""
-    if parts == 1:
-        return [(n,)]
-    return [(k, *rest) for k in range(n + 1) for rest in _counts(n - k, parts - 1)]
-
-
-def _values(kinds: list[float], counts: tuple[int, ...]) -> list[float]:
-    return [v for v, k in zip(kinds, counts, strict=True) for _ in range(k)]
 
 
 def _reachable(final: Callable[[tuple[int, ...]], Hashable], n: int) -> Callable[[tuple[int, ...]], frozenset]:
@@ -78,10 +67,10 @@ def test_the_stopping_rule_is_exact_over_every_completion(
     stopped means some outcome changes it (against, tied, with the arm's Δ, or not finite); the report it leaves then
     reads the same."""
     kinds = [delta + 1.0, delta, delta - 1.0] + ([math.nan] if nan_possible else [])
-    reachable = _reachable(lambda counts: reading(delta, _values(kinds, counts), n, counted), n)
+    reachable = _reachable(lambda counts: reading(delta, completions.values(kinds, counts), n, counted), n)
     for k in range(n):
-        for drawn in _counts(k, len(kinds)):
-            values = _values(kinds, drawn)
+        for drawn in completions.counts(k, len(kinds)):
+            values = completions.values(kinds, drawn)
             outcomes = set(reachable(drawn))
             fixed = verdict_fixed(delta, values, n, nan_possible=nan_possible, counted=counted)
             assert fixed == (len(outcomes) == 1), (drawn, delta)
@@ -105,10 +94,10 @@ def test_the_outcomes_stopping_rule_is_exact_over_every_completion(case: str, n:
     fixed before any set is drawn; one that does not, always (decide first)."""
     result = OUTCOME_CASES[case]
     kinds = [result.delta + 1.0, result.delta, result.delta - 1.0, math.nan]
-    reachable = _reachable(lambda counts: outcome_reading(result, _values(kinds, counts), n), n)
+    reachable = _reachable(lambda counts: outcome_reading(result, completions.values(kinds, counts), n), n)
     for k in range(0, n, WAVE):  # where the rule is read
-        for drawn in _counts(k, len(kinds)):
-            values = _values(kinds, drawn)
+        for drawn in completions.counts(k, len(kinds)):
+            values = completions.values(kinds, drawn)
             outcomes = set(reachable(drawn))
             fixed = outcomes_fixed([result], {result.outcome: values}, n)
             assert fixed == (len(outcomes) == 1), drawn

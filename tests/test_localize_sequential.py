@@ -6,7 +6,6 @@ tests/test_localize.py."""
 from __future__ import annotations
 
 import math
-from functools import cache
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from analysis.rankings import MEAN_DIFF
 from localize.sequential import WAVE, next_wave, pending, read_cells, settled_verdict, verdict_with
 from localize.verdicts import MIN_PLACEBO, RankingEvidence, Verdict, ranking_verdict
+from tests.support import completions
 
 N_SETS = MIN_PLACEBO  # the fewest sets the verdict reads: the sequential rule applies
 F = 0.3  # the candidate ranking's f at both verdict points
@@ -26,18 +26,6 @@ def _evidence(directions: tuple[str, ...], rankings: dict[str, tuple[float, floa
         for d in directions
         for name, (cpr, f) in rankings.items()
     ]
-
-
-@cache
-def _counts(n: int, parts: int) -> list[tuple[int, ...]]:
-    """Every way to split ``n`` sets among ``parts`` kinds of f."""
-    if parts == 1:
-        return [(n,)]
-    return [(k, *rest) for k in range(n + 1) for rest in _counts(n - k, parts - 1)]
-
-
-def _values(kinds: list[float], counts: tuple[int, ...]) -> list[float]:
-    return [v for v, c in zip(kinds, counts, strict=True) for _ in range(c)]
 
 
 @pytest.mark.parametrize("nan_seen", [False, True])
@@ -61,17 +49,17 @@ def test_the_stopping_rule_is_exact_over_every_completion(monkeypatch: pytest.Mo
         [sequential.HIGH, F + 0.1, F - 0.5, sequential.LOW] if not nan_seen else [sequential.HIGH, F + 0.1, math.nan]
     )
     final: dict[tuple[int, ...], Verdict] = {
-        counts: ranking_verdict(_with(evidence, _values(kinds, counts), quiet))
-        for counts in _counts(n_sets, len(kinds))
+        counts: ranking_verdict(_with(evidence, completions.values(kinds, counts), quiet))
+        for counts in completions.counts(n_sets, len(kinds))
     }
     assert len(set(final.values())) > 1  # the band decides the verdict here
     for k in range(n_sets):
-        for drawn in _counts(k, len(kinds)):
+        for drawn in completions.counts(k, len(kinds)):
             if nan_seen and not drawn[-1]:
                 continue  # no set drawn is non-finite: the case without
-            rests = _counts(n_sets - k, len(kinds))
+            rests = completions.counts(n_sets - k, len(kinds))
             outcomes = {final[tuple(a + b for a, b in zip(drawn, rest, strict=True))] for rest in rests}
-            bands = {("necessity", "0.2%"): _values(kinds, drawn), ("necessity", "2%"): quiet}
+            bands = {("necessity", "0.2%"): completions.values(kinds, drawn), ("necessity", "2%"): quiet}
             still = pending(evidence, bands, n_sets)
             assert (("necessity", "0.2%") in still) == (len(outcomes) > 1), drawn
             if not still:
