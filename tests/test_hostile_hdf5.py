@@ -2,13 +2,14 @@
 
 A full disk is a small tmpfs in a private mount namespace (:mod:`tests.support.full_disk`), so
 writes fail with ``ENOSPC`` as they do on a real disk (where namespaces are not allowed, a file-size
-limit stands in for it, see there). Each writer (the recording's consolidation,
-the analysis maps, the attribution pass, ``probe explain``'s weight change) runs as a CLI process
-there and must end in exit status 2 with one ``error:`` line, no ``Exception ignored`` noise from
-h5py, no signal, and every file it found as it was. Each file it reads (maps, weight change,
-attribution) is replaced by a generated corpus of damaged ones: not HDF5, truncated, a dataset or
-attribute missing or of the wrong kind, text that is not UTF-8; each is one line naming the file,
-or, for the attribution pass (a cache), a ``warning:`` and the file computed again.
+limit stands in for it, see there). Each writer (the recording's consolidation, the analysis maps,
+the attribution pass, ``probe explain``'s weight change) runs as a CLI process of its own there
+(forked from one interpreter that imported the toolkit once, :mod:`tests.support.forked`) and must
+end in exit status 2 with one ``error:`` line, no ``Exception ignored`` noise from h5py, no signal,
+and every file it found as it was. Each file it reads (maps, weight change, attribution) is
+replaced by a generated corpus of damaged ones: not HDF5, truncated, a dataset or attribute missing
+or of the wrong kind, text that is not UTF-8; each is one line naming the file, or, for the
+attribution pass (a cache), a ``warning:`` and the file computed again.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pytest
 from core.errors import ProbeError
 from probes.config import RecordConfig
 from probes.recording import record_run
-from tests.support.full_disk import run_on_full_disk
+from tests.support.full_disk import FullDiskRun, runs_on_full_disk
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,17 +104,32 @@ CASES = [(writer, 0) for writer in sorted(WRITERS)] + [
 ]
 
 
+@pytest.fixture(scope="module")
+def full_disk_runs(
+    explained: Path, tiny_pair, rolemrc_file: Path, home: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[tuple[str, int], FullDiskRun]:
+    """Every case of :data:`CASES`, each on a full disk of its own: one interpreter imports the toolkit once and
+    forks a process per case (tests/support/forked.py), so each case still ends as its own ``probe`` process."""
+    argvs = []
+    for writer, _ in CASES:
+        argv = WRITERS[writer][0]
+        if argv[0] == "run":
+            argv = [*argv, "--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--data", str(rolemrc_file)]
+            argv += ["--out", "{run}", "--quiet"]
+        argvs.append(argv)
+    work = tmp_path_factory.mktemp("full-disk")
+    cases = [(argv, free) for argv, (_, free) in zip(argvs, CASES, strict=True)]
+    return dict(zip(CASES, runs_on_full_disk(explained, cases, work, env=_env(home)), strict=True))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("writer", "free"), CASES)
 def test_every_hdf5_writer_on_a_full_disk_is_one_line_and_loses_nothing(
-    writer: str, free: int, explained: Path, tiny_pair, rolemrc_file: Path, home: Path, tmp_path: Path
+    writer: str, free: int, explained: Path, full_disk_runs: dict[tuple[str, int], FullDiskRun]
 ) -> None:
-    argv, needle = WRITERS[writer]
-    if argv[0] == "run":
-        argv = [*argv, "--sft", str(tiny_pair[0]), "--dpo", str(tiny_pair[1]), "--data", str(rolemrc_file)]
-        argv += ["--out", "{run}", "--quiet"]
+    needle = WRITERS[writer][1]
     before = _files(explained)
-    done = run_on_full_disk(explained, argv, tmp_path, free=free, env=_env(home))
+    done = full_disk_runs[writer, free]
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2, done.stderr[-3000:]
     assert len(errors) == 1 and needle.format(reason=done.reason) in errors[0], done.stderr[-3000:]

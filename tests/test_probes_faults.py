@@ -1,6 +1,7 @@
 """Broken disks and files during `probe run`: one line, exit 2, nothing lost, and a resume to the identical file.
 
-A full disk is real here: the recording subprocess runs under a file-size limit
+A full disk is real here: each recording runs in a process of its own (forked from one
+interpreter that imported the toolkit once, :mod:`tests.support.forked`) under a file-size limit
 (``RLIMIT_FSIZE``, with ``SIGXFSZ`` ignored, so a write past it fails with ``EFBIG`` as it
 would with ``ENOSPC``). The limit is placed at each step of a resumed recording: writing a
 batch shard, copying the existing ``activations.h5`` into the staging copy, appending
@@ -26,17 +27,10 @@ import pytest
 
 from probes.config import RecordConfig
 from probes.recording import record_run
+from tests.support.forked import Ended, run_forked
 from tests.support.runs import run_arrays
 
 ROOT = Path(__file__).resolve().parents[1]
-LIMITED = """
-import resource, signal, sys
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-limit = int(sys.argv[1])
-resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-from probe_cli.main import main
-main(sys.argv[2:])
-"""
 
 
 def _args(tiny_pair, data: Path, out: Path, capabilities: str) -> list[str]:
@@ -96,23 +90,33 @@ def _limits(stages: dict[str, Path]) -> dict[str, int]:
     return {"shard": 4_000, "copy": first // 2, "append": (first + final) // 2, "finish": final - 2_000}
 
 
+STEPS = ("shard", "copy", "append", "finish")
+
+
+@pytest.fixture(scope="module")
+def limited(
+    stages: dict[str, Path], tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Path, Ended]]:
+    """Per step: a copy of ``first`` and how ``probe run`` ended on it under the step's file-size limit. One
+    interpreter imports the toolkit once and forks a process per step (tests/support/forked.py)."""
+    work = tmp_path_factory.mktemp("limited")
+    outs = [Path(shutil.copytree(stages["first"], work / step / "run")) for step in STEPS]
+    limits = _limits(stages)
+    cases: list[tuple[list[str], int | None]] = [
+        (_args(tiny_pair, rolemrc_file, out, "multi_turn,priority"), limits[step])
+        for step, out in zip(STEPS, outs, strict=True)
+    ]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    return dict(zip(STEPS, zip(outs, run_forked(cases, work / "ends", env), strict=True), strict=True))
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("step", ["shard", "copy", "append", "finish"])
+@pytest.mark.parametrize("step", STEPS)
 def test_a_full_disk_at_each_step_loses_nothing_and_resumes(
-    step: str, stages: dict[str, Path], tiny_pair, rolemrc_file: Path, tmp_path: Path
+    step: str, stages: dict[str, Path], limited: dict[str, tuple[Path, Ended]], tiny_pair, rolemrc_file: Path
 ) -> None:
-    out = Path(shutil.copytree(stages["first"], tmp_path / "run"))
-    before = _sha(out / "activations.h5")
-    limit = _limits(stages)[step]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    failed = subprocess.run(
-        [sys.executable, "-c", LIMITED, str(limit), *_args(tiny_pair, rolemrc_file, out, "multi_turn,priority")],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    out, failed = limited[step]
+    before = _sha(stages["first"] / "activations.h5")
     errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
     assert failed.returncode == 2, failed.stderr[-2000:]
     assert len(errors) == 1 and "Traceback" not in failed.stderr

@@ -41,7 +41,8 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module", params=["llama", "chatml", "nobos"])
 def subject(request, tiny_model_dir, chat_bases, chat_data, tmp_path_factory):
     """(model, source, tokenizer, rows): one tiny architecture, a perturbed copy (its other checkpoint),
-    the synthetic test rows."""
+    eight synthetic test rows: two prompt batches of 5 and 3 rows, enough for prompts that share a stem, arms that fork
+    from the baseline and rows that stop early (each asserted below)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tests.chat_models import perturbed_copy
@@ -52,7 +53,7 @@ def subject(request, tiny_model_dir, chat_bases, chat_data, tmp_path_factory):
     )
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
     source = AutoModelForCausalLM.from_pretrained(source_dir, dtype=torch.float32).eval()
-    return model, source, AutoTokenizer.from_pretrained(directory), read_test_rows(chat_data / "test.jsonl")[:12]
+    return model, source, AutoTokenizer.from_pretrained(directory), read_test_rows(chat_data / "test.jsonl")[:8]
 
 
 def _edits(model, source, hook: str) -> list:
@@ -138,6 +139,8 @@ def test_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _config(tiny_pair, test_file: Path, out: Path, engine: str, **extra) -> ABConfig:
+    """Three placebo sets (fewer than the sequential rule's 19: every set decodes), two DPO pairs for the margin (the
+    outcomes are teacher-forced the same way whatever the engine; two pairs keep them in the compared report)."""
     return ABConfig(
         model_dir=tiny_pair[1],
         source_dir=tiny_pair[0],
@@ -149,7 +152,9 @@ def _config(tiny_pair, test_file: Path, out: Path, engine: str, **extra) -> ABCo
         generation=GenerationConfig(max_new_tokens=8, batch_size=4),
         doses=[0.5],
         n_bootstrap=200,
+        outcome_pairs=2,
         engine=engine,
+        edits=["scale", "patch"],
         out_dir=out,
         **extra,
     )
@@ -169,23 +174,30 @@ def _without_timings(report_file: Path) -> dict:
     return strip(body)
 
 
-def test_a_shared_ab_run_reports_exactly_what_the_per_arm_run_reports(tiny_pair, test_file: Path, tmp_path: Path):
+@pytest.fixture(scope="module")
+def shared_run(tiny_pair, test_file: Path, tmp_path_factory: pytest.TempPathFactory):
+    """(report, its folder, its progress lines): one whole shared-engine A/B run (scale and patch arms both ways), which
+    the per-arm run and an interrupted-then-resumed run must each reproduce."""
+    out = tmp_path_factory.mktemp("shared-ab") / "shared"
     lines: list[str] = []
-    shared = _config(tiny_pair, test_file, tmp_path / "shared", "shared", edits=["scale", "patch"])
-    run_ab(plan_ab(shared), progress=lines.append)
-    run_ab(plan_ab(_config(tiny_pair, test_file, tmp_path / "per-arm", "per-arm", edits=["scale", "patch"])))
-    assert _without_timings(tmp_path / "shared" / "ab_report.json") == _without_timings(
-        tmp_path / "per-arm" / "ab_report.json"
-    )
-    assert (tmp_path / "shared" / "generations.jsonl").read_bytes() == (
-        tmp_path / "per-arm" / "generations.jsonl"
-    ).read_bytes()
+    report = run_ab(plan_ab(_config(tiny_pair, test_file, out, "shared")), progress=lines.append)
+    return report, out, lines
+
+
+def test_a_shared_ab_run_reports_exactly_what_the_per_arm_run_reports(tiny_pair, test_file: Path, shared_run, tmp_path):
+    _, shared, lines = shared_run
+    run_ab(plan_ab(_config(tiny_pair, test_file, tmp_path / "per-arm", "per-arm")))
+    assert _without_timings(shared / "ab_report.json") == _without_timings(tmp_path / "per-arm" / "ab_report.json")
+    assert (shared / "generations.jsonl").read_bytes() == (tmp_path / "per-arm" / "generations.jsonl").read_bytes()
     assert any(line.startswith("estimated time: about") for line in lines)  # before any generation
     assert any("% of all passes' rows" in line and "left" in line for line in lines)
     assert not any("decode arm by arm" in line for line in lines)  # the patch arms share the batches too
 
 
-def test_an_interrupted_shared_run_resumes_from_its_finished_batches(tiny_pair, test_file: Path, tmp_path: Path):
+def test_an_interrupted_shared_run_resumes_from_its_finished_batches(
+    tiny_pair, test_file: Path, shared_run, tmp_path: Path
+):
+    fresh, fresh_out, _ = shared_run
     out = tmp_path / "ab"
 
     def stop_after_two_batches(line: str) -> None:
@@ -199,8 +211,7 @@ def test_an_interrupted_shared_run_resumes_from_its_finished_batches(tiny_pair, 
     lines: list[str] = []
     resumed = run_ab(plan_ab(_config(tiny_pair, test_file, out, "shared")), progress=lines.append)
     assert sum("read back" in line for line in lines) == 2
-    fresh = run_ab(plan_ab(_config(tiny_pair, test_file, tmp_path / "fresh", "shared")))
-    assert _without_timings(out / "ab_report.json") == _without_timings(tmp_path / "fresh" / "ab_report.json")
+    assert _without_timings(out / "ab_report.json") == _without_timings(fresh_out / "ab_report.json")
     assert resumed.main.capability("multi_turn").effect.delta == fresh.main.capability("multi_turn").effect.delta
 
 

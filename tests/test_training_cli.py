@@ -1,7 +1,9 @@
-"""``probe train`` / ``probe models`` through the real CLI: clear one-line errors with exit 2.
+"""``probe train`` / ``probe models`` through the CLI: clear one-line errors with exit 2, and real training runs.
 
-Each error case is cheap: it must be caught before a model trains. The subprocess runs
-the installed entry point exactly as a user would.
+Each error case is cheap: it must be caught before a model trains. The errors and the SFT-then-DPO
+run call the entry point in this process (:func:`tests.support.cli.exit_of`, exactly what the
+console script calls: about 8 s of imports saved per command); the two-process run starts the
+installed module under ``accelerate launch`` as a user would.
 """
 
 from __future__ import annotations
@@ -10,30 +12,38 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from core.rows import write_jsonl
 from core.schema import DPORow, SFTRow, Turn
+from tests.support.cli import exit_of
 from tests.support.ports import free_port
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = Path(__file__).resolve().parents[1]
+Probe = Callable[..., tuple[int, str]]
 
 
-def probe(*args: str, home: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    if home is not None:
-        env["PROBE_HOME"] = str(home)
-    return subprocess.run(
-        [sys.executable, "-m", "probe_cli.main", *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300
-    )
+@pytest.fixture
+def probe(capsys: pytest.CaptureFixture[str]) -> Probe:
+    """``probe ARGS`` in this process: (exit status, stderr)."""
+
+    def run(*args: str) -> tuple[int, str]:
+        capsys.readouterr()
+        code, _, err = exit_of(list(args), capsys)
+        return code, err
+
+    return run
 
 
-def one_line_error(result: subprocess.CompletedProcess[str], *needles: str) -> None:
-    assert result.returncode == 2, result.stderr
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert "Traceback" not in result.stderr
+def one_line_error(result: tuple[int, str], *needles: str) -> None:
+    code, stderr = result
+    assert code == 2, stderr
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert "Traceback" not in stderr
     text = " ".join(lines)
     for needle in needles:
         assert needle in text, text
@@ -52,7 +62,7 @@ def small_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def test_missing_base_directory(small_data: Path, tmp_path: Path) -> None:
+def test_missing_base_directory(probe: Probe, small_data: Path, tmp_path: Path) -> None:
     result = probe(
         "train", "sft", "--base", str(tmp_path / "nowhere"), "--data", str(small_data), "--out", str(tmp_path / "o")
     )
@@ -60,7 +70,7 @@ def test_missing_base_directory(small_data: Path, tmp_path: Path) -> None:
     assert not (tmp_path / "o").exists()
 
 
-def test_base_directory_that_is_not_a_model(small_data: Path, tmp_path: Path) -> None:
+def test_base_directory_that_is_not_a_model(probe: Probe, small_data: Path, tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     result = probe(
         "train", "sft", "--base", str(tmp_path / "empty"), "--data", str(small_data), "--out", str(tmp_path / "o")
@@ -68,7 +78,7 @@ def test_base_directory_that_is_not_a_model(small_data: Path, tmp_path: Path) ->
     one_line_error(result, "--base", "no config.json")
 
 
-def test_empty_dataset(tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_empty_dataset(probe: Probe, tmp_path: Path, tiny_model_dir: Path) -> None:
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "sft.jsonl").write_text("\n")
     result = probe(
@@ -78,7 +88,7 @@ def test_empty_dataset(tmp_path: Path, tiny_model_dir: Path) -> None:
 
 
 @pytest.mark.usefixtures("tiny_model_dir")
-def test_malformed_dataset_line_is_named(tmp_path: Path) -> None:
+def test_malformed_dataset_line_is_named(probe: Probe, tmp_path: Path) -> None:
     (tmp_path / "sft.jsonl").write_text('{"conversations": [{"role": "user", "content": "hi"}]}\n{"nope": 1}\n')
     result = probe(
         "train", "sft", "--base", "tiny", "--data", str(tmp_path / "sft.jsonl"), "--out", str(tmp_path / "o")
@@ -86,11 +96,13 @@ def test_malformed_dataset_line_is_named(tmp_path: Path) -> None:
     one_line_error(result, "sft.jsonl:1", "expected the last turn to be assistant")
 
 
-def test_missing_required_option(small_data: Path) -> None:
+def test_missing_required_option(probe: Probe, small_data: Path) -> None:
     one_line_error(probe("train", "sft", "--data", str(small_data), "--out", "x"), "--base")
 
 
-def test_dpo_reference_with_another_tokenizer(small_data: Path, tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_dpo_reference_with_another_tokenizer(
+    probe: Probe, small_data: Path, tmp_path: Path, tiny_model_dir: Path
+) -> None:
     from training.tiny_base import TinySpec, build_tiny_base
 
     other = build_tiny_base(
@@ -113,7 +125,9 @@ def test_dpo_reference_with_another_tokenizer(small_data: Path, tmp_path: Path, 
     one_line_error(result, "tokenizer mismatch", "--ref")
 
 
-def test_tokenizer_larger_than_the_model_embeddings(small_data: Path, tmp_path: Path, tiny_model_dir: Path) -> None:
+def test_tokenizer_larger_than_the_model_embeddings(
+    probe: Probe, small_data: Path, tmp_path: Path, tiny_model_dir: Path
+) -> None:
     import shutil
 
     from transformers import AutoTokenizer
@@ -126,7 +140,7 @@ def test_tokenizer_larger_than_the_model_embeddings(small_data: Path, tmp_path: 
     one_line_error(result, "tokenizer mismatch", "embeds only")
 
 
-def test_bad_flag_value_and_bad_config(small_data: Path, tmp_path: Path) -> None:
+def test_bad_flag_value_and_bad_config(probe: Probe, small_data: Path, tmp_path: Path) -> None:
     one_line_error(
         probe("train", "sft", "--base", "tiny", "--data", str(small_data), "--out", "x", "--lr", "-1"),
         "--learning-rate",
@@ -136,7 +150,7 @@ def test_bad_flag_value_and_bad_config(small_data: Path, tmp_path: Path) -> None
 
 
 @pytest.mark.slow
-def test_cli_trains_sft_then_dpo(small_data: Path, tmp_path: Path) -> None:
+def test_cli_trains_sft_then_dpo(probe: Probe, small_data: Path, tmp_path: Path) -> None:
     sft = tmp_path / "sft"
     result = probe(
         "train",
@@ -158,7 +172,7 @@ def test_cli_trains_sft_then_dpo(small_data: Path, tmp_path: Path) -> None:
         "--batch-size",
         "4",
     )
-    assert result.returncode == 0, result.stderr
+    assert result[0] == 0, result[1]
     assert json.loads((sft / "provenance.json").read_text())["parent"]["tiny_spec"]["n_layers"] == 2
     config = tmp_path / "dpo.json"
     config.write_text(json.dumps({"max_steps": 2, "batch_size": 4, "beta": 0.2}))
@@ -174,7 +188,7 @@ def test_cli_trains_sft_then_dpo(small_data: Path, tmp_path: Path) -> None:
         "--config",
         str(config),
     )
-    assert result.returncode == 0, result.stderr
+    assert result[0] == 0, result[1]
     record = json.loads((tmp_path / "dpo" / "provenance.json").read_text())
     assert record["config"]["beta"] == 0.2 and len(record["losses"]) == 2
 

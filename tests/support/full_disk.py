@@ -8,6 +8,10 @@ command left it is copied back out for the test to compare. Needs no privilege w
 user namespaces are allowed (the default on most Linux systems). Where they are not (or with
 ``PROBE_TEST_FSIZE=1``), the command runs on a copy of the run under a file-size limit of ``free``
 bytes instead (``RLIMIT_FSIZE``, ``SIGXFSZ`` ignored), and writes fail with ``EFBIG``, "File too large".
+
+:func:`runs_on_full_disk` does the same for several commands at once, each on a tmpfs of its own with its own
+``free`` bytes, in one namespace and one interpreter that forks a process per command
+(:mod:`tests.support.forked`): the commands' imports are paid once.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support.forked import DRIVER, PRELOAD, ended, run_forked, write_cases
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = r"""
 mount -t tmpfs -o "size=$SIZE" tmpfs "$MOUNT" || exit 97
@@ -30,6 +36,24 @@ truncate -s "-$FREE" "$MOUNT/filler"
 echo $? > "$OUTPUT/rc"
 rm -f "$MOUNT/filler"
 cp -a "$MOUNT/run" "$OUTPUT/run"
+"""
+
+MANY = r"""
+n=0
+for free in "$@"; do
+  mount -t tmpfs -o "size=$SIZE" tmpfs "$WORK/$n/mount" || exit 97
+  cp -a "$SOURCE" "$WORK/$n/mount/run" || exit 98
+  head -c "$SIZE" /dev/zero > "$WORK/$n/mount/filler" 2>/dev/null
+  truncate -s "-$free" "$WORK/$n/mount/filler"
+  n=$((n + 1))
+done
+"$PYTHON" -c "$DRIVER" "$WORK/cases.json" || exit 99
+n=0
+for free in "$@"; do
+  rm -f "$WORK/$n/mount/filler"
+  cp -a "$WORK/$n/mount/run" "$WORK/$n/run"
+  n=$((n + 1))
+done
 """
 
 
@@ -98,6 +122,62 @@ def run_on_full_disk(run_dir: Path, argv: list[str], work: Path, *, free: int = 
         output / "run",
         "No space left on device",
     )
+
+
+def runs_on_full_disk(
+    run_dir: Path,
+    cases: list[tuple[list[str], int]],
+    work: Path,
+    *,
+    env: dict[str, str],
+    preload: tuple[str, ...] = PRELOAD,
+) -> list[FullDiskRun]:
+    """:func:`run_on_full_disk` for each ``(argv, free)`` of ``cases``, in order, each on a copy of ``run_dir`` of its
+    own; one interpreter imports what the commands need and forks a process per command."""
+    if not tmpfs_available():
+        return _many_under_file_size_limit(run_dir, cases, work, env, preload)
+    mounts = [work / str(index) / "mount" for index in range(len(cases))]
+    argvs = [
+        [a.replace("{run}", str(mount / "run")) for a in argv] for mount, (argv, _) in zip(mounts, cases, strict=True)
+    ]
+    spec = write_cases(work, [(argv, None) for argv in argvs], preload)
+    for mount in mounts:
+        mount.mkdir()
+    done = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", MANY, "full-disk", *(str(free) for _, free in cases)],
+        env={
+            **env,
+            "SIZE": str(_size(run_dir) + 4 * 1024 * 1024),
+            "WORK": str(work),
+            "SOURCE": str(run_dir),
+            "PYTHON": sys.executable,
+            "DRIVER": DRIVER,
+            "PYTHONPATH": str(ROOT),
+        },
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600 + 120 * len(cases),
+    )
+    assert done.returncode == 0 and spec.is_file(), done.stderr[-2000:]
+    ends = [ended(work / str(index)) for index in range(len(cases))]
+    return [
+        FullDiskRun(end.returncode, end.stdout, end.stderr, work / str(index) / "run", "No space left on device")
+        for index, end in enumerate(ends)
+    ]
+
+
+def _many_under_file_size_limit(
+    run_dir: Path, cases: list[tuple[list[str], int]], work: Path, env: dict[str, str], preload: tuple[str, ...]
+) -> list[FullDiskRun]:
+    copies = [Path(shutil.copytree(run_dir, work / str(index) / "run")) for index in range(len(cases))]
+    argvs = [[a.replace("{run}", str(copy)) for a in argv] for copy, (argv, _) in zip(copies, cases, strict=True)]
+    limits = [max(free, 4096) for _, free in cases]  # 4 KiB: Python needs a usable temp dir
+    ends = run_forked(list(zip(argvs, limits, strict=True)), work, env, preload)
+    return [
+        FullDiskRun(e.returncode, e.stdout, e.stderr, copy, "File too large")
+        for e, copy in zip(ends, copies, strict=True)
+    ]
 
 
 def _under_file_size_limit(run_dir: Path, argv: list[str], work: Path, free: int, env: dict[str, str]) -> FullDiskRun:
