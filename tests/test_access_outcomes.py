@@ -237,16 +237,24 @@ def test_bad_files_and_sequences_are_one_line(
         Forced((1, 2, 3), 3)
 
 
-def _engines_setup(setup: Any) -> tuple[str, PreTrainedModel, PreTrainedModel, dict[str, Outcomes]]:
+@pytest.fixture(scope="module")
+def engines(setup: Any) -> tuple[Any, ...]:
     """Both engines on KL rows whose responses differ from the references (each prompt with two responses, as in an
-    A/B run: the target's greedy tokens and the reference), the references and the DPO pairs."""
-    name, sft, dpo, _, rows, dpo_pairs = setup
+    A/B run: the target's greedy tokens and the reference), the references and a DPO pair; every arm of :func:`_arms`
+    through the shared engine in one call of ``arms``, and its progress. Two prompts and one pair: each pass still
+    spans several batches at 600 tokens (9 on the tiny Llama, 6 on the planted pair), which is what the engines batch
+    differently."""
+    _, sft, dpo, _, rows, dpo_pairs = setup
+    rows, dpo_pairs = rows[:2], dpo_pairs[:1]
     greedy = [Forced((*seq.ids[: len(seq.ids) - seq.n_response], 5, 6, 7), 3) for seq in rows]
     made = {
         engine: Outcomes(dpo, sft, greedy, reference=rows, pairs=dpo_pairs, max_batch_tokens=600, engine=engine)
         for engine in ("shared", "per-arm")
     }
-    return name, sft, dpo, made
+    arms = _arms(sft, dpo)
+    seen: list[tuple[int, int]] = []
+    together = made["shared"].arms(arms, progress=lambda done, total: seen.append((done, total)))
+    return sft, dpo, made, arms, together, seen
 
 
 def _arms(sft: PreTrainedModel, dpo: PreTrainedModel) -> list[list[Edit]]:
@@ -277,12 +285,11 @@ def _arms(sft: PreTrainedModel, dpo: PreTrainedModel) -> list[list[Edit]]:
 NOOPS = (0, 2, 7, 8, 9)  # arms that change no value: the unedited numbers, bit for bit
 
 
-def test_shared_engine_matches_the_full_forward_engine(setup) -> None:  # type: ignore[no-untyped-def]
+def test_shared_engine_matches_the_full_forward_engine(engines) -> None:  # type: ignore[no-untyped-def]
     """The shared engine (prompts once, arms from their fork layer, patch sources once per batch) gives the outcomes of
     one whole forward per sequence and arm to float rounding: KL to rtol 1e-5, mean log-probs and margins to 1e-5."""
-    _, sft, dpo, made = _engines_setup(setup)
-    arms = _arms(sft, dpo)
-    shared, full = made["shared"].arms(arms), [made["per-arm"].arm(edits) for edits in arms]
+    _, _, made, arms, shared, _ = engines
+    full = [made["per-arm"].arm(edits) for edits in arms]
     for s, f, edits in zip(shared, full, arms, strict=True):
         for field in ("kl", "kl_unedited"):
             np.testing.assert_allclose(getattr(s, field), getattr(f, field), rtol=1e-5, atol=1e-7, err_msg=str(edits))
@@ -291,14 +298,11 @@ def test_shared_engine_matches_the_full_forward_engine(setup) -> None:  # type: 
     assert (shared[1].kl != shared[0].kl).all() and (shared[3].kl != shared[0].kl).all()
 
 
-def test_shared_engine_identities_hold_bit_for_bit(setup) -> None:  # type: ignore[no-untyped-def]
+def test_shared_engine_identities_hold_bit_for_bit(engines) -> None:  # type: ignore[no-untyped-def]
     """An arm that changes nothing reproduces the unedited numbers exactly, whether it starts at block 0 or at the top
     block, alone or among other arms; every arm gives the same numbers in one call of ``arms`` as alone."""
-    _, sft, dpo, made = _engines_setup(setup)
+    _, _, made, arms, together, seen = engines
     outcomes = made["shared"]
-    arms = _arms(sft, dpo)
-    seen: list[tuple[int, int]] = []
-    together = outcomes.arms(arms, progress=lambda done, total: seen.append((done, total)))
     assert [done for done, _ in seen] == list(range(1, seen[-1][1] + 1))  # every batch of every pass, counted once
     alone = [outcomes.arm(edits) for edits in arms]
     for a, b in zip(together, alone, strict=True):
