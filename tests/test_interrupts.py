@@ -2,8 +2,10 @@
 
 Each case runs the command in a subprocess and interrupts it with a real SIGINT (see
 tests/support/interrupts.py); where the message promises a resume, rerunning the same
-command gives exactly what an uninterrupted run gives. ``probe intervene`` has its own file,
-tests/test_interventions_interrupts.py, so that ``make test``'s two workers share these slow cases.
+command gives exactly what an uninterrupted run gives (those two runs, which no signal
+reaches, run in this process under one torch thread, as the subprocess has one). ``probe
+intervene`` has its own file, tests/test_interventions_interrupts.py, so that ``make test``'s
+two workers share these slow cases.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import Interrupted
-from tests.support.interrupts import LAUNCHES, ROOT, Outcome, assert_interrupted, probe, spawn
+from tests.support.interrupts import LAUNCHES, ROOT, Outcome, assert_interrupted, probe, probe_here, spawn
 
 
 def test_an_uncaught_ctrl_c_is_one_generic_line(tmp_path: Path) -> None:
@@ -140,8 +142,9 @@ def _same_model(a: Path, b: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
 def test_sft_stops_at_a_step_keeps_a_checkpoint_and_resumes_to_the_same_model(data: Path, tmp_path: Path) -> None:
-    whole = probe(_sft(data, tmp_path / "whole"), tmp_path)
+    whole = probe_here(_sft(data, tmp_path / "whole"), tmp_path)
     assert whole.code == 0, whole.stderr
     cut = probe(_sft(data, tmp_path / "cut"), tmp_path, "STEP 4")
     line = assert_interrupted(
@@ -150,13 +153,14 @@ def test_sft_stops_at_a_step_keeps_a_checkpoint_and_resumes_to_the_same_model(da
     step = int(line.split("stopped at step ")[1].split()[0])
     assert 4 <= step < 12 and (tmp_path / ".cut.partial" / f"checkpoint-{step}").is_dir()
     assert not (tmp_path / "cut").exists()
-    resumed = probe(_sft(data, tmp_path / "cut"), tmp_path)
+    resumed = probe_here(_sft(data, tmp_path / "cut"), tmp_path)
     assert resumed.code == 0 and f"resumed from step {step}" in resumed.stdout, resumed.stderr
     _same_model(tmp_path / "whole", tmp_path / "cut")
     assert not (tmp_path / ".cut.partial").exists() and not (tmp_path / "cut" / "resume.json").exists()
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
 def test_dpo_stops_at_a_step_and_resumes_to_the_same_model(data: Path, tiny_model_dir: Path, tmp_path: Path) -> None:
     """12 rows in micro-batches of 2, accumulated in pairs: 3 optimizer steps per epoch, so the run cut after step 3
     resumes in its second epoch."""
@@ -176,10 +180,10 @@ def test_dpo_stops_at_a_step_and_resumes_to_the_same_model(data: Path, tiny_mode
         "--max-rows",
         "12",
     ]
-    whole = probe([*args, "--out", str(tmp_path / "whole")], tmp_path)
+    whole = probe_here([*args, "--out", str(tmp_path / "whole")], tmp_path)
     assert whole.code == 0, whole.stderr
     assert_interrupted(probe([*args, "--out", str(tmp_path / "cut")], tmp_path, "STEP 3"), "training stopped at step")
-    resumed = probe([*args, "--out", str(tmp_path / "cut")], tmp_path)
+    resumed = probe_here([*args, "--out", str(tmp_path / "cut")], tmp_path)
     assert resumed.code == 0, resumed.stderr
     _same_model(tmp_path / "whole", tmp_path / "cut")
 

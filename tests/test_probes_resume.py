@@ -9,11 +9,13 @@ of a run that was never interrupted.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -49,25 +51,35 @@ def _shards(run_dir: Path) -> int:
     return len(list((run_dir / JOURNAL_DIR).glob("*/*.npz"))) if (run_dir / JOURNAL_DIR).is_dir() else 0
 
 
-@pytest.mark.slow
-def test_sigkill_mid_run_then_resume_is_identical_to_uninterrupted(
-    tiny_pair, rolemrc_file: Path, tmp_path: Path
-) -> None:
-    killed_dir = tmp_path / "killed"
+@pytest.fixture(scope="module")
+def killed_and_whole(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A recording killed with SIGKILL after its first shards, and the same recording never interrupted (its result
+    too): the resume test and every seal case copy the killed one and resume it."""
+    root = tmp_path_factory.mktemp("sealed")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, str(tiny_pair[0]), str(tiny_pair[1]), str(rolemrc_file), str(killed_dir)],
+        [sys.executable, "-c", SCRIPT, str(tiny_pair[0]), str(tiny_pair[1]), str(rolemrc_file), str(root / "killed")],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + 240
-    while _shards(killed_dir) < 2 and proc.poll() is None and time.monotonic() < deadline:
+    while _shards(root / "killed") < 3 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+    assert _shards(root / "killed") >= 3 and not (root / "killed" / "activations.h5").exists()  # killed mid-run
+    whole = record_run(_config(tiny_pair, rolemrc_file, root / "whole"), progress=False)
+    return {"killed": root / "killed", "whole": root / "whole", "whole_result": whole}
+
+
+@pytest.mark.slow
+def test_sigkill_mid_run_then_resume_is_identical_to_uninterrupted(
+    killed_and_whole: dict[str, Any], tiny_pair, rolemrc_file: Path, tmp_path: Path
+) -> None:
+    killed_dir = Path(shutil.copytree(killed_and_whole["killed"], tmp_path / "killed"))
     done_before = _shards(killed_dir)
     assert done_before >= 2 and not (killed_dir / "activations.h5").exists()  # killed mid-run, before consolidation
 
@@ -76,43 +88,20 @@ def test_sigkill_mid_run_then_resume_is_identical_to_uninterrupted(
     notes.write_text("mine")
     resumed = record_run(_config(tiny_pair, rolemrc_file, killed_dir), progress=False)
     assert sum(resumed.resumed.values()) >= done_before
-    assert sum(resumed.resumed.values()) + sum(resumed.recorded.values()) == sum(resumed.counts.values()) == 12
+    assert sum(resumed.recorded.values()) + sum(resumed.resumed.values()) == sum(resumed.counts.values()) == 12
 
-    reference = record_run(_config(tiny_pair, rolemrc_file, tmp_path / "uninterrupted"), progress=False)
-    assert reference.counts == resumed.counts
-    a, b = run_arrays(tmp_path / "uninterrupted"), run_arrays(killed_dir)
+    assert killed_and_whole["whole_result"].counts == resumed.counts
+    a, b = run_arrays(killed_and_whole["whole"]), run_arrays(killed_dir)
     assert a.keys() == b.keys() and len(a) == 2 * 5
     for key in a:
         assert np.array_equal(a[key], b[key]), key
     assert _shards(killed_dir) == 0
     # the journal goes with its last shard; a file of the user's stays, with its folder
-    assert not (tmp_path / "uninterrupted" / JOURNAL_DIR).exists()
+    assert not (killed_and_whole["whole"] / JOURNAL_DIR).exists()
     assert [p.relative_to(killed_dir) for p in (killed_dir / JOURNAL_DIR).rglob("*")] == [
         Path(JOURNAL_DIR, "priority"),
         Path(JOURNAL_DIR, "priority", "notes.txt"),
     ]
-
-
-@pytest.fixture(scope="module")
-def killed_and_whole(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """A recording killed after its first shards, and the same recording never interrupted."""
-    root = tmp_path_factory.mktemp("sealed")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SCRIPT, str(tiny_pair[0]), str(tiny_pair[1]), str(rolemrc_file), str(root / "killed")],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 240
-    while _shards(root / "killed") < 3 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert _shards(root / "killed") >= 3 and not (root / "killed" / "activations.h5").exists()
-    record_run(_config(tiny_pair, rolemrc_file, root / "whole"), progress=False)
-    return {"killed": root / "killed", "whole": root / "whole"}
 
 
 def _rewrite(path: Path, change) -> None:
@@ -143,14 +132,12 @@ SHARD_SEALS = {
 @pytest.mark.parametrize("fault", sorted(SHARD_SEALS))
 def test_a_shard_whose_seal_does_not_match_is_recorded_again_with_a_warning(
     fault: str,
-    killed_and_whole: dict[str, Path],
+    killed_and_whole: dict[str, Any],
     tiny_pair,
     rolemrc_file: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    import shutil
-
     spoil, needle = SHARD_SEALS[fault]
     out = Path(shutil.copytree(killed_and_whole["killed"], tmp_path / "run"))
     shard = sorted((out / JOURNAL_DIR).glob("*/*.npz"))[0]

@@ -14,6 +14,9 @@ pytest process) makes the suite's own processes answer Ctrl-C as a terminal's fo
 they start begins with SIGINT at its default; :func:`spawn` resets it in the child as well, and can start the command
 the way a launcher would (:data:`LAUNCHES`): as a terminal does, in the background of a script (``nohup CMD &``, SIGINT
 ignored), with SIGINT set to its default inside Python, or under a caller's own SIGINT handler.
+
+:func:`probe_here` runs the command in this process instead, for the runs around a cut that no signal reaches (the
+uninterrupted reference, the resume): the same result without the 5-8 s of imports a new process pays.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -151,6 +154,41 @@ def probe(
     assert not waiting, f"never saw {waiting[0]!r}: {''.join(lines)}"
     stderr = "".join(ln for ln in lines if not ln.startswith(("STEP ", "BEGIN ")))
     return Outcome(code, proc.stdout.read(), stderr, latency)
+
+
+def probe_here(args: list[str], home: Path | None = None, env: Mapping[str, str | None] | None = None) -> Outcome:
+    """Run ``probe ARGS`` in this process, as a new process would (``PROBE_HOME`` at ``home``, the variables in
+    ``env`` set, None: unset, every one put back afterwards; no warning said yet), with its stdout and stderr
+    captured; no signal, so no latency. Run it under one torch thread (the ``one_torch_thread`` fixture) where it
+    must match a run of :func:`probe` number for number."""
+    from contextlib import redirect_stderr, redirect_stdout
+    from io import StringIO
+
+    from core import models
+    from probe_cli.main import main
+
+    wanted = {**({"PROBE_HOME": str(home)} if home is not None else {}), **(env or {})}
+    before = {name: os.environ.get(name) for name in wanted}
+    out, err = StringIO(), StringIO()
+    _set_environ(wanted)
+    models._warned.clear()  # a new process has said no warning yet, and says each once
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            main(args)
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
+    finally:
+        _set_environ(before)
+    return Outcome(code, out.getvalue(), err.getvalue(), None)
+
+
+def _set_environ(values: Mapping[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def assert_interrupted(outcome: Outcome, *needles: str, code: int = 130) -> str:
