@@ -1,9 +1,10 @@
 """Data-parallel ``probe models eval`` (issue #41): two processes on the gloo backend give the one-process result.
 
 Real ``torchrun`` launches (``python -m torch.distributed.run --standalone``) of the real command, two CPU processes
-of one thread each, against one process with one thread: the batches are one plan (prompt-length order,
-``--batch-size`` rows each), so the saved JSON (responses, scores, every statistic) is identical. A launch whose rank 1
-dies keeps the finished batches in the journal; a one-process resume generates only the rest and gives the same result.
+of one thread each, against one process with one thread (in this process: one process either way): the batches are
+one plan (prompt-length order, ``--batch-size`` rows each), so the saved JSON (responses, scores, every statistic) is
+identical. A launch whose rank 1 dies keeps the finished batches in the journal; a one-process resume generates only
+the rest and gives the same result.
 """
 
 from __future__ import annotations
@@ -76,9 +77,14 @@ def _launch(entry: list[str], args: list[str], home: Path) -> subprocess.Complet
 
 @pytest.fixture(scope="module")
 def one_process(tiny_pair, test_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """``probe models eval`` as one process with one thread, in this process (shared by both comparisons)."""
+    from probe_cli.main import main
+
     root = tmp_path_factory.mktemp("eval-one")
-    done = _run([sys.executable, "-m", "probe_cli", *_args(tiny_pair, test_file, root / "eval.json")], root / "home")
-    assert done.returncode == 0, done.stderr[-3000:]
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(SystemExit) as done:
+        patch.setenv("PROBE_HOME", str(root / "home"))
+        main(_args(tiny_pair, test_file, root / "eval.json"))
+    assert done.value.code in (0, None)
     return json.loads((root / "eval.json").read_text())
 
 

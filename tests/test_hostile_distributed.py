@@ -133,9 +133,9 @@ def test_probe_run_refuses_a_device_it_lacks_before_loading(
     assert not out.exists()
 
 
-@pytest.mark.parametrize("local_rank, lines", [("0", 1), ("1", 0)])
+@pytest.mark.parametrize("local_rank, lines", [(0, 1), (1, 0)])
 def test_under_a_launcher_an_argument_error_is_printed_by_local_rank_0_alone(
-    local_rank: str,
+    local_rank: int,
     lines: int,
     tiny_pair,
     rolemrc_file: Path,
@@ -143,30 +143,31 @@ def test_under_a_launcher_an_argument_error_is_printed_by_local_rank_0_alone(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """In-process as each rank; a silent rank's wait for torchrun to stop it (``SPEAKER_GRACE``) is zero here."""
     from tests.support.cli import exit_of
+    from tests.support.launcher_env import as_rank
 
-    for name, value in {"WORLD_SIZE": "2", "RANK": local_rank, "LOCAL_RANK": local_rank}.items():
-        monkeypatch.setenv(name, value)
     for bad in (["--device", "gpu"], ["--batch-size", "0"], ["--device", "cuda:3"]):
-        code, _, err = exit_of(
-            [
-                "run",
-                "--capability",
-                "multi_turn",
-                "--sft",
-                str(tiny_pair[0]),
-                "--dpo",
-                str(tiny_pair[1]),
-                "--data",
-                str(rolemrc_file),
-                "--out",
-                str(tmp_path / "run"),
-                "--no-analyze",
-                "--quiet",
-                *bad,
-            ],
-            capsys,
-        )
+        with as_rank(monkeypatch, local_rank):
+            code, _, err = exit_of(
+                [
+                    "run",
+                    "--capability",
+                    "multi_turn",
+                    "--sft",
+                    str(tiny_pair[0]),
+                    "--dpo",
+                    str(tiny_pair[1]),
+                    "--data",
+                    str(rolemrc_file),
+                    "--out",
+                    str(tmp_path / "run"),
+                    "--no-analyze",
+                    "--quiet",
+                    *bad,
+                ],
+                capsys,
+            )
         assert code == 2 and len([line for line in err.splitlines() if line.startswith("error: ")]) == lines, err
 
 

@@ -2,9 +2,14 @@
 
 Real ``torchrun`` launches (``python -m torch.distributed.run --standalone``) of the real ``probe intervene``
 command on the tiny pair, with scale, patch and placebo arms, two CPU processes of one thread each, against a
-one-process run of the same command with one thread: ``generations.jsonl`` is byte-identical and
-``ab_report.json`` equal once its timings are masked. A second launch has rank 1 die after its first batch of
-prompts; a one-process resume then decodes only the batches still missing and writes the same report.
+one-process run of the same command with one thread (in this process: one process either way):
+``generations.jsonl`` is byte-identical and ``ab_report.json`` equal once its timings are masked. A second launch
+has rank 1 die after its first batch of prompts; a one-process resume (in this process too) then decodes only the
+batches still missing and writes the same report.
+
+``--device auto`` is refused before the processes meet or a model loads, so that check runs in-process as each
+rank of a launch (torchrun's environment); that a real torchrun launch shows such a refusal once, from rank 0, is
+tests/test_hostile_distributed.py's.
 """
 
 from __future__ import annotations
@@ -18,10 +23,14 @@ from typing import Any
 
 import pytest
 
+from probe_cli.main import main
+from tests.support.cli import exit_of
+from tests.support.launcher_env import as_rank
 from tests.support.runs import recorded_multi_turn_run
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
+# the one-process runs made here, like the launched ranks: one thread
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 TIMINGS = ("seconds",)  # the fields a second run may change: every pass's seconds
 
 
@@ -114,9 +123,11 @@ def _launch(entry: list[str], args: list[str], nproc: int = 2) -> subprocess.Com
 
 @pytest.fixture(scope="module")
 def one_process(analysed_run: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``probe intervene`` as one process with one thread, in this process (shared by both comparisons)."""
     out = tmp_path_factory.mktemp("dp_ab") / "single"
-    done = _run([sys.executable, "-m", "probe_cli", *_args(analysed_run, out)])
-    assert done.returncode == 0, done.stderr[-3000:]
+    with pytest.raises(SystemExit) as done:
+        main(_args(analysed_run, out))
+    assert done.value.code in (0, None)
     return out
 
 
@@ -153,23 +164,46 @@ def test_two_processes_write_the_one_process_report(analysed_run: Path, one_proc
     assert not (out / ".arms").exists()
 
 
-def test_a_killed_rank_then_one_process_resumes(analysed_run: Path, one_process: Path, tmp_path: Path) -> None:
+def test_a_killed_rank_then_one_process_resumes(
+    analysed_run: Path, one_process: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "dp"
     killed = _launch([str(ROOT / "tests" / "support" / "dp_kill_ab_rank.py")], _args(analysed_run, out))
     assert killed.returncode != 0
     lines = [line for line in killed.stderr.splitlines() if line.startswith("error:")]
     assert lines and "rank 1 of 2 died" in lines[0] and f"--out {out}" in lines[0], killed.stderr[-3000:]
     assert list((out / ".arms").glob("shared_*.json"))
-    resumed = _run([sys.executable, "-m", "probe_cli", *_args(analysed_run, out)])
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    read_back = resumed.stderr.count("read back")
-    decoded = sum("batch " in line and "read back" not in line for line in resumed.stderr.splitlines())
+    capfd.readouterr()
+    code, _, resumed = exit_of(_args(analysed_run, out), capfd)
+    assert code == 0, resumed[-3000:]
+    read_back = resumed.count("read back")
+    decoded = sum("batch " in line and "read back" not in line for line in resumed.splitlines())
     assert read_back > 0 and decoded > 0  # kept batches read back, only the missing ones decoded
     _assert_same_report(one_process, out)
 
 
-def test_device_auto_is_refused_with_several_processes(analysed_run: Path, tmp_path: Path) -> None:
-    done = _launch(["-m", "probe_cli"], [*_args(analysed_run, tmp_path / "x"), "--device", "auto"])
-    assert done.returncode != 0
-    assert "error: --device auto: with 2 processes each rank picks cuda:LOCAL_RANK" in done.stderr
-    assert "interventions/" not in done.stderr and "probe_cli/" not in done.stderr
+@pytest.mark.parametrize("rank, lines", [(0, 1), (1, 0)])
+def test_device_auto_is_refused_with_several_processes(
+    rank: int,
+    lines: int,
+    analysed_run: Path,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each rank of a two-process launch: exit 2 before any model loads, the line from local rank 0 alone."""
+    from transformers import AutoModelForCausalLM
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded before the device was checked")
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", no_load)
+    with as_rank(monkeypatch, rank):
+        code, _, err = exit_of([*_args(analysed_run, tmp_path / "x"), "--device", "auto"], capfd)
+    assert code == 2, err
+    said = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(said) == lines, err
+    assert all(
+        line.startswith("error: --device auto: with 2 processes each rank picks cuda:LOCAL_RANK") for line in said
+    )
+    assert "Traceback" not in err and "interventions/" not in err and "probe_cli/" not in err

@@ -4,8 +4,9 @@ A real ``accelerate launch --multi_gpu --num_processes 2`` (torchrun underneath;
 gloo) of the real command: every rank loads the model and runs every pass (unedited, the edited arm, its placebo
 set) with the same edits on its share of the requests; lm-eval gathers the items on rank 0, which alone compares
 and writes. Every row of the report (effects, intervals, p-values, placebo percentiles) and every item's scores and
-generated text equal a one-process run's; the items' log-likelihoods equal it to float32 rounding (relative 1e-5:
-lm-eval batches each rank's share on its own, so a sequence's padding partners differ).
+generated text equal a one-process run's (run in this process: one process either way); the items' log-likelihoods
+equal it to float32 rounding (relative 1e-5: lm-eval batches each rank's share on its own, so a sequence's padding
+partners differ).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.cli import exit_of
 from tests.support.lmeval_tasks import plant_answer_unit, write_tasks
 from tests.support.ports import free_port
 
@@ -64,15 +66,17 @@ def _outputs(out: Path) -> tuple[list[Any], list[Any]]:
     return sorted(items, key=json.dumps), rows
 
 
-def test_two_processes_under_accelerate_give_the_one_process_items(inputs: list[str], tmp_path: Path) -> None:
-    one = _run([sys.executable, "-m", "probe_cli", *inputs, "--out", str(tmp_path / "one")])
-    assert one.returncode == 0, one.stderr[-3000:]
+def test_two_processes_under_accelerate_give_the_one_process_items(
+    inputs: list[str], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code, one_stdout, one_stderr = exit_of([*inputs, "--out", str(tmp_path / "one")], capfd)
+    assert code == 0, one_stderr[-3000:]
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
     launch += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
     launch += ["--main_process_port", str(free_port()), "--module", "probe_cli.main"]
     two = _run([*launch, *inputs, "--out", str(tmp_path / "two")])
     assert two.returncode == 0
-    assert two.stdout.count("-100.0") == one.stdout.count("-100.0") > 0  # rank 0 alone prints the tables
+    assert two.stdout.count("-100.0") == one_stdout.count("-100.0") > 0  # rank 0 alone prints the tables
     items, rows = _outputs(tmp_path / "two")
     one_items, one_rows = _outputs(tmp_path / "one")
     assert rows == one_rows  # every effect, interval, p-value and placebo percentile

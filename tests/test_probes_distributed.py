@@ -2,9 +2,13 @@
 
 Real ``torchrun`` launches (``python -m torch.distributed.run --standalone``) of the real
 ``probe run`` command, two CPU processes of one thread each, against a one-process run of
-the same command with one thread. A second launch has rank 1 die after its first batch
-(torchrun then stops rank 0); the next launch records only what is missing and ends with
-the same arrays, bit for bit.
+the same command with one thread (in this process: it is one process either way). A second
+launch has rank 1 die after its first batch (torchrun then stops rank 0); the next launch
+records only what is missing and ends with the same arrays, bit for bit.
+
+``--device auto`` is refused before the processes meet or a model loads, so that check runs
+in-process as each rank of a launch (torchrun's environment); that a real torchrun launch
+shows such a refusal once, from rank 0, is tests/test_hostile_distributed.py's.
 """
 
 from __future__ import annotations
@@ -19,10 +23,13 @@ import numpy as np
 import pytest
 
 from core.run_dir import JOURNAL_DIR
+from tests.support.cli import exit_of
+from tests.support.launcher_env import as_rank
 from tests.support.runs import run_arrays
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.slow
+# the one-process runs made here, like the launched ranks: one thread
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
 def _env() -> dict[str, str]:
@@ -74,16 +81,13 @@ def _launch(entry: list[str], args: list[str], nproc: int = 2) -> subprocess.Com
 
 @pytest.fixture(scope="module")
 def one_process(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``probe run`` as one process with one thread, in this process (shared by both comparisons)."""
+    from probe_cli.main import main
+
     out = tmp_path_factory.mktemp("dp") / "single"
-    done = subprocess.run(
-        [sys.executable, "-m", "probe_cli", *_args(tiny_pair, rolemrc_file, out)],
-        env=_env(),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    with pytest.raises(SystemExit) as done:
+        main(_args(tiny_pair, rolemrc_file, out))
+    assert done.value.code in (0, None)
     return out
 
 
@@ -129,9 +133,31 @@ def test_a_killed_rank_resumes_on_the_next_launch(
     assert 0 < sum(recorded_now.values()) < total  # the kept batches were not recorded again
 
 
-def test_device_auto_is_refused_with_several_processes(tiny_pair, rolemrc_file: Path, tmp_path: Path) -> None:
-    done = _launch(["-m", "probe_cli"], [*_args(tiny_pair, rolemrc_file, tmp_path / "x"), "--device", "auto"])
-    assert done.returncode != 0
-    assert "error: --device auto: with 2 processes each rank picks cuda:LOCAL_RANK" in done.stderr
-    # torchrun's own report follows, with its traceback
-    assert "probes/" not in done.stderr and "probe_cli/" not in done.stderr
+@pytest.mark.parametrize("rank, lines", [(0, 1), (1, 0)])
+def test_device_auto_is_refused_with_several_processes(
+    rank: int,
+    lines: int,
+    tiny_pair,
+    rolemrc_file: Path,
+    tmp_path: Path,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each rank of a two-process launch: exit 2 before any model loads, the line from local rank 0 alone."""
+    from transformers import AutoModelForCausalLM
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded before the device was checked")
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", no_load)
+    out = tmp_path / "x"
+    with as_rank(monkeypatch, rank):
+        code, _, err = exit_of([*_args(tiny_pair, rolemrc_file, out), "--device", "auto"], capfd)
+    assert code == 2, err
+    said = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(said) == lines, err
+    assert all(
+        line.startswith("error: --device auto: with 2 processes each rank picks cuda:LOCAL_RANK") for line in said
+    )
+    assert "Traceback" not in err and "probes/" not in err and "probe_cli/" not in err
+    assert not out.exists()

@@ -1,14 +1,20 @@
 """``probe replicate --nproc N`` (issue #41): the record, intervene, localize and evaluate stages run under the launcher
 on this machine.
 
-The two stages are started as their ``probe`` commands under ``python -m probes.distributed`` with two CPU processes;
+The stages are started as their ``probe`` commands under ``python -m probes.distributed`` with two CPU processes;
 each leaves its stage complete (the replicate checks that skip it next time say so), the evaluation equals the
 one-process stage's file, and the command line that reproduces the run keeps ``--nproc 2``.
+
+The record stage is launched once for the module: its recording is the same for every test here (the localize
+options change the localize run, not the recording: checked below), and the intervene and localize tests start
+from copies of it.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,15 +28,17 @@ from study.replicate_config import ReplicateOptions
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def options(tiny_pair, chat_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ReplicateOptions:
+def _launcher_env(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("PROBE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("PROBE_HOME", str(home))
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[1]))
+
+
+def _options(tiny_pair, chat_data: Path, out_dir: Path) -> ReplicateOptions:
     return ReplicateOptions(
         data_file=chat_data / "test.jsonl",
-        out_dir=tmp_path / "run",
+        out_dir=out_dir,
         models=PairDirs(tiny_pair[0], tiny_pair[1]),
         eval_rows=6,
         eval_split="test",
@@ -41,11 +49,31 @@ def options(tiny_pair, chat_data: Path, tmp_path: Path, monkeypatch: pytest.Monk
     )
 
 
-def test_record_and_evaluate_run_under_the_launcher(options: ReplicateOptions, tmp_path: Path) -> None:
-    from dataclasses import replace
+@pytest.fixture(scope="module")
+def recorded(tiny_pair, chat_data: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The record stage under the launcher, once: (its run directory, what the stage said)."""
+    root = tmp_path_factory.mktemp("nproc-record")
+    with pytest.MonkeyPatch.context() as patch:
+        _launcher_env(patch, root / "home")
+        said = replicate._record_launched(_options(tiny_pair, chat_data, root / "run"))
+    return root / "run", said
 
+
+@pytest.fixture
+def options(
+    tiny_pair, chat_data: Path, recorded: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> ReplicateOptions:
+    """This test's options, its run directory a copy of the launched recording."""
+    _launcher_env(monkeypatch, tmp_path / "home")
+    shutil.copytree(recorded[0], tmp_path / "run")
+    return _options(tiny_pair, chat_data, tmp_path / "run")
+
+
+def test_record_and_evaluate_run_under_the_launcher(
+    options: ReplicateOptions, recorded: tuple[Path, str], tmp_path: Path
+) -> None:
     assert "--nproc 2" in options.command()
-    assert replicate._record_launched(options) == "recorded by 2 processes"
+    assert recorded[1] == "recorded by 2 processes"
     assert recorded_complete(options)
     assert replicate._evaluate_launched(options).startswith("judged by 2 processes")
     assert evaluation_complete(options)
@@ -56,7 +84,6 @@ def test_record_and_evaluate_run_under_the_launcher(options: ReplicateOptions, t
 
 
 def test_intervene_runs_under_the_launcher(options: ReplicateOptions) -> None:
-    replicate._record_launched(options)
     replicate._analyze(options.out_dir)
     config = replicate.ab_config(options)
     assert replicate._intervene_launched(options, config).startswith("A/B by 2 processes")
@@ -64,13 +91,11 @@ def test_intervene_runs_under_the_launcher(options: ReplicateOptions) -> None:
 
 
 def test_localize_runs_under_the_launcher(options: ReplicateOptions) -> None:
-    from dataclasses import replace
-
     from study.replicate_checks import localize_complete
 
     small = replace(options, localize_limit=2, localize_placebo=0)  # one row per process, no random sets: seconds
     assert "mlp_post" in replicate.record_config(small).hooks  # the recording the stage ranks from
-    replicate._record_launched(small)
+    assert replicate.record_config(small) == replicate.record_config(options)  # the shared recording is this one
     assert replicate.localize_blocked(replicate.localize_config(small)) is None
     config = replicate.localize_config(small)
     assert replicate._localize_launched(small, config).startswith("localized by 2 processes")
