@@ -18,6 +18,7 @@ it while the command still runs (:class:`_Group`).
 
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import pkgutil
@@ -25,7 +26,7 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, NoReturn
 
 import typer
@@ -128,19 +129,46 @@ def _said_by_another_rank(error: BaseException | None) -> bool:
     return helper and not hasattr(error, "reporter")
 
 
+def _leave_promptly(code: str | int | None) -> None:
+    """Once a command has ended, what is left is the interpreter's teardown: the cyclic collector walking every
+    torch and transformers object (seconds), then torch's exit hooks. Freezing the collector's objects skips that
+    walk, and a Ctrl-C or SIGTERM that arrives meanwhile ends the process at once with the command's own status:
+    the work is done, and a traceback from inside an exit hook or a different exit status would say otherwise."""
+    status = code if isinstance(code, int) else (0 if code is None else 1)
+
+    def exit_now(*_: Any) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with suppress(Exception):
+                stream.flush()
+        os._exit(status)
+
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, exit_now)
+    gc.freeze()
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the console script."""
+    """Entry point of the console script. Called with ``argv`` (a test, a notebook), it leaves the caller's
+    interpreter as it found it; called as a program, it also makes the process's teardown short
+    (:func:`_leave_promptly`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-    with _sigterm_as_ctrl_c(in_process=argv is not None):
-        try:
-            app(args=argv, standalone_mode=True)
-        except Interrupted as exc:
-            _stop("interrupted", str(exc), exc.exit_code, exc)
-        except ProbeError as exc:
-            _stop("error", str(exc), 2, exc)
-        except KeyboardInterrupt:
-            _stop("interrupted", UNCAUGHT_INTERRUPT, Interrupted.exit_code)
+    in_process = argv is not None
+    try:
+        with _sigterm_as_ctrl_c(in_process):
+            try:
+                app(args=argv, standalone_mode=True)
+            except Interrupted as exc:
+                _stop("interrupted", str(exc), exc.exit_code, exc)
+            except ProbeError as exc:
+                _stop("error", str(exc), 2, exc)
+            except KeyboardInterrupt:
+                _stop("interrupted", UNCAUGHT_INTERRUPT, Interrupted.exit_code)
+    except SystemExit as ended:
+        if not in_process:
+            _leave_promptly(ended.code)
+        raise
 
 
 if __name__ == "__main__":

@@ -78,6 +78,38 @@ def test_a_sigterm_during_a_group_of_renames_is_delivered_after_it_even_with_sig
     assert done == ["renamed"]
 
 
+# ``probe`` as a program (``main()`` reading sys.argv), with an exit hook that takes a minute, as a torch teardown
+# can take seconds: the command has ended when TEARING DOWN is printed.
+TEARDOWN = """
+import atexit, sys, time
+from probe_cli.main import main
+
+atexit.register(lambda: (print("TEARING DOWN", file=sys.stderr, flush=True), time.sleep(60)))
+sys.argv = ["probe", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+@pytest.mark.parametrize(("args", "code"), [(["--help"], 0), (["--no-such-option"], 2)], ids=["done", "refused"])
+def test_a_signal_after_the_command_ended_exits_at_once_with_its_status(sig: int, args: list[str], code: int) -> None:
+    """Ctrl-C once the work is done (the command's line printed, the interpreter tearing down) once gave a traceback
+    from inside torch's exit hook, or exit -2 in place of the command's status; it ends the process at once."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc, pid = spawn([sys.executable, "-c", TEARDOWN, *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith("TEARING DOWN"):
+            sent = time.monotonic()
+            os.kill(pid, sig)
+    returned = proc.wait(timeout=120)
+    took = time.monotonic() - sent
+    assert returned == code and took < 5, (returned, took, "".join(lines))
+    assert "Traceback" not in "".join(lines)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("launch", ["terminal", "nohup"])
 def test_sigterm_during_a_pair_build_removes_the_build_folder_in_one_line(launch: str, tmp_path: Path) -> None:
