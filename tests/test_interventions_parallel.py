@@ -81,6 +81,8 @@ def analysed_run(lively_pair: tuple[Path, Path], tmp_path_factory: pytest.TempPa
 
 
 def _args(run_dir: Path, out: Path) -> list[str]:
+    """The A/B every run here makes: 8 rows in batches of 2, so each shared pass is 4 batches, 2 per rank, and the
+    killed rank keeps one batch and leaves one for the resume (the least that shows both)."""
     return [
         "intervene",
         str(run_dir),
@@ -97,7 +99,7 @@ def _args(run_dir: Path, out: Path) -> list[str]:
         "--placebo",
         "2",
         "--limit",
-        "12",
+        "8",
         "--batch-size",
         "2",
         "--max-new-tokens",
