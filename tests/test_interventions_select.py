@@ -51,6 +51,7 @@ def _config(run: Path, out: Path, batch_size: int = 8, **extra) -> ABConfig:
         "limit": 3,
         "generation": generation,
         "n_bootstrap": 200,
+        "outcome_pairs": 2,  # the continuous outcomes run for every rule's arm; 2 DPO pairs measure the margin
     }
     return ABConfig(**{**settings, "out_dir": out, **extra})
 
@@ -147,18 +148,20 @@ def test_a_rule_whose_units_equal_another_rules_gives_identical_figures(select_r
     assert any(line.startswith("5 generation passes over") for line in lines)
 
 
-def test_a_killed_select_run_resumes_to_the_same_report(select_run: Path, tmp_path: Path):
+def test_a_killed_select_run_resumes_to_the_same_report(compared, select_run: Path, tmp_path: Path):
+    """Killed at its first batch, then rerun: the same report and generations as the uninterrupted run of the same
+    options (the ``compared`` fixture)."""
+    whole, _, whole_out = compared
+
     def stop_after_one_batch(line: str) -> None:
         if "batch 1/" in line:
             raise KeyboardInterrupt
 
-    config = {"select": ["count", "mean_diff"], "batch_size": 4}
     with pytest.raises(Interrupted, match="rerun with the same options"):
-        compare_selections(_config(select_run, tmp_path / "cut", **config), progress=stop_after_one_batch)
+        compare_selections(_config(select_run, tmp_path / "cut", select=RULES), progress=stop_after_one_batch)
     assert (tmp_path / "cut" / ".arms").is_dir() and not (tmp_path / "cut" / "ab_report.json").exists()
     lines: list[str] = []
-    resumed = compare_selections(_config(select_run, tmp_path / "cut", **config), progress=lines.append)
-    whole = compare_selections(_config(select_run, tmp_path / "whole", **config))
+    resumed = compare_selections(_config(select_run, tmp_path / "cut", select=RULES), progress=lines.append)
     assert any("read back" in line for line in lines)
 
     def figures(report) -> list:
@@ -168,9 +171,7 @@ def test_a_killed_select_run_resumes_to_the_same_report(select_run: Path, tmp_pa
         ]
 
     assert figures(resumed) == figures(whole) and resumed.selection == whole.selection
-    assert (tmp_path / "cut" / "generations.jsonl").read_bytes() == (
-        tmp_path / "whole" / "generations.jsonl"
-    ).read_bytes()
+    assert (tmp_path / "cut" / "generations.jsonl").read_bytes() == (whole_out / "generations.jsonl").read_bytes()
 
 
 def test_bad_select_input_is_one_line(select_run: Path, tmp_path: Path, capsys):
@@ -203,6 +204,7 @@ def test_bad_select_input_is_one_line(select_run: Path, tmp_path: Path, capsys):
 def test_probe_intervene_select_end_to_end(select_run: Path, tmp_path: Path, capsys):
     out = tmp_path / "ab"
     args = ["--top-k", "4", "--placebo", "2", "--limit", "2", "--max-new-tokens", "4", "--no-collateral"]
+    args += ["--outcome-pairs", "2"]  # the outcomes run for both rules' arms; 2 DPO pairs measure the margin
     with pytest.raises(SystemExit) as exc:
         main(["intervene", str(select_run), "--select", "count,weight", *args, "--out", str(out)])
     printed = capsys.readouterr().out
