@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,20 +58,25 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 READ_ALL = """
-import sys
+import sys, traceback
 from core.errors import ProbeError
 from probes.store import RunReader
-try:
-    with RunReader(sys.argv[1]) as run:
-        for cap in run.capabilities():
-            run.samples(cap)
-            for model in ("sft", "dpo"):
-                for hook in run.hooks(cap, model):
-                    run.activations(model, cap, hook)
-    print("read")
-except ProbeError as exc:
-    print("error: " + str(exc))
+for line in sys.stdin:
+    try:
+        with RunReader(line.rstrip("\\n")) as run:
+            for cap in run.capabilities():
+                run.samples(cap)
+                for model in ("sft", "dpo"):
+                    for hook in run.hooks(cap, model):
+                        run.activations(model, cap, hook)
+        print("read")
+    except ProbeError as exc:
+        print("error: " + str(exc))
+    except Exception:
+        traceback.print_exc(file=sys.stdout)
+    print(%r, flush=True)
 """
+DONE = "-- read done --"  # after each run's output: what comes before it is that run's
 
 
 def _sha(path: Path) -> str:
@@ -92,15 +98,53 @@ def _copy(small_run: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(small_run, tmp_path / "run"))
 
 
-def _read_in_child(run_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", READ_ALL, str(run_dir)],
-        capture_output=True,
-        text=True,
-        env=_env(),
-        cwd=ROOT,
-        timeout=120,
-    )
+class _Reader:
+    """A child process that reads whole runs, one directory per line on its stdin, and answers each with ``read``, its
+    one ``error:`` line or a traceback, then :data:`DONE`. A crash (a signal from HDF5) ends that child and fails the
+    run it was reading, not the suite; the next run gets a new child. One child for many runs saves each its start."""
+
+    def __init__(self, stderr: Path) -> None:
+        self.stderr = stderr
+        self.child: subprocess.Popen[str] | None = None
+
+    def read(self, run_dir: Path) -> list[str]:
+        """The child's output lines for ``run_dir``."""
+        if self.child is None or self.child.poll() is not None:
+            with self.stderr.open("w") as err:
+                self.child = subprocess.Popen(
+                    [sys.executable, "-c", READ_ALL % DONE],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=err,
+                    text=True,
+                    env=_env(),
+                    cwd=ROOT,
+                )
+        assert self.child.stdin is not None and self.child.stdout is not None
+        said = self.stderr.stat().st_size
+        self.child.stdin.write(f"{run_dir}\n")
+        self.child.stdin.flush()
+        lines = []
+        while (line := self.child.stdout.readline()) != f"{DONE}\n":
+            assert line, f"the reader died (status {self.child.wait()}): {self.stderr.read_text()[-2000:]}"
+            lines.append(line.rstrip("\n"))
+        with self.stderr.open() as err:
+            err.seek(said)
+            assert "Traceback" not in (printed := err.read()), printed[-2000:]
+        return lines
+
+    def close(self) -> None:
+        if self.child is not None and self.child.poll() is None:
+            assert self.child.stdin is not None
+            self.child.stdin.close()
+            self.child.wait(timeout=60)
+
+
+@pytest.fixture(scope="module")
+def reader(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Reader]:
+    one = _Reader(tmp_path_factory.mktemp("reader") / "stderr.txt")
+    yield one
+    one.close()
 
 
 def _settings_type_offset(raw: bytes) -> int:
@@ -297,7 +341,11 @@ FLIPS = st.lists(
 @settings(FUZZ, max_examples=12)
 @given(flips=FLIPS, cut=st.one_of(st.none(), st.floats(0.05, 0.999)))
 def test_mutated_run_files_are_read_or_refused_in_one_line_never_a_crash(
-    small_run: Path, tmp_path_factory: pytest.TempPathFactory, flips: list[tuple[str, int, int]], cut: float | None
+    small_run: Path,
+    reader: _Reader,
+    tmp_path_factory: pytest.TempPathFactory,
+    flips: list[tuple[str, int, int]],
+    cut: float | None,
 ) -> None:
     run_dir = Path(shutil.copytree(small_run, tmp_path_factory.mktemp("mutated") / "run"))
     path = run_dir / "activations.h5"
@@ -307,10 +355,8 @@ def test_mutated_run_files_are_read_or_refused_in_one_line_never_a_crash(
         at = anchor + offset if region == "settings" and anchor + offset >= 0 else offset % len(raw)
         raw[at % len(raw)] ^= mask
     path.write_bytes(bytes(raw[: int(len(raw) * cut)] if cut is not None else raw))
-    done = _read_in_child(run_dir)
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
-    lines = done.stdout.strip().splitlines()
-    assert len(lines) == 1 and (lines[0] == "read" or lines[0].startswith(f"error: {path}")), done.stdout
+    lines = reader.read(run_dir)
+    assert len(lines) == 1 and (lines[0] == "read" or lines[0].startswith(f"error: {path}")), lines
 
 
 ATTRIBUTE_VALUES = st.one_of(
@@ -380,7 +426,7 @@ def _spoil_text(f: h5py.File, place: str, bad: bytes, at: float) -> None:
         f[place][0] = text[:cut] + bad + text[cut:]
 
 
-def test_invalid_utf8_in_any_text_of_a_run_file_is_one_line(small_run: Path, tmp_path: Path) -> None:
+def test_invalid_utf8_in_any_text_of_a_run_file_is_one_line(small_run: Path, reader: _Reader, tmp_path: Path) -> None:
     places = _text_places(small_run / "activations.h5")
     assert "@settings" in places and "samples/multi_turn/prompts" in places
     rng = np.random.default_rng(14)
@@ -389,9 +435,7 @@ def test_invalid_utf8_in_any_text_of_a_run_file_is_one_line(small_run: Path, tmp
         run_dir = Path(shutil.copytree(small_run, tmp_path / f"{k}"))
         with h5py.File(run_dir / "activations.h5", "a") as f:
             _spoil_text(f, place, bad, float(rng.random()))
-        done = _read_in_child(run_dir)
-        lines = done.stdout.strip().splitlines()
-        assert done.returncode == 0 and "Traceback" not in done.stderr, (place, bad, done.stderr[-2000:])
+        lines = reader.read(run_dir)
         assert len(lines) == 1 and lines[0].startswith(f"error: {run_dir / 'activations.h5'}"), (place, bad, lines)
         assert "UTF-8" in lines[0] or "Unicode" in lines[0], lines[0]
 

@@ -27,33 +27,11 @@ def analysed_run(tiny_pair, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-def test_intervene_on_a_recorded_run(analysed_run: Path, tmp_path: Path, capsys):
-    out = tmp_path / "ab"
-    try:
-        main(
-            [
-                "intervene",
-                str(analysed_run),
-                "--capability",
-                "multi_turn",
-                "--top-k",
-                "8",
-                "--factor",
-                "0",
-                "--placebo",
-                "2",
-                "--limit",
-                "3",
-                "--max-new-tokens",
-                "6",
-                "--out",
-                str(out),
-            ]
-        )
-    except SystemExit as exc:
-        assert exc.code in (0, None), capsys.readouterr().err
-    report = json.loads((out / "ab_report.json").read_text())
-    assert report["neurons"]["size"] == 8 and report["neurons"]["hook"] == "mlp_out"
+def test_intervene_on_a_recorded_run(every_arm) -> None:
+    """``probe intervene RUN`` with the run's defaults (held-out split, its DPO pairs, its top units): the launch of
+    ``every_arm``, whose first arm is the main scale ×0 with its placebos."""
+    report, out, printed = every_arm
+    assert report["neurons"]["size"] == 6 and report["neurons"]["hook"] == "mlp_out"
     assert report["model_dir"].endswith("dpo")
     # the held-out split by default; the DPO margin still measured on the run's own (training) pairs
     assert report["data_file"].endswith("heldout.jsonl") and report["config"]["split"] == "heldout"
@@ -62,7 +40,6 @@ def test_intervene_on_a_recorded_run(analysed_run: Path, tmp_path: Path, capsys)
     target = report["arms"][0]["capabilities"][0]
     assert target["capability"] == "multi_turn" and len(target["placebo"]["deltas"]) == 2
     assert "placebo percentile" in (out / "ab_report.md").read_text()
-    printed = capsys.readouterr().out
     assert "scale ×0.0 (main)" in printed and "multi_turn" in printed and str(out / "ab_report.md") in printed
     assert ABReport.load(out / "ab_report.json").split == "heldout"
     del report["config"]["split"]  # a report written before the split was recorded: it judged the test split
@@ -136,6 +113,8 @@ def every_arm(analysed_run: Path, tmp_path_factory: pytest.TempPathFactory) -> t
                 "--max-new-tokens",
                 "4",
                 "--no-collateral",
+                "--outcome-pairs",  # the outcomes run for every arm; 2 of the run's DPO pairs measure the margin
+                "2",
                 "--out",
                 str(out),
             ]

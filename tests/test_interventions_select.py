@@ -47,10 +47,11 @@ def _config(run: Path, out: Path, batch_size: int = 8, **extra) -> ABConfig:
         "run_dir": run,
         "factor": 0.0,
         "top_k": 6,
-        "placebo": 3,
+        "placebo": 2,  # placebo sets matched per rule: two show the matching and the count
         "limit": 3,
         "generation": generation,
         "n_bootstrap": 200,
+        "outcome_pairs": 2,  # the continuous outcomes run for every rule's arm; 2 DPO pairs measure the margin
     }
     return ABConfig(**{**settings, "out_dir": out, **extra})
 
@@ -73,13 +74,13 @@ def test_one_block_per_rule_each_with_placebos_matched_per_layer_to_its_own_unit
         units = {tuple(u) for u in body.units.units}
         assert len(units) == 6 and body.arms == [f"{body.rule}: scale 0.0"]
         arm = arms[body.arms[0]]
-        assert arm.placebo.n_sets == 3
+        assert arm.placebo.n_sets == 2
         for drawn in arm.placebo.sets:
             layers = [layer for layer, _ in drawn]
             assert {layer: layers.count(layer) for layer in set(layers)} == body.units.per_layer
             assert not units & {tuple(u) for u in drawn}
         for c in arm.capabilities:
-            assert len(c.placebo.deltas) == 3
+            assert len(c.placebo.deltas) == 2
             assert body.verdicts[arm.name][c.capability].status in ("matters", "not shown", "cannot be decided")
         assert body.verdict == body.verdicts[arm.name]["multi_turn"]
     markdown = (out / "ab_report.md").read_text()
@@ -147,18 +148,20 @@ def test_a_rule_whose_units_equal_another_rules_gives_identical_figures(select_r
     assert any(line.startswith("5 generation passes over") for line in lines)
 
 
-def test_a_killed_select_run_resumes_to_the_same_report(select_run: Path, tmp_path: Path):
+def test_a_killed_select_run_resumes_to_the_same_report(compared, select_run: Path, tmp_path: Path):
+    """Killed at its first batch, then rerun: the same report and generations as the uninterrupted run of the same
+    options (the ``compared`` fixture)."""
+    whole, _, whole_out = compared
+
     def stop_after_one_batch(line: str) -> None:
         if "batch 1/" in line:
             raise KeyboardInterrupt
 
-    config = {"select": ["count", "mean_diff"], "batch_size": 4}
     with pytest.raises(Interrupted, match="rerun with the same options"):
-        compare_selections(_config(select_run, tmp_path / "cut", **config), progress=stop_after_one_batch)
+        compare_selections(_config(select_run, tmp_path / "cut", select=RULES), progress=stop_after_one_batch)
     assert (tmp_path / "cut" / ".arms").is_dir() and not (tmp_path / "cut" / "ab_report.json").exists()
     lines: list[str] = []
-    resumed = compare_selections(_config(select_run, tmp_path / "cut", **config), progress=lines.append)
-    whole = compare_selections(_config(select_run, tmp_path / "whole", **config))
+    resumed = compare_selections(_config(select_run, tmp_path / "cut", select=RULES), progress=lines.append)
     assert any("read back" in line for line in lines)
 
     def figures(report) -> list:
@@ -168,9 +171,7 @@ def test_a_killed_select_run_resumes_to_the_same_report(select_run: Path, tmp_pa
         ]
 
     assert figures(resumed) == figures(whole) and resumed.selection == whole.selection
-    assert (tmp_path / "cut" / "generations.jsonl").read_bytes() == (
-        tmp_path / "whole" / "generations.jsonl"
-    ).read_bytes()
+    assert (tmp_path / "cut" / "generations.jsonl").read_bytes() == (whole_out / "generations.jsonl").read_bytes()
 
 
 def test_bad_select_input_is_one_line(select_run: Path, tmp_path: Path, capsys):
@@ -203,6 +204,7 @@ def test_bad_select_input_is_one_line(select_run: Path, tmp_path: Path, capsys):
 def test_probe_intervene_select_end_to_end(select_run: Path, tmp_path: Path, capsys):
     out = tmp_path / "ab"
     args = ["--top-k", "4", "--placebo", "2", "--limit", "2", "--max-new-tokens", "4", "--no-collateral"]
+    args += ["--outcome-pairs", "2"]  # the outcomes run for both rules' arms; 2 DPO pairs measure the margin
     with pytest.raises(SystemExit) as exc:
         main(["intervene", str(select_run), "--select", "count,weight", *args, "--out", str(out)])
     printed = capsys.readouterr().out

@@ -14,6 +14,7 @@ import json
 import math
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,24 @@ TASKS = ["probe_mc", "probe_gen", "probe_ppl"]
 
 
 @pytest.fixture(scope="module")
-def lm_eval() -> Any:
-    return pytest.importorskip("lm_eval")
+def lm_eval() -> Iterator[Any]:
+    """lm-eval, whose every ``simple_evaluate`` adds the machine's environment to its results (torch's collect_env:
+    ``pip list`` and device probes in subprocesses, a second or more each time); it cannot change within this module,
+    so here it is collected once and each evaluation gets a copy of the same values."""
+    module = pytest.importorskip("lm_eval")
+    import lm_eval.evaluator
+
+    collect = lm_eval.evaluator.add_env_info
+    collected: dict[str, Any] = {}
+
+    def once(storage: dict[str, Any]) -> None:
+        if not collected:
+            collect(collected)
+        storage.update(collected)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lm_eval.evaluator, "add_env_info", once)
+        yield module
 
 
 @pytest.fixture(scope="module")

@@ -139,15 +139,16 @@ def test_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _config(tiny_pair, test_file: Path, out: Path, engine: str, **extra) -> ABConfig:
-    """Three placebo sets (fewer than the sequential rule's 19: every set decodes), two DPO pairs for the margin (the
-    outcomes are teacher-forced the same way whatever the engine; two pairs keep them in the compared report)."""
+    """One placebo set per arm that has them (a placebo pass decodes in the shared batches like any arm: one is enough
+    to compare), two DPO pairs for the margin (the outcomes are teacher-forced the same way whatever the engine; two
+    pairs keep them in the compared report)."""
     return ABConfig(
         model_dir=tiny_pair[1],
         source_dir=tiny_pair[0],
         data_file=test_file,
         units="1:0-15,2:0-7",
         hook="resid_post",
-        placebo=3,
+        placebo=1,
         limit=6,
         generation=GenerationConfig(max_new_tokens=8, batch_size=4),
         doses=[0.5],
