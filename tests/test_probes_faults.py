@@ -27,7 +27,7 @@ import pytest
 
 from probes.config import RecordConfig
 from probes.recording import record_run
-from tests.support.forked import Ended, run_forked
+from tests.support.forked import RECORDING, Ended, run_forked
 from tests.support.runs import run_arrays
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,7 +107,7 @@ def limited(
         for step, out in zip(STEPS, outs, strict=True)
     ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return dict(zip(STEPS, zip(outs, run_forked(cases, work / "ends", env), strict=True), strict=True))
+    return dict(zip(STEPS, zip(outs, run_forked(cases, work / "ends", env, RECORDING), strict=True), strict=True))
 
 
 @pytest.mark.slow

@@ -4,12 +4,12 @@ A fresh ``probe`` process spends most of its CPU importing torch and transformer
 ``probe analyze`` on a tiny run). Tests that run several commands in processes of their own (under
 a full disk or a file-size limit, where what matters is how the process ends: one ``error:``
 line, exit status 2, no h5py noise while the interpreter shuts down) start one interpreter,
-import what the commands import (:data:`PRELOAD`), and fork once per command, one at a time. Each
-child runs ``probe ARGV`` the way ``python -m probe_cli`` does (``sys.argv``, ``main()``), its
-stdout and stderr through pipes of its own (kept in files by the parent), under a file-size limit
-if asked (``RLIMIT_FSIZE``, ``SIGXFSZ`` ignored), and leaves through the interpreter's normal
-shutdown (atexit handlers, finalizers): what a fresh process would print or return there, the
-child prints and returns.
+import what the commands import (:data:`PRELOAD`, or :data:`RECORDING` for ``probe run`` alone),
+and fork once per command, one at a time. Each child runs ``probe ARGV`` the way ``python -m
+probe_cli`` does (``sys.argv``, ``main()``), its stdout and stderr through pipes of its own (kept
+in files by the parent), under a file-size limit if asked (``RLIMIT_FSIZE``, ``SIGXFSZ``
+ignored), and leaves through the interpreter's normal shutdown (atexit handlers, finalizers):
+what a fresh process would print or return there, the child prints and returns.
 """
 
 from __future__ import annotations
@@ -22,23 +22,20 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# torch and the transformers modules a model load imports lazily (the bulk of a command's start), then the
-# toolkit's stages the full-disk and file-size tests run; a command that needs more imports the rest itself
-PRELOAD = (
+# torch and the transformers modules a model load imports lazily (the bulk of a command's start), and `probe run`'s
+RECORDING = (
     "torch",
     "transformers",
     "transformers.models.llama.modeling_llama",
     "transformers.core_model_loading",
     "h5py",
-    "scipy.stats",
     "pydantic",
     "typer",
     "probe_cli.main",
     "probes.recording",
-    "probes.attribution",
-    "analysis.run",
-    "analysis.plots",
 )
+# and the analysis stages (maps, the attribution pass, figures); a command that needs more imports the rest itself
+PRELOAD = (*RECORDING, "scipy.stats", "probes.attribution", "analysis.run", "analysis.plots")
 
 DRIVER = r"""
 import importlib, json, os, resource, selectors, signal, sys
