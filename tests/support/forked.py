@@ -174,7 +174,7 @@ def run_forked(
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=600 + 120 * len(commands),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return [ended(work / str(index)) for index in range(len(commands))]

@@ -140,7 +140,7 @@ def runs_on_full_disk(
     argvs = [
         [a.replace("{run}", str(mount / "run")) for a in argv] for mount, (argv, _) in zip(mounts, cases, strict=True)
     ]
-    spec = write_cases(work, [Command(argv) for argv in argvs], preload)
+    write_cases(work, [Command(argv) for argv in argvs], preload)
     for mount in mounts:
         mount.mkdir()
     done = subprocess.run(
@@ -159,7 +159,7 @@ def runs_on_full_disk(
         text=True,
         timeout=600 + 120 * len(cases),
     )
-    assert done.returncode == 0 and spec.is_file(), done.stderr[-2000:]
+    assert done.returncode == 0, done.stderr[-2000:]
     ends = [ended(work / str(index)) for index in range(len(cases))]
     return [
         FullDiskRun(end.returncode, end.stdout, end.stderr, work / str(index) / "run", "No space left on device")
