@@ -200,7 +200,7 @@ def test_ctrl_c_during_recording_says_what_was_kept_and_resumes_identically(
     err, took = stopped.stderr, stopped.signalled
     assert took is not None, "the recording finished before it could be interrupted"
     print(f"probe run stopped {took:.2f} s after SIGINT")
-    assert stopped.returncode == 130 and took < 10
+    assert stopped.returncode == 130 and took < 10, err[-3000:]
     lines = [line for line in err.splitlines() if line.strip() and "Loading weights" not in line]
     assert lines[-1].startswith("interrupted: recording stopped;") and "recorded batches are kept in" in lines[-1]
     assert "rerun the same command" in lines[-1] and "Traceback" not in err
