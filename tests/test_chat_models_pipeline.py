@@ -104,6 +104,22 @@ def pipeline(
     return Pipeline(name, base, root / "sft", root / "dpo", data, runs, root)
 
 
+# the A/B both backends run, and the notebooks read: the main arm (factor 0) and a dose sweep (0, 0.5) for
+# dose_sweep.ipynb; 3 placebo sets; 2 multi_turn rows (a batch of two prompts of different lengths: the padding and
+# masks the backends must agree on)
+AB = ["-c", "multi_turn", "--factor", "0", "--dose", "0,0.5", "--placebo", "3", "--limit", "2", "--max-new-tokens", "4"]
+
+
+@pytest.fixture(scope="module")
+def ab_runs(pipeline: Pipeline) -> dict[str, Path]:
+    """``probe intervene`` of the torch run with each backend (torch, nnsight), into ``ab-<backend>``: one A/B per
+    backend for the whole module (the notebooks open the torch one)."""
+    outs = {backend: pipeline.root / f"ab-{backend}" for backend in ("torch", "nnsight")}
+    for backend, out in outs.items():
+        ok("intervene", pipeline.runs["torch"], *AB, "--backend", backend, "--out", out)
+    return outs
+
+
 @pytest.mark.slow
 def test_sft_labels_mask_exactly_the_assistant_spans(pipeline: Pipeline, tmp_path: Path) -> None:
     """The training copy of the template (generation markers) renders the model's own ids, and TRL's labels
@@ -314,35 +330,16 @@ def test_a_row_with_control_token_text_is_refused(pipeline: Pipeline, tmp_path: 
 
 
 @pytest.mark.slow
-def test_analyze_intervene_eval_and_the_example(pipeline: Pipeline, tmp_path: Path) -> None:
+def test_analyze_intervene_eval_and_the_example(pipeline: Pipeline, ab_runs: dict[str, Path], tmp_path: Path) -> None:
     run = pipeline.runs["torch"]
     ok("analyze", run, "--out", tmp_path / "analysis", "--no-plots")
     assert (tmp_path / "analysis" / "summary.json").is_file()
     reports = {}
-    for backend in ("torch", "nnsight"):
-        out = tmp_path / f"ab-{backend}"
-        ok(
-            "intervene",
-            run,
-            "-c",
-            "multi_turn",
-            "--factor",
-            "0",
-            "--placebo",
-            "3",
-            "--limit",
-            "6",
-            "--max-new-tokens",
-            "4",
-            "--backend",
-            backend,
-            "--out",
-            out,
-        )
+    for backend, out in ab_runs.items():
         reports[backend] = json.loads((out / "ab_report.json").read_text())
         assert reports[backend]["placebo"]["n_sets"] == 3 and reports[backend]["backend"] == backend
         assert reports[backend]["model_dir"] == str(pipeline.dpo.resolve())
-    generations = {b: (tmp_path / f"ab-{b}" / "generations.jsonl").read_text() for b in reports}
+    generations = {b: (ab_runs[b] / "generations.jsonl").read_text() for b in reports}
     assert generations["torch"] == generations["nnsight"]  # same rows, same rendering, same greedy tokens in every arm
     assert reports["torch"]["arms"][0]["guard"]["values_changed"] > 0  # the hooks did scale the units
 
@@ -379,7 +376,7 @@ def test_analyze_intervene_eval_and_the_example(pipeline: Pipeline, tmp_path: Pa
         "--out",
         str(tmp_path / "example"),
     ]
-    if pipeline.name == "chatml":  # as a user runs it: a fresh interpreter (about 10 s of imports, so once)
+    if pipeline.name == "nobos":  # as a user runs it: a fresh interpreter (about 10 s of imports, so once)
         env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
         example = subprocess.run(
             [sys.executable, str(ROOT / "examples" / "before_after.py"), *args],
@@ -403,33 +400,14 @@ def test_analyze_intervene_eval_and_the_example(pipeline: Pipeline, tmp_path: Pa
 
 @pytest.mark.slow
 def test_the_notebooks_open_the_run_and_the_ab_report(
-    pipeline: Pipeline, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    pipeline: Pipeline, ab_runs: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import nbformat
     from nbclient import NotebookClient
 
-    out = tmp_path / "ab"
-    ok(
-        "intervene",
-        pipeline.runs["torch"],
-        "-c",
-        "multi_turn",
-        "--factor",
-        "0",
-        "--dose",
-        "0,0.5",
-        "--placebo",
-        "2",
-        "--limit",
-        "4",
-        "--max-new-tokens",
-        "3",
-        "--out",
-        out,
-    )
     monkeypatch.setenv("PROBE_RUN_DIR", str(pipeline.runs["torch"]))
     monkeypatch.setenv("PROBE_CAPABILITY", "multi_turn")
-    monkeypatch.setenv("AB_REPORT", str(out / "ab_report.json"))
+    monkeypatch.setenv("AB_REPORT", str(ab_runs["torch"] / "ab_report.json"))
     for name in ("heatmap_explorer.ipynb", "dose_sweep.ipynb"):
         nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
         NotebookClient(

