@@ -1,10 +1,11 @@
 """Data-parallel ``probe models eval`` (issue #41): two processes on the gloo backend give the one-process result.
 
-Real ``torchrun`` launches (``python -m torch.distributed.run --standalone``) of the real command, two CPU processes
-of one thread each, against one process with one thread (in this process: one process either way): the batches are
+A real ``torchrun`` launch (``python -m torch.distributed.run --standalone``) of the real command, two CPU processes
+of one thread each, whose rank 1 dies keeps the finished batches in the journal; a one-process resume (in this
+process, one thread) generates only the rest and gives the result one process gives from nothing: the batches are
 one plan (prompt-length order, ``--batch-size`` rows each), so the saved JSON (responses, scores, every statistic) is
-identical. A launch whose rank 1 dies keeps the finished batches in the journal; a one-process resume generates only
-the rest and gives the same result.
+identical. That two processes from nothing give the one-process file, report once and remove their journal is
+tests/test_replicate_nproc.py's evaluate stage (the same ``probe models eval`` under the launcher).
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def _launch(entry: list[str], args: list[str], home: Path) -> subprocess.Complet
 
 @pytest.fixture(scope="module")
 def one_process(tiny_pair, test_file: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """``probe models eval`` as one process with one thread, in this process (shared by both comparisons)."""
+    """``probe models eval`` as one process with one thread, in this process."""
     from probe_cli.main import main
 
     root = tmp_path_factory.mktemp("eval-one")
@@ -86,16 +87,6 @@ def one_process(tiny_pair, test_file: Path, tmp_path_factory: pytest.TempPathFac
         main(_args(tiny_pair, test_file, root / "eval.json"))
     assert done.value.code in (0, None)
     return json.loads((root / "eval.json").read_text())
-
-
-def test_two_processes_give_the_one_process_result(
-    tiny_pair, test_file: Path, one_process: dict, tmp_path: Path
-) -> None:
-    done = _launch(["-m", "probe_cli"], _args(tiny_pair, test_file, tmp_path / "eval.json"), tmp_path / "home")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count("full result ->") == 1  # rank 0 alone reports
-    assert json.loads((tmp_path / "eval.json").read_text()) == one_process
-    assert not list((tmp_path / "home").glob("journal/eval/*"))  # the journal goes once the result is judged
 
 
 def test_a_killed_rank_then_one_process_resumes(

@@ -2,9 +2,10 @@
 
 Real ``torchrun`` launches (``python -m torch.distributed.run --standalone``) of the real
 ``probe run`` command, two CPU processes of one thread each, against a one-process run of
-the same command with one thread (in this process: it is one process either way). A second
+the same command with one thread (in this process: it is one process either way). A first
 launch has rank 1 die after its first batch (torchrun then stops rank 0); the next launch
-records only what is missing and ends with the same arrays, bit for bit.
+records only what is missing and ends with the same arrays, bit for bit, as two processes that
+report once. (A two-process recording from nothing is tests/test_replicate_nproc.py's record stage.)
 
 ``--device auto`` is refused before the processes meet or a model loads, so that check runs
 in-process as each rank of a launch (torchrun's environment); that a real torchrun launch
@@ -81,7 +82,7 @@ def _launch(entry: list[str], args: list[str], nproc: int = 2) -> subprocess.Com
 
 @pytest.fixture(scope="module")
 def one_process(tiny_pair, rolemrc_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``probe run`` as one process with one thread, in this process (shared by both comparisons)."""
+    """``probe run`` as one process with one thread, in this process."""
     from probe_cli.main import main
 
     out = tmp_path_factory.mktemp("dp") / "single"
@@ -105,18 +106,6 @@ def _calls(run_dir: Path) -> list[dict]:
         return json.loads(handle.attrs["provenance"])["calls"]
 
 
-def test_two_processes_write_the_one_process_file(
-    tiny_pair, rolemrc_file: Path, one_process: Path, tmp_path: Path
-) -> None:
-    out = tmp_path / "dp"
-    done = _launch(["-m", "probe_cli"], _args(tiny_pair, rolemrc_file, out))
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count("run dir:") == 1  # only rank 0 reports
-    _assert_identical(one_process, out)
-    assert [c["processes"] for c in _calls(out)] == [2]
-    assert not list((out / JOURNAL_DIR).glob("*/*.npz"))
-
-
 def test_a_killed_rank_resumes_on_the_next_launch(
     tiny_pair, rolemrc_file: Path, one_process: Path, tmp_path: Path
 ) -> None:
@@ -127,7 +116,10 @@ def test_a_killed_rank_resumes_on_the_next_launch(
     assert kept and not (out / "activations.h5").exists()
     resumed = _launch(["-m", "probe_cli"], _args(tiny_pair, rolemrc_file, out))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert resumed.stdout.count("run dir:") == 1  # only rank 0 reports
     _assert_identical(one_process, out)
+    assert [c["processes"] for c in _calls(out)] == [2]
+    assert not list((out / JOURNAL_DIR).glob("*/*.npz"))
     recorded_now = _calls(out)[-1]["recorded"]
     total = sum(len(v) for k, v in run_arrays(out).items() if k.endswith("/ids"))
     assert 0 < sum(recorded_now.values()) < total  # the kept batches were not recorded again

@@ -70,12 +70,15 @@ def options(
 
 
 def test_record_and_evaluate_run_under_the_launcher(
-    options: ReplicateOptions, recorded: tuple[Path, str], tmp_path: Path
+    options: ReplicateOptions, recorded: tuple[Path, str], tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     assert "--nproc 2" in options.command()
     assert recorded[1] == "recorded by 2 processes"
     assert recorded_complete(options)
+    capfd.readouterr()
     assert replicate._evaluate_launched(options).startswith("judged by 2 processes")
+    assert capfd.readouterr().out.count("full result ->") == 1  # rank 0 alone reports
+    assert not list((tmp_path / "home").glob("journal/eval/*"))  # the journal goes once the result is judged
     assert evaluation_complete(options)
     launched = json.loads(RunDir(options.out_dir).eval_file.read_text())
     single = replace(options, out_dir=tmp_path / "single", nproc=1)
