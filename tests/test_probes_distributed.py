@@ -24,8 +24,7 @@ import numpy as np
 import pytest
 
 from core.run_dir import JOURNAL_DIR
-from tests.support.cli import exit_of
-from tests.support.launcher_env import as_rank
+from tests.support.launcher_env import DEVICE_AUTO_REFUSED, refused_as_rank
 from tests.support.runs import run_arrays
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,20 +135,11 @@ def test_device_auto_is_refused_with_several_processes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Each rank of a two-process launch: exit 2 before any model loads, the line from local rank 0 alone."""
-    from transformers import AutoModelForCausalLM
-
-    def no_load(*args, **kwargs):
-        raise AssertionError("a model was loaded before the device was checked")
-
-    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", no_load)
     out = tmp_path / "x"
-    with as_rank(monkeypatch, rank):
-        code, _, err = exit_of([*_args(tiny_pair, rolemrc_file, out), "--device", "auto"], capfd)
-    assert code == 2, err
-    said = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(said) == lines, err
-    assert all(
-        line.startswith("error: --device auto: with 2 processes each rank picks cuda:LOCAL_RANK") for line in said
+    code, said, err = refused_as_rank(
+        monkeypatch, capfd, rank, [*_args(tiny_pair, rolemrc_file, out), "--device", "auto"]
     )
+    assert code == 2 and len(said) == lines, err
+    assert all(line.startswith(DEVICE_AUTO_REFUSED) for line in said)
     assert "Traceback" not in err and "probes/" not in err and "probe_cli/" not in err
     assert not out.exists()

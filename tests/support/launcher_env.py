@@ -21,6 +21,10 @@ from contextlib import contextmanager
 
 import pytest
 
+from tests.support.cli import exit_of
+
+DEVICE_AUTO_REFUSED = "error: --device auto: with 2 processes each rank picks cuda:LOCAL_RANK"
+
 
 @contextmanager
 def as_rank(monkeypatch: pytest.MonkeyPatch, rank: int, size: int = 2) -> Iterator[None]:
@@ -36,3 +40,19 @@ def as_rank(monkeypatch: pytest.MonkeyPatch, rank: int, size: int = 2) -> Iterat
     finally:
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
+
+
+def refused_as_rank(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str], rank: int, argv: list[str]
+) -> tuple[int, list[str], str]:
+    """``probe ARGV`` as rank ``rank`` of two, any model load failing the test (a refusal comes before one): its exit
+    status, its ``error:`` lines and its whole stderr."""
+    from transformers import AutoModelForCausalLM
+
+    def no_load(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a model was loaded before the device was checked")
+
+    monkeypatch.setattr(AutoModelForCausalLM, "from_pretrained", no_load)
+    with as_rank(monkeypatch, rank):
+        code, _, err = exit_of(argv, capfd)
+    return code, [line for line in err.splitlines() if line.startswith("error:")], err
