@@ -68,6 +68,24 @@ SPELLED = st.sampled_from(
 DEVICE_STRINGS = SPELLED | st.text(max_size=24)
 
 
+def _run_args(tiny_pair: tuple[Path, Path], data: Path, out: Path) -> list[str]:
+    """``probe run`` on the tiny pair's multi_turn rows, quiet and without analysis."""
+    sft, dpo = (str(d) for d in tiny_pair)
+    models = ["--sft", sft, "--dpo", dpo]
+    return [
+        "run",
+        "--capability",
+        "multi_turn",
+        *models,
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--no-analyze",
+        "--quiet",
+    ]
+
+
 def _available() -> set[str]:
     names = {"cpu", "auto"} | ({"mps"} if mps_available() else set())
     return names | ({"cuda"} | {f"cuda:{i}" for i in range(cuda_count())} if cuda_count() else set())
@@ -112,22 +130,7 @@ def test_probe_run_refuses_a_device_it_lacks_before_loading(
     out = tmp_path / f"run-{abs(hash(device))}"
     one_line_error(
         capsys,
-        [
-            "run",
-            "--capability",
-            "multi_turn",
-            "--sft",
-            str(tiny_pair[0]),
-            "--dpo",
-            str(tiny_pair[1]),
-            "--data",
-            str(rolemrc_file),
-            "--out",
-            str(out),
-            "--no-analyze",
-            "--quiet",
-            f"--device={device}",
-        ],
+        [*_run_args(tiny_pair, rolemrc_file, out), f"--device={device}"],
         "--device",
     )
     assert not out.exists()
@@ -150,22 +153,7 @@ def test_under_a_launcher_an_argument_error_is_printed_by_local_rank_0_alone(
     for bad in (["--device", "gpu"], ["--batch-size", "0"], ["--device", "cuda:3"]):
         with as_rank(monkeypatch, local_rank):
             code, _, err = exit_of(
-                [
-                    "run",
-                    "--capability",
-                    "multi_turn",
-                    "--sft",
-                    str(tiny_pair[0]),
-                    "--dpo",
-                    str(tiny_pair[1]),
-                    "--data",
-                    str(rolemrc_file),
-                    "--out",
-                    str(tmp_path / "run"),
-                    "--no-analyze",
-                    "--quiet",
-                    *bad,
-                ],
+                [*_run_args(tiny_pair, rolemrc_file, tmp_path / "run"), *bad],
                 capsys,
             )
         assert code == 2 and len([line for line in err.splitlines() if line.startswith("error: ")]) == lines, err
