@@ -1,9 +1,16 @@
 """``probe replicate --nproc N`` (issue #41): the record, intervene, localize and evaluate stages run under the launcher
 on this machine.
 
-The stages are started as their ``probe`` commands under ``python -m probes.distributed`` with two CPU processes;
-each leaves its stage complete (the replicate checks that skip it next time say so), the evaluation equals the
-one-process stage's file, and the command line that reproduces the run keeps ``--nproc 2``.
+The stages are started as their ``probe`` commands under ``python -m probes.distributed`` with two CPU processes.
+The record and evaluate stages are real launches here: each leaves its stage complete (the replicate checks that
+skip it next time say so), the evaluation equals the one-process stage's file, and the command line that reproduces
+the run keeps ``--nproc 2``.
+
+For the intervene and localize stages, what is replicate's own is the command line and the ``--config`` file it
+hands the launcher; that ``probe intervene`` and ``probe localize`` under a real two-process launch write the
+one-process report is tests/test_interventions_parallel.py's and tests/test_localize.py's. So here the launcher is
+asked for exactly that command, which then runs as one process in this interpreter, and must leave the stage
+complete.
 
 The record stage is launched once for the module: its recording is the same for every test here (the localize
 options change the localize run, not the recording: checked below), and the intervene and localize tests start
@@ -86,21 +93,43 @@ def test_record_and_evaluate_run_under_the_launcher(
     assert json.loads(RunDir(single.out_dir).eval_file.read_text()) == launched
 
 
-def test_intervene_runs_under_the_launcher(options: ReplicateOptions) -> None:
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, list[str], str]]:
+    """What replicate asks the launcher for, each (nproc, probe's arguments, stage) run as ``probe ARGS`` in this
+    interpreter, its config file read while it still exists."""
+    from probe_cli.main import main
+
+    calls: list[tuple[int, list[str], str]] = []
+
+    def run_here(nproc: int, args: list[str], stage: str) -> None:
+        calls.append((nproc, args, stage))
+        with pytest.raises(SystemExit) as done:
+            main(args)
+        assert done.value.code in (0, None)
+
+    monkeypatch.setattr(replicate, "launched", run_here)
+    return calls
+
+
+def test_intervene_runs_under_the_launcher(options: ReplicateOptions, asked: list[tuple[int, list[str], str]]) -> None:
     replicate._analyze(options.out_dir)
     config = replicate.ab_config(options)
     assert replicate._intervene_launched(options, config).startswith("A/B by 2 processes")
+    [(nproc, args, stage)] = asked
+    assert (nproc, args[:2], stage) == (2, ["intervene", str(options.out_dir)], "intervene")
     assert intervention_complete(options.out_dir, options.intervention())
 
 
-def test_localize_runs_under_the_launcher(options: ReplicateOptions) -> None:
+def test_localize_runs_under_the_launcher(options: ReplicateOptions, asked: list[tuple[int, list[str], str]]) -> None:
     from study.replicate_checks import localize_complete
 
-    small = replace(options, localize_limit=2, localize_placebo=0)  # one row per process, no random sets: seconds
+    small = replace(options, localize_limit=2, localize_placebo=0)  # no random sets: seconds
     assert "mlp_post" in replicate.record_config(small).hooks  # the recording the stage ranks from
     assert replicate.record_config(small) == replicate.record_config(options)  # the shared recording is this one
     assert replicate.localize_blocked(replicate.localize_config(small)) is None
     config = replicate.localize_config(small)
     assert replicate._localize_launched(small, config).startswith("localized by 2 processes")
+    [(nproc, args, stage)] = asked
+    assert (nproc, args[:2], stage) == (2, ["localize", str(small.out_dir)], "localize")
     assert localize_complete(small.out_dir, small.localization())
     assert not localize_complete(small.out_dir, replace(small, localize_limit=3).localization())  # other options: run
