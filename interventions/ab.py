@@ -38,7 +38,7 @@ from access.generation import Generations
 from core.errors import Interrupted
 from interventions.arms import ArmStore
 from interventions.cells import fmt_range
-from interventions.coherence import arm_coherence
+from interventions.coherence import Row, arm_coherence
 from interventions.evidence import MIN_PLACEBO_SETS
 from interventions.outcome_runs import OutcomeRuns, estimate_line, outcome_runs
 from interventions.outcomes import write_greedy
@@ -96,7 +96,7 @@ class _Run:
     ledger: Ledger
     outcomes: OutcomeRuns
     baselines: dict[str, Scored] = field(default_factory=dict)
-    fluency: dict[str, float] = field(default_factory=dict)  # per model, its baseline output's perplexity under SFT
+    fluency: dict[Row, float] = field(default_factory=dict)  # each (prompt, output) row's NLL under SFT
 
     def kept(self) -> str:
         """What an interrupt leaves on disk, and how to resume from it (:func:`interventions.passes.kept`)."""
@@ -261,7 +261,7 @@ def _arm_result(run: _Run, arm: Arm, number: int) -> tuple[ArmResult, Generation
         edits=arm.describe(),
     )
     prompts = run.gens[arm.model].generator.prompts
-    result.coherence = arm_coherence(plan.pool.model, prompts, base.ids, generated[0].ids, run.fluency, arm.model)
+    result.coherence = arm_coherence(plan.pool.model, prompts, base.ids, generated[0].ids, run.fluency)
     result.placebo = _placebo(run, arm, placebo_passes, guard, (capabilities, rows_changed))
     found = run.outcomes.of(arm, _generations(run))
     if found is not None:

@@ -21,6 +21,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+import interventions.coherence as coherence
 from access.edits import EDIT_KINDS, Expo, ExpoUnits, Lda, edits
 from access.outcomes import Outcomes
 from access.units import Neuron, NeuronSet
@@ -28,7 +29,7 @@ from core.decoding import GenerationConfig
 from core.errors import ProbeError
 from core.rows import read_test_rows
 from interventions.ab import run_ab
-from interventions.coherence import output_perplexity
+from interventions.coherence import arm_coherence, output_perplexity
 from interventions.config import ABConfig
 from interventions.plan import pass_count, plan_ab
 from interventions.recipes import RECIPES
@@ -223,6 +224,27 @@ def test_coherence_is_the_perplexity_of_the_output_tokens(planted) -> None:  # t
     assert tokens == 4
     assert ppl == pytest.approx(math.exp(nll / 4), rel=1e-6)
     assert math.isnan(output_perplexity(sft, prompts, [[], []])[0])
+
+
+def test_coherence_runs_the_baseline_once_and_only_the_rows_an_arm_changed(  # type: ignore[no-untyped-def]
+    planted, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sft = _load(planted.sft_dir)
+    prompts, baseline = [[1, 5, 7], [2, 9], [3, 4]], [[4, 8, 3], [6], [7, 7]]
+    changed = [[4, 8, 3], [5, 2], [7, 7]]  # the second row only
+    forced: list[int] = []
+    forced_logits = coherence.forced_logits
+    monkeypatch.setattr(
+        coherence, "forced_logits", lambda model, seqs: (forced.append(len(seqs)), forced_logits(model, seqs))[1]
+    )
+    known: dict[coherence.Row, float] = {}
+    same = arm_coherence(lambda _name: sft, prompts, baseline, baseline, known)
+    assert same is not None and sum(forced) == 3  # the baseline's rows, once; the arm's are the same rows
+    assert same.perplexity == same.baseline
+    moved = arm_coherence(lambda _name: sft, prompts, baseline, changed, known)
+    assert moved is not None and sum(forced) == 4  # the one row the arm changed
+    assert moved.baseline == same.baseline and (same.tokens, moved.tokens) == (6, 7)
+    assert moved.perplexity == pytest.approx(output_perplexity(sft, prompts, changed)[0], rel=1e-6)
 
 
 def test_ab_run_reports_every_alpha_with_its_coherence(planted, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
