@@ -71,7 +71,7 @@ from study.replicate_checks import (
     recorded_complete,
 )
 from study.replicate_config import ReplicateOptions
-from study.replicate_estimate import ab_rows, estimate, localize_seconds, minutes
+from study.replicate_estimate import ab_rows, estimate, evaluated, localize_seconds, minutes
 from study.stored import ReplicateRecord, StageRecord
 
 if TYPE_CHECKING:
@@ -206,7 +206,7 @@ def plan(options: ReplicateOptions, progress: Progress, kept: dict[str, Any] | N
         *([_localize_stage(options, progress)] if options.localize else []),
         Stage(
             "evaluate",
-            f"compliance of {'base, ' if options.models.base else ''}SFT and DPO on {options.eval_rows or 'all'} rows",
+            f"compliance of {'base, ' if options.models.base else ''}SFT and DPO on {_eval_rows(options)}",
             seconds["evaluate"],
             lambda: evaluation_complete(options),
             lambda: _evaluate(options, progress) if options.nproc == 1 else _evaluate_launched(options),
@@ -228,6 +228,15 @@ def _target_rows(options: ReplicateOptions, config: ABConfig) -> tuple[int, str]
     return rows, f" (all the {options.eval_split} split has; --limit {config.limit})" if rows < (
         config.limit or 0
     ) else ""
+
+
+def _eval_rows(options: ReplicateOptions) -> str:
+    """The rows the evaluation judges, and what to say when the split has fewer than ``--eval-rows``."""
+    rows = len(evaluated(options)[1])
+    cap = options.eval_rows
+    return f"{rows} rows" + (
+        f" (all the {options.eval_split} split has; --eval-rows {cap})" if cap and rows < cap else ""
+    )
 
 
 def _localize_stage(options: ReplicateOptions, progress: Progress) -> Stage:

@@ -54,6 +54,20 @@ def test_the_intervene_stage_counts_the_rows_that_will_run(options: ReplicateOpt
     assert f"2 {TARGET} rows," in fewer.what and fewer.estimate_s < exact.estimate_s
 
 
+def test_the_evaluate_stage_counts_the_rows_it_will_judge(options: ReplicateOptions) -> None:
+    """The held-out split has fewer rows than the default --eval-rows: the plan says how many it judges, not the cap."""
+    available = len(read_test_rows(heldout_test_file()))
+    assert options.eval_rows is not None and 2 < available < options.eval_rows
+
+    def evaluate(given: ReplicateOptions) -> str:
+        return next(s for s in replicate.plan(given, lambda _line: None) if s.name == "evaluate").what
+
+    said = f"{available} rows (all the heldout split has; --eval-rows {options.eval_rows})"
+    assert evaluate(options).endswith(said)
+    assert evaluate(replace(options, eval_rows=2)).endswith("SFT and DPO on 2 rows")
+    assert evaluate(replace(options, eval_rows=None)).endswith(f"SFT and DPO on {available} rows")
+
+
 def test_the_intervene_estimate_is_a_range_where_placebo_sets_run_as_the_verdicts_need(
     options: ReplicateOptions,
 ) -> None:
