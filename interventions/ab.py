@@ -38,7 +38,7 @@ from access.generation import Generations
 from core.errors import Interrupted
 from interventions.arms import ArmStore
 from interventions.cells import fmt_range
-from interventions.coherence import Row, arm_coherence
+from interventions.coherence import PromptOutput, arm_coherence
 from interventions.evidence import MIN_PLACEBO_SETS
 from interventions.outcome_runs import OutcomeRuns, estimate_line, outcome_runs
 from interventions.outcomes import write_greedy
@@ -96,7 +96,7 @@ class _Run:
     ledger: Ledger
     outcomes: OutcomeRuns
     baselines: dict[str, Scored] = field(default_factory=dict)
-    fluency: dict[Row, float] = field(default_factory=dict)  # each (prompt, output) row's NLL under SFT
+    fluency: dict[PromptOutput, float] = field(default_factory=dict)  # each (prompt, output) row's NLL under SFT
 
     def kept(self) -> str:
         """What an interrupt leaves on disk, and how to resume from it (:func:`interventions.passes.kept`)."""

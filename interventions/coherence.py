@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 JUDGE = "sft"  # the model whose perplexity the guard reads
 
 
-Row = tuple[tuple[int, ...], tuple[int, ...]]  # a (prompt, output) pair of token ids
+PromptOutput = tuple[tuple[int, ...], tuple[int, ...]]  # a (prompt, output) pair of token ids
 
 
 def output_perplexity(
@@ -45,7 +45,7 @@ def output_perplexity(
     outputs: Sequence[Sequence[int]],
     max_batch_tokens: int = 2048,
     batch_size: int = 16,
-    known: dict[Row, float] | None = None,
+    known: dict[PromptOutput, float] | None = None,
 ) -> tuple[float, int]:
     """``(exp(total NLL / total tokens), total tokens)`` of ``outputs`` after their ``prompts`` under ``model``
     (NaN and 0 when nothing was generated). ``known``: each (prompt, output) row's NLL under ``model`` worked out
@@ -60,7 +60,7 @@ def output_perplexity(
     return math.exp(sum(known[row] for row in rows) / count), count
 
 
-def _nll(model: PreTrainedModel, rows: Sequence[Row], max_batch_tokens: int, batch_size: int) -> list[float]:
+def _nll(model: PreTrainedModel, rows: Sequence[PromptOutput], max_batch_tokens: int, batch_size: int) -> list[float]:
     """Each row's output NLL (nats, summed over its tokens) after its prompt under ``model``, in batches."""
     seqs = [Forced((*p, *o), len(o)) for p, o in rows]
     nll = [0.0] * len(seqs)
@@ -81,7 +81,7 @@ def arm_coherence(
     prompts: Sequence[Sequence[int]],
     baseline: Sequence[Sequence[int]],
     generated: Sequence[Sequence[int]],
-    known: dict[Row, float],
+    known: dict[PromptOutput, float],
 ) -> Coherence | None:
     """An arm's coherence guard: the perplexity of its ``generated`` token ids beside that of its model's ``baseline``
     ones; None where the SFT model cannot be loaded. ``known`` (one per run: the judge is always SFT) keeps every

@@ -225,18 +225,18 @@ def _target_rows(options: ReplicateOptions, config: ABConfig) -> tuple[int, str]
     """The A/B's target rows, and what to say when the split has fewer than ``--limit``."""
     _, _, chosen = ab_rows(options, config)
     rows = len(chosen[config.target])
-    return rows, f" (all the {options.eval_split} split has; --limit {config.limit})" if rows < (
-        config.limit or 0
-    ) else ""
+    return rows, _short_split(options, rows, "--limit", config.limit)
 
 
 def _eval_rows(options: ReplicateOptions) -> str:
     """The rows the evaluation judges, and what to say when the split has fewer than ``--eval-rows``."""
     rows = len(evaluated(options)[1])
-    cap = options.eval_rows
-    return f"{rows} rows" + (
-        f" (all the {options.eval_split} split has; --eval-rows {cap})" if cap and rows < cap else ""
-    )
+    return f"{rows} rows{_short_split(options, rows, '--eval-rows', options.eval_rows)}"
+
+
+def _short_split(options: ReplicateOptions, rows: int, flag: str, cap: int | None) -> str:
+    """' (all the SPLIT split has; FLAG CAP)' where the split holds fewer than the cap ``flag`` gave, else ''."""
+    return f" (all the {options.eval_split} split has; {flag} {cap})" if cap and rows < cap else ""
 
 
 def _localize_stage(options: ReplicateOptions, progress: Progress) -> Stage:

@@ -237,7 +237,7 @@ def test_coherence_runs_the_baseline_once_and_only_the_rows_an_arm_changed(  # t
     monkeypatch.setattr(
         coherence, "forced_logits", lambda model, seqs: (forced.append(len(seqs)), forced_logits(model, seqs))[1]
     )
-    known: dict[coherence.Row, float] = {}
+    known: dict[coherence.PromptOutput, float] = {}
     same = arm_coherence(lambda _name: sft, prompts, baseline, baseline, known)
     assert same is not None and sum(forced) == 3  # the baseline's rows, once; the arm's are the same rows
     assert same.perplexity == same.baseline
