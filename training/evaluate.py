@@ -12,7 +12,8 @@ counted separately and excluded).
 
 Past one process (:func:`evaluate_pair_shared`): the rows are cut into batches by one plan (the rows in prompt-length
 order, ``batch_size`` at a time, each batch generated on its own), so a batch's responses are the same whoever
-generates it. Batch *k* of what is still missing belongs to rank ``k % N``; every finished batch is kept in a journal
+generates it. The batches still missing, model after model, are dealt in turn: the *k*-th belongs to rank ``k % N``
+(three models of three batches each give two ranks five and four); every finished batch is kept in a journal
 (:func:`journal_dir`) until rank 0 has judged the whole set, so a killed run resumes where it stopped, with any
 number of processes. The processes are a :class:`Share`: ``probes.distributed.World`` under torchrun / accelerate
 launch (the CLI passes it; this room sits below probes and does not import it), :data:`ONE_PROCESS` otherwise.
@@ -27,6 +28,8 @@ Example:
     0.5
     >>> batch_plan([30, 10, 20, 10], batch_size=2)   # row indices by prompt length, two at a time
     [[1, 3], [2, 0]]
+    >>> deal([[0, 1, 2], [0, 1, 2], [2]], owns=lambda k: k % 2 == 0)   # rank 0 of 2; model 3 has only batch 2 left
+    [[0, 2], [1], [2]]
     >>> config = PairEvalConfig(sft_dir="runs/sft", dpo_dir="runs/dpo", test_file="data/test.jsonl")  # doctest: +SKIP
     >>> result = evaluate_pair(config)                                                     # doctest: +SKIP
     >>> result.rates("sft")["multi_turn"]                                                  # doctest: +SKIP
@@ -426,10 +429,13 @@ def evaluate_pair_shared(
     prepared = share.agree(lambda: _prepare(config))
     journal = share.on_main(lambda: journal_dir(_journal_key(config, prepared, device)))
     try:
-        for name, path in prepared.models:
+        pending = share.on_main(
+            lambda: [_missing(journal / name, len(prepared.batches)) for name, _ in prepared.models]
+        )
+        for (name, path), mine in zip(prepared.models, deal(pending, share.owns), strict=True):
             if progress and share.is_main:
                 progress(name)
-            _generate_share(name, path, prepared, config.generation, journal, share, device)
+            _generate_share(name, path, mine, prepared, config.generation, journal / name, share, device)
         share.barrier()
     except KeyboardInterrupt:
         raise Interrupted(f"evaluation stopped; {kept_batches(journal)}; rerun the same command to resume") from None
@@ -443,35 +449,50 @@ def kept_batches(journal: Path) -> str:
     return f"{count} finished batches are kept in {journal}"
 
 
+def deal(pending: Sequence[Sequence[int]], owns: Callable[[int], bool]) -> list[list[int]]:
+    """Per model, the batches this rank generates: the ones still missing, model after model, dealt in turn
+    (``owns(k)``: whether the *k*-th dealt is this rank's)."""
+    mine, dealt = [], 0
+    for batches in pending:
+        mine.append([batch for k, batch in enumerate(batches, start=dealt) if owns(k)])
+        dealt += len(batches)
+    return mine
+
+
+def _missing(kept: Path, n_batches: int) -> list[int]:
+    """The batches of one model not yet in its journal folder ``kept``."""
+    done = {p.stem for p in kept.glob("*.json")}
+    return [k for k in range(n_batches) if f"{k:06d}" not in done]
+
+
 def _generate_share(
     name: str,
     path: str | Path,
+    mine: list[int],
     prepared: _Prepared,
     generation: GenerationConfig,
-    journal: Path,
+    kept: Path,
     share: Share,
     device: str,
 ) -> None:
-    """This rank's share of the batches of one model still missing from the journal."""
+    """Batches ``mine`` of one model, each kept in its journal folder ``kept`` (every rank loads the model together,
+    those with no batch of it loading nothing)."""
     from core.atomic import write_atomic
     from core.models import load_causal_lm
 
-    done = share.on_main(lambda: {p.stem for p in (journal / name).glob("*.json")})
-    pending = [k for k in range(len(prepared.batches)) if f"{k:06d}" not in done]
-    mine = [k for i, k in enumerate(pending) if share.owns(i)]
     loaded = share.agree(
         lambda: load_causal_lm(Path(path), f"--{name}", device=device, eval_mode=True) if mine else None
     )
     if loaded is None:
         return
     model, tokenizer = loaded
-    (journal / name).mkdir(parents=True, exist_ok=True)
+    kept.mkdir(parents=True, exist_ok=True)
     for k in mine:
         batch = prepared.batches[k]
         questions = [prepared.rows[i].question for i in batch]
         generator = Generator(model, tokenizer, questions, generation, _in_batch(prepared.where, batch))
         texts = generate_unedited(generator).texts
-        write_atomic(journal / name / f"{k:06d}.json", json.dumps({"rows": batch, "responses": texts}))
+        write_atomic(kept / f"{k:06d}.json", json.dumps({"rows": batch, "responses": texts}))
 
 
 def _in_batch(where: Callable[[int], str], batch: list[int]) -> Callable[[int], str]:
