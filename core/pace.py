@@ -1,16 +1,20 @@
 """The measured pace of the toolkit's forward passes, from which every stage estimates its time before it runs.
 
-Measured on the default pair (SmolLM2-135M, 134.5 M parameters), CPU float32, this project's 2-core machine,
-2026-11-23: `probe run -c all` recorded 2 x 82,420 prompt tokens in 216 s; `probe models eval` generated 3 x 560 rows
-of up to 64 tokens (130 prompt tokens each on average) in 986 s. Other models scale linearly by parameter count
+Measured on the default pair (SmolLM2-135M, 134.5 M parameters), CPU float32, torch's 2 threads, this project's
+2-core machine, 2026-11-29 (benchmarks/bench_stages.py, the tree of dc1dde8, nothing else running): the replicate's
+record stage took 626.5 s where these paces as first measured (2026-11-23, 1.3 ms and 6.5 ms) said 303.7 s, and its
+evaluate stage 733.3 s where they said 354.3 s. Both stages took 2.10x their estimate past the 10 s of launching, the
+prompt-only stage and the decoding one alike, so the machine, not one pace, had changed: both paces are the first
+ones times 2.10. On a faster or slower machine every estimate is off by the same factor. Other models scale
+linearly by parameter count
 (:func:`parameter_count`, read from the safetensors headers without loading anything). These are CPU figures: on a
 GPU a stage says its estimate after its first step instead.
 
 Example:
     >>> round(prompt_seconds(10_000, models=2, parameters=REFERENCE_PARAMETERS), 1)
-    26.0
+    54.6
     >>> round(gradient_seconds(10_000, parameters=REFERENCE_PARAMETERS), 1)   # attribution: both models, a backward
-    42.9
+    90.1
     >>> sized("cpu", REFERENCE_PARAMETERS), sized("cuda:0", REFERENCE_PARAMETERS), sized("cpu", 1e6)
     (True, False, False)
 """
@@ -25,8 +29,9 @@ REFERENCE_PARAMETERS = 134.5e6
 # Below this the pace is not the model's size but each layer's fixed cost (the 32-layer tiny pair records 160 prompts in
 # about a minute, not the second its size would give): no size-scaled estimate is made for such a model.
 SMALLEST_SCALED = REFERENCE_PARAMETERS / 10
-PROMPT_SECONDS = 1.3e-3  # per prompt token and model
-DECODE_SECONDS = 6.5e-3  # per generated token (up to the limit) and model
+MACHINE_SINCE_FIRST = 2.10  # this machine's pace against the one the first paces were measured on (module doc)
+PROMPT_SECONDS = 1.3e-3 * MACHINE_SINCE_FIRST  # per prompt token and model
+DECODE_SECONDS = 6.5e-3 * MACHINE_SINCE_FIRST  # per generated token (up to the limit) and model
 # One teacher-forced outcome pass (access.forced_passes), in seconds per token it runs as outcome_seconds counts them
 # (each row's prompt once with its two responses, each DPO pair's prompt once with its two replies, a response counted
 # at the token limit), on the default pair (SmolLM2-135M, 134.5 M parameters), float32, one thread, this project's
