@@ -274,7 +274,7 @@ def floor(args: argparse.Namespace) -> int:
     block_weights, head_weights = weights.block, weights.head
     prompt_flops = 2 * distinct * blocks_per_token * block_weights
     decode_flops = 2 * steps * (blocks_per_token * block_weights + n * head_weights)
-    rate = matmul_rate(weights, rows=decoder.max_batch_tokens, repeats=20)
+    rate = matmul_rate(weights, rows=decoder.max_batch_tokens)
     budget = args.budget * 60
     print(
         f"{n} passes over {len(generator.prompts)} prompts ({sum(map(len, generator.prompts))} prompt tokens, "

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def report(run_dir: Path) -> int:
+def report(run_dir: Path, rate_seconds: float = 3.0) -> int:
     """The table of a finished replicate run (module doc)."""
     from core.flops import RATE_ROWS, Weights, matmul_rate
     from study.floors import budgets, machine, read_run, stage_floors, table
@@ -37,15 +37,15 @@ def report(run_dir: Path) -> int:
     record, options = read_run(run_dir)
     weights = Weights.of(options.models.dpo)
     floors = stage_floors(run_dir)
-    rate = matmul_rate(weights, threads=record.threads)
+    rate = matmul_rate(weights, threads=record.threads, seconds=rate_seconds)
     print(f"run: {run_dir} ({record.command})")
     print(
         f"model: {options.models.dpo}: {weights.layers} blocks of {weights.block / 1e6:.2f} M parameters in matrix "
         f"products, LM head {weights.head / 1e6:.1f} M"
     )
     print(
-        f"this machine's matrix products (one block's on {RATE_ROWS} rows, float32, torch threads "
-        f"{record.threads or 'as here'}): {rate / 1e9:.1f} GFLOP/s"
+        f"this machine's matrix products (one block's on {RATE_ROWS} rows, float32, sustained over {rate_seconds:g} s, "
+        f"torch threads {record.threads or 'as here'}): {rate / 1e9:.1f} GFLOP/s"
     )
     for line in [*table(floors, weights, rate), *budgets(record, options)]:
         print(line)
@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path, nargs="?", help="a probe replicate run (with --run: where it goes)")
     parser.add_argument("--run", action="store_true", help="run probe replicate --out RUN_DIR first")
+    parser.add_argument(
+        "--rate-seconds", type=float, default=3.0, help="how long the machine's matrix-product rate is measured"
+    )
     args, replicate = parser.parse_known_args(argv)
     if args.run_dir is None:
         print("nothing to time: give RUN_DIR (a finished probe replicate run), or RUN_DIR --run to run one first")
@@ -69,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         if code:
             print(f"probe replicate failed (exit status {code}); no table")
             return code
-    return report(args.run_dir)
+    return report(args.run_dir, args.rate_seconds)
 
 
 if __name__ == "__main__":

@@ -113,7 +113,7 @@ def test_the_stage_bench_sets_every_stage_beside_its_floor(
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    assert bench.main([str(out)]) == 0
+    assert bench.main([str(out), "--rate-seconds", "0.2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     row = re.compile(r"^(?P<stage> *[a-z-]+) +(?P<time>[\d.]+ (?:s|min)) +[\d.]+ (?:s|min) +[\d.]+x  (?:PASS|FAIL)$")
     stages = [m["stage"].strip() for line in lines if (m := row.match(line))]
@@ -123,7 +123,7 @@ def test_the_stage_bench_sets_every_stage_beside_its_floor(
     assert all(line.endswith(("PASS", "FAIL")) for line in (budgets[0], budgets[2])), budgets
     record, options = read_run(out)
     weights = Weights.of(options.models.dpo)
-    rate = matmul_rate(weights, threads=record.threads)
+    rate = matmul_rate(weights, threads=record.threads, seconds=0.2)
     for floor in stage_floors(out):
         assert floor.seconds is not None and 0 < floor.work.flops(weights) / rate <= floor.seconds, floor
 
