@@ -6,7 +6,7 @@ Its fields make the options of ``probe models eval`` (:mod:`probe_cli.options`).
 Example:
     >>> config = PairEvalConfig(test_file="data/test.jsonl", max_rows=200)   # models: the default pair's
     >>> config.generation.max_new_tokens, config.generation.batch_size
-    (64, 32)
+    (64, 64)
 """
 
 from __future__ import annotations
