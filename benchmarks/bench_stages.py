@@ -28,15 +28,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def report(run_dir: Path, rate_seconds: float = 3.0) -> int:
+def report(run_dir: Path, rate_seconds: float | None = None) -> int:
     """The table of a finished replicate run (module doc)."""
-    from core.flops import RATE_ROWS, Weights, matmul_rate
+    from core.flops import RATE_ROWS, RATE_SECONDS, Weights, matmul_rate
     from study.floors import budgets, machine, read_run, stage_floors, table
 
     before = machine()
     record, options = read_run(run_dir)
     weights = Weights.of(options.models.dpo)
     floors = stage_floors(run_dir)
+    rate_seconds = rate_seconds or RATE_SECONDS
     rate = matmul_rate(weights, threads=record.threads, seconds=rate_seconds)
     print(f"run: {run_dir} ({record.command})")
     print(
@@ -58,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path, nargs="?", help="a probe replicate run (with --run: where it goes)")
     parser.add_argument("--run", action="store_true", help="run probe replicate --out RUN_DIR first")
     parser.add_argument(
-        "--rate-seconds", type=float, default=3.0, help="how long the machine's matrix-product rate is measured"
+        "--rate-seconds",
+        type=float,
+        help="how long the machine's matrix-product rate is measured (default: core.flops's)",
     )
     args, replicate = parser.parse_known_args(argv)
     if args.run_dir is None:

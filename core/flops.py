@@ -26,6 +26,7 @@ from pathlib import Path
 
 BACKWARD = 2.0  # a backward pass's weight FLOPs over its forward's (the gradients of the inputs and of the weights)
 RATE_ROWS = 1024  # rows of the rate's matrix products: a prompt pass's (core.budget.CPU_MAX_BATCH_TOKENS is 2048)
+RATE_SECONDS = 3.0  # how long the rate is measured (matmul_rate)
 _BLOCK_ZERO = re.compile(r"\.(?:layers|h|blocks)\.0\.")  # the first decoder block's tensors, by their name
 
 
@@ -92,7 +93,9 @@ def shared_passes(fork: int, passes: int, layers: int) -> float:
     return (fork + passes * (layers - fork)) / layers
 
 
-def matmul_rate(weights: Weights, threads: int | None = None, rows: int = RATE_ROWS, seconds: float = 3.0) -> float:
+def matmul_rate(
+    weights: Weights, threads: int | None = None, rows: int = RATE_ROWS, seconds: float = RATE_SECONDS
+) -> float:
     """FLOP/s one block's matrix products on ``rows`` rows in float32 (the stages' CPU dtype) sustain over
     ``seconds`` after a warm-up, at ``threads`` torch threads (default: this process's). Sustained, not the best
     single pass: on the project's shared 2-core machine the best of five passes read 68-145 GFLOP/s within one
@@ -105,13 +108,16 @@ def matmul_rate(weights: Weights, threads: int | None = None, rows: int = RATE_R
         matrices = [torch.randn(out, into) for out, into in weights.shapes]
         inputs = {into: torch.randn(rows, into) for _, into in weights.shapes}
         flops = sum(2.0 * rows * m.numel() for m in matrices)
+
+        def one_pass() -> None:
+            for matrix in matrices:
+                inputs[matrix.shape[1]] @ matrix.T
+
         with torch.inference_mode():
-            passes, start = -1, 0.0
-            while passes < 1 or time.perf_counter() - start < seconds:
-                if passes == 0:
-                    start = time.perf_counter()  # after the warm-up pass
-                for matrix in matrices:
-                    inputs[matrix.shape[1]] @ matrix.T
+            one_pass()  # warm-up
+            passes, start = 0, time.perf_counter()
+            while passes == 0 or time.perf_counter() - start < seconds:
+                one_pass()
                 passes += 1
             return flops * passes / (time.perf_counter() - start)
     finally:

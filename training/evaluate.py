@@ -459,10 +459,14 @@ def deal(pending: Sequence[Sequence[int]], owns: Callable[[int], bool]) -> list[
     return mine
 
 
+def _batch_file(kept: Path, k: int) -> Path:
+    """Where batch ``k`` of one model is kept in its journal folder ``kept``."""
+    return kept / f"{k:06d}.json"
+
+
 def _missing(kept: Path, n_batches: int) -> list[int]:
     """The batches of one model not yet in its journal folder ``kept``."""
-    done = {p.stem for p in kept.glob("*.json")}
-    return [k for k in range(n_batches) if f"{k:06d}" not in done]
+    return [k for k in range(n_batches) if not _batch_file(kept, k).exists()]
 
 
 def _generate_share(
@@ -492,7 +496,7 @@ def _generate_share(
         questions = [prepared.rows[i].question for i in batch]
         generator = Generator(model, tokenizer, questions, generation, _in_batch(prepared.where, batch))
         texts = generate_unedited(generator).texts
-        write_atomic(kept / f"{k:06d}.json", json.dumps({"rows": batch, "responses": texts}))
+        write_atomic(_batch_file(kept, k), json.dumps({"rows": batch, "responses": texts}))
 
 
 def _in_batch(where: Callable[[int], str], batch: list[int]) -> Callable[[int], str]:
@@ -504,7 +508,7 @@ def _responses(journal: Path, name: str, prepared: _Prepared) -> list[str]:
     """One model's responses in row order, from the journal."""
     responses = [""] * len(prepared.rows)
     for k, batch in enumerate(prepared.batches):
-        path = journal / name / f"{k:06d}.json"
+        path = _batch_file(journal / name, k)
         try:
             kept = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
