@@ -202,22 +202,34 @@ class LMEvalDir:
 
 
 class DictionaryDir:
-    """The files of one ``probe dictionary`` run, wherever ``--out`` put it."""
+    """The files of one ``probe dictionary`` folder, wherever ``--out`` put it: one harvested store, and a set of
+    files per kind of dictionary trained on it (``kind``: ``crosscoder``, ``diff-sae``; ``null`` has weights only), so
+    that a second ``--kind`` into the same folder reuses the store and keeps the first kind's results.
+
+    >>> files = DictionaryDir("out")
+    >>> [p.name for p in (files.summary("diff-sae"), files.latents("diff-sae"), files.page("diff-sae"))]
+    ['summary_diff-sae.json', 'latents_diff-sae.json', 'dictionary_diff-sae.html']
+    >>> files.weights("null").as_posix()
+    'out/null.pt'
+    """
+
+    LEGACY = ("summary.json", "latents.json", "dictionary.html")  # one kind's files, before 2026-11-30
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
 
-    @property
-    def summary(self) -> Path:
-        return self.root / "summary.json"
+    def summary(self, kind: str) -> Path:
+        return self.root / f"summary_{kind}.json"
 
-    @property
-    def latents(self) -> Path:
-        return self.root / "latents.json"
+    def latents(self, kind: str) -> Path:
+        return self.root / f"latents_{kind}.json"
 
-    @property
-    def page(self) -> Path:
-        return self.root / "dictionary.html"
+    def page(self, kind: str) -> Path:
+        return self.root / f"dictionary_{kind}.html"
+
+    def weights(self, kind: str) -> Path:
+        """The trained dictionary, with the settings it was trained with (``dictionary.run._trained``)."""
+        return self.root / f"{kind}.pt"
 
     @property
     def store(self) -> Path:
@@ -590,12 +602,14 @@ def _dictionary_folder() -> FolderKind:
     dictionary, w = DictionaryDir(""), Writer
     return FolderKind(
         "dictionary folder",
-        (dictionary.latents.name, dictionary.page.name, dictionary.store_manifest.relative_to(".").as_posix()),
+        (dictionary.store_manifest.relative_to(".").as_posix(), *DictionaryDir.LEGACY[1:]),
         (w.DICTIONARY,),
         (
-            Place(dictionary.summary.name, "the dictionary summary", (w.DICTIONARY,)),
-            Place(dictionary.latents.name, "the latents' records", (w.DICTIONARY,)),
-            Place(dictionary.page.name, "the dictionary page", (w.DICTIONARY,)),
+            Place(dictionary.summary("*").name, "a dictionary's summary", (w.DICTIONARY,)),
+            Place(dictionary.latents("*").name, "a dictionary's latent records", (w.DICTIONARY,)),
+            Place(dictionary.page("*").name, "a dictionary's page", (w.DICTIONARY,)),
+            Place(dictionary.weights("*").name, "a trained dictionary", (w.DICTIONARY,)),
+            *(Place(name, "a dictionary's file (an earlier layout)", (w.DICTIONARY,)) for name in DictionaryDir.LEGACY),
             Place(dictionary.store.name, "the harvested activations", (w.DICTIONARY,), tree=True),
         ),
     )

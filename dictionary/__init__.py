@@ -11,7 +11,7 @@ Modules:
     controls    the null dictionary's count and the planted pair's alignment
     causal      latent sets patched through ``access.outcomes.Outcomes`` (the KL gap closed)
     cards       per-latent cards drawn by ``probe explain``'s card code
-    report      ``summary.json`` and the HTML page
+    report      the summary, the latent records and the HTML page, one set per kind
     records     what the steps pass on (``Prepared``, ``DictionaryResult``) and JSON
     run         ``dictionary_run``, the whole stage from a plain config
 

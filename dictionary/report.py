@@ -1,9 +1,10 @@
-"""What ``probe dictionary`` writes and prints: ``OUT/summary.json``, ``OUT/latents.json``, ``OUT/dictionary.html``.
+"""What ``probe dictionary`` writes and prints: ``OUT/summary_<kind>.json``, ``OUT/latents_<kind>.json``,
+``OUT/dictionary_<kind>.html`` (:class:`core.run_dir.DictionaryDir`: a second kind keeps the first's).
 
-``summary.json`` holds the text mix and token count, the site, the dictionary's size, its held-out FVE per model, L0
+The summary holds the text mix and token count, the site, the dictionary's size, its held-out FVE per model, L0
 and dead latents; for the crosscoder the relative-norm histogram, the latent classes beside the null dictionary's,
 and Latent Scaling's verdicts on the model-specific latents; the planted pair's alignment where the pair is planted;
-the causal table (:mod:`dictionary.causal`). ``latents.json`` has one row per latent (relative norm, class, firing
+the causal table (:mod:`dictionary.causal`). The latents' file has one row per latent (relative norm, class, firing
 rate, β ratios and verdict). The HTML page shows the same, then the latent cards (:mod:`dictionary.cards`).
 
 Example:
@@ -176,22 +177,21 @@ def _write(
     from dictionary.cards import cards
     from dictionary.records import to_jsonable
 
-    out = prepared.out
-    coder_dirs = prepared.config.models
+    kind, coder_dirs = prepared.config.kind, prepared.config.models
     written = []
     rows = [{key: to_jsonable(value[j]) for key, value in latents.items()} for j in range(len(latents["firing"]))]
-    files = DictionaryDir(out)
-    for name, body in ((files.summary.name, summary), (files.latents.name, rows)):
-        write_atomic(out / name, json.dumps(to_jsonable(body), indent=1, sort_keys=True, allow_nan=False))
-        written.append(out / name)
+    files = DictionaryDir(prepared.out)
+    for path, body in ((files.summary(kind), summary), (files.latents(kind), rows)):
+        write_atomic(path, json.dumps(to_jsonable(body), indent=1, sort_keys=True, allow_nan=False))
+        written.append(path)
     drawn = []
     if facts:
         directions = np.stack([writes[f.latent] for f in facts])
         drawn = cards(
             facts, directions, coder_dirs.dpo, prepared.config.hook, prepared.layer, prepared.mix, prepared.tokenizer
         )
-    write_atomic(files.page, page(summary, drawn, prepared.config.hook))
-    written.append(files.page)
+    write_atomic(files.page(kind), page(summary, drawn, prepared.config.hook))
+    written.append(files.page(kind))
     return written
 
 

@@ -11,7 +11,7 @@
 4. Train the dictionary, and for the crosscoder the null dictionary (SFT against SFT), unless the output folder
    already holds them for this store and these settings.
 5. Measure on the held-out tokens, classify latents, Latent Scaling; the planted pair's alignment where the pair
-   is planted; the causal test on the pair's held-out rows; cards; ``summary.json``, ``dictionary.html``.
+   is planted; the causal test on the pair's held-out rows; cards; ``summary_<kind>.json``, ``dictionary_<kind>.html``.
 
 Example:
     >>> default_layer(30), default_layer(4)
@@ -243,7 +243,7 @@ def _trained(prepared: Prepared, kind: str, progress: bool) -> Coder:
 
     config, width = prepared.config, _width(prepared)
     key = _settings_key(prepared, kind)
-    path = prepared.out / f"{kind}.pt"
+    path = DictionaryDir(prepared.out).weights(kind)
     inputs = 1 if kind == "diff-sae" else 2
     if path.is_file():
         saved = torch.load(path, weights_only=True)

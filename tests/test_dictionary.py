@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from core.errors import Interrupted
+from core.run_dir import DictionaryDir
 from dictionary.config import DictionaryConfig
 from dictionary.run import dictionary_run, prepare
 from tests.chat_models import perturbed_copy
@@ -109,7 +110,8 @@ def test_a_stopped_run_resumes_to_the_store_an_uninterrupted_run_writes(
     for name in names:
         with np.load(whole / "store" / "shards" / name) as a, np.load(stopped / "store" / "shards" / name) as b:
             assert all(np.array_equal(a[k], b[k]) for k in a.files)
-    assert json.loads((whole / "summary.json").read_text()) == json.loads((stopped / "summary.json").read_text())
+    summary = DictionaryDir("").summary("crosscoder").name
+    assert json.loads((whole / summary).read_text()) == json.loads((stopped / summary).read_text())
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +122,7 @@ def identical_run(tiny_pair: tuple[Path, Path], text_dir: Path, tmp_path_factory
 
 
 def test_identical_models_give_no_model_specific_latent_beyond_the_null(identical_run: Path) -> None:
-    summary = json.loads((identical_run / "summary.json").read_text())
+    summary = json.loads(DictionaryDir(identical_run).summary("crosscoder").read_text())
     real, null = summary["classes"], summary["null"]["classes"]
     assert real["model_specific"] <= null["model_specific"]
     assert summary["held_out"]["fve"][0] > 0.5
@@ -139,6 +141,25 @@ def test_the_notebook_reads_a_run(identical_run: Path, monkeypatch: pytest.Monke
     outputs = [o for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     assert [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
+
+
+def test_a_second_kind_into_the_same_folder_reuses_the_store_and_keeps_the_first_kinds_files(
+    identical_run: Path, text_dir: Path, tiny_pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    import shutil
+
+    out = tmp_path / "out"
+    shutil.copytree(identical_run, out)
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    shards = {p: p.stat().st_mtime_ns for p in (out / "store").rglob("*") if p.is_file()}
+    result = dictionary_run(_config((tiny_pair[0], tiny_pair[0]), out, text_dir, kind="diff-sae"), progress=False)
+    after = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert all(after[name] == body for name, body in before.items())  # the crosscoder's files and the store
+    assert {p.stat().st_mtime_ns for p in shards} == set(shards.values())  # harvested once
+    files = DictionaryDir(out)
+    added = {files.summary("diff-sae"), files.latents("diff-sae"), files.page("diff-sae"), files.weights("diff-sae")}
+    assert {out / name for name in set(after) - set(before)} == added
+    assert set(result.files) <= added and json.loads(files.summary("diff-sae").read_text())["kind"] == "diff-sae"
 
 
 def test_the_latent_patch_that_carries_the_whole_difference_closes_what_the_activation_does(

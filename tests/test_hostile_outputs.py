@@ -24,7 +24,16 @@ from pathlib import Path
 import pytest
 
 from core.paths import check_output_dir, check_output_file
-from core.run_dir import RESULTS_FOLDERS, InterventionDir, LMEvalDir, LocalizeDir, RunDir, Writer, results_place
+from core.run_dir import (
+    RESULTS_FOLDERS,
+    DictionaryDir,
+    InterventionDir,
+    LMEvalDir,
+    LocalizeDir,
+    RunDir,
+    Writer,
+    results_place,
+)
 from probe_cli.main import app as PROBE
 from tests.support.cli import exit_of, one_line_error
 
@@ -36,6 +45,14 @@ REPLICATE = [
 AB = "interventions/multi_turn_dpo_replicate"
 LMEVAL = "lmeval/20250101-000000"
 DICTIONARY = "dictionary"
+_KIND = DictionaryDir("")
+# one kind's files, an earlier layout's (kept in folders written before 2026-11-30) and the store
+DICTIONARY_FILES = [
+    *(p.name for p in (_KIND.summary("crosscoder"), _KIND.latents("crosscoder"), _KIND.page("crosscoder"))),
+    _KIND.weights("crosscoder").name,
+    *DictionaryDir.LEGACY,
+    "store/store.json",
+]
 LOCALIZE = "localize/multi_turn_mlp_out_20250101-000000"
 LOCALIZE_FILES = [p.name for p in (LocalizeDir("").report, LocalizeDir("").page)]
 # the kinds of file a finished tiny replicate leaves none of, each with the file of the same kind it is copied from,
@@ -54,9 +71,7 @@ ADDED = {
     f"{AB}/.arms/baseline.npz": None,
     **{f"{folder}/{name}": None for folder in (AB, LMEVAL) for name in LMEVAL_FILES},
     # a probe dictionary folder kept in the run (a name the run's layout does not know: a results folder of its own)
-    **{
-        f"{DICTIONARY}/{name}": None for name in ("summary.json", "latents.json", "dictionary.html", "store/store.json")
-    },
+    **{f"{DICTIONARY}/{name}": None for name in DICTIONARY_FILES},
     **{f"{LOCALIZE}/{name}": None for name in LOCALIZE_FILES},
 }
 # what each output option writes itself, as places of the run above: a rerun replaces them, so they pass
@@ -234,7 +249,7 @@ FILES = sorted(
         "analysis/local/summary.json", "analysis/top5/neurons_multi_turn_mlp_out.json",
         f"{AB}/ab_report.json", f"{AB}/ab_report.md", f"{AB}/generations.jsonl", f"{AB}/responses_dpo.jsonl",
         f"{AB}/.arms/baseline.npz", *(f"{folder}/{name}" for folder in (AB, LMEVAL) for name in LMEVAL_FILES),
-        *(f"{DICTIONARY}/{name}" for name in ("summary.json", "latents.json", "dictionary.html", "store/store.json")),
+        *(f"{DICTIONARY}/{name}" for name in DICTIONARY_FILES),
         *(f"{LOCALIZE}/{name}" for name in LOCALIZE_FILES),
     }
 )  # fmt: skip
@@ -244,7 +259,7 @@ FOLDERS = ["", "analysis", "analysis/plots", "analysis/local", "analysis/top5", 
 # a folder option given a file: one of each kind of folder, and one inside a folder's tree (the same check as the rest)
 FILES_FOR_FOLDERS = ["run.json", "analysis/summary.json", "analysis/plots/multi_turn_mlp_out_topk_count_maps.html",
                      f"{AB}/generations.jsonl", f"{LMEVAL}/lmeval_items.jsonl",
-                     f"{DICTIONARY}/latents.json", f"{LOCALIZE}/localize.json"]  # fmt: skip
+                     f"{DICTIONARY}/latents_crosscoder.json", f"{LOCALIZE}/localize.json"]  # fmt: skip
 CASES = [
     (option, target)
     for option in OWN

@@ -4,8 +4,8 @@ Thin wrapper over :func:`dictionary.run.dictionary_run`: every option is a :clas
 field. Without ``--sft``/``--dpo`` it takes the embedded pair (``--pair``) and that pair's chat data. Started by
 ``torchrun --nproc-per-node N -m probe_cli dictionary ...`` it harvests data-parallel and rank 0 reports. Prints
 the text mix, the held-out figures, the latent classes beside the null dictionary's, the planted alignment where the
-pair is planted, and the causal table; writes ``OUT/summary.json``, ``OUT/latents.json`` and
-``OUT/dictionary.html``.
+pair is planted, and the causal table; writes ``OUT/summary_<kind>.json``, ``OUT/latents_<kind>.json`` and
+``OUT/dictionary_<kind>.html``.
 """
 
 from __future__ import annotations
