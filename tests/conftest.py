@@ -31,16 +31,30 @@ CORPUS = [
 ] * 40
 
 
-def pytest_configure() -> None:
+def pytest_configure(config: pytest.Config) -> None:
     """Under ``pytest -n 2`` (``make test``) the two workers share the cores: one torch thread each, and one in
     every process a test starts. Every pytest process answers Ctrl-C, even when started with SIGINT ignored
-    (``nohup make test &``), so that the Ctrl-C tests' children do too (tests/support/interrupts.py)."""
+    (``nohup make test &``), so that the Ctrl-C tests' children do too (tests/support/interrupts.py). The files are
+    dealt in the order :func:`pytest_collection_modifyitems` gives, not xdist's own (most tests first)."""
     from tests.support.interrupts import answer_ctrl_c_here
 
     answer_ctrl_c_here()
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
     if "PYTEST_XDIST_WORKER" in os.environ:
         os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Files with a ``slow`` test first, then by number of tests, each file's tests in their order: under
+    ``--dist loadfile`` a worker takes a whole file, and xdist's own order (by number of tests) dealt a file of three
+    40 s tests last, so that one worker ran on alone (about 15 s of the suite's wall time)."""
+    from collections import Counter
+
+    counts = Counter(item.path for item in items)
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: (item.path not in slow, -counts[item.path]))
 
 
 @pytest.fixture(scope="session")
