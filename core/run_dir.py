@@ -602,6 +602,7 @@ def _dictionary_folder() -> FolderKind:
     dictionary, w = DictionaryDir(""), Writer
     return FolderKind(
         "dictionary folder",
+        # the store, and an earlier layout's names but its summary.json (an analysis folder's marker)
         (dictionary.store_manifest.relative_to(".").as_posix(), *DictionaryDir.LEGACY[1:]),
         (w.DICTIONARY,),
         (
