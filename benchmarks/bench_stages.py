@@ -27,17 +27,18 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from core.flops import RATE_SECONDS  # noqa: E402 - the repository is on the path only now
 
-def report(run_dir: Path, rate_seconds: float | None = None) -> int:
+
+def report(run_dir: Path, rate_seconds: float = RATE_SECONDS) -> int:
     """The table of a finished replicate run (module doc)."""
-    from core.flops import RATE_ROWS, RATE_SECONDS, Weights, matmul_rate
+    from core.flops import RATE_ROWS, Weights, matmul_rate
     from study.floors import budgets, machine, read_run, stage_floors, table
 
     before = machine()
     record, options = read_run(run_dir)
     weights = Weights.of(options.models.dpo)
     floors = stage_floors(run_dir)
-    rate_seconds = rate_seconds or RATE_SECONDS
     rate = matmul_rate(weights, threads=record.threads, seconds=rate_seconds)
     print(f"run: {run_dir} ({record.command})")
     print(
@@ -61,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rate-seconds",
         type=float,
-        help="how long the machine's matrix-product rate is measured (default: core.flops's)",
+        default=RATE_SECONDS,
+        help="how long the machine's matrix-product rate is measured (default: %(default)g)",
     )
     args, replicate = parser.parse_known_args(argv)
     if args.run_dir is None:

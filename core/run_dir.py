@@ -602,8 +602,10 @@ def _dictionary_folder() -> FolderKind:
     dictionary, w = DictionaryDir(""), Writer
     return FolderKind(
         "dictionary folder",
-        # the store, and an earlier layout's names but its summary.json (an analysis folder's marker)
-        (dictionary.store_manifest.relative_to(".").as_posix(), *DictionaryDir.LEGACY[1:]),
+        (  # the store, and an earlier layout's names but the one that marks an analysis folder
+            dictionary.store_manifest.relative_to(".").as_posix(),
+            *(name for name in DictionaryDir.LEGACY if name != AnalysisDir("").summary.name),
+        ),
         (w.DICTIONARY,),
         (
             Place(dictionary.summary("*").name, "a dictionary's summary", (w.DICTIONARY,)),

@@ -191,8 +191,7 @@ def _write(
             facts, directions, coder_dirs.dpo, prepared.config.hook, prepared.layer, prepared.mix, prepared.tokenizer
         )
     write_atomic(files.page(kind), page(summary, drawn, prepared.config.hook))
-    written.append(files.page(kind))
-    return written
+    return [*written, files.page(kind)]
 
 
 def histogram_rows(counts: list[int], edges: list[float]) -> list[str]:

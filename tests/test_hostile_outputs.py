@@ -45,13 +45,12 @@ REPLICATE = [
 AB = "interventions/multi_turn_dpo_replicate"
 LMEVAL = "lmeval/20250101-000000"
 DICTIONARY = "dictionary"
-_KIND = DictionaryDir("")
 # one kind's files, an earlier layout's (kept in folders written before 2026-11-30) and the store
 DICTIONARY_FILES = [
-    *(p.name for p in (_KIND.summary("crosscoder"), _KIND.latents("crosscoder"), _KIND.page("crosscoder"))),
-    _KIND.weights("crosscoder").name,
+    *(one("crosscoder").name for one in (DictionaryDir("").summary, DictionaryDir("").latents, DictionaryDir("").page)),
+    DictionaryDir("").weights("crosscoder").name,
     *DictionaryDir.LEGACY,
-    "store/store.json",
+    DictionaryDir("").store_manifest.as_posix(),
 ]
 LOCALIZE = "localize/multi_turn_mlp_out_20250101-000000"
 LOCALIZE_FILES = [p.name for p in (LocalizeDir("").report, LocalizeDir("").page)]
