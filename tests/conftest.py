@@ -31,31 +31,16 @@ CORPUS = [
 ] * 40
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def pytest_configure() -> None:
     """Under ``pytest -n 2`` (``make test``) the two workers share the cores: one torch thread each, and one in
     every process a test starts. Every pytest process answers Ctrl-C, even when started with SIGINT ignored
-    (``nohup make test &``), so that the Ctrl-C tests' children do too (tests/support/interrupts.py). The files are
-    dealt in the order :func:`pytest_collection_modifyitems` gives, not xdist's own (most tests first)."""
+    (``nohup make test &``), so that the Ctrl-C tests' children do too (tests/support/interrupts.py)."""
     from tests.support.interrupts import answer_ctrl_c_here
 
     answer_ctrl_c_here()
-    if hasattr(config.option, "loadscopereorder"):
-        config.option.loadscopereorder = False
     if "PYTEST_XDIST_WORKER" in os.environ:
         os.environ["OMP_NUM_THREADS"] = "1"
         torch.set_num_threads(1)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files with a ``slow`` test first, then by number of tests, each file's tests in their order. Under
-    ``--dist loadfile`` a worker takes a whole file, and xdist's own order (by number of tests) deals files of a few
-    long tests last, where one worker may run on alone: dealt greedily, the per-file times of a suite run on
-    2026-11-29 give the two workers 838 and 807 s in xdist's order, 823 and 823 s in this one."""
-    from collections import Counter
-
-    counts = Counter(item.path for item in items)
-    slow = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: (item.path not in slow, -counts[item.path]))
 
 
 @pytest.fixture(scope="session")
