@@ -112,17 +112,22 @@ class DecodeBatch:
 
     def regroup(self, chosen: list[int]) -> None:
         """Fork each group whose live rows chose different tokens; drop finished rows once enough have finished."""
-        entries: list[tuple[int, int]] = []  # (source group, next token) per new group
+        # (source group, next token) per new group, group by group: where no group forks, every group keeps its
+        # place, and the caches are not copied
+        entries: list[tuple[int, int]] = []
         where: dict[tuple[int, int], int] = {}
         first_of: dict[int, int] = {}
+        rows_of: list[list[int]] = [[] for _ in self.group_prompt]
         for row, group in enumerate(self.row_group):
-            if self.row_alive[row] and (group, chosen[row]) not in where:
-                where[(group, chosen[row])] = len(entries)
-                first_of.setdefault(group, len(entries))
-                entries.append((group, chosen[row]))
-        # a group whose rows all finished keeps its rows fed until they are dropped
-        for group in range(len(self.group_prompt)):
-            if group not in first_of:
+            if self.row_alive[row]:
+                rows_of[group].append(row)
+        for group, rows in enumerate(rows_of):
+            for row in rows:
+                if (group, chosen[row]) not in where:
+                    where[(group, chosen[row])] = len(entries)
+                    first_of.setdefault(group, len(entries))
+                    entries.append((group, chosen[row]))
+            if group not in first_of:  # its rows all finished: fed its last token until they are dropped
                 first_of[group] = len(entries)
                 entries.append((group, int(self.group_input[group, -1].item())))
         self.row_group = [

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from access.decode_batch import DecodeBatch
 from access.edited_generation import ABGenerator
 from access.edits import Add, Patch, Scale, Set, site_edits
 from access.generation import GenerationConfig, Generator
@@ -231,6 +232,29 @@ def test_a_cache_layer_grows_in_place_keeps_what_it_held_and_selects_rows() -> N
     layer.reset()
     fresh = torch.randn(4, 3, 2, 8)
     assert torch.equal(layer.update(fresh, fresh)[0], fresh)
+
+
+def test_a_row_that_finishes_keeps_its_groups_place_so_the_caches_are_not_copied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An unedited pass is one group per prompt and never forks: a step where some rows finish (below the share that
+    compacts) keeps every group where it was, so no cache is copied; a fork copies the forking group's rows."""
+    from access import decode_batch
+
+    copies: list[list[int]] = []
+    monkeypatch.setattr(decode_batch, "select_rows", lambda _cache, indices, _device: copies.append(list(indices)))
+    n = 2 * decode_batch.COMPACT_SHARE
+    batch = DecodeBatch.start([0], torch.arange(n).view(n, 1), torch.ones(n, 1, dtype=torch.long), torch.zeros(n))
+    chosen = [100 + prompt for prompt in range(n)]
+    chosen[1] = 2  # prompt 1 stops
+    batch.take(chosen, bad=[False] * n, stop=(2,), limit=8)
+    batch.advance(chosen)
+    assert copies == [] and batch.group_prompt == list(range(n))
+    assert batch.group_input.view(-1).tolist() == [100, 1, *range(102, 100 + n)]  # prompt 1 fed its last token
+    forked = DecodeBatch.start([0, 1], torch.tensor([[5], [6]]), torch.ones(2, 1, dtype=torch.long), torch.zeros(2))
+    forked.take([7, 8, 7, 9], bad=[False] * 4, stop=(2,), limit=4)
+    forked.regroup([7, 8, 7, 9])  # prompt 1's arms chose 8 and 9
+    assert copies == [[0, 1, 1]] and forked.row_group == [0, 1, 0, 2]
 
 
 def test_prompts_that_begin_alike_share_a_stem_and_the_rest_batch_as_the_generator_does() -> None:
