@@ -1,0 +1,104 @@
+"""Where one model's greedy evaluation goes: the parts of shared decoding, timed, over the evaluation's batches.
+
+``probe models eval`` (and ``probe replicate``'s evaluate stage) decodes each model on the held-out split in the
+batches of :func:`training.evaluate.batch_plan`. This runs one model the same way (:func:`access.shared_generation.
+generate_unedited` per batch, :data:`core.decoding.EVAL_GENERATION`) and prints, per batch and in total, the seconds
+spent in the prompt passes, the decode steps, the logits and argmax of each step (``choose``), the move from one step
+to the next (``advance``: new groups, finished rows leaving), and the cache copies among them (``copies``, and their
+number), with the prompt tokens the passes ran, padding included. Nothing is asserted; ``--responses FILE`` writes the
+responses in row order (JSON), to compare two versions of the engine.
+
+    OMP_NUM_THREADS=2 python benchmarks/bench_eval_decode.py                      # the default pair's SFT model
+    OMP_NUM_THREADS=2 python benchmarks/bench_eval_decode.py --model dpo --batches 1 --responses out.json
+    OMP_NUM_THREADS=2 python benchmarks/bench_eval_decode.py --model-dir DIR --test FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+PARTS = ("prompt", "decode", "choose", "advance", "copies")
+
+
+def _timed(owner: Any, name: str, part: Callable[[tuple[Any, ...], Any], str], seconds: dict[str, float]) -> None:
+    """Wrap ``owner.name`` to add its seconds to ``seconds[part(args, result)]``."""
+    original = getattr(owner, name)
+
+    def wrapper(*args: Any) -> Any:
+        start = time.perf_counter()
+        result = original(*args)
+        seconds[part(args, result)] += time.perf_counter() - start
+        return result
+
+    setattr(owner, name, wrapper)
+
+
+def _counted(counter: Counter[str], part: str) -> str:
+    counter[part] += 1
+    return part
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pair", default="smollm2", help="the default pair whose model runs (built if absent)")
+    parser.add_argument("--model", choices=("sft", "dpo"), default="sft", help="which of the pair's models")
+    parser.add_argument("--model-dir", type=Path, help="any local causal LM instead of the pair's")
+    parser.add_argument("--test", type=Path, help="a test file (default: the held-out split)")
+    parser.add_argument("--batches", type=int, help="only the first N batches")
+    parser.add_argument("--responses", type=Path, help="write the responses here, in row order")
+    args = parser.parse_args()
+
+    from access import decode_batch, decode_step
+    from access.generation import Generator
+    from access.shared_generation import SharedDecoder, generate_unedited
+    from core.decoding import EVAL_GENERATION
+    from core.models import load_causal_lm
+    from core.rows import read_test_rows
+    from data_synthesis.heldout.files import heldout_test_file
+    from training.evaluate import batch_plan
+
+    seconds: dict[str, float] = defaultdict(float)
+    copies = Counter[str]()
+    _timed(
+        decode_step.BatchDecoder,
+        "_step",
+        lambda a, _: "prompt" if a[1].group_input.shape[1] > 1 else "decode",
+        seconds,
+    )
+    _timed(decode_step.BatchDecoder, "_choose", lambda _a, _r: "choose", seconds)
+    _timed(decode_batch.DecodeBatch, "advance", lambda _a, _r: "advance", seconds)
+    _timed(decode_batch, "select_rows", lambda _a, _r: _counted(copies, "copies"), seconds)
+
+    rows = read_test_rows(args.test or heldout_test_file())
+    model_dir = args.model_dir
+    if model_dir is None:
+        from training.default_pair import ensure_default_pair
+
+        pair = ensure_default_pair(pair=args.pair, progress=False)
+        model_dir = pair.sft_dir if args.model == "sft" else pair.dpo_dir
+    model, tokenizer = load_causal_lm(model_dir, "--model-dir", eval_mode=True)
+    questions = [row.question for row in rows]
+    lengths = [len(p) for p in Generator(model, tokenizer, questions, EVAL_GENERATION).prompts]
+    responses: dict[int, str] = {}
+    padded = real = 0
+    start = time.perf_counter()
+    for number, batch in enumerate(batch_plan(lengths, EVAL_GENERATION.batch_size)[: args.batches], 1):
+        generator = Generator(model, tokenizer, [questions[i] for i in batch], EVAL_GENERATION)
+        decoder = SharedDecoder(generator)
+        real, padded = real + decoder.prompt_tokens(), padded + decoder.padded_prompt_tokens()
+        responses.update(zip(batch, generate_unedited(generator).texts, strict=True))
+        parts = ", ".join(f"{part} {seconds[part]:.1f} s" for part in PARTS)
+        print(f"after batch {number} ({len(batch)} rows): {time.perf_counter() - start:.1f} s; {parts}")
+    print(f"{copies['copies']} cache copies; prompt tokens {real} ({padded} with padding)")
+    if args.responses:
+        args.responses.write_text(json.dumps([responses[i] for i in sorted(responses)]), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
