@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from einops import rearrange, reduce
+from torch.nn import functional
 
 from access.batches import position_ids_for
 from access.decode_batch import DecodeBatch
@@ -182,15 +183,35 @@ class BatchDecoder:
             cache = stack.new_cache(reserve)
             return self._forward(state, stack, hidden, layers, row_prompt, positions, cache, allow_skip), cache
         parts, caches = [], []
-        for start in range(0, rows, step):
+        trims = self._trims(state, row_prompt, hidden.shape[1], step)
+        for start, trim in zip(range(0, rows, step), trims, strict=True):
             part = slice(start, start + step)
             caches.append(cache.take(part, stack.new_cache()) if cache is not None else stack.new_cache())
-            parts.append(
-                self._forward(
-                    state, stack, hidden[part], layers, row_prompt[part], positions[part], caches[-1], allow_skip, start
-                )
+            out = self._forward(
+                state,
+                stack,
+                hidden[part, trim:],
+                layers,
+                row_prompt[part],
+                positions[part, trim:],
+                caches[-1],
+                allow_skip,
+                start,
+                trim,
             )
-        return torch.cat(parts), joined(caches, layers, stack.new_cache(reserve))
+            parts.append(functional.pad(out, (0, 0, trim, 0)))
+        width = state.prompt_mask.shape[1]
+        return torch.cat(parts), joined(caches, layers, stack.new_cache(reserve), width - hidden.shape[1], trims)
+
+    def _trims(self, state: DecodeBatch, row_prompt: list[int], length: int, step: int) -> list[int]:
+        """Per slice of ``step`` rows of a prompt pass, the leading positions that pad every row of it: left out of
+        its forward where no pass edits (an edit's site sees the batch's positions); none otherwise."""
+        slices = range(0, len(row_prompt), step)
+        if state.source_needed or any(self.passes[arm] is not None for arm in state.arms):
+            return [0 for _ in slices]
+        tail = state.prompt_mask[:, state.prompt_mask.shape[1] - length :]
+        padding = (tail.cumsum(dim=1) == 0).sum(dim=1).tolist()  # per prompt: its leading padding
+        return [min(padding[p] for p in row_prompt[start : start + step]) for start in slices]
 
     def _forward(
         self,
@@ -203,9 +224,14 @@ class BatchDecoder:
         cache: Any,
         allow_skip: bool,
         offset: int = 0,
+        trim: int = 0,
     ) -> torch.Tensor:
-        """One forward of ``layers``; ``offset``: the first of the batch's rows in ``hidden`` (for the edits)."""
+        """One forward of ``layers``; ``offset``: the first of the batch's rows in ``hidden`` (for the edits);
+        ``trim``: the positions of the prompts' remainders left out before ``hidden``'s (padding only)."""
         mask_2d = state.prompt_mask.index_select(0, torch.tensor(row_prompt, device=hidden.device))
+        if trim:
+            seed = mask_2d.shape[1] - hidden.shape[1] - trim
+            mask_2d = torch.cat([mask_2d[:, :seed], mask_2d[:, seed + trim :]], dim=1)
         state.offset = offset
         hidden, _ = stack.blocks(hidden, layers, mask_2d, positions, cache, allow_skip=allow_skip)
         return hidden

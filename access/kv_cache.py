@@ -100,13 +100,23 @@ def select_rows(cache: Any, indices: list[int], device: torch.device) -> None:
         cache.batch_select_indices(torch.tensor(indices, device=device))
 
 
-def joined(caches: list[Any], layers: range, into: Any) -> Any:
-    """One cache holding the rows of ``caches`` in order (each filled for ``layers`` by one slice's forward)."""
+def joined(caches: list[Any], layers: range, into: Any, seed: int = 0, trims: list[int] | None = None) -> Any:
+    """One cache holding the rows of ``caches`` in order (each filled for ``layers`` by one slice's forward); a slice
+    whose forward left out ``trims[k]`` padding positions after the ``seed`` positions it started from gets zeros there
+    (the mask hides them)."""
+    trims = trims or [0] * len(caches)
     for index in layers:
-        keys = torch.cat([c.layers[index].keys for c in caches])
-        values = torch.cat([c.layers[index].values for c in caches])
+        keys = torch.cat([_widened(c.layers[index].keys, seed, t) for c, t in zip(caches, trims, strict=True)])
+        values = torch.cat([_widened(c.layers[index].values, seed, t) for c, t in zip(caches, trims, strict=True)])
         into.update(keys, values, index)
     return into
+
+
+def _widened(x: torch.Tensor, seed: int, trim: int) -> torch.Tensor:
+    """``x`` with ``trim`` positions of zeros inserted after its first ``seed``."""
+    if not trim:
+        return x
+    return torch.cat([x[..., :seed, :], x.new_zeros(*x.shape[:-2], trim, x.shape[-1]), x[..., seed:, :]], dim=-2)
 
 
 @dataclass

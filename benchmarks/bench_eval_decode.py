@@ -5,8 +5,8 @@ batches of :func:`training.evaluate.batch_plan`. This runs one model the same wa
 generate_unedited` per batch, :data:`core.decoding.EVAL_GENERATION`) and prints, per batch and in total, the seconds
 spent in the prompt passes, the decode steps, the logits and argmax of each step (``choose``), the move from one step
 to the next (``advance``: new groups, finished rows leaving), and the cache copies among them (``copies``, and their
-number), with the prompt tokens the passes ran, padding included. Nothing is asserted; ``--responses FILE`` writes the
-responses in row order (JSON), to compare two versions of the engine.
+number), with the prompt tokens of the passes (every stem once, padding not counted). Nothing is asserted;
+``--responses FILE`` writes the responses in row order (JSON), to compare two versions of the engine.
 
     OMP_NUM_THREADS=2 python benchmarks/bench_eval_decode.py                      # the default pair's SFT model
     OMP_NUM_THREADS=2 python benchmarks/bench_eval_decode.py --model dpo --batches 1 --responses out.json
@@ -86,16 +86,16 @@ def main() -> None:
     questions = [row.question for row in rows]
     lengths = [len(p) for p in Generator(model, tokenizer, questions, EVAL_GENERATION).prompts]
     responses: dict[int, str] = {}
-    padded = real = 0
+    real = 0
     start = time.perf_counter()
     for number, batch in enumerate(batch_plan(lengths, EVAL_GENERATION.batch_size)[: args.batches], 1):
         generator = Generator(model, tokenizer, [questions[i] for i in batch], EVAL_GENERATION)
         decoder = SharedDecoder(generator)
-        real, padded = real + decoder.prompt_tokens(), padded + decoder.padded_prompt_tokens()
+        real += decoder.prompt_tokens()
         responses.update(zip(batch, generate_unedited(generator).texts, strict=True))
         parts = ", ".join(f"{part} {seconds[part]:.1f} s" for part in PARTS)
         print(f"after batch {number} ({len(batch)} rows): {time.perf_counter() - start:.1f} s; {parts}")
-    print(f"{copies['copies']} cache copies; prompt tokens {real} ({padded} with padding)")
+    print(f"{copies['copies']} cache copies; {real} prompt tokens (every stem once, padding not counted)")
     if args.responses:
         args.responses.write_text(json.dumps([responses[i] for i in sorted(responses)]), encoding="utf-8")
 

@@ -121,6 +121,30 @@ def test_one_unedited_pass_equals_generate(subject):
     assert generate_unedited(generator).ids == generator.run().ids
 
 
+def test_an_unedited_prompt_pass_in_slices_leaves_out_each_slices_padding_and_equals_generate(subject, monkeypatch):
+    """Sliced by a token budget (one row a slice, then two longest prompts), each slice of an unedited prompt pass runs
+    without the positions that pad all its rows, stems' remainders too (zeros in their place in the joined cache,
+    after the stem's positions, hidden by the mask)."""
+    from access import decode_step
+
+    model, _, tokenizer, rows = subject
+    generator = Generator(
+        model, tokenizer, [r.question for r in rows], GenerationConfig(max_new_tokens=12, batch_size=8)
+    )
+    left_out: list[tuple[int, int]] = []  # (stem positions, most positions a slice left out) per sliced pass
+    original = decode_step.joined
+
+    def joined(caches, layers, into, seed=0, trims=None):
+        left_out.append((seed, max(trims or [0])))
+        return original(caches, layers, into, seed, trims)
+
+    monkeypatch.setattr(decode_step, "joined", joined)
+    longest = max(len(prompt) for prompt in generator.prompts)
+    for budget in (1, 2 * longest):
+        assert SharedDecoder(generator, max_batch_tokens=budget).run([None])[0].ids == generator.run().ids
+    assert any(trim for seed, trim in left_out if seed) and any(trim for seed, trim in left_out if not seed)
+
+
 def test_what_cannot_be_shared_says_why(subject):
     model, _, _, _ = subject
     assert unshareable(model, False, "torch") is None
