@@ -210,7 +210,9 @@ class BatchDecoder:
         if state.source_needed or any(self.passes[arm] is not None for arm in state.arms):
             return [0 for _ in slices]
         tail = state.prompt_mask[:, state.prompt_mask.shape[1] - length :]
-        padding = (tail.cumsum(dim=1) == 0).sum(dim=1).tolist()  # per prompt: its leading padding
+        padding = reduce(
+            (tail.cumsum(dim=1) == 0).long(), "p t -> p", "sum"
+        ).tolist()  # per prompt: its leading padding
         return [min(padding[p] for p in row_prompt[start : start + step]) for start in slices]
 
     def _forward(

@@ -2,7 +2,7 @@
 
 Every case runs the real command (``probe_cli.main.main`` in this process, the real
 ``openai`` client, a real HTTP server on 127.0.0.1 from :mod:`tests.support.scripted_server`)
-with short limits (``--timeout 0.5 --retries 2 --backoff 0.05``). Each fault is played
+with short limits (``--timeout 1 --retries 2 --backoff 0.05``). Each fault is played
 twice: once as a *transient* fault (the first request fails, the rest are answered), which
 must end in exit 0 after a retry, and once as a *persistent* fault (every request fails),
 which must end in exactly one ``error:`` line naming the endpoint and what went wrong, exit
@@ -36,9 +36,11 @@ from tests.support.scripted_server import Received, ScriptedServer, Step, comple
 
 pytestmark = pytest.mark.server
 SECRET = "sk-fault-matrix-DO-NOT-LEAK-31337"
-LIMITS = ["--timeout", "0.5", "--retries", "2", "--backoff", "0.05"]
+# a 1 s timeout: at 0.5 s an immediate HTTP 429 from the scripted server once read as a timeout on the loaded
+# 2-core machine (2026-11-30)
+LIMITS = ["--timeout", "1", "--retries", "2", "--backoff", "0.05"]
 ATTEMPTS = 3
-BOUND_S = 20.0  # per case, on a loaded 2-core machine; the worst case is 3 x 0.5 s timeouts or 2 x 1 s Retry-After
+BOUND_S = 20.0  # per case, on a loaded 2-core machine; the worst case is 3 x 1 s timeouts or 2 x 1 s Retry-After
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ FAULTS = {
     ),
     "truncated-body": Fault(Step(fault="truncate"), "the connection broke before the reply was complete"),
     "reset-mid-body": Fault(Step(fault="reset"), "the connection broke before the reply was complete"),
-    "slower-than-timeout": Fault(Step(delay=3.0, content="late"), "timed out after 0.5s"),
+    "slower-than-timeout": Fault(Step(delay=3.0, content="late"), "timed out after 1s"),
     "refused": Fault(None, "refused (is a server listening there?)", ("--retries", "4", "--backoff", "0.1")),
 }
 
