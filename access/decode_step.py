@@ -183,6 +183,7 @@ class BatchDecoder:
             cache = stack.new_cache(reserve)
             return self._forward(state, stack, hidden, layers, row_prompt, positions, cache, allow_skip), cache
         parts, caches = [], []
+        seed = state.prompt_mask.shape[1] - hidden.shape[1]  # the stems' positions before the remainders'
         trims = self._trims(state, row_prompt, hidden.shape[1], step)
         for start, trim in zip(range(0, rows, step), trims, strict=True):
             part = slice(start, start + step)
@@ -197,11 +198,10 @@ class BatchDecoder:
                 caches[-1],
                 allow_skip,
                 start,
-                trim,
+                slice(seed, seed + trim),
             )
             parts.append(functional.pad(out, (0, 0, trim, 0)))
-        width = state.prompt_mask.shape[1]
-        return torch.cat(parts), joined(caches, layers, stack.new_cache(reserve), width - hidden.shape[1], trims)
+        return torch.cat(parts), joined(caches, layers, stack.new_cache(reserve), seed, trims)
 
     def _trims(self, state: DecodeBatch, row_prompt: list[int], length: int, step: int) -> list[int]:
         """Per slice of ``step`` rows of a prompt pass, the leading positions that pad every row of it: left out of
@@ -210,9 +210,8 @@ class BatchDecoder:
         if state.source_needed or any(self.passes[arm] is not None for arm in state.arms):
             return [0 for _ in slices]
         tail = state.prompt_mask[:, state.prompt_mask.shape[1] - length :]
-        padding = reduce(
-            (tail.cumsum(dim=1) == 0).long(), "p t -> p", "sum"
-        ).tolist()  # per prompt: its leading padding
+        # per prompt: its leading padding
+        padding = reduce((tail.cumsum(dim=1) == 0).long(), "p t -> p", "sum").tolist()
         return [min(padding[p] for p in row_prompt[start : start + step]) for start in slices]
 
     def _forward(
@@ -226,14 +225,13 @@ class BatchDecoder:
         cache: Any,
         allow_skip: bool,
         offset: int = 0,
-        trim: int = 0,
+        left_out: slice = slice(0, 0),
     ) -> torch.Tensor:
         """One forward of ``layers``; ``offset``: the first of the batch's rows in ``hidden`` (for the edits);
-        ``trim``: the positions of the prompts' remainders left out before ``hidden``'s (padding only)."""
+        ``left_out``: the mask's positions that ``hidden`` leaves out (padding only)."""
         mask_2d = state.prompt_mask.index_select(0, torch.tensor(row_prompt, device=hidden.device))
-        if trim:
-            seed = mask_2d.shape[1] - hidden.shape[1] - trim
-            mask_2d = torch.cat([mask_2d[:, :seed], mask_2d[:, seed + trim :]], dim=1)
+        if left_out.stop > left_out.start:
+            mask_2d = torch.cat([mask_2d[:, : left_out.start], mask_2d[:, left_out.stop :]], dim=1)
         state.offset = offset
         hidden, _ = stack.blocks(hidden, layers, mask_2d, positions, cache, allow_skip=allow_skip)
         return hidden

@@ -46,11 +46,12 @@ AB = "interventions/multi_turn_dpo_replicate"
 LMEVAL = "lmeval/20250101-000000"
 DICTIONARY = "dictionary"
 # one kind's files, an earlier layout's (kept in folders written before 2026-11-30) and the store
+_DICTIONARY_DIR = DictionaryDir("")
 DICTIONARY_FILES = [
-    *(one("crosscoder").name for one in (DictionaryDir("").summary, DictionaryDir("").latents, DictionaryDir("").page)),
-    DictionaryDir("").weights("crosscoder").name,
+    *(name("crosscoder").name for name in (_DICTIONARY_DIR.summary, _DICTIONARY_DIR.latents, _DICTIONARY_DIR.page)),
+    _DICTIONARY_DIR.weights("crosscoder").name,
     *DictionaryDir.LEGACY,
-    DictionaryDir("").store_manifest.as_posix(),
+    _DICTIONARY_DIR.store_manifest.as_posix(),
 ]
 LOCALIZE = "localize/multi_turn_mlp_out_20250101-000000"
 LOCALIZE_FILES = [p.name for p in (LocalizeDir("").report, LocalizeDir("").page)]

@@ -38,7 +38,8 @@ pytestmark = pytest.mark.server
 SECRET = "sk-fault-matrix-DO-NOT-LEAK-31337"
 # a 1 s timeout: at 0.5 s an immediate HTTP 429 from the scripted server once read as a timeout on the loaded
 # 2-core machine (2026-11-30)
-LIMITS = ["--timeout", "1", "--retries", "2", "--backoff", "0.05"]
+TIMEOUT_S = 1
+LIMITS = ["--timeout", str(TIMEOUT_S), "--retries", "2", "--backoff", "0.05"]
 ATTEMPTS = 3
 BOUND_S = 20.0  # per case, on a loaded 2-core machine; the worst case is 3 x 1 s timeouts or 2 x 1 s Retry-After
 
@@ -63,7 +64,7 @@ FAULTS = {
     ),
     "truncated-body": Fault(Step(fault="truncate"), "the connection broke before the reply was complete"),
     "reset-mid-body": Fault(Step(fault="reset"), "the connection broke before the reply was complete"),
-    "slower-than-timeout": Fault(Step(delay=3.0, content="late"), "timed out after 1s"),
+    "slower-than-timeout": Fault(Step(delay=3.0, content="late"), f"timed out after {TIMEOUT_S}s"),
     "refused": Fault(None, "refused (is a server listening there?)", ("--retries", "4", "--backoff", "0.1")),
 }
 
