@@ -403,7 +403,7 @@ def outcome_passes(args: argparse.Namespace) -> int:
     from access.generation import Generator
     from access.outcomes import ArmOutcomes, Outcomes
     from access.shared_generation import generate_unedited
-    from core.pace import OUTCOME_TOKEN_SECONDS, REFERENCE_PARAMETERS
+    from core.pace import OUTCOME_TOKEN_SECONDS, REFERENCE_PARAMETERS, machine_pace
     from interventions.config import ABConfig
     from interventions.outcomes import (
         greedy_ids,
@@ -478,7 +478,7 @@ def outcome_passes(args: argparse.Namespace) -> int:
     counted = outcome_seconds(
         1, len(rows), mean_prompt, plan.config.generation.max_new_tokens, len(inputs.pairs), REFERENCE_PARAMETERS
     )
-    pace = per_pass_after / (counted / OUTCOME_TOKEN_SECONDS)
+    pace = per_pass_after / (counted / OUTCOME_TOKEN_SECONDS / machine_pace())  # seconds over the tokens counted
     print(
         f"pace: {pace * 1e3:.2f} ms per token as interventions.outcomes.outcome_seconds counts them (mean prompt "
         f"{mean_prompt:.0f} tokens; OUTCOME_TOKEN_SECONDS is {OUTCOME_TOKEN_SECONDS * 1e3:.2f} ms)"

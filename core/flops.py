@@ -71,6 +71,15 @@ class Weights:
         return self.layers * self.block + self.head
 
 
+# SmolLM2-135M's (the default pair's): the reference of the estimates' paces (core.pace.machine_pace)
+SMOLLM2_135M = Weights(
+    layers=30,
+    block=3_538_944,
+    head=28_311_552,
+    shapes=((576, 1536), (1536, 576), (1536, 576), (192, 576), (576, 576), (576, 576), (192, 576)),
+)
+
+
 @dataclass(frozen=True)
 class TokenPasses:
     """Token passes through a model's matrix products: ``blocks`` counts a token through every block as 1 (through

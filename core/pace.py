@@ -5,15 +5,19 @@ Measured on the default pair (SmolLM2-135M, 134.5 M parameters), CPU float32, to
 record stage took 626.5 s where these paces as first measured (2026-11-23, 1.3 ms and 6.5 ms) said 303.7 s, and its
 evaluate stage 733.3 s where they said 354.3 s. Both stages took 2.10x their estimate past the 10 s of launching, the
 prompt-only stage and the decoding one alike, so the machine, not one pace, had changed: both paces are the first
-ones times 2.10. On a faster or slower machine every estimate is off by the same factor. Other models scale
-linearly by parameter count
+ones times 2.10. These paces hold on a machine whose matrix products run at
+:data:`REFERENCE_RATE`; another machine's estimates are scaled by :func:`machine_pace`, that rate over the one measured
+here once per process (one SmolLM2-135M block's products, as :mod:`core.flops` measures a stage's floor, at the
+reference's 2 threads): on a 2-core AMD EPYC Zen 4 that measured 195.8 GFLOP/s (2026-11-30), SFT's evaluation
+took 92.7 s where the reference machine took 173.8 s, 0.53x, and the pace said 0.53x. ``PROBE_MACHINE_PACE=x``
+sets the pace instead (1: this machine is the reference). Other models scale linearly by parameter count
 (:func:`parameter_count`, read from the safetensors headers without loading anything). These are CPU figures: on a
 GPU a stage says its estimate after its first step instead.
 
 Example:
-    >>> round(prompt_seconds(10_000, models=2, parameters=REFERENCE_PARAMETERS), 1)
+    >>> round(prompt_seconds(10_000, models=2, parameters=REFERENCE_PARAMETERS) / machine_pace(), 1)   # reference
     54.6
-    >>> round(gradient_seconds(10_000, parameters=REFERENCE_PARAMETERS), 1)   # attribution: both models, a backward
+    >>> round(gradient_seconds(10_000, parameters=REFERENCE_PARAMETERS) / machine_pace(), 1)   # both models, a backward
     90.1
     >>> sized("cpu", REFERENCE_PARAMETERS), sized("cuda:0", REFERENCE_PARAMETERS), sized("cpu", 1e6)
     (True, False, False)
@@ -21,15 +25,25 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import os
 from pathlib import Path
+
+from core.errors import ProbeError
+from core.flops import SMOLLM2_135M, matmul_rate
 
 REFERENCE_PARAMETERS = 134.5e6
 # Below this the pace is not the model's size but each layer's fixed cost (the 32-layer tiny pair records 160 prompts in
 # about a minute, not the second its size would give): no size-scaled estimate is made for such a model.
 SMALLEST_SCALED = REFERENCE_PARAMETERS / 10
-MACHINE_SINCE_FIRST = 2.10  # this machine's pace against the one the first paces were measured on (module doc)
+MACHINE_SINCE_FIRST = 2.10  # the reference machine's pace against the one the first paces were measured on (module doc)
+# The reference machine's rate for one SmolLM2-135M block's matrix products (core.flops.matmul_rate: 1024 rows, float32,
+# 2 threads, 3 s sustained), measured with the replicate run that confirmed the paces (2026-11-30, 103.0 GFLOP/s)
+REFERENCE_RATE = 103.0e9
+PACE_SECONDS = 0.5  # how long machine_pace measures this machine's rate, after a warm-up pass
+PACE_ENV = "PROBE_MACHINE_PACE"
 PROMPT_SECONDS = 1.3e-3 * MACHINE_SINCE_FIRST  # per prompt token and model
 DECODE_SECONDS = 6.5e-3 * MACHINE_SINCE_FIRST  # per generated token (up to the limit) and model
 # One teacher-forced outcome pass (access.forced_passes), in seconds per token it runs as outcome_seconds counts them
@@ -69,6 +83,29 @@ def parameter_count(model_dir: str | Path) -> float:
         return REFERENCE_PARAMETERS
 
 
+@functools.cache
+def machine_pace() -> float:
+    """This machine's seconds for the reference machine's one (module doc): ``$PROBE_MACHINE_PACE`` if set, else
+    :data:`REFERENCE_RATE` over this machine's rate, measured once per process at the reference's 2 threads (one
+    where the machine has one core)."""
+    said = os.environ.get(PACE_ENV)
+    if said is not None:
+        try:
+            pace = float(said)
+        except ValueError:
+            pace = math.nan
+        if not (math.isfinite(pace) and pace > 0):
+            raise ProbeError(f"{PACE_ENV}: expected a positive number (1: this machine is the reference), got {said!r}")
+        return pace
+    threads = min(2, os.cpu_count() or 1)
+    return REFERENCE_RATE / matmul_rate(SMOLLM2_135M, threads=threads, seconds=PACE_SECONDS)
+
+
+def scale(parameters: float) -> float:
+    """How many times the reference model's seconds on the reference machine a model of ``parameters`` takes here."""
+    return parameters / REFERENCE_PARAMETERS * machine_pace()
+
+
 def sized(device: str, parameters: float) -> bool:
     """Whether a stage estimates its time up front from this pace: on CPU, for a model of at least
     :data:`SMALLEST_SCALED` parameters (elsewhere it says its estimate after its first step)."""
@@ -77,7 +114,7 @@ def sized(device: str, parameters: float) -> bool:
 
 def prompt_seconds(tokens: float, *, models: float, parameters: float) -> float:
     """Seconds for ``models`` forward passes over ``tokens`` prompt tokens of a model of ``parameters``, on CPU."""
-    return tokens * models * PROMPT_SECONDS * parameters / REFERENCE_PARAMETERS
+    return tokens * models * PROMPT_SECONDS * scale(parameters)
 
 
 def gradient_seconds(tokens: float, *, parameters: float) -> float:
@@ -89,4 +126,4 @@ def gradient_seconds(tokens: float, *, parameters: float) -> float:
 def generation_seconds(prompt_tokens: float, new_tokens: float, *, parameters: float) -> float:
     """Seconds for one model to read ``prompt_tokens`` and generate up to ``new_tokens`` (counted at the limit), on
     CPU."""
-    return (prompt_tokens * PROMPT_SECONDS + new_tokens * DECODE_SECONDS) * parameters / REFERENCE_PARAMETERS
+    return (prompt_tokens * PROMPT_SECONDS + new_tokens * DECODE_SECONDS) * scale(parameters)

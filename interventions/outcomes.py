@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 
 from access.outcomes import Forced, Outcomes
 from core.errors import ProbeError
-from core.pace import OUTCOME_TOKEN_SECONDS, REFERENCE_PARAMETERS
+from core.pace import OUTCOME_TOKEN_SECONDS, scale
 from core.run_dir import DataDir, InterventionDir
 
 if TYPE_CHECKING:
@@ -54,13 +54,15 @@ def outcome_seconds(
     passes: int, rows: int, mean_prompt: float, new_tokens: int, pairs: int, parameters: float
 ) -> float:
     """Estimated seconds of ``passes`` outcome passes over ``rows`` rows (prompts of ``mean_prompt`` tokens, responses
-    up to ``new_tokens``) and ``pairs`` DPO pairs, for a model of ``parameters`` parameters (scaled linearly).
+    up to ``new_tokens``) and ``pairs`` DPO pairs, for a model of ``parameters`` parameters (scaled linearly), on this
+    machine (:func:`core.pace.scale`).
 
-    >>> round(outcome_seconds(24, 160, 150.0, 32, 16, REFERENCE_PARAMETERS) / OUTCOME_TOKEN_SECONDS)
+    >>> from core.pace import REFERENCE_PARAMETERS, machine_pace
+    >>> round(outcome_seconds(24, 160, 150.0, 32, 16, REFERENCE_PARAMETERS) / OUTCOME_TOKEN_SECONDS / machine_pace())
     903936
     """
     tokens = (rows + pairs) * mean_prompt + 2 * (rows + pairs) * new_tokens
-    return passes * tokens * OUTCOME_TOKEN_SECONDS * parameters / REFERENCE_PARAMETERS
+    return passes * tokens * OUTCOME_TOKEN_SECONDS * scale(parameters)
 
 
 @dataclass

@@ -25,11 +25,13 @@ default run took 30.9 CPU-minutes for 175 whole passes in this count (4.6 ms a t
 (its config, random weights) gave 12.8 CPU-seconds a whole pass of 2,242 tokens (5.7 ms) and 4.4 of them for the
 gradient pass; a plain matrix product of a pass's shapes ran at 57-63 GFLOP/s on one thread, which puts a pass's 477
 GFLOP of products alone at 8 s. The speed-up of a second thread (0.8) is assumed, not measured on a quiet machine.
+On another machine the seconds are scaled by its pace against that one (:func:`core.pace.machine_pace`).
 
 Example:
     >>> fork_fraction(((2, 5),), 10), fork_fraction((), 10)
     (0.8, 0.0)
-    >>> round(pass_seconds(10_000, parameters=REFERENCE_PARAMETERS, threads=1), 1)
+    >>> from core.pace import REFERENCE_PARAMETERS, machine_pace
+    >>> round(pass_seconds(10_000, parameters=REFERENCE_PARAMETERS, threads=1) / machine_pace(), 1)   # the reference
     46.0
     >>> thread_speedup(2)
     1.8
@@ -41,7 +43,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from core.pace import REFERENCE_PARAMETERS
+from core.pace import scale
 
 TOKEN_CPU_SECONDS = 4.6e-3  # one whole teacher-forced pass, per token, one thread, the reference model (module doc)
 GRADIENT_PASSES = 4.5  # the gradient pass over a whole pass of the same rows (4.4 on the shape twin; module doc)
@@ -64,7 +66,7 @@ def threads_used() -> int:
 
 def pass_seconds(tokens: float, *, parameters: float, threads: int) -> float:
     """Seconds of one whole teacher-forced pass over ``tokens`` tokens (prompts and responses), on CPU."""
-    return tokens * TOKEN_CPU_SECONDS * parameters / REFERENCE_PARAMETERS / thread_speedup(threads)
+    return tokens * TOKEN_CPU_SECONDS * scale(parameters) / thread_speedup(threads)
 
 
 def fork_fraction(layers: Iterable[tuple[int, int]], n_layers: int) -> float:

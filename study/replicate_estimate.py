@@ -1,17 +1,17 @@
 """How long each of ``probe replicate``'s stages should take, estimated before anything runs.
 
-From the DPO model's parameter count (its safetensors headers), the rows and their rendered
-prompt lengths, the new tokens and the number of generation and teacher-forced passes (every arm: each dose and
-placebo set), at the pace measured on the default pair on this project's 2-core CPU machine, scaled linearly by
-parameter count. With ``--placebo-generation decide-first`` (the default) the intervene stage's placebo sets run only
-as its arms' verdicts need them (:mod:`interventions.sequential`), which no one knows before the arms run: its
-estimate is a range, from no placebo set (where every arm has 19 sets or more) to every one. With
-``--nproc`` N the record, intervene, localize and evaluate stages start N processes, each loading the models (the
-loads share the cores or GPUs: :func:`launched`), and split the work over the GPUs, at most N; on CPU cores the
-processes share the cores one process's threads already used, so the work takes as long as in one process. It is an
-estimate: a loaded machine, early stops, the shared decoding engine and a GPU all move it, and ``probe replicate``
-prints the measured time beside it. The localize stage brings its own budget, from ``probe localize``'s own
-arithmetic (:func:`localize_seconds`).
+From the DPO model's parameter count (its safetensors headers), the rows and their rendered prompt lengths, the new
+tokens and the number of generation and teacher-forced passes (every arm: each dose and placebo set), at the pace
+measured on the default pair on this project's 2-core CPU machine, scaled linearly by parameter count and by this
+machine's pace against that one (:func:`core.pace.scale`). With ``--placebo-generation decide-first`` (the default)
+the intervene stage's placebo sets run only as its arms' verdicts need them (:mod:`interventions.sequential`), which
+no one knows before the arms run: its estimate is a range, from no placebo set (where every arm has 19 sets or more)
+to every one. With ``--nproc`` N the record, intervene, localize and evaluate stages start N processes, each loading
+the models (the loads share the cores or GPUs: :func:`launched`), and split the work over the GPUs, at most N; on CPU
+cores the processes share the cores one process's threads already used, so the work takes as long as in one process.
+It is an estimate: a loaded machine, early stops, the shared decoding engine and a GPU all move it, and ``probe
+replicate`` prints the measured time beside it. The localize stage brings its own budget, from ``probe localize``'s
+own arithmetic (:func:`localize_seconds`).
 
 Example:
     >>> minutes(45), minutes(750)
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.pace import REFERENCE_PARAMETERS, generation_seconds, parameter_count
+from core.pace import generation_seconds, machine_pace, parameter_count, scale
 from study.replicate_config import machine_units
 
 if TYPE_CHECKING:
@@ -40,7 +40,11 @@ if TYPE_CHECKING:
     from study.replicate_config import ReplicateOptions
 
 # Paces: core.pace (measured on the default pair, this project's 2-core machine).
-EXPLAIN_SECONDS = 15.0  # per capability (docs/explain.md: 12-20 s for multi_turn)
+# The quick stages, per capability, on the reference machine: the default pair's replicate of 2026-11-29 took 2 s to
+# analyze, 12 s to explain and 2 s to report its 5 capabilities (docs/report.md); the models are loaded once for all
+EXPLAIN_SECONDS = 2.4  # scaled by the model's size and the machine's pace
+ANALYZE_SECONDS = 0.4  # scaled by the machine's pace
+REPORT_SECONDS = 0.4
 SHARED_DISCOUNT = (
     0.6  # an arm decoded in shared batches costs about this share of a pass of its own (access.shared_generation)
 )
@@ -102,7 +106,8 @@ def estimate(
     from study.replicate_checks import expected_rows
 
     parameters = parameter_count(options.models.dpo)
-    scale = parameters / REFERENCE_PARAMETERS
+    here = scale(parameters)  # this model on this machine, against the paces' reference
+    pace = machine_pace()
     capabilities = len(expected_rows(options.data_file))
 
     def per_row(new: int, prompt: float) -> float:
@@ -116,17 +121,17 @@ def estimate(
     generating = len(unique) * per_row(ab_config.generation.max_new_tokens, ab_prompt)
     intervene = [weight * generating for weight in ab_passes(ab_config)]
     if ab_config.outcomes != "off":
-        forced = _outcome_seconds(ab_config, len(unique), ab_prompt)
-        intervene = [seconds + outcomes * scale for seconds, outcomes in zip(intervene, forced, strict=True)]
+        forced = _outcome_seconds(ab_config, len(unique), ab_prompt, parameters)
+        intervene = [seconds + outcomes for seconds, outcomes in zip(intervene, forced, strict=True)]
     units = machine_units(options.device) if options.nproc > 1 else (1, "CPU cores")
-    least, most = (launched(10 * scale, seconds, options.nproc, units) for seconds in intervene)
+    least, most = (launched(10 * here, seconds, options.nproc, units) for seconds in intervene)
     return {
-        "record": launched(10 * scale, cpu_estimate(record_config), options.nproc, units),
-        "analyze": 5.0 + 2.0 * capabilities,
-        "explain": EXPLAIN_SECONDS * scale * capabilities,
+        "record": launched(10 * here, cpu_estimate(record_config), options.nproc, units),
+        "analyze": ANALYZE_SECONDS * pace * capabilities,
+        "explain": EXPLAIN_SECONDS * here * capabilities,
         "intervene": least,
-        "evaluate": launched(10 * scale, models * len(judged) * per_row(new_tokens, eval_prompt), options.nproc, units),
-        "report": 10.0 + 2.0 * capabilities,
+        "evaluate": launched(10 * here, models * len(judged) * per_row(new_tokens, eval_prompt), options.nproc, units),
+        "report": REPORT_SECONDS * pace * capabilities,
     }, {"intervene": most}
 
 
@@ -198,7 +203,7 @@ def localize_seconds(options: ReplicateOptions, config: LocalizeConfig) -> float
         generate=config.responses == "greedy",
     )
     units = machine_units(options.device) if options.nproc > 1 else (1, "CPU cores")
-    return launched(10 * parameters / REFERENCE_PARAMETERS, guess.total, options.nproc, units)
+    return launched(10 * scale(parameters), guess.total, options.nproc, units)
 
 
 def launched(start: float, work: float, nproc: int, units: tuple[int, str]) -> float:
@@ -214,17 +219,17 @@ def _mean(values: Sequence[int]) -> float:
     return sum(values) / max(1, len(values))
 
 
-def _outcome_seconds(config: ABConfig, rows: int, mean_prompt: float) -> tuple[float, float]:
+def _outcome_seconds(config: ABConfig, rows: int, mean_prompt: float, parameters: float) -> tuple[float, float]:
     """The teacher-forced passes of the outcomes, at least and at most (:func:`interventions.outcomes.forced_passes`:
     every arm, the placebo sets that run, then the target and the unedited model once); each over every row's response
-    and reference sequence, and the DPO pairs (at the reference pace)."""
+    and reference sequence, and the DPO pairs, for a model of ``parameters``."""
     from interventions.outcomes import forced_passes, outcome_seconds
     from interventions.plan import pass_count, placebo_passes
 
     passes = pass_count(config)
     new_tokens = config.generation.max_new_tokens
     least, most = (
-        outcome_seconds(n, rows, mean_prompt, new_tokens, config.outcome_pairs, REFERENCE_PARAMETERS)
+        outcome_seconds(n, rows, mean_prompt, new_tokens, config.outcome_pairs, parameters)
         for n in forced_passes(passes.arms, placebo_passes(config, passes))
     )
     return least, most

@@ -14,6 +14,9 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# every estimate at the reference machine's pace, so that the figures tests compare are the same on every machine
+# (tests/test_pace.py measures the pace itself)
+os.environ["PROBE_MACHINE_PACE"] = "1"
 
 import pytest
 import torch

@@ -146,13 +146,15 @@ def _digest(sft: Path, dpo: Path) -> str:
 def _print_plan(stages: list[Stage], run_dir: Path) -> None:
     from rich.table import Table
 
+    from core.pace import machine_pace
     from interventions.cells import fmt_range
     from probe_cli.console import console
     from study.replicate_estimate import minutes
 
     table = Table(
-        title=f"probe replicate into {run_dir}: estimated times (at the default pair's pace on a 2-core CPU, scaled by "
-        "model size, rows and tokens; an estimate; a range where placebo sets run as the verdicts need them)"
+        title=f"probe replicate into {run_dir}: estimated times (at the default pair's pace on the reference 2-core "
+        f"CPU, times {machine_pace():.2f} for this machine's speed, scaled by model size, rows and tokens; an "
+        "estimate; a range where placebo sets run as the verdicts need them)"
     )
     for name in ("stage", "what", "estimated", "state"):
         table.add_column(name, justify="right" if name == "estimated" else "left")
