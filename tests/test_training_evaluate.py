@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,52 @@ def test_evaluate_pair_on_tiny_models(tiny_pair: tuple[Path, Path], test_file: P
     assert all(0.0 <= r.sft_rate <= 1.0 and 0.0 <= r.mcnemar_p <= 1.0 for r in result.table)
     saved = result.save(tmp_path / "eval.json")
     assert saved.read_text().startswith("{")
+
+
+@pytest.mark.slow
+def test_each_models_generation_in_a_log_says_its_estimate_when_it_starts(
+    tiny_pair: tuple[Path, Path],
+    test_file: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``probe models eval`` and the replicate's evaluate stage say how long each model's generation should take
+    before it starts (every response at the token limit, at the CPU pace), and count its batches in a log."""
+    from access.generation import GenerationConfig
+    from core.pace import generation_seconds
+    from core.rows import read_test_rows
+    from training import evaluate
+    from training.evaluate import select_rows
+
+    sft, dpo = tiny_pair
+    generation = GenerationConfig(max_new_tokens=4, batch_size=6)
+    config = PairEvalConfig(test_file, sft_dir=sft, dpo_dir=dpo, max_rows=12, generation=generation)
+
+    def started() -> list[str]:
+        evaluate_pair(config)
+        return [line for line in capsys.readouterr().err.splitlines() if ": starting, " in line]
+
+    # a tiny model's pace is its layers' fixed cost, not its size: the first batch gives the estimate
+    assert started() == [
+        f"generating ({m}): starting, 2 batches; estimate after the first batch" for m in ("sft", "dpo")
+    ]
+    big = 1e12  # a model this size: hours, so whole seconds say the estimate to the per mille
+    monkeypatch.setattr(evaluate, "parameter_count", lambda _: big)
+    lines = started()
+    assert [line.split(":")[0] for line in lines] == ["generating (sft)", "generating (dpo)"]
+    said = re.fullmatch(r"generating \(sft\): starting, 2 batches; estimate (\S+)", lines[0])
+    assert said, lines
+    from transformers import AutoTokenizer
+
+    from core.chat import encode_conversations
+
+    rows = select_rows(read_test_rows(test_file), 12)
+    tokenizer = AutoTokenizer.from_pretrained(sft)
+    prompts = encode_conversations(tokenizer, [r.question for r in rows], add_generation_prompt=True)
+    expected = generation_seconds(sum(map(len, prompts)), 4 * len(rows), parameters=big)
+    assert _seconds(said[1]) == pytest.approx(expected, abs=1)
+
+
+def _seconds(clock: str) -> int:
+    """``'1h2m3s'`` -> 3723 (core.progress's clock text read back)."""
+    return sum(int(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in re.findall(r"(\d+)([hms])", clock))

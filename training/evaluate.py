@@ -53,6 +53,8 @@ from access.shared_generation import generate_unedited
 from core.capabilities import ALL_CAPABILITIES, capabilities_of
 from core.decoding import EVAL_GENERATION, GenerationConfig
 from core.errors import Interrupted, ProbeError
+from core.pace import generation_seconds, parameter_count, sized
+from core.progress import stage
 from core.records import to_json
 from core.rows import read_test_rows, row_location
 from core.schema import TestRow
@@ -380,6 +382,7 @@ class _Prepared:
     where: Callable[[int], str]
     batches: list[list[int]]
     models: list[tuple[str, str | Path]]
+    lengths: list[int]  # each row's rendered prompt, in SFT tokens
 
 
 def _prepare(config: PairEvalConfig) -> _Prepared:
@@ -396,9 +399,8 @@ def _prepare(config: PairEvalConfig) -> _Prepared:
             found = _check_rendering(path, rows, where, flag)
             lengths = lengths or found  # the plan follows the SFT tokenizer's lengths, whoever generates
     models = [("base", dirs.base)] if dirs.base is not None else []
-    return _Prepared(
-        rows, where, batch_plan(lengths, config.generation.batch_size), [*models, ("sft", dirs.sft), ("dpo", dirs.dpo)]
-    )
+    batches = batch_plan(lengths, config.generation.batch_size)
+    return _Prepared(rows, where, batches, [*models, ("sft", dirs.sft), ("dpo", dirs.dpo)], lengths)
 
 
 def _journal_key(config: PairEvalConfig, prepared: _Prepared, device: str) -> str:
@@ -491,12 +493,32 @@ def _generate_share(
         return
     model, tokenizer = loaded
     kept.mkdir(parents=True, exist_ok=True)
-    for k in mine:
-        batch = prepared.batches[k]
-        questions = [prepared.rows[i].question for i in batch]
-        generator = Generator(model, tokenizer, questions, generation, _in_batch(prepared.where, batch))
-        texts = generate_unedited(generator).texts
-        write_atomic(_batch_file(kept, k), json.dumps({"rows": batch, "responses": texts}))
+    estimate = generation_estimate(
+        path, [prepared.lengths[i] for k in mine for i in prepared.batches[k]], generation, device
+    )
+    with stage(
+        f"generating ({name})", len(mine), unit="batches", step="batch", estimate_s=estimate, enabled=share.is_main
+    ) as bar:
+        for k in mine:
+            batch = prepared.batches[k]
+            questions = [prepared.rows[i].question for i in batch]
+            generator = Generator(model, tokenizer, questions, generation, _in_batch(prepared.where, batch))
+            texts = generate_unedited(generator).texts
+            write_atomic(_batch_file(kept, k), json.dumps({"rows": batch, "responses": texts}))
+            bar.update(1)
+
+
+def generation_estimate(
+    model_dir: str | Path, prompt_lengths: Sequence[int], generation: GenerationConfig, device: str
+) -> float | None:
+    """Seconds one model should take to generate for prompts of ``prompt_lengths`` tokens, every response counted at
+    the token limit, at the measured CPU pace (:func:`core.pace.generation_seconds`); None off CPU and for a model so
+    small that per-layer overhead sets its pace (:func:`core.pace.sized`): its bar says its estimate after a batch."""
+    parameters = parameter_count(model_dir)
+    if not sized(device, parameters):
+        return None
+    new_tokens = generation.max_new_tokens * len(prompt_lengths)
+    return generation_seconds(sum(prompt_lengths), new_tokens, parameters=parameters)
 
 
 def _in_batch(where: Callable[[int], str], batch: list[int]) -> Callable[[int], str]:
