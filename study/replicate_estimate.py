@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 # analyze, 12 s to explain and 2 s to report its 5 capabilities (docs/report.md); the models are loaded once for all
 EXPLAIN_SECONDS = 2.4  # scaled by the model's size and the machine's pace
 ANALYZE_SECONDS = 0.4  # scaled by the machine's pace
-REPORT_SECONDS = 0.4
+REPORT_SECONDS = 0.4  # scaled by the machine's pace
 SHARED_DISCOUNT = (
     0.6  # an arm decoded in shared batches costs about this share of a pass of its own (access.shared_generation)
 )
