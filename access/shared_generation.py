@@ -24,6 +24,10 @@ of one model together, batch of prompts by batch of prompts:
   the rows' caches would pass :func:`core.budget.default_cache_bytes`, the passes decode a batch of
   prompts in groups of arms (:meth:`SharedDecoder.arm_chunks`), each running the shared blocks once.
 
+* **products.** On a CPU in float32, every linear layer of the model and of its patch sources multiplies by its
+  weight packed once for oneDNN while the passes decode (:func:`access.packed_linear.prepacked`): a decode step's few
+  dozen rows run at 1.4-2x torch's own product's rate.
+
 The blocks run on :class:`access.stack.Stack`; one batch of prompts decodes in
 :class:`access.decode_step.BatchDecoder`.
 
@@ -32,7 +36,8 @@ from the attention mask, masks built by the model's own ``create_causal_mask``, 
 the last position's logits, responses cut at the first stop token. Each block computes the same
 function of the same inputs for every row, so in float32 every arm's tokens equal those of the arm
 run alone up to kernel rounding (the batches are the generator's where no prompts share a stem):
-CPU matrix products give bit-identical rows only for some row counts
+CPU matrix products give bit-identical rows only for some row counts, and oneDNN's packed products round otherwise
+than torch's, so at a near-tie of two logits a token can differ from ``generate``'s
 (``benchmarks/bench_interventions.py`` prints any token that differs on the default pair).
 
 * **patch sources.** A patch (an edit whose context is a source model run in lockstep) joins the
@@ -68,6 +73,7 @@ from access.generation import Generations, Generator
 from access.hook_points import attach
 from access.kv_cache import growing_layer_class as _growing_layer_class
 from access.lockstep import Lockstep
+from access.packed_linear import prepacked
 from access.shared_sites import Attach, Sources, arm_sites
 from access.stack import Stack, run_blocks, unsupported
 from access.stems import MIN_STEM, Stem, members, stem_batches, stem_tokens
@@ -196,7 +202,10 @@ class SharedDecoder:
         sources = Sources(self._passes)
         engine = BatchDecoder(self.stack, self.generator, self._passes, sources, self.max_batch_tokens)
         tally = _Tally.of(len(passes), len(self.generator.prompts))
-        with arm_sites(self.model, self._passes, sources, self.attach, lambda: engine.state):
+        with (
+            prepacked(self.model, *sources.models),
+            arm_sites(self.model, self._passes, sources, self.attach, lambda: engine.state),
+        ):
             for number, stems in enumerate(self.batches):
                 if only is not None and number not in only:
                     continue
