@@ -24,15 +24,16 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from access.driver_table import DEFAULT_DRIVER, EDITING_DRIVERS, editing_driver
-from access.drivers.base import generate_edited
+from access.drivers.base import SiteEdits, generate_edited
 from access.edits import Edit, Scale, site_edits
 from access.generation import Generations, Generator
+from access.packed_linear import prepacked
 from core.decoding import GenerationConfig
 from core.errors import ProbeError
 from core.schema import TestRow
@@ -64,7 +65,8 @@ class ABGenerator:
         chosen = [] if edit is None else [edit] if isinstance(edit, Edit) else list(edit)
         editing_driver(self.backend, self.generator.config.do_sample, [e.kind for e in chosen if e.edits_logits])
         plan = site_edits(self.model, chosen) if chosen else None
-        with watch_logits(self.model) as watch:
+        packed = prepacked(self.model, *_sources(plan)) if self.backend == DEFAULT_DRIVER else nullcontext()
+        with packed, watch_logits(self.model) as watch:
             try:
                 generations = generate_edited(self.backend, self.generator, plan)
             except RuntimeError as exc:
@@ -77,6 +79,13 @@ class ABGenerator:
                 ) from None
         generations.hook_stats = {**(generations.hook_stats or {}), "degenerate_logits": watch.count}
         return generations
+
+
+def _sources(plan: SiteEdits | None) -> list[torch.nn.Module]:
+    """The other models an arm's context runs or reads: a patch's source in lockstep, an amplification's source."""
+    around = plan.around if plan is not None else None
+    found = [getattr(around, "source", None), getattr(getattr(around, "lockstep", None), "source", None)]
+    return [model for model in found if isinstance(model, torch.nn.Module)]
 
 
 class LogitWatch:

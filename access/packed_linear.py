@@ -5,6 +5,8 @@ packs the weight again at every call: on one SmolLM2-135M block's shapes it sust
 16, 32 and 64 rows against 196 on 1,024 (2-core AMD EPYC Zen 4, 2026-11-30). oneDNN's product over a weight packed
 once (``torch.ops.mkldnn._linear_pointwise``) runs at 124, 153, 175 and 197 on those rows. :func:`prepacked` runs every
 float32 ``nn.Linear`` of CPU models through it for the duration of a block, and puts torch's own forward back after.
+Shared decoding (:mod:`access.shared_generation`) and the per-arm engine (:mod:`access.edited_generation`, torch's
+hooks) both decode on it, with their patch and amplification sources, so a baseline and its arms run the same products.
 
 Its sums are not MKL's bit for bit (up to 1.8e-4 apart on random inputs whose outputs are about 40), so a greedy
 token can differ where two logits nearly tie. On the default pair's 162 held-out rows, every one of SFT's and DPO's

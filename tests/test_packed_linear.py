@@ -89,3 +89,33 @@ def test_shared_decoding_runs_on_the_packed_products(tiny_model_dir: Path, chat_
         handle.remove()
     assert seen and all(seen)  # every step's logits came from the packed product
     assert "forward" not in vars(head)
+
+
+def test_an_arm_decoded_arm_by_arm_runs_on_the_packed_products_too(tiny_model_dir: Path, chat_data: Path) -> None:
+    """An arm that cannot join shared batches (here an amplification whose context runs a source in lockstep) decodes
+    with ``generate``; it runs on the same products as the shared baseline, and so does its source."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from access.edited_generation import ABGenerator
+    from access.edits import Lda, site_edits
+    from access.shared_generation import pass_unshareable
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    source = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    rows = read_test_rows(chat_data / "test.jsonl")[:2]
+    ab = ABGenerator(model, AutoTokenizer.from_pretrained(tiny_model_dir), rows, GenerationConfig(3, 2))
+    edit = Lda(alpha=0.5, source=source, source_name="source")
+    assert pass_unshareable(model, site_edits(model, [edit])) is not None  # it decodes arm by arm
+    seen: dict[str, list[bool]] = {"model": [], "source": []}
+    handles = [
+        m.get_output_embeddings().register_forward_hook(
+            lambda module, _args, _out, name=name: seen[name].append("forward" in vars(module))
+        )
+        for name, m in (("model", model), ("source", source))
+    ]
+    try:
+        ab.run(edit)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert seen["model"] and all(seen["model"]) and seen["source"] and all(seen["source"]), seen
