@@ -40,6 +40,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import judging.client.config
 from core.errors import ProbeError
 from judging.client.client import LLMClient
 from judging.client.config import ClientConfig
@@ -224,6 +225,9 @@ def test_a_hostile_endpoint_ends_in_one_line_within_the_deadline_and_leaks_no_se
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     behaviour = data.draw(BEHAVIOURS[family], label="behaviour")
+    # each example is a `probe judge` of its own, as a fresh process would run it: no base URL's credentials
+    # registered by an earlier example on a port the OS gave out again (judging.client.config keeps them per process)
+    monkeypatch.setattr(judging.client.config, "_URL_CREDENTIALS", {})
     if credentials:  # URL credentials and a key together are refused, so the password is the secret here
         monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     else:
