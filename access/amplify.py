@@ -186,7 +186,7 @@ class AmplifiedLogits:
     """
 
     def __init__(self, host: PreTrainedModel, source: PreTrainedModel, alpha: float) -> None:
-        self.host, self.alpha = host, alpha
+        self.host, self.source, self.alpha = host, source, alpha
         self.lockstep = Lockstep(host, source, {}, logits=True)
         self._handle: Any = None
 

@@ -82,10 +82,9 @@ class ABGenerator:
 
 
 def _sources(plan: SiteEdits | None) -> list[torch.nn.Module]:
-    """The other models an arm's context runs or reads: a patch's source in lockstep, an amplification's source."""
-    around = plan.around if plan is not None else None
-    found = [getattr(around, "source", None), getattr(getattr(around, "lockstep", None), "source", None)]
-    return [model for model in found if isinstance(model, torch.nn.Module)]
+    """The other model an arm's context runs or reads (a patch's source in lockstep, an amplification's source)."""
+    source = getattr(plan.around, "source", None) if plan is not None else None
+    return [source] if isinstance(source, torch.nn.Module) else []
 
 
 class LogitWatch:

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 EXPLAIN_SECONDS = 2.4  # scaled by the model's size and the machine's pace
 ANALYZE_SECONDS = 0.4  # scaled by the machine's pace
 REPORT_SECONDS = 0.4  # scaled by the machine's pace
+LAUNCH_SECONDS = 10.0  # a stage's start: imports and loading the models (the reference model; scaled as the work is)
 SHARED_DISCOUNT = (
     0.6  # an arm decoded in shared batches costs about this share of a pass of its own (access.shared_generation)
 )
@@ -124,13 +125,15 @@ def estimate(
         forced = _outcome_seconds(ab_config, len(unique), ab_prompt, parameters)
         intervene = [seconds + outcomes for seconds, outcomes in zip(intervene, forced, strict=True)]
     units = machine_units(options.device) if options.nproc > 1 else (1, "CPU cores")
-    least, most = (launched(10 * here, seconds, options.nproc, units) for seconds in intervene)
+    least, most = (launched(LAUNCH_SECONDS * here, seconds, options.nproc, units) for seconds in intervene)
     return {
-        "record": launched(10 * here, cpu_estimate(record_config), options.nproc, units),
+        "record": launched(LAUNCH_SECONDS * here, cpu_estimate(record_config), options.nproc, units),
         "analyze": ANALYZE_SECONDS * pace * capabilities,
         "explain": EXPLAIN_SECONDS * here * capabilities,
         "intervene": least,
-        "evaluate": launched(10 * here, models * len(judged) * per_row(new_tokens, eval_prompt), options.nproc, units),
+        "evaluate": launched(
+            LAUNCH_SECONDS * here, models * len(judged) * per_row(new_tokens, eval_prompt), options.nproc, units
+        ),
         "report": REPORT_SECONDS * pace * capabilities,
     }, {"intervene": most}
 
@@ -203,7 +206,7 @@ def localize_seconds(options: ReplicateOptions, config: LocalizeConfig) -> float
         generate=config.responses == "greedy",
     )
     units = machine_units(options.device) if options.nproc > 1 else (1, "CPU cores")
-    return launched(10 * scale(parameters), guess.total, options.nproc, units)
+    return launched(LAUNCH_SECONDS * scale(parameters), guess.total, options.nproc, units)
 
 
 def launched(start: float, work: float, nproc: int, units: tuple[int, str]) -> float:

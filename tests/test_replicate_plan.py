@@ -87,12 +87,13 @@ def test_the_record_stage_estimates_what_the_recording_will_run(options: Replica
     from core.models import load_tokenizer
     from core.pace import REFERENCE_PARAMETERS, parameter_count, prompt_seconds
     from probes.recording import LOCAL_COST, cpu_estimate
+    from study.replicate_estimate import LAUNCH_SECONDS
 
     record = next(s for s in replicate.plan(options, lambda _line: None) if s.name == "record")
     config = replicate.record_config(options)
     assert config.local == "dpo_on_sft"  # what probe replicate records: one local direction
     parameters = parameter_count(options.models.dpo)
-    assert record.estimate_s == pytest.approx(10 * parameters / REFERENCE_PARAMETERS + cpu_estimate(config))
+    assert record.estimate_s == pytest.approx(LAUNCH_SECONDS * parameters / REFERENCE_PARAMETERS + cpu_estimate(config))
     alone = cpu_estimate(replace(config, local="none"))
     assert cpu_estimate(config) == pytest.approx(alone * (1 + LOCAL_COST))
     assert cpu_estimate(replace(config, local="both")) == pytest.approx(alone * (1 + 2 * LOCAL_COST))
