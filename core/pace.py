@@ -19,6 +19,8 @@ Example:
     54.6
     >>> round(gradient_seconds(10_000, parameters=REFERENCE_PARAMETERS) / machine_pace(), 1)   # both models, a backward
     90.1
+    >>> round(batched_seconds(0, [64, 34], 64, parameters=REFERENCE_PARAMETERS) / machine_pace(), 1)   # decoding
+    34.1
     >>> sized("cpu", REFERENCE_PARAMETERS), sized("cuda:0", REFERENCE_PARAMETERS), sized("cpu", 1e6)
     (True, False, False)
 """
@@ -29,6 +31,7 @@ import functools
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from core.errors import ProbeError
@@ -46,6 +49,13 @@ PACE_SECONDS = 0.5  # how long machine_pace measures this machine's rate, after 
 PACE_ENV = "PROBE_MACHINE_PACE"
 PROMPT_SECONDS = 1.3e-3 * MACHINE_SINCE_FIRST  # per prompt token and model
 DECODE_SECONDS = 6.5e-3 * MACHINE_SINCE_FIRST  # per generated token (up to the limit) and model
+# A greedy evaluation's decoding on the shared engine (access.shared_generation: finished rows leave, caches grow in
+# place, products on packed weights), per decode step of a batch and per row of it, counted up to the token limit:
+# SFT's evaluation of the default pair's 162 held-out rows in batches of 64, 64 and 34 took 0.28, 0.35 and 0.26 s per
+# step on the reference machine (benchmarks/bench_eval_decode.py, 2026-11-30, 2 threads, its measured pace 0.70 and
+# 0.53 on two reads: the same within 5%). A step reads every weight whatever its rows: the fixed part.
+DECODE_STEP_SECONDS = 0.10
+DECODE_ROW_SECONDS = 3.4e-3
 # One teacher-forced outcome pass (access.forced_passes), in seconds per token it runs as outcome_seconds counts them
 # (each row's prompt once with its two responses, each DPO pair's prompt once with its two replies, a response counted
 # at the token limit), on the default pair (SmolLM2-135M, 134.5 M parameters), float32, one thread, this project's
@@ -121,6 +131,13 @@ def gradient_seconds(tokens: float, *, parameters: float) -> float:
     """Seconds for attribution batches over ``tokens`` padded tokens (both models' forwards and the DPO model's
     backward, :data:`GRADIENT_PASS_RATIO`), on CPU."""
     return prompt_seconds(tokens, models=GRADIENT_PASS_RATIO, parameters=parameters)
+
+
+def batched_seconds(prompt_tokens: float, batch_rows: Sequence[int], new_tokens: int, *, parameters: float) -> float:
+    """Seconds for one model to read ``prompt_tokens`` and decode batches of ``batch_rows`` rows up to ``new_tokens``
+    each on the shared engine (every step of every batch counted), on CPU."""
+    steps = sum(new_tokens * (DECODE_STEP_SECONDS + rows * DECODE_ROW_SECONDS) for rows in batch_rows)
+    return (prompt_tokens * PROMPT_SECONDS + steps) * scale(parameters)
 
 
 def generation_seconds(prompt_tokens: float, new_tokens: float, *, parameters: float) -> float:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.pace import generation_seconds, machine_pace, parameter_count, scale
+from core.pace import batched_seconds, generation_seconds, machine_pace, parameter_count, scale
 from study.replicate_config import machine_units
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def estimate(
     rows, unique, _ = ab_rows(options, ab_config)
     ab_prompt = _mean(prompt_lengths(options.models.sft, [rows[i] for i in unique]))
     models, judged, new_tokens = evaluated(options)
-    eval_prompt = _mean(prompt_lengths(options.models.sft, judged))
+    judging = evaluation_seconds(options.models.sft, judged, new_tokens, parameters)
 
     generating = len(unique) * per_row(ab_config.generation.max_new_tokens, ab_prompt)
     intervene = [weight * generating for weight in ab_passes(ab_config)]
@@ -131,11 +131,20 @@ def estimate(
         "analyze": ANALYZE_SECONDS * pace * capabilities,
         "explain": EXPLAIN_SECONDS * here * capabilities,
         "intervene": least,
-        "evaluate": launched(
-            LAUNCH_SECONDS * here, models * len(judged) * per_row(new_tokens, eval_prompt), options.nproc, units
-        ),
+        "evaluate": launched(LAUNCH_SECONDS * here, models * judging, options.nproc, units),
         "report": REPORT_SECONDS * pace * capabilities,
     }, {"intervene": most}
+
+
+def evaluation_seconds(sft_dir: Path, judged: Sequence[TestRow], new_tokens: int, parameters: float) -> float:
+    """One model's evaluation of ``judged``: its prompts in the evaluation's batches, each decoding to ``new_tokens``
+    (:func:`core.pace.batched_seconds`)."""
+    from core.decoding import EVAL_GENERATION
+    from training.evaluate import batch_plan
+
+    lengths = prompt_lengths(sft_dir, judged)
+    batches = batch_plan(lengths, EVAL_GENERATION.batch_size)
+    return batched_seconds(sum(lengths), [len(b) for b in batches], new_tokens, parameters=parameters)
 
 
 def evaluated(options: ReplicateOptions) -> tuple[int, list[TestRow], int]:

@@ -135,12 +135,12 @@ def test_each_models_generation_in_a_log_says_its_estimate_when_it_starts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``probe models eval`` and the replicate's evaluate stage say how long each model's generation should take
-    before it starts (every response at the token limit, at the CPU pace), and count its batches in a log."""
+    before it starts (every batch decoding to the token limit, at the CPU pace), and count its batches in a log."""
     from access.generation import GenerationConfig
-    from core.pace import generation_seconds
+    from core.pace import batched_seconds
     from core.rows import read_test_rows
     from training import evaluate
-    from training.evaluate import select_rows
+    from training.evaluate import batch_plan, select_rows
 
     sft, dpo = tiny_pair
     generation = GenerationConfig(max_new_tokens=4, batch_size=6)
@@ -167,7 +167,9 @@ def test_each_models_generation_in_a_log_says_its_estimate_when_it_starts(
     rows = select_rows(read_test_rows(test_file), 12)
     tokenizer = AutoTokenizer.from_pretrained(sft)
     prompts = encode_conversations(tokenizer, [r.question for r in rows], add_generation_prompt=True)
-    expected = generation_seconds(sum(map(len, prompts)), 4 * len(rows), parameters=big)
+    batches = batch_plan([len(p) for p in prompts], 6)
+    assert [len(b) for b in batches] == [6, 6]
+    expected = batched_seconds(sum(map(len, prompts)), [6, 6], 4, parameters=big)
     assert _seconds(said[1]) == pytest.approx(expected, abs=1)
 
 

@@ -49,11 +49,12 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 
 from access.generation import Generator
+from access.packed_linear import prepacked
 from access.shared_generation import generate_unedited
 from core.capabilities import ALL_CAPABILITIES, capabilities_of
 from core.decoding import EVAL_GENERATION, GenerationConfig
 from core.errors import Interrupted, ProbeError
-from core.pace import generation_seconds, parameter_count, sized
+from core.pace import batched_seconds, parameter_count, sized
 from core.progress import stage
 from core.records import to_json
 from core.rows import read_test_rows, row_location
@@ -494,11 +495,14 @@ def _generate_share(
     model, tokenizer = loaded
     kept.mkdir(parents=True, exist_ok=True)
     estimate = generation_estimate(
-        path, [prepared.lengths[i] for k in mine for i in prepared.batches[k]], generation, device
+        path, [[prepared.lengths[i] for i in prepared.batches[k]] for k in mine], generation, device
     )
-    with stage(
-        f"generating ({name})", len(mine), unit="batches", step="batch", estimate_s=estimate, enabled=share.is_main
-    ) as bar:
+    with (
+        stage(
+            f"generating ({name})", len(mine), unit="batches", step="batch", estimate_s=estimate, enabled=share.is_main
+        ) as bar,
+        prepacked(model),  # once for every batch (each batch's decoding would pack and drop them again)
+    ):
         for k in mine:
             batch = prepared.batches[k]
             questions = [prepared.rows[i].question for i in batch]
@@ -509,16 +513,17 @@ def _generate_share(
 
 
 def generation_estimate(
-    model_dir: str | Path, prompt_lengths: Sequence[int], generation: GenerationConfig, device: str
+    model_dir: str | Path, batches: Sequence[Sequence[int]], generation: GenerationConfig, device: str
 ) -> float | None:
-    """Seconds one model should take to generate for prompts of ``prompt_lengths`` tokens, every response counted at
-    the token limit, at the measured CPU pace (:func:`core.pace.generation_seconds`); None off CPU and for a model so
-    small that per-layer overhead sets its pace (:func:`core.pace.sized`): its bar says its estimate after a batch."""
+    """Seconds one model should take to generate for ``batches`` of prompts (each its prompts' lengths in tokens),
+    every batch decoding to the token limit, at the measured CPU pace (:func:`core.pace.batched_seconds`); None off
+    CPU and for a model so small that per-layer overhead sets its pace (:func:`core.pace.sized`): its bar says its
+    estimate after a batch."""
     parameters = parameter_count(model_dir)
     if not sized(device, parameters):
         return None
-    new_tokens = generation.max_new_tokens * len(prompt_lengths)
-    return generation_seconds(sum(prompt_lengths), new_tokens, parameters=parameters)
+    prompt_tokens = sum(map(sum, batches))
+    return batched_seconds(prompt_tokens, [len(b) for b in batches], generation.max_new_tokens, parameters=parameters)
 
 
 def _in_batch(where: Callable[[int], str], batch: list[int]) -> Callable[[int], str]:
