@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from access.edits import Edit
     from access.generation import Generations
     from access.outcomes import ArmOutcomes, Outcomes
+    from interventions.outcomes import OutcomeInputs
     from interventions.plan import ABPlan
     from interventions.recipes import Arm
 
@@ -143,21 +144,14 @@ class OutcomeRuns:
         return self.measured[(arm.model, edits_key(arm.edits))], self.results[arm.title]
 
     def _start(self, model: str, base: Generations | None) -> None:
-        plan, target = self.plan, other(model)
+        plan = self.plan
         idx = plan.groups[plan.config.target]
-        inputs = outcome_inputs(
-            plan.config,
-            plan.tokenizer,
-            [plan.rows[i] for i in idx],
-            [plan.row_ids[i] for i in idx],
-            plan.data_file,
-            target,
-            None if base is None else greedy_ids([base.ids[i] for i in idx], plan.tokenizer),
-            plan.pool.dirs,
+        inputs = inputs_for(
+            plan, model, None if base is None else greedy_ids([base.ids[i] for i in idx], plan.tokenizer)
         )
         self.responses[model] = inputs.responses
         self.pairs = len(inputs.pairs)
-        self.runs[model] = outcomes_for(plan.models[model], plan.models[target], inputs)
+        self.runs[model] = outcomes_for(plan.models[model], plan.models[other(model)], inputs)
         self._staged(model, [arm for arm in plan.arms if arm.model == model])
 
     def _staged(self, model: str, arms: list[Arm]) -> None:
@@ -225,6 +219,16 @@ class OutcomeRuns:
         if len(said) == 1:
             return next(iter(said.values()))
         return "; ".join(f"{what} for the arms on {model}" for model, what in said.items())
+
+
+def inputs_for(plan: ABPlan, model: str, greedy: list[list[int]] | None, responses: str | None = None) -> OutcomeInputs:
+    """What the outcomes of arms on ``model`` teacher-force: the target capability's rows against the other model,
+    under the config as the plan resolved it (the held-out split's DPO pairs among it); ``greedy``: the other model's
+    greedy ids in the run; ``responses``: instead of the config's (an earlier run's folder: the greedy ids it kept)."""
+    idx = plan.groups[plan.config.target]
+    config = plan.config if responses is None else replace(plan.config, responses=responses)
+    rows, row_ids = [plan.rows[i] for i in idx], [plan.row_ids[i] for i in idx]
+    return outcome_inputs(config, plan.tokenizer, rows, row_ids, plan.data_file, other(model), greedy, plan.pool.dirs)
 
 
 def outcome_runs(plan: ABPlan, progress: Progress) -> OutcomeRuns:

@@ -180,21 +180,10 @@ def _placebo_forced(arm: ArmResult) -> int:
 def _forced(plan: ABPlan, report: ABReport, config: ABConfig, out: Path, model: str, layers: int) -> TokenPasses:
     """The teacher-forced outcome passes of the arms on ``model`` (module doc), on the sequences the run kept: each
     arm and the placebo sets it teacher-forced (decide-first forces fewer)."""
-    from interventions.outcomes import outcome_inputs
-    from interventions.recipes import other
+    from interventions.outcome_runs import inputs_for
 
-    idx = plan.groups[config.target]
-    responses = str(out) if config.responses == "greedy" else config.responses  # its greedy ids, as the run kept them
-    inputs = outcome_inputs(
-        replace(config, responses=responses),
-        plan.tokenizer,
-        [plan.rows[i] for i in idx],
-        [plan.row_ids[i] for i in idx],
-        plan.data_file,
-        other(model),
-        None,
-        plan.pool.dirs,
-    )
+    kept = str(out) if config.responses == "greedy" else None  # its greedy ids, as the run kept them
+    inputs = inputs_for(plan, model, None, kept)
     seqs = [*inputs.rows, *inputs.reference, *(s for pair in inputs.pairs for s in pair)]
     prompts = {s.ids[: len(s.ids) - s.n_response] for s in seqs}
     response = sum(s.n_response for s in seqs)

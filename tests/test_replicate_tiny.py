@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import nbformat
@@ -101,7 +102,11 @@ def test_the_stage_bench_sets_every_stage_beside_its_floor(
     import importlib.util
 
     from core.flops import Weights, matmul_rate
+    from interventions.outcome_runs import inputs_for
+    from interventions.plan import plan_ab
+    from interventions.results import ABReport
     from study.floors import read_run, stage_floors
+    from study.replicate import ab_config
 
     out = replicated[0]
     intervene = next(s for s in json.loads((out / "replicate.json").read_text())["stages"] if s["name"] == "intervene")
@@ -126,6 +131,12 @@ def test_the_stage_bench_sets_every_stage_beside_its_floor(
     rate = matmul_rate(weights, threads=record.threads, seconds=0.2)
     for floor in stage_floors(out):
         assert floor.seconds is not None and 0 < floor.work.flops(weights) / rate <= floor.seconds, floor
+    # the teacher-forced floor counts the sequences the run scored: its DPO pairs among them (the plan resolves the
+    # held-out split's pairs; the config alone names none)
+    report = ABReport.load(ab_config(options).out_dir / "ab_report.json")
+    plan = plan_ab(replace(ab_config(options), out_dir=None))
+    assert report.outcome_pairs > 0
+    assert len(inputs_for(plan, "dpo", None, str(ab_config(options).out_dir)).pairs) == report.outcome_pairs
 
 
 @pytest.mark.usefixtures("tiny_default")
