@@ -1,9 +1,11 @@
-"""Seconds a stage spends in each kind of work (greedy generation, teacher-forced passes), for the run's own record.
+"""Seconds a stage spends in each kind of work (greedy generation, teacher-forced passes, the coherence guard), for the
+run's own record.
 
-The engines mark their work with :func:`timed` (:data:`GENERATION`, :data:`FORCED`); whoever runs a stage opens
-:func:`kept` around it and gets each kind's seconds, which ``probe replicate`` writes into its record beside the
-stage's own time (:mod:`study.floors` sets each beside its weight-FLOP floor). Only the outermost marked call counts,
-so that work marked inside other marked work is not counted twice; outside :func:`kept` a mark costs one check.
+The engines mark their work with :func:`timed` (:data:`GENERATION`, :data:`FORCED`, :data:`COHERENCE`); whoever runs
+a stage opens :func:`kept` around it and gets each kind's seconds, which ``probe replicate`` writes into its record
+beside the stage's own time (:mod:`study.floors` sets each beside its weight-FLOP floor). Only the outermost marked
+call counts, so that work marked inside other marked work is not counted twice; outside :func:`kept` a mark costs one
+check.
 Seconds spent in other processes (``--nproc``) are not seen.
 
 Example:
@@ -26,6 +28,7 @@ from typing import ParamSpec, TypeVar
 
 GENERATION = "generation"  # greedy decoding, the prompt pass included
 FORCED = "teacher-forced"  # fixed sequences through a model (the continuous outcomes)
+COHERENCE = "coherence"  # the coherence guard's rows through its judge (interventions.coherence)
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from access.outcomes import Forced, forced_logits, pack
+from core.clock import COHERENCE, timed
 from core.errors import ProbeError
 from interventions.results import Coherence
 
@@ -60,6 +61,7 @@ def output_perplexity(
     return math.exp(sum(known[row] for row in rows) / count), count
 
 
+@timed(COHERENCE)
 def _nll(model: PreTrainedModel, rows: Sequence[PromptOutput], max_batch_tokens: int, batch_size: int) -> list[float]:
     """Each row's output NLL (nats, summed over its tokens) after its prompt under ``model``, in batches."""
     seqs = [Forced((*p, *o), len(o)) for p, o in rows]

@@ -18,6 +18,9 @@ intervene: teacher-forced   per edited model, the outcomes' sequences as the run
                             prompt once, every response): the target's pass and the unedited one whole, each arm and
                             the placebo sets it teacher-forced from its fork layer up, the logits at every response
                             token
+intervene: coherence        per edited model, its baseline's generated tokens through the guard's judge (SFT) and its
+                            logits there, after prompts the outcomes' target pass already ran (where the outcomes are
+                            off, the prompts as the generation counts them); an arm's changed rows not counted
 evaluate                    per model, the judged rows' prompt tokens (every stem once) and its responses' tokens
                             (re-tokenized from ``eval.json``), a logit per response token
 localize                    its estimate's counts (:func:`study.replicate_estimate.localize_counts`): the fixed passes,
@@ -41,7 +44,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.clock import FORCED, GENERATION
+from core.clock import COHERENCE, FORCED, GENERATION
 from core.flops import BACKWARD, TokenPasses, Weights, shared_passes
 from core.records import read_record
 from core.run_dir import RunDir
@@ -106,10 +109,9 @@ def stage_floors(run_dir: Path) -> list[Floor]:
             work = planned_recording(record_config(options)).weight_passes(weights.layers)
             floors.append(Floor(name, stage.seconds, work))
         elif name == "intervene":
-            generation, forced = intervene_work(options, weights)
-            floors.append(Floor(name, stage.seconds, generation + forced))
-            floors.append(Floor(f"  {GENERATION}", stage.parts.get(GENERATION), generation))
-            floors.append(Floor(f"  {FORCED}", stage.parts.get(FORCED), forced))
+            parts = intervene_work(options, weights)
+            floors.append(Floor(name, stage.seconds, sum(parts.values(), start=TokenPasses())))
+            floors += [Floor(f"  {kind}", stage.parts.get(kind), work) for kind, work in parts.items()]
         elif name == "evaluate":
             floors.append(Floor(name, stage.seconds, evaluate_work(options)))
         elif name == "localize":
@@ -117,8 +119,9 @@ def stage_floors(run_dir: Path) -> list[Floor]:
     return floors
 
 
-def intervene_work(options: ReplicateOptions, weights: Weights) -> tuple[TokenPasses, TokenPasses]:
-    """The intervene stage's generation and teacher-forced work (module doc), from its plan and its report."""
+def intervene_work(options: ReplicateOptions, weights: Weights) -> dict[str, TokenPasses]:
+    """The intervene stage's work per kind (module doc: generation, teacher-forced, coherence), from its plan and its
+    report."""
     from access.stems import stem_batches, stem_tokens
     from interventions.passes import generators
     from interventions.plan import plan_ab
@@ -134,13 +137,26 @@ def intervene_work(options: ReplicateOptions, weights: Weights) -> tuple[TokenPa
     generation = sum(
         (_generation(plan, report, model, prompts, weights.layers) for model in report.baselines), start=TokenPasses()
     )
+    judged = {arm.model for arm in report.arms if arm.coherence is not None}
+    coherence = sum(
+        (_coherence(report, model, 0 if config.outcomes != "off" else prompts) for model in sorted(judged)),
+        start=TokenPasses(),
+    )
     if config.outcomes == "off":
-        return generation, TokenPasses()
+        return {GENERATION: generation, COHERENCE: coherence}
     forced = sum(
         (_forced(plan, report, config, out, model, weights.layers) for model in sorted({a.model for a in plan.arms})),
         start=TokenPasses(),
     )
-    return generation, forced
+    return {GENERATION: generation, FORCED: forced, COHERENCE: coherence}
+
+
+def _coherence(report: ABReport, model: str, prompts: int) -> TokenPasses:
+    """The coherence guard's work for the arms on ``model`` (module doc): its baseline's generated tokens through the
+    judge and its logits there, after ``prompts`` prompt tokens (0: the outcomes' target pass ran them)."""
+    base = report.baselines[model]
+    fed = max(0, base.tokens - base.rows)  # a row's last token predicts nothing the guard reads
+    return TokenPasses(blocks=float(prompts + fed), heads=float(base.tokens))
 
 
 def _fork(plan: ABPlan, model: str, edit_sets: Sequence[Sequence[Edit]], layers: int) -> int:

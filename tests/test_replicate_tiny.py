@@ -97,8 +97,8 @@ def test_the_stage_bench_sets_every_stage_beside_its_floor(
     replicated: tuple[Path, int, str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """benchmarks/bench_stages.py on the run: a row per stage that runs a model, the intervene stage's generation and
-    teacher-forced passes apart (the run recorded their seconds), each with its time, floor, ratio and verdict; every
-    floor below the time measured; the issue's three budgets."""
+    teacher-forced passes and the coherence guard apart (the run recorded their seconds), each with its time, floor,
+    ratio and verdict; every floor below the time measured; the issue's three budgets."""
     import importlib.util
 
     from core.flops import Weights, matmul_rate
@@ -110,8 +110,9 @@ def test_the_stage_bench_sets_every_stage_beside_its_floor(
 
     out = replicated[0]
     intervene = next(s for s in json.loads((out / "replicate.json").read_text())["stages"] if s["name"] == "intervene")
-    assert intervene["parts"]["generation"] > 0 and intervene["parts"]["teacher-forced"] > 0
-    assert intervene["parts"]["generation"] + intervene["parts"]["teacher-forced"] < intervene["seconds"]
+    parts = intervene["parts"]
+    assert parts["generation"] > 0 and parts["teacher-forced"] > 0 and parts["coherence"] > 0, parts
+    assert sum(parts.values()) < intervene["seconds"]
     spec = importlib.util.spec_from_file_location(
         "bench_stages", NOTEBOOK.parents[1] / "benchmarks" / "bench_stages.py"
     )
@@ -122,7 +123,7 @@ def test_the_stage_bench_sets_every_stage_beside_its_floor(
     lines = capsys.readouterr().out.splitlines()
     row = re.compile(r"^(?P<stage> *[a-z-]+) +(?P<time>[\d.]+ (?:s|min)) +[\d.]+ (?:s|min) +[\d.]+x  (?:PASS|FAIL)$")
     stages = [m["stage"].strip() for line in lines if (m := row.match(line))]
-    assert stages == ["record", "intervene", "generation", "teacher-forced", "localize", "evaluate"], lines
+    assert stages == ["record", "intervene", "generation", "teacher-forced", "coherence", "localize", "evaluate"], lines
     budgets = [line for line in lines if line.startswith("budget: ")]
     assert len(budgets) == 3 and "no verdict" in budgets[1], budgets  # --limit 2 is not the default A/B
     assert all(line.endswith(("PASS", "FAIL")) for line in (budgets[0], budgets[2])), budgets
