@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+import torch
 
 from access.forced import Forced, ForcedPass, Sequences, WholeForwards, forced, forced_logits, pack
 from access.forced_shared import Progress, SharedForcing, context_of
@@ -255,6 +256,20 @@ class Outcomes:
             self._shared.passes([])
         assert self._shared.unedited is not None
         return self._shared.unedited
+
+    @torch.no_grad()
+    def target_nll(self) -> dict[tuple[tuple[int, ...], tuple[int, ...]], float]:
+        """Each KL row's response NLL under the target model (nats, summed over its tokens), keyed by its ``(prompt,
+        response)`` token ids: what the target's pass gave the KL already (the coherence guard reads it instead of
+        running those rows again)."""
+        self.unedited()
+        nll = {}
+        for seq in self.rows:
+            log_t = self._seqs.target_logprobs(self._index[seq])
+            response = seq.ids[-seq.n_response :]
+            targets = torch.tensor(response, device=log_t.device)
+            nll[(seq.ids[: -seq.n_response], response)] = -float(log_t.gather(-1, targets[:, None]).sum())
+        return nll
 
     def _per_arm(self, plan: SiteEdits | None) -> ForcedPass:
         """One arm by whole forwards, its edits applied around them."""

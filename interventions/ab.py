@@ -38,7 +38,7 @@ from access.generation import Generations
 from core.errors import Interrupted
 from interventions.arms import ArmStore
 from interventions.cells import fmt_range
-from interventions.coherence import PromptOutput, arm_coherence
+from interventions.coherence import JUDGE, PromptOutput, arm_coherence
 from interventions.evidence import MIN_PLACEBO_SETS
 from interventions.outcome_runs import OutcomeRuns, estimate_line, outcome_runs
 from interventions.outcomes import write_greedy
@@ -260,12 +260,14 @@ def _arm_result(run: _Run, arm: Arm, number: int) -> tuple[ArmResult, Generation
         model=arm.model,
         edits=arm.describe(),
     )
-    prompts = run.gens[arm.model].generator.prompts
-    result.coherence = arm_coherence(plan.pool.model, prompts, base.ids, generated[0].ids, run.fluency)
     result.placebo = _placebo(run, arm, placebo_passes, guard, (capabilities, rows_changed))
     found = run.outcomes.of(arm, _generations(run))
     if found is not None:
         result.outcomes = found[1]
+    prompts = run.gens[arm.model].generator.prompts
+    for row, nll in run.outcomes.scored_by(JUDGE).items():  # rows the outcomes' target pass scored under SFT
+        run.fluency.setdefault(row, nll)
+    result.coherence = arm_coherence(plan.pool.model, prompts, base.ids, generated[0].ids, run.fluency)
     return result, generated[0]
 
 

@@ -2,7 +2,9 @@
 
 An edit strong enough to move compliance may do it by breaking the text (an amplification at a large alpha, an ablation
 of many units). Each arm's generated responses, and its model's baseline responses, are teacher-forced once through the
-SFT model after their prompts (a row an arm generated as its baseline did is read back, not run again); the guard is the
+SFT model after their prompts (a row an arm generated as its baseline did is read back, not run again, and so is a row
+the continuous outcomes already teacher-forced through SFT: where the response is SFT's own greedy one, the KL's target
+pass scored it, :meth:`interventions.outcome_runs.OutcomeRuns.scored_by`); the guard is the
 **perplexity** ``exp(total NLL / total tokens)`` over every generated token of every row (rows that generated nothing
 are left out), reported beside compliance. A dose that breaks the text shows as a perplexity far above the baseline's.
 The SFT model is the judge of fluency because it is the pair's common reference; nothing here is a threshold: the number
@@ -88,7 +90,8 @@ def arm_coherence(
     """An arm's coherence guard: the perplexity of its ``generated`` token ids beside that of its model's ``baseline``
     ones; None where the SFT model cannot be loaded. ``known`` (one per run: the judge is always SFT) keeps every
     row's NLL, so the baseline runs once and an arm runs only the rows its edit changed (on the default A/B the main
-    arm changes none of 36 rows and the factor-0 control 8: 44 rows teacher-forced instead of 144)."""
+    arm changes none of 36 rows and the factor-0 control 8: 44 rows teacher-forced instead of 144), and it holds the
+    rows the outcomes scored under SFT already (26 of the DPO baseline's 36 are SFT's own responses)."""
     try:
         judge = model_of(JUDGE)
     except ProbeError:

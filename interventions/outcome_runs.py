@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from access.edits import Edit
     from access.generation import Generations
     from access.outcomes import ArmOutcomes, Outcomes
+    from interventions.coherence import PromptOutput
     from interventions.outcomes import OutcomeInputs
     from interventions.plan import ABPlan
     from interventions.recipes import Arm
@@ -142,6 +143,12 @@ class OutcomeRuns:
         if arm.model not in self.runs:
             self._start(arm.model, baselines.get(other(arm.model)))
         return self.measured[(arm.model, edits_key(arm.edits))], self.results[arm.title]
+
+    def scored_by(self, judge: str) -> dict[PromptOutput, float]:
+        """Every row some run teacher-forced through ``judge`` as its target, with its NLL there (the KL rows of the
+        arms on the other model, once those arms' outcomes ran): rows the coherence guard need not run again."""
+        edited = other(judge)
+        return self.runs[edited].target_nll() if edited in self.runs else {}
 
     def _start(self, model: str, base: Generations | None) -> None:
         plan = self.plan

@@ -20,7 +20,8 @@ intervene: teacher-forced   per edited model, the outcomes' sequences as the run
                             token
 intervene: coherence        per edited model, its baseline's generated tokens through the guard's judge (SFT) and its
                             logits there, after prompts the outcomes' target pass already ran (where the outcomes are
-                            off, the prompts as the generation counts them); an arm's changed rows not counted
+                            off, the prompts as the generation counts them), but the rows that pass scored (its KL
+                            rows: where the model's greedy response is SFT's); an arm's changed rows not counted
 evaluate                    per model, the judged rows' prompt tokens (every stem once) and its responses' tokens
                             (re-tokenized from ``eval.json``), a logit per response token
 localize                    its estimate's counts (:func:`study.replicate_estimate.localize_counts`): the fixed passes,
@@ -138,8 +139,12 @@ def intervene_work(options: ReplicateOptions, weights: Weights) -> dict[str, Tok
         (_generation(plan, report, model, prompts, weights.layers) for model in report.baselines), start=TokenPasses()
     )
     judged = {arm.model for arm in report.arms if arm.coherence is not None}
+    scored = config.outcomes != "off" and config.responses == "greedy"  # the target pass scored the KL rows
     coherence = sum(
-        (_coherence(report, model, 0 if config.outcomes != "off" else prompts) for model in sorted(judged)),
+        (
+            _coherence(report, out, model, 0 if config.outcomes != "off" else prompts, scored)
+            for model in sorted(judged)
+        ),
         start=TokenPasses(),
     )
     if config.outcomes == "off":
@@ -151,12 +156,32 @@ def intervene_work(options: ReplicateOptions, weights: Weights) -> dict[str, Tok
     return {GENERATION: generation, FORCED: forced, COHERENCE: coherence}
 
 
-def _coherence(report: ABReport, model: str, prompts: int) -> TokenPasses:
+def _coherence(report: ABReport, out: Path, model: str, prompts: int, scored: bool) -> TokenPasses:
     """The coherence guard's work for the arms on ``model`` (module doc): its baseline's generated tokens through the
-    judge and its logits there, after ``prompts`` prompt tokens (0: the outcomes' target pass ran them)."""
+    judge and its logits there, after ``prompts`` prompt tokens (0: the outcomes' target pass ran them); ``scored``:
+    the rows that pass scored under the judge (where the model's greedy response is the judge's) left out."""
+    from interventions.coherence import JUDGE
+    from interventions.recipes import other
+
     base = report.baselines[model]
-    fed = max(0, base.tokens - base.rows)  # a row's last token predicts nothing the guard reads
-    return TokenPasses(blocks=float(prompts + fed), heads=float(base.tokens))
+    tokens = base.tokens - (_same_tokens(out, model) if scored and other(model) == JUDGE else 0)
+    fed = max(0, tokens - base.rows)  # a row's last token predicts nothing the guard reads
+    return TokenPasses(blocks=float(prompts + fed), heads=float(max(0, tokens)))
+
+
+def _same_tokens(out: Path, model: str) -> int:
+    """The tokens of the target rows where ``model``'s greedy response is the other model's, as the run kept them."""
+    import json
+
+    from core.run_dir import InterventionDir
+    from interventions.recipes import other
+
+    folder = InterventionDir(out)
+    mine, theirs = (
+        [json.loads(line)["token_ids"] for line in folder.responses(m).read_text().splitlines()]
+        for m in (model, other(model))
+    )
+    return sum(len(a) for a, b in zip(mine, theirs, strict=True) if a == b)
 
 
 def _fork(plan: ABPlan, model: str, edit_sets: Sequence[Sequence[Edit]], layers: int) -> int:

@@ -247,6 +247,58 @@ def test_coherence_runs_the_baseline_once_and_only_the_rows_an_arm_changed(  # t
     assert moved.perplexity == pytest.approx(output_perplexity(sft, prompts, changed)[0], rel=1e-6)
 
 
+def test_coherence_reads_the_rows_the_outcomes_already_scored_under_sft(  # type: ignore[no-untyped-def]
+    planted, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outcomes teacher-force SFT's greedy responses through SFT for their KL; where the DPO baseline's response is
+    SFT's, the coherence guard reads that row's NLL from there instead of running it again, and every arm's
+    perplexities are those of running every row (to float rounding: another engine's sums)."""
+    import json
+
+    from interventions.outcome_runs import OutcomeRuns
+
+    units = ",".join(f"{layer}:{unit}" for layer, unit in planted.units)
+    settings: dict[str, Any] = {
+        "model_dir": planted.dpo_dir,
+        "source_dir": perturbed_copy(planted.dpo_dir, tmp_path / "sft", scale=1e-4),  # answers as DPO does, mostly
+        "data_file": planted.data_dir / "test.jsonl",
+        "units": units,
+        "hook": planted.hook,
+        "capability": "multi_turn",
+        "placebo": 2,
+        "limit": 4,
+        "collateral": False,
+        "outcome_pairs": 1,
+        "generation": GenerationConfig(max_new_tokens=6, batch_size=8),
+        "n_bootstrap": 100,
+    }
+    judged: list[int] = []
+    forced_logits = coherence.forced_logits
+    monkeypatch.setattr(
+        coherence, "forced_logits", lambda model, seqs: (judged.append(len(seqs)), forced_logits(model, seqs))[1]
+    )
+
+    def ab(out: Path) -> tuple[list[Any], int]:
+        judged.clear()
+        report = run_ab(plan_ab(ABConfig(**settings, out_dir=out)))
+        return [arm.coherence for arm in report.arms], sum(judged)
+
+    shared, rows_shared = ab(tmp_path / "shared")
+    monkeypatch.setattr(OutcomeRuns, "scored_by", lambda _self, _judge: {})
+    alone, rows_alone = ab(tmp_path / "alone")
+    greedy = {
+        m: [json.loads(line)["token_ids"] for line in (tmp_path / "shared" / f"responses_{m}.jsonl").open()]
+        for m in ("dpo", "sft")
+    }
+    same = sum(a == b for a, b in zip(greedy["dpo"], greedy["sft"], strict=True))
+    assert same > 0  # the planted pair's models answer some rows alike
+    assert rows_shared == rows_alone - same
+    for mine, theirs in zip(shared, alone, strict=True):
+        assert mine is not None and theirs is not None and mine.tokens == theirs.tokens
+        assert mine.baseline == pytest.approx(theirs.baseline, rel=1e-5)
+        assert mine.perplexity == pytest.approx(theirs.perplexity, rel=1e-5)
+
+
 def test_ab_run_reports_every_alpha_with_its_coherence(planted, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     units = ",".join(f"{layer}:{unit}" for layer, unit in planted.units)
     settings: dict[str, Any] = {
