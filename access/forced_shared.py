@@ -268,11 +268,13 @@ class SharedForcing:
 def _chunks(rows: list[torch.Tensor], positions: int) -> Iterator[list[torch.Tensor]]:
     """``rows`` in runs of consecutive rows of at most ``positions`` positions in all (a longer row alone)."""
     run: list[torch.Tensor] = []
+    taken = 0
     for row in rows:
-        if run and sum(map(len, run)) + len(row) > positions:
+        if run and taken + len(row) > positions:
             yield run
-            run = []
+            run, taken = [], 0
         run.append(row)
+        taken += len(row)
     if run:
         yield run
 

@@ -204,6 +204,7 @@ class Outcomes:
             else None
         )
         self._whole_unedited_pass: ForcedPass | None = None  # the unedited pass by whole forwards, once needed
+        self._target_nll: dict[tuple[tuple[int, ...], tuple[int, ...]], float] | None = None  # once asked for
 
     @property
     def n_batches(self) -> int:
@@ -261,15 +262,18 @@ class Outcomes:
     def target_nll(self) -> dict[tuple[tuple[int, ...], tuple[int, ...]], float]:
         """Each KL row's response NLL under the target model (nats, summed over its tokens), keyed by its ``(prompt,
         response)`` token ids: what the target's pass gave the KL already (the coherence guard reads it instead of
-        running those rows again)."""
-        self.unedited()
-        nll = {}
-        for seq in self.rows:
-            log_t = self._seqs.target_logprobs(self._index[seq])
-            response = seq.ids[-seq.n_response :]
-            targets = torch.tensor(response, device=log_t.device)
-            nll[(seq.ids[: -seq.n_response], response)] = -float(log_t.gather(-1, targets[:, None]).sum())
-        return nll
+        running those rows again), worked out once."""
+        if self._target_nll is None:
+            self.unedited()
+            self._target_nll = {}
+            for seq in self.rows:
+                log_t = self._seqs.target_logprobs(self._index[seq])
+                response = seq.ids[-seq.n_response :]
+                targets = torch.tensor(response, device=log_t.device)
+                self._target_nll[(seq.ids[: -seq.n_response], response)] = -float(
+                    log_t.gather(-1, targets[:, None]).sum()
+                )
+        return self._target_nll
 
     def _per_arm(self, plan: SiteEdits | None) -> ForcedPass:
         """One arm by whole forwards, its edits applied around them."""

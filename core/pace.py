@@ -19,7 +19,7 @@ Example:
     54.6
     >>> round(gradient_seconds(10_000, parameters=REFERENCE_PARAMETERS) / machine_pace(), 1)   # both models, a backward
     90.1
-    >>> round(batched_seconds(0, [64, 34], 64, parameters=REFERENCE_PARAMETERS) / machine_pace(), 1)   # decoding
+    >>> round(batched_seconds([[0] * 64, [0] * 34], 64, parameters=REFERENCE_PARAMETERS) / machine_pace(), 1)
     34.1
     >>> sized("cpu", REFERENCE_PARAMETERS), sized("cuda:0", REFERENCE_PARAMETERS), sized("cpu", 1e6)
     (True, False, False)
@@ -133,11 +133,12 @@ def gradient_seconds(tokens: float, *, parameters: float) -> float:
     return prompt_seconds(tokens, models=GRADIENT_PASS_RATIO, parameters=parameters)
 
 
-def batched_seconds(prompt_tokens: float, batch_rows: Sequence[int], new_tokens: int, *, parameters: float) -> float:
-    """Seconds for one model to read ``prompt_tokens`` and decode batches of ``batch_rows`` rows up to ``new_tokens``
-    each on the shared engine (every step of every batch counted), on CPU."""
-    steps = sum(new_tokens * (DECODE_STEP_SECONDS + rows * DECODE_ROW_SECONDS) for rows in batch_rows)
-    return (prompt_tokens * PROMPT_SECONDS + steps) * scale(parameters)
+def batched_seconds(batches: Sequence[Sequence[int]], new_tokens: int, *, parameters: float) -> float:
+    """Seconds for one model to read ``batches`` of prompts (each its prompts' lengths in tokens) and decode each batch
+    up to ``new_tokens`` on the shared engine (every step of every batch counted), on CPU."""
+    prompts = sum(map(sum, batches))
+    steps = sum(new_tokens * (DECODE_STEP_SECONDS + len(batch) * DECODE_ROW_SECONDS) for batch in batches)
+    return (prompts * PROMPT_SECONDS + steps) * scale(parameters)
 
 
 def generation_seconds(prompt_tokens: float, new_tokens: float, *, parameters: float) -> float:

@@ -139,7 +139,8 @@ def intervene_work(options: ReplicateOptions, weights: Weights) -> dict[str, Tok
         (_generation(plan, report, model, prompts, weights.layers) for model in report.baselines), start=TokenPasses()
     )
     judged = {arm.model for arm in report.arms if arm.coherence is not None}
-    scored = config.outcomes != "off" and config.responses == "greedy"  # the target pass scored the KL rows
+    kept = config.outcomes != "off" and config.responses == "greedy"  # the target pass scored the rows' greedy KL
+    scored = [plan.row_ids[i] for i in plan.groups[config.target]] if kept else None
     coherence = sum(
         (
             _coherence(report, out, model, 0 if config.outcomes != "off" else prompts, scored)
@@ -156,30 +157,30 @@ def intervene_work(options: ReplicateOptions, weights: Weights) -> dict[str, Tok
     return {GENERATION: generation, FORCED: forced, COHERENCE: coherence}
 
 
-def _coherence(report: ABReport, out: Path, model: str, prompts: int, scored: bool) -> TokenPasses:
+def _coherence(report: ABReport, out: Path, model: str, prompts: int, scored: Sequence[int] | None) -> TokenPasses:
     """The coherence guard's work for the arms on ``model`` (module doc): its baseline's generated tokens through the
     judge and its logits there, after ``prompts`` prompt tokens (0: the outcomes' target pass ran them); ``scored``:
-    the rows that pass scored under the judge (where the model's greedy response is the judge's) left out."""
+    the data-file rows whose KL that pass scored under the judge, left out where the model's greedy response is the
+    judge's (None: it scored none)."""
     from interventions.coherence import JUDGE
     from interventions.recipes import other
 
     base = report.baselines[model]
-    tokens = base.tokens - (_same_tokens(out, model) if scored and other(model) == JUDGE else 0)
+    tokens = base.tokens - (_same_tokens(out, model, scored) if scored is not None and other(model) == JUDGE else 0)
     fed = max(0, tokens - base.rows)  # a row's last token predicts nothing the guard reads
     return TokenPasses(blocks=float(prompts + fed), heads=float(max(0, tokens)))
 
 
-def _same_tokens(out: Path, model: str) -> int:
-    """The tokens of the target rows where ``model``'s greedy response is the other model's, as the run kept them."""
-    import json
-
+def _same_tokens(out: Path, model: str, row_ids: Sequence[int]) -> int:
+    """The tokens of the target rows (``row_ids``) where ``model``'s greedy response is the other model's, as the run
+    kept them (:func:`probes.outcome_rows.read_responses_file`, held to those rows)."""
     from core.run_dir import InterventionDir
     from interventions.recipes import other
+    from probes.outcome_rows import ResponseChecks, read_responses_file
 
-    folder = InterventionDir(out)
+    checks = ResponseChecks(row_ids=row_ids)
     mine, theirs = (
-        [json.loads(line)["token_ids"] for line in folder.responses(m).read_text().splitlines()]
-        for m in (model, other(model))
+        read_responses_file(InterventionDir(out).responses(m), len(row_ids), checks) for m in (model, other(model))
     )
     return sum(len(a) for a, b in zip(mine, theirs, strict=True) if a == b)
 

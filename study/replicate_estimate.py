@@ -143,8 +143,8 @@ def evaluation_seconds(sft_dir: Path, judged: Sequence[TestRow], new_tokens: int
     from training.evaluate import batch_plan
 
     lengths = prompt_lengths(sft_dir, judged)
-    batches = batch_plan(lengths, EVAL_GENERATION.batch_size)
-    return batched_seconds(sum(lengths), [len(b) for b in batches], new_tokens, parameters=parameters)
+    batches = [[lengths[i] for i in batch] for batch in batch_plan(lengths, EVAL_GENERATION.batch_size)]
+    return batched_seconds(batches, new_tokens, parameters=parameters)
 
 
 def evaluated(options: ReplicateOptions) -> tuple[int, list[TestRow], int]:

@@ -299,6 +299,29 @@ def test_coherence_reads_the_rows_the_outcomes_already_scored_under_sft(  # type
         assert mine.perplexity == pytest.approx(theirs.perplexity, rel=1e-5)
 
 
+def test_the_outcomes_target_nll_is_the_coherence_guards_on_every_template(
+    models: tuple[PreTrainedModel, PreTrainedModel, Path], chat_data: Path
+) -> None:
+    """On the Llama template, ChatML (a BOS opening every turn) and a model without a BOS alike: the KL rows the
+    outcomes teacher-force are keyed by the very prompt ids the generator renders, and their NLL under the target is
+    the coherence guard's own for the same rows (so the guard reads them instead of running them again)."""
+    from access.forced import forced
+    from access.generation import Generator
+
+    sft, dpo, sft_dir = models
+    tokenizer = AutoTokenizer.from_pretrained(sft_dir)
+    questions = [row.question for row in read_test_rows(chat_data / "test.jsonl")[:3]]
+    responses = [[5, 6, 7], [8], [9, 10]]
+    prompts = Generator(dpo, tokenizer, questions).prompts
+    outcomes = Outcomes(dpo, sft, [forced(tokenizer, q, r) for q, r in zip(questions, responses, strict=True)])
+    scored = outcomes.target_nll()
+    rows = [(tuple(p), tuple(r)) for p, r in zip(prompts, responses, strict=True)]
+    assert list(scored) == rows
+    run_again: dict[coherence.PromptOutput, float] = {}
+    output_perplexity(sft, prompts, responses, known=run_again)
+    assert [scored[row] for row in rows] == pytest.approx([run_again[row] for row in rows], rel=1e-5)
+
+
 def test_ab_run_reports_every_alpha_with_its_coherence(planted, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     units = ",".join(f"{layer}:{unit}" for layer, unit in planted.units)
     settings: dict[str, Any] = {

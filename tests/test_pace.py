@@ -17,7 +17,7 @@ from core.pace import PACE_ENV, REFERENCE_PARAMETERS, REFERENCE_RATE, machine_pa
 ESTIMATES: dict[str, Callable[[], float]] = {
     "recording": lambda: core.pace.prompt_seconds(10_000, models=2, parameters=REFERENCE_PARAMETERS),
     "generation": lambda: core.pace.generation_seconds(5_000, 2_000, parameters=REFERENCE_PARAMETERS),
-    "evaluation": lambda: core.pace.batched_seconds(5_000, [64, 30], 64, parameters=REFERENCE_PARAMETERS),
+    "evaluation": lambda: core.pace.batched_seconds([[50] * 64, [60] * 30], 64, parameters=REFERENCE_PARAMETERS),
     "attribution": lambda: core.pace.gradient_seconds(10_000, parameters=REFERENCE_PARAMETERS),
     "outcomes": lambda: _outcomes(),
     "localize": lambda: _localize(),

@@ -522,8 +522,7 @@ def generation_estimate(
     parameters = parameter_count(model_dir)
     if not sized(device, parameters):
         return None
-    prompt_tokens = sum(map(sum, batches))
-    return batched_seconds(prompt_tokens, [len(b) for b in batches], generation.max_new_tokens, parameters=parameters)
+    return batched_seconds(batches, generation.max_new_tokens, parameters=parameters)
 
 
 def _in_batch(where: Callable[[int], str], batch: list[int]) -> Callable[[int], str]:
