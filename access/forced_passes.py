@@ -133,13 +133,37 @@ def _batch(
     )
 
 
+def judged_batch(batch: PromptBatch, unique: Sequence[Seq], judged: Sequence[Seq]) -> PromptBatch | None:
+    """The ``judged`` sequences whose prompt ``batch`` runs (``unique``: the sequences its ``seqs`` index), as responses
+    over the same prompts (their ``seqs`` index ``judged``); None where there are none."""
+    row_of = {unique[i][0]: int(k) for i, k in zip(batch.seqs, batch.response_prompt.tolist(), strict=True)}
+    members = [(row_of[prompt], j) for j, (prompt, _) in enumerate(judged) if prompt in row_of]
+    if not members:
+        return None
+    tr = max(len(judged[j][1]) for _, j in members)
+    response_ids, response_mask = torch.zeros(len(members), tr, dtype=torch.long), torch.zeros(len(members), tr).long()
+    for r, (_, j) in enumerate(members):
+        response = judged[j][1]
+        response_ids[r, : len(response)], response_mask[r, : len(response)] = torch.tensor(response), 1
+    return PromptBatch(
+        seqs=[j for _, j in members],
+        n_response=[len(judged[j][1]) for _, j in members],
+        prompt_ids=batch.prompt_ids,
+        prompt_mask=batch.prompt_mask,
+        response_ids=response_ids,
+        response_mask=response_mask,
+        response_prompt=torch.tensor([k for k, _ in members], dtype=torch.long),
+    )
+
+
 @dataclass
 class Hidden:
     """The hidden states of a batch at one point of the stack: the prompts' ``[P, Tp, d]``, the responses'
-    ``[R, Tr, d]``."""
+    ``[R, Tr, d]`` (and a judged batch's responses', where the pass ran one)."""
 
     prompt: torch.Tensor
     response: torch.Tensor
+    judged: torch.Tensor | None = None
 
 
 class ForcedStack(Stack):
@@ -155,26 +179,39 @@ class ForcedStack(Stack):
         layers: range,
         keep: Sequence[int] = (),
         phase: Phase | None = None,
+        judged: PromptBatch | None = None,
     ) -> tuple[Hidden, dict[int, Hidden]]:
         """``layers`` on ``hidden`` (what enters ``layers.start``): the prompts with a cache of their own, then the
-        responses over it; and for each block of ``keep`` in ``layers`` (or just above them), what entered it."""
+        responses over it; and for each block of ``keep`` in ``layers`` (or just above them), what entered it.
+        ``judged`` (:func:`judged_batch`, whole passes only): more responses run over the same prompt cache after
+        ``batch``'s own (phase ``judged``), which leaves ``batch``'s values as they are without them."""
         cache = self.new_cache()
         if phase is not None:
             phase("prompt")
         prompt, kept_prompt = self._blocks(
             hidden.prompt, layers, batch.prompt_mask, batch.prompt_positions, cache, keep
         )
+        if phase is not None:
+            phase("response")
+        response, kept_response = self._responses(batch, hidden.response, layers, cache, keep)
+        out = Hidden(prompt, response)
+        if judged is not None:
+            assert layers.start == 0, "a judged batch runs in whole passes only"
+            if phase is not None:
+                phase("judged")
+            out.judged = self._responses(judged, self.embed(judged.response_ids.to(self.device)), layers, cache, ())[0]
+        return out, {i: Hidden(kept_prompt[i], kept_response[i]) for i in kept_prompt}
+
+    def _responses(
+        self, batch: PromptBatch, hidden: torch.Tensor, layers: range, cache: Any, keep: Sequence[int]
+    ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """``batch``'s responses through ``layers``, each row over its prompt's keys and values in ``cache``."""
         expanded = self.new_cache()
         index = batch.response_prompt.to(self.device)
         for i in layers:
             layer: Any = cache.layers[i]
             expanded.update(layer.keys.index_select(0, index), layer.values.index_select(0, index), i)
-        if phase is not None:
-            phase("response")
-        response, kept_response = self._blocks(
-            hidden.response, layers, batch.full_response_mask, batch.response_positions, expanded, keep
-        )
-        return Hidden(prompt, response), {i: Hidden(kept_prompt[i], kept_response[i]) for i in kept_prompt}
+        return self._blocks(hidden, layers, batch.full_response_mask, batch.response_positions, expanded, keep)
 
     def _blocks(
         self,
@@ -210,10 +247,11 @@ class SourceValues:
     values: dict[str, dict[tuple[str, int], torch.Tensor]] = field(default_factory=dict)
 
     @torch.no_grad()
-    def compute(self, batch: PromptBatch, *, whole: bool = False) -> Hidden:
+    def compute(self, batch: PromptBatch, *, whole: bool = False, judged: PromptBatch | None = None) -> Hidden:
         """Run the source on ``batch`` and keep its values at :attr:`sites`, for the prompts and the responses; the
-        blocks up to the highest site, or every block (``whole``); returns what the last block run gave."""
-        self.values = {"prompt": {}, "response": {}}
+        blocks up to the highest site, or every block (``whole``, which may run ``judged`` too:
+        :meth:`ForcedStack.run`); returns what the last block run gave."""
+        self.values = {"prompt": {}, "response": {}, "judged": {}}
         current = {"phase": "prompt"}
 
         def keep(site: tuple[str, int]) -> Callable[[torch.Tensor], None]:
@@ -226,7 +264,11 @@ class SourceValues:
         try:
             top = self.stack.total - 1 if whole else max(layer for _, layer in self.sites)
             out, _ = self.stack.run(
-                batch, self.stack.embed_batch(batch), range(top + 1), phase=lambda p: current.update(phase=p)
+                batch,
+                self.stack.embed_batch(batch),
+                range(top + 1),
+                phase=lambda p: current.update(phase=p),
+                judged=judged if whole else None,
             )
             return out
         finally:

@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from access.forced import ForcedPass, Sequences
-from access.forced_passes import ForcedStack, Hidden, PromptBatch, SourceValues, fork_layer
+from access.forced import Forced, ForcedPass, Sequences, scores
+from access.forced_passes import ForcedStack, Hidden, PromptBatch, Seq, SourceValues, fork_layer, judged_batch
 from access.hook_points import attach
 from access.lockstep import Lockstep
 
@@ -75,8 +75,16 @@ class _Arms:
 class SharedForcing:
     """The shared engine over ``batches`` of ``seqs`` for edits of ``model`` (module doc)."""
 
-    def __init__(self, model: PreTrainedModel, seqs: Sequences, batches: list[PromptBatch]) -> None:
+    def __init__(
+        self, model: PreTrainedModel, seqs: Sequences, batches: list[PromptBatch], judged: Sequence[Forced] = ()
+    ) -> None:
         self.model, self.seqs, self.batches = model, seqs, batches
+        self.judged = list(judged)
+        self._judged_batches = [
+            judged_batch(batch, [_split(s) for s in seqs.unique], [_split(s) for s in self.judged]) if judged else None
+            for batch in batches
+        ]
+        self.judged_logprob: dict[int, float] = {}  # per judged sequence the target's pass ran, its response's log-prob
         self.stack = ForcedStack(model)
         self.kept_sites: set[tuple[str, int]] = set()  # patch sources' sites whose values later calls reuse
         self._kept: dict[tuple[int, int], dict[str, dict[tuple[str, int], torch.Tensor]]] = {}  # (source, batch)
@@ -217,14 +225,13 @@ class SharedForcing:
     def _logits(self, batch: PromptBatch, out: Hidden) -> Iterator[torch.Tensor]:
         """Per response row, the LM head's logits at the positions that predict its tokens: the rows' positions in
         products of up to :data:`HEAD_POSITIONS` (a product per row ran at a third of the rate on a CPU)."""
-        for rows in _chunks(self.stack.response_hidden(batch, out), HEAD_POSITIONS):
-            yield from self.stack.head(torch.cat(rows)).split([len(row) for row in rows])
+        return _head_logits(self.stack, self.stack.response_hidden(batch, out))
 
     def _sources(self, b: int, sources: dict[int, SourceValues], *, target: bool) -> None:
         """Each patch source's values on batch ``b``: the kept ones where they hold every site it needs, else from a
         pass of the source (whole, where it is the target model and ``target`` asks for the target's head input:
         one pass for both); then the target's own pass where no source gave it."""
-        batch = self.batches[b]
+        batch, judged = self.batches[b], self._judged_batches[b]
         target = target and any(i in self.seqs.kl_rows for i in batch.seqs)
         for values in sources.values():
             key = (id(values.stack.model), b)
@@ -233,9 +240,9 @@ class SharedForcing:
                 values.values = kept
                 continue
             whole = target and values.stack.model is self.seqs.target
-            out = values.compute(batch, whole=whole)
+            out = values.compute(batch, whole=whole, judged=judged)
             if whole:
-                self._target_batch(batch, values.stack, out)
+                self._target_batch(batch, values.stack, out, judged)
                 target = False
             if self.kept_sites & values.sites:
                 self._kept[key] = {
@@ -244,15 +251,21 @@ class SharedForcing:
                 }
         if target:
             stack = ForcedStack(self.seqs.target)
-            self._target_batch(batch, stack, stack.run(batch, stack.embed_batch(batch), range(stack.total))[0])
+            out = stack.run(batch, stack.embed_batch(batch), range(stack.total), judged=judged)[0]
+            self._target_batch(batch, stack, out, judged)
 
-    def _target_batch(self, batch: PromptBatch, stack: ForcedStack, out: Hidden) -> None:
+    def _target_batch(self, batch: PromptBatch, stack: ForcedStack, out: Hidden, judged: PromptBatch | None) -> None:
         """The target's head input at the KL sequences' response positions (kept, ``d_model`` floats a token), from
-        the target's whole pass ``out``."""
+        the target's whole pass ``out``; and the NLL of each ``judged`` response it ran."""
         assert self.seqs.target_hidden is not None
         for i, hidden in zip(batch.seqs, stack.response_hidden(batch, out), strict=True):
             if i in self.seqs.kl_rows:
                 self.seqs.target_hidden[i] = hidden.float().cpu()
+        if judged is not None and out.judged is not None:
+            rows = stack.response_hidden(judged, Hidden(out.prompt, out.judged))
+            for j, row_logits in zip(judged.seqs, _head_logits(stack, rows), strict=True):
+                log_p = torch.log_softmax(row_logits.double(), dim=-1)
+                self.judged_logprob[j] = scores(log_p, self.judged[j], None)[0]
 
     def _target_logprobs(self, batch: PromptBatch) -> dict[int, torch.Tensor]:
         """The target's float64 log-probs at the batch's KL sequences' response positions."""
@@ -263,6 +276,17 @@ class SharedForcing:
     ) -> None:
         for i, row_logits in zip(batch.seqs, logits, strict=True):
             into.score(i, torch.log_softmax(row_logits.double(), dim=-1), self.seqs.unique[i], log_t.get(i))
+
+
+def _head_logits(stack: ForcedStack, rows: list[torch.Tensor]) -> Iterator[torch.Tensor]:
+    """``stack``'s LM-head logits of each of ``rows`` (head inputs), in products of up to :data:`HEAD_POSITIONS`."""
+    for run in _chunks(rows, HEAD_POSITIONS):
+        yield from stack.head(torch.cat(run)).split([len(row) for row in run])
+
+
+def _split(seq: Forced) -> Seq:
+    """``seq`` as its (prompt, response) token ids."""
+    return seq.ids[: -seq.n_response], seq.ids[-seq.n_response :]
 
 
 def _chunks(rows: list[torch.Tensor], positions: int) -> Iterator[list[torch.Tensor]]:

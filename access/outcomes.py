@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from access.forced import Forced, ForcedPass, Sequences, WholeForwards, forced, forced_logits, pack
+from access.forced import Forced, ForcedPass, Sequences, WholeForwards, forced, forced_logits, pack, scores
 from access.forced_shared import Progress, SharedForcing, context_of
 from access.stack import ENGINES, PER_ARM, SHARED, unsupported
 from core.clock import FORCED, timed
@@ -151,7 +151,9 @@ class Outcomes:
 
     ``rows``: the KL sequences (one per test row); ``reference``: sequences whose response is each row's reference
     (for ``reference_logprob``; may be ``rows`` itself); ``pairs``: (chosen, rejected) sequences of DPO pairs.
-    ``responses`` names what the KL rows' responses are, for reports. Call :meth:`arms` with every arm at once (each
+    ``responses`` names what the KL rows' responses are, for reports. ``judged``: more sequences whose response the
+    target's pass scores under the target alone, over the prompts it runs anyway (:meth:`target_nll`: the coherence
+    guard's rows; the shared engine only). Call :meth:`arms` with every arm at once (each
     batch of sequences is then prepared once for all of them), or :meth:`arm` once per arm.
 
     ``engine`` (one of :data:`access.stack.ENGINES`, or ``auto``): ``shared`` runs
@@ -178,6 +180,7 @@ class Outcomes:
         max_batch_tokens: int = 2048,
         batch_size: int = 16,
         engine: str = "auto",
+        judged: Sequence[Forced] = (),
     ) -> None:
         from access.forced_passes import prompt_batches
 
@@ -199,6 +202,7 @@ class Outcomes:
                     max_batch_tokens,
                     batch_size,
                 ),
+                judged=[seq for seq in dict.fromkeys(judged) if seq not in set(self.rows)],
             )
             if self.engine == SHARED
             else None
@@ -262,17 +266,15 @@ class Outcomes:
     def target_nll(self) -> dict[tuple[tuple[int, ...], tuple[int, ...]], float]:
         """Each KL row's response NLL under the target model (nats, summed over its tokens), keyed by its ``(prompt,
         response)`` token ids: what the target's pass gave the KL already (the coherence guard reads it instead of
-        running those rows again), worked out once."""
+        running those rows again), worked out once; with the ``judged`` sequences that pass ran over its prompts (the
+        shared engine: those whose prompt some batch runs)."""
         if self._target_nll is None:
             self.unedited()
-            self._target_nll = {}
-            for seq in self.rows:
-                log_t = self._seqs.target_logprobs(self._index[seq])
-                response = seq.ids[-seq.n_response :]
-                targets = torch.tensor(response, device=log_t.device)
-                self._target_nll[(seq.ids[: -seq.n_response], response)] = -float(
-                    log_t.gather(-1, targets[:, None]).sum()
-                )
+            logprobs = {seq: scores(self._seqs.target_logprobs(self._index[seq]), seq, None)[0] for seq in self.rows}
+            if self._shared is not None:
+                judged = self._shared.judged
+                logprobs.update((judged[j], value) for j, value in self._shared.judged_logprob.items())
+            self._target_nll = {(s.ids[: -s.n_response], s.ids[-s.n_response :]): -v for s, v in logprobs.items()}
         return self._target_nll
 
     def _per_arm(self, plan: SiteEdits | None) -> ForcedPass:

@@ -58,7 +58,7 @@ from interventions.passes import (
 )
 from interventions.placebos import drawn, rank_among_placebos, skip_placebos, skipped
 from interventions.plan import ABPlan, provenance_warnings
-from interventions.recipes import Arm
+from interventions.recipes import Arm, other
 from interventions.results import (
     ABReport,
     ArmPlacebo,
@@ -261,14 +261,25 @@ def _arm_result(run: _Run, arm: Arm, number: int) -> tuple[ArmResult, Generation
         edits=arm.describe(),
     )
     result.placebo = _placebo(run, arm, placebo_passes, guard, (capabilities, rows_changed))
-    found = run.outcomes.of(arm, _generations(run))
+    prompts = run.gens[arm.model].generator.prompts
+    found = run.outcomes.of(arm, _generations(run), _judged(run, arm, prompts, [base, generated[0]]))
     if found is not None:
         result.outcomes = found[1]
-    prompts = run.gens[arm.model].generator.prompts
     for row, nll in run.outcomes.scored_by(JUDGE).items():  # rows the outcomes' target pass scored under SFT
         run.fluency.setdefault(row, nll)
     result.coherence = arm_coherence(plan.pool.model, prompts, base.ids, generated[0].ids, run.fluency)
     return result, generated[0]
+
+
+def _judged(run: _Run, arm: Arm, prompts: Sequence[Sequence[int]], known: list[Generations]) -> list[PromptOutput]:
+    """The rows the coherence guard reads for the arms on ``arm``'s model, where the outcomes' target there is its
+    judge: the baseline's and each arm's own generations decoded so far (``known``, and those the shared batches
+    decoded), for the target's pass to score over the prompts it runs anyway (none once that pass ran)."""
+    if run.outcomes.off or other(arm.model) != JUDGE or arm.model in run.outcomes.runs:
+        return []
+    decoded = [run.ledger.decoded.get(arm_passes(a)[0].key) for a in run.plan.arms if a.model == arm.model]
+    every = known + [g for g in decoded if g is not None]
+    return list(dict.fromkeys((tuple(p), tuple(o)) for g in every for p, o in zip(prompts, g.ids, strict=True)))
 
 
 def _generations(run: _Run) -> dict[str, Generations]:

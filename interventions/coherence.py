@@ -3,8 +3,10 @@
 An edit strong enough to move compliance may do it by breaking the text (an amplification at a large alpha, an ablation
 of many units). Each arm's generated responses, and its model's baseline responses, are teacher-forced once through the
 SFT model after their prompts (a row an arm generated as its baseline did is read back, not run again, and so is a row
-the continuous outcomes already teacher-forced through SFT: where the response is SFT's own greedy one, the KL's target
-pass scored it, :meth:`interventions.outcome_runs.OutcomeRuns.scored_by`); the guard is the
+the continuous outcomes already teacher-forced through SFT, :meth:`interventions.outcome_runs.OutcomeRuns.scored_by`:
+where the outcomes of an arm on DPO run, their target pass runs the target rows' prompts through SFT anyway and scores
+there SFT's own greedy responses for the KL and the baseline's and the arms' other responses for this guard); the guard
+is the
 **perplexity** ``exp(total NLL / total tokens)`` over every generated token of every row (rows that generated nothing
 are left out), reported beside compliance. A dose that breaks the text shows as a perplexity far above the baseline's.
 The SFT model is the judge of fluency because it is the pair's common reference; nothing here is a threshold: the number
@@ -58,7 +60,8 @@ def output_perplexity(
     if not rows:
         return float("nan"), 0
     missing = list(dict.fromkeys(row for row in rows if row not in known))
-    known.update(zip(missing, _nll(model, missing, max_batch_tokens, batch_size), strict=True))
+    if missing:
+        known.update(zip(missing, _nll(model, missing, max_batch_tokens, batch_size), strict=True))
     count = sum(len(output) for _, output in rows)
     return math.exp(sum(known[row] for row in rows) / count), count
 
@@ -91,7 +94,8 @@ def arm_coherence(
     ones; None where the SFT model cannot be loaded. ``known`` (one per run: the judge is always SFT) keeps every
     row's NLL, so the baseline runs once and an arm runs only the rows its edit changed (on the default A/B the main
     arm changes none of 36 rows and the factor-0 control 8: 44 rows teacher-forced instead of 144), and it holds the
-    rows the outcomes scored under SFT already (26 of the DPO baseline's 36 are SFT's own responses)."""
+    rows the outcomes scored under SFT already (on the default A/B all 44: 26 of the DPO baseline's 36 are SFT's own
+    responses, the KL's, and the outcomes' target pass scores the other 18 over the same prompts)."""
     try:
         judge = model_of(JUDGE)
     except ProbeError:

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from access.outcomes import Forced
 from core.errors import ProbeError
 from interventions.cells import fmt_range
 from interventions.evidence import MIN_PLACEBO_SETS
@@ -134,23 +135,27 @@ class OutcomeRuns:
     responses: dict[str, str] = field(default_factory=dict)  # per edited model, which responses it teacher-forced
     pairs: int = 0  # the DPO pairs the margin rests on
 
-    def of(self, arm: Arm, baselines: Mapping[str, Generations]) -> tuple[ArmOutcomes, list[OutcomeResult]] | None:
+    def of(
+        self, arm: Arm, baselines: Mapping[str, Generations], judged: Sequence[PromptOutput] = ()
+    ) -> tuple[ArmOutcomes, list[OutcomeResult]] | None:
         """The arm's outcomes on the target capability's rows, and their results placed among its placebo sets
         (None: the run measures none); ``baselines``: each model's baseline generations, the target's greedy
-        responses among them."""
+        responses among them; ``judged``: (prompt, output) rows the target's pass scores too, where it runs their
+        prompts (read by :meth:`scored_by`; only the first arm on a model gives them)."""
         if self.off:
             return None
         if arm.model not in self.runs:
-            self._start(arm.model, baselines.get(other(arm.model)))
+            self._start(arm.model, baselines.get(other(arm.model)), judged)
         return self.measured[(arm.model, edits_key(arm.edits))], self.results[arm.title]
 
     def scored_by(self, judge: str) -> dict[PromptOutput, float]:
         """Every row some run teacher-forced through ``judge`` as its target, with its NLL there (the KL rows of the
-        arms on the other model, once those arms' outcomes ran): rows the coherence guard need not run again."""
+        arms on the other model and the rows :meth:`of` was given to judge, once those arms' outcomes ran): rows the
+        coherence guard need not run again."""
         edited = other(judge)
         return self.runs[edited].target_nll() if edited in self.runs else {}
 
-    def _start(self, model: str, base: Generations | None) -> None:
+    def _start(self, model: str, base: Generations | None, judged: Sequence[PromptOutput]) -> None:
         plan = self.plan
         idx = plan.groups[plan.config.target]
         inputs = inputs_for(
@@ -158,7 +163,8 @@ class OutcomeRuns:
         )
         self.responses[model] = inputs.responses
         self.pairs = len(inputs.pairs)
-        self.runs[model] = outcomes_for(plan.models[model], plan.models[other(model)], inputs)
+        forced = [Forced((*prompt, *output), len(output)) for prompt, output in judged if prompt and output]
+        self.runs[model] = outcomes_for(plan.models[model], plan.models[other(model)], inputs, forced)
         self._staged(model, [arm for arm in plan.arms if arm.model == model])
 
     def _staged(self, model: str, arms: list[Arm]) -> None:

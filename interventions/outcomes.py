@@ -255,8 +255,17 @@ def write_greedy(
         write_atomic(InterventionDir(folder).responses(model), "".join(line + "\n" for line in lines))
 
 
-def outcomes_for(model: PreTrainedModel, target: PreTrainedModel, inputs: OutcomeInputs) -> Outcomes:
-    """The :class:`access.outcomes.Outcomes` of edits to ``model`` against ``target``."""
+def outcomes_for(
+    model: PreTrainedModel, target: PreTrainedModel, inputs: OutcomeInputs, judged: Sequence[Forced] = ()
+) -> Outcomes:
+    """The :class:`access.outcomes.Outcomes` of edits to ``model`` against ``target`` (``judged``: sequences the
+    target's pass scores too)."""
     return Outcomes(
-        model, target, inputs.rows, reference=inputs.reference, pairs=inputs.pairs, responses=inputs.responses
+        model,
+        target,
+        inputs.rows,
+        reference=inputs.reference,
+        pairs=inputs.pairs,
+        responses=inputs.responses,
+        judged=judged,
     )

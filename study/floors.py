@@ -17,11 +17,12 @@ intervene: generation       per model, its passes generated (baseline, arms, the
 intervene: teacher-forced   per edited model, the outcomes' sequences as the run teacher-forced them (every distinct
                             prompt once, every response): the target's pass and the unedited one whole, each arm and
                             the placebo sets it teacher-forced from its fork layer up, the logits at every response
-                            token
+                            token; where the target is the coherence guard's judge (SFT), the model's baseline
+                            responses of the target rows that are not KL rows, through the target after its prompts
 intervene: coherence        per edited model, its baseline's generated tokens through the guard's judge (SFT) and its
                             logits there, after prompts the outcomes' target pass already ran (where the outcomes are
-                            off, the prompts as the generation counts them), but the rows that pass scored (its KL
-                            rows: where the model's greedy response is SFT's); an arm's changed rows not counted
+                            off, the prompts as the generation counts them), but the rows that pass scored (where the
+                            target is the judge, every target row); an arm's changed rows not counted
 evaluate                    per model, the judged rows' prompt tokens (every stem once) and its responses' tokens
                             (re-tokenized from ``eval.json``), a logit per response token
 localize                    its estimate's counts (:func:`study.replicate_estimate.localize_counts`): the fixed passes,
@@ -124,8 +125,10 @@ def intervene_work(options: ReplicateOptions, weights: Weights) -> dict[str, Tok
     """The intervene stage's work per kind (module doc: generation, teacher-forced, coherence), from its plan and its
     report."""
     from access.stems import stem_batches, stem_tokens
+    from interventions.coherence import JUDGE
     from interventions.passes import generators
     from interventions.plan import plan_ab
+    from interventions.recipes import other
     from interventions.results import ABReport
     from study.replicate import ab_config
 
@@ -138,42 +141,39 @@ def intervene_work(options: ReplicateOptions, weights: Weights) -> dict[str, Tok
     generation = sum(
         (_generation(plan, report, model, prompts, weights.layers) for model in report.baselines), start=TokenPasses()
     )
-    judged = {arm.model for arm in report.arms if arm.coherence is not None}
-    kept = config.outcomes != "off" and config.responses == "greedy"  # the target pass scored the rows' greedy KL
-    scored = [plan.row_ids[i] for i in plan.groups[config.target]] if kept else None
-    coherence = sum(
-        (
-            _coherence(report, out, model, 0 if config.outcomes != "off" else prompts, scored)
-            for model in sorted(judged)
-        ),
-        start=TokenPasses(),
-    )
+    forced = {
+        model: _forced(plan, report, config, out, model, weights.layers)
+        for model in sorted({a.model for a in plan.arms})
+    }
+    coherence = TokenPasses()
+    row_ids = [plan.row_ids[i] for i in plan.groups[config.target]]
+    for model in sorted({arm.model for arm in report.arms if arm.coherence is not None}):
+        if model in forced and other(model) == JUDGE:  # the target's pass scores the guard's rows of the target
+            guard, judged = _guard_rows(out, model, row_ids, config.responses == "greedy")
+            coherence += _coherence(report, model, 0, guard)
+            forced[model] += judged
+        else:
+            coherence += _coherence(report, model, prompts if config.outcomes == "off" else 0, TokenPasses())
     if config.outcomes == "off":
         return {GENERATION: generation, COHERENCE: coherence}
-    forced = sum(
-        (_forced(plan, report, config, out, model, weights.layers) for model in sorted({a.model for a in plan.arms})),
-        start=TokenPasses(),
-    )
-    return {GENERATION: generation, FORCED: forced, COHERENCE: coherence}
+    return {GENERATION: generation, FORCED: sum(forced.values(), start=TokenPasses()), COHERENCE: coherence}
 
 
-def _coherence(report: ABReport, out: Path, model: str, prompts: int, scored: Sequence[int] | None) -> TokenPasses:
+def _coherence(report: ABReport, model: str, prompts: int, scored: TokenPasses) -> TokenPasses:
     """The coherence guard's work for the arms on ``model`` (module doc): its baseline's generated tokens through the
-    judge and its logits there, after ``prompts`` prompt tokens (0: the outcomes' target pass ran them); ``scored``:
-    the data-file rows whose KL that pass scored under the judge, left out where the model's greedy response is the
-    judge's (None: it scored none)."""
-    from interventions.coherence import JUDGE
-    from interventions.recipes import other
-
+    judge and its logits there, after ``prompts`` prompt tokens (0: the outcomes' target pass ran them), but the
+    ``scored`` ones the outcomes' target pass ran for it."""
     base = report.baselines[model]
-    tokens = base.tokens - (_same_tokens(out, model, scored) if scored is not None and other(model) == JUDGE else 0)
-    fed = max(0, tokens - base.rows)  # a row's last token predicts nothing the guard reads
-    return TokenPasses(blocks=float(prompts + fed), heads=float(max(0, tokens)))
+    heads = max(0.0, base.tokens - scored.heads)
+    fed = max(0.0, base.tokens - base.rows - scored.blocks)  # a row's last token predicts nothing the guard reads
+    return TokenPasses(blocks=prompts + fed, heads=heads)
 
 
-def _same_tokens(out: Path, model: str, row_ids: Sequence[int]) -> int:
-    """The tokens of the target rows (``row_ids``) where ``model``'s greedy response is the other model's, as the run
-    kept them (:func:`probes.outcome_rows.read_responses_file`, held to those rows)."""
+def _guard_rows(out: Path, model: str, row_ids: Sequence[int], greedy: bool) -> tuple[TokenPasses, TokenPasses]:
+    """The guard's baseline rows of the target (``row_ids``, ``model``'s greedy responses as the run kept them:
+    :func:`probes.outcome_rows.read_responses_file`) that the outcomes' target pass scores, every one; and the work
+    they add to that pass, those it does not run for the KL (where the KL teacher-forces greedy responses, those that
+    are the judge's own): their tokens after its prompts, and their logits."""
     from core.run_dir import InterventionDir
     from interventions.recipes import other
     from probes.outcome_rows import ResponseChecks, read_responses_file
@@ -182,7 +182,15 @@ def _same_tokens(out: Path, model: str, row_ids: Sequence[int]) -> int:
     mine, theirs = (
         read_responses_file(InterventionDir(out).responses(m), len(row_ids), checks) for m in (model, other(model))
     )
-    return sum(len(a) for a, b in zip(mine, theirs, strict=True) if a == b)
+    added = [a for a, b in zip(mine, theirs, strict=True) if not (greedy and a == b)]
+    return _response_work(mine), _response_work(added)
+
+
+def _response_work(responses: Sequence[str | list[int]]) -> TokenPasses:
+    """Responses teacher-forced after their prompts: every token but each row's last through the blocks, a logit per
+    token."""
+    tokens = sum(map(len, responses))
+    return TokenPasses(blocks=float(max(0, tokens - len(responses))), heads=float(tokens))
 
 
 def _fork(plan: ABPlan, model: str, edit_sets: Sequence[Sequence[Edit]], layers: int) -> int:

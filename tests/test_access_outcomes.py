@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,38 @@ def test_independent_recomputation_matches_to_1e_5(setup) -> None:  # type: igno
     np.testing.assert_allclose(ablated.kl[:2], kls, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(ablated.reference_logprob[:2], refs, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(ablated.margin[0], margin, rtol=1e-5, atol=1e-5)
+
+
+def test_judged_sequences_are_scored_by_the_targets_pass_and_change_nothing_else(setup) -> None:  # type: ignore[no-untyped-def]
+    """Sequences the target's pass is given to judge (the coherence guard's rows: other responses over the prompts it
+    runs) get their response NLL under the target, the guard's own to 1e-5; one over a prompt no batch runs is left
+    to the guard; and every outcome of every arm is bit for bit what it is without them."""
+    from interventions.coherence import output_perplexity
+
+    _, sft, dpo, _, rows, dpo_pairs = setup
+    split = [(r.ids[: -r.n_response], r.ids[-r.n_response :]) for r in rows]
+    others = [Forced((*prompt, *response[::-1], 5), len(response) + 1) for prompt, response in split]
+    foreign = Forced((*split[0][0][:-1], 3, 4), 1)
+
+    def outcomes(judged: list[Forced]) -> Outcomes:
+        return Outcomes(
+            dpo, sft, rows, reference=rows, pairs=dpo_pairs, responses="reference", max_batch_tokens=600, judged=judged
+        )
+
+    plain, judging = outcomes([]), outcomes([*others, rows[0], foreign])
+    assert judging.engine == "shared"
+    arms: list[list[Edit]] = [[], [Scale(NeuronSet([Neuron(0, 1), Neuron(1, 2)], hook="mlp_post"), 0.0)]]
+    for mine, theirs in zip(judging.arms(arms), plain.arms(arms), strict=True):
+        for name in ("kl", "kl_unedited", "reference_logprob", "reference_unedited", "margin", "margin_unedited"):
+            np.testing.assert_array_equal(getattr(mine, name), getattr(theirs, name))
+    nll, kl_rows = judging.target_nll(), plain.target_nll()
+    keys = {(s.ids[: -s.n_response], s.ids[-s.n_response :]): s for s in others}
+    assert set(nll) == set(kl_rows) | set(keys)
+    assert all(nll[key] == kl_rows[key] for key in kl_rows)
+    for (prompt, response), seq in keys.items():
+        perplexity, tokens = output_perplexity(sft, [prompt], [response])
+        assert tokens == seq.n_response
+        assert nll[(prompt, response)] == pytest.approx(math.log(perplexity) * tokens, rel=1e-5)
 
 
 def test_planted_units_close_the_whole_gap_and_placebos_do_not(
