@@ -50,6 +50,7 @@ from interventions.passes import (
     arm_passes,
     arm_store,
     decode,
+    decode_ahead,
     generators,
     kept,
     plan_passes,
@@ -262,7 +263,7 @@ def _arm_result(run: _Run, arm: Arm, number: int) -> tuple[ArmResult, Generation
     )
     result.placebo = _placebo(run, arm, placebo_passes, guard, (capabilities, rows_changed))
     prompts = run.gens[arm.model].generator.prompts
-    found = run.outcomes.of(arm, _generations(run), _judged(run, arm, prompts, [base, generated[0]]))
+    found = run.outcomes.of(arm, _generations(run), _judged(run, arm, prompts, generated[0]))
     if found is not None:
         result.outcomes = found[1]
     for row, nll in run.outcomes.scored_by(JUDGE).items():  # rows the outcomes' target pass scored under SFT
@@ -271,14 +272,17 @@ def _arm_result(run: _Run, arm: Arm, number: int) -> tuple[ArmResult, Generation
     return result, generated[0]
 
 
-def _judged(run: _Run, arm: Arm, prompts: Sequence[Sequence[int]], known: list[Generations]) -> list[PromptOutput]:
-    """The rows the coherence guard reads for the arms on ``arm``'s model, where the outcomes' target there is its
-    judge: the baseline's and each arm's own generations decoded so far (``known``, and those the shared batches
-    decoded), for the target's pass to score over the prompts it runs anyway (none once that pass ran)."""
+def _judged(run: _Run, arm: Arm, prompts: Sequence[Sequence[int]], own: Generations) -> list[PromptOutput]:
+    """The rows the coherence guard reads for the arms on ``arm``'s model (``own``: ``arm``'s generations), where the
+    outcomes' target there is its judge, for the target's pass to score over the prompts it runs anyway: the
+    baseline's, then each arm's own generations in the plan's order (an arm not yet decoded is decoded now, ahead of
+    its turn, so that every engine gives that pass the same rows); none once that pass ran."""
     if run.outcomes.off or other(arm.model) != JUDGE or arm.model in run.outcomes.runs:
         return []
-    decoded = [run.ledger.decoded.get(arm_passes(a)[0].key) for a in run.plan.arms if a.model == arm.model]
-    every = known + [g for g in decoded if g is not None]
+    every = [run.baselines[arm.model][0]]
+    for a in (a for a in run.plan.arms if a.model == arm.model):
+        one = arm_passes(a)[0]
+        every.append(own if a is arm else decode_ahead(one, run.gens[a.model], run.store, run.ledger, run.progress))
     return list(dict.fromkeys((tuple(p), tuple(o)) for g in every for p, o in zip(prompts, g.ids, strict=True)))
 
 

@@ -161,6 +161,15 @@ def decode(one: Pass, generator: ABGenerator, store: ArmStore, ledger: Ledger, p
     return generations
 
 
+def decode_ahead(one: Pass, generator: ABGenerator, store: ArmStore, ledger: Ledger, progress: Progress) -> Generations:
+    """:func:`decode` before the pass's turn (its generations kept in the ledger, which its turn then reads and counts
+    as done)."""
+    if one.key not in ledger.decoded:
+        ledger.decoded[one.key] = decode(one, generator, store, ledger, progress)
+        ledger.done -= 1
+    return ledger.decoded[one.key]
+
+
 def kept(store: ArmStore, total: int, out_dir: str | Path | None) -> str:
     """What an interrupt leaves on disk, and how to resume from it (one line)."""
     done = store.finished()
