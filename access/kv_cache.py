@@ -72,6 +72,13 @@ def growing_layer_class() -> type:
             self.keys, self.values = keys[..., :end, :], values[..., :end, :]
             return self.keys, self.values
 
+        def adopt(self, keys: torch.Tensor, values: torch.Tensor, end: int) -> None:
+            """Take ``keys`` and ``values``, buffers whose first ``end`` positions are filled, as the layer's."""
+            if not self.is_initialized:
+                self.lazy_initialization(keys, values)
+            self._buffers = (keys, values)
+            self.keys, self.values = keys[..., :end, :], values[..., :end, :]
+
         def reset(self) -> None:
             self._buffers = None
             super().reset()
@@ -103,13 +110,40 @@ def select_rows(cache: Any, indices: list[int], device: torch.device) -> None:
 def joined(caches: list[Any], layers: range, into: Any, seed: int = 0, trims: list[int] | None = None) -> Any:
     """One cache holding the rows of ``caches`` in order (each filled for ``layers`` by one slice's forward); a slice
     whose forward left out ``trims[k]`` padding positions after the ``seed`` positions it started from gets zeros there
-    (the mask hides them)."""
+    (the mask hides them). Into a growing cache (:func:`new_cache` with a reserve), each slice is copied once, straight
+    into the buffers with room to spare."""
     trims = trims or [0] * len(caches)
     for index in layers:
-        keys = torch.cat([_widened(c.layers[index].keys, seed, t) for c, t in zip(caches, trims, strict=True)])
-        values = torch.cat([_widened(c.layers[index].values, seed, t) for c, t in zip(caches, trims, strict=True)])
+        parts = [c.layers[index] for c in caches]
+        layer = into.layers[index]
+        grows = isinstance(layer, growing_layer_class())
+        if grows:
+            width = parts[0].keys.shape[-2] + trims[0]
+            keys, values = (
+                _filled([getattr(p, kind) for p in parts], seed, trims, width + layer.reserve)
+                for kind in ("keys", "values")
+            )
+            layer.adopt(keys, values, width)
+            continue
+        keys = torch.cat([_widened(p.keys, seed, t) for p, t in zip(parts, trims, strict=True)])
+        values = torch.cat([_widened(p.values, seed, t) for p, t in zip(parts, trims, strict=True)])
         into.update(keys, values, index)
     return into
+
+
+def _filled(slices: list[torch.Tensor], seed: int, trims: list[int], capacity: int) -> torch.Tensor:
+    """A buffer of ``capacity`` positions holding ``slices`` one after another along the rows, each widened as
+    :func:`_widened` widens it (zeros at its trimmed positions)."""
+    first = slices[0]
+    buffer = first.new_empty(sum(x.shape[0] for x in slices), *first.shape[1:-2], capacity, first.shape[-1])
+    start = 0
+    for x, trim in zip(slices, trims, strict=True):
+        rows = buffer[start : start + x.shape[0]]
+        rows[..., :seed, :] = x[..., :seed, :]
+        rows[..., seed : seed + trim, :] = 0
+        rows[..., seed + trim : trim + x.shape[-2], :] = x[..., seed:, :]
+        start += x.shape[0]
+    return buffer
 
 
 def _widened(x: torch.Tensor, seed: int, trim: int) -> torch.Tensor:

@@ -20,6 +20,7 @@ import json
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ def main() -> None:
     parser.add_argument("--model-dir", type=Path, help="any local causal LM instead of the pair's")
     parser.add_argument("--test", type=Path, help="a test file (default: the held-out split)")
     parser.add_argument("--batches", type=int, help="only the first N batches")
+    parser.add_argument("--batch-size", type=int, help="prompts per batch (default: the evaluation's)")
     parser.add_argument("--responses", type=Path, help="write the responses here, in row order")
     args = parser.parse_args()
 
@@ -75,6 +77,7 @@ def main() -> None:
     _timed(decode_batch.DecodeBatch, "advance", lambda _a, _r: "advance", seconds)
     _timed(decode_batch, "select_rows", lambda _a, _r: _counted(copies, "copies"), seconds)
 
+    config = replace(EVAL_GENERATION, batch_size=args.batch_size or EVAL_GENERATION.batch_size)
     rows = read_test_rows(args.test or heldout_test_file())
     model_dir = args.model_dir
     if model_dir is None:
@@ -84,12 +87,12 @@ def main() -> None:
         model_dir = pair.sft_dir if args.model == "sft" else pair.dpo_dir
     model, tokenizer = load_causal_lm(model_dir, "--model-dir", eval_mode=True)
     questions = [row.question for row in rows]
-    lengths = [len(p) for p in Generator(model, tokenizer, questions, EVAL_GENERATION).prompts]
+    lengths = [len(p) for p in Generator(model, tokenizer, questions, config).prompts]
     responses: dict[int, str] = {}
     real = 0
     start = time.perf_counter()
-    for number, batch in enumerate(batch_plan(lengths, EVAL_GENERATION.batch_size)[: args.batches], 1):
-        generator = Generator(model, tokenizer, [questions[i] for i in batch], EVAL_GENERATION)
+    for number, batch in enumerate(batch_plan(lengths, config.batch_size)[: args.batches], 1):
+        generator = Generator(model, tokenizer, [questions[i] for i in batch], config)
         decoder = SharedDecoder(generator)
         real += decoder.prompt_tokens()
         responses.update(zip(batch, generate_unedited(generator).texts, strict=True))
