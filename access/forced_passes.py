@@ -114,14 +114,10 @@ def _batch(
 ) -> PromptBatch:
     tp = max(len(p) for p in prompts)
     members = [(k, i) for k, p in enumerate(prompts) for i in groups[p]]
-    tr = max(len(seqs[i][1]) for _, i in members)
     prompt_ids, prompt_mask = torch.zeros(len(prompts), tp, dtype=torch.long), torch.zeros(len(prompts), tp).long()
     for k, p in enumerate(prompts):
         prompt_ids[k, tp - len(p) :], prompt_mask[k, tp - len(p) :] = torch.tensor(p), 1
-    response_ids, response_mask = torch.zeros(len(members), tr, dtype=torch.long), torch.zeros(len(members), tr).long()
-    for r, (_, i) in enumerate(members):
-        response = seqs[i][1]
-        response_ids[r, : len(response)], response_mask[r, : len(response)] = torch.tensor(response), 1
+    response_ids, response_mask = _right_padded([seqs[i][1] for _, i in members])
     return PromptBatch(
         seqs=[i for _, i in members],
         n_response=[len(seqs[i][1]) for _, i in members],
@@ -133,6 +129,15 @@ def _batch(
     )
 
 
+def _right_padded(responses: Sequence[tuple[int, ...]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """``responses`` as ids and mask ``[R, longest]``, each padded on the right."""
+    width = max(map(len, responses))
+    ids, mask = torch.zeros(len(responses), width, dtype=torch.long), torch.zeros(len(responses), width).long()
+    for r, response in enumerate(responses):
+        ids[r, : len(response)], mask[r, : len(response)] = torch.tensor(response), 1
+    return ids, mask
+
+
 def judged_batch(batch: PromptBatch, unique: Sequence[Seq], judged: Sequence[Seq]) -> PromptBatch | None:
     """The ``judged`` sequences whose prompt ``batch`` runs (``unique``: the sequences its ``seqs`` index), as responses
     over the same prompts (their ``seqs`` index ``judged``); None where there are none."""
@@ -140,11 +145,7 @@ def judged_batch(batch: PromptBatch, unique: Sequence[Seq], judged: Sequence[Seq
     members = [(row_of[prompt], j) for j, (prompt, _) in enumerate(judged) if prompt in row_of]
     if not members:
         return None
-    tr = max(len(judged[j][1]) for _, j in members)
-    response_ids, response_mask = torch.zeros(len(members), tr, dtype=torch.long), torch.zeros(len(members), tr).long()
-    for r, (_, j) in enumerate(members):
-        response = judged[j][1]
-        response_ids[r, : len(response)], response_mask[r, : len(response)] = torch.tensor(response), 1
+    response_ids, response_mask = _right_padded([judged[j][1] for _, j in members])
     return PromptBatch(
         seqs=[j for _, j in members],
         n_response=[len(judged[j][1]) for _, j in members],
