@@ -141,14 +141,13 @@ def intervene_work(options: ReplicateOptions, weights: Weights) -> dict[str, Tok
     generation = sum(
         (_generation(plan, report, model, prompts, weights.layers) for model in report.baselines), start=TokenPasses()
     )
-    forced = {
-        model: _forced(plan, report, config, out, model, weights.layers)
-        for model in sorted({a.model for a in plan.arms})
-    }
+    edited = sorted({a.model for a in plan.arms}) if config.outcomes != "off" else []
+    forced = {model: _forced(plan, report, config, out, model, weights.layers) for model in edited}
     coherence = TokenPasses()
     row_ids = [plan.row_ids[i] for i in plan.groups[config.target]]
     for model in sorted({arm.model for arm in report.arms if arm.coherence is not None}):
-        if model in forced and other(model) == JUDGE:  # the target's pass scores the guard's rows of the target
+        if model in forced and other(model) == JUDGE and _shared_outcomes(plan, model):
+            # the target's pass scores the guard's rows of the target
             guard, judged = _guard_rows(out, model, row_ids, config.responses == "greedy")
             coherence += _coherence(report, model, 0, guard)
             forced[model] += judged
@@ -167,6 +166,15 @@ def _coherence(report: ABReport, model: str, prompts: int, scored: TokenPasses) 
     heads = max(0.0, base.tokens - scored.heads)
     fed = max(0.0, base.tokens - base.rows - scored.blocks)  # a row's last token predicts nothing the guard reads
     return TokenPasses(blocks=prompts + fed, heads=heads)
+
+
+def _shared_outcomes(plan: ABPlan, model: str) -> bool:
+    """Whether the outcomes of the arms on ``model`` run on the shared engine (:class:`access.outcomes.Outcomes`'
+    ``auto``), whose target pass scores the coherence guard's rows."""
+    from access.stack import unsupported
+    from interventions.recipes import other
+
+    return unsupported(plan.models[model]) is None and unsupported(plan.models[other(model)]) is None
 
 
 def _guard_rows(out: Path, model: str, row_ids: Sequence[int], greedy: bool) -> tuple[TokenPasses, TokenPasses]:
