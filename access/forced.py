@@ -52,6 +52,11 @@ class Forced:
                 f"tokens after a non-empty prompt, got {self.n_response}"
             )
 
+    @property
+    def parts(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """``(prompt, response)`` token ids."""
+        return self.ids[: -self.n_response], self.ids[-self.n_response :]
+
 
 def forced(
     tokenizer: PreTrainedTokenizerBase,

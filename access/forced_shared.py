@@ -26,7 +26,7 @@ Example:
     ...                      num_attention_heads=2, num_key_value_heads=1)
     >>> _ = torch.manual_seed(0); sft, dpo = LlamaForCausalLM(config), LlamaForCausalLM(config)
     >>> unique = [Forced((1, 5, 7, 9), 2), Forced((1, 5, 8), 1)]
-    >>> batches = prompt_batches([(s.ids[: -s.n_response], s.ids[-s.n_response :]) for s in unique], 64, 8)
+    >>> batches = prompt_batches([s.parts for s in unique], 64, 8)
     >>> engine = SharedForcing(dpo, Sequences(unique, {0, 1}, sft), batches)
     >>> [bool(kl > 0) for kl in engine.passes([None])[0].kl_mean]   # the unedited pass against the other model
     [True, True]
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from access.forced import Forced, ForcedPass, Sequences, scores
-from access.forced_passes import ForcedStack, Hidden, PromptBatch, Seq, SourceValues, fork_layer, judged_batch
+from access.forced_passes import ForcedStack, Hidden, PromptBatch, SourceValues, fork_layer, judged_batch
 from access.hook_points import attach
 from access.lockstep import Lockstep
 
@@ -80,10 +80,8 @@ class SharedForcing:
     ) -> None:
         self.model, self.seqs, self.batches = model, seqs, batches
         self.judged = list(judged)
-        self._judged_batches = [
-            judged_batch(batch, [_split(s) for s in seqs.unique], [_split(s) for s in self.judged]) if judged else None
-            for batch in batches
-        ]
+        unique, judging = [s.parts for s in seqs.unique], [s.parts for s in self.judged]
+        self._judged_batches = [judged_batch(batch, unique, judging) if judging else None for batch in batches]
         self.judged_logprob: dict[int, float] = {}  # per judged sequence the target's pass ran, its response's log-prob
         self.stack = ForcedStack(model)
         self.kept_sites: set[tuple[str, int]] = set()  # patch sources' sites whose values later calls reuse
@@ -282,11 +280,6 @@ def _head_logits(stack: ForcedStack, rows: list[torch.Tensor]) -> Iterator[torch
     """``stack``'s LM-head logits of each of ``rows`` (head inputs), in products of up to :data:`HEAD_POSITIONS`."""
     for run in _chunks(rows, HEAD_POSITIONS):
         yield from stack.head(torch.cat(run)).split([len(row) for row in run])
-
-
-def _split(seq: Forced) -> Seq:
-    """``seq`` as its (prompt, response) token ids."""
-    return seq.ids[: -seq.n_response], seq.ids[-seq.n_response :]
 
 
 def _chunks(rows: list[torch.Tensor], positions: int) -> Iterator[list[torch.Tensor]]:

@@ -187,6 +187,7 @@ class Outcomes:
         self.engine = _engine(model, target, engine)
         self.model, self.target, self.responses = model, target, responses
         self.rows, self.reference, self.pairs = list(rows), list(reference), list(pairs)
+        kl_rows = set(self.rows)
         unique: dict[Forced, int] = {}
         for seq in [*self.rows, *self.reference, *(s for pair in self.pairs for s in pair)]:
             unique.setdefault(seq, len(unique))
@@ -198,11 +199,11 @@ class Outcomes:
                 model,
                 self._seqs,
                 prompt_batches(
-                    [(s.ids[: -s.n_response], s.ids[-s.n_response :]) for s in self._seqs.unique],
+                    [s.parts for s in self._seqs.unique],
                     max_batch_tokens,
                     batch_size,
                 ),
-                judged=[seq for seq in dict.fromkeys(judged) if seq not in set(self.rows)],
+                judged=[seq for seq in dict.fromkeys(judged) if seq not in kl_rows],
             )
             if self.engine == SHARED
             else None
@@ -274,7 +275,7 @@ class Outcomes:
             if self._shared is not None:
                 judged = self._shared.judged
                 logprobs.update((judged[j], value) for j, value in self._shared.judged_logprob.items())
-            self._target_nll = {(s.ids[: -s.n_response], s.ids[-s.n_response :]): -v for s, v in logprobs.items()}
+            self._target_nll = {s.parts: -v for s, v in logprobs.items()}
         return self._target_nll
 
     def _per_arm(self, plan: SiteEdits | None) -> ForcedPass:

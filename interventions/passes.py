@@ -111,7 +111,7 @@ class Ledger:
     total: int  # the run's passes
     done: int = 0  # passes started, read back or generated
     generated: list[float] = field(default_factory=list)  # seconds of each pass generated in this process
-    decoded: dict[str, Generations] = field(default_factory=dict)  # passes decoded in shared batches, by store key
+    decoded: dict[str, Generations] = field(default_factory=dict)  # passes decoded in shared batches or ahead, by key
 
     def left(self) -> str:
         """The time the passes not yet run should take at the pace of those generated so far ("" before the first)."""
@@ -147,11 +147,25 @@ def arm_store(plan: ABPlan) -> ArmStore:
 
 
 def decode(one: Pass, generator: ABGenerator, store: ArmStore, ledger: Ledger, progress: Progress) -> Generations:
-    """The pass's generations: decoded in shared batches, read back from an interrupted run, or generated now and
-    kept."""
+    """The pass's generations: decoded in shared batches (or ahead of its turn), read back from an interrupted run, or
+    generated now and kept."""
     ledger.done += 1
     if one.key in ledger.decoded:
         return ledger.decoded[one.key]
+    return _generated(one, generator, store, ledger, progress)
+
+
+def decode_ahead(one: Pass, generator: ABGenerator, store: ArmStore, ledger: Ledger, progress: Progress) -> Generations:
+    """:func:`decode` before the pass's turn, not counted as done: its generations are kept in the ledger, where its
+    turn reads them."""
+    if one.key not in ledger.decoded:
+        progress(f"{one.name}: decoded ahead of its turn")
+        ledger.decoded[one.key] = _generated(one, generator, store, ledger, progress)
+    return ledger.decoded[one.key]
+
+
+def _generated(one: Pass, generator: ABGenerator, store: ArmStore, ledger: Ledger, progress: Progress) -> Generations:
+    """The pass's generations read back from an interrupted run, or generated now and kept."""
     kept_pass = store.get(one.key)
     if kept_pass is not None:
         progress(f"{one.name}: read back from an interrupted run")
@@ -159,15 +173,6 @@ def decode(one: Pass, generator: ABGenerator, store: ArmStore, ledger: Ledger, p
     generations = store.put(one.key, generator.run(one.edits or None))
     ledger.generated.append(generations.seconds)
     return generations
-
-
-def decode_ahead(one: Pass, generator: ABGenerator, store: ArmStore, ledger: Ledger, progress: Progress) -> Generations:
-    """:func:`decode` before the pass's turn (its generations kept in the ledger, which its turn then reads and counts
-    as done)."""
-    if one.key not in ledger.decoded:
-        ledger.decoded[one.key] = decode(one, generator, store, ledger, progress)
-        ledger.done -= 1
-    return ledger.decoded[one.key]
 
 
 def kept(store: ArmStore, total: int, out_dir: str | Path | None) -> str:

@@ -243,7 +243,7 @@ def _forced(plan: ABPlan, report: ABReport, config: ABConfig, out: Path, model: 
     kept = str(out) if config.responses == "greedy" else None  # its greedy ids, as the run kept them
     inputs = inputs_for(plan, model, None, kept)
     seqs = [*inputs.rows, *inputs.reference, *(s for pair in inputs.pairs for s in pair)]
-    prompts = {s.ids[: len(s.ids) - s.n_response] for s in seqs}
+    prompts = {s.parts[0] for s in seqs}
     response = sum(s.n_response for s in seqs)
     tokens = sum(map(len, prompts)) + response
     forced = {arm.name: _placebo_forced(arm) for arm in report.arms}

@@ -151,8 +151,9 @@ def test_independent_recomputation_matches_to_1e_5(setup) -> None:  # type: igno
 
 def test_judged_sequences_are_scored_by_the_targets_pass_and_change_nothing_else(setup) -> None:  # type: ignore[no-untyped-def]
     """Sequences the target's pass is given to judge (the coherence guard's rows: other responses over the prompts it
-    runs) get their response NLL under the target, the guard's own to 1e-5; one over a prompt no batch runs is left
-    to the guard; and every outcome of every arm is bit for bit what it is without them."""
+    runs) get their response NLL under the target, the guard's own to 1e-5, also where a patch from the target runs
+    that pass; one over a prompt no batch runs is left to the guard; and every outcome of every arm is bit for bit
+    what it is without them."""
     from interventions.coherence import output_perplexity
 
     _, sft, dpo, _, rows, dpo_pairs = setup
@@ -167,7 +168,9 @@ def test_judged_sequences_are_scored_by_the_targets_pass_and_change_nothing_else
 
     plain, judging = outcomes([]), outcomes([*others, rows[0], foreign])
     assert judging.engine == "shared"
-    arms: list[list[Edit]] = [[], [Scale(NeuronSet([Neuron(0, 1), Neuron(1, 2)], hook="mlp_post"), 0.0)]]
+    units = NeuronSet([Neuron(0, 1), Neuron(1, 2)], hook="mlp_post")
+    # the patch's source is the target: its pass runs whole, the judged responses with it (SourceValues)
+    arms: list[list[Edit]] = [[], [Scale(units, 0.0)], [Patch(units, source=sft, source_name="sft")]]
     for mine, theirs in zip(judging.arms(arms), plain.arms(arms), strict=True):
         for name in ("kl", "kl_unedited", "reference_logprob", "reference_unedited", "margin", "margin_unedited"):
             np.testing.assert_array_equal(getattr(mine, name), getattr(theirs, name))
