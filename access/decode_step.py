@@ -27,6 +27,7 @@ from torch.nn import functional
 
 from access.batches import position_ids_for
 from access.decode_batch import DecodeBatch
+from access.joint_steps import joint_step
 from access.kv_cache import Seed, joined
 from access.stack import Stack, rows_within
 from access.stems import Stem, members
@@ -75,6 +76,44 @@ class BatchDecoder:
         self.state = None
         return state.tokens, state.broken
 
+    @torch.no_grad()
+    def decode_together(self, batches: Sequence[Sequence[Stem]]) -> list[tuple[list[list[list[int]]], list[int]]]:
+        """The one unedited pass on several batches of prompts: each batch's prompt pass on its own, then every decode
+        step of all of them as one forward (:func:`access.joint_steps.joint_step`); per batch, what :meth:`decode`
+        returns for it."""
+        assert self.passes == [None] and not self.source_stacks, "joint steps decode only the one unedited pass"
+        fork, limit = self.stack.total, self.generator.config.max_new_tokens
+        states, live = [], []
+        for batch in batches:
+            state, positions = self._prepare(batch, [0], fork)
+            allow_skip = bool(state.prompt_mask.all())
+            chosen, bad = self._choose(self._step(state, positions, fork, allow_skip))
+            states.append(state)
+            live += self._taken(state, chosen, bad, allow_skip)
+        for step in range(1, limit):
+            if not live:
+                break
+            hidden = joint_step(self.stack, live, step)
+            logits = self._last_logits(torch.cat(hidden))
+            taken = [greedy(part) for part in torch.split(logits, [h.shape[0] for h in hidden])]
+            live = [
+                entry
+                for (state, allow_skip), (chosen, bad) in zip(live, taken, strict=True)
+                for entry in self._taken(state, chosen, bad, allow_skip)
+            ]
+        self.state = None
+        return [(state.tokens, state.broken) for state in states]
+
+    def _taken(
+        self, state: DecodeBatch, chosen: list[int], bad: list[bool], allow_skip: bool
+    ) -> list[tuple[DecodeBatch, bool]]:
+        """``state`` after its rows took ``chosen``: itself (with ``allow_skip``) while a row decodes on, else none."""
+        state.take(chosen, bad, self.generator.stop, self.generator.config.max_new_tokens)
+        if not any(state.row_alive):
+            return []
+        state.advance(chosen)
+        return [(state, allow_skip)]
+
     def _prepare(self, batch: Sequence[Stem], arms: list[int], fork: int) -> tuple[DecodeBatch, torch.Tensor]:
         """The batch's state with every prompt's remainder after its stem left-padded (its stem run and seeded), and
         the remainders' positions."""
@@ -95,8 +134,12 @@ class BatchDecoder:
         return state, positions
 
     def _choose(self, hidden: torch.Tensor) -> tuple[list[int], list[bool]]:
-        """:func:`greedy` on the float32 logits of each row's last position."""
-        return greedy(self.stack.logits(hidden[:, -1:])[:, -1].to(torch.float32))
+        """:func:`greedy` on :meth:`_last_logits`."""
+        return greedy(self._last_logits(hidden))
+
+    def _last_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The float32 logits of each row's last position."""
+        return self.stack.logits(hidden[:, -1:])[:, -1].to(torch.float32)
 
     def _step(self, state: DecodeBatch, group_positions: torch.Tensor, fork: int, allow_skip: bool) -> torch.Tensor:
         """One forward of every row (the groups' next tokens): the top block's output, a row per row."""

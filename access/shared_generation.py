@@ -24,6 +24,11 @@ of one model together, batch of prompts by batch of prompts:
   the rows' caches would pass :func:`core.budget.default_cache_bytes`, the passes decode a batch of
   prompts in groups of arms (:meth:`SharedDecoder.arm_chunks`), each running the shared blocks once.
 
+* **joint steps.** Where the one pass is unedited (the evaluation, :func:`generate_unedited`), batches of prompts
+  whose caches fit :func:`core.budget.default_cache_bytes` together run their prompt passes one by one and then
+  every decode step as one forward (:mod:`access.joint_steps`): a step reads the weights once for all their rows,
+  and each batch attends over its own keys and values. Edited passes decode batch by batch.
+
 * **products.** On a CPU in float32, every linear layer of the model and of its patch sources multiplies by its
   weight packed once for oneDNN while the passes decode (:func:`access.packed_linear.prepacked`): a decode step's few
   dozen rows run at 1.4-2x torch's own product's rate.
@@ -76,7 +81,7 @@ from access.lockstep import Lockstep
 from access.packed_linear import prepacked
 from access.shared_sites import Attach, Sources, arm_sites
 from access.stack import Stack, run_blocks, unsupported
-from access.stems import MIN_STEM, Stem, members, stem_batches, stem_tokens
+from access.stems import MIN_STEM, Stem, members, stem_batches, stem_batches_within, stem_tokens
 from core.budget import default_cache_bytes, default_max_batch_tokens
 from core.clock import GENERATION, timed
 from core.flops import shared_passes
@@ -170,8 +175,15 @@ class SharedDecoder:
     """Greedy decoding of many passes (compiled edits, or ``None`` for unedited)
     over one :class:`Generator`'s prompts."""
 
-    def __init__(self, generator: Generator, max_batch_tokens: int | None = None, attach: Attach = attach) -> None:
-        """``attach`` places the passes' site functions (the torch driver's hooks)."""
+    def __init__(
+        self,
+        generator: Generator,
+        max_batch_tokens: int | None = None,
+        attach: Attach = attach,
+        parts: Sequence[Sequence[int]] | None = None,
+    ) -> None:
+        """``attach`` places the passes' site functions (the torch driver's hooks); ``parts``: groups of the
+        generator's prompts that no batch mixes (:func:`access.stems.stem_batches_within`; default: one group)."""
         self.generator, self.model, self.attach = generator, generator.model, attach
         self.stack = Stack(self.model)
         self.total = self.stack.total
@@ -182,7 +194,12 @@ class SharedDecoder:
         )
         self.max_cache_bytes = default_cache_bytes(str(generator.device))
         self._element_size = dtype_bytes
-        self.batches = stem_batches(generator.prompts, generator.config.batch_size)
+        size = generator.config.batch_size
+        self.batches = (
+            stem_batches(generator.prompts, size)
+            if parts is None
+            else stem_batches_within(generator.prompts, parts, size)
+        )
         self._passes: list[SiteEdits | None] = []
 
     @timed(GENERATION)
@@ -206,54 +223,77 @@ class SharedDecoder:
             prepacked(self.model, *sources.models),
             arm_sites(self.model, self._passes, sources, self.attach, lambda: engine.state),
         ):
+            pending = []
             for number, stems in enumerate(self.batches):
                 if only is not None and number not in only:
                     continue
-                body, fresh = self._batch(engine, number, stems, kept, keep)
+                body = self._kept(number, kept)
+                if body is None:
+                    pending.append(number)
+                    continue
                 tally.add(members(stems), body)
                 if done is not None:
-                    done(
-                        number + 1,
-                        len(self.batches),
-                        len(members(stems)),
-                        body["seconds"],
-                        kept is not None and not fresh,
-                    )
+                    done(number + 1, len(self.batches), len(members(stems)), body["seconds"], True)
+            for group in self._together(pending):
+                for number, body in zip(group, self._decoded(engine, group, keep), strict=True):
+                    tally.add(members(self.batches[number]), body)
+                    if done is not None:
+                        done(number + 1, len(self.batches), len(members(self.batches[number])), body["seconds"], False)
         return tally.generations(self.generator)
 
-    def _batch(
-        self,
-        engine: BatchDecoder,
-        number: int,
-        stems: list[Stem],
-        kept: Callable[[int], dict[str, Any] | None] | None,
-        keep: Callable[[int, dict[str, Any]], None] | None,
-    ) -> tuple[dict[str, Any], bool]:
-        """Batch ``number``'s body (its tokens, broken logits, site counts and seconds per pass), read back where it
-        was kept and still fits, else decoded (and kept); and whether it was decoded."""
-        batch = members(stems)
+    def _kept(self, number: int, kept: Callable[[int], dict[str, Any] | None] | None) -> dict[str, Any] | None:
+        """Batch ``number``'s body as kept by an earlier run, where it still fits (else None: it is decoded)."""
         body = kept(number) if kept is not None else None
-        misfit = _misfit(body, len(self._passes), batch, self._vocabulary()) if body is not None else None
+        misfit = _misfit(body, len(self._passes), members(self.batches[number]), self._vocabulary()) if body else None
         if misfit is not None:
             warn(f"the kept batch {number + 1} of {len(self.batches)} {misfit}; it is decoded again")
-            body = None
-        if body is not None:
-            return body, False
+            return None
+        return body
+
+    def _together(self, pending: list[int]) -> list[list[int]]:
+        """The batches to decode, in groups decoded at once: where the one pass is unedited, consecutive batches whose
+        caches fit :attr:`max_cache_bytes` together step as one (:meth:`BatchDecoder.decode_together`); else one by
+        one."""
+        if self._passes != [None]:
+            return [[number] for number in pending]
+        groups: list[list[int]] = []
+        held = 0
+        for number in pending:
+            size = self._cache_bytes(self.batches[number])
+            if groups and held + size <= self.max_cache_bytes:
+                groups[-1].append(number)
+                held += size
+            else:
+                groups.append([number])
+                held = size
+        return groups
+
+    def _decoded(
+        self, engine: BatchDecoder, group: list[int], keep: Callable[[int, dict[str, Any]], None] | None
+    ) -> list[dict[str, Any]]:
+        """The bodies of the batches ``group`` (their tokens, broken logits, site counts and seconds per pass), decoded
+        and kept; a group's seconds are shared among its batches by their prompts."""
         start, before = time.perf_counter(), [_stats(p) for p in self._passes]
-        tokens, bad = self._decode(engine, stems)
+        batches = [self.batches[number] for number in group]
+        decoded = engine.decode_together(batches) if len(group) > 1 else [self._decode(engine, batches[0])]
+        seconds = time.perf_counter() - start
         counted = [
             {k: v - b.get(k, 0) for k, v in _stats(p).items()} for p, b in zip(self._passes, before, strict=True)
         ]
-        body = {
-            "prompts": batch,
-            "tokens": tokens,
-            "broken": bad,
-            "stats": counted,
-            "seconds": time.perf_counter() - start,
-        }
-        if keep is not None:
-            keep(number, body)
-        return body, True
+        prompts = sum(len(members(batch)) for batch in batches)
+        bodies = []
+        for number, batch, (tokens, bad) in zip(group, batches, decoded, strict=True):
+            body = {
+                "prompts": members(batch),
+                "tokens": tokens,
+                "broken": bad,
+                "stats": counted if len(group) == 1 else [{} for _ in self._passes],
+                "seconds": seconds * len(members(batch)) / prompts,
+            }
+            if keep is not None:
+                keep(number, body)
+            bodies.append(body)
+        return bodies
 
     def _vocabulary(self) -> int:
         """How many token ids the model can emit (the rows of its output layer)."""
@@ -311,16 +351,24 @@ class SharedDecoder:
     def arm_chunks(self, n_prompts: int, longest: int) -> list[list[int]]:
         """The passes in groups whose rows' caches fit :func:`core.budget.default_cache_bytes` together (each group
         decodes a batch of prompts on its own; the blocks below the fork run once per group)."""
-        config = self.model.config
-        heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
-        head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
         upper = self.total - self.fork_layer(self._passes)
-        per_row = (
-            max(1, upper) * 2 * heads * head_dim * (longest + self.generator.config.max_new_tokens) * self._element_size
-        )
+        per_row = self._position_bytes(max(1, upper)) * (longest + self.generator.config.max_new_tokens)
         per_chunk = max(1, self.max_cache_bytes // (per_row * n_prompts))
         arms = list(range(len(self._passes)))
         return [arms[i : i + per_chunk] for i in range(0, len(arms), per_chunk)]
+
+    def _cache_bytes(self, batch: Sequence[Stem]) -> int:
+        """The caches of the unedited pass on ``batch``: a row per prompt through every block, as wide as the batch's
+        longest stem and remainder, with room for the new tokens."""
+        width = sum(self._widths(batch)) + self.generator.config.max_new_tokens
+        return len(members(batch)) * width * self._position_bytes(self.total)
+
+    def _position_bytes(self, blocks: int) -> int:
+        """One row's keys and values at one position through ``blocks`` blocks."""
+        config = self.model.config
+        heads = int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
+        head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+        return blocks * 2 * heads * head_dim * self._element_size
 
     def _decode(self, engine: BatchDecoder, batch: Sequence[Stem]) -> tuple[list[list[list[int]]], list[int]]:
         """Every pass's tokens and broken-logit counts on one batch of prompts, chunk of arms by chunk of arms."""
@@ -394,9 +442,10 @@ def _misfit(body: dict[str, Any], n_passes: int, prompts: list[int], vocabulary:
     return None
 
 
-def generate_unedited(generator: Generator) -> Generations:
+def generate_unedited(generator: Generator, parts: Sequence[Sequence[int]] | None = None) -> Generations:
     """One unedited pass over the generator's prompts: shared decoding where it applies (finished rows leave the batch,
-    so a batch costs its rows' own lengths), else the generator's own ``generate`` path."""
+    so a batch costs its rows' own lengths; batches within the cache budget step together), else the generator's own
+    ``generate`` path, in its own batches. ``parts``: groups of prompts no shared batch mixes."""
     if unshareable(generator.model, generator.config.do_sample, DEFAULT_DRIVER) is None:
-        return SharedDecoder(generator).run([None])[0]
+        return SharedDecoder(generator, parts=parts).run([None])[0]
     return generator.run()

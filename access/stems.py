@@ -66,6 +66,23 @@ def stem_batches(prompts: Sequence[list[int]], batch_size: int) -> list[list[Ste
     return batches
 
 
+def stem_batches_within(
+    prompts: Sequence[list[int]], parts: Sequence[Sequence[int]], batch_size: int
+) -> list[list[Stem]]:
+    """:func:`stem_batches` of each part of the prompts (indices into ``prompts``) on its own, in turn: batches that
+    never mix prompts of two parts.
+
+    >>> system = list(range(100, 120))
+    >>> stem_batches_within([[*system, 1], [7, 8], [*system, 2], [*system, 3]], [[0, 1], [2, 3]], batch_size=4)
+    [[Stem(length=0, members=(1,)), Stem(length=0, members=(0,))], [Stem(length=20, members=(2, 3))]]
+    """
+    return [
+        [Stem(stem.length, tuple(part[i] for i in stem.members)) for stem in batch]
+        for part in parts
+        for batch in stem_batches([prompts[i] for i in part], batch_size)
+    ]
+
+
 def stem_tokens(prompts: Sequence[Sequence[int]], batches: Sequence[Sequence[Stem]]) -> int:
     """The prompt tokens one pass over ``batches`` runs through each block: every stem once, each prompt's remainder.
 

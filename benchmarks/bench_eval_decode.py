@@ -16,6 +16,7 @@ number), with the prompt tokens of the passes (every stem once, padding not coun
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 from collections import Counter, defaultdict
@@ -54,6 +55,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int, help="only the first N batches")
     parser.add_argument("--batch-size", type=int, help="prompts per batch (default: the evaluation's)")
     parser.add_argument("--responses", type=Path, help="write the responses here, in row order")
+    parser.add_argument(
+        "--apart", action="store_true", help="decode each batch on its own (before joint steps), not all together"
+    )
     args = parser.parse_args()
 
     from access import decode_batch, decode_step
@@ -73,7 +77,8 @@ def main() -> None:
         lambda a, _: "prompt" if a[1].group_input.shape[1] > 1 else "decode",
         seconds,
     )
-    _timed(decode_step.BatchDecoder, "_choose", lambda _a, _r: "choose", seconds)
+    _timed(decode_step, "joint_step", lambda _a, _r: "decode", seconds)
+    _timed(decode_step.BatchDecoder, "_last_logits", lambda _a, _r: "choose", seconds)
     _timed(decode_batch.DecodeBatch, "advance", lambda _a, _r: "advance", seconds)
     _timed(decode_batch, "select_rows", lambda _a, _r: _counted(copies, "copies"), seconds)
 
@@ -89,15 +94,18 @@ def main() -> None:
     questions = [row.question for row in rows]
     lengths = [len(p) for p in Generator(model, tokenizer, questions, config).prompts]
     responses: dict[int, str] = {}
-    real = 0
+    batches = batch_plan(lengths, config.batch_size)[: args.batches]
+    calls, real = len(batches) if args.apart else 1, 0
     start = time.perf_counter()
-    for number, batch in enumerate(batch_plan(lengths, config.batch_size)[: args.batches], 1):
-        generator = Generator(model, tokenizer, [questions[i] for i in batch], config)
-        decoder = SharedDecoder(generator)
-        real += decoder.prompt_tokens()
-        responses.update(zip(batch, generate_unedited(generator).texts, strict=True))
-        parts = ", ".join(f"{part} {seconds[part]:.1f} s" for part in PARTS)
-        print(f"after batch {number} ({len(batch)} rows): {time.perf_counter() - start:.1f} s; {parts}")
+    for number, group in enumerate([[b] for b in batches] if args.apart else [batches], 1):
+        rows = [i for batch in group for i in batch]
+        generator = Generator(model, tokenizer, [questions[i] for i in rows], config)
+        starts = list(itertools.accumulate(map(len, group), initial=0))
+        parts = [range(first, end) for first, end in itertools.pairwise(starts)]
+        real += SharedDecoder(generator, parts=parts).prompt_tokens()
+        responses.update(zip(rows, generate_unedited(generator, parts).texts, strict=True))
+        timed = ", ".join(f"{part} {seconds[part]:.1f} s" for part in PARTS)
+        print(f"after {number} of {calls} ({len(rows)} rows): {time.perf_counter() - start:.1f} s; {timed}")
     print(f"{copies['copies']} cache copies; {real} prompt tokens (every stem once, padding not counted)")
     if args.responses:
         args.responses.write_text(json.dumps([responses[i] for i in sorted(responses)]), encoding="utf-8")

@@ -101,7 +101,9 @@ def test_a_killed_rank_then_one_process_resumes(
     monkeypatch.setenv("PROBE_HOME", str(home))
     calls = []
     generate = evaluate.generate_unedited
-    monkeypatch.setattr(evaluate, "generate_unedited", lambda g: (calls.append(1), generate(g))[1])
+    monkeypatch.setattr(
+        evaluate, "generate_unedited", lambda g, parts: (calls.append(len(parts)), generate(g, parts))[1]
+    )
     config = PairEvalConfig(
         test_file,
         sft_dir=tiny_pair[0],
@@ -111,4 +113,4 @@ def test_a_killed_rank_then_one_process_resumes(
     )
     result = evaluate.evaluate_pair(config)
     assert json.loads(json.dumps(evaluate.to_json(result))) == one_process
-    assert len(calls) == 2 * ROWS // BATCH - len(kept)  # only the missing batches were generated
+    assert sum(calls) == 2 * ROWS // BATCH - len(kept)  # only the missing batches were generated

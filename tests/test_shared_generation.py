@@ -295,3 +295,55 @@ def test_prompts_that_begin_alike_share_a_stem_and_the_rest_batch_as_the_generat
     assert stems == [Stem(len(two) + 1, (3, 4)), Stem(len(one) + 1, (0, 1, 2))]  # by their longest remainder
     assert [members(b) for b in batches if not b[0].length] == [[6, 5, 7]]  # by length, as Generator batches
     assert [members(b) for b in stem_batches(alone + alone, batch_size=2)] == [[1, 4], [0, 3], [2, 5]]
+
+
+def test_unedited_batches_step_together_within_the_cache_budget_and_decode_as_generate(subject, monkeypatch):
+    """The one unedited pass steps every batch whose caches fit the budget together (one forward a step for all their
+    rows, attention per batch over its own keys, values and mask), with ``generate``'s tokens; over the budget, the
+    batches decode one by one, with the same tokens; ``parts`` keep their prompts out of each other's batches."""
+    from access import decode_step
+
+    model, _, tokenizer, rows = subject
+    generator = Generator(
+        model, tokenizer, [r.question for r in rows], GenerationConfig(max_new_tokens=12, batch_size=2)
+    )
+    expected, leaves = _first_batch_stops_first(generator, members(SharedDecoder(generator).batches[0]))
+    joint: list[int] = []  # batches per joint step
+    original = decode_step.joint_step
+    monkeypatch.setattr(
+        decode_step, "joint_step", lambda stack, live, step: (joint.append(len(live)), original(stack, live, step))[1]
+    )
+    decoder = SharedDecoder(generator)
+    assert len(decoder.batches) >= 3
+    assert decoder.run([None])[0].ids == expected
+    assert joint and joint[0] == len(decoder.batches) and len(joint) < generator.config.max_new_tokens
+    if leaves:  # (the Llama subject's; the tiny ChatML models repeat one token in every row)
+        assert min(joint) < max(joint), "batches whose rows all finished must leave the joint steps"
+
+    sizes = [decoder._cache_bytes(batch) for batch in decoder.batches]
+    for budget in (1, sizes[0] + sizes[1]):  # none fits with another; the first two fit together
+        joint.clear()
+        limited = SharedDecoder(generator)
+        limited.max_cache_bytes = budget
+        assert limited.run([None])[0].ids == expected
+        groups = limited._together(list(range(len(sizes))))
+        assert groups[0] == ([0] if budget == 1 else [0, 1])
+        assert max(joint, default=1) == max(map(len, groups))
+    parts = [range(3), range(3, len(rows))]
+    apart = SharedDecoder(generator, parts=parts)
+    assert all(any(set(members(batch)) <= set(part) for part in parts) for batch in apart.batches)
+    assert generate_unedited(generator, parts).ids == expected
+
+
+def _first_batch_stops_first(generator: Generator, first: list[int]) -> tuple[list[list[int]], bool]:
+    """Make stop tokens of tokens the prompts ``first`` write, until those rows all stop early while another runs to
+    the limit: the generator's tokens then, and whether such tokens were found (else the tokens as they were)."""
+    limit, base = generator.config.max_new_tokens, list(generator.stop)
+    ids = generator.run().ids
+    for position in range(1, limit - 1):
+        generator.stop = [*base, *{ids[prompt][position] for prompt in first if len(ids[prompt]) > position}]
+        expected = generator.run().ids
+        if all(len(expected[p]) < limit - 1 for p in first) and any(len(row) == limit for row in expected):
+            return expected, True
+    generator.stop = base
+    return ids, False

@@ -11,12 +11,17 @@ A row *complies* when every capability it is judged on scores 1 (undecided score
 counted separately and excluded).
 
 Past one process (:func:`evaluate_pair_shared`): the rows are cut into batches by one plan (the rows in prompt-length
-order, ``batch_size`` at a time, each batch generated on its own), so a batch's responses are the same whoever
-generates it. The batches still missing, model after model, are dealt in turn: the *k*-th belongs to rank ``k % N``
-(three models of three batches each give two ranks five and four); every finished batch is kept in a journal
-(:func:`journal_dir`) until rank 0 has judged the whole set, so a killed run resumes where it stopped, with any
-number of processes. The processes are a :class:`Share`: ``probes.distributed.World`` under torchrun / accelerate
-launch (the CLI passes it; this room sits below probes and does not import it), :data:`ONE_PROCESS` otherwise.
+order, ``batch_size`` at a time, no batch mixing rows of another), so a batch's responses are the same whoever
+generates it. A process decodes its batches of one model in one call: batches whose caches fit the budget take their
+decode steps together (:mod:`access.joint_steps`: one forward a step, attention per batch), which changes no row's
+arithmetic but its matrix products' row count: on a CPU in float32, oneDNN's packed products give a row the same bits
+at every count from 2 to 200 (SmolLM2's shapes, 2026-11-30; one shape rounds a lone row otherwise), and elsewhere the
+kernels may round a row otherwise at another count. The batches still missing, model after model, are dealt in turn:
+the *k*-th belongs to rank ``k % N`` (three models of three batches each give two ranks five and four); every finished
+batch is kept in a journal (:func:`journal_dir`) until rank 0 has judged the whole set, so a killed run resumes where
+it stopped (a process keeps its batches of a model once all of them are decoded), with any number of processes. The
+processes are a :class:`Share`: ``probes.distributed.World`` under torchrun / accelerate launch (the CLI passes it;
+this room sits below probes and does not import it), :data:`ONE_PROCESS` otherwise.
 
 When the untouched base model is judged too, the result carries the discrimination gate of
 :mod:`data_synthesis.heldout.gate` (each model within 10-90% on every capability), and rows
@@ -39,6 +44,7 @@ Example:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import shutil
 from collections.abc import Callable, Sequence
@@ -503,12 +509,16 @@ def _generate_share(
         ) as bar,
         prepacked(model),  # once for every batch (each batch's decoding would pack and drop them again)
     ):
-        for k in mine:
-            batch = prepared.batches[k]
-            questions = [prepared.rows[i].question for i in batch]
-            generator = Generator(model, tokenizer, questions, generation, _in_batch(prepared.where, batch))
-            texts = generate_unedited(generator).texts
-            write_atomic(_batch_file(kept, k), json.dumps({"rows": batch, "responses": texts}))
+        rows = [i for k in mine for i in prepared.batches[k]]
+        generator = Generator(
+            model, tokenizer, [prepared.rows[i].question for i in rows], generation, _in_batch(prepared.where, rows)
+        )
+        starts = list(itertools.accumulate((len(prepared.batches[k]) for k in mine), initial=0))
+        parts = [range(start, end) for start, end in itertools.pairwise(starts)]
+        texts = generate_unedited(generator, parts).texts
+        for k, part in zip(mine, parts, strict=True):
+            responses = [texts[j] for j in part]
+            write_atomic(_batch_file(kept, k), json.dumps({"rows": prepared.batches[k], "responses": responses}))
             bar.update(1)
 
 

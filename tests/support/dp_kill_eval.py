@@ -1,7 +1,8 @@
-"""Entry point for the data-parallel ``probe models eval`` test: rank 1 dies as it starts its second batch.
+"""Entry point for the data-parallel ``probe models eval`` test: rank 1 dies as it starts its second model's batches
+(one generation call per model: its batches decode together).
 
-Its first batch is then kept in the journal. ``os._exit`` runs no cleanup, like ``kill -9``; torchrun then tears
-the other ranks down, as it does when a real rank is killed.
+Its first model's batches are then kept in the journal. ``os._exit`` runs no cleanup, like ``kill -9``; torchrun then
+tears the other ranks down, as it does when a real rank is killed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import training.evaluate as evaluate
 from probe_cli.main import main
 
 
-def _die_on_second_batch() -> None:
+def _die_on_second_model() -> None:
     generate = evaluate.generate_unedited
     calls = []
 
@@ -28,5 +29,5 @@ def _die_on_second_batch() -> None:
 
 if __name__ == "__main__":
     if os.environ.get("RANK") == "1":
-        _die_on_second_batch()
+        _die_on_second_model()
     main(sys.argv[1:])

@@ -1,0 +1,139 @@
+"""Unedited decoding's joint steps: the decode steps of several batches of prompts run as one forward.
+
+A decode step on a CPU reads every weight whatever its rows, so a batch pays that read at each of its steps: the
+evaluation's 162 held-out rows in five batches of prompts paid it about five times 64 times per model. When no pass
+edits, :func:`joint_step` runs one step of several batches (each a :class:`access.decode_batch.DecodeBatch` with its
+own caches, padding and mask) as one forward: every matrix product, norm and activation on all their rows at once,
+and attention per batch, over that batch's own keys and values with its own mask (:class:`BatchCaches`). The weights
+are read once a step for all of them, and no batch attends over another's padding.
+
+Each batch's attention is the call, on the same tensors, that its own step makes (the model's attention function,
+``sdpa`` or ``eager``, through the mask the model's ``create_causal_mask`` builds for it), so its rows see exactly
+what they would see alone; the products run on more rows, whose rounding CPU kernels may change (the same caveat as
+a batch's own row count, :mod:`access.shared_generation`).
+
+Example:
+    >>> hidden = joint_step(stack, [(state, allow_skip), (other, other_allow)], step=3)   # doctest: +SKIP
+    >>> [h.shape[0] for h in hidden]   # each batch's rows, in its own row order
+    [64, 60]
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import torch
+from einops import rearrange
+
+if TYPE_CHECKING:
+    from access.decode_batch import DecodeBatch
+    from access.stack import Stack
+
+JOINT_ATTENTION = "probe_joint"  # the attention implementation a joint step runs under, and the keyword it reads
+
+
+class BatchCaches:
+    """Several batches' caches as one: a layer's new keys and values go to each batch's cache, its rows in turn, and
+    the attention of that layer reads each batch's whole keys and values (:func:`joint_attention`)."""
+
+    def __init__(self, caches: Sequence[Any], rows: list[int], masks: list[Any], attention: str) -> None:
+        self.caches, self.rows, self.masks, self.attention = caches, rows, masks, attention
+        self.current: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self.current = [
+            cache.update(keys, values, layer_idx)
+            for cache, keys, values in zip(
+                self.caches, torch.split(key_states, self.rows), torch.split(value_states, self.rows), strict=True
+            )
+        ]
+        return key_states, value_states
+
+
+def joint_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,  # noqa: ARG001 - transformers' attention signature
+    value: torch.Tensor,  # noqa: ARG001
+    attention_mask: torch.Tensor | None,  # noqa: ARG001
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Each batch's rows of ``query`` attend over that batch's keys and values, through the model's own attention
+    function and the batch's own mask; ``key``, ``value`` and ``attention_mask`` (the joint rows') are not read."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    caches: BatchCaches = kwargs.pop(JOINT_ATTENTION)
+    family_eager = sys.modules[type(module).__module__].eager_attention_forward
+    inner = ALL_ATTENTION_FUNCTIONS.get_interface(caches.attention, family_eager)
+    outputs = [
+        inner(module, rows, keys, values, mask, **kwargs)[0]
+        for rows, (keys, values), mask in zip(
+            torch.split(query, caches.rows), caches.current, caches.masks, strict=True
+        )
+    ]
+    return torch.cat(outputs), None
+
+
+@contextmanager
+def _attention_as(config: Any, name: str) -> Iterator[None]:
+    """The model's attention implementation set to ``name`` inside (its sub-configs untouched: the decoders the
+    stack runs have none)."""
+    before = config._attn_implementation_internal
+    config._attn_implementation_internal = name
+    try:
+        yield
+    finally:
+        config._attn_implementation_internal = before
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(JOINT_ATTENTION, joint_attention)
+
+
+def joint_step(stack: Stack, batches: Sequence[tuple[DecodeBatch, bool]], step: int) -> list[torch.Tensor]:
+    """Decode step ``step`` (1 or more: after the prompt pass) of ``batches`` (each with whether its mask may be
+    skipped), every block on all their groups at once: the top block's output per batch, a row per row."""
+    from transformers.masking_utils import create_causal_mask
+
+    _register()
+    config = stack.model.config
+    positions = [rearrange(state.last_position[state.group_prompt] + step, "g -> g 1") for state, _ in batches]
+    rows = [len(state.group_prompt) for state, _ in batches]
+    hidden = stack.embed(torch.cat([state.group_input for state, _ in batches]))
+    masks = [
+        create_causal_mask(
+            config=config,
+            inputs_embeds=part,
+            attention_mask=state.prompt_mask.index_select(0, torch.tensor(state.group_prompt, device=part.device)),
+            past_key_values=state.lower,
+            position_ids=where,
+            layer_idx=0,
+            allow_is_causal_skip=allow_skip,
+        )
+        for (state, allow_skip), where, part in zip(batches, positions, torch.split(hidden, rows), strict=True)
+    ]
+    caches = BatchCaches([state.lower for state, _ in batches], rows, masks, config._attn_implementation)
+    joint_positions = torch.cat(positions)
+    rotary = stack.decoder.rotary_emb(hidden, position_ids=joint_positions)
+    with _attention_as(config, JOINT_ATTENTION):
+        for block in stack.decoder.layers:
+            hidden = block(
+                hidden,
+                attention_mask=None,
+                position_embeddings=rotary,
+                position_ids=joint_positions,
+                past_key_values=caches,
+                use_cache=True,
+                **{JOINT_ATTENTION: caches},
+            )
+    return [
+        part.index_select(0, torch.tensor(state.row_group, device=part.device))
+        for part, (state, _) in zip(torch.split(hidden, rows), batches, strict=True)
+    ]
