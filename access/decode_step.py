@@ -27,7 +27,7 @@ from torch.nn import functional
 
 from access.batches import position_ids_for
 from access.decode_batch import DecodeBatch
-from access.joint_steps import joint_step
+from access.joint_steps import joint_step, segments
 from access.kv_cache import Seed, joined
 from access.stack import Stack, rows_within
 from access.stems import Stem, members
@@ -54,6 +54,7 @@ class BatchDecoder:
         self.max_batch_tokens = max_batch_tokens
         self.source_stacks = [Stack(model) for model in sources.models]
         self.state: DecodeBatch | None = None  # the batch running now (what the arms' site functions read)
+        self.joint: list[tuple[int, DecodeBatch]] = []  # the batches of a joint step running now (segments)
 
     @torch.no_grad()
     def decode(self, batch: Sequence[Stem], arms: list[int], fork: int) -> tuple[list[list[list[int]]], list[int]]:
@@ -77,23 +78,27 @@ class BatchDecoder:
         return state.tokens, state.broken
 
     @torch.no_grad()
-    def decode_together(self, batches: Sequence[Sequence[Stem]]) -> list[tuple[list[list[list[int]]], list[int]]]:
-        """The one unedited pass on several batches of prompts: each batch's prompt pass on its own, then every decode
-        step of all of them as one forward (:func:`access.joint_steps.joint_step`); per batch, what :meth:`decode`
-        returns for it."""
-        assert self.passes == [None] and not self.source_stacks, "joint steps decode only the one unedited pass"
-        fork, limit = self.stack.total, self.generator.config.max_new_tokens
+    def decode_together(
+        self, batches: Sequence[Sequence[Stem]], arms: list[int], fork: int
+    ) -> list[tuple[list[list[list[int]]], list[int]]]:
+        """Decode passes ``arms`` (none reading a patch source) on several batches of prompts: each batch's prompt pass
+        on its own, then every decode step of all of them as one forward (:func:`access.joint_steps.joint_step`); per
+        batch, what :meth:`decode` returns for it."""
+        assert not self.sources.needed(arms), "joint steps run no patch source"
+        limit = self.generator.config.max_new_tokens
         states, live = [], []
         for batch in batches:
-            state, positions = self._prepare(batch, [0], fork)
+            state, positions = self._prepare(batch, arms, fork)
             allow_skip = bool(state.prompt_mask.all())
             chosen, bad = self._choose(self._step(state, positions, fork, allow_skip))
             states.append(state)
             live += self._taken(state, chosen, bad, allow_skip)
+        self.state = None
         for step in range(1, limit):
             if not live:
                 break
-            hidden = joint_step(self.stack, live, step)
+            self.joint = segments([state for state, _ in live])
+            hidden = joint_step(self.stack, live, step, fork)
             logits = self._last_logits(torch.cat(hidden))
             taken = [greedy(part) for part in torch.split(logits, [h.shape[0] for h in hidden])]
             live = [
@@ -101,8 +106,16 @@ class BatchDecoder:
                 for (state, allow_skip), (chosen, bad) in zip(live, taken, strict=True)
                 for entry in self._taken(state, chosen, bad, allow_skip)
             ]
-        self.state = None
+        self.joint = []
         return [(state.tokens, state.broken) for state in states]
+
+    def segments(self) -> list[tuple[int, DecodeBatch]]:
+        """The batches the forward running now holds, each with where its rows start in it (a prompt pass's slice
+        starts at a row of its batch: a negative start)."""
+        if self.joint:
+            return self.joint
+        assert self.state is not None, "shared decoding hooks fire only inside a batch"
+        return [(-self.state.offset, self.state)]
 
     def _taken(
         self, state: DecodeBatch, chosen: list[int], bad: list[bool], allow_skip: bool

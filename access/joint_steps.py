@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -97,43 +98,77 @@ def _register() -> None:
     AttentionInterface.register(JOINT_ATTENTION, joint_attention)
 
 
-def joint_step(stack: Stack, batches: Sequence[tuple[DecodeBatch, bool]], step: int) -> list[torch.Tensor]:
+def joint_step(stack: Stack, batches: Sequence[tuple[DecodeBatch, bool]], step: int, fork: int) -> list[torch.Tensor]:
     """Decode step ``step`` (1 or more: after the prompt pass) of ``batches`` (each with whether its mask may be
-    skipped), every block on all their groups at once: the top block's output per batch, a row per row."""
+    skipped): the blocks below ``fork`` on all their groups at once, the rest on all their rows at once; the top
+    block's output per batch, a row per row. The passes' site functions run on each batch's rows in turn
+    (:func:`segments`)."""
+    _register()
+    group_positions = [rearrange(state.last_position[state.group_prompt] + step, "g -> g 1") for state, _ in batches]
+    hidden = stack.embed(torch.cat([state.group_input for state, _ in batches]))
+    if fork:
+        hidden = _blocks(stack, hidden, range(fork), batches, group_positions, lower=True)
+    groups = [len(state.group_prompt) for state, _ in batches]
+    rows, positions = [], []
+    for part, where, (state, _) in zip(torch.split(hidden, groups), group_positions, batches, strict=True):
+        state.row_group_index = torch.tensor(state.row_group, device=part.device)
+        rows.append(part.index_select(0, state.row_group_index))
+        positions.append(where.index_select(0, state.row_group_index))
+    hidden = torch.cat(rows)
+    if fork < stack.total:
+        hidden = _blocks(stack, hidden, range(fork, stack.total), batches, positions, lower=False)
+    return list(torch.split(hidden, [len(state.row_group) for state, _ in batches]))
+
+
+def segments(batches: Sequence[DecodeBatch]) -> list[tuple[int, DecodeBatch]]:
+    """Where each batch's rows start in a joint step's rows (what the passes' site functions read)."""
+    starts = itertools.accumulate((len(state.row_group) for state in batches), initial=0)
+    return list(zip(starts, batches, strict=False))
+
+
+def _blocks(
+    stack: Stack,
+    hidden: torch.Tensor,
+    layers: range,
+    batches: Sequence[tuple[DecodeBatch, bool]],
+    positions: list[torch.Tensor],
+    *,
+    lower: bool,
+) -> torch.Tensor:
+    """``layers`` on every batch's groups (``lower``: the blocks below the fork, a row per group, and their cache) or
+    rows (the rest), attention per batch over its own cache with its own mask."""
     from transformers.masking_utils import create_causal_mask
 
-    _register()
     config = stack.model.config
-    positions = [rearrange(state.last_position[state.group_prompt] + step, "g -> g 1") for state, _ in batches]
-    rows = [len(state.group_prompt) for state, _ in batches]
-    hidden = stack.embed(torch.cat([state.group_input for state, _ in batches]))
+    caches = [state.lower if lower else state.upper for state, _ in batches]
+    prompts = [state.group_prompt if lower else state.row_prompt for state, _ in batches]
+    sizes = [len(p) for p in prompts]
     masks = [
         create_causal_mask(
             config=config,
             inputs_embeds=part,
-            attention_mask=state.prompt_mask.index_select(0, torch.tensor(state.group_prompt, device=part.device)),
-            past_key_values=state.lower,
+            attention_mask=state.prompt_mask.index_select(0, torch.tensor(prompt, device=part.device)),
+            past_key_values=cache,
             position_ids=where,
-            layer_idx=0,
+            layer_idx=layers.start,
             allow_is_causal_skip=allow_skip,
         )
-        for (state, allow_skip), where, part in zip(batches, positions, torch.split(hidden, rows), strict=True)
+        for (state, allow_skip), prompt, cache, where, part in zip(
+            batches, prompts, caches, positions, torch.split(hidden, sizes), strict=True
+        )
     ]
-    caches = BatchCaches([state.lower for state, _ in batches], rows, masks, config._attn_implementation)
+    joint = BatchCaches(caches, sizes, masks, config._attn_implementation)
     joint_positions = torch.cat(positions)
     rotary = stack.decoder.rotary_emb(hidden, position_ids=joint_positions)
     with _attention_as(config, JOINT_ATTENTION):
-        for block in stack.decoder.layers:
-            hidden = block(
+        for index in layers:
+            hidden = stack.decoder.layers[index](
                 hidden,
                 attention_mask=None,
                 position_embeddings=rotary,
                 position_ids=joint_positions,
-                past_key_values=caches,
+                past_key_values=joint,
                 use_cache=True,
-                **{JOINT_ATTENTION: caches},
+                **{JOINT_ATTENTION: joint},
             )
-    return [
-        part.index_select(0, torch.tensor(state.row_group, device=part.device))
-        for part, (state, _) in zip(torch.split(hidden, rows), batches, strict=True)
-    ]
+    return hidden

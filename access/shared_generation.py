@@ -221,7 +221,7 @@ class SharedDecoder:
         tally = _Tally.of(len(passes), len(self.generator.prompts))
         with (
             prepacked(self.model, *sources.models),
-            arm_sites(self.model, self._passes, sources, self.attach, lambda: engine.state),
+            arm_sites(self.model, self._passes, sources, self.attach, engine.segments),
         ):
             pending = []
             for number, stems in enumerate(self.batches):
@@ -234,7 +234,7 @@ class SharedDecoder:
                 tally.add(members(stems), body)
                 if done is not None:
                     done(number + 1, len(self.batches), len(members(stems)), body["seconds"], True)
-            for group in self._together(pending):
+            for group in self._together(pending, self._passes):
                 for number, body in zip(group, self._decoded(engine, group, keep), strict=True):
                     tally.add(members(self.batches[number]), body)
                     if done is not None:
@@ -250,17 +250,19 @@ class SharedDecoder:
             return None
         return body
 
-    def _together(self, pending: list[int]) -> list[list[int]]:
-        """The batches to decode, in groups decoded at once: where the one pass is unedited, consecutive batches whose
-        caches fit :attr:`max_cache_bytes` together step as one (:meth:`BatchDecoder.decode_together`); else one by
-        one."""
-        if self._passes != [None]:
-            return [[number] for number in pending]
+    def _together(self, pending: list[int], passes: Sequence[SiteEdits | None]) -> list[list[int]]:
+        """The batches to decode, in groups decoded at once: consecutive batches whose caches, every pass's rows
+        together, fit :attr:`max_cache_bytes` step as one (:meth:`BatchDecoder.decode_together`); a batch whose passes
+        decode in chunks of arms, and every batch where a pass reads a patch source, decodes on its own."""
+        alone = bool(Sources(passes).models)
         groups: list[list[int]] = []
         held = 0
         for number in pending:
-            size = self._cache_bytes(self.batches[number])
-            if groups and held + size <= self.max_cache_bytes:
+            size = self._cache_bytes(self.batches[number], passes)
+            if alone or size > self.max_cache_bytes:
+                groups.append([number])
+                held = self.max_cache_bytes
+            elif groups and held + size <= self.max_cache_bytes:
                 groups[-1].append(number)
                 held += size
             else:
@@ -272,10 +274,12 @@ class SharedDecoder:
         self, engine: BatchDecoder, group: list[int], keep: Callable[[int, dict[str, Any]], None] | None
     ) -> list[dict[str, Any]]:
         """The bodies of the batches ``group`` (their tokens, broken logits, site counts and seconds per pass), decoded
-        and kept; a group's seconds are shared among its batches by their prompts."""
+        and kept; a group's seconds are shared among its batches by their prompts, its site counts go with its first."""
         start, before = time.perf_counter(), [_stats(p) for p in self._passes]
         batches = [self.batches[number] for number in group]
-        decoded = engine.decode_together(batches) if len(group) > 1 else [self._decode(engine, batches[0])]
+        arms, fork = list(range(len(self._passes))), self.fork_layer(self._passes)
+        together = len(group) > 1
+        decoded = engine.decode_together(batches, arms, fork) if together else [self._decode(engine, batches[0])]
         seconds = time.perf_counter() - start
         counted = [
             {k: v - b.get(k, 0) for k, v in _stats(p).items()} for p, b in zip(self._passes, before, strict=True)
@@ -287,7 +291,7 @@ class SharedDecoder:
                 "prompts": members(batch),
                 "tokens": tokens,
                 "broken": bad,
-                "stats": counted if len(group) == 1 else [{} for _ in self._passes],
+                "stats": counted if number == group[0] else [{} for _ in self._passes],  # the group's, once
                 "seconds": seconds * len(members(batch)) / prompts,
             }
             if keep is not None:
@@ -306,11 +310,15 @@ class SharedDecoder:
 
     def describe(self, passes: Sequence[SiteEdits | None]) -> str:
         fork = self.fork_layer(passes)
-        return (
+        shared = (
             f"blocks 0-{fork - 1} of {self.total} run once for all arms until their tokens differ"
             if fork
             else "every block is edited by some arm, so only the batching is shared"
         )
+        groups = self._together(list(range(len(self.batches))), passes)
+        if len(groups) == len(self.batches):
+            return shared
+        return f"{shared}; the batches take their decode steps together in {len(groups)} group(s) (their caches fit)"
 
     def estimate_seconds(self, passes: Sequence[SiteEdits | None]) -> float:
         """Decoding time at the pace of one timed prompt pass, counting every row to the token limit and no arm
@@ -357,11 +365,13 @@ class SharedDecoder:
         arms = list(range(len(self._passes)))
         return [arms[i : i + per_chunk] for i in range(0, len(arms), per_chunk)]
 
-    def _cache_bytes(self, batch: Sequence[Stem]) -> int:
-        """The caches of the unedited pass on ``batch``: a row per prompt through every block, as wide as the batch's
-        longest stem and remainder, with room for the new tokens."""
+    def _cache_bytes(self, batch: Sequence[Stem], passes: Sequence[SiteEdits | None]) -> int:
+        """The caches of every pass on ``batch`` at once: a row per prompt below the fork layer, a row per pass and
+        prompt from it up, as wide as the batch's longest stem and remainder, with room for the new tokens."""
+        fork = self.fork_layer(passes)
         width = sum(self._widths(batch)) + self.generator.config.max_new_tokens
-        return len(members(batch)) * width * self._position_bytes(self.total)
+        rows = self._position_bytes(fork) + len(passes) * self._position_bytes(self.total - fork)
+        return len(members(batch)) * width * rows
 
     def _position_bytes(self, blocks: int) -> int:
         """One row's keys and values at one position through ``blocks`` blocks."""

@@ -93,10 +93,11 @@ def arm_sites(
     passes: Sequence[SiteEdits | None],
     sources: Sources,
     attach: Attach,
-    batch: Callable[[], DecodeBatch | None],
+    batch: Callable[[], list[tuple[int, DecodeBatch]]],
 ) -> Iterator[None]:
-    """One hook per edited site of ``model``, running each pass's site function on that pass's rows of the batch
-    decoding now (``batch()``), and one per patched site of each source, keeping its values."""
+    """One hook per edited site of ``model``, running each pass's site function on that pass's rows of each batch
+    the forward running now holds (``batch()``: each with where its rows start in the forward's), and one per patched
+    site of each source, keeping its values."""
     by_site: dict[tuple[str, int], list[tuple[int, SiteFn]]] = {}
     for arm, edits in enumerate(passes):
         for hook, layer, fn in edits.sites if edits is not None else []:
@@ -111,24 +112,22 @@ def arm_sites(
 
 
 def _dispatch(
-    fns: list[tuple[int, SiteFn]], sources: Sources, batch: Callable[[], DecodeBatch | None]
+    fns: list[tuple[int, SiteFn]], sources: Sources, batch: Callable[[], list[tuple[int, DecodeBatch]]]
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     def fn(x: torch.Tensor) -> torch.Tensor:
-        state = batch()
-        assert state is not None, "shared decoding hooks fire only inside a batch"
-        offset = state.offset
-        for arm, site in fns:
-            start, stop = state.spans.get(arm, (0, 0))
-            start, stop = max(start - offset, 0), min(stop - offset, x.shape[0])
-            if start >= stop:
-                continue
-            part = x[start:stop]
-            if arm in sources.lockstep:
-                assert state.row_group_index is not None
-                sources.fill(arm, state.row_group_index[start + offset : stop + offset])
-            new = site(part)
-            if new is not part:
-                part.copy_(new)
+        for shift, state in batch():
+            for arm, site in fns:
+                start, stop = state.spans.get(arm, (0, 0))
+                start, stop = max(start + shift, 0), min(stop + shift, x.shape[0])
+                if start >= stop:
+                    continue
+                part = x[start:stop]
+                if arm in sources.lockstep:
+                    assert state.row_group_index is not None
+                    sources.fill(arm, state.row_group_index[start - shift : stop - shift])
+                new = site(part)
+                if new is not part:
+                    part.copy_(new)
         return x
 
     return fn

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from access import decode_step
 from access.decode_batch import DecodeBatch
 from access.edited_generation import ABGenerator
 from access.edits import Add, Patch, Scale, Set, site_edits
@@ -70,7 +71,7 @@ def _edits(model, source, hook: str) -> list:
 
 
 @pytest.mark.parametrize("hook", ["mlp_post", "resid_post"])  # a block's inner input (pre-hook) and a block's output
-def test_every_arm_decoded_together_equals_the_arm_generated_alone(subject, hook):
+def test_every_arm_decoded_together_equals_the_arm_generated_alone(subject, hook, monkeypatch):
     model, source, tokenizer, rows = subject
     generator = ABGenerator(model, tokenizer, rows, GenerationConfig(max_new_tokens=10, batch_size=5))
     _stop_early(generator.generator)
@@ -91,6 +92,16 @@ def test_every_arm_decoded_together_equals_the_arm_generated_alone(subject, hook
     assert any(g.ids != alone[0].ids for g in alone[1:]), (
         "some arm must fork from the baseline for the test to mean anything"
     )
+    # without the patches (which read a source, so decode batch by batch), the batches step together
+    joint: list[int] = []
+    original = decode_step.joint_step
+    monkeypatch.setattr(decode_step, "joint_step", lambda *args: (joint.append(len(args[1])), original(*args))[1])
+    plain = [edit for edit in edits if not isinstance(edit, Patch)]
+    decoder = SharedDecoder(generator.generator, max_batch_tokens=120, attach=attach)
+    stepped = decoder.run([None] + [site_edits(model, [edit]) for edit in plain])
+    assert [g.ids for g in stepped] == [g.ids for g in alone[: 1 + len(plain)]]
+    assert len(decoder.batches) > 1 and max(joint) == len(decoder.batches)
+    assert [g.hook_stats for g in stepped[1:]] == [g.hook_stats for g in together[1 : 1 + len(plain)]]
     if hook == "mlp_post":  # caches over any budget: each arm decodes a batch on its own
         decoder = SharedDecoder(generator.generator, max_batch_tokens=120, attach=attach)
         decoder.max_cache_bytes = 1
@@ -125,7 +136,6 @@ def test_an_unedited_prompt_pass_in_slices_leaves_out_each_slices_padding_and_eq
     """Sliced by a token budget (one row a slice, then two longest prompts), each slice of an unedited prompt pass runs
     without the positions that pad all its rows, stems' remainders too (zeros in their place in the joined cache,
     after the stem's positions, hidden by the mask)."""
-    from access import decode_step
 
     model, _, tokenizer, rows = subject
     generator = Generator(
@@ -301,7 +311,6 @@ def test_unedited_batches_step_together_within_the_cache_budget_and_decode_as_ge
     """The one unedited pass steps every batch whose caches fit the budget together (one forward a step for all their
     rows, attention per batch over its own keys, values and mask), with ``generate``'s tokens; over the budget, the
     batches decode one by one, with the same tokens; ``parts`` keep their prompts out of each other's batches."""
-    from access import decode_step
 
     model, _, tokenizer, rows = subject
     generator = Generator(
@@ -310,9 +319,7 @@ def test_unedited_batches_step_together_within_the_cache_budget_and_decode_as_ge
     expected, leaves = _first_batch_stops_first(generator, members(SharedDecoder(generator).batches[0]))
     joint: list[int] = []  # batches per joint step
     original = decode_step.joint_step
-    monkeypatch.setattr(
-        decode_step, "joint_step", lambda stack, live, step: (joint.append(len(live)), original(stack, live, step))[1]
-    )
+    monkeypatch.setattr(decode_step, "joint_step", lambda *args: (joint.append(len(args[1])), original(*args))[1])
     decoder = SharedDecoder(generator)
     assert len(decoder.batches) >= 3
     assert decoder.run([None])[0].ids == expected
@@ -320,13 +327,13 @@ def test_unedited_batches_step_together_within_the_cache_budget_and_decode_as_ge
     if leaves:  # (the Llama subject's; the tiny ChatML models repeat one token in every row)
         assert min(joint) < max(joint), "batches whose rows all finished must leave the joint steps"
 
-    sizes = [decoder._cache_bytes(batch) for batch in decoder.batches]
+    sizes = [decoder._cache_bytes(batch, [None]) for batch in decoder.batches]
     for budget in (1, sizes[0] + sizes[1]):  # none fits with another; the first two fit together
         joint.clear()
         limited = SharedDecoder(generator)
         limited.max_cache_bytes = budget
         assert limited.run([None])[0].ids == expected
-        groups = limited._together(list(range(len(sizes))))
+        groups = limited._together(list(range(len(sizes))), [None])
         assert groups[0] == ([0] if budget == 1 else [0, 1])
         assert max(joint, default=1) == max(map(len, groups))
     parts = [range(3), range(3, len(rows))]
