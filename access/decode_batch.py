@@ -57,6 +57,8 @@ class DecodeBatch:
     sources: list[Any] = field(default_factory=list)
     source_needed: set[int] = field(default_factory=set)  # the patch sources these arms read
     spans: dict[int, tuple[int, int]] = field(default_factory=dict)  # arm -> its rows
+    # arm -> what its site functions saw on these rows (counts left on the device: int() them when done)
+    counts: dict[int, dict[str, Any]] = field(default_factory=dict)
     # the forward running now: row_group as a tensor, and its first row among the batch's (a prompt pass runs in
     # slices of rows)
     row_group_index: torch.Tensor | None = None
@@ -104,6 +106,14 @@ class DecodeBatch:
             self.tokens[arm][prompt].append(token)
             if len(self.tokens[arm][prompt]) >= limit:
                 self.row_alive[row] = False
+
+    def went_on(self, chosen: list[int], bad: list[bool], stop: Collection[int], limit: int) -> bool:
+        """:meth:`take` the step's tokens, then, while a row decodes on, :meth:`advance`: whether one does."""
+        self.take(chosen, bad, stop, limit)
+        if not any(self.row_alive):
+            return False
+        self.advance(chosen)
+        return True
 
     def advance(self, chosen: list[int]) -> None:
         """One more position for every prompt, fed each group's chosen token (:meth:`regroup`)."""

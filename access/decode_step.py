@@ -70,20 +70,18 @@ class BatchDecoder:
                 else rearrange(state.last_position[state.group_prompt] + step, "g -> g 1")
             )
             chosen, bad = self._choose(self._step(state, group_positions, fork, allow_skip))
-            state.take(chosen, bad, self.generator.stop, limit)
-            if not any(state.row_alive):
+            if not state.went_on(chosen, bad, self.generator.stop, limit):
                 break
-            state.advance(chosen)
         self.state = None
         return state.tokens, state.broken
 
     @torch.no_grad()
     def decode_together(
         self, batches: Sequence[Sequence[Stem]], arms: list[int], fork: int
-    ) -> list[tuple[list[list[list[int]]], list[int]]]:
+    ) -> list[tuple[list[list[list[int]]], list[int], list[dict[str, int]]]]:
         """Decode passes ``arms`` (none reading a patch source) on several batches of prompts: each batch's prompt pass
         on its own, then every decode step of all of them as one forward (:func:`access.joint_steps.joint_step`); per
-        batch, what :meth:`decode` returns for it."""
+        batch, what :meth:`decode` returns for it and what each pass's site functions saw on its rows."""
         assert not self.sources.needed(arms), "joint steps run no patch source"
         limit = self.generator.config.max_new_tokens
         states, live = [], []
@@ -92,7 +90,8 @@ class BatchDecoder:
             allow_skip = bool(state.prompt_mask.all())
             chosen, bad = self._choose(self._step(state, positions, fork, allow_skip))
             states.append(state)
-            live += self._taken(state, chosen, bad, allow_skip)
+            if state.went_on(chosen, bad, self.generator.stop, limit):
+                live.append((state, allow_skip))
         self.state = None
         for step in range(1, limit):
             if not live:
@@ -102,12 +101,15 @@ class BatchDecoder:
             logits = self._last_logits(torch.cat(hidden))
             taken = [greedy(part) for part in torch.split(logits, [h.shape[0] for h in hidden])]
             live = [
-                entry
+                (state, allow_skip)
                 for (state, allow_skip), (chosen, bad) in zip(live, taken, strict=True)
-                for entry in self._taken(state, chosen, bad, allow_skip)
+                if state.went_on(chosen, bad, self.generator.stop, limit)
             ]
         self.joint = []
-        return [(state.tokens, state.broken) for state in states]
+        return [
+            (state.tokens, state.broken, [{k: int(v) for k, v in state.counts.get(arm, {}).items()} for arm in arms])
+            for state in states
+        ]
 
     def segments(self) -> list[tuple[int, DecodeBatch]]:
         """The batches the forward running now holds, each with where its rows start in it (a prompt pass's slice
@@ -116,16 +118,6 @@ class BatchDecoder:
             return self.joint
         assert self.state is not None, "shared decoding hooks fire only inside a batch"
         return [(-self.state.offset, self.state)]
-
-    def _taken(
-        self, state: DecodeBatch, chosen: list[int], bad: list[bool], allow_skip: bool
-    ) -> list[tuple[DecodeBatch, bool]]:
-        """``state`` after its rows took ``chosen``: itself (with ``allow_skip``) while a row decodes on, else none."""
-        state.take(chosen, bad, self.generator.stop, self.generator.config.max_new_tokens)
-        if not any(state.row_alive):
-            return []
-        state.advance(chosen)
-        return [(state, allow_skip)]
 
     def _prepare(self, batch: Sequence[Stem], arms: list[int], fork: int) -> tuple[DecodeBatch, torch.Tensor]:
         """The batch's state with every prompt's remainder after its stem left-padded (its stem run and seeded), and
@@ -191,6 +183,7 @@ class BatchDecoder:
         )
         self._step(stems, position_ids_for(mask), fork, bool(mask.all()))
         self.state = state
+        state.counts = stems.counts  # what the site functions saw on the stems is this batch's
         per_row = [stem + (arm * n_stems if stem >= 0 else 0) for arm in range(len(state.arms)) for stem in stem_of]
         state.lower = Seed.of(stems.lower, range(fork), stem_of)
         state.upper = Seed.of(stems.upper, range(fork, self.stack.total), per_row)

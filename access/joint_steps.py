@@ -13,8 +13,8 @@ what they would see alone; the products run on more rows, whose rounding CPU ker
 a batch's own row count, :mod:`access.shared_generation`).
 
 Example:
-    >>> hidden = joint_step(stack, [(state, allow_skip), (other, other_allow)], step=3)   # doctest: +SKIP
-    >>> [h.shape[0] for h in hidden]   # each batch's rows, in its own row order
+    >>> hidden = joint_step(stack, [(state, allow_skip), (other, other_allow)], 3, fork)   # doctest: +SKIP
+    >>> [h.shape[0] for h in hidden]   # each batch's rows, in its own row order   # doctest: +SKIP
     [64, 60]
 """
 

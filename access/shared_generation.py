@@ -79,7 +79,7 @@ from access.hook_points import attach
 from access.kv_cache import growing_layer_class as _growing_layer_class
 from access.lockstep import Lockstep
 from access.packed_linear import prepacked
-from access.shared_sites import Attach, Sources, arm_sites
+from access.shared_sites import Attach, Sources, arm_sites, site_counts
 from access.stack import Stack, run_blocks, unsupported
 from access.stems import MIN_STEM, Stem, members, stem_batches, stem_batches_within, stem_tokens
 from core.budget import default_cache_bytes, default_max_batch_tokens
@@ -274,24 +274,28 @@ class SharedDecoder:
         self, engine: BatchDecoder, group: list[int], keep: Callable[[int, dict[str, Any]], None] | None
     ) -> list[dict[str, Any]]:
         """The bodies of the batches ``group`` (their tokens, broken logits, site counts and seconds per pass), decoded
-        and kept; a group's seconds are shared among its batches by their prompts, its site counts go with its first."""
-        start, before = time.perf_counter(), [_stats(p) for p in self._passes]
+        and kept; a group's seconds are shared among its batches by their prompts."""
+        start, before = time.perf_counter(), [site_counts(p) for p in self._passes]
         batches = [self.batches[number] for number in group]
-        arms, fork = list(range(len(self._passes))), self.fork_layer(self._passes)
-        together = len(group) > 1
-        decoded = engine.decode_together(batches, arms, fork) if together else [self._decode(engine, batches[0])]
+        if len(group) > 1:
+            arms, fork = list(range(len(self._passes))), self.fork_layer(self._passes)
+            decoded = engine.decode_together(batches, arms, fork)
+        else:
+            tokens, bad = self._decode(engine, batches[0])
+            counted = [
+                {k: v - b.get(k, 0) for k, v in site_counts(p).items()}
+                for p, b in zip(self._passes, before, strict=True)
+            ]
+            decoded = [(tokens, bad, counted)]
         seconds = time.perf_counter() - start
-        counted = [
-            {k: v - b.get(k, 0) for k, v in _stats(p).items()} for p, b in zip(self._passes, before, strict=True)
-        ]
         prompts = sum(len(members(batch)) for batch in batches)
         bodies = []
-        for number, batch, (tokens, bad) in zip(group, batches, decoded, strict=True):
+        for number, batch, (tokens, bad, counts) in zip(group, batches, decoded, strict=True):
             body = {
                 "prompts": members(batch),
                 "tokens": tokens,
                 "broken": bad,
-                "stats": counted if number == group[0] else [{} for _ in self._passes],  # the group's, once
+                "stats": counts,
                 "seconds": seconds * len(members(batch)) / prompts,
             }
             if keep is not None:
@@ -424,10 +428,6 @@ class _Tally:
             generator.decode(ids, share, counts | {"degenerate_logits": broken})
             for ids, counts, broken in zip(self.ids, self.counts, self.broken, strict=True)
         ]
-
-
-def _stats(edits: SiteEdits | None) -> dict[str, int]:
-    return edits.stats.as_dict() if edits is not None and edits.stats is not None else {}
 
 
 def _misfit(body: dict[str, Any], n_passes: int, prompts: list[int], vocabulary: int) -> str | None:

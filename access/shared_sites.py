@@ -104,7 +104,7 @@ def arm_sites(
             by_site.setdefault((hook, layer), []).append((arm, fn))
     with ExitStack() as stack:
         for (hook, layer), fns in by_site.items():
-            stack.callback(attach(model, hook, layer, _dispatch(fns, sources, batch)).remove)
+            stack.callback(attach(model, hook, layer, _dispatch(fns, sources, batch, passes)).remove)
         for k, source in enumerate(sources.models):
             for hook, layer in sources.sites[k]:
                 stack.callback(attach(source, hook, layer, sources.capture(k, hook, layer)).remove)
@@ -112,7 +112,10 @@ def arm_sites(
 
 
 def _dispatch(
-    fns: list[tuple[int, SiteFn]], sources: Sources, batch: Callable[[], list[tuple[int, DecodeBatch]]]
+    fns: list[tuple[int, SiteFn]],
+    sources: Sources,
+    batch: Callable[[], list[tuple[int, DecodeBatch]]],
+    passes: Sequence[SiteEdits | None],
 ) -> Callable[[torch.Tensor], torch.Tensor]:
     def fn(x: torch.Tensor) -> torch.Tensor:
         for shift, state in batch():
@@ -125,9 +128,27 @@ def _dispatch(
                 if arm in sources.lockstep:
                     assert state.row_group_index is not None
                     sources.fill(arm, state.row_group_index[start - shift : stop - shift])
+                before = _raw_counts(passes[arm])
                 new = site(part)
                 if new is not part:
                     part.copy_(new)
+                counts = state.counts.setdefault(arm, {})
+                for key, value in _raw_counts(passes[arm]).items():
+                    counts[key] = counts.get(key, 0) + value - before.get(key, 0)
         return x
 
     return fn
+
+
+def site_counts(edits: SiteEdits | None) -> dict[str, int]:
+    """What a pass's site functions have seen so far (its stats; none for an unedited pass)."""
+    return edits.stats.as_dict() if edits is not None and edits.stats is not None else {}
+
+
+def _raw_counts(edits: SiteEdits | None) -> dict[str, Any]:
+    """:func:`site_counts`, left on the device where the stats keep them there (a hook reads no count back)."""
+    stats = edits.stats if edits is not None else None
+    if stats is None:
+        return {}
+    raw = getattr(stats, "raw", None)
+    return dict(raw()) if raw is not None else dict(stats.as_dict())

@@ -36,7 +36,11 @@ class EditStats:
             self.values_changed = self.values_changed + (before != after).sum()
 
     def as_dict(self) -> dict[str, int]:
-        return {"calls": self.calls, "values_seen": int(self.values_seen), "values_changed": int(self.values_changed)}
+        return {key: int(value) for key, value in self.raw().items()}
+
+    def raw(self) -> dict[str, torch.Tensor | int]:
+        """:meth:`as_dict` without reading the counts off the device (no sync)."""
+        return {"calls": self.calls, "values_seen": self.values_seen, "values_changed": self.values_changed}
 
 
 def tracked(x: torch.Tensor) -> bool:
