@@ -13,6 +13,12 @@ what they would see alone; the products run on more rows, whose rounding CPU ker
 a batch's own row count, :mod:`access.shared_generation`).
 
 Example:
+    >>> from transformers import DynamicCache
+    >>> caches = BatchCaches([DynamicCache(), DynamicCache()], rows=[2, 1], masks=[None, None], attention="sdpa")
+    >>> keys = torch.zeros(3, 1, 1, 4)   # a layer's new keys for three rows: two of one batch, one of the other
+    >>> _ = caches.update(keys, keys, 0)
+    >>> [tuple(k.shape) for k, _ in caches.current]   # each batch's cache got its own rows
+    [(2, 1, 1, 4), (1, 1, 1, 4)]
     >>> hidden = joint_step(stack, [(state, allow_skip), (other, other_allow)], 3, fork)   # doctest: +SKIP
     >>> [h.shape[0] for h in hidden]   # each batch's rows, in its own row order   # doctest: +SKIP
     [64, 60]

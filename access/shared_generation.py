@@ -24,10 +24,11 @@ of one model together, batch of prompts by batch of prompts:
   the rows' caches would pass :func:`core.budget.default_cache_bytes`, the passes decode a batch of
   prompts in groups of arms (:meth:`SharedDecoder.arm_chunks`), each running the shared blocks once.
 
-* **joint steps.** Where the one pass is unedited (the evaluation, :func:`generate_unedited`), batches of prompts
-  whose caches fit :func:`core.budget.default_cache_bytes` together run their prompt passes one by one and then
-  every decode step as one forward (:mod:`access.joint_steps`): a step reads the weights once for all their rows,
-  and each batch attends over its own keys and values. Edited passes decode batch by batch.
+* **joint steps.** Batches of prompts whose caches, every pass's rows together, fit
+  :func:`core.budget.default_cache_bytes` run their prompt passes one by one and then every decode step as one
+  forward (:mod:`access.joint_steps`): a step reads the weights once for all their rows, each batch attends over its
+  own keys and values, and each pass's site functions run on each batch's rows in turn. Passes that read a patch
+  source decode batch by batch.
 
 * **products.** On a CPU in float32, every linear layer of the model and of its patch sources multiplies by its
   weight packed once for oneDNN while the passes decode (:func:`access.packed_linear.prepacked`): a decode step's few
@@ -244,7 +245,8 @@ class SharedDecoder:
     def _kept(self, number: int, kept: Callable[[int], dict[str, Any] | None] | None) -> dict[str, Any] | None:
         """Batch ``number``'s body as kept by an earlier run, where it still fits (else None: it is decoded)."""
         body = kept(number) if kept is not None else None
-        misfit = _misfit(body, len(self._passes), members(self.batches[number]), self._vocabulary()) if body else None
+        prompts = members(self.batches[number])
+        misfit = _misfit(body, len(self._passes), prompts, self._vocabulary()) if body is not None else None
         if misfit is not None:
             warn(f"the kept batch {number + 1} of {len(self.batches)} {misfit}; it is decoded again")
             return None
