@@ -354,3 +354,41 @@ def _first_batch_stops_first(generator: Generator, first: list[int]) -> tuple[li
             return expected, True
     generator.stop = base
     return ids, False
+
+
+def test_joint_steps_run_the_models_own_attention_function_and_give_it_back(tiny_model_dir, chat_data, monkeypatch):
+    """A model loaded with ``eager`` attention steps its batches together through its family's eager attention, with
+    ``generate``'s tokens, and is left with its own attention implementation."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="eager")
+    rows = read_test_rows(chat_data / "test.jsonl")[:8]
+    generator = Generator(
+        model.eval(),
+        AutoTokenizer.from_pretrained(tiny_model_dir),
+        [r.question for r in rows],
+        GenerationConfig(max_new_tokens=8, batch_size=3),
+    )
+    from transformers.models.llama import modeling_llama
+
+    joint: list[int] = []  # batches per joint step
+    inside: list[bool] = []  # per eager attention call: whether a joint step made it
+    original, eager = decode_step.joint_step, modeling_llama.eager_attention_forward
+
+    def step(*args):
+        joint.append(len(args[1]))
+        inside.append(True)
+        try:
+            return original(*args)
+        finally:
+            inside.pop()
+
+    calls: list[bool] = []
+    monkeypatch.setattr(decode_step, "joint_step", step)
+    monkeypatch.setattr(
+        modeling_llama, "eager_attention_forward", lambda *a, **k: (calls.append(bool(inside)), eager(*a, **k))[1]
+    )
+    assert generate_unedited(generator).ids == generator.run().ids
+    assert joint and max(joint) > 1
+    assert any(calls), "the joint steps' attention must be the model's eager one"
+    assert model.config._attn_implementation == "eager"
