@@ -25,7 +25,7 @@ Modules:
     decode_batch        shared decoding's batch state: rows, groups, forks, finished rows
     shared_sites        each pass's site functions on its own rows, patch sources once per group
     decode_step         one batch of prompts decoded greedily for a chunk of passes
-    joint_steps         unedited decoding's steps of several batches as one forward, attention per batch
+    joint_steps         shared decoding's steps of several batches as one forward, attention per batch
     packed_linear       greedy decoding's matrix products on weights packed once for oneDNN (CPU, float32)
     shared_generation   many greedy arms of one model decoded in shared batches (SharedDecoder)
     forced              teacher-forced sequences, their scores, and the per-arm engine (whole forwards)

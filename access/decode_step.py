@@ -13,7 +13,7 @@ Example:
     >>> greedy(logits)   # each row's argmax, and whether its logits are broken (flat, or not finite)
     ([1, 0, 0], [False, True, True])
     >>> engine = BatchDecoder(Stack(model), generator, [None], Sources([None]), 2048)   # doctest: +SKIP
-    >>> tokens, broken = engine.decode(stem_batches(generator.prompts, 8)[0], arms=[0], fork=0)   # doctest: +SKIP
+    >>> tokens, broken, counts = engine.decode(stem_batches(generator.prompts, 8)[0], [0], fork=0)   # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class BatchDecoder:
         self.joint: list[tuple[int, DecodeBatch]] = []  # the batches of a joint step running now (segments)
 
     @torch.no_grad()
-    def decode(self, batch: Sequence[Stem], arms: list[int], fork: int) -> tuple[list[list[list[int]]], list[int]]:
+    def decode(self, batch: Sequence[Stem], arms: list[int], fork: int) -> Decoded:
         """Decode passes ``arms`` on one batch of prompts, the blocks below ``fork`` once per group: their tokens and
         broken-logit counts in ``arms`` order."""
         state, positions = self._prepare(batch, arms, fork)
@@ -73,15 +73,13 @@ class BatchDecoder:
             if not state.went_on(chosen, bad, self.generator.stop, limit):
                 break
         self.state = None
-        return state.tokens, state.broken
+        return decoded(state)
 
     @torch.no_grad()
-    def decode_together(
-        self, batches: Sequence[Sequence[Stem]], arms: list[int], fork: int
-    ) -> list[tuple[list[list[list[int]]], list[int], list[dict[str, int]]]]:
+    def decode_together(self, batches: Sequence[Sequence[Stem]], arms: list[int], fork: int) -> list[Decoded]:
         """Decode passes ``arms`` (none reading a patch source) on several batches of prompts: each batch's prompt pass
         on its own, then every decode step of all of them as one forward (:func:`access.joint_steps.joint_step`); per
-        batch, what :meth:`decode` returns for it and what each pass's site functions saw on its rows."""
+        batch, what :meth:`decode` returns for it."""
         assert not self.sources.needed(arms), "joint steps run no patch source"
         limit = self.generator.config.max_new_tokens
         states, live = [], []
@@ -106,10 +104,7 @@ class BatchDecoder:
                 if state.went_on(chosen, bad, self.generator.stop, limit)
             ]
         self.joint = []
-        return [
-            (state.tokens, state.broken, [{k: int(v) for k, v in state.counts.get(arm, {}).items()} for arm in arms])
-            for state in states
-        ]
+        return [decoded(state) for state in states]
 
     def segments(self) -> list[tuple[int, DecodeBatch]]:
         """The batches the forward running now holds, each with where its rows start in it (a prompt pass's slice
@@ -284,6 +279,16 @@ class BatchDecoder:
         state.offset = offset
         hidden, _ = stack.blocks(hidden, layers, mask_2d, positions, cache, allow_skip=allow_skip)
         return hidden
+
+
+# per pass (its place in the arms decoded): the tokens per prompt, its broken logits, what its site functions saw
+Decoded = tuple[list[list[list[int]]], list[int], list[dict[str, int]]]
+
+
+def decoded(state: DecodeBatch) -> Decoded:
+    """What ``state``'s passes decoded, in its arms' order, the site counts read off the device."""
+    counts = [{k: int(v) for k, v in state.counts.get(arm, {}).items()} for arm in state.arms]
+    return state.tokens, state.broken, counts
 
 
 def greedy(logits: torch.Tensor) -> tuple[list[int], list[bool]]:

@@ -1,11 +1,13 @@
-"""Unedited decoding's joint steps: the decode steps of several batches of prompts run as one forward.
+"""Shared decoding's joint steps: the decode steps of several batches of prompts run as one forward.
 
 A decode step on a CPU reads every weight whatever its rows, so a batch pays that read at each of its steps: the
-evaluation's 162 held-out rows in five batches of prompts paid it about five times 64 times per model. When no pass
-edits, :func:`joint_step` runs one step of several batches (each a :class:`access.decode_batch.DecodeBatch` with its
-own caches, padding and mask) as one forward: every matrix product, norm and activation on all their rows at once,
-and attention per batch, over that batch's own keys and values with its own mask (:class:`BatchCaches`). The weights
-are read once a step for all of them, and no batch attends over another's padding.
+evaluation's 162 held-out rows in five batches of prompts paid it about five times 64 times per model.
+:func:`joint_step` runs one step of several batches (each a :class:`access.decode_batch.DecodeBatch` with its own
+caches, padding, mask, groups and arms) as one forward: every matrix product, norm and activation on all their rows
+at once (the blocks below the fork layer on their groups), and attention per batch, over that batch's own keys and
+values with its own mask (:class:`BatchCaches`). The weights are read once a step for all of them, and no batch
+attends over another's padding; the passes' site functions run on each batch's rows in turn (:func:`segments`).
+Passes that read a patch source do not step together (their source keeps one batch's values at a time).
 
 Each batch's attention is the call, on the same tensors, that its own step makes (the model's attention function,
 ``sdpa`` or ``eager``, through the mask the model's ``create_causal_mask`` builds for it), so its rows see exactly
@@ -26,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import sys
 from collections.abc import Iterator, Sequence
@@ -34,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from einops import rearrange
+
+from access.stack import walk
 
 if TYPE_CHECKING:
     from access.decode_batch import DecodeBatch
@@ -98,6 +103,7 @@ def _attention_as(config: Any, name: str) -> Iterator[None]:
         config._attn_implementation_internal = before
 
 
+@functools.cache
 def _register() -> None:
     from transformers import AttentionInterface
 
@@ -164,17 +170,5 @@ def _blocks(
         )
     ]
     joint = BatchCaches(caches, sizes, masks, config._attn_implementation)
-    joint_positions = torch.cat(positions)
-    rotary = stack.decoder.rotary_emb(hidden, position_ids=joint_positions)
     with _attention_as(config, JOINT_ATTENTION):
-        for index in layers:
-            hidden = stack.decoder.layers[index](
-                hidden,
-                attention_mask=None,
-                position_embeddings=rotary,
-                position_ids=joint_positions,
-                past_key_values=joint,
-                use_cache=True,
-                **{JOINT_ATTENTION: joint},
-            )
-    return hidden
+        return walk(stack.decoder, hidden, layers, None, torch.cat(positions), joint, extra={JOINT_ATTENTION: joint})

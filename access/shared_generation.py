@@ -72,7 +72,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from access.decode_step import BatchDecoder
+from access.decode_step import BatchDecoder, Decoded
 from access.driver_table import DEFAULT_DRIVER, driver
 from access.drivers.base import SiteEdits
 from access.generation import Generations, Generator
@@ -80,7 +80,7 @@ from access.hook_points import attach
 from access.kv_cache import growing_layer_class as _growing_layer_class
 from access.lockstep import Lockstep
 from access.packed_linear import prepacked
-from access.shared_sites import Attach, Sources, arm_sites, site_counts
+from access.shared_sites import Attach, Sources, arm_sites
 from access.stack import Stack, run_blocks, unsupported
 from access.stems import MIN_STEM, Stem, members, stem_batches, stem_batches_within, stem_tokens
 from core.budget import default_cache_bytes, default_max_batch_tokens
@@ -254,8 +254,9 @@ class SharedDecoder:
 
     def _together(self, pending: list[int], passes: Sequence[SiteEdits | None]) -> list[list[int]]:
         """The batches to decode, in groups decoded at once: consecutive batches whose caches, every pass's rows
-        together, fit :attr:`max_cache_bytes` step as one (:meth:`BatchDecoder.decode_together`); a batch whose passes
-        decode in chunks of arms, and every batch where a pass reads a patch source, decodes on its own."""
+        together, fit :attr:`max_cache_bytes` step as one (:meth:`BatchDecoder.decode_together`); a batch whose caches
+        alone pass it (its passes then decode in chunks of arms, :meth:`arm_chunks`), and every batch where a pass
+        reads a patch source, decodes on its own."""
         alone = bool(Sources(passes).models)
         groups: list[list[int]] = []
         held = 0
@@ -277,18 +278,13 @@ class SharedDecoder:
     ) -> list[dict[str, Any]]:
         """The bodies of the batches ``group`` (their tokens, broken logits, site counts and seconds per pass), decoded
         and kept; a group's seconds are shared among its batches by their prompts."""
-        start, before = time.perf_counter(), [site_counts(p) for p in self._passes]
+        start = time.perf_counter()
         batches = [self.batches[number] for number in group]
         if len(group) > 1:
             arms, fork = list(range(len(self._passes))), self.fork_layer(self._passes)
             decoded = engine.decode_together(batches, arms, fork)
         else:
-            tokens, bad = self._decode(engine, batches[0])
-            counted = [
-                {k: v - b.get(k, 0) for k, v in site_counts(p).items()}
-                for p, b in zip(self._passes, before, strict=True)
-            ]
-            decoded = [(tokens, bad, counted)]
+            decoded = [self._decode(engine, batches[0])]
         seconds = time.perf_counter() - start
         prompts = sum(len(members(batch)) for batch in batches)
         bodies = []
@@ -386,16 +382,17 @@ class SharedDecoder:
         head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
         return blocks * 2 * heads * head_dim * self._element_size
 
-    def _decode(self, engine: BatchDecoder, batch: Sequence[Stem]) -> tuple[list[list[list[int]]], list[int]]:
-        """Every pass's tokens and broken-logit counts on one batch of prompts, chunk of arms by chunk of arms."""
+    def _decode(self, engine: BatchDecoder, batch: Sequence[Stem]) -> Decoded:
+        """Every pass's tokens, broken-logit counts and site counts on one batch of prompts, chunk of arms by chunk of
+        arms."""
         tokens: list[list[list[int]]] = []
         broken: list[int] = []
+        counts: list[dict[str, int]] = []
         for arms in self.arm_chunks(len(members(batch)), sum(self._widths(batch))):
             fork = self.fork_layer([self._passes[a] for a in arms])
-            chunk_tokens, chunk_broken = engine.decode(batch, arms, fork)
-            tokens += chunk_tokens
-            broken += chunk_broken
-        return tokens, broken
+            chunk = engine.decode(batch, arms, fork)
+            tokens, broken, counts = tokens + chunk[0], broken + chunk[1], counts + chunk[2]
+        return tokens, broken, counts
 
 
 @dataclass

@@ -140,13 +140,9 @@ def _dispatch(
     return fn
 
 
-def site_counts(edits: SiteEdits | None) -> dict[str, int]:
-    """What a pass's site functions have seen so far (its stats; none for an unedited pass)."""
-    return edits.stats.as_dict() if edits is not None and edits.stats is not None else {}
-
-
 def _raw_counts(edits: SiteEdits | None) -> dict[str, Any]:
-    """:func:`site_counts`, left on the device where the stats keep them there (a hook reads no count back)."""
+    """What a pass's site functions have seen so far (its stats; none for an unedited pass), left on the device where
+    the stats keep them there (a hook reads no count back)."""
     stats = edits.stats if edits is not None else None
     if stats is None:
         return {}

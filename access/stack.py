@@ -43,7 +43,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from core.errors import ProbeError
@@ -173,21 +173,41 @@ def run_blocks(
             layer_idx=layers.start,
             allow_is_causal_skip=allow_skip,
         )
-        rotary = decoder.rotary_emb(hidden, position_ids=positions)
-        for index in layers:
-            if index in keep:
-                kept[index] = hidden
-            hidden = decoder.layers[index](
-                hidden,
-                attention_mask=mask,
-                position_embeddings=rotary,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-            )
+        hidden = walk(decoder, hidden, layers, mask, positions, cache, kept=kept, keep=keep)
     if layers.stop in keep:
         kept[layers.stop] = hidden
     return hidden, kept
+
+
+def walk(
+    decoder: Any,
+    hidden: torch.Tensor,
+    layers: range,
+    mask: Any,
+    positions: torch.Tensor,
+    cache: Any,
+    *,
+    kept: dict[int, torch.Tensor] | None = None,
+    keep: Collection[int] = (),
+    extra: Mapping[str, Any] | None = None,
+) -> torch.Tensor:
+    """The decoder layers ``layers`` on ``hidden``, one rotary embedding and the built ``mask`` for them all, each with
+    ``cache``; the input of each block of ``keep`` goes into ``kept``; ``extra``: keywords every layer passes on to its
+    attention function."""
+    rotary = decoder.rotary_emb(hidden, position_ids=positions)
+    for index in layers:
+        if kept is not None and index in keep:
+            kept[index] = hidden
+        hidden = decoder.layers[index](
+            hidden,
+            attention_mask=mask,
+            position_embeddings=rotary,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            **(extra or {}),
+        )
+    return hidden
 
 
 def run_block_alone(block: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
