@@ -31,13 +31,13 @@ from __future__ import annotations
 import functools
 import itertools
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 from einops import rearrange
 
+from access.attention import attention_as, walk_name
 from access.stack import walk
 
 if TYPE_CHECKING:
@@ -89,18 +89,6 @@ def joint_attention(
         )
     ]
     return torch.cat(outputs), None
-
-
-@contextmanager
-def _attention_as(config: Any, name: str) -> Iterator[None]:
-    """The model's attention implementation set to ``name`` inside (its sub-configs untouched: the decoders the
-    stack runs have none)."""
-    before = config._attn_implementation_internal
-    config._attn_implementation_internal = name
-    try:
-        yield
-    finally:
-        config._attn_implementation_internal = before
 
 
 @functools.cache
@@ -169,6 +157,6 @@ def _blocks(
             batches, prompts, caches, positions, torch.split(hidden, sizes), strict=True
         )
     ]
-    joint = BatchCaches(caches, sizes, masks, config._attn_implementation)
-    with _attention_as(config, JOINT_ATTENTION):
+    joint = BatchCaches(caches, sizes, masks, walk_name(config._attn_implementation))
+    with attention_as(config, JOINT_ATTENTION):
         return walk(stack.decoder, hidden, layers, None, torch.cat(positions), joint, extra={JOINT_ATTENTION: joint})

@@ -192,21 +192,24 @@ def walk(
     extra: Mapping[str, Any] | None = None,
 ) -> torch.Tensor:
     """The decoder layers ``layers`` on ``hidden``, one rotary embedding and the built ``mask`` for them all, each with
-    ``cache``; the input of each block of ``keep`` goes into ``kept``; ``extra``: keywords every layer passes on to its
-    attention function."""
+    ``cache``, under :func:`access.attention.walk_attention`; the input of each block of ``keep`` goes into ``kept``;
+    ``extra``: keywords every layer passes on to its attention function."""
+    from access.attention import walk_attention
+
     rotary = decoder.rotary_emb(hidden, position_ids=positions)
-    for index in layers:
-        if kept is not None and index in keep:
-            kept[index] = hidden
-        hidden = decoder.layers[index](
-            hidden,
-            attention_mask=mask,
-            position_embeddings=rotary,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            **(extra or {}),
-        )
+    with walk_attention(decoder.config):
+        for index in layers:
+            if kept is not None and index in keep:
+                kept[index] = hidden
+            hidden = decoder.layers[index](
+                hidden,
+                attention_mask=mask,
+                position_embeddings=rotary,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                **(extra or {}),
+            )
     return hidden
 
 

@@ -1,0 +1,101 @@
+"""The attention function the stack's walk runs: the model's own, with grouped key/value heads read in place on a CPU.
+
+``transformers``' ``sdpa`` attention hands torch's ``scaled_dot_product_attention`` grouped key/value heads in place
+(``enable_gqa``) only where no mask is given; a prompt pass with padding, or a teacher-forced pass over prompts and
+responses, has one, so it copies every layer's keys and values once per query head they serve (``repeat_kv``) and
+attends over the copies. On a CPU, torch's flash kernel reads the grouped heads in place with the same arithmetic in
+the same order (a query head reads the key/value head it would have read a copy of), so :func:`grouped_sdpa` gives
+the same bits without the copies: 10% of a prompt pass of SmolLM2 (three key/value heads for nine query heads) on 2
+cores. Everywhere else (a CUDA device, whose masked grouped attention falls back to the math kernel; one query
+position, which ``transformers`` already packs; any keyword ``sdpa`` handles beyond the plain call) it is
+``transformers``' own function. A model loaded with another implementation (``eager``) keeps it.
+
+:func:`walk_attention` is what the walk (:func:`access.stack.walk`) runs under: the model's implementation, or
+:data:`GROUPED_SDPA` for ``sdpa``, set on its config for the walk and given back after it (:func:`attention_as`).
+
+Example:
+    >>> import torch
+    >>> from types import SimpleNamespace
+    >>> module = SimpleNamespace(num_key_value_groups=3, is_causal=True)
+    >>> query, keys = torch.randn(2, 6, 5, 4), torch.randn(2, 2, 5, 4)
+    >>> mask = torch.ones(2, 1, 5, 5, dtype=torch.bool).tril()
+    >>> mask[1, ..., :2] = False                            # the second row's two positions of left padding
+    >>> from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    >>> repeated, _ = sdpa_attention_forward(module, query, keys, keys, mask, scaling=0.5)
+    >>> grouped, _ = grouped_sdpa(module, query, keys, keys, mask, scaling=0.5)
+    >>> torch.equal(grouped, repeated)
+    True
+    >>> walk_name("sdpa"), walk_name("eager")
+    ('probe_sdpa', 'eager')
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+GROUPED_SDPA = "probe_sdpa"  # the stack's sdpa: grouped key/value heads read in place under a mask, on a CPU
+# the keywords a decoder layer hands its attention function that the plain call below honours (or that sdpa ignores)
+_PLAIN = frozenset({"dropout", "scaling", "is_causal", "position_ids", "use_cache", "cache_position", "sliding_window"})
+
+
+def grouped_sdpa(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """``transformers``' ``sdpa`` attention, with ``key`` and ``value``'s grouped heads read in place (not repeated)
+    under a mask on a CPU: the same bits (module doc)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    groups = getattr(module, "num_key_value_groups", 1)
+    plain = set(kwargs) <= _PLAIN and attention_mask is not None and query.shape[2] > 1
+    if groups == 1 or not plain or query.device.type != "cpu":
+        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    output = torch.nn.functional.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=attention_mask,
+        dropout_p=kwargs.get("dropout", 0.0),
+        scale=kwargs.get("scaling"),
+        enable_gqa=True,
+    )
+    return output.transpose(1, 2).contiguous(), None
+
+
+def walk_name(implementation: str) -> str:
+    """The attention implementation the stack's walk runs for a model loaded with ``implementation``."""
+    return GROUPED_SDPA if implementation == "sdpa" else implementation
+
+
+@contextmanager
+def attention_as(config: Any, name: str) -> Iterator[None]:
+    """The model's attention implementation set to ``name`` inside, given back after (its sub-configs untouched: the
+    decoders the stack runs have none)."""
+    _register()
+    before = config._attn_implementation_internal
+    config._attn_implementation_internal = name
+    try:
+        yield
+    finally:
+        config._attn_implementation_internal = before
+
+
+def walk_attention(config: Any) -> Any:
+    """What the walk runs under: ``config``'s implementation as :func:`walk_name` maps it."""
+    return attention_as(config, walk_name(config._attn_implementation))
+
+
+@functools.cache
+def _register() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(GROUPED_SDPA, grouped_sdpa)

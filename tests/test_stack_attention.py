@@ -1,0 +1,83 @@
+"""The stack's walk attends with grouped key/value heads read in place (access.attention): the same bits as the
+model's own sdpa attention, which repeats them, on every subject with grouped heads, and the model keeps its own
+implementation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.integrations import sdpa_attention
+
+from access import attention
+from access.generation import Generator
+from access.stack import Stack
+from core.chat import left_pad
+from core.decoding import GenerationConfig
+from core.rows import read_test_rows
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def _subjects(tiny_model_dir: Path, chat_bases: dict[str, Path]) -> dict[str, Path]:
+    return {"llama": tiny_model_dir, **chat_bases}
+
+
+def _padded_pass(model_dir: Path, chat_data: Path) -> tuple[Stack, torch.Tensor, torch.Tensor]:
+    """A sdpa model's stack and a left-padded batch of five rendered held-out prompts of different lengths."""
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa").eval()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    rows = read_test_rows(chat_data / "test.jsonl")[:5]
+    generator = Generator(model, tokenizer, [r.question for r in rows], GenerationConfig(max_new_tokens=1))
+    prompts = [list(p[: 20 + 7 * k]) for k, p in enumerate(generator.prompts)]  # five lengths: four rows padded
+    ids, mask = left_pad(prompts, generator.pad_id)
+    return Stack(model), ids, mask
+
+
+def _top(stack: Stack, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        hidden, _ = stack.blocks(
+            stack.embed(ids), range(stack.total), mask, positions, stack.new_cache(), allow_skip=False
+        )
+    return hidden
+
+
+@pytest.mark.parametrize("subject", ["llama", "chatml", "nobos"])
+def test_grouped_heads_give_the_bits_of_repeated_ones(subject, tiny_model_dir, chat_bases, chat_data, monkeypatch):
+    """A padded prompt pass through every block: the stack's grouped attention equals transformers' sdpa (which
+    repeats the key/value heads) bit for bit, it repeated none, and the model is left with sdpa."""
+    stack, ids, mask = _padded_pass(_subjects(tiny_model_dir, chat_bases)[subject], chat_data)
+    config = stack.model.config
+    assert config.num_key_value_heads < config.num_attention_heads, "the subject must group its heads"
+    repeats: list[int] = []
+    repeat_kv = sdpa_attention.repeat_kv
+    monkeypatch.setattr(sdpa_attention, "repeat_kv", lambda x, n: (repeats.append(n), repeat_kv(x, n))[1])
+    grouped = _top(stack, ids, mask)
+    assert not repeats, "the stack's sdpa must read grouped heads in place"
+    assert config._attn_implementation == "sdpa"
+
+    monkeypatch.setattr(attention, "walk_name", lambda name: name)  # the model's own sdpa
+    repeated = _top(stack, ids, mask)
+    assert repeats, "transformers' sdpa repeats the heads under a mask"
+    assert torch.equal(grouped, repeated)
+
+
+def test_an_eager_model_walks_with_its_own_attention(tiny_model_dir):
+    """A model loaded with eager attention is not switched to sdpa by the walk."""
+    from transformers.models.llama import modeling_llama
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32, attn_implementation="eager")
+    calls: list[int] = []
+    eager = modeling_llama.eager_attention_forward
+    stack = Stack(model.eval())
+    ids, mask = torch.tensor([[0, 5, 6, 7], [8, 9, 10, 11]]), torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]])
+    try:
+        modeling_llama.eager_attention_forward = lambda *a, **k: (calls.append(1), eager(*a, **k))[1]
+        _top(stack, ids, mask)
+    finally:
+        modeling_llama.eager_attention_forward = eager
+    assert len(calls) == stack.total
+    assert model.config._attn_implementation == "eager"
