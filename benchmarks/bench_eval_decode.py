@@ -5,7 +5,9 @@ batches of :func:`training.evaluate.batch_plan`. This runs one model the same wa
 generate_unedited` per batch, :data:`core.decoding.EVAL_GENERATION`) and prints, per batch and in total, the seconds
 spent in the prompt passes, the decode steps, the logits and argmax of each step (``choose``), the move from one step
 to the next (``advance``: new groups, finished rows leaving), and the cache copies among them (``copies``, and their
-number), with the prompt tokens of the passes (every stem once, padding not counted). Nothing is asserted;
+number), with the prompt tokens of the passes (every stem once, padding not counted); and within the passes and steps,
+the attention calls (``attention``: :func:`access.attention.grouped_sdpa` on the prompt passes' and on the steps'
+rows, the part of their time a weight-FLOP floor counts as free). Nothing is asserted;
 ``--responses FILE`` writes the responses in row order (JSON), to compare two versions of the engine.
 
     OMP_NUM_THREADS=2 python benchmarks/bench_eval_decode.py                      # the default pair's SFT model
@@ -25,16 +27,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-PARTS = ("prompt", "decode", "choose", "advance", "copies")
+PARTS = ("prompt", "decode", "choose", "advance", "copies", "attention")
 
 
 def _timed(owner: Any, name: str, part: Callable[[tuple[Any, ...], Any], str], seconds: dict[str, float]) -> None:
     """Wrap ``owner.name`` to add its seconds to ``seconds[part(args, result)]``."""
     original = getattr(owner, name)
 
-    def wrapper(*args: Any) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
-        result = original(*args)
+        result = original(*args, **kwargs)
         seconds[part(args, result)] += time.perf_counter() - start
         return result
 
@@ -60,7 +62,9 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    from access import decode_batch, decode_step
+    from transformers import AttentionInterface
+
+    from access import attention, decode_batch, decode_step
     from access.generation import Generator
     from access.shared_generation import SharedDecoder, generate_unedited
     from core.decoding import EVAL_GENERATION
@@ -81,6 +85,8 @@ def main() -> None:
     _timed(decode_step.BatchDecoder, "_last_logits", lambda _a, _r: "choose", seconds)
     _timed(decode_batch.DecodeBatch, "advance", lambda _a, _r: "advance", seconds)
     _timed(decode_batch, "select_rows", lambda _a, _r: _counted(copies, "copies"), seconds)
+    _timed(attention, "grouped_sdpa", lambda _a, _r: "attention", seconds)
+    AttentionInterface.register(attention.GROUPED_SDPA, attention.grouped_sdpa)  # the timed one
 
     config = replace(EVAL_GENERATION, batch_size=args.batch_size or EVAL_GENERATION.batch_size)
     rows = read_test_rows(args.test or heldout_test_file())
