@@ -18,7 +18,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -76,35 +76,45 @@ class BatchDecoder:
         return decoded(state)
 
     @torch.no_grad()
-    def decode_together(self, batches: Sequence[Sequence[Stem]], arms: list[int], fork: int) -> list[Decoded]:
+    def decode_together(
+        self,
+        batches: Sequence[Sequence[Stem]],
+        arms: list[int],
+        fork: int,
+        finished: Callable[[int, Decoded], None] | None = None,
+    ) -> list[Decoded]:
         """Decode passes ``arms`` (none reading a patch source) on several batches of prompts: each batch's prompt pass
         on its own, then every decode step of all of them as one forward (:func:`access.joint_steps.joint_step`); per
-        batch, what :meth:`decode` returns for it."""
+        batch, what :meth:`decode` returns for it, which ``finished`` hears as its last row ends (with its index)."""
         assert not self.sources.needed(arms), "joint steps run no patch source"
         limit = self.generator.config.max_new_tokens
-        states, live = [], []
-        for batch in batches:
+        results: dict[int, Decoded] = {}
+
+        def went_on(index: int, state: DecodeBatch, chosen: list[int], bad: list[bool]) -> bool:
+            if state.went_on(chosen, bad, self.generator.stop, limit):
+                return True
+            results[index] = decoded(state)
+            if finished is not None:
+                finished(index, results[index])
+            return False
+
+        live = []
+        for index, batch in enumerate(batches):
             state, positions = self._prepare(batch, arms, fork)
             allow_skip = bool(state.prompt_mask.all())
-            chosen, bad = self._choose(self._step(state, positions, fork, allow_skip))
-            states.append(state)
-            if state.went_on(chosen, bad, self.generator.stop, limit):
-                live.append((state, allow_skip))
+            if went_on(index, state, *self._choose(self._step(state, positions, fork, allow_skip))):
+                live.append((index, state, allow_skip))
         self.state = None
         for step in range(1, limit):
             if not live:
                 break
-            self.joint = segments([state for state, _ in live])
-            hidden = joint_step(self.stack, live, step, fork)
+            self.joint = segments([state for _, state, _ in live])
+            hidden = joint_step(self.stack, [(state, allow_skip) for _, state, allow_skip in live], step, fork)
             logits = self._last_logits(torch.cat(hidden))
             taken = [greedy(part) for part in torch.split(logits, [h.shape[0] for h in hidden])]
-            live = [
-                (state, allow_skip)
-                for (state, allow_skip), (chosen, bad) in zip(live, taken, strict=True)
-                if state.went_on(chosen, bad, self.generator.stop, limit)
-            ]
+            live = [entry for entry, chosen in zip(live, taken, strict=True) if went_on(entry[0], entry[1], *chosen)]
         self.joint = []
-        return [decoded(state) for state in states]
+        return [results[index] for index in range(len(batches))]
 
     def segments(self) -> list[tuple[int, DecodeBatch]]:
         """The batches the forward running now holds, each with where its rows start in it (a prompt pass's slice

@@ -213,9 +213,10 @@ class SharedDecoder:
         only: Collection[int] | None = None,
     ) -> list[Generations]:
         """Every pass's generations, in input order. ``kept(b)``/``keep(b, body)`` read and write a finished batch
-        (the unit an interrupted run resumes from); ``done`` hears of each batch. ``only``: decode (or read back)
-        just these batches, as one rank of a data-parallel run does (:mod:`interventions.parallel`); the other
-        prompts' generations are then empty."""
+        (the unit an interrupted run resumes from); ``done`` hears of each batch as it is read back or its last row
+        ends (batches stepping together end in any order). ``only``: decode (or read back) just these batches, as one
+        rank of a data-parallel run does (:mod:`interventions.parallel`); the other prompts' generations are then
+        empty."""
         self._passes = list(passes)
         sources = Sources(self._passes)
         engine = BatchDecoder(self.stack, self.generator, self._passes, sources, self.max_batch_tokens)
@@ -224,22 +225,23 @@ class SharedDecoder:
             prepacked(self.model, *sources.models),
             arm_sites(self.model, self._passes, sources, self.attach, engine.segments),
         ):
+            heard: list[int] = []  # the batches read back or decoded so far, in the order they ended
+
+            def hear(number: int, body: dict[str, Any], read_back: bool = False) -> None:
+                tally.add(members(self.batches[number]), body)
+                heard.append(number)
+                if done is not None:
+                    done(len(heard), len(self.batches), len(members(self.batches[number])), body["seconds"], read_back)
+
             pending = []
-            for number, stems in enumerate(self.batches):
-                if only is not None and number not in only:
-                    continue
+            for number in (n for n in range(len(self.batches)) if only is None or n in only):
                 body = self._kept(number, kept)
                 if body is None:
                     pending.append(number)
-                    continue
-                tally.add(members(stems), body)
-                if done is not None:
-                    done(number + 1, len(self.batches), len(members(stems)), body["seconds"], True)
+                else:
+                    hear(number, body, read_back=True)
             for group in self._together(pending, self._passes):
-                for number, body in zip(group, self._decoded(engine, group, keep), strict=True):
-                    tally.add(members(self.batches[number]), body)
-                    if done is not None:
-                        done(number + 1, len(self.batches), len(members(self.batches[number])), body["seconds"], False)
+                self._decoded(engine, group, keep, hear)
         return tally.generations(self.generator)
 
     def _kept(self, number: int, kept: Callable[[int], dict[str, Any] | None] | None) -> dict[str, Any] | None:
@@ -274,32 +276,35 @@ class SharedDecoder:
         return groups
 
     def _decoded(
-        self, engine: BatchDecoder, group: list[int], keep: Callable[[int, dict[str, Any]], None] | None
-    ) -> list[dict[str, Any]]:
-        """The bodies of the batches ``group`` (their tokens, broken logits, site counts and seconds per pass), decoded
-        and kept; a group's seconds are shared among its batches by their prompts."""
-        start = time.perf_counter()
+        self,
+        engine: BatchDecoder,
+        group: list[int],
+        keep: Callable[[int, dict[str, Any]], None] | None,
+        heard: Callable[[int, dict[str, Any]], None],
+    ) -> None:
+        """Decode the batches ``group``; each one's body (its tokens, broken logits, site counts and seconds per pass)
+        is kept and ``heard`` as its last row ends, while the group's other batches decode on. A batch's seconds: the
+        group's time until it ended, shared by the group's prompts (the last to end takes the rest: the group's
+        seconds sum to its time), so that a pace read off the first batches to end holds for the rest."""
         batches = [self.batches[number] for number in group]
-        if len(group) > 1:
-            arms, fork = list(range(len(self._passes))), self.fork_layer(self._passes)
-            decoded = engine.decode_together(batches, arms, fork)
-        else:
-            decoded = [self._decode(engine, batches[0])]
-        seconds = time.perf_counter() - start
-        prompts = sum(len(members(batch)) for batch in batches)
-        bodies = []
-        for number, batch, (tokens, bad, counts) in zip(group, batches, decoded, strict=True):
-            body = {
-                "prompts": members(batch),
-                "tokens": tokens,
-                "broken": bad,
-                "stats": counts,
-                "seconds": seconds * len(members(batch)) / prompts,
-            }
+        start, prompts = time.perf_counter(), sum(len(members(batch)) for batch in batches)
+        given: list[float] = []  # the seconds of the batches that ended
+
+        def finished(index: int, result: Decoded) -> None:
+            tokens, bad, counts = result
+            elapsed = time.perf_counter() - start
+            share = elapsed * len(members(batches[index])) / prompts
+            given.append(elapsed - sum(given) if len(given) + 1 == len(group) else share)
+            body = {"prompts": members(batches[index]), "tokens": tokens, "broken": bad, "stats": counts}
+            body["seconds"] = given[-1]
             if keep is not None:
-                keep(number, body)
-            bodies.append(body)
-        return bodies
+                keep(group[index], body)
+            heard(group[index], body)
+
+        if len(group) > 1:
+            engine.decode_together(batches, list(range(len(self._passes))), self.fork_layer(self._passes), finished)
+        else:
+            finished(0, self._decode(engine, batches[0]))
 
     def _vocabulary(self) -> int:
         """How many token ids the model can emit (the rows of its output layer)."""
@@ -451,10 +456,40 @@ def _misfit(body: dict[str, Any], n_passes: int, prompts: list[int], vocabulary:
     return None
 
 
-def generate_unedited(generator: Generator, parts: Sequence[Sequence[int]] | None = None) -> Generations:
+def generate_unedited(
+    generator: Generator,
+    parts: Sequence[Sequence[int]] | None = None,
+    part_done: Callable[[int, list[str]], None] | None = None,
+) -> Generations:
     """One unedited pass over the generator's prompts: shared decoding where it applies (finished rows leave the batch,
     so a batch costs its rows' own lengths; batches within the cache budget step together), else the generator's own
-    ``generate`` path, in its own batches. ``parts``: groups of prompts no shared batch mixes."""
+    ``generate`` path, in its own batches. ``parts``: groups of prompts no shared batch mixes; ``part_done`` hears of
+    each part (its index and its prompts' texts) as soon as its last prompt is decoded."""
+    whole = parts if parts is not None else [range(len(generator.prompts))]
     if unshareable(generator.model, generator.config.do_sample, DEFAULT_DRIVER) is None:
-        return SharedDecoder(generator, parts=parts).run([None])[0]
-    return generator.run()
+        heard = _PartsHeard(generator, whole, part_done) if part_done is not None else None
+        return SharedDecoder(generator, parts=parts).run([None], keep=heard)[0]
+    result = generator.run()
+    if part_done is not None:
+        for index, part in enumerate(whole):
+            part_done(index, [result.texts[i] for i in part])
+    return result
+
+
+class _PartsHeard:
+    """A shared run's finished batches gathered into parts: each part's texts handed on once all its prompts are in."""
+
+    def __init__(
+        self, generator: Generator, parts: Sequence[Sequence[int]], part_done: Callable[[int, list[str]], None]
+    ) -> None:
+        self.generator, self.parts, self.part_done = generator, parts, part_done
+        self.ids: dict[int, list[int]] = {}
+        self.waiting = set(range(len(parts)))
+
+    def __call__(self, number: int, body: dict[str, Any]) -> None:  # noqa: ARG002 - a keep hook's signature
+        self.ids.update(zip(body["prompts"], body["tokens"][0], strict=True))
+        for index in sorted(self.waiting):
+            if all(prompt in self.ids for prompt in self.parts[index]):
+                self.waiting.discard(index)
+                texts = self.generator.decode([self.ids[p] for p in self.parts[index]], 0.0).texts
+                self.part_done(index, texts)

@@ -102,7 +102,7 @@ def test_a_killed_rank_then_one_process_resumes(
     calls = []
     generate = evaluate.generate_unedited
     monkeypatch.setattr(
-        evaluate, "generate_unedited", lambda g, parts: (calls.append(len(parts)), generate(g, parts))[1]
+        evaluate, "generate_unedited", lambda g, parts, *kept: (calls.append(len(parts)), generate(g, parts, *kept))[1]
     )
     config = PairEvalConfig(
         test_file,

@@ -9,6 +9,7 @@ small token budget, with rows that fork from the baseline and rows that stop ear
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -392,3 +393,39 @@ def test_joint_steps_run_the_models_own_attention_function_and_give_it_back(tiny
     assert joint and max(joint) > 1
     assert any(calls), "the joint steps' attention must be the model's eager one"
     assert model.config._attn_implementation == "eager"
+
+
+def test_each_batch_stepping_together_is_kept_as_its_last_row_ends(subject, monkeypatch):
+    """Batches that step together are each kept (and heard) at the step their last row ends, while the others decode
+    on, not when the group is done; ``generate_unedited`` hands on each part's texts, the run's own, once its last
+    prompt is in."""
+    model, _, tokenizer, rows = subject
+    generator = Generator(
+        model, tokenizer, [r.question for r in rows], GenerationConfig(max_new_tokens=12, batch_size=2)
+    )
+    limit = generator.config.max_new_tokens
+    _, leaves = _first_batch_stops_first(generator, members(SharedDecoder(generator).batches[0]))
+    joint: list[int] = []
+    original = decode_step.joint_step
+    monkeypatch.setattr(decode_step, "joint_step", lambda *args: (joint.append(1), original(*args))[1])
+    decoder = SharedDecoder(generator)
+    kept_at: dict[int, int] = {}  # batch -> joint steps taken when it was kept
+    seconds: list[float] = []
+    start = time.perf_counter()
+    ids = decoder.run(
+        [None], keep=lambda number, body: (kept_at.setdefault(number, len(joint)), seconds.append(body["seconds"]))
+    )[0].ids
+    assert sorted(kept_at) == list(range(len(decoder.batches)))
+    assert min(seconds) > 0 and sum(seconds) <= time.perf_counter() - start  # the group's time, shared
+    for number, batch in enumerate(decoder.batches):
+        # the choices its longest row made: its tokens, and the stop token where it stopped before the limit
+        choices = max(len(ids[p]) + (len(ids[p]) < limit) for p in members(batch))
+        assert kept_at[number] == choices - 1, f"batch {number} must be kept at the step its last row ends"
+    if leaves:  # the Llama subject's (on the ChatML and no-BOS ones no token tried ends the first batch first)
+        assert kept_at[0] < len(joint), "the first batch must be kept while the others decode on"
+
+    parts = [range(3), range(3, len(rows))]
+    heard: list[tuple[int, list[str]]] = []
+    texts = generate_unedited(generator, parts, lambda index, part_texts: heard.append((index, part_texts))).texts
+    assert sorted(index for index, _ in heard) == [0, 1]
+    assert all(part_texts == [texts[i] for i in parts[index]] for index, part_texts in heard)

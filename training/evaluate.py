@@ -488,8 +488,9 @@ def _generate_share(
     share: Share,
     device: str,
 ) -> None:
-    """Batches ``mine`` of one model, each kept in its journal folder ``kept`` (every rank loads the model together,
-    those with no batch of it loading nothing)."""
+    """Batches ``mine`` of one model, decoded in one call (their decode steps together), each kept in its journal
+    folder ``kept`` as its last row ends (every rank loads the model together, those with no batch of it loading
+    nothing)."""
     from core.atomic import write_atomic
     from core.models import load_causal_lm
 
@@ -515,11 +516,15 @@ def _generate_share(
         )
         starts = list(itertools.accumulate((len(prepared.batches[k]) for k in mine), initial=0))
         parts = [range(start, end) for start, end in itertools.pairwise(starts)]
-        texts = generate_unedited(generator, parts).texts
-        for k, part in zip(mine, parts, strict=True):
-            responses = [texts[j] for j in part]
-            write_atomic(_batch_file(kept, k), json.dumps({"rows": prepared.batches[k], "responses": responses}))
+
+        def keep(index: int, responses: list[str]) -> None:  # as each batch's last row ends
+            batch = mine[index]
+            write_atomic(
+                _batch_file(kept, batch), json.dumps({"rows": prepared.batches[batch], "responses": responses})
+            )
             bar.update(1)
+
+        generate_unedited(generator, parts, keep)
 
 
 def generation_estimate(
