@@ -81,29 +81,29 @@ class BatchDecoder:
         batches: Sequence[Sequence[Stem]],
         arms: list[int],
         fork: int,
-        finished: Callable[[int, Decoded], None] | None = None,
+        finished: Callable[[int, Decoded], None],
     ) -> list[Decoded]:
-        """Decode passes ``arms`` (none reading a patch source) on several batches of prompts: each batch's prompt pass
-        on its own, then every decode step of all of them as one forward (:func:`access.joint_steps.joint_step`); per
-        batch, what :meth:`decode` returns for it, which ``finished`` hears as its last row ends (with its index)."""
+        """:meth:`decode` on several batches (no pass reading a patch source): prompt passes one by one, then each step
+        of all as one forward (:func:`access.joint_steps.joint_step`); ``finished`` hears each batch as it ends."""
         assert not self.sources.needed(arms), "joint steps run no patch source"
         limit = self.generator.config.max_new_tokens
         results: dict[int, Decoded] = {}
 
-        def went_on(index: int, state: DecodeBatch, chosen: list[int], bad: list[bool]) -> bool:
+        def went_on(entry: tuple[int, DecodeBatch, bool], chosen: list[int], bad: list[bool]) -> bool:
+            index, state, _ = entry
             if state.went_on(chosen, bad, self.generator.stop, limit):
                 return True
             results[index] = decoded(state)
-            if finished is not None:
-                finished(index, results[index])
+            finished(index, results[index])
             return False
 
         live = []
         for index, batch in enumerate(batches):
             state, positions = self._prepare(batch, arms, fork)
             allow_skip = bool(state.prompt_mask.all())
-            if went_on(index, state, *self._choose(self._step(state, positions, fork, allow_skip))):
-                live.append((index, state, allow_skip))
+            entry = (index, state, allow_skip)
+            if went_on(entry, *self._choose(self._step(state, positions, fork, allow_skip))):
+                live.append(entry)
         self.state = None
         for step in range(1, limit):
             if not live:
@@ -112,7 +112,7 @@ class BatchDecoder:
             hidden = joint_step(self.stack, [(state, allow_skip) for _, state, allow_skip in live], step, fork)
             logits = self._last_logits(torch.cat(hidden))
             taken = [greedy(part) for part in torch.split(logits, [h.shape[0] for h in hidden])]
-            live = [entry for entry, chosen in zip(live, taken, strict=True) if went_on(entry[0], entry[1], *chosen)]
+            live = [entry for entry, chosen in zip(live, taken, strict=True) if went_on(entry, *chosen)]
         self.joint = []
         return [results[index] for index in range(len(batches))]
 

@@ -295,8 +295,13 @@ class SharedDecoder:
             elapsed = time.perf_counter() - start
             share = elapsed * len(members(batches[index])) / prompts
             given.append(elapsed - sum(given) if len(given) + 1 == len(group) else share)
-            body = {"prompts": members(batches[index]), "tokens": tokens, "broken": bad, "stats": counts}
-            body["seconds"] = given[-1]
+            body = {
+                "prompts": members(batches[index]),
+                "tokens": tokens,
+                "broken": bad,
+                "stats": counts,
+                "seconds": given[-1],
+            }
             if keep is not None:
                 keep(group[index], body)
             heard(group[index], body)

@@ -19,7 +19,7 @@ at every count from 2 to 200 (SmolLM2's shapes, 2026-11-30; one shape rounds a l
 kernels may round a row otherwise at another count. The batches still missing, model after model, are dealt in turn:
 the *k*-th belongs to rank ``k % N`` (three models of three batches each give two ranks five and four); every finished
 batch is kept in a journal (:func:`journal_dir`) until rank 0 has judged the whole set, so a killed run resumes where
-it stopped (a process keeps its batches of a model once all of them are decoded), with any number of processes. The
+it stopped (a process keeps each batch as its last row ends), with any number of processes. The
 processes are a :class:`Share`: ``probes.distributed.World`` under torchrun / accelerate launch (the CLI passes it;
 this room sits below probes and does not import it), :data:`ONE_PROCESS` otherwise.
 
