@@ -1,8 +1,9 @@
 """Where one model's greedy evaluation goes: the parts of shared decoding, timed, over the evaluation's batches.
 
 ``probe models eval`` (and ``probe replicate``'s evaluate stage) decodes each model on the held-out split in the
-batches of :func:`training.evaluate.batch_plan`. This runs one model the same way (:func:`access.shared_generation.
-generate_unedited` per batch, :data:`core.decoding.EVAL_GENERATION`) and prints, per batch and in total, the seconds
+batches of :func:`training.evaluate.batch_plan`. This runs one model the same way (every batch in one
+:func:`access.shared_generation.generate_unedited` call, :data:`core.decoding.EVAL_GENERATION`; ``--apart``: a call
+per batch, as before joint steps) and prints, after each call, the seconds
 spent in the prompt passes, the decode steps, the logits and argmax of each step (``choose``), the move from one step
 to the next (``advance``: new groups, finished rows leaving), and the cache copies among them (``copies``, and their
 number), with the prompt tokens of the passes (every stem once, padding not counted); and within the passes and steps,
