@@ -21,6 +21,7 @@ Modules:
     edited_generation   generation with edits applied by an editing driver (the per-arm engine)
     stack               one stack under every engine: the decoder walked block by block, batching, what it runs
     attention           the walk's attention: the model's own, sdpa reading grouped key/value heads in place (CPU)
+    packed_rows         a prompt pass over its real tokens only: padding skips every product (CPU, exact)
     kv_cache            the stack's key/value caches: growing in place, seeded from stems, joined, rows selected
     stems               prompts that begin alike batched around their shared stem
     decode_batch        shared decoding's batch state: rows, groups, forks, finished rows

@@ -39,6 +39,8 @@ from typing import Any
 
 import torch
 
+from access.packed_rows import PACKED_ROWS, PackedRows
+
 GROUPED_SDPA = "probe_sdpa"  # the stack's sdpa: grouped key/value heads read in place under a mask, on a CPU
 # the keywords a decoder layer hands its attention function that the plain call below honours (or that sdpa ignores)
 _PLAIN = frozenset({"dropout", "scaling", "is_causal", "position_ids", "use_cache", "cache_position", "sliding_window"})
@@ -56,6 +58,10 @@ def grouped_sdpa(
     under a mask on a CPU: the same bits (module doc)."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    rows: PackedRows | None = kwargs.pop(PACKED_ROWS, None)
+    if rows is not None:  # a packed pass: its queries attend in their padded places
+        output, _ = grouped_sdpa(module, rows.heads_unpacked(query), key, value, attention_mask, **kwargs)
+        return rows.pack(output), None
     groups = getattr(module, "num_key_value_groups", 1)
     plain = set(kwargs) <= _PLAIN and attention_mask is not None and query.shape[2] > 1
     if groups == 1 or not plain or query.device.type != "cpu":

@@ -155,9 +155,11 @@ class DecodeBatch:
             self._compact()
 
     def _compact(self) -> None:
-        keep = [row for row, alive in enumerate(self.row_alive) if alive]
+        keep: list[int] = []
+        for start, end in self.spans.values():  # arm by arm, each arm's rows still one slice
+            keep += settled([row for row in range(start, end) if self.row_alive[row]], len(keep))
         select_rows(self.upper, keep, self.group_input.device)
-        groups = sorted({self.row_group[row] for row in keep})
+        groups = settled(sorted({self.row_group[row] for row in keep}), 0)
         renumber = {old: new for new, old in enumerate(groups)}
         if groups != list(range(len(self.group_prompt))):
             for cache in [self.lower, *self.sources]:
@@ -175,3 +177,13 @@ class DecodeBatch:
         for row, arm in enumerate(self.row_arm):
             start, _ = self.spans.get(arm, (row, row))
             self.spans[arm] = (start, row + 1)
+
+
+def settled(rows: list[int], start: int) -> list[int]:
+    """``rows`` (in order) as the rows from ``start`` on, each of them already in that range kept where it is and
+    the others filling the gaps in order: a cache keeping them copies only the rows that move
+    (:func:`access.kv_cache.select_rows`)."""
+    end = start + len(rows)
+    staying = {row for row in rows if start <= row < end}
+    moving = iter(row for row in rows if row not in staying)
+    return [place if place in staying else next(moving) for place in range(start, end)]

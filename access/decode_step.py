@@ -238,7 +238,8 @@ class BatchDecoder:
             return self._forward(state, stack, hidden, layers, row_prompt, positions, cache, allow_skip), cache
         parts, caches = [], []
         seed = state.prompt_mask.shape[1] - hidden.shape[1]  # the stems' positions before the remainders'
-        trims = self._trims(state, row_prompt, hidden.shape[1], step)
+        edited = not self._unedited(state)
+        trims = [0] * len(range(0, rows, step)) if edited else trims_of(state, row_prompt, hidden.shape[1], step)
         for start, trim in zip(range(0, rows, step), trims, strict=True):
             part = slice(start, start + step)
             caches.append(cache.take(part, stack.new_cache()) if cache is not None else stack.new_cache())
@@ -257,16 +258,10 @@ class BatchDecoder:
             parts.append(functional.pad(out, (0, 0, trim, 0)))
         return torch.cat(parts), joined(caches, layers, stack.new_cache(reserve), seed, trims)
 
-    def _trims(self, state: DecodeBatch, row_prompt: list[int], length: int, step: int) -> list[int]:
-        """Per slice of ``step`` rows of a prompt pass, the leading positions that pad every row of it: left out of
-        its forward where no pass edits (an edit's site sees the batch's positions); none otherwise."""
-        slices = range(0, len(row_prompt), step)
-        if state.source_needed or any(self.passes[arm] is not None for arm in state.arms):
-            return [0 for _ in slices]
-        tail = state.prompt_mask[:, state.prompt_mask.shape[1] - length :]
-        # per prompt: its leading padding
-        padding = reduce((tail.cumsum(dim=1) == 0).long(), "p t -> p", "sum").tolist()
-        return [min(padding[p] for p in row_prompt[start : start + step]) for start in slices]
+    def _unedited(self, state: DecodeBatch) -> bool:
+        """Whether no pass of ``state`` edits and none reads a patch source: no site function sees the batch's
+        positions, so a prompt pass may leave padding out (:func:`trims_of`, :mod:`access.packed_rows`)."""
+        return not state.source_needed and all(self.passes[arm] is None for arm in state.arms)
 
     def _forward(
         self,
@@ -287,8 +282,18 @@ class BatchDecoder:
         if left_out.stop > left_out.start:
             mask_2d = torch.cat([mask_2d[:, : left_out.start], mask_2d[:, left_out.stop :]], dim=1)
         state.offset = offset
-        hidden, _ = stack.blocks(hidden, layers, mask_2d, positions, cache, allow_skip=allow_skip)
+        packed = self._unedited(state)
+        hidden, _ = stack.blocks(hidden, layers, mask_2d, positions, cache, allow_skip=allow_skip, packed=packed)
         return hidden
+
+
+def trims_of(state: DecodeBatch, row_prompt: list[int], length: int, step: int) -> list[int]:
+    """Per slice of ``step`` rows of a prompt pass, the leading positions that pad every row of it: left out of its
+    forward where no pass edits (:meth:`BatchDecoder._unedited`; an edit's site sees the batch's positions)."""
+    tail = state.prompt_mask[:, state.prompt_mask.shape[1] - length :]
+    # per prompt: its leading padding
+    padding = reduce((tail.cumsum(dim=1) == 0).long(), "p t -> p", "sum").tolist()
+    return [min(padding[p] for p in row_prompt[start : start + step]) for start in range(0, len(row_prompt), step)]
 
 
 # per pass (its place in the arms decoded): the tokens per prompt, its broken logits, what its site functions saw

@@ -86,11 +86,21 @@ def growing_layer_class() -> type:
         def batch_select_indices(self, indices: torch.Tensor) -> None:
             if self._buffers is not None and self.get_seq_length() > 0:
                 end = self.get_seq_length()
-                # index_select, not indexing: the same rows, a quarter of the time on a CPU
-                self._buffers = (self._buffers[0].index_select(0, indices), self._buffers[1].index_select(0, indices))
+                self._buffers = (_selected(self._buffers[0], indices), _selected(self._buffers[1], indices))
                 self.keys, self.values = self._buffers[0][..., :end, :], self._buffers[1][..., :end, :]
 
     return _GrowingLayer
+
+
+def _selected(buffer: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """``buffer``'s rows ``indices``, in order: where most of them are already in their places (finished rows left,
+    :func:`access.decode_batch.settled`), the others are copied into ``buffer`` and its first rows are the result;
+    otherwise a new buffer (``index_select``, not indexing: the same rows, a quarter of the time on a CPU)."""
+    moved = (indices != torch.arange(len(indices), device=indices.device)).nonzero().flatten()
+    if len(indices) > buffer.shape[0] or 2 * len(moved) > len(indices):
+        return buffer.index_select(0, indices)
+    buffer.index_copy_(0, moved, buffer.index_select(0, indices[moved]))
+    return buffer[: len(indices)]
 
 
 def _with_room(old: torch.Tensor | None, new: torch.Tensor, start: int, capacity: int) -> torch.Tensor:

@@ -118,10 +118,20 @@ class Stack:
         *,
         allow_skip: bool,
         keep: Collection[int] = (),
+        packed: bool = False,
     ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         """:func:`run_blocks` on this model."""
         return run_blocks(
-            self.model, self.decoder, hidden, layers, mask_2d, positions, cache, allow_skip=allow_skip, keep=keep
+            self.model,
+            self.decoder,
+            hidden,
+            layers,
+            mask_2d,
+            positions,
+            cache,
+            allow_skip=allow_skip,
+            keep=keep,
+            packed=packed,
         )
 
     def norm(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -157,10 +167,14 @@ def run_blocks(
     *,
     allow_skip: bool,
     keep: Collection[int] = (),
+    packed: bool = False,
 ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
     """The decoder's blocks ``layers`` on ``hidden`` with one causal mask and one rotary embedding for them all;
-    ``keep``: the block indices (and ``layers.stop``) whose *input* hidden states to return as well."""
+    ``keep``: the block indices (and ``layers.stop``) whose *input* hidden states to return as well; ``packed``: over
+    the real tokens only where :func:`access.packed_rows.packs` says so (no block's input is kept then)."""
     from transformers.masking_utils import create_causal_mask
+
+    from access.packed_rows import PACKED_ROWS, PackedCache, PackedRows, packs
 
     kept: dict[int, torch.Tensor] = {}
     if layers:
@@ -173,6 +187,14 @@ def run_blocks(
             layer_idx=layers.start,
             allow_is_causal_skip=allow_skip,
         )
+        own = mask_2d[:, mask_2d.shape[1] - hidden.shape[1] :]
+        if packed and not keep and packs(model, own):
+            rows = PackedRows.of(own)
+            extra = {PACKED_ROWS: rows}
+            out = walk(
+                decoder, rows.pack(hidden), layers, mask, rows.pack(positions), PackedCache(cache, rows), extra=extra
+            )
+            return rows.unpack(out), kept
         hidden = walk(decoder, hidden, layers, mask, positions, cache, kept=kept, keep=keep)
     if layers.stop in keep:
         kept[layers.stop] = hidden

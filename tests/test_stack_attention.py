@@ -4,36 +4,16 @@ implementation."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 from transformers.integrations import sdpa_attention
 
 from access import attention
-from access.generation import Generator
 from access.stack import Stack
-from core.chat import left_pad
-from core.decoding import GenerationConfig
-from core.rows import read_test_rows
+from tests.support.padded_passes import SUBJECTS, padded_pass, subject_dir
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def _subjects(tiny_model_dir: Path, chat_bases: dict[str, Path]) -> dict[str, Path]:
-    return {"llama": tiny_model_dir, **chat_bases}
-
-
-def _padded_pass(model_dir: Path, chat_data: Path) -> tuple[Stack, torch.Tensor, torch.Tensor]:
-    """A sdpa model's stack and a left-padded batch of five rendered held-out prompts of different lengths."""
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa").eval()
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    rows = read_test_rows(chat_data / "test.jsonl")[:5]
-    generator = Generator(model, tokenizer, [r.question for r in rows], GenerationConfig(max_new_tokens=1))
-    prompts = [list(p[: 20 + 7 * k]) for k, p in enumerate(generator.prompts)]  # five lengths: four rows padded
-    ids, mask = left_pad(prompts, generator.pad_id)
-    return Stack(model), ids, mask
 
 
 def _top(stack: Stack, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -45,11 +25,11 @@ def _top(stack: Stack, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return hidden
 
 
-@pytest.mark.parametrize("subject", ["llama", "chatml", "nobos"])
+@pytest.mark.parametrize("subject", SUBJECTS)
 def test_grouped_heads_give_the_bits_of_repeated_ones(subject, tiny_model_dir, chat_bases, chat_data, monkeypatch):
     """A padded prompt pass through every block: the stack's grouped attention equals transformers' sdpa (which
     repeats the key/value heads) bit for bit, it repeated none, and the model is left with sdpa."""
-    stack, ids, mask = _padded_pass(_subjects(tiny_model_dir, chat_bases)[subject], chat_data)
+    stack, ids, mask = padded_pass(subject_dir(subject, tiny_model_dir, chat_bases), chat_data)
     config = stack.model.config
     assert config.num_key_value_heads < config.num_attention_heads, "the subject must group its heads"
     repeats: list[int] = []
