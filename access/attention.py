@@ -55,13 +55,25 @@ def grouped_sdpa(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """``transformers``' ``sdpa`` attention, with ``key`` and ``value``'s grouped heads read in place (not repeated)
-    under a mask on a CPU: the same bits (module doc)."""
+    under a mask on a CPU: the same bits (module doc); a packed pass's queries (:mod:`access.packed_rows`) attend in
+    their padded places."""
+    rows: PackedRows | None = kwargs.pop(PACKED_ROWS, None)
+    if rows is None:
+        return _grouped(module, query, key, value, attention_mask, **kwargs)
+    output, _ = _grouped(module, rows.heads_unpacked(query), key, value, attention_mask, **kwargs)
+    return rows.pack(output), None
+
+
+def _grouped(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    rows: PackedRows | None = kwargs.pop(PACKED_ROWS, None)
-    if rows is not None:  # a packed pass: its queries attend in their padded places
-        output, _ = grouped_sdpa(module, rows.heads_unpacked(query), key, value, attention_mask, **kwargs)
-        return rows.pack(output), None
     groups = getattr(module, "num_key_value_groups", 1)
     plain = set(kwargs) <= _PLAIN and attention_mask is not None and query.shape[2] > 1
     if groups == 1 or not plain or query.device.type != "cpu":

@@ -8,7 +8,8 @@ spent in the prompt passes, the decode steps, the logits and argmax of each step
 to the next (``advance``: new groups, finished rows leaving), and the cache copies among them (``copies``, and their
 number), with the prompt tokens of the passes (every stem once, padding not counted); and within the passes and steps,
 the attention calls (``attention``: :func:`access.attention.grouped_sdpa` on the prompt passes' and on the steps'
-rows, the part of their time a weight-FLOP floor counts as free). Nothing is asserted;
+rows, a packed pass's queries set in their padded places and taken back included: the part of their time a
+weight-FLOP floor counts as free). Nothing is asserted;
 ``--responses FILE`` writes the responses in row order (JSON), to compare two versions of the engine.
 
     OMP_NUM_THREADS=2 python benchmarks/bench_eval_decode.py                      # the default pair's SFT model
