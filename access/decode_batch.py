@@ -8,8 +8,9 @@ what it carries from step to step:
 * **groups.** Rows with the same tokens so far form one group; the blocks below the fork layer (and each patch
   source) run once per group. When a group's live rows choose different tokens, it forks (:meth:`regroup`), and the
   caches of the lower blocks copy its rows.
-* **finished rows** (a stop token, or the token limit) stop decoding; their rows and groups are dropped from the
-  caches once :data:`COMPACT_SHARE` of the rows have finished.
+* **finished rows** (a stop token, or the token limit) stop decoding; their rows and groups leave the caches at the
+  step they finish, the rows still decoding kept in their places and the last ones moved into the gaps
+  (:func:`settled`), so a cache copies only the rows that move.
 
 Example:
     >>> import torch
@@ -32,8 +33,6 @@ from typing import Any
 import torch
 
 from access.kv_cache import select_rows
-
-COMPACT_SHARE = 8  # drop finished rows from the caches once 1/8 of the rows have finished
 
 
 @dataclass
@@ -121,7 +120,7 @@ class DecodeBatch:
         self.regroup(chosen)
 
     def regroup(self, chosen: list[int]) -> None:
-        """Fork each group whose live rows chose different tokens; drop finished rows once enough have finished."""
+        """Fork each group whose live rows chose different tokens; drop finished rows."""
         # (source group, next token) per new group, group by group: where no group forks, every group keeps its
         # place, and the caches are not copied
         entries: list[tuple[int, int]] = []
@@ -150,8 +149,7 @@ class DecodeBatch:
                 select_rows(cache, sources, self.group_input.device)
         self.group_prompt = [self.group_prompt[g] for g in sources]
         self.group_input = torch.tensor([[token] for _, token in entries], device=self.group_input.device)
-        finished = self.row_alive.count(False)
-        if finished and finished * COMPACT_SHARE >= len(self.row_alive):
+        if not all(self.row_alive):
             self._compact()
 
     def _compact(self) -> None:

@@ -96,7 +96,7 @@ def _selected(buffer: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     """``buffer``'s rows ``indices``, in order: where most of them are already in their places (finished rows left,
     :func:`access.decode_batch.settled`), the others are copied into ``buffer`` and its first rows are the result;
     otherwise a new buffer (``index_select``, not indexing: the same rows, a quarter of the time on a CPU)."""
-    moved = (indices != torch.arange(len(indices), device=indices.device)).nonzero().flatten()
+    (moved,) = torch.nonzero(indices != torch.arange(len(indices), device=indices.device), as_tuple=True)
     if len(indices) > buffer.shape[0] or 2 * len(moved) > len(indices):
         return buffer.index_select(0, indices)
     buffer.index_copy_(0, moved, buffer.index_select(0, indices[moved]))

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from einops import rearrange
 
 PACKED_ROWS = "packed_rows"  # the keyword each layer passes its attention function: the pass's PackedRows
 
@@ -47,22 +48,24 @@ class PackedRows:
     @classmethod
     def of(cls, mask: torch.Tensor) -> PackedRows:
         """The real tokens of a pass whose own positions ``mask`` ``[rows, positions]`` marks (1: real)."""
-        return cls(mask.flatten().nonzero().flatten(), (int(mask.shape[0]), int(mask.shape[1])))
+        (index,) = torch.nonzero(rearrange(mask, "r p -> (r p)"), as_tuple=True)
+        return cls(index, (int(mask.shape[0]), int(mask.shape[1])))
 
     def pack(self, padded: torch.Tensor) -> torch.Tensor:
         """``padded`` ``[rows, positions, ...]`` as one row of its real tokens ``[1, tokens, ...]``."""
-        return padded.flatten(0, 1).index_select(0, self.index).unsqueeze(0)
+        return rearrange(rearrange(padded, "r p ... -> (r p) ...").index_select(0, self.index), "t ... -> 1 t ...")
 
     def unpack(self, packed: torch.Tensor) -> torch.Tensor:
         """``packed`` ``[1, tokens, ...]`` set back in its padded places ``[rows, positions, ...]``, zeros between."""
-        flat = packed.new_zeros(self.shape[0] * self.shape[1], *packed.shape[2:])
+        rows, positions = self.shape
+        flat = packed.new_zeros(rows * positions, *packed.shape[2:])
         flat.index_copy_(0, self.index, packed[0])
-        return flat.view(*self.shape, *packed.shape[2:])
+        return rearrange(flat, "(r p) ... -> r p ...", r=rows)
 
     def heads_unpacked(self, packed: torch.Tensor) -> torch.Tensor:
         """A block's heads ``[1, heads, tokens, dim]`` in their padded places ``[rows, heads, positions, dim]``, zeros
         between (heads within positions in memory, as a projection's output viewed by head is)."""
-        return self.unpack(packed.transpose(1, 2)).transpose(1, 2)
+        return rearrange(self.unpack(rearrange(packed, "1 h t d -> 1 t h d")), "r p h d -> r h p d")
 
 
 class PackedCache:

@@ -21,6 +21,7 @@ SCANNED_FILES = (
     "access/shared_generation.py",
     "access/stack.py",
     "access/kv_cache.py",
+    "access/packed_rows.py",
     "access/stems.py",
     "access/decode_batch.py",
     "access/decode_step.py",

@@ -269,27 +269,29 @@ def test_a_cache_layer_grows_in_place_keeps_what_it_held_and_selects_rows() -> N
     assert torch.equal(layer.update(fresh, fresh)[0], fresh)
 
 
-def test_a_row_that_finishes_keeps_its_groups_place_so_the_caches_are_not_copied(
+def test_a_row_that_finishes_leaves_at_once_and_only_the_last_row_moves_into_its_place(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """An unedited pass is one group per prompt and never forks: a step where some rows finish (below the share that
-    compacts) keeps every group where it was, so no cache is copied; a fork copies the forking group's rows."""
+    """An unedited pass is one group per prompt and never forks: at the step a row finishes, it leaves the caches,
+    every other row keeping its place but the last, which fills the gap; a fork copies the forking group's rows."""
     from access import decode_batch
 
     copies: list[list[int]] = []
     monkeypatch.setattr(decode_batch, "select_rows", lambda _cache, indices, _device: copies.append(list(indices)))
-    n = 2 * decode_batch.COMPACT_SHARE
+    n = 16
     batch = DecodeBatch.start([0], torch.arange(n).view(n, 1), torch.ones(n, 1, dtype=torch.long), torch.zeros(n))
     chosen = [100 + prompt for prompt in range(n)]
     chosen[1] = 2  # prompt 1 stops
     batch.take(chosen, bad=[False] * n, stop=(2,), limit=8)
     batch.advance(chosen)
-    assert copies == [] and batch.group_prompt == list(range(n))
-    assert batch.group_input.view(-1).tolist() == [100, 1, *range(102, 100 + n)]  # prompt 1 fed its last token
+    kept = [0, n - 1, *range(2, n - 1)]
+    assert copies == [kept, kept]  # the rows' cache, then the groups'
+    assert batch.row_prompt == batch.group_prompt == kept and all(batch.row_alive)
+    assert batch.group_input.view(-1).tolist() == [100 + prompt for prompt in kept]
     forked = DecodeBatch.start([0, 1], torch.tensor([[5], [6]]), torch.ones(2, 1, dtype=torch.long), torch.zeros(2))
     forked.take([7, 8, 7, 9], bad=[False] * 4, stop=(2,), limit=4)
     forked.regroup([7, 8, 7, 9])  # prompt 1's arms chose 8 and 9
-    assert copies == [[0, 1, 1]] and forked.row_group == [0, 1, 0, 2]
+    assert copies[2:] == [[0, 1, 1]] and forked.row_group == [0, 1, 0, 2]
 
 
 def test_prompts_that_begin_alike_share_a_stem_and_the_rest_batch_as_the_generator_does() -> None:
