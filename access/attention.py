@@ -59,25 +59,22 @@ def grouped_sdpa(
     their padded places."""
     rows: PackedRows | None = kwargs.pop(PACKED_ROWS, None)
     if rows is None:
-        return _grouped(module, query, key, value, attention_mask, **kwargs)
-    output, _ = _grouped(module, rows.heads_unpacked(query), key, value, attention_mask, **kwargs)
-    return rows.pack(output), None
+        return _attended(module, (query, key, value), attention_mask, kwargs), None
+    return rows.pack(_attended(module, (rows.heads_unpacked(query), key, value), attention_mask, kwargs)), None
 
 
-def _grouped(
-    module: torch.nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    **kwargs: Any,
-) -> tuple[torch.Tensor, None]:
+def _attended(
+    module: torch.nn.Module, qkv: tuple[torch.Tensor, ...], attention_mask: torch.Tensor | None, kwargs: dict[str, Any]
+) -> torch.Tensor:
+    """:func:`grouped_sdpa`'s attention ``[rows, positions, heads, dim]`` of unpacked queries."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    query, key, value = qkv
     groups = getattr(module, "num_key_value_groups", 1)
     plain = set(kwargs) <= _PLAIN and attention_mask is not None and query.shape[2] > 1
     if groups == 1 or not plain or query.device.type != "cpu":
-        return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+        output: torch.Tensor = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)[0]
+        return output
     output = torch.nn.functional.scaled_dot_product_attention(
         query,
         key,
@@ -87,7 +84,7 @@ def _grouped(
         scale=kwargs.get("scaling"),
         enable_gqa=True,
     )
-    return output.transpose(1, 2).contiguous(), None
+    return output.transpose(1, 2).contiguous()
 
 
 def walk_name(implementation: str) -> str:

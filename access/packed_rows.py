@@ -8,12 +8,13 @@ normalises and multiplies only them, and its attention sets them back in their p
 pass. The keys and values the cache keeps are the padded pass's, with zeros where padding was (the mask hides them,
 as :func:`access.kv_cache.joined` zeroes a slice's trimmed padding).
 
-It changes no bit of a real token: on a CPU in float32, oneDNN's packed products give a row the same bits at any row
-count past one (SmolLM2's shapes, 2026-11-30; :mod:`access.packed_linear`), norms, rotary embeddings and activations
-work row by row, and attention sees each query's keys at the padded pass's positions. A pass packs only
-where that holds (:func:`packs`): a model whose products :func:`access.packed_linear.prepacked` packs (a CPU model in
-float32) with ``sdpa`` attention, a pass with padding, and no edit or site function that reads the batch's positions
-(:class:`access.decode_step.BatchDecoder` decides that; its passes run under ``prepacked``).
+It changes no bit of a real token. On a CPU in float32, oneDNN's packed products gave a row the same bits at each row
+count tried past one, up to 2,099 (SmolLM2's shapes, 2026-11-30; :mod:`access.packed_linear`), and a pass packs at
+least two tokens (its longest row's); norms, rotary embeddings and activations work row by row; attention sees each
+query's keys at the padded pass's positions. A pass packs only where that holds (:func:`packs`): a model whose
+products :func:`access.packed_linear.prepacked` packs (a CPU model in float32) with ``sdpa`` attention, a pass with
+padding, and no edit or site function that reads the batch's positions (:class:`access.decode_step.BatchDecoder`
+decides that; its passes run under ``prepacked``).
 
 Example:
     >>> mask = torch.tensor([[0, 1, 1], [1, 1, 1]])   # the first prompt has one position of left padding
