@@ -36,6 +36,7 @@ import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from unittest import mock
 
 import torch
 
@@ -97,12 +98,8 @@ def attention_as(config: Any, name: str) -> Iterator[None]:
     """The model's attention implementation set to ``name`` inside, given back after (its sub-configs untouched: the
     decoders the stack runs have none)."""
     _register()
-    before = config._attn_implementation_internal
-    config._attn_implementation_internal = name
-    try:
+    with mock.patch.object(config, "_attn_implementation_internal", name):
         yield
-    finally:
-        config._attn_implementation_internal = before
 
 
 def walk_attention(config: Any) -> Any:

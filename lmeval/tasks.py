@@ -45,6 +45,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from unittest import mock
 
 import yaml
 
@@ -225,11 +226,8 @@ class TaskGate:
             refuse_loading_script(config, path)
             return data_files_beside(config, path.resolve().parent)
 
-        _factory.load_yaml = checked
-        try:
+        with mock.patch.object(_factory, "load_yaml", checked):
             yield
-        finally:
-            _factory.load_yaml = original
 
 
 def own_task_name(split: str) -> str:
