@@ -32,7 +32,7 @@ import torch
 from torch import nn
 from torch.nn import functional
 
-PACKED_BYTES = 2 * 2**30  # the packed copies one model may add (core.budget.CPU_CACHE_BYTES's reasoning: a laptop)
+PACKED_BYTES = 2 * 2**30  # the packed copies one model may add: a laptop keeps room for everything else
 _PACKED = "_probe_packed"  # a linear's packed weight, with the weight's storage and version it was packed from
 
 

@@ -263,7 +263,7 @@ class SharedDecoder:
         groups: list[list[int]] = []
         held = 0
         for number in pending:
-            size = self._cache_bytes(self.batches[number], passes)
+            size = self.cache_bytes(self.batches[number], passes)
             if alone or size > self.max_cache_bytes:
                 groups.append([number])
                 held = self.max_cache_bytes
@@ -377,7 +377,7 @@ class SharedDecoder:
         arms = list(range(len(self._passes)))
         return [arms[i : i + per_chunk] for i in range(0, len(arms), per_chunk)]
 
-    def _cache_bytes(self, batch: Sequence[Stem], passes: Sequence[SiteEdits | None]) -> int:
+    def cache_bytes(self, batch: Sequence[Stem], passes: Sequence[SiteEdits | None]) -> int:
         """The caches of every pass on ``batch`` at once: a row per prompt below the fork layer, a row per pass and
         prompt from it up, as wide as the batch's longest stem and remainder, with room for the new tokens."""
         fork = self.fork_layer(passes)

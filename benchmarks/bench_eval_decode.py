@@ -110,7 +110,10 @@ def main() -> None:
         generator = Generator(model, tokenizer, [questions[i] for i in rows], config)
         starts = list(itertools.accumulate(map(len, group), initial=0))
         parts = [range(first, end) for first, end in itertools.pairwise(starts)]
-        real += SharedDecoder(generator, parts=parts).prompt_tokens()
+        decoder = SharedDecoder(generator, parts=parts)
+        real += decoder.prompt_tokens()
+        caches = sum(decoder.cache_bytes(batch, [None]) for batch in decoder.batches) / 2**30
+        print(f"{decoder.describe([None])}; caches {caches:.2f} GiB, budget {decoder.max_cache_bytes / 2**30:g} GiB")
         responses.update(zip(rows, generate_unedited(generator, parts).texts, strict=True))
         timed = ", ".join(f"{part} {seconds[part]:.1f} s" for part in PARTS)
         print(f"after {number} of {calls} ({len(rows)} rows): {time.perf_counter() - start:.1f} s; {timed}")

@@ -330,7 +330,7 @@ def test_unedited_batches_step_together_within_the_cache_budget_and_decode_as_ge
     if leaves:  # the Llama subject's (on the ChatML and no-BOS ones no token tried ends the first batch first)
         assert min(joint) < max(joint), "batches whose rows all finished must leave the joint steps"
 
-    sizes = [decoder._cache_bytes(batch, [None]) for batch in decoder.batches]
+    sizes = [decoder.cache_bytes(batch, [None]) for batch in decoder.batches]
     for budget in (1, sizes[0] + sizes[1]):  # none fits with another; the first two fit together
         joint.clear()
         limited = SharedDecoder(generator)
