@@ -1,16 +1,16 @@
 """Where one model's greedy evaluation goes: the parts of shared decoding, timed, over the evaluation's batches.
 
-``probe models eval`` (and ``probe replicate``'s evaluate stage) decodes each model on the held-out split in the
-batches of :func:`training.evaluate.batch_plan`. This runs one model the same way (every batch in one
-:func:`access.shared_generation.generate_unedited` call, :data:`core.decoding.EVAL_GENERATION`; ``--apart``: a call
-per batch, as before joint steps) and prints, after each call, the seconds
-spent in the prompt passes, the decode steps, the logits and argmax of each step (``choose``), the move from one step
-to the next (``advance``: new groups, finished rows leaving), and the cache copies among them (``copies``, and their
-number), with the prompt tokens of the passes (every stem once, padding not counted); and within the passes and steps,
-the attention calls (``attention``: :func:`access.attention.grouped_sdpa` on the prompt passes' and on the steps'
-rows, a packed pass's queries set in their padded places and taken back included: the part of their time a
-weight-FLOP floor counts as free). Nothing is asserted;
-``--responses FILE`` writes the responses in row order (JSON), to compare two versions of the engine.
+``probe models eval`` (and ``probe replicate``'s evaluate stage) decodes each model on the held-out split in the batches
+of :func:`training.evaluate.batch_plan`. This runs one model the same way (every batch in one
+:func:`access.shared_generation.generate_unedited` call, :data:`core.decoding.EVAL_GENERATION`; ``--apart``: a call per
+batch, as before joint steps) and prints how its batches step (in how many groups, their caches against the cache
+budget), then, after each call, the seconds spent in the prompt passes, the decode steps, the logits and argmax of each
+step (``choose``), the move from one step to the next (``advance``: new groups, finished rows leaving), and the cache
+copies among them (``copies``, and their number), with the prompt tokens of the passes (every stem once, padding not
+counted); and within the passes and steps, the attention calls (``attention``: :func:`access.attention.grouped_sdpa` on
+the prompt passes' and on the steps' rows, a packed pass's queries set in their padded places and taken back included:
+the part of their time a weight-FLOP floor counts as free). Nothing is asserted; ``--responses FILE`` writes the
+responses in row order (JSON), to compare two versions of the engine.
 
     OMP_NUM_THREADS=2 python benchmarks/bench_eval_decode.py                      # the default pair's SFT model
     OMP_NUM_THREADS=2 python benchmarks/bench_eval_decode.py --model dpo --batches 1 --responses out.json
