@@ -11,6 +11,7 @@ from transformers.integrations import sdpa_attention
 
 from access import attention
 from access.stack import Stack
+from core.chat import left_pad
 from tests.support.padded_passes import SUBJECTS, padded_pass, subject_dir
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -43,6 +44,37 @@ def test_grouped_heads_give_the_bits_of_repeated_ones(subject, tiny_model_dir, c
     repeated = _top(stack, ids, mask)
     assert repeats, "transformers' sdpa repeats the heads under a mask"
     assert torch.equal(grouped, repeated)
+
+
+@pytest.mark.parametrize("subject", SUBJECTS)
+@pytest.mark.parametrize(
+    ("lengths", "chunk_keys"),
+    [((1000, 777, 600, 513), [512, 1000]), ((1025, 700), [512, 1025])],  # 1,025: no chunk of one query
+)
+def test_prompts_past_a_key_block_attend_in_chunks_with_the_same_bits(
+    subject, lengths, chunk_keys, tiny_model_dir, chat_bases, chat_data, monkeypatch
+):
+    """Long prompts, left-padded: the stack's attention runs the first 512 queries over the first 512 keys only (the
+    rest over all), and every block's output equals transformers' sdpa over all keys bit for bit."""
+    stack, ids, mask = padded_pass(subject_dir(subject, tiny_model_dir, chat_bases), chat_data)
+    tokens = ids[mask.bool()].tolist()
+    ids, mask = left_pad([(tokens * (length // len(tokens) + 1))[:length] for length in lengths], pad_id=0)
+    keys: list[int] = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def counted(query: torch.Tensor, key: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        keys.append(key.shape[2])
+        return sdpa(query, key, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counted)
+    chunked = _top(stack, ids, mask)
+    assert sorted(set(keys)) == chunk_keys
+
+    monkeypatch.setattr(attention, "walk_name", lambda name: name)  # the model's own sdpa, one call over every key
+    keys.clear()
+    whole = _top(stack, ids, mask)
+    assert set(keys) == {max(lengths)}
+    assert torch.equal(chunked[mask.bool()], whole[mask.bool()])
 
 
 def test_an_eager_model_walks_with_its_own_attention(tiny_model_dir):
