@@ -77,8 +77,8 @@ def _attended(
     """:func:`grouped_sdpa`'s attention ``[rows, positions, heads, dim]`` of unpacked queries: on a CPU under a
     boolean mask, chunk by chunk of :func:`key_chunks` (the same bits)."""
     query, key, value = qkv
-    plain = set(kwargs) <= _PLAIN and attention_mask is not None and query.shape[2] > 1
-    if not plain or attention_mask is None or query.device.type != "cpu":
+    plain = set(kwargs) <= _PLAIN and query.shape[2] > 1 and query.device.type == "cpu"
+    if not plain or attention_mask is None:
         return _attended_once(module, qkv, attention_mask, kwargs, plain=False)
     if attention_mask.dtype != torch.bool or attention_mask.shape[-2:] != (query.shape[2], key.shape[2]):
         return _attended_once(module, qkv, attention_mask, kwargs, plain=True)

@@ -36,6 +36,8 @@ from typing import Any
 import torch
 from einops import rearrange
 
+from access.packed_linear import packable
+
 PACKED_ROWS = "packed_rows"  # the keyword each layer passes its attention function: the pass's PackedRows
 
 
@@ -85,7 +87,5 @@ class PackedCache:
 def packs(model: Any, mask: torch.Tensor) -> bool:
     """Whether a pass of ``model`` whose own positions ``mask`` marks runs packed (module doc); the caller has
     checked that no edit reads the batch's positions."""
-    from access.packed_linear import packable
-
     padded = mask.shape[1] > 1 and not bool(mask.all())
     return padded and model.config._attn_implementation == "sdpa" and packable(model)
